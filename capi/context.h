@@ -1,0 +1,37 @@
+// The wush_context object: backend, device, execution settings, and the lock that serializes
+// calls on one context.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+
+#include "handles.h"
+#include "wush/wush.h"
+
+struct wush_context {
+    wush_backend backend = WUSH_BACKEND_CPU;
+    int device = 0;
+    std::int64_t num_threads = 0;  // 0 = OpenMP default
+    std::mutex mutex;
+};
+
+namespace wush::capi {
+
+// Holds a context for the duration of one API call: checks the handle, takes its lock, and
+// applies its thread count to this thread's OpenMP regions (restored afterwards).
+class ContextUse {
+public:
+    ContextUse(wush_context* ctx, const char* arg);
+    ~ContextUse();
+    ContextUse(const ContextUse&) = delete;
+    ContextUse& operator=(const ContextUse&) = delete;
+    wush_context& operator*() const { return *ctx_; }
+    wush_context* operator->() const { return ctx_; }
+
+private:
+    wush_context* ctx_;
+    std::unique_lock<std::mutex> lock_;
+    int saved_threads_ = 0;
+};
+
+}  // namespace wush::capi

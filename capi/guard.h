@@ -1,0 +1,39 @@
+// The exception firewall: every exported function runs its body through guarded(), which turns
+// any exception into a wush_status and a thread-local message. Nothing crosses the C boundary.
+#pragma once
+
+#include <exception>
+#include <new>
+
+#include "common/error.h"
+#include "last_error.h"
+#include "wush/wush.h"
+
+namespace wush::capi {
+
+template <typename Body>
+wush_status guarded(const char* function, Body&& body) noexcept {
+    try {
+        body();
+        return WUSH_OK;
+    } catch (const wush::Error& e) {
+        set_last_error(function, e.what());
+        return e.status();
+    } catch (const std::bad_alloc&) {
+        set_last_error(function, "out of memory");
+        return WUSH_ERR_OUT_OF_MEMORY;
+    } catch (const std::exception& e) {
+        set_last_error(function, e.what());
+        return WUSH_ERR_INTERNAL;
+    } catch (...) {
+        set_last_error(function, "unknown exception");
+        return WUSH_ERR_INTERNAL;
+    }
+}
+
+// Throws INVALID_ARGUMENT naming `name` when a required pointer is NULL.
+inline void require_pointer(const void* p, const char* name) {
+    if (p == nullptr) fail(WUSH_ERR_INVALID_ARGUMENT, std::string(name) + " is NULL");
+}
+
+}  // namespace wush::capi

@@ -1,0 +1,26 @@
+# cmake --install: headers, libwush.so, pkg-config file, CMake package, and the wush program.
+include(CMakePackageConfigHelpers)
+
+# What a static link of libwush would need (Libs.private); the shared library carries these itself.
+set(WUSH_PC_LIBS_PRIVATE "-llapacke -lopenblas -lgomp -lstdc++ -lm -lpthread")
+if(WUSH_HAVE_CUDA)
+  string(APPEND WUSH_PC_LIBS_PRIVATE " -L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -ldl -lrt")
+endif()
+configure_file(${PROJECT_SOURCE_DIR}/pkgconfig/wush.pc.in ${PROJECT_BINARY_DIR}/wush.pc @ONLY)
+
+install(TARGETS wush EXPORT wushTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/wush DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        FILES_MATCHING PATTERN "*.h")
+install(FILES ${PROJECT_BINARY_DIR}/wush.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+install(TARGETS wush_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+set(WUSH_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/wush)
+install(EXPORT wushTargets NAMESPACE wush:: DESTINATION ${WUSH_CMAKE_DIR})
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/wushConfig.cmake.in
+                              ${PROJECT_BINARY_DIR}/wushConfig.cmake INSTALL_DESTINATION ${WUSH_CMAKE_DIR})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/wushConfigVersion.cmake
+                                 COMPATIBILITY SameMajorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/wushConfig.cmake ${PROJECT_BINARY_DIR}/wushConfigVersion.cmake
+        DESTINATION ${WUSH_CMAKE_DIR})

@@ -1,0 +1,81 @@
+#include "common/dtype.h"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "common/checked_math.h"
+#include "common/error.h"
+#include "common/float_bits.h"
+
+namespace wush {
+
+std::size_t dtype_size(wush_dtype dtype) {
+    switch (dtype) {
+        case WUSH_DTYPE_F32: return 4;
+        case WUSH_DTYPE_F16:
+        case WUSH_DTYPE_BF16: return 2;
+    }
+    fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_dtype " + std::to_string(int(dtype)));
+}
+
+const char* dtype_name(wush_dtype dtype) {
+    switch (dtype) {
+        case WUSH_DTYPE_F32: return "f32";
+        case WUSH_DTYPE_F16: return "f16";
+        case WUSH_DTYPE_BF16: return "bf16";
+    }
+    return "unknown";
+}
+
+void to_float(wush_dtype dtype, const void* src, std::size_t offset, std::span<float> out) {
+    switch (dtype) {
+        case WUSH_DTYPE_F32: {
+            const float* p = static_cast<const float*>(src) + offset;
+            for (std::size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+            return;
+        }
+        case WUSH_DTYPE_F16: {
+            const std::uint16_t* p = static_cast<const std::uint16_t*>(src) + offset;
+            for (std::size_t i = 0; i < out.size(); ++i) out[i] = bits::f16_decode(p[i]);
+            return;
+        }
+        case WUSH_DTYPE_BF16: {
+            const std::uint16_t* p = static_cast<const std::uint16_t*>(src) + offset;
+            for (std::size_t i = 0; i < out.size(); ++i) out[i] = bits::bf16_decode(p[i]);
+            return;
+        }
+    }
+    fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_dtype " + std::to_string(int(dtype)));
+}
+
+namespace {
+
+// Exponent field all ones = Inf or NaN, for each width.
+template <typename Bits, Bits kExpMask>
+std::optional<std::size_t> first_all_ones_exponent(const void* src, std::size_t count) {
+    const Bits* p = static_cast<const Bits*>(src);
+    for (std::size_t i = 0; i < count; ++i)
+        if ((p[i] & kExpMask) == kExpMask) return i;
+    return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::size_t> find_non_finite(wush_dtype dtype, const void* src, std::size_t count) {
+    switch (dtype) {
+        case WUSH_DTYPE_F32: return first_all_ones_exponent<std::uint32_t, 0x7F800000u>(src, count);
+        case WUSH_DTYPE_F16: return first_all_ones_exponent<std::uint16_t, 0x7C00u>(src, count);
+        case WUSH_DTYPE_BF16: return first_all_ones_exponent<std::uint16_t, 0x7F80u>(src, count);
+    }
+    fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_dtype " + std::to_string(int(dtype)));
+}
+
+void require_finite(wush_dtype dtype, const void* src, std::size_t rows, std::size_t cols, const char* what) {
+    const auto bad = find_non_finite(dtype, src, checked_mul(rows, cols, "matrix size"));
+    if (!bad) return;
+    fail(WUSH_ERR_NON_FINITE, std::string(what) + " holds a NaN or infinite value at row " +
+                                  std::to_string(*bad / cols) + ", column " + std::to_string(*bad % cols));
+}
+
+}  // namespace wush

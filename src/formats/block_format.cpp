@@ -1,0 +1,116 @@
+#include "formats/block_format.h"
+
+#include <cmath>
+#include <string>
+#include <strings.h>
+#include <vector>
+
+#include "common/checked_math.h"
+#include "common/dtype.h"
+#include "common/error.h"
+#include "formats/group_quantizer.h"
+
+namespace wush::formats {
+
+namespace {
+
+constexpr FormatSpec kSpecs[] = {
+    {WUSH_FORMAT_MXFP4, "mxfp4", 32, 1, 3.0},
+    {WUSH_FORMAT_NVFP4, "nvfp4", 16, 1, 10.0},
+    {WUSH_FORMAT_INT4, "int4", 32, 2, 1.0},
+    {WUSH_FORMAT_MXFP4_OCP, "mxfp4_ocp", 32, 1, 1.0},
+};
+
+}  // namespace
+
+const FormatSpec& spec(wush_format format) {
+    for (const FormatSpec& s : kSpecs)
+        if (s.id == format) return s;
+    fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_format " + std::to_string(int(format)));
+}
+
+const FormatSpec* spec_by_name(const char* name) {
+    if (name == nullptr) return nullptr;
+    for (const FormatSpec& s : kSpecs)
+        if (strcasecmp(s.name, name) == 0) return &s;
+    return nullptr;
+}
+
+PackedSizes packed_sizes(const FormatSpec& f, std::size_t n_rows, std::size_t d_in) {
+    if (d_in == 0 || d_in % f.group != 0)
+        fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) + " is not a positive multiple of the " +
+                                            f.name + " group size " + std::to_string(f.group));
+    const std::size_t elements = checked_mul(n_rows, d_in, "n_rows * d_in");
+    return {elements / 2, checked_mul(elements / f.group, f.scale_bytes, "scale bytes")};
+}
+
+namespace {
+
+// Serial kernel over `groups` consecutive groups of one contiguous float run.
+void quantize_groups(const FormatSpec& f, const float* x, std::size_t groups, std::uint8_t* codes, std::uint8_t* scales) {
+    for (std::size_t k = 0; k < groups; ++k)
+        quantize_group(f.id, x + k * f.group, int(f.group), codes + k * f.group / 2, scales + k * f.scale_bytes);
+}
+
+void require_room(const FormatSpec& f, std::size_t n_rows, std::size_t d_in, std::size_t codes, std::size_t scales) {
+    const PackedSizes need = packed_sizes(f, n_rows, d_in);
+    require(codes >= need.codes && scales >= need.scales, "quantize_rows: buffers smaller than the shape requires");
+}
+
+}  // namespace
+
+void quantize_rows(const FormatSpec& f, std::span<const float> x, std::size_t n_rows, std::size_t d_in,
+                   std::span<std::uint8_t> codes, std::span<std::uint8_t> scales) {
+    require_room(f, n_rows, d_in, codes.size(), scales.size());
+    require(x.size() >= n_rows * d_in, "quantize_rows: input smaller than the shape requires");
+    const std::size_t groups_per_row = d_in / f.group;
+    const std::size_t row_scales = groups_per_row * f.scale_bytes;
+#pragma omp parallel for schedule(static)
+    for (std::size_t r = 0; r < n_rows; ++r)
+        quantize_groups(f, x.data() + r * d_in, groups_per_row, codes.data() + r * d_in / 2, scales.data() + r * row_scales);
+}
+
+void quantize_rows(const FormatSpec& f, wush_dtype dtype, const void* x, std::size_t n_rows, std::size_t d_in,
+                   std::span<std::uint8_t> codes, std::span<std::uint8_t> scales) {
+    if (dtype == WUSH_DTYPE_F32) {
+        quantize_rows(f, {static_cast<const float*>(x), n_rows * d_in}, n_rows, d_in, codes, scales);
+        return;
+    }
+    require_room(f, n_rows, d_in, codes.size(), scales.size());
+    const std::size_t groups_per_row = d_in / f.group;
+    const std::size_t row_scales = groups_per_row * f.scale_bytes;
+#pragma omp parallel
+    {
+        std::vector<float> row(d_in);
+#pragma omp for schedule(static)
+        for (std::size_t r = 0; r < n_rows; ++r) {
+            to_float(dtype, x, r * d_in, row);
+            quantize_groups(f, row.data(), groups_per_row, codes.data() + r * d_in / 2, scales.data() + r * row_scales);
+        }
+    }
+}
+
+void dequantize_rows(const FormatSpec& f, std::span<const std::uint8_t> codes, std::span<const std::uint8_t> scales,
+                     std::size_t n_rows, std::size_t d_in, std::span<float> y) {
+    const PackedSizes need = packed_sizes(f, n_rows, d_in);
+    require(codes.size() >= need.codes && scales.size() >= need.scales && y.size() >= n_rows * d_in,
+            "dequantize_rows: buffers smaller than the shape requires");
+    const std::size_t groups_per_row = d_in / f.group;
+    const std::size_t groups = n_rows * groups_per_row;
+    for (std::size_t k = 0; k < groups; ++k) {
+        if (!std::isfinite(decode_scale(f.id, scales.data() + k * f.scale_bytes)))
+            fail(WUSH_ERR_NON_FINITE, std::string(f.name) + " scale of row " + std::to_string(k / groups_per_row) +
+                                          ", group " + std::to_string(k % groups_per_row) + " is NaN or infinite");
+    }
+#pragma omp parallel for schedule(static)
+    for (std::size_t k = 0; k < groups; ++k) {
+        // element * scale is exact in double; the division by the per-tensor divisor rounds once.
+        const double scale = decode_scale(f.id, scales.data() + k * f.scale_bytes);
+        const std::uint8_t* group_codes = codes.data() + k * f.group / 2;
+        float* out = y.data() + k * f.group;
+        for (int i = 0; i < int(f.group); ++i)
+            out[i] = float(double(decode_element(f.id, get_nibble(group_codes, i))) * scale / f.tensor_divisor);
+    }
+}
+
+}  // namespace wush::formats

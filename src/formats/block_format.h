@@ -1,0 +1,50 @@
+// Row-level quantization in the block formats: the CPU implementation behind
+// wush_quantize_rows / wush_dequantize_rows, and the sizes of packed buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "wush/wush.h"
+
+namespace wush::formats {
+
+struct FormatSpec {
+    wush_format id;
+    const char* name;
+    std::size_t group;        // G
+    std::size_t scale_bytes;  // bytes per group scale
+    double tensor_divisor;    // the per-tensor factor is 1 / tensor_divisor (3, 10 or 1)
+    float tensor_factor() const { return float(1.0 / tensor_divisor); }
+};
+
+// The spec of `format`; throws wush::Error(INVALID_ARGUMENT) for an unknown value.
+const FormatSpec& spec(wush_format format);
+// nullptr for an unknown name (case-insensitive).
+const FormatSpec* spec_by_name(const char* name);
+
+struct PackedSizes {
+    std::size_t codes;
+    std::size_t scales;
+};
+// Checks d_in (positive multiple of G) and overflow; throws wush::Error on violation.
+PackedSizes packed_sizes(const FormatSpec& f, std::size_t n_rows, std::size_t d_in);
+
+// Quantizes n_rows x d_in float rows. The input must be finite (see find_non_finite); buffers are
+// sized by packed_sizes.
+void quantize_rows(const FormatSpec& f, std::span<const float> x, std::size_t n_rows, std::size_t d_in,
+                   std::span<std::uint8_t> codes, std::span<std::uint8_t> scales);
+
+// The same from dense rows of any API dtype, converted to float row by row. The input must be
+// finite (wush::require_finite).
+void quantize_rows(const FormatSpec& f, wush_dtype dtype, const void* x, std::size_t n_rows, std::size_t d_in,
+                   std::span<std::uint8_t> codes, std::span<std::uint8_t> scales);
+
+// Decodes packed rows to floats (element * scale * tensor factor). Throws NON_FINITE for a NaN or
+// infinite scale before writing anything.
+void dequantize_rows(const FormatSpec& f, std::span<const std::uint8_t> codes,
+                     std::span<const std::uint8_t> scales, std::size_t n_rows, std::size_t d_in,
+                     std::span<float> y);
+
+}  // namespace wush::formats

@@ -1,0 +1,74 @@
+// The element and scale encodings of the block formats (DESIGN.md §3): E2M1, E4M3 (saturating),
+// E8M0. Shared by the CPU core and the CUDA kernels. Encoders take float64 so that the scaled
+// value is rounded once, exactly as the float64 reference defines it.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/float_bits.h"
+#include "common/host_device.h"
+
+namespace wush::codec {
+
+using std::fabs;
+using std::isnan;
+using std::signbit;
+
+// RNE to E2M1 {0, .5, 1, 1.5, 2, 3, 4, 6}, saturating at 6; the sign (also of -0.0) goes to bit 3.
+// The thresholds are the midpoints between neighbours; at a midpoint the even code wins.
+WUSH_HD std::uint8_t e2m1_encode(double v) {
+    const std::uint8_t sign = signbit(v) ? 0x8 : 0x0;
+    const double a = fabs(v);
+    std::uint8_t m;
+    if (a <= 0.25) m = 0;
+    else if (a < 0.75) m = 1;
+    else if (a <= 1.25) m = 2;
+    else if (a < 1.75) m = 3;
+    else if (a <= 2.5) m = 4;
+    else if (a < 3.5) m = 5;
+    else if (a <= 5.0) m = 6;
+    else m = 7;
+    return sign | m;
+}
+
+WUSH_HD float e2m1_decode(std::uint8_t code) {
+    const int m = code & 0x7;
+    const int e = m >> 1;
+    const float mag = e == 0 ? 0.5f * float(m & 1) : ldexpf(1.0f + 0.5f * float(m & 1), e - 1);
+    return (code & 0x8) ? -mag : mag;
+}
+
+constexpr double kE4M3Max = 448.0;
+
+// RNE to E4M3 (bias 7, no infinities), saturating at +-448 like __NV_SATFINITE. NaN -> 0x7F.
+WUSH_HD std::uint8_t e4m3_encode(double v) {
+    if (isnan(v)) return 0x7F;
+    const std::uint8_t sign = signbit(v) ? 0x80 : 0x00;
+    double r = bits::round_to_format(fabs(v), 3, -6);
+    if (r > kE4M3Max) r = kE4M3Max;
+    if (r < 0x1p-6) return sign | std::uint8_t(r * 512.0);  // subnormal: r = m * 2^-9
+    const int e = bits::floor_log2(r);
+    const int m = int((r / ldexp(1.0, e) - 1.0) * 8.0);
+    return sign | std::uint8_t(((e + 7) << 3) | m);
+}
+
+WUSH_HD float e4m3_decode(std::uint8_t code) {
+    if ((code & 0x7F) == 0x7F) return NAN;
+    const int exp = (code >> 3) & 0xF;
+    const int man = code & 0x7;
+    const float mag = exp == 0 ? ldexpf(float(man), -9) : ldexpf(float(8 + man), exp - 10);
+    return (code & 0x80) ? -mag : mag;
+}
+
+// E8M0: the byte e + 127 stands for 2^e; 0xFF is NaN.
+constexpr int kE8M0MinExp = -127;
+constexpr int kE8M0MaxExp = 127;
+
+WUSH_HD std::uint8_t e8m0_from_exponent(int e) { return std::uint8_t(e + 127); }
+
+WUSH_HD float e8m0_decode(std::uint8_t code) {
+    return code == 0xFF ? NAN : ldexpf(1.0f, int(code) - 127);
+}
+
+}  // namespace wush::codec

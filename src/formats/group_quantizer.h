@@ -1,0 +1,108 @@
+// Quantization of one group of G values under each format's scale rule (DESIGN.md §3, documented
+// for users at wush_format in include/wush/wush.h). Shared by the CPU core and the CUDA kernels.
+// Inputs must be finite: callers check before quantizing.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/float_bits.h"
+#include "common/host_device.h"
+#include "formats/element_codecs.h"
+#include "wush/wush.h"
+
+namespace wush::formats {
+
+// Gaussian MSE-optimal clipping of a 4-bit uniform quantizer, in units of the RMS (the paper's
+// "INT4 with Gaussian MSE clipping"); 2/15 maps the clip range [-c, c] onto 15 steps.
+constexpr double kInt4ClipRatio = 2.5139305785684;
+constexpr double kInt4ScalePerRms = kInt4ClipRatio * 2.0 / 15.0;
+
+WUSH_HD float group_amax(const float* x, int n) {
+    float m = 0.0f;
+    for (int i = 0; i < n; ++i) m = fmaxf(m, fabsf(x[i]));
+    return m;
+}
+
+// Writes the packed nibble of element i (low nibble for even i).
+WUSH_HD void put_nibble(std::uint8_t* codes, int i, std::uint8_t nibble) {
+    std::uint8_t& byte = codes[i >> 1];
+    byte = (i & 1) ? std::uint8_t((byte & 0x0F) | (nibble << 4)) : std::uint8_t((byte & 0xF0) | nibble);
+}
+
+WUSH_HD std::uint8_t get_nibble(const std::uint8_t* codes, int i) {
+    return (i & 1) ? std::uint8_t(codes[i >> 1] >> 4) : std::uint8_t(codes[i >> 1] & 0x0F);
+}
+
+// MXFP4: the scale exponent is floor(log2(amax)) (minus 2 for the OCP rule), clamped to E8M0.
+WUSH_HD int mx_scale_exponent(float amax, bool ocp) {
+    int e = amax > 0.0f ? bits::floor_log2(double(amax)) : codec::kE8M0MinExp;
+    if (ocp) e -= 2;
+    if (e < codec::kE8M0MinExp) e = codec::kE8M0MinExp;
+    if (e > codec::kE8M0MaxExp) e = codec::kE8M0MaxExp;
+    return e;
+}
+
+WUSH_HD void quantize_group_mx(const float* x, int n, bool ocp, std::uint8_t* codes, std::uint8_t* scale) {
+    const int e = mx_scale_exponent(group_amax(x, n), ocp);
+    const double mult = ldexp(ocp ? 1.0 : 3.0, -e);  // exact power-of-two multiple
+    for (int i = 0; i < n; ++i) put_nibble(codes, i, codec::e2m1_encode(double(x[i]) * mult));
+    *scale = codec::e8m0_from_exponent(e);
+}
+
+WUSH_HD void quantize_group_nvfp4(const float* x, int n, std::uint8_t* codes, std::uint8_t* scale) {
+    const std::uint8_t s = codec::e4m3_encode(double(group_amax(x, n)) * 10.0 / 6.0);
+    const double sv = codec::e4m3_decode(s);
+    for (int i = 0; i < n; ++i) {
+        // A zero scale (underflow) multiplies by zero: the code keeps only the input's sign.
+        const double v = sv > 0.0 ? double(x[i]) * 10.0 / sv : double(x[i]) * 0.0;
+        put_nibble(codes, i, codec::e2m1_encode(v));
+    }
+    *scale = s;
+}
+
+WUSH_HD void quantize_group_int4(const float* x, int n, std::uint8_t* codes, std::uint8_t* scale) {
+    double sum_sq = 0.0;
+    for (int i = 0; i < n; ++i) sum_sq += double(x[i]) * double(x[i]);
+    const std::uint16_t s = bits::bf16_encode(kInt4ScalePerRms * sqrt(sum_sq / n));
+    const double sv = bits::bf16_decode(s);
+    for (int i = 0; i < n; ++i) {
+        double q = sv > 0.0 ? floor(double(x[i]) / sv) : 0.0;
+        q = fmin(fmax(q, -8.0), 7.0);
+        put_nibble(codes, i, std::uint8_t(int(q) & 0xF));
+    }
+    scale[0] = std::uint8_t(s & 0xFF);  // little-endian bf16
+    scale[1] = std::uint8_t(s >> 8);
+}
+
+// Quantizes n = G values into n/2 code bytes and one scale (1 or 2 bytes) in `format`.
+WUSH_HD void quantize_group(wush_format format, const float* x, int n, std::uint8_t* codes, std::uint8_t* scale) {
+    switch (format) {
+        case WUSH_FORMAT_MXFP4: quantize_group_mx(x, n, false, codes, scale); break;
+        case WUSH_FORMAT_MXFP4_OCP: quantize_group_mx(x, n, true, codes, scale); break;
+        case WUSH_FORMAT_NVFP4: quantize_group_nvfp4(x, n, codes, scale); break;
+        case WUSH_FORMAT_INT4: quantize_group_int4(x, n, codes, scale); break;
+    }
+}
+
+// The value a stored group scale stands for (without the per-tensor factor); NaN for NaN codes.
+WUSH_HD float decode_scale(wush_format format, const std::uint8_t* scale) {
+    switch (format) {
+        case WUSH_FORMAT_MXFP4:
+        case WUSH_FORMAT_MXFP4_OCP: return codec::e8m0_decode(scale[0]);
+        case WUSH_FORMAT_NVFP4: return codec::e4m3_decode(scale[0]);
+        case WUSH_FORMAT_INT4: return bits::bf16_decode(std::uint16_t(scale[0] | (scale[1] << 8)));
+    }
+    return NAN;
+}
+
+// The value of one 4-bit code in element units: E2M1, or the INT4 midrise level q + 0.5.
+WUSH_HD float decode_element(wush_format format, std::uint8_t nibble) {
+    if (format == WUSH_FORMAT_INT4) {
+        const int q = (nibble & 0x8) ? int(nibble) - 16 : int(nibble);
+        return float(q) + 0.5f;
+    }
+    return codec::e2m1_decode(nibble);
+}
+
+}  // namespace wush::formats
