@@ -1,0 +1,352 @@
+/* Tests of the public C API, in plain C99 against the shared library: status and error
+ * reporting, handle checks, argument validation, buffer bounds, and the format functions. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wush/wush.h"
+
+static int g_failures = 0;
+static int g_checks = 0;
+
+#define CHECK(cond)                                                                    \
+    do {                                                                               \
+        ++g_checks;                                                                    \
+        if (!(cond)) {                                                                 \
+            ++g_failures;                                                              \
+            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, \
+                    __LINE__, #cond, wush_last_error());                               \
+        }                                                                              \
+    } while (0)
+
+#define CHECK_STATUS(call, expected) CHECK((call) == (expected))
+
+static const wush_format kFormats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4, WUSH_FORMAT_MXFP4_OCP};
+
+static int all_bytes_are(const unsigned char* p, size_t n, unsigned char v) {
+    size_t i;
+    for (i = 0; i < n; ++i)
+        if (p[i] != v) return 0;
+    return 1;
+}
+
+static float gauss(unsigned* state) { /* deterministic, crude: sum of 4 uniforms */
+    float s = 0.0f;
+    int k;
+    for (k = 0; k < 4; ++k) {
+        *state = *state * 1103515245u + 12345u;
+        s += (float)((*state >> 8) & 0xFFFF) / 65536.0f - 0.5f;
+    }
+    return s * 1.7f;
+}
+
+static void test_version_and_status(void) {
+    CHECK(wush_version() == WUSH_VERSION_NUMBER);
+    {
+        char expect[32];
+        snprintf(expect, sizeof expect, "%d.%d.%d", WUSH_VERSION_MAJOR, WUSH_VERSION_MINOR, WUSH_VERSION_PATCH);
+        CHECK(strcmp(wush_version_string(), expect) == 0);
+    }
+    CHECK(strcmp(wush_status_string(WUSH_OK), "WUSH_OK") == 0);
+    CHECK(strcmp(wush_status_string(WUSH_ERR_NON_FINITE), "WUSH_ERR_NON_FINITE") == 0);
+    CHECK(strcmp(wush_status_string(WUSH_ERR_INTERNAL), "WUSH_ERR_INTERNAL") == 0);
+    CHECK(strcmp(wush_status_string((wush_status)999), "WUSH_ERR_UNKNOWN") == 0);
+    CHECK(strcmp(wush_status_string((wush_status)-1), "WUSH_ERR_UNKNOWN") == 0);
+}
+
+static void test_contexts(void) {
+    wush_context* ctx = NULL;
+    wush_context* untouched = (wush_context*)0x1;
+    wush_backend backend = WUSH_BACKEND_CUDA;
+    int64_t value = -5;
+    wush_status st;
+
+    CHECK_STATUS(wush_context_create(WUSH_BACKEND_CPU, 0, NULL), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(wush_last_error(), "ctx is NULL") != NULL);
+    CHECK_STATUS(wush_context_create(WUSH_BACKEND_CPU, 1, &untouched), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_context_create((wush_backend)7, 0, &untouched), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(untouched == (wush_context*)0x1); /* outputs untouched on failure */
+
+    /* CUDA: either a device is there, or a clear UNSUPPORTED. */
+    st = wush_context_create(WUSH_BACKEND_CUDA, 0, &ctx);
+    CHECK(st == WUSH_OK || st == WUSH_ERR_UNSUPPORTED);
+    if (st == WUSH_ERR_UNSUPPORTED) CHECK(strlen(wush_last_error()) > 20);
+    wush_context_destroy(ctx);
+    ctx = NULL;
+
+    CHECK_STATUS(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx), WUSH_OK);
+    CHECK_STATUS(wush_context_backend(ctx, &backend), WUSH_OK);
+    CHECK(backend == WUSH_BACKEND_CPU);
+    CHECK_STATUS(wush_context_get_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, &value), WUSH_OK);
+    CHECK(value == 0);
+    CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, 2), WUSH_OK);
+    CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, -1), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, 5000), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_context_set_parameter(ctx, (wush_context_parameter)42, 1), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_context_get_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, &value), WUSH_OK);
+    CHECK(value == 2); /* rejected values left the context unchanged */
+
+    /* A pointer that is not a handle, and a destroyed handle, are reported, not dereferenced. */
+    {
+        int not_a_handle = 0;
+        CHECK_STATUS(wush_context_backend((const wush_context*)&not_a_handle, &backend), WUSH_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(wush_last_error(), "not a live wush_context") != NULL);
+    }
+    wush_context_destroy(ctx);
+    CHECK_STATUS(wush_context_backend(ctx, &backend), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, 1), WUSH_ERR_INVALID_ARGUMENT);
+    wush_context_destroy(ctx);  /* double destroy: detected, no-op */
+    wush_context_destroy(NULL); /* no-op */
+}
+
+static void test_format_queries(void) {
+    size_t g = 0, codes = 0, scales = 0, sb = 0;
+    float factor = 0.0f;
+    wush_format f = WUSH_FORMAT_INT4;
+
+    CHECK_STATUS(wush_format_group_size(WUSH_FORMAT_MXFP4, &g), WUSH_OK);
+    CHECK(g == 32);
+    CHECK_STATUS(wush_format_group_size(WUSH_FORMAT_NVFP4, &g), WUSH_OK);
+    CHECK(g == 16);
+    CHECK_STATUS(wush_format_group_size(WUSH_FORMAT_INT4, &g), WUSH_OK);
+    CHECK(g == 32);
+    CHECK_STATUS(wush_format_group_size((wush_format)9, &g), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_format_group_size(WUSH_FORMAT_MXFP4, NULL), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_format_tensor_factor(WUSH_FORMAT_MXFP4, &factor), WUSH_OK);
+    CHECK(factor == 1.0f / 3.0f);
+    CHECK_STATUS(wush_format_tensor_factor(WUSH_FORMAT_NVFP4, &factor), WUSH_OK);
+    CHECK(factor == 1.0f / 10.0f);
+    CHECK_STATUS(wush_format_tensor_factor(WUSH_FORMAT_MXFP4_OCP, &factor), WUSH_OK);
+    CHECK(factor == 1.0f);
+    CHECK_STATUS(wush_format_scale_bytes(WUSH_FORMAT_INT4, &sb), WUSH_OK);
+    CHECK(sb == 2);
+    CHECK_STATUS(wush_format_buffer_sizes(WUSH_FORMAT_NVFP4, 3, 64, &codes, &scales), WUSH_OK);
+    CHECK(codes == 3 * 32 && scales == 3 * 4);
+    CHECK_STATUS(wush_format_buffer_sizes(WUSH_FORMAT_INT4, 2, 64, &codes, NULL), WUSH_OK);
+    CHECK_STATUS(wush_format_buffer_sizes(WUSH_FORMAT_INT4, 2, 64, NULL, &scales), WUSH_OK);
+    CHECK(scales == 2 * 2 * 2);
+    CHECK_STATUS(wush_format_buffer_sizes(WUSH_FORMAT_MXFP4, 1, 48, &codes, &scales), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_format_buffer_sizes(WUSH_FORMAT_MXFP4, 1, 0, &codes, &scales), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_format_buffer_sizes(WUSH_FORMAT_MXFP4, SIZE_MAX / 16, 64, &codes, &scales),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(wush_last_error(), "overflow") != NULL);
+
+    CHECK(strcmp(wush_format_name(WUSH_FORMAT_NVFP4), "nvfp4") == 0);
+    CHECK(wush_format_name((wush_format)77) == NULL);
+    CHECK_STATUS(wush_format_from_name("MXFP4", &f), WUSH_OK);
+    CHECK(f == WUSH_FORMAT_MXFP4);
+    CHECK_STATUS(wush_format_from_name("fp4", &f), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_format_from_name(NULL, &f), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(f == WUSH_FORMAT_MXFP4);
+}
+
+/* Quantizes rows x cols f32 values with canary bytes after each output buffer. */
+enum { ROWS = 5, COLS = 64, CANARY = 64 };
+
+static void test_quantize_bounds_and_errors(void) {
+    wush_context* ctx = NULL;
+    float x[ROWS * COLS], y[ROWS * COLS + CANARY];
+    unsigned char codes[ROWS * COLS / 2 + CANARY], scales[ROWS * COLS / 16 * 2 + CANARY];
+    unsigned state = 3;
+    size_t i, k, need_codes, need_scales;
+
+    for (i = 0; i < ROWS * COLS; ++i) x[i] = gauss(&state);
+    CHECK_STATUS(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx), WUSH_OK);
+    for (k = 0; k < sizeof kFormats / sizeof kFormats[0]; ++k) {
+        const wush_format f = kFormats[k];
+        CHECK_STATUS(wush_format_buffer_sizes(f, ROWS, COLS, &need_codes, &need_scales), WUSH_OK);
+
+        /* Success writes exactly the documented bytes: canaries after them survive. */
+        memset(codes, 0xAB, sizeof codes);
+        memset(scales, 0xAB, sizeof scales);
+        CHECK_STATUS(wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, x, ROWS, COLS, codes, need_codes, scales, need_scales),
+                     WUSH_OK);
+        CHECK(all_bytes_are(codes + need_codes, sizeof codes - need_codes, 0xAB));
+        CHECK(all_bytes_are(scales + need_scales, sizeof scales - need_scales, 0xAB));
+        for (i = 0; i < sizeof y / sizeof y[0]; ++i) y[i] = 12345.0f;
+        CHECK_STATUS(wush_dequantize_rows(ctx, f, codes, need_codes, scales, need_scales, ROWS, COLS, y, ROWS * COLS),
+                     WUSH_OK);
+        CHECK(y[ROWS * COLS] == 12345.0f && y[ROWS * COLS + CANARY - 1] == 12345.0f);
+        {
+            double err = 0.0, ref = 0.0;
+            for (i = 0; i < ROWS * COLS; ++i) {
+                err += (y[i] - x[i]) * (y[i] - x[i]);
+                ref += x[i] * x[i];
+            }
+            CHECK(err < 0.05 * ref); /* 4-bit formats keep Gaussian-like data within ~15 dB */
+        }
+
+        /* Too-small buffers: status, and nothing written. */
+        memset(codes, 0xCD, sizeof codes);
+        memset(scales, 0xCD, sizeof scales);
+        CHECK_STATUS(wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, x, ROWS, COLS, codes, need_codes - 1, scales,
+                                        need_scales),
+                     WUSH_ERR_BUFFER_TOO_SMALL);
+        CHECK_STATUS(wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, x, ROWS, COLS, codes, need_codes, scales,
+                                        need_scales - 1),
+                     WUSH_ERR_BUFFER_TOO_SMALL);
+        CHECK(all_bytes_are(codes, sizeof codes, 0xCD) && all_bytes_are(scales, sizeof scales, 0xCD));
+        CHECK_STATUS(wush_dequantize_rows(ctx, f, codes, need_codes, scales, need_scales, ROWS, COLS, y,
+                                          ROWS * COLS - 1),
+                     WUSH_ERR_BUFFER_TOO_SMALL);
+
+        /* Bad shapes and pointers. */
+        CHECK_STATUS(wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, x, ROWS, COLS - 8, codes, need_codes, scales,
+                                        need_scales),
+                     WUSH_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(wush_last_error(), "not a positive multiple") != NULL);
+        CHECK_STATUS(wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, NULL, ROWS, COLS, codes, need_codes, scales,
+                                        need_scales),
+                     WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, x, ROWS, COLS, NULL, need_codes, scales, need_scales),
+                     WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(wush_quantize_rows(ctx, f, (wush_dtype)9, x, ROWS, COLS, codes, need_codes, scales, need_scales),
+                     WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(wush_quantize_rows(NULL, f, WUSH_DTYPE_F32, x, ROWS, COLS, codes, need_codes, scales,
+                                        need_scales),
+                     WUSH_ERR_INVALID_ARGUMENT);
+        /* Zero rows: a no-op, NULL buffers allowed. */
+        CHECK_STATUS(wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, NULL, 0, COLS, NULL, 0, NULL, 0), WUSH_OK);
+        CHECK_STATUS(wush_dequantize_rows(ctx, f, NULL, 0, NULL, 0, 0, COLS, NULL, 0), WUSH_OK);
+    }
+
+    /* NaN and Inf: NON_FINITE naming the position, nothing written. */
+    {
+        const float saved = x[2 * COLS + 17];
+        x[2 * COLS + 17] = NAN;
+        memset(codes, 0xEE, sizeof codes);
+        CHECK_STATUS(wush_quantize_rows(ctx, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, x, ROWS, COLS, codes, sizeof codes,
+                                        scales, sizeof scales),
+                     WUSH_ERR_NON_FINITE);
+        CHECK(strstr(wush_last_error(), "row 2, column 17") != NULL);
+        CHECK(all_bytes_are(codes, sizeof codes, 0xEE));
+        x[2 * COLS + 17] = -INFINITY;
+        CHECK_STATUS(wush_quantize_rows(ctx, WUSH_FORMAT_INT4, WUSH_DTYPE_F32, x, ROWS, COLS, codes, sizeof codes,
+                                        scales, sizeof scales),
+                     WUSH_ERR_NON_FINITE);
+        x[2 * COLS + 17] = saved;
+    }
+    /* A NaN scale (E8M0 0xFF) cannot be dequantized; y untouched. */
+    {
+        CHECK_STATUS(wush_quantize_rows(ctx, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, x, 1, COLS, codes, sizeof codes, scales,
+                                        sizeof scales),
+                     WUSH_OK);
+        scales[1] = 0xFF;
+        y[0] = 777.0f;
+        CHECK_STATUS(wush_dequantize_rows(ctx, WUSH_FORMAT_MXFP4, codes, COLS / 2, scales, 2, 1, COLS, y, COLS),
+                     WUSH_ERR_NON_FINITE);
+        CHECK(y[0] == 777.0f);
+    }
+    wush_context_destroy(ctx);
+}
+
+/* f16 and bf16 inputs quantize exactly like the f32 values they encode. */
+static void test_half_inputs(void) {
+    wush_context* ctx = NULL;
+    uint16_t half[COLS], bhalf[COLS];
+    float as_float[COLS];
+    unsigned char c16[COLS / 2], cf[COLS / 2], s16[8], sf[8];
+    size_t i, k;
+    for (i = 0; i < COLS; ++i) {
+        /* f16 1.mmm x 2^(e-15) with e in [13, 17]: exact small values */
+        const unsigned e = 13 + (unsigned)(i % 5), m = (unsigned)(i * 37 % 1024);
+        half[i] = (uint16_t)(((i & 1) << 15) | (e << 10) | m);
+        as_float[i] = ldexpf(1.0f + (float)m / 1024.0f, (int)e - 15) * ((i & 1) ? -1.0f : 1.0f);
+    }
+    for (i = 0; i < COLS; ++i) {
+        uint32_t u;
+        memcpy(&u, &as_float[i], 4);
+        bhalf[i] = (uint16_t)(u >> 16);
+    }
+    CHECK_STATUS(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx), WUSH_OK);
+    for (k = 0; k < sizeof kFormats / sizeof kFormats[0]; ++k) {
+        float bf_as_float[COLS];
+        for (i = 0; i < COLS; ++i) {
+            uint32_t u = (uint32_t)bhalf[i] << 16;
+            memcpy(&bf_as_float[i], &u, 4);
+        }
+        memset(s16, 0, sizeof s16);
+        memset(sf, 0, sizeof sf);
+        CHECK_STATUS(wush_quantize_rows(ctx, kFormats[k], WUSH_DTYPE_F16, half, 1, COLS, c16, sizeof c16, s16, sizeof s16),
+                     WUSH_OK);
+        CHECK_STATUS(wush_quantize_rows(ctx, kFormats[k], WUSH_DTYPE_F32, as_float, 1, COLS, cf, sizeof cf, sf, sizeof sf),
+                     WUSH_OK);
+        CHECK(memcmp(c16, cf, sizeof cf) == 0 && memcmp(s16, sf, sizeof sf) == 0);
+        memset(s16, 0, sizeof s16);
+        memset(sf, 0, sizeof sf);
+        CHECK_STATUS(wush_quantize_rows(ctx, kFormats[k], WUSH_DTYPE_BF16, bhalf, 1, COLS, c16, sizeof c16, s16,
+                                        sizeof s16),
+                     WUSH_OK);
+        CHECK_STATUS(wush_quantize_rows(ctx, kFormats[k], WUSH_DTYPE_F32, bf_as_float, 1, COLS, cf, sizeof cf, sf,
+                                        sizeof sf),
+                     WUSH_OK);
+        CHECK(memcmp(c16, cf, sizeof cf) == 0 && memcmp(s16, sf, sizeof sf) == 0);
+    }
+    /* A half infinity is caught too. */
+    half[5] = 0x7C00;
+    CHECK_STATUS(wush_quantize_rows(ctx, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F16, half, 1, COLS, c16, sizeof c16, s16,
+                                    sizeof s16),
+                 WUSH_ERR_NON_FINITE);
+    wush_context_destroy(ctx);
+}
+
+/* The last error is per thread; one context shared by two threads serializes correctly. */
+struct shared_job {
+    wush_context* ctx;
+    const float* x;
+    unsigned char codes[ROWS * COLS / 2];
+    unsigned char scales[ROWS * COLS / 32];
+    wush_status status;
+    char seen_error[64];
+};
+
+static void* worker(void* arg) {
+    struct shared_job* job = (struct shared_job*)arg;
+    int r;
+    snprintf(job->seen_error, sizeof job->seen_error, "%s", wush_last_error());
+    for (r = 0; r < 50; ++r)
+        job->status = wush_quantize_rows(job->ctx, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, job->x, ROWS, COLS, job->codes,
+                                         sizeof job->codes, job->scales, sizeof job->scales);
+    return NULL;
+}
+
+static void test_threads(void) {
+    static struct shared_job jobs[2];
+    float x[ROWS * COLS];
+    pthread_t t[2];
+    unsigned state = 9;
+    size_t i;
+    wush_context* ctx = NULL;
+    for (i = 0; i < ROWS * COLS; ++i) x[i] = gauss(&state);
+    CHECK_STATUS(wush_format_group_size((wush_format)9, &i), WUSH_ERR_INVALID_ARGUMENT); /* error on main thread */
+    CHECK_STATUS(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx), WUSH_OK);
+    for (i = 0; i < 2; ++i) {
+        jobs[i].ctx = ctx;
+        jobs[i].x = x;
+        CHECK(pthread_create(&t[i], NULL, worker, &jobs[i]) == 0);
+    }
+    for (i = 0; i < 2; ++i) CHECK(pthread_join(t[i], NULL) == 0);
+    for (i = 0; i < 2; ++i) {
+        CHECK(jobs[i].status == WUSH_OK);
+        CHECK(jobs[i].seen_error[0] == '\0'); /* the main thread's error is not visible there */
+    }
+    CHECK(memcmp(jobs[0].codes, jobs[1].codes, sizeof jobs[0].codes) == 0);
+    CHECK(memcmp(jobs[0].scales, jobs[1].scales, sizeof jobs[0].scales) == 0);
+    CHECK(strstr(wush_last_error(), "unknown wush_format") != NULL);
+    wush_context_destroy(ctx);
+}
+
+int main(void) {
+    test_version_and_status();
+    test_contexts();
+    test_format_queries();
+    test_quantize_bounds_and_errors();
+    test_half_inputs();
+    test_threads();
+    printf("capi: %d checks, %d failed\n", g_checks, g_failures);
+    return g_failures == 0 ? 0 : 1;
+}
