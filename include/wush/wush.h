@@ -88,7 +88,11 @@ typedef enum wush_status {
     WUSH_ERR_CORRUPT_FILE = 8,     /* a file is not a valid libwush / safetensors file           */
     WUSH_ERR_CUDA = 9,             /* the CUDA runtime reported an error                         */
     WUSH_ERR_CANCELLED = 10,       /* a progress callback asked to stop                          */
-    WUSH_ERR_INTERNAL = 11         /* a bug in libwush: please report it with wush_last_error()  */
+    WUSH_ERR_INTERNAL = 11,        /* a bug in libwush: please report it with wush_last_error()  */
+    /* Not values: these pin the type to the whole range of int, so that any int a caller
+     * passes is a valid object of the type (and is checked and rejected by the library). */
+    WUSH_STATUS_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_STATUS_ENUM_MAX_ = 2147483647
 } wush_status;
 
 /*! wush_status_string() :
@@ -111,7 +115,11 @@ WUSH_API const char* wush_last_error(void);
 typedef enum wush_dtype {
     WUSH_DTYPE_F32 = 0,  /* IEEE binary32                                   */
     WUSH_DTYPE_F16 = 1,  /* IEEE binary16                                   */
-    WUSH_DTYPE_BF16 = 2  /* bfloat16 (the upper 16 bits of a binary32)      */
+    WUSH_DTYPE_BF16 = 2, /* bfloat16 (the upper 16 bits of a binary32)      */
+    /* Not values: these pin the type to the whole range of int, so that any int a caller
+     * passes is a valid object of the type (and is checked and rejected by the library). */
+    WUSH_DTYPE_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_DTYPE_ENUM_MAX_ = 2147483647
 } wush_dtype;
 
 /*! wush_dtype_size() :
@@ -163,7 +171,11 @@ typedef enum wush_format {
     WUSH_FORMAT_MXFP4 = 0,
     WUSH_FORMAT_NVFP4 = 1,
     WUSH_FORMAT_INT4 = 2,
-    WUSH_FORMAT_MXFP4_OCP = 3
+    WUSH_FORMAT_MXFP4_OCP = 3,
+    /* Not values: these pin the type to the whole range of int, so that any int a caller
+     * passes is a valid object of the type (and is checked and rejected by the library). */
+    WUSH_FORMAT_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_FORMAT_ENUM_MAX_ = 2147483647
 } wush_format;
 
 /*! wush_format_name() :
@@ -207,7 +219,11 @@ WUSH_API wush_status wush_format_buffer_sizes(wush_format format, size_t n_rows,
 /* Where a context runs its work. Values are pinned. */
 typedef enum wush_backend {
     WUSH_BACKEND_CPU = 0,
-    WUSH_BACKEND_CUDA = 1
+    WUSH_BACKEND_CUDA = 1,
+    /* Not values: these pin the type to the whole range of int, so that any int a caller
+     * passes is a valid object of the type (and is checked and rejected by the library). */
+    WUSH_BACKEND_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_BACKEND_ENUM_MAX_ = 2147483647
 } wush_backend;
 
 /* A context carries the backend, its device and execution settings. Opaque. */
@@ -238,7 +254,11 @@ WUSH_API wush_status wush_context_backend(const wush_context* ctx, wush_backend*
 typedef enum wush_context_parameter {
     /* Number of CPU threads the context's work may use. 0 (the default) means OpenMP's default
      * (OMP_NUM_THREADS or the number of cores). Bounds: [0, 4096]. */
-    WUSH_CONTEXT_NUM_THREADS = 0
+    WUSH_CONTEXT_NUM_THREADS = 0,
+    /* Not values: these pin the type to the whole range of int, so that any int a caller
+     * passes is a valid object of the type (and is checked and rejected by the library). */
+    WUSH_CONTEXT_PARAMETER_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_CONTEXT_PARAMETER_ENUM_MAX_ = 2147483647
 } wush_context_parameter;
 
 /*! wush_context_set_parameter() :

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing; builds and runs every test; again under
+# AddressSanitizer + UndefinedBehaviorSanitizer; then installs into a temporary prefix and runs
+# the bindings examples (C, Rust, Go, Python, through pkg-config only) and the ABI checks
+# against that installed copy. Exits non-zero on the first failing stage.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+scripts/install-deps.sh
+mkdir -p build
+stages=0
+
+stage() { echo; echo "=== $* ==="; }
+
+stage "build and test (release, CUDA backend if nvcc is present)"
+scripts/build.sh build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo
+ctest --test-dir build/release --output-on-failure -j"${JOBS:-$(nproc)}"
+stages=$((stages + 1))
+
+stage "build and test under ASan + UBSan"
+scripts/build.sh build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWUSH_SANITIZE=ON -DWUSH_CUDA=OFF -DWUSH_BUILD_BENCH=OFF
+ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  ctest --test-dir build/sanitize --output-on-failure -j"${JOBS:-$(nproc)}"
+stages=$((stages + 1))
+
+stage "install into a temporary prefix; bindings examples and ABI checks against it"
+prefix=$(mktemp -d /tmp/wush-prefix.XXXXXX)
+trap 'rm -rf "$prefix"' EXIT
+cmake --install build/release --prefix "$prefix" >/dev/null
+lib=$(find "$prefix" -name 'libwush.so.[0-9]*' -type f | head -n 1)
+tests/abi/check_exports.sh "$lib"
+tests/abi/check_abi.sh "$lib" "$root/abi/libwush.abi" "$prefix/include/wush"
+tests/bindings/run_bindings.sh "$prefix"
+stages=$((stages + 1))
+
+echo
+echo "test.sh: $stages passed, 0 failed"
