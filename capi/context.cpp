@@ -81,6 +81,7 @@ WUSH_API wush_status wush_context_set_parameter(wush_context* ctx, wush_context_
                     wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_CONTEXT_NUM_THREADS must be in [0, 4096], got " + std::to_string(value));
                 use->num_threads = value;
                 return;
+            default: break;  // out-of-range values are handled after the switch
         }
         wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_context_parameter " + std::to_string(int(param)));
     });
@@ -92,6 +93,7 @@ WUSH_API wush_status wush_context_get_parameter(const wush_context* ctx, wush_co
         require_pointer(value, "value");
         switch (param) {
             case WUSH_CONTEXT_NUM_THREADS: *value = use->num_threads; return;
+            default: break;  // out-of-range values are handled after the switch
         }
         wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_context_parameter " + std::to_string(int(param)));
     });

@@ -35,6 +35,7 @@ WUSH_API const char* wush_format_name(wush_format format) {
         case WUSH_FORMAT_NVFP4:
         case WUSH_FORMAT_INT4:
         case WUSH_FORMAT_MXFP4_OCP: return fmt::spec(format).name;
+        default: break;  // out-of-range values are handled after the switch
     }
     return nullptr;
 }

@@ -15,6 +15,7 @@ std::size_t dtype_size(wush_dtype dtype) {
         case WUSH_DTYPE_F32: return 4;
         case WUSH_DTYPE_F16:
         case WUSH_DTYPE_BF16: return 2;
+        default: break;  // out-of-range values are handled after the switch
     }
     fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_dtype " + std::to_string(int(dtype)));
 }
@@ -24,6 +25,7 @@ const char* dtype_name(wush_dtype dtype) {
         case WUSH_DTYPE_F32: return "f32";
         case WUSH_DTYPE_F16: return "f16";
         case WUSH_DTYPE_BF16: return "bf16";
+        default: break;  // out-of-range values are handled after the switch
     }
     return "unknown";
 }
@@ -45,6 +47,7 @@ void to_float(wush_dtype dtype, const void* src, std::size_t offset, std::span<f
             for (std::size_t i = 0; i < out.size(); ++i) out[i] = bits::bf16_decode(p[i]);
             return;
         }
+        default: break;  // out-of-range values are handled after the switch
     }
     fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_dtype " + std::to_string(int(dtype)));
 }
@@ -67,6 +70,7 @@ std::optional<std::size_t> find_non_finite(wush_dtype dtype, const void* src, st
         case WUSH_DTYPE_F32: return first_all_ones_exponent<std::uint32_t, 0x7F800000u>(src, count);
         case WUSH_DTYPE_F16: return first_all_ones_exponent<std::uint16_t, 0x7C00u>(src, count);
         case WUSH_DTYPE_BF16: return first_all_ones_exponent<std::uint16_t, 0x7F80u>(src, count);
+        default: break;  // out-of-range values are handled after the switch
     }
     fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_dtype " + std::to_string(int(dtype)));
 }

@@ -82,6 +82,7 @@ WUSH_HD void quantize_group(wush_format format, const float* x, int n, std::uint
         case WUSH_FORMAT_MXFP4_OCP: quantize_group_mx(x, n, true, codes, scale); break;
         case WUSH_FORMAT_NVFP4: quantize_group_nvfp4(x, n, codes, scale); break;
         case WUSH_FORMAT_INT4: quantize_group_int4(x, n, codes, scale); break;
+        default: break;  // out-of-range values are handled after the switch
     }
 }
 
@@ -92,6 +93,7 @@ WUSH_HD float decode_scale(wush_format format, const std::uint8_t* scale) {
         case WUSH_FORMAT_MXFP4_OCP: return codec::e8m0_decode(scale[0]);
         case WUSH_FORMAT_NVFP4: return codec::e4m3_decode(scale[0]);
         case WUSH_FORMAT_INT4: return bits::bf16_decode(std::uint16_t(scale[0] | (scale[1] << 8)));
+        default: break;  // out-of-range values are handled after the switch
     }
     return NAN;
 }
