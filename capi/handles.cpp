@@ -27,6 +27,7 @@ const char* handle_type_name(HandleType type) {
         case HandleType::Transform: return "wush_transform";
         case HandleType::QWeight: return "wush_qweight";
         case HandleType::Checkpoint: return "wush_checkpoint";
+        case HandleType::TensorFile: return "wush_tensor_file";
     }
     return "handle";
 }

@@ -26,6 +26,7 @@ WUSH_API const char* wush_status_string(wush_status status) {
         case WUSH_ERR_CUDA: return "WUSH_ERR_CUDA";
         case WUSH_ERR_CANCELLED: return "WUSH_ERR_CANCELLED";
         case WUSH_ERR_INTERNAL: return "WUSH_ERR_INTERNAL";
+        case WUSH_ERR_NOT_FOUND: return "WUSH_ERR_NOT_FOUND";
         default: break;  // out-of-range values are handled after the switch
     }
     return "WUSH_ERR_UNKNOWN";

@@ -8,6 +8,7 @@ debs=(
   libopenblas-openmp-dev   # OpenMP build of OpenBLAS: libwush parallelizes with OpenMP too
   liblapacke-dev
   libgtest-dev libbenchmark-dev
+  nlohmann-json3-dev       # JSON headers of safetensors files
   abigail-tools            # abidw/abidiff for the ABI check
   golang-go                # the Go bindings example (cgo)
   python3

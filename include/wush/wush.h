@@ -89,6 +89,7 @@ typedef enum wush_status {
     WUSH_ERR_CUDA = 9,             /* the CUDA runtime reported an error                         */
     WUSH_ERR_CANCELLED = 10,       /* a progress callback asked to stop                          */
     WUSH_ERR_INTERNAL = 11,        /* a bug in libwush: please report it with wush_last_error()  */
+    WUSH_ERR_NOT_FOUND = 12,       /* a named tensor, layer or key does not exist                */
     /* Not values: these pin the type to the whole range of int, so that any int a caller
      * passes is a valid object of the type (and is checked and rejected by the library). */
     WUSH_STATUS_ENUM_MIN_ = -2147483647 - 1,
@@ -313,6 +314,56 @@ WUSH_API wush_status wush_dequantize_rows(wush_context* ctx, wush_format format,
                                           size_t codes_bytes, const void* scales,
                                           size_t scales_bytes, size_t n_rows, size_t d_in,
                                           float* y, size_t y_count);
+
+/* ================================================================================================
+ * Tensor files (safetensors, read-only)
+ * ==============================================================================================*/
+
+/* A validated, memory-mapped safetensors file: the input format of `wush eval` / `wush quantize`
+ * (weights and activations) and the container of checkpoints. Opaque. */
+typedef struct wush_tensor_file wush_tensor_file;
+
+/*! wush_tensor_file_open() :
+ *  Maps the safetensors file at `path` read-only and validates it completely before returning:
+ *  the 8-byte header length (at most 100,000,000 and inside the file), a UTF-8 JSON object
+ *  without duplicate keys, known dtypes, shapes whose products do not overflow, each tensor's
+ *  byte span equal to its element count times its dtype size, and tensors that tile the data
+ *  section exactly (no gap, no overlap) up to the end of the file.
+ *  Ownership: on success *file receives a handle released with wush_tensor_file_destroy(); the
+ *  mapping lives until then.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for NULL arguments; WUSH_ERR_IO if the file cannot
+ *          be opened or mapped; WUSH_ERR_CORRUPT_FILE naming the first violation. */
+WUSH_API wush_status wush_tensor_file_open(const char* path, wush_tensor_file** file);
+
+/*! wush_tensor_file_destroy() : unmaps and releases `file`; NULL is a no-op. Pointers obtained
+ *  from the file become invalid. */
+WUSH_API void wush_tensor_file_destroy(wush_tensor_file* file);
+
+/*! wush_tensor_file_count() :
+ *  Writes the number of tensors in `file` to *count. @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. */
+WUSH_API wush_status wush_tensor_file_count(const wush_tensor_file* file, size_t* count);
+
+/*! wush_tensor_file_tensor() :
+ *  Describes tensor `index` (0 <= index < count, in file order). Every output pointer may be NULL
+ *  if not wanted. *name and *dtype (a safetensors dtype string such as "F32", "BF16", "U8") are
+ *  NUL-terminated; *shape points to *ndim dimensions; *data points to *bytes bytes of the mapped
+ *  file (little-endian, row-major, not necessarily aligned beyond what the writer chose). All
+ *  pointers stay valid, read-only, until the file is destroyed.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for a bad handle or index. Thread-safe (read only). */
+WUSH_API wush_status wush_tensor_file_tensor(const wush_tensor_file* file, size_t index, const char** name,
+                                             const char** dtype, size_t* ndim, const uint64_t** shape,
+                                             const void** data, size_t* bytes);
+
+/*! wush_tensor_file_find() :
+ *  Writes the index of the tensor called `name` to *index.
+ *  @return WUSH_OK; WUSH_ERR_NOT_FOUND if there is none; WUSH_ERR_INVALID_ARGUMENT. */
+WUSH_API wush_status wush_tensor_file_find(const wush_tensor_file* file, const char* name, size_t* index);
+
+/*! wush_tensor_file_metadata() :
+ *  Looks up `key` in the file's "__metadata__" map; *value points to a NUL-terminated string valid
+ *  until the file is destroyed.
+ *  @return WUSH_OK; WUSH_ERR_NOT_FOUND if the key is absent; WUSH_ERR_INVALID_ARGUMENT. */
+WUSH_API wush_status wush_tensor_file_metadata(const wush_tensor_file* file, const char* key, const char** value);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -105,6 +105,7 @@ Ref reference(wush_format f, const std::vector<float>& x) {
         case WUSH_FORMAT_MXFP4_OCP: return ref_mx(x, true);
         case WUSH_FORMAT_NVFP4: return ref_nvfp4(x);
         case WUSH_FORMAT_INT4: return ref_int4(x);
+        default: break;
     }
     return {};
 }

@@ -1,0 +1,277 @@
+#include "storage/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace wush::storage {
+
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void corrupt(const std::string& what) { fail(WUSH_ERR_CORRUPT_FILE, "invalid safetensors file: " + what); }
+
+std::uint64_t read_u64_le(const std::byte* p) {
+    std::uint64_t v = 0;
+    for (int i = 7; i >= 0; --i) v = (v << 8) | std::uint64_t(p[i]);
+    return v;
+}
+
+// Parses JSON rejecting duplicate keys at any depth and nesting deeper than a safetensors header
+// ever needs (top object > tensor object > shape array), so hostile inputs stay cheap.
+json parse_json(std::string_view text) {
+    std::vector<std::set<std::string>> keys;
+    std::string problem;
+    auto check = [&](int depth, json::parse_event_t event, json& value) {
+        if (depth > 3 && problem.empty()) problem = "JSON nested deeper than a safetensors header allows";
+        if (event == json::parse_event_t::object_start) keys.emplace_back();
+        if (event == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+        if (event == json::parse_event_t::key && !keys.empty() && !keys.back().insert(value.get<std::string>()).second &&
+            problem.empty())
+            problem = "duplicate key \"" + value.get<std::string>() + "\"";
+        return problem.empty();
+    };
+    json j;
+    try {
+        j = json::parse(text.begin(), text.end(), check, /*allow_exceptions=*/true);
+    } catch (const json::exception& e) {
+        if (!problem.empty()) corrupt(problem);
+        corrupt(std::string("header is not valid JSON (") + e.what() + ")");
+    }
+    if (!problem.empty()) corrupt(problem);
+    return j;
+}
+
+std::uint64_t as_u64(const json& v, const std::string& what) {
+    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0))
+        corrupt(what + " is not a non-negative integer");
+    return v.get<std::uint64_t>();
+}
+
+TensorInfo parse_tensor(const std::string& name, const json& v) {
+    if (!v.is_object()) corrupt("entry \"" + name + "\" is not an object");
+    for (const auto& [key, _] : v.items())
+        if (key != "dtype" && key != "shape" && key != "data_offsets")
+            corrupt("tensor \"" + name + "\" has unknown field \"" + key + "\"");
+    if (!v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+        corrupt("tensor \"" + name + "\" lacks dtype, shape or data_offsets");
+    TensorInfo t;
+    t.name = name;
+    if (!v["dtype"].is_string()) corrupt("tensor \"" + name + "\" dtype is not a string");
+    t.dtype = v["dtype"].get<std::string>();
+    if (dtype_bits(t.dtype) == 0) corrupt("tensor \"" + name + "\" has unknown dtype \"" + t.dtype + "\"");
+    if (!v["shape"].is_array()) corrupt("tensor \"" + name + "\" shape is not an array");
+    for (const json& d : v["shape"]) t.shape.push_back(as_u64(d, "a dimension of \"" + name + "\""));
+    const json& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2) corrupt("tensor \"" + name + "\" data_offsets is not [begin, end]");
+    t.begin = as_u64(off[0], "data_offsets of \"" + name + "\"");
+    t.end = as_u64(off[1], "data_offsets of \"" + name + "\"");
+    if (t.end < t.begin) corrupt("tensor \"" + name + "\" ends before it begins");
+    return t;
+}
+
+// Bytes the tensor's dtype and shape require, with overflow checks.
+std::uint64_t required_bytes(const TensorInfo& t) {
+    std::uint64_t elements = 1;
+    for (std::uint64_t d : t.shape)
+        if (__builtin_mul_overflow(elements, d, &elements)) corrupt("shape of \"" + t.name + "\" overflows");
+    std::uint64_t bits = 0;
+    if (__builtin_mul_overflow(elements, std::uint64_t(dtype_bits(t.dtype)), &bits))
+        corrupt("size of \"" + t.name + "\" overflows");
+    if (bits % 8 != 0) corrupt("tensor \"" + t.name + "\" does not fill whole bytes");
+    return bits / 8;
+}
+
+void parse_metadata(const json& v, Header& h) {
+    if (!v.is_object()) corrupt("__metadata__ is not an object");
+    for (const auto& [key, value] : v.items()) {
+        if (!value.is_string()) corrupt("__metadata__ value of \"" + key + "\" is not a string");
+        h.metadata[key] = value.get<std::string>();
+    }
+}
+
+// Tensors sorted by offset must tile [0, data_size) exactly.
+void check_tiling(std::vector<TensorInfo>& tensors, std::uint64_t data_size) {
+    std::sort(tensors.begin(), tensors.end(),
+              [](const TensorInfo& a, const TensorInfo& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+    std::uint64_t cursor = 0;
+    for (const TensorInfo& t : tensors) {
+        if (t.begin != cursor)
+            corrupt("tensor \"" + t.name + "\" begins at " + std::to_string(t.begin) + ", expected " + std::to_string(cursor) +
+                    (t.begin < cursor ? " (overlap)" : " (gap)"));
+        if (t.end - t.begin != required_bytes(t))
+            corrupt("tensor \"" + t.name + "\" spans " + std::to_string(t.end - t.begin) + " bytes, its dtype and shape need " +
+                    std::to_string(required_bytes(t)));
+        cursor = t.end;
+    }
+    if (cursor != data_size)
+        corrupt("tensor data ends at " + std::to_string(cursor) + " but the data section holds " + std::to_string(data_size) +
+                " bytes");
+}
+
+}  // namespace
+
+unsigned dtype_bits(std::string_view d) {
+    static const std::pair<std::string_view, unsigned> kTable[] = {
+        {"BOOL", 8},    {"U8", 8},           {"I8", 8},           {"F8_E5M2", 8}, {"F8_E4M3", 8}, {"F8_E8M0", 8},
+        {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8}, {"I16", 16},      {"U16", 16},    {"F16", 16},    {"BF16", 16},
+        {"I32", 32},    {"U32", 32},         {"F32", 32},         {"C64", 64},    {"F64", 64},    {"I64", 64},
+        {"U64", 64},    {"F4", 4},           {"F6_E2M3", 6},      {"F6_E3M2", 6}};
+    for (const auto& [name, bits] : kTable)
+        if (name == d) return bits;
+    return 0;
+}
+
+Header parse_header(std::span<const std::byte> file) {
+    if (file.size() < 8) corrupt("shorter than the 8-byte header length");
+    const std::uint64_t n = read_u64_le(file.data());
+    if (n > kMaxHeaderBytes) corrupt("header length " + std::to_string(n) + " exceeds the 100,000,000-byte limit");
+    if (n > file.size() - 8) corrupt("header length " + std::to_string(n) + " runs past the end of the file");
+    const std::string_view text(reinterpret_cast<const char*>(file.data() + 8), n);
+    const json j = parse_json(text);  // nlohmann rejects invalid UTF-8 in strings
+    if (!j.is_object()) corrupt("header is not a JSON object");
+    Header h;
+    h.data_offset = 8 + n;
+    for (const auto& [key, value] : j.items()) {
+        if (key == "__metadata__") parse_metadata(value, h);
+        else h.tensors.push_back(parse_tensor(key, value));
+    }
+    check_tiling(h.tensors, file.size() - h.data_offset);
+    return h;
+}
+
+Reader::Reader(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail(WUSH_ERR_IO, "cannot open \"" + path + "\": " + std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        fail(WUSH_ERR_IO, "\"" + path + "\" is not a readable regular file");
+    }
+    size_ = std::size_t(st.st_size);
+    if (size_ > 0) {
+        void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+        ::close(fd);
+        if (p == MAP_FAILED) fail(WUSH_ERR_IO, "cannot map \"" + path + "\": " + std::strerror(errno));
+        map_ = static_cast<const std::byte*>(p);
+    } else {
+        ::close(fd);
+    }
+    try {
+        header_ = parse_header({map_, size_});
+    } catch (...) {
+        if (map_) ::munmap(const_cast<std::byte*>(map_), size_);
+        throw;
+    }
+}
+
+Reader::~Reader() {
+    if (map_) ::munmap(const_cast<std::byte*>(map_), size_);
+}
+
+const TensorInfo* Reader::find(std::string_view name) const noexcept {
+    for (const TensorInfo& t : header_.tensors)
+        if (t.name == name) return &t;
+    return nullptr;
+}
+
+std::span<const std::byte> Reader::bytes(const TensorInfo& t) const noexcept {
+    return {map_ + header_.data_offset + t.begin, std::size_t(t.end - t.begin)};
+}
+
+namespace {
+
+// An open file descriptor that closes itself, and a temporary path that unlinks itself unless
+// committed.
+struct TempFile {
+    std::string path;
+    int fd = -1;
+    bool committed = false;
+    ~TempFile() {
+        if (fd >= 0) ::close(fd);
+        if (!committed && !path.empty()) ::unlink(path.c_str());
+    }
+    void write_all(const void* data, std::size_t n) {
+        const char* p = static_cast<const char*>(data);
+        while (n > 0) {
+            const ssize_t w = ::write(fd, p, n);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) fail(WUSH_ERR_IO, "cannot write \"" + path + "\": " + std::strerror(errno));
+            p += w;
+            n -= std::size_t(w);
+        }
+    }
+};
+
+std::string header_json(const std::vector<TensorSource>& tensors, const std::map<std::string, std::string>& metadata,
+                        std::vector<std::uint64_t>& sizes) {
+    json j = json::object();
+    if (!metadata.empty()) j["__metadata__"] = metadata;
+    std::uint64_t offset = 0;
+    std::set<std::string> names;
+    for (const TensorSource& t : tensors) {
+        if (t.name == "__metadata__" || !names.insert(t.name).second)
+            fail(WUSH_ERR_INVALID_ARGUMENT, "tensor name \"" + t.name + "\" is reserved or repeated");
+        TensorInfo info{t.name, t.dtype, t.shape, 0, 0};
+        if (dtype_bits(t.dtype) == 0) fail(WUSH_ERR_INVALID_ARGUMENT, "unknown safetensors dtype \"" + t.dtype + "\"");
+        const std::uint64_t bytes = required_bytes(info);
+        j[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+        sizes.push_back(bytes);
+        offset += bytes;
+    }
+    std::string text = j.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
+    return text;
+}
+
+}  // namespace
+
+void write_file(const std::string& path, const std::vector<TensorSource>& tensors,
+                const std::map<std::string, std::string>& metadata) {
+    std::vector<std::uint64_t> sizes;
+    const std::string header = header_json(tensors, metadata, sizes);
+    TempFile tmp;
+    tmp.path = path + ".tmp-" + std::to_string(::getpid());
+    tmp.fd = ::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (tmp.fd < 0) fail(WUSH_ERR_IO, "cannot create \"" + tmp.path + "\": " + std::strerror(errno));
+    std::byte len[8];
+    for (int i = 0; i < 8; ++i) len[i] = std::byte((header.size() >> (8 * i)) & 0xFF);
+    tmp.write_all(len, 8);
+    tmp.write_all(header.data(), header.size());
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        std::uint64_t written = 0;
+        tensors[i].write([&](const void* data, std::size_t n) {
+            if (written + n > sizes[i]) fail(WUSH_ERR_INTERNAL, "tensor \"" + tensors[i].name + "\" wrote too many bytes");
+            tmp.write_all(data, n);
+            written += n;
+        });
+        if (written != sizes[i]) fail(WUSH_ERR_INTERNAL, "tensor \"" + tensors[i].name + "\" wrote too few bytes");
+    }
+    if (::fsync(tmp.fd) != 0) fail(WUSH_ERR_IO, "cannot sync \"" + tmp.path + "\": " + std::strerror(errno));
+    ::close(tmp.fd);
+    tmp.fd = -1;
+    if (::rename(tmp.path.c_str(), path.c_str()) != 0)
+        fail(WUSH_ERR_IO, "cannot rename to \"" + path + "\": " + std::strerror(errno));
+    tmp.committed = true;
+    // Make the rename itself durable: sync the directory entry.
+    const std::size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        ::fsync(dfd);
+        ::close(dfd);
+    }
+}
+
+}  // namespace wush::storage

@@ -1,0 +1,80 @@
+// Safetensors files (DESIGN.md §6, ../shared/notes/checkpoints-and-robustness.md): a validating
+// parser of the header, a read-only memory-mapped reader, and an atomic streaming writer.
+//
+// Layout: u64 little-endian N, N bytes of UTF-8 JSON, then the data. The JSON maps tensor names
+// to {"dtype", "shape", "data_offsets": [begin, end)} (offsets relative to the data start) and
+// may hold "__metadata__": {string: string}.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace wush::storage {
+
+// Header bound of the reference implementation (huggingface/safetensors).
+inline constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+
+struct TensorInfo {
+    std::string name;
+    std::string dtype;                 // safetensors dtype string, e.g. "F32", "U8"
+    std::vector<std::uint64_t> shape;
+    std::uint64_t begin = 0;           // byte offsets into the data section
+    std::uint64_t end = 0;
+};
+
+struct Header {
+    std::vector<TensorInfo> tensors;   // in file (offset) order
+    std::map<std::string, std::string> metadata;
+    std::uint64_t data_offset = 0;     // 8 + N
+};
+
+// Bits per element of a safetensors dtype string; 0 for an unknown dtype.
+unsigned dtype_bits(std::string_view dtype);
+
+// Parses and validates the whole file image: header length bound, UTF-8 JSON object, no
+// duplicate keys, known dtypes, shapes with overflow-checked products, byte span = elements x
+// dtype size, tensors tiling the data section exactly (no gap, no overlap) up to end of file.
+// Throws wush::Error(CORRUPT_FILE) naming the first violation. Never reads outside `file`.
+Header parse_header(std::span<const std::byte> file);
+
+// A read-only, memory-mapped, validated safetensors file.
+class Reader {
+public:
+    // Throws IO if the file cannot be opened or mapped, CORRUPT_FILE if it is not valid.
+    explicit Reader(const std::string& path);
+    ~Reader();
+    Reader(const Reader&) = delete;
+    Reader& operator=(const Reader&) = delete;
+
+    const Header& header() const noexcept { return header_; }
+    const TensorInfo* find(std::string_view name) const noexcept;
+    std::span<const std::byte> bytes(const TensorInfo& t) const noexcept;
+
+private:
+    const std::byte* map_ = nullptr;
+    std::size_t size_ = 0;
+    Header header_;
+};
+
+// One tensor to be written: its bytes come from `write`, called once with a sink that must
+// receive exactly the declared byte count (so the data is streamed, never copied whole).
+struct TensorSource {
+    std::string name;
+    std::string dtype;
+    std::vector<std::uint64_t> shape;
+    std::function<void(const std::function<void(const void*, std::size_t)>& sink)> write;
+};
+
+// Writes a safetensors file atomically: a temporary file next to `path`, fsync, rename. On any
+// failure the temporary is removed and `path` is untouched. Throws IO or INVALID_ARGUMENT.
+void write_file(const std::string& path, const std::vector<TensorSource>& tensors,
+                const std::map<std::string, std::string>& metadata);
+
+}  // namespace wush::storage

@@ -1,0 +1,121 @@
+// The safetensors reader/writer: round trips, and one test per validation rule, each on a file
+// image built by hand here (not by the writer under test).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "storage/safetensors.h"
+
+namespace {
+
+using wush::storage::parse_header;
+
+// A file image from a header text and a data section.
+std::vector<std::byte> image(const std::string& header, std::size_t data_bytes) {
+    std::vector<std::byte> f(8 + header.size() + data_bytes, std::byte{0});
+    const std::uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) f[i] = std::byte((n >> (8 * i)) & 0xFF);
+    std::memcpy(f.data() + 8, header.data(), header.size());
+    return f;
+}
+
+// Expects CORRUPT_FILE with a message containing `what`.
+void expect_corrupt(const std::vector<std::byte>& f, const std::string& what) {
+    try {
+        parse_header(f);
+        ADD_FAILURE() << "accepted; expected an error about: " << what;
+    } catch (const wush::Error& e) {
+        EXPECT_EQ(e.status(), WUSH_ERR_CORRUPT_FILE);
+        EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+}
+
+const std::string kTwo =
+    R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},"b":{"dtype":"U8","shape":[4],"data_offsets":[24,28]}})";
+
+TEST(Safetensors, ValidImageParses) {
+    const auto h = parse_header(image(kTwo, 28));
+    ASSERT_EQ(h.tensors.size(), 2u);
+    EXPECT_EQ(h.tensors[0].name, "a");
+    EXPECT_EQ(h.tensors[0].shape, (std::vector<std::uint64_t>{2, 3}));
+    EXPECT_EQ(h.tensors[1].begin, 24u);
+    EXPECT_EQ(h.data_offset, 8 + kTwo.size());
+}
+
+TEST(Safetensors, EachValidationRuleHasItsError) {
+    expect_corrupt(std::vector<std::byte>(5), "shorter than the 8-byte");
+    {
+        auto f = image(kTwo, 28);
+        f[7] = std::byte{0x7F};  // absurd header length
+        expect_corrupt(f, "exceeds the 100,000,000-byte limit");
+        f[7] = std::byte{0};
+        f[0] = std::byte(0xFF);
+        f[1] = std::byte(0xFF);  // 65535 > file
+        expect_corrupt(f, "runs past the end");
+    }
+    expect_corrupt(image("{\"a\":", 0), "not valid JSON");
+    expect_corrupt(image("[1,2]", 0), "not a JSON object");
+    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8),
+                   "duplicate key");
+    expect_corrupt(image(R"({"a":{"dtype":"Q9","shape":[1],"data_offsets":[0,4]}})", 4), "unknown dtype");
+    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4), "non-negative integer");
+    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", 4), "ends before it begins");
+    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4), "unknown field");
+    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "its dtype and shape need 12");
+    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", 8), "overflows");
+    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), "(gap)");
+    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8),
+                   "(overlap)");
+    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 6), "data section holds 6");
+    expect_corrupt(image(R"({"__metadata__":{"k":1}})", 0), "is not a string");
+    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[[[[1]]]],"data_offsets":[0,4]}})", 4), "nested deeper");
+    expect_corrupt(image("{\"\xff\":1}", 0), "not valid JSON");  // invalid UTF-8
+    expect_corrupt(image(R"({"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", 2), "whole bytes");
+}
+
+TEST(Safetensors, WriterRoundTripsThroughTheReader) {
+    const std::string path = (std::filesystem::temp_directory_path() / "wush_test_roundtrip.safetensors").string();
+    const std::vector<float> a = {1.5f, -2.0f, 3.25f, 0.0f, 5.0f, 6.0f};
+    const std::vector<std::uint8_t> b = {7, 8, 9};
+    wush::storage::write_file(
+        path,
+        {{"weights", "F32", {2, 3}, [&](const auto& sink) { sink(a.data(), 12); sink(a.data() + 3, 12); }},
+         {"codes", "U8", {3}, [&](const auto& sink) { sink(b.data(), b.size()); }}},
+        {{"format", "mxfp4"}});
+    wush::storage::Reader r(path);
+    EXPECT_EQ(r.header().data_offset % 8, 0u);
+    EXPECT_EQ(r.header().metadata.at("format"), "mxfp4");
+    const auto* w = r.find("weights");
+    ASSERT_NE(w, nullptr);
+    EXPECT_EQ(std::memcmp(r.bytes(*w).data(), a.data(), 24), 0);
+    EXPECT_EQ(std::memcmp(r.bytes(*r.find("codes")).data(), b.data(), 3), 0);
+    std::filesystem::remove(path);
+}
+
+TEST(Safetensors, FailedWriteLeavesNoFileBehind) {
+    const auto dir = std::filesystem::temp_directory_path() / "wush_test_atomic";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / "out.safetensors").string();
+    const std::vector<float> a(4, 1.0f);
+    EXPECT_THROW(wush::storage::write_file(path, {{"t", "F32", {4}, [&](const auto& sink) { sink(a.data(), 8); }}}, {}),
+                 wush::Error);  // too few bytes
+    EXPECT_TRUE(std::filesystem::is_empty(dir)) << "no final file, no temporary";
+    EXPECT_THROW(wush::storage::write_file(path, {{"t", "F32", {1}, {}}, {"t", "F32", {1}, {}}}, {}), wush::Error);
+    std::filesystem::remove_all(dir);
+}
+
+TEST(Safetensors, ReaderReportsMissingFileAsIo) {
+    try {
+        wush::storage::Reader r("/nonexistent/dir/x.safetensors");
+        ADD_FAILURE();
+    } catch (const wush::Error& e) {
+        EXPECT_EQ(e.status(), WUSH_ERR_IO);
+    }
+}
+
+}  // namespace
