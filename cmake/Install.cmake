@@ -6,6 +6,9 @@ set(WUSH_PC_LIBS_PRIVATE "-llapacke -lopenblas -lgomp -lstdc++ -lm -lpthread")
 if(WUSH_HAVE_CUDA)
   string(APPEND WUSH_PC_LIBS_PRIVATE " -L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -ldl -lrt")
 endif()
+# The .pc file locates the prefix relative to itself, so an install with `cmake --install --prefix`
+# (or a moved tree) stays correct.
+file(RELATIVE_PATH WUSH_PC_PREFIX_FROM_PCDIR "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 configure_file(${PROJECT_SOURCE_DIR}/pkgconfig/wush.pc.in ${PROJECT_BINARY_DIR}/wush.pc @ONLY)
 
 install(TARGETS wush EXPORT wushTargets

@@ -1,0 +1,3 @@
+module wushexample
+
+go 1.19

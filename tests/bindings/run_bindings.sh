@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Builds and runs the bindings examples (C, Rust, Go, Python) against an INSTALLED libwush, found
+# only through its pkg-config file.
+#
+#   tests/bindings/run_bindings.sh PREFIX
+#
+# PREFIX is what `cmake --install <build> --prefix PREFIX` (or CMAKE_INSTALL_PREFIX) was; the
+# script finds wush.pc under it (lib/, lib64/, lib/<multiarch>/ ...). Works from any directory.
+#
+# Checks, each counted once:
+#   pkg-config  `pkg-config --cflags --libs wush` works, and the libdir/includedir it names hold
+#               libwush.so.<major> and wush/wush.h (i.e. the .pc file really describes PREFIX)
+#   c           example.c compiles with -std=c99 -pedantic -Wall -Wextra -Werror and runs
+#   rust        cargo run --offline --release (no crates; build.rs runs pkg-config)
+#   go          go build (cgo, `#cgo pkg-config: wush`) and run
+#   python      ctypes example
+# A failing check does not stop the others. The last line is exactly
+#   bindings: N passed, M failed
+# and the exit status is 0 when M is 0, 1 otherwise (2 for a usage error).
+#
+# Environment:
+#   WUSH_BINDINGS_SKIP  space-separated checks not to run (e.g. "rust go" on a machine without
+#                       those toolchains); skipped checks are listed but not counted.
+#   CC                  C compiler (default: cc)
+#   CARGO_TARGET_DIR    where cargo builds (default: a temporary directory)
+# The check_* functions are called indirectly through run_check:
+# shellcheck disable=SC2317
+set -euo pipefail
+
+if [[ $# -ne 1 ]]; then
+    echo "usage: $0 PREFIX   (the install prefix of libwush)" >&2
+    exit 2
+fi
+
+script_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
+repo_root=$(cd -- "$script_dir/../.." && pwd)
+examples="$repo_root/bindings_examples"
+prefix=$(cd -- "$1" 2>/dev/null && pwd) || { echo "run_bindings: no such directory: $1" >&2; exit 2; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/wush-bindings.XXXXXX")
+trap 'rm -rf -- "$work"' EXIT
+
+passed=0
+failed=0
+failed_names=()
+skip=" ${WUSH_BINDINGS_SKIP:-} "
+
+summary_and_exit() {
+    if [[ ${#failed_names[@]} -gt 0 ]]; then
+        echo "failed: ${failed_names[*]}"
+    fi
+    echo "bindings: $passed passed, $failed failed"
+    if [[ $failed -ne 0 ]]; then
+        exit 1
+    fi
+    exit 0
+}
+
+# ---- locate wush.pc ----------------------------------------------------------------------------
+pc_file=""
+for candidate in lib/pkgconfig lib64/pkgconfig share/pkgconfig; do
+    if [[ -f "$prefix/$candidate/wush.pc" ]]; then
+        pc_file="$prefix/$candidate/wush.pc"
+        break
+    fi
+done
+if [[ -z "$pc_file" ]]; then # e.g. lib/x86_64-linux-gnu/pkgconfig
+    pc_file=$(find "$prefix" -maxdepth 4 -path '*/pkgconfig/wush.pc' -print -quit 2>/dev/null || true)
+fi
+if [[ -z "$pc_file" ]]; then
+    echo "run_bindings: no pkgconfig/wush.pc under $prefix (was libwush installed there?)" >&2
+    failed=1
+    failed_names+=(pkg-config)
+    summary_and_exit
+fi
+export PKG_CONFIG_PATH
+PKG_CONFIG_PATH=$(dirname -- "$pc_file")
+export PKG_CONFIG="${PKG_CONFIG:-pkg-config}"
+echo "== using $pc_file"
+
+run_check() { # run_check NAME FUNCTION: runs FUNCTION in a subshell with errexit, counts it
+    local name=$1 fn=$2 rc
+    if [[ "$skip" == *" $name "* ]]; then
+        echo "== $name: SKIPPED (WUSH_BINDINGS_SKIP)"
+        return 0
+    fi
+    echo "== $name"
+    # Not `( ... ) || ...`: errexit is ignored inside a command whose status is tested.
+    set +e
+    (set -euo pipefail; "$fn")
+    rc=$?
+    set -e
+    if [[ $rc -eq 0 ]]; then
+        echo "== $name: PASS"
+        passed=$((passed + 1))
+    else
+        echo "== $name: FAIL (exit $rc)"
+        failed=$((failed + 1))
+        failed_names+=("$name")
+    fi
+}
+
+need() { # need PROGRAM...: fail the current check with a message when a tool is missing
+    local p
+    for p in "$@"; do
+        command -v "$p" >/dev/null 2>&1 || { echo "required program not found: $p" >&2; return 1; }
+    done
+}
+
+# ---- pkg-config --------------------------------------------------------------------------------
+check_pkg_config() {
+    need "$PKG_CONFIG"
+    "$PKG_CONFIG" --exists --print-errors wush
+    local flags libdir includedir version major
+    flags=$("$PKG_CONFIG" --cflags --libs wush)
+    echo "pkg-config --cflags --libs wush: $flags"
+    [[ " $flags " == *" -lwush "* ]] || { echo "--libs does not name -lwush" >&2; return 1; }
+    version=$("$PKG_CONFIG" --modversion wush)
+    major=${version%%.*}
+    libdir=$("$PKG_CONFIG" --variable=libdir wush)
+    includedir=$("$PKG_CONFIG" --variable=includedir wush)
+    local ok=1
+    [[ -e "$libdir/libwush.so.$major" ]] || { echo "libdir $libdir has no libwush.so.$major" >&2; ok=0; }
+    [[ -e "$libdir/libwush.so" ]] || { echo "libdir $libdir has no libwush.so (link name)" >&2; ok=0; }
+    [[ -f "$includedir/wush/wush.h" ]] || { echo "includedir $includedir has no wush/wush.h" >&2; ok=0; }
+    if [[ $ok -eq 0 ]]; then
+        echo "wush.pc names prefix '$("$PKG_CONFIG" --variable=prefix wush)' but was found under" \
+             "$prefix: it was installed with a --prefix other than CMAKE_INSTALL_PREFIX and is" \
+             "not relocatable" >&2
+        return 1
+    fi
+}
+run_check pkg-config check_pkg_config
+
+# A wush.pc with a stale prefix (see check_pkg_config) fails that check; to still exercise the
+# examples against the library under PREFIX, fall back to pkg-config's --define-prefix, which
+# derives the prefix from where the .pc file lies.
+if ! libdir=$("$PKG_CONFIG" --variable=libdir wush 2>/dev/null) || [[ ! -d "$libdir" ]] ||
+   ! compgen -G "$libdir/libwush.so.*" >/dev/null; then
+    if "$PKG_CONFIG" --define-prefix --exists wush 2>/dev/null; then
+        echo "== pkg-config: continuing with '$PKG_CONFIG --define-prefix' so the examples can run"
+        cat > "$work/pkg-config" <<EOF
+#!/bin/sh
+exec "$(command -v "$PKG_CONFIG")" --define-prefix "\$@"
+EOF
+        chmod +x "$work/pkg-config"
+        export PKG_CONFIG="$work/pkg-config"
+        libdir=$("$PKG_CONFIG" --variable=libdir wush)
+    fi
+fi
+export LD_LIBRARY_PATH="${libdir:-}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# ---- C -----------------------------------------------------------------------------------------
+check_c() {
+    local cc=${CC:-cc}
+    need "$cc"
+    # shellcheck disable=SC2046 # pkg-config output is meant to be word-split
+    "$cc" -std=c99 -pedantic -Wall -Wextra -Werror -o "$work/example_c" "$examples/c/example.c" \
+        $("$PKG_CONFIG" --cflags --libs wush)
+    "$work/example_c"
+}
+run_check c check_c
+
+# ---- Rust --------------------------------------------------------------------------------------
+check_rust() {
+    need cargo
+    cd "$examples/rust"
+    CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$work/rust-target}" cargo run --offline --locked --release --quiet
+}
+run_check rust check_rust
+
+# ---- Go ----------------------------------------------------------------------------------------
+check_go() {
+    need go
+    cd "$examples/go"
+    # No network and no module downloads: the example has no dependencies.
+    export GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=1
+    if [[ -z "${HOME:-}" || ! -w "${HOME:-/nonexistent}" ]]; then
+        export GOCACHE="$work/go-cache" GOPATH="$work/go-path"
+    fi
+    go build -o "$work/example_go" .
+    "$work/example_go"
+}
+run_check go check_go
+
+# ---- Python ------------------------------------------------------------------------------------
+check_python() {
+    need python3
+    python3 "$examples/python/example.py"
+}
+run_check python check_python
+
+summary_and_exit
