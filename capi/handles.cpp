@@ -28,6 +28,7 @@ const char* handle_type_name(HandleType type) {
         case HandleType::QWeight: return "wush_qweight";
         case HandleType::Checkpoint: return "wush_checkpoint";
         case HandleType::TensorFile: return "wush_tensor_file";
+        case HandleType::Options: return "wush_options";
     }
     return "handle";
 }

@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 mkdir -p build
 scripts/build.sh build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWUSH_BUILD_TESTS=OFF -DWUSH_BUILD_BENCH=OFF >/dev/null
-build/release/tools/wush formats "$@"
+build/release/tools/wush eval "$@"

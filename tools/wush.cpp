@@ -1,12 +1,8 @@
 // The `wush` command-line program. A client of the public C API only (include/wush/wush.h).
-#include <cmath>
-#include <cstdint>
 #include <cstdio>
-#include <cstring>
-#include <random>
 #include <string>
-#include <vector>
 
+#include "commands.h"
 #include "wush/wush.h"
 
 namespace {
@@ -16,115 +12,20 @@ int usage(FILE* out) {
                  "usage: wush <command> [options]\n"
                  "\n"
                  "commands:\n"
-                 "  formats [--rows N] [--cols N] [--seed S]\n"
-                 "        quantize built-in test tensors in every block format and print the errors\n"
+                 "  eval      layerwise loss of transforms x formats x methods (the paper's table)\n"
+                 "            [--layers L1,L2] built-in layers (default 4096x4096,4096x14336,14336x4096;\n"
+                 "                             also small_256x512, small_512x256)\n"
+                 "            [--weights W.safetensors --activations X.safetensors]  layers from files: each\n"
+                 "                             2-D weight (d_out x d_in) with the activation tensor of\n"
+                 "                             the same name (n_tokens x d_in), F32/F16/BF16\n"
+                 "            [--format mxfp4,nvfp4,int4] [--transform i,r,h,wus,wush] [--method rtn|all]\n"
+                 "            [--calib-tokens N] [--heldout-tokens N] [--seed S] [--damping L]\n"
+                 "            [--threads N] [--json]\n"
+                 "  formats   round-trip error of each block format on built-in tensors\n"
+                 "            [--rows N] [--cols N] [--seed S]\n"
                  "  version   print the library version\n"
                  "  help      print this text\n");
     return out == stdout ? 0 : 2;
-}
-
-// Prints the failing call's status and message; returns the exit code for a library failure.
-int report(const char* what, wush_status st) {
-    std::fprintf(stderr, "wush: %s failed: %s: %s\n", what, wush_status_string(st), wush_last_error());
-    return 1;
-}
-
-struct Tensor {
-    const char* name;
-    const char* description;
-    std::vector<float> values;
-};
-
-// Built-in data: three seeded tensors with the value distributions LLM layers show.
-std::vector<Tensor> builtin_tensors(std::size_t rows, std::size_t cols, unsigned seed) {
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::student_t_distribution<float> heavy(3.0f);
-    const std::size_t n = rows * cols;
-    std::vector<Tensor> t = {{"gaussian", "N(0, 1)", std::vector<float>(n)},
-                             {"student-t3", "Student t, 3 dof (heavy tails)", std::vector<float>(n)},
-                             {"outliers", "N(0, 1), 4 channels x 30", std::vector<float>(n)}};
-    for (std::size_t i = 0; i < n; ++i) {
-        t[0].values[i] = normal(rng);
-        t[1].values[i] = heavy(rng);
-        const std::size_t col = i % cols;
-        t[2].values[i] = normal(rng) * ((col % (cols / 4 + 1)) == 7 ? 30.0f : 1.0f);
-    }
-    return t;
-}
-
-struct Errors {
-    double relative_mse;  // ||x - q(x)||^2 / ||x||^2
-    double max_abs;
-};
-
-int quantize_error(wush_context* ctx, wush_format format, const Tensor& t, std::size_t rows, std::size_t cols,
-                   Errors* out) {
-    std::size_t codes_bytes = 0, scales_bytes = 0;
-    wush_status st = wush_format_buffer_sizes(format, rows, cols, &codes_bytes, &scales_bytes);
-    if (st != WUSH_OK) return report("wush_format_buffer_sizes", st);
-    std::vector<std::uint8_t> codes(codes_bytes), scales(scales_bytes);
-    std::vector<float> back(rows * cols);
-    st = wush_quantize_rows(ctx, format, WUSH_DTYPE_F32, t.values.data(), rows, cols, codes.data(), codes.size(),
-                            scales.data(), scales.size());
-    if (st != WUSH_OK) return report("wush_quantize_rows", st);
-    st = wush_dequantize_rows(ctx, format, codes.data(), codes.size(), scales.data(), scales.size(), rows, cols,
-                              back.data(), back.size());
-    if (st != WUSH_OK) return report("wush_dequantize_rows", st);
-    double err = 0.0, ref = 0.0, max_abs = 0.0;
-    for (std::size_t i = 0; i < back.size(); ++i) {
-        const double d = double(back[i]) - double(t.values[i]);
-        err += d * d;
-        ref += double(t.values[i]) * double(t.values[i]);
-        max_abs = std::fmax(max_abs, std::fabs(d));
-    }
-    *out = {err / ref, max_abs};
-    return 0;
-}
-
-bool parse_size(const char* s, std::size_t* v) {
-    char* end = nullptr;
-    const unsigned long long x = std::strtoull(s, &end, 10);
-    if (end == s || *end != '\0' || x == 0) return false;
-    *v = std::size_t(x);
-    return true;
-}
-
-int cmd_formats(int argc, char** argv) {
-    std::size_t rows = 256, cols = 4096, seed = 1;
-    for (int i = 0; i < argc; ++i) {
-        const bool has_value = i + 1 < argc;
-        std::size_t* target = nullptr;
-        if (std::strcmp(argv[i], "--rows") == 0) target = &rows;
-        else if (std::strcmp(argv[i], "--cols") == 0) target = &cols;
-        else if (std::strcmp(argv[i], "--seed") == 0) target = &seed;
-        if (target == nullptr || !has_value || !parse_size(argv[i + 1], target)) {
-            std::fprintf(stderr, "wush formats: bad argument '%s'\n", argv[i]);
-            return usage(stderr);
-        }
-        ++i;
-    }
-    wush_context* ctx = nullptr;
-    wush_status st = wush_context_create(WUSH_BACKEND_CPU, 0, &ctx);
-    if (st != WUSH_OK) return report("wush_context_create", st);
-    const std::vector<Tensor> tensors = builtin_tensors(rows, cols, unsigned(seed));
-    const wush_format formats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_MXFP4_OCP, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4};
-    std::printf("libwush %s: round-trip error of %zu x %zu built-in tensors (seed %zu)\n", wush_version_string(), rows,
-                cols, seed);
-    std::printf("%-12s %-10s %14s %10s %12s\n", "tensor", "format", "relative MSE", "SQNR dB", "max |err|");
-    int rc = 0;
-    for (const Tensor& t : tensors) {
-        for (wush_format f : formats) {
-            Errors e{};
-            rc = quantize_error(ctx, f, t, rows, cols, &e);
-            if (rc != 0) break;
-            std::printf("%-12s %-10s %14.6f %10.2f %12.4f\n", t.name, wush_format_name(f), e.relative_mse,
-                        -10.0 * std::log10(e.relative_mse), e.max_abs);
-        }
-        if (rc != 0) break;
-    }
-    wush_context_destroy(ctx);
-    return rc;
 }
 
 }  // namespace
@@ -132,6 +33,7 @@ int cmd_formats(int argc, char** argv) {
 int main(int argc, char** argv) {
     if (argc < 2) return usage(stderr);
     const std::string cmd = argv[1];
+    if (cmd == "eval") return cmd_eval(argc - 2, argv + 2);
     if (cmd == "formats") return cmd_formats(argc - 2, argv + 2);
     if (cmd == "version" || cmd == "--version") {
         std::printf("wush %s\n", wush_version_string());

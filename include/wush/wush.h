@@ -316,6 +316,294 @@ WUSH_API wush_status wush_dequantize_rows(wush_context* ctx, wush_format format,
                                           float* y, size_t y_count);
 
 /* ================================================================================================
+ * Options and progress
+ * ==============================================================================================*/
+
+/*! wush_progress_fn :
+ *  Called by long operations (transform building, quantization of a layer, loss evaluation) with
+ *  the fraction done in [0, 1], from the calling thread. Return 0 to continue, non-zero to stop:
+ *  the operation then fails with WUSH_ERR_CANCELLED and produces nothing. Must not call libwush
+ *  functions on the same objects. */
+typedef int (*wush_progress_fn)(void* user_data, double fraction);
+
+/* Settings of the transform and quantization builders. Opaque; a NULL options pointer means all
+ * defaults. Not thread-safe to modify while in use; const use from several threads is safe. */
+typedef struct wush_options wush_options;
+
+/* Option ids. Values are pinned; retired ids are never reused. */
+typedef enum wush_option {
+    /* double, default 0.01, bounds [0, 1e6]: the damping lambda of Algorithm 1 (and of GPTQ's
+     * Hessian): each moment M gets lambda * tr(M) / G added to its diagonal. */
+    WUSH_OPTION_DAMPING = 0,
+    /* int, default 0, bounds [0, 2^62]: seed of WUSH_TRANSFORM_RANDOM rotations. */
+    WUSH_OPTION_SEED = 1,
+    WUSH_OPTION_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_OPTION_ENUM_MAX_ = 2147483647
+} wush_option;
+
+/*! wush_options_create() : a new options object holding the defaults; release it with
+ *  wush_options_destroy(). @return WUSH_OK, WUSH_ERR_INVALID_ARGUMENT (NULL) or OUT_OF_MEMORY. */
+WUSH_API wush_status wush_options_create(wush_options** options);
+
+/*! wush_options_destroy() : releases `options`; NULL is a no-op. */
+WUSH_API void wush_options_destroy(wush_options* options);
+
+/*! wush_options_set_double() / wush_options_set_int() :
+ *  Sets a double- or integer-valued option.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for a bad handle, an unknown id, an option of the
+ *          other type, or a value outside its bounds (NaN included); the options are unchanged
+ *          then. */
+WUSH_API wush_status wush_options_set_double(wush_options* options, wush_option option, double value);
+WUSH_API wush_status wush_options_set_int(wush_options* options, wush_option option, int64_t value);
+
+/*! wush_options_get_double() / wush_options_get_int() : read an option's current value.
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT (bad handle, id or type). */
+WUSH_API wush_status wush_options_get_double(const wush_options* options, wush_option option, double* value);
+WUSH_API wush_status wush_options_get_int(const wush_options* options, wush_option option, int64_t* value);
+
+/*! wush_options_set_progress() : installs (or, with fn == NULL, removes) a progress callback.
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. */
+WUSH_API wush_status wush_options_set_progress(wush_options* options, wush_progress_fn fn, void* user_data);
+
+/* ================================================================================================
+ * Calibration: streaming second moments of a layer's input activations
+ * ==============================================================================================*/
+
+typedef struct wush_calibrator wush_calibrator;
+
+/* What a calibrator accumulates. Values are pinned. */
+typedef enum wush_moment_mode {
+    /* the C = d_in / G diagonal G x G blocks: all that WUSH with RTN needs */
+    WUSH_MOMENTS_BLOCK_DIAGONAL = 1,
+    /* the whole d_in x d_in moment (the GPTQ Hessian); its diagonal blocks serve WUSH too */
+    WUSH_MOMENTS_FULL = 2,
+    WUSH_MOMENTS_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_MOMENTS_ENUM_MAX_ = 2147483647
+} wush_moment_mode;
+
+/*! wush_calibrator_create() :
+ *  Creates an empty calibrator for activations of width d_in, grouped in blocks of group_size
+ *  (a power of two dividing d_in; use wush_format_group_size() of the target format).
+ *  Ownership: release with wush_calibrator_destroy().
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for bad sizes, mode or NULL; WUSH_ERR_OUT_OF_MEMORY
+ *          (a full-mode calibrator holds d_in^2 doubles). */
+WUSH_API wush_status wush_calibrator_create(size_t d_in, size_t group_size, wush_moment_mode mode,
+                                            wush_calibrator** calibrator);
+
+/*! wush_calibrator_destroy() : releases `calibrator`; NULL is a no-op. */
+WUSH_API void wush_calibrator_destroy(wush_calibrator* calibrator);
+
+/*! wush_calibrator_add() :
+ *  Adds n_tokens x d_in row-major activations `x` of `dtype` (host memory) to the sums
+ *  (float64, BLAS-3 over token tiles, with the context's threads).
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for bad handles/pointers, n_tokens == 0 or a bad
+ *          dtype; WUSH_ERR_NON_FINITE if `x` holds NaN/Inf — the calibrator is then unchanged.
+ *  Thread safety: modifies `calibrator`; do not share it between threads without a lock. */
+WUSH_API wush_status wush_calibrator_add(wush_context* ctx, wush_calibrator* calibrator, wush_dtype dtype,
+                                         const void* x, size_t n_tokens);
+
+/*! wush_calibrator_merge() :
+ *  Adds the sums and token count of `from` into `into` (same d_in, group size and mode): the
+ *  result equals one calibrator that saw both streams. `from` is unchanged.
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT (bad handles, geometry mismatch, into == from). */
+WUSH_API wush_status wush_calibrator_merge(wush_calibrator* into, const wush_calibrator* from);
+
+/*! wush_calibrator_token_count() : writes the number of tokens seen to *n_tokens. */
+WUSH_API wush_status wush_calibrator_token_count(const wush_calibrator* calibrator, uint64_t* n_tokens);
+
+/*! wush_calibrator_second_moment() :
+ *  Copies M_X = X_b^T X_b / n_tokens of diagonal block `block` (G x G row-major float64) to `m`,
+ *  which holds `count` doubles (at least G * G).
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad block, no tokens yet);
+ *          WUSH_ERR_BUFFER_TOO_SMALL. */
+WUSH_API wush_status wush_calibrator_second_moment(const wush_calibrator* calibrator, size_t block, double* m,
+                                                   size_t count);
+
+/*! wush_calibrator_state_size() :
+ *  Writes the number of doubles of the calibrator's exported state to *n_doubles.
+ *
+ *  State layout (version 1), for distributed calibration: a flat array of doubles
+ *    [0] r            replica count: 1 in a fresh export
+ *    [1] r * 1        layout version
+ *    [2] r * mode     wush_moment_mode value
+ *    [3] r * d_in
+ *    [4] r * G
+ *    [5] tokens       token count (exact up to 2^53)
+ *    [6 ...]          sums: BLOCK_DIAGONAL: C blocks of G x G row-major, block after block;
+ *                     FULL: d_in x d_in row-major (both triangles).
+ *  An elementwise SUM of the exports of R calibrators with the same geometry (MPI_Allreduce,
+ *  ncclAllReduce on float64) is a valid state of R replicas: importing it gives the merged
+ *  calibrator (the header fields are divided by r and checked). */
+WUSH_API wush_status wush_calibrator_state_size(const wush_calibrator* calibrator, size_t* n_doubles);
+
+/*! wush_calibrator_export_state() :
+ *  Writes the state (layout above) to `state`, which holds `n_doubles` doubles.
+ *  @return WUSH_OK; WUSH_ERR_BUFFER_TOO_SMALL; WUSH_ERR_INVALID_ARGUMENT. Read-only on the
+ *          calibrator. */
+WUSH_API wush_status wush_calibrator_export_state(const wush_calibrator* calibrator, double* state,
+                                                  size_t n_doubles);
+
+/*! wush_calibrator_import_state() :
+ *  Replaces the calibrator's sums and count by the (possibly all-reduced) state `state` of
+ *  exactly the calibrator's state size. The state's geometry must equal the calibrator's.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for a size, version, geometry or replica-count
+ *          mismatch or non-finite sums — the calibrator is then unchanged. */
+WUSH_API wush_status wush_calibrator_import_state(wush_calibrator* calibrator, const double* state,
+                                                  size_t n_doubles);
+
+/* ================================================================================================
+ * Transforms
+ * ==============================================================================================*/
+
+typedef struct wush_transform wush_transform;
+
+/* Per-block transform kinds (the paper's I, H, R, WUS, WUSH). Values are pinned. */
+typedef enum wush_transform_kind {
+    WUSH_TRANSFORM_IDENTITY = 0,
+    WUSH_TRANSFORM_HADAMARD = 1, /* normalized Sylvester Hadamard, the same for every block     */
+    WUSH_TRANSFORM_RANDOM = 2,   /* a seeded random rotation per block (WUSH_OPTION_SEED)        */
+    WUSH_TRANSFORM_WUS = 3,      /* S^{-1/2} U^T W'^T: WUSH without the Hadamard factor          */
+    WUSH_TRANSFORM_WUSH = 4,     /* H S^{-1/2} U^T W'^T (Algorithm 1)                             */
+    WUSH_TRANSFORM_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_TRANSFORM_ENUM_MAX_ = 2147483647
+} wush_transform_kind;
+
+/*! wush_transform_kind_name() : static short name ("i", "h", "r", "wus", "wush") or NULL. */
+WUSH_API const char* wush_transform_kind_name(wush_transform_kind kind);
+
+/*! wush_transform_kind_from_name() : parses a short name (case-insensitive; also "identity",
+ *  "hadamard", "random"). @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. */
+WUSH_API wush_status wush_transform_kind_from_name(const char* name, wush_transform_kind* kind);
+
+/*! wush_transform_build() :
+ *  Builds the per-block transforms of a layer with weight `weight` (d_out x d_in row-major, of
+ *  `dtype`) from the calibrator's moments, with Algorithm 1 for WUS/WUSH (LAPACKE Cholesky and
+ *  SVD, blocks in parallel). The geometry (d_in, G) is the calibrator's; a FULL calibrator's
+ *  diagonal blocks are used. For the data-free kinds (I, H, R) the weight and moments are not
+ *  read (weight may be NULL) but d_in must still match.
+ *  The activation-side matrices T_wush are stored in float32; the weight side is derived from
+ *  those stored values in float64 (T_xvsh = T_wush^{-T}), so the unquantized product is exact.
+ *  Degenerate blocks never fail the layer: moments are damped (WUSH_OPTION_DAMPING); a block whose
+ *  moment is zero, or whose decomposition still fails, or whose singular values span more than
+ *  1e12, falls back to the data-free H (WUSH) or I (WUS) transform and is reported by
+ *  wush_transform_fallback_blocks().
+ *  Ownership: release *transform with wush_transform_destroy().
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, NULL weight for WUS/WUSH, d_in
+ *          mismatch, a calibrator without tokens for WUS/WUSH, bad kind or dtype);
+ *          WUSH_ERR_NON_FINITE (NaN/Inf in the weight); WUSH_ERR_CANCELLED. */
+WUSH_API wush_status wush_transform_build(wush_context* ctx, const wush_calibrator* calibrator, wush_dtype dtype,
+                                          const void* weight, size_t d_out, size_t d_in, wush_transform_kind kind,
+                                          const wush_options* options, wush_transform** transform);
+
+/*! wush_transform_create_fixed() :
+ *  A data-free transform (IDENTITY, HADAMARD or RANDOM) for width d_in and block size group_size.
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT (WUS/WUSH need wush_transform_build()). */
+WUSH_API wush_status wush_transform_create_fixed(wush_transform_kind kind, size_t d_in, size_t group_size,
+                                                 const wush_options* options, wush_transform** transform);
+
+/*! wush_transform_destroy() : releases `transform`; NULL is a no-op. */
+WUSH_API void wush_transform_destroy(wush_transform* transform);
+
+/*! wush_transform_info() : writes the kind, d_in and group size G (any pointer may be NULL).
+ *  Thread-safe (read only). */
+WUSH_API wush_status wush_transform_info(const wush_transform* transform, wush_transform_kind* kind, size_t* d_in,
+                                         size_t* group_size);
+
+/*! wush_transform_matrices() :
+ *  Copies the activation-side matrices, (C, G, G) float32 row-major (matrix b maps a token's
+ *  block slice x_b to T_b x_b), into `out`, which holds `count` floats (at least d_in * G).
+ *  @return WUSH_OK, WUSH_ERR_BUFFER_TOO_SMALL or WUSH_ERR_INVALID_ARGUMENT. Thread-safe. */
+WUSH_API wush_status wush_transform_matrices(const wush_transform* transform, float* out, size_t count);
+
+/*! wush_transform_fallback_blocks() :
+ *  Writes the number of blocks that fell back (see wush_transform_build) to *n_blocks and, if
+ *  `blocks` is not NULL, up to `count` of their indices (ascending).
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. Thread-safe. */
+WUSH_API wush_status wush_transform_fallback_blocks(const wush_transform* transform, size_t* n_blocks,
+                                                    size_t* blocks, size_t count);
+
+/*! wush_transform_singular_values() :
+ *  Copies the singular values S of every block (C x G doubles, row b = block b, descending) into
+ *  `out` (at least d_in doubles). They are zero for data-free kinds and fallen-back blocks.
+ *  @return WUSH_OK, WUSH_ERR_BUFFER_TOO_SMALL or WUSH_ERR_INVALID_ARGUMENT. Thread-safe. */
+WUSH_API wush_status wush_transform_singular_values(const wush_transform* transform, double* out, size_t count);
+
+/* ================================================================================================
+ * Pre-quantized weights and the layerwise loss
+ * ==============================================================================================*/
+
+typedef struct wush_qweight wush_qweight;
+
+/* Weight quantization methods. Values are pinned. */
+typedef enum wush_method {
+    WUSH_METHOD_RTN = 0,
+    WUSH_METHOD_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_METHOD_ENUM_MAX_ = 2147483647
+} wush_method;
+
+/*! wush_qweight_create() :
+ *  Pre-quantizes the layer weight `weight` (d_out x d_in row-major, `dtype`) with `method`: for
+ *  RTN, q(T_xvsh,b w_b) for every output row and block b, in `format`, whose group size must
+ *  equal the transform's G.
+ *  Ownership: release *qweight with wush_qweight_destroy(); it does not keep `transform`.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, shapes, format/G mismatch, method);
+ *          WUSH_ERR_NON_FINITE; WUSH_ERR_CANCELLED. */
+WUSH_API wush_status wush_qweight_create(wush_context* ctx, const wush_transform* transform, wush_format format,
+                                         wush_method method, wush_dtype dtype, const void* weight, size_t d_out,
+                                         size_t d_in, const wush_options* options, wush_qweight** qweight);
+
+/*! wush_qweight_destroy() : releases `qweight`; NULL is a no-op. */
+WUSH_API void wush_qweight_destroy(wush_qweight* qweight);
+
+/*! wush_qweight_info() : writes format, method, d_out and d_in (any pointer may be NULL). */
+WUSH_API wush_status wush_qweight_info(const wush_qweight* qweight, wush_format* format, wush_method* method,
+                                       size_t* d_out, size_t* d_in);
+
+/*! wush_qweight_data() :
+ *  Borrows the packed codes and scales (layouts of wush_quantize_rows, d_out rows of d_in): the
+ *  pointers stay valid, read-only, until the qweight is destroyed. Any pointer may be NULL.
+ *  Thread-safe (read only). */
+WUSH_API wush_status wush_qweight_data(const wush_qweight* qweight, const void** codes, size_t* codes_bytes,
+                                       const void** scales, size_t* scales_bytes);
+
+/*! wush_layer_loss() :
+ *  The layerwise output loss ||Y_q - Y||_F^2 / (d_out * n_tokens) on held-out activations `x`
+ *  (n_tokens x d_in, `x_dtype`): the activations are transformed with the transform and
+ *  quantized (RTN) in the qweight's format, multiplied with the dequantized qweight, and compared
+ *  with the float64 product Y = X W^T of the original weight `weight` (d_out x d_in, `w_dtype`).
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (handles, shapes, n_tokens == 0);
+ *          WUSH_ERR_NON_FINITE. */
+WUSH_API wush_status wush_layer_loss(wush_context* ctx, const wush_transform* transform, const wush_qweight* qweight,
+                                     wush_dtype w_dtype, const void* weight, wush_dtype x_dtype, const void* x,
+                                     size_t n_tokens, double* loss);
+
+/* ================================================================================================
+ * Built-in example layers (seeded, LLM-like), the default data of `wush eval`
+ * ==============================================================================================*/
+
+/*! wush_example_layer_count() / wush_example_layer_name() :
+ *  The built-in layer shapes: "small_256x512", "small_512x256" (quick, used by the tests),
+ *  "4096x4096", "4096x14336", "14336x4096" (Llama-like projections; named d_in x d_out).
+ *  wush_example_layer_name() returns a static name, or NULL for index >= count. */
+WUSH_API size_t wush_example_layer_count(void);
+WUSH_API const char* wush_example_layer_name(size_t index);
+
+/*! wush_example_layer_shape() : writes d_out and d_in of the named layer.
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT (unknown name, NULL). */
+WUSH_API wush_status wush_example_layer_shape(const char* name, size_t* d_out, size_t* d_in);
+
+/*! wush_example_layer_generate() :
+ *  Generates the named layer deterministically from `seed`: its weight (d_out x d_in) and two
+ *  independent activation sets, n_calibration and n_heldout tokens (x d_in), drawn from the same
+ *  heavy-tailed, correlated, outlier-channel distribution (docs/EVAL.md describes it). The
+ *  weight does not depend on the token counts. Buffers hold the given counts of floats.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT; WUSH_ERR_BUFFER_TOO_SMALL. */
+WUSH_API wush_status wush_example_layer_generate(const char* name, uint64_t seed, size_t n_calibration,
+                                                 size_t n_heldout, float* weight, size_t weight_count,
+                                                 float* calibration, size_t calibration_count, float* heldout,
+                                                 size_t heldout_count);
+
+/* ================================================================================================
  * Tensor files (safetensors, read-only)
  * ==============================================================================================*/
 

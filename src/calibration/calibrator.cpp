@@ -95,8 +95,8 @@ void Calibrator::merge(const Calibrator& other) {
             "calibrator merge: geometry differs (d_in " + std::to_string(d_in_) + " vs " + std::to_string(other.d_in_) +
                 ", G " + std::to_string(group_) + " vs " + std::to_string(other.group_) + ", or moment mode)");
     require(double(tokens_) + double(other.tokens_) <= kMaxExactCount, "calibrator merge: token count would exceed 2^53");
-    // Self-merge doubles everything, which is still the correct merged state of two equal shards.
-    const std::vector<double> theirs = other.sums_;
+    // Element i is read before it is written, so even a self-merge (doubling) is safe in place.
+    const double* theirs = other.sums_.data();
     for (std::size_t i = 0; i < sums_.size(); ++i) sums_[i] += theirs[i];
     tokens_ += other.tokens_;
 }
@@ -157,10 +157,12 @@ Calibrator Calibrator::import_state(std::span<const double> state) {
     const double d_in = divided_field(state[3], r, "d_in");
     const double group = divided_field(state[4], r, "G");
     require(d_in >= 1.0 && d_in <= 1048576.0 && group >= 1.0 && group <= d_in, "calibrator state: d_in or G out of range");
-    Calibrator c(std::size_t(d_in), std::size_t(group), MomentMode(int(mode)));
-    require(state.size() == state_size(c.d_in_, c.group_, c.mode_),
-            "calibrator state: size " + std::to_string(state.size()) + " does not match its header (" +
-                std::to_string(state_size(c.d_in_, c.group_, c.mode_)) + ")");
+    const auto mode_enum = MomentMode(int(mode));
+    // Size check before constructing: a corrupt header must not trigger a huge allocation.
+    const std::size_t expected = state_size(std::size_t(d_in), std::size_t(group), mode_enum);
+    require(state.size() == expected, "calibrator state: size " + std::to_string(state.size()) +
+                                          " does not match its header (" + std::to_string(expected) + ")");
+    Calibrator c{std::size_t(d_in), std::size_t(group), mode_enum};
     const double tokens = state[5];
     require(std::isfinite(tokens) && tokens >= 0.0 && tokens == std::floor(tokens) && tokens <= kMaxExactCount,
             "calibrator state: token count is not a whole number in [0, 2^53]");

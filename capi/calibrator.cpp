@@ -1,0 +1,136 @@
+// wush_calibrator: streaming second moments (src/calibration).
+#include <memory>
+#include <string>
+
+#include "calibration/calibrator.h"
+#include "context.h"
+#include "guard.h"
+
+struct wush_calibrator {
+    explicit wush_calibrator(wush::Calibrator c) : core(std::move(c)) {}
+    wush::Calibrator core;
+};
+
+using namespace wush::capi;
+
+namespace {
+
+wush::MomentMode moment_mode(wush_moment_mode mode) {
+    switch (mode) {
+        case WUSH_MOMENTS_BLOCK_DIAGONAL: return wush::MomentMode::BlockDiagonal;
+        case WUSH_MOMENTS_FULL: return wush::MomentMode::Full;
+        default: break;
+    }
+    wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_moment_mode " + std::to_string(int(mode)));
+}
+
+void require_size(std::size_t have, std::size_t need, const char* name) {
+    if (have < need)
+        wush::fail(WUSH_ERR_BUFFER_TOO_SMALL, std::string(name) + " holds " + std::to_string(have) + " doubles, " +
+                                                  std::to_string(need) + " are needed");
+}
+
+}  // namespace
+
+extern "C" {
+
+WUSH_API wush_status wush_calibrator_create(size_t d_in, size_t group_size, wush_moment_mode mode,
+                                            wush_calibrator** calibrator) {
+    return guarded(__func__, [&] {
+        require_pointer(calibrator, "calibrator");
+        auto c = std::make_unique<wush_calibrator>(wush::Calibrator(d_in, group_size, moment_mode(mode)));
+        register_handle(c.get(), HandleType::Calibrator);
+        *calibrator = c.release();
+    });
+}
+
+WUSH_API void wush_calibrator_destroy(wush_calibrator* calibrator) {
+    if (calibrator != nullptr && unregister_handle(calibrator, HandleType::Calibrator)) delete calibrator;
+}
+
+WUSH_API wush_status wush_calibrator_add(wush_context* ctx, wush_calibrator* calibrator, wush_dtype dtype, const void* x,
+                                         size_t n_tokens) {
+    return guarded(__func__, [&] {
+        ContextUse use(ctx, "ctx");
+        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        require_pointer(x, "x");
+        calibrator->core.add(dtype, x, n_tokens);
+    });
+}
+
+WUSH_API wush_status wush_calibrator_merge(wush_calibrator* into, const wush_calibrator* from) {
+    return guarded(__func__, [&] {
+        require_handle(into, HandleType::Calibrator, "into");
+        require_handle(from, HandleType::Calibrator, "from");
+        if (into == from) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "cannot merge a calibrator into itself");
+        into->core.merge(from->core);
+    });
+}
+
+WUSH_API wush_status wush_calibrator_token_count(const wush_calibrator* calibrator, uint64_t* n_tokens) {
+    return guarded(__func__, [&] {
+        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        require_pointer(n_tokens, "n_tokens");
+        *n_tokens = calibrator->core.tokens();
+    });
+}
+
+WUSH_API wush_status wush_calibrator_second_moment(const wush_calibrator* calibrator, size_t block, double* m,
+                                                   size_t count) {
+    return guarded(__func__, [&] {
+        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        require_pointer(m, "m");
+        const std::size_t g = calibrator->core.group();
+        require_size(count, g * g, "m");
+        const std::vector<double> moment = calibrator->core.second_moment(block);
+        std::copy(moment.begin(), moment.end(), m);
+    });
+}
+
+WUSH_API wush_status wush_calibrator_state_size(const wush_calibrator* calibrator, size_t* n_doubles) {
+    return guarded(__func__, [&] {
+        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        require_pointer(n_doubles, "n_doubles");
+        const wush::Calibrator& c = calibrator->core;
+        *n_doubles = wush::Calibrator::state_size(c.d_in(), c.group(), c.mode());
+    });
+}
+
+WUSH_API wush_status wush_calibrator_export_state(const wush_calibrator* calibrator, double* state, size_t n_doubles) {
+    return guarded(__func__, [&] {
+        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        require_pointer(state, "state");
+        const wush::Calibrator& c = calibrator->core;
+        require_size(n_doubles, wush::Calibrator::state_size(c.d_in(), c.group(), c.mode()), "state");
+        const std::vector<double> s = c.export_state();
+        std::copy(s.begin(), s.end(), state);
+    });
+}
+
+WUSH_API wush_status wush_calibrator_import_state(wush_calibrator* calibrator, const double* state, size_t n_doubles) {
+    return guarded(__func__, [&] {
+        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        require_pointer(state, "state");
+        const wush::Calibrator& c = calibrator->core;
+        const std::size_t need = wush::Calibrator::state_size(c.d_in(), c.group(), c.mode());
+        if (n_doubles != need)
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "state holds " + std::to_string(n_doubles) + " doubles, this calibrator's "
+                                                      "state has " + std::to_string(need));
+        wush::Calibrator imported = wush::Calibrator::import_state({state, n_doubles});
+        if (imported.d_in() != c.d_in() || imported.group() != c.group() || imported.mode() != c.mode())
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "the state's geometry (d_in, G, mode) differs from the calibrator's");
+        calibrator->core = std::move(imported);
+    });
+}
+
+}  // extern "C"
+
+namespace wush::capi {
+
+// The core calibrator behind a handle (for the transform builders in transform.cpp).
+const wush::Calibrator& calibrator_core(const wush_calibrator* c) {
+    require_handle(c, HandleType::Calibrator, "calibrator");
+    return c->core;
+}
+
+}  // namespace wush::capi

@@ -1,0 +1,91 @@
+#include "options.h"
+
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "guard.h"
+
+using namespace wush::capi;
+
+namespace wush::capi {
+
+const wush_options& options_or_defaults(const wush_options* options) {
+    static const wush_options kDefaults{};
+    if (options == nullptr) return kDefaults;
+    require_handle(options, HandleType::Options, "options");
+    return *options;
+}
+
+}  // namespace wush::capi
+
+namespace {
+
+[[noreturn]] void bad_option(wush_option option, const char* type) {
+    wush::fail(WUSH_ERR_INVALID_ARGUMENT, "option " + std::to_string(int(option)) + " is not a known " + type + " option");
+}
+
+}  // namespace
+
+extern "C" {
+
+WUSH_API wush_status wush_options_create(wush_options** options) {
+    return guarded(__func__, [&] {
+        require_pointer(options, "options");
+        auto o = std::make_unique<wush_options>();
+        register_handle(o.get(), HandleType::Options);
+        *options = o.release();
+    });
+}
+
+WUSH_API void wush_options_destroy(wush_options* options) {
+    if (options != nullptr && unregister_handle(options, HandleType::Options)) delete options;
+}
+
+WUSH_API wush_status wush_options_set_double(wush_options* options, wush_option option, double value) {
+    return guarded(__func__, [&] {
+        require_handle(options, HandleType::Options, "options");
+        if (option != WUSH_OPTION_DAMPING) bad_option(option, "double");
+        if (!(value >= 0.0 && value <= 1e6))
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_OPTION_DAMPING must be in [0, 1e6], got " + std::to_string(value));
+        options->damping = value;
+    });
+}
+
+WUSH_API wush_status wush_options_set_int(wush_options* options, wush_option option, int64_t value) {
+    return guarded(__func__, [&] {
+        require_handle(options, HandleType::Options, "options");
+        if (option != WUSH_OPTION_SEED) bad_option(option, "integer");
+        if (value < 0 || value > (int64_t(1) << 62))
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_OPTION_SEED must be in [0, 2^62], got " + std::to_string(value));
+        options->seed = value;
+    });
+}
+
+WUSH_API wush_status wush_options_get_double(const wush_options* options, wush_option option, double* value) {
+    return guarded(__func__, [&] {
+        require_handle(options, HandleType::Options, "options");
+        require_pointer(value, "value");
+        if (option != WUSH_OPTION_DAMPING) bad_option(option, "double");
+        *value = options->damping;
+    });
+}
+
+WUSH_API wush_status wush_options_get_int(const wush_options* options, wush_option option, int64_t* value) {
+    return guarded(__func__, [&] {
+        require_handle(options, HandleType::Options, "options");
+        require_pointer(value, "value");
+        if (option != WUSH_OPTION_SEED) bad_option(option, "integer");
+        *value = options->seed;
+    });
+}
+
+WUSH_API wush_status wush_options_set_progress(wush_options* options, wush_progress_fn fn, void* user_data) {
+    return guarded(__func__, [&] {
+        require_handle(options, HandleType::Options, "options");
+        options->progress = fn;
+        options->progress_user = user_data;
+    });
+}
+
+}  // extern "C"

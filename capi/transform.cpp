@@ -1,0 +1,249 @@
+// wush_transform and wush_qweight: per-block transforms (src/transforms), RTN pre-quantization and
+// the layerwise loss (src/eval).
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <strings.h>
+
+#include "calibration/calibrator.h"
+#include "context.h"
+#include "dense_input.h"
+#include "eval/layer_loss.h"
+#include "guard.h"
+#include "options.h"
+#include "transforms/block_transform.h"
+
+struct wush_transform {
+    explicit wush_transform(wush::BlockTransform t) : core(std::move(t)) {}
+    wush::BlockTransform core;
+};
+
+struct wush_calibrator;  // defined in calibrator.cpp; reached through calibrator_core()
+
+struct wush_qweight {
+    wush::eval::QuantizedWeights core;
+    wush_method method = WUSH_METHOD_RTN;
+};
+
+using namespace wush::capi;
+
+namespace wush::capi {
+const wush::Calibrator& calibrator_core(const wush_calibrator* c);  // calibrator.cpp
+}
+
+namespace {
+
+wush::TransformKind transform_kind(wush_transform_kind kind) {
+    switch (kind) {
+        case WUSH_TRANSFORM_IDENTITY: return wush::TransformKind::Identity;
+        case WUSH_TRANSFORM_HADAMARD: return wush::TransformKind::Hadamard;
+        case WUSH_TRANSFORM_RANDOM: return wush::TransformKind::Random;
+        case WUSH_TRANSFORM_WUS: return wush::TransformKind::WUS;
+        case WUSH_TRANSFORM_WUSH: return wush::TransformKind::WUSH;
+        default: break;
+    }
+    wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_transform_kind " + std::to_string(int(kind)));
+}
+
+bool is_data_free(wush::TransformKind k) {
+    return k == wush::TransformKind::Identity || k == wush::TransformKind::Hadamard || k == wush::TransformKind::Random;
+}
+
+wush::TransformOptions transform_options(wush::TransformKind kind, const wush_options& o) {
+    wush::TransformOptions t;
+    t.kind = kind;
+    t.damping = o.damping;
+    t.seed = std::uint64_t(o.seed);
+    return t;
+}
+
+wush_transform* publish(wush::BlockTransform t) {
+    auto h = std::make_unique<wush_transform>(std::move(t));
+    register_handle(h.get(), HandleType::Transform);
+    return h.release();
+}
+
+void require_count(std::size_t have, std::size_t need, const char* name) {
+    if (have < need)
+        wush::fail(WUSH_ERR_BUFFER_TOO_SMALL, std::string(name) + " holds " + std::to_string(have) + " elements, " +
+                                                  std::to_string(need) + " are needed");
+}
+
+const char* const kKindNames[] = {"i", "h", "r", "wus", "wush"};
+const char* const kKindLongNames[] = {"identity", "hadamard", "random", "wus", "wush"};
+
+}  // namespace
+
+extern "C" {
+
+WUSH_API const char* wush_transform_kind_name(wush_transform_kind kind) {
+    const int k = int(kind);
+    return k >= 0 && k < 5 ? kKindNames[k] : nullptr;
+}
+
+WUSH_API wush_status wush_transform_kind_from_name(const char* name, wush_transform_kind* kind) {
+    return guarded(__func__, [&] {
+        require_pointer(name, "name");
+        require_pointer(kind, "kind");
+        for (int k = 0; k < 5; ++k) {
+            if (strcasecmp(name, kKindNames[k]) == 0 || strcasecmp(name, kKindLongNames[k]) == 0) {
+                *kind = wush_transform_kind(k);
+                return;
+            }
+        }
+        wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("unknown transform \"") + name + "\" (i, h, r, wus, wush)");
+    });
+}
+
+WUSH_API wush_status wush_transform_build(wush_context* ctx, const wush_calibrator* calibrator, wush_dtype dtype,
+                                          const void* weight, size_t d_out, size_t d_in, wush_transform_kind kind,
+                                          const wush_options* options, wush_transform** transform) {
+    return guarded(__func__, [&] {
+        ContextUse use(ctx, "ctx");
+        const wush::Calibrator& cal = calibrator_core(calibrator);
+        require_pointer(transform, "transform");
+        const wush::TransformKind k = transform_kind(kind);
+        const wush_options& o = options_or_defaults(options);
+        if (d_in != cal.d_in())
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) + " but the calibrator has d_in = " +
+                                                      std::to_string(cal.d_in()));
+        if (is_data_free(k)) {
+            *transform = publish(wush::build_data_free_transform(transform_options(k, o), cal.d_in(), cal.group()));
+            return;
+        }
+        if (d_out == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_out is 0");
+        const FloatMatrix w(dtype, weight, d_out, d_in, "weight");
+        wush::Progress progress = make_progress(o);
+        *transform = publish(wush::build_transform(transform_options(k, o), cal, w.span(), d_out, &progress));
+    });
+}
+
+WUSH_API wush_status wush_transform_create_fixed(wush_transform_kind kind, size_t d_in, size_t group_size,
+                                                 const wush_options* options, wush_transform** transform) {
+    return guarded(__func__, [&] {
+        require_pointer(transform, "transform");
+        const wush::TransformKind k = transform_kind(kind);
+        if (!is_data_free(k))
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUS and WUSH transforms need data: use wush_transform_build()");
+        *transform = publish(wush::build_data_free_transform(transform_options(k, options_or_defaults(options)), d_in,
+                                                             group_size));
+    });
+}
+
+WUSH_API void wush_transform_destroy(wush_transform* transform) {
+    if (transform != nullptr && unregister_handle(transform, HandleType::Transform)) delete transform;
+}
+
+WUSH_API wush_status wush_transform_info(const wush_transform* transform, wush_transform_kind* kind, size_t* d_in,
+                                         size_t* group_size) {
+    return guarded(__func__, [&] {
+        require_handle(transform, HandleType::Transform, "transform");
+        if (kind) *kind = wush_transform_kind(int(transform->core.kind()));
+        if (d_in) *d_in = transform->core.d_in();
+        if (group_size) *group_size = transform->core.group();
+    });
+}
+
+WUSH_API wush_status wush_transform_matrices(const wush_transform* transform, float* out, size_t count) {
+    return guarded(__func__, [&] {
+        require_handle(transform, HandleType::Transform, "transform");
+        require_pointer(out, "out");
+        const auto m = transform->core.activation_matrices();
+        require_count(count, m.size(), "out");
+        std::copy(m.begin(), m.end(), out);
+    });
+}
+
+WUSH_API wush_status wush_transform_fallback_blocks(const wush_transform* transform, size_t* n_blocks, size_t* blocks,
+                                                    size_t count) {
+    return guarded(__func__, [&] {
+        require_handle(transform, HandleType::Transform, "transform");
+        require_pointer(n_blocks, "n_blocks");
+        const auto& fb = transform->core.stats().fallback_blocks;
+        *n_blocks = fb.size();
+        if (blocks != nullptr) std::copy_n(fb.begin(), std::min(count, fb.size()), blocks);
+    });
+}
+
+WUSH_API wush_status wush_transform_singular_values(const wush_transform* transform, double* out, size_t count) {
+    return guarded(__func__, [&] {
+        require_handle(transform, HandleType::Transform, "transform");
+        require_pointer(out, "out");
+        const std::size_t n = transform->core.d_in();
+        require_count(count, n, "out");
+        const auto& s = transform->core.stats().singular_values;
+        std::fill_n(out, n, 0.0);
+        std::copy_n(s.begin(), std::min(n, s.size()), out);
+    });
+}
+
+WUSH_API wush_status wush_qweight_create(wush_context* ctx, const wush_transform* transform, wush_format format,
+                                         wush_method method, wush_dtype dtype, const void* weight, size_t d_out,
+                                         size_t d_in, const wush_options* options, wush_qweight** qweight) {
+    return guarded(__func__, [&] {
+        ContextUse use(ctx, "ctx");
+        require_handle(transform, HandleType::Transform, "transform");
+        require_pointer(qweight, "qweight");
+        const wush::formats::FormatSpec& f = wush::formats::spec(format);
+        options_or_defaults(options);
+        if (method != WUSH_METHOD_RTN) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_method " + std::to_string(int(method)));
+        if (d_in != transform->core.d_in())
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) + " but the transform has d_in = " +
+                                                      std::to_string(transform->core.d_in()));
+        if (d_out == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_out is 0");
+        const FloatMatrix w(dtype, weight, d_out, d_in, "weight");
+        auto q = std::make_unique<wush_qweight>();
+        q->core = wush::eval::prequantize_rtn(transform->core, f, w.span(), d_out);
+        q->method = method;
+        register_handle(q.get(), HandleType::QWeight);
+        *qweight = q.release();
+    });
+}
+
+WUSH_API void wush_qweight_destroy(wush_qweight* qweight) {
+    if (qweight != nullptr && unregister_handle(qweight, HandleType::QWeight)) delete qweight;
+}
+
+WUSH_API wush_status wush_qweight_info(const wush_qweight* qweight, wush_format* format, wush_method* method,
+                                       size_t* d_out, size_t* d_in) {
+    return guarded(__func__, [&] {
+        require_handle(qweight, HandleType::QWeight, "qweight");
+        if (format) *format = qweight->core.format;
+        if (method) *method = qweight->method;
+        if (d_out) *d_out = qweight->core.d_out;
+        if (d_in) *d_in = qweight->core.d_in;
+    });
+}
+
+WUSH_API wush_status wush_qweight_data(const wush_qweight* qweight, const void** codes, size_t* codes_bytes,
+                                       const void** scales, size_t* scales_bytes) {
+    return guarded(__func__, [&] {
+        require_handle(qweight, HandleType::QWeight, "qweight");
+        if (codes) *codes = qweight->core.codes.data();
+        if (codes_bytes) *codes_bytes = qweight->core.codes.size();
+        if (scales) *scales = qweight->core.scales.data();
+        if (scales_bytes) *scales_bytes = qweight->core.scales.size();
+    });
+}
+
+WUSH_API wush_status wush_layer_loss(wush_context* ctx, const wush_transform* transform, const wush_qweight* qweight,
+                                     wush_dtype w_dtype, const void* weight, wush_dtype x_dtype, const void* x,
+                                     size_t n_tokens, double* loss) {
+    return guarded(__func__, [&] {
+        ContextUse use(ctx, "ctx");
+        require_handle(transform, HandleType::Transform, "transform");
+        require_handle(qweight, HandleType::QWeight, "qweight");
+        require_pointer(loss, "loss");
+        const wush::eval::QuantizedWeights& q = qweight->core;
+        if (q.d_in != transform->core.d_in())
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "the qweight's d_in (" + std::to_string(q.d_in) +
+                                                      ") differs from the transform's (" +
+                                                      std::to_string(transform->core.d_in()) + ")");
+        if (n_tokens == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "n_tokens is 0");
+        const FloatMatrix w(w_dtype, weight, q.d_out, q.d_in, "weight");
+        const FloatMatrix xs(x_dtype, x, n_tokens, q.d_in, "x");
+        *loss = wush::eval::layer_loss(transform->core, q, w.span(), xs.span(), n_tokens);
+    });
+}
+
+}  // extern "C"

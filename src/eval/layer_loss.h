@@ -1,0 +1,46 @@
+// Layerwise quality of a transform + block format (DESIGN.md §2 "Layerwise loss", paper
+// eq. blockwise_loss_definition_empirical summed over blocks): weights are RTN pre-quantized after
+// the weight-side transform, held-out activations are transformed and RTN-quantized with the same
+// format, and loss = ||Y_q - Y||_F^2 / (d_out * n_tokens) against the float64 product Y = X W^T.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "formats/block_format.h"
+#include "transforms/block_transform.h"
+
+namespace wush::eval {
+
+// Packed RTN codes and group scales of the transformed weights (layout of formats::quantize_rows).
+struct QuantizedWeights {
+    wush_format format;
+    std::size_t d_out = 0;
+    std::size_t d_in = 0;
+    std::vector<std::uint8_t> codes;
+    std::vector<std::uint8_t> scales;
+};
+
+// Throws INVALID_ARGUMENT (naming both) unless format.group == transform.group().
+void require_matching_group(const BlockTransform& transform, const formats::FormatSpec& format);
+
+// Paper Algorithm 2, RTN case: q(T_w w_i) per output row and block. w is d_out x d_in row-major
+// float32 and must be finite.
+QuantizedWeights prequantize_rtn(const BlockTransform& transform, const formats::FormatSpec& format,
+                                 std::span<const float> w, std::size_t d_out);
+
+// Dequantized transformed weights (d_out x d_in floats, tensor factor applied).
+std::vector<float> dequantize(const QuantizedWeights& q);
+
+// Loss of already pre-quantized weights (RTN or GPTQ) against the original weights `w`
+// (d_out x d_in) on held-out activations `x` (n x d_in), both float32, finite.
+double layer_loss(const BlockTransform& transform, const QuantizedWeights& q, std::span<const float> w,
+                  std::span<const float> x, std::size_t n_tokens);
+
+// RTN end to end: prequantize_rtn then the loss above.
+double layer_loss(const BlockTransform& transform, const formats::FormatSpec& format, std::span<const float> w,
+                  std::size_t d_out, std::span<const float> x, std::size_t n_tokens);
+
+}  // namespace wush::eval

@@ -1,0 +1,310 @@
+#include "transforms/block_transform.h"
+
+#include <atomic>
+
+#include <cblas.h>
+#include <lapacke.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <exception>
+#include <string>
+
+#include "common/checked_math.h"
+#include "common/dtype.h"
+#include "common/error.h"
+#include "common/float_bits.h"
+#include "transforms/basis.h"
+#include "transforms/rng.h"
+
+namespace wush {
+
+namespace {
+
+// Below this ratio s_min / s_max the S^{-1/2} factor would amplify rounding noise without bound.
+constexpr double kMinSingularRatio = 1e-12;
+// A Cholesky pivot below this fraction of the mean diagonal marks a numerically singular moment.
+constexpr double kRankTolerance = 1e-10;
+
+using Matrix = std::vector<double>;  // row-major square G x G
+
+double trace(std::span<const double> m, std::size_t g) {
+    double t = 0.0;
+    for (std::size_t i = 0; i < g; ++i) t += m[i * g + i];
+    return t;
+}
+
+// Lower Cholesky factor of M + damping * tr(M)/G * I, or empty on failure (including tr <= 0).
+Matrix damped_cholesky(std::span<const double> m, std::size_t g, double damping) {
+    const double tr = trace(m, g);
+    if (!(tr > 0.0) || !std::isfinite(tr)) return {};
+    Matrix l(m.begin(), m.end());
+    for (std::size_t i = 0; i < g; ++i) l[i * g + i] += damping * tr / double(g);
+    if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', int(g), l.data(), int(g)) != 0) return {};
+    for (std::size_t i = 0; i < g; ++i)
+        for (std::size_t j = i + 1; j < g; ++j) l[i * g + j] = 0.0;  // dpotrf leaves the upper part as is
+    return l;
+}
+
+// True when the undamped moment is not numerically positive definite.
+bool is_rank_deficient(std::span<const double> m, std::size_t g) {
+    const double tr = trace(m, g);
+    if (!(tr > 0.0)) return true;
+    Matrix l = damped_cholesky(m, g, 0.0);
+    if (l.empty()) return true;
+    for (std::size_t i = 0; i < g; ++i)
+        if (l[i * g + i] * l[i * g + i] <= kRankTolerance * tr / double(g)) return true;
+    return false;
+}
+
+// c = op(a) * op(b) for G x G row-major matrices.
+Matrix gemm(const Matrix& a, bool ta, const Matrix& b, bool tb, std::size_t g) {
+    Matrix c(g * g);
+    const int n = int(g);
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, n, n, n, 1.0, a.data(), n,
+                b.data(), n, 0.0, c.data(), n);
+    return c;
+}
+
+BlockSolution fallback_solution(TransformKind kind, std::size_t g, bool rank_deficient) {
+    BlockSolution s;
+    s.t_act = kind == TransformKind::WUSH ? hadamard_matrix(g) : identity_matrix(g);
+    s.t_weight = s.t_act;  // orthogonal: the inverse-transpose is the matrix itself
+    s.singular_values.assign(g, 0.0);
+    s.fell_back = true;
+    s.rank_deficient = rank_deficient;
+    return s;
+}
+
+// diag(s^{-1/2}) * m, then H * that for WUSH.
+Matrix finish_side(Matrix m, const std::vector<double>& s, TransformKind kind, std::size_t g) {
+    for (std::size_t i = 0; i < g; ++i) {
+        const double f = 1.0 / std::sqrt(s[i]);
+        for (std::size_t j = 0; j < g; ++j) m[i * g + j] *= f;
+    }
+    return kind == TransformKind::WUSH ? gemm(hadamard_matrix(g), false, m, false, g) : m;
+}
+
+}  // namespace
+
+const char* transform_kind_name(TransformKind kind) {
+    switch (kind) {
+        case TransformKind::Identity: return "identity";
+        case TransformKind::Hadamard: return "hadamard";
+        case TransformKind::Random: return "random";
+        case TransformKind::WUS: return "wus";
+        case TransformKind::WUSH: return "wush";
+    }
+    return "unknown";
+}
+
+BlockSolution solve_block(TransformKind kind, std::span<const double> m_w, std::span<const double> m_x, std::size_t g,
+                          double damping) {
+    require(kind == TransformKind::WUS || kind == TransformKind::WUSH, "solve_block: only WUS and WUSH are data-driven");
+    require(m_w.size() == g * g && m_x.size() == g * g, "solve_block: moments must be G x G");
+    require(damping >= 0.0 && std::isfinite(damping), "solve_block: damping must be finite and >= 0");
+    const bool deficient = is_rank_deficient(m_w, g) || is_rank_deficient(m_x, g);
+    // Undamped, a singular moment has no meaningful Cholesky factor: what dpotrf returns would be
+    // shaped by rounding noise, so such a block falls back instead.
+    if (deficient && damping == 0.0) return fallback_solution(kind, g, deficient);
+    const Matrix wp = damped_cholesky(m_w, g, damping);  // W'
+    const Matrix xp = damped_cholesky(m_x, g, damping);  // X'
+    if (wp.empty() || xp.empty()) return fallback_solution(kind, g, deficient);
+
+    Matrix k = gemm(wp, true, xp, false, g);  // W'^T X' = U S V^T
+    Matrix u(g * g), vt(g * g);
+    std::vector<double> s(g), superb(g);
+    const int n = int(g);
+    if (LAPACKE_dgesvd(LAPACK_ROW_MAJOR, 'A', 'A', n, n, k.data(), n, s.data(), u.data(), n, vt.data(), n,
+                       superb.data()) != 0)
+        return fallback_solution(kind, g, deficient);
+    if (!(s[g - 1] > kMinSingularRatio * s[0]) || !std::isfinite(s[0])) return fallback_solution(kind, g, deficient);
+
+    BlockSolution out;
+    out.t_act = finish_side(gemm(u, true, wp, true, g), s, kind, g);      // H S^{-1/2} U^T W'^T
+    out.t_weight = finish_side(gemm(vt, false, xp, true, g), s, kind, g);  // H S^{-1/2} V^T X'^T
+    out.singular_values = std::move(s);
+    out.rank_deficient = deficient;
+    return out;
+}
+
+std::vector<double> weight_second_moment(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::size_t g,
+                                         std::size_t block) {
+    require(g > 0 && d_in % g == 0 && block < d_in / g, "weight_second_moment: bad block geometry");
+    require(d_out > 0 && w.size() >= checked_mul(d_out, d_in, "weight size"), "weight_second_moment: weight too small");
+    std::vector<double> slice(d_out * g);
+    for (std::size_t r = 0; r < d_out; ++r)
+        for (std::size_t j = 0; j < g; ++j) slice[r * g + j] = w[r * d_in + block * g + j];
+    std::vector<double> m(g * g, 0.0);
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, int(g), int(d_out), 1.0 / double(d_out), slice.data(), int(g),
+                0.0, m.data(), int(g));
+    for (std::size_t i = 0; i < g; ++i)
+        for (std::size_t j = 0; j < i; ++j) m[i * g + j] = m[j * g + i];
+    return m;
+}
+
+namespace {
+
+void check_layer_geometry(std::size_t d_in, std::size_t group) {
+    require(group > 0 && (group & (group - 1)) == 0, "transform: G = " + std::to_string(group) + " is not a power of two");
+    require(d_in > 0 && d_in % group == 0,
+            "transform: G = " + std::to_string(group) + " does not divide d_in = " + std::to_string(d_in));
+}
+
+// T_w = (T_act)^{-T} in float64 from the float32 entries. Empty when the block is singular.
+std::vector<double> inverse_transpose(const float* t, std::size_t g) {
+    std::vector<double> a(t, t + g * g);
+    std::vector<lapack_int> piv(g);
+    const int n = int(g);
+    if (LAPACKE_dgetrf(LAPACK_ROW_MAJOR, n, n, a.data(), n, piv.data()) != 0) return {};
+    if (LAPACKE_dgetri(LAPACK_ROW_MAJOR, n, a.data(), n, piv.data()) != 0) return {};
+    for (std::size_t i = 0; i < g; ++i)
+        for (std::size_t j = i + 1; j < g; ++j) std::swap(a[i * g + j], a[j * g + i]);
+    return a;
+}
+
+// Runs body(b) for every block in parallel and rethrows the first exception on the calling thread
+// (exceptions must not cross an OpenMP region boundary).
+// With a Progress, every finished block is reported and a cancellation skips the remaining ones.
+template <typename Body>
+void parallel_blocks(std::size_t count, Body body, Progress* progress = nullptr) {
+    std::exception_ptr error;
+    std::atomic<std::size_t> done{0};
+#pragma omp parallel for schedule(dynamic)
+    for (std::size_t b = 0; b < count; ++b) {
+        if (progress && progress->cancelled()) continue;
+        try {
+            body(b);
+        } catch (...) {
+#pragma omp critical(wush_transform_error)
+            if (!error) error = std::current_exception();
+        }
+        if (progress) progress->report(double(++done), double(count));
+    }
+    if (error) std::rethrow_exception(error);
+    if (progress) progress->throw_if_cancelled();
+}
+
+}  // namespace
+
+BlockTransform::BlockTransform(std::size_t d_in, std::size_t group, TransformKind kind, std::vector<float> activation,
+                               double damping, TransformStats stats)
+    : d_in_(d_in), group_(group), kind_(kind), damping_(damping), act_(std::move(activation)), stats_(std::move(stats)) {
+    check_layer_geometry(d_in, group);
+    const std::size_t per_block = group * group;
+    require(act_.size() == checked_mul(blocks(), per_block, "transform size"),
+            "transform: expected " + std::to_string(blocks()) + " x " + std::to_string(group) + " x " +
+                std::to_string(group) + " activation matrices, got " + std::to_string(act_.size()) + " values");
+    if (auto bad = find_non_finite(WUSH_DTYPE_F32, act_.data(), act_.size()))
+        fail(WUSH_ERR_NON_FINITE, "transform: block " + std::to_string(*bad / per_block) + " holds NaN or Inf");
+    weight_.resize(act_.size());
+    parallel_blocks(blocks(), [&](std::size_t b) {
+        const std::vector<double> tw = inverse_transpose(act_.data() + b * per_block, group_);
+        if (tw.empty()) fail(WUSH_ERR_NUMERICAL, "transform: activation matrix of block " + std::to_string(b) + " is singular");
+        std::copy(tw.begin(), tw.end(), weight_.begin() + b * per_block);
+    });
+}
+
+BlockTransform BlockTransform::rounded_to(wush_dtype storage) const {
+    std::vector<float> act = act_;
+    switch (storage) {
+        case WUSH_DTYPE_F32: break;
+        case WUSH_DTYPE_BF16:
+            for (float& v : act) v = bits::bf16_decode(bits::bf16_encode(v));
+            break;
+        case WUSH_DTYPE_F16:
+            for (float& v : act) {
+                // binary16: 10 stored mantissa bits, minimum normal exponent -14, max finite 65504.
+                const double r = bits::round_to_format(std::fabs(double(v)), 10, -14);
+                require(r <= 65504.0, "transform: entry " + std::to_string(v) + " overflows f16 storage");
+                v = float(std::signbit(v) ? -r : r);
+            }
+            break;
+        default: fail(WUSH_ERR_INVALID_ARGUMENT, "transform: unknown storage dtype " + std::to_string(int(storage)));
+    }
+    return BlockTransform(d_in_, group_, kind_, std::move(act), damping_, stats_);
+}
+
+void BlockTransform::apply_activations(std::span<const float> x, std::size_t n, std::span<float> out) const {
+    const std::size_t need = checked_mul(n, d_in_, "activation size");
+    require(x.size() >= need && out.size() >= need, "apply_activations: buffers smaller than n x d_in");
+    require(n <= std::size_t(INT_MAX), "apply_activations: more than INT_MAX tokens in one call");
+    if (n == 0) return;
+    const int g = int(group_);
+    const int ld = int(d_in_);
+    // Block b of all tokens at once: Out_b (n x G) = X_b (n x G) * T_b^T.
+    for (std::size_t b = 0; b < blocks(); ++b)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), g, g, 1.0f, x.data() + b * group_, ld,
+                    act_.data() + b * group_ * group_, g, 0.0f, out.data() + b * group_, ld);
+}
+
+void BlockTransform::apply_weights(std::span<const float> w, std::size_t d_out, std::span<float> out) const {
+    const std::size_t need = checked_mul(d_out, d_in_, "weight size");
+    require(w.size() >= need && out.size() >= need, "apply_weights: buffers smaller than d_out x d_in");
+    require(d_out <= std::size_t(INT_MAX), "apply_weights: d_out exceeds INT_MAX");
+    if (d_out == 0) return;
+    const std::size_t g = group_;
+    parallel_blocks(blocks(), [&](std::size_t b) {
+        std::vector<double> slice(d_out * g), result(d_out * g);
+        for (std::size_t r = 0; r < d_out; ++r)
+            for (std::size_t j = 0; j < g; ++j) slice[r * g + j] = w[r * d_in_ + b * g + j];
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(d_out), int(g), int(g), 1.0, slice.data(), int(g),
+                    weight_.data() + b * g * g, int(g), 0.0, result.data(), int(g));
+        for (std::size_t r = 0; r < d_out; ++r)
+            for (std::size_t j = 0; j < g; ++j) out[r * d_in_ + b * g + j] = float(result[r * g + j]);
+    });
+}
+
+BlockTransform build_data_free_transform(const TransformOptions& options, std::size_t d_in, std::size_t group) {
+    check_layer_geometry(d_in, group);
+    const std::size_t c = d_in / group, per_block = group * group;
+    std::vector<float> act(c * per_block);
+    const std::uint64_t base_seed = rng::mix_seed(options.seed);
+    for (std::size_t b = 0; b < c; ++b) {
+        std::vector<double> t;
+        switch (options.kind) {
+            case TransformKind::Identity: t = identity_matrix(group); break;
+            case TransformKind::Hadamard: t = hadamard_matrix(group); break;
+            case TransformKind::Random: t = random_rotation(group, base_seed + b); break;
+            default: fail(WUSH_ERR_INVALID_ARGUMENT, std::string("transform kind ") + transform_kind_name(options.kind) +
+                                                         " needs calibration data and weights");
+        }
+        std::transform(t.begin(), t.end(), act.begin() + b * per_block, [](double v) { return float(v); });
+    }
+    return BlockTransform(d_in, group, options.kind, std::move(act));
+}
+
+BlockTransform build_transform(const TransformOptions& options, const Calibrator& calibration,
+                               std::span<const float> weight, std::size_t d_out, Progress* progress) {
+    const std::size_t d_in = calibration.d_in(), g = calibration.group(), c = calibration.blocks();
+    require(d_out > 0, "build_transform: d_out must be positive");
+    require(weight.size() == checked_mul(d_out, d_in, "weight size"),
+            "build_transform: weight has " + std::to_string(weight.size()) + " values, expected d_out x d_in = " +
+                std::to_string(d_out) + " x " + std::to_string(d_in));
+    if (options.kind != TransformKind::WUS && options.kind != TransformKind::WUSH)
+        return build_data_free_transform(options, d_in, g);
+    require(options.damping >= 0.0 && std::isfinite(options.damping), "build_transform: damping must be finite and >= 0");
+    require(calibration.tokens() > 0, "build_transform: the calibrator has no tokens");
+    require_finite(WUSH_DTYPE_F32, weight.data(), d_out, d_in, "weight");
+
+    std::vector<float> act(c * g * g);
+    std::vector<char> fell_back(c, 0), deficient(c, 0);
+    TransformStats stats;
+    stats.singular_values.assign(c * g, 0.0);
+    parallel_blocks(c, [&](std::size_t b) {
+        const BlockSolution s = solve_block(options.kind, weight_second_moment(weight, d_out, d_in, g, b),
+                                            calibration.second_moment(b), g, options.damping);
+        std::transform(s.t_act.begin(), s.t_act.end(), act.begin() + b * g * g, [](double v) { return float(v); });
+        std::copy(s.singular_values.begin(), s.singular_values.end(), stats.singular_values.begin() + b * g);
+        fell_back[b] = s.fell_back;
+        deficient[b] = s.rank_deficient;
+    }, progress);
+    for (std::size_t b = 0; b < c; ++b) {
+        if (fell_back[b]) stats.fallback_blocks.push_back(b);
+        if (deficient[b]) stats.rank_deficient_blocks.push_back(b);
+    }
+    return BlockTransform(d_in, g, options.kind, std::move(act), options.damping, std::move(stats));
+}
+
+}  // namespace wush

@@ -1,0 +1,117 @@
+// Per-block transforms of a linear layer (DESIGN.md §2, paper Algorithm 1 and eq. hsuw).
+//
+// Side convention (paper eq. layer_forward_pass): Y = sum_i q(T_xvsh,i W_i)^T q(T_wush,i X_i), so
+//   - the ACTIVATION side gets T_act = T_wush = H S^{-1/2} U^T W'^T (applied online, stored float32);
+//   - the WEIGHT side gets T_w = T_act^{-T} (= T_xvsh), folded offline into the weights.
+// In framework layout (W: d_out x d_in, X: n x d_in) a token's block slice x_i (length G) becomes
+// T_act x_i and an output row's block slice w_i becomes T_w w_i; then (T_w w_i)^T (T_act x_i) =
+// w_i^T x_i exactly. The stored T_act is float32, and T_w is the float64 inverse-transpose of that
+// rounded matrix, so the unquantized product stays exact up to float64 rounding.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "calibration/calibrator.h"
+#include "common/progress.h"
+
+namespace wush {
+
+enum class TransformKind : int { Identity = 0, Hadamard = 1, Random = 2, WUS = 3, WUSH = 4 };
+const char* transform_kind_name(TransformKind kind);
+
+struct TransformOptions {
+    TransformKind kind = TransformKind::WUSH;
+    double damping = 0.01;   // lambda of Algorithm 1 (relative to tr(M)/G); >= 0
+    std::uint64_t seed = 0;  // Random only: block b uses random_rotation(G, mix_seed(seed) + b)
+};
+
+// Float64 result of Algorithm 1 for one block (WUS or WUSH).
+struct BlockSolution {
+    std::vector<double> t_act;            // G x G, T_wush (WUS: S^{-1/2} U^T W'^T)
+    std::vector<double> t_weight;         // G x G, T_xvsh from its closed form H S^{-1/2} V^T X'^T
+    std::vector<double> singular_values;  // S, G values, descending; all zero after a fallback
+    bool fell_back = false;
+    bool rank_deficient = false;          // undamped M_X or M_W not numerically positive definite
+};
+
+// Algorithm 1 on one block's G x G row-major moments. Never throws for numerical trouble:
+//
+// FALLBACK RULE. The data-dependent factor S^{-1/2} U^T W'^T is replaced by the identity, i.e. the
+// block gets T = H for WUSH and T = I for WUS (both orthogonal, so T_w = T), when
+//   - tr(M_X) or tr(M_W) is zero or not finite (an all-zero block: damping cannot help), or
+//   - dpotrf fails on a damped moment, or dgesvd fails, or
+//   - the smallest singular value is not > 1e-12 * the largest (S^{-1/2} would be meaningless), or
+//   - damping == 0 and M_X or M_W is rank deficient (a Cholesky pivot^2 <= 1e-10 tr(M)/G).
+// Rank-deficient moments are NOT a fallback when damping > 0: damping makes them positive
+// definite, and the block is only flagged rank_deficient for the stats.
+BlockSolution solve_block(TransformKind kind, std::span<const double> m_w, std::span<const double> m_x,
+                          std::size_t g, double damping);
+
+// M_W of block b: W_b^T W_b / d_out with W_b the d_out x G column slice of the framework weight
+// (= the paper's W_i W_i^T / d_out). G x G row-major float64.
+std::vector<double> weight_second_moment(std::span<const float> w, std::size_t d_out, std::size_t d_in,
+                                         std::size_t g, std::size_t block);
+
+struct TransformStats {
+    std::vector<std::size_t> fallback_blocks;        // ascending block indices (see FALLBACK RULE)
+    std::vector<std::size_t> rank_deficient_blocks;  // ascending; damped, not necessarily fallen back
+    std::vector<double> singular_values;             // C x G, row b = S of block b (WUS/WUSH only)
+    std::size_t fallback_count() const noexcept { return fallback_blocks.size(); }
+};
+
+class BlockTransform {
+public:
+    // Takes the stored activation-side matrices, C = d_in / G blocks of G x G row-major float32,
+    // and derives the weight side in float64 from exactly these values (T_w = T_act^{-T}).
+    // Throws NON_FINITE for NaN/Inf entries, NUMERICAL for a singular block, INVALID_ARGUMENT for
+    // a bad shape.
+    BlockTransform(std::size_t d_in, std::size_t group, TransformKind kind, std::vector<float> activation,
+                   double damping = 0.0, TransformStats stats = {});
+
+    std::size_t d_in() const noexcept { return d_in_; }
+    std::size_t group() const noexcept { return group_; }
+    std::size_t blocks() const noexcept { return d_in_ / group_; }
+    TransformKind kind() const noexcept { return kind_; }
+    double damping() const noexcept { return damping_; }
+    const TransformStats& stats() const noexcept { return stats_; }
+
+    // The same transform with T_act rounded (RNE) to the storage type of a checkpoint (F32: a
+    // copy, BF16 or F16), and the weight side re-derived from the rounded values so that the
+    // unquantized product stays exact. INVALID_ARGUMENT for an entry out of the F16 range.
+    BlockTransform rounded_to(wush_dtype storage) const;
+
+    // (C, G, G) row-major: block b maps x_b to T_act,b x_b / w_b to T_w,b w_b.
+    std::span<const float> activation_matrices() const noexcept { return act_; }
+    std::span<const double> weight_matrices() const noexcept { return weight_; }
+
+    // out (n x d_in) = per block x_b -> T_act,b x_b for the n x d_in row-major activations x.
+    // float32 arithmetic (sgemm), the precision the runtime kernels use.
+    void apply_activations(std::span<const float> x, std::size_t n, std::span<float> out) const;
+    // out (d_out x d_in) = per output row and block w_b -> T_w,b w_b, computed in float64 and
+    // rounded once to float32.
+    void apply_weights(std::span<const float> w, std::size_t d_out, std::span<float> out) const;
+
+private:
+    std::size_t d_in_;
+    std::size_t group_;
+    TransformKind kind_;
+    double damping_;
+    std::vector<float> act_;
+    std::vector<double> weight_;
+    TransformStats stats_;
+};
+
+// The Identity / Hadamard / Random transforms need no data.
+BlockTransform build_data_free_transform(const TransformOptions& options, std::size_t d_in, std::size_t group);
+
+// Any kind, geometry from the calibrator (its diagonal blocks in Full mode). WUS/WUSH use the
+// calibrator's moments (at least one token) and the d_out x d_in float32 weight (finite); the
+// data-free kinds only check the shapes. Blocks are solved in parallel (OpenMP).
+// `progress`, if given, hears of every finished block and may cancel (CANCELLED).
+BlockTransform build_transform(const TransformOptions& options, const Calibrator& calibration,
+                               std::span<const float> weight, std::size_t d_out, Progress* progress = nullptr);
+
+}  // namespace wush

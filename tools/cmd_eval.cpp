@@ -1,0 +1,287 @@
+// `wush eval`: the layerwise loss of every transform x format x method on built-in or given layers
+// (the structure of the WUSH paper's layerwise-loss table).
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "commands.h"
+
+namespace {
+
+const char* const kDefaultLayers = "4096x4096,4096x14336,14336x4096";
+
+// One layer's data: the weight and its activations (calibration rows first, then held-out rows),
+// in the element type they came in.
+struct Layer {
+    std::string name;
+    std::size_t d_out = 0, d_in = 0;
+    wush_dtype w_dtype = WUSH_DTYPE_F32, x_dtype = WUSH_DTYPE_F32;
+    std::vector<unsigned char> weight, x;
+    std::size_t n_calibration = 0, n_heldout = 0;
+
+    const void* heldout() const {
+        std::size_t elem = 0;
+        wush_dtype_size(x_dtype, &elem);
+        return x.data() + n_calibration * d_in * elem;
+    }
+};
+
+struct Result {
+    std::string layer;
+    wush_format format;
+    wush_transform_kind kind;
+    wush_method method;
+    double loss;
+};
+
+struct Plan {
+    std::vector<wush_format> formats;
+    std::vector<wush_transform_kind> kinds;
+    std::vector<wush_method> methods;
+};
+
+// RAII for the handles used here.
+template <typename T, void (*Destroy)(T*)>
+struct Handle {
+    T* p = nullptr;
+    ~Handle() { Destroy(p); }
+};
+
+int load_builtin(const std::string& name, std::uint64_t seed, std::size_t n_cal, std::size_t n_held, Layer* out) {
+    Layer l;
+    l.name = name;
+    wush_status st = wush_example_layer_shape(name.c_str(), &l.d_out, &l.d_in);
+    if (st != WUSH_OK) return cli::report("wush_example_layer_shape", st);
+    l.n_calibration = n_cal;
+    l.n_heldout = n_held;
+    l.weight.resize(l.d_out * l.d_in * sizeof(float));
+    l.x.resize((n_cal + n_held) * l.d_in * sizeof(float));
+    float* x = reinterpret_cast<float*>(l.x.data());
+    st = wush_example_layer_generate(name.c_str(), seed, n_cal, n_held, reinterpret_cast<float*>(l.weight.data()),
+                                     l.d_out * l.d_in, x, n_cal * l.d_in, x + n_cal * l.d_in, n_held * l.d_in);
+    if (st != WUSH_OK) return cli::report("wush_example_layer_generate", st);
+    *out = std::move(l);
+    return 0;
+}
+
+bool dtype_of(const char* s, wush_dtype* d) {
+    if (std::strcmp(s, "F32") == 0) *d = WUSH_DTYPE_F32;
+    else if (std::strcmp(s, "F16") == 0) *d = WUSH_DTYPE_F16;
+    else if (std::strcmp(s, "BF16") == 0) *d = WUSH_DTYPE_BF16;
+    else return false;
+    return true;
+}
+
+// A 2-D F32/F16/BF16 tensor of a file, copied out of the mapping (which need not be aligned).
+int read_matrix(const wush_tensor_file* f, std::size_t index, const char* file_name, std::size_t* rows,
+                std::size_t* cols, wush_dtype* dtype, std::vector<unsigned char>* bytes) {
+    const char* name = nullptr;
+    const char* dt = nullptr;
+    std::size_t ndim = 0, nbytes = 0;
+    const std::uint64_t* shape = nullptr;
+    const void* data = nullptr;
+    const wush_status st = wush_tensor_file_tensor(f, index, &name, &dt, &ndim, &shape, &data, &nbytes);
+    if (st != WUSH_OK) return cli::report("wush_tensor_file_tensor", st);
+    if (ndim != 2 || !dtype_of(dt, dtype)) {
+        std::fprintf(stderr, "wush eval: tensor '%s' of %s is not a 2-D F32/F16/BF16 tensor\n", name, file_name);
+        return 1;
+    }
+    *rows = std::size_t(shape[0]);
+    *cols = std::size_t(shape[1]);
+    const auto* p = static_cast<const unsigned char*>(data);
+    bytes->assign(p, p + nbytes);
+    return 0;
+}
+
+// Every 2-D tensor of the weights file, paired with the activation tensor of the same name; the
+// last `n_held` tokens (default: a quarter) are held out.
+int load_files(const std::string& wpath, const std::string& xpath, std::size_t n_held_opt, std::vector<Layer>* layers) {
+    Handle<wush_tensor_file, wush_tensor_file_destroy> wf, xf;
+    wush_status st = wush_tensor_file_open(wpath.c_str(), &wf.p);
+    if (st != WUSH_OK) return cli::report("opening the weights file", st);
+    st = wush_tensor_file_open(xpath.c_str(), &xf.p);
+    if (st != WUSH_OK) return cli::report("opening the activations file", st);
+    std::size_t count = 0;
+    wush_tensor_file_count(wf.p, &count);
+    for (std::size_t i = 0; i < count; ++i) {
+        const char* name = nullptr;
+        wush_tensor_file_tensor(wf.p, i, &name, nullptr, nullptr, nullptr, nullptr, nullptr);
+        Layer l;
+        l.name = name;
+        std::size_t xi = 0, n_tokens = 0, x_cols = 0;
+        if (wush_tensor_file_find(xf.p, name, &xi) != WUSH_OK) {
+            std::fprintf(stderr, "wush eval: the activations file has no tensor '%s'\n", name);
+            return 1;
+        }
+        if (read_matrix(wf.p, i, wpath.c_str(), &l.d_out, &l.d_in, &l.w_dtype, &l.weight) != 0) return 1;
+        if (read_matrix(xf.p, xi, xpath.c_str(), &n_tokens, &x_cols, &l.x_dtype, &l.x) != 0) return 1;
+        if (x_cols != l.d_in) {
+            std::fprintf(stderr, "wush eval: '%s': weight has d_in %zu but activations have %zu columns\n", name, l.d_in,
+                         x_cols);
+            return 1;
+        }
+        l.n_heldout = n_held_opt ? n_held_opt : n_tokens / 4;
+        if (l.n_heldout == 0 || l.n_heldout >= n_tokens) {
+            std::fprintf(stderr, "wush eval: '%s': %zu tokens cannot be split into calibration and %zu held-out tokens\n",
+                         name, n_tokens, l.n_heldout);
+            return 1;
+        }
+        l.n_calibration = n_tokens - l.n_heldout;
+        layers->push_back(std::move(l));
+    }
+    if (layers->empty()) {
+        std::fprintf(stderr, "wush eval: %s holds no tensors\n", wpath.c_str());
+        return 1;
+    }
+    return 0;
+}
+
+// Evaluates one layer for every planned combination, appending to `results`.
+int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_options* opts, cli::ProgressBar& bar,
+               std::vector<Result>* results) {
+    std::map<std::size_t, std::vector<wush_format>> by_group;
+    for (wush_format f : plan.formats) {
+        std::size_t g = 0;
+        wush_format_group_size(f, &g);
+        by_group[g].push_back(f);
+    }
+    for (const auto& [g, formats] : by_group) {
+        Handle<wush_calibrator, wush_calibrator_destroy> cal;
+        wush_status st = wush_calibrator_create(l.d_in, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &cal.p);
+        if (st != WUSH_OK) return cli::report("wush_calibrator_create", st);
+        st = wush_calibrator_add(ctx, cal.p, l.x_dtype, l.x.data(), l.n_calibration);
+        if (st != WUSH_OK) return cli::report("wush_calibrator_add", st);
+        for (wush_transform_kind kind : plan.kinds) {
+            Handle<wush_transform, wush_transform_destroy> t;
+            st = wush_transform_build(ctx, cal.p, l.w_dtype, l.weight.data(), l.d_out, l.d_in, kind, opts, &t.p);
+            if (st != WUSH_OK) return cli::report("wush_transform_build", st);
+            for (wush_format f : formats) {
+                for (wush_method m : plan.methods) {
+                    Handle<wush_qweight, wush_qweight_destroy> q;
+                    st = wush_qweight_create(ctx, t.p, f, m, l.w_dtype, l.weight.data(), l.d_out, l.d_in, opts, &q.p);
+                    if (st != WUSH_OK) return cli::report("wush_qweight_create", st);
+                    double loss = 0.0;
+                    st = wush_layer_loss(ctx, t.p, q.p, l.w_dtype, l.weight.data(), l.x_dtype, l.heldout(), l.n_heldout,
+                                         &loss);
+                    if (st != WUSH_OK) return cli::report("wush_layer_loss", st);
+                    results->push_back({l.name, f, kind, m, loss});
+                    bar.step(l.name + " " + wush_format_name(f) + " " + wush_transform_kind_name(kind));
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+const char* method_name(wush_method m) { return m == WUSH_METHOD_RTN ? "rtn" : "?"; }
+
+void print_json(const std::vector<Result>& results) {
+    std::printf("{\"results\": [");
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        const Result& r = results[i];
+        std::printf("%s\n  {\"layer\": \"%s\", \"format\": \"%s\", \"transform\": \"%s\", \"method\": \"%s\", \"loss\": %.17g}",
+                    i ? "," : "", r.layer.c_str(), wush_format_name(r.format), wush_transform_kind_name(r.kind),
+                    method_name(r.method), r.loss);
+    }
+    std::printf("\n]}\n");
+}
+
+// Rows: layer x format x method; columns: transforms (the paper's table layout).
+void print_table(const std::vector<Result>& results, const Plan& plan) {
+    std::printf("%-16s %-7s %-6s", "layer", "format", "method");
+    for (wush_transform_kind k : plan.kinds) std::printf(" %11s", wush_transform_kind_name(k));
+    std::printf("\n");
+    std::vector<std::string> layers;
+    for (const Result& r : results)
+        if (layers.empty() || layers.back() != r.layer) layers.push_back(r.layer);
+    for (const std::string& layer : layers) {
+        for (wush_format f : plan.formats) {
+            for (wush_method m : plan.methods) {
+                std::printf("%-16s %-7s %-6s", layer.c_str(), wush_format_name(f), method_name(m));
+                for (wush_transform_kind k : plan.kinds) {
+                    for (const Result& r : results)
+                        if (r.layer == layer && r.format == f && r.method == m && r.kind == k) std::printf(" %11.4e", r.loss);
+                }
+                std::printf("\n");
+            }
+        }
+    }
+    std::printf("loss = ||Y_q - Y||_F^2 / (d_out * n_tokens) on held-out tokens; lower is better.\n");
+}
+
+int parse_plan(const cli::Args& a, Plan* plan) {
+    for (const std::string& s : cli::split(a.get("--format", "mxfp4,nvfp4,int4"), ',')) {
+        wush_format f;
+        if (wush_format_from_name(s.c_str(), &f) != WUSH_OK) return cli::report("--format", WUSH_ERR_INVALID_ARGUMENT);
+        plan->formats.push_back(f);
+    }
+    for (const std::string& s : cli::split(a.get("--transform", "i,r,h,wus,wush"), ',')) {
+        wush_transform_kind k;
+        if (wush_transform_kind_from_name(s.c_str(), &k) != WUSH_OK) return cli::report("--transform", WUSH_ERR_INVALID_ARGUMENT);
+        plan->kinds.push_back(k);
+    }
+    for (const std::string& s : cli::split(a.get("--method", "rtn"), ',')) {
+        if (s == "rtn" || s == "all") plan->methods.push_back(WUSH_METHOD_RTN);
+        else {
+            std::fprintf(stderr, "wush eval: unknown method '%s' (rtn, all)\n", s.c_str());
+            return 1;
+        }
+    }
+    if (plan->formats.empty() || plan->kinds.empty() || plan->methods.empty()) {
+        std::fprintf(stderr, "wush eval: empty --format, --transform or --method list\n");
+        return 1;
+    }
+    return 0;
+}
+
+}  // namespace
+
+int cmd_eval(int argc, char** argv) {
+    cli::Args a(argc, argv, {"--json"},
+                {"--layers", "--seed", "--calib-tokens", "--heldout-tokens", "--weights", "--activations", "--format",
+                 "--transform", "--method", "--damping", "--threads"});
+    const std::size_t seed = a.get_size("--seed", 1);
+    const std::size_t n_cal = a.get_size("--calib-tokens", 2048);
+    const std::size_t n_held = a.get_size("--heldout-tokens", a.has("--weights") ? 0 : 256);
+    const std::size_t threads = a.get_size("--threads", 0);
+    if (!a.ok() || a.has("--weights") != a.has("--activations")) {
+        std::fprintf(stderr, "wush eval: %s\n", a.ok() ? "--weights and --activations go together" : a.error().c_str());
+        return 2;
+    }
+    Plan plan;
+    if (parse_plan(a, &plan) != 0) return 2;
+
+    Handle<wush_context, wush_context_destroy> ctx;
+    Handle<wush_options, wush_options_destroy> opts;
+    wush_status st = wush_context_create(WUSH_BACKEND_CPU, 0, &ctx.p);
+    if (st == WUSH_OK && threads) st = wush_context_set_parameter(ctx.p, WUSH_CONTEXT_NUM_THREADS, int64_t(threads));
+    if (st == WUSH_OK) st = wush_options_create(&opts.p);
+    if (st == WUSH_OK) st = wush_options_set_int(opts.p, WUSH_OPTION_SEED, int64_t(seed));
+    if (st == WUSH_OK && a.has("--damping")) st = wush_options_set_double(opts.p, WUSH_OPTION_DAMPING, std::atof(a.get("--damping").c_str()));
+    if (st != WUSH_OK) return cli::report("setting up", st);
+
+    std::vector<std::string> names;
+    if (a.has("--weights")) names.push_back("files");
+    else names = cli::split(a.get("--layers", kDefaultLayers), ',');
+    std::vector<Layer> file_layers;
+    if (a.has("--weights") && load_files(a.get("--weights"), a.get("--activations"), n_held, &file_layers) != 0) return 1;
+    const std::size_t n_layers = a.has("--weights") ? file_layers.size() : names.size();
+
+    std::vector<Result> results;
+    cli::ProgressBar bar(n_layers * plan.formats.size() * plan.kinds.size() * plan.methods.size());
+    for (std::size_t i = 0; i < n_layers; ++i) {
+        Layer builtin;
+        if (!a.has("--weights") && load_builtin(names[i], seed, n_cal, n_held, &builtin) != 0) return 1;
+        const Layer& l = a.has("--weights") ? file_layers[i] : builtin;
+        if (eval_layer(ctx.p, l, plan, opts.p, bar, &results) != 0) return 1;
+    }
+    bar.finish();
+    if (a.has("--json")) print_json(results);
+    else print_table(results, plan);
+    return 0;
+}
