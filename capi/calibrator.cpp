@@ -2,14 +2,10 @@
 #include <memory>
 #include <string>
 
-#include "calibration/calibrator.h"
+#include "objects.h"
 #include "context.h"
 #include "guard.h"
 
-struct wush_calibrator {
-    explicit wush_calibrator(wush::Calibrator c) : core(std::move(c)) {}
-    wush::Calibrator core;
-};
 
 using namespace wush::capi;
 
@@ -125,12 +121,3 @@ WUSH_API wush_status wush_calibrator_import_state(wush_calibrator* calibrator, c
 
 }  // extern "C"
 
-namespace wush::capi {
-
-// The core calibrator behind a handle (for the transform builders in transform.cpp).
-const wush::Calibrator& calibrator_core(const wush_calibrator* c) {
-    require_handle(c, HandleType::Calibrator, "calibrator");
-    return c->core;
-}
-
-}  // namespace wush::capi

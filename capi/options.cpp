@@ -55,10 +55,17 @@ WUSH_API wush_status wush_options_set_double(wush_options* options, wush_option 
 WUSH_API wush_status wush_options_set_int(wush_options* options, wush_option option, int64_t value) {
     return guarded(__func__, [&] {
         require_handle(options, HandleType::Options, "options");
-        if (option != WUSH_OPTION_SEED) bad_option(option, "integer");
-        if (value < 0 || value > (int64_t(1) << 62))
-            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_OPTION_SEED must be in [0, 2^62], got " + std::to_string(value));
-        options->seed = value;
+        if (option == WUSH_OPTION_SEED) {
+            if (value < 0 || value > (int64_t(1) << 62))
+                wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_OPTION_SEED must be in [0, 2^62], got " + std::to_string(value));
+            options->seed = value;
+        } else if (option == WUSH_OPTION_TRANSFORM_DTYPE) {
+            if (value != WUSH_DTYPE_F32 && value != WUSH_DTYPE_BF16 && value != WUSH_DTYPE_F16)
+                wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_OPTION_TRANSFORM_DTYPE must be a wush_dtype, got " + std::to_string(value));
+            options->transform_dtype = wush_dtype(value);
+        } else {
+            bad_option(option, "integer");
+        }
     });
 }
 
@@ -75,8 +82,9 @@ WUSH_API wush_status wush_options_get_int(const wush_options* options, wush_opti
     return guarded(__func__, [&] {
         require_handle(options, HandleType::Options, "options");
         require_pointer(value, "value");
-        if (option != WUSH_OPTION_SEED) bad_option(option, "integer");
-        *value = options->seed;
+        if (option == WUSH_OPTION_SEED) *value = options->seed;
+        else if (option == WUSH_OPTION_TRANSFORM_DTYPE) *value = options->transform_dtype;
+        else bad_option(option, "integer");
     });
 }
 

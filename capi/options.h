@@ -10,6 +10,7 @@
 struct wush_options {
     double damping = 0.01;
     std::int64_t seed = 0;
+    wush_dtype transform_dtype = WUSH_DTYPE_F32;
     wush_progress_fn progress = nullptr;
     void* progress_user = nullptr;
 };

@@ -5,31 +5,26 @@
 #include <string>
 #include <strings.h>
 
-#include "calibration/calibrator.h"
 #include "context.h"
 #include "dense_input.h"
 #include "eval/layer_loss.h"
 #include "guard.h"
+#include "objects.h"
 #include "options.h"
-#include "transforms/block_transform.h"
 
-struct wush_transform {
-    explicit wush_transform(wush::BlockTransform t) : core(std::move(t)) {}
-    wush::BlockTransform core;
-};
-
-struct wush_calibrator;  // defined in calibrator.cpp; reached through calibrator_core()
-
-struct wush_qweight {
-    wush::eval::QuantizedWeights core;
-    wush_method method = WUSH_METHOD_RTN;
-};
 
 using namespace wush::capi;
 
 namespace wush::capi {
-const wush::Calibrator& calibrator_core(const wush_calibrator* c);  // calibrator.cpp
+
+const char* method_name(wush_method method) { return method == WUSH_METHOD_RTN ? "rtn" : "unknown"; }
+
+wush_method method_from_name(const std::string& name) {
+    if (name == "rtn") return WUSH_METHOD_RTN;
+    wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown method \"" + name + "\"");
 }
+
+}  // namespace wush::capi
 
 namespace {
 
@@ -57,7 +52,9 @@ wush::TransformOptions transform_options(wush::TransformKind kind, const wush_op
     return t;
 }
 
-wush_transform* publish(wush::BlockTransform t) {
+// Rounds the activation side to the options' storage precision (the weight side follows).
+wush_transform* publish(wush::BlockTransform t, const wush_options& o) {
+    if (o.transform_dtype != WUSH_DTYPE_F32) t = t.rounded_to(o.transform_dtype);
     auto h = std::make_unique<wush_transform>(std::move(t));
     register_handle(h.get(), HandleType::Transform);
     return h.release();
@@ -100,7 +97,8 @@ WUSH_API wush_status wush_transform_build(wush_context* ctx, const wush_calibrat
                                           const wush_options* options, wush_transform** transform) {
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
-        const wush::Calibrator& cal = calibrator_core(calibrator);
+        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        const wush::Calibrator& cal = calibrator->core;
         require_pointer(transform, "transform");
         const wush::TransformKind k = transform_kind(kind);
         const wush_options& o = options_or_defaults(options);
@@ -108,13 +106,13 @@ WUSH_API wush_status wush_transform_build(wush_context* ctx, const wush_calibrat
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) + " but the calibrator has d_in = " +
                                                       std::to_string(cal.d_in()));
         if (is_data_free(k)) {
-            *transform = publish(wush::build_data_free_transform(transform_options(k, o), cal.d_in(), cal.group()));
+            *transform = publish(wush::build_data_free_transform(transform_options(k, o), cal.d_in(), cal.group()), o);
             return;
         }
         if (d_out == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_out is 0");
         const FloatMatrix w(dtype, weight, d_out, d_in, "weight");
         wush::Progress progress = make_progress(o);
-        *transform = publish(wush::build_transform(transform_options(k, o), cal, w.span(), d_out, &progress));
+        *transform = publish(wush::build_transform(transform_options(k, o), cal, w.span(), d_out, &progress), o);
     });
 }
 
@@ -125,8 +123,8 @@ WUSH_API wush_status wush_transform_create_fixed(wush_transform_kind kind, size_
         const wush::TransformKind k = transform_kind(kind);
         if (!is_data_free(k))
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUS and WUSH transforms need data: use wush_transform_build()");
-        *transform = publish(wush::build_data_free_transform(transform_options(k, options_or_defaults(options)), d_in,
-                                                             group_size));
+        const wush_options& o = options_or_defaults(options);
+        *transform = publish(wush::build_data_free_transform(transform_options(k, o), d_in, group_size), o);
     });
 }
 

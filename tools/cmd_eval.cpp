@@ -10,26 +10,11 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "layers.h"
 
 namespace {
 
 const char* const kDefaultLayers = "4096x4096,4096x14336,14336x4096";
-
-// One layer's data: the weight and its activations (calibration rows first, then held-out rows),
-// in the element type they came in.
-struct Layer {
-    std::string name;
-    std::size_t d_out = 0, d_in = 0;
-    wush_dtype w_dtype = WUSH_DTYPE_F32, x_dtype = WUSH_DTYPE_F32;
-    std::vector<unsigned char> weight, x;
-    std::size_t n_calibration = 0, n_heldout = 0;
-
-    const void* heldout() const {
-        std::size_t elem = 0;
-        wush_dtype_size(x_dtype, &elem);
-        return x.data() + n_calibration * d_in * elem;
-    }
-};
 
 struct Result {
     std::string layer;
@@ -44,102 +29,6 @@ struct Plan {
     std::vector<wush_transform_kind> kinds;
     std::vector<wush_method> methods;
 };
-
-// RAII for the handles used here.
-template <typename T, void (*Destroy)(T*)>
-struct Handle {
-    T* p = nullptr;
-    ~Handle() { Destroy(p); }
-};
-
-int load_builtin(const std::string& name, std::uint64_t seed, std::size_t n_cal, std::size_t n_held, Layer* out) {
-    Layer l;
-    l.name = name;
-    wush_status st = wush_example_layer_shape(name.c_str(), &l.d_out, &l.d_in);
-    if (st != WUSH_OK) return cli::report("wush_example_layer_shape", st);
-    l.n_calibration = n_cal;
-    l.n_heldout = n_held;
-    l.weight.resize(l.d_out * l.d_in * sizeof(float));
-    l.x.resize((n_cal + n_held) * l.d_in * sizeof(float));
-    float* x = reinterpret_cast<float*>(l.x.data());
-    st = wush_example_layer_generate(name.c_str(), seed, n_cal, n_held, reinterpret_cast<float*>(l.weight.data()),
-                                     l.d_out * l.d_in, x, n_cal * l.d_in, x + n_cal * l.d_in, n_held * l.d_in);
-    if (st != WUSH_OK) return cli::report("wush_example_layer_generate", st);
-    *out = std::move(l);
-    return 0;
-}
-
-bool dtype_of(const char* s, wush_dtype* d) {
-    if (std::strcmp(s, "F32") == 0) *d = WUSH_DTYPE_F32;
-    else if (std::strcmp(s, "F16") == 0) *d = WUSH_DTYPE_F16;
-    else if (std::strcmp(s, "BF16") == 0) *d = WUSH_DTYPE_BF16;
-    else return false;
-    return true;
-}
-
-// A 2-D F32/F16/BF16 tensor of a file, copied out of the mapping (which need not be aligned).
-int read_matrix(const wush_tensor_file* f, std::size_t index, const char* file_name, std::size_t* rows,
-                std::size_t* cols, wush_dtype* dtype, std::vector<unsigned char>* bytes) {
-    const char* name = nullptr;
-    const char* dt = nullptr;
-    std::size_t ndim = 0, nbytes = 0;
-    const std::uint64_t* shape = nullptr;
-    const void* data = nullptr;
-    const wush_status st = wush_tensor_file_tensor(f, index, &name, &dt, &ndim, &shape, &data, &nbytes);
-    if (st != WUSH_OK) return cli::report("wush_tensor_file_tensor", st);
-    if (ndim != 2 || !dtype_of(dt, dtype)) {
-        std::fprintf(stderr, "wush eval: tensor '%s' of %s is not a 2-D F32/F16/BF16 tensor\n", name, file_name);
-        return 1;
-    }
-    *rows = std::size_t(shape[0]);
-    *cols = std::size_t(shape[1]);
-    const auto* p = static_cast<const unsigned char*>(data);
-    bytes->assign(p, p + nbytes);
-    return 0;
-}
-
-// Every 2-D tensor of the weights file, paired with the activation tensor of the same name; the
-// last `n_held` tokens (default: a quarter) are held out.
-int load_files(const std::string& wpath, const std::string& xpath, std::size_t n_held_opt, std::vector<Layer>* layers) {
-    Handle<wush_tensor_file, wush_tensor_file_destroy> wf, xf;
-    wush_status st = wush_tensor_file_open(wpath.c_str(), &wf.p);
-    if (st != WUSH_OK) return cli::report("opening the weights file", st);
-    st = wush_tensor_file_open(xpath.c_str(), &xf.p);
-    if (st != WUSH_OK) return cli::report("opening the activations file", st);
-    std::size_t count = 0;
-    wush_tensor_file_count(wf.p, &count);
-    for (std::size_t i = 0; i < count; ++i) {
-        const char* name = nullptr;
-        wush_tensor_file_tensor(wf.p, i, &name, nullptr, nullptr, nullptr, nullptr, nullptr);
-        Layer l;
-        l.name = name;
-        std::size_t xi = 0, n_tokens = 0, x_cols = 0;
-        if (wush_tensor_file_find(xf.p, name, &xi) != WUSH_OK) {
-            std::fprintf(stderr, "wush eval: the activations file has no tensor '%s'\n", name);
-            return 1;
-        }
-        if (read_matrix(wf.p, i, wpath.c_str(), &l.d_out, &l.d_in, &l.w_dtype, &l.weight) != 0) return 1;
-        if (read_matrix(xf.p, xi, xpath.c_str(), &n_tokens, &x_cols, &l.x_dtype, &l.x) != 0) return 1;
-        if (x_cols != l.d_in) {
-            std::fprintf(stderr, "wush eval: '%s': weight has d_in %zu but activations have %zu columns\n", name, l.d_in,
-                         x_cols);
-            return 1;
-        }
-        l.n_heldout = n_held_opt ? n_held_opt : n_tokens / 4;
-        if (l.n_heldout == 0 || l.n_heldout >= n_tokens) {
-            std::fprintf(stderr, "wush eval: '%s': %zu tokens cannot be split into calibration and %zu held-out tokens\n",
-                         name, n_tokens, l.n_heldout);
-            return 1;
-        }
-        l.n_calibration = n_tokens - l.n_heldout;
-        layers->push_back(std::move(l));
-    }
-    if (layers->empty()) {
-        std::fprintf(stderr, "wush eval: %s holds no tensors\n", wpath.c_str());
-        return 1;
-    }
-    return 0;
-}
 
 // Evaluates one layer for every planned combination, appending to `results`.
 int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_options* opts, cli::ProgressBar& bar,
@@ -244,7 +133,7 @@ int parse_plan(const cli::Args& a, Plan* plan) {
 int cmd_eval(int argc, char** argv) {
     cli::Args a(argc, argv, {"--json"},
                 {"--layers", "--seed", "--calib-tokens", "--heldout-tokens", "--weights", "--activations", "--format",
-                 "--transform", "--method", "--damping", "--threads"});
+                 "--transform", "--method", "--damping", "--threads", "--checkpoint"});
     const std::size_t seed = a.get_size("--seed", 1);
     const std::size_t n_cal = a.get_size("--calib-tokens", 2048);
     const std::size_t n_held = a.get_size("--heldout-tokens", a.has("--weights") ? 0 : 256);
@@ -252,6 +141,15 @@ int cmd_eval(int argc, char** argv) {
     if (!a.ok() || a.has("--weights") != a.has("--activations")) {
         std::fprintf(stderr, "wush eval: %s\n", a.ok() ? "--weights and --activations go together" : a.error().c_str());
         return 2;
+    }
+    if (a.has("--checkpoint")) {
+        if (!a.has("--weights")) {
+            std::fprintf(stderr, "wush eval: --checkpoint needs --weights and --activations: the loss compares the "
+                                 "quantized layer with the unquantized weights\n");
+            return 2;
+        }
+        return eval_checkpoint(a.get("--checkpoint"), a.get("--weights"), a.get("--activations"),
+                               a.get_size("--heldout-tokens", 0), a.has("--json"));
     }
     Plan plan;
     if (parse_plan(a, &plan) != 0) return 2;
@@ -269,7 +167,7 @@ int cmd_eval(int argc, char** argv) {
     if (a.has("--weights")) names.push_back("files");
     else names = cli::split(a.get("--layers", kDefaultLayers), ',');
     std::vector<Layer> file_layers;
-    if (a.has("--weights") && load_files(a.get("--weights"), a.get("--activations"), n_held, &file_layers) != 0) return 1;
+    if (a.has("--weights") && load_layer_files(a.get("--weights"), a.get("--activations"), n_held, &file_layers) != 0) return 1;
     const std::size_t n_layers = a.has("--weights") ? file_layers.size() : names.size();
 
     std::vector<Result> results;

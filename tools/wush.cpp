@@ -21,6 +21,14 @@ int usage(FILE* out) {
                  "            [--format mxfp4,nvfp4,int4] [--transform i,r,h,wus,wush] [--method rtn|all]\n"
                  "            [--calib-tokens N] [--heldout-tokens N] [--seed S] [--damping L]\n"
                  "            [--threads N] [--json]\n"
+                 "            [--checkpoint CK --weights W --activations X]  loss of a stored checkpoint\n"
+                 "  quantize  --weights W.safetensors --activations X.safetensors --format F --transform T\n"
+                 "            --out CK.safetensors [--method rtn] [--damping L] [--seed S]\n"
+                 "            [--transform-dtype f32|bf16|f16] [--threads N]\n"
+                 "            calibrate on all tokens, build transforms, pre-quantize, write a checkpoint\n"
+                 "  inspect   CK.safetensors   validate a checkpoint and list its layers\n"
+                 "  export    --fp-quant --checkpoint CK --out MODEL.safetensors [--config CONFIG.json]\n"
+                 "            write the FP-Quant / HF-transformers fp_quant layout (mxfp4, nvfp4)\n"
                  "  formats   round-trip error of each block format on built-in tensors\n"
                  "            [--rows N] [--cols N] [--seed S]\n"
                  "  version   print the library version\n"
@@ -35,6 +43,9 @@ int main(int argc, char** argv) {
     const std::string cmd = argv[1];
     if (cmd == "eval") return cmd_eval(argc - 2, argv + 2);
     if (cmd == "formats") return cmd_formats(argc - 2, argv + 2);
+    if (cmd == "quantize") return cmd_quantize(argc - 2, argv + 2);
+    if (cmd == "inspect") return cmd_inspect(argc - 2, argv + 2);
+    if (cmd == "export") return cmd_export(argc - 2, argv + 2);
     if (cmd == "version" || cmd == "--version") {
         std::printf("wush %s\n", wush_version_string());
         return 0;

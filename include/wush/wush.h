@@ -337,6 +337,11 @@ typedef enum wush_option {
     WUSH_OPTION_DAMPING = 0,
     /* int, default 0, bounds [0, 2^62]: seed of WUSH_TRANSFORM_RANDOM rotations. */
     WUSH_OPTION_SEED = 1,
+    /* int, default WUSH_DTYPE_F32: the precision the activation transforms are rounded to when
+     * built (WUSH_DTYPE_F32, WUSH_DTYPE_BF16 or WUSH_DTYPE_F16). The weight side is always derived
+     * from the rounded matrices, so the unquantized product stays exact. Use BF16 for transforms
+     * that a bf16 runtime (or the fp_quant export) will apply. */
+    WUSH_OPTION_TRANSFORM_DTYPE = 2,
     WUSH_OPTION_ENUM_MIN_ = -2147483647 - 1,
     WUSH_OPTION_ENUM_MAX_ = 2147483647
 } wush_option;
@@ -576,6 +581,86 @@ WUSH_API wush_status wush_qweight_data(const wush_qweight* qweight, const void**
 WUSH_API wush_status wush_layer_loss(wush_context* ctx, const wush_transform* transform, const wush_qweight* qweight,
                                      wush_dtype w_dtype, const void* weight, wush_dtype x_dtype, const void* x,
                                      size_t n_tokens, double* loss);
+
+/* ================================================================================================
+ * Checkpoints: transforms and pre-quantized weights in a safetensors file (docs/FORMAT.md)
+ * ==============================================================================================*/
+
+/* A checkpoint is either being written (wush_checkpoint_create, add layers, write) or opened for
+ * reading (wush_checkpoint_open). Opaque. */
+typedef struct wush_checkpoint wush_checkpoint;
+
+/*! wush_checkpoint_create() : a new, empty checkpoint to write. Release with
+ *  wush_checkpoint_destroy(). @return WUSH_OK, WUSH_ERR_INVALID_ARGUMENT or OUT_OF_MEMORY. */
+WUSH_API wush_status wush_checkpoint_create(wush_checkpoint** checkpoint);
+
+/*! wush_checkpoint_add_layer() :
+ *  Adds layer `name` (non-empty UTF-8, unique, not ending in ".codes", ".scales",
+ *  ".tensor_scale" or ".transform") made of `transform` and `qweight`, whose format group size and
+ *  d_in must match the transform's. The checkpoint REFERENCES both objects, it does not copy
+ *  them: they must stay alive until wush_checkpoint_write() returns (it checks, and fails with
+ *  WUSH_ERR_INVALID_ARGUMENT if one was destroyed).
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, a checkpoint opened for reading, bad
+ *          or repeated name, mismatched objects). */
+WUSH_API wush_status wush_checkpoint_add_layer(wush_checkpoint* checkpoint, const char* name,
+                                               const wush_transform* transform, const wush_qweight* qweight);
+
+/*! wush_checkpoint_write() :
+ *  Writes all added layers to `path` atomically: a temporary file in the same directory, fsync,
+ *  then rename, so an interrupted write never leaves a truncated file under `path`. The data is
+ *  streamed from the layers' objects (no second copy in memory). The progress callback of
+ *  `options` (may be NULL) is called after each layer.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT; WUSH_ERR_IO (the message has the system's reason);
+ *          WUSH_ERR_CANCELLED (no file is left behind). */
+WUSH_API wush_status wush_checkpoint_write(wush_checkpoint* checkpoint, const char* path, const wush_options* options);
+
+/*! wush_checkpoint_open() :
+ *  Opens a checkpoint read-only (memory-mapped) and validates it completely before returning:
+ *  everything wush_tensor_file_open() checks, plus the libwush rules of docs/FORMAT.md (format
+ *  version, every tensor belonging to a layer, each layer's four tensors with the dtypes and
+ *  shapes its metadata implies, known format/transform/method names, G matching the format, the
+ *  per-tensor factor, a valid damping, no unknown metadata keys).
+ *  @return WUSH_OK; WUSH_ERR_IO; WUSH_ERR_CORRUPT_FILE naming the first violation. */
+WUSH_API wush_status wush_checkpoint_open(const char* path, wush_checkpoint** checkpoint);
+
+/*! wush_checkpoint_destroy() : releases `checkpoint` (and unmaps an opened file once no loaded
+ *  qweight borrows from it); NULL is a no-op. */
+WUSH_API void wush_checkpoint_destroy(wush_checkpoint* checkpoint);
+
+/*! wush_checkpoint_layer_count() / wush_checkpoint_layer_name() :
+ *  The layers of a checkpoint (opened or being written), in file / insertion order. The name
+ *  string stays valid until the checkpoint is destroyed.
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT (bad handle or index). Thread-safe for an opened
+ *          checkpoint. */
+WUSH_API wush_status wush_checkpoint_layer_count(const wush_checkpoint* checkpoint, size_t* count);
+WUSH_API wush_status wush_checkpoint_layer_name(const wush_checkpoint* checkpoint, size_t index, const char** name);
+
+/*! wush_checkpoint_load_layer() :
+ *  Creates the transform and qweight of layer `name` of an opened checkpoint. The qweight's codes
+ *  and scales are used in place from the mapped file (no copy); the file stays mapped while any
+ *  loaded qweight lives, even after wush_checkpoint_destroy(). The transform's weight side is
+ *  derived from the stored matrices. Either output may be NULL if not wanted.
+ *  Ownership: release the outputs with wush_transform_destroy() / wush_qweight_destroy().
+ *  @return WUSH_OK; WUSH_ERR_NOT_FOUND; WUSH_ERR_CORRUPT_FILE (a singular or non-finite transform,
+ *          a NaN scale); WUSH_ERR_INVALID_ARGUMENT. Thread-safe (read only). */
+WUSH_API wush_status wush_checkpoint_load_layer(const wush_checkpoint* checkpoint, const char* name,
+                                                wush_transform** transform, wush_qweight** qweight);
+
+/*! wush_checkpoint_export_fp_quant() :
+ *  Writes the layers of an opened checkpoint in the layout that the FP-Quant / HF-transformers
+ *  "fp_quant" integration loads (docs/FORMAT.md): per layer `<name>.qweight` (U8, d_out x d_in/2),
+ *  `<name>.scales` (U8, d_out x d_in/G), `<name>.forward_hadamard_matrix` and
+ *  `<name>.backward_hadamard_matrix` (BF16: (G, d_in) for WUSH, column block j holding T_j^T; the
+ *  shared (G, G) matrix for identity and Hadamard), `<name>.weight_global_scale` and
+ *  `<name>.act_global_scale` (F32 (1,): 3 for MXFP4, 10 for NVFP4), atomically to `path`; and,
+ *  when `config_path` is not NULL, a JSON file {"quantization_config": {...}} for the model's
+ *  config.json.
+ *  @return WUSH_OK; WUSH_ERR_UNSUPPORTED (INT4 or mixed formats, WUS or random transforms, a
+ *          transform not exactly representable in bf16 — build with WUSH_OPTION_TRANSFORM_DTYPE =
+ *          WUSH_DTYPE_BF16); WUSH_ERR_IO; WUSH_ERR_INVALID_ARGUMENT (e.g. not an opened
+ *          checkpoint). */
+WUSH_API wush_status wush_checkpoint_export_fp_quant(const wush_checkpoint* checkpoint, const char* path,
+                                                     const char* config_path, const wush_options* options);
 
 /* ================================================================================================
  * Built-in example layers (seeded, LLM-like), the default data of `wush eval`

@@ -50,14 +50,14 @@ QuantizedWeights prequantize_rtn(const BlockTransform& transform, const formats:
     transform.apply_weights(w, d_out, transformed);
     require_finite(WUSH_DTYPE_F32, transformed.data(), d_out, d_in, "transformed weight");
     const formats::PackedSizes sizes = formats::packed_sizes(format, d_out, d_in);
-    QuantizedWeights q{format.id, d_out, d_in, std::vector<std::uint8_t>(sizes.codes), std::vector<std::uint8_t>(sizes.scales)};
-    formats::quantize_rows(format, transformed, d_out, d_in, q.codes, q.scales);
-    return q;
+    std::vector<std::uint8_t> codes(sizes.codes), scales(sizes.scales);
+    formats::quantize_rows(format, transformed, d_out, d_in, codes, scales);
+    return {format.id, d_out, d_in, formats::ByteView(std::move(codes)), formats::ByteView(std::move(scales))};
 }
 
 std::vector<float> dequantize(const QuantizedWeights& q) {
     std::vector<float> out(checked_mul(q.d_out, q.d_in, "weight size"));
-    formats::dequantize_rows(formats::spec(q.format), q.codes, q.scales, q.d_out, q.d_in, out);
+    formats::dequantize_rows(formats::spec(q.format), q.codes.span(), q.scales.span(), q.d_out, q.d_in, out);
     return out;
 }
 

@@ -10,18 +10,13 @@
 #include <vector>
 
 #include "formats/block_format.h"
+#include "formats/packed_matrix.h"
 #include "transforms/block_transform.h"
 
 namespace wush::eval {
 
-// Packed RTN codes and group scales of the transformed weights (layout of formats::quantize_rows).
-struct QuantizedWeights {
-    wush_format format;
-    std::size_t d_out = 0;
-    std::size_t d_in = 0;
-    std::vector<std::uint8_t> codes;
-    std::vector<std::uint8_t> scales;
-};
+// Packed RTN codes and group scales of the transformed weights.
+using QuantizedWeights = formats::PackedMatrix;
 
 // Throws INVALID_ARGUMENT (naming both) unless format.group == transform.group().
 void require_matching_group(const BlockTransform& transform, const formats::FormatSpec& format);

@@ -9,7 +9,9 @@
 #include <climits>
 #include <cmath>
 #include <exception>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/checked_math.h"
 #include "common/dtype.h"
@@ -97,6 +99,13 @@ const char* transform_kind_name(TransformKind kind) {
         case TransformKind::WUSH: return "wush";
     }
     return "unknown";
+}
+
+std::optional<TransformKind> transform_kind_from_name(std::string_view name) {
+    for (TransformKind k : {TransformKind::Identity, TransformKind::Hadamard, TransformKind::Random, TransformKind::WUS,
+                            TransformKind::WUSH})
+        if (name == transform_kind_name(k)) return k;
+    return std::nullopt;
 }
 
 BlockSolution solve_block(TransformKind kind, std::span<const double> m_w, std::span<const double> m_x, std::size_t g,

@@ -11,6 +11,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <span>
 #include <vector>
 
@@ -21,6 +23,8 @@ namespace wush {
 
 enum class TransformKind : int { Identity = 0, Hadamard = 1, Random = 2, WUS = 3, WUSH = 4 };
 const char* transform_kind_name(TransformKind kind);
+// Inverse of transform_kind_name ("identity", "hadamard", "random", "wus", "wush").
+std::optional<TransformKind> transform_kind_from_name(std::string_view name);
 
 struct TransformOptions {
     TransformKind kind = TransformKind::WUSH;

@@ -1,0 +1,165 @@
+// wush_checkpoint: writing and reading libwush checkpoints (src/storage/checkpoint).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "guard.h"
+#include "handles.h"
+#include "objects.h"
+#include "options.h"
+#include "storage/checkpoint.h"
+#include "storage/safetensors.h"
+
+struct wush_checkpoint {
+    struct Pending {
+        std::string name;
+        const wush_transform* transform;
+        const wush_qweight* qweight;
+    };
+    std::vector<Pending> pending;                              // a checkpoint being written
+    std::unique_ptr<wush::storage::CheckpointReader> reader;   // an opened checkpoint
+};
+
+using namespace wush::capi;
+
+namespace {
+
+const wush::storage::CheckpointReader& opened(const wush_checkpoint* c) {
+    require_handle(c, HandleType::Checkpoint, "checkpoint");
+    if (!c->reader) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "the checkpoint was not opened from a file");
+    return *c->reader;
+}
+
+// Writes a small text file atomically (temporary + fsync + rename), like the tensor files.
+void write_text_file(const std::string& path, const std::string& text) {
+    const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) wush::fail(WUSH_ERR_IO, "cannot create \"" + tmp + "\": " + std::strerror(errno));
+    const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
+    ::close(fd);
+    if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+        ::unlink(tmp.c_str());
+        wush::fail(WUSH_ERR_IO, "cannot write \"" + path + "\": " + std::strerror(errno));
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
+WUSH_API wush_status wush_checkpoint_create(wush_checkpoint** checkpoint) {
+    return guarded(__func__, [&] {
+        require_pointer(checkpoint, "checkpoint");
+        auto c = std::make_unique<wush_checkpoint>();
+        register_handle(c.get(), HandleType::Checkpoint);
+        *checkpoint = c.release();
+    });
+}
+
+WUSH_API wush_status wush_checkpoint_add_layer(wush_checkpoint* checkpoint, const char* name,
+                                               const wush_transform* transform, const wush_qweight* qweight) {
+    return guarded(__func__, [&] {
+        require_handle(checkpoint, HandleType::Checkpoint, "checkpoint");
+        require_pointer(name, "name");
+        require_handle(transform, HandleType::Transform, "transform");
+        require_handle(qweight, HandleType::QWeight, "qweight");
+        if (checkpoint->reader) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "cannot add layers to a checkpoint opened for reading");
+        // Validate now (names, geometry), so errors surface where the layer is added.
+        std::set<std::string> names;
+        for (const auto& p : checkpoint->pending) names.insert(p.name);
+        const wush::storage::LayerRef ref{name, &transform->core, &qweight->core, method_name(qweight->method)};
+        wush::storage::check_layer_ref(ref, names);
+        checkpoint->pending.push_back({name, transform, qweight});
+    });
+}
+
+WUSH_API wush_status wush_checkpoint_write(wush_checkpoint* checkpoint, const char* path, const wush_options* options) {
+    return guarded(__func__, [&] {
+        require_handle(checkpoint, HandleType::Checkpoint, "checkpoint");
+        require_pointer(path, "path");
+        if (checkpoint->reader) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "the checkpoint was opened for reading");
+        std::vector<wush::storage::LayerRef> refs;
+        for (const auto& p : checkpoint->pending) {
+            if (!is_live(p.transform, HandleType::Transform) || !is_live(p.qweight, HandleType::QWeight))
+                wush::fail(WUSH_ERR_INVALID_ARGUMENT, "the transform or qweight of layer \"" + p.name + "\" was destroyed");
+            refs.push_back({p.name, &p.transform->core, &p.qweight->core, method_name(p.qweight->method)});
+        }
+        wush::Progress progress = make_progress(options_or_defaults(options));
+        wush::storage::write_checkpoint(path, refs, &progress);
+    });
+}
+
+WUSH_API wush_status wush_checkpoint_open(const char* path, wush_checkpoint** checkpoint) {
+    return guarded(__func__, [&] {
+        require_pointer(path, "path");
+        require_pointer(checkpoint, "checkpoint");
+        auto c = std::make_unique<wush_checkpoint>();
+        c->reader = std::make_unique<wush::storage::CheckpointReader>(path);
+        register_handle(c.get(), HandleType::Checkpoint);
+        *checkpoint = c.release();
+    });
+}
+
+WUSH_API void wush_checkpoint_destroy(wush_checkpoint* checkpoint) {
+    if (checkpoint != nullptr && unregister_handle(checkpoint, HandleType::Checkpoint)) delete checkpoint;
+}
+
+WUSH_API wush_status wush_checkpoint_layer_count(const wush_checkpoint* checkpoint, size_t* count) {
+    return guarded(__func__, [&] {
+        require_handle(checkpoint, HandleType::Checkpoint, "checkpoint");
+        require_pointer(count, "count");
+        *count = checkpoint->reader ? checkpoint->reader->layer_names().size() : checkpoint->pending.size();
+    });
+}
+
+WUSH_API wush_status wush_checkpoint_layer_name(const wush_checkpoint* checkpoint, size_t index, const char** name) {
+    return guarded(__func__, [&] {
+        require_handle(checkpoint, HandleType::Checkpoint, "checkpoint");
+        require_pointer(name, "name");
+        const std::size_t n = checkpoint->reader ? checkpoint->reader->layer_names().size() : checkpoint->pending.size();
+        if (index >= n)
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "layer index " + std::to_string(index) + " is out of range (" +
+                                                      std::to_string(n) + " layers)");
+        *name = checkpoint->reader ? checkpoint->reader->layer_names()[index].c_str() : checkpoint->pending[index].name.c_str();
+    });
+}
+
+WUSH_API wush_status wush_checkpoint_load_layer(const wush_checkpoint* checkpoint, const char* name,
+                                                wush_transform** transform, wush_qweight** qweight) {
+    return guarded(__func__, [&] {
+        const wush::storage::CheckpointReader& r = opened(checkpoint);
+        require_pointer(name, "name");
+        wush::storage::CheckpointLayer layer = r.load(name);
+        auto t = std::make_unique<wush_transform>(std::move(layer.transform));
+        auto q = std::make_unique<wush_qweight>();
+        q->core = layer.weights;
+        q->method = method_from_name(layer.method);
+        if (transform) {
+            register_handle(t.get(), HandleType::Transform);
+            *transform = t.release();
+        }
+        if (qweight) {
+            register_handle(q.get(), HandleType::QWeight);
+            *qweight = q.release();
+        }
+    });
+}
+
+WUSH_API wush_status wush_checkpoint_export_fp_quant(const wush_checkpoint* checkpoint, const char* path,
+                                                     const char* config_path, const wush_options* options) {
+    return guarded(__func__, [&] {
+        const wush::storage::CheckpointReader& r = opened(checkpoint);
+        require_pointer(path, "path");
+        wush::Progress progress = make_progress(options_or_defaults(options));
+        const std::string config = wush::storage::export_fp_quant(r, path, &progress);
+        if (config_path != nullptr) write_text_file(config_path, config + "\n");
+    });
+}
+
+}  // extern "C"

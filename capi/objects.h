@@ -1,0 +1,30 @@
+// The C API's core-backed objects. Each wraps one C++ core object; the handle table (handles.h)
+// knows their types.
+#pragma once
+
+#include "calibration/calibrator.h"
+#include "eval/layer_loss.h"
+#include "transforms/block_transform.h"
+#include "wush/wush.h"
+
+struct wush_calibrator {
+    explicit wush_calibrator(wush::Calibrator c) : core(std::move(c)) {}
+    wush::Calibrator core;
+};
+
+struct wush_transform {
+    explicit wush_transform(wush::BlockTransform t) : core(std::move(t)) {}
+    wush::BlockTransform core;
+};
+
+struct wush_qweight {
+    wush::eval::QuantizedWeights core;
+    wush_method method = WUSH_METHOD_RTN;
+};
+
+namespace wush::capi {
+
+const char* method_name(wush_method method);                // "rtn", "gptq"
+wush_method method_from_name(const std::string& name);      // throws for an unknown name
+
+}  // namespace wush::capi

@@ -1,0 +1,305 @@
+#include "storage/checkpoint.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/float_bits.h"
+#include "formats/block_format.h"
+#include "formats/group_quantizer.h"
+
+namespace wush::storage {
+
+namespace {
+
+// Tensor name suffixes of a layer, and its metadata keys (after "<layer>.").
+constexpr const char* kCodes = ".codes";
+constexpr const char* kScales = ".scales";
+constexpr const char* kTensorScale = ".tensor_scale";
+constexpr const char* kTransform = ".transform";
+constexpr const char* kSuffixes[] = {kCodes, kScales, kTensorScale, kTransform};
+constexpr const char* kLayerKeys[] = {"format", "group_size", "transform", "method", "damping"};
+
+[[noreturn]] void corrupt(const std::string& what) { fail(WUSH_ERR_CORRUPT_FILE, "invalid libwush checkpoint: " + what); }
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+    return s.size() > suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+std::string scale_dtype(wush_format f) { return formats::spec(f).scale_bytes == 2 ? "BF16" : "U8"; }
+
+void check_method(const std::string& method) {
+    if (method != "rtn" && method != "gptq") corrupt("unknown method \"" + method + "\"");
+}
+
+std::string format_double(double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return buf;
+}
+
+}  // namespace
+
+void check_layer_ref(const LayerRef& l, std::set<std::string>& names) {
+    require(!l.name.empty() && l.name.find('\0') == std::string::npos, "layer names must be non-empty");
+    for (const char* suffix : kSuffixes)
+        require(!ends_with(l.name, suffix), "layer name \"" + l.name + "\" ends with a reserved suffix");
+    require(names.insert(l.name).second, "layer \"" + l.name + "\" is added twice");
+    const formats::FormatSpec& f = formats::spec(l.weights->format);
+    require(f.group == l.transform->group() && l.weights->d_in == l.transform->d_in(),
+            "layer \"" + l.name + "\": the qweight's format/width does not match the transform");
+    require(l.method == "rtn" || l.method == "gptq", "layer \"" + l.name + "\": unknown method");
+}
+
+void write_checkpoint(const std::string& path, const std::vector<LayerRef>& layers, Progress* progress) {
+    std::set<std::string> names;
+    for (const LayerRef& l : layers) check_layer_ref(l, names);
+    std::map<std::string, std::string> meta{{"format_version", kCheckpointFormatVersion},
+                                            {"producer", "libwush " + std::to_string(WUSH_VERSION_MAJOR) + "." +
+                                                             std::to_string(WUSH_VERSION_MINOR) + "." +
+                                                             std::to_string(WUSH_VERSION_PATCH)}};
+    std::vector<TensorSource> tensors;
+    const double total = double(layers.size());
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+        const LayerRef& l = layers[i];
+        const formats::FormatSpec& f = formats::spec(l.weights->format);
+        const std::size_t g = f.group, d_out = l.weights->d_out, d_in = l.weights->d_in;
+        meta[l.name + ".format"] = f.name;
+        meta[l.name + ".group_size"] = std::to_string(g);
+        meta[l.name + ".transform"] = transform_kind_name(l.transform->kind());
+        meta[l.name + ".method"] = l.method;
+        meta[l.name + ".damping"] = format_double(l.transform->damping());
+        const auto codes = l.weights->codes.span(), scales = l.weights->scales.span();
+        tensors.push_back({l.name + kCodes, "U8", {d_out, d_in / 2}, [codes](const auto& sink) { sink(codes.data(), codes.size()); }});
+        tensors.push_back({l.name + kScales, scale_dtype(f.id), {d_out, d_in / g},
+                           [scales](const auto& sink) { sink(scales.data(), scales.size()); }});
+        tensors.push_back({l.name + kTensorScale, "F32", {1}, [factor = f.tensor_factor()](const auto& sink) { sink(&factor, 4); }});
+        const auto act = l.transform->activation_matrices();
+        tensors.push_back({l.name + kTransform, "F32", {d_in / g, g, g}, [act, progress, i, total](const auto& sink) {
+                               sink(act.data(), act.size() * sizeof(float));
+                               if (progress && !progress->report(double(i + 1), total)) progress->throw_if_cancelled();
+                           }});
+    }
+    write_file(path, tensors, meta);
+}
+
+namespace {
+
+const TensorInfo& tensor_of(const Reader& r, const std::string& name) {
+    const TensorInfo* t = r.find(name);
+    if (t == nullptr) corrupt("tensor \"" + name + "\" is missing");
+    return *t;
+}
+
+void expect(const TensorInfo& t, const std::string& dtype, const std::vector<std::uint64_t>& shape) {
+    if (t.dtype != dtype) corrupt("tensor \"" + t.name + "\" has dtype " + t.dtype + ", expected " + dtype);
+    if (t.shape != shape) {
+        std::string s;
+        for (std::uint64_t d : shape) s += (s.empty() ? "" : ", ") + std::to_string(d);
+        corrupt("tensor \"" + t.name + "\" has the wrong shape, expected (" + s + ")");
+    }
+}
+
+std::size_t parse_size(const std::string& v, const std::string& key) {
+    if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
+        corrupt("metadata \"" + key + "\" = \"" + v + "\" is not a size");
+    return std::size_t(std::stoul(v));
+}
+
+double parse_damping(const std::string& v, const std::string& key) {
+    char* end = nullptr;
+    const double d = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !std::isfinite(d) || d < 0) corrupt("metadata \"" + key + "\" = \"" + v + "\" is not a damping");
+    return d;
+}
+
+struct LayerMeta {
+    const formats::FormatSpec* format;
+    TransformKind kind;
+    std::string method;
+    double damping;
+};
+
+LayerMeta layer_meta(const Header& h, const std::string& name) {
+    auto get = [&](const char* key) {
+        const auto it = h.metadata.find(name + "." + key);
+        if (it == h.metadata.end()) corrupt("layer \"" + name + "\" lacks metadata \"" + name + "." + key + "\"");
+        return it->second;
+    };
+    LayerMeta m{};
+    m.format = formats::spec_by_name(get("format").c_str());
+    if (m.format == nullptr) corrupt("layer \"" + name + "\" has unknown format \"" + get("format") + "\"");
+    if (parse_size(get("group_size"), name + ".group_size") != m.format->group)
+        corrupt("layer \"" + name + "\": group_size " + get("group_size") + " does not match " + m.format->name);
+    const auto kind = transform_kind_from_name(get("transform"));
+    if (!kind) corrupt("layer \"" + name + "\" has unknown transform \"" + get("transform") + "\"");
+    m.kind = *kind;
+    m.method = get("method");
+    check_method(m.method);
+    m.damping = parse_damping(get("damping"), name + ".damping");
+    return m;
+}
+
+// Shapes and dtypes of one layer's four tensors, consistent with its metadata.
+void check_layer_tensors(const Reader& r, const std::string& name, const LayerMeta& m) {
+    const TensorInfo& codes = tensor_of(r, name + kCodes);
+    if (codes.shape.size() != 2) corrupt("tensor \"" + codes.name + "\" is not 2-D");
+    const std::uint64_t g = m.format->group, d_out = codes.shape[0], d_in = codes.shape[1] * 2;
+    if (d_out == 0 || d_in == 0 || d_in % g != 0) corrupt("layer \"" + name + "\" has d_in not a positive multiple of G");
+    expect(codes, "U8", {d_out, d_in / 2});
+    expect(tensor_of(r, name + kScales), scale_dtype(m.format->id), {d_out, d_in / g});
+    const TensorInfo& ts = tensor_of(r, name + kTensorScale);
+    expect(ts, "F32", {1});
+    float factor;
+    std::memcpy(&factor, r.bytes(ts).data(), 4);
+    if (factor != m.format->tensor_factor())
+        corrupt("layer \"" + name + "\": tensor_scale " + format_double(factor) + " is not the " + m.format->name + " factor");
+    expect(tensor_of(r, name + kTransform), "F32", {d_in / g, g, g});
+}
+
+// Layer names from the tensor names; every tensor and metadata key must belong to a layer.
+std::vector<std::string> collect_layers(const Reader& r) {
+    const Header& h = r.header();
+    const auto version = h.metadata.find("format_version");
+    if (version == h.metadata.end()) corrupt("no \"format_version\" metadata: not a libwush checkpoint");
+    if (version->second != kCheckpointFormatVersion)
+        corrupt("format_version \"" + version->second + "\" is not supported (this library reads " +
+                kCheckpointFormatVersion + ")");
+    std::vector<std::string> names;
+    for (const TensorInfo& t : h.tensors) {
+        if (!ends_with(t.name, kCodes)) {
+            bool known = false;
+            for (const char* s : kSuffixes) known = known || ends_with(t.name, s);
+            if (!known) corrupt("unexpected tensor \"" + t.name + "\"");
+            continue;
+        }
+        names.push_back(t.name.substr(0, t.name.size() - std::strlen(kCodes)));
+    }
+    const std::set<std::string> layer_set(names.begin(), names.end());
+    for (const TensorInfo& t : h.tensors) {
+        for (const char* s : kSuffixes)
+            if (ends_with(t.name, s) && !layer_set.count(t.name.substr(0, t.name.size() - std::strlen(s))))
+                corrupt("tensor \"" + t.name + "\" belongs to no layer (its .codes tensor is missing)");
+    }
+    for (const auto& [key, value] : h.metadata) {
+        if (key == "format_version" || key == "producer") continue;
+        bool known = false;
+        for (const std::string& n : names)
+            for (const char* k : kLayerKeys) known = known || key == n + "." + k;
+        if (!known) corrupt("unexpected metadata key \"" + key + "\"");
+    }
+    return names;
+}
+
+}  // namespace
+
+CheckpointReader::CheckpointReader(const std::string& path) : file_(std::make_shared<const Reader>(path)) {
+    names_ = collect_layers(*file_);
+    for (const std::string& n : names_) check_layer_tensors(*file_, n, layer_meta(file_->header(), n));
+}
+
+CheckpointLayer CheckpointReader::load(std::string_view name) const {
+    const std::string n(name);
+    if (std::find(names_.begin(), names_.end(), n) == names_.end())
+        fail(WUSH_ERR_NOT_FOUND, "the checkpoint has no layer \"" + n + "\"");
+    const LayerMeta m = layer_meta(file_->header(), n);
+    const auto bytes = [&](const char* suffix) {
+        const auto b = file_->bytes(tensor_of(*file_, n + suffix));
+        return std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(b.data()), b.size());
+    };
+    const auto t_bytes = bytes(kTransform);
+    std::vector<float> act(t_bytes.size() / sizeof(float));
+    std::memcpy(act.data(), t_bytes.data(), t_bytes.size());  // the mapping need not be float-aligned
+    const std::size_t g = m.format->group, d_in = act.size() / g;
+    const auto codes = bytes(kCodes), scales = bytes(kScales);
+    for (std::size_t k = 0; k < scales.size(); k += m.format->scale_bytes)
+        if (!std::isfinite(formats::decode_scale(m.format->id, scales.data() + k)))
+            corrupt("layer \"" + n + "\" has a NaN or infinite scale (group " + std::to_string(k / m.format->scale_bytes) + ")");
+    try {
+        BlockTransform t(d_in, g, m.kind, std::move(act), m.damping);
+        const formats::PackedMatrix w{m.format->id, codes.size() * 2 / d_in, d_in, formats::ByteView(codes, file_),
+                                      formats::ByteView(scales, file_)};
+        return {n, std::move(t), w, m.method};
+    } catch (const Error& e) {
+        corrupt("layer \"" + n + "\": " + e.what());
+    }
+}
+
+std::string export_fp_quant(const CheckpointReader& ck, const std::string& path, Progress* progress) {
+    std::vector<CheckpointLayer> layers;
+    std::string forward_dtype, init;
+    std::size_t group = 0;
+    for (const std::string& n : ck.layer_names()) {
+        CheckpointLayer l = ck.load(n);
+        const formats::FormatSpec& f = formats::spec(l.weights.format);
+        if (f.id != WUSH_FORMAT_MXFP4 && f.id != WUSH_FORMAT_NVFP4)
+            fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n + "\": fp_quant holds only mxfp4 and nvfp4, not " + f.name);
+        for (float v : l.transform.activation_matrices())
+            if (bits::bf16_decode(bits::bf16_encode(v)) != v)
+                fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n + "\": its transform is not exactly representable in bf16 "
+                                           "(build it with WUSH_OPTION_TRANSFORM_DTYPE = WUSH_DTYPE_BF16)");
+        const std::string kind = l.transform.kind() == TransformKind::Identity   ? "identity"
+                                 : l.transform.kind() == TransformKind::Hadamard ? "hadamard"
+                                 : l.transform.kind() == TransformKind::WUSH     ? "wush"
+                                                                                 : "";
+        if (kind.empty())
+            fail(WUSH_ERR_UNSUPPORTED, std::string("layer \"") + n + "\": fp_quant has no transform_init for " +
+                                           transform_kind_name(l.transform.kind()));
+        if (!forward_dtype.empty() && (forward_dtype != f.name || init != kind))
+            fail(WUSH_ERR_UNSUPPORTED, "fp_quant needs one format and one transform kind for all layers");
+        forward_dtype = f.name;
+        init = kind;
+        group = f.group;
+        layers.push_back(std::move(l));
+    }
+    require(!layers.empty(), "the checkpoint has no layers");
+
+    std::vector<TensorSource> tensors;
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+        const CheckpointLayer& l = layers[i];
+        const std::size_t d_out = l.weights.d_out, d_in = l.weights.d_in, g = group;
+        const auto codes = l.weights.codes.span(), scales = l.weights.scales.span();
+        const float global = float(formats::spec(l.weights.format).tensor_divisor);
+        tensors.push_back({l.name + ".qweight", "U8", {d_out, d_in / 2}, [codes](const auto& s) { s(codes.data(), codes.size()); }});
+        tensors.push_back({l.name + ".scales", "U8", {d_out, d_in / g}, [scales](const auto& s) { s(scales.data(), scales.size()); }});
+        // WUSH: (G, d_in), column block j holds T_j^T, so a token's block x_j (a row) times it is
+        // (T_j x_j)^T. Identity/Hadamard: the one shared (G, G) matrix.
+        const auto act = l.transform.activation_matrices();
+        const std::size_t width = init == "wush" ? d_in : g;
+        auto matrix = [act, g, width](const auto& sink) {
+            std::vector<std::uint16_t> row(width);
+            for (std::size_t r = 0; r < g; ++r) {
+                for (std::size_t c = 0; c < width; ++c) {
+                    const std::size_t block = c / g, col = c % g;  // entry (r, col) of T_block^T = T_block(col, r)
+                    row[c] = bits::bf16_encode(act[block * g * g + col * g + r]);
+                }
+                sink(row.data(), row.size() * 2);
+            }
+        };
+        tensors.push_back({l.name + ".forward_hadamard_matrix", "BF16", {g, width}, matrix});
+        tensors.push_back({l.name + ".backward_hadamard_matrix", "BF16", {g, width}, matrix});
+        tensors.push_back({l.name + ".weight_global_scale", "F32", {1}, [global](const auto& s) { s(&global, 4); }});
+        tensors.push_back({l.name + ".act_global_scale", "F32", {1}, [global, progress, i, n = layers.size()](const auto& s) {
+                               s(&global, 4);
+                               if (progress && !progress->report(double(i + 1), double(n))) progress->throw_if_cancelled();
+                           }});
+    }
+    write_file(path, tensors, {});
+    const nlohmann::json config = {{"quantization_config",
+                                    {{"quant_method", "fp_quant"},
+                                     {"forward_dtype", forward_dtype},
+                                     {"forward_method", "abs_max"},
+                                     {"hadamard_group_size", group},
+                                     {"transform_init", init},
+                                     {"backward_dtype", "bf16"},
+                                     {"store_master_weights", false},
+                                     {"pseudoquantization", false},
+                                     {"modules_to_not_convert", {"lm_head"}}}}};
+    return config.dump(2);
+}
+
+}  // namespace wush::storage

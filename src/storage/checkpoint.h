@@ -1,0 +1,67 @@
+// libwush checkpoints (docs/FORMAT.md): per quantized layer the activation transform and the
+// pre-quantized weights, in a safetensors file with libwush metadata. Also the export to the
+// FP-Quant / HF-transformers "fp_quant" layout.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/progress.h"
+#include "formats/packed_matrix.h"
+#include "storage/safetensors.h"
+#include "transforms/block_transform.h"
+
+namespace wush::storage {
+
+inline constexpr const char* kCheckpointFormatVersion = "1";
+
+// One layer to write; the referenced objects must outlive write_checkpoint().
+struct LayerRef {
+    std::string name;
+    const BlockTransform* transform;
+    const formats::PackedMatrix* weights;
+    std::string method;  // "rtn" or "gptq"
+};
+
+// Checks one layer against the rules of a checkpoint and against the names already taken (which
+// it extends); throws INVALID_ARGUMENT.
+void check_layer_ref(const LayerRef& layer, std::set<std::string>& names);
+
+// Checks names, geometry and format/transform consistency, then writes atomically, streaming the
+// tensors from the objects (no second copy). Throws INVALID_ARGUMENT, IO or CANCELLED.
+void write_checkpoint(const std::string& path, const std::vector<LayerRef>& layers, Progress* progress);
+
+struct CheckpointLayer {
+    std::string name;
+    BlockTransform transform;
+    formats::PackedMatrix weights;  // borrows the mapped file
+    std::string method;
+};
+
+// A checkpoint opened read-only (memory-mapped). The constructor validates the safetensors
+// structure and every libwush rule (docs/FORMAT.md) before returning: CORRUPT_FILE names the
+// first violation.
+class CheckpointReader {
+public:
+    explicit CheckpointReader(const std::string& path);
+    const std::vector<std::string>& layer_names() const noexcept { return names_; }
+    // Builds the layer's transform (deriving the weight side) and borrows its weights. Throws
+    // NOT_FOUND for an unknown name, CORRUPT_FILE for a singular or non-finite transform or a NaN
+    // scale.
+    CheckpointLayer load(std::string_view name) const;
+    const Header& header() const noexcept { return file_->header(); }
+
+private:
+    std::shared_ptr<const Reader> file_;
+    std::vector<std::string> names_;
+};
+
+// Writes the fp_quant layout of every layer (MXFP4 and NVFP4 only; the transforms must be exactly
+// representable in bf16, the dtype that layout stores). Returns the quantization_config JSON.
+std::string export_fp_quant(const CheckpointReader& checkpoint, const std::string& path, Progress* progress);
+
+}  // namespace wush::storage

@@ -1,0 +1,208 @@
+// Checkpoint commands: `wush quantize` (write), `wush inspect` (validate and list),
+// `wush export --fp-quant`, and `wush eval --checkpoint` (measure a stored checkpoint).
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "commands.h"
+#include "layers.h"
+
+namespace {
+
+int progress_to_stderr(void* user, double fraction) {
+    const char* what = static_cast<const char*>(user);
+    std::fprintf(stderr, "\r%s %3d%%", what, int(fraction * 100.0 + 0.5));
+    if (fraction >= 1.0) std::fprintf(stderr, "\n");
+    return 0;
+}
+
+bool dtype_from_name(const std::string& s, wush_dtype* d) {
+    if (s == "f32") *d = WUSH_DTYPE_F32;
+    else if (s == "bf16") *d = WUSH_DTYPE_BF16;
+    else if (s == "f16") *d = WUSH_DTYPE_F16;
+    else return false;
+    return true;
+}
+
+}  // namespace
+
+int cmd_quantize(int argc, char** argv) {
+    cli::Args a(argc, argv, {}, {"--weights", "--activations", "--format", "--transform", "--method", "--out",
+                                  "--damping", "--seed", "--transform-dtype", "--threads"});
+    const std::size_t seed = a.get_size("--seed", 1), threads = a.get_size("--threads", 0);
+    for (const char* required : {"--weights", "--activations", "--format", "--transform", "--out"})
+        if (a.ok() && !a.has(required)) {
+            std::fprintf(stderr, "wush quantize: %s is required\n", required);
+            return 2;
+        }
+    if (!a.ok()) {
+        std::fprintf(stderr, "wush quantize: %s\n", a.error().c_str());
+        return 2;
+    }
+    wush_format format;
+    wush_transform_kind kind;
+    wush_dtype tdtype = WUSH_DTYPE_F32;
+    if (wush_format_from_name(a.get("--format").c_str(), &format) != WUSH_OK) return cli::report("--format", WUSH_ERR_INVALID_ARGUMENT);
+    if (wush_transform_kind_from_name(a.get("--transform").c_str(), &kind) != WUSH_OK)
+        return cli::report("--transform", WUSH_ERR_INVALID_ARGUMENT);
+    if (a.get("--method", "rtn") != "rtn") {
+        std::fprintf(stderr, "wush quantize: unknown method '%s' (rtn)\n", a.get("--method").c_str());
+        return 2;
+    }
+    if (!dtype_from_name(a.get("--transform-dtype", "f32"), &tdtype)) {
+        std::fprintf(stderr, "wush quantize: --transform-dtype takes f32, bf16 or f16\n");
+        return 2;
+    }
+    std::vector<Layer> layers;
+    if (load_layer_files(a.get("--weights"), a.get("--activations"), 0, &layers, /*all_heldout=*/true) != 0) return 1;
+
+    Handle<wush_context, wush_context_destroy> ctx;
+    Handle<wush_options, wush_options_destroy> opts;
+    Handle<wush_checkpoint, wush_checkpoint_destroy> ck;
+    wush_status st = wush_context_create(WUSH_BACKEND_CPU, 0, &ctx.p);
+    if (st == WUSH_OK && threads) st = wush_context_set_parameter(ctx.p, WUSH_CONTEXT_NUM_THREADS, int64_t(threads));
+    if (st == WUSH_OK) st = wush_options_create(&opts.p);
+    if (st == WUSH_OK) st = wush_options_set_int(opts.p, WUSH_OPTION_SEED, int64_t(seed));
+    if (st == WUSH_OK) st = wush_options_set_int(opts.p, WUSH_OPTION_TRANSFORM_DTYPE, tdtype);
+    if (st == WUSH_OK && a.has("--damping"))
+        st = wush_options_set_double(opts.p, WUSH_OPTION_DAMPING, std::atof(a.get("--damping").c_str()));
+    if (st == WUSH_OK) st = wush_checkpoint_create(&ck.p);
+    if (st != WUSH_OK) return cli::report("setting up", st);
+    std::size_t g = 0;
+    wush_format_group_size(format, &g);
+
+    // Every layer's objects stay alive until the checkpoint is written (it references them).
+    std::vector<std::unique_ptr<Handle<wush_transform, wush_transform_destroy>>> transforms;
+    std::vector<std::unique_ptr<Handle<wush_qweight, wush_qweight_destroy>>> qweights;
+    cli::ProgressBar bar(layers.size());
+    for (Layer& l : layers) {
+        Handle<wush_calibrator, wush_calibrator_destroy> cal;
+        transforms.push_back(std::make_unique<Handle<wush_transform, wush_transform_destroy>>());
+        qweights.push_back(std::make_unique<Handle<wush_qweight, wush_qweight_destroy>>());
+        st = wush_calibrator_create(l.d_in, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &cal.p);
+        if (st == WUSH_OK) st = wush_calibrator_add(ctx.p, cal.p, l.x_dtype, l.x.data(), l.n_heldout);
+        if (st == WUSH_OK)
+            st = wush_transform_build(ctx.p, cal.p, l.w_dtype, l.weight.data(), l.d_out, l.d_in, kind, opts.p,
+                                      &transforms.back()->p);
+        if (st == WUSH_OK)
+            st = wush_qweight_create(ctx.p, transforms.back()->p, format, WUSH_METHOD_RTN, l.w_dtype, l.weight.data(),
+                                     l.d_out, l.d_in, opts.p, &qweights.back()->p);
+        if (st == WUSH_OK) st = wush_checkpoint_add_layer(ck.p, l.name.c_str(), transforms.back()->p, qweights.back()->p);
+        if (st != WUSH_OK) {
+            bar.finish();
+            std::fprintf(stderr, "wush quantize: layer '%s':\n", l.name.c_str());
+            return cli::report("quantizing", st);
+        }
+        std::vector<unsigned char>().swap(l.x);  // the activations are no longer needed
+        bar.step(l.name);
+    }
+    bar.finish();
+    char label[] = "writing";
+    wush_options_set_progress(opts.p, progress_to_stderr, label);
+    st = wush_checkpoint_write(ck.p, a.get("--out").c_str(), opts.p);
+    if (st != WUSH_OK) return cli::report("wush_checkpoint_write", st);
+    std::fprintf(stderr, "wrote %zu layers to %s\n", layers.size(), a.get("--out").c_str());
+    return 0;
+}
+
+int cmd_inspect(int argc, char** argv) {
+    if (argc != 1) {
+        std::fprintf(stderr, "usage: wush inspect CHECKPOINT.safetensors\n");
+        return 2;
+    }
+    Handle<wush_checkpoint, wush_checkpoint_destroy> ck;
+    wush_status st = wush_checkpoint_open(argv[0], &ck.p);
+    if (st != WUSH_OK) {
+        std::fprintf(stderr, "wush inspect: %s: %s: %s\n", argv[0], wush_status_string(st), wush_last_error());
+        return 1;
+    }
+    std::size_t n = 0;
+    wush_checkpoint_layer_count(ck.p, &n);
+    std::printf("%s: %zu layers\n", argv[0], n);
+    std::printf("%-40s %8s %8s %-7s %-9s %-6s %12s\n", "layer", "d_out", "d_in", "format", "transform", "method", "bytes");
+    for (std::size_t i = 0; i < n; ++i) {
+        const char* name = nullptr;
+        Handle<wush_transform, wush_transform_destroy> t;
+        Handle<wush_qweight, wush_qweight_destroy> q;
+        wush_checkpoint_layer_name(ck.p, i, &name);
+        st = wush_checkpoint_load_layer(ck.p, name, &t.p, &q.p);
+        if (st != WUSH_OK) {
+            std::fprintf(stderr, "wush inspect: %s: %s: %s\n", argv[0], wush_status_string(st), wush_last_error());
+            return 1;
+        }
+        wush_format f;
+        wush_method m;
+        wush_transform_kind k;
+        std::size_t d_out = 0, d_in = 0, g = 0, codes = 0, scales = 0;
+        wush_qweight_info(q.p, &f, &m, &d_out, &d_in);
+        wush_qweight_data(q.p, nullptr, &codes, nullptr, &scales);
+        wush_transform_info(t.p, &k, nullptr, &g);
+        std::printf("%-40s %8zu %8zu %-7s %-9s %-6s %12zu\n", name, d_out, d_in, wush_format_name(f),
+                    wush_transform_kind_name(k), m == WUSH_METHOD_RTN ? "rtn" : "?", codes + scales + d_in * g * 4 + 4);
+    }
+    return 0;
+}
+
+int cmd_export(int argc, char** argv) {
+    cli::Args a(argc, argv, {"--fp-quant"}, {"--checkpoint", "--out", "--config"});
+    if (!a.ok() || !a.has("--fp-quant") || !a.has("--checkpoint") || !a.has("--out")) {
+        std::fprintf(stderr, "usage: wush export --fp-quant --checkpoint CK.safetensors --out MODEL.safetensors "
+                             "[--config QUANT_CONFIG.json]\n%s%s", a.error().c_str(), a.ok() ? "" : "\n");
+        return 2;
+    }
+    Handle<wush_checkpoint, wush_checkpoint_destroy> ck;
+    wush_status st = wush_checkpoint_open(a.get("--checkpoint").c_str(), &ck.p);
+    if (st != WUSH_OK) return cli::report("opening the checkpoint", st);
+    const std::string config = a.get("--config");
+    st = wush_checkpoint_export_fp_quant(ck.p, a.get("--out").c_str(), config.empty() ? nullptr : config.c_str(), nullptr);
+    if (st != WUSH_OK) return cli::report("wush_checkpoint_export_fp_quant", st);
+    std::fprintf(stderr, "wrote %s%s%s\n", a.get("--out").c_str(), config.empty() ? "" : " and ", config.c_str());
+    return 0;
+}
+
+int eval_checkpoint(const std::string& ck_path, const std::string& weights, const std::string& activations,
+                    std::size_t n_held, bool json) {
+    Handle<wush_checkpoint, wush_checkpoint_destroy> ck;
+    Handle<wush_context, wush_context_destroy> ctx;
+    wush_status st = wush_checkpoint_open(ck_path.c_str(), &ck.p);
+    if (st != WUSH_OK) return cli::report("opening the checkpoint", st);
+    if ((st = wush_context_create(WUSH_BACKEND_CPU, 0, &ctx.p)) != WUSH_OK) return cli::report("wush_context_create", st);
+    std::vector<Layer> layers;
+    if (load_layer_files(weights, activations, n_held, &layers, /*all_heldout=*/n_held == 0) != 0) return 1;
+    if (json) std::printf("{\"results\": [");
+    else std::printf("%-40s %-7s %-9s %-6s %12s\n", "layer", "format", "transform", "method", "loss");
+    std::size_t printed = 0;
+    for (const Layer& l : layers) {
+        Handle<wush_transform, wush_transform_destroy> t;
+        Handle<wush_qweight, wush_qweight_destroy> q;
+        st = wush_checkpoint_load_layer(ck.p, l.name.c_str(), &t.p, &q.p);
+        if (st == WUSH_ERR_NOT_FOUND) continue;  // a weight the checkpoint does not quantize
+        if (st != WUSH_OK) return cli::report("wush_checkpoint_load_layer", st);
+        double loss = 0.0;
+        st = wush_layer_loss(ctx.p, t.p, q.p, l.w_dtype, l.weight.data(), l.x_dtype, l.heldout(), l.n_heldout, &loss);
+        if (st != WUSH_OK) {
+            std::fprintf(stderr, "wush eval: layer '%s':\n", l.name.c_str());
+            return cli::report("wush_layer_loss", st);
+        }
+        wush_format f;
+        wush_transform_kind k;
+        wush_method m;
+        wush_qweight_info(q.p, &f, &m, nullptr, nullptr);
+        wush_transform_info(t.p, &k, nullptr, nullptr);
+        if (json)
+            std::printf("%s\n  {\"layer\": \"%s\", \"format\": \"%s\", \"transform\": \"%s\", \"method\": \"rtn\", \"loss\": %.17g}",
+                        printed ? "," : "", l.name.c_str(), wush_format_name(f), wush_transform_kind_name(k), loss);
+        else
+            std::printf("%-40s %-7s %-9s %-6s %12.4e\n", l.name.c_str(), wush_format_name(f), wush_transform_kind_name(k), "rtn", loss);
+        ++printed;
+    }
+    if (json) std::printf("\n]}\n");
+    if (printed == 0) {
+        std::fprintf(stderr, "wush eval: no weight tensor matches a layer of the checkpoint\n");
+        return 1;
+    }
+    return 0;
+}
