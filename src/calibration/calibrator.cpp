@@ -1,6 +1,7 @@
 #include "calibration/calibrator.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,9 +15,14 @@ namespace wush {
 
 namespace {
 
-// Tokens converted to float64 per dsyrk call: large enough for BLAS-3 efficiency, small enough that
-// the tile (tile x d_in doubles) stays a few MiB for realistic d_in.
-constexpr std::size_t kTileTokens = 256;
+// Block-diagonal mode: tokens per dsyrk call (its rank k), and the float64 panel scratch of one
+// thread (a chunk of its blocks' columns of one token tile), sized to stay in the core's L2.
+constexpr std::size_t kBlockTileTokens = 256;
+constexpr std::size_t kPanelDoubles = 32768;  // 256 KiB
+// Full mode: tokens converted to float64 per whole-matrix dsyrk call. The accumulator is
+// d_in^2 doubles and every call reads and writes its upper triangle, so the rank should be large
+// enough to amortize that traffic, while the tile (tile x d_in doubles) stays a small fraction of it.
+constexpr std::size_t kFullTileTokens = 256;
 // Token counts travel as doubles in the exported state; beyond 2^53 they would stop being exact.
 constexpr double kMaxExactCount = 9007199254740992.0;
 
@@ -38,6 +44,39 @@ double divided_field(double stored, double replicas, const char* what) {
     return v;
 }
 
+// Rows [t0, t0 + rows) of the n x cols activations, converted to float64 into `out` (rows x cols),
+// the rows split over the threads.
+void convert_rows(wush_dtype dtype, const void* x, std::size_t t0, std::size_t rows, std::size_t cols, double* out) {
+    const bool f32 = dtype == WUSH_DTYPE_F32;
+    std::vector<float> buf(f32 ? 0 : cols * std::size_t(omp_get_max_threads()));
+#pragma omp parallel for schedule(static)
+    for (std::size_t r = 0; r < rows; ++r) {
+        const float* src = static_cast<const float*>(x) + (t0 + r) * cols;
+        if (!f32) {
+            float* row = buf.data() + std::size_t(omp_get_thread_num()) * cols;
+            to_float(dtype, x, (t0 + r) * cols, std::span<float>(row, cols));
+            src = row;
+        }
+        double* dst = out + r * cols;
+        for (std::size_t j = 0; j < cols; ++j) dst[j] = src[j];
+    }
+}
+
+// require_finite over the whole batch with the scan split over the threads; on a hit the serial
+// check runs again so that the error names the first bad element exactly as require_finite does.
+void require_finite_batch(wush_dtype dtype, const void* x, std::size_t rows, std::size_t cols) {
+    constexpr std::size_t kChunkRows = 64;
+    const std::size_t chunks = (rows + kChunkRows - 1) / kChunkRows;
+    const std::size_t esize = dtype_size(dtype);
+    bool bad = false;
+#pragma omp parallel for schedule(static) reduction(|| : bad)
+    for (std::size_t ch = 0; ch < chunks; ++ch) {
+        const std::size_t r0 = ch * kChunkRows, n = std::min(kChunkRows, rows - r0);
+        if (find_non_finite(dtype, static_cast<const char*>(x) + r0 * cols * esize, n * cols)) bad = true;
+    }
+    if (bad) require_finite(dtype, x, rows, cols, "calibration activations");
+}
+
 }  // namespace
 
 Calibrator::Calibrator(std::size_t d_in, std::size_t group, MomentMode mode) : d_in_(d_in), group_(group), mode_(mode) {
@@ -52,42 +91,82 @@ std::size_t Calibrator::state_size(std::size_t d_in, std::size_t group, MomentMo
     return checked_add(kCalibratorStateHeader, checked_mul(checked_mul(count, side, "state"), side, "state"), "state");
 }
 
+namespace {
+
+// Full mode: sums (d_in x d_in, upper triangle) += X^T X, tile by tile.
+void accumulate_full(std::size_t d_in_, double* sums, wush_dtype dtype, const void* x, std::size_t n_tokens) {
+    const std::size_t tile_tokens = kFullTileTokens;
+    std::vector<double> tile(checked_mul(std::min(n_tokens, tile_tokens), d_in_, "tile size"));
+    const int lda = int(d_in_);
+    for (std::size_t t0 = 0; t0 < n_tokens; t0 += tile_tokens) {
+        const std::size_t rows = std::min(tile_tokens, n_tokens - t0);
+        convert_rows(dtype, x, t0, rows, d_in_, tile.data());
+        // One BLAS-3 rank-k update of the whole matrix (OpenBLAS threads it internally).
+        cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, lda, int(rows), 1.0, tile.data(), lda, 1.0, sums, lda);
+    }
+}
+
+// Block-diagonal mode: sums (C blocks of G x G, upper triangles) += X_b^T X_b per block b.
+void accumulate_blocks(std::size_t d_in_, std::size_t g, double* sums, wush_dtype dtype, const void* x,
+                       std::size_t n_tokens) {
+    // Each thread owns a contiguous range of blocks for the whole batch (no barrier, no shared
+    // writes). It walks the tokens in tiles; per tile and per chunk of its blocks it converts the
+    // chunk's columns to float64 into contiguous per-block panels (tile x G, lda = G), small enough
+    // to stay in cache, and runs one dsyrk per block on them. The panels are read by BLAS with unit
+    // stride instead of a d_in stride, which is what keeps the blocks' DSYRKs fast.
+    const std::size_t c = d_in_ / g;
+    const std::size_t tile_tokens = std::min(n_tokens, kBlockTileTokens);
+    const std::size_t chunk = std::clamp<std::size_t>(kPanelDoubles / (tile_tokens * g), 1, c);
+    const int threads = std::max(1, std::min(omp_get_max_threads(), int(c)));
+    const std::size_t per_thread = checked_mul(checked_mul(tile_tokens, chunk, "panel size"), g, "panel size");
+    // Scratch allocated here, not inside the parallel region (no exception may escape it).
+    std::vector<double> panels(checked_mul(per_thread, std::size_t(threads), "panel size"));
+    std::vector<float> rows_f(dtype == WUSH_DTYPE_F32 ? 0 : chunk * g * std::size_t(threads));
+    const int ig = int(g);
+#pragma omp parallel num_threads(threads)
+    {
+        const std::size_t id = std::size_t(omp_get_thread_num()), nt = std::size_t(omp_get_num_threads());
+        const std::size_t b_begin = c * id / nt, b_end = c * (id + 1) / nt;
+        double* panel = panels.data() + id * per_thread;
+        float* row_buf = rows_f.empty() ? nullptr : rows_f.data() + id * chunk * g;
+        for (std::size_t t0 = 0; t0 < n_tokens; t0 += tile_tokens) {
+            const std::size_t rows = std::min(tile_tokens, n_tokens - t0);
+            for (std::size_t b0 = b_begin; b0 < b_end; b0 += chunk) {
+                const std::size_t nb = std::min(chunk, b_end - b0), cols = nb * g;
+                for (std::size_t r = 0; r < rows; ++r) {
+                    const std::size_t offset = (t0 + r) * d_in_ + b0 * g;
+                    const float* src = static_cast<const float*>(x) + offset;
+                    if (row_buf) {
+                        to_float(dtype, x, offset, std::span<float>(row_buf, cols));
+                        src = row_buf;
+                    }
+                    for (std::size_t k = 0; k < nb; ++k) {
+                        double* dst = panel + k * rows * g + r * g;
+                        for (std::size_t j = 0; j < g; ++j) dst[j] = src[k * g + j];
+                    }
+                }
+                for (std::size_t k = 0; k < nb; ++k)
+                    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, ig, int(rows), 1.0, panel + k * rows * g, ig,
+                                1.0, sums + (b0 + k) * g * g, ig);
+            }
+        }
+    }
+}
+
+}  // namespace
+
 void Calibrator::add(wush_dtype dtype, const void* x, std::size_t n_tokens) {
     require(n_tokens > 0, "calibrator add: zero tokens");
     require(x != nullptr, "calibrator add: activations pointer is NULL");
     dtype_size(dtype);  // rejects an unknown dtype before anything else
     require(double(tokens_) + double(n_tokens) <= kMaxExactCount, "calibrator add: token count would exceed 2^53");
     // Validate the whole batch first: a rejected batch must leave the state untouched.
-    require_finite(dtype, x, n_tokens, d_in_, "calibration activations");
-
-    std::vector<float> row(d_in_);
-    std::vector<double> tile(checked_mul(std::min(n_tokens, kTileTokens), d_in_, "tile size"));
-    for (std::size_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {
-        const std::size_t rows = std::min(kTileTokens, n_tokens - t0);
-        for (std::size_t r = 0; r < rows; ++r) {
-            to_float(dtype, x, (t0 + r) * d_in_, row);
-            std::copy(row.begin(), row.end(), tile.begin() + r * d_in_);
-        }
-        accumulate_tile(tile.data(), rows);
-    }
+    require_finite_batch(dtype, x, n_tokens, d_in_);
+    if (mode_ == MomentMode::Full)
+        accumulate_full(d_in_, sums_.data(), dtype, x, n_tokens);
+    else
+        accumulate_blocks(d_in_, group_, sums_.data(), dtype, x, n_tokens);
     tokens_ += n_tokens;
-}
-
-void Calibrator::accumulate_tile(const double* tile, std::size_t rows) {
-    const int k = int(rows);
-    const int lda = int(d_in_);
-    if (mode_ == MomentMode::Full) {
-        // One BLAS-3 rank-k update of the whole matrix (OpenBLAS threads it internally).
-        cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, int(d_in_), k, 1.0, tile, lda, 1.0, sums_.data(), lda);
-        return;
-    }
-    // Blocks are independent accumulators: spread them over threads (OpenBLAS runs each call
-    // single-threaded inside a parallel region, so there is no oversubscription).
-    const std::size_t c = blocks();
-    const int g = int(group_);
-#pragma omp parallel for schedule(static)
-    for (std::size_t b = 0; b < c; ++b)
-        cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, g, k, 1.0, tile + b * group_, lda, 1.0, sums_of(b), g);
 }
 
 void Calibrator::merge(const Calibrator& other) {

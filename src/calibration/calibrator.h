@@ -66,7 +66,6 @@ public:
     static Calibrator import_state(std::span<const double> state);
 
 private:
-    void accumulate_tile(const double* tile, std::size_t rows);
     // Upper-triangle accumulator of block b (full mode: b must be 0, the whole matrix).
     double* sums_of(std::size_t b) noexcept { return sums_.data() + b * side() * side(); }
     const double* sums_of(std::size_t b) const noexcept { return sums_.data() + b * side() * side(); }

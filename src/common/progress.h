@@ -20,10 +20,16 @@ public:
 
     // Records that `done` of `total` units are finished; returns false once cancelled.
     bool report(double done, double total) {
-        if (callback_ && std::this_thread::get_id() == owner_ && !cancelled_.load(std::memory_order_relaxed)) {
-            if (!callback_(total > 0 ? done / total : 1.0)) cancelled_.store(true, std::memory_order_relaxed);
-        }
+        if (std::this_thread::get_id() == owner_) deliver(total > 0 ? done / total : 1.0);
         return !cancelled();
+    }
+
+    // Called by the owner after a parallel loop: worker threads never call the callback, so the
+    // final 1.0 (and the user's last chance to cancel) may not have been delivered yet.
+    // Throws CANCELLED if the operation was cancelled.
+    void finish() {
+        if (last_ < 1.0) deliver(1.0);
+        throw_if_cancelled();
     }
 
     bool cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
@@ -33,8 +39,15 @@ public:
     }
 
 private:
+    void deliver(double fraction) {
+        if (!callback_ || cancelled()) return;
+        last_ = fraction;
+        if (!callback_(fraction)) cancelled_.store(true, std::memory_order_relaxed);
+    }
+
     std::function<bool(double)> callback_;
     std::thread::id owner_;
+    double last_ = -1.0;  // the last fraction delivered (owner thread only)
     std::atomic<bool> cancelled_{false};
 };
 

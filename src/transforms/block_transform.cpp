@@ -192,7 +192,7 @@ void parallel_blocks(std::size_t count, Body body, Progress* progress = nullptr)
         if (progress) progress->report(double(++done), double(count));
     }
     if (error) std::rethrow_exception(error);
-    if (progress) progress->throw_if_cancelled();
+    if (progress) progress->finish();
 }
 
 }  // namespace

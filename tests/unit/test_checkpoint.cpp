@@ -1,0 +1,193 @@
+// libwush checkpoints: a write -> open -> load round trip, and one test per validation rule of the
+// reader, each on a file assembled here with the generic safetensors writer (not the checkpoint
+// writer under test).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "eval/layer_loss.h"
+#include "storage/checkpoint.h"
+#include "storage/safetensors.h"
+#include "transforms/basis.h"
+
+namespace {
+
+using wush::storage::CheckpointReader;
+using wush::storage::TensorSource;
+
+std::string temp_path(const std::string& name) {
+    return (std::filesystem::temp_directory_path() / ("wush_test_ck_" + name + ".safetensors")).string();
+}
+
+// A valid one-layer MXFP4 checkpoint's parts (d_out = 4, d_in = 64, G = 32, identity transform),
+// which each test may alter before writing.
+struct Parts {
+    std::vector<TensorSource> tensors;
+    std::map<std::string, std::string> meta;
+    std::vector<std::uint8_t> codes = std::vector<std::uint8_t>(4 * 32, 0x21);
+    std::vector<std::uint8_t> scales = std::vector<std::uint8_t>(4 * 2, 127);
+    float factor = 1.0f / 3.0f;
+    std::vector<float> transform = identity(2, 32);
+
+    static std::vector<float> identity(std::size_t c, std::size_t g) {
+        std::vector<float> t(c * g * g, 0.0f);
+        for (std::size_t b = 0; b < c; ++b)
+            for (std::size_t i = 0; i < g; ++i) t[b * g * g + i * g + i] = 1.0f;
+        return t;
+    }
+
+    Parts() {
+        tensors = {
+            {"L.codes", "U8", {4, 32}, [this](const auto& s) { s(codes.data(), codes.size()); }},
+            {"L.scales", "U8", {4, 2}, [this](const auto& s) { s(scales.data(), scales.size()); }},
+            {"L.tensor_scale", "F32", {1}, [this](const auto& s) { s(&factor, 4); }},
+            {"L.transform", "F32", {2, 32, 32}, [this](const auto& s) { s(transform.data(), transform.size() * 4); }},
+        };
+        meta = {{"format_version", "1"}, {"L.format", "mxfp4"}, {"L.group_size", "32"},
+                {"L.transform", "identity"}, {"L.method", "rtn"}, {"L.damping", "0.01"}};
+    }
+
+    TensorSource& tensor(const std::string& name) {
+        for (TensorSource& t : tensors)
+            if (t.name == name) return t;
+        throw std::logic_error("no tensor " + name);
+    }
+
+    std::string write(const std::string& name) const {
+        const std::string path = temp_path(name);
+        wush::storage::write_file(path, tensors, meta);
+        return path;
+    }
+};
+
+// Opening (and loading every layer of) the file must fail with CORRUPT_FILE mentioning `what`.
+void expect_rejected(const Parts& p, const std::string& what) {
+    const std::string path = p.write("rule");
+    try {
+        CheckpointReader r(path);
+        for (const std::string& n : r.layer_names()) r.load(n);
+        ADD_FAILURE() << "accepted; expected an error about: " << what;
+    } catch (const wush::Error& e) {
+        EXPECT_EQ(e.status(), WUSH_ERR_CORRUPT_FILE) << e.what();
+        EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+    std::filesystem::remove(path);
+}
+
+TEST(CheckpointValidation, TheBaselineFileIsValid) {
+    Parts p;
+    const std::string path = p.write("baseline");
+    CheckpointReader r(path);
+    ASSERT_EQ(r.layer_names(), std::vector<std::string>{"L"});
+    const auto layer = r.load("L");
+    EXPECT_EQ(layer.weights.d_out, 4u);
+    EXPECT_EQ(layer.weights.d_in, 64u);
+    EXPECT_EQ(layer.transform.kind(), wush::TransformKind::Identity);
+    std::filesystem::remove(path);
+}
+
+TEST(CheckpointValidation, EachRuleHasItsOwnError) {
+    { Parts p; p.meta.erase("format_version"); expect_rejected(p, "no \"format_version\""); }
+    { Parts p; p.meta["format_version"] = "2"; expect_rejected(p, "format_version \"2\" is not supported"); }
+    { Parts p; p.meta["extra"] = "x"; expect_rejected(p, "unexpected metadata key \"extra\""); }
+    { Parts p; p.meta.erase("L.method"); expect_rejected(p, "lacks metadata \"L.method\""); }
+    { Parts p; p.meta["L.format"] = "fp5"; expect_rejected(p, "unknown format \"fp5\""); }
+    { Parts p; p.meta["L.group_size"] = "16"; expect_rejected(p, "group_size 16 does not match"); }
+    { Parts p; p.meta["L.group_size"] = "3x"; expect_rejected(p, "is not a size"); }
+    { Parts p; p.meta["L.transform"] = "fancy"; expect_rejected(p, "unknown transform \"fancy\""); }
+    { Parts p; p.meta["L.method"] = "awq"; expect_rejected(p, "unknown method \"awq\""); }
+    { Parts p; p.meta["L.damping"] = "-1"; expect_rejected(p, "is not a damping"); }
+    { Parts p; p.meta["L.damping"] = "nan"; expect_rejected(p, "is not a damping"); }
+    {
+        Parts p;
+        p.tensors.push_back({"stray", "U8", {1}, [](const auto& s) { const std::uint8_t b = 0; s(&b, 1); }});
+        expect_rejected(p, "unexpected tensor \"stray\"");
+    }
+    {
+        Parts p;
+        p.tensors.push_back({"M.scales", "U8", {1}, [](const auto& s) { const std::uint8_t b = 0; s(&b, 1); }});
+        expect_rejected(p, "belongs to no layer");
+    }
+    {
+        Parts p;
+        p.tensors.erase(p.tensors.begin() + 1);  // L.scales
+        expect_rejected(p, "tensor \"L.scales\" is missing");
+    }
+    { Parts p; p.tensor("L.codes").dtype = "I8"; expect_rejected(p, "has dtype I8, expected U8"); }
+    {
+        Parts p;
+        p.codes.resize(4 * 16);
+        p.tensor("L.codes").shape = {4, 16};  // d_in 32: scales (4, 2) no longer fit
+        expect_rejected(p, "tensor \"L.scales\" has the wrong shape");
+    }
+    {
+        Parts p;
+        p.codes.resize(4 * 8);
+        p.tensor("L.codes").shape = {4, 8};  // d_in 16, not a multiple of 32
+        expect_rejected(p, "not a positive multiple of G");
+    }
+    { Parts p; p.tensor("L.codes").shape = {128}; expect_rejected(p, "is not 2-D"); }
+    { Parts p; p.factor = 0.25f; expect_rejected(p, "is not the mxfp4 factor"); }
+    {
+        Parts p;
+        p.transform.resize(32 * 32);
+        p.tensor("L.transform").shape = {1, 32, 32};
+        expect_rejected(p, "tensor \"L.transform\" has the wrong shape");
+    }
+    { Parts p; p.scales[3] = 0xFF; expect_rejected(p, "NaN or infinite scale (group 3)"); }
+    { Parts p; p.transform[5] = NAN; expect_rejected(p, "NaN or Inf"); }
+    {
+        Parts p;
+        std::fill(p.transform.begin() + 32 * 32, p.transform.end(), 0.0f);  // block 1 singular
+        expect_rejected(p, "singular");
+    }
+}
+
+TEST(Checkpoint, WriteOpenLoadRoundTrip) {
+    const std::size_t d_in = 128, d_out = 24, g = 32;
+    std::mt19937_64 rng(5);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> w(d_out * d_in), x(64 * d_in);
+    for (float& v : w) v = normal(rng);
+    for (float& v : x) v = normal(rng);
+    wush::Calibrator cal(d_in, g, wush::MomentMode::BlockDiagonal);
+    cal.add(WUSH_DTYPE_F32, x.data(), 64);
+    const wush::BlockTransform t = wush::build_transform({wush::TransformKind::WUSH, 0.01, 0}, cal, w, d_out);
+    const auto& f = wush::formats::spec(WUSH_FORMAT_MXFP4);
+    const wush::formats::PackedMatrix q = wush::eval::prequantize_rtn(t, f, w, d_out);
+    const std::string path = temp_path("roundtrip");
+    wush::storage::write_checkpoint(path, {{"blocks.0.mlp", &t, &q, "rtn"}}, nullptr);
+
+    CheckpointReader r(path);
+    const auto layer = r.load("blocks.0.mlp");
+    const auto a = t.activation_matrices(), b = layer.transform.activation_matrices();
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "stored transform is bit-exact";
+    const auto wa = t.weight_matrices(), wb = layer.transform.weight_matrices();
+    EXPECT_EQ(std::memcmp(wa.data(), wb.data(), wa.size() * 8), 0) << "weight side re-derived identically";
+    EXPECT_EQ(layer.transform.kind(), wush::TransformKind::WUSH);
+    EXPECT_EQ(layer.transform.damping(), 0.01);
+    EXPECT_TRUE(std::equal(q.codes.span().begin(), q.codes.span().end(), layer.weights.codes.span().begin()));
+    EXPECT_TRUE(std::equal(q.scales.span().begin(), q.scales.span().end(), layer.weights.scales.span().begin()));
+    EXPECT_EQ(wush::eval::layer_loss(t, q, w, x, 64), wush::eval::layer_loss(layer.transform, layer.weights, w, x, 64));
+    std::filesystem::remove(path);
+}
+
+TEST(Checkpoint, WriterRejectsBadLayers) {
+    const auto t = wush::build_data_free_transform({wush::TransformKind::Hadamard, 0.01, 0}, 64, 16);  // G = 16
+    wush::formats::PackedMatrix q{WUSH_FORMAT_MXFP4, 2, 64, {}, {}};                                 // G = 32
+    const std::string path = temp_path("bad");
+    EXPECT_THROW(wush::storage::write_checkpoint(path, {{"a", &t, &q, "rtn"}}, nullptr), wush::Error);
+    q.format = WUSH_FORMAT_NVFP4;
+    EXPECT_THROW(wush::storage::write_checkpoint(path, {{"a.codes", &t, &q, "rtn"}}, nullptr), wush::Error);
+    EXPECT_THROW(wush::storage::write_checkpoint(path, {{"a", &t, &q, "rtn"}, {"a", &t, &q, "rtn"}}, nullptr), wush::Error);
+    EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+}  // namespace
