@@ -43,21 +43,33 @@ WUSH_HD int mx_scale_exponent(float amax, bool ocp) {
     return e;
 }
 
+// Element encoders under a fixed group scale (used by the group quantizers below, and by GPTQ,
+// which fixes a group's scale before its error feedback moves the values).
+WUSH_HD std::uint8_t encode_mx(double x, int e, bool ocp) {
+    return codec::e2m1_encode(x * ldexp(ocp ? 1.0 : 3.0, -e));  // exact power-of-two multiple
+}
+
+WUSH_HD std::uint8_t encode_nvfp4(double x, double scale) {
+    // A zero scale (underflow) multiplies by zero: the code keeps only the input's sign.
+    return codec::e2m1_encode(scale > 0.0 ? x * 10.0 / scale : x * 0.0);
+}
+
+WUSH_HD std::uint8_t encode_int4(double x, double scale) {
+    double q = scale > 0.0 ? floor(x / scale) : 0.0;
+    q = fmin(fmax(q, -8.0), 7.0);
+    return std::uint8_t(int(q) & 0xF);
+}
+
 WUSH_HD void quantize_group_mx(const float* x, int n, bool ocp, std::uint8_t* codes, std::uint8_t* scale) {
     const int e = mx_scale_exponent(group_amax(x, n), ocp);
-    const double mult = ldexp(ocp ? 1.0 : 3.0, -e);  // exact power-of-two multiple
-    for (int i = 0; i < n; ++i) put_nibble(codes, i, codec::e2m1_encode(double(x[i]) * mult));
+    for (int i = 0; i < n; ++i) put_nibble(codes, i, encode_mx(double(x[i]), e, ocp));
     *scale = codec::e8m0_from_exponent(e);
 }
 
 WUSH_HD void quantize_group_nvfp4(const float* x, int n, std::uint8_t* codes, std::uint8_t* scale) {
     const std::uint8_t s = codec::e4m3_encode(double(group_amax(x, n)) * 10.0 / 6.0);
     const double sv = codec::e4m3_decode(s);
-    for (int i = 0; i < n; ++i) {
-        // A zero scale (underflow) multiplies by zero: the code keeps only the input's sign.
-        const double v = sv > 0.0 ? double(x[i]) * 10.0 / sv : double(x[i]) * 0.0;
-        put_nibble(codes, i, codec::e2m1_encode(v));
-    }
+    for (int i = 0; i < n; ++i) put_nibble(codes, i, encode_nvfp4(double(x[i]), sv));
     *scale = s;
 }
 
@@ -66,11 +78,7 @@ WUSH_HD void quantize_group_int4(const float* x, int n, std::uint8_t* codes, std
     for (int i = 0; i < n; ++i) sum_sq += double(x[i]) * double(x[i]);
     const std::uint16_t s = bits::bf16_encode(kInt4ScalePerRms * sqrt(sum_sq / n));
     const double sv = bits::bf16_decode(s);
-    for (int i = 0; i < n; ++i) {
-        double q = sv > 0.0 ? floor(double(x[i]) / sv) : 0.0;
-        q = fmin(fmax(q, -8.0), 7.0);
-        put_nibble(codes, i, std::uint8_t(int(q) & 0xF));
-    }
+    for (int i = 0; i < n; ++i) put_nibble(codes, i, encode_int4(double(x[i]), sv));
     scale[0] = std::uint8_t(s & 0xFF);  // little-endian bf16
     scale[1] = std::uint8_t(s >> 8);
 }
@@ -105,6 +113,19 @@ WUSH_HD float decode_element(wush_format format, std::uint8_t nibble) {
         return float(q) + 0.5f;
     }
     return codec::e2m1_decode(nibble);
+}
+
+// Encodes one value under the already chosen group scale `scale` (as quantize_group stored it).
+// The scale must be finite (as every scale quantize_group writes is).
+WUSH_HD std::uint8_t encode_element(wush_format format, double x, const std::uint8_t* scale) {
+    switch (format) {
+        case WUSH_FORMAT_MXFP4: return encode_mx(x, codec::e8m0_exponent(scale[0]), false);
+        case WUSH_FORMAT_MXFP4_OCP: return encode_mx(x, codec::e8m0_exponent(scale[0]), true);
+        case WUSH_FORMAT_NVFP4: return encode_nvfp4(x, codec::e4m3_decode(scale[0]));
+        case WUSH_FORMAT_INT4: return encode_int4(x, bits::bf16_decode(std::uint16_t(scale[0] | (scale[1] << 8))));
+        default: break;  // out-of-range values are handled after the switch
+    }
+    return 0;
 }
 
 }  // namespace wush::formats

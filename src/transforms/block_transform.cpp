@@ -161,7 +161,8 @@ void check_layer_geometry(std::size_t d_in, std::size_t group) {
             "transform: G = " + std::to_string(group) + " does not divide d_in = " + std::to_string(d_in));
 }
 
-// T_w = (T_act)^{-T} in float64 from the float32 entries. Empty when the block is singular.
+}  // namespace
+
 std::vector<double> inverse_transpose(const float* t, std::size_t g) {
     std::vector<double> a(t, t + g * g);
     std::vector<lapack_int> piv(g);
@@ -172,6 +173,8 @@ std::vector<double> inverse_transpose(const float* t, std::size_t g) {
         for (std::size_t j = i + 1; j < g; ++j) std::swap(a[i * g + j], a[j * g + i]);
     return a;
 }
+
+namespace {
 
 // Runs body(b) for every block in parallel and rethrows the first exception on the calling thread
 // (exceptions must not cross an OpenMP region boundary).
@@ -197,6 +200,21 @@ void parallel_blocks(std::size_t count, Body body, Progress* progress = nullptr)
 
 }  // namespace
 
+float round_for_storage(float v, wush_dtype storage) {
+    switch (storage) {
+        case WUSH_DTYPE_F32: return v;
+        case WUSH_DTYPE_BF16: return bits::bf16_decode(bits::bf16_encode(v));
+        case WUSH_DTYPE_F16: {
+            // binary16: 10 stored mantissa bits, minimum normal exponent -14, max finite 65504.
+            const double r = bits::round_to_format(std::fabs(double(v)), 10, -14);
+            require(r <= 65504.0, "transform: entry " + std::to_string(v) + " overflows f16 storage");
+            return float(std::signbit(v) ? -r : r);
+        }
+        default: break;
+    }
+    fail(WUSH_ERR_INVALID_ARGUMENT, "transform: unknown storage dtype " + std::to_string(int(storage)));
+}
+
 BlockTransform::BlockTransform(std::size_t d_in, std::size_t group, TransformKind kind, std::vector<float> activation,
                                double damping, TransformStats stats)
     : d_in_(d_in), group_(group), kind_(kind), damping_(damping), act_(std::move(activation)), stats_(std::move(stats)) {
@@ -217,21 +235,7 @@ BlockTransform::BlockTransform(std::size_t d_in, std::size_t group, TransformKin
 
 BlockTransform BlockTransform::rounded_to(wush_dtype storage) const {
     std::vector<float> act = act_;
-    switch (storage) {
-        case WUSH_DTYPE_F32: break;
-        case WUSH_DTYPE_BF16:
-            for (float& v : act) v = bits::bf16_decode(bits::bf16_encode(v));
-            break;
-        case WUSH_DTYPE_F16:
-            for (float& v : act) {
-                // binary16: 10 stored mantissa bits, minimum normal exponent -14, max finite 65504.
-                const double r = bits::round_to_format(std::fabs(double(v)), 10, -14);
-                require(r <= 65504.0, "transform: entry " + std::to_string(v) + " overflows f16 storage");
-                v = float(std::signbit(v) ? -r : r);
-            }
-            break;
-        default: fail(WUSH_ERR_INVALID_ARGUMENT, "transform: unknown storage dtype " + std::to_string(int(storage)));
-    }
+    for (float& v : act) v = round_for_storage(v, storage);
     return BlockTransform(d_in_, group_, kind_, std::move(act), damping_, stats_);
 }
 

@@ -108,6 +108,14 @@ private:
     TransformStats stats_;
 };
 
+// T_w = T_act^{-T} of one G x G row-major block, in float64 from the float32 entries; empty when
+// the block is singular.
+std::vector<double> inverse_transpose(const float* t_act, std::size_t g);
+
+// One activation-transform entry rounded (RNE) to the storage type of a checkpoint (F32: as is,
+// BF16 or F16). INVALID_ARGUMENT for an entry out of the F16 range or an unknown dtype.
+float round_for_storage(float v, wush_dtype storage);
+
 // The Identity / Hadamard / Random transforms need no data.
 BlockTransform build_data_free_transform(const TransformOptions& options, std::size_t d_in, std::size_t group);
 

@@ -1,0 +1,47 @@
+// GPTQ-WUSH: the GPTQ case of the paper's Algorithm 2 (DESIGN.md §2).
+//
+// Framework layout (W: d_out x d_in). With H = X^T X / n the full activation moment, damped to
+// H + lambda tr(H)/d_in I, and U the upper Cholesky factor of its inverse (H^{-1} = U^T U, GPTQ's
+// factor), the blocks i = 0..C-1 of G columns are processed in order:
+//   1. the block's transform is built from the *updated* weight slice W_i (M_W = W_i^T W_i / d_out)
+//      and the undamped diagonal block of H (M_X), exactly as the RTN path builds it (WUS/WUSH;
+//      the data-free kinds use their fixed matrices), rounded to the storage dtype;
+//   2. the slice is transformed, Wbar = W_i T_w^T, with the transformed inverse Hessian
+//      T_w (U_ii^T U_ii) T_w^T (the paper's T_wush (L_ii L_ii^T)^{-1} T_wush^T, inverted);
+//   3. each output row's group scale is fixed from Wbar, then the intra-block GPTQ pass quantizes
+//      Wbar column by column, feeding each column's error forward through that Hessian's factor;
+//   4. the error in the original space, E = Q T_act - W_i, is propagated to the later blocks,
+//      W_j += E U_ii^{-1} U_ij, lazily: within a batch of blocks at once, and to everything after
+//      the batch with one BLAS-3 update (the GPTQ paper's lazy batch).
+// With the identity transform this is textbook GPTQ with group = block and scales fixed at the
+// start of each group.
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "calibration/calibrator.h"
+#include "common/progress.h"
+#include "formats/block_format.h"
+#include "formats/packed_matrix.h"
+#include "transforms/block_transform.h"
+
+namespace wush::gptq {
+
+struct Result {
+    BlockTransform transform;
+    formats::PackedMatrix weights;
+    double damping_used = 0.0;  // the Hessian damping that made it positive definite (>= requested)
+};
+
+// Runs Algorithm 2 (GPTQ case) for one layer: `hessian` must be a Full-mode calibrator with at least
+// one token, `weight` the d_out x d_in float32 layer weight (finite), `format`'s group size equal to
+// the calibrator's G. `options.damping` is both Algorithm 1's lambda and the Hessian's; when the
+// damped Hessian is not positive definite the Hessian damping is raised tenfold up to 3 times, then
+// NUMERICAL. `transform_dtype` rounds the activation transforms as BlockTransform::rounded_to.
+// Memory: two d_in x d_in float64 matrices plus the d_out x d_in float64 weight.
+Result quantize(const TransformOptions& options, wush_dtype transform_dtype, const formats::FormatSpec& format,
+                const Calibrator& hessian, std::span<const float> weight, std::size_t d_out,
+                Progress* progress = nullptr);
+
+}  // namespace wush::gptq
