@@ -8,6 +8,7 @@
 #include "context.h"
 #include "dense_input.h"
 #include "eval/layer_loss.h"
+#include "gptq/gptq.h"
 #include "guard.h"
 #include "objects.h"
 #include "options.h"
@@ -17,10 +18,18 @@ using namespace wush::capi;
 
 namespace wush::capi {
 
-const char* method_name(wush_method method) { return method == WUSH_METHOD_RTN ? "rtn" : "unknown"; }
+const char* method_name(wush_method method) {
+    switch (method) {
+        case WUSH_METHOD_RTN: return "rtn";
+        case WUSH_METHOD_GPTQ: return "gptq";
+        default: break;
+    }
+    return "unknown";
+}
 
 wush_method method_from_name(const std::string& name) {
     if (name == "rtn") return WUSH_METHOD_RTN;
+    if (name == "gptq") return WUSH_METHOD_GPTQ;
     wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown method \"" + name + "\"");
 }
 
@@ -184,6 +193,9 @@ WUSH_API wush_status wush_qweight_create(wush_context* ctx, const wush_transform
         require_pointer(qweight, "qweight");
         const wush::formats::FormatSpec& f = wush::formats::spec(format);
         options_or_defaults(options);
+        if (method == WUSH_METHOD_GPTQ)
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT,
+                       "GPTQ builds the transform and the weights together: use wush_layer_quantize()");
         if (method != WUSH_METHOD_RTN) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_method " + std::to_string(int(method)));
         if (d_in != transform->core.d_in())
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) + " but the transform has d_in = " +
@@ -194,6 +206,61 @@ WUSH_API wush_status wush_qweight_create(wush_context* ctx, const wush_transform
         q->core = wush::eval::prequantize_rtn(transform->core, f, w.span(), d_out);
         q->method = method;
         register_handle(q.get(), HandleType::QWeight);
+        *qweight = q.release();
+    });
+}
+
+WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrator* calibrator, wush_transform_kind kind,
+                                         wush_format format, wush_method method, wush_dtype dtype, const void* weight,
+                                         size_t d_out, size_t d_in, const wush_options* options,
+                                         wush_transform** transform, wush_qweight** qweight) {
+    if (method != WUSH_METHOD_GPTQ) {
+        // RTN: the two-step path; the transform is released if the weights fail.
+        if (transform == nullptr || qweight == nullptr)
+            return guarded(__func__, [&] {
+                require_pointer(transform, "transform");
+                require_pointer(qweight, "qweight");
+            });
+        wush_transform* t = nullptr;
+        wush_status st = wush_transform_build(ctx, calibrator, dtype, weight, d_out, d_in, kind, options, &t);
+        if (st != WUSH_OK) return st;
+        st = wush_qweight_create(ctx, t, format, method, dtype, weight, d_out, d_in, options, qweight);
+        if (st != WUSH_OK) {
+            wush_transform_destroy(t);
+            return st;
+        }
+        *transform = t;
+        return WUSH_OK;
+    }
+    return guarded(__func__, [&] {
+        ContextUse use(ctx, "ctx");
+        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        require_pointer(transform, "transform");
+        require_pointer(qweight, "qweight");
+        const wush::Calibrator& cal = calibrator->core;
+        const wush::TransformKind k = transform_kind(kind);
+        const wush::formats::FormatSpec& f = wush::formats::spec(format);
+        const wush_options& o = options_or_defaults(options);
+        if (d_in != cal.d_in())
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) + " but the calibrator has d_in = " +
+                                                      std::to_string(cal.d_in()));
+        if (d_out == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_out is 0");
+        const FloatMatrix w(dtype, weight, d_out, d_in, "weight");
+        wush::Progress progress = make_progress(o);
+        wush::gptq::Result r =
+            wush::gptq::quantize(transform_options(k, o), wush_dtype(o.transform_dtype), f, cal, w.span(), d_out, &progress);
+        auto t = std::make_unique<wush_transform>(std::move(r.transform));
+        auto q = std::make_unique<wush_qweight>();
+        q->core = std::move(r.weights);
+        q->method = WUSH_METHOD_GPTQ;
+        register_handle(t.get(), HandleType::Transform);
+        try {
+            register_handle(q.get(), HandleType::QWeight);
+        } catch (...) {
+            unregister_handle(t.get(), HandleType::Transform);
+            throw;
+        }
+        *transform = t.release();
         *qweight = q.release();
     });
 }

@@ -52,6 +52,17 @@ int report(const char* what, wush_status status) {
     return 1;
 }
 
+const char* method_name(wush_method method) {
+    return method == WUSH_METHOD_RTN ? "rtn" : method == WUSH_METHOD_GPTQ ? "gptq" : "?";
+}
+
+bool method_from_name(const std::string& name, wush_method* method) {
+    if (name == "rtn") *method = WUSH_METHOD_RTN;
+    else if (name == "gptq") *method = WUSH_METHOD_GPTQ;
+    else return false;
+    return true;
+}
+
 void ProgressBar::step(const std::string& label) {
     done_ = std::min(done_ + 1, total_);
     const int width = 30;

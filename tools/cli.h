@@ -34,6 +34,11 @@ std::vector<std::string> split(const std::string& s, char sep);
 // Prints "wush: <what> failed: STATUS: message" to stderr; returns exit code 1.
 int report(const char* what, wush_status status);
 
+// "rtn" / "gptq" (the JSON and checkpoint spelling), "?" for anything else.
+const char* method_name(wush_method method);
+// Parses "rtn" / "gptq"; false for anything else.
+bool method_from_name(const std::string& name, wush_method* method);
+
 // A one-line progress bar on stderr, redrawn in place.
 class ProgressBar {
 public:

@@ -48,8 +48,9 @@ int cmd_quantize(int argc, char** argv) {
     if (wush_format_from_name(a.get("--format").c_str(), &format) != WUSH_OK) return cli::report("--format", WUSH_ERR_INVALID_ARGUMENT);
     if (wush_transform_kind_from_name(a.get("--transform").c_str(), &kind) != WUSH_OK)
         return cli::report("--transform", WUSH_ERR_INVALID_ARGUMENT);
-    if (a.get("--method", "rtn") != "rtn") {
-        std::fprintf(stderr, "wush quantize: unknown method '%s' (rtn)\n", a.get("--method").c_str());
+    wush_method method = WUSH_METHOD_RTN;
+    if (!cli::method_from_name(a.get("--method", "rtn"), &method)) {
+        std::fprintf(stderr, "wush quantize: unknown method '%s' (rtn, gptq)\n", a.get("--method").c_str());
         return 2;
     }
     if (!dtype_from_name(a.get("--transform-dtype", "f32"), &tdtype)) {
@@ -82,14 +83,13 @@ int cmd_quantize(int argc, char** argv) {
         Handle<wush_calibrator, wush_calibrator_destroy> cal;
         transforms.push_back(std::make_unique<Handle<wush_transform, wush_transform_destroy>>());
         qweights.push_back(std::make_unique<Handle<wush_qweight, wush_qweight_destroy>>());
-        st = wush_calibrator_create(l.d_in, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &cal.p);
+        // GPTQ needs the whole Hessian; RTN only its diagonal blocks.
+        st = wush_calibrator_create(l.d_in, g, method == WUSH_METHOD_GPTQ ? WUSH_MOMENTS_FULL : WUSH_MOMENTS_BLOCK_DIAGONAL,
+                                    &cal.p);
         if (st == WUSH_OK) st = wush_calibrator_add(ctx.p, cal.p, l.x_dtype, l.x.data(), l.n_heldout);
         if (st == WUSH_OK)
-            st = wush_transform_build(ctx.p, cal.p, l.w_dtype, l.weight.data(), l.d_out, l.d_in, kind, opts.p,
-                                      &transforms.back()->p);
-        if (st == WUSH_OK)
-            st = wush_qweight_create(ctx.p, transforms.back()->p, format, WUSH_METHOD_RTN, l.w_dtype, l.weight.data(),
-                                     l.d_out, l.d_in, opts.p, &qweights.back()->p);
+            st = wush_layer_quantize(ctx.p, cal.p, kind, format, method, l.w_dtype, l.weight.data(), l.d_out, l.d_in,
+                                     opts.p, &transforms.back()->p, &qweights.back()->p);
         if (st == WUSH_OK) st = wush_checkpoint_add_layer(ck.p, l.name.c_str(), transforms.back()->p, qweights.back()->p);
         if (st != WUSH_OK) {
             bar.finish();
@@ -141,7 +141,7 @@ int cmd_inspect(int argc, char** argv) {
         wush_qweight_data(q.p, nullptr, &codes, nullptr, &scales);
         wush_transform_info(t.p, &k, nullptr, &g);
         std::printf("%-40s %8zu %8zu %-7s %-9s %-6s %12zu\n", name, d_out, d_in, wush_format_name(f),
-                    wush_transform_kind_name(k), m == WUSH_METHOD_RTN ? "rtn" : "?", codes + scales + d_in * g * 4 + 4);
+                    wush_transform_kind_name(k), cli::method_name(m), codes + scales + d_in * g * 4 + 4);
     }
     return 0;
 }
@@ -193,10 +193,11 @@ int eval_checkpoint(const std::string& ck_path, const std::string& weights, cons
         wush_qweight_info(q.p, &f, &m, nullptr, nullptr);
         wush_transform_info(t.p, &k, nullptr, nullptr);
         if (json)
-            std::printf("%s\n  {\"layer\": \"%s\", \"format\": \"%s\", \"transform\": \"%s\", \"method\": \"rtn\", \"loss\": %.17g}",
-                        printed ? "," : "", l.name.c_str(), wush_format_name(f), wush_transform_kind_name(k), loss);
+            std::printf("%s\n  {\"layer\": \"%s\", \"format\": \"%s\", \"transform\": \"%s\", \"method\": \"%s\", \"loss\": %.17g}",
+                        printed ? "," : "", l.name.c_str(), wush_format_name(f), wush_transform_kind_name(k),
+                        cli::method_name(m), loss);
         else
-            std::printf("%-40s %-7s %-9s %-6s %12.4e\n", l.name.c_str(), wush_format_name(f), wush_transform_kind_name(k), "rtn", loss);
+            std::printf("%-40s %-7s %-9s %-6s %12.4e\n", l.name.c_str(), wush_format_name(f), wush_transform_kind_name(k), cli::method_name(m), loss);
         ++printed;
     }
     if (json) std::printf("\n]}\n");

@@ -30,7 +30,27 @@ struct Plan {
     std::vector<wush_method> methods;
 };
 
-// Evaluates one layer for every planned combination, appending to `results`.
+bool wants(const Plan& plan, wush_method m) {
+    for (wush_method x : plan.methods)
+        if (x == m) return true;
+    return false;
+}
+
+// Loss of one (transform, qweight) pair on the layer's held-out tokens, appended to `results`.
+int record_loss(wush_context* ctx, const Layer& l, wush_transform* t, wush_qweight* q, wush_format f,
+                wush_transform_kind kind, wush_method m, cli::ProgressBar& bar, std::vector<Result>* results) {
+    double loss = 0.0;
+    const wush_status st =
+        wush_layer_loss(ctx, t, q, l.w_dtype, l.weight.data(), l.x_dtype, l.heldout(), l.n_heldout, &loss);
+    if (st != WUSH_OK) return cli::report(("layer '" + l.name + "': wush_layer_loss").c_str(), st);
+    results->push_back({l.name, f, kind, m, loss});
+    bar.step(l.name + " " + wush_format_name(f) + " " + wush_transform_kind_name(kind));
+    return 0;
+}
+
+// Evaluates one layer for every planned combination, appending to `results`. RTN builds each
+// transform once for all formats of a group size; GPTQ builds transform and weights together
+// from a full-mode calibrator (whose diagonal blocks are the same moments).
 int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_options* opts, cli::ProgressBar& bar,
                std::vector<Result>* results) {
     std::map<std::size_t, std::vector<wush_format>> by_group;
@@ -39,35 +59,41 @@ int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_o
         wush_format_group_size(f, &g);
         by_group[g].push_back(f);
     }
+    const std::string where = "layer '" + l.name + "': ";
+    const wush_moment_mode mode = wants(plan, WUSH_METHOD_GPTQ) ? WUSH_MOMENTS_FULL : WUSH_MOMENTS_BLOCK_DIAGONAL;
     for (const auto& [g, formats] : by_group) {
         Handle<wush_calibrator, wush_calibrator_destroy> cal;
-        wush_status st = wush_calibrator_create(l.d_in, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &cal.p);
-        if (st != WUSH_OK) return cli::report("wush_calibrator_create", st);
+        wush_status st = wush_calibrator_create(l.d_in, g, mode, &cal.p);
+        if (st != WUSH_OK) return cli::report((where + "wush_calibrator_create").c_str(), st);
         st = wush_calibrator_add(ctx, cal.p, l.x_dtype, l.x.data(), l.n_calibration);
-        if (st != WUSH_OK) return cli::report("wush_calibrator_add", st);
+        if (st != WUSH_OK) return cli::report((where + "wush_calibrator_add").c_str(), st);
         for (wush_transform_kind kind : plan.kinds) {
-            Handle<wush_transform, wush_transform_destroy> t;
-            st = wush_transform_build(ctx, cal.p, l.w_dtype, l.weight.data(), l.d_out, l.d_in, kind, opts, &t.p);
-            if (st != WUSH_OK) return cli::report("wush_transform_build", st);
-            for (wush_format f : formats) {
-                for (wush_method m : plan.methods) {
+            if (wants(plan, WUSH_METHOD_RTN)) {
+                Handle<wush_transform, wush_transform_destroy> t;
+                st = wush_transform_build(ctx, cal.p, l.w_dtype, l.weight.data(), l.d_out, l.d_in, kind, opts, &t.p);
+                if (st != WUSH_OK) return cli::report((where + "wush_transform_build").c_str(), st);
+                for (wush_format f : formats) {
                     Handle<wush_qweight, wush_qweight_destroy> q;
-                    st = wush_qweight_create(ctx, t.p, f, m, l.w_dtype, l.weight.data(), l.d_out, l.d_in, opts, &q.p);
-                    if (st != WUSH_OK) return cli::report("wush_qweight_create", st);
-                    double loss = 0.0;
-                    st = wush_layer_loss(ctx, t.p, q.p, l.w_dtype, l.weight.data(), l.x_dtype, l.heldout(), l.n_heldout,
-                                         &loss);
-                    if (st != WUSH_OK) return cli::report("wush_layer_loss", st);
-                    results->push_back({l.name, f, kind, m, loss});
-                    bar.step(l.name + " " + wush_format_name(f) + " " + wush_transform_kind_name(kind));
+                    st = wush_qweight_create(ctx, t.p, f, WUSH_METHOD_RTN, l.w_dtype, l.weight.data(), l.d_out, l.d_in,
+                                             opts, &q.p);
+                    if (st != WUSH_OK) return cli::report((where + "wush_qweight_create").c_str(), st);
+                    if (record_loss(ctx, l, t.p, q.p, f, kind, WUSH_METHOD_RTN, bar, results) != 0) return 1;
                 }
+            }
+            if (!wants(plan, WUSH_METHOD_GPTQ)) continue;
+            for (wush_format f : formats) {
+                Handle<wush_transform, wush_transform_destroy> t;
+                Handle<wush_qweight, wush_qweight_destroy> q;
+                st = wush_layer_quantize(ctx, cal.p, kind, f, WUSH_METHOD_GPTQ, l.w_dtype, l.weight.data(), l.d_out,
+                                         l.d_in, opts, &t.p, &q.p);
+                if (st != WUSH_OK) return cli::report((where + "wush_layer_quantize (gptq)").c_str(), st);
+                if (record_loss(ctx, l, t.p, q.p, f, kind, WUSH_METHOD_GPTQ, bar, results) != 0) return 1;
             }
         }
     }
     return 0;
 }
 
-const char* method_name(wush_method m) { return m == WUSH_METHOD_RTN ? "rtn" : "?"; }
 
 void print_json(const std::vector<Result>& results) {
     std::printf("{\"results\": [");
@@ -75,7 +101,7 @@ void print_json(const std::vector<Result>& results) {
         const Result& r = results[i];
         std::printf("%s\n  {\"layer\": \"%s\", \"format\": \"%s\", \"transform\": \"%s\", \"method\": \"%s\", \"loss\": %.17g}",
                     i ? "," : "", r.layer.c_str(), wush_format_name(r.format), wush_transform_kind_name(r.kind),
-                    method_name(r.method), r.loss);
+                    cli::method_name(r.method), r.loss);
     }
     std::printf("\n]}\n");
 }
@@ -91,7 +117,7 @@ void print_table(const std::vector<Result>& results, const Plan& plan) {
     for (const std::string& layer : layers) {
         for (wush_format f : plan.formats) {
             for (wush_method m : plan.methods) {
-                std::printf("%-16s %-7s %-6s", layer.c_str(), wush_format_name(f), method_name(m));
+                std::printf("%-16s %-7s %-6s", layer.c_str(), wush_format_name(f), cli::method_name(m));
                 for (wush_transform_kind k : plan.kinds) {
                     for (const Result& r : results)
                         if (r.layer == layer && r.format == f && r.method == m && r.kind == k) std::printf(" %11.4e", r.loss);
@@ -116,8 +142,9 @@ int parse_plan(const cli::Args& a, Plan* plan) {
     }
     for (const std::string& s : cli::split(a.get("--method", "rtn"), ',')) {
         if (s == "rtn" || s == "all") plan->methods.push_back(WUSH_METHOD_RTN);
-        else {
-            std::fprintf(stderr, "wush eval: unknown method '%s' (rtn, all)\n", s.c_str());
+        if (s == "gptq" || s == "all") plan->methods.push_back(WUSH_METHOD_GPTQ);
+        if (s != "rtn" && s != "gptq" && s != "all") {
+            std::fprintf(stderr, "wush eval: unknown method '%s' (rtn, gptq, all)\n", s.c_str());
             return 1;
         }
     }

@@ -541,21 +541,55 @@ typedef struct wush_qweight wush_qweight;
 
 /* Weight quantization methods. Values are pinned. */
 typedef enum wush_method {
+    /* Round to nearest after the weight-side transform (Algorithm 2, RTN case). */
     WUSH_METHOD_RTN = 0,
+    /* GPTQ interleaved with the transform construction (Algorithm 2, GPTQ case): needs a
+     * full-mode calibrator (the Hessian) and builds transform and weights together, so it is only
+     * available through wush_layer_quantize(). */
+    WUSH_METHOD_GPTQ = 1,
     WUSH_METHOD_ENUM_MIN_ = -2147483647 - 1,
     WUSH_METHOD_ENUM_MAX_ = 2147483647
 } wush_method;
 
 /*! wush_qweight_create() :
- *  Pre-quantizes the layer weight `weight` (d_out x d_in row-major, `dtype`) with `method`: for
- *  RTN, q(T_xvsh,b w_b) for every output row and block b, in `format`, whose group size must
- *  equal the transform's G.
+ *  Pre-quantizes the layer weight `weight` (d_out x d_in row-major, `dtype`) with `method`, which
+ *  must be WUSH_METHOD_RTN: q(T_xvsh,b w_b) for every output row and block b, in `format`, whose
+ *  group size must equal the transform's G. (GPTQ changes the transform as it goes: use
+ *  wush_layer_quantize().)
  *  Ownership: release *qweight with wush_qweight_destroy(); it does not keep `transform`.
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, shapes, format/G mismatch, method);
  *          WUSH_ERR_NON_FINITE; WUSH_ERR_CANCELLED. */
 WUSH_API wush_status wush_qweight_create(wush_context* ctx, const wush_transform* transform, wush_format format,
                                          wush_method method, wush_dtype dtype, const void* weight, size_t d_out,
                                          size_t d_in, const wush_options* options, wush_qweight** qweight);
+
+/*! wush_layer_quantize() :
+ *  Builds a layer's transform of `kind` and its pre-quantized weights in `format` in one call,
+ *  with either method:
+ *   - WUSH_METHOD_RTN: the same as wush_transform_build() then wush_qweight_create();
+ *   - WUSH_METHOD_GPTQ: Algorithm 2's GPTQ case. `calibrator` must be in WUSH_MOMENTS_FULL mode
+ *     (its d_in x d_in moment is GPTQ's Hessian H = X^T X / n; its diagonal blocks are the M_X of
+ *     the transforms). Each block's transform is built from the weights as updated by the error
+ *     propagation of the earlier blocks, its group scales are fixed from the transformed weights,
+ *     then GPTQ quantizes the block column by column and propagates the error to later blocks.
+ *     WUSH_OPTION_DAMPING is both Algorithm 1's lambda and the Hessian damping
+ *     (H + lambda tr(H)/d_in I); when the damped Hessian is not positive definite the damping is
+ *     raised tenfold, up to three times, before failing with WUSH_ERR_NUMERICAL.
+ *     Memory: about 8 (d_in^2 + d_out d_in) bytes besides the results.
+ *  `weight` is d_out x d_in row-major in `dtype`; the format's group size must equal the
+ *  calibrator's G. WUSH_OPTION_TRANSFORM_DTYPE and the progress callback apply as for
+ *  wush_transform_build().
+ *  Ownership: on success *transform and *qweight are new objects the caller releases with
+ *  wush_transform_destroy() / wush_qweight_destroy(); on failure both are left untouched.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles or enums, shapes, G mismatch, GPTQ with
+ *          a block-diagonal calibrator, a calibrator without tokens); WUSH_ERR_NON_FINITE (weight);
+ *          WUSH_ERR_NUMERICAL (a Hessian that stays indefinite, or is zero); WUSH_ERR_CANCELLED;
+ *          WUSH_ERR_OUT_OF_MEMORY.
+ *  Thread safety: serialized per context; the calibrator and weight are only read. */
+WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrator* calibrator, wush_transform_kind kind,
+                                         wush_format format, wush_method method, wush_dtype dtype, const void* weight,
+                                         size_t d_out, size_t d_in, const wush_options* options,
+                                         wush_transform** transform, wush_qweight** qweight);
 
 /*! wush_qweight_destroy() : releases `qweight`; NULL is a no-op. */
 WUSH_API void wush_qweight_destroy(wush_qweight* qweight);

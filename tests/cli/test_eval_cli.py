@@ -150,7 +150,21 @@ def main():
         check(len(ck_loss) == 1 and abs(ck_loss[0] - want) <= 1e-6 * want,
               "checkpoint loss %r, oracle %r" % (ck_loss, want))
 
-    # 5. bad input: clear message on stderr, non-zero exit, nothing on stdout.
+    # 5. GPTQ: `--method all` gives both methods, GPTQ-WUSH beats RTN-WUSH on held-out tokens;
+    #    a GPTQ checkpoint records its method.
+    p = run("eval", "--weights", wpath, "--activations", xpath, "--format", "mxfp4", "--transform", "wush",
+            "--method", "all", "--json")
+    res = results_by_key(p.stdout) if p.returncode == 0 else {}
+    rtn, gptq = res.get(("proj", "mxfp4", "wush", "rtn")), res.get(("proj", "mxfp4", "wush", "gptq"))
+    check(len(res) == 2 and rtn is not None and gptq is not None and gptq < rtn,
+          "eval --method all: %r" % res)
+    ck_gptq = os.path.join(tmp, "ck_gptq.safetensors")
+    run("quantize", "--weights", wpath, "--activations", xpath, "--format", "mxfp4", "--transform", "wush",
+        "--method", "gptq", "--out", ck_gptq)
+    p = run("inspect", ck_gptq)
+    check("gptq" in p.stdout, "inspect of a GPTQ checkpoint does not say gptq: %r" % p.stdout)
+
+    # 6. bad input: clear message on stderr, non-zero exit, nothing on stdout.
     bad = os.path.join(tmp, "truncated.safetensors")
     with open(ck, "rb") as f:
         data = f.read()
@@ -160,6 +174,9 @@ def main():
                  ("eval", "--weights", os.path.join(tmp, "missing.safetensors"), "--activations", xpath),
                  ("eval", "--layers", "no_such_layer"),
                  ("eval", "--format", "fp8"),
+                 ("eval", "--layers", "small_256x512", "--method", "obq"),
+                 ("quantize", "--weights", wpath, "--activations", xpath, "--format", "mxfp4", "--transform", "wush",
+                  "--method", "awq", "--out", os.path.join(tmp, "never.safetensors")),
                  ("frobnicate",)):
         p = run(*args, expect_ok=False)
         check(p.returncode != 0 and p.stderr.strip() != "" and p.stdout.strip() == "",
