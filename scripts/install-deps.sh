@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Installs what libwush needs to build and test, on Debian 12 (as root, or with sudo available).
 # Packages already present are not touched; nothing is downloaded when all are there.
+#
+# Python test dependencies (PyPI numpy + safetensors, for tests/python) go into a virtual
+# environment at $WUSH_PYTHON_VENV (default: .devdeps/venv in the repository), which CMake's
+# WUSH_PYTHON_VENV option points the Python tests at. A venv sidesteps Debian's externally-managed
+# system Python (PEP 668) and works the same whether the user is root or not.
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
 
 debs=(
   cmake g++ make pkg-config
@@ -12,16 +18,35 @@ debs=(
   abigail-tools            # abidw/abidiff for the ABI check
   golang-go                # the Go bindings example (cgo)
   python3
+  python3-venv python3-pip # the venv of the Python interoperability tests
+  clang libclang-rt-14-dev # libFuzzer (+ ASan/UBSan runtimes) for scripts/fuzz.sh
 )
 command -v cargo >/dev/null 2>&1 || debs+=(cargo)  # the Rust bindings example
 
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}" >&2
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The Python interoperability tests' packages, from PyPI.
+venv=${WUSH_PYTHON_VENV:-$root/.devdeps/venv}
+pypkgs=("numpy>=1.24,<3" "safetensors>=0.4,<1")
+if ! "$venv/bin/python3" -c 'import numpy, safetensors.numpy' >/dev/null 2>&1; then
+  echo "install-deps: installing ${pypkgs[*]} into $venv" >&2
+  # Debian's own interpreter (with python3-venv) when there is one, else whatever python3 is.
+  py=/usr/bin/python3; [ -x "$py" ] || py=$(command -v python3)
+  if [ -e "$venv" ] && [ ! -f "$venv/pyvenv.cfg" ]; then
+    echo "install-deps: $venv exists and is not a Python venv; set WUSH_PYTHON_VENV elsewhere" >&2
+    exit 1
+  fi
+  mkdir -p "$(dirname "$venv")"
+  "$py" -m venv --clear "$venv"
+  "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check "${pypkgs[@]}"
+  "$venv/bin/python3" -c 'import numpy, safetensors.numpy'
 fi
