@@ -9,7 +9,9 @@ using namespace wush::capi;
 
 namespace {
 
+// An empty set may come with a NULL buffer (a caller that wants no held-out tokens).
 void copy_out(const std::vector<float>& v, float* out, std::size_t count, const char* name) {
+    if (v.empty()) return;
     require_pointer(out, name);
     if (count < v.size())
         wush::fail(WUSH_ERR_BUFFER_TOO_SMALL, std::string(name) + " holds " + std::to_string(count) + " floats, " +

@@ -715,7 +715,8 @@ WUSH_API wush_status wush_example_layer_shape(const char* name, size_t* d_out, s
  *  Generates the named layer deterministically from `seed`: its weight (d_out x d_in) and two
  *  independent activation sets, n_calibration and n_heldout tokens (x d_in), drawn from the same
  *  heavy-tailed, correlated, outlier-channel distribution (docs/EVAL.md describes it). The
- *  weight does not depend on the token counts. Buffers hold the given counts of floats.
+ *  weight does not depend on the token counts. Buffers hold the given counts of floats; a
+ *  buffer for zero tokens may be NULL.
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT; WUSH_ERR_BUFFER_TOO_SMALL. */
 WUSH_API wush_status wush_example_layer_generate(const char* name, uint64_t seed, size_t n_calibration,
                                                  size_t n_heldout, float* weight, size_t weight_count,

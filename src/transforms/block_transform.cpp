@@ -88,6 +88,21 @@ Matrix finish_side(Matrix m, const std::vector<double>& s, TransformKind kind, s
     return kind == TransformKind::WUSH ? gemm(hadamard_matrix(g), false, m, false, g) : m;
 }
 
+// An SVD fixes each singular pair (u_i, v_i) only up to a common sign, and LAPACK's choice can
+// flip under a rounding-level change of the input (e.g. moments summed in another order by
+// distributed calibration). The flip changes the transform and its quantized weights, so every
+// pair is made canonical: the largest-magnitude entry of u_i is positive (first one on ties).
+void canonicalize_signs(Matrix& u, Matrix& vt, std::size_t g) {
+    for (std::size_t i = 0; i < g; ++i) {
+        std::size_t k = 0;
+        for (std::size_t r = 1; r < g; ++r)
+            if (std::fabs(u[r * g + i]) > std::fabs(u[k * g + i])) k = r;
+        if (u[k * g + i] >= 0.0) continue;
+        for (std::size_t r = 0; r < g; ++r) u[r * g + i] = -u[r * g + i];
+        for (std::size_t c = 0; c < g; ++c) vt[i * g + c] = -vt[i * g + c];
+    }
+}
+
 }  // namespace
 
 const char* transform_kind_name(TransformKind kind) {
@@ -129,6 +144,7 @@ BlockSolution solve_block(TransformKind kind, std::span<const double> m_w, std::
                        superb.data()) != 0)
         return fallback_solution(kind, g, deficient);
     if (!(s[g - 1] > kMinSingularRatio * s[0]) || !std::isfinite(s[0])) return fallback_solution(kind, g, deficient);
+    canonicalize_signs(u, vt, g);
 
     BlockSolution out;
     out.t_act = finish_side(gemm(u, true, wp, true, g), s, kind, g);      // H S^{-1/2} U^T W'^T
