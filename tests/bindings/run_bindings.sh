@@ -14,6 +14,9 @@
 #   rust        cargo run --offline --release (no crates; build.rs runs pkg-config)
 #   go          go build (cgo, `#cgo pkg-config: wush`) and run
 #   python      ctypes example
+#   mpi         bindings_examples/mpi: distributed calibration with mpirun -np 1, 2 and 4 gives
+#               the same checkpoint as one process (compare_checkpoints), and a failing rank
+#               makes every rank report the error and the job exit non-zero (no hang)
 # A failing check does not stop the others. The last line is exactly
 #   bindings: N passed, M failed
 # and the exit status is 0 when M is 0, 1 otherwise (2 for a usage error).
@@ -71,7 +74,36 @@ if [[ -z "$pc_file" ]]; then
     echo "run_bindings: no pkgconfig/wush.pc under $prefix (was libwush installed there?)" >&2
     failed=1
     failed_names+=(pkg-config)
-    summary_and_exit
+    # ---- MPI ---------------------------------------------------------------------------------------
+check_mpi() {
+    need mpicc mpirun timeout
+    # shellcheck disable=SC2046
+    mpicc -std=c99 -pedantic -Wall -Wextra -Werror -o "$work/calibrate_mpi" "$examples/mpi/calibrate_mpi.c" \
+        $("$PKG_CONFIG" --cflags --libs wush)
+    # shellcheck disable=SC2046
+    "${CC:-cc}" -std=c99 -pedantic -Wall -Wextra -Werror -o "$work/compare_checkpoints" \
+        "$examples/mpi/compare_checkpoints.c" $("$PKG_CONFIG" --cflags --libs wush) -lm
+    local run=(timeout 300 mpirun --oversubscribe -x OMP_NUM_THREADS=1 -x LD_LIBRARY_PATH) n
+    [[ $(id -u) -ne 0 ]] || run+=(--allow-run-as-root)
+    for n in 1 2 4; do
+        "${run[@]}" -np "$n" "$work/calibrate_mpi" --out "$work/ck$n.safetensors"
+    done
+    for n in 2 4; do
+        "$work/compare_checkpoints" "$work/ck1.safetensors" "$work/ck$n.safetensors"
+    done
+    if "${run[@]}" -np 4 "$work/calibrate_mpi" --out "$work/bad.safetensors" --fail-rank 2 2>"$work/fail.log"; then
+        echo "a failing rank did not fail the job" >&2
+        return 1
+    fi
+    local reported
+    reported=$(grep -c "calibration failed on rank 2" "$work/fail.log" || true)
+    echo "failing rank 2: reported by $reported of 4 ranks"
+    [[ $reported -eq 4 ]] || { cat "$work/fail.log" >&2; return 1; }
+    [[ ! -e "$work/bad.safetensors" ]] || { echo "a failed job left a checkpoint" >&2; return 1; }
+}
+run_check mpi check_mpi
+
+summary_and_exit
 fi
 export PKG_CONFIG_PATH
 PKG_CONFIG_PATH=$(dirname -- "$pc_file")
@@ -189,5 +221,34 @@ check_python() {
     python3 "$examples/python/example.py"
 }
 run_check python check_python
+
+# ---- MPI ---------------------------------------------------------------------------------------
+check_mpi() {
+    need mpicc mpirun timeout
+    # shellcheck disable=SC2046
+    mpicc -std=c99 -pedantic -Wall -Wextra -Werror -o "$work/calibrate_mpi" "$examples/mpi/calibrate_mpi.c" \
+        $("$PKG_CONFIG" --cflags --libs wush)
+    # shellcheck disable=SC2046
+    "${CC:-cc}" -std=c99 -pedantic -Wall -Wextra -Werror -o "$work/compare_checkpoints" \
+        "$examples/mpi/compare_checkpoints.c" $("$PKG_CONFIG" --cflags --libs wush) -lm
+    local run=(timeout 300 mpirun --oversubscribe -x OMP_NUM_THREADS=1 -x LD_LIBRARY_PATH) n
+    [[ $(id -u) -ne 0 ]] || run+=(--allow-run-as-root)
+    for n in 1 2 4; do
+        "${run[@]}" -np "$n" "$work/calibrate_mpi" --out "$work/ck$n.safetensors"
+    done
+    for n in 2 4; do
+        "$work/compare_checkpoints" "$work/ck1.safetensors" "$work/ck$n.safetensors"
+    done
+    if "${run[@]}" -np 4 "$work/calibrate_mpi" --out "$work/bad.safetensors" --fail-rank 2 2>"$work/fail.log"; then
+        echo "a failing rank did not fail the job" >&2
+        return 1
+    fi
+    local reported
+    reported=$(grep -c "calibration failed on rank 2" "$work/fail.log" || true)
+    echo "failing rank 2: reported by $reported of 4 ranks"
+    [[ $reported -eq 4 ]] || { cat "$work/fail.log" >&2; return 1; }
+    [[ ! -e "$work/bad.safetensors" ]] || { echo "a failed job left a checkpoint" >&2; return 1; }
+}
+run_check mpi check_mpi
 
 summary_and_exit
