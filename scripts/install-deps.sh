@@ -17,6 +17,7 @@ debs=(
   nlohmann-json3-dev       # JSON headers of safetensors files
   abigail-tools            # abidw/abidiff for the ABI check
   golang-go                # the Go bindings example (cgo)
+  libopenmpi-dev openmpi-bin  # the distributed-calibration example (bindings_examples/mpi)
   python3
   python3-venv python3-pip # the venv of the Python interoperability tests
   clang libclang-rt-14-dev # libFuzzer (+ ASan/UBSan runtimes) for scripts/fuzz.sh
