@@ -9,21 +9,7 @@
 #include <string.h>
 
 #include "wush/wush.h"
-
-static int g_failures = 0;
-static int g_checks = 0;
-
-#define CHECK(cond)                                                                    \
-    do {                                                                               \
-        ++g_checks;                                                                    \
-        if (!(cond)) {                                                                 \
-            ++g_failures;                                                              \
-            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, \
-                    __LINE__, #cond, wush_last_error());                               \
-        }                                                                              \
-    } while (0)
-
-#define CHECK_STATUS(call, expected) CHECK((call) == (expected))
+#include "check.h"
 
 static const wush_format kFormats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4, WUSH_FORMAT_MXFP4_OCP};
 

@@ -9,19 +9,7 @@
 #include <string.h>
 
 #include "wush/wush.h"
-
-static int g_failures = 0;
-static int g_checks = 0;
-
-#define CHECK(cond)                                                                                              \
-    do {                                                                                                         \
-        ++g_checks;                                                                                              \
-        if (!(cond)) {                                                                                           \
-            ++g_failures;                                                                                        \
-            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond,             \
-                    wush_last_error());                                                                          \
-        }                                                                                                        \
-    } while (0)
+#include "check.h"
 
 #define LAYER "small_256x512"
 #define N_CAL 1024

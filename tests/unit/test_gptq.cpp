@@ -306,9 +306,11 @@ TEST(Gptq, BuiltInLayersBeatRtnAndWushIsBestForMxfp4) {
                 EXPECT_LE(lg, 1.01 * lr) << name << " " << fs.name << " " << transform_kind_name(kind);
                 gptq_loss[kind] = lg;
             }
-            if (f == WUSH_FORMAT_MXFP4)
-                for (const auto& [kind, l] : gptq_loss)
-                    if (kind != TransformKind::WUSH) EXPECT_LT(gptq_loss[TransformKind::WUSH], l) << name << " vs " << transform_kind_name(kind);
+            if (f != WUSH_FORMAT_MXFP4) continue;
+            for (const auto& [kind, l] : gptq_loss) {
+                if (kind != TransformKind::WUSH)
+                    EXPECT_LT(gptq_loss[TransformKind::WUSH], l) << name << " vs " << transform_kind_name(kind);
+            }
         }
     }
 }
