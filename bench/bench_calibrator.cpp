@@ -127,16 +127,9 @@ void bm_dsyrk(benchmark::State& state, Case c, bool omp_blocks) {
 void register_all() {
     for (const Case& c : kCases) {
         const std::string base = c.name;
-        benchmark::RegisterBenchmark((base + "/calibrator").c_str(), bm_calibrator, c)
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime();
-        benchmark::RegisterBenchmark((base + "/dsyrk").c_str(), bm_dsyrk, c, true)
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime();
-        if (c.mode == MomentMode::BlockDiagonal)
-            benchmark::RegisterBenchmark((base + "/dsyrk_seq").c_str(), bm_dsyrk, c, false)
-                ->Unit(benchmark::kMillisecond)
-                ->UseRealTime();
+        wush::bench::register_wall_ms(base + "/calibrator", bm_calibrator, c);
+        wush::bench::register_wall_ms(base + "/dsyrk", bm_dsyrk, c, true);
+        if (c.mode == MomentMode::BlockDiagonal) wush::bench::register_wall_ms(base + "/dsyrk_seq", bm_dsyrk, c, false);
     }
 }
 

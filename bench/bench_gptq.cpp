@@ -71,9 +71,7 @@ void bm(benchmark::State& state, std::string name, bool gptq) {
 int main(int argc, char** argv) {
     for (const char* name : kLayers)
         for (bool gptq : {true, false})
-            benchmark::RegisterBenchmark((std::string(name) + "/" + (gptq ? "gptq" : "rtn")).c_str(), bm, std::string(name), gptq)
-                ->Unit(benchmark::kMillisecond)
-                ->UseRealTime()
+            wush::bench::register_wall_ms(std::string(name) + "/" + (gptq ? "gptq" : "rtn"), bm, std::string(name), gptq)
                 ->Iterations(1);
     wush::bench::CollectingReporter reporter;
     if (!wush::bench::run_benchmarks(argc, argv, reporter)) return 1;

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wush::bench {
@@ -50,6 +51,14 @@ public:
 private:
     std::map<std::string, std::vector<double>> seconds_;
 };
+
+// Registers a benchmark timed in wall-clock milliseconds (the library runs its own threads).
+template <typename Fn, typename... Args>
+benchmark::internal::Benchmark* register_wall_ms(const std::string& name, Fn&& fn, Args&&... args) {
+    return benchmark::RegisterBenchmark(name.c_str(), std::forward<Fn>(fn), std::forward<Args>(args)...)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+}
 
 // Runs the registered benchmarks with the collecting reporter; returns false on bad flags.
 inline bool run_benchmarks(int argc, char** argv, CollectingReporter& reporter) {

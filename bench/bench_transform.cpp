@@ -107,9 +107,7 @@ void register_all() {
             for (Step s : {Step::Build, Step::Rtn, Step::Total})
                 for (TransformKind k : kKinds) {
                     const std::string name = case_name(ln, f) + "/" + step_name(s) + "/" + wush::transform_kind_name(k);
-                    benchmark::RegisterBenchmark(name.c_str(), bm_step, std::string(ln), f, k, s)
-                        ->Unit(benchmark::kMillisecond)
-                        ->UseRealTime();
+                    wush::bench::register_wall_ms(name, bm_step, std::string(ln), f, k, s);
                 }
 }
 
