@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include "guard.h"
+#include "runtime/cpu_isa.h"
 #ifdef WUSH_HAVE_CUDA
 #include "runtime.h"  // cuda/
 #endif
@@ -81,6 +82,10 @@ WUSH_API wush_status wush_context_set_parameter(wush_context* ctx, wush_context_
                     wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_CONTEXT_NUM_THREADS must be in [0, 4096], got " + std::to_string(value));
                 use->num_threads = value;
                 return;
+            case WUSH_CONTEXT_CPU_ISA:
+                wush::runtime::resolve_isa(value);  // INVALID_ARGUMENT / UNSUPPORTED before any change
+                use->cpu_isa = value;
+                return;
             default: break;  // out-of-range values are handled after the switch
         }
         wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_context_parameter " + std::to_string(int(param)));
@@ -93,6 +98,7 @@ WUSH_API wush_status wush_context_get_parameter(const wush_context* ctx, wush_co
         require_pointer(value, "value");
         switch (param) {
             case WUSH_CONTEXT_NUM_THREADS: *value = use->num_threads; return;
+            case WUSH_CONTEXT_CPU_ISA: *value = use->cpu_isa; return;
             default: break;  // out-of-range values are handled after the switch
         }
         wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_context_parameter " + std::to_string(int(param)));

@@ -12,6 +12,7 @@ struct wush_context {
     wush_backend backend = WUSH_BACKEND_CPU;
     int device = 0;
     std::int64_t num_threads = 0;  // 0 = OpenMP default
+    std::int64_t cpu_isa = 0;      // a wush_cpu_isa value; 0 = the fastest the CPU supports
     std::mutex mutex;
 };
 

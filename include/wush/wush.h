@@ -256,6 +256,11 @@ typedef enum wush_context_parameter {
     /* Number of CPU threads the context's work may use. 0 (the default) means OpenMP's default
      * (OMP_NUM_THREADS or the number of cores). Bounds: [0, 4096]. */
     WUSH_CONTEXT_NUM_THREADS = 0,
+    /* Which SIMD kernels the CPU runtime (wush_quantize_activations, wush_gemm,
+     * wush_linear_forward) uses: a wush_cpu_isa value (see "CPU runtime"). 0, the default,
+     * (WUSH_CPU_ISA_AUTO) picks the fastest the CPU supports. Setting an ISA this CPU cannot run
+     * fails with WUSH_ERR_UNSUPPORTED and leaves the context unchanged. */
+    WUSH_CONTEXT_CPU_ISA = 1,
     /* Not values: these pin the type to the whole range of int, so that any int a caller
      * passes is a valid object of the type (and is checked and rejected by the library). */
     WUSH_CONTEXT_PARAMETER_ENUM_MIN_ = -2147483647 - 1,
@@ -615,6 +620,147 @@ WUSH_API wush_status wush_qweight_data(const wush_qweight* qweight, const void**
 WUSH_API wush_status wush_layer_loss(wush_context* ctx, const wush_transform* transform, const wush_qweight* qweight,
                                      wush_dtype w_dtype, const void* weight, wush_dtype x_dtype, const void* x,
                                      size_t n_tokens, double* loss);
+
+/* ================================================================================================
+ * CPU runtime: fused transform + quantization, the W4A4 GEMM and the linear forward
+ * ==============================================================================================*/
+
+/* The inference path of a quantized linear layer (paper eq. layer_forward_pass):
+ *   Y = sum_b q(T_xvsh,b W_b)^T q(T_wush,b X_b)
+ * The weight side is the wush_qweight (quantized once, offline). At run time each token's block
+ * slices are transformed with T_wush and quantized (wush_quantize_activations), and the packed
+ * activations are multiplied with the packed weights (wush_gemm); wush_linear_forward does both.
+ *
+ * These functions run on the CPU with the context's threads (WUSH_CONTEXT_NUM_THREADS) and its
+ * SIMD kernels (WUSH_CONTEXT_CPU_ISA); a CUDA context gets WUSH_ERR_UNSUPPORTED. All pointers are
+ * host memory. Groups of 16 and 32 (every wush_format) are supported.
+ *
+ * Thread safety: a transform and a qweight are only read, so one of each may serve any number of
+ * threads at once, each with its own context and buffers; results do not depend on that. Calls
+ * on one context are serialized. For a given context setting (ISA and thread count) the results
+ * are deterministic. */
+
+/* SIMD kernel sets of the CPU runtime, for WUSH_CONTEXT_CPU_ISA. Values are pinned. */
+typedef enum wush_cpu_isa {
+    WUSH_CPU_ISA_AUTO = 0,        /* the fastest this CPU supports                              */
+    WUSH_CPU_ISA_SCALAR = 1,      /* portable C++, any CPU                                      */
+    WUSH_CPU_ISA_AVX2 = 2,        /* AVX2 + FMA + F16C (Haswell, Zen 1 and later)                */
+    WUSH_CPU_ISA_AVX512_VNNI = 3, /* AVX-512 F/BW/DQ/VL + VNNI (Ice Lake, Zen 4 and later)       */
+    WUSH_CPU_ISA_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_CPU_ISA_ENUM_MAX_ = 2147483647
+} wush_cpu_isa;
+
+/*! wush_cpu_isa_name() :
+ *  @return a static name ("auto", "scalar", "avx2", "avx512_vnni"), or NULL for a value that is not
+ *          a wush_cpu_isa. Thread-safe. */
+WUSH_API const char* wush_cpu_isa_name(wush_cpu_isa isa);
+
+/*! wush_cpu_isa_supported() :
+ *  @return 1 if this CPU (and operating system) can run the kernels of `isa`, else 0 (also for a
+ *          value that is not a wush_cpu_isa). WUSH_CPU_ISA_AUTO and WUSH_CPU_ISA_SCALAR are always
+ *          supported. Thread-safe. */
+WUSH_API int wush_cpu_isa_supported(wush_cpu_isa isa);
+
+/*! wush_context_cpu_isa() :
+ *  Writes the ISA the context's CPU runtime calls use (WUSH_CONTEXT_CPU_ISA resolved: never
+ *  WUSH_CPU_ISA_AUTO) to *isa. @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. */
+WUSH_API wush_status wush_context_cpu_isa(const wush_context* ctx, wush_cpu_isa* isa);
+
+/*! wush_quantize_activations() :
+ *  Transforms and quantizes activations in one pass: for every token (row of `x`) and block b,
+ *  the block slice x_b (G values) becomes T_wush,b x_b, which is quantized in `format` with the
+ *  rules of wush_format. The identity transform skips the multiply; a Hadamard transform reads its
+ *  one shared matrix.
+ *  @param transform    the layer's transform (its G must be the format's group size).
+ *  @param format       the block format (the qweight's format, for a later wush_gemm).
+ *  @param dtype, x     n_tokens x d_in row-major activations (F32, F16 or BF16).
+ *  @param d_in         must equal the transform's d_in.
+ *  @param codes        receives n_tokens * d_in / 2 bytes, scales n_tokens * (d_in / G) scales:
+ *                      the layouts of wush_quantize_rows (wush_format_buffer_sizes gives them).
+ *  Precision: the result is the float64 definition - the transform computed in float64, then the
+ *  format's scale rule and RNE. The SIMD kernels compute in float32 with a rigorous error bound
+ *  and recompute in float64 the groups whose values lie within that bound of a rounding boundary,
+ *  so every ISA writes the same bytes (differences are possible only where the float64 value
+ *  itself lies within about 1e-15 relative of a boundary).
+ *  n_tokens == 0 is a valid no-op.
+ *  @return WUSH_OK;
+ *          WUSH_ERR_INVALID_ARGUMENT for bad handles, a bad dtype or format,
+ *          NULL pointers (with n_tokens > 0), d_in different from the transform's, or a format
+ *          whose group size is not the transform's G;
+ *          WUSH_ERR_BUFFER_TOO_SMALL if codes_bytes or scales_bytes is less than required
+ *          (nothing is written then);
+ *          WUSH_ERR_NON_FINITE if `x` holds NaN or +-Inf (the message names the first row and
+ *          column); the contents of `codes` and `scales` are unspecified then;
+ *          WUSH_ERR_UNSUPPORTED for a CUDA context.
+ *  Thread safety: serialized per context; `transform` and `x` are only read. */
+WUSH_API wush_status wush_quantize_activations(wush_context* ctx, const wush_transform* transform, wush_format format,
+                                               wush_dtype dtype, const void* x, size_t n_tokens, size_t d_in,
+                                               void* codes, size_t codes_bytes, void* scales, size_t scales_bytes);
+
+/*! wush_gemm() :
+ *  The W4A4 GEMM: Y = A W_q^T, with A the m x d_in packed activations (`a_codes`, `a_scales`, in
+ *  the qweight's format and the layouts of wush_quantize_rows) and W_q the qweight (d_out x d_in).
+ *  Y is m x d_out row-major, F32 or BF16 (`y_dtype`; BF16 is rounded to nearest even).
+ *  Arithmetic: every group's inner product of 4-bit codes is exact in integer arithmetic; the two
+ *  group scales and the per-tensor factors are applied once per group in float32, and groups are
+ *  summed in float32. The result equals the float64 product of the dequantized operands to about
+ *  1e-6 relative (Frobenius norm).
+ *  Memory: allocates a scratch of about m * d_in + threads * 40 * d_in bytes per call; use
+ *  wush_linear_forward with a workspace to avoid allocations.
+ *  m == 0 is a valid no-op.
+ *  @param y_count  number of elements `y` can hold (at least m * d_out).
+ *  @return WUSH_OK;
+ *          WUSH_ERR_INVALID_ARGUMENT for bad handles, NULL pointers (with m > 0), a y_dtype other
+ *          than F32/BF16;
+ *          WUSH_ERR_BUFFER_TOO_SMALL if a_codes_bytes, a_scales_bytes or y_count is too small;
+ *          WUSH_ERR_NON_FINITE if an activation scale is NaN/Inf (nothing is written to `y`);
+ *          WUSH_ERR_UNSUPPORTED for a CUDA context; WUSH_ERR_OUT_OF_MEMORY.
+ *  Thread safety: serialized per context; `qweight` and the activations are only read. */
+WUSH_API wush_status wush_gemm(wush_context* ctx, const wush_qweight* qweight, const void* a_codes,
+                               size_t a_codes_bytes, const void* a_scales, size_t a_scales_bytes, size_t m,
+                               wush_dtype y_dtype, void* y, size_t y_count);
+
+/*! wush_linear_forward_workspace_size() :
+ *  Writes to *bytes the workspace wush_linear_forward needs for n_tokens tokens with this
+ *  context's current thread count (WUSH_CONTEXT_NUM_THREADS, or OpenMP's default when 0). It
+ *  grows about linearly with n_tokens, so a workspace sized for the largest batch serves all
+ *  smaller ones. Any alignment is fine.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for bad handles, NULL `bytes`, or a transform and
+ *          qweight that do not belong together (d_in, G); WUSH_ERR_UNSUPPORTED for a CUDA context. */
+WUSH_API wush_status wush_linear_forward_workspace_size(wush_context* ctx, const wush_transform* transform,
+                                                        const wush_qweight* qweight, size_t n_tokens, size_t* bytes);
+
+/*! wush_linear_forward() :
+ *  One quantized linear layer: y = q(T_wush x) q(T_xvsh W)^T for the n_tokens x d_in activations
+ *  `x` (`x_dtype`: F32, F16 or BF16) - wush_quantize_activations then wush_gemm, with everything
+ *  intermediate in `workspace`. Nothing is allocated. y is n_tokens x d_out (F32 or BF16).
+ *  A workspace sized for fewer threads than the context now has runs on fewer threads.
+ *  @param y_count          elements `y` can hold (at least n_tokens * d_out).
+ *  @param workspace        caller-owned scratch of `workspace_bytes` bytes (may be NULL when
+ *                          n_tokens == 0); see wush_linear_forward_workspace_size.
+ *  n_tokens == 0 is a valid no-op.
+ *  @return WUSH_OK;
+ *          WUSH_ERR_INVALID_ARGUMENT as for wush_quantize_activations and wush_gemm;
+ *          WUSH_ERR_BUFFER_TOO_SMALL if y_count or workspace_bytes is too small (nothing is
+ *          written then);
+ *          WUSH_ERR_NON_FINITE if `x` holds NaN/Inf (`y` is left untouched, the workspace's
+ *          contents are unspecified);
+ *          WUSH_ERR_UNSUPPORTED for a CUDA context.
+ *  Thread safety: serialized per context; `transform`, `qweight` and `x` are only read. */
+WUSH_API wush_status wush_linear_forward(wush_context* ctx, const wush_transform* transform,
+                                         const wush_qweight* qweight, wush_dtype x_dtype, const void* x,
+                                         size_t n_tokens, wush_dtype y_dtype, void* y, size_t y_count,
+                                         void* workspace, size_t workspace_bytes);
+
+/*! wush_layer_loss_runtime() :
+ *  The layerwise loss of wush_layer_loss(), with Y_q computed by the CPU runtime
+ *  (wush_linear_forward: the fused transform + quantization and the W4A4 GEMM, accumulated in
+ *  float32) instead of the float64 product of the dequantized operands. The two agree to about
+ *  1e-6 relative; this is what `wush eval --runtime` reports.
+ *  @return as wush_layer_loss(), and WUSH_ERR_UNSUPPORTED for a CUDA context. */
+WUSH_API wush_status wush_layer_loss_runtime(wush_context* ctx, const wush_transform* transform,
+                                             const wush_qweight* qweight, wush_dtype w_dtype, const void* weight,
+                                             wush_dtype x_dtype, const void* x, size_t n_tokens, double* loss);
 
 /* ================================================================================================
  * Checkpoints: transforms and pre-quantized weights in a safetensors file (docs/FORMAT.md)

@@ -1,0 +1,192 @@
+// The CPU runtime's C API: fused transform + quantization, the W4A4 GEMM, the linear forward and
+// its workspace, the runtime loss, ISA queries (src/runtime). Argument checks only; no numerics.
+#include <omp.h>
+
+#include <string>
+#include <vector>
+
+#include "common/checked_math.h"
+#include "common/dtype.h"
+#include "context.h"
+#include "dense_input.h"
+#include "guard.h"
+#include "objects.h"
+#include "runtime/activation_quantizer.h"
+#include "runtime/cpu_isa.h"
+#include "runtime/gemm.h"
+#include "runtime/linear_forward.h"
+#include "runtime/runtime_loss.h"
+
+using namespace wush::capi;
+namespace rt = wush::runtime;
+namespace fmt = wush::formats;
+
+namespace {
+
+// Throws BUFFER_TOO_SMALL naming the buffer when `have` < `need`.
+void require_size(std::size_t have, std::size_t need, const char* name, const char* unit) {
+    if (have < need)
+        wush::fail(WUSH_ERR_BUFFER_TOO_SMALL, std::string(name) + " holds " + std::to_string(have) + " " + unit +
+                                                  ", " + std::to_string(need) + " are needed");
+}
+
+// The ISA of a CPU context's runtime calls; the CUDA runtime is not part of this path.
+rt::Isa cpu_isa(const wush_context& ctx) {
+    if (ctx.backend != WUSH_BACKEND_CPU)
+        wush::fail(WUSH_ERR_UNSUPPORTED, "the CPU runtime needs a WUSH_BACKEND_CPU context");
+    return rt::resolve_isa(ctx.cpu_isa);
+}
+
+void require_output_dtype(wush_dtype y_dtype) {
+    wush::dtype_size(y_dtype);  // validates
+    if (y_dtype != WUSH_DTYPE_F32 && y_dtype != WUSH_DTYPE_BF16)
+        wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("y_dtype must be F32 or BF16, got ") + wush::dtype_name(y_dtype));
+}
+
+std::size_t threads() { return std::size_t(omp_get_max_threads()); }
+
+}  // namespace
+
+extern "C" {
+
+WUSH_API const char* wush_cpu_isa_name(wush_cpu_isa isa) {
+    switch (isa) {
+        case WUSH_CPU_ISA_AUTO: return "auto";
+        case WUSH_CPU_ISA_SCALAR: return "scalar";
+        case WUSH_CPU_ISA_AVX2: return "avx2";
+        case WUSH_CPU_ISA_AVX512_VNNI: return "avx512_vnni";
+        default: break;  // out-of-range values are handled after the switch
+    }
+    return nullptr;
+}
+
+WUSH_API int wush_cpu_isa_supported(wush_cpu_isa isa) {
+    switch (isa) {
+        case WUSH_CPU_ISA_AUTO: return 1;
+        case WUSH_CPU_ISA_SCALAR:
+        case WUSH_CPU_ISA_AVX2:
+        case WUSH_CPU_ISA_AVX512_VNNI: return rt::isa_supported(rt::Isa(int(isa))) ? 1 : 0;
+        default: break;  // out-of-range values are handled after the switch
+    }
+    return 0;
+}
+
+WUSH_API wush_status wush_context_cpu_isa(const wush_context* ctx, wush_cpu_isa* isa) {
+    return guarded(__func__, [&] {
+        ContextUse use(const_cast<wush_context*>(ctx), "ctx");
+        require_pointer(isa, "isa");
+        *isa = wush_cpu_isa(int(rt::resolve_isa(use->cpu_isa)));
+    });
+}
+
+WUSH_API wush_status wush_quantize_activations(wush_context* ctx, const wush_transform* transform, wush_format format,
+                                               wush_dtype dtype, const void* x, size_t n_tokens, size_t d_in,
+                                               void* codes, size_t codes_bytes, void* scales, size_t scales_bytes) {
+    return guarded(__func__, [&] {
+        ContextUse use(ctx, "ctx");
+        require_handle(transform, HandleType::Transform, "transform");
+        const rt::Isa isa = cpu_isa(*use);
+        const fmt::FormatSpec& f = fmt::spec(format);
+        wush::dtype_size(dtype);  // validates
+        const wush::BlockTransform& t = transform->core;
+        if (d_in != t.d_in())
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) + " but the transform has d_in = " +
+                                                      std::to_string(t.d_in()));
+        wush::eval::require_matching_group(t, f);
+        const fmt::PackedSizes need = fmt::packed_sizes(f, n_tokens, d_in);
+        if (n_tokens == 0) return;
+        require_pointer(x, "x");
+        require_pointer(codes, "codes");
+        require_pointer(scales, "scales");
+        require_size(codes_bytes, need.codes, "codes", "bytes");
+        require_size(scales_bytes, need.scales, "scales", "bytes");
+        std::vector<float> scratch(rt::quantize_scratch_floats(t));
+        rt::quantize_activations(t, f, dtype, x, n_tokens, {static_cast<std::uint8_t*>(codes), need.codes},
+                                 {static_cast<std::uint8_t*>(scales), need.scales}, isa, scratch);
+    });
+}
+
+WUSH_API wush_status wush_gemm(wush_context* ctx, const wush_qweight* qweight, const void* a_codes,
+                               size_t a_codes_bytes, const void* a_scales, size_t a_scales_bytes, size_t m,
+                               wush_dtype y_dtype, void* y, size_t y_count) {
+    return guarded(__func__, [&] {
+        ContextUse use(ctx, "ctx");
+        require_handle(qweight, HandleType::QWeight, "qweight");
+        const rt::Isa isa = cpu_isa(*use);
+        require_output_dtype(y_dtype);
+        const fmt::PackedMatrix& w = qweight->core;
+        const fmt::FormatSpec& f = fmt::spec(w.format);
+        if (f.group != 16 && f.group != 32) wush::fail(WUSH_ERR_UNSUPPORTED, "the CPU runtime supports groups of 16 and 32");
+        const fmt::PackedSizes need = fmt::packed_sizes(f, m, w.d_in);
+        if (m == 0) return;
+        require_pointer(a_codes, "a_codes");
+        require_pointer(a_scales, "a_scales");
+        require_pointer(y, "y");
+        require_size(a_codes_bytes, need.codes, "a_codes", "bytes");
+        require_size(a_scales_bytes, need.scales, "a_scales", "bytes");
+        require_size(y_count, wush::checked_mul(m, w.d_out, "m * d_out"), "y", "elements");
+        const std::span<const std::uint8_t> codes(static_cast<const std::uint8_t*>(a_codes), need.codes);
+        const std::span<const std::uint8_t> scales(static_cast<const std::uint8_t*>(a_scales), need.scales);
+        rt::check_activation_scales(f, scales, m, w.d_in);
+        std::vector<std::byte> scratch(rt::gemm_scratch_bytes(f, m, w.d_out, w.d_in, threads()));
+        rt::gemm(isa, w, codes, scales, m, y_dtype, y, scratch);
+    });
+}
+
+WUSH_API wush_status wush_linear_forward_workspace_size(wush_context* ctx, const wush_transform* transform,
+                                                        const wush_qweight* qweight, size_t n_tokens, size_t* bytes) {
+    return guarded(__func__, [&] {
+        ContextUse use(ctx, "ctx");
+        require_handle(transform, HandleType::Transform, "transform");
+        require_handle(qweight, HandleType::QWeight, "qweight");
+        require_pointer(bytes, "bytes");
+        cpu_isa(*use);
+        *bytes = rt::linear_forward_workspace_bytes(transform->core, qweight->core, n_tokens, threads());
+    });
+}
+
+WUSH_API wush_status wush_linear_forward(wush_context* ctx, const wush_transform* transform,
+                                         const wush_qweight* qweight, wush_dtype x_dtype, const void* x,
+                                         size_t n_tokens, wush_dtype y_dtype, void* y, size_t y_count,
+                                         void* workspace, size_t workspace_bytes) {
+    return guarded(__func__, [&] {
+        ContextUse use(ctx, "ctx");
+        require_handle(transform, HandleType::Transform, "transform");
+        require_handle(qweight, HandleType::QWeight, "qweight");
+        const rt::Isa isa = cpu_isa(*use);
+        wush::dtype_size(x_dtype);  // validates
+        require_output_dtype(y_dtype);
+        const wush::BlockTransform& t = transform->core;
+        const fmt::PackedMatrix& w = qweight->core;
+        rt::require_layer(t, w);
+        if (n_tokens == 0) return;
+        require_pointer(x, "x");
+        require_pointer(y, "y");
+        require_size(y_count, wush::checked_mul(n_tokens, w.d_out, "n_tokens * d_out"), "y", "elements");
+        // The smallest workspace that works is the one for a single thread.
+        require_size(workspace_bytes, rt::linear_forward_workspace_bytes(t, w, n_tokens, 1), "workspace", "bytes");
+        require_pointer(workspace, "workspace");
+        rt::linear_forward(isa, t, w, x_dtype, x, n_tokens, y_dtype, y,
+                           {static_cast<std::byte*>(workspace), workspace_bytes});
+    });
+}
+
+WUSH_API wush_status wush_layer_loss_runtime(wush_context* ctx, const wush_transform* transform,
+                                             const wush_qweight* qweight, wush_dtype w_dtype, const void* weight,
+                                             wush_dtype x_dtype, const void* x, size_t n_tokens, double* loss) {
+    return guarded(__func__, [&] {
+        ContextUse use(ctx, "ctx");
+        require_handle(transform, HandleType::Transform, "transform");
+        require_handle(qweight, HandleType::QWeight, "qweight");
+        require_pointer(loss, "loss");
+        const rt::Isa isa = cpu_isa(*use);
+        const fmt::PackedMatrix& q = qweight->core;
+        rt::require_layer(transform->core, q);
+        if (n_tokens == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "n_tokens is 0");
+        const FloatMatrix w(w_dtype, weight, q.d_out, q.d_in, "weight");
+        const FloatMatrix xs(x_dtype, x, n_tokens, q.d_in, "x");
+        *loss = rt::runtime_layer_loss(isa, transform->core, q, w.span(), xs.span(), n_tokens);
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,261 @@
+#include "runtime/gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "common/checked_math.h"
+#include "common/error.h"
+#include "common/float_bits.h"
+#include "formats/group_quantizer.h"
+#include "runtime/kernels.h"
+#include "runtime/workspace.h"
+
+namespace wush::runtime {
+
+namespace {
+
+// Activations with at most this many rows stream the weights row by row (the split layout);
+// more rows amortize packing weight panels that the register-blocked kernels reuse.
+constexpr std::size_t kSplitMaxRows = 4;
+
+std::size_t round_up(std::size_t v, std::size_t to) { return (v + to - 1) / to * to; }
+
+std::size_t panel_bytes(const formats::FormatSpec& f, std::size_t groups) {
+    return checked_mul(groups, kPanelRows * (f.group + 4), "panel size");
+}
+
+// The doubled value of a 4-bit code: E2M1 2v in {0,..,12} with sign, INT4 2q + 1.
+std::int8_t doubled_value(wush_format format, std::uint8_t nibble) {
+    return std::int8_t(2.0f * formats::decode_element(format, nibble));
+}
+
+// alpha = tensor_factor^2 / 4: the per-tensor factors of both operands and the two halvings of the
+// doubled values, folded into the activation scales.
+double alpha(const formats::FormatSpec& f) { return 1.0 / (f.tensor_divisor * f.tensor_divisor * 4.0); }
+
+// The scratch arrays of one call; null pointers when measuring.
+struct Plan {
+    float* scale = nullptr;          // m x groups
+    std::int8_t* x8 = nullptr;       // m x k
+    std::int32_t* corr = nullptr;    // m x groups
+    std::int8_t* xe = nullptr;       // m x k_pad / 2 (split layout, m <= kSplitMaxRows)
+    std::int8_t* xo = nullptr;
+    std::int32_t* lane_corr = nullptr;  // m x k_pad / 8
+    float* lane_scale = nullptr;
+    std::size_t k_pad = 0;
+    std::uint8_t* panels = nullptr;  // slots x panel_bytes
+    std::size_t slot_bytes = 0;
+    std::size_t slots = 0;
+};
+
+// Carves everything but the panel slots, then as many slots (at most `threads`) as fit.
+Plan carve(Carver& c, const formats::FormatSpec& f, std::size_t m, std::size_t k, std::size_t threads) {
+    Plan p;
+    const std::size_t groups = k / f.group;
+    const std::size_t mg = checked_mul(m, groups, "m x groups");
+    p.scale = c.take<float>(mg);
+    p.x8 = c.take<std::int8_t>(checked_mul(m, k, "m x k"));
+    p.corr = c.take<std::int32_t>(mg);
+    if (m <= kSplitMaxRows) {
+        p.k_pad = round_up(k, 128);
+        p.xe = c.take<std::int8_t>(m * p.k_pad / 2);
+        p.xo = c.take<std::int8_t>(m * p.k_pad / 2);
+        p.lane_corr = c.take<std::int32_t>(m * p.k_pad / 8);
+        p.lane_scale = c.take<float>(m * p.k_pad / 8);
+    }
+    p.slot_bytes = checked_add(panel_bytes(f, groups), 64, "panel slot");
+    p.slots = threads;
+    return p;
+}
+
+// ---- the portable path ------------------------------------------------------------------------
+
+void scalar_prepare(const formats::FormatSpec& f, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
+                    std::size_t k, std::int8_t* x8) {
+    for (std::size_t r = r0; r < r1; ++r)
+        for (std::size_t i = 0; i < k; ++i)
+            x8[r * k + i] = doubled_value(f.id, formats::get_nibble(codes + r * (k / 2), int(i)));
+}
+
+void store(const GemmOutput& out, std::size_t r, std::size_t n, float v) {
+    if (out.dtype == WUSH_DTYPE_BF16)
+        static_cast<std::uint16_t*>(out.y)[r * out.ld + n] = bits::bf16_encode(double(v));
+    else
+        static_cast<float*>(out.y)[r * out.ld + n] = v;
+}
+
+// Y rows for weight rows n0..n1: each weight row is decoded once into `row` / `row_scale`.
+void scalar_multiply(const formats::FormatSpec& f, const GemmActivations& a, const GemmWeights& w, std::size_t n0,
+                     std::size_t n1, const GemmOutput& out, std::int8_t* row, float* row_scale) {
+    const std::size_t k = w.k, groups = w.groups, g = f.group;
+    for (std::size_t n = n0; n < n1; ++n) {
+        for (std::size_t i = 0; i < k; ++i) row[i] = doubled_value(f.id, formats::get_nibble(w.codes + n * (k / 2), int(i)));
+        for (std::size_t b = 0; b < groups; ++b)
+            row_scale[b] = formats::decode_scale(f.id, w.scales + (n * groups + b) * f.scale_bytes);
+        for (std::size_t r = 0; r < a.m; ++r) {
+            float acc = 0.0f;
+            for (std::size_t b = 0; b < groups; ++b) {
+                std::int32_t dot = 0;
+                const std::int8_t* x = a.x8 + r * k + b * g;
+                for (std::size_t i = 0; i < g; ++i) dot += std::int32_t(x[i]) * std::int32_t(row[b * g + i]);
+                acc = std::fma(float(dot) * row_scale[b], a.scale[r * groups + b], acc);
+            }
+            store(out, r, n, acc);
+        }
+    }
+}
+
+// ---- dispatch -----------------------------------------------------------------------------------
+
+void prepare_rows(Isa isa, const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
+                  std::int8_t* x8, std::int32_t* corr) {
+    if (isa == Isa::Avx512Vnni) avx512::prepare_rows(a, codes, r0, r1, x8, corr);
+    else avx2::prepare_rows(a, codes, r0, r1, x8, corr);
+}
+
+void prepare_split(Isa isa, const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
+                   std::int8_t* xe, std::int8_t* xo, std::int32_t* lane_corr) {
+    if (isa == Isa::Avx512Vnni) avx512::prepare_split(a, codes, r0, r1, xe, xo, lane_corr);
+    else avx2::prepare_split(a, codes, r0, r1, xe, xo, lane_corr);
+}
+
+void gemv_rows(Isa isa, const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::size_t n1,
+               const GemmOutput& out) {
+    if (isa == Isa::Avx512Vnni) avx512::gemv_rows(a, w, n0, n1, out);
+    else avx2::gemv_rows(a, w, n0, n1, out);
+}
+
+void pack_panel(Isa isa, const GemmWeights& w, std::size_t n0, std::uint8_t* panel) {
+    if (isa == Isa::Avx512Vnni) avx512::pack_panel(w, n0, panel);
+    else avx2::pack_panel(w, n0, panel);
+}
+
+void panel_multiply(Isa isa, const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0,
+                    std::size_t m1, const GemmOutput& out, std::size_t n_total) {
+    if (isa == Isa::Avx512Vnni) avx512::panel_multiply(a, panel, n0, m0, m1, out, n_total);
+    else avx2::panel_multiply(a, panel, n0, m0, m1, out, n_total);
+}
+
+std::uint8_t* aligned_slot(const Plan& p, std::size_t slot) {
+    const auto addr = reinterpret_cast<std::uintptr_t>(p.panels + slot * p.slot_bytes);
+    return reinterpret_cast<std::uint8_t*>((addr + 63) & ~std::uintptr_t(63));
+}
+
+// [begin, end) of part `t` of `count` items split into `parts` contiguous parts.
+std::pair<std::size_t, std::size_t> part(std::size_t count, std::size_t parts, std::size_t t) {
+    return {count * t / parts, count * (t + 1) / parts};
+}
+
+}  // namespace
+
+std::size_t gemm_scratch_bytes(const formats::FormatSpec& format, std::size_t m, std::size_t n, std::size_t k,
+                               std::size_t threads) {
+    (void)n;
+    Carver measure;
+    const Plan p = carve(measure, format, m, k, std::max<std::size_t>(threads, 1));
+    measure.take<std::uint8_t>(checked_mul(p.slots, p.slot_bytes, "panel slots"));
+    return measure.used();
+}
+
+void check_activation_scales(const formats::FormatSpec& f, std::span<const std::uint8_t> scales, std::size_t m,
+                             std::size_t k) {
+    const std::size_t groups = k / f.group;
+    for (std::size_t i = 0; i < m * groups; ++i)
+        if (!std::isfinite(formats::decode_scale(f.id, scales.data() + i * f.scale_bytes)))
+            fail(WUSH_ERR_NON_FINITE, std::string("activation scale of row ") + std::to_string(i / groups) + ", group " +
+                                          std::to_string(i % groups) + " is NaN or infinite");
+}
+
+void gemm(Isa isa, const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
+          std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y,
+          std::span<std::byte> scratch) {
+    const formats::FormatSpec& f = formats::spec(w.format);
+    const std::size_t k = w.d_in, n = w.d_out, groups = k / f.group;
+    const formats::PackedSizes need = formats::packed_sizes(f, m, k);
+    require(a_codes.size() >= need.codes && a_scales.size() >= need.scales, "gemm: activation buffers too small");
+    require(y_dtype == WUSH_DTYPE_F32 || y_dtype == WUSH_DTYPE_BF16, "gemm: y must be F32 or BF16");
+    if (m == 0 || n == 0) return;
+
+    Carver carver(scratch.data(), scratch.size());
+    Plan p = carve(carver, f, m, k, 1);
+    const std::size_t room = carver.left() > 63 ? carver.left() - 63 : 0;
+    p.slots = std::min<std::size_t>(std::size_t(omp_get_max_threads()), room / p.slot_bytes);
+    require(p.slots >= 1, "gemm: scratch too small");
+    p.panels = carver.take<std::uint8_t>(p.slots * p.slot_bytes);
+
+    const double a_factor = alpha(f);
+    for (std::size_t i = 0; i < m * groups; ++i)
+        p.scale[i] = float(double(formats::decode_scale(f.id, a_scales.data() + i * f.scale_bytes)) * a_factor);
+
+    GemmActivations a;
+    a.format = int(f.id);
+    a.group = int(f.group);
+    a.m = m;
+    a.k = k;
+    a.groups = groups;
+    a.x8 = p.x8;
+    a.corr = p.corr;
+    a.scale = p.scale;
+    a.xe = p.xe;
+    a.xo = p.xo;
+    a.lane_corr = p.lane_corr;
+    a.lane_scale = p.lane_scale;
+    a.k_pad = p.k_pad;
+    GemmWeights wt;
+    wt.format = int(f.id);
+    wt.n = n;
+    wt.k = k;
+    wt.groups = groups;
+    wt.codes = w.codes.data();
+    wt.scales = w.scales.data();
+    GemmOutput out;
+    out.y = y;
+    out.dtype = int(y_dtype);
+    out.ld = n;
+    const std::uint8_t* codes = a_codes.data();
+    const int threads = int(p.slots);
+
+    if (isa == Isa::Scalar) {
+        scalar_prepare(f, codes, 0, m, k, p.x8);
+#pragma omp parallel num_threads(threads)
+        {
+            const auto [n0, n1] = part(n, std::size_t(omp_get_num_threads()), std::size_t(omp_get_thread_num()));
+            std::uint8_t* slot = aligned_slot(p, std::size_t(omp_get_thread_num()));
+            scalar_multiply(f, a, wt, n0, n1, out, reinterpret_cast<std::int8_t*>(slot),
+                            reinterpret_cast<float*>(slot + round_up(k, 64)));
+        }
+        return;
+    }
+    if (m <= kSplitMaxRows) {
+        prepare_split(isa, a, codes, 0, m, p.xe, p.xo, p.lane_corr);
+        for (std::size_t r = 0; r < m; ++r)
+            for (std::size_t lane = 0; lane < p.k_pad / 8; ++lane) {
+                const std::size_t b = std::min(lane * 8 / f.group, groups - 1);
+                p.lane_scale[r * (p.k_pad / 8) + lane] = lane * 8 < k ? p.scale[r * groups + b] : 0.0f;
+            }
+#pragma omp parallel num_threads(threads)
+        {
+            const auto [n0, n1] = part(n, std::size_t(omp_get_num_threads()), std::size_t(omp_get_thread_num()));
+            gemv_rows(isa, a, wt, n0, n1, out);
+        }
+        return;
+    }
+    const std::size_t panels = (n + kPanelRows - 1) / kPanelRows;
+#pragma omp parallel num_threads(threads)
+    {
+        const auto [r0, r1] = part(m, std::size_t(omp_get_num_threads()), std::size_t(omp_get_thread_num()));
+        prepare_rows(isa, a, codes, r0, r1, p.x8, p.corr);
+#pragma omp barrier
+        std::uint8_t* slot = aligned_slot(p, std::size_t(omp_get_thread_num()));
+#pragma omp for schedule(static)
+        for (std::size_t panel = 0; panel < panels; ++panel) {
+            pack_panel(isa, wt, panel * kPanelRows, slot);
+            panel_multiply(isa, a, slot, panel * kPanelRows, 0, m, out, n);
+        }
+    }
+}
+
+}  // namespace wush::runtime

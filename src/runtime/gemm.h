@@ -1,0 +1,35 @@
+// The W4A4 GEMM of the CPU runtime: packed activations (m x k, the layouts of wush_quantize_rows)
+// times packed pre-quantized weights (n x k) transposed, Y = A B^T (m x n), in float32 or bf16.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "formats/block_format.h"
+#include "formats/packed_matrix.h"
+#include "runtime/cpu_isa.h"
+#include "wush/wush.h"
+
+namespace wush::runtime {
+
+// Bytes of scratch gemm() needs for m activation rows against n x k weights in `format` when it
+// runs with `threads` threads (each packs its own weight panels). The result does not depend on
+// the ISA.
+std::size_t gemm_scratch_bytes(const formats::FormatSpec& format, std::size_t m, std::size_t n, std::size_t k,
+                               std::size_t threads);
+
+// Throws NON_FINITE if an activation scale is NaN/Inf (nothing is written to y then).
+void check_activation_scales(const formats::FormatSpec& format, std::span<const std::uint8_t> scales,
+                             std::size_t m, std::size_t k);
+
+// Y (m x n, row-major, `y_dtype` F32 or BF16) = A B^T, with A given by its codes and scales in
+// `w.format`. Every group's integer inner product is exact; the group scales and the per-tensor
+// factors are applied once per group in float32. Uses the calling thread's OpenMP threads, fewer
+// if `scratch` (sized by gemm_scratch_bytes) has room for fewer panels. Activation scales must be
+// finite (check_activation_scales).
+void gemm(Isa isa, const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
+          std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y,
+          std::span<std::byte> scratch);
+
+}  // namespace wush::runtime

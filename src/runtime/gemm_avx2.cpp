@@ -1,0 +1,374 @@
+// AVX2 kernels of the W4A4 GEMM: the structure of gemm_avx512.cpp (read its header comment) on
+// 256-bit vectors, with vpmaddubsw + vpmaddwd in place of vpdpbusd. The int16 partial sums are
+// exact: a pair of biased-weight x activation products is at most 2 x 30 x 15 = 900, and a group
+// of 32 adds 8 of them per lane (7200 < 32767).
+// Compiled with AVX2 target flags: see kernels.h for what this file may include.
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "runtime/kernels.h"
+
+namespace wush::runtime::avx2 {
+
+namespace {
+
+constexpr int kNvfp4 = 1, kInt4 = 2;
+
+bool is_int4(int format) { return format == kInt4; }
+int bias_of(int format) { return is_int4(format) ? 15 : 12; }
+
+__m256i weight_lut(int format) {
+    const __m128i l = is_int4(format) ? _mm_setr_epi8(16, 18, 20, 22, 24, 26, 28, 30, 0, 2, 4, 6, 8, 10, 12, 14)
+                                      : _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+    return _mm256_broadcastsi128_si256(l);
+}
+
+__m256i act_lut(int format) {
+    const __m128i l = is_int4(format) ? _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -15, -13, -11, -9, -7, -5, -3, -1)
+                                      : _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    return _mm256_broadcastsi128_si256(l);
+}
+
+// Loads n <= 32 bytes, zero-filling the rest (no read past n).
+__m256i load_partial(const std::uint8_t* p, std::size_t n) {
+    if (n >= 32) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    alignas(32) std::uint8_t buf[32] = {};
+    std::memcpy(buf, p, n);
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+}
+
+// All-ones in the first n bytes.
+__m256i byte_mask(std::size_t n) {
+    const __m256i idx = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+                                         22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
+    return _mm256_cmpgt_epi8(_mm256_set1_epi8(char(n > 32 ? 32 : n)), idx);
+}
+
+std::uint32_t load_u32(const void* p) {
+    std::uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+int hsum(__m256i v) {
+    const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    const __m128i t = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1))));
+}
+
+float hsum(__m256 v) {
+    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));
+}
+
+// Sum of each dword lane's 4 signed bytes.
+__m256i lane_sums(__m256i x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), x), _mm256_set1_epi16(1));
+}
+
+// ---- output ---------------------------------------------------------------------------------
+
+__m128i to_bf16(__m256 v) {
+    const __m256i b = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(nan));
+    // Pack the 8 low halves: within each 128-bit half, then join the halves.
+    const __m256i p = _mm256_packus_epi32(r, r);
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(p, _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+void store8(const GemmOutput& out, std::size_t r, std::size_t n, __m256 v, std::size_t count) {
+    if (out.dtype == 2) {
+        alignas(16) std::uint16_t h[8];
+        _mm_store_si128(reinterpret_cast<__m128i*>(h), to_bf16(v));
+        std::memcpy(static_cast<std::uint16_t*>(out.y) + r * out.ld + n, h, 2 * count);
+    } else {
+        alignas(32) float f[8];
+        _mm256_store_ps(f, v);
+        std::memcpy(static_cast<float*>(out.y) + r * out.ld + n, f, 4 * count);
+    }
+}
+
+void store_scalar(const GemmOutput& out, std::size_t r, std::size_t n, float v) { store8(out, r, n, _mm256_set1_ps(v), 1); }
+
+// ---- scales ---------------------------------------------------------------------------------
+
+__m256 decode_e8m0(__m256i c) {
+    const __m256i bits = _mm256_slli_epi32(c, 23);
+    const __m256i zero = _mm256_cmpeq_epi32(c, _mm256_setzero_si256());
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000), zero));
+}
+
+__m256 decode_e4m3(__m256i c) {
+    const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7F));
+    const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23));
+    const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-9f));
+    const __m256i is_sub = _mm256_cmpeq_epi32(_mm256_and_si256(mag, _mm256_set1_epi32(0x78)), _mm256_setzero_si256());
+    const __m256 v = _mm256_blendv_ps(_mm256_castsi256_ps(normal), sub, _mm256_castsi256_ps(is_sub));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24);
+    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(v), sign));
+}
+
+// Scales of a 32-byte piece (64 elements) of a weight row, one per dword lane (8 elements).
+__m256 piece_scales(int format, const std::uint8_t* row_scales, std::size_t piece, std::size_t avail) {
+    const int z = int(0x80808000u);
+    const std::size_t per_piece = format == kNvfp4 || is_int4(format) ? 4 : 2;
+    std::uint32_t raw = 0;
+    std::memcpy(&raw, row_scales + piece * per_piece, avail < per_piece ? avail : per_piece);
+    const __m256i src = _mm256_set1_epi32(int(raw));
+    if (format == kNvfp4)  // lane i -> group i / 2
+        return decode_e4m3(_mm256_shuffle_epi8(src, _mm256_setr_epi32(z, z, z | 1, z | 1, z | 2, z | 2, z | 3, z | 3)));
+    if (is_int4(format)) {  // lane i -> bf16 of group i / 4, in the upper half
+        const int c0 = 0x01008080, c1 = 0x03028080;
+        return _mm256_castsi256_ps(_mm256_shuffle_epi8(src, _mm256_setr_epi32(c0, c0, c0, c0, c1, c1, c1, c1)));
+    }
+    return decode_e8m0(_mm256_shuffle_epi8(src, _mm256_setr_epi32(z, z, z, z, z | 1, z | 1, z | 1, z | 1)));
+}
+
+}  // namespace
+
+// ---- activation preparation -----------------------------------------------------------------
+
+void prepare_rows(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
+                  std::int8_t* x8, std::int32_t* corr) {
+    const __m256i lut = act_lut(a.format);
+    const int bias = bias_of(a.format);
+    const std::size_t k = a.k, g = std::size_t(a.group);
+    for (std::size_t r = r0; r < r1; ++r) {
+        const std::uint8_t* src = codes + r * (k / 2);
+        for (std::size_t i = 0; i < k; i += 32) {
+            const std::size_t elems = k - i < 32 ? k - i : 32;  // 16 or 32
+            __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + i / 2));
+            if (elems == 32) v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i / 2));
+            const __m256i w = _mm256_cvtepu8_epi16(v);
+            const __m256i e = _mm256_or_si256(_mm256_and_si256(w, _mm256_set1_epi16(0x000F)),
+                                              _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x00F0)), 4));
+            const __m256i x = _mm256_shuffle_epi8(lut, e);
+            alignas(32) std::int8_t buf[32];
+            _mm256_store_si256(reinterpret_cast<__m256i*>(buf), x);
+            std::memcpy(x8 + r * k + i, buf, elems);
+            const __m256i sums = lane_sums(x);
+            if (g == 32) {
+                corr[r * a.groups + i / 32] = -bias * hsum(sums);
+            } else {
+                const __m256i lo = _mm256_blend_epi32(sums, _mm256_setzero_si256(), 0xF0);
+                corr[r * a.groups + i / 16] = -bias * hsum(lo);
+                if (elems == 32) corr[r * a.groups + i / 16 + 1] = -bias * hsum(_mm256_sub_epi32(sums, lo));
+            }
+        }
+    }
+}
+
+void prepare_split(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
+                   std::int8_t* xe, std::int8_t* xo, std::int32_t* lane_corr) {
+    const __m256i lut = act_lut(a.format), low = _mm256_set1_epi8(0x0F);
+    const __m256i neg_bias = _mm256_set1_epi32(-bias_of(a.format));
+    const std::size_t row_bytes = a.k / 2, half = a.k_pad / 2, lanes = a.k_pad / 8;
+    for (std::size_t r = r0; r < r1; ++r) {
+        for (std::size_t p = 0; p < half / 32; ++p) {
+            const std::size_t left = row_bytes > 32 * p ? row_bytes - 32 * p : 0;
+            const __m256i v = load_partial(codes + r * row_bytes + 32 * p, left);
+            const __m256i valid = byte_mask(left);  // padding stays 0, not the value of code 0
+            const __m256i e = _mm256_and_si256(_mm256_shuffle_epi8(lut, _mm256_and_si256(v, low)), valid);
+            const __m256i o = _mm256_and_si256(_mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low)), valid);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(xe + r * half + 32 * p), e);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(xo + r * half + 32 * p), o);
+            const __m256i s = _mm256_add_epi32(lane_sums(e), lane_sums(o));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(lane_corr + r * lanes + 8 * p), _mm256_mullo_epi32(s, neg_bias));
+        }
+    }
+}
+
+// ---- row streaming (small m) ----------------------------------------------------------------
+
+namespace {
+
+template <int M>
+void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::size_t n1, const GemmOutput& out) {
+    const __m256i lut = weight_lut(w.format), low = _mm256_set1_epi8(0x0F), ones16 = _mm256_set1_epi16(1);
+    const std::size_t row_bytes = w.k / 2, pieces = a.k_pad / 64, half = a.k_pad / 2, lanes = a.k_pad / 8;
+    const std::size_t scale_row = w.groups * (is_int4(w.format) ? 2 : 1);
+    const std::size_t per_piece = w.format == kNvfp4 || is_int4(w.format) ? 4 : 2;
+    for (std::size_t n = n0; n < n1; ++n) {
+        const std::uint8_t* wr = w.codes + n * row_bytes;
+        const std::uint8_t* sr = w.scales + n * scale_row;
+        __m256 acc_f[M];
+        for (int r = 0; r < M; ++r) acc_f[r] = _mm256_setzero_ps();
+        for (std::size_t p = 0; p < pieces; ++p) {
+            const std::size_t left = row_bytes > 32 * p ? row_bytes - 32 * p : 0;
+            if (left == 0) break;  // the rest is padding
+            const __m256i v = load_partial(wr + 32 * p, left);
+            const __m256i wl = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low));
+            const __m256i wh = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
+            const std::size_t used = p * per_piece;
+            const __m256 sb = piece_scales(w.format, sr, p, scale_row > used ? scale_row - used : 0);
+            for (int r = 0; r < M; ++r) {
+                const std::size_t row = std::size_t(r);
+                const __m256i xe = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xe + row * half + 32 * p));
+                const __m256i xo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xo + row * half + 32 * p));
+                const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(wl, xe), _mm256_maddubs_epi16(wh, xo));
+                __m256i acc = _mm256_madd_epi16(s16, ones16);
+                acc = _mm256_add_epi32(acc, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.lane_corr + row * lanes + 8 * p)));
+                const __m256 s = _mm256_mul_ps(sb, _mm256_loadu_ps(a.lane_scale + row * lanes + 8 * p));
+                acc_f[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), s, acc_f[r]);
+            }
+        }
+        for (int r = 0; r < M; ++r) store_scalar(out, std::size_t(r), n, hsum(acc_f[r]));
+    }
+}
+
+}  // namespace
+
+void gemv_rows(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::size_t n1, const GemmOutput& out) {
+    switch (a.m) {
+        case 1: gemv<1>(a, w, n0, n1, out); break;
+        case 2: gemv<2>(a, w, n0, n1, out); break;
+        case 3: gemv<3>(a, w, n0, n1, out); break;
+        default: gemv<4>(a, w, n0, n1, out); break;
+    }
+}
+
+// ---- panels (larger m) ----------------------------------------------------------------------
+
+namespace {
+
+void transpose8(__m256 r[8]) {
+    __m256 t[8], s[8];
+    for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; ++i) {
+        s[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int k = 0; k < 4; ++k) {
+        r[k] = _mm256_permute2f128_ps(s[k], s[4 + k], 0x20);
+        r[4 + k] = _mm256_permute2f128_ps(s[k], s[4 + k], 0x31);
+    }
+}
+
+__m256i decode_group(const std::uint8_t* src, int group, __m256i lut) {
+    if (group == 32) {
+        const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+        const __m256i e = _mm256_or_si256(_mm256_and_si256(w, _mm256_set1_epi16(0x000F)),
+                                          _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x00F0)), 4));
+        return _mm256_shuffle_epi8(lut, e);
+    }
+    const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
+    const __m128i e = _mm_or_si128(_mm_and_si128(w, _mm_set1_epi16(0x000F)), _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x00F0)), 4));
+    return _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_shuffle_epi8(_mm256_castsi256_si128(lut), e), 0);
+}
+
+void scale_table(int format, float table[256]) {
+    for (int c = 0; c < 256; c += 8) {
+        const __m256i codes = _mm256_add_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        _mm256_storeu_ps(table + c, format == kNvfp4 ? decode_e4m3(codes) : decode_e8m0(codes));
+    }
+}
+
+// M activation rows x 8 weight rows (sub-panel `sub` of the 32-row panel).
+template <int M, int G>
+void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t sub, std::size_t n0, std::size_t m0,
+                const GemmOutput& out, std::size_t count) {
+    constexpr std::size_t kGroupBytes = kPanelRows * (G + 4);
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    __m256 yacc[M];
+    for (int r = 0; r < M; ++r) yacc[r] = _mm256_setzero_ps();
+    for (std::size_t g = 0; g < a.groups; ++g) {
+        const std::uint8_t* pg = panel + g * kGroupBytes + 32 * sub;
+        const std::int8_t* xg = a.x8 + m0 * a.k + g * G;
+        __m256i acc16[M];
+        for (int r = 0; r < M; ++r) acc16[r] = _mm256_setzero_si256();
+        for (int s = 0; s < G / 4; ++s) {
+            const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(pg + s * 128));
+            for (int r = 0; r < M; ++r) {
+                const __m256i xb = _mm256_set1_epi32(int(load_u32(xg + std::size_t(r) * a.k + 4 * s)));
+                acc16[r] = _mm256_add_epi16(acc16[r], _mm256_maddubs_epi16(w, xb));
+            }
+        }
+        const __m256 sb = _mm256_load_ps(reinterpret_cast<const float*>(pg - 32 * sub + G * kPanelRows + 32 * sub));
+        for (int r = 0; r < M; ++r) {
+            const std::size_t row = m0 + std::size_t(r);
+            const __m256i acc = _mm256_add_epi32(_mm256_madd_epi16(acc16[r], ones16), _mm256_set1_epi32(a.corr[row * a.groups + g]));
+            yacc[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), sb), _mm256_set1_ps(a.scale[row * a.groups + g]), yacc[r]);
+        }
+    }
+    for (int r = 0; r < M; ++r) store8(out, m0 + std::size_t(r), n0 + 8 * sub, yacc[r], count);
+}
+
+template <int G>
+void panel_rows(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0, std::size_t m1,
+                const GemmOutput& out, std::size_t n_total) {
+    const std::size_t valid = n_total - n0 < kPanelRows ? n_total - n0 : kPanelRows;
+    for (std::size_t sub = 0; sub * 8 < valid; ++sub) {
+        const std::size_t count = valid - sub * 8 < 8 ? valid - sub * 8 : 8;
+        std::size_t m = m0;
+        for (; m + 4 <= m1; m += 4) panel_tile<4, G>(a, panel, sub, n0, m, out, count);
+        switch (m1 - m) {
+            case 3: panel_tile<3, G>(a, panel, sub, n0, m, out, count); break;
+            case 2: panel_tile<2, G>(a, panel, sub, n0, m, out, count); break;
+            case 1: panel_tile<1, G>(a, panel, sub, n0, m, out, count); break;
+            default: break;
+        }
+    }
+}
+
+}  // namespace
+
+void pack_panel(const GemmWeights& w, std::size_t n0, std::uint8_t* panel) {
+    const int g = w.k / w.groups == 16 ? 16 : 32;
+    const std::size_t group_bytes = kPanelRows * std::size_t(g + 4), row_bytes = w.k / 2;
+    const std::size_t valid = w.n - n0 < kPanelRows ? w.n - n0 : kPanelRows;
+    const __m256i lut = weight_lut(w.format);
+    const __m256i zero_weight = _mm256_set1_epi8(char(bias_of(w.format)));
+    for (std::size_t rb = 0; rb < kPanelRows / 8; ++rb) {
+        for (std::size_t b = 0; b < w.groups; ++b) {
+            __m256 r[8];
+            for (std::size_t i = 0; i < 8; ++i) {
+                const std::size_t row = rb * 8 + i;
+                r[i] = _mm256_castsi256_ps(row < valid ? decode_group(w.codes + (n0 + row) * row_bytes + b * std::size_t(g / 2), g, lut)
+                                                       : zero_weight);
+            }
+            transpose8(r);
+            std::uint8_t* dst = panel + b * group_bytes + rb * 32;
+            for (int s = 0; s < g / 4; ++s) _mm256_store_ps(reinterpret_cast<float*>(dst + s * 128), r[s]);
+        }
+    }
+    float table[256];
+    const bool int4 = is_int4(w.format);
+    if (!int4) scale_table(w.format, table);
+    const std::size_t scale_row = w.groups * (int4 ? 2 : 1);
+    for (std::size_t b = 0; b < w.groups; ++b) {
+        float* dst = reinterpret_cast<float*>(panel + b * group_bytes + std::size_t(g) * kPanelRows);
+        for (std::size_t row = 0; row < kPanelRows; ++row) {
+            float v = 0.0f;
+            if (row < valid) {
+                const std::uint8_t* s = w.scales + (n0 + row) * scale_row;
+                if (int4) {
+                    const std::uint32_t bits = std::uint32_t(s[2 * b] | (s[2 * b + 1] << 8)) << 16;
+                    std::memcpy(&v, &bits, 4);
+                } else {
+                    v = table[s[b]];
+                }
+            }
+            dst[row] = v;
+        }
+    }
+}
+
+void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0,
+                    std::size_t m1, const GemmOutput& out, std::size_t n_total) {
+    if (a.group == 16) panel_rows<16>(a, panel, n0, m0, m1, out, n_total);
+    else panel_rows<32>(a, panel, n0, m0, m1, out, n_total);
+}
+
+}  // namespace wush::runtime::avx2

@@ -1,0 +1,371 @@
+// AVX-512 VNNI kernels of the W4A4 GEMM (kernels.h describes the operands and the bias trick).
+// Compiled with AVX-512 target flags: see kernels.h for what this file may include.
+//
+// Two kernels:
+//  - gemv_rows (m <= 4): streams each weight row in its packed form. A 64-byte chunk holds 128
+//    elements; its low nibbles (even elements) and high nibbles (odd ones) are looked up into
+//    biased bytes and multiplied (vpdpbusd) with the activations' even / odd elements, laid out
+//    the same way. Dword lane L then sums 8 elements of one group, so the group scales apply per
+//    lane, and the lanes are summed once per output.
+//  - panel_multiply (m > 4): a packed panel of 32 weight rows (for each group, G/4 steps of
+//    32 rows x 4 bytes) against 4 activation rows at a time: each step broadcasts 4 activation
+//    bytes per row and accumulates 4 x 2 vectors of 16 int32 dot products, which are scaled into
+//    float accumulators once per group.
+// GCC 12 reports its own AVX-512 intrinsics' deliberately undefined operands (__Y) as uninitialized.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "runtime/kernels.h"
+
+namespace wush::runtime::avx512 {
+
+namespace {
+
+constexpr int kMxfp4 = 0, kNvfp4 = 1, kInt4 = 2;
+
+bool is_int4(int format) { return format == kInt4; }
+int bias_of(int format) { return is_int4(format) ? 15 : 12; }
+
+// Code nibble -> doubled value + bias (weights, unsigned).
+__m128i weight_lut(int format) {
+    if (is_int4(format)) return _mm_setr_epi8(16, 18, 20, 22, 24, 26, 28, 30, 0, 2, 4, 6, 8, 10, 12, 14);
+    return _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+}
+
+// Code nibble -> doubled value (activations, signed).
+__m128i act_lut(int format) {
+    if (is_int4(format)) return _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -15, -13, -11, -9, -7, -5, -3, -1);
+    return _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+}
+
+__mmask64 byte_mask(std::size_t n) { return n >= 64 ? ~__mmask64(0) : (__mmask64(1) << n) - 1; }
+
+std::uint32_t load_u32(const void* p) {
+    std::uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+// ---- output -----------------------------------------------------------------------------------
+
+__m256i to_bf16(__m512 v) {  // RNE; NaN stays a quiet NaN
+    const __m512i b = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7FC0));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+void store_scalar(const GemmOutput& out, std::size_t r, std::size_t n, float v) {
+    if (out.dtype == 2) {
+        const __m256i h = to_bf16(_mm512_set1_ps(v));
+        static_cast<std::uint16_t*>(out.y)[r * out.ld + n] = std::uint16_t(_mm256_extract_epi16(h, 0));
+    } else {
+        static_cast<float*>(out.y)[r * out.ld + n] = v;
+    }
+}
+
+void store16(const GemmOutput& out, std::size_t r, std::size_t n, __m512 v, __mmask16 mask) {
+    if (out.dtype == 2)
+        _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(out.y) + r * out.ld + n, mask, to_bf16(v));
+    else
+        _mm512_mask_storeu_ps(static_cast<float*>(out.y) + r * out.ld + n, mask, v);
+}
+
+// ---- weight scales of a 128-element chunk, one per dword lane ---------------------------------
+
+__m512 decode_e8m0(__m512i c) {
+    const __m512i bits = _mm512_slli_epi32(c, 23);
+    const __mmask16 zero = _mm512_cmpeq_epi32_mask(c, _mm512_setzero_si512());
+    return _mm512_castsi512_ps(_mm512_mask_mov_epi32(bits, zero, _mm512_set1_epi32(0x00400000)));  // 2^-127
+}
+
+__m512 decode_e4m3(__m512i c) {
+    const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7F));
+    const __m512i normal = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23));
+    const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(0x1p-9f));
+    const __mmask16 is_sub = _mm512_cmpeq_epi32_mask(_mm512_and_si512(mag, _mm512_set1_epi32(0x78)), _mm512_setzero_si512());
+    const __m512 v = _mm512_mask_mov_ps(_mm512_castsi512_ps(normal), is_sub, sub);
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+}
+
+struct ScaleLanes {
+    __m512i control;  // pshufb control spreading a chunk's scale bytes over the lanes
+    int format;
+};
+
+ScaleLanes scale_lanes(int format) {
+    ScaleLanes s;
+    s.format = format;
+    const int z = int(0x80808080u);
+    if (format == kNvfp4) {  // G = 16: lane i -> group i / 2
+        s.control = _mm512_setr_epi32(z & ~0xFF, z & ~0xFF, (z & ~0xFF) | 1, (z & ~0xFF) | 1,  //
+                                      (z & ~0xFF) | 2, (z & ~0xFF) | 2, (z & ~0xFF) | 3, (z & ~0xFF) | 3,
+                                      (z & ~0xFF) | 4, (z & ~0xFF) | 4, (z & ~0xFF) | 5, (z & ~0xFF) | 5,
+                                      (z & ~0xFF) | 6, (z & ~0xFF) | 6, (z & ~0xFF) | 7, (z & ~0xFF) | 7);
+    } else if (format == kInt4) {  // G = 32, bf16 scales: lane i -> bytes 2(i/4), 2(i/4)+1 on top
+        const int c0 = 0x01008080, c1 = 0x03028080, c2 = 0x05048080, c3 = 0x07068080;
+        s.control = _mm512_setr_epi32(c0, c0, c0, c0, c1, c1, c1, c1, c2, c2, c2, c2, c3, c3, c3, c3);
+    } else {  // MXFP4 / OCP, G = 32: lane i -> group i / 4
+        const int c0 = z & ~0xFF, c1 = c0 | 1, c2 = c0 | 2, c3 = c0 | 3;
+        s.control = _mm512_setr_epi32(c0, c0, c0, c0, c1, c1, c1, c1, c2, c2, c2, c2, c3, c3, c3, c3);
+    }
+    return s;
+}
+
+// Scales of chunk `c` of a weight row (`avail` scale bytes left in the row from the chunk start).
+__m512 chunk_scales(const ScaleLanes& s, const std::uint8_t* row_scales, std::size_t c, std::size_t avail) {
+    const std::size_t per_chunk = s.format == kMxfp4 || s.format == 3 ? 4 : 8;
+    std::uint64_t raw = 0;
+    std::memcpy(&raw, row_scales + c * per_chunk, avail < per_chunk ? avail : per_chunk);
+    const __m512i c32 = _mm512_shuffle_epi8(_mm512_set1_epi64(std::int64_t(raw)), s.control);
+    if (s.format == kInt4) return _mm512_castsi512_ps(c32);
+    if (s.format == kNvfp4) return decode_e4m3(c32);
+    return decode_e8m0(c32);
+}
+
+// ---- activation preparation ---------------------------------------------------------------------
+
+}  // namespace
+
+void prepare_rows(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
+                  std::int8_t* x8, std::int32_t* corr) {
+    const __m512i lut = _mm512_broadcast_i32x4(act_lut(a.format));
+    const __m512i ones = _mm512_set1_epi8(1), lo4 = _mm512_set1_epi16(0x000F), hi4 = _mm512_set1_epi16(0x00F0);
+    const int bias = bias_of(a.format);
+    const std::size_t k = a.k, g = std::size_t(a.group);
+    for (std::size_t r = r0; r < r1; ++r) {
+        const std::uint8_t* src = codes + r * (k / 2);
+        for (std::size_t i = 0; i < k; i += 64) {
+            const std::size_t elems = k - i < 64 ? k - i : 64;
+            const __m256i v = _mm256_maskz_loadu_epi8(__mmask32(byte_mask(elems / 2)), src + i / 2);
+            const __m512i w = _mm512_cvtepu8_epi16(v);  // element pair (2j, 2j+1) -> word j
+            const __m512i e = _mm512_or_si512(_mm512_and_si512(w, lo4), _mm512_slli_epi16(_mm512_and_si512(w, hi4), 4));
+            const __m512i x = _mm512_shuffle_epi8(lut, e);
+            _mm512_mask_storeu_epi8(x8 + r * k + i, byte_mask(elems), x);
+            const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, x);  // 4 bytes per lane
+            for (std::size_t g0 = 0; g0 < elems; g0 += g) {
+                const __mmask16 lanes = __mmask16(((1u << (g / 4)) - 1u) << (g0 / 4));
+                corr[r * a.groups + (i + g0) / g] = -bias * _mm512_mask_reduce_add_epi32(lanes, sums);
+            }
+        }
+    }
+}
+
+void prepare_split(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
+                   std::int8_t* xe, std::int8_t* xo, std::int32_t* lane_corr) {
+    const __m512i lut = _mm512_broadcast_i32x4(act_lut(a.format));
+    const __m512i ones = _mm512_set1_epi8(1), low = _mm512_set1_epi8(0x0F);
+    const __m512i neg_bias = _mm512_set1_epi32(-bias_of(a.format));
+    const std::size_t row_bytes = a.k / 2, half = a.k_pad / 2, lanes = a.k_pad / 8;
+    for (std::size_t r = r0; r < r1; ++r) {
+        for (std::size_t c = 0; c < a.k_pad / 128; ++c) {
+            const __mmask64 valid = byte_mask(row_bytes - 64 * c);
+            const __m512i v = _mm512_maskz_loadu_epi8(valid, codes + r * row_bytes + 64 * c);
+            // Padding stays 0 (not the value of code 0, which is +1 for INT4).
+            const __m512i e = _mm512_maskz_shuffle_epi8(valid, lut, _mm512_and_si512(v, low));
+            const __m512i o = _mm512_maskz_shuffle_epi8(valid, lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+            _mm512_storeu_si512(xe + r * half + 64 * c, e);
+            _mm512_storeu_si512(xo + r * half + 64 * c, o);
+            const __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, e), ones, o);
+            _mm512_storeu_si512(lane_corr + r * lanes + 16 * c, _mm512_mullo_epi32(s, neg_bias));
+        }
+    }
+}
+
+// ---- row streaming (small m) --------------------------------------------------------------------
+
+namespace {
+
+template <int M>
+void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::size_t n1, std::size_t r0,
+          const GemmOutput& out) {
+    const __m512i lut = _mm512_broadcast_i32x4(weight_lut(w.format)), low = _mm512_set1_epi8(0x0F);
+    const ScaleLanes sl = scale_lanes(w.format);
+    const std::size_t row_bytes = w.k / 2, chunks = a.k_pad / 128, half = a.k_pad / 2, lanes = a.k_pad / 8;
+    const std::size_t scale_row = w.groups * (is_int4(w.format) ? 2 : 1);
+    const std::size_t scale_per_chunk = scale_row * 128 / w.k;  // k_pad/128 chunks cover the row
+    for (std::size_t n = n0; n < n1; ++n) {
+        const std::uint8_t* wr = w.codes + n * row_bytes;
+        const std::uint8_t* sr = w.scales + n * scale_row;
+        __m512 acc_f[M];
+        for (int r = 0; r < M; ++r) acc_f[r] = _mm512_setzero_ps();
+        for (std::size_t c = 0; c < chunks; ++c) {
+            const std::size_t left = row_bytes - 64 * c;
+            const __m512i v = left >= 64 ? _mm512_loadu_si512(wr + 64 * c) : _mm512_maskz_loadu_epi8(byte_mask(left), wr + 64 * c);
+            const __m512i wl = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low));
+            const __m512i wh = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+            const __m512 sb = chunk_scales(sl, sr, c, scale_row - c * scale_per_chunk);
+            for (int r = 0; r < M; ++r) {
+                const std::size_t row = r0 + std::size_t(r);
+                __m512i acc = _mm512_loadu_si512(a.lane_corr + row * lanes + 16 * c);
+                acc = _mm512_dpbusd_epi32(acc, wl, _mm512_loadu_si512(a.xe + row * half + 64 * c));
+                acc = _mm512_dpbusd_epi32(acc, wh, _mm512_loadu_si512(a.xo + row * half + 64 * c));
+                const __m512 s = _mm512_mul_ps(sb, _mm512_loadu_ps(a.lane_scale + row * lanes + 16 * c));
+                acc_f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, acc_f[r]);
+            }
+        }
+        for (int r = 0; r < M; ++r) store_scalar(out, r0 + std::size_t(r), n, _mm512_reduce_add_ps(acc_f[r]));
+    }
+}
+
+}  // namespace
+
+void gemv_rows(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::size_t n1, const GemmOutput& out) {
+    switch (a.m) {
+        case 1: gemv<1>(a, w, n0, n1, 0, out); break;
+        case 2: gemv<2>(a, w, n0, n1, 0, out); break;
+        case 3: gemv<3>(a, w, n0, n1, 0, out); break;
+        default: gemv<4>(a, w, n0, n1, 0, out); break;
+    }
+}
+
+// ---- panels (larger m) --------------------------------------------------------------------------
+
+namespace {
+
+// In place: r[a] (row a, 8 dwords) becomes dword column a (8 rows).
+void transpose8(__m256 r[8]) {
+    __m256 t[8], s[8];
+    for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; ++i) {
+        s[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int k = 0; k < 4; ++k) {
+        r[k] = _mm256_permute2f128_ps(s[k], s[4 + k], 0x20);
+        r[4 + k] = _mm256_permute2f128_ps(s[k], s[4 + k], 0x31);
+    }
+}
+
+// One group of one weight row as biased bytes in element order (G = 32: 32 bytes; 16: the low 16).
+__m256i decode_group(const std::uint8_t* src, int group, __m256i lut) {
+    if (group == 32) {
+        const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+        const __m256i e = _mm256_or_si256(_mm256_and_si256(w, _mm256_set1_epi16(0x000F)),
+                                          _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x00F0)), 4));
+        return _mm256_shuffle_epi8(lut, e);
+    }
+    const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
+    const __m128i e = _mm_or_si128(_mm_and_si128(w, _mm_set1_epi16(0x000F)), _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x00F0)), 4));
+    return _mm256_zextsi128_si256(_mm_shuffle_epi8(_mm256_castsi256_si128(lut), e));
+}
+
+// float value of every 1-byte scale code (E8M0 or E4M3), for the panel's scale rows.
+void scale_table(int format, float table[256]) {
+    for (int c = 0; c < 256; c += 16) {
+        const __m512i codes = _mm512_add_epi32(_mm512_set1_epi32(c), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+        _mm512_storeu_ps(table + c, format == kNvfp4 ? decode_e4m3(codes) : decode_e8m0(codes));
+    }
+}
+
+template <int M, int G>
+void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0,
+                const GemmOutput& out, std::size_t n_total) {
+    constexpr std::size_t kGroupBytes = kPanelRows * (G + 4);
+    __m512 yacc[M][2];
+    for (int r = 0; r < M; ++r) yacc[r][0] = yacc[r][1] = _mm512_setzero_ps();
+    for (std::size_t g = 0; g < a.groups; ++g) {
+        const std::uint8_t* pg = panel + g * kGroupBytes;
+        const std::int8_t* xg = a.x8 + m0 * a.k + g * G;
+        __m512i acc[M][2];
+        for (int r = 0; r < M; ++r) acc[r][0] = acc[r][1] = _mm512_set1_epi32(a.corr[(m0 + std::size_t(r)) * a.groups + g]);
+        for (int s = 0; s < G / 4; ++s) {
+            const __m512i w0 = _mm512_load_si512(pg + s * 128), w1 = _mm512_load_si512(pg + s * 128 + 64);
+            for (int r = 0; r < M; ++r) {
+                const __m512i xb = _mm512_set1_epi32(int(load_u32(xg + std::size_t(r) * a.k + 4 * s)));
+                acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], w0, xb);
+                acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], w1, xb);
+            }
+        }
+        const __m512 sb0 = _mm512_load_ps(pg + G * kPanelRows), sb1 = _mm512_load_ps(pg + G * kPanelRows + 64);
+        for (int r = 0; r < M; ++r) {
+            const __m512 sa = _mm512_set1_ps(a.scale[(m0 + std::size_t(r)) * a.groups + g]);
+            yacc[r][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][0]), sb0), sa, yacc[r][0]);
+            yacc[r][1] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][1]), sb1), sa, yacc[r][1]);
+        }
+    }
+    const std::size_t valid = n_total - n0 < kPanelRows ? n_total - n0 : kPanelRows;
+    const __mmask16 m_lo = valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1);
+    const __mmask16 m_hi = valid >= 32 ? __mmask16(0xFFFF) : valid > 16 ? __mmask16((1u << (valid - 16)) - 1) : __mmask16(0);
+    for (int r = 0; r < M; ++r) {
+        store16(out, m0 + std::size_t(r), n0, yacc[r][0], m_lo);
+        if (m_hi) store16(out, m0 + std::size_t(r), n0 + 16, yacc[r][1], m_hi);
+    }
+}
+
+template <int G>
+void panel_rows(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0, std::size_t m1,
+                const GemmOutput& out, std::size_t n_total) {
+    std::size_t m = m0;
+    for (; m + 4 <= m1; m += 4) panel_tile<4, G>(a, panel, n0, m, out, n_total);
+    switch (m1 - m) {
+        case 3: panel_tile<3, G>(a, panel, n0, m, out, n_total); break;
+        case 2: panel_tile<2, G>(a, panel, n0, m, out, n_total); break;
+        case 1: panel_tile<1, G>(a, panel, n0, m, out, n_total); break;
+        default: break;
+    }
+}
+
+}  // namespace
+
+void pack_panel(const GemmWeights& w, std::size_t n0, std::uint8_t* panel) {
+    const int g = w.k / w.groups == 16 ? 16 : 32;
+    const std::size_t group_bytes = kPanelRows * std::size_t(g + 4), row_bytes = w.k / 2;
+    const std::size_t valid = w.n - n0 < kPanelRows ? w.n - n0 : kPanelRows;
+    const __m256i lut = _mm256_broadcastsi128_si256(weight_lut(w.format));
+    const __m256i zero_weight = _mm256_set1_epi8(char(bias_of(w.format)));
+    for (std::size_t rb = 0; rb < kPanelRows / 8; ++rb) {
+        for (std::size_t b = 0; b < w.groups; ++b) {
+            __m256 r[8];
+            for (std::size_t i = 0; i < 8; ++i) {
+                const std::size_t row = rb * 8 + i;
+                r[i] = _mm256_castsi256_ps(row < valid ? decode_group(w.codes + (n0 + row) * row_bytes + b * std::size_t(g / 2), g, lut)
+                                                       : zero_weight);
+            }
+            transpose8(r);
+            std::uint8_t* dst = panel + b * group_bytes + (rb / 2) * 64 + (rb % 2) * 32;
+            for (int s = 0; s < g / 4; ++s) _mm256_store_ps(reinterpret_cast<float*>(dst + s * 128), r[s]);
+        }
+    }
+    float table[256];
+    const bool int4 = is_int4(w.format);
+    if (!int4) scale_table(w.format, table);
+    const std::size_t scale_row = w.groups * (int4 ? 2 : 1);
+    for (std::size_t b = 0; b < w.groups; ++b) {
+        float* dst = reinterpret_cast<float*>(panel + b * group_bytes + std::size_t(g) * kPanelRows);
+        for (std::size_t row = 0; row < kPanelRows; ++row) {
+            float v = 0.0f;
+            if (row < valid) {
+                const std::uint8_t* s = w.scales + (n0 + row) * scale_row;
+                if (int4) {
+                    const std::uint32_t bits = std::uint32_t(s[2 * b] | (s[2 * b + 1] << 8)) << 16;
+                    std::memcpy(&v, &bits, 4);
+                } else {
+                    v = table[s[b]];
+                }
+            }
+            dst[row] = v;
+        }
+    }
+}
+
+void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0,
+                    std::size_t m1, const GemmOutput& out, std::size_t n_total) {
+    if (a.group == 16) panel_rows<16>(a, panel, n0, m0, m1, out, n_total);
+    else panel_rows<32>(a, panel, n0, m0, m1, out, n_total);
+}
+
+}  // namespace wush::runtime::avx512

@@ -1,0 +1,119 @@
+// The interface between the runtime drivers (activation_quantizer.cpp, gemm.cpp) and the per-ISA
+// kernels (kernels_scalar.cpp, *_avx2.cpp, *_avx512.cpp).
+//
+// The per-ISA files are compiled with their own target flags (-mavx2 / -mavx512*), so this header
+// must not define a single function, inline or implicit: an inline function emitted by an AVX-512
+// file could be the copy the linker keeps for every caller, and then the library would execute
+// AVX-512 instructions on a CPU without them. Hence plain aggregates (no default member
+// initializers, which would make an inline constructor) and plain declarations only; the kernel
+// files include nothing else from the project and none of the C++ standard library's templates.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace wush::runtime {
+
+// ---------------------------------------------------------------------------------------------
+// Fused transform + quantization of activations
+// ---------------------------------------------------------------------------------------------
+
+// One tile: up to 16 (AVX-512) or 8 (AVX2) consecutive tokens x one block of G columns.
+struct QuantTile {
+    const void* x;             // n_tokens x d_in activations, row-major
+    int dtype;                 // wush_dtype value: 0 f32, 1 f16, 2 bf16
+    int format;                // wush_format value
+    int group;                 // G: 16 or 32
+    int rows;                  // tokens in this tile, 1..lanes
+    std::size_t d_in;
+    std::size_t row0;          // first token of the tile
+    std::size_t block;         // block index b
+    const float* matrix;       // T_b, G x G row-major; nullptr for the identity (no multiply)
+    float row_norm;            // an upper bound of max_i ||row i of T_b||_2 (0 for the identity)
+    std::uint8_t* codes;       // the whole codes buffer (n_tokens x d_in / 2)
+    std::uint8_t* scales;      // the whole scales buffer (n_tokens x C x scale_bytes)
+};
+
+// Each SIMD tile kernel quantizes the tile in float32 and returns a bit mask of the tile rows whose
+// group it could not certify (a value within its float32 error bound of a rounding boundary, a
+// scale boundary, a tiny/huge/non-finite group): the driver recomputes those exactly in float64.
+namespace avx2 {
+std::uint32_t quantize_tile(const QuantTile& tile);  // rows <= 8
+float max_row_norm(const float* matrix, int group);  // exact float32 max row norm (rounded up)
+}  // namespace avx2
+namespace avx512 {
+std::uint32_t quantize_tile(const QuantTile& tile);  // rows <= 16
+float max_row_norm(const float* matrix, int group);
+}  // namespace avx512
+
+// ---------------------------------------------------------------------------------------------
+// The W4A4 GEMM: Y (m x n) = A (m x k, packed) * B^T (n x k, packed)
+// ---------------------------------------------------------------------------------------------
+//
+// Both operands' 4-bit codes decode to small integers ("doubled" values): E2M1 as 2 x value in
+// {0, 1, 2, 3, 4, 6, 8, 12} with sign, INT4 midrise as 2q + 1 in [-15, 15]. A group's inner
+// product is exact in integer arithmetic; the value of the product is
+//   sum_groups  (scale_a * scale_b * alpha) * integer_dot,   alpha = tensor_factor^2 / 4.
+// The kernels feed the weights as unsigned bytes biased by `bias` (12 or 15) and the activations
+// as signed bytes: sum (w + bias) x = sum w x + bias * sum x, so each group's integer accumulator
+// starts at -bias * sum x (the "correction") instead of 0.
+
+// The activation operand, decoded once per call by the driver.
+struct GemmActivations {
+    int format;
+    int group;                   // G
+    std::size_t m, k, groups;    // groups = k / G
+    // Row layout (panel kernels): x8[r * k + i] = doubled code of element i of row r.
+    const std::int8_t* x8;
+    const std::int32_t* corr;    // m x groups: -bias * sum of the group's x8
+    const float* scale;          // m x groups: scale_a * alpha
+    // Split layout (row-streaming kernels for small m): xe / xo hold the even / odd elements, in
+    // the order of the packed bytes (k_pad / 2 per row, k_pad = k rounded up to 128, zero padded);
+    // lane L of a 64-byte chunk covers elements 8L .. 8L + 7 of the chunk.
+    const std::int8_t* xe;
+    const std::int8_t* xo;
+    const std::int32_t* lane_corr;   // m x k_pad / 8
+    const float* lane_scale;         // m x k_pad / 8
+    std::size_t k_pad;
+};
+
+struct GemmWeights {
+    int format;
+    std::size_t n, k, groups;
+    const std::uint8_t* codes;   // n x k / 2
+    const std::uint8_t* scales;  // n x groups x scale_bytes
+};
+
+struct GemmOutput {
+    void* y;                     // m x n row-major
+    int dtype;                   // wush_dtype value: 0 f32 or 2 bf16
+    std::size_t ld;              // row stride in elements (n)
+};
+
+// Panel geometry shared by every ISA (the AVX2 kernels use panels of 8 rows inside it). A packed
+// panel of kPanelRows weight rows holds, per group, G/4 steps of (rows x 4 biased bytes) and then
+// the rows' float scales: kPanelRows * (G + 4) bytes per group (no function here: see the top).
+constexpr std::size_t kPanelRows = 32;
+
+namespace avx2 {
+void prepare_rows(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
+                  std::int8_t* x8, std::int32_t* corr);
+void prepare_split(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
+                   std::int8_t* xe, std::int8_t* xo, std::int32_t* lane_corr);
+void gemv_rows(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::size_t n1, const GemmOutput& out);
+void pack_panel(const GemmWeights& w, std::size_t n0, std::uint8_t* panel);
+void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0,
+                    std::size_t m1, const GemmOutput& out, std::size_t n_total);
+}  // namespace avx2
+namespace avx512 {
+void prepare_rows(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
+                  std::int8_t* x8, std::int32_t* corr);
+void prepare_split(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
+                   std::int8_t* xe, std::int8_t* xo, std::int32_t* lane_corr);
+void gemv_rows(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::size_t n1, const GemmOutput& out);
+void pack_panel(const GemmWeights& w, std::size_t n0, std::uint8_t* panel);
+void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0,
+                    std::size_t m1, const GemmOutput& out, std::size_t n_total);
+}  // namespace avx512
+
+}  // namespace wush::runtime

@@ -1,0 +1,69 @@
+#include "runtime/linear_forward.h"
+
+#include <string>
+
+#include "common/error.h"
+#include "eval/layer_loss.h"
+#include "runtime/activation_quantizer.h"
+#include "runtime/gemm.h"
+#include "runtime/workspace.h"
+
+namespace wush::runtime {
+
+namespace {
+
+struct Pieces {
+    std::uint8_t* codes = nullptr;
+    std::uint8_t* scales = nullptr;
+    float* norms = nullptr;
+    formats::PackedSizes sizes{};
+    std::size_t norm_count = 0;
+};
+
+// The quantized activations and the quantizer's scratch; the GEMM gets what is left.
+Pieces carve(Carver& c, const BlockTransform& t, const formats::FormatSpec& f, std::size_t n_tokens) {
+    Pieces p;
+    p.sizes = formats::packed_sizes(f, n_tokens, t.d_in());
+    p.norm_count = quantize_scratch_floats(t);
+    p.codes = c.take<std::uint8_t>(p.sizes.codes);
+    p.scales = c.take<std::uint8_t>(p.sizes.scales);
+    p.norms = c.take<float>(p.norm_count);
+    return p;
+}
+
+}  // namespace
+
+void require_layer(const BlockTransform& transform, const formats::PackedMatrix& weights) {
+    const formats::FormatSpec& f = formats::spec(weights.format);
+    eval::require_matching_group(transform, f);
+    if (weights.d_in != transform.d_in())
+        fail(WUSH_ERR_INVALID_ARGUMENT, "the qweight's d_in (" + std::to_string(weights.d_in) +
+                                            ") differs from the transform's (" + std::to_string(transform.d_in()) + ")");
+    if (f.group != 16 && f.group != 32)
+        fail(WUSH_ERR_UNSUPPORTED, "the CPU runtime supports group sizes 16 and 32");
+}
+
+std::size_t linear_forward_workspace_bytes(const BlockTransform& transform, const formats::PackedMatrix& weights,
+                                           std::size_t n_tokens, std::size_t threads) {
+    require_layer(transform, weights);
+    const formats::FormatSpec& f = formats::spec(weights.format);
+    Carver measure;
+    carve(measure, transform, f, n_tokens);
+    measure.take<std::byte>(gemm_scratch_bytes(f, n_tokens, weights.d_out, weights.d_in, threads));
+    return measure.used();
+}
+
+void linear_forward(Isa isa, const BlockTransform& transform, const formats::PackedMatrix& weights, wush_dtype x_dtype,
+                    const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y, std::span<std::byte> workspace) {
+    require_layer(transform, weights);
+    const formats::FormatSpec& f = formats::spec(weights.format);
+    Carver carver(workspace.data(), workspace.size());
+    const Pieces p = carve(carver, transform, f, n_tokens);
+    const std::span<std::uint8_t> codes(p.codes, p.sizes.codes), scales(p.scales, p.sizes.scales);
+    quantize_activations(transform, f, x_dtype, x, n_tokens, codes, scales, isa, {p.norms, p.norm_count});
+    const std::size_t rest = carver.left();
+    std::byte* gemm_space = carver.take<std::byte>(rest > 63 ? rest - 63 : 0);
+    gemm(isa, weights, codes, scales, n_tokens, y_dtype, y, {gemm_space, rest > 63 ? rest - 63 : 0});
+}
+
+}  // namespace wush::runtime

@@ -1,0 +1,29 @@
+// One quantized linear layer on the CPU: Y = q(T_wush X) q(T_xvsh W)^T, i.e. the fused activation
+// transform + quantization followed by the W4A4 GEMM, in a caller-provided workspace (nothing is
+// allocated once the workspace is given).
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "formats/packed_matrix.h"
+#include "runtime/cpu_isa.h"
+#include "transforms/block_transform.h"
+#include "wush/wush.h"
+
+namespace wush::runtime {
+
+// Throws INVALID_ARGUMENT unless the transform and the weights belong to one layer (same d_in,
+// the weights' format group = the transform's G, a group size the runtime supports).
+void require_layer(const BlockTransform& transform, const formats::PackedMatrix& weights);
+
+// Workspace bytes of linear_forward for n_tokens with up to `threads` threads.
+std::size_t linear_forward_workspace_bytes(const BlockTransform& transform, const formats::PackedMatrix& weights,
+                                           std::size_t n_tokens, std::size_t threads);
+
+// y (n_tokens x d_out, `y_dtype` F32 or BF16) for the activations x (n_tokens x d_in, `x_dtype`).
+// Throws NON_FINITE (y unspecified) for NaN/Inf in x.
+void linear_forward(Isa isa, const BlockTransform& transform, const formats::PackedMatrix& weights, wush_dtype x_dtype,
+                    const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y, std::span<std::byte> workspace);
+
+}  // namespace wush::runtime

@@ -1,0 +1,345 @@
+// AVX-512 tile kernel of the fused transform + quantization: 16 tokens x one block per call, one
+// token per lane. Compiled with AVX-512 target flags: see kernels.h for what this file may include.
+//
+// Layout. The tile's G columns are transposed so that vector j holds column j of the 16 tokens;
+// then y_i = sum_j T[i][j] x_j is a chain of FMAs with T[i][j] broadcast from memory (no
+// horizontal sums), and every per-group quantity (amax, sum of squares, the scale) is computed
+// "vertically", one group per lane.
+//
+// Certification. y is computed in float32; the float64 definition is the reference. For the
+// FMA chain, |y - y_exact| <= gamma_G * sum_j |T_ij x_j| <= gamma_G ||T_i|| ||x||  (gamma_G ~ G u,
+// u = 2^-24), bounded here by `bound`, with a factor 2 of margin. A lane is flagged (and redone in
+// float64 by the driver) when any value it rounds, or its scale, lies within the bound (plus the
+// float32 rounding of the scaling itself) of a rounding boundary, or when the group is tiny,
+// huge or non-finite. Everything not flagged is exactly what float64 gives.
+// GCC 12 reports its own AVX-512 intrinsics' deliberately undefined operands (__Y) as uninitialized.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "runtime/kernels.h"
+
+namespace wush::runtime::avx512 {
+
+namespace {
+
+constexpr float kU = 0x1p-24f;            // unit roundoff of float32
+constexpr float kTiny = 0x1p-60f;         // groups with amax outside [kTiny, kHuge] go to float64
+constexpr float kHuge = 0x1p60f;
+constexpr float kAbsSlack = 0x1p-110f;    // absolute error allowance (subnormal / flushed terms)
+constexpr float kInt4ScalePerRms = float(2.5139305785684 * 2.0 / 15.0);
+
+// ---- loading and transposing ------------------------------------------------------------------
+
+__m512 load16(const void* x, int dtype, std::size_t offset) {
+    switch (dtype) {
+        case 1: {  // f16
+            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(x) + offset));
+            return _mm512_cvtph_ps(h);
+        }
+        case 2: {  // bf16: the upper half of a float32
+            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(x) + offset));
+            return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        }
+        default: return _mm512_loadu_ps(static_cast<const float*>(x) + offset);
+    }
+}
+
+// In place: r[a] (row a, 16 columns) becomes column a (16 rows).
+void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; ++i) {  // r[4i+k], 128-bit lane L: column 4L+k of rows 4i..4i+3
+        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int k = 0; k < 4; ++k) {
+        t[k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88);
+        t[4 + k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xdd);
+        t[8 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
+        t[12 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xdd);
+    }
+    for (int k = 0; k < 4; ++k) {
+        r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
+        r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
+        r[4 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0x88);
+        r[12 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0xdd);
+    }
+}
+
+// xc[j] = column j of the tile (lane = token); missing rows are zero.
+template <int G>
+void load_columns(const QuantTile& tile, __m512 xc[G]) {
+    for (int half = 0; half < G / 16; ++half) {
+        __m512 r[16];
+        for (int row = 0; row < 16; ++row)
+            r[row] = row < tile.rows ? load16(tile.x, tile.dtype, (tile.row0 + std::size_t(row)) * tile.d_in +
+                                                                    tile.block * std::size_t(G) + std::size_t(16 * half))
+                                     : _mm512_setzero_ps();
+        transpose16(r);
+        for (int j = 0; j < 16; ++j) xc[16 * half + j] = r[j];
+    }
+}
+
+// y[i] = sum_j T[i][j] xc[j], j ascending (the order the error bound assumes).
+template <int G>
+void multiply(const float* t, const __m512 xc[G], __m512 y[G]) {
+    for (int i0 = 0; i0 < G; i0 += 16) {
+        __m512 acc[16];
+        for (int ii = 0; ii < 16; ++ii) acc[ii] = _mm512_setzero_ps();
+        for (int j = 0; j < G; ++j) {
+            const __m512 xj = xc[j];
+            for (int ii = 0; ii < 16; ++ii) acc[ii] = _mm512_fmadd_ps(_mm512_set1_ps(t[(i0 + ii) * G + j]), xj, acc[ii]);
+        }
+        for (int ii = 0; ii < 16; ++ii) y[i0 + ii] = acc[ii];
+    }
+}
+
+// ---- element encoders with boundary checks ----------------------------------------------------
+
+__m512 abs_ps(__m512 v) { return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF))); }
+
+// E2M1 RNE of v (the same comparisons as codec::e2m1_encode), and the lanes whose |v| lies within
+// tol of a threshold (or of 0, where only the sign would change).
+__m512i e2m1_encode(__m512 v, __m512 tol, __mmask16& near) {
+    const __m512 a = abs_ps(v);
+    const __m512i one = _mm512_set1_epi32(1);
+    const __mmask16 b2 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.75f), _CMP_GE_OQ);
+    const __m512 t1 = _mm512_mask_blend_ps(b2, _mm512_set1_ps(0.75f), _mm512_set1_ps(3.5f));
+    const __mmask16 b1 = _mm512_cmp_ps_mask(a, t1, _CMP_GE_OQ);
+    __m512i idx = _mm512_maskz_mov_epi32(b2, _mm512_set1_epi32(2));
+    idx = _mm512_mask_add_epi32(idx, b1, idx, one);
+    const __m512 t0 = _mm512_permutexvar_ps(idx, _mm512_setr_ps(0.25f, 1.25f, 2.5f, 5.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0));
+    const __mmask16 b0 = _mm512_cmp_ps_mask(a, t0, _CMP_GT_OQ);
+    __m512i m = _mm512_slli_epi32(idx, 1);
+    m = _mm512_mask_add_epi32(m, b0, m, one);
+    const __m512 lo = _mm512_permutexvar_ps(m, _mm512_setr_ps(0.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0, 0, 0, 0, 0, 0, 0, 0));
+    const __m512 hi = _mm512_permutexvar_ps(
+        m, _mm512_setr_ps(0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, __builtin_inff(), 0, 0, 0, 0, 0, 0, 0, 0));
+    near |= _mm512_cmp_ps_mask(_mm512_sub_ps(a, lo), tol, _CMP_LT_OQ) |
+            _mm512_cmp_ps_mask(_mm512_sub_ps(hi, a), tol, _CMP_LT_OQ);
+    const __mmask16 neg = _mm512_movepi32_mask(_mm512_castps_si512(v));
+    return _mm512_mask_or_epi32(m, neg, m, _mm512_set1_epi32(8));
+}
+
+// ---- per-tile state ---------------------------------------------------------------------------
+
+struct Lanes {
+    __m512 bound;      // |y - y_exact| <= bound, per lane
+    __mmask16 redo;    // lanes to recompute in float64
+};
+
+// Collects the codes of element i into the packed dwords (element 8q + s at bits 4s of dword q).
+template <int G>
+void put_code(__m512i d[G / 8], int i, __m512i code) {
+    d[i / 8] = _mm512_or_si512(d[i / 8], _mm512_slli_epi32(code, 4 * (i % 8)));
+}
+
+template <int G>
+void store_codes(const QuantTile& tile, const __m512i d[G / 8]) {
+    const std::size_t row_bytes = tile.d_in / 2, off = tile.block * std::size_t(G / 2);
+    std::uint8_t* base = tile.codes + tile.row0 * row_bytes + off;
+    alignas(64) std::uint8_t buf[4][64];
+    if (G == 32) {  // 4x4 dword transpose in each 128-bit lane: o[r] lane L = token 4L + r
+        const __m512i t0 = _mm512_unpacklo_epi32(d[0], d[1]), t1 = _mm512_unpackhi_epi32(d[0], d[1]);
+        const __m512i t2 = _mm512_unpacklo_epi32(d[2], d[3]), t3 = _mm512_unpackhi_epi32(d[2], d[3]);
+        _mm512_store_si512(buf[0], _mm512_unpacklo_epi64(t0, t2));
+        _mm512_store_si512(buf[1], _mm512_unpackhi_epi64(t0, t2));
+        _mm512_store_si512(buf[2], _mm512_unpacklo_epi64(t1, t3));
+        _mm512_store_si512(buf[3], _mm512_unpackhi_epi64(t1, t3));
+        for (int row = 0; row < tile.rows; ++row) std::memcpy(base + std::size_t(row) * row_bytes, buf[row % 4] + 16 * (row / 4), 16);
+    } else {  // G == 16: t0 lane L = tokens 4L, 4L+1 (8 bytes each); t1 = tokens 4L+2, 4L+3
+        _mm512_store_si512(buf[0], _mm512_unpacklo_epi32(d[0], d[1]));
+        _mm512_store_si512(buf[1], _mm512_unpackhi_epi32(d[0], d[1]));
+        for (int row = 0; row < tile.rows; ++row)
+            std::memcpy(base + std::size_t(row) * row_bytes, buf[(row % 4) / 2] + 16 * (row / 4) + 8 * (row % 2), 8);
+    }
+}
+
+void store_scales(const QuantTile& tile, __m512i s, int bytes) {
+    alignas(64) std::int32_t v[16];
+    _mm512_store_si512(v, s);
+    const std::size_t blocks = tile.d_in / std::size_t(tile.group);
+    for (int row = 0; row < tile.rows; ++row) {
+        std::uint8_t* p = tile.scales + ((tile.row0 + std::size_t(row)) * blocks + tile.block) * std::size_t(bytes);
+        p[0] = std::uint8_t(v[row] & 0xFF);
+        if (bytes == 2) p[1] = std::uint8_t((v[row] >> 8) & 0xFF);
+    }
+}
+
+template <int G>
+__m512 abs_max(const __m512 y[G]) {
+    __m512 m = _mm512_setzero_ps();
+    for (int i = 0; i < G; ++i) m = _mm512_max_ps(m, abs_ps(y[i]));
+    return m;
+}
+
+// Flags groups outside the range where the float32 kernel is certified (NaN included).
+__mmask16 out_of_range(__m512 amax) {
+    return _mm512_knot(_mm512_cmp_ps_mask(amax, _mm512_set1_ps(kTiny), _CMP_GE_OQ) &
+                       _mm512_cmp_ps_mask(amax, _mm512_set1_ps(kHuge), _CMP_LE_OQ));
+}
+
+// ---- the formats ------------------------------------------------------------------------------
+
+template <int G>
+void quantize_mx(const QuantTile& tile, const __m512 y[G], Lanes& l, bool ocp) {
+    const __m512 amax = abs_max<G>(y);
+    l.redo |= out_of_range(amax);
+    const __m512 e = _mm512_getexp_ps(amax);                         // floor(log2(amax))
+    const __m512 p = _mm512_scalef_ps(_mm512_set1_ps(1.0f), e);     // 2^e
+    // The exponent changes if amax_exact may lie on the other side of 2^e or 2^(e+1).
+    l.redo |= _mm512_cmp_ps_mask(_mm512_sub_ps(amax, p), l.bound, _CMP_LT_OQ) |
+              _mm512_cmp_ps_mask(_mm512_sub_ps(_mm512_add_ps(p, p), amax), l.bound, _CMP_LT_OQ);
+    const __m512 es = ocp ? _mm512_sub_ps(e, _mm512_set1_ps(2.0f)) : e;
+    const __m512 neg_es = _mm512_sub_ps(_mm512_setzero_ps(), es);
+    const __m512 factor = _mm512_set1_ps(ocp ? 1.0f : 3.0f);
+    const __m512 tol_base = _mm512_scalef_ps(_mm512_mul_ps(l.bound, factor), neg_es);
+    __m512i d[G / 8];
+    for (int q = 0; q < G / 8; ++q) d[q] = _mm512_setzero_si512();
+    __mmask16 near = 0;
+    for (int i = 0; i < G; ++i) {
+        const __m512 v = _mm512_mul_ps(_mm512_scalef_ps(y[i], neg_es), factor);  // one rounding (x3)
+        const __m512 tol = _mm512_fmadd_ps(abs_ps(v), _mm512_set1_ps(2.0f * kU), tol_base);
+        put_code<G>(d, i, e2m1_encode(v, tol, near));
+    }
+    l.redo |= near;
+    store_codes<G>(tile, d);
+    store_scales(tile, _mm512_add_epi32(_mm512_cvtps_epi32(es), _mm512_set1_epi32(127)), 1);
+}
+
+template <int G>
+void quantize_nvfp4(const QuantTile& tile, const __m512 y[G], Lanes& l) {
+    const __m512 amax = abs_max<G>(y);
+    l.redo |= out_of_range(amax);
+    // s = RNE_e4m3(amax * 10 / 6): round w to 3 mantissa bits, exponent at least -6, saturate.
+    const __m512 w = _mm512_mul_ps(_mm512_mul_ps(amax, _mm512_set1_ps(10.0f)), _mm512_set1_ps(1.0f / 6.0f));
+    const __m512 tol_w = _mm512_fmadd_ps(w, _mm512_set1_ps(4.0f * kU), _mm512_mul_ps(l.bound, _mm512_set1_ps(10.0f / 6.0f * 1.01f)));
+    const __m512 ew = _mm512_max_ps(_mm512_getexp_ps(w), _mm512_set1_ps(-6.0f));
+    const __m512 t = _mm512_scalef_ps(w, _mm512_sub_ps(_mm512_set1_ps(3.0f), ew));  // w in units of the step
+    const __m512 rt = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 step = _mm512_scalef_ps(_mm512_set1_ps(1.0f), _mm512_sub_ps(ew, _mm512_set1_ps(3.0f)));
+    const __m512 margin = _mm512_mul_ps(_mm512_sub_ps(_mm512_set1_ps(0.5f), abs_ps(_mm512_sub_ps(t, rt))), step);
+    l.redo |= _mm512_cmp_ps_mask(margin, tol_w, _CMP_LT_OQ);
+    const __m512 sv = _mm512_min_ps(_mm512_mul_ps(rt, step), _mm512_set1_ps(448.0f));
+    // The E4M3 byte: normal values keep float32's top exponent/mantissa bits, rebiased.
+    const __mmask16 normal = _mm512_cmp_ps_mask(sv, _mm512_set1_ps(0x1p-6f), _CMP_GE_OQ);
+    const __m512i byte_sub = _mm512_cvtps_epi32(_mm512_mul_ps(sv, _mm512_set1_ps(512.0f)));
+    const __m512i byte_norm = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_castps_si512(sv), 20), _mm512_set1_epi32(120 << 3));
+    const __m512i sbyte = _mm512_mask_blend_epi32(normal, byte_sub, byte_norm);
+    // A zero scale keeps only the signs (y * 0): certify those only when y is exact.
+    const __mmask16 zero = _mm512_cmp_ps_mask(sv, _mm512_setzero_ps(), _CMP_EQ_OQ);
+    l.redo |= zero & _mm512_cmp_ps_mask(l.bound, _mm512_setzero_ps(), _CMP_GT_OQ);
+    const __m512 mult = _mm512_maskz_div_ps(_mm512_knot(zero), _mm512_set1_ps(10.0f), sv);
+    const __m512 tol_base = _mm512_mul_ps(l.bound, _mm512_mul_ps(mult, _mm512_set1_ps(1.01f)));
+    __m512i d[G / 8];
+    for (int q = 0; q < G / 8; ++q) d[q] = _mm512_setzero_si512();
+    __mmask16 near = 0;
+    for (int i = 0; i < G; ++i) {
+        const __m512 v = _mm512_mul_ps(y[i], mult);
+        const __m512 tol = _mm512_fmadd_ps(abs_ps(v), _mm512_set1_ps(3.0f * kU), tol_base);
+        put_code<G>(d, i, e2m1_encode(v, tol, near));
+    }
+    l.redo |= near;
+    store_codes<G>(tile, d);
+    store_scales(tile, sbyte, 1);
+}
+
+template <int G>
+void quantize_int4(const QuantTile& tile, const __m512 y[G], Lanes& l) {
+    const __m512 amax = abs_max<G>(y);
+    l.redo |= out_of_range(amax);
+    __m512 ss = _mm512_setzero_ps();
+    for (int i = 0; i < G; ++i) ss = _mm512_fmadd_ps(y[i], y[i], ss);
+    const __m512 w = _mm512_mul_ps(_mm512_sqrt_ps(_mm512_mul_ps(ss, _mm512_set1_ps(1.0f / G))), _mm512_set1_ps(kInt4ScalePerRms));
+    // |rms - rms_exact| <= bound (from y) + the float32 sum of squares (<= G u relative).
+    const __m512 tol_w = _mm512_fmadd_ps(w, _mm512_set1_ps(float(G + 8) * kU),
+                                         _mm512_mul_ps(l.bound, _mm512_set1_ps(kInt4ScalePerRms * 1.01f)));
+    // bf16 RNE on the bits; the boundary is the midpoint between the two bf16 neighbours of w.
+    const __m512i wb = _mm512_castps_si512(w);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(wb, 16), _mm512_set1_epi32(1));
+    const __m512i rb = _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(wb, _mm512_set1_epi32(0x7FFF)), lsb),
+                                        _mm512_set1_epi32(int(0xFFFF0000u)));
+    const __m512 mid = _mm512_castsi512_ps(_mm512_or_si512(_mm512_and_si512(wb, _mm512_set1_epi32(int(0xFFFF0000u))),
+                                                           _mm512_set1_epi32(0x8000)));
+    l.redo |= _mm512_cmp_ps_mask(abs_ps(_mm512_sub_ps(w, mid)), tol_w, _CMP_LT_OQ);
+    const __m512 sv = _mm512_castsi512_ps(rb);
+    const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), sv);
+    const __m512 tol_base = _mm512_mul_ps(l.bound, _mm512_mul_ps(inv, _mm512_set1_ps(1.01f)));
+    __m512i d[G / 8];
+    for (int q = 0; q < G / 8; ++q) d[q] = _mm512_setzero_si512();
+    __mmask16 near = 0;
+    for (int i = 0; i < G; ++i) {
+        const __m512 t = _mm512_mul_ps(y[i], inv);  // 2 roundings vs y / s: in the tolerance
+        const __m512 tol = _mm512_fmadd_ps(abs_ps(t), _mm512_set1_ps(3.0f * kU), tol_base);
+        const __m512 rnd = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        // Boundaries are the integers -7..7 (below -7 and from 7 on, the clamp decides).
+        near |= _mm512_cmp_ps_mask(abs_ps(_mm512_sub_ps(t, rnd)), tol, _CMP_LT_OQ) &
+                _mm512_cmp_ps_mask(abs_ps(rnd), _mm512_set1_ps(7.0f), _CMP_LE_OQ);
+        __m512 q = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+        q = _mm512_min_ps(_mm512_max_ps(q, _mm512_set1_ps(-8.0f)), _mm512_set1_ps(7.0f));
+        put_code<G>(d, i, _mm512_and_si512(_mm512_cvtps_epi32(q), _mm512_set1_epi32(0xF)));
+    }
+    l.redo |= near;
+    store_codes<G>(tile, d);
+    store_scales(tile, _mm512_srli_epi32(rb, 16), 2);
+}
+
+template <int G>
+std::uint32_t quantize_tile_g(const QuantTile& tile) {
+    __m512 xc[G];
+    load_columns<G>(tile, xc);
+    __m512 ss = _mm512_setzero_ps();
+    for (int j = 0; j < G; ++j) ss = _mm512_fmadd_ps(xc[j], xc[j], ss);
+    Lanes l;
+    // Non-finite or overflowing inputs: float64 decides (and reports NaN/Inf).
+    l.redo = _mm512_knot(_mm512_cmp_ps_mask(ss, _mm512_set1_ps(0x1p126f), _CMP_LE_OQ));
+    __m512 y[G];
+    if (tile.matrix == nullptr) {
+        for (int i = 0; i < G; ++i) y[i] = xc[i];
+        l.bound = _mm512_setzero_ps();
+    } else {
+        multiply<G>(tile.matrix, xc, y);
+        const float c = 2.0f * float(G + 2) * kU * 1.05f * tile.row_norm;
+        l.bound = _mm512_fmadd_ps(_mm512_sqrt_ps(ss), _mm512_set1_ps(c), _mm512_set1_ps(kAbsSlack));
+    }
+    switch (tile.format) {
+        case 0: quantize_mx<G>(tile, y, l, false); break;  // WUSH_FORMAT_MXFP4
+        case 3: quantize_mx<G>(tile, y, l, true); break;   // WUSH_FORMAT_MXFP4_OCP
+        case 1: quantize_nvfp4<G>(tile, y, l); break;      // WUSH_FORMAT_NVFP4
+        default: quantize_int4<G>(tile, y, l); break;      // WUSH_FORMAT_INT4
+    }
+    return std::uint32_t(l.redo) & ((1u << tile.rows) - 1u);
+}
+
+}  // namespace
+
+std::uint32_t quantize_tile(const QuantTile& tile) {
+    return tile.group == 16 ? quantize_tile_g<16>(tile) : quantize_tile_g<32>(tile);
+}
+
+float max_row_norm(const float* matrix, int group) {
+    float best = 0.0f;
+    for (int i = 0; i < group; ++i) {
+        __m512 s = _mm512_setzero_ps();
+        for (int j = 0; j < group; j += 16) {
+            const __m512 r = _mm512_loadu_ps(matrix + i * group + j);
+            s = _mm512_fmadd_ps(r, r, s);
+        }
+        const float v = _mm512_reduce_add_ps(s);
+        best = v > best ? v : best;
+    }
+    // Rounded up well beyond the float32 error of the sum and the square root.
+    return __builtin_sqrtf(best) * (1.0f + 1e-5f);
+}
+
+}  // namespace wush::runtime::avx512

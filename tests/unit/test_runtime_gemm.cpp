@@ -1,0 +1,256 @@
+// The W4A4 GEMM, the linear forward and the runtime loss (src/runtime) against float64
+// references written here: random packed operands are decoded with runtime_reference.h and
+// multiplied in float64; the result must agree within 1e-5 relative in Frobenius norm for every
+// shape class (m = 1, tails of m, n and k that are not multiples of the kernels' tiles), on every
+// ISA the CPU has.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "calibration/calibrator.h"
+#include "common/error.h"
+#include "eval/layer_loss.h"
+#include "formats/block_format.h"
+#include "runtime/activation_quantizer.h"
+#include "runtime/cpu_isa.h"
+#include "runtime/gemm.h"
+#include "runtime/linear_forward.h"
+#include "runtime/runtime_loss.h"
+#include "runtime_reference.h"
+#include "transforms/block_transform.h"
+
+namespace wush {
+namespace {
+
+using runtime::Isa;
+
+std::vector<Isa> supported_isas() {
+    std::vector<Isa> out;
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni})
+        if (runtime::isa_supported(isa)) out.push_back(isa);
+    return out;
+}
+
+struct Packed {
+    std::vector<std::uint8_t> codes, scales;
+};
+
+// Random codes, and scales that stay in a sane range but cover the encodings (MX exponents around
+// 0 and the smallest one, E4M3 normals, subnormals and negatives, arbitrary positive BF16).
+Packed random_packed(wush_format f, std::size_t rows, std::size_t k, std::mt19937& rng) {
+    const formats::FormatSpec& s = formats::spec(f);
+    Packed p;
+    p.codes.resize(rows * k / 2);
+    for (auto& c : p.codes) c = std::uint8_t(rng());
+    const std::size_t groups = rows * k / s.group;
+    std::uniform_int_distribution<int> pick(0, 99);
+    for (std::size_t i = 0; i < groups; ++i) {
+        const int u = pick(rng);
+        if (f == WUSH_FORMAT_INT4) {
+            const float v = std::ldexp(1.0f + float(u) / 100.0f, u % 9 - 5);
+            std::uint32_t bits;
+            std::memcpy(&bits, &v, 4);
+            p.scales.push_back(std::uint8_t(bits >> 16));
+            p.scales.push_back(std::uint8_t(bits >> 24));
+        } else if (f == WUSH_FORMAT_NVFP4) {
+            std::uint8_t c = std::uint8_t(u < 5 ? u : 0x28 + u % 40);  // a few subnormals
+            if (u % 17 == 0) c |= 0x80;                                 // and negatives
+            p.scales.push_back(c);
+        } else {
+            p.scales.push_back(std::uint8_t(u == 0 ? 0 : 120 + u % 15));
+        }
+    }
+    return p;
+}
+
+// Float64 dequantization of rows x k packed values.
+std::vector<double> dequantize(wush_format f, const Packed& p, std::size_t rows, std::size_t k) {
+    const formats::FormatSpec& s = formats::spec(f);
+    std::vector<double> out(rows * k);
+    for (std::size_t e = 0; e < rows * k; ++e) {
+        const std::uint8_t nib = (p.codes[e / 2] >> (4 * (e % 2))) & 0xF;
+        const std::size_t grp = e / s.group;
+        out[e] = test::ref_element(f, nib) * test::ref_scale(f, p.scales.data() + grp * s.scale_bytes) * test::ref_factor(f);
+    }
+    return out;
+}
+
+double rel_frobenius(const std::vector<float>& got, const std::vector<double>& ref) {
+    double num = 0.0, den = 0.0;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+        num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return std::sqrt(num / den);
+}
+
+std::vector<float> run_gemm(Isa isa, const formats::PackedMatrix& w, const Packed& a, std::size_t m, wush_dtype y_dtype,
+                            std::vector<std::uint16_t>* bf16 = nullptr) {
+    const formats::FormatSpec& f = formats::spec(w.format);
+    std::vector<std::byte> scratch(runtime::gemm_scratch_bytes(f, m, w.d_out, w.d_in, std::size_t(omp_get_max_threads())));
+    std::vector<float> y(m * w.d_out, -1.0f);
+    if (y_dtype == WUSH_DTYPE_BF16) {
+        bf16->assign(m * w.d_out, 0xFFFF);
+        runtime::gemm(isa, w, a.codes, a.scales, m, y_dtype, bf16->data(), scratch);
+    } else {
+        runtime::gemm(isa, w, a.codes, a.scales, m, y_dtype, y.data(), scratch);
+    }
+    return y;
+}
+
+struct Shape {
+    std::size_t m, n, k;
+};
+
+std::vector<Shape> shapes(std::size_t g) {
+    // m: the row-streaming sizes (1..4), the panel tile (4) and its tails; n: panel (32) and
+    // AVX2 sub-panel (8) tails; k: not multiples of the 64/128-element chunks.
+    std::vector<Shape> out;
+    const std::size_t ks[] = {g, 3 * g, 5 * g, 7 * g, 16 * g};
+    const std::size_t ms[] = {1, 2, 3, 4, 5, 6, 7, 9, 33};
+    const std::size_t ns[] = {1, 7, 8, 31, 32, 33, 70};
+    std::size_t i = 0;
+    for (std::size_t m : ms)
+        for (std::size_t n : ns) out.push_back({m, n, ks[i++ % 5]});
+    return out;
+}
+
+const wush_format kFormats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4, WUSH_FORMAT_MXFP4_OCP};
+
+class GemmOnIsa : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(GemmOnIsa, MatchesFloat64ProductOfDequantizedOperands) {
+    const Isa isa = GetParam();
+    std::mt19937 rng(11);
+    for (wush_format format : kFormats) {
+        const formats::FormatSpec& f = formats::spec(format);
+        for (const Shape& s : shapes(f.group)) {
+            const Packed a = random_packed(format, s.m, s.k, rng), b = random_packed(format, s.n, s.k, rng);
+            const formats::PackedMatrix w{format, s.n, s.k, formats::ByteView(b.codes), formats::ByteView(b.scales)};
+            const std::vector<double> ad = dequantize(format, a, s.m, s.k), bd = dequantize(format, b, s.n, s.k);
+            std::vector<double> ref(s.m * s.n, 0.0);
+            for (std::size_t r = 0; r < s.m; ++r)
+                for (std::size_t c = 0; c < s.n; ++c)
+                    for (std::size_t i = 0; i < s.k; ++i) ref[r * s.n + c] += ad[r * s.k + i] * bd[c * s.k + i];
+            const std::vector<float> y = run_gemm(isa, w, a, s.m, WUSH_DTYPE_F32);
+            EXPECT_LE(rel_frobenius(y, ref), 1e-5) << f.name << " m=" << s.m << " n=" << s.n << " k=" << s.k;
+            // BF16 output is the RNE of the float32 result.
+            std::vector<std::uint16_t> h;
+            run_gemm(isa, w, a, s.m, WUSH_DTYPE_BF16, &h);
+            for (std::size_t i = 0; i < y.size(); ++i) {
+                const std::uint16_t sign = std::signbit(y[i]) ? 0x8000 : 0;
+                const double mag = std::fabs(double(y[i]));
+                const std::uint16_t expect = std::uint16_t(sign | (mag > 0.0 ? test::bf16_bits(test::ref_bf16(mag)) : 0));
+                ASSERT_EQ(h[i], expect) << f.name << " m=" << s.m << " n=" << s.n << " k=" << s.k << " i=" << i << " y=" << y[i];
+            }
+        }
+    }
+}
+
+TEST_P(GemmOnIsa, LargeShapeAndThreadCountIndependence) {
+    const Isa isa = GetParam();
+    std::mt19937 rng(12);
+    for (wush_format format : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4}) {
+        const std::size_t m = 70, n = 130, k = 1024;
+        const Packed a = random_packed(format, m, k, rng), b = random_packed(format, n, k, rng);
+        const formats::PackedMatrix w{format, n, k, formats::ByteView(b.codes), formats::ByteView(b.scales)};
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(1);
+        const std::vector<float> one = run_gemm(isa, w, a, m, WUSH_DTYPE_F32);
+        omp_set_num_threads(3);
+        const std::vector<float> three = run_gemm(isa, w, a, m, WUSH_DTYPE_F32);
+        omp_set_num_threads(saved);
+        EXPECT_EQ(one, three) << formats::spec(format).name;
+        for (std::size_t mm : {std::size_t(1), std::size_t(3)}) {  // the row-streaming kernel too
+            omp_set_num_threads(1);
+            const std::vector<float> s1 = run_gemm(isa, w, a, mm, WUSH_DTYPE_F32);
+            omp_set_num_threads(2);
+            const std::vector<float> s2 = run_gemm(isa, w, a, mm, WUSH_DTYPE_F32);
+            omp_set_num_threads(saved);
+            EXPECT_EQ(s1, s2);
+        }
+    }
+}
+
+TEST(Gemm, NonFiniteActivationScaleIsRejected) {
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
+    std::vector<std::uint8_t> scales(2 * 4, 127);
+    scales[5] = 0xFF;  // E8M0 NaN
+    try {
+        runtime::check_activation_scales(f, scales, 2, 128);
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.status(), WUSH_ERR_NON_FINITE);
+        EXPECT_NE(std::string(e.what()).find("row 1, group 1"), std::string::npos) << e.what();
+    }
+}
+
+// ---- the linear forward and the runtime loss -----------------------------------------------------
+
+struct Layer {
+    std::size_t d_out, d_in, n;
+    std::vector<float> w, x;
+};
+
+Layer make_layer(std::size_t d_out, std::size_t d_in, std::size_t n, std::uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    Layer l{d_out, d_in, n, std::vector<float>(d_out * d_in), std::vector<float>(n * d_in)};
+    for (float& v : l.w) v = gauss(rng) * 0.05f;
+    for (std::size_t t = 0; t < n; ++t)
+        for (std::size_t j = 0; j < d_in; ++j) l.x[t * d_in + j] = gauss(rng) * (j % 13 == 0 ? 8.0f : 1.0f);
+    return l;
+}
+
+BlockTransform layer_transform(const Layer& l, TransformKind kind, std::size_t g) {
+    Calibrator c(l.d_in, g, MomentMode::BlockDiagonal);
+    c.add(WUSH_DTYPE_F32, l.x.data(), l.n);
+    return build_transform({kind, 0.01, 3}, c, l.w, l.d_out);
+}
+
+TEST_P(GemmOnIsa, LinearForwardIsQuantizeThenGemmInItsWorkspace) {
+    const Isa isa = GetParam();
+    const Layer l = make_layer(40, 128, 21, 21);
+    for (wush_format format : kFormats) {
+        const formats::FormatSpec& f = formats::spec(format);
+        const BlockTransform t = layer_transform(l, TransformKind::WUSH, f.group);
+        const formats::PackedMatrix q = eval::prequantize_rtn(t, f, l.w, l.d_out);
+        for (std::size_t n : {std::size_t(1), std::size_t(4), std::size_t(21)}) {
+            // A workspace for one thread, used by a multi-threaded call.
+            std::vector<std::byte> ws(runtime::linear_forward_workspace_bytes(t, q, n, 1));
+            std::vector<float> y(n * l.d_out);
+            runtime::linear_forward(isa, t, q, WUSH_DTYPE_F32, l.x.data(), n, WUSH_DTYPE_F32, y.data(), ws);
+            const formats::PackedSizes sz = formats::packed_sizes(f, n, l.d_in);
+            Packed a{std::vector<std::uint8_t>(sz.codes), std::vector<std::uint8_t>(sz.scales)};
+            std::vector<float> scratch(runtime::quantize_scratch_floats(t));
+            runtime::quantize_activations(t, f, WUSH_DTYPE_F32, l.x.data(), n, a.codes, a.scales, isa, scratch);
+            EXPECT_EQ(y, run_gemm(isa, q, a, n, WUSH_DTYPE_F32)) << f.name << " n=" << n;
+        }
+    }
+}
+
+TEST_P(GemmOnIsa, RuntimeLossEqualsReferenceLoss) {
+    const Isa isa = GetParam();
+    const Layer l = make_layer(96, 256, 64, 22);
+    for (wush_format format : kFormats) {
+        const formats::FormatSpec& f = formats::spec(format);
+        for (TransformKind kind : {TransformKind::Identity, TransformKind::Hadamard, TransformKind::WUSH}) {
+            const BlockTransform t = layer_transform(l, kind, f.group);
+            const formats::PackedMatrix q = eval::prequantize_rtn(t, f, l.w, l.d_out);
+            const double ref = eval::layer_loss(t, q, l.w, l.x, l.n);
+            const double got = runtime::runtime_layer_loss(isa, t, q, l.w, l.x, l.n);
+            EXPECT_NEAR(got, ref, 1e-6 * ref) << f.name << " " << transform_kind_name(kind);
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, GemmOnIsa, ::testing::ValuesIn(supported_isas()),
+                         [](const auto& info) { return std::string(runtime::isa_name(info.param)); });
+
+}  // namespace
+}  // namespace wush

@@ -1,0 +1,260 @@
+// The fused transform + quantization (src/runtime/activation_quantizer.h) against the float64
+// reference of runtime_reference.h (transform in float64, then the format's rules), on every
+// ISA the CPU has, every format, every transform kind and every input dtype. A code or scale may
+// differ only where the reference value lies within a relative 1e-6 of a rounding boundary; the
+// test counts those cases and fails on any other difference. Every ISA must also write exactly
+// the same bytes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "calibration/calibrator.h"
+#include "common/error.h"
+#include "formats/block_format.h"
+#include "runtime/activation_quantizer.h"
+#include "runtime/cpu_isa.h"
+#include "runtime_reference.h"
+#include "transforms/block_transform.h"
+
+namespace wush {
+namespace {
+
+using runtime::Isa;
+
+std::vector<Isa> supported_isas() {
+    std::vector<Isa> out;
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni})
+        if (runtime::isa_supported(isa)) out.push_back(isa);
+    return out;
+}
+
+constexpr std::size_t kDin = 256;
+
+// Activations: correlated Gaussians with per-channel scales and an outlier channel, then rows
+// that exercise the edges: all zero, tiny, subnormal, huge, exact E2M1 boundaries and powers of two.
+std::vector<float> make_activations(std::size_t n_random, std::uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    std::vector<float> x;
+    for (std::size_t t = 0; t < n_random; ++t) {
+        float shared = 0.0f;
+        for (std::size_t j = 0; j < kDin; ++j) {
+            if (j % 8 == 0) shared = gauss(rng);
+            float v = (0.6f * shared + gauss(rng)) * (0.5f + float(j % 5) * 0.3f);
+            if (j == 37) v *= 25.0f;
+            x.push_back(v);
+        }
+    }
+    const float specials[] = {0.0f, 1e-30f, 1e-41f, 1e25f};
+    for (float s : specials)
+        for (std::size_t j = 0; j < kDin; ++j) x.push_back(s * (j % 3 == 0 ? -1.0f : 1.0f) * float(1 + j % 7));
+    // Boundaries of the identity transform: amax = 2 (MXFP4 2^e exactly), values on E2M1 midpoints.
+    for (std::size_t j = 0; j < kDin; ++j) {
+        const float bounds[] = {2.0f, 0.25f / 1.5f, 0.75f / 1.5f, 1.25f / 1.5f, 1.75f / 1.5f, 2.5f / 1.5f, 3.5f / 1.5f, -0.0f};
+        x.push_back(bounds[j % 8]);
+    }
+    return x;
+}
+
+// The input in `dtype` (bf16 by truncation, f16 by conversion: any representable value will do)
+// and its exact float values.
+struct Input {
+    std::vector<std::uint8_t> bytes;
+    std::vector<float> values;
+};
+
+Input as_dtype(const std::vector<float>& x, wush_dtype dtype) {
+    Input in;
+    in.values.resize(x.size());
+    if (dtype == WUSH_DTYPE_F32) {
+        in.bytes.resize(4 * x.size());
+        std::memcpy(in.bytes.data(), x.data(), in.bytes.size());
+        in.values = x;
+        return in;
+    }
+    in.bytes.resize(2 * x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        std::uint16_t h;
+        if (dtype == WUSH_DTYPE_BF16) {
+            std::uint32_t u;
+            std::memcpy(&u, &x[i], 4);
+            h = std::uint16_t(u >> 16);
+            u = std::uint32_t(h) << 16;
+            std::memcpy(&in.values[i], &u, 4);
+        } else {
+            const _Float16 f = _Float16(std::fmin(std::fmax(x[i], -60000.0f), 60000.0f));
+            std::memcpy(&h, &f, 2);
+            in.values[i] = float(f);
+        }
+        std::memcpy(in.bytes.data() + 2 * i, &h, 2);
+    }
+    return in;
+}
+
+// A data-dependent WUSH transform (the realistic, non-orthogonal case) and the data-free kinds.
+BlockTransform make_transform(TransformKind kind, std::size_t g) {
+    if (kind != TransformKind::WUSH && kind != TransformKind::WUS) return build_data_free_transform({kind, 0.01, 7}, kDin, g);
+    const std::vector<float> cal = make_activations(300, 99);
+    Calibrator c(kDin, g, MomentMode::BlockDiagonal);
+    c.add(WUSH_DTYPE_F32, cal.data(), 300);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    std::vector<float> w(64 * kDin);
+    for (float& v : w) v = gauss(rng);
+    return build_transform({kind, 0.01, 7}, c, w, 64);
+}
+
+struct Tally {
+    std::size_t groups = 0, scale_boundary = 0, code_boundary = 0, failures = 0;
+    std::string first_failure;
+};
+
+// Compares the kernel's output with the float64 reference, group by group.
+Tally compare(const BlockTransform& t, wush_format format, const std::vector<float>& x, std::size_t n,
+              const std::vector<std::uint8_t>& codes, const std::vector<std::uint8_t>& scales) {
+    Tally tally;
+    const std::size_t g = t.group(), blocks = t.blocks();
+    const std::size_t sbytes = format == WUSH_FORMAT_INT4 ? 2 : 1;
+    const auto m = t.activation_matrices();
+    const bool identity = t.kind() == TransformKind::Identity;
+    auto fail = [&](const std::string& what) {
+        if (tally.failures++ == 0) tally.first_failure = what;
+    };
+    for (std::size_t tok = 0; tok < n; ++tok) {
+        for (std::size_t b = 0; b < blocks; ++b) {
+            std::vector<double> y(g);
+            for (std::size_t i = 0; i < g; ++i) {
+                if (identity) {
+                    y[i] = x[tok * kDin + b * g + i];
+                    continue;
+                }
+                double s = 0.0;
+                for (std::size_t j = 0; j < g; ++j) s += double(m[(b * g + i) * g + j]) * double(x[tok * kDin + b * g + j]);
+                y[i] = s;
+            }
+            const test::RefGroup ref = test::ref_group(format, y.data(), int(g));
+            ++tally.groups;
+            const std::uint8_t* s = scales.data() + (tok * blocks + b) * sbytes;
+            const std::uint16_t got_scale = sbytes == 2 ? std::uint16_t(s[0] | (s[1] << 8)) : s[0];
+            const std::string where = "token " + std::to_string(tok) + " block " + std::to_string(b);
+            if (got_scale != ref.scale) {
+                if (ref.scale_near) ++tally.scale_boundary;
+                else fail(where + ": scale " + std::to_string(got_scale) + " vs reference " + std::to_string(ref.scale));
+                continue;
+            }
+            for (std::size_t i = 0; i < g; ++i) {
+                const std::size_t e = tok * kDin + b * g + i;
+                const std::uint8_t got = (codes[e / 2] >> (4 * (e % 2))) & 0xF;
+                if (got == ref.codes[i]) continue;
+                if (test::code_boundary(format, ref.scaled[i])) ++tally.code_boundary;
+                else fail(where + " element " + std::to_string(i) + ": code " + std::to_string(got) + " vs reference " +
+                          std::to_string(ref.codes[i]) + " (scaled value " + std::to_string(ref.scaled[i]) + ")");
+            }
+        }
+    }
+    return tally;
+}
+
+struct Output {
+    std::vector<std::uint8_t> codes, scales;
+};
+
+Output run(Isa isa, const BlockTransform& t, const formats::FormatSpec& f, wush_dtype dtype, const Input& in, std::size_t n) {
+    const formats::PackedSizes sizes = formats::packed_sizes(f, n, kDin);
+    Output out{std::vector<std::uint8_t>(sizes.codes, 0xAA), std::vector<std::uint8_t>(sizes.scales, 0xAA)};
+    std::vector<float> scratch(runtime::quantize_scratch_floats(t));
+    runtime::quantize_activations(t, f, dtype, in.bytes.data(), n, out.codes, out.scales, isa, scratch);
+    return out;
+}
+
+const TransformKind kKinds[] = {TransformKind::Identity, TransformKind::Hadamard, TransformKind::Random,
+                                TransformKind::WUS, TransformKind::WUSH};
+const wush_format kFormats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4, WUSH_FORMAT_MXFP4_OCP};
+const wush_dtype kDtypes[] = {WUSH_DTYPE_F32, WUSH_DTYPE_F16, WUSH_DTYPE_BF16};
+
+class QuantizeOnIsa : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(QuantizeOnIsa, MatchesFloat64ReferenceExceptAtBoundaries) {
+    const Isa isa = GetParam();
+    const std::vector<float> x = make_activations(45, 1);
+    const std::size_t n = x.size() / kDin;
+    for (wush_format format : kFormats) {
+        const formats::FormatSpec& f = formats::spec(format);
+        for (TransformKind kind : kKinds) {
+            const BlockTransform t = make_transform(kind, f.group);
+            for (wush_dtype dtype : kDtypes) {
+                const Input in = as_dtype(x, dtype);
+                const Output out = run(isa, t, f, dtype, in, n);
+                const Tally tally = compare(t, format, in.values, n, out.codes, out.scales);
+                std::printf("[ tally    ] %-11s %-9s %-8s %-4s groups %zu, boundary cases: scales %zu, codes %zu\n",
+                            runtime::isa_name(isa), f.name, transform_kind_name(kind), dtype == WUSH_DTYPE_F32 ? "f32" : dtype == WUSH_DTYPE_F16 ? "f16" : "bf16",
+                            tally.groups, tally.scale_boundary, tally.code_boundary);
+                EXPECT_EQ(tally.failures, 0u) << f.name << " " << transform_kind_name(kind) << ": " << tally.first_failure;
+                // Boundary cases are rare by construction; many would mean a loose comparison.
+                EXPECT_LE(tally.scale_boundary + tally.code_boundary, tally.groups / 20 + 8);
+            }
+        }
+    }
+}
+
+TEST_P(QuantizeOnIsa, SameBytesAsTheScalarPath) {
+    const Isa isa = GetParam();
+    const std::vector<float> x = make_activations(70, 2);
+    const std::size_t n = x.size() / kDin;
+    for (wush_format format : kFormats) {
+        const formats::FormatSpec& f = formats::spec(format);
+        for (TransformKind kind : {TransformKind::Identity, TransformKind::Hadamard, TransformKind::WUSH}) {
+            const BlockTransform t = make_transform(kind, f.group);
+            const Input in = as_dtype(x, WUSH_DTYPE_F32);
+            const Output a = run(isa, t, f, WUSH_DTYPE_F32, in, n), b = run(Isa::Scalar, t, f, WUSH_DTYPE_F32, in, n);
+            EXPECT_EQ(a.codes, b.codes) << f.name << " " << transform_kind_name(kind);
+            EXPECT_EQ(a.scales, b.scales) << f.name << " " << transform_kind_name(kind);
+        }
+    }
+}
+
+TEST_P(QuantizeOnIsa, EveryTokenCountAndOneTokenPerThread) {
+    // Tails of every tile width (1..17 tokens) write exactly their rows.
+    const Isa isa = GetParam();
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_NVFP4);
+    const BlockTransform t = make_transform(TransformKind::WUSH, f.group);
+    const std::vector<float> x = make_activations(17, 3);
+    const Input in = as_dtype(x, WUSH_DTYPE_F32);
+    const Output all = run(isa, t, f, WUSH_DTYPE_F32, in, 17);
+    for (std::size_t n = 1; n <= 17; ++n) {
+        const Output part = run(isa, t, f, WUSH_DTYPE_F32, in, n);
+        EXPECT_TRUE(std::equal(part.codes.begin(), part.codes.end(), all.codes.begin())) << n;
+        EXPECT_TRUE(std::equal(part.scales.begin(), part.scales.end(), all.scales.begin())) << n;
+    }
+}
+
+TEST_P(QuantizeOnIsa, NonFiniteInputIsReportedWithItsPosition) {
+    const Isa isa = GetParam();
+    for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+        std::vector<float> x = make_activations(20, 4);
+        x[13 * kDin + 77] = bad;
+        x[19 * kDin + 3] = bad;
+        const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
+        for (TransformKind kind : {TransformKind::Identity, TransformKind::WUSH}) {
+            const BlockTransform t = make_transform(kind, f.group);
+            try {
+                run(isa, t, f, WUSH_DTYPE_F32, as_dtype(x, WUSH_DTYPE_F32), x.size() / kDin);
+                ADD_FAILURE() << "no error for " << bad;
+            } catch (const Error& e) {
+                EXPECT_EQ(e.status(), WUSH_ERR_NON_FINITE);
+                EXPECT_NE(std::string(e.what()).find("row 13, column 77"), std::string::npos) << e.what();
+            }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, QuantizeOnIsa, ::testing::ValuesIn(supported_isas()),
+                         [](const auto& info) { return std::string(runtime::isa_name(info.param)); });
+
+}  // namespace
+}  // namespace wush
