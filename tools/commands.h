@@ -9,6 +9,7 @@ int cmd_eval(int argc, char** argv);
 int cmd_quantize(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_export(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
 
 // `wush eval --checkpoint`: the loss of each stored layer against its original weight, on the
 // activations (the last n_held tokens, or all of them when n_held is 0).

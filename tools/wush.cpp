@@ -29,6 +29,11 @@ int usage(FILE* out) {
                  "  inspect   CK.safetensors   validate a checkpoint and list its layers\n"
                  "  export    --fp-quant --checkpoint CK --out MODEL.safetensors [--config CONFIG.json]\n"
                  "            write the FP-Quant / HF-transformers fp_quant layout (mxfp4, nvfp4)\n"
+                 "  bench     the CPU runtime against its baselines (OpenBLAS SGEMM, shared-Hadamard\n"
+                 "            quantization, memcpy), measured in the same run\n"
+                 "            [--quick] [--json] [--layers L1,L2] [--format mxfp4,nvfp4,int4] [--m 1,16,...]\n"
+                 "            [--kind gemm,quantize,forward] [--threads N] [--isa auto|scalar|avx2|avx512_vnni]\n"
+                 "            [--repeats R] [--min-time SECONDS]\n"
                  "  formats   round-trip error of each block format on built-in tensors\n"
                  "            [--rows N] [--cols N] [--seed S]\n"
                  "  version   print the library version\n"
@@ -46,6 +51,7 @@ int main(int argc, char** argv) {
     if (cmd == "quantize") return cmd_quantize(argc - 2, argv + 2);
     if (cmd == "inspect") return cmd_inspect(argc - 2, argv + 2);
     if (cmd == "export") return cmd_export(argc - 2, argv + 2);
+    if (cmd == "bench") return cmd_bench(argc - 2, argv + 2);
     if (cmd == "version" || cmd == "--version") {
         std::printf("wush %s\n", wush_version_string());
         return 0;

@@ -120,7 +120,13 @@ __m256 piece_scales(int format, const std::uint8_t* row_scales, std::size_t piec
     const int z = int(0x80808000u);
     const std::size_t per_piece = format == kNvfp4 || is_int4(format) ? 4 : 2;
     std::uint32_t raw = 0;
-    std::memcpy(&raw, row_scales + piece * per_piece, avail < per_piece ? avail : per_piece);
+    const std::uint8_t* p = row_scales + piece * per_piece;
+    if (avail >= per_piece) {  // fixed-size copies compile to single loads
+        if (per_piece == 4) std::memcpy(&raw, p, 4);
+        else raw = std::uint32_t(p[0] | (p[1] << 8));
+    } else {
+        for (std::size_t i = 0; i < avail; ++i) raw |= std::uint32_t(p[i]) << (8 * i);
+    }
     const __m256i src = _mm256_set1_epi32(int(raw));
     if (format == kNvfp4)  // lane i -> group i / 2
         return decode_e4m3(_mm256_shuffle_epi8(src, _mm256_setr_epi32(z, z, z | 1, z | 1, z | 2, z | 2, z | 3, z | 3)));
@@ -199,6 +205,7 @@ void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::s
         const std::uint8_t* wr = w.codes + n * row_bytes;
         const std::uint8_t* sr = w.scales + n * scale_row;
         __m256 acc_f[M];
+        #pragma GCC unroll 32
         for (int r = 0; r < M; ++r) acc_f[r] = _mm256_setzero_ps();
         for (std::size_t p = 0; p < pieces; ++p) {
             const std::size_t left = row_bytes > 32 * p ? row_bytes - 32 * p : 0;
@@ -208,6 +215,7 @@ void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::s
             const __m256i wh = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
             const std::size_t used = p * per_piece;
             const __m256 sb = piece_scales(w.format, sr, p, scale_row > used ? scale_row - used : 0);
+            #pragma GCC unroll 32
             for (int r = 0; r < M; ++r) {
                 const std::size_t row = std::size_t(r);
                 const __m256i xe = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xe + row * half + 32 * p));
@@ -219,6 +227,7 @@ void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::s
                 acc_f[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), s, acc_f[r]);
             }
         }
+        #pragma GCC unroll 32
         for (int r = 0; r < M; ++r) store_scalar(out, std::size_t(r), n, hsum(acc_f[r]));
     }
 }
@@ -240,16 +249,19 @@ namespace {
 
 void transpose8(__m256 r[8]) {
     __m256 t[8], s[8];
+    #pragma GCC unroll 32
     for (int i = 0; i < 4; ++i) {
         t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
         t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
     }
+    #pragma GCC unroll 32
     for (int i = 0; i < 2; ++i) {
         s[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
         s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
         s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
         s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
     }
+    #pragma GCC unroll 32
     for (int k = 0; k < 4; ++k) {
         r[k] = _mm256_permute2f128_ps(s[k], s[4 + k], 0x20);
         r[4 + k] = _mm256_permute2f128_ps(s[k], s[4 + k], 0x31);
@@ -282,26 +294,32 @@ void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t
     constexpr std::size_t kGroupBytes = kPanelRows * (G + 4);
     const __m256i ones16 = _mm256_set1_epi16(1);
     __m256 yacc[M];
+    #pragma GCC unroll 32
     for (int r = 0; r < M; ++r) yacc[r] = _mm256_setzero_ps();
     for (std::size_t g = 0; g < a.groups; ++g) {
         const std::uint8_t* pg = panel + g * kGroupBytes + 32 * sub;
         const std::int8_t* xg = a.x8 + m0 * a.k + g * G;
         __m256i acc16[M];
+        #pragma GCC unroll 32
         for (int r = 0; r < M; ++r) acc16[r] = _mm256_setzero_si256();
+        #pragma GCC unroll 32
         for (int s = 0; s < G / 4; ++s) {
             const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(pg + s * 128));
+            #pragma GCC unroll 32
             for (int r = 0; r < M; ++r) {
                 const __m256i xb = _mm256_set1_epi32(int(load_u32(xg + std::size_t(r) * a.k + 4 * s)));
                 acc16[r] = _mm256_add_epi16(acc16[r], _mm256_maddubs_epi16(w, xb));
             }
         }
         const __m256 sb = _mm256_load_ps(reinterpret_cast<const float*>(pg - 32 * sub + G * kPanelRows + 32 * sub));
+        #pragma GCC unroll 32
         for (int r = 0; r < M; ++r) {
             const std::size_t row = m0 + std::size_t(r);
             const __m256i acc = _mm256_add_epi32(_mm256_madd_epi16(acc16[r], ones16), _mm256_set1_epi32(a.corr[row * a.groups + g]));
             yacc[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), sb), _mm256_set1_ps(a.scale[row * a.groups + g]), yacc[r]);
         }
     }
+    #pragma GCC unroll 32
     for (int r = 0; r < M; ++r) store8(out, m0 + std::size_t(r), n0 + 8 * sub, yacc[r], count);
 }
 

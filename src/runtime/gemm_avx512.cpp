@@ -123,9 +123,9 @@ ScaleLanes scale_lanes(int format) {
 // Scales of chunk `c` of a weight row (`avail` scale bytes left in the row from the chunk start).
 __m512 chunk_scales(const ScaleLanes& s, const std::uint8_t* row_scales, std::size_t c, std::size_t avail) {
     const std::size_t per_chunk = s.format == kMxfp4 || s.format == 3 ? 4 : 8;
-    std::uint64_t raw = 0;
-    std::memcpy(&raw, row_scales + c * per_chunk, avail < per_chunk ? avail : per_chunk);
-    const __m512i c32 = _mm512_shuffle_epi8(_mm512_set1_epi64(std::int64_t(raw)), s.control);
+    // One masked load (a byte-wise copy would stall the broadcast on store forwarding).
+    const __m128i raw = _mm_maskz_loadu_epi8(__mmask16(byte_mask(avail < per_chunk ? avail : per_chunk)), row_scales + c * per_chunk);
+    const __m512i c32 = _mm512_shuffle_epi8(_mm512_broadcastq_epi64(raw), s.control);
     if (s.format == kInt4) return _mm512_castsi512_ps(c32);
     if (s.format == kNvfp4) return decode_e4m3(c32);
     return decode_e8m0(c32);
@@ -196,6 +196,7 @@ void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::s
         const std::uint8_t* wr = w.codes + n * row_bytes;
         const std::uint8_t* sr = w.scales + n * scale_row;
         __m512 acc_f[M];
+        #pragma GCC unroll 32
         for (int r = 0; r < M; ++r) acc_f[r] = _mm512_setzero_ps();
         for (std::size_t c = 0; c < chunks; ++c) {
             const std::size_t left = row_bytes - 64 * c;
@@ -203,6 +204,7 @@ void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::s
             const __m512i wl = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low));
             const __m512i wh = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
             const __m512 sb = chunk_scales(sl, sr, c, scale_row - c * scale_per_chunk);
+            #pragma GCC unroll 32
             for (int r = 0; r < M; ++r) {
                 const std::size_t row = r0 + std::size_t(r);
                 __m512i acc = _mm512_loadu_si512(a.lane_corr + row * lanes + 16 * c);
@@ -212,6 +214,7 @@ void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::s
                 acc_f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, acc_f[r]);
             }
         }
+        #pragma GCC unroll 32
         for (int r = 0; r < M; ++r) store_scalar(out, r0 + std::size_t(r), n, _mm512_reduce_add_ps(acc_f[r]));
     }
 }
@@ -234,16 +237,19 @@ namespace {
 // In place: r[a] (row a, 8 dwords) becomes dword column a (8 rows).
 void transpose8(__m256 r[8]) {
     __m256 t[8], s[8];
+    #pragma GCC unroll 32
     for (int i = 0; i < 4; ++i) {
         t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
         t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
     }
+    #pragma GCC unroll 32
     for (int i = 0; i < 2; ++i) {
         s[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
         s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
         s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
         s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
     }
+    #pragma GCC unroll 32
     for (int k = 0; k < 4; ++k) {
         r[k] = _mm256_permute2f128_ps(s[k], s[4 + k], 0x20);
         r[4 + k] = _mm256_permute2f128_ps(s[k], s[4 + k], 0x31);
@@ -276,14 +282,18 @@ void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t
                 const GemmOutput& out, std::size_t n_total) {
     constexpr std::size_t kGroupBytes = kPanelRows * (G + 4);
     __m512 yacc[M][2];
+    #pragma GCC unroll 32
     for (int r = 0; r < M; ++r) yacc[r][0] = yacc[r][1] = _mm512_setzero_ps();
     for (std::size_t g = 0; g < a.groups; ++g) {
         const std::uint8_t* pg = panel + g * kGroupBytes;
         const std::int8_t* xg = a.x8 + m0 * a.k + g * G;
         __m512i acc[M][2];
+        #pragma GCC unroll 32
         for (int r = 0; r < M; ++r) acc[r][0] = acc[r][1] = _mm512_set1_epi32(a.corr[(m0 + std::size_t(r)) * a.groups + g]);
+        #pragma GCC unroll 32
         for (int s = 0; s < G / 4; ++s) {
             const __m512i w0 = _mm512_load_si512(pg + s * 128), w1 = _mm512_load_si512(pg + s * 128 + 64);
+            #pragma GCC unroll 32
             for (int r = 0; r < M; ++r) {
                 const __m512i xb = _mm512_set1_epi32(int(load_u32(xg + std::size_t(r) * a.k + 4 * s)));
                 acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], w0, xb);
@@ -291,6 +301,7 @@ void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t
             }
         }
         const __m512 sb0 = _mm512_load_ps(pg + G * kPanelRows), sb1 = _mm512_load_ps(pg + G * kPanelRows + 64);
+        #pragma GCC unroll 32
         for (int r = 0; r < M; ++r) {
             const __m512 sa = _mm512_set1_ps(a.scale[(m0 + std::size_t(r)) * a.groups + g]);
             yacc[r][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][0]), sb0), sa, yacc[r][0]);
@@ -300,6 +311,7 @@ void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t
     const std::size_t valid = n_total - n0 < kPanelRows ? n_total - n0 : kPanelRows;
     const __mmask16 m_lo = valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1);
     const __mmask16 m_hi = valid >= 32 ? __mmask16(0xFFFF) : valid > 16 ? __mmask16((1u << (valid - 16)) - 1) : __mmask16(0);
+    #pragma GCC unroll 32
     for (int r = 0; r < M; ++r) {
         store16(out, m0 + std::size_t(r), n0, yacc[r][0], m_lo);
         if (m_hi) store16(out, m0 + std::size_t(r), n0 + 16, yacc[r][1], m_hi);

@@ -38,16 +38,19 @@ __m256 load8(const void* x, int dtype, std::size_t offset) {
 // In place: r[a] (row a, 8 columns) becomes column a (8 rows).
 void transpose8(__m256 r[8]) {
     __m256 t[8], s[8];
+    #pragma GCC unroll 32
     for (int i = 0; i < 4; ++i) {
         t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
         t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
     }
+    #pragma GCC unroll 32
     for (int i = 0; i < 2; ++i) {  // s[4i+k], 128-bit half L: column 4L+k of rows 4i..4i+3
         s[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
         s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
         s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
         s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
     }
+    #pragma GCC unroll 32
     for (int k = 0; k < 4; ++k) {
         r[k] = _mm256_permute2f128_ps(s[k], s[4 + k], 0x20);
         r[4 + k] = _mm256_permute2f128_ps(s[k], s[4 + k], 0x31);
@@ -58,11 +61,13 @@ template <int G>
 void load_columns(const QuantTile& tile, __m256 xc[G]) {
     for (int part = 0; part < G / 8; ++part) {
         __m256 r[8];
+        #pragma GCC unroll 32
         for (int row = 0; row < 8; ++row)
             r[row] = row < tile.rows ? load8(tile.x, tile.dtype, (tile.row0 + std::size_t(row)) * tile.d_in +
                                                                    tile.block * std::size_t(G) + std::size_t(8 * part))
                                      : _mm256_setzero_ps();
         transpose8(r);
+        #pragma GCC unroll 32
         for (int j = 0; j < 8; ++j) xc[8 * part + j] = r[j];
     }
 }
@@ -71,11 +76,16 @@ template <int G>
 void multiply(const float* t, const __m256 xc[G], __m256 y[G]) {
     for (int i0 = 0; i0 < G; i0 += 8) {
         __m256 acc[8];
+        #pragma GCC unroll 32
         for (int ii = 0; ii < 8; ++ii) acc[ii] = _mm256_setzero_ps();
+        // Not unrolled: fully unrolled, GCC spills the accumulators.
+        #pragma GCC unroll 1
         for (int j = 0; j < G; ++j) {
             const __m256 xj = xc[j];
+            #pragma GCC unroll 32
             for (int ii = 0; ii < 8; ++ii) acc[ii] = _mm256_fmadd_ps(_mm256_broadcast_ss(t + (i0 + ii) * G + j), xj, acc[ii]);
         }
+        #pragma GCC unroll 32
         for (int ii = 0; ii < 8; ++ii) y[i0 + ii] = acc[ii];
     }
 }
@@ -152,6 +162,7 @@ void store_scales(const QuantTile& tile, __m256i s, int bytes) {
 template <int G>
 __m256 abs_max(const __m256 y[G]) {
     __m256 m = _mm256_setzero_ps();
+    #pragma GCC unroll 32
     for (int i = 0; i < G; ++i) m = _mm256_max_ps(m, abs_ps(y[i]));
     return m;
 }
@@ -175,8 +186,10 @@ void quantize_mx(const QuantTile& tile, const __m256 y[G], Lanes& l, bool ocp) {
     const __m256 factor = _mm256_set1_ps(ocp ? 1.0f : 3.0f);
     const __m256 tol_base = _mm256_mul_ps(_mm256_mul_ps(l.bound, factor), scale_down);
     __m256i d[G / 8];
+    #pragma GCC unroll 32
     for (int q = 0; q < G / 8; ++q) d[q] = _mm256_setzero_si256();
     __m256 near = _mm256_setzero_ps();
+    #pragma GCC unroll 32
     for (int i = 0; i < G; ++i) {
         const __m256 v = _mm256_mul_ps(_mm256_mul_ps(y[i], scale_down), factor);
         const __m256 tol = _mm256_fmadd_ps(abs_ps(v), _mm256_set1_ps(2.0f * kU), tol_base);
@@ -210,8 +223,10 @@ void quantize_nvfp4(const QuantTile& tile, const __m256 y[G], Lanes& l) {
     const __m256 mult = _mm256_andnot_ps(zero, _mm256_div_ps(_mm256_set1_ps(10.0f), sv));
     const __m256 tol_base = _mm256_mul_ps(l.bound, _mm256_mul_ps(mult, _mm256_set1_ps(1.01f)));
     __m256i d[G / 8];
+    #pragma GCC unroll 32
     for (int q = 0; q < G / 8; ++q) d[q] = _mm256_setzero_si256();
     __m256 near = _mm256_setzero_ps();
+    #pragma GCC unroll 32
     for (int i = 0; i < G; ++i) {
         const __m256 v = _mm256_mul_ps(y[i], mult);
         const __m256 tol = _mm256_fmadd_ps(abs_ps(v), _mm256_set1_ps(3.0f * kU), tol_base);
@@ -227,6 +242,7 @@ void quantize_int4(const QuantTile& tile, const __m256 y[G], Lanes& l) {
     const __m256 amax = abs_max<G>(y);
     l.redo = _mm256_or_ps(l.redo, out_of_range(amax));
     __m256 ss = _mm256_setzero_ps();
+    #pragma GCC unroll 32
     for (int i = 0; i < G; ++i) ss = _mm256_fmadd_ps(y[i], y[i], ss);
     const __m256 w = _mm256_mul_ps(_mm256_sqrt_ps(_mm256_mul_ps(ss, _mm256_set1_ps(1.0f / G))), _mm256_set1_ps(kInt4ScalePerRms));
     const __m256 tol_w = _mm256_fmadd_ps(w, _mm256_set1_ps(float(G + 8) * kU),
@@ -242,8 +258,10 @@ void quantize_int4(const QuantTile& tile, const __m256 y[G], Lanes& l) {
     const __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), sv);
     const __m256 tol_base = _mm256_mul_ps(l.bound, _mm256_mul_ps(inv, _mm256_set1_ps(1.01f)));
     __m256i d[G / 8];
+    #pragma GCC unroll 32
     for (int q = 0; q < G / 8; ++q) d[q] = _mm256_setzero_si256();
     __m256 near = _mm256_setzero_ps();
+    #pragma GCC unroll 32
     for (int i = 0; i < G; ++i) {
         const __m256 t = _mm256_mul_ps(y[i], inv);
         const __m256 tol = _mm256_fmadd_ps(abs_ps(t), _mm256_set1_ps(3.0f * kU), tol_base);
@@ -264,12 +282,14 @@ std::uint32_t quantize_tile_g(const QuantTile& tile) {
     __m256 xc[G];
     load_columns<G>(tile, xc);
     __m256 ss = _mm256_setzero_ps();
+    #pragma GCC unroll 32
     for (int j = 0; j < G; ++j) ss = _mm256_fmadd_ps(xc[j], xc[j], ss);
     Lanes l;
     l.redo = _mm256_xor_ps(_mm256_cmp_ps(ss, _mm256_set1_ps(0x1p126f), _CMP_LE_OQ),
                            _mm256_castsi256_ps(_mm256_set1_epi32(-1)));
     __m256 y[G];
     if (tile.matrix == nullptr) {
+        #pragma GCC unroll 32
         for (int i = 0; i < G; ++i) y[i] = xc[i];
         l.bound = _mm256_setzero_ps();
     } else {

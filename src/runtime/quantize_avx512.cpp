@@ -52,22 +52,26 @@ __m512 load16(const void* x, int dtype, std::size_t offset) {
 // In place: r[a] (row a, 16 columns) becomes column a (16 rows).
 void transpose16(__m512 r[16]) {
     __m512 t[16];
+    #pragma GCC unroll 32
     for (int i = 0; i < 8; ++i) {
         t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
         t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
     }
+    #pragma GCC unroll 32
     for (int i = 0; i < 4; ++i) {  // r[4i+k], 128-bit lane L: column 4L+k of rows 4i..4i+3
         r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
         r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
         r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
         r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
     }
+    #pragma GCC unroll 32
     for (int k = 0; k < 4; ++k) {
         t[k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88);
         t[4 + k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xdd);
         t[8 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
         t[12 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xdd);
     }
+    #pragma GCC unroll 32
     for (int k = 0; k < 4; ++k) {
         r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
         r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
@@ -81,11 +85,13 @@ template <int G>
 void load_columns(const QuantTile& tile, __m512 xc[G]) {
     for (int half = 0; half < G / 16; ++half) {
         __m512 r[16];
+        #pragma GCC unroll 32
         for (int row = 0; row < 16; ++row)
             r[row] = row < tile.rows ? load16(tile.x, tile.dtype, (tile.row0 + std::size_t(row)) * tile.d_in +
                                                                     tile.block * std::size_t(G) + std::size_t(16 * half))
                                      : _mm512_setzero_ps();
         transpose16(r);
+        #pragma GCC unroll 32
         for (int j = 0; j < 16; ++j) xc[16 * half + j] = r[j];
     }
 }
@@ -95,11 +101,16 @@ template <int G>
 void multiply(const float* t, const __m512 xc[G], __m512 y[G]) {
     for (int i0 = 0; i0 < G; i0 += 16) {
         __m512 acc[16];
+        #pragma GCC unroll 32
         for (int ii = 0; ii < 16; ++ii) acc[ii] = _mm512_setzero_ps();
+        // Not unrolled: fully unrolled, GCC spills the accumulators.
+        #pragma GCC unroll 1
         for (int j = 0; j < G; ++j) {
             const __m512 xj = xc[j];
+            #pragma GCC unroll 32
             for (int ii = 0; ii < 16; ++ii) acc[ii] = _mm512_fmadd_ps(_mm512_set1_ps(t[(i0 + ii) * G + j]), xj, acc[ii]);
         }
+        #pragma GCC unroll 32
         for (int ii = 0; ii < 16; ++ii) y[i0 + ii] = acc[ii];
     }
 }
@@ -179,6 +190,7 @@ void store_scales(const QuantTile& tile, __m512i s, int bytes) {
 template <int G>
 __m512 abs_max(const __m512 y[G]) {
     __m512 m = _mm512_setzero_ps();
+    #pragma GCC unroll 32
     for (int i = 0; i < G; ++i) m = _mm512_max_ps(m, abs_ps(y[i]));
     return m;
 }
@@ -205,8 +217,10 @@ void quantize_mx(const QuantTile& tile, const __m512 y[G], Lanes& l, bool ocp) {
     const __m512 factor = _mm512_set1_ps(ocp ? 1.0f : 3.0f);
     const __m512 tol_base = _mm512_scalef_ps(_mm512_mul_ps(l.bound, factor), neg_es);
     __m512i d[G / 8];
+    #pragma GCC unroll 32
     for (int q = 0; q < G / 8; ++q) d[q] = _mm512_setzero_si512();
     __mmask16 near = 0;
+    #pragma GCC unroll 32
     for (int i = 0; i < G; ++i) {
         const __m512 v = _mm512_mul_ps(_mm512_scalef_ps(y[i], neg_es), factor);  // one rounding (x3)
         const __m512 tol = _mm512_fmadd_ps(abs_ps(v), _mm512_set1_ps(2.0f * kU), tol_base);
@@ -242,8 +256,10 @@ void quantize_nvfp4(const QuantTile& tile, const __m512 y[G], Lanes& l) {
     const __m512 mult = _mm512_maskz_div_ps(_mm512_knot(zero), _mm512_set1_ps(10.0f), sv);
     const __m512 tol_base = _mm512_mul_ps(l.bound, _mm512_mul_ps(mult, _mm512_set1_ps(1.01f)));
     __m512i d[G / 8];
+    #pragma GCC unroll 32
     for (int q = 0; q < G / 8; ++q) d[q] = _mm512_setzero_si512();
     __mmask16 near = 0;
+    #pragma GCC unroll 32
     for (int i = 0; i < G; ++i) {
         const __m512 v = _mm512_mul_ps(y[i], mult);
         const __m512 tol = _mm512_fmadd_ps(abs_ps(v), _mm512_set1_ps(3.0f * kU), tol_base);
@@ -259,6 +275,7 @@ void quantize_int4(const QuantTile& tile, const __m512 y[G], Lanes& l) {
     const __m512 amax = abs_max<G>(y);
     l.redo |= out_of_range(amax);
     __m512 ss = _mm512_setzero_ps();
+    #pragma GCC unroll 32
     for (int i = 0; i < G; ++i) ss = _mm512_fmadd_ps(y[i], y[i], ss);
     const __m512 w = _mm512_mul_ps(_mm512_sqrt_ps(_mm512_mul_ps(ss, _mm512_set1_ps(1.0f / G))), _mm512_set1_ps(kInt4ScalePerRms));
     // |rms - rms_exact| <= bound (from y) + the float32 sum of squares (<= G u relative).
@@ -276,8 +293,10 @@ void quantize_int4(const QuantTile& tile, const __m512 y[G], Lanes& l) {
     const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), sv);
     const __m512 tol_base = _mm512_mul_ps(l.bound, _mm512_mul_ps(inv, _mm512_set1_ps(1.01f)));
     __m512i d[G / 8];
+    #pragma GCC unroll 32
     for (int q = 0; q < G / 8; ++q) d[q] = _mm512_setzero_si512();
     __mmask16 near = 0;
+    #pragma GCC unroll 32
     for (int i = 0; i < G; ++i) {
         const __m512 t = _mm512_mul_ps(y[i], inv);  // 2 roundings vs y / s: in the tolerance
         const __m512 tol = _mm512_fmadd_ps(abs_ps(t), _mm512_set1_ps(3.0f * kU), tol_base);
@@ -299,12 +318,14 @@ std::uint32_t quantize_tile_g(const QuantTile& tile) {
     __m512 xc[G];
     load_columns<G>(tile, xc);
     __m512 ss = _mm512_setzero_ps();
+    #pragma GCC unroll 32
     for (int j = 0; j < G; ++j) ss = _mm512_fmadd_ps(xc[j], xc[j], ss);
     Lanes l;
     // Non-finite or overflowing inputs: float64 decides (and reports NaN/Inf).
     l.redo = _mm512_knot(_mm512_cmp_ps_mask(ss, _mm512_set1_ps(0x1p126f), _CMP_LE_OQ));
     __m512 y[G];
     if (tile.matrix == nullptr) {
+        #pragma GCC unroll 32
         for (int i = 0; i < G; ++i) y[i] = xc[i];
         l.bound = _mm512_setzero_ps();
     } else {

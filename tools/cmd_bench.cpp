@@ -1,0 +1,246 @@
+// `wush bench`: the CPU runtime against its baselines, measured in the same run (median of warm
+// repeats), on the built-in Llama-like layers:
+//   gemm      wush_gemm (packed activations x qweight)    vs OpenBLAS SGEMM on the same weights
+//                                                            dequantized to float32
+//   quantize  wush_quantize_activations with WUSH          vs (a) the same kernel with one shared
+//             (per-block matrices)                             Hadamard matrix, (b) memcpy of the
+//                                                            same number of bytes (GB/s)
+//   forward   wush_linear_forward (quantize + GEMM)        vs OpenBLAS SGEMM (float32 X W^T)
+// speedup = baseline_s / ours_s. The library is used through its public C API only; OpenBLAS is
+// linked here for the SGEMM baseline.
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "commands.h"
+#include "layers.h"
+
+namespace {
+
+struct Result {
+    std::string kind;
+    std::size_t m, n, k;
+    std::string format, baseline;
+    double ours_s, baseline_s;
+    double ours_gbps = 0.0, baseline_gbps = 0.0;  // quantize vs memcpy only
+};
+
+struct Settings {
+    std::size_t min_repeats = 5;
+    double min_seconds = 0.3;
+    bool gemm = true, quantize = true, forward = true;
+};
+
+// Median wall time of fn() over at least min_repeats calls and min_seconds, after one warm-up.
+template <typename Fn>
+double median_seconds(const Settings& s, Fn&& fn) {
+    fn();
+    std::vector<double> t;
+    double total = 0.0;
+    while ((t.size() < s.min_repeats || total < s.min_seconds) && t.size() < 200) {
+        const auto a = std::chrono::steady_clock::now();
+        fn();
+        const double d = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+        t.push_back(d);
+        total += d;
+    }
+    std::sort(t.begin(), t.end());
+    return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+}
+
+// One layer shape's data and objects for one format.
+struct Case {
+    std::size_t k = 0, n = 0;
+    wush_format format = WUSH_FORMAT_MXFP4;
+    Handle<wush_transform, wush_transform_destroy> wush, hadamard;
+    Handle<wush_qweight, wush_qweight_destroy> q;
+    std::vector<float> w_dequantized;  // n x k: the SGEMM baseline's weights
+};
+
+int make_case(wush_context* ctx, const std::string& layer, const std::vector<float>& weight,
+              const std::vector<float>& calib, std::size_t n_calib, wush_format format, Case* c) {
+    std::size_t d_out = 0, d_in = 0, g = 0;
+    wush_example_layer_shape(layer.c_str(), &d_out, &d_in);
+    wush_format_group_size(format, &g);
+    c->k = d_in;
+    c->n = d_out;
+    c->format = format;
+    Handle<wush_calibrator, wush_calibrator_destroy> cal;
+    wush_status st = wush_calibrator_create(d_in, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &cal.p);
+    if (st == WUSH_OK) st = wush_calibrator_add(ctx, cal.p, WUSH_DTYPE_F32, calib.data(), n_calib);
+    if (st == WUSH_OK)
+        st = wush_transform_build(ctx, cal.p, WUSH_DTYPE_F32, weight.data(), d_out, d_in, WUSH_TRANSFORM_WUSH, nullptr, &c->wush.p);
+    if (st == WUSH_OK) st = wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, d_in, g, nullptr, &c->hadamard.p);
+    if (st == WUSH_OK)
+        st = wush_qweight_create(ctx, c->wush.p, format, WUSH_METHOD_RTN, WUSH_DTYPE_F32, weight.data(), d_out, d_in, nullptr, &c->q.p);
+    if (st != WUSH_OK) return cli::report("preparing the layer", st);
+    const void *codes = nullptr, *scales = nullptr;
+    std::size_t codes_bytes = 0, scales_bytes = 0;
+    wush_qweight_data(c->q.p, &codes, &codes_bytes, &scales, &scales_bytes);
+    c->w_dequantized.resize(d_out * d_in);
+    st = wush_dequantize_rows(ctx, format, codes, codes_bytes, scales, scales_bytes, d_out, d_in, c->w_dequantized.data(),
+                              c->w_dequantized.size());
+    return st == WUSH_OK ? 0 : cli::report("wush_dequantize_rows", st);
+}
+
+// Runs every kind for m tokens (the first m rows of x) of one case.
+int bench_m(wush_context* ctx, const Settings& s, const Case& c, const std::vector<float>& x, std::size_t m,
+            std::vector<Result>* out) {
+    const std::string fname = wush_format_name(c.format);
+    std::size_t codes_bytes = 0, scales_bytes = 0, ws_bytes = 0;
+    wush_format_buffer_sizes(c.format, m, c.k, &codes_bytes, &scales_bytes);
+    std::vector<unsigned char> codes(codes_bytes), scales(scales_bytes);
+    std::vector<float> y(m * c.n), y_ref(m * c.n);
+    wush_status st = WUSH_OK;
+    auto quantize = [&](const wush_transform* t) {
+        if (st == WUSH_OK)
+            st = wush_quantize_activations(ctx, t, c.format, WUSH_DTYPE_F32, x.data(), m, c.k, codes.data(), codes_bytes,
+                                           scales.data(), scales_bytes);
+    };
+    const double sgemm = median_seconds(s, [&] {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(c.n), int(c.k), 1.0f, x.data(), int(c.k),
+                    c.w_dequantized.data(), int(c.k), 0.0f, y_ref.data(), int(c.n));
+    });
+    if (s.quantize) {
+        const double ours = median_seconds(s, [&] { quantize(c.wush.p); });
+        const double shared = median_seconds(s, [&] { quantize(c.hadamard.p); });
+        const std::size_t moved = m * c.k * sizeof(float) + codes_bytes + scales_bytes;  // read + written
+        std::vector<unsigned char> src(moved / 2 + 1, 1), dst(moved / 2 + 1);
+        const double copy = median_seconds(s, [&] { std::memcpy(dst.data(), src.data(), src.size()); });
+        out->push_back({"quantize", m, c.n, c.k, fname, "shared_hadamard_quantize", ours, shared});
+        out->push_back({"quantize", m, c.n, c.k, fname, "memcpy", ours, copy, double(moved) / ours * 1e-9,
+                        double(2 * src.size()) / copy * 1e-9});
+    }
+    quantize(c.wush.p);
+    if (s.gemm) {
+        const double ours = median_seconds(s, [&] {
+            if (st == WUSH_OK)
+                st = wush_gemm(ctx, c.q.p, codes.data(), codes_bytes, scales.data(), scales_bytes, m, WUSH_DTYPE_F32, y.data(), y.size());
+        });
+        out->push_back({"gemm", m, c.n, c.k, fname, "openblas_sgemm", ours, sgemm});
+    }
+    if (s.forward && st == WUSH_OK) {
+        st = wush_linear_forward_workspace_size(ctx, c.wush.p, c.q.p, m, &ws_bytes);
+        std::vector<unsigned char> ws(ws_bytes);
+        const double ours = median_seconds(s, [&] {
+            if (st == WUSH_OK)
+                st = wush_linear_forward(ctx, c.wush.p, c.q.p, WUSH_DTYPE_F32, x.data(), m, WUSH_DTYPE_F32, y.data(), y.size(),
+                                         ws.data(), ws.size());
+        });
+        out->push_back({"forward", m, c.n, c.k, fname, "openblas_sgemm", ours, sgemm});
+    }
+    return st == WUSH_OK ? 0 : cli::report("the runtime", st);
+}
+
+void print_json(const std::vector<Result>& results, const char* isa, std::size_t threads) {
+    std::printf("{\"results\": [");
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        const Result& r = results[i];
+        std::printf("%s\n  {\"kind\": \"%s\", \"m\": %zu, \"n\": %zu, \"k\": %zu, \"format\": \"%s\", \"ours_s\": %.6e, "
+                    "\"baseline\": \"%s\", \"baseline_s\": %.6e, \"speedup\": %.4f, \"isa\": \"%s\", \"threads\": %zu",
+                    i ? "," : "", r.kind.c_str(), r.m, r.n, r.k, r.format.c_str(), r.ours_s, r.baseline.c_str(),
+                    r.baseline_s, r.baseline_s / r.ours_s, isa, threads);
+        if (r.ours_gbps > 0.0) std::printf(", \"ours_gbps\": %.3f, \"baseline_gbps\": %.3f", r.ours_gbps, r.baseline_gbps);
+        std::printf("}");
+    }
+    std::printf("\n]}\n");
+}
+
+void print_table(const std::vector<Result>& results, const char* isa, std::size_t threads) {
+    std::printf("CPU runtime, ISA %s, %zu threads; times are medians of warm repeats\n", isa, threads);
+    std::printf("%-9s %6s %6s %6s %-7s %12s  %-25s %12s %8s\n", "kind", "m", "n", "k", "format", "ours", "baseline",
+                "baseline", "speedup");
+    for (const Result& r : results) {
+        std::printf("%-9s %6zu %6zu %6zu %-7s %10.1f us  %-25s %9.1f us %7.2fx", r.kind.c_str(), r.m, r.n, r.k,
+                    r.format.c_str(), r.ours_s * 1e6, r.baseline.c_str(), r.baseline_s * 1e6, r.baseline_s / r.ours_s);
+        if (r.ours_gbps > 0.0) std::printf("  (%.1f vs %.1f GB/s)", r.ours_gbps, r.baseline_gbps);
+        std::printf("\n");
+    }
+}
+
+int parse_sizes(const std::string& list, std::vector<std::size_t>* out) {
+    for (const std::string& v : cli::split(list, ',')) {
+        char* end = nullptr;
+        const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+        if (*end != '\0' || x == 0) {
+            std::fprintf(stderr, "wush bench: bad --m value '%s'\n", v.c_str());
+            return 2;
+        }
+        out->push_back(std::size_t(x));
+    }
+    return 0;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+    cli::Args a(argc, argv, {"--quick", "--json"},
+                {"--layers", "--format", "--m", "--kind", "--threads", "--isa", "--repeats", "--min-time"});
+    const bool quick = a.has("--quick");
+    Settings s;
+    s.min_repeats = a.get_size("--repeats", quick ? 3 : 5);
+    s.min_seconds = a.has("--min-time") ? std::atof(a.get("--min-time").c_str()) : quick ? 0.1 : 0.3;
+    const std::size_t threads = a.get_size("--threads", 0);
+    if (!a.ok()) {
+        std::fprintf(stderr, "wush bench: %s\n", a.error().c_str());
+        return 2;
+    }
+    const std::string kinds = a.get("--kind", "gemm,quantize,forward");
+    s.gemm = kinds.find("gemm") != std::string::npos;
+    s.quantize = kinds.find("quantize") != std::string::npos;
+    s.forward = kinds.find("forward") != std::string::npos;
+    std::vector<std::size_t> ms;
+    if (parse_sizes(a.get("--m", quick ? "1,16,128,512" : "1,16,128,512,1024"), &ms) != 0) return 2;
+    const std::vector<std::string> layers = cli::split(a.get("--layers", quick ? "4096x4096" : "4096x4096,4096x14336,14336x4096"), ',');
+    std::vector<wush_format> formats;
+    for (const std::string& f : cli::split(a.get("--format", quick ? "mxfp4,nvfp4" : "mxfp4,nvfp4,int4"), ',')) {
+        wush_format fmt;
+        if (wush_format_from_name(f.c_str(), &fmt) != WUSH_OK) return cli::report("--format", WUSH_ERR_INVALID_ARGUMENT);
+        formats.push_back(fmt);
+    }
+    wush_cpu_isa isa = WUSH_CPU_ISA_AUTO;
+    const std::string isa_name = a.get("--isa", "auto");
+    for (int i = 0; i <= 3; ++i)
+        if (isa_name == wush_cpu_isa_name(wush_cpu_isa(i))) isa = wush_cpu_isa(i);
+    if (isa_name != wush_cpu_isa_name(isa)) {
+        std::fprintf(stderr, "wush bench: --isa takes auto, scalar, avx2 or avx512_vnni\n");
+        return 2;
+    }
+
+    Handle<wush_context, wush_context_destroy> ctx;
+    wush_status st = wush_context_create(WUSH_BACKEND_CPU, 0, &ctx.p);
+    if (st == WUSH_OK && threads) st = wush_context_set_parameter(ctx.p, WUSH_CONTEXT_NUM_THREADS, int64_t(threads));
+    if (st == WUSH_OK) st = wush_context_set_parameter(ctx.p, WUSH_CONTEXT_CPU_ISA, int64_t(isa));
+    wush_cpu_isa used = WUSH_CPU_ISA_AUTO;
+    if (st == WUSH_OK) st = wush_context_cpu_isa(ctx.p, &used);
+    if (st != WUSH_OK) return cli::report("setting up", st);
+    if (threads) openblas_set_num_threads(int(threads));
+    const std::size_t n_threads = threads ? threads : std::size_t(openblas_get_num_threads());
+
+    const std::size_t n_calib = 256, n_tokens = *std::max_element(ms.begin(), ms.end());
+    std::vector<Result> results;
+    for (const std::string& layer : layers) {
+        std::size_t d_out = 0, d_in = 0;
+        if (wush_example_layer_shape(layer.c_str(), &d_out, &d_in) != WUSH_OK) return cli::report(("layer " + layer).c_str(), WUSH_ERR_INVALID_ARGUMENT);
+        std::vector<float> weight(d_out * d_in), calib(n_calib * d_in), x(n_tokens * d_in);
+        st = wush_example_layer_generate(layer.c_str(), 1, n_calib, n_tokens, weight.data(), weight.size(), calib.data(),
+                                         calib.size(), x.data(), x.size());
+        if (st != WUSH_OK) return cli::report("wush_example_layer_generate", st);
+        for (wush_format f : formats) {
+            if (!a.has("--json")) std::fprintf(stderr, "wush bench: %s %s\n", layer.c_str(), wush_format_name(f));
+            Case c;
+            if (make_case(ctx.p, layer, weight, calib, n_calib, f, &c) != 0) return 1;
+            for (std::size_t m : ms)
+                if (bench_m(ctx.p, s, c, x, m, &results) != 0) return 1;
+        }
+    }
+    if (a.has("--json")) print_json(results, wush_cpu_isa_name(used), n_threads);
+    else print_table(results, wush_cpu_isa_name(used), n_threads);
+    return 0;
+}
