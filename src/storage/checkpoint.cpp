@@ -1,5 +1,6 @@
 #include "storage/checkpoint.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -36,10 +37,12 @@ void check_method(const std::string& method) {
     if (method != "rtn" && method != "gptq") corrupt("unknown method \"" + method + "\"");
 }
 
+// Shortest decimal form that reads back to the same double; independent of the C locale (a host
+// program with a comma decimal separator must write and read the same files).
 std::string format_double(double v) {
     char buf[64];
-    std::snprintf(buf, sizeof buf, "%.17g", v);
-    return buf;
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
 }
 
 }  // namespace
@@ -111,9 +114,10 @@ std::size_t parse_size(const std::string& v, const std::string& key) {
 }
 
 double parse_damping(const std::string& v, const std::string& key) {
-    char* end = nullptr;
-    const double d = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end != '\0' || !std::isfinite(d) || d < 0) corrupt("metadata \"" + key + "\" = \"" + v + "\" is not a damping");
+    double d = 0.0;
+    const auto r = std::from_chars(v.data(), v.data() + v.size(), d);  // locale-independent, no hex, no spaces
+    if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || !std::isfinite(d) || d < 0)
+        corrupt("metadata \"" + key + "\" = \"" + v + "\" is not a damping");
     return d;
 }
 
@@ -132,7 +136,8 @@ LayerMeta layer_meta(const Header& h, const std::string& name) {
     };
     LayerMeta m{};
     m.format = formats::spec_by_name(get("format").c_str());
-    if (m.format == nullptr) corrupt("layer \"" + name + "\" has unknown format \"" + get("format") + "\"");
+    if (m.format == nullptr || get("format") != m.format->name)  // exact: no other case, nothing after a NUL
+        corrupt("layer \"" + name + "\" has unknown format \"" + get("format") + "\"");
     if (parse_size(get("group_size"), name + ".group_size") != m.format->group)
         corrupt("layer \"" + name + "\": group_size " + get("group_size") + " does not match " + m.format->name);
     const auto kind = transform_kind_from_name(get("transform"));
@@ -177,7 +182,13 @@ std::vector<std::string> collect_layers(const Reader& r) {
             if (!known) corrupt("unexpected tensor \"" + t.name + "\"");
             continue;
         }
-        names.push_back(t.name.substr(0, t.name.size() - std::strlen(kCodes)));
+        std::string name = t.name.substr(0, t.name.size() - std::strlen(kCodes));
+        // The writer's naming rules (check_layer_ref), so that every layer read can be written again.
+        if (const std::size_t nul = name.find('\0'); nul != std::string::npos)
+            corrupt("layer name \"" + name.substr(0, nul) + "\\0...\" holds a NUL character");
+        for (const char* s : kSuffixes)
+            if (ends_with(name, s)) corrupt("layer name \"" + name + "\" ends with the reserved suffix \"" + s + "\"");
+        names.push_back(std::move(name));
     }
     const std::set<std::string> layer_set(names.begin(), names.end());
     for (const TensorInfo& t : h.tensors) {
@@ -187,9 +198,11 @@ std::vector<std::string> collect_layers(const Reader& r) {
     }
     for (const auto& [key, value] : h.metadata) {
         if (key == "format_version" || key == "producer") continue;
+        // "<layer>.<key>": the key names have no dot, so the layer is what precedes the last one.
+        const std::size_t dot = key.rfind('.');
         bool known = false;
-        for (const std::string& n : names)
-            for (const char* k : kLayerKeys) known = known || key == n + "." + k;
+        if (dot != std::string::npos && layer_set.count(key.substr(0, dot)))
+            for (const char* k : kLayerKeys) known = known || key.compare(dot + 1, std::string::npos, k) == 0;
         if (!known) corrupt("unexpected metadata key \"" + key + "\"");
     }
     return names;
@@ -204,7 +217,8 @@ CheckpointReader::CheckpointReader(const std::string& path) : file_(std::make_sh
 
 CheckpointLayer CheckpointReader::load(std::string_view name) const {
     const std::string n(name);
-    if (std::find(names_.begin(), names_.end(), n) == names_.end())
+    // Every ".codes" tensor makes a layer (collect_layers), so this is "n is one of names_".
+    if (n.empty() || file_->find(n + kCodes) == nullptr)
         fail(WUSH_ERR_NOT_FOUND, "the checkpoint has no layer \"" + n + "\"");
     const LayerMeta m = layer_meta(file_->header(), n);
     const auto bytes = [&](const char* suffix) {

@@ -28,29 +28,63 @@ std::uint64_t read_u64_le(const std::byte* p) {
     return v;
 }
 
-// Parses JSON rejecting duplicate keys at any depth and nesting deeper than a safetensors header
-// ever needs (top object > tensor object > shape array), so hostile inputs stay cheap.
-json parse_json(std::string_view text) {
-    std::vector<std::set<std::string>> keys;
+// First pass over the header: a SAX handler that rejects duplicate keys at any depth and nesting
+// deeper than a safetensors header ever needs (top object > tensor object > shape array), so
+// hostile inputs stay cheap. (nlohmann's callback parser is not used for this: its end_object()
+// scans the whole parent object, which makes a header with n tensors cost O(n^2).)
+class HeaderChecker : public nlohmann::json_sax<json> {
+public:
     std::string problem;
-    auto check = [&](int depth, json::parse_event_t event, json& value) {
-        if (depth > 3 && problem.empty()) problem = "JSON nested deeper than a safetensors header allows";
-        if (event == json::parse_event_t::object_start) keys.emplace_back();
-        if (event == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
-        if (event == json::parse_event_t::key && !keys.empty() && !keys.back().insert(value.get<std::string>()).second &&
-            problem.empty())
-            problem = "duplicate key \"" + value.get<std::string>() + "\"";
+
+    bool null() override { return true; }
+    bool boolean(bool) override { return true; }
+    bool number_integer(number_integer_t) override { return true; }
+    bool number_unsigned(number_unsigned_t) override { return true; }
+    bool number_float(number_float_t, const string_t&) override { return true; }
+    bool string(string_t&) override { return true; }
+    bool binary(binary_t&) override { return true; }
+    bool start_object(std::size_t) override {
+        keys_.emplace_back();
+        return enter();
+    }
+    bool key(string_t& k) override {
+        if (!keys_.back().insert(k).second) problem = "duplicate key \"" + k + "\"";
         return problem.empty();
-    };
-    json j;
+    }
+    bool end_object() override {
+        keys_.pop_back();
+        --depth_;
+        return true;
+    }
+    bool start_array(std::size_t) override { return enter(); }
+    bool end_array() override {
+        --depth_;
+        return true;
+    }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+        problem = std::string("header is not valid JSON (") + e.what() + ")";
+        return false;
+    }
+
+private:
+    bool enter() {
+        if (++depth_ > 3) problem = "JSON nested deeper than a safetensors header allows";
+        return problem.empty();
+    }
+    std::vector<std::set<std::string>> keys_;
+    int depth_ = 0;
+};
+
+// Parses the header JSON (nlohmann rejects invalid UTF-8 in strings) after the checks above.
+json parse_json(std::string_view text) {
+    HeaderChecker checker;
+    if (!json::sax_parse(text.begin(), text.end(), &checker))
+        corrupt(checker.problem.empty() ? "header is not valid JSON" : checker.problem);
     try {
-        j = json::parse(text.begin(), text.end(), check, /*allow_exceptions=*/true);
+        return json::parse(text.begin(), text.end());
     } catch (const json::exception& e) {
-        if (!problem.empty()) corrupt(problem);
         corrupt(std::string("header is not valid JSON (") + e.what() + ")");
     }
-    if (!problem.empty()) corrupt(problem);
-    return j;
 }
 
 std::uint64_t as_u64(const json& v, const std::string& what) {
@@ -170,6 +204,8 @@ Reader::Reader(const std::string& path) {
     }
     try {
         header_ = parse_header({map_, size_});
+        index_.reserve(header_.tensors.size());
+        for (std::size_t i = 0; i < header_.tensors.size(); ++i) index_.emplace(header_.tensors[i].name, i);
     } catch (...) {
         if (map_) ::munmap(const_cast<std::byte*>(map_), size_);
         throw;
@@ -181,9 +217,8 @@ Reader::~Reader() {
 }
 
 const TensorInfo* Reader::find(std::string_view name) const noexcept {
-    for (const TensorInfo& t : header_.tensors)
-        if (t.name == name) return &t;
-    return nullptr;
+    const auto it = index_.find(name);
+    return it == index_.end() ? nullptr : &header_.tensors[it->second];
 }
 
 std::span<const std::byte> Reader::bytes(const TensorInfo& t) const noexcept {

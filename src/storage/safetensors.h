@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace wush::storage {
@@ -54,6 +55,7 @@ public:
     Reader& operator=(const Reader&) = delete;
 
     const Header& header() const noexcept { return header_; }
+    // The tensor called `name`, or nullptr; a hash lookup (files may hold 100,000s of tensors).
     const TensorInfo* find(std::string_view name) const noexcept;
     std::span<const std::byte> bytes(const TensorInfo& t) const noexcept;
 
@@ -61,6 +63,7 @@ private:
     const std::byte* map_ = nullptr;
     std::size_t size_ = 0;
     Header header_;
+    std::unordered_map<std::string_view, std::size_t> index_;  // name (viewing header_) -> position
 };
 
 // One tensor to be written: its bytes come from `write`, called once with a sink that must
