@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing; builds and runs every test; again under
-# AddressSanitizer + UndefinedBehaviorSanitizer; then installs into a temporary prefix and runs
+# AddressSanitizer + UndefinedBehaviorSanitizer; fuzzes the safetensors/checkpoint reader for 60 s
+# (libFuzzer + ASan + UBSan, scripts/fuzz.sh); then installs into a temporary prefix and runs
 # the bindings examples (C, Rust, Go, Python, through pkg-config only) and the ABI checks
 # against that installed copy. Exits non-zero on the first failing stage.
 set -euo pipefail
@@ -9,8 +10,9 @@ root=$PWD
 scripts/install-deps.sh
 mkdir -p build
 stages=0
+total=4
 
-stage() { echo; echo "=== $* ==="; }
+stage() { echo; echo "=== [$((stages + 1))/$total] $* ==="; }
 
 stage "build and test (release, CUDA backend if nvcc is present)"
 scripts/build.sh build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -21,6 +23,10 @@ stage "build and test under ASan + UBSan"
 scripts/build.sh build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWUSH_SANITIZE=ON -DWUSH_CUDA=OFF -DWUSH_BUILD_BENCH=OFF
 ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ctest --test-dir build/sanitize --output-on-failure -j"${JOBS:-$(nproc)}"
+stages=$((stages + 1))
+
+stage "fuzz the safetensors parser and checkpoint reader (libFuzzer + ASan + UBSan, 60 s)"
+scripts/fuzz.sh 60
 stages=$((stages + 1))
 
 stage "install into a temporary prefix; bindings examples and ABI checks against it"
