@@ -1,5 +1,6 @@
 #include "storage/checkpoint.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -263,6 +264,14 @@ std::string export_fp_quant(const CheckpointReader& ck, const std::string& path,
         if (kind.empty())
             fail(WUSH_ERR_UNSUPPORTED, std::string("layer \"") + n + "\": fp_quant has no transform_init for " +
                                            transform_kind_name(l.transform.kind()));
+        if (kind != "wush") {  // exported as one shared (G, G) matrix: every block must be block 0's
+            const auto act = l.transform.activation_matrices();
+            const std::size_t gg = std::size_t(f.group) * f.group;
+            for (std::size_t b = 1; b < act.size() / gg; ++b)
+                if (!std::equal(act.begin(), act.begin() + gg, act.begin() + b * gg))
+                    fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n + "\": its " + kind + " transform differs between blocks (block " +
+                                                   std::to_string(b) + "), fp_quant shares one matrix");
+        }
         if (!forward_dtype.empty() && (forward_dtype != f.name || init != kind))
             fail(WUSH_ERR_UNSUPPORTED, "fp_quant needs one format and one transform kind for all layers");
         forward_dtype = f.name;

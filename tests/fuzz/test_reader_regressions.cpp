@@ -5,7 +5,10 @@
 //  - layer names the writer refuses (a reserved suffix, a NUL) were accepted;
 //  - format names were matched case-insensitively and up to an embedded NUL ("mxfp4\0x");
 //  - the damping was written with printf("%.17g") and read with strtod, both of which follow the
-//    C locale: a host program with a comma decimal separator wrote "0,01" and could not read "0.01".
+//    C locale: a host program with a comma decimal separator wrote "0,01" and could not read "0.01";
+//  - the fp_quant export wrote block 0's matrix as the shared matrix of an identity/hadamard layer
+//    without checking that the other blocks hold the same one (a file may say "hadamard" and hold
+//    anything): the exported model then computed something else than the checkpoint.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -192,6 +195,49 @@ TEST(ReaderRules, DampingDoesNotDependOnTheLocale) {
     }
     std::filesystem::remove(path);
     std::filesystem::remove_all(dir);
+}
+
+TEST(FpQuantExport, RefusesASharedKindWhoseBlocksDiffer) {
+    // MXFP4, d_out 2, d_in 64 (two blocks), kind "hadamard" in the metadata; block 1 = s * block 0.
+    const auto write = [](float s) {
+        static std::vector<float> t;
+        t.assign(2 * 32 * 32, 0.0f);
+        for (int i = 0; i < 32; ++i) {
+            t[i * 32 + i] = 1.0f;
+            t[1024 + i * 32 + i] = s;
+        }
+        static const std::vector<std::uint8_t> codes(2 * 32, 0x21), scales(2 * 2, 127);
+        static const float factor = 1.0f / 3.0f;
+        const std::vector<TensorSource> tensors = {
+            {"L.codes", "U8", {2, 32}, [](const auto& k) { k(codes.data(), codes.size()); }},
+            {"L.scales", "U8", {2, 2}, [](const auto& k) { k(scales.data(), scales.size()); }},
+            {"L.tensor_scale", "F32", {1}, [](const auto& k) { k(&factor, 4); }},
+            {"L.transform", "F32", {2, 32, 32}, [](const auto& k) { k(t.data(), t.size() * 4); }}};
+        const std::map<std::string, std::string> meta = {{"format_version", "1"}, {"L.format", "mxfp4"},
+                                                         {"L.group_size", "32"}, {"L.transform", "hadamard"},
+                                                         {"L.method", "rtn"}, {"L.damping", "0"}};
+        const std::string path = temp_path("export_in");
+        wush::storage::write_file(path, tensors, meta);
+        return path;
+    };
+    const std::string out = temp_path("export_out");
+    {
+        const std::string same = write(1.0f);
+        EXPECT_NO_THROW(wush::storage::export_fp_quant(CheckpointReader(same), out, nullptr));
+        EXPECT_TRUE(std::filesystem::exists(out));
+        std::filesystem::remove(out);
+        std::filesystem::remove(same);
+    }
+    const std::string differ = write(2.0f);
+    try {
+        wush::storage::export_fp_quant(CheckpointReader(differ), out, nullptr);
+        ADD_FAILURE() << "exported a hadamard layer whose blocks differ";
+    } catch (const wush::Error& e) {
+        EXPECT_EQ(e.status(), WUSH_ERR_UNSUPPORTED) << e.what();
+        EXPECT_NE(std::string(e.what()).find("differs between blocks (block 1)"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(out));
+    std::filesystem::remove(differ);
 }
 
 }  // namespace
