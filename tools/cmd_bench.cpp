@@ -143,7 +143,7 @@ void print_json(const std::vector<Result>& results, const char* isa, std::size_t
     for (std::size_t i = 0; i < results.size(); ++i) {
         const Result& r = results[i];
         std::printf("%s\n  {\"kind\": \"%s\", \"m\": %zu, \"n\": %zu, \"k\": %zu, \"format\": \"%s\", \"ours_s\": %.6e, "
-                    "\"baseline\": \"%s\", \"baseline_s\": %.6e, \"speedup\": %.4f, \"isa\": \"%s\", \"threads\": %zu",
+                    "\"baseline\": \"%s\", \"baseline_s\": %.6e, \"speedup\": %.6g, \"isa\": \"%s\", \"threads\": %zu",
                     i ? "," : "", r.kind.c_str(), r.m, r.n, r.k, r.format.c_str(), r.ours_s, r.baseline.c_str(),
                     r.baseline_s, r.baseline_s / r.ours_s, isa, threads);
         if (r.ours_gbps > 0.0) std::printf(", \"ours_gbps\": %.3f, \"baseline_gbps\": %.3f", r.ours_gbps, r.baseline_gbps);
@@ -201,7 +201,10 @@ int cmd_bench(int argc, char** argv) {
     std::vector<wush_format> formats;
     for (const std::string& f : cli::split(a.get("--format", quick ? "mxfp4,nvfp4" : "mxfp4,nvfp4,int4"), ',')) {
         wush_format fmt;
-        if (wush_format_from_name(f.c_str(), &fmt) != WUSH_OK) return cli::report("--format", WUSH_ERR_INVALID_ARGUMENT);
+        if (wush_format_from_name(f.c_str(), &fmt) != WUSH_OK) {
+            std::fprintf(stderr, "wush bench: unknown format '%s' (mxfp4, nvfp4, int4, mxfp4_ocp)\n", f.c_str());
+            return 2;
+        }
         formats.push_back(fmt);
     }
     wush_cpu_isa isa = WUSH_CPU_ISA_AUTO;
@@ -227,7 +230,10 @@ int cmd_bench(int argc, char** argv) {
     std::vector<Result> results;
     for (const std::string& layer : layers) {
         std::size_t d_out = 0, d_in = 0;
-        if (wush_example_layer_shape(layer.c_str(), &d_out, &d_in) != WUSH_OK) return cli::report(("layer " + layer).c_str(), WUSH_ERR_INVALID_ARGUMENT);
+        if (wush_example_layer_shape(layer.c_str(), &d_out, &d_in) != WUSH_OK) {
+            std::fprintf(stderr, "wush bench: unknown layer '%s' (see wush eval --help)\n", layer.c_str());
+            return 2;
+        }
         std::vector<float> weight(d_out * d_in), calib(n_calib * d_in), x(n_tokens * d_in);
         st = wush_example_layer_generate(layer.c_str(), 1, n_calib, n_tokens, weight.data(), weight.size(), calib.data(),
                                          calib.size(), x.data(), x.size());

@@ -28,6 +28,7 @@ struct Plan {
     std::vector<wush_format> formats;
     std::vector<wush_transform_kind> kinds;
     std::vector<wush_method> methods;
+    bool runtime = false;  // --runtime: Y_q from the CPU runtime (wush_layer_loss_runtime)
 };
 
 bool wants(const Plan& plan, wush_method m) {
@@ -38,11 +39,13 @@ bool wants(const Plan& plan, wush_method m) {
 
 // Loss of one (transform, qweight) pair on the layer's held-out tokens, appended to `results`.
 int record_loss(wush_context* ctx, const Layer& l, wush_transform* t, wush_qweight* q, wush_format f,
-                wush_transform_kind kind, wush_method m, cli::ProgressBar& bar, std::vector<Result>* results) {
+                wush_transform_kind kind, wush_method m, bool runtime, cli::ProgressBar& bar,
+                std::vector<Result>* results) {
     double loss = 0.0;
-    const wush_status st =
-        wush_layer_loss(ctx, t, q, l.w_dtype, l.weight.data(), l.x_dtype, l.heldout(), l.n_heldout, &loss);
-    if (st != WUSH_OK) return cli::report(("layer '" + l.name + "': wush_layer_loss").c_str(), st);
+    const auto loss_fn = runtime ? wush_layer_loss_runtime : wush_layer_loss;
+    const wush_status st = loss_fn(ctx, t, q, l.w_dtype, l.weight.data(), l.x_dtype, l.heldout(), l.n_heldout, &loss);
+    if (st != WUSH_OK)
+        return cli::report(("layer '" + l.name + "': " + (runtime ? "wush_layer_loss_runtime" : "wush_layer_loss")).c_str(), st);
     results->push_back({l.name, f, kind, m, loss});
     bar.step(l.name + " " + wush_format_name(f) + " " + wush_transform_kind_name(kind));
     return 0;
@@ -77,7 +80,7 @@ int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_o
                     st = wush_qweight_create(ctx, t.p, f, WUSH_METHOD_RTN, l.w_dtype, l.weight.data(), l.d_out, l.d_in,
                                              opts, &q.p);
                     if (st != WUSH_OK) return cli::report((where + "wush_qweight_create").c_str(), st);
-                    if (record_loss(ctx, l, t.p, q.p, f, kind, WUSH_METHOD_RTN, bar, results) != 0) return 1;
+                    if (record_loss(ctx, l, t.p, q.p, f, kind, WUSH_METHOD_RTN, plan.runtime, bar, results) != 0) return 1;
                 }
             }
             if (!wants(plan, WUSH_METHOD_GPTQ)) continue;
@@ -87,7 +90,7 @@ int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_o
                 st = wush_layer_quantize(ctx, cal.p, kind, f, WUSH_METHOD_GPTQ, l.w_dtype, l.weight.data(), l.d_out,
                                          l.d_in, opts, &t.p, &q.p);
                 if (st != WUSH_OK) return cli::report((where + "wush_layer_quantize (gptq)").c_str(), st);
-                if (record_loss(ctx, l, t.p, q.p, f, kind, WUSH_METHOD_GPTQ, bar, results) != 0) return 1;
+                if (record_loss(ctx, l, t.p, q.p, f, kind, WUSH_METHOD_GPTQ, plan.runtime, bar, results) != 0) return 1;
             }
         }
     }
@@ -127,6 +130,7 @@ void print_table(const std::vector<Result>& results, const Plan& plan) {
         }
     }
     std::printf("loss = ||Y_q - Y||_F^2 / (d_out * n_tokens) on held-out tokens; lower is better.\n");
+    if (plan.runtime) std::printf("Y_q computed by the CPU runtime (fused quantization + W4A4 GEMM, float32).\n");
 }
 
 int parse_plan(const cli::Args& a, Plan* plan) {
@@ -158,7 +162,7 @@ int parse_plan(const cli::Args& a, Plan* plan) {
 }  // namespace
 
 int cmd_eval(int argc, char** argv) {
-    cli::Args a(argc, argv, {"--json"},
+    cli::Args a(argc, argv, {"--json", "--runtime"},
                 {"--layers", "--seed", "--calib-tokens", "--heldout-tokens", "--weights", "--activations", "--format",
                  "--transform", "--method", "--damping", "--threads", "--checkpoint"});
     const std::size_t seed = a.get_size("--seed", 1);
@@ -170,6 +174,10 @@ int cmd_eval(int argc, char** argv) {
         return 2;
     }
     if (a.has("--checkpoint")) {
+        if (a.has("--runtime")) {
+            std::fprintf(stderr, "wush eval: --runtime is not available with --checkpoint yet\n");
+            return 2;
+        }
         if (!a.has("--weights")) {
             std::fprintf(stderr, "wush eval: --checkpoint needs --weights and --activations: the loss compares the "
                                  "quantized layer with the unquantized weights\n");
@@ -180,6 +188,7 @@ int cmd_eval(int argc, char** argv) {
     }
     Plan plan;
     if (parse_plan(a, &plan) != 0) return 2;
+    plan.runtime = a.has("--runtime");
 
     Handle<wush_context, wush_context_destroy> ctx;
     Handle<wush_options, wush_options_destroy> opts;

@@ -21,6 +21,8 @@ int usage(FILE* out) {
                  "            [--format mxfp4,nvfp4,int4] [--transform i,r,h,wus,wush] [--method rtn|gptq|all]\n"
                  "            [--calib-tokens N] [--heldout-tokens N] [--seed S] [--damping L]\n"
                  "            [--threads N] [--json]\n"
+                 "            [--runtime]  compute Y_q with the CPU runtime (fused quantization + W4A4\n"
+                 "                         GEMM) instead of the float64 reference product\n"
                  "            [--checkpoint CK --weights W --activations X]  loss of a stored checkpoint\n"
                  "  quantize  --weights W.safetensors --activations X.safetensors --format F --transform T\n"
                  "            --out CK.safetensors [--method rtn|gptq] [--damping L] [--seed S]\n"
