@@ -30,7 +30,11 @@ MatrixUse matrix_use(const BlockTransform& t) {
     }
 }
 
-std::size_t tile_rows(Isa isa) { return isa == Isa::Avx512Vnni ? 16 : isa == Isa::Avx2 ? 8 : 1; }
+std::size_t tile_lanes(Isa isa) { return isa == Isa::Avx512Vnni ? 16 : isa == Isa::Avx2 ? 8 : 1; }
+
+// Below this many tokens a tile's lanes hold blocks of one token instead of one block of many
+// tokens (whose lanes would mostly idle). Measured crossover on Zen 4 (docs/PERFORMANCE.md).
+std::size_t by_block_below(Isa isa) { return isa == Isa::Avx512Vnni ? 6 : isa == Isa::Avx2 ? 4 : 0; }
 
 float max_row_norm(Isa isa, const float* m, int g) {
     return isa == Isa::Avx512Vnni ? avx512::max_row_norm(m, g) : avx2::max_row_norm(m, g);
@@ -91,30 +95,36 @@ void quantize_activations(const BlockTransform& transform, const formats::Format
         for (std::size_t b = 0; b < distinct; ++b) scratch[b] = max_row_norm(isa, matrices + b * g * g, int(g));
     }
 
-    const std::size_t lanes = tile_rows(isa);
-    const std::size_t tiles = (n_tokens + lanes - 1) / lanes;
-    const std::size_t items = checked_mul(tiles, blocks, "tiles x blocks");
+    const std::size_t lanes = tile_lanes(isa);
+    const bool by_block = n_tokens < by_block_below(isa);
+    // Work items: (tile of tokens, block), or (token, tile of blocks).
+    const std::size_t outer = by_block ? n_tokens : (n_tokens + lanes - 1) / lanes;
+    const std::size_t inner = by_block ? (blocks + lanes - 1) / lanes : blocks;
+    const std::size_t items = checked_mul(outer, inner, "work items");
+    const std::size_t stride = use == MatrixUse::PerBlock ? g * g : 0;
     FirstNonFinite non_finite;
 #pragma omp parallel for schedule(static)
     for (std::size_t item = 0; item < items; ++item) {
-        const std::size_t tile_index = item / blocks, b = item % blocks;
+        const std::size_t o = item / inner, i = item % inner;
         QuantTile tile;
         tile.x = x;
         tile.dtype = int(dtype);
         tile.format = int(format.id);
         tile.group = int(g);
-        tile.row0 = tile_index * lanes;
-        tile.rows = int(std::min(lanes, n_tokens - tile.row0));
+        tile.by_block = by_block ? 1 : 0;
+        tile.row0 = by_block ? o : o * lanes;
+        tile.block = by_block ? i * lanes : i;
+        tile.rows = int(by_block ? std::min(lanes, blocks - tile.block) : std::min(lanes, n_tokens - tile.row0));
         tile.d_in = d_in;
-        tile.block = b;
-        tile.matrix = use == MatrixUse::None ? nullptr : matrices + (use == MatrixUse::Shared ? 0 : b * g * g);
-        tile.row_norm = use == MatrixUse::None ? 0.0f : scratch[use == MatrixUse::Shared ? 0 : b];
+        tile.matrix = use == MatrixUse::None ? nullptr : matrices + (stride ? tile.block * stride : 0);
+        tile.matrix_stride = stride;
+        tile.row_norms = use == MatrixUse::None ? nullptr : scratch.data() + (stride ? tile.block : 0);
         tile.codes = codes.data();
         tile.scales = scales.data();
         const std::uint32_t redo = isa == Isa::Scalar ? (1u << tile.rows) - 1 : quantize_tile(isa, tile);
         for (int r = 0; r < tile.rows; ++r) {
             if (!(redo >> r & 1u)) continue;
-            if (const auto bad = quantize_block_exact(tile, r)) non_finite.note((tile.row0 + std::size_t(r)) * d_in + *bad);
+            if (const auto bad = quantize_block_exact(tile, r)) non_finite.note(*bad);
         }
     }
     non_finite.raise_if_any(d_in);

@@ -61,22 +61,25 @@ void quantize_group_f64(wush_format format, const double* y, int n, std::uint8_t
     }
 }
 
-std::optional<std::size_t> quantize_block_exact(const QuantTile& tile, int row) {
+std::optional<std::size_t> quantize_block_exact(const QuantTile& tile, int lane) {
     const int g = tile.group;
-    const std::size_t token = tile.row0 + std::size_t(row);
-    const std::size_t col0 = tile.block * std::size_t(g);
+    const std::size_t l = std::size_t(lane);
+    const std::size_t token = tile.by_block ? tile.row0 : tile.row0 + l;
+    const std::size_t block = tile.by_block ? tile.block + l : tile.block;
+    const float* matrix = tile.matrix == nullptr ? nullptr : tile.matrix + (tile.by_block ? l * tile.matrix_stride : 0);
+    const std::size_t col0 = block * std::size_t(g);
     float x[32];
     const std::span<float> xs(x, std::size_t(g));
     to_float(wush_dtype(tile.dtype), tile.x, token * tile.d_in + col0, xs);
     for (int j = 0; j < g; ++j)
-        if (!std::isfinite(x[j])) return col0 + std::size_t(j);
+        if (!std::isfinite(x[j])) return token * tile.d_in + col0 + std::size_t(j);
     double y[32];
     for (int i = 0; i < g; ++i) {
-        if (tile.matrix == nullptr) {
+        if (matrix == nullptr) {
             y[i] = x[i];
             continue;
         }
-        const float* t = tile.matrix + std::size_t(i) * std::size_t(g);
+        const float* t = matrix + std::size_t(i) * std::size_t(g);
         double s = 0.0;
         for (int j = 0; j < g; ++j) s += double(t[j]) * double(x[j]);
         y[i] = s;
@@ -85,7 +88,7 @@ std::optional<std::size_t> quantize_block_exact(const QuantTile& tile, int row) 
     const std::size_t scale_bytes = f == WUSH_FORMAT_INT4 ? 2 : 1;
     const std::size_t blocks = tile.d_in / std::size_t(g);
     quantize_group_f64(f, y, g, tile.codes + token * (tile.d_in / 2) + col0 / 2,
-                       tile.scales + (token * blocks + tile.block) * scale_bytes);
+                       tile.scales + (token * blocks + block) * scale_bytes);
     return std::nullopt;
 }
 

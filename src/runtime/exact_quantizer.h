@@ -18,8 +18,9 @@ namespace wush::runtime {
 // rules evaluated in float64. Values must be finite.
 void quantize_group_f64(wush_format format, const double* y, int n, std::uint8_t* codes, std::uint8_t* scale);
 
-// Recomputes row `row` (0 <= row < tile.rows) of `tile` exactly and writes its codes and scale.
-// Returns the column (in 0..d_in) of the first NaN/Inf of the block's input, writing nothing then.
-std::optional<std::size_t> quantize_block_exact(const QuantTile& tile, int row);
+// Recomputes lane `lane` (0 <= lane < tile.rows) of `tile` exactly and writes its codes and scale.
+// Returns the linear index into x (token * d_in + column) of the first NaN/Inf of the group's
+// input, writing nothing then.
+std::optional<std::size_t> quantize_block_exact(const QuantTile& tile, int lane);
 
 }  // namespace wush::runtime

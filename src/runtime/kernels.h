@@ -18,18 +18,24 @@ namespace wush::runtime {
 // Fused transform + quantization of activations
 // ---------------------------------------------------------------------------------------------
 
-// One tile: up to 16 (AVX-512) or 8 (AVX2) consecutive tokens x one block of G columns.
+// One tile: up to 16 (AVX-512) or 8 (AVX2) lanes, each lane one (token, block) group. Either the
+// lanes are consecutive tokens of one block (by_block == 0: many tokens share the block's matrix,
+// which is broadcast from memory), or consecutive blocks of one token (by_block == 1: for one or
+// a few tokens, where token lanes would sit idle).
 struct QuantTile {
     const void* x;             // n_tokens x d_in activations, row-major
     int dtype;                 // wush_dtype value: 0 f32, 1 f16, 2 bf16
     int format;                // wush_format value
     int group;                 // G: 16 or 32
-    int rows;                  // tokens in this tile, 1..lanes
+    int rows;                  // lanes in use, 1..lane count
+    int by_block;              // 0: lane l = token row0 + l, block `block`; 1: token row0, block block + l
     std::size_t d_in;
-    std::size_t row0;          // first token of the tile
-    std::size_t block;         // block index b
-    const float* matrix;       // T_b, G x G row-major; nullptr for the identity (no multiply)
-    float row_norm;            // an upper bound of max_i ||row i of T_b||_2 (0 for the identity)
+    std::size_t row0;          // first (or only) token
+    std::size_t block;         // first (or only) block
+    const float* matrix;       // T of block `block`, G x G row-major; nullptr for the identity
+    std::size_t matrix_stride; // floats from one block's matrix to the next (0: one shared matrix)
+    const float* row_norms;    // upper bounds of max_i ||row i of T||_2, one per matrix (same stride
+                               // rule: 1 per block, or 0 when shared); unused for the identity
     std::uint8_t* codes;       // the whole codes buffer (n_tokens x d_in / 2)
     std::uint8_t* scales;      // the whole scales buffer (n_tokens x C x scale_bytes)
 };

@@ -90,6 +90,68 @@ void multiply(const float* t, const __m256 xc[G], __m256 y[G]) {
     }
 }
 
+// The 8 lane sums of p[0..7], in one vector (lane i = sum of p[i]).
+__m256 transpose_sum8(const __m256 p[8]) {
+    __m256 a[4], b[2];
+    #pragma GCC unroll 8
+    for (int i = 0; i < 4; ++i)
+        a[i] = _mm256_add_ps(_mm256_unpacklo_ps(p[2 * i], p[2 * i + 1]), _mm256_unpackhi_ps(p[2 * i], p[2 * i + 1]));
+    #pragma GCC unroll 8
+    for (int i = 0; i < 2; ++i) {  // 128-bit half H of b[i]: rows 4i..4i+3 summed over half H
+        const __m256d lo = _mm256_unpacklo_pd(_mm256_castps_pd(a[2 * i]), _mm256_castps_pd(a[2 * i + 1]));
+        const __m256d hi = _mm256_unpackhi_pd(_mm256_castps_pd(a[2 * i]), _mm256_castps_pd(a[2 * i + 1]));
+        b[i] = _mm256_add_ps(_mm256_castpd_ps(lo), _mm256_castpd_ps(hi));
+    }
+    return _mm256_add_ps(_mm256_permute2f128_ps(b[0], b[1], 0x20), _mm256_permute2f128_ps(b[0], b[1], 0x31));
+}
+
+// y = T x for one block with dot products and horizontal sums.
+template <int G>
+void multiply_row(const float* t, const __m256 x[G / 8], __m256 y[G / 8]) {
+    #pragma GCC unroll 1
+    for (int i0 = 0; i0 < G; i0 += 8) {
+        __m256 p[8];
+        #pragma GCC unroll 8
+        for (int ii = 0; ii < 8; ++ii) {
+            p[ii] = _mm256_mul_ps(_mm256_loadu_ps(t + (i0 + ii) * G), x[0]);
+            #pragma GCC unroll 4
+            for (int h = 1; h < G / 8; ++h) p[ii] = _mm256_fmadd_ps(_mm256_loadu_ps(t + (i0 + ii) * G + 8 * h), x[h], p[ii]);
+        }
+        y[i0 / 8] = transpose_sum8(p);
+    }
+}
+
+// Lanes = blocks block..block+7 of token row0 (see quantize_avx512.cpp's load_blocks).
+template <int G>
+void load_blocks(const QuantTile& tile, __m256 y[G], __m256& ss) {
+    __m256 r[G / 8][8];
+    alignas(32) float sums[8];
+    #pragma GCC unroll 1
+    for (int lane = 0; lane < 8; ++lane) {
+        __m256 x[G / 8], v[G / 8];
+        __m256 sq = _mm256_setzero_ps();
+        #pragma GCC unroll 4
+        for (int h = 0; h < G / 8; ++h) {
+            x[h] = lane < tile.rows ? load8(tile.x, tile.dtype, tile.row0 * tile.d_in + (tile.block + std::size_t(lane)) * G + 8 * h)
+                                    : _mm256_setzero_ps();
+            sq = _mm256_fmadd_ps(x[h], x[h], sq);
+        }
+        const __m128 h2 = _mm_add_ps(_mm256_castps256_ps128(sq), _mm256_extractf128_ps(sq, 1));
+        const __m128 h1 = _mm_add_ps(h2, _mm_movehl_ps(h2, h2));
+        sums[lane] = _mm_cvtss_f32(_mm_add_ss(h1, _mm_shuffle_ps(h1, h1, 1)));
+        if (tile.matrix != nullptr && lane < tile.rows) multiply_row<G>(tile.matrix + std::size_t(lane) * tile.matrix_stride, x, v);
+        #pragma GCC unroll 4
+        for (int h = 0; h < G / 8; ++h) r[h][lane] = tile.matrix != nullptr && lane < tile.rows ? v[h] : x[h];
+    }
+    #pragma GCC unroll 4
+    for (int h = 0; h < G / 8; ++h) {
+        transpose8(r[h]);
+        #pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) y[8 * h + i] = r[h][i];
+    }
+    ss = _mm256_load_ps(sums);
+}
+
 __m256 abs_ps(__m256 v) { return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))); }
 __m256 lt(__m256 a, __m256 b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
 __m256i as_int(__m256 v) { return _mm256_castps_si256(v); }
@@ -127,24 +189,27 @@ void put_code(__m256i d[G / 8], int i, __m256i code) {
     d[i / 8] = _mm256_or_si256(d[i / 8], _mm256_slli_epi32(code, 4 * (i % 8)));
 }
 
+std::size_t lane_token(const QuantTile& t, int l) { return t.by_block ? t.row0 : t.row0 + std::size_t(l); }
+std::size_t lane_block(const QuantTile& t, int l) { return t.by_block ? t.block + std::size_t(l) : t.block; }
+
 template <int G>
 void store_codes(const QuantTile& tile, const __m256i d[G / 8]) {
-    const std::size_t row_bytes = tile.d_in / 2, off = tile.block * std::size_t(G / 2);
-    std::uint8_t* base = tile.codes + tile.row0 * row_bytes + off;
     alignas(32) std::uint8_t buf[4][32];
-    if (G == 32) {  // o[r] half L = token 4L + r
+    if (G == 32) {  // buf[r] half L = tile lane 4L + r
         const __m256i t0 = _mm256_unpacklo_epi32(d[0], d[1]), t1 = _mm256_unpackhi_epi32(d[0], d[1]);
         const __m256i t2 = _mm256_unpacklo_epi32(d[2], d[3]), t3 = _mm256_unpackhi_epi32(d[2], d[3]);
         _mm256_store_si256(reinterpret_cast<__m256i*>(buf[0]), _mm256_unpacklo_epi64(t0, t2));
         _mm256_store_si256(reinterpret_cast<__m256i*>(buf[1]), _mm256_unpackhi_epi64(t0, t2));
         _mm256_store_si256(reinterpret_cast<__m256i*>(buf[2]), _mm256_unpacklo_epi64(t1, t3));
         _mm256_store_si256(reinterpret_cast<__m256i*>(buf[3]), _mm256_unpackhi_epi64(t1, t3));
-        for (int row = 0; row < tile.rows; ++row) std::memcpy(base + std::size_t(row) * row_bytes, buf[row % 4] + 16 * (row / 4), 16);
     } else {
         _mm256_store_si256(reinterpret_cast<__m256i*>(buf[0]), _mm256_unpacklo_epi32(d[0], d[1]));
         _mm256_store_si256(reinterpret_cast<__m256i*>(buf[1]), _mm256_unpackhi_epi32(d[0], d[1]));
-        for (int row = 0; row < tile.rows; ++row)
-            std::memcpy(base + std::size_t(row) * row_bytes, buf[(row % 4) / 2] + 16 * (row / 4) + 8 * (row % 2), 8);
+    }
+    for (int l = 0; l < tile.rows; ++l) {
+        std::uint8_t* dst = tile.codes + lane_token(tile, l) * (tile.d_in / 2) + lane_block(tile, l) * std::size_t(G / 2);
+        if (G == 32) std::memcpy(dst, buf[l % 4] + 16 * (l / 4), 16);
+        else std::memcpy(dst, buf[(l % 4) / 2] + 16 * (l / 4) + 8 * (l % 2), 8);
     }
 }
 
@@ -152,10 +217,10 @@ void store_scales(const QuantTile& tile, __m256i s, int bytes) {
     alignas(32) std::int32_t v[8];
     _mm256_store_si256(reinterpret_cast<__m256i*>(v), s);
     const std::size_t blocks = tile.d_in / std::size_t(tile.group);
-    for (int row = 0; row < tile.rows; ++row) {
-        std::uint8_t* p = tile.scales + ((tile.row0 + std::size_t(row)) * blocks + tile.block) * std::size_t(bytes);
-        p[0] = std::uint8_t(v[row] & 0xFF);
-        if (bytes == 2) p[1] = std::uint8_t((v[row] >> 8) & 0xFF);
+    for (int l = 0; l < tile.rows; ++l) {
+        std::uint8_t* p = tile.scales + (lane_token(tile, l) * blocks + lane_block(tile, l)) * std::size_t(bytes);
+        p[0] = std::uint8_t(v[l] & 0xFF);
+        if (bytes == 2) p[1] = std::uint8_t((v[l] >> 8) & 0xFF);
     }
 }
 
@@ -279,24 +344,36 @@ void quantize_int4(const QuantTile& tile, const __m256 y[G], Lanes& l) {
 
 template <int G>
 std::uint32_t quantize_tile_g(const QuantTile& tile) {
-    __m256 xc[G];
-    load_columns<G>(tile, xc);
-    __m256 ss = _mm256_setzero_ps();
-    #pragma GCC unroll 32
-    for (int j = 0; j < G; ++j) ss = _mm256_fmadd_ps(xc[j], xc[j], ss);
+    __m256 y[G], ss, norm;
+    if (tile.by_block) {
+        load_blocks<G>(tile, y, ss);
+        if (tile.matrix == nullptr || tile.matrix_stride == 0) {
+            norm = _mm256_set1_ps(tile.matrix ? tile.row_norms[0] : 0.0f);
+        } else {
+            alignas(32) float n[8] = {};
+            for (int l = 0; l < tile.rows; ++l) n[l] = tile.row_norms[l];
+            norm = _mm256_load_ps(n);
+        }
+    } else {
+        __m256 xc[G];
+        load_columns<G>(tile, xc);
+        ss = _mm256_setzero_ps();
+        #pragma GCC unroll 32
+        for (int j = 0; j < G; ++j) ss = _mm256_fmadd_ps(xc[j], xc[j], ss);
+        if (tile.matrix != nullptr) {
+            multiply<G>(tile.matrix, xc, y);
+        } else {
+            #pragma GCC unroll 32
+            for (int i = 0; i < G; ++i) y[i] = xc[i];
+        }
+        norm = _mm256_set1_ps(tile.matrix ? tile.row_norms[0] : 0.0f);
+    }
     Lanes l;
     l.redo = _mm256_xor_ps(_mm256_cmp_ps(ss, _mm256_set1_ps(0x1p126f), _CMP_LE_OQ),
                            _mm256_castsi256_ps(_mm256_set1_epi32(-1)));
-    __m256 y[G];
-    if (tile.matrix == nullptr) {
-        #pragma GCC unroll 32
-        for (int i = 0; i < G; ++i) y[i] = xc[i];
-        l.bound = _mm256_setzero_ps();
-    } else {
-        multiply<G>(tile.matrix, xc, y);
-        const float c = 2.0f * float(G + 2) * kU * 1.05f * tile.row_norm;
-        l.bound = _mm256_fmadd_ps(_mm256_sqrt_ps(ss), _mm256_set1_ps(c), _mm256_set1_ps(kAbsSlack));
-    }
+    const float c = 2.0f * float(G + 2) * kU * 1.05f;
+    l.bound = tile.matrix == nullptr ? _mm256_setzero_ps()
+                                     : _mm256_fmadd_ps(_mm256_mul_ps(_mm256_sqrt_ps(ss), norm), _mm256_set1_ps(c), _mm256_set1_ps(kAbsSlack));
     switch (tile.format) {
         case 0: quantize_mx<G>(tile, y, l, false); break;
         case 3: quantize_mx<G>(tile, y, l, true); break;

@@ -1,10 +1,12 @@
 // AVX-512 tile kernel of the fused transform + quantization: 16 tokens x one block per call, one
 // token per lane. Compiled with AVX-512 target flags: see kernels.h for what this file may include.
 //
-// Layout. The tile's G columns are transposed so that vector j holds column j of the 16 tokens;
-// then y_i = sum_j T[i][j] x_j is a chain of FMAs with T[i][j] broadcast from memory (no
-// horizontal sums), and every per-group quantity (amax, sum of squares, the scale) is computed
-// "vertically", one group per lane.
+// Layout. Every lane holds one group (token, block). With lanes = tokens, the tile's G columns are
+// transposed so that vector j holds column j of the 16 tokens; then y_i = sum_j T[i][j] x_j is a
+// chain of FMAs with T[i][j] broadcast from memory (no horizontal sums). With lanes = blocks (one
+// token), each block's y = T_b x_b is computed with dot products and horizontal sums, and the 16
+// results are transposed into the same layout. Either way every per-group quantity (amax, sum of
+// squares, the scale) is then computed "vertically", one group per lane.
 //
 // Certification. y is computed in float32; the float64 definition is the reference. For the
 // FMA chain, |y - y_exact| <= gamma_G * sum_j |T_ij x_j| <= gamma_G ||T_i|| ||x||  (gamma_G ~ G u,
@@ -115,6 +117,70 @@ void multiply(const float* t, const __m512 xc[G], __m512 y[G]) {
     }
 }
 
+// The 16 lane sums of p[0..15], in one vector (lane i = sum of p[i]).
+__m512 transpose_sum16(const __m512 p[16]) {
+    __m512 a[8], b[4], c[2];
+    #pragma GCC unroll 32
+    for (int i = 0; i < 8; ++i)
+        a[i] = _mm512_add_ps(_mm512_unpacklo_ps(p[2 * i], p[2 * i + 1]), _mm512_unpackhi_ps(p[2 * i], p[2 * i + 1]));
+    #pragma GCC unroll 32
+    for (int i = 0; i < 4; ++i) {  // 128-bit lane L of b[i]: rows 4i..4i+3 summed over lane L
+        const __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(a[2 * i]), _mm512_castps_pd(a[2 * i + 1]));
+        const __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(a[2 * i]), _mm512_castps_pd(a[2 * i + 1]));
+        b[i] = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
+    }
+    #pragma GCC unroll 32
+    for (int i = 0; i < 2; ++i)
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88), _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xdd));
+}
+
+// y = T x for one block: dot products of T's rows with x, then horizontal sums (any summation
+// order keeps the error within the bound's gamma_G).
+template <int G>
+void multiply_row(const float* t, const __m512 x[G / 16], __m512 y[G / 16]) {
+    #pragma GCC unroll 1
+    for (int i0 = 0; i0 < G; i0 += 16) {
+        __m512 p[16];
+        #pragma GCC unroll 32
+        for (int ii = 0; ii < 16; ++ii) {
+            p[ii] = _mm512_mul_ps(_mm512_loadu_ps(t + (i0 + ii) * G), x[0]);
+            if (G == 32) p[ii] = _mm512_fmadd_ps(_mm512_loadu_ps(t + (i0 + ii) * G + 16), x[1], p[ii]);
+        }
+        y[i0 / 16] = transpose_sum16(p);
+    }
+}
+
+// Lanes = blocks block..block+15 of token row0: y[i] = element i of every lane's T_b x_b, and
+// ss = every lane's sum of squares of x_b.
+template <int G>
+void load_blocks(const QuantTile& tile, __m512 y[G], __m512& ss) {
+    __m512 r[G / 16][16];
+    alignas(64) float sums[16];
+    #pragma GCC unroll 1
+    for (int lane = 0; lane < 16; ++lane) {
+        __m512 x[G / 16], v[G / 16];
+        __m512 sq = _mm512_setzero_ps();
+        #pragma GCC unroll 2
+        for (int h = 0; h < G / 16; ++h) {
+            x[h] = lane < tile.rows ? load16(tile.x, tile.dtype, tile.row0 * tile.d_in + (tile.block + std::size_t(lane)) * G + 16 * h)
+                                    : _mm512_setzero_ps();
+            sq = _mm512_fmadd_ps(x[h], x[h], sq);
+        }
+        sums[lane] = _mm512_reduce_add_ps(sq);
+        if (tile.matrix != nullptr && lane < tile.rows) multiply_row<G>(tile.matrix + std::size_t(lane) * tile.matrix_stride, x, v);
+        #pragma GCC unroll 2
+        for (int h = 0; h < G / 16; ++h) r[h][lane] = tile.matrix != nullptr && lane < tile.rows ? v[h] : x[h];
+    }
+    #pragma GCC unroll 2
+    for (int h = 0; h < G / 16; ++h) {
+        transpose16(r[h]);
+        #pragma GCC unroll 32
+        for (int i = 0; i < 16; ++i) y[16 * h + i] = r[h][i];
+    }
+    ss = _mm512_load_ps(sums);
+}
+
 // ---- element encoders with boundary checks ----------------------------------------------------
 
 __m512 abs_ps(__m512 v) { return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF))); }
@@ -155,24 +221,28 @@ void put_code(__m512i d[G / 8], int i, __m512i code) {
     d[i / 8] = _mm512_or_si512(d[i / 8], _mm512_slli_epi32(code, 4 * (i % 8)));
 }
 
+// Where lane l's codes and scale go.
+std::size_t lane_token(const QuantTile& t, int l) { return t.by_block ? t.row0 : t.row0 + std::size_t(l); }
+std::size_t lane_block(const QuantTile& t, int l) { return t.by_block ? t.block + std::size_t(l) : t.block; }
+
 template <int G>
 void store_codes(const QuantTile& tile, const __m512i d[G / 8]) {
-    const std::size_t row_bytes = tile.d_in / 2, off = tile.block * std::size_t(G / 2);
-    std::uint8_t* base = tile.codes + tile.row0 * row_bytes + off;
     alignas(64) std::uint8_t buf[4][64];
-    if (G == 32) {  // 4x4 dword transpose in each 128-bit lane: o[r] lane L = token 4L + r
+    if (G == 32) {  // 4x4 dword transpose in each 128-bit lane: buf[r] lane L = tile lane 4L + r
         const __m512i t0 = _mm512_unpacklo_epi32(d[0], d[1]), t1 = _mm512_unpackhi_epi32(d[0], d[1]);
         const __m512i t2 = _mm512_unpacklo_epi32(d[2], d[3]), t3 = _mm512_unpackhi_epi32(d[2], d[3]);
         _mm512_store_si512(buf[0], _mm512_unpacklo_epi64(t0, t2));
         _mm512_store_si512(buf[1], _mm512_unpackhi_epi64(t0, t2));
         _mm512_store_si512(buf[2], _mm512_unpacklo_epi64(t1, t3));
         _mm512_store_si512(buf[3], _mm512_unpackhi_epi64(t1, t3));
-        for (int row = 0; row < tile.rows; ++row) std::memcpy(base + std::size_t(row) * row_bytes, buf[row % 4] + 16 * (row / 4), 16);
-    } else {  // G == 16: t0 lane L = tokens 4L, 4L+1 (8 bytes each); t1 = tokens 4L+2, 4L+3
+    } else {  // G == 16: buf[0] lane L = tile lanes 4L, 4L+1 (8 bytes each); buf[1] = 4L+2, 4L+3
         _mm512_store_si512(buf[0], _mm512_unpacklo_epi32(d[0], d[1]));
         _mm512_store_si512(buf[1], _mm512_unpackhi_epi32(d[0], d[1]));
-        for (int row = 0; row < tile.rows; ++row)
-            std::memcpy(base + std::size_t(row) * row_bytes, buf[(row % 4) / 2] + 16 * (row / 4) + 8 * (row % 2), 8);
+    }
+    for (int l = 0; l < tile.rows; ++l) {
+        std::uint8_t* dst = tile.codes + lane_token(tile, l) * (tile.d_in / 2) + lane_block(tile, l) * std::size_t(G / 2);
+        if (G == 32) std::memcpy(dst, buf[l % 4] + 16 * (l / 4), 16);
+        else std::memcpy(dst, buf[(l % 4) / 2] + 16 * (l / 4) + 8 * (l % 2), 8);
     }
 }
 
@@ -180,10 +250,10 @@ void store_scales(const QuantTile& tile, __m512i s, int bytes) {
     alignas(64) std::int32_t v[16];
     _mm512_store_si512(v, s);
     const std::size_t blocks = tile.d_in / std::size_t(tile.group);
-    for (int row = 0; row < tile.rows; ++row) {
-        std::uint8_t* p = tile.scales + ((tile.row0 + std::size_t(row)) * blocks + tile.block) * std::size_t(bytes);
-        p[0] = std::uint8_t(v[row] & 0xFF);
-        if (bytes == 2) p[1] = std::uint8_t((v[row] >> 8) & 0xFF);
+    for (int l = 0; l < tile.rows; ++l) {
+        std::uint8_t* p = tile.scales + (lane_token(tile, l) * blocks + lane_block(tile, l)) * std::size_t(bytes);
+        p[0] = std::uint8_t(v[l] & 0xFF);
+        if (bytes == 2) p[1] = std::uint8_t((v[l] >> 8) & 0xFF);
     }
 }
 
@@ -315,24 +385,31 @@ void quantize_int4(const QuantTile& tile, const __m512 y[G], Lanes& l) {
 
 template <int G>
 std::uint32_t quantize_tile_g(const QuantTile& tile) {
-    __m512 xc[G];
-    load_columns<G>(tile, xc);
-    __m512 ss = _mm512_setzero_ps();
-    #pragma GCC unroll 32
-    for (int j = 0; j < G; ++j) ss = _mm512_fmadd_ps(xc[j], xc[j], ss);
+    __m512 y[G], ss, norm;
+    if (tile.by_block) {
+        load_blocks<G>(tile, y, ss);
+        norm = tile.matrix == nullptr || tile.matrix_stride == 0 ? _mm512_set1_ps(tile.matrix ? tile.row_norms[0] : 0.0f)
+                                                                 : _mm512_maskz_loadu_ps(__mmask16((1u << tile.rows) - 1), tile.row_norms);
+    } else {
+        __m512 xc[G];
+        load_columns<G>(tile, xc);
+        ss = _mm512_setzero_ps();
+        #pragma GCC unroll 32
+        for (int j = 0; j < G; ++j) ss = _mm512_fmadd_ps(xc[j], xc[j], ss);
+        if (tile.matrix != nullptr) {
+            multiply<G>(tile.matrix, xc, y);
+        } else {
+            #pragma GCC unroll 32
+            for (int i = 0; i < G; ++i) y[i] = xc[i];
+        }
+        norm = _mm512_set1_ps(tile.matrix ? tile.row_norms[0] : 0.0f);
+    }
     Lanes l;
     // Non-finite or overflowing inputs: float64 decides (and reports NaN/Inf).
     l.redo = _mm512_knot(_mm512_cmp_ps_mask(ss, _mm512_set1_ps(0x1p126f), _CMP_LE_OQ));
-    __m512 y[G];
-    if (tile.matrix == nullptr) {
-        #pragma GCC unroll 32
-        for (int i = 0; i < G; ++i) y[i] = xc[i];
-        l.bound = _mm512_setzero_ps();
-    } else {
-        multiply<G>(tile.matrix, xc, y);
-        const float c = 2.0f * float(G + 2) * kU * 1.05f * tile.row_norm;
-        l.bound = _mm512_fmadd_ps(_mm512_sqrt_ps(ss), _mm512_set1_ps(c), _mm512_set1_ps(kAbsSlack));
-    }
+    const float c = 2.0f * float(G + 2) * kU * 1.05f;
+    l.bound = tile.matrix == nullptr ? _mm512_setzero_ps()
+                                     : _mm512_fmadd_ps(_mm512_mul_ps(_mm512_sqrt_ps(ss), norm), _mm512_set1_ps(c), _mm512_set1_ps(kAbsSlack));
     switch (tile.format) {
         case 0: quantize_mx<G>(tile, y, l, false); break;  // WUSH_FORMAT_MXFP4
         case 3: quantize_mx<G>(tile, y, l, true); break;   // WUSH_FORMAT_MXFP4_OCP

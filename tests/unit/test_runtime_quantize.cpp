@@ -202,6 +202,30 @@ TEST_P(QuantizeOnIsa, MatchesFloat64ReferenceExceptAtBoundaries) {
     }
 }
 
+TEST_P(QuantizeOnIsa, FewTokensMatchFloat64Reference) {
+    // One to three tokens: the kernels put blocks, not tokens, in their lanes.
+    const Isa isa = GetParam();
+    const std::vector<float> all = make_activations(4, 5);
+    const std::size_t n_all = all.size() / kDin;
+    for (wush_format format : kFormats) {
+        const formats::FormatSpec& f = formats::spec(format);
+        for (TransformKind kind : kKinds) {
+            const BlockTransform t = make_transform(kind, f.group);
+            for (std::size_t first = 0; first < n_all; first += 3) {
+                const std::size_t n = std::min<std::size_t>(first % 2 ? 1 : 3, n_all - first);
+                const std::vector<float> x(all.begin() + first * kDin, all.begin() + (first + n) * kDin);
+                for (wush_dtype dtype : kDtypes) {
+                    const Input in = as_dtype(x, dtype);
+                    const Output out = run(isa, t, f, dtype, in, n);
+                    const Tally tally = compare(t, format, in.values, n, out.codes, out.scales);
+                    EXPECT_EQ(tally.failures, 0u) << f.name << " " << transform_kind_name(kind) << " tokens " << first
+                                                  << "+" << n << ": " << tally.first_failure;
+                }
+            }
+        }
+    }
+}
+
 TEST_P(QuantizeOnIsa, SameBytesAsTheScalarPath) {
     const Isa isa = GetParam();
     const std::vector<float> x = make_activations(70, 2);
@@ -248,6 +272,14 @@ TEST_P(QuantizeOnIsa, NonFiniteInputIsReportedWithItsPosition) {
             } catch (const Error& e) {
                 EXPECT_EQ(e.status(), WUSH_ERR_NON_FINITE);
                 EXPECT_NE(std::string(e.what()).find("row 13, column 77"), std::string::npos) << e.what();
+            }
+            try {  // a single token (lanes = blocks)
+                const std::vector<float> one(x.begin() + 13 * kDin, x.begin() + 14 * kDin);
+                run(isa, t, f, WUSH_DTYPE_F32, as_dtype(one, WUSH_DTYPE_F32), 1);
+                ADD_FAILURE() << "no error for " << bad << " in one token";
+            } catch (const Error& e) {
+                EXPECT_EQ(e.status(), WUSH_ERR_NON_FINITE);
+                EXPECT_NE(std::string(e.what()).find("row 0, column 77"), std::string::npos) << e.what();
             }
         }
     }
