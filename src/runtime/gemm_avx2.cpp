@@ -10,10 +10,13 @@
 #include <cstring>
 
 #include "runtime/kernels.h"
+#include "runtime/transpose_avx2.h"
 
 namespace wush::runtime::avx2 {
 
 namespace {
+
+using namespace simd256;
 
 constexpr int kNvfp4 = 1, kInt4 = 2;
 
@@ -196,7 +199,8 @@ void prepare_split(const GemmActivations& a, const std::uint8_t* codes, std::siz
 namespace {
 
 template <int M>
-void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::size_t n1, const GemmOutput& out) {
+void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::size_t n1, std::size_t r0,
+          const GemmOutput& out) {
     const __m256i lut = weight_lut(w.format), low = _mm256_set1_epi8(0x0F), ones16 = _mm256_set1_epi16(1);
     const std::size_t row_bytes = w.k / 2, pieces = a.k_pad / 64, half = a.k_pad / 2, lanes = a.k_pad / 8;
     const std::size_t scale_row = w.groups * (is_int4(w.format) ? 2 : 1);
@@ -217,7 +221,7 @@ void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::s
             const __m256 sb = piece_scales(w.format, sr, p, scale_row > used ? scale_row - used : 0);
             #pragma GCC unroll 32
             for (int r = 0; r < M; ++r) {
-                const std::size_t row = std::size_t(r);
+                const std::size_t row = r0 + std::size_t(r);
                 const __m256i xe = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xe + row * half + 32 * p));
                 const __m256i xo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xo + row * half + 32 * p));
                 const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(wl, xe), _mm256_maddubs_epi16(wh, xo));
@@ -228,7 +232,7 @@ void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::s
             }
         }
         #pragma GCC unroll 32
-        for (int r = 0; r < M; ++r) store_scalar(out, std::size_t(r), n, hsum(acc_f[r]));
+        for (int r = 0; r < M; ++r) store_scalar(out, r0 + std::size_t(r), n, hsum(acc_f[r]));
     }
 }
 
@@ -236,10 +240,13 @@ void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::s
 
 void gemv_rows(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::size_t n1, const GemmOutput& out) {
     switch (a.m) {
-        case 1: gemv<1>(a, w, n0, n1, out); break;
-        case 2: gemv<2>(a, w, n0, n1, out); break;
-        case 3: gemv<3>(a, w, n0, n1, out); break;
-        default: gemv<4>(a, w, n0, n1, out); break;
+        case 1: gemv<1>(a, w, n0, n1, 0, out); break;
+        case 2: gemv<2>(a, w, n0, n1, 0, out); break;
+        case 3: gemv<3>(a, w, n0, n1, 0, out); break;
+        default:  // 4 rows' operands would not fit in L1 next to the streamed weights: 2 + 2
+            gemv<2>(a, w, n0, n1, 0, out);
+            gemv<2>(a, w, n0, n1, 2, out);
+            break;
     }
 }
 
@@ -247,29 +254,9 @@ void gemv_rows(const GemmActivations& a, const GemmWeights& w, std::size_t n0, s
 
 namespace {
 
-void transpose8(__m256 r[8]) {
-    __m256 t[8], s[8];
-    #pragma GCC unroll 32
-    for (int i = 0; i < 4; ++i) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    #pragma GCC unroll 32
-    for (int i = 0; i < 2; ++i) {
-        s[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    #pragma GCC unroll 32
-    for (int k = 0; k < 4; ++k) {
-        r[k] = _mm256_permute2f128_ps(s[k], s[4 + k], 0x20);
-        r[4 + k] = _mm256_permute2f128_ps(s[k], s[4 + k], 0x31);
-    }
-}
-
-__m256i decode_group(const std::uint8_t* src, int group, __m256i lut) {
-    if (group == 32) {
+// 32 (or the last 16) elements of a weight row as biased bytes in element order.
+__m256i decode_group(const std::uint8_t* src, int elems, __m256i lut) {
+    if (elems == 32) {
         const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
         const __m256i e = _mm256_or_si256(_mm256_and_si256(w, _mm256_set1_epi16(0x000F)),
                                           _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x00F0)), 4));
@@ -280,10 +267,40 @@ __m256i decode_group(const std::uint8_t* src, int group, __m256i lut) {
     return _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_shuffle_epi8(_mm256_castsi256_si128(lut), e), 0);
 }
 
-void scale_table(int format, float table[256]) {
-    for (int c = 0; c < 256; c += 8) {
-        const __m256i codes = _mm256_add_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        _mm256_storeu_ps(table + c, format == kNvfp4 ? decode_e4m3(codes) : decode_e8m0(codes));
+// Scales of groups b0..b0+count-1 of weight row `row` as floats (count <= 8; the rest 0).
+__m256 row_scales8(const GemmWeights& w, std::size_t row, std::size_t b0, std::size_t count) {
+    const std::size_t bytes = is_int4(w.format) ? 2 : 1;
+    const std::uint8_t* src = w.scales + (row * w.groups + b0) * bytes;
+    __m128i v;
+    if (count == 8) {  // direct loads: a byte copy here would stall the vector load
+        v = bytes == 2 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)) : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src));
+    } else {
+        alignas(16) std::uint8_t raw[16] = {};
+        std::memcpy(raw, src, count * bytes);
+        v = _mm_load_si128(reinterpret_cast<const __m128i*>(raw));
+    }
+    if (bytes == 2) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+    const __m256i c = _mm256_cvtepu8_epi32(v);
+    const __m256 f = w.format == kNvfp4 ? decode_e4m3(c) : decode_e8m0(c);
+    return _mm256_and_ps(f, _mm256_castsi256_ps(byte_mask(4 * count)));  // code 0 of E8M0 is not 0.0
+}
+
+// The panel's scale rows (see gemm_avx512.cpp): 8 rows x 8 groups at a time, transposed.
+void pack_scales(const GemmWeights& w, std::size_t n0, std::size_t valid, std::uint8_t* panel, std::size_t g) {
+    const std::size_t group_bytes = kPanelRows * (g + 4);
+    for (std::size_t part = 0; part < kPanelRows / 8; ++part) {
+        for (std::size_t b0 = 0; b0 < w.groups; b0 += 8) {
+            const std::size_t count = w.groups - b0 < 8 ? w.groups - b0 : 8;
+            __m256 r[8];
+            #pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) {
+                const std::size_t row = 8 * part + std::size_t(i);
+                r[i] = row < valid ? row_scales8(w, n0 + row, b0, count) : _mm256_setzero_ps();
+            }
+            transpose8(r);
+            for (std::size_t j = 0; j < count; ++j)
+                _mm256_store_ps(reinterpret_cast<float*>(panel + (b0 + j) * group_bytes + g * kPanelRows + 32 * part), r[j]);
+        }
     }
 }
 
@@ -343,44 +360,32 @@ void panel_rows(const GemmActivations& a, const std::uint8_t* panel, std::size_t
 }  // namespace
 
 void pack_panel(const GemmWeights& w, std::size_t n0, std::uint8_t* panel) {
-    const int g = w.k / w.groups == 16 ? 16 : 32;
-    const std::size_t group_bytes = kPanelRows * std::size_t(g + 4), row_bytes = w.k / 2;
+    const std::size_t g = w.k / w.groups;
+    const std::size_t group_bytes = kPanelRows * (g + 4), row_bytes = w.k / 2;
     const std::size_t valid = w.n - n0 < kPanelRows ? w.n - n0 : kPanelRows;
     const __m256i lut = weight_lut(w.format);
     const __m256i zero_weight = _mm256_set1_epi8(char(bias_of(w.format)));
+    // 8 rows x 32 elements at a time (two groups of 16 for NVFP4): decode, transpose the 8 x 8
+    // dwords, and store each 4-element step at its group's place: rows 8rb..8rb+7 of the step.
     for (std::size_t rb = 0; rb < kPanelRows / 8; ++rb) {
-        for (std::size_t b = 0; b < w.groups; ++b) {
+        for (std::size_t e0 = 0; e0 < w.k; e0 += 32) {
+            const int elems = w.k - e0 >= 32 ? 32 : 16;
             __m256 r[8];
             for (std::size_t i = 0; i < 8; ++i) {
                 const std::size_t row = rb * 8 + i;
-                r[i] = _mm256_castsi256_ps(row < valid ? decode_group(w.codes + (n0 + row) * row_bytes + b * std::size_t(g / 2), g, lut)
-                                                       : zero_weight);
+                r[i] = _mm256_castsi256_ps(row < valid ? decode_group(w.codes + (n0 + row) * row_bytes + e0 / 2, elems, lut) : zero_weight);
             }
             transpose8(r);
-            std::uint8_t* dst = panel + b * group_bytes + rb * 32;
-            for (int s = 0; s < g / 4; ++s) _mm256_store_ps(reinterpret_cast<float*>(dst + s * 128), r[s]);
-        }
-    }
-    float table[256];
-    const bool int4 = is_int4(w.format);
-    if (!int4) scale_table(w.format, table);
-    const std::size_t scale_row = w.groups * (int4 ? 2 : 1);
-    for (std::size_t b = 0; b < w.groups; ++b) {
-        float* dst = reinterpret_cast<float*>(panel + b * group_bytes + std::size_t(g) * kPanelRows);
-        for (std::size_t row = 0; row < kPanelRows; ++row) {
-            float v = 0.0f;
-            if (row < valid) {
-                const std::uint8_t* s = w.scales + (n0 + row) * scale_row;
-                if (int4) {
-                    const std::uint32_t bits = std::uint32_t(s[2 * b] | (s[2 * b + 1] << 8)) << 16;
-                    std::memcpy(&v, &bits, 4);
-                } else {
-                    v = table[s[b]];
-                }
+            // Step s of these 32 elements is step s % (G/4) of group e0/G + s / (G/4).
+            std::uint8_t* dst = panel + (g == 32 ? e0 / 32 : e0 / 16) * group_bytes + rb * 32;
+            for (int s = 0; s < elems / 4; ++s) {
+                const std::size_t step = g == 32 ? std::size_t(s) : std::size_t(s & 3);
+                const std::size_t next = g == 32 ? 0 : std::size_t(s >> 2) * group_bytes;
+                _mm256_store_ps(reinterpret_cast<float*>(dst + next + step * 128), r[s]);
             }
-            dst[row] = v;
         }
     }
+    pack_scales(w, n0, valid, panel, std::size_t(g));
 }
 
 void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0,

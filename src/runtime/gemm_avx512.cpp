@@ -21,10 +21,15 @@
 #include <cstring>
 
 #include "runtime/kernels.h"
+#include "runtime/transpose_avx2.h"
+#include "runtime/transpose_avx512.h"
 
 namespace wush::runtime::avx512 {
 
 namespace {
+
+using namespace simd256;
+using namespace simd512;
 
 constexpr int kMxfp4 = 0, kNvfp4 = 1, kInt4 = 2;
 
@@ -226,56 +231,16 @@ void gemv_rows(const GemmActivations& a, const GemmWeights& w, std::size_t n0, s
         case 1: gemv<1>(a, w, n0, n1, 0, out); break;
         case 2: gemv<2>(a, w, n0, n1, 0, out); break;
         case 3: gemv<3>(a, w, n0, n1, 0, out); break;
-        default: gemv<4>(a, w, n0, n1, 0, out); break;
+        default:  // 4 rows' operands would not fit in L1 next to the streamed weights: 2 + 2
+            gemv<2>(a, w, n0, n1, 0, out);
+            gemv<2>(a, w, n0, n1, 2, out);
+            break;
     }
 }
 
 // ---- panels (larger m) --------------------------------------------------------------------------
 
 namespace {
-
-// In place: r[a] (row a, 8 dwords) becomes dword column a (8 rows).
-void transpose8(__m256 r[8]) {
-    __m256 t[8], s[8];
-    #pragma GCC unroll 32
-    for (int i = 0; i < 4; ++i) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    #pragma GCC unroll 32
-    for (int i = 0; i < 2; ++i) {
-        s[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    #pragma GCC unroll 32
-    for (int k = 0; k < 4; ++k) {
-        r[k] = _mm256_permute2f128_ps(s[k], s[4 + k], 0x20);
-        r[4 + k] = _mm256_permute2f128_ps(s[k], s[4 + k], 0x31);
-    }
-}
-
-// One group of one weight row as biased bytes in element order (G = 32: 32 bytes; 16: the low 16).
-__m256i decode_group(const std::uint8_t* src, int group, __m256i lut) {
-    if (group == 32) {
-        const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
-        const __m256i e = _mm256_or_si256(_mm256_and_si256(w, _mm256_set1_epi16(0x000F)),
-                                          _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x00F0)), 4));
-        return _mm256_shuffle_epi8(lut, e);
-    }
-    const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
-    const __m128i e = _mm_or_si128(_mm_and_si128(w, _mm_set1_epi16(0x000F)), _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x00F0)), 4));
-    return _mm256_zextsi128_si256(_mm_shuffle_epi8(_mm256_castsi256_si128(lut), e));
-}
-
-// float value of every 1-byte scale code (E8M0 or E4M3), for the panel's scale rows.
-void scale_table(int format, float table[256]) {
-    for (int c = 0; c < 256; c += 16) {
-        const __m512i codes = _mm512_add_epi32(_mm512_set1_epi32(c), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-        _mm512_storeu_ps(table + c, format == kNvfp4 ? decode_e4m3(codes) : decode_e8m0(codes));
-    }
-}
 
 template <int M, int G>
 void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0,
@@ -333,46 +298,9 @@ void panel_rows(const GemmActivations& a, const std::uint8_t* panel, std::size_t
 
 }  // namespace
 
-void pack_panel(const GemmWeights& w, std::size_t n0, std::uint8_t* panel) {
-    const int g = w.k / w.groups == 16 ? 16 : 32;
-    const std::size_t group_bytes = kPanelRows * std::size_t(g + 4), row_bytes = w.k / 2;
-    const std::size_t valid = w.n - n0 < kPanelRows ? w.n - n0 : kPanelRows;
-    const __m256i lut = _mm256_broadcastsi128_si256(weight_lut(w.format));
-    const __m256i zero_weight = _mm256_set1_epi8(char(bias_of(w.format)));
-    for (std::size_t rb = 0; rb < kPanelRows / 8; ++rb) {
-        for (std::size_t b = 0; b < w.groups; ++b) {
-            __m256 r[8];
-            for (std::size_t i = 0; i < 8; ++i) {
-                const std::size_t row = rb * 8 + i;
-                r[i] = _mm256_castsi256_ps(row < valid ? decode_group(w.codes + (n0 + row) * row_bytes + b * std::size_t(g / 2), g, lut)
-                                                       : zero_weight);
-            }
-            transpose8(r);
-            std::uint8_t* dst = panel + b * group_bytes + (rb / 2) * 64 + (rb % 2) * 32;
-            for (int s = 0; s < g / 4; ++s) _mm256_store_ps(reinterpret_cast<float*>(dst + s * 128), r[s]);
-        }
-    }
-    float table[256];
-    const bool int4 = is_int4(w.format);
-    if (!int4) scale_table(w.format, table);
-    const std::size_t scale_row = w.groups * (int4 ? 2 : 1);
-    for (std::size_t b = 0; b < w.groups; ++b) {
-        float* dst = reinterpret_cast<float*>(panel + b * group_bytes + std::size_t(g) * kPanelRows);
-        for (std::size_t row = 0; row < kPanelRows; ++row) {
-            float v = 0.0f;
-            if (row < valid) {
-                const std::uint8_t* s = w.scales + (n0 + row) * scale_row;
-                if (int4) {
-                    const std::uint32_t bits = std::uint32_t(s[2 * b] | (s[2 * b + 1] << 8)) << 16;
-                    std::memcpy(&v, &bits, 4);
-                } else {
-                    v = table[s[b]];
-                }
-            }
-            dst[row] = v;
-        }
-    }
-}
+// The panel layout is the AVX2 kernels' (32 rows x 4 bytes per step = two 64-byte vectors of 16
+// rows), and packing is memory-bound: the AVX2 code serves (every AVX-512 CPU has AVX2).
+void pack_panel(const GemmWeights& w, std::size_t n0, std::uint8_t* panel) { avx2::pack_panel(w, n0, panel); }
 
 void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0,
                     std::size_t m1, const GemmOutput& out, std::size_t n_total) {

@@ -24,10 +24,15 @@
 #include <cstring>
 
 #include "runtime/kernels.h"
+#include "runtime/transpose_avx2.h"
+#include "runtime/transpose_avx512.h"
 
 namespace wush::runtime::avx512 {
 
 namespace {
+
+using namespace simd256;
+using namespace simd512;
 
 constexpr float kU = 0x1p-24f;            // unit roundoff of float32
 constexpr float kTiny = 0x1p-60f;         // groups with amax outside [kTiny, kHuge] go to float64
@@ -48,37 +53,6 @@ __m512 load16(const void* x, int dtype, std::size_t offset) {
             return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
         }
         default: return _mm512_loadu_ps(static_cast<const float*>(x) + offset);
-    }
-}
-
-// In place: r[a] (row a, 16 columns) becomes column a (16 rows).
-void transpose16(__m512 r[16]) {
-    __m512 t[16];
-    #pragma GCC unroll 32
-    for (int i = 0; i < 8; ++i) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    #pragma GCC unroll 32
-    for (int i = 0; i < 4; ++i) {  // r[4i+k], 128-bit lane L: column 4L+k of rows 4i..4i+3
-        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    #pragma GCC unroll 32
-    for (int k = 0; k < 4; ++k) {
-        t[k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88);
-        t[4 + k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xdd);
-        t[8 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
-        t[12 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xdd);
-    }
-    #pragma GCC unroll 32
-    for (int k = 0; k < 4; ++k) {
-        r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
-        r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
-        r[4 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0x88);
-        r[12 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0xdd);
     }
 }
 
@@ -115,24 +89,6 @@ void multiply(const float* t, const __m512 xc[G], __m512 y[G]) {
         #pragma GCC unroll 32
         for (int ii = 0; ii < 16; ++ii) y[i0 + ii] = acc[ii];
     }
-}
-
-// The 16 lane sums of p[0..15], in one vector (lane i = sum of p[i]).
-__m512 transpose_sum16(const __m512 p[16]) {
-    __m512 a[8], b[4], c[2];
-    #pragma GCC unroll 32
-    for (int i = 0; i < 8; ++i)
-        a[i] = _mm512_add_ps(_mm512_unpacklo_ps(p[2 * i], p[2 * i + 1]), _mm512_unpackhi_ps(p[2 * i], p[2 * i + 1]));
-    #pragma GCC unroll 32
-    for (int i = 0; i < 4; ++i) {  // 128-bit lane L of b[i]: rows 4i..4i+3 summed over lane L
-        const __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(a[2 * i]), _mm512_castps_pd(a[2 * i + 1]));
-        const __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(a[2 * i]), _mm512_castps_pd(a[2 * i + 1]));
-        b[i] = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
-    }
-    #pragma GCC unroll 32
-    for (int i = 0; i < 2; ++i)
-        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88), _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xdd));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xdd));
 }
 
 // y = T x for one block: dot products of T's rows with x, then horizontal sums (any summation
