@@ -337,7 +337,7 @@ std::uint32_t quantize_tile_g(const QuantTile& tile) {
     Lanes l;
     l.redo = _mm256_xor_ps(_mm256_cmp_ps(ss, _mm256_set1_ps(0x1p126f), _CMP_LE_OQ),
                            _mm256_castsi256_ps(_mm256_set1_epi32(-1)));
-    const float c = 2.0f * float(G + 2) * kU * 1.05f;
+    const float c = float(G + 2) * kU * 1.05f;  // gamma_G, rounded up; 1.05 also covers ||x|| in float32
     l.bound = tile.matrix == nullptr ? _mm256_setzero_ps()
                                      : _mm256_fmadd_ps(_mm256_mul_ps(_mm256_sqrt_ps(ss), norm), _mm256_set1_ps(c), _mm256_set1_ps(kAbsSlack));
     switch (tile.format) {

@@ -10,7 +10,7 @@
 //
 // Certification. y is computed in float32; the float64 definition is the reference. For the
 // FMA chain, |y - y_exact| <= gamma_G * sum_j |T_ij x_j| <= gamma_G ||T_i|| ||x||  (gamma_G ~ G u,
-// u = 2^-24), bounded here by `bound`, with a factor 2 of margin. A lane is flagged (and redone in
+// u = 2^-24; any summation order keeps gamma_G), bounded here by `bound`. A lane is flagged (redone in
 // float64 by the driver) when any value it rounds, or its scale, lies within the bound (plus the
 // float32 rounding of the scaling itself) of a rounding boundary, or when the group is tiny,
 // huge or non-finite. Everything not flagged is exactly what float64 gives.
@@ -363,7 +363,7 @@ std::uint32_t quantize_tile_g(const QuantTile& tile) {
     Lanes l;
     // Non-finite or overflowing inputs: float64 decides (and reports NaN/Inf).
     l.redo = _mm512_knot(_mm512_cmp_ps_mask(ss, _mm512_set1_ps(0x1p126f), _CMP_LE_OQ));
-    const float c = 2.0f * float(G + 2) * kU * 1.05f;
+    const float c = float(G + 2) * kU * 1.05f;  // gamma_G, rounded up; 1.05 also covers ||x|| in float32
     l.bound = tile.matrix == nullptr ? _mm512_setzero_ps()
                                      : _mm512_fmadd_ps(_mm512_mul_ps(_mm512_sqrt_ps(ss), norm), _mm512_set1_ps(c), _mm512_set1_ps(kAbsSlack));
     switch (tile.format) {
