@@ -70,12 +70,10 @@ WUSH_API wush_status wush_tensor_file_find(const wush_tensor_file* file, const c
         require_handle(file, HandleType::TensorFile, "file");
         require_pointer(name, "name");
         require_pointer(index, "index");
-        const auto& tensors = file->reader.header().tensors;
-        for (std::size_t i = 0; i < tensors.size(); ++i) {
-            if (tensors[i].name == name) {
-                *index = i;
-                return;
-            }
+        const wush::storage::TensorInfo* t = file->reader.find(name);
+        if (t != nullptr) {
+            *index = std::size_t(t - file->reader.header().tensors.data());
+            return;
         }
         wush::fail(WUSH_ERR_NOT_FOUND, std::string("no tensor named \"") + name + "\"");
     });
