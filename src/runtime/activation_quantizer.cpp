@@ -88,15 +88,17 @@ void quantize_activations(const BlockTransform& transform, const formats::Format
 
     const MatrixUse use = matrix_use(transform);
     const float* matrices = transform.activation_matrices().data();
-    // Row-norm bounds of the distinct matrices, for the SIMD kernels' error bounds.
-    if (isa != Isa::Scalar && use != MatrixUse::None) {
+    const std::size_t lanes = tile_lanes(isa);
+    const bool by_block = n_tokens < by_block_below(isa);
+    // Row-norm bounds of the distinct matrices, for the SIMD kernels' error bounds; lanes = blocks
+    // tiles compute their own while they read the matrices.
+    const bool norms_here = isa != Isa::Scalar && (use == MatrixUse::Shared || (use == MatrixUse::PerBlock && !by_block));
+    if (norms_here) {
         const std::size_t distinct = use == MatrixUse::Shared ? 1 : blocks;
 #pragma omp parallel for schedule(static)
         for (std::size_t b = 0; b < distinct; ++b) scratch[b] = max_row_norm(isa, matrices + b * g * g, int(g));
     }
 
-    const std::size_t lanes = tile_lanes(isa);
-    const bool by_block = n_tokens < by_block_below(isa);
     // Work items: (tile of tokens, block), or (token, tile of blocks).
     const std::size_t outer = by_block ? n_tokens : (n_tokens + lanes - 1) / lanes;
     const std::size_t inner = by_block ? (blocks + lanes - 1) / lanes : blocks;
@@ -118,7 +120,7 @@ void quantize_activations(const BlockTransform& transform, const formats::Format
         tile.d_in = d_in;
         tile.matrix = use == MatrixUse::None ? nullptr : matrices + (stride ? tile.block * stride : 0);
         tile.matrix_stride = stride;
-        tile.row_norms = use == MatrixUse::None ? nullptr : scratch.data() + (stride ? tile.block : 0);
+        tile.row_norms = norms_here ? scratch.data() + (stride ? tile.block : 0) : nullptr;
         tile.codes = codes.data();
         tile.scales = scales.data();
         const std::uint32_t redo = isa == Isa::Scalar ? (1u << tile.rows) - 1 : quantize_tile(isa, tile);

@@ -36,7 +36,9 @@ struct QuantTile {
     const float* matrix;       // T of block `block`, G x G row-major; nullptr for the identity
     std::size_t matrix_stride; // floats from one block's matrix to the next (0: one shared matrix)
     const float* row_norms;    // upper bounds of max_i ||row i of T||_2, one per matrix (same stride
-                               // rule: 1 per block, or 0 when shared); unused for the identity
+                               // rule: 1 per block, or 0 when shared); unused for the identity;
+                               // nullptr with by_block: the kernel computes them from the rows it
+                               // loads anyway (one pass over the matrices instead of two)
     std::uint8_t* codes;       // the whole codes buffer (n_tokens x d_in / 2)
     std::uint8_t* scales;      // the whole scales buffer (n_tokens x C x scale_bytes)
 };

@@ -71,27 +71,43 @@ void multiply(const float* t, const __m256 xc[G], __m256 y[G]) {
     }
 }
 
-// y = T x for one block with dot products and horizontal sums.
+// y = T x for one block with dot products and horizontal sums; with `norm` set, also the block's
+// max row norm, rounded up (see quantize_avx512.cpp).
 template <int G>
-void multiply_row(const float* t, const __m256 x[G / 8], __m256 y[G / 8]) {
+void multiply_row(const float* t, const __m256 x[G / 8], __m256 y[G / 8], float* norm) {
+    __m256 rows2 = _mm256_setzero_ps();
     #pragma GCC unroll 1
     for (int i0 = 0; i0 < G; i0 += 8) {
-        __m256 p[8];
+        __m256 p[8], q[8];
         #pragma GCC unroll 8
         for (int ii = 0; ii < 8; ++ii) {
-            p[ii] = _mm256_mul_ps(_mm256_loadu_ps(t + (i0 + ii) * G), x[0]);
+            const __m256 t0 = _mm256_loadu_ps(t + (i0 + ii) * G);
+            p[ii] = _mm256_mul_ps(t0, x[0]);
+            q[ii] = _mm256_mul_ps(t0, t0);
             #pragma GCC unroll 4
-            for (int h = 1; h < G / 8; ++h) p[ii] = _mm256_fmadd_ps(_mm256_loadu_ps(t + (i0 + ii) * G + 8 * h), x[h], p[ii]);
+            for (int h = 1; h < G / 8; ++h) {
+                const __m256 th = _mm256_loadu_ps(t + (i0 + ii) * G + 8 * h);
+                p[ii] = _mm256_fmadd_ps(th, x[h], p[ii]);
+                q[ii] = _mm256_fmadd_ps(th, th, q[ii]);
+            }
         }
         y[i0 / 8] = transpose_sum8(p);
+        if (norm) rows2 = _mm256_max_ps(rows2, transpose_sum8(q));
+    }
+    if (norm) {
+        alignas(32) float v[8];
+        _mm256_store_ps(v, rows2);
+        float m = v[0];
+        for (int i = 1; i < 8; ++i) m = v[i] > m ? v[i] : m;
+        *norm = __builtin_sqrtf(m) * (1.0f + 1e-5f);
     }
 }
 
 // Lanes = blocks block..block+7 of token row0 (see quantize_avx512.cpp's load_blocks).
 template <int G>
-void load_blocks(const QuantTile& tile, __m256 y[G], __m256& ss) {
+void load_blocks(const QuantTile& tile, __m256 y[G], __m256& ss, __m256& norm) {
     __m256 r[G / 8][8];
-    alignas(32) float sums[8];
+    alignas(32) float sums[8], norms[8] = {};
     #pragma GCC unroll 1
     for (int lane = 0; lane < 8; ++lane) {
         __m256 x[G / 8], v[G / 8];
@@ -105,7 +121,9 @@ void load_blocks(const QuantTile& tile, __m256 y[G], __m256& ss) {
         const __m128 h2 = _mm_add_ps(_mm256_castps256_ps128(sq), _mm256_extractf128_ps(sq, 1));
         const __m128 h1 = _mm_add_ps(h2, _mm_movehl_ps(h2, h2));
         sums[lane] = _mm_cvtss_f32(_mm_add_ss(h1, _mm_shuffle_ps(h1, h1, 1)));
-        if (tile.matrix != nullptr && lane < tile.rows) multiply_row<G>(tile.matrix + std::size_t(lane) * tile.matrix_stride, x, v);
+        if (tile.matrix != nullptr && lane < tile.rows)
+            multiply_row<G>(tile.matrix + std::size_t(lane) * tile.matrix_stride, x, v,
+                            tile.row_norms == nullptr ? &norms[lane] : nullptr);
         #pragma GCC unroll 4
         for (int h = 0; h < G / 8; ++h) r[h][lane] = tile.matrix != nullptr && lane < tile.rows ? v[h] : x[h];
     }
@@ -116,6 +134,9 @@ void load_blocks(const QuantTile& tile, __m256 y[G], __m256& ss) {
         for (int i = 0; i < 8; ++i) y[8 * h + i] = r[h][i];
     }
     ss = _mm256_load_ps(sums);
+    norm = tile.matrix == nullptr ? _mm256_setzero_ps()
+         : tile.row_norms == nullptr ? _mm256_load_ps(norms)
+                                     : _mm256_set1_ps(tile.row_norms[0]);
 }
 
 __m256 abs_ps(__m256 v) { return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))); }
@@ -312,14 +333,7 @@ template <int G>
 std::uint32_t quantize_tile_g(const QuantTile& tile) {
     __m256 y[G], ss, norm;
     if (tile.by_block) {
-        load_blocks<G>(tile, y, ss);
-        if (tile.matrix == nullptr || tile.matrix_stride == 0) {
-            norm = _mm256_set1_ps(tile.matrix ? tile.row_norms[0] : 0.0f);
-        } else {
-            alignas(32) float n[8] = {};
-            for (int l = 0; l < tile.rows; ++l) n[l] = tile.row_norms[l];
-            norm = _mm256_load_ps(n);
-        }
+        load_blocks<G>(tile, y, ss, norm);
     } else {
         __m256 xc[G];
         load_columns<G>(tile, xc);

@@ -92,27 +92,37 @@ void multiply(const float* t, const __m512 xc[G], __m512 y[G]) {
 }
 
 // y = T x for one block: dot products of T's rows with x, then horizontal sums (any summation
-// order keeps the error within the bound's gamma_G).
+// order keeps the error within the bound's gamma_G). With `norm` set, also the block's max row
+// norm (rounded up), from the rows just loaded: a separate pass would read T twice.
 template <int G>
-void multiply_row(const float* t, const __m512 x[G / 16], __m512 y[G / 16]) {
+void multiply_row(const float* t, const __m512 x[G / 16], __m512 y[G / 16], float* norm) {
+    __m512 rows2 = _mm512_setzero_ps();
     #pragma GCC unroll 1
     for (int i0 = 0; i0 < G; i0 += 16) {
-        __m512 p[16];
+        __m512 p[16], q[16];
         #pragma GCC unroll 32
         for (int ii = 0; ii < 16; ++ii) {
-            p[ii] = _mm512_mul_ps(_mm512_loadu_ps(t + (i0 + ii) * G), x[0]);
-            if (G == 32) p[ii] = _mm512_fmadd_ps(_mm512_loadu_ps(t + (i0 + ii) * G + 16), x[1], p[ii]);
+            const __m512 t0 = _mm512_loadu_ps(t + (i0 + ii) * G);
+            p[ii] = _mm512_mul_ps(t0, x[0]);
+            q[ii] = _mm512_mul_ps(t0, t0);
+            if (G == 32) {
+                const __m512 t1 = _mm512_loadu_ps(t + (i0 + ii) * G + 16);
+                p[ii] = _mm512_fmadd_ps(t1, x[1], p[ii]);
+                q[ii] = _mm512_fmadd_ps(t1, t1, q[ii]);
+            }
         }
         y[i0 / 16] = transpose_sum16(p);
+        if (norm) rows2 = _mm512_max_ps(rows2, transpose_sum16(q));
     }
+    if (norm) *norm = __builtin_sqrtf(_mm512_reduce_max_ps(rows2)) * (1.0f + 1e-5f);
 }
 
 // Lanes = blocks block..block+15 of token row0: y[i] = element i of every lane's T_b x_b, and
 // ss = every lane's sum of squares of x_b.
 template <int G>
-void load_blocks(const QuantTile& tile, __m512 y[G], __m512& ss) {
+void load_blocks(const QuantTile& tile, __m512 y[G], __m512& ss, __m512& norm) {
     __m512 r[G / 16][16];
-    alignas(64) float sums[16];
+    alignas(64) float sums[16], norms[16] = {};
     #pragma GCC unroll 1
     for (int lane = 0; lane < 16; ++lane) {
         __m512 x[G / 16], v[G / 16];
@@ -124,7 +134,9 @@ void load_blocks(const QuantTile& tile, __m512 y[G], __m512& ss) {
             sq = _mm512_fmadd_ps(x[h], x[h], sq);
         }
         sums[lane] = _mm512_reduce_add_ps(sq);
-        if (tile.matrix != nullptr && lane < tile.rows) multiply_row<G>(tile.matrix + std::size_t(lane) * tile.matrix_stride, x, v);
+        if (tile.matrix != nullptr && lane < tile.rows)
+            multiply_row<G>(tile.matrix + std::size_t(lane) * tile.matrix_stride, x, v,
+                            tile.row_norms == nullptr ? &norms[lane] : nullptr);
         #pragma GCC unroll 2
         for (int h = 0; h < G / 16; ++h) r[h][lane] = tile.matrix != nullptr && lane < tile.rows ? v[h] : x[h];
     }
@@ -135,6 +147,10 @@ void load_blocks(const QuantTile& tile, __m512 y[G], __m512& ss) {
         for (int i = 0; i < 16; ++i) y[16 * h + i] = r[h][i];
     }
     ss = _mm512_load_ps(sums);
+    // Row norms: computed above, or given (one shared matrix), or none (the identity).
+    norm = tile.matrix == nullptr ? _mm512_setzero_ps()
+         : tile.row_norms == nullptr ? _mm512_load_ps(norms)
+                                     : _mm512_set1_ps(tile.row_norms[0]);
 }
 
 // ---- element encoders with boundary checks ----------------------------------------------------
@@ -343,9 +359,7 @@ template <int G>
 std::uint32_t quantize_tile_g(const QuantTile& tile) {
     __m512 y[G], ss, norm;
     if (tile.by_block) {
-        load_blocks<G>(tile, y, ss);
-        norm = tile.matrix == nullptr || tile.matrix_stride == 0 ? _mm512_set1_ps(tile.matrix ? tile.row_norms[0] : 0.0f)
-                                                                 : _mm512_maskz_loadu_ps(__mmask16((1u << tile.rows) - 1), tile.row_norms);
+        load_blocks<G>(tile, y, ss, norm);
     } else {
         __m512 xc[G];
         load_columns<G>(tile, xc);
