@@ -6,8 +6,10 @@
 //             (per-block matrices)                             Hadamard matrix, (b) memcpy of the
 //                                                            same number of bytes (GB/s)
 //   forward   wush_linear_forward (quantize + GEMM)        vs OpenBLAS SGEMM (float32 X W^T)
-// speedup = baseline_s / ours_s. The library is used through its public C API only; OpenBLAS is
-// linked here for the SGEMM baseline.
+// speedup = baseline_s / ours_s. Default: the three Llama-like layers x MXFP4/NVFP4/INT4 x
+// m in {1, 16, 128, 512, 1024}; --quick drops m = 1024 and repeats less (about a minute on 2
+// cores). The library is used through its public C API only; OpenBLAS is linked here for the
+// SGEMM baseline.
 #include <cblas.h>
 
 #include <algorithm>
@@ -197,9 +199,9 @@ int cmd_bench(int argc, char** argv) {
     s.forward = kinds.find("forward") != std::string::npos;
     std::vector<std::size_t> ms;
     if (parse_sizes(a.get("--m", quick ? "1,16,128,512" : "1,16,128,512,1024"), &ms) != 0) return 2;
-    const std::vector<std::string> layers = cli::split(a.get("--layers", quick ? "4096x4096" : "4096x4096,4096x14336,14336x4096"), ',');
+    const std::vector<std::string> layers = cli::split(a.get("--layers", "4096x4096,4096x14336,14336x4096"), ',');
     std::vector<wush_format> formats;
-    for (const std::string& f : cli::split(a.get("--format", quick ? "mxfp4,nvfp4" : "mxfp4,nvfp4,int4"), ',')) {
+    for (const std::string& f : cli::split(a.get("--format", "mxfp4,nvfp4,int4"), ',')) {
         wush_format fmt;
         if (wush_format_from_name(f.c_str(), &fmt) != WUSH_OK) {
             std::fprintf(stderr, "wush bench: unknown format '%s' (mxfp4, nvfp4, int4, mxfp4_ocp)\n", f.c_str());
