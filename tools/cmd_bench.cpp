@@ -39,17 +39,23 @@ struct Settings {
     bool gemm = true, quantize = true, forward = true;
 };
 
-// Median wall time of fn() over at least min_repeats calls and min_seconds, after one warm-up.
+// Median wall time of fn() over at least min_repeats samples and min_seconds, after one warm-up.
+// Calls shorter than 50 us are batched into samples of several calls, so the clock's granularity
+// does not decide the result.
 template <typename Fn>
 double median_seconds(const Settings& s, Fn&& fn) {
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
     fn();
+    const double once = std::chrono::duration<double>(clock::now() - t0).count();
+    const int batch = once >= 50e-6 ? 1 : int(std::min(1000.0, 50e-6 / std::max(once, 1e-8))) + 1;
     std::vector<double> t;
     double total = 0.0;
     while ((t.size() < s.min_repeats || total < s.min_seconds) && t.size() < 200) {
-        const auto a = std::chrono::steady_clock::now();
-        fn();
-        const double d = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
-        t.push_back(d);
+        const auto a = clock::now();
+        for (int i = 0; i < batch; ++i) fn();
+        const double d = std::chrono::duration<double>(clock::now() - a).count();
+        t.push_back(d / batch);
         total += d;
     }
     std::sort(t.begin(), t.end());

@@ -21,6 +21,10 @@ namespace {
 // more rows amortize packing weight panels that the register-blocked kernels reuse.
 constexpr std::size_t kSplitMaxRows = 4;
 
+// Below this many multiply-adds a call stays on the calling thread: waking OpenMP workers costs
+// more, and on a busy machine a descheduled worker can stall a tiny call for a scheduler tick.
+constexpr double kParallelMacs = double(1 << 22);
+
 std::size_t round_up(std::size_t v, std::size_t to) { return (v + to - 1) / to * to; }
 
 std::size_t panel_bytes(const formats::FormatSpec& f, std::size_t groups) {
@@ -216,7 +220,8 @@ void gemm(Isa isa, const formats::PackedMatrix& w, std::span<const std::uint8_t>
     out.dtype = int(y_dtype);
     out.ld = n;
     const std::uint8_t* codes = a_codes.data();
-    const int threads = int(p.slots);
+    // Small products stay on the calling thread (see kParallelMacs).
+    const int threads = double(m) * double(n) * double(k) >= kParallelMacs ? int(p.slots) : 1;
 
     if (isa == Isa::Scalar) {
         scalar_prepare(f, codes, 0, m, k, p.x8);

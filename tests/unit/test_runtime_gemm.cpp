@@ -166,11 +166,15 @@ TEST_P(GemmOnIsa, LargeShapeAndThreadCountIndependence) {
         const std::vector<float> three = run_gemm(isa, w, a, m, WUSH_DTYPE_F32);
         omp_set_num_threads(saved);
         EXPECT_EQ(one, three) << formats::spec(format).name;
-        for (std::size_t mm : {std::size_t(1), std::size_t(3)}) {  // the row-streaming kernel too
+        // The row-streaming kernel too, on weights large enough to be split among threads.
+        const std::size_t n_big = 4200;
+        const Packed big = random_packed(format, n_big, k, rng);
+        const formats::PackedMatrix wb{format, n_big, k, formats::ByteView(big.codes), formats::ByteView(big.scales)};
+        for (std::size_t mm : {std::size_t(1), std::size_t(3)}) {
             omp_set_num_threads(1);
-            const std::vector<float> s1 = run_gemm(isa, w, a, mm, WUSH_DTYPE_F32);
+            const std::vector<float> s1 = run_gemm(isa, wb, a, mm, WUSH_DTYPE_F32);
             omp_set_num_threads(2);
-            const std::vector<float> s2 = run_gemm(isa, w, a, mm, WUSH_DTYPE_F32);
+            const std::vector<float> s2 = run_gemm(isa, wb, a, mm, WUSH_DTYPE_F32);
             omp_set_num_threads(saved);
             EXPECT_EQ(s1, s2);
         }
