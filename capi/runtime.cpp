@@ -2,6 +2,7 @@
 // its workspace, the runtime loss, ISA queries (src/runtime). Argument checks only; no numerics.
 #include <omp.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -128,8 +129,11 @@ WUSH_API wush_status wush_gemm(wush_context* ctx, const wush_qweight* qweight, c
         const std::span<const std::uint8_t> codes(static_cast<const std::uint8_t*>(a_codes), need.codes);
         const std::span<const std::uint8_t> scales(static_cast<const std::uint8_t*>(a_scales), need.scales);
         rt::check_activation_scales(f, scales, m, w.d_in);
-        std::vector<std::byte> scratch(rt::gemm_scratch_bytes(f, m, w.d_out, w.d_in, threads()));
-        rt::gemm(isa, w, codes, scales, m, y_dtype, y, scratch);
+        // Not value-initialized: zeroing the (mostly untouched) panel space would cost more than
+        // a small product.
+        const std::size_t scratch_bytes = rt::gemm_scratch_bytes(f, m, w.d_out, w.d_in, threads());
+        const std::unique_ptr<std::byte[]> scratch(new std::byte[scratch_bytes]);
+        rt::gemm(isa, w, codes, scales, m, y_dtype, y, {scratch.get(), scratch_bytes});
     });
 }
 

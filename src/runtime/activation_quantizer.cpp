@@ -32,7 +32,7 @@ MatrixUse matrix_use(const BlockTransform& t) {
 
 // Below this much work a call stays on the calling thread: waking OpenMP workers costs more, and
 // on a busy machine a descheduled worker can stall a tiny call for a whole scheduler tick.
-constexpr std::size_t kParallelElements = 1 << 15;
+constexpr std::size_t kParallelWork = 1 << 17;  // multiply-adds (or elements for the identity)
 
 std::size_t tile_lanes(Isa isa) { return isa == Isa::Avx512Vnni ? 16 : isa == Isa::Avx2 ? 8 : 1; }
 
@@ -99,7 +99,7 @@ void quantize_activations(const BlockTransform& transform, const formats::Format
     const bool norms_here = isa != Isa::Scalar && (use == MatrixUse::Shared || (use == MatrixUse::PerBlock && !by_block));
     if (norms_here) {
         const std::size_t distinct = use == MatrixUse::Shared ? 1 : blocks;
-#pragma omp parallel for schedule(static) if (distinct * g * g >= kParallelElements)
+#pragma omp parallel for schedule(static) if (distinct * g * g >= kParallelWork)
         for (std::size_t b = 0; b < distinct; ++b) scratch[b] = max_row_norm(isa, matrices + b * g * g, int(g));
     }
 
@@ -109,7 +109,8 @@ void quantize_activations(const BlockTransform& transform, const formats::Format
     const std::size_t items = checked_mul(outer, inner, "work items");
     const std::size_t stride = use == MatrixUse::PerBlock ? g * g : 0;
     FirstNonFinite non_finite;
-#pragma omp parallel for schedule(static) if (items > 1 && n_tokens * d_in >= kParallelElements)
+    const std::size_t work = n_tokens * d_in * (use == MatrixUse::None ? 1 : g);
+#pragma omp parallel for schedule(static) if (items > 1 && work >= kParallelWork)
     for (std::size_t item = 0; item < items; ++item) {
         const std::size_t o = item / inner, i = item % inner;
         QuantTile tile;

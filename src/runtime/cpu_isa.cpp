@@ -15,17 +15,37 @@ const char* isa_name(Isa isa) {
     return "unknown";
 }
 
-bool isa_supported(Isa isa) {
-    // libgcc's __builtin_cpu_supports also checks that the OS enabled the register state (XCR0).
+namespace {
+
+struct Features {
+    bool avx2;
+    bool avx512_vnni;
+};
+
+Features detect() {
+    // libgcc's __builtin_cpu_supports also checks that the OS saves the wider registers (XCR0).
     __builtin_cpu_init();
+    Features f;
+    f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    f.avx512_vnni = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                    __builtin_cpu_supports("avx512vnni");
+    return f;
+}
+
+// The CPU does not change under a running process: detected once (thread-safe static init).
+const Features& features() {
+    static const Features f = detect();
+    return f;
+}
+
+}  // namespace
+
+bool isa_supported(Isa isa) {
     switch (isa) {
         case Isa::Scalar: return true;
-        case Isa::Avx2:
-            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-        case Isa::Avx512Vnni:
-            return isa_supported(Isa::Avx2) && __builtin_cpu_supports("avx512f") &&
-                   __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+        case Isa::Avx2: return features().avx2;
+        case Isa::Avx512Vnni: return features().avx512_vnni;
     }
     return false;
 }
