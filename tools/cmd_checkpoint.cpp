@@ -164,7 +164,7 @@ int cmd_export(int argc, char** argv) {
 }
 
 int eval_checkpoint(const std::string& ck_path, const std::string& weights, const std::string& activations,
-                    std::size_t n_held, bool json) {
+                    std::size_t n_held, bool json, bool runtime) {
     Handle<wush_checkpoint, wush_checkpoint_destroy> ck;
     Handle<wush_context, wush_context_destroy> ctx;
     wush_status st = wush_checkpoint_open(ck_path.c_str(), &ck.p);
@@ -182,10 +182,11 @@ int eval_checkpoint(const std::string& ck_path, const std::string& weights, cons
         if (st == WUSH_ERR_NOT_FOUND) continue;  // a weight the checkpoint does not quantize
         if (st != WUSH_OK) return cli::report("wush_checkpoint_load_layer", st);
         double loss = 0.0;
-        st = wush_layer_loss(ctx.p, t.p, q.p, l.w_dtype, l.weight.data(), l.x_dtype, l.heldout(), l.n_heldout, &loss);
+        const auto loss_fn = runtime ? wush_layer_loss_runtime : wush_layer_loss;
+        st = loss_fn(ctx.p, t.p, q.p, l.w_dtype, l.weight.data(), l.x_dtype, l.heldout(), l.n_heldout, &loss);
         if (st != WUSH_OK) {
             std::fprintf(stderr, "wush eval: layer '%s':\n", l.name.c_str());
-            return cli::report("wush_layer_loss", st);
+            return cli::report(runtime ? "wush_layer_loss_runtime" : "wush_layer_loss", st);
         }
         wush_format f;
         wush_transform_kind k;

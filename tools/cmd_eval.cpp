@@ -174,17 +174,13 @@ int cmd_eval(int argc, char** argv) {
         return 2;
     }
     if (a.has("--checkpoint")) {
-        if (a.has("--runtime")) {
-            std::fprintf(stderr, "wush eval: --runtime is not available with --checkpoint yet\n");
-            return 2;
-        }
         if (!a.has("--weights")) {
             std::fprintf(stderr, "wush eval: --checkpoint needs --weights and --activations: the loss compares the "
                                  "quantized layer with the unquantized weights\n");
             return 2;
         }
         return eval_checkpoint(a.get("--checkpoint"), a.get("--weights"), a.get("--activations"),
-                               a.get_size("--heldout-tokens", 0), a.has("--json"));
+                               a.get_size("--heldout-tokens", 0), a.has("--json"), a.has("--runtime"));
     }
     Plan plan;
     if (parse_plan(a, &plan) != 0) return 2;
