@@ -78,11 +78,59 @@ std::size_t quantize_scratch_floats(const BlockTransform& transform) {
     return transform.blocks();
 }
 
+namespace {
+
+// How one call is cut into tiles (work items), and what each tile reads.
+struct Layout {
+    MatrixUse use;
+    bool by_block;     // lanes are blocks of one token (few tokens) instead of tokens of one block
+    bool norms_given;  // row-norm bounds precomputed in the scratch (else: kernels compute or none)
+    std::size_t lanes, outer, inner, stride;
+};
+
+Layout plan(const BlockTransform& t, std::size_t n_tokens, Isa isa) {
+    Layout l;
+    l.use = matrix_use(t);
+    l.lanes = tile_lanes(isa);
+    l.by_block = n_tokens < by_block_below(isa);
+    // Lanes = blocks tiles compute their bounds while they read the matrices (one pass, not two).
+    l.norms_given = isa != Isa::Scalar && (l.use == MatrixUse::Shared || (l.use == MatrixUse::PerBlock && !l.by_block));
+    l.outer = l.by_block ? n_tokens : (n_tokens + l.lanes - 1) / l.lanes;
+    l.inner = l.by_block ? (t.blocks() + l.lanes - 1) / l.lanes : t.blocks();
+    l.stride = l.use == MatrixUse::PerBlock ? t.group() * t.group() : 0;
+    return l;
+}
+
+void compute_norms(const BlockTransform& t, const Layout& l, Isa isa, std::span<float> scratch) {
+    if (!l.norms_given) return;
+    const std::size_t g = t.group(), distinct = l.use == MatrixUse::Shared ? 1 : t.blocks();
+    const float* m = t.activation_matrices().data();
+#pragma omp parallel for schedule(static) if (distinct * g * g >= kParallelWork)
+    for (std::size_t b = 0; b < distinct; ++b) scratch[b] = max_row_norm(isa, m + b * g * g, int(g));
+}
+
+// The work item's tile; `base` carries the call-wide fields.
+QuantTile tile_of(const Layout& l, const QuantTile& base, const BlockTransform& t, std::size_t n_tokens,
+                  std::size_t item, const float* norms) {
+    const std::size_t o = item / l.inner, i = item % l.inner;
+    QuantTile tile = base;
+    tile.by_block = l.by_block ? 1 : 0;
+    tile.row0 = l.by_block ? o : o * l.lanes;
+    tile.block = l.by_block ? i * l.lanes : i;
+    tile.rows = int(l.by_block ? std::min(l.lanes, t.blocks() - tile.block) : std::min(l.lanes, n_tokens - tile.row0));
+    tile.matrix = l.use == MatrixUse::None ? nullptr : t.activation_matrices().data() + tile.block * l.stride;
+    tile.matrix_stride = l.stride;
+    tile.row_norms = l.norms_given ? norms + (l.stride ? tile.block : 0) : nullptr;
+    return tile;
+}
+
+}  // namespace
+
 void quantize_activations(const BlockTransform& transform, const formats::FormatSpec& format, wush_dtype dtype,
                           const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
                           std::span<std::uint8_t> scales, Isa isa, std::span<float> scratch) {
     eval::require_matching_group(transform, format);
-    const std::size_t d_in = transform.d_in(), g = transform.group(), blocks = transform.blocks();
+    const std::size_t d_in = transform.d_in(), g = transform.group();
     require(g == 16 || g == 32, "quantize_activations: the runtime supports groups of 16 and 32");
     const formats::PackedSizes need = formats::packed_sizes(format, n_tokens, d_in);
     require(codes.size() >= need.codes && scales.size() >= need.scales, "quantize_activations: buffers too small");
@@ -90,49 +138,26 @@ void quantize_activations(const BlockTransform& transform, const formats::Format
     dtype_size(dtype);  // validates
     if (n_tokens == 0) return;
 
-    const MatrixUse use = matrix_use(transform);
-    const float* matrices = transform.activation_matrices().data();
-    const std::size_t lanes = tile_lanes(isa);
-    const bool by_block = n_tokens < by_block_below(isa);
-    // Row-norm bounds of the distinct matrices, for the SIMD kernels' error bounds; lanes = blocks
-    // tiles compute their own while they read the matrices.
-    const bool norms_here = isa != Isa::Scalar && (use == MatrixUse::Shared || (use == MatrixUse::PerBlock && !by_block));
-    if (norms_here) {
-        const std::size_t distinct = use == MatrixUse::Shared ? 1 : blocks;
-#pragma omp parallel for schedule(static) if (distinct * g * g >= kParallelWork)
-        for (std::size_t b = 0; b < distinct; ++b) scratch[b] = max_row_norm(isa, matrices + b * g * g, int(g));
-    }
-
-    // Work items: (tile of tokens, block), or (token, tile of blocks).
-    const std::size_t outer = by_block ? n_tokens : (n_tokens + lanes - 1) / lanes;
-    const std::size_t inner = by_block ? (blocks + lanes - 1) / lanes : blocks;
-    const std::size_t items = checked_mul(outer, inner, "work items");
-    const std::size_t stride = use == MatrixUse::PerBlock ? g * g : 0;
+    const Layout l = plan(transform, n_tokens, isa);
+    compute_norms(transform, l, isa, scratch);
+    QuantTile base{};
+    base.x = x;
+    base.dtype = int(dtype);
+    base.format = int(format.id);
+    base.group = int(g);
+    base.d_in = d_in;
+    base.codes = codes.data();
+    base.scales = scales.data();
+    const std::size_t items = checked_mul(l.outer, l.inner, "work items");
+    const std::size_t work = n_tokens * d_in * (l.use == MatrixUse::None ? 1 : g);
     FirstNonFinite non_finite;
-    const std::size_t work = n_tokens * d_in * (use == MatrixUse::None ? 1 : g);
 #pragma omp parallel for schedule(static) if (items > 1 && work >= kParallelWork)
     for (std::size_t item = 0; item < items; ++item) {
-        const std::size_t o = item / inner, i = item % inner;
-        QuantTile tile;
-        tile.x = x;
-        tile.dtype = int(dtype);
-        tile.format = int(format.id);
-        tile.group = int(g);
-        tile.by_block = by_block ? 1 : 0;
-        tile.row0 = by_block ? o : o * lanes;
-        tile.block = by_block ? i * lanes : i;
-        tile.rows = int(by_block ? std::min(lanes, blocks - tile.block) : std::min(lanes, n_tokens - tile.row0));
-        tile.d_in = d_in;
-        tile.matrix = use == MatrixUse::None ? nullptr : matrices + (stride ? tile.block * stride : 0);
-        tile.matrix_stride = stride;
-        tile.row_norms = norms_here ? scratch.data() + (stride ? tile.block : 0) : nullptr;
-        tile.codes = codes.data();
-        tile.scales = scales.data();
+        const QuantTile tile = tile_of(l, base, transform, n_tokens, item, scratch.data());
         const std::uint32_t redo = isa == Isa::Scalar ? (1u << tile.rows) - 1 : quantize_tile(isa, tile);
-        for (int r = 0; r < tile.rows; ++r) {
-            if (!(redo >> r & 1u)) continue;
-            if (const auto bad = quantize_block_exact(tile, r)) non_finite.note(*bad);
-        }
+        for (int r = 0; r < tile.rows; ++r)
+            if (redo >> r & 1u)
+                if (const auto bad = quantize_block_exact(tile, r)) non_finite.note(*bad);
     }
     non_finite.raise_if_any(d_in);
 }

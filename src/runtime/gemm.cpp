@@ -173,11 +173,103 @@ void check_activation_scales(const formats::FormatSpec& f, std::span<const std::
                                           std::to_string(i % groups) + " is NaN or infinite");
 }
 
+namespace {
+
+// The kernels' view of one call's operands (plain aggregates: see kernels.h).
+struct Operands {
+    GemmActivations a;
+    GemmWeights w;
+    GemmOutput out;
+};
+
+Operands operands(const formats::FormatSpec& f, const formats::PackedMatrix& w, const Plan& p, std::size_t m, void* y,
+                  wush_dtype y_dtype) {
+    Operands o{};
+    const std::size_t k = w.d_in, groups = k / f.group;
+    o.a.format = int(f.id);
+    o.a.group = int(f.group);
+    o.a.m = m;
+    o.a.k = k;
+    o.a.groups = groups;
+    o.a.x8 = p.x8;
+    o.a.corr = p.corr;
+    o.a.scale = p.scale;
+    o.a.xe = p.xe;
+    o.a.xo = p.xo;
+    o.a.lane_corr = p.lane_corr;
+    o.a.lane_scale = p.lane_scale;
+    o.a.k_pad = p.k_pad;
+    o.w.format = int(f.id);
+    o.w.n = w.d_out;
+    o.w.k = k;
+    o.w.groups = groups;
+    o.w.codes = w.codes.data();
+    o.w.scales = w.scales.data();
+    o.out.y = y;
+    o.out.dtype = int(y_dtype);
+    o.out.ld = w.d_out;
+    return o;
+}
+
+// Activation group scales times alpha, one per (row, group); lane copies for the split layout.
+void decode_activation_scales(const formats::FormatSpec& f, const std::uint8_t* scales, std::size_t m, std::size_t k,
+                              const Plan& p) {
+    const std::size_t groups = k / f.group;
+    const double a_factor = alpha(f);
+    for (std::size_t i = 0; i < m * groups; ++i)
+        p.scale[i] = float(double(formats::decode_scale(f.id, scales + i * f.scale_bytes)) * a_factor);
+    if (p.lane_scale == nullptr) return;
+    const std::size_t lanes = p.k_pad / 8;  // lane L: elements 8L .. 8L + 7 of the row
+    for (std::size_t r = 0; r < m; ++r)
+        for (std::size_t lane = 0; lane < lanes; ++lane)
+            p.lane_scale[r * lanes + lane] = lane * 8 < k ? p.scale[r * groups + lane * 8 / f.group] : 0.0f;
+}
+
+void run_scalar(const formats::FormatSpec& f, const Operands& o, const Plan& p, const std::uint8_t* codes, int threads) {
+    scalar_prepare(f, codes, 0, o.a.m, o.a.k, p.x8);
+#pragma omp parallel num_threads(threads)
+    {
+        const auto [n0, n1] = part(o.w.n, std::size_t(omp_get_num_threads()), std::size_t(omp_get_thread_num()));
+        std::uint8_t* slot = aligned_slot(p, std::size_t(omp_get_thread_num()));
+        scalar_multiply(f, o.a, o.w, n0, n1, o.out, reinterpret_cast<std::int8_t*>(slot),
+                        reinterpret_cast<float*>(slot + round_up(o.a.k, 64)));
+    }
+}
+
+// Few activation rows: every thread streams its share of the weight rows.
+void run_split(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* codes, int threads) {
+    prepare_split(isa, o.a, codes, 0, o.a.m, p.xe, p.xo, p.lane_corr);
+#pragma omp parallel num_threads(threads)
+    {
+        const auto [n0, n1] = part(o.w.n, std::size_t(omp_get_num_threads()), std::size_t(omp_get_thread_num()));
+        gemv_rows(isa, o.a, o.w, n0, n1, o.out);
+    }
+}
+
+// More rows: the threads share the activation decoding, then each packs and multiplies its panels.
+void run_panels(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* codes, int threads) {
+    const std::size_t panels = (o.w.n + kPanelRows - 1) / kPanelRows;
+#pragma omp parallel num_threads(threads)
+    {
+        const auto [r0, r1] = part(o.a.m, std::size_t(omp_get_num_threads()), std::size_t(omp_get_thread_num()));
+        prepare_rows(isa, o.a, codes, r0, r1, p.x8, p.corr);
+#pragma omp barrier
+        std::uint8_t* slot = aligned_slot(p, std::size_t(omp_get_thread_num()));
+#pragma omp for schedule(static)
+        for (std::size_t panel = 0; panel < panels; ++panel) {
+            pack_panel(isa, o.w, panel * kPanelRows, slot);
+            panel_multiply(isa, o.a, slot, panel * kPanelRows, 0, o.a.m, o.out, o.w.n);
+        }
+    }
+}
+
+}  // namespace
+
 void gemm(Isa isa, const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
           std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y,
           std::span<std::byte> scratch) {
     const formats::FormatSpec& f = formats::spec(w.format);
-    const std::size_t k = w.d_in, n = w.d_out, groups = k / f.group;
+    const std::size_t k = w.d_in, n = w.d_out;
     const formats::PackedSizes need = formats::packed_sizes(f, m, k);
     require(a_codes.size() >= need.codes && a_scales.size() >= need.scales, "gemm: activation buffers too small");
     require(y_dtype == WUSH_DTYPE_F32 || y_dtype == WUSH_DTYPE_BF16, "gemm: y must be F32 or BF16");
@@ -189,78 +281,13 @@ void gemm(Isa isa, const formats::PackedMatrix& w, std::span<const std::uint8_t>
     p.slots = std::min<std::size_t>(std::size_t(omp_get_max_threads()), room / p.slot_bytes);
     require(p.slots >= 1, "gemm: scratch too small");
     p.panels = carver.take<std::uint8_t>(p.slots * p.slot_bytes);
-
-    const double a_factor = alpha(f);
-    for (std::size_t i = 0; i < m * groups; ++i)
-        p.scale[i] = float(double(formats::decode_scale(f.id, a_scales.data() + i * f.scale_bytes)) * a_factor);
-
-    GemmActivations a;
-    a.format = int(f.id);
-    a.group = int(f.group);
-    a.m = m;
-    a.k = k;
-    a.groups = groups;
-    a.x8 = p.x8;
-    a.corr = p.corr;
-    a.scale = p.scale;
-    a.xe = p.xe;
-    a.xo = p.xo;
-    a.lane_corr = p.lane_corr;
-    a.lane_scale = p.lane_scale;
-    a.k_pad = p.k_pad;
-    GemmWeights wt;
-    wt.format = int(f.id);
-    wt.n = n;
-    wt.k = k;
-    wt.groups = groups;
-    wt.codes = w.codes.data();
-    wt.scales = w.scales.data();
-    GemmOutput out;
-    out.y = y;
-    out.dtype = int(y_dtype);
-    out.ld = n;
-    const std::uint8_t* codes = a_codes.data();
+    decode_activation_scales(f, a_scales.data(), m, k, p);
+    const Operands o = operands(f, w, p, m, y, y_dtype);
     // Small products stay on the calling thread (see kParallelMacs).
     const int threads = double(m) * double(n) * double(k) >= kParallelMacs ? int(p.slots) : 1;
-
-    if (isa == Isa::Scalar) {
-        scalar_prepare(f, codes, 0, m, k, p.x8);
-#pragma omp parallel num_threads(threads)
-        {
-            const auto [n0, n1] = part(n, std::size_t(omp_get_num_threads()), std::size_t(omp_get_thread_num()));
-            std::uint8_t* slot = aligned_slot(p, std::size_t(omp_get_thread_num()));
-            scalar_multiply(f, a, wt, n0, n1, out, reinterpret_cast<std::int8_t*>(slot),
-                            reinterpret_cast<float*>(slot + round_up(k, 64)));
-        }
-        return;
-    }
-    if (m <= kSplitMaxRows) {
-        prepare_split(isa, a, codes, 0, m, p.xe, p.xo, p.lane_corr);
-        for (std::size_t r = 0; r < m; ++r)
-            for (std::size_t lane = 0; lane < p.k_pad / 8; ++lane) {
-                const std::size_t b = std::min(lane * 8 / f.group, groups - 1);
-                p.lane_scale[r * (p.k_pad / 8) + lane] = lane * 8 < k ? p.scale[r * groups + b] : 0.0f;
-            }
-#pragma omp parallel num_threads(threads)
-        {
-            const auto [n0, n1] = part(n, std::size_t(omp_get_num_threads()), std::size_t(omp_get_thread_num()));
-            gemv_rows(isa, a, wt, n0, n1, out);
-        }
-        return;
-    }
-    const std::size_t panels = (n + kPanelRows - 1) / kPanelRows;
-#pragma omp parallel num_threads(threads)
-    {
-        const auto [r0, r1] = part(m, std::size_t(omp_get_num_threads()), std::size_t(omp_get_thread_num()));
-        prepare_rows(isa, a, codes, r0, r1, p.x8, p.corr);
-#pragma omp barrier
-        std::uint8_t* slot = aligned_slot(p, std::size_t(omp_get_thread_num()));
-#pragma omp for schedule(static)
-        for (std::size_t panel = 0; panel < panels; ++panel) {
-            pack_panel(isa, wt, panel * kPanelRows, slot);
-            panel_multiply(isa, a, slot, panel * kPanelRows, 0, m, out, n);
-        }
-    }
+    if (isa == Isa::Scalar) run_scalar(f, o, p, a_codes.data(), threads);
+    else if (m <= kSplitMaxRows) run_split(isa, o, p, a_codes.data(), threads);
+    else run_panels(isa, o, p, a_codes.data(), threads);
 }
 
 }  // namespace wush::runtime
