@@ -31,9 +31,20 @@ std::size_t panel_bytes(const formats::FormatSpec& f, std::size_t groups) {
     return checked_mul(groups, kPanelRows * (f.group + 4), "panel size");
 }
 
-// The doubled value of a 4-bit code: E2M1 2v in {0,..,12} with sign, INT4 2q + 1.
-std::int8_t doubled_value(wush_format format, std::uint8_t nibble) {
-    return std::int8_t(2.0f * formats::decode_element(format, nibble));
+// The doubled values of the 16 codes: E2M1 2v in {0,..,12} with sign, INT4 2q + 1.
+struct DoubledCodes {
+    std::int8_t value[16];
+    explicit DoubledCodes(wush_format format) {
+        for (int c = 0; c < 16; ++c) value[c] = std::int8_t(2.0f * formats::decode_element(format, std::uint8_t(c)));
+    }
+};
+
+// Unpacks n (even) packed elements into their doubled values.
+void unpack_doubled(const DoubledCodes& lut, const std::uint8_t* codes, std::size_t n, std::int8_t* out) {
+    for (std::size_t i = 0; i < n / 2; ++i) {
+        out[2 * i] = lut.value[codes[i] & 0x0F];
+        out[2 * i + 1] = lut.value[codes[i] >> 4];
+    }
 }
 
 // alpha = tensor_factor^2 / 4: the per-tensor factors of both operands and the two halvings of the
@@ -79,9 +90,8 @@ Plan carve(Carver& c, const formats::FormatSpec& f, std::size_t m, std::size_t k
 
 void scalar_prepare(const formats::FormatSpec& f, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
                     std::size_t k, std::int8_t* x8) {
-    for (std::size_t r = r0; r < r1; ++r)
-        for (std::size_t i = 0; i < k; ++i)
-            x8[r * k + i] = doubled_value(f.id, formats::get_nibble(codes + r * (k / 2), int(i)));
+    const DoubledCodes lut(f.id);
+    for (std::size_t r = r0; r < r1; ++r) unpack_doubled(lut, codes + r * (k / 2), k, x8 + r * k);
 }
 
 void store(const GemmOutput& out, std::size_t r, std::size_t n, float v) {
@@ -95,8 +105,9 @@ void store(const GemmOutput& out, std::size_t r, std::size_t n, float v) {
 void scalar_multiply(const formats::FormatSpec& f, const GemmActivations& a, const GemmWeights& w, std::size_t n0,
                      std::size_t n1, const GemmOutput& out, std::int8_t* row, float* row_scale) {
     const std::size_t k = w.k, groups = w.groups, g = f.group;
+    const DoubledCodes lut(f.id);
     for (std::size_t n = n0; n < n1; ++n) {
-        for (std::size_t i = 0; i < k; ++i) row[i] = doubled_value(f.id, formats::get_nibble(w.codes + n * (k / 2), int(i)));
+        unpack_doubled(lut, w.codes + n * (k / 2), k, row);
         for (std::size_t b = 0; b < groups; ++b)
             row_scale[b] = formats::decode_scale(f.id, w.scales + (n * groups + b) * f.scale_bytes);
         for (std::size_t r = 0; r < a.m; ++r) {
