@@ -637,8 +637,9 @@ WUSH_API wush_status wush_layer_loss(wush_context* ctx, const wush_transform* tr
  *
  * Thread safety: a transform and a qweight are only read, so one of each may serve any number of
  * threads at once, each with its own context and buffers; results do not depend on that. Calls
- * on one context are serialized. For a given context setting (ISA and thread count) the results
- * are deterministic. */
+ * on one context are serialized. Results are deterministic and do not depend on the thread count;
+ * the activation codes and scales do not depend on the ISA either (Y may differ between ISAs in
+ * the last bits, from the float32 summation order). docs/RUNTIME.md describes the kernels. */
 
 /* SIMD kernel sets of the CPU runtime, for WUSH_CONTEXT_CPU_ISA. Values are pinned. */
 typedef enum wush_cpu_isa {
@@ -682,6 +683,7 @@ WUSH_API wush_status wush_context_cpu_isa(const wush_context* ctx, wush_cpu_isa*
  *  and recompute in float64 the groups whose values lie within that bound of a rounding boundary,
  *  so every ISA writes the same bytes (differences are possible only where the float64 value
  *  itself lies within about 1e-15 relative of a boundary).
+ *  Memory: allocates d_in / G floats per call (wush_linear_forward allocates nothing).
  *  n_tokens == 0 is a valid no-op.
  *  @return WUSH_OK;
  *          WUSH_ERR_INVALID_ARGUMENT for bad handles, a bad dtype or format,
