@@ -4,6 +4,7 @@
 
 #include "calibration/calibrator.h"
 #include "eval/layer_loss.h"
+#include "runtime/activation_quantizer.h"
 #include "transforms/block_transform.h"
 #include "wush/wush.h"
 
@@ -13,8 +14,12 @@ struct wush_calibrator {
 };
 
 struct wush_transform {
-    explicit wush_transform(wush::BlockTransform t) : core(std::move(t)) {}
+    explicit wush_transform(wush::BlockTransform t)
+        : core(std::move(t)), runtime_use(wush::runtime::classify_matrices(core)) {}
     wush::BlockTransform core;
+    // How the CPU runtime reads the matrices (by their values, classified once: the runtime's
+    // per-call path then never rescans them).
+    wush::runtime::MatrixUse runtime_use;
 };
 
 struct wush_qweight {

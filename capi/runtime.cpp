@@ -101,8 +101,8 @@ WUSH_API wush_status wush_quantize_activations(wush_context* ctx, const wush_tra
         require_pointer(scales, "scales");
         require_size(codes_bytes, need.codes, "codes", "bytes");
         require_size(scales_bytes, need.scales, "scales", "bytes");
-        std::vector<float> scratch(rt::quantize_scratch_floats(t));
-        rt::quantize_activations(t, f, dtype, x, n_tokens, {static_cast<std::uint8_t*>(codes), need.codes},
+        std::vector<float> scratch(rt::quantize_scratch_floats(t, transform->runtime_use));
+        rt::quantize_activations(t, transform->runtime_use, f, dtype, x, n_tokens, {static_cast<std::uint8_t*>(codes), need.codes},
                                  {static_cast<std::uint8_t*>(scales), need.scales}, isa, scratch);
     });
 }
@@ -170,7 +170,7 @@ WUSH_API wush_status wush_linear_forward(wush_context* ctx, const wush_transform
         // The smallest workspace that works is the one for a single thread.
         require_size(workspace_bytes, rt::linear_forward_workspace_bytes(t, w, n_tokens, 1), "workspace", "bytes");
         require_pointer(workspace, "workspace");
-        rt::linear_forward(isa, t, w, x_dtype, x, n_tokens, y_dtype, y,
+        rt::linear_forward(isa, t, transform->runtime_use, w, x_dtype, x, n_tokens, y_dtype, y,
                            {static_cast<std::byte*>(workspace), workspace_bytes});
     });
 }

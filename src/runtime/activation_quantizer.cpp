@@ -17,17 +17,11 @@ namespace wush::runtime {
 
 namespace {
 
-// How the blocks' matrices are laid out for the kernels.
-enum class MatrixUse { None, Shared, PerBlock };
-
-MatrixUse matrix_use(const BlockTransform& t) {
-    // The identity needs no multiply; Hadamard blocks are all the same matrix, so the kernels read
-    // one G x G matrix (it stays in L1) instead of C of them.
-    switch (t.kind()) {
-        case TransformKind::Identity: return MatrixUse::None;
-        case TransformKind::Hadamard: return MatrixUse::Shared;
-        default: return MatrixUse::PerBlock;
-    }
+bool is_identity(const float* m, std::size_t g) {
+    for (std::size_t i = 0; i < g; ++i)
+        for (std::size_t j = 0; j < g; ++j)
+            if (m[i * g + j] != (i == j ? 1.0f : 0.0f)) return false;
+    return true;
 }
 
 // Below this much work a call stays on the calling thread: waking OpenMP workers costs more, and
@@ -69,8 +63,17 @@ private:
 
 }  // namespace
 
-std::size_t quantize_scratch_floats(const BlockTransform& transform) {
-    switch (matrix_use(transform)) {
+MatrixUse classify_matrices(const BlockTransform& transform) {
+    const std::size_t g = transform.group(), gg = g * g, blocks = transform.blocks();
+    const float* m = transform.activation_matrices().data();
+    bool shared = true;
+    for (std::size_t b = 1; b < blocks && shared; ++b) shared = std::equal(m, m + gg, m + b * gg);
+    if (!shared) return MatrixUse::PerBlock;
+    return is_identity(m, g) ? MatrixUse::None : MatrixUse::Shared;
+}
+
+std::size_t quantize_scratch_floats(const BlockTransform& transform, MatrixUse use) {
+    switch (use) {
         case MatrixUse::None: return 0;
         case MatrixUse::Shared: return 1;
         case MatrixUse::PerBlock: return transform.blocks();
@@ -88,9 +91,9 @@ struct Layout {
     std::size_t lanes, outer, inner, stride;
 };
 
-Layout plan(const BlockTransform& t, std::size_t n_tokens, Isa isa) {
+Layout plan(const BlockTransform& t, MatrixUse use, std::size_t n_tokens, Isa isa) {
     Layout l;
-    l.use = matrix_use(t);
+    l.use = use;
     l.lanes = tile_lanes(isa);
     l.by_block = n_tokens < by_block_below(isa);
     // Lanes = blocks tiles compute their bounds while they read the matrices (one pass, not two).
@@ -126,19 +129,19 @@ QuantTile tile_of(const Layout& l, const QuantTile& base, const BlockTransform& 
 
 }  // namespace
 
-void quantize_activations(const BlockTransform& transform, const formats::FormatSpec& format, wush_dtype dtype,
-                          const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
+void quantize_activations(const BlockTransform& transform, MatrixUse use, const formats::FormatSpec& format,
+                          wush_dtype dtype, const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
                           std::span<std::uint8_t> scales, Isa isa, std::span<float> scratch) {
     eval::require_matching_group(transform, format);
     const std::size_t d_in = transform.d_in(), g = transform.group();
     require(g == 16 || g == 32, "quantize_activations: the runtime supports groups of 16 and 32");
     const formats::PackedSizes need = formats::packed_sizes(format, n_tokens, d_in);
     require(codes.size() >= need.codes && scales.size() >= need.scales, "quantize_activations: buffers too small");
-    require(scratch.size() >= quantize_scratch_floats(transform), "quantize_activations: scratch too small");
+    require(scratch.size() >= quantize_scratch_floats(transform, use), "quantize_activations: scratch too small");
     dtype_size(dtype);  // validates
     if (n_tokens == 0) return;
 
-    const Layout l = plan(transform, n_tokens, isa);
+    const Layout l = plan(transform, use, n_tokens, isa);
     compute_norms(transform, l, isa, scratch);
     QuantTile base{};
     base.x = x;

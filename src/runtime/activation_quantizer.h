@@ -12,13 +12,24 @@
 
 namespace wush::runtime {
 
+// How the kernels read a transform's block matrices, decided by their values rather than by the
+// kind's name (a checkpoint may store any matrices under "identity" or "hadamard"):
+//   None      every block is exactly the identity: no multiply (x_b is quantized as it is);
+//   Shared    every block equals block 0: one G x G matrix, which stays in L1;
+//   PerBlock  otherwise.
+enum class MatrixUse { None, Shared, PerBlock };
+
+// One pass over the C G x G matrices; callers that reuse a transform keep the result.
+MatrixUse classify_matrices(const BlockTransform& transform);
+
 // Scratch floats quantize_activations needs (one row-norm bound per distinct block matrix).
-std::size_t quantize_scratch_floats(const BlockTransform& transform);
+std::size_t quantize_scratch_floats(const BlockTransform& transform, MatrixUse use);
 
 // Transforms each token's block slices x_b -> T_b x_b and quantizes them in `format` (whose G must
-// be the transform's) into codes / scales laid out as wush_quantize_rows does. `x` is n_tokens x
-// d_in of `dtype`; buffers are sized by formats::packed_sizes; `scratch` holds at least
-// quantize_scratch_floats() floats. Runs on the calling thread's OpenMP threads.
+// be the transform's) into codes / scales laid out as wush_quantize_rows does. `use` is
+// classify_matrices(transform). `x` is n_tokens x d_in of `dtype`; buffers are sized by
+// formats::packed_sizes; `scratch` holds at least quantize_scratch_floats() floats. Runs on the
+// calling thread's OpenMP threads.
 //
 // The result equals the float64 definition (exact_quantizer.h) on every ISA: the SIMD kernels
 // work in float32, bound their rounding error, and recompute in float64 every group whose value
@@ -26,8 +37,8 @@ std::size_t quantize_scratch_floats(const BlockTransform& transform);
 //
 // Throws NON_FINITE (naming the first row and column) if `x` holds NaN/Inf; the buffers' contents
 // are unspecified then.
-void quantize_activations(const BlockTransform& transform, const formats::FormatSpec& format, wush_dtype dtype,
-                          const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
+void quantize_activations(const BlockTransform& transform, MatrixUse use, const formats::FormatSpec& format,
+                          wush_dtype dtype, const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
                           std::span<std::uint8_t> scales, Isa isa, std::span<float> scratch);
 
 }  // namespace wush::runtime

@@ -24,7 +24,7 @@ struct Pieces {
 Pieces carve(Carver& c, const BlockTransform& t, const formats::FormatSpec& f, std::size_t n_tokens) {
     Pieces p;
     p.sizes = formats::packed_sizes(f, n_tokens, t.d_in());
-    p.norm_count = quantize_scratch_floats(t);
+    p.norm_count = quantize_scratch_floats(t, MatrixUse::PerBlock);  // the most any call needs
     p.codes = c.take<std::uint8_t>(p.sizes.codes);
     p.scales = c.take<std::uint8_t>(p.sizes.scales);
     p.norms = c.take<float>(p.norm_count);
@@ -53,14 +53,15 @@ std::size_t linear_forward_workspace_bytes(const BlockTransform& transform, cons
     return measure.used();
 }
 
-void linear_forward(Isa isa, const BlockTransform& transform, const formats::PackedMatrix& weights, wush_dtype x_dtype,
-                    const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y, std::span<std::byte> workspace) {
+void linear_forward(Isa isa, const BlockTransform& transform, MatrixUse use, const formats::PackedMatrix& weights,
+                    wush_dtype x_dtype, const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y,
+                    std::span<std::byte> workspace) {
     require_layer(transform, weights);
     const formats::FormatSpec& f = formats::spec(weights.format);
     Carver carver(workspace.data(), workspace.size());
     const Pieces p = carve(carver, transform, f, n_tokens);
     const std::span<std::uint8_t> codes(p.codes, p.sizes.codes), scales(p.scales, p.sizes.scales);
-    quantize_activations(transform, f, x_dtype, x, n_tokens, codes, scales, isa, {p.norms, p.norm_count});
+    quantize_activations(transform, use, f, x_dtype, x, n_tokens, codes, scales, isa, {p.norms, p.norm_count});
     const std::size_t rest = carver.left();
     std::byte* gemm_space = carver.take<std::byte>(rest > 63 ? rest - 63 : 0);
     gemm(isa, weights, codes, scales, n_tokens, y_dtype, y, {gemm_space, rest > 63 ? rest - 63 : 0});

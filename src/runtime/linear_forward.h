@@ -7,6 +7,7 @@
 #include <span>
 
 #include "formats/packed_matrix.h"
+#include "runtime/activation_quantizer.h"
 #include "runtime/cpu_isa.h"
 #include "transforms/block_transform.h"
 #include "wush/wush.h"
@@ -21,9 +22,10 @@ void require_layer(const BlockTransform& transform, const formats::PackedMatrix&
 std::size_t linear_forward_workspace_bytes(const BlockTransform& transform, const formats::PackedMatrix& weights,
                                            std::size_t n_tokens, std::size_t threads);
 
-// y (n_tokens x d_out, `y_dtype` F32 or BF16) for the activations x (n_tokens x d_in, `x_dtype`).
-// Throws NON_FINITE (y unspecified) for NaN/Inf in x.
-void linear_forward(Isa isa, const BlockTransform& transform, const formats::PackedMatrix& weights, wush_dtype x_dtype,
-                    const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y, std::span<std::byte> workspace);
+// y (n_tokens x d_out, `y_dtype` F32 or BF16) for the activations x (n_tokens x d_in, `x_dtype`);
+// `use` is classify_matrices(transform). Throws NON_FINITE (y untouched) for NaN/Inf in x.
+void linear_forward(Isa isa, const BlockTransform& transform, MatrixUse use, const formats::PackedMatrix& weights,
+                    wush_dtype x_dtype, const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y,
+                    std::span<std::byte> workspace);
 
 }  // namespace wush::runtime

@@ -33,11 +33,12 @@ double runtime_layer_loss(Isa isa, const BlockTransform& transform, const format
         linear_forward_workspace_bytes(transform, q, tile, std::size_t(omp_get_max_threads())));
     std::vector<float> yq(tile * d_out);
     std::vector<double> xd(tile * d_in), y(tile * d_out);
+    const MatrixUse use = classify_matrices(transform);
     double sum_sq = 0.0;
     for (std::size_t t0 = 0; t0 < n_tokens; t0 += tile) {
         const std::size_t rows = std::min(tile, n_tokens - t0);
         const float* xt = x.data() + t0 * d_in;
-        linear_forward(isa, transform, q, WUSH_DTYPE_F32, xt, rows, WUSH_DTYPE_F32, yq.data(), workspace);
+        linear_forward(isa, transform, use, q, WUSH_DTYPE_F32, xt, rows, WUSH_DTYPE_F32, yq.data(), workspace);
         std::copy(xt, xt + rows * d_in, xd.begin());
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(d_out), int(d_in), 1.0, xd.data(), int(d_in),
                     wd.data(), int(d_in), 0.0, y.data(), int(d_out));

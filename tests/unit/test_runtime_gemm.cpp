@@ -228,11 +228,12 @@ TEST_P(GemmOnIsa, LinearForwardIsQuantizeThenGemmInItsWorkspace) {
             // A workspace for one thread, used by a multi-threaded call.
             std::vector<std::byte> ws(runtime::linear_forward_workspace_bytes(t, q, n, 1));
             std::vector<float> y(n * l.d_out);
-            runtime::linear_forward(isa, t, q, WUSH_DTYPE_F32, l.x.data(), n, WUSH_DTYPE_F32, y.data(), ws);
+            const runtime::MatrixUse use = runtime::classify_matrices(t);
+            runtime::linear_forward(isa, t, use, q, WUSH_DTYPE_F32, l.x.data(), n, WUSH_DTYPE_F32, y.data(), ws);
             const formats::PackedSizes sz = formats::packed_sizes(f, n, l.d_in);
             Packed a{std::vector<std::uint8_t>(sz.codes), std::vector<std::uint8_t>(sz.scales)};
-            std::vector<float> scratch(runtime::quantize_scratch_floats(t));
-            runtime::quantize_activations(t, f, WUSH_DTYPE_F32, l.x.data(), n, a.codes, a.scales, isa, scratch);
+            std::vector<float> scratch(runtime::quantize_scratch_floats(t, use));
+            runtime::quantize_activations(t, use, f, WUSH_DTYPE_F32, l.x.data(), n, a.codes, a.scales, isa, scratch);
             EXPECT_EQ(y, run_gemm(isa, q, a, n, WUSH_DTYPE_F32)) << f.name << " n=" << n;
         }
     }

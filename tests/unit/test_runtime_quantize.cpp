@@ -6,6 +6,7 @@
 // the same bytes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -121,7 +122,9 @@ Tally compare(const BlockTransform& t, wush_format format, const std::vector<flo
     const std::size_t g = t.group(), blocks = t.blocks();
     const std::size_t sbytes = format == WUSH_FORMAT_INT4 ? 2 : 1;
     const auto m = t.activation_matrices();
-    const bool identity = t.kind() == TransformKind::Identity;
+    // "Identity skips the multiply" (a -0.0 keeps its sign) holds when every block IS the identity.
+    bool identity = true;
+    for (std::size_t e = 0; e < m.size(); ++e) identity = identity && m[e] == ((e / g) % g == e % g ? 1.0f : 0.0f);
     auto fail = [&](const std::string& what) {
         if (tally.failures++ == 0) tally.first_failure = what;
     };
@@ -167,8 +170,9 @@ struct Output {
 Output run(Isa isa, const BlockTransform& t, const formats::FormatSpec& f, wush_dtype dtype, const Input& in, std::size_t n) {
     const formats::PackedSizes sizes = formats::packed_sizes(f, n, kDin);
     Output out{std::vector<std::uint8_t>(sizes.codes, 0xAA), std::vector<std::uint8_t>(sizes.scales, 0xAA)};
-    std::vector<float> scratch(runtime::quantize_scratch_floats(t));
-    runtime::quantize_activations(t, f, dtype, in.bytes.data(), n, out.codes, out.scales, isa, scratch);
+    const runtime::MatrixUse use = runtime::classify_matrices(t);
+    std::vector<float> scratch(runtime::quantize_scratch_floats(t, use));
+    runtime::quantize_activations(t, use, f, dtype, in.bytes.data(), n, out.codes, out.scales, isa, scratch);
     return out;
 }
 
@@ -220,6 +224,35 @@ TEST_P(QuantizeOnIsa, FewTokensMatchFloat64Reference) {
                     const Tally tally = compare(t, format, in.values, n, out.codes, out.scales);
                     EXPECT_EQ(tally.failures, 0u) << f.name << " " << transform_kind_name(kind) << " tokens " << first
                                                   << "+" << n << ": " << tally.first_failure;
+                }
+            }
+        }
+    }
+}
+
+TEST_P(QuantizeOnIsa, MatricesDecideNotTheKindsName) {
+    // A checkpoint may store any matrices under "identity" or "hadamard": the runtime must use them.
+    const Isa isa = GetParam();
+    const std::vector<float> x = make_activations(20, 6);
+    const std::size_t n = x.size() / kDin;
+    for (wush_format format : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4}) {
+        const formats::FormatSpec& f = formats::spec(format);
+        const std::size_t g = f.group, blocks = kDin / g;
+        const BlockTransform random = make_transform(TransformKind::Random, g);
+        const auto r = random.activation_matrices();
+        for (TransformKind label : {TransformKind::Identity, TransformKind::Hadamard}) {
+            // Block 0 is the identity, the others random rotations; then all blocks the same rotation.
+            std::vector<float> mixed(r.begin(), r.end()), same(r.size());
+            for (std::size_t e = 0; e < g * g; ++e) mixed[e] = e / g == e % g ? 1.0f : 0.0f;
+            for (std::size_t b = 0; b < blocks; ++b) std::copy(r.begin() + g * g, r.begin() + 2 * g * g, same.begin() + b * g * g);
+            for (const std::vector<float>* mats : {&mixed, &same}) {
+                const BlockTransform t(kDin, g, label, *mats);
+                EXPECT_EQ(runtime::classify_matrices(t), mats == &mixed ? runtime::MatrixUse::PerBlock : runtime::MatrixUse::Shared);
+                const Input in = as_dtype(x, WUSH_DTYPE_F32);
+                for (std::size_t tokens : {std::size_t(1), n}) {  // lanes = blocks, then lanes = tokens
+                    const Output out = run(isa, t, f, WUSH_DTYPE_F32, in, tokens);
+                    const Tally tally = compare(t, format, in.values, tokens, out.codes, out.scales);
+                    EXPECT_EQ(tally.failures, 0u) << f.name << " labelled " << transform_kind_name(label) << ": " << tally.first_failure;
                 }
             }
         }
