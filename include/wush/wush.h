@@ -670,8 +670,9 @@ WUSH_API wush_status wush_context_cpu_isa(const wush_context* ctx, wush_cpu_isa*
 /*! wush_quantize_activations() :
  *  Transforms and quantizes activations in one pass: for every token (row of `x`) and block b,
  *  the block slice x_b (G values) becomes T_wush,b x_b, which is quantized in `format` with the
- *  rules of wush_format. The identity transform skips the multiply; a Hadamard transform reads its
- *  one shared matrix.
+ *  rules of wush_format. A transform whose blocks are all the identity skips the multiply (a -0.0
+ *  input keeps its sign, as in wush_quantize_rows); one whose blocks are all equal (Hadamard)
+ *  reads that one matrix. Both are decided by the matrices' values, once per transform.
  *  @param transform    the layer's transform (its G must be the format's group size).
  *  @param format       the block format (the qweight's format, for a later wush_gemm).
  *  @param dtype, x     n_tokens x d_in row-major activations (F32, F16 or BF16).
