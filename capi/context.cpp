@@ -6,7 +6,7 @@
 #include <omp.h>
 
 #include "guard.h"
-#include "runtime/cpu_isa.h"
+#include "cpu/cpu_isa.h"
 #ifdef WUSH_HAVE_CUDA
 #include "runtime.h"  // cuda/
 #endif

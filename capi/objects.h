@@ -4,7 +4,7 @@
 
 #include "calibration/calibrator.h"
 #include "eval/layer_loss.h"
-#include "runtime/activation_quantizer.h"
+#include "cpu/activation_quantizer.h"
 #include "transforms/block_transform.h"
 #include "wush/wush.h"
 

@@ -1,5 +1,5 @@
 // The CPU runtime's C API: fused transform + quantization, the W4A4 GEMM, the linear forward and
-// its workspace, the runtime loss, ISA queries (src/runtime). Argument checks only; no numerics.
+// its workspace, the runtime loss, ISA queries (src/cpu). Argument checks only; no numerics.
 #include <omp.h>
 
 #include <memory>
@@ -12,11 +12,11 @@
 #include "dense_input.h"
 #include "guard.h"
 #include "objects.h"
-#include "runtime/activation_quantizer.h"
-#include "runtime/cpu_isa.h"
-#include "runtime/gemm.h"
-#include "runtime/linear_forward.h"
-#include "runtime/runtime_loss.h"
+#include "cpu/activation_quantizer.h"
+#include "cpu/cpu_isa.h"
+#include "cpu/gemm.h"
+#include "cpu/linear_forward.h"
+#include "cpu/runtime_loss.h"
 
 using namespace wush::capi;
 namespace rt = wush::runtime;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that a built libwush runs on any x86-64 CPU: AVX2 instructions (ymm registers) may appear
 # only in the AVX2 and AVX-512 kernel functions (namespaces wush::runtime::avx2 / ::avx512, and the
-# per-file static helpers of src/runtime/transpose_avx*.h), and AVX-512 ones (zmm or mask
+# per-file static helpers of src/cpu/transpose_avx*.h), and AVX-512 ones (zmm or mask
 # registers, ymm16-31) only in the AVX-512 kernels. A violation means code compiled with a kernel
 # file's target flags leaked into code that runs before the ISA check (kernels.h explains how).
 #

@@ -1,4 +1,4 @@
-// The W4A4 GEMM, the linear forward and the runtime loss (src/runtime) against float64
+// The W4A4 GEMM, the linear forward and the runtime loss (src/cpu) against float64
 // references written here: random packed operands are decoded with runtime_reference.h and
 // multiplied in float64; the result must agree within 1e-5 relative in Frobenius norm for every
 // shape class (m = 1, tails of m, n and k that are not multiples of the kernels' tiles), on every
@@ -16,11 +16,11 @@
 #include "common/error.h"
 #include "eval/layer_loss.h"
 #include "formats/block_format.h"
-#include "runtime/activation_quantizer.h"
-#include "runtime/cpu_isa.h"
-#include "runtime/gemm.h"
-#include "runtime/linear_forward.h"
-#include "runtime/runtime_loss.h"
+#include "cpu/activation_quantizer.h"
+#include "cpu/cpu_isa.h"
+#include "cpu/gemm.h"
+#include "cpu/linear_forward.h"
+#include "cpu/runtime_loss.h"
 #include "runtime_reference.h"
 #include "transforms/block_transform.h"
 

@@ -1,4 +1,4 @@
-// The fused transform + quantization (src/runtime/activation_quantizer.h) against the float64
+// The fused transform + quantization (src/cpu/activation_quantizer.h) against the float64
 // reference of runtime_reference.h (transform in float64, then the format's rules), on every
 // ISA the CPU has, every format, every transform kind and every input dtype. A code or scale may
 // differ only where the reference value lies within a relative 1e-6 of a rounding boundary; the
@@ -17,8 +17,8 @@
 #include "calibration/calibrator.h"
 #include "common/error.h"
 #include "formats/block_format.h"
-#include "runtime/activation_quantizer.h"
-#include "runtime/cpu_isa.h"
+#include "cpu/activation_quantizer.h"
+#include "cpu/cpu_isa.h"
 #include "runtime_reference.h"
 #include "transforms/block_transform.h"
 

@@ -7,7 +7,7 @@
 #include <span>
 
 #include "formats/packed_matrix.h"
-#include "runtime/cpu_isa.h"
+#include "cpu/cpu_isa.h"
 #include "transforms/block_transform.h"
 
 namespace wush::runtime {

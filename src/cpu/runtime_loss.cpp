@@ -1,4 +1,4 @@
-#include "runtime/runtime_loss.h"
+#include "cpu/runtime_loss.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -9,7 +9,7 @@
 
 #include "common/checked_math.h"
 #include "common/error.h"
-#include "runtime/linear_forward.h"
+#include "cpu/linear_forward.h"
 
 namespace wush::runtime {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "runtime/kernels.h"
+#include "cpu/kernels.h"
 #include "wush/wush.h"
 
 namespace wush::runtime {

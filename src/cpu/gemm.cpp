@@ -1,4 +1,4 @@
-#include "runtime/gemm.h"
+#include "cpu/gemm.h"
 
 #include <omp.h>
 
@@ -10,8 +10,8 @@
 #include "common/error.h"
 #include "common/float_bits.h"
 #include "formats/group_quantizer.h"
-#include "runtime/kernels.h"
-#include "runtime/workspace.h"
+#include "cpu/kernels.h"
+#include "cpu/workspace.h"
 
 namespace wush::runtime {
 

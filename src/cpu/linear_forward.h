@@ -7,8 +7,8 @@
 #include <span>
 
 #include "formats/packed_matrix.h"
-#include "runtime/activation_quantizer.h"
-#include "runtime/cpu_isa.h"
+#include "cpu/activation_quantizer.h"
+#include "cpu/cpu_isa.h"
 #include "transforms/block_transform.h"
 #include "wush/wush.h"
 

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "runtime/kernels.h"
-#include "runtime/transpose_avx2.h"
+#include "cpu/kernels.h"
+#include "cpu/transpose_avx2.h"
 
 namespace wush::runtime::avx2 {
 

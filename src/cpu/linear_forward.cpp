@@ -1,12 +1,12 @@
-#include "runtime/linear_forward.h"
+#include "cpu/linear_forward.h"
 
 #include <string>
 
 #include "common/error.h"
 #include "eval/layer_loss.h"
-#include "runtime/activation_quantizer.h"
-#include "runtime/gemm.h"
-#include "runtime/workspace.h"
+#include "cpu/activation_quantizer.h"
+#include "cpu/gemm.h"
+#include "cpu/workspace.h"
 
 namespace wush::runtime {
 

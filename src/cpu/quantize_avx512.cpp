@@ -23,9 +23,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "runtime/kernels.h"
-#include "runtime/transpose_avx2.h"
-#include "runtime/transpose_avx512.h"
+#include "cpu/kernels.h"
+#include "cpu/transpose_avx2.h"
+#include "cpu/transpose_avx512.h"
 
 namespace wush::runtime::avx512 {
 

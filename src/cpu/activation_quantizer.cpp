@@ -1,4 +1,4 @@
-#include "runtime/activation_quantizer.h"
+#include "cpu/activation_quantizer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,8 +10,8 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "eval/layer_loss.h"
-#include "runtime/exact_quantizer.h"
-#include "runtime/kernels.h"
+#include "cpu/exact_quantizer.h"
+#include "cpu/kernels.h"
 
 namespace wush::runtime {
 

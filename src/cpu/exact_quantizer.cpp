@@ -1,4 +1,4 @@
-#include "runtime/exact_quantizer.h"
+#include "cpu/exact_quantizer.h"
 
 #include <algorithm>
 #include <cmath>

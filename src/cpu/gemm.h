@@ -8,7 +8,7 @@
 
 #include "formats/block_format.h"
 #include "formats/packed_matrix.h"
-#include "runtime/cpu_isa.h"
+#include "cpu/cpu_isa.h"
 #include "wush/wush.h"
 
 namespace wush::runtime {

@@ -1,4 +1,4 @@
-#include "runtime/cpu_isa.h"
+#include "cpu/cpu_isa.h"
 
 #include <string>
 
