@@ -11,13 +11,6 @@ namespace fmt = wush::formats;
 
 namespace {
 
-// Throws BUFFER_TOO_SMALL naming the buffer when `have` < `need`.
-void require_size(std::size_t have, std::size_t need, const char* name, const char* unit) {
-    if (have < need)
-        wush::fail(WUSH_ERR_BUFFER_TOO_SMALL, std::string(name) + " holds " + std::to_string(have) + " " + unit +
-                                                  ", " + std::to_string(need) + " are needed");
-}
-
 }  // namespace
 
 extern "C" {

@@ -2,8 +2,10 @@
 // any exception into a wush_status and a thread-local message. Nothing crosses the C boundary.
 #pragma once
 
+#include <cstddef>
 #include <exception>
 #include <new>
+#include <string>
 
 #include "common/error.h"
 #include "last_error.h"
@@ -32,6 +34,13 @@ wush_status guarded(const char* function, Body&& body) noexcept {
 }
 
 // Throws INVALID_ARGUMENT naming `name` when a required pointer is NULL.
+// Throws BUFFER_TOO_SMALL naming the buffer when `have` < `need` (counted in `unit`s).
+inline void require_size(std::size_t have, std::size_t need, const char* name, const char* unit) {
+    if (have < need)
+        wush::fail(WUSH_ERR_BUFFER_TOO_SMALL, std::string(name) + " holds " + std::to_string(have) + " " + unit +
+                                                  ", " + std::to_string(need) + " are needed");
+}
+
 inline void require_pointer(const void* p, const char* name) {
     if (p == nullptr) fail(WUSH_ERR_INVALID_ARGUMENT, std::string(name) + " is NULL");
 }

@@ -24,13 +24,6 @@ namespace fmt = wush::formats;
 
 namespace {
 
-// Throws BUFFER_TOO_SMALL naming the buffer when `have` < `need`.
-void require_size(std::size_t have, std::size_t need, const char* name, const char* unit) {
-    if (have < need)
-        wush::fail(WUSH_ERR_BUFFER_TOO_SMALL, std::string(name) + " holds " + std::to_string(have) + " " + unit +
-                                                  ", " + std::to_string(need) + " are needed");
-}
-
 // The ISA of a CPU context's runtime calls; the CUDA runtime is not part of this path.
 rt::Isa cpu_isa(const wush_context& ctx) {
     if (ctx.backend != WUSH_BACKEND_CPU)

@@ -11,9 +11,18 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/cpu_isa.h"
 #include "wush/wush.h"
 
 namespace wush::test {
+
+// The kernel sets this CPU can run (the scalar path always).
+inline std::vector<runtime::Isa> supported_isas() {
+    std::vector<runtime::Isa> out;
+    for (runtime::Isa isa : {runtime::Isa::Scalar, runtime::Isa::Avx2, runtime::Isa::Avx512Vnni})
+        if (runtime::isa_supported(isa)) out.push_back(isa);
+    return out;
+}
 
 constexpr double kE2M1[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
 // Midpoints between neighbouring E2M1 magnitudes: the rounding boundaries.

@@ -28,13 +28,7 @@ namespace wush {
 namespace {
 
 using runtime::Isa;
-
-std::vector<Isa> supported_isas() {
-    std::vector<Isa> out;
-    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni})
-        if (runtime::isa_supported(isa)) out.push_back(isa);
-    return out;
-}
+using test::supported_isas;
 
 struct Packed {
     std::vector<std::uint8_t> codes, scales;

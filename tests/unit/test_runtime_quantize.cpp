@@ -26,13 +26,7 @@ namespace wush {
 namespace {
 
 using runtime::Isa;
-
-std::vector<Isa> supported_isas() {
-    std::vector<Isa> out;
-    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni})
-        if (runtime::isa_supported(isa)) out.push_back(isa);
-    return out;
-}
+using test::supported_isas;
 
 constexpr std::size_t kDin = 256;
 
