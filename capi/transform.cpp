@@ -69,12 +69,6 @@ wush_transform* publish(wush::BlockTransform t, const wush_options& o) {
     return h.release();
 }
 
-void require_count(std::size_t have, std::size_t need, const char* name) {
-    if (have < need)
-        wush::fail(WUSH_ERR_BUFFER_TOO_SMALL, std::string(name) + " holds " + std::to_string(have) + " elements, " +
-                                                  std::to_string(need) + " are needed");
-}
-
 const char* const kKindNames[] = {"i", "h", "r", "wus", "wush"};
 const char* const kKindLongNames[] = {"identity", "hadamard", "random", "wus", "wush"};
 
@@ -156,7 +150,7 @@ WUSH_API wush_status wush_transform_matrices(const wush_transform* transform, fl
         require_handle(transform, HandleType::Transform, "transform");
         require_pointer(out, "out");
         const auto m = transform->core.activation_matrices();
-        require_count(count, m.size(), "out");
+        require_size(count, m.size(), "out", "elements");
         std::copy(m.begin(), m.end(), out);
     });
 }
@@ -177,7 +171,7 @@ WUSH_API wush_status wush_transform_singular_values(const wush_transform* transf
         require_handle(transform, HandleType::Transform, "transform");
         require_pointer(out, "out");
         const std::size_t n = transform->core.d_in();
-        require_count(count, n, "out");
+        require_size(count, n, "out", "elements");
         const auto& s = transform->core.stats().singular_values;
         std::fill_n(out, n, 0.0);
         std::copy_n(s.begin(), std::min(n, s.size()), out);

@@ -48,15 +48,19 @@ struct Factor {
 };
 
 Factor factor_with_escalation(const Calibrator& hessian, double damping) {
-    Matrix h = hessian.full_second_moment();
     const std::size_t n = hessian.d_in();
-    double tr = 0.0;
-    for (std::size_t i = 0; i < n; ++i) tr += h[i * n + i];
-    if (!(tr > 0.0) || !std::isfinite(tr))
-        fail(WUSH_ERR_NUMERICAL, "GPTQ: the Hessian X^T X / n is zero or not finite (all calibration activations zero?)");
     double lambda = damping;
     for (int attempt = 0; attempt <= kDampingEscalations; ++attempt) {
-        Matrix u = inverse_hessian_factor(h, n, lambda);
+        // Fetched again per attempt (the factorization works in place): one d_in^2 matrix at a time.
+        Matrix h = hessian.full_second_moment();
+        if (attempt == 0) {
+            double tr = 0.0;
+            for (std::size_t i = 0; i < n; ++i) tr += h[i * n + i];
+            if (!(tr > 0.0) || !std::isfinite(tr))
+                fail(WUSH_ERR_NUMERICAL,
+                     "GPTQ: the Hessian X^T X / n is zero or not finite (all calibration activations zero?)");
+        }
+        Matrix u = inverse_hessian_factor(std::move(h), n, lambda);
         if (!u.empty()) return {std::move(u), lambda};
         lambda = (lambda > 0.0 ? lambda : 1e-6) * kDampingStep;
     }
@@ -161,13 +165,9 @@ private:
         if (m_x_.empty()) {
             std::copy_n(fixed_.begin() + b * gg, gg, t_act);
         } else {
-            Matrix m_w(gg, 0.0);  // W_i^T W_i / d_out of the updated weights
-            cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, int(g_), int(d_out_), 1.0 / double(d_out_), wi.data(),
-                        int(g_), 0.0, m_w.data(), int(g_));
-            for (std::size_t i = 0; i < g_; ++i)
-                for (std::size_t j = 0; j < i; ++j) m_w[i * g_ + j] = m_w[j * g_ + i];
-            const BlockSolution s =
-                solve_block(opt_.kind, m_w, std::span<const double>(m_x_).subspan(b * gg, gg), g_, opt_.damping);
+            // M_W from the updated weights.
+            const BlockSolution s = solve_block(opt_.kind, slice_second_moment(wi, d_out_, g_),
+                                                std::span<const double>(m_x_).subspan(b * gg, gg), g_, opt_.damping);
             std::transform(s.t_act.begin(), s.t_act.end(), t_act, [](double v) { return float(v); });
             std::copy(s.singular_values.begin(), s.singular_values.end(), out_.stats.singular_values.begin() + b * g_);
             if (s.fell_back) out_.stats.fallback_blocks.push_back(b);

@@ -39,7 +39,7 @@ struct Result {
 // the calibrator's G. `options.damping` is both Algorithm 1's lambda and the Hessian's; when the
 // damped Hessian is not positive definite the Hessian damping is raised tenfold up to 3 times, then
 // NUMERICAL. `transform_dtype` rounds the activation transforms as BlockTransform::rounded_to.
-// Memory: two d_in x d_in float64 matrices plus the d_out x d_in float64 weight.
+// Memory besides the calibrator: one d_in x d_in float64 matrix plus the d_out x d_in float64 weight.
 Result quantize(const TransformOptions& options, wush_dtype transform_dtype, const formats::FormatSpec& format,
                 const Calibrator& hessian, std::span<const float> weight, std::size_t d_out,
                 Progress* progress = nullptr);

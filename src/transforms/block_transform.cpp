@@ -161,6 +161,11 @@ std::vector<double> weight_second_moment(std::span<const float> w, std::size_t d
     std::vector<double> slice(d_out * g);
     for (std::size_t r = 0; r < d_out; ++r)
         for (std::size_t j = 0; j < g; ++j) slice[r * g + j] = w[r * d_in + block * g + j];
+    return slice_second_moment(slice, d_out, g);
+}
+
+std::vector<double> slice_second_moment(std::span<const double> slice, std::size_t d_out, std::size_t g) {
+    require(d_out > 0 && slice.size() == checked_mul(d_out, g, "slice size"), "slice_second_moment: bad slice");
     std::vector<double> m(g * g, 0.0);
     cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, int(g), int(d_out), 1.0 / double(d_out), slice.data(), int(g),
                 0.0, m.data(), int(g));

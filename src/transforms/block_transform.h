@@ -54,6 +54,9 @@ struct BlockSolution {
 BlockSolution solve_block(TransformKind kind, std::span<const double> m_w, std::span<const double> m_x,
                           std::size_t g, double damping);
 
+// S^T S / d_out of a d_out x G row-major float64 slice S (G x G row-major, both triangles).
+std::vector<double> slice_second_moment(std::span<const double> slice, std::size_t d_out, std::size_t g);
+
 // M_W of block b: W_b^T W_b / d_out with W_b the d_out x G column slice of the framework weight
 // (= the paper's W_i W_i^T / d_out). G x G row-major float64.
 std::vector<double> weight_second_moment(std::span<const float> w, std::size_t d_out, std::size_t d_in,
