@@ -1,0 +1,53 @@
+// The W4A4 GEMM kernels of the CUDA backend and how the backend picks one (cuda/gemm_*.cu).
+//
+// Operands are in device memory, in the packed layouts of wush_quantize_rows: codes row-major,
+// k/2 bytes per row (element 2j in the low nibble of byte j), group scales row-major, k/G scales
+// per row of format_scale_bytes each (E8M0 / E4M3 bytes, or little-endian BF16 for INT4).
+//   Y (m x n, row-major, F32 or BF16) = alpha * sum_groups sa * sw * <a_group, w_group>
+// where alpha is the product of both operands' per-tensor factors (1/9 MXFP4, 1/100 NVFP4,
+// 1 INT4 and MXFP4_OCP) and the element values are E2M1 values or INT4 midrise levels q + 0.5.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "wush/wush.h"
+
+namespace wush::cuda {
+
+struct GemmArgs {
+    wush_format format = WUSH_FORMAT_MXFP4;
+    int group = 32;                      // G: 32 (MXFP4, MXFP4_OCP, INT4) or 16 (NVFP4)
+    std::size_t m = 0, n = 0, k = 0;     // k = d_in (a multiple of G), n = d_out
+    const std::uint8_t* a_codes = nullptr;  // m x k/2
+    const std::uint8_t* a_scales = nullptr; // m x k/G x scale bytes
+    const std::uint8_t* w_codes = nullptr;  // n x k/2
+    const std::uint8_t* w_scales = nullptr; // n x k/G x scale bytes
+    float alpha = 1.0f;
+    void* y = nullptr;                   // m x n
+    wush_dtype y_dtype = WUSH_DTYPE_F32; // F32 or BF16
+    void* workspace = nullptr;           // device scratch of workspace_bytes (split-K partials, ...)
+    std::size_t workspace_bytes = 0;
+};
+
+// Which kernel serves a product (pick_gemm), so tests and benchmarks can force each one.
+enum class GemmKernel { Reference, Decode, Prefill, BlockScaledLt };
+
+// Device scratch a kernel needs for (m, n, k) in `format`; 0 when none.
+std::size_t gemm_workspace_bytes(GemmKernel kernel, wush_format format, std::size_t m, std::size_t n, std::size_t k);
+
+// Whether `kernel` can run this product on a device of compute capability `sm` (e.g. 90, 80, 100).
+bool gemm_supported(GemmKernel kernel, const GemmArgs& args, int sm);
+
+// The kernel wush_linear_forward uses: Decode for small m, Prefill for large m where the
+// architecture has it, BlockScaledLt on sm_100/sm_120 for MXFP4/NVFP4, else Reference.
+GemmKernel pick_gemm(const GemmArgs& args, int sm);
+
+// Enqueues the product on `stream`: no host synchronization, no allocation (graph-capturable).
+// Throws wush::Error(CUDA) if a launch fails, UNSUPPORTED if !gemm_supported().
+void launch_decode_gemm(const GemmArgs& args, cudaStream_t stream);
+void launch_prefill_gemm(const GemmArgs& args, cudaStream_t stream);
+
+}  // namespace wush::cuda
