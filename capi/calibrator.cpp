@@ -50,7 +50,7 @@ WUSH_API wush_status wush_calibrator_add(wush_context* ctx, wush_calibrator* cal
         ContextUse use(ctx, "ctx");
         require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(x, "x");
-        calibrator->core.add(dtype, x, n_tokens);
+        use.backend().calibrate(calibrator->core, dtype, x, n_tokens, use.host());
     });
 }
 

@@ -1,5 +1,6 @@
 #include "context.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -7,9 +8,6 @@
 
 #include "guard.h"
 #include "cpu/cpu_isa.h"
-#ifdef WUSH_HAVE_CUDA
-#include "runtime.h"  // cuda/
-#endif
 
 namespace wush::capi {
 
@@ -17,32 +15,17 @@ ContextUse::ContextUse(wush_context* ctx, const char* arg) : ctx_(ctx) {
     require_handle(ctx, HandleType::Context, arg);
     lock_ = std::unique_lock(ctx->mutex);
     saved_threads_ = omp_get_max_threads();
-    if (ctx->num_threads > 0) omp_set_num_threads(int(ctx->num_threads));
+    // More threads than processors never helps these kernels, and asking libgomp for thousands
+    // can fail to create them (which ends the process): the setting is clamped here.
+    if (ctx->num_threads > 0) omp_set_num_threads(int(std::min<std::int64_t>(ctx->num_threads, omp_get_num_procs())));
 }
 
 ContextUse::~ContextUse() { omp_set_num_threads(saved_threads_); }
 
-namespace {
-
-void check_device(wush_backend backend, int device) {
-    if (backend == WUSH_BACKEND_CPU) {
-        if (device != 0) fail(WUSH_ERR_INVALID_ARGUMENT, "a CPU context takes device 0, got " + std::to_string(device));
-        return;
-    }
-    if (backend != WUSH_BACKEND_CUDA) fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_backend " + std::to_string(int(backend)));
-    if (device < 0) fail(WUSH_ERR_INVALID_ARGUMENT, "CUDA device index " + std::to_string(device) + " is negative");
-#ifdef WUSH_HAVE_CUDA
-    const cuda::DeviceQuery q = cuda::query_devices();
-    if (q.count == 0) fail(WUSH_ERR_UNSUPPORTED, "no usable CUDA device: " + q.error);
-    if (device >= q.count)
-        fail(WUSH_ERR_INVALID_ARGUMENT, "CUDA device " + std::to_string(device) + " does not exist (" +
-                                            std::to_string(q.count) + " present)");
-#else
-    fail(WUSH_ERR_UNSUPPORTED, "this libwush was built without the CUDA backend (WUSH_CUDA=OFF or no nvcc)");
-#endif
+backend::HostSettings ContextUse::host() const {
+    return {wush::runtime::resolve_isa(ctx_->cpu_isa), std::size_t(std::max(omp_get_max_threads(), 1))};
 }
 
-}  // namespace
 }  // namespace wush::capi
 
 using namespace wush::capi;
@@ -52,10 +35,8 @@ extern "C" {
 WUSH_API wush_status wush_context_create(wush_backend backend, int device, wush_context** ctx) {
     return guarded(__func__, [&] {
         require_pointer(ctx, "ctx");
-        check_device(backend, device);
         auto c = std::make_unique<wush_context>();
-        c->backend = backend;
-        c->device = device;
+        c->backend = wush::backend::make_backend(backend, device);
         register_handle(c.get(), HandleType::Context);
         *ctx = c.release();
     });
@@ -69,7 +50,7 @@ WUSH_API wush_status wush_context_backend(const wush_context* ctx, wush_backend*
     return guarded(__func__, [&] {
         require_handle(ctx, HandleType::Context, "ctx");
         require_pointer(backend, "backend");
-        *backend = ctx->backend;
+        *backend = ctx->backend->kind();
     });
 }
 
@@ -102,6 +83,39 @@ WUSH_API wush_status wush_context_get_parameter(const wush_context* ctx, wush_co
             default: break;  // out-of-range values are handled after the switch
         }
         wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_context_parameter " + std::to_string(int(param)));
+    });
+}
+
+WUSH_API wush_status wush_context_set_stream(wush_context* ctx, void* stream) {
+    return guarded(__func__, [&] {
+        ContextUse use(ctx, "ctx");
+        use.backend().set_stream(stream);
+    });
+}
+
+WUSH_API wush_status wush_context_get_stream(const wush_context* ctx, void** stream) {
+    return guarded(__func__, [&] {
+        ContextUse use(const_cast<wush_context*>(ctx), "ctx");
+        require_pointer(stream, "stream");
+        *stream = use.backend().stream();
+    });
+}
+
+WUSH_API wush_status wush_context_synchronize(wush_context* ctx) {
+    return guarded(__func__, [&] {
+        ContextUse use(ctx, "ctx");
+        use.backend().synchronize();
+    });
+}
+
+WUSH_API wush_status wush_context_describe(const wush_context* ctx, char* text, size_t text_bytes) {
+    return guarded(__func__, [&] {
+        ContextUse use(const_cast<wush_context*>(ctx), "ctx");
+        require_pointer(text, "text");
+        const std::string d = use.backend().describe();
+        require_size(text_bytes, d.size() + 1, "text", "bytes");
+        d.copy(text, d.size());
+        text[d.size()] = '\0';
     });
 }
 

@@ -1,16 +1,17 @@
-// The wush_context object: backend, device, execution settings, and the lock that serializes
-// calls on one context.
+// The wush_context object: the backend it owns, the host execution settings, and the lock that
+// serializes calls on one context.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 
+#include "backend/backend.h"
 #include "handles.h"
 #include "wush/wush.h"
 
 struct wush_context {
-    wush_backend backend = WUSH_BACKEND_CPU;
-    int device = 0;
+    std::unique_ptr<wush::backend::Backend> backend;
     std::int64_t num_threads = 0;  // 0 = OpenMP default
     std::int64_t cpu_isa = 0;      // a wush_cpu_isa value; 0 = the fastest the CPU supports
     std::mutex mutex;
@@ -28,6 +29,9 @@ public:
     ContextUse& operator=(const ContextUse&) = delete;
     wush_context& operator*() const { return *ctx_; }
     wush_context* operator->() const { return ctx_; }
+    backend::Backend& backend() const { return *ctx_->backend; }
+    // The settings host-side work of this call runs with (ISA resolved, threads >= 1).
+    backend::HostSettings host() const;
 
 private:
     wush_context* ctx_;

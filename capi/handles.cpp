@@ -29,6 +29,7 @@ const char* handle_type_name(HandleType type) {
         case HandleType::Checkpoint: return "wush_checkpoint";
         case HandleType::TensorFile: return "wush_tensor_file";
         case HandleType::Options: return "wush_options";
+        case HandleType::Linear: return "wush_linear";
     }
     return "handle";
 }

@@ -10,7 +10,7 @@
 
 namespace wush::capi {
 
-enum class HandleType : std::uint32_t { Context = 1, Calibrator, Transform, QWeight, Checkpoint, TensorFile, Options };
+enum class HandleType : std::uint32_t { Context = 1, Calibrator, Transform, QWeight, Checkpoint, TensorFile, Options, Linear };
 
 const char* handle_type_name(HandleType type);
 

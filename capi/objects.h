@@ -2,6 +2,9 @@
 // knows their types.
 #pragma once
 
+#include <memory>
+
+#include "backend/backend.h"
 #include "calibration/calibrator.h"
 #include "eval/layer_loss.h"
 #include "cpu/activation_quantizer.h"
@@ -25,6 +28,12 @@ struct wush_transform {
 struct wush_qweight {
     wush::eval::QuantizedWeights core;
     wush_method method = WUSH_METHOD_RTN;
+};
+
+// A prepared layer: a transform and a qweight bound to the backend of one context.
+struct wush_linear {
+    const wush_context* context;  // the context it was prepared on (checked on every use)
+    std::unique_ptr<wush::backend::PreparedLayer> layer;
 };
 
 namespace wush::capi {

@@ -1,10 +1,7 @@
-// The CPU runtime's C API: fused transform + quantization, the W4A4 GEMM, the linear forward and
-// its workspace, the runtime loss, ISA queries (src/cpu). Argument checks only; no numerics.
-#include <omp.h>
-
-#include <memory>
+// The runtime's C API: fused transform + quantization, the W4A4 GEMM, the linear forward and its
+// workspace on the context's backend; the runtime loss and ISA queries (CPU). Argument checks
+// only; no numerics, and no backend named: the work goes through backend::Backend.
 #include <string>
-#include <vector>
 
 #include "common/checked_math.h"
 #include "common/dtype.h"
@@ -12,9 +9,7 @@
 #include "dense_input.h"
 #include "guard.h"
 #include "objects.h"
-#include "cpu/activation_quantizer.h"
 #include "cpu/cpu_isa.h"
-#include "cpu/gemm.h"
 #include "cpu/linear_forward.h"
 #include "cpu/runtime_loss.h"
 
@@ -24,20 +19,13 @@ namespace fmt = wush::formats;
 
 namespace {
 
-// The ISA of a CPU context's runtime calls; the CUDA runtime is not part of this path.
-rt::Isa cpu_isa(const wush_context& ctx) {
-    if (ctx.backend != WUSH_BACKEND_CPU)
-        wush::fail(WUSH_ERR_UNSUPPORTED, "the CPU runtime needs a WUSH_BACKEND_CPU context");
-    return rt::resolve_isa(ctx.cpu_isa);
-}
-
 void require_output_dtype(wush_dtype y_dtype) {
     wush::dtype_size(y_dtype);  // validates
     if (y_dtype != WUSH_DTYPE_F32 && y_dtype != WUSH_DTYPE_BF16)
         wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("y_dtype must be F32 or BF16, got ") + wush::dtype_name(y_dtype));
 }
 
-std::size_t threads() { return std::size_t(omp_get_max_threads()); }
+wush::backend::TransformRef ref(const wush_transform* t) { return {t->core, t->runtime_use}; }
 
 }  // namespace
 
@@ -79,7 +67,6 @@ WUSH_API wush_status wush_quantize_activations(wush_context* ctx, const wush_tra
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
         require_handle(transform, HandleType::Transform, "transform");
-        const rt::Isa isa = cpu_isa(*use);
         const fmt::FormatSpec& f = fmt::spec(format);
         wush::dtype_size(dtype);  // validates
         const wush::BlockTransform& t = transform->core;
@@ -94,9 +81,9 @@ WUSH_API wush_status wush_quantize_activations(wush_context* ctx, const wush_tra
         require_pointer(scales, "scales");
         require_size(codes_bytes, need.codes, "codes", "bytes");
         require_size(scales_bytes, need.scales, "scales", "bytes");
-        std::vector<float> scratch(rt::quantize_scratch_floats(t, transform->runtime_use));
-        rt::quantize_activations(t, transform->runtime_use, f, dtype, x, n_tokens, {static_cast<std::uint8_t*>(codes), need.codes},
-                                 {static_cast<std::uint8_t*>(scales), need.scales}, isa, scratch);
+        use.backend().quantize_activations(ref(transform), f, dtype, x, n_tokens,
+                                           {static_cast<std::uint8_t*>(codes), need.codes},
+                                           {static_cast<std::uint8_t*>(scales), need.scales}, use.host());
     });
 }
 
@@ -106,11 +93,9 @@ WUSH_API wush_status wush_gemm(wush_context* ctx, const wush_qweight* qweight, c
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
         require_handle(qweight, HandleType::QWeight, "qweight");
-        const rt::Isa isa = cpu_isa(*use);
         require_output_dtype(y_dtype);
         const fmt::PackedMatrix& w = qweight->core;
         const fmt::FormatSpec& f = fmt::spec(w.format);
-        if (f.group != 16 && f.group != 32) wush::fail(WUSH_ERR_UNSUPPORTED, "the CPU runtime supports groups of 16 and 32");
         const fmt::PackedSizes need = fmt::packed_sizes(f, m, w.d_in);
         if (m == 0) return;
         require_pointer(a_codes, "a_codes");
@@ -121,12 +106,7 @@ WUSH_API wush_status wush_gemm(wush_context* ctx, const wush_qweight* qweight, c
         require_size(y_count, wush::checked_mul(m, w.d_out, "m * d_out"), "y", "elements");
         const std::span<const std::uint8_t> codes(static_cast<const std::uint8_t*>(a_codes), need.codes);
         const std::span<const std::uint8_t> scales(static_cast<const std::uint8_t*>(a_scales), need.scales);
-        rt::check_activation_scales(f, scales, m, w.d_in);
-        // Not value-initialized: zeroing the (mostly untouched) panel space would cost more than
-        // a small product.
-        const std::size_t scratch_bytes = rt::gemm_scratch_bytes(f, m, w.d_out, w.d_in, threads());
-        const std::unique_ptr<std::byte[]> scratch(new std::byte[scratch_bytes]);
-        rt::gemm(isa, w, codes, scales, m, y_dtype, y, {scratch.get(), scratch_bytes});
+        use.backend().gemm(w, codes, scales, m, y_dtype, y, use.host());
     });
 }
 
@@ -137,8 +117,7 @@ WUSH_API wush_status wush_linear_forward_workspace_size(wush_context* ctx, const
         require_handle(transform, HandleType::Transform, "transform");
         require_handle(qweight, HandleType::QWeight, "qweight");
         require_pointer(bytes, "bytes");
-        cpu_isa(*use);
-        *bytes = rt::linear_forward_workspace_bytes(transform->core, qweight->core, n_tokens, threads());
+        *bytes = use.backend().linear_forward_workspace_bytes(ref(transform), qweight->core, n_tokens, use.host());
     });
 }
 
@@ -150,7 +129,6 @@ WUSH_API wush_status wush_linear_forward(wush_context* ctx, const wush_transform
         ContextUse use(ctx, "ctx");
         require_handle(transform, HandleType::Transform, "transform");
         require_handle(qweight, HandleType::QWeight, "qweight");
-        const rt::Isa isa = cpu_isa(*use);
         wush::dtype_size(x_dtype);  // validates
         require_output_dtype(y_dtype);
         const wush::BlockTransform& t = transform->core;
@@ -161,10 +139,13 @@ WUSH_API wush_status wush_linear_forward(wush_context* ctx, const wush_transform
         require_pointer(y, "y");
         require_size(y_count, wush::checked_mul(n_tokens, w.d_out, "n_tokens * d_out"), "y", "elements");
         // The smallest workspace that works is the one for a single thread.
-        require_size(workspace_bytes, rt::linear_forward_workspace_bytes(t, w, n_tokens, 1), "workspace", "bytes");
+        wush::backend::HostSettings one = use.host();
+        one.threads = 1;
+        require_size(workspace_bytes, use.backend().linear_forward_workspace_bytes(ref(transform), w, n_tokens, one),
+                     "workspace", "bytes");
         require_pointer(workspace, "workspace");
-        rt::linear_forward(isa, t, transform->runtime_use, w, x_dtype, x, n_tokens, y_dtype, y,
-                           {static_cast<std::byte*>(workspace), workspace_bytes});
+        use.backend().linear_forward(ref(transform), w, x_dtype, x, n_tokens, y_dtype, y,
+                                     {static_cast<std::byte*>(workspace), workspace_bytes}, use.host());
     });
 }
 
@@ -176,7 +157,8 @@ WUSH_API wush_status wush_layer_loss_runtime(wush_context* ctx, const wush_trans
         require_handle(transform, HandleType::Transform, "transform");
         require_handle(qweight, HandleType::QWeight, "qweight");
         require_pointer(loss, "loss");
-        const rt::Isa isa = cpu_isa(*use);
+        // Host memory and the CPU kernels on any context: this measures, it does not launch.
+        const rt::Isa isa = use.host().isa;
         const fmt::PackedMatrix& q = qweight->core;
         rt::require_layer(transform->core, q);
         if (n_tokens == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "n_tokens is 0");

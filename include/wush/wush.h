@@ -54,7 +54,7 @@ extern "C" {
 /* These three lines are the single source of truth for the version; the build reads them, and
  * the shared library's SONAME is libwush.so.<WUSH_VERSION_MAJOR>. */
 #define WUSH_VERSION_MAJOR 0
-#define WUSH_VERSION_MINOR 1
+#define WUSH_VERSION_MINOR 2
 #define WUSH_VERSION_PATCH 0
 
 #define WUSH_VERSION_NUMBER (WUSH_VERSION_MAJOR * 10000 + WUSH_VERSION_MINOR * 100 + WUSH_VERSION_PATCH)
@@ -280,14 +280,44 @@ WUSH_API wush_status wush_context_set_parameter(wush_context* ctx, wush_context_
 WUSH_API wush_status wush_context_get_parameter(const wush_context* ctx,
                                                 wush_context_parameter param, int64_t* value);
 
+/*! wush_context_set_stream() :
+ *  Sets the queue the context's launches go to. For a CUDA context `stream` is a cudaStream_t
+ *  (passed as void*; NULL = the CUDA default stream), which the caller creates and must keep
+ *  alive while the context uses it; the context never destroys it. A CPU context has no queue and
+ *  accepts only NULL. Launches already enqueued are not moved.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handle, non-NULL stream on a CPU context).
+ *  Thread safety: serialized per context. */
+WUSH_API wush_status wush_context_set_stream(wush_context* ctx, void* stream);
+
+/*! wush_context_get_stream() : writes the context's stream (NULL for a CPU context or the CUDA
+ *  default stream) to *stream. @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. */
+WUSH_API wush_status wush_context_get_stream(const wush_context* ctx, void** stream);
+
+/*! wush_context_synchronize() :
+ *  Waits until every launch enqueued on the context's stream has finished (a no-op on a CPU
+ *  context), and reports an error a launch found on the device after it returned.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT; WUSH_ERR_NON_FINITE (NaN/Inf in the activations of
+ *          an earlier wush_linear_quantize / wush_linear_run; the message names the first row and
+ *          column; the error is cleared once reported); WUSH_ERR_CUDA (the message has the CUDA
+ *          runtime's text). Thread safety: serialized per context. */
+WUSH_API wush_status wush_context_synchronize(wush_context* ctx);
+
+/*! wush_context_describe() :
+ *  Writes a NUL-terminated description of the context's backend to `text` (`text_bytes` bytes),
+ *  e.g. "cpu (avx2)" or "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, driver 13000)".
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT; WUSH_ERR_BUFFER_TOO_SMALL (nothing written; 256
+ *          bytes are always enough). */
+WUSH_API wush_status wush_context_describe(const wush_context* ctx, char* text, size_t text_bytes);
+
 /* ================================================================================================
  * Quantizing and dequantizing rows (no transform)
  * ==============================================================================================*/
 
 /*! wush_quantize_rows() :
  *  Quantizes the n_rows x d_in row-major matrix `x` of element type `dtype` into packed codes and
- *  group scales in `format` (see wush_format for the rules and layouts). Host memory only, for any
- *  context backend; the work runs on the CPU with the context's threads.
+ *  group scales in `format` (see wush_format for the rules and layouts). Host memory on every
+ *  backend (a CUDA context too: this is a host utility, not a launch); the work runs on the CPU
+ *  with the context's threads.
  *  @param codes        receives n_rows * d_in / 2 bytes (row r starts at r * d_in / 2).
  *  @param codes_bytes  size of `codes` in bytes.
  *  @param scales       receives n_rows * d_in / G scales of wush_format_scale_bytes() each.
@@ -404,8 +434,11 @@ WUSH_API wush_status wush_calibrator_create(size_t d_in, size_t group_size, wush
 WUSH_API void wush_calibrator_destroy(wush_calibrator* calibrator);
 
 /*! wush_calibrator_add() :
- *  Adds n_tokens x d_in row-major activations `x` of `dtype` (host memory) to the sums
- *  (float64, BLAS-3 over token tiles, with the context's threads).
+ *  Adds n_tokens x d_in row-major activations `x` of `dtype` to the sums, in float64. On a CPU
+ *  context `x` is host memory (BLAS-3 over token tiles, with the context's threads); on a CUDA
+ *  context `x` is device memory: the moments of the batch are computed on the device in float64
+ *  and added to the calibrator before the call returns (it synchronizes the context's stream).
+ *  Both give the same sums to float64 rounding (1e-9 relative or better).
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for bad handles/pointers, n_tokens == 0 or a bad
  *          dtype; WUSH_ERR_NON_FINITE if `x` holds NaN/Inf — the calibrator is then unchanged.
  *  Thread safety: modifies `calibrator`; do not share it between threads without a lock. */
@@ -622,7 +655,7 @@ WUSH_API wush_status wush_layer_loss(wush_context* ctx, const wush_transform* tr
                                      size_t n_tokens, double* loss);
 
 /* ================================================================================================
- * CPU runtime: fused transform + quantization, the W4A4 GEMM and the linear forward
+ * Runtime: fused transform + quantization, the W4A4 GEMM and the linear forward
  * ==============================================================================================*/
 
 /* The inference path of a quantized linear layer (paper eq. layer_forward_pass):
@@ -630,16 +663,36 @@ WUSH_API wush_status wush_layer_loss(wush_context* ctx, const wush_transform* tr
  * The weight side is the wush_qweight (quantized once, offline). At run time each token's block
  * slices are transformed with T_wush and quantized (wush_quantize_activations), and the packed
  * activations are multiplied with the packed weights (wush_gemm); wush_linear_forward does both.
+ * For repeated use, bind the layer to a context once with wush_linear_create() (below): its
+ * calls then do no per-call preparation at all.
  *
- * These functions run on the CPU with the context's threads (WUSH_CONTEXT_NUM_THREADS) and its
- * SIMD kernels (WUSH_CONTEXT_CPU_ISA); a CUDA context gets WUSH_ERR_UNSUPPORTED. All pointers are
- * host memory. Groups of 16 and 32 (every wush_format) are supported.
+ * Memory and streams - the rule for every function of this section and of "Prepared layers"
+ * (changed in 0.2: before, these functions took host memory and rejected a CUDA context):
+ *  - On a WUSH_BACKEND_CPU context, tensor arguments (x, codes, scales, y, workspace) are host
+ *    memory, and a call has finished its work when it returns. The work runs with the context's
+ *    threads (WUSH_CONTEXT_NUM_THREADS) and SIMD kernels (WUSH_CONTEXT_CPU_ISA).
+ *  - On a WUSH_BACKEND_CUDA context, tensor arguments are DEVICE pointers on the context's
+ *    device (a host pointer is rejected with WUSH_ERR_INVALID_ARGUMENT where the CUDA runtime can
+ *    tell). Objects (transforms, qweights, calibrators) stay host objects.
+ *    The prepared-layer launches (wush_linear_quantize, wush_linear_run) enqueue their kernels
+ *    on the context's stream (wush_context_set_stream) and return without synchronizing the host
+ *    and without allocating (device scratch comes from the caller's workspace), so they can be
+ *    captured in a CUDA graph. The per-call functions of this section (wush_quantize_activations,
+ *    wush_gemm, wush_linear_forward) are conveniences: they copy the transform or the weights to
+ *    the device on every call, allocate, and synchronize the stream before returning.
+ *    Errors found on the device after a launch returned (NaN/Inf in x) are reported by the next
+ *    synchronizing call on the context (wush_context_synchronize) as WUSH_ERR_NON_FINITE; the
+ *    outputs of the faulty launch are unspecified.
+ *  - wush_quantize_rows, wush_dequantize_rows, wush_layer_loss and wush_layer_loss_runtime are
+ *    host-memory functions on every backend (they measure; they do not launch).
+ * Groups of 16 and 32 (every wush_format) are supported.
  *
  * Thread safety: a transform and a qweight are only read, so one of each may serve any number of
  * threads at once, each with its own context and buffers; results do not depend on that. Calls
  * on one context are serialized. Results are deterministic and do not depend on the thread count;
- * the activation codes and scales do not depend on the ISA either (Y may differ between ISAs in
- * the last bits, from the float32 summation order). docs/RUNTIME.md describes the kernels. */
+ * the activation codes and scales do not depend on the ISA or the backend either (Y may differ
+ * between ISAs and backends in the last bits, from the float32 summation order). docs/RUNTIME.md
+ * describes the kernels. */
 
 /* SIMD kernel sets of the CPU runtime, for WUSH_CONTEXT_CPU_ISA. Values are pinned. */
 typedef enum wush_cpu_isa {
@@ -694,7 +747,7 @@ WUSH_API wush_status wush_context_cpu_isa(const wush_context* ctx, wush_cpu_isa*
  *          (nothing is written then);
  *          WUSH_ERR_NON_FINITE if `x` holds NaN or +-Inf (the message names the first row and
  *          column); the contents of `codes` and `scales` are unspecified then;
- *          WUSH_ERR_UNSUPPORTED for a CUDA context.
+ *          WUSH_ERR_CUDA for a CUDA runtime failure (the message has its text).
  *  Thread safety: serialized per context; `transform` and `x` are only read. */
 WUSH_API wush_status wush_quantize_activations(wush_context* ctx, const wush_transform* transform, wush_format format,
                                                wush_dtype dtype, const void* x, size_t n_tokens, size_t d_in,
@@ -717,7 +770,7 @@ WUSH_API wush_status wush_quantize_activations(wush_context* ctx, const wush_tra
  *          than F32/BF16;
  *          WUSH_ERR_BUFFER_TOO_SMALL if a_codes_bytes, a_scales_bytes or y_count is too small;
  *          WUSH_ERR_NON_FINITE if an activation scale is NaN/Inf (nothing is written to `y`);
- *          WUSH_ERR_UNSUPPORTED for a CUDA context; WUSH_ERR_OUT_OF_MEMORY.
+ *          WUSH_ERR_CUDA; WUSH_ERR_OUT_OF_MEMORY.
  *  Thread safety: serialized per context; `qweight` and the activations are only read. */
 WUSH_API wush_status wush_gemm(wush_context* ctx, const wush_qweight* qweight, const void* a_codes,
                                size_t a_codes_bytes, const void* a_scales, size_t a_scales_bytes, size_t m,
@@ -729,7 +782,7 @@ WUSH_API wush_status wush_gemm(wush_context* ctx, const wush_qweight* qweight, c
  *  grows about linearly with n_tokens, so a workspace sized for the largest batch serves all
  *  smaller ones. Any alignment is fine.
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for bad handles, NULL `bytes`, or a transform and
- *          qweight that do not belong together (d_in, G); WUSH_ERR_UNSUPPORTED for a CUDA context. */
+ *          qweight that do not belong together (d_in, G). */
 WUSH_API wush_status wush_linear_forward_workspace_size(wush_context* ctx, const wush_transform* transform,
                                                         const wush_qweight* qweight, size_t n_tokens, size_t* bytes);
 
@@ -748,7 +801,7 @@ WUSH_API wush_status wush_linear_forward_workspace_size(wush_context* ctx, const
  *          written then);
  *          WUSH_ERR_NON_FINITE if `x` holds NaN/Inf (`y` is left untouched, the workspace's
  *          contents are unspecified);
- *          WUSH_ERR_UNSUPPORTED for a CUDA context.
+ *          WUSH_ERR_CUDA for a CUDA runtime failure.
  *  Thread safety: serialized per context; `transform`, `qweight` and `x` are only read. */
 WUSH_API wush_status wush_linear_forward(wush_context* ctx, const wush_transform* transform,
                                          const wush_qweight* qweight, wush_dtype x_dtype, const void* x,
@@ -760,10 +813,82 @@ WUSH_API wush_status wush_linear_forward(wush_context* ctx, const wush_transform
  *  (wush_linear_forward: the fused transform + quantization and the W4A4 GEMM, accumulated in
  *  float32) instead of the float64 product of the dequantized operands. The two agree to about
  *  1e-6 relative; this is what `wush eval --runtime` reports.
- *  @return as wush_layer_loss(), and WUSH_ERR_UNSUPPORTED for a CUDA context. */
+ *  Host memory and the CPU kernels on every backend.
+ *  @return as wush_layer_loss(). */
 WUSH_API wush_status wush_layer_loss_runtime(wush_context* ctx, const wush_transform* transform,
                                              const wush_qweight* qweight, wush_dtype w_dtype, const void* weight,
                                              wush_dtype x_dtype, const void* x, size_t n_tokens, double* loss);
+
+/* ================================================================================================
+ * Prepared layers: a transform and a qweight bound to one context
+ * ==============================================================================================*/
+
+/* A wush_linear holds what the context's backend needs to run one layer, prepared once: on the
+ * CPU a copy of the transform and the weights' GEMM panels packed once (wush_gemm packs them on
+ * every call; the pack is about 2.25x the packed weight bytes); on CUDA device copies of the
+ * transform matrices, their error-bound row norms, and the codes and scales in the layout the
+ * GEMM kernels read. It does not reference the transform or the qweight afterwards: they may be
+ * destroyed. Memory rules: "Runtime" above (device pointers and stream-ordered, allocation-free
+ * launches on a CUDA context). Opaque. */
+typedef struct wush_linear wush_linear;
+
+/*! wush_linear_create() :
+ *  Prepares the layer made of `transform` and `qweight` (same d_in, the qweight's format group
+ *  equal to the transform's G) on the backend of `ctx`. On a CUDA context this allocates device
+ *  memory and copies synchronously.
+ *  Ownership: release *layer with wush_linear_destroy() before destroying `ctx`.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, NULL `layer`, mismatched objects);
+ *          WUSH_ERR_UNSUPPORTED (a group size the runtime does not support);
+ *          WUSH_ERR_OUT_OF_MEMORY (host or device); WUSH_ERR_CUDA.
+ *  Thread safety: serialized per context; `transform` and `qweight` are only read. */
+WUSH_API wush_status wush_linear_create(wush_context* ctx, const wush_transform* transform,
+                                        const wush_qweight* qweight, wush_linear** layer);
+
+/*! wush_linear_destroy() : releases `layer` (and its device memory); NULL is a no-op. On a CUDA
+ *  context, work still enqueued that uses the layer must have finished (synchronize first). */
+WUSH_API void wush_linear_destroy(wush_linear* layer);
+
+/*! wush_linear_info() : writes d_out, d_in and the format (any pointer may be NULL).
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. Thread-safe (read only). */
+WUSH_API wush_status wush_linear_info(const wush_linear* layer, size_t* d_out, size_t* d_in, wush_format* format);
+
+/*! wush_linear_workspace_size() :
+ *  Writes to *bytes the workspace wush_linear_run needs for up to n_tokens tokens on `ctx` (the
+ *  context the layer was prepared on), with its current thread count on a CPU context. Host
+ *  memory for a CPU context, device memory (any alignment; 256-byte aligned is fastest) for CUDA.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, another context, NULL `bytes`). */
+WUSH_API wush_status wush_linear_workspace_size(wush_context* ctx, const wush_linear* layer, size_t n_tokens,
+                                                size_t* bytes);
+
+/*! wush_linear_quantize() :
+ *  The layer's activation side alone: what wush_quantize_activations writes for the layer's
+ *  transform and format (the same bytes on every backend). On a CUDA context x, codes and scales
+ *  are device pointers and the launch is stream-ordered and allocation-free.
+ *  n_tokens == 0 is a valid no-op.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, another context, NULL pointers with
+ *          n_tokens > 0, bad dtype); WUSH_ERR_BUFFER_TOO_SMALL; WUSH_ERR_NON_FINITE (CPU: now;
+ *          CUDA: from the next wush_context_synchronize); WUSH_ERR_CUDA.
+ *  Thread safety: serialized per context. */
+WUSH_API wush_status wush_linear_quantize(wush_context* ctx, wush_linear* layer, wush_dtype x_dtype, const void* x,
+                                          size_t n_tokens, void* codes, size_t codes_bytes, void* scales,
+                                          size_t scales_bytes);
+
+/*! wush_linear_run() :
+ *  The layer's forward pass, as wush_linear_forward: y (n_tokens x d_out, F32 or BF16) =
+ *  q(T_wush x) q(T_xvsh W)^T for x (n_tokens x d_in, F32, F16 or BF16), intermediates in the
+ *  caller's `workspace` (wush_linear_workspace_size; a CPU workspace sized for fewer threads runs
+ *  on fewer threads). Nothing is allocated. On a CUDA context every pointer is device memory and
+ *  the work is enqueued on the context's stream (no host synchronization; graph-capturable); the
+ *  GEMM kernel is chosen by n_tokens and the device's architecture.
+ *  n_tokens == 0 is a valid no-op.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, another context, NULL pointers,
+ *          dtypes); WUSH_ERR_BUFFER_TOO_SMALL (y_count or workspace_bytes; nothing written);
+ *          WUSH_ERR_NON_FINITE (CPU: now, y untouched; CUDA: from the next
+ *          wush_context_synchronize, y unspecified); WUSH_ERR_CUDA.
+ *  Thread safety: serialized per context; the layer is only read by the kernels. */
+WUSH_API wush_status wush_linear_run(wush_context* ctx, wush_linear* layer, wush_dtype x_dtype, const void* x,
+                                     size_t n_tokens, wush_dtype y_dtype, void* y, size_t y_count, void* workspace,
+                                     size_t workspace_bytes);
 
 /* ================================================================================================
  * Checkpoints: transforms and pre-quantized weights in a safetensors file (docs/FORMAT.md)

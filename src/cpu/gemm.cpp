@@ -257,8 +257,10 @@ void run_split(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* co
     }
 }
 
-// More rows: the threads share the activation decoding, then each packs and multiplies its panels.
-void run_panels(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* codes, int threads) {
+// More rows: the threads share the activation decoding, then each packs (unless a prepared layer
+// packed them once) and multiplies its panels.
+void run_panels(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* codes, int threads,
+                const PanelPack* packed) {
     const std::size_t panels = (o.w.n + kPanelRows - 1) / kPanelRows;
 #pragma omp parallel num_threads(threads)
     {
@@ -268,8 +270,10 @@ void run_panels(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* c
         std::uint8_t* slot = aligned_slot(p, std::size_t(omp_get_thread_num()));
 #pragma omp for schedule(static)
         for (std::size_t panel = 0; panel < panels; ++panel) {
-            pack_panel(isa, o.w, panel * kPanelRows, slot);
-            panel_multiply(isa, o.a, slot, panel * kPanelRows, 0, o.a.m, o.out, o.w.n);
+            const std::uint8_t* weights = slot;
+            if (packed != nullptr) weights = packed->panel(panel);
+            else pack_panel(isa, o.w, panel * kPanelRows, slot);
+            panel_multiply(isa, o.a, weights, panel * kPanelRows, 0, o.a.m, o.out, o.w.n);
         }
     }
 }
@@ -278,7 +282,7 @@ void run_panels(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* c
 
 void gemm(Isa isa, const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
           std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y,
-          std::span<std::byte> scratch) {
+          std::span<std::byte> scratch, const PanelPack* packed) {
     const formats::FormatSpec& f = formats::spec(w.format);
     const std::size_t k = w.d_in, n = w.d_out;
     const formats::PackedSizes need = formats::packed_sizes(f, m, k);
@@ -298,7 +302,26 @@ void gemm(Isa isa, const formats::PackedMatrix& w, std::span<const std::uint8_t>
     const int threads = double(m) * double(n) * double(k) >= kParallelMacs ? int(p.slots) : 1;
     if (isa == Isa::Scalar) run_scalar(f, o, p, a_codes.data(), threads);
     else if (m <= kSplitMaxRows) run_split(isa, o, p, a_codes.data(), threads);
-    else run_panels(isa, o, p, a_codes.data(), threads);
+    else run_panels(isa, o, p, a_codes.data(), threads, packed != nullptr && packed->isa() == isa && !packed->empty() ? packed : nullptr);
+}
+
+PanelPack::PanelPack(Isa isa, const formats::PackedMatrix& w) : isa_(isa) {
+    if (isa == Isa::Scalar || w.d_out == 0) return;
+    const formats::FormatSpec& f = formats::spec(w.format);
+    const std::size_t groups = w.d_in / f.group, panels = (w.d_out + kPanelRows - 1) / kPanelRows;
+    stride_ = round_up(panel_bytes(f, groups), 64);
+    bytes_.resize(checked_add(checked_mul(panels, stride_, "packed panels"), 63, "packed panels"));
+    offset_ = (64 - reinterpret_cast<std::uintptr_t>(bytes_.data()) % 64) % 64;
+    GemmWeights gw{};
+    gw.format = int(f.id);
+    gw.n = w.d_out;
+    gw.k = w.d_in;
+    gw.groups = groups;
+    gw.codes = w.codes.data();
+    gw.scales = w.scales.data();
+#pragma omp parallel for schedule(static) if (panels > 1)
+    for (std::size_t panel = 0; panel < panels; ++panel)
+        pack_panel(isa, gw, panel * kPanelRows, bytes_.data() + offset_ + panel * stride_);
 }
 
 }  // namespace wush::runtime

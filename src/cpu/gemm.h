@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "formats/block_format.h"
 #include "formats/packed_matrix.h"
@@ -19,6 +20,24 @@ namespace wush::runtime {
 std::size_t gemm_scratch_bytes(const formats::FormatSpec& format, std::size_t m, std::size_t n, std::size_t k,
                                std::size_t threads);
 
+// Weight panels packed once, for a prepared layer (wush_linear): the layout the panel kernels
+// read (kernels.h, kPanelRows rows per panel), which gemm() otherwise packs on every call. About
+// 2.25x the bytes of the packed weights. Empty for the scalar ISA, whose kernel reads the codes.
+class PanelPack {
+public:
+    PanelPack() = default;
+    PanelPack(Isa isa, const formats::PackedMatrix& w);
+    Isa isa() const noexcept { return isa_; }
+    bool empty() const noexcept { return bytes_.empty(); }
+    const std::uint8_t* panel(std::size_t index) const noexcept { return bytes_.data() + offset_ + index * stride_; }
+
+private:
+    Isa isa_ = Isa::Scalar;
+    std::vector<std::uint8_t> bytes_;
+    std::size_t offset_ = 0;  // to the first 64-byte aligned panel
+    std::size_t stride_ = 0;  // bytes from one panel to the next (a multiple of 64)
+};
+
 // Throws NON_FINITE if an activation scale is NaN/Inf (nothing is written to y then).
 void check_activation_scales(const formats::FormatSpec& format, std::span<const std::uint8_t> scales,
                              std::size_t m, std::size_t k);
@@ -27,9 +46,10 @@ void check_activation_scales(const formats::FormatSpec& format, std::span<const 
 // `w.format`. Every group's integer inner product is exact; the group scales and the per-tensor
 // factors are applied once per group in float32. Uses the calling thread's OpenMP threads, fewer
 // if `scratch` (sized by gemm_scratch_bytes) has room for fewer panels. Activation scales must be
-// finite (check_activation_scales).
+// finite (check_activation_scales). `packed`, if given, holds w's panels packed for `isa` (a
+// pack made for another ISA is ignored).
 void gemm(Isa isa, const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
           std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y,
-          std::span<std::byte> scratch);
+          std::span<std::byte> scratch, const PanelPack* packed = nullptr);
 
 }  // namespace wush::runtime

@@ -9,6 +9,7 @@
 #include "formats/packed_matrix.h"
 #include "cpu/activation_quantizer.h"
 #include "cpu/cpu_isa.h"
+#include "cpu/gemm.h"
 #include "transforms/block_transform.h"
 #include "wush/wush.h"
 
@@ -23,9 +24,10 @@ std::size_t linear_forward_workspace_bytes(const BlockTransform& transform, cons
                                            std::size_t n_tokens, std::size_t threads);
 
 // y (n_tokens x d_out, `y_dtype` F32 or BF16) for the activations x (n_tokens x d_in, `x_dtype`);
-// `use` is classify_matrices(transform). Throws NON_FINITE (y untouched) for NaN/Inf in x.
+// `use` is classify_matrices(transform); `packed`, if given, holds the weights' GEMM panels (a
+// prepared layer). Throws NON_FINITE (y untouched) for NaN/Inf in x.
 void linear_forward(Isa isa, const BlockTransform& transform, MatrixUse use, const formats::PackedMatrix& weights,
                     wush_dtype x_dtype, const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y,
-                    std::span<std::byte> workspace);
+                    std::span<std::byte> workspace, const PanelPack* packed = nullptr);
 
 }  // namespace wush::runtime

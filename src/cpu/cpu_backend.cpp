@@ -1,0 +1,116 @@
+// The CPU backend: the runtime kernels of src/cpu (SIMD per ISA, OpenMP) behind backend::Backend.
+// Tensor arguments are host memory; there is no queue, so every call completes before it returns.
+#include "cpu/cpu_backend.h"
+
+#include <memory>
+#include <vector>
+
+#include "common/error.h"
+#include "cpu/gemm.h"
+#include "cpu/linear_forward.h"
+
+namespace wush::runtime {
+
+namespace {
+
+using backend::HostSettings;
+using backend::TransformRef;
+
+void require_runtime_group(const formats::FormatSpec& f) {
+    if (f.group != 16 && f.group != 32) fail(WUSH_ERR_UNSUPPORTED, "the CPU runtime supports groups of 16 and 32");
+}
+
+// A transform and weights bound to the CPU: its own copy of the transform (with its matrix
+// classification) and of the weights' bytes handle, and the weights' GEMM panels packed once.
+class CpuLayer final : public backend::PreparedLayer {
+public:
+    CpuLayer(TransformRef t, const formats::PackedMatrix& w, Isa isa)
+        : transform_(t.core), use_(t.use), weights_(w), panels_(isa, w) {
+        require_layer(transform_, weights_);
+    }
+
+    std::size_t d_in() const override { return weights_.d_in; }
+    std::size_t d_out() const override { return weights_.d_out; }
+    wush_format format() const override { return weights_.format; }
+
+    std::size_t workspace_bytes(std::size_t n_tokens, const HostSettings& host) const override {
+        return linear_forward_workspace_bytes(transform_, weights_, n_tokens, host.threads);
+    }
+
+    void quantize(wush_dtype x_dtype, const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
+                  std::span<std::uint8_t> scales, const HostSettings& host) override {
+        std::vector<float> scratch(quantize_scratch_floats(transform_, use_));
+        quantize_activations(transform_, use_, formats::spec(weights_.format), x_dtype, x, n_tokens, codes, scales,
+                             host.isa, scratch);
+    }
+
+    void forward(wush_dtype x_dtype, const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y,
+                 std::span<std::byte> workspace, const HostSettings& host) override {
+        linear_forward(host.isa, transform_, use_, weights_, x_dtype, x, n_tokens, y_dtype, y, workspace, &panels_);
+    }
+
+private:
+    BlockTransform transform_;
+    MatrixUse use_;
+    formats::PackedMatrix weights_;
+    PanelPack panels_;
+};
+
+class CpuBackend final : public backend::Backend {
+public:
+    wush_backend kind() const override { return WUSH_BACKEND_CPU; }
+    std::string describe() const override { return std::string("cpu (") + isa_name(best_isa()) + ")"; }
+
+    void set_stream(void* stream) override {
+        if (stream != nullptr) fail(WUSH_ERR_INVALID_ARGUMENT, "a CPU context has no stream: pass NULL");
+    }
+    void* stream() const override { return nullptr; }
+    void synchronize() override {}
+
+    void quantize_activations(TransformRef t, const formats::FormatSpec& format, wush_dtype x_dtype, const void* x,
+                              std::size_t n_tokens, std::span<std::uint8_t> codes, std::span<std::uint8_t> scales,
+                              const HostSettings& host) override {
+        std::vector<float> scratch(quantize_scratch_floats(t.core, t.use));
+        runtime::quantize_activations(t.core, t.use, format, x_dtype, x, n_tokens, codes, scales, host.isa, scratch);
+    }
+
+    void gemm(const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
+              std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y,
+              const HostSettings& host) override {
+        const formats::FormatSpec& f = formats::spec(w.format);
+        require_runtime_group(f);
+        check_activation_scales(f, a_scales, m, w.d_in);
+        // Not value-initialized: zeroing the (mostly untouched) panel space would cost more than
+        // a small product.
+        const std::size_t bytes = gemm_scratch_bytes(f, m, w.d_out, w.d_in, host.threads);
+        const std::unique_ptr<std::byte[]> scratch(new std::byte[bytes]);
+        runtime::gemm(host.isa, w, a_codes, a_scales, m, y_dtype, y, {scratch.get(), bytes});
+    }
+
+    std::size_t linear_forward_workspace_bytes(TransformRef t, const formats::PackedMatrix& w, std::size_t n_tokens,
+                                               const HostSettings& host) override {
+        return runtime::linear_forward_workspace_bytes(t.core, w, n_tokens, host.threads);
+    }
+
+    void linear_forward(TransformRef t, const formats::PackedMatrix& w, wush_dtype x_dtype, const void* x,
+                        std::size_t n_tokens, wush_dtype y_dtype, void* y, std::span<std::byte> workspace,
+                        const HostSettings& host) override {
+        runtime::linear_forward(host.isa, t.core, t.use, w, x_dtype, x, n_tokens, y_dtype, y, workspace);
+    }
+
+    void calibrate(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
+                   const HostSettings&) override {
+        calibrator.add(x_dtype, x, n_tokens);
+    }
+
+    std::unique_ptr<backend::PreparedLayer> prepare(TransformRef t, const formats::PackedMatrix& w,
+                                                    const HostSettings& host) override {
+        return std::make_unique<CpuLayer>(t, w, host.isa);
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<backend::Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace wush::runtime

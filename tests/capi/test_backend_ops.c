@@ -1,0 +1,392 @@
+/* Cross-backend test of the runtime operations (in the spirit of ggml's test-backend-ops): every
+ * operation runs on the backend under test and on a CPU reference context with the portable
+ * (scalar, float64-definition) kernels, on the same inputs:
+ *   - activation codes and scales: bit-equal;
+ *   - the layer output: against a float64 product of the dequantized operands (wush_dequantize_rows
+ *     of both sides), within float32 accumulation tolerance;
+ *   - the prepared layer (wush_linear) and the per-call functions agree;
+ *   - bad input returns the documented statuses.
+ * Usage: test_backend_ops cpu|cuda. For cuda, exit code 77 (ctest: SKIPPED, never passed) when no
+ * CUDA device is usable. Built with WUSH_TEST_CUDA, tensors travel through cudaMalloc'ed memory
+ * and the launches are also captured in a CUDA graph. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#ifdef WUSH_TEST_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+enum { D_IN = 256, D_OUT = 100, N_CAL = 512 };
+
+static wush_backend g_backend;
+
+/* ---- memory of the backend under test ------------------------------------------------------- */
+
+static void* dev_alloc(size_t bytes) {
+#ifdef WUSH_TEST_CUDA
+    if (g_backend == WUSH_BACKEND_CUDA) {
+        void* p = NULL;
+        return cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess ? p : NULL;
+    }
+#endif
+    return malloc(bytes ? bytes : 1);
+}
+
+static void dev_free(void* p) {
+#ifdef WUSH_TEST_CUDA
+    if (g_backend == WUSH_BACKEND_CUDA) {
+        cudaFree(p);
+        return;
+    }
+#endif
+    free(p);
+}
+
+static void to_dev(void* dst, const void* src, size_t bytes) {
+#ifdef WUSH_TEST_CUDA
+    if (g_backend == WUSH_BACKEND_CUDA) {
+        CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+        return;
+    }
+#endif
+    memcpy(dst, src, bytes);
+}
+
+static void to_host(void* dst, const void* src, size_t bytes) {
+#ifdef WUSH_TEST_CUDA
+    if (g_backend == WUSH_BACKEND_CUDA) {
+        CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+        return;
+    }
+#endif
+    memcpy(dst, src, bytes);
+}
+
+/* ---- data ------------------------------------------------------------------------------------ */
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+
+static double uniform(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (double)(g_rng >> 11) / 9007199254740992.0;
+}
+
+/* Heavy-ish tails and a few loud channels, so that blocks differ and scales vary. */
+static void fill(float* x, size_t rows, size_t cols, double outlier) {
+    for (size_t r = 0; r < rows; ++r)
+        for (size_t c = 0; c < cols; ++c) {
+            double v = sqrt(-2.0 * log(uniform() + 1e-300)) * cos(6.283185307179586 * uniform());
+            if (c % 37 == 5) v *= outlier;
+            x[r * cols + c] = (float)v;
+        }
+}
+
+typedef struct {
+    wush_transform* t;
+    wush_qweight* w;
+    wush_format format;
+} Layer;
+
+static Layer make_layer(wush_context* cpu, wush_transform_kind kind, wush_format format, const float* weight,
+                        const float* cal) {
+    Layer l = {NULL, NULL, format};
+    size_t g = 0;
+    CHECK_STATUS(wush_format_group_size(format, &g), WUSH_OK);
+    if (kind == WUSH_TRANSFORM_WUSH) {
+        wush_calibrator* c = NULL;
+        CHECK_STATUS(wush_calibrator_create(D_IN, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &c), WUSH_OK);
+        CHECK_STATUS(wush_calibrator_add(cpu, c, WUSH_DTYPE_F32, cal, N_CAL), WUSH_OK);
+        CHECK_STATUS(wush_transform_build(cpu, c, WUSH_DTYPE_F32, weight, D_OUT, D_IN, kind, NULL, &l.t), WUSH_OK);
+        wush_calibrator_destroy(c);
+    } else {
+        CHECK_STATUS(wush_transform_create_fixed(kind, D_IN, g, NULL, &l.t), WUSH_OK);
+    }
+    CHECK_STATUS(wush_qweight_create(cpu, l.t, format, WUSH_METHOD_RTN, WUSH_DTYPE_F32, weight, D_OUT, D_IN, NULL, &l.w),
+                 WUSH_OK);
+    return l;
+}
+
+/* Y_ref (float64) = dequantized activations times dequantized weights transposed; `mag` gets
+ * sum |terms| per output, the scale of float32 accumulation error. */
+static void reference(wush_context* cpu, const Layer* l, const uint8_t* codes, const uint8_t* scales, size_t m,
+                      double* y, double* mag) {
+    const void *wc = NULL, *ws = NULL;
+    size_t wcb = 0, wsb = 0, acb = 0, asb = 0;
+    CHECK_STATUS(wush_qweight_data(l->w, &wc, &wcb, &ws, &wsb), WUSH_OK);
+    CHECK_STATUS(wush_format_buffer_sizes(l->format, m, D_IN, &acb, &asb), WUSH_OK);
+    float* a = malloc(sizeof(float) * m * D_IN);
+    float* w = malloc(sizeof(float) * D_OUT * D_IN);
+    CHECK_STATUS(wush_dequantize_rows(cpu, l->format, codes, acb, scales, asb, m, D_IN, a, m * D_IN), WUSH_OK);
+    CHECK_STATUS(wush_dequantize_rows(cpu, l->format, wc, wcb, ws, wsb, D_OUT, D_IN, w, D_OUT * D_IN), WUSH_OK);
+    for (size_t r = 0; r < m; ++r)
+        for (size_t n = 0; n < D_OUT; ++n) {
+            double s = 0.0, t = 0.0;
+            for (size_t k = 0; k < D_IN; ++k) {
+                s += (double)a[r * D_IN + k] * w[n * D_IN + k];
+                t += fabs((double)a[r * D_IN + k] * w[n * D_IN + k]);
+            }
+            y[r * D_OUT + n] = s;
+            mag[r * D_OUT + n] = t;
+        }
+    free(a);
+    free(w);
+}
+
+static int close_to(const float* y, const double* ref, const double* mag, size_t count) {
+    for (size_t i = 0; i < count; ++i)
+        if (!(fabs((double)y[i] - ref[i]) <= 1e-5 * mag[i] + 1e-30)) {
+            fprintf(stderr, "y[%zu] = %.9g, float64 reference %.9g (sum|terms| %.3g)\n", i, y[i], ref[i], mag[i]);
+            return 0;
+        }
+    return 1;
+}
+
+/* ---- one layer, one token count ------------------------------------------------------------- */
+
+static void check_layer(wush_context* ctx, wush_context* ref_ctx, const Layer* l, const float* x, size_t m) {
+    size_t cb = 0, sb = 0, ws_bytes = 0;
+    CHECK_STATUS(wush_format_buffer_sizes(l->format, m, D_IN, &cb, &sb), WUSH_OK);
+    uint8_t *ref_codes = malloc(cb), *ref_scales = malloc(sb), *codes = malloc(cb), *scales = malloc(sb);
+    CHECK_STATUS(wush_quantize_activations(ref_ctx, l->t, l->format, WUSH_DTYPE_F32, x, m, D_IN, ref_codes, cb,
+                                           ref_scales, sb),
+                 WUSH_OK);
+
+    void *dx = dev_alloc(sizeof(float) * m * D_IN), *dc = dev_alloc(cb), *ds = dev_alloc(sb);
+    void* dy = dev_alloc(sizeof(float) * m * D_OUT);
+    to_dev(dx, x, sizeof(float) * m * D_IN);
+
+    /* Per-call fused quantization: the same bytes as the float64-definition path. */
+    CHECK_STATUS(wush_quantize_activations(ctx, l->t, l->format, WUSH_DTYPE_F32, dx, m, D_IN, dc, cb, ds, sb), WUSH_OK);
+    to_host(codes, dc, cb);
+    to_host(scales, ds, sb);
+    CHECK(memcmp(codes, ref_codes, cb) == 0 && memcmp(scales, ref_scales, sb) == 0);
+
+    /* The prepared layer: same bytes, and the forward against the float64 product. */
+    wush_linear* lin = NULL;
+    CHECK_STATUS(wush_linear_create(ctx, l->t, l->w, &lin), WUSH_OK);
+    memset(codes, 0xAB, cb);
+    to_dev(dc, codes, cb);
+    CHECK_STATUS(wush_linear_quantize(ctx, lin, WUSH_DTYPE_F32, dx, m, dc, cb, ds, sb), WUSH_OK);
+    CHECK_STATUS(wush_context_synchronize(ctx), WUSH_OK);
+    to_host(codes, dc, cb);
+    to_host(scales, ds, sb);
+    CHECK(memcmp(codes, ref_codes, cb) == 0 && memcmp(scales, ref_scales, sb) == 0);
+
+    double* yref = malloc(sizeof(double) * m * D_OUT);
+    double* mag = malloc(sizeof(double) * m * D_OUT);
+    float* y = malloc(sizeof(float) * m * D_OUT);
+    reference(ref_ctx, l, ref_codes, ref_scales, m, yref, mag);
+
+    CHECK_STATUS(wush_linear_workspace_size(ctx, lin, m, &ws_bytes), WUSH_OK);
+    void* dws = dev_alloc(ws_bytes);
+    CHECK_STATUS(wush_linear_run(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, dy, m * D_OUT, dws, ws_bytes), WUSH_OK);
+    CHECK_STATUS(wush_context_synchronize(ctx), WUSH_OK);
+    to_host(y, dy, sizeof(float) * m * D_OUT);
+    CHECK(close_to(y, yref, mag, m * D_OUT));
+
+    /* The per-call GEMM and forward give the same product. */
+    to_dev(dc, ref_codes, cb);
+    to_dev(ds, ref_scales, sb);
+    CHECK_STATUS(wush_gemm(ctx, l->w, dc, cb, ds, sb, m, WUSH_DTYPE_F32, dy, m * D_OUT), WUSH_OK);
+    to_host(y, dy, sizeof(float) * m * D_OUT);
+    CHECK(close_to(y, yref, mag, m * D_OUT));
+    size_t fw_bytes = 0;
+    CHECK_STATUS(wush_linear_forward_workspace_size(ctx, l->t, l->w, m, &fw_bytes), WUSH_OK);
+    void* dfw = dev_alloc(fw_bytes);
+    CHECK_STATUS(wush_linear_forward(ctx, l->t, l->w, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, dy, m * D_OUT, dfw, fw_bytes),
+                 WUSH_OK);
+    to_host(y, dy, sizeof(float) * m * D_OUT);
+    CHECK(close_to(y, yref, mag, m * D_OUT));
+
+    /* Errors: a workspace one byte short, y too short; nothing crashes. */
+    CHECK_STATUS(wush_linear_run(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, dy, m * D_OUT, dws, 0),
+                 WUSH_ERR_BUFFER_TOO_SMALL);
+    CHECK_STATUS(wush_linear_run(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, dy, m * D_OUT - 1, dws, ws_bytes),
+                 WUSH_ERR_BUFFER_TOO_SMALL);
+    CHECK_STATUS(wush_linear_run(ctx, lin, WUSH_DTYPE_F32, NULL, m, WUSH_DTYPE_F32, dy, m * D_OUT, dws, ws_bytes),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_linear_run(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F16, dy, m * D_OUT, dws, ws_bytes),
+                 WUSH_ERR_INVALID_ARGUMENT);
+
+    wush_linear_destroy(lin);
+    dev_free(dws);
+    dev_free(dfw);
+    dev_free(dx);
+    dev_free(dc);
+    dev_free(ds);
+    dev_free(dy);
+    free(ref_codes);
+    free(ref_scales);
+    free(codes);
+    free(scales);
+    free(yref);
+    free(mag);
+    free(y);
+}
+
+/* A NaN in the activations: NON_FINITE from the launch (CPU) or the next synchronize (CUDA). */
+static void check_non_finite(wush_context* ctx, const Layer* l, float* x) {
+    const size_t m = 3;
+    size_t ws_bytes = 0;
+    wush_linear* lin = NULL;
+    CHECK_STATUS(wush_linear_create(ctx, l->t, l->w, &lin), WUSH_OK);
+    CHECK_STATUS(wush_linear_workspace_size(ctx, lin, m, &ws_bytes), WUSH_OK);
+    const float saved = x[D_IN + 7];
+    x[D_IN + 7] = NAN;
+    void *dx = dev_alloc(sizeof(float) * m * D_IN), *dy = dev_alloc(sizeof(float) * m * D_OUT);
+    void* dws = dev_alloc(ws_bytes);
+    to_dev(dx, x, sizeof(float) * m * D_IN);
+    wush_status st = wush_linear_run(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, dy, m * D_OUT, dws, ws_bytes);
+    if (g_backend == WUSH_BACKEND_CUDA) {
+        CHECK(st == WUSH_OK);
+        st = wush_context_synchronize(ctx);
+    }
+    CHECK(st == WUSH_ERR_NON_FINITE);
+    CHECK(strstr(wush_last_error(), "row 1, column 7") != NULL);
+    CHECK_STATUS(wush_context_synchronize(ctx), WUSH_OK); /* reported once */
+    x[D_IN + 7] = saved;
+    wush_linear_destroy(lin);
+    dev_free(dx);
+    dev_free(dy);
+    dev_free(dws);
+}
+
+/* Misuse of prepared layers and streams. */
+static void check_misuse(wush_context* ctx, wush_context* other, const Layer* l) {
+    wush_linear* lin = NULL;
+    size_t bytes = 0, d_out = 0, d_in = 0;
+    wush_format f = WUSH_FORMAT_INT4;
+    CHECK_STATUS(wush_linear_create(ctx, l->t, NULL, &lin), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_linear_create(ctx, l->t, l->w, NULL), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_linear_create(ctx, l->t, l->w, &lin), WUSH_OK);
+    CHECK_STATUS(wush_linear_info(lin, &d_out, &d_in, &f), WUSH_OK);
+    CHECK(d_out == D_OUT && d_in == D_IN && f == l->format);
+    /* A layer belongs to the context it was prepared on. */
+    CHECK_STATUS(wush_linear_workspace_size(other, lin, 4, &bytes), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(wush_last_error(), "another wush_context") != NULL);
+    wush_linear_destroy(lin);
+    /* A destroyed layer is a bad handle, not a crash; destroy(NULL) is a no-op. */
+    CHECK_STATUS(wush_linear_workspace_size(ctx, lin, 4, &bytes), WUSH_ERR_INVALID_ARGUMENT);
+    wush_linear_destroy(NULL);
+    /* Mismatched transform and weights (another group size). */
+    wush_transform* t16 = NULL;
+    CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, D_IN, 16, NULL, &t16), WUSH_OK);
+    if (l->format != WUSH_FORMAT_NVFP4) CHECK_STATUS(wush_linear_create(ctx, t16, l->w, &lin), WUSH_ERR_INVALID_ARGUMENT);
+    wush_transform_destroy(t16);
+    /* Streams: a CPU context takes only NULL. */
+    void* s = (void*)1;
+    CHECK_STATUS(wush_context_get_stream(ctx, &s), WUSH_OK);
+    CHECK(s == NULL);
+    if (g_backend == WUSH_BACKEND_CPU) CHECK_STATUS(wush_context_set_stream(ctx, (void*)16), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_context_set_stream(ctx, NULL), WUSH_OK);
+    char text[256];
+    CHECK_STATUS(wush_context_describe(ctx, text, sizeof text), WUSH_OK);
+    CHECK(strncmp(text, g_backend == WUSH_BACKEND_CPU ? "cpu" : "cuda", g_backend == WUSH_BACKEND_CPU ? 3 : 4) == 0);
+    CHECK_STATUS(wush_context_describe(ctx, text, 2), WUSH_ERR_BUFFER_TOO_SMALL);
+}
+
+#ifdef WUSH_TEST_CUDA
+/* A host pointer where a device pointer is due; a captured graph replays the layer. */
+static void check_cuda_specifics(wush_context* ctx, const Layer* l, const float* x) {
+    const size_t m = 17;
+    size_t ws_bytes = 0;
+    wush_linear* lin = NULL;
+    CHECK_STATUS(wush_linear_create(ctx, l->t, l->w, &lin), WUSH_OK);
+    CHECK_STATUS(wush_linear_workspace_size(ctx, lin, m, &ws_bytes), WUSH_OK);
+    void *dx = dev_alloc(sizeof(float) * m * D_IN), *dy = dev_alloc(sizeof(float) * m * D_OUT), *dws = dev_alloc(ws_bytes);
+    float* host_y = malloc(sizeof(float) * m * D_OUT);
+    float* graph_y = malloc(sizeof(float) * m * D_OUT);
+    to_dev(dx, x, sizeof(float) * m * D_IN);
+    CHECK_STATUS(wush_linear_run(ctx, lin, WUSH_DTYPE_F32, x, m, WUSH_DTYPE_F32, dy, m * D_OUT, dws, ws_bytes),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(wush_last_error(), "host pointer") != NULL);
+
+    cudaStream_t stream = NULL;
+    CHECK(cudaStreamCreate(&stream) == cudaSuccess);
+    CHECK_STATUS(wush_context_set_stream(ctx, stream), WUSH_OK);
+    CHECK_STATUS(wush_linear_run(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, dy, m * D_OUT, dws, ws_bytes), WUSH_OK);
+    CHECK_STATUS(wush_context_synchronize(ctx), WUSH_OK);
+    to_host(host_y, dy, sizeof(float) * m * D_OUT);
+    CHECK(cudaMemset(dy, 0, sizeof(float) * m * D_OUT) == cudaSuccess);
+
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    CHECK_STATUS(wush_linear_run(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, dy, m * D_OUT, dws, ws_bytes), WUSH_OK);
+    CHECK(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+    CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    CHECK(cudaGraphLaunch(exec, stream) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+    to_host(graph_y, dy, sizeof(float) * m * D_OUT);
+    CHECK(memcmp(graph_y, host_y, sizeof(float) * m * D_OUT) == 0);
+
+    CHECK_STATUS(wush_context_set_stream(ctx, NULL), WUSH_OK);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    wush_linear_destroy(lin);
+    dev_free(dx);
+    dev_free(dy);
+    dev_free(dws);
+    free(host_y);
+    free(graph_y);
+}
+#endif
+
+int main(int argc, char** argv) {
+    if (argc != 2 || (strcmp(argv[1], "cpu") != 0 && strcmp(argv[1], "cuda") != 0)) {
+        fprintf(stderr, "usage: %s cpu|cuda\n", argv[0]);
+        return 2;
+    }
+    g_backend = strcmp(argv[1], "cpu") == 0 ? WUSH_BACKEND_CPU : WUSH_BACKEND_CUDA;
+    wush_context *ctx = NULL, *ref_ctx = NULL, *other = NULL;
+    const wush_status st = wush_context_create(g_backend, 0, &ctx);
+    if (g_backend == WUSH_BACKEND_CUDA && st == WUSH_ERR_UNSUPPORTED) {
+        printf("SKIPPED: no usable CUDA device: %s\n", wush_last_error());
+        return 77;
+    }
+    CHECK(st == WUSH_OK);
+    if (st != WUSH_OK) return 1;
+    CHECK_STATUS(wush_context_create(WUSH_BACKEND_CPU, 0, &ref_ctx), WUSH_OK);
+    CHECK_STATUS(wush_context_set_parameter(ref_ctx, WUSH_CONTEXT_CPU_ISA, WUSH_CPU_ISA_SCALAR), WUSH_OK);
+    CHECK_STATUS(wush_context_create(g_backend, 0, &other), WUSH_OK);
+
+    float* weight = malloc(sizeof(float) * D_OUT * D_IN);
+    float* cal = malloc(sizeof(float) * N_CAL * D_IN);
+    float* x = malloc(sizeof(float) * 130 * D_IN);
+    fill(weight, D_OUT, D_IN, 1.0);
+    fill(cal, N_CAL, D_IN, 20.0);
+    fill(x, 130, D_IN, 20.0);
+
+    const wush_format formats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4, WUSH_FORMAT_MXFP4_OCP};
+    const wush_transform_kind kinds[] = {WUSH_TRANSFORM_WUSH, WUSH_TRANSFORM_HADAMARD, WUSH_TRANSFORM_IDENTITY};
+    const size_t token_counts[] = {1, 3, 17, 130};
+    for (size_t f = 0; f < 4; ++f)
+        for (size_t k = 0; k < 3; ++k) {
+            Layer l = make_layer(ref_ctx, kinds[k], formats[f], weight, cal);
+            for (size_t i = 0; i < 4; ++i) check_layer(ctx, ref_ctx, &l, x, token_counts[i]);
+            if (k == 0) {
+                check_non_finite(ctx, &l, x);
+                check_misuse(ctx, other, &l);
+#ifdef WUSH_TEST_CUDA
+                if (g_backend == WUSH_BACKEND_CUDA) check_cuda_specifics(ctx, &l, x);
+#endif
+            }
+            wush_transform_destroy(l.t);
+            wush_qweight_destroy(l.w);
+        }
+
+    free(weight);
+    free(cal);
+    free(x);
+    wush_context_destroy(other);
+    wush_context_destroy(ref_ctx);
+    wush_context_destroy(ctx);
+    printf("backend ops (%s): %d checks, %d failed\n", argv[1], g_checks, g_failures);
+    return g_failures == 0 ? 0 : 1;
+}
