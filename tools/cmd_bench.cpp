@@ -187,9 +187,26 @@ int parse_sizes(const std::string& list, std::vector<std::size_t>* out) {
 
 }  // namespace
 
+#ifdef WUSH_TOOLS_CUDA
+int bench_cuda(const cli::Args& a);  // cmd_bench_cuda.cpp
+#endif
+
 int cmd_bench(int argc, char** argv) {
     cli::Args a(argc, argv, {"--quick", "--json"},
-                {"--layers", "--format", "--m", "--kind", "--threads", "--isa", "--repeats", "--min-time"});
+                {"--layers", "--format", "--m", "--kind", "--threads", "--isa", "--repeats", "--min-time", "--device"});
+    const std::string device = a.get("--device", "cpu");
+    if (a.ok() && device == "cuda") {
+#ifdef WUSH_TOOLS_CUDA
+        return bench_cuda(a);
+#else
+        std::fprintf(stderr, "wush bench: this wush was built without CUDA (--device cuda needs nvcc at build time)\n");
+        return 2;
+#endif
+    }
+    if (a.ok() && device != "cpu") {
+        std::fprintf(stderr, "wush bench: --device takes cpu or cuda, got '%s'\n", device.c_str());
+        return 2;
+    }
     const bool quick = a.has("--quick");
     Settings s;
     s.min_repeats = a.get_size("--repeats", quick ? 3 : 5);
