@@ -6,6 +6,8 @@
 //             (per-block matrices)                             Hadamard matrix, (b) memcpy of the
 //                                                            same number of bytes (GB/s)
 //   forward   wush_linear_forward (quantize + GEMM)        vs OpenBLAS SGEMM (float32 X W^T)
+//   prepared  wush_linear_run (a prepared layer: weight    vs wush_linear_forward (packs the
+//             panels packed once)                            weight panels on every call)
 // speedup = baseline_s / ours_s. Default: the three Llama-like layers x MXFP4/NVFP4/INT4 x
 // m in {1, 16, 128, 512, 1024}; --quick drops m = 1024 and repeats less (about a minute on 2
 // cores). The library is used through its public C API only; OpenBLAS is linked here for the
@@ -142,6 +144,18 @@ int bench_m(wush_context* ctx, const Settings& s, const Case& c, const std::vect
                                          ws.data(), ws.size());
         });
         out->push_back({"forward", m, c.n, c.k, fname, "openblas_sgemm", ours, sgemm});
+        // The prepared layer (panels packed once) against the per-call forward just measured.
+        Handle<wush_linear, wush_linear_destroy> layer;
+        std::size_t lw_bytes = 0;
+        if (st == WUSH_OK) st = wush_linear_create(ctx, c.wush.p, c.q.p, &layer.p);
+        if (st == WUSH_OK) st = wush_linear_workspace_size(ctx, layer.p, m, &lw_bytes);
+        std::vector<unsigned char> lw(lw_bytes);
+        const double prepared = median_seconds(s, [&] {
+            if (st == WUSH_OK)
+                st = wush_linear_run(ctx, layer.p, WUSH_DTYPE_F32, x.data(), m, WUSH_DTYPE_F32, y.data(), y.size(), lw.data(),
+                                     lw.size());
+        });
+        out->push_back({"prepared", m, c.n, c.k, fname, "per_call_forward", prepared, ours});
     }
     return st == WUSH_OK ? 0 : cli::report("the runtime", st);
 }
