@@ -256,6 +256,39 @@ static void check_non_finite(wush_context* ctx, const Layer* l, float* x) {
     dev_free(dws);
 }
 
+/* Calibration on the backend (x in its memory) equals the CPU calibrator's float64 sums to 1e-9
+ * relative, in both moment modes; the result merges with a CPU calibrator. */
+static void check_calibration(wush_context* ctx, wush_context* cpu, const float* x, size_t n) {
+    const wush_moment_mode modes[] = {WUSH_MOMENTS_BLOCK_DIAGONAL, WUSH_MOMENTS_FULL};
+    void* dx = dev_alloc(sizeof(float) * n * D_IN);
+    to_dev(dx, x, sizeof(float) * n * D_IN);
+    for (int i = 0; i < 2; ++i) {
+        wush_calibrator *on_backend = NULL, *on_cpu = NULL;
+        CHECK_STATUS(wush_calibrator_create(D_IN, 32, modes[i], &on_backend), WUSH_OK);
+        CHECK_STATUS(wush_calibrator_create(D_IN, 32, modes[i], &on_cpu), WUSH_OK);
+        CHECK_STATUS(wush_calibrator_add(ctx, on_backend, WUSH_DTYPE_F32, dx, n), WUSH_OK);
+        CHECK_STATUS(wush_calibrator_add(cpu, on_cpu, WUSH_DTYPE_F32, x, n), WUSH_OK);
+        double a[32 * 32], b[32 * 32];
+        for (size_t block = 0; block < D_IN / 32; ++block) {
+            CHECK_STATUS(wush_calibrator_second_moment(on_backend, block, a, 32 * 32), WUSH_OK);
+            CHECK_STATUS(wush_calibrator_second_moment(on_cpu, block, b, 32 * 32), WUSH_OK);
+            double worst = 0.0;
+            for (size_t e = 0; e < 32 * 32; ++e) {
+                const double rel = fabs(a[e] - b[e]) / (fabs(b[e]) + 1e-300);
+                if (b[e] != 0.0 && rel > worst) worst = rel;
+            }
+            CHECK(worst <= 1e-9);
+        }
+        CHECK_STATUS(wush_calibrator_merge(on_cpu, on_backend), WUSH_OK);
+        uint64_t tokens = 0;
+        CHECK_STATUS(wush_calibrator_token_count(on_cpu, &tokens), WUSH_OK);
+        CHECK(tokens == 2 * n);
+        wush_calibrator_destroy(on_backend);
+        wush_calibrator_destroy(on_cpu);
+    }
+    dev_free(dx);
+}
+
 /* Misuse of prepared layers and streams. */
 static void check_misuse(wush_context* ctx, wush_context* other, const Layer* l) {
     wush_linear* lin = NULL;
@@ -362,6 +395,8 @@ int main(int argc, char** argv) {
     fill(weight, D_OUT, D_IN, 1.0);
     fill(cal, N_CAL, D_IN, 20.0);
     fill(x, 130, D_IN, 20.0);
+
+    check_calibration(ctx, ref_ctx, cal, N_CAL);
 
     const wush_format formats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4, WUSH_FORMAT_MXFP4_OCP};
     const wush_transform_kind kinds[] = {WUSH_TRANSFORM_WUSH, WUSH_TRANSFORM_HADAMARD, WUSH_TRANSFORM_IDENTITY};
