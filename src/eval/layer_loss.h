@@ -1,4 +1,4 @@
-// Layerwise quality of a transform + block format (DESIGN.md §2 "Layerwise loss", paper
+// Layerwise quality of a transform + block format (docs/ARCHITECTURE.md "Math conventions", paper
 // eq. blockwise_loss_definition_empirical summed over blocks): weights are RTN pre-quantized after
 // the weight-side transform, held-out activations are transformed and RTN-quantized with the same
 // format, and loss = ||Y_q - Y||_F^2 / (d_out * n_tokens) against the float64 product Y = X W^T.
