@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "storage/atomic_file.h"
 
 namespace wush::storage {
 
@@ -227,28 +228,6 @@ std::span<const std::byte> Reader::bytes(const TensorInfo& t) const noexcept {
 
 namespace {
 
-// An open file descriptor that closes itself, and a temporary path that unlinks itself unless
-// committed.
-struct TempFile {
-    std::string path;
-    int fd = -1;
-    bool committed = false;
-    ~TempFile() {
-        if (fd >= 0) ::close(fd);
-        if (!committed && !path.empty()) ::unlink(path.c_str());
-    }
-    void write_all(const void* data, std::size_t n) {
-        const char* p = static_cast<const char*>(data);
-        while (n > 0) {
-            const ssize_t w = ::write(fd, p, n);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) fail(WUSH_ERR_IO, "cannot write \"" + path + "\": " + std::strerror(errno));
-            p += w;
-            n -= std::size_t(w);
-        }
-    }
-};
-
 std::string header_json(const std::vector<TensorSource>& tensors, const std::map<std::string, std::string>& metadata,
                         std::vector<std::uint64_t>& sizes) {
     json j = json::object();
@@ -276,37 +255,21 @@ void write_file(const std::string& path, const std::vector<TensorSource>& tensor
                 const std::map<std::string, std::string>& metadata) {
     std::vector<std::uint64_t> sizes;
     const std::string header = header_json(tensors, metadata, sizes);
-    TempFile tmp;
-    tmp.path = path + ".tmp-" + std::to_string(::getpid());
-    tmp.fd = ::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (tmp.fd < 0) fail(WUSH_ERR_IO, "cannot create \"" + tmp.path + "\": " + std::strerror(errno));
+    AtomicFile file(path);
     std::byte len[8];
     for (int i = 0; i < 8; ++i) len[i] = std::byte((header.size() >> (8 * i)) & 0xFF);
-    tmp.write_all(len, 8);
-    tmp.write_all(header.data(), header.size());
+    file.write(len, 8);
+    file.write(header.data(), header.size());
     for (std::size_t i = 0; i < tensors.size(); ++i) {
         std::uint64_t written = 0;
         tensors[i].write([&](const void* data, std::size_t n) {
             if (written + n > sizes[i]) fail(WUSH_ERR_INTERNAL, "tensor \"" + tensors[i].name + "\" wrote too many bytes");
-            tmp.write_all(data, n);
+            file.write(data, n);
             written += n;
         });
         if (written != sizes[i]) fail(WUSH_ERR_INTERNAL, "tensor \"" + tensors[i].name + "\" wrote too few bytes");
     }
-    if (::fsync(tmp.fd) != 0) fail(WUSH_ERR_IO, "cannot sync \"" + tmp.path + "\": " + std::strerror(errno));
-    ::close(tmp.fd);
-    tmp.fd = -1;
-    if (::rename(tmp.path.c_str(), path.c_str()) != 0)
-        fail(WUSH_ERR_IO, "cannot rename to \"" + path + "\": " + std::strerror(errno));
-    tmp.committed = true;
-    // Make the rename itself durable: sync the directory entry.
-    const std::size_t slash = path.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        ::fsync(dfd);
-        ::close(dfd);
-    }
+    file.commit();
 }
 
 }  // namespace wush::storage

@@ -75,8 +75,8 @@ struct TensorSource {
     std::function<void(const std::function<void(const void*, std::size_t)>& sink)> write;
 };
 
-// Writes a safetensors file atomically: a temporary file next to `path`, fsync, rename. On any
-// failure the temporary is removed and `path` is untouched. Throws IO or INVALID_ARGUMENT.
+// Writes a safetensors file atomically (storage/atomic_file.h). On any
+// failure `path` is untouched. Throws IO or INVALID_ARGUMENT.
 void write_file(const std::string& path, const std::vector<TensorSource>& tensors,
                 const std::map<std::string, std::string>& metadata);
 

@@ -4,8 +4,13 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "common/error.h"
 #include "storage/safetensors.h"
@@ -106,6 +111,58 @@ TEST(Safetensors, FailedWriteLeavesNoFileBehind) {
                  wush::Error);  // too few bytes
     EXPECT_TRUE(std::filesystem::is_empty(dir)) << "no final file, no temporary";
     EXPECT_THROW(wush::storage::write_file(path, {{"t", "F32", {1}, {}}, {"t", "F32", {1}, {}}}, {}), wush::Error);
+    std::filesystem::remove_all(dir);
+}
+
+// Two writers of one path each leave a whole file: the temporary used to be PATH.tmp-<pid>,
+// shared by every thread of the process, so their bytes interleaved in it.
+TEST(Safetensors, ConcurrentWritersOfOnePathEachWriteAWholeFile) {
+    const auto dir = std::filesystem::temp_directory_path() / ("wush_test_concurrent_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / "out.safetensors").string();
+    constexpr std::size_t kBytes = 1 << 20;
+    auto writer = [&](unsigned char fill, int rounds) {
+        const std::vector<unsigned char> data(kBytes, fill);
+        for (int r = 0; r < rounds; ++r)
+            wush::storage::write_file(path, {{"t", "U8", {kBytes}, [&](const auto& sink) {
+                                                  for (std::size_t i = 0; i < kBytes; i += 4096) sink(data.data() + i, 4096);
+                                              }}},
+                                      {});
+    };
+    for (int round = 0; round < 10; ++round) {
+        std::thread a(writer, 0xAA, 2), b(writer, 0x55, 2);
+        a.join();
+        b.join();
+        wush::storage::Reader r(path);
+        const auto bytes = r.bytes(*r.find("t"));
+        ASSERT_EQ(bytes.size(), kBytes);
+        const std::byte first = bytes[0];
+        for (std::byte v : bytes) ASSERT_EQ(v, first) << "the file mixes both writers' bytes";
+    }
+    std::size_t entries = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++entries;
+    EXPECT_EQ(entries, 1u) << "temporaries left behind";
+    std::filesystem::remove_all(dir);
+}
+
+// A symlink planted where the old writer put its temporary must not redirect the write.
+TEST(Safetensors, WriterDoesNotFollowAPlantedSymlink) {
+    const auto dir = std::filesystem::temp_directory_path() / ("wush_test_symlink_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / "out.safetensors").string();
+    const auto victim = dir / "victim";
+    { std::ofstream(victim) << "keep"; }
+    std::filesystem::create_symlink(victim, path + ".tmp-" + std::to_string(::getpid()));
+    const std::vector<float> a(4, 1.0f);
+    wush::storage::write_file(path, {{"t", "F32", {4}, [&](const auto& sink) { sink(a.data(), 16); }}}, {});
+    std::ifstream in(victim);
+    std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(content, "keep");
+    EXPECT_FALSE(std::filesystem::is_symlink(path));
+    wush::storage::Reader r(path);
+    EXPECT_NE(r.find("t"), nullptr);
     std::filesystem::remove_all(dir);
 }
 
