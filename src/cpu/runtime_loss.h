@@ -1,20 +1,9 @@
-// The layerwise loss (eval/layer_loss.h) with Y_q computed by the CPU runtime (fused transform +
-// quantization and the W4A4 GEMM, float32 accumulation) instead of the float64 reference
-// product: what `wush eval --runtime` reports.
+// Forwarding header: the runtime loss is an evaluation concern and lives in eval/runtime_loss.h.
+// Kept only until capi/runtime.cpp includes that header.
 #pragma once
 
-#include <cstddef>
-#include <span>
-
-#include "formats/packed_matrix.h"
-#include "cpu/cpu_isa.h"
-#include "transforms/block_transform.h"
+#include "eval/runtime_loss.h"
 
 namespace wush::runtime {
-
-// ||Y_q - Y||_F^2 / (d_out * n_tokens) with Y = X W^T in float64; w is d_out x d_in, x is
-// n_tokens x d_in, both float32 and finite.
-double runtime_layer_loss(Isa isa, const BlockTransform& transform, const formats::PackedMatrix& q,
-                          std::span<const float> w, std::span<const float> x, std::size_t n_tokens);
-
+using eval::runtime_layer_loss;
 }  // namespace wush::runtime
