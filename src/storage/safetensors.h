@@ -21,6 +21,11 @@ namespace wush::storage {
 
 // Header bound of the reference implementation (huggingface/safetensors).
 inline constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+// Caps of what one header may describe, far above any real model (a few 10,000 tensors, tensors
+// of at most 8 dimensions), so that a hostile header cannot make the parser allocate much more
+// than its own size.
+inline constexpr std::size_t kMaxEntries = 1'000'000;
+inline constexpr std::size_t kMaxDims = 64;
 
 struct TensorInfo {
     std::string name;
@@ -39,8 +44,9 @@ struct Header {
 // Bits per element of a safetensors dtype string; 0 for an unknown dtype.
 unsigned dtype_bits(std::string_view dtype);
 
-// Parses and validates the whole file image: header length bound, UTF-8 JSON object, no
-// duplicate keys, known dtypes, shapes with overflow-checked products, byte span = elements x
+// Parses and validates the whole file image: header length bound, UTF-8 JSON object without a
+// NUL byte or byte-order mark, no duplicate keys, at most kMaxEntries entries of at most kMaxDims
+// dimensions, known dtypes, shapes with overflow-checked products, byte span = elements x
 // dtype size, tensors tiling the data section exactly (no gap, no overlap) up to end of file.
 // Throws wush::Error(CORRUPT_FILE) naming the first violation. Never reads outside `file`.
 Header parse_header(std::span<const std::byte> file);

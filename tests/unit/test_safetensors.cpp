@@ -77,9 +77,30 @@ TEST(Safetensors, EachValidationRuleHasItsError) {
                    "(overlap)");
     expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 6), "data section holds 6");
     expect_corrupt(image(R"({"__metadata__":{"k":1}})", 0), "is not a string");
-    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[[[[1]]]],"data_offsets":[0,4]}})", 4), "nested deeper");
+    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[[[[1]]]],"data_offsets":[0,4]}})", 4), "a dimension of");
     expect_corrupt(image("{\"\xff\":1}", 0), "not valid JSON");  // invalid UTF-8
     expect_corrupt(image(R"({"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", 2), "whole bytes");
+}
+
+// What the reference implementation (PyPI safetensors) rejects and nlohmann's parser lets
+// through: a NUL byte ends nlohmann's input early, a byte-order mark is skipped.
+TEST(Safetensors, RejectsNulBytesAndAByteOrderMark) {
+    const std::string valid = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+    expect_corrupt(image(valid + std::string("\0garbage", 8), 4), "NUL byte");
+    expect_corrupt(image("\xEF\xBB\xBF" + valid, 4), "byte-order mark");
+}
+
+// A header of huge shapes used to cost 23-29x its size in a JSON DOM (and abort the process when
+// that allocation failed); shapes and entries are capped instead.
+TEST(Safetensors, CapsDimensionsAndEntries) {
+    std::string dims = "0";
+    for (std::size_t i = 0; i < wush::storage::kMaxDims; ++i) dims += ",0";
+    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[)" + dims + R"(],"data_offsets":[0,0]}})", 0),
+                   "more than 64 dimensions");
+    std::string meta = R"({"__metadata__":{)";
+    for (std::size_t i = 0; i <= wush::storage::kMaxEntries; ++i) meta += (i ? ",\"" : "\"") + std::to_string(i) + "\":\"\"";
+    meta += "}}";
+    expect_corrupt(image(meta, 0), "__metadata__ entries");
 }
 
 TEST(Safetensors, WriterRoundTripsThroughTheReader) {
