@@ -221,6 +221,9 @@ CheckpointLayer CheckpointReader::load(std::string_view name) const {
     // Every ".codes" tensor makes a layer (collect_layers), so this is "n is one of names_".
     if (n.empty() || file_->find(n + kCodes) == nullptr)
         fail(WUSH_ERR_NOT_FOUND, "the checkpoint has no layer \"" + n + "\"");
+    // A layer is loaded once and then read in every forward pass: the last point where a file
+    // changed in place can be refused cleanly instead of faulting (SIGBUS) or computing garbage.
+    file_->check_unchanged();
     const LayerMeta m = layer_meta(file_->header(), n);
     const auto bytes = [&](const char* suffix) {
         const auto b = file_->bytes(tensor_of(*file_, n + suffix));

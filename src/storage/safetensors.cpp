@@ -267,35 +267,50 @@ Header parse_header(std::span<const std::byte> file) {
     return h;
 }
 
-Reader::Reader(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail(WUSH_ERR_IO, "cannot open \"" + path + "\": " + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        ::close(fd);
-        fail(WUSH_ERR_IO, "\"" + path + "\" is not a readable regular file");
-    }
-    size_ = std::size_t(st.st_size);
-    if (size_ > 0) {
-        void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-        ::close(fd);
-        if (p == MAP_FAILED) fail(WUSH_ERR_IO, "cannot map \"" + path + "\": " + std::strerror(errno));
-        map_ = static_cast<const std::byte*>(p);
-    } else {
-        ::close(fd);
-    }
+namespace {
+
+std::int64_t mtime_ns(const struct stat& st) { return std::int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec; }
+
+}  // namespace
+
+Reader::Reader(const std::string& path) : path_(path) {
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever, before
+    // the regular-file check below could refuse it. It changes nothing for a regular file.
+    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd_ < 0) fail(WUSH_ERR_IO, "cannot open \"" + path + "\": " + std::strerror(errno));
     try {
+        struct stat st {};
+        if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode))
+            fail(WUSH_ERR_IO, "\"" + path + "\" is not a readable regular file");
+        size_ = std::size_t(st.st_size);
+        mtime_ns_ = mtime_ns(st);
+        if (size_ > 0) {
+            void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+            if (p == MAP_FAILED) fail(WUSH_ERR_IO, "cannot map \"" + path + "\": " + std::strerror(errno));
+            map_ = static_cast<const std::byte*>(p);
+        }
         header_ = parse_header({map_, size_});
         index_.reserve(header_.tensors.size());
         for (std::size_t i = 0; i < header_.tensors.size(); ++i) index_.emplace(header_.tensors[i].name, i);
     } catch (...) {
         if (map_) ::munmap(const_cast<std::byte*>(map_), size_);
+        ::close(fd_);
         throw;
     }
 }
 
 Reader::~Reader() {
     if (map_) ::munmap(const_cast<std::byte*>(map_), size_);
+    ::close(fd_);
+}
+
+void Reader::check_unchanged() const {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) fail(WUSH_ERR_IO, "cannot stat \"" + path_ + "\": " + std::strerror(errno));
+    if (std::size_t(st.st_size) != size_ || mtime_ns(st) != mtime_ns_)
+        fail(WUSH_ERR_IO, "\"" + path_ + "\" was " + (std::size_t(st.st_size) < size_ ? "truncated" : "modified") +
+                              " after it was opened; replace a checkpoint by writing a new file and renaming it over the "
+                              "old one");
 }
 
 const TensorInfo* Reader::find(std::string_view name) const noexcept {

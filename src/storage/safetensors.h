@@ -61,13 +61,21 @@ public:
     Reader& operator=(const Reader&) = delete;
 
     const Header& header() const noexcept { return header_; }
+    // Throws IO if the file was truncated, extended or rewritten in place since it was opened
+    // (size or modification time changed). Reading a mapping whose file shrank raises SIGBUS, so
+    // callers check before they hand out views of the data; checkpoints are replaced by rename,
+    // which leaves an opened file unchanged.
+    void check_unchanged() const;
     // The tensor called `name`, or nullptr; a hash lookup (files may hold 100,000s of tensors).
     const TensorInfo* find(std::string_view name) const noexcept;
     std::span<const std::byte> bytes(const TensorInfo& t) const noexcept;
 
 private:
+    std::string path_;
+    int fd_ = -1;  // kept open so that check_unchanged() sees the file that is mapped
     const std::byte* map_ = nullptr;
     std::size_t size_ = 0;
+    std::int64_t mtime_ns_ = 0;
     Header header_;
     std::unordered_map<std::string_view, std::size_t> index_;  // name (viewing header_) -> position
 };

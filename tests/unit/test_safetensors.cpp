@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/error.h"
@@ -185,6 +186,21 @@ TEST(Safetensors, WriterDoesNotFollowAPlantedSymlink) {
     wush::storage::Reader r(path);
     EXPECT_NE(r.find("t"), nullptr);
     std::filesystem::remove_all(dir);
+}
+
+// Opening a FIFO used to block forever waiting for a writer.
+TEST(Safetensors, ReaderRefusesAFifoWithoutWaiting) {
+    const auto fifo = std::filesystem::temp_directory_path() / ("wush_test_fifo_" + std::to_string(::getpid()));
+    std::filesystem::remove(fifo);
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    try {
+        wush::storage::Reader r(fifo.string());
+        ADD_FAILURE() << "a FIFO was accepted";
+    } catch (const wush::Error& e) {
+        EXPECT_EQ(e.status(), WUSH_ERR_IO);
+        EXPECT_NE(std::string(e.what()).find("regular file"), std::string::npos) << e.what();
+    }
+    std::filesystem::remove(fifo);
 }
 
 TEST(Safetensors, ReaderReportsMissingFileAsIo) {
