@@ -17,6 +17,10 @@ struct wush_checkpoint {
         std::string name;
         const wush_transform* transform;
         const wush_qweight* qweight;
+        // Handles are addresses, which a later allocation may reuse: the generations tell
+        // whether these are still the objects add_layer saw.
+        std::uint64_t transform_generation;
+        std::uint64_t qweight_generation;
     };
     std::vector<Pending> pending;                              // a checkpoint being written
     std::unique_ptr<wush::storage::CheckpointReader> reader;   // an opened checkpoint
@@ -58,7 +62,8 @@ WUSH_API wush_status wush_checkpoint_add_layer(wush_checkpoint* checkpoint, cons
         for (const auto& p : checkpoint->pending) names.insert(p.name);
         const wush::storage::LayerRef ref{name, &transform->core, &qweight->core, method_name(qweight->method)};
         wush::storage::check_layer_ref(ref, names);
-        checkpoint->pending.push_back({name, transform, qweight});
+        checkpoint->pending.push_back({name, transform, qweight, generation(transform, HandleType::Transform),
+                                       generation(qweight, HandleType::QWeight)});
     });
 }
 
@@ -69,7 +74,8 @@ WUSH_API wush_status wush_checkpoint_write(wush_checkpoint* checkpoint, const ch
         if (checkpoint->reader) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "the checkpoint was opened for reading");
         std::vector<wush::storage::LayerRef> refs;
         for (const auto& p : checkpoint->pending) {
-            if (!is_live(p.transform, HandleType::Transform) || !is_live(p.qweight, HandleType::QWeight))
+            if (generation(p.transform, HandleType::Transform) != p.transform_generation ||
+                generation(p.qweight, HandleType::QWeight) != p.qweight_generation)
                 wush::fail(WUSH_ERR_INVALID_ARGUMENT, "the transform or qweight of layer \"" + p.name + "\" was destroyed");
             refs.push_back({p.name, &p.transform->core, &p.qweight->core, method_name(p.qweight->method)});
         }

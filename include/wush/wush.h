@@ -786,7 +786,7 @@ WUSH_API wush_status wush_checkpoint_create(wush_checkpoint** checkpoint);
  *  ".tensor_scale" or ".transform") made of `transform` and `qweight`, whose format group size and
  *  d_in must match the transform's. The checkpoint REFERENCES both objects, it does not copy
  *  them: they must stay alive until wush_checkpoint_write() returns (it checks, and fails with
- *  WUSH_ERR_INVALID_ARGUMENT if one was destroyed).
+ *  WUSH_ERR_INVALID_ARGUMENT if one was destroyed, even if a new object now has its address).
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, a checkpoint opened for reading, bad
  *          or repeated name, mismatched objects). */
 WUSH_API wush_status wush_checkpoint_add_layer(wush_checkpoint* checkpoint, const char* name,
