@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/utf8.h"
 #include "common/float_bits.h"
 #include "formats/block_format.h"
 #include "formats/group_quantizer.h"
@@ -50,6 +51,8 @@ std::string format_double(double v) {
 
 void check_layer_ref(const LayerRef& l, std::set<std::string>& names) {
     require(!l.name.empty() && l.name.find('\0') == std::string::npos, "layer names must be non-empty");
+    // Checked here, not first when the writer's JSON encoder meets the name (an INTERNAL error).
+    require(is_valid_utf8(l.name), "layer name \"" + to_valid_utf8(l.name) + "\" is not valid UTF-8");
     for (const char* suffix : kSuffixes)
         require(!ends_with(l.name, suffix), "layer name \"" + l.name + "\" ends with a reserved suffix");
     require(names.insert(l.name).second, "layer \"" + l.name + "\" is added twice");
