@@ -1,4 +1,4 @@
-// Calibrator accumulation throughput (DESIGN.md §7) against OpenBLAS DSYRK, in the same run.
+// Calibrator accumulation throughput (docs/ARCHITECTURE.md, "Verification") against OpenBLAS DSYRK, in the same run.
 //
 // Cases (d_in = 4096, float32 activations streamed through one Calibrator::add call):
 //   block_G32  block-diagonal moments, G = 32 (MXFP4), 4096 tokens per add()

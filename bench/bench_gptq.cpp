@@ -1,5 +1,5 @@
 // GPTQ-WUSH (Algorithm 2, GPTQ case) against the RTN path of the same layer, in the same run
-// (DESIGN.md §7).
+// (docs/ARCHITECTURE.md, "Verification").
 //
 // Layers: the built-in presets "4096x4096" and "4096x14336" (d_in x d_out), MXFP4, WUSH
 // transforms, 2048 calibration tokens accumulated OUTSIDE the timing into a full-mode calibrator

@@ -1,6 +1,6 @@
 // Shared by the benchmarks in bench/: a console reporter that also remembers every run, so that a
 // benchmark binary can end with a summary comparing each measured variant with the baseline it
-// competes with, measured in the same run (DESIGN.md §7).
+// competes with, measured in the same run (docs/ARCHITECTURE.md, "Verification").
 //
 // Benchmarks are registered with names "<case>/<variant>" (e.g. "block_G32/calibrator" and
 // "block_G32/dsyrk"); the summary pairs variants of the same case. With --benchmark_repetitions=N

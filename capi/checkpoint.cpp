@@ -1,9 +1,4 @@
 // wush_checkpoint: writing and reading libwush checkpoints (src/storage/checkpoint).
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <memory>
 #include <set>
 #include <string>
@@ -13,6 +8,7 @@
 #include "handles.h"
 #include "objects.h"
 #include "options.h"
+#include "storage/atomic_file.h"
 #include "storage/checkpoint.h"
 #include "storage/safetensors.h"
 
@@ -21,6 +17,10 @@ struct wush_checkpoint {
         std::string name;
         const wush_transform* transform;
         const wush_qweight* qweight;
+        // Handles are addresses, which a later allocation may reuse: the generations tell
+        // whether these are still the objects add_layer saw.
+        std::uint64_t transform_generation;
+        std::uint64_t qweight_generation;
     };
     std::vector<Pending> pending;                              // a checkpoint being written
     std::unique_ptr<wush::storage::CheckpointReader> reader;   // an opened checkpoint
@@ -34,19 +34,6 @@ const wush::storage::CheckpointReader& opened(const wush_checkpoint* c) {
     require_handle(c, HandleType::Checkpoint, "checkpoint");
     if (!c->reader) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "the checkpoint was not opened from a file");
     return *c->reader;
-}
-
-// Writes a small text file atomically (temporary + fsync + rename), like the tensor files.
-void write_text_file(const std::string& path, const std::string& text) {
-    const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) wush::fail(WUSH_ERR_IO, "cannot create \"" + tmp + "\": " + std::strerror(errno));
-    const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
-    ::close(fd);
-    if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-        ::unlink(tmp.c_str());
-        wush::fail(WUSH_ERR_IO, "cannot write \"" + path + "\": " + std::strerror(errno));
-    }
 }
 
 }  // namespace
@@ -75,7 +62,8 @@ WUSH_API wush_status wush_checkpoint_add_layer(wush_checkpoint* checkpoint, cons
         for (const auto& p : checkpoint->pending) names.insert(p.name);
         const wush::storage::LayerRef ref{name, &transform->core, &qweight->core, method_name(qweight->method)};
         wush::storage::check_layer_ref(ref, names);
-        checkpoint->pending.push_back({name, transform, qweight});
+        checkpoint->pending.push_back({name, transform, qweight, generation(transform, HandleType::Transform),
+                                       generation(qweight, HandleType::QWeight)});
     });
 }
 
@@ -86,7 +74,8 @@ WUSH_API wush_status wush_checkpoint_write(wush_checkpoint* checkpoint, const ch
         if (checkpoint->reader) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "the checkpoint was opened for reading");
         std::vector<wush::storage::LayerRef> refs;
         for (const auto& p : checkpoint->pending) {
-            if (!is_live(p.transform, HandleType::Transform) || !is_live(p.qweight, HandleType::QWeight))
+            if (generation(p.transform, HandleType::Transform) != p.transform_generation ||
+                generation(p.qweight, HandleType::QWeight) != p.qweight_generation)
                 wush::fail(WUSH_ERR_INVALID_ARGUMENT, "the transform or qweight of layer \"" + p.name + "\" was destroyed");
             refs.push_back({p.name, &p.transform->core, &p.qweight->core, method_name(p.qweight->method)});
         }
@@ -158,7 +147,10 @@ WUSH_API wush_status wush_checkpoint_export_fp_quant(const wush_checkpoint* chec
         require_pointer(path, "path");
         wush::Progress progress = make_progress(options_or_defaults(options));
         const std::string config = wush::storage::export_fp_quant(r, path, &progress);
-        if (config_path != nullptr) write_text_file(config_path, config + "\n");
+        if (config_path != nullptr) {
+            const std::string text = config + "\n";
+            wush::storage::write_file_atomically(config_path, text.data(), text.size());
+        }
     });
 }
 

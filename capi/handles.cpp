@@ -8,9 +8,15 @@ namespace wush::capi {
 namespace {
 
 // The one piece of process-wide mutable state: the table of live handles, guarded by a mutex.
+struct Entry {
+    HandleType type;
+    std::uint64_t generation;
+};
+
 struct Registry {
     std::mutex mutex;
-    std::unordered_map<const void*, HandleType> live;
+    std::unordered_map<const void*, Entry> live;
+    std::uint64_t next_generation = 1;
 };
 
 Registry& registry() {
@@ -37,14 +43,14 @@ const char* handle_type_name(HandleType type) {
 void register_handle(const void* handle, HandleType type) {
     Registry& r = registry();
     std::lock_guard lock(r.mutex);
-    r.live[handle] = type;
+    r.live[handle] = {type, r.next_generation++};
 }
 
 bool unregister_handle(const void* handle, HandleType type) {
     Registry& r = registry();
     std::lock_guard lock(r.mutex);
     auto it = r.live.find(handle);
-    if (it == r.live.end() || it->second != type) return false;
+    if (it == r.live.end() || it->second.type != type) return false;
     r.live.erase(it);
     return true;
 }
@@ -53,7 +59,14 @@ bool is_live(const void* handle, HandleType type) {
     Registry& r = registry();
     std::lock_guard lock(r.mutex);
     auto it = r.live.find(handle);
-    return it != r.live.end() && it->second == type;
+    return it != r.live.end() && it->second.type == type;
+}
+
+std::uint64_t generation(const void* handle, HandleType type) {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    auto it = r.live.find(handle);
+    return it != r.live.end() && it->second.type == type ? it->second.generation : 0;
 }
 
 }  // namespace wush::capi

@@ -11,7 +11,7 @@
 #include "objects.h"
 #include "cpu/cpu_isa.h"
 #include "cpu/linear_forward.h"
-#include "cpu/runtime_loss.h"
+#include "eval/runtime_loss.h"
 
 using namespace wush::capi;
 namespace rt = wush::runtime;
@@ -73,7 +73,7 @@ WUSH_API wush_status wush_quantize_activations(wush_context* ctx, const wush_tra
         if (d_in != t.d_in())
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) + " but the transform has d_in = " +
                                                       std::to_string(t.d_in()));
-        wush::eval::require_matching_group(t, f);
+        fmt::require_group(f, t.group());
         const fmt::PackedSizes need = fmt::packed_sizes(f, n_tokens, d_in);
         if (n_tokens == 0) return;
         require_pointer(x, "x");
@@ -164,7 +164,7 @@ WUSH_API wush_status wush_layer_loss_runtime(wush_context* ctx, const wush_trans
         if (n_tokens == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "n_tokens is 0");
         const FloatMatrix w(w_dtype, weight, q.d_out, q.d_in, "weight");
         const FloatMatrix xs(x_dtype, x, n_tokens, q.d_in, "x");
-        *loss = rt::runtime_layer_loss(isa, transform->core, q, w.span(), xs.span(), n_tokens);
+        *loss = wush::eval::runtime_layer_loss(isa, transform->core, q, w.span(), xs.span(), n_tokens);
     });
 }
 

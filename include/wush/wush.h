@@ -24,6 +24,10 @@
  *    wush_context is not reentrant: calls that take the same context are serialized by the
  *    library (a second thread waits), so give each thread its own context for parallel work.
  *    wush_last_error() is per thread.
+ *  - fork(): the CPU work runs on an OpenMP thread pool. A child fork()ed after any multi-threaded
+ *    libwush call must not call libwush (the child inherits a pool whose threads do not exist and
+ *    can deadlock in it). Start worker processes before the first call, or use exec/spawn
+ *    (Python: multiprocessing.set_start_method("spawn") or "forkserver").
  *
  * Layouts (framework conventions, as PyTorch's nn.Linear): a weight W is d_out x d_in row-major,
  * activations X are n_tokens x d_in row-major, the layer output is Y = X W^T. Quantization groups
@@ -907,7 +911,7 @@ WUSH_API wush_status wush_checkpoint_create(wush_checkpoint** checkpoint);
  *  ".tensor_scale" or ".transform") made of `transform` and `qweight`, whose format group size and
  *  d_in must match the transform's. The checkpoint REFERENCES both objects, it does not copy
  *  them: they must stay alive until wush_checkpoint_write() returns (it checks, and fails with
- *  WUSH_ERR_INVALID_ARGUMENT if one was destroyed).
+ *  WUSH_ERR_INVALID_ARGUMENT if one was destroyed, even if a new object now has its address).
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, a checkpoint opened for reading, bad
  *          or repeated name, mismatched objects). */
 WUSH_API wush_status wush_checkpoint_add_layer(wush_checkpoint* checkpoint, const char* name,
@@ -947,7 +951,9 @@ WUSH_API wush_status wush_checkpoint_layer_name(const wush_checkpoint* checkpoin
  *  Creates the transform and qweight of layer `name` of an opened checkpoint. The qweight's codes
  *  and scales are used in place from the mapped file (no copy); the file stays mapped while any
  *  loaded qweight lives, even after wush_checkpoint_destroy(). The transform's weight side is
- *  derived from the stored matrices. Either output may be NULL if not wanted.
+ *  derived from the stored matrices. Either output may be NULL if not wanted. The file must not be
+ *  truncated or rewritten in place while open (replace it by rename): a change before the load
+ *  gives WUSH_ERR_IO, one after it is undefined (docs/FORMAT.md).
  *  Ownership: release the outputs with wush_transform_destroy() / wush_qweight_destroy().
  *  @return WUSH_OK; WUSH_ERR_NOT_FOUND; WUSH_ERR_CORRUPT_FILE (a singular or non-finite transform,
  *          a NaN scale); WUSH_ERR_INVALID_ARGUMENT. Thread-safe (read only). */

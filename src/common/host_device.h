@@ -1,4 +1,4 @@
-// Marks functions shared verbatim by the CPU core and the CUDA kernels (DESIGN.md §4: cuda/ shares
+// Marks functions shared verbatim by the CPU core and the CUDA kernels (docs/ARCHITECTURE.md: cuda/ shares
 // the numeric core with src/ instead of re-deriving it).
 #pragma once
 

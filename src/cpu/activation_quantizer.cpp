@@ -9,7 +9,6 @@
 #include "common/checked_math.h"
 #include "common/dtype.h"
 #include "common/error.h"
-#include "eval/layer_loss.h"
 #include "cpu/exact_quantizer.h"
 #include "cpu/kernels.h"
 
@@ -132,7 +131,7 @@ QuantTile tile_of(const Layout& l, const QuantTile& base, const BlockTransform& 
 void quantize_activations(const BlockTransform& transform, MatrixUse use, const formats::FormatSpec& format,
                           wush_dtype dtype, const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
                           std::span<std::uint8_t> scales, Isa isa, std::span<float> scratch) {
-    eval::require_matching_group(transform, format);
+    formats::require_group(format, transform.group());
     const std::size_t d_in = transform.d_in(), g = transform.group();
     require(g == 16 || g == 32, "quantize_activations: the runtime supports groups of 16 and 32");
     const formats::PackedSizes need = formats::packed_sizes(format, n_tokens, d_in);

@@ -3,7 +3,6 @@
 #include <string>
 
 #include "common/error.h"
-#include "eval/layer_loss.h"
 #include "cpu/activation_quantizer.h"
 #include "cpu/gemm.h"
 #include "cpu/workspace.h"
@@ -35,7 +34,7 @@ Pieces carve(Carver& c, const BlockTransform& t, const formats::FormatSpec& f, s
 
 void require_layer(const BlockTransform& transform, const formats::PackedMatrix& weights) {
     const formats::FormatSpec& f = formats::spec(weights.format);
-    eval::require_matching_group(transform, f);
+    formats::require_group(f, transform.group());
     if (weights.d_in != transform.d_in())
         fail(WUSH_ERR_INVALID_ARGUMENT, "the qweight's d_in (" + std::to_string(weights.d_in) +
                                             ") differs from the transform's (" + std::to_string(transform.d_in()) + ")");

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "common/checked_math.h"
@@ -12,9 +13,6 @@
 namespace wush::eval {
 
 namespace {
-
-// Held-out tokens per step: bounds the float64 scratch (tile x (d_in + d_out)) for long inputs.
-constexpr std::size_t kTileTokens = 256;
 
 std::vector<double> to_double(std::span<const float> v) { return std::vector<double>(v.begin(), v.end()); }
 
@@ -30,16 +28,42 @@ void quantize_dequantize(const formats::FormatSpec& format, std::span<float> row
 
 }  // namespace
 
-void require_matching_group(const BlockTransform& transform, const formats::FormatSpec& format) {
-    if (format.group != transform.group())
-        fail(WUSH_ERR_INVALID_ARGUMENT, std::string("format ") + format.name + " has group size " +
-                                            std::to_string(format.group) + " but the transform has block size G = " +
-                                            std::to_string(transform.group()));
+double tiled_loss(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::span<const float> x,
+                  std::size_t n_tokens, const QuantizedOutput& quantized_output) {
+    require(d_out > 0 && w.size() == checked_mul(d_out, d_in, "weight size"),
+            "layer loss: weight has " + std::to_string(w.size()) + " values, expected d_out x d_in = " +
+                std::to_string(d_out) + " x " + std::to_string(d_in));
+    require(n_tokens > 0 && x.size() == checked_mul(n_tokens, d_in, "activation size"),
+            "layer loss: activations have " + std::to_string(x.size()) + " values, expected n_tokens x d_in = " +
+                std::to_string(n_tokens) + " x " + std::to_string(d_in));
+    require_finite(WUSH_DTYPE_F32, w.data(), d_out, d_in, "weight");
+    require_finite(WUSH_DTYPE_F32, x.data(), n_tokens, d_in, "activations");
+    const std::vector<double> wd = to_double(w);
+    const std::size_t tile = std::min(kTileTokens, n_tokens);
+    std::vector<double> xd(tile * d_in), y(tile * d_out), yq(tile * d_out);
+    double sum_sq = 0.0;
+    for (std::size_t t0 = 0; t0 < n_tokens; t0 += tile) {
+        const std::size_t rows = std::min(tile, n_tokens - t0);
+        const float* xt = x.data() + t0 * d_in;
+        quantized_output(xt, rows, std::span<double>(yq).first(rows * d_out));
+        std::copy(xt, xt + rows * d_in, xd.begin());
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(d_out), int(d_in), 1.0, xd.data(), int(d_in),
+                    wd.data(), int(d_in), 0.0, y.data(), int(d_out));
+        for (std::size_t i = 0; i < rows * d_out; ++i) {
+            const double e = yq[i] - y[i];
+            sum_sq += e * e;
+        }
+    }
+    const double loss = sum_sq / (double(d_out) * double(n_tokens));
+    // Extreme but valid inputs (scales near the top of E8M0, huge transform entries) can overflow
+    // the quantized product; a NaN or infinite loss is a failure, on every path alike.
+    if (!std::isfinite(loss)) fail(WUSH_ERR_NON_FINITE, "the layer loss is not finite (the quantized output overflowed)");
+    return loss;
 }
 
 QuantizedWeights prequantize_rtn(const BlockTransform& transform, const formats::FormatSpec& format,
                                  std::span<const float> w, std::size_t d_out) {
-    require_matching_group(transform, format);
+    formats::require_group(format, transform.group());
     const std::size_t d_in = transform.d_in();
     require(d_out > 0, "prequantize: d_out must be positive");
     require(w.size() == checked_mul(d_out, d_in, "weight size"),
@@ -64,39 +88,21 @@ std::vector<float> dequantize(const QuantizedWeights& q) {
 double layer_loss(const BlockTransform& transform, const QuantizedWeights& q, std::span<const float> w,
                   std::span<const float> x, std::size_t n_tokens) {
     const formats::FormatSpec& format = formats::spec(q.format);
-    require_matching_group(transform, format);
+    formats::require_group(format, transform.group());
     const std::size_t d_in = transform.d_in(), d_out = q.d_out;
     require(q.d_in == d_in, "layer_loss: quantized weights have d_in = " + std::to_string(q.d_in) +
                                 ", the transform " + std::to_string(d_in));
-    require(w.size() == checked_mul(d_out, d_in, "weight size"), "layer_loss: weight shape does not match d_out x d_in");
-    require(n_tokens > 0 && x.size() == checked_mul(n_tokens, d_in, "activation size"),
-            "layer_loss: activations have " + std::to_string(x.size()) + " values, expected n_tokens x d_in = " +
-                std::to_string(n_tokens) + " x " + std::to_string(d_in));
-    require_finite(WUSH_DTYPE_F32, w.data(), d_out, d_in, "weight");
-    require_finite(WUSH_DTYPE_F32, x.data(), n_tokens, d_in, "activations");
-
-    // Both products in float64: Y_q = Xq Wq^T (transformed domain) and the reference Y = X W^T.
+    // Y_q = Xq Wq^T in float64, in the transformed domain.
     const std::vector<double> wq = to_double(dequantize(q));
-    const std::vector<double> wd = to_double(w);
-    std::vector<float> xt(kTileTokens * d_in);
-    std::vector<double> xq(kTileTokens * d_in), xd(kTileTokens * d_in), y(kTileTokens * d_out), yq(kTileTokens * d_out);
-    double sum_sq = 0.0;
-    for (std::size_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {
-        const std::size_t rows = std::min(kTileTokens, n_tokens - t0);
-        const std::span<const float> tile = x.subspan(t0 * d_in, rows * d_in);
-        transform.apply_activations(tile, rows, xt);
+    std::vector<float> xt(std::min(kTileTokens, n_tokens) * d_in);
+    std::vector<double> xq(xt.size());
+    return tiled_loss(w, d_out, d_in, x, n_tokens, [&](const float* tile, std::size_t rows, std::span<double> yq) {
+        transform.apply_activations({tile, rows * d_in}, rows, std::span<float>(xt).first(rows * d_in));
         quantize_dequantize(format, std::span<float>(xt).first(rows * d_in), rows, d_in);
         std::copy(xt.begin(), xt.begin() + rows * d_in, xq.begin());
-        std::copy(tile.begin(), tile.end(), xd.begin());
-        const int m = int(rows), n = int(d_out), k = int(d_in);
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0, xq.data(), k, wq.data(), k, 0.0, yq.data(), n);
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0, xd.data(), k, wd.data(), k, 0.0, y.data(), n);
-        for (std::size_t i = 0; i < rows * d_out; ++i) {
-            const double e = yq[i] - y[i];
-            sum_sq += e * e;
-        }
-    }
-    return sum_sq / (double(d_out) * double(n_tokens));
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(d_out), int(d_in), 1.0, xq.data(),
+                    int(d_in), wq.data(), int(d_in), 0.0, yq.data(), int(d_out));
+    });
 }
 
 double layer_loss(const BlockTransform& transform, const formats::FormatSpec& format, std::span<const float> w,

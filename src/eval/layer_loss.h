@@ -1,4 +1,4 @@
-// Layerwise quality of a transform + block format (DESIGN.md §2 "Layerwise loss", paper
+// Layerwise quality of a transform + block format (docs/ARCHITECTURE.md "Math conventions", paper
 // eq. blockwise_loss_definition_empirical summed over blocks): weights are RTN pre-quantized after
 // the weight-side transform, held-out activations are transformed and RTN-quantized with the same
 // format, and loss = ||Y_q - Y||_F^2 / (d_out * n_tokens) against the float64 product Y = X W^T.
@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -15,11 +16,21 @@
 
 namespace wush::eval {
 
+// Held-out tokens per step of the loss: bounds the float64 scratch (tile x (d_in + d_out)).
+inline constexpr std::size_t kTileTokens = 256;
+
 // Packed RTN codes and group scales of the transformed weights.
 using QuantizedWeights = formats::PackedMatrix;
 
-// Throws INVALID_ARGUMENT (naming both) unless format.group == transform.group().
-void require_matching_group(const BlockTransform& transform, const formats::FormatSpec& format);
+// Computes Y_q for `rows` tokens of activations `x_tile` (rows x d_in floats) into `yq`
+// (rows x d_out, float64).
+using QuantizedOutput = std::function<void(const float* x_tile, std::size_t rows, std::span<double> yq)>;
+
+// The loss definition shared by every path: ||Y_q - Y||_F^2 / (d_out * n_tokens), with the
+// reference Y = X W^T in float64, over tiles of tokens so that long inputs need bounded scratch.
+// w (d_out x d_in) and x (n_tokens x d_in) must be finite; throws NON_FINITE if the loss is not.
+double tiled_loss(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::span<const float> x,
+                  std::size_t n_tokens, const QuantizedOutput& quantized_output);
 
 // Paper Algorithm 2, RTN case: q(T_w w_i) per output row and block. w is d_out x d_in row-major
 // float32 and must be finite.

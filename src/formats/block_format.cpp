@@ -36,6 +36,13 @@ const FormatSpec* spec_by_name(const char* name) {
     return nullptr;
 }
 
+void require_group(const FormatSpec& format, std::size_t block_size) {
+    if (format.group != block_size)
+        fail(WUSH_ERR_INVALID_ARGUMENT, std::string("format ") + format.name + " has group size " +
+                                            std::to_string(format.group) + " but the transform has block size G = " +
+                                            std::to_string(block_size));
+}
+
 PackedSizes packed_sizes(const FormatSpec& f, std::size_t n_rows, std::size_t d_in) {
     if (d_in == 0 || d_in % f.group != 0)
         fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) + " is not a positive multiple of the " +

@@ -28,6 +28,10 @@ struct PackedSizes {
     std::size_t codes;
     std::size_t scales;
 };
+// The group of a format is the block of the transform it quantizes after: throws
+// wush::Error(INVALID_ARGUMENT), naming both sizes, unless format.group == block_size.
+void require_group(const FormatSpec& format, std::size_t block_size);
+
 // Checks d_in (positive multiple of G) and overflow; throws wush::Error on violation.
 PackedSizes packed_sizes(const FormatSpec& f, std::size_t n_rows, std::size_t d_in);
 

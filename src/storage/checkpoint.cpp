@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/utf8.h"
 #include "common/float_bits.h"
 #include "formats/block_format.h"
 #include "formats/group_quantizer.h"
@@ -50,6 +51,8 @@ std::string format_double(double v) {
 
 void check_layer_ref(const LayerRef& l, std::set<std::string>& names) {
     require(!l.name.empty() && l.name.find('\0') == std::string::npos, "layer names must be non-empty");
+    // Checked here, not first when the writer's JSON encoder meets the name (an INTERNAL error).
+    require(is_valid_utf8(l.name), "layer name \"" + to_valid_utf8(l.name) + "\" is not valid UTF-8");
     for (const char* suffix : kSuffixes)
         require(!ends_with(l.name, suffix), "layer name \"" + l.name + "\" ends with a reserved suffix");
     require(names.insert(l.name).second, "layer \"" + l.name + "\" is added twice");
@@ -221,6 +224,9 @@ CheckpointLayer CheckpointReader::load(std::string_view name) const {
     // Every ".codes" tensor makes a layer (collect_layers), so this is "n is one of names_".
     if (n.empty() || file_->find(n + kCodes) == nullptr)
         fail(WUSH_ERR_NOT_FOUND, "the checkpoint has no layer \"" + n + "\"");
+    // A layer is loaded once and then read in every forward pass: the last point where a file
+    // changed in place can be refused cleanly instead of faulting (SIGBUS) or computing garbage.
+    file_->check_unchanged();
     const LayerMeta m = layer_meta(file_->header(), n);
     const auto bytes = [&](const char* suffix) {
         const auto b = file_->bytes(tensor_of(*file_, n + suffix));

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "storage/atomic_file.h"
 
 namespace wush::storage {
 
@@ -28,91 +29,185 @@ std::uint64_t read_u64_le(const std::byte* p) {
     return v;
 }
 
-// First pass over the header: a SAX handler that rejects duplicate keys at any depth and nesting
-// deeper than a safetensors header ever needs (top object > tensor object > shape array), so
-// hostile inputs stay cheap. (nlohmann's callback parser is not used for this: its end_object()
-// scans the whole parent object, which makes a header with n tensors cost O(n^2).)
-class HeaderChecker : public nlohmann::json_sax<json> {
+// The header is read in one SAX pass straight into a Header: no JSON DOM, whose memory cost was
+// 23-29x the header's size and whose destructor could let std::bad_alloc escape. The pass
+// accepts exactly the safetensors schema (top object > tensor object > shape/data_offsets array,
+// or "__metadata__" > string values), rejects duplicate keys, and caps what a hostile header
+// can make it allocate (kMaxEntries, kMaxDims).
+class HeaderBuilder : public nlohmann::json_sax<json> {
 public:
+    explicit HeaderBuilder(Header& h) : h_(h) {}
     std::string problem;
 
-    bool null() override { return true; }
-    bool boolean(bool) override { return true; }
-    bool number_integer(number_integer_t) override { return true; }
-    bool number_unsigned(number_unsigned_t) override { return true; }
-    bool number_float(number_float_t, const string_t&) override { return true; }
-    bool string(string_t&) override { return true; }
-    bool binary(binary_t&) override { return true; }
+    bool null() override { return scalar("null"); }
+    bool boolean(bool) override { return scalar("a boolean"); }
+    bool number_integer(number_integer_t v) override {
+        if (v < 0) return fail_with(field_name() + " is not a non-negative integer");
+        return number(std::uint64_t(v));
+    }
+    bool number_unsigned(number_unsigned_t v) override { return number(v); }
+    bool number_float(number_float_t, const string_t&) override {
+        return fail_with(field_name() + " is not a non-negative integer");
+    }
+    bool binary(binary_t&) override { return scalar("binary"); }
+    bool string(string_t& v) override {
+        if (state_ == State::MetadataValue) {
+            h_.metadata.emplace(std::move(key_), std::move(v));
+            state_ = State::Metadata;
+            return true;
+        }
+        if (state_ == State::TensorField && field_ == Field::Dtype) {
+            tensor_.dtype = std::move(v);
+            if (dtype_bits(tensor_.dtype) == 0)
+                return fail_with("tensor \"" + tensor_.name + "\" has unknown dtype \"" + tensor_.dtype + "\"");
+            state_ = State::Tensor;
+            return true;
+        }
+        return scalar("a string");
+    }
     bool start_object(std::size_t) override {
-        keys_.emplace_back();
-        return enter();
+        switch (state_) {
+            case State::Start: state_ = State::Top; return true;
+            case State::TopValue:
+                if (key_ == "__metadata__") {
+                    state_ = State::Metadata;
+                    keys_.clear();
+                } else {
+                    tensor_ = TensorInfo{};
+                    tensor_.name = std::move(key_);
+                    seen_ = 0;
+                    state_ = State::Tensor;
+                }
+                return true;
+            default: return scalar("an object");
+        }
     }
     bool key(string_t& k) override {
-        if (!keys_.back().insert(k).second) problem = "duplicate key \"" + k + "\"";
-        return problem.empty();
+        switch (state_) {
+            case State::Top:
+                if (!names_.insert(k).second) return fail_with("duplicate key \"" + k + "\"");
+                if (names_.size() > kMaxEntries)
+                    return fail_with("more than " + std::to_string(kMaxEntries) + " entries in the header");
+                key_ = std::move(k);
+                state_ = State::TopValue;
+                return true;
+            case State::Metadata:
+                if (!keys_.insert(k).second) return fail_with("duplicate key \"" + k + "\"");
+                if (keys_.size() > kMaxEntries)
+                    return fail_with("more than " + std::to_string(kMaxEntries) + " __metadata__ entries");
+                key_ = std::move(k);
+                state_ = State::MetadataValue;
+                return true;
+            case State::Tensor: {
+                Field f;
+                if (k == "dtype") f = Field::Dtype;
+                else if (k == "shape") f = Field::Shape;
+                else if (k == "data_offsets") f = Field::Offsets;
+                else return fail_with("tensor \"" + tensor_.name + "\" has unknown field \"" + k + "\"");
+                const unsigned bit = 1u << unsigned(f);
+                if (seen_ & bit) return fail_with("duplicate key \"" + k + "\"");
+                seen_ |= bit;
+                field_ = f;
+                state_ = State::TensorField;
+                return true;
+            }
+            default: return fail_with("unexpected key \"" + k + "\"");
+        }
     }
     bool end_object() override {
-        keys_.pop_back();
-        --depth_;
+        switch (state_) {
+            case State::Top: state_ = State::End; return true;
+            case State::Metadata: state_ = State::Top; return true;
+            case State::Tensor:
+                if (seen_ != 0b111) return fail_with("tensor \"" + tensor_.name + "\" lacks dtype, shape or data_offsets");
+                if (tensor_.end < tensor_.begin) return fail_with("tensor \"" + tensor_.name + "\" ends before it begins");
+                h_.tensors.push_back(std::move(tensor_));
+                state_ = State::Top;
+                return true;
+            default: return fail_with("unexpected end of object");
+        }
+    }
+    bool start_array(std::size_t) override {
+        if (state_ != State::TensorField || field_ == Field::Dtype) return scalar("an array");
+        state_ = State::Array;
+        offsets_ = 0;
         return true;
     }
-    bool start_array(std::size_t) override { return enter(); }
     bool end_array() override {
-        --depth_;
+        if (state_ != State::Array) return fail_with("unexpected end of array");
+        if (field_ == Field::Offsets && offsets_ != 2)
+            return fail_with("tensor \"" + tensor_.name + "\" data_offsets is not [begin, end]");
+        state_ = State::Tensor;
         return true;
     }
     bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
-        problem = std::string("header is not valid JSON (") + e.what() + ")";
+        if (problem.empty()) problem = std::string("header is not valid JSON (") + e.what() + ")";
         return false;
     }
+    bool complete() const { return state_ == State::End; }
 
 private:
-    bool enter() {
-        if (++depth_ > 3) problem = "JSON nested deeper than a safetensors header allows";
-        return problem.empty();
+    enum class State { Start, Top, TopValue, Metadata, MetadataValue, Tensor, TensorField, Array, End };
+    enum class Field { Dtype, Shape, Offsets };
+
+    bool fail_with(std::string what) {
+        problem = std::move(what);
+        return false;
     }
-    std::vector<std::set<std::string>> keys_;
-    int depth_ = 0;
+    std::string field_name() const {
+        if (state_ == State::Array && field_ == Field::Shape) return "a dimension of \"" + tensor_.name + "\"";
+        if (state_ == State::Array) return "data_offsets of \"" + tensor_.name + "\"";
+        return "a value in the header";
+    }
+    // A value of the wrong kind where the schema expects something else.
+    bool scalar(const char* kind) {
+        switch (state_) {
+            case State::Start: return fail_with("header is not a JSON object");
+            case State::TopValue:
+                return fail_with(key_ == "__metadata__" ? std::string("__metadata__ is not an object")
+                                                        : "entry \"" + key_ + "\" is not an object");
+            case State::MetadataValue: return fail_with("__metadata__ value of \"" + key_ + "\" is not a string");
+            case State::TensorField:
+                if (field_ == Field::Dtype) return fail_with("tensor \"" + tensor_.name + "\" dtype is not a string");
+                if (field_ == Field::Shape) return fail_with("tensor \"" + tensor_.name + "\" shape is not an array");
+                return fail_with("tensor \"" + tensor_.name + "\" data_offsets is not [begin, end]");
+            case State::Array: return fail_with(field_name() + " is not a non-negative integer");
+            default: return fail_with(std::string("unexpected ") + kind + " in the header");
+        }
+    }
+    bool number(std::uint64_t v) {
+        if (state_ != State::Array) return scalar("a number");
+        if (field_ == Field::Shape) {
+            if (tensor_.shape.size() == kMaxDims)
+                return fail_with("tensor \"" + tensor_.name + "\" has more than " + std::to_string(kMaxDims) +
+                                 " dimensions");
+            tensor_.shape.push_back(v);
+            return true;
+        }
+        if (offsets_ == 2) return fail_with("tensor \"" + tensor_.name + "\" data_offsets is not [begin, end]");
+        (offsets_++ == 0 ? tensor_.begin : tensor_.end) = v;
+        return true;
+    }
+
+    Header& h_;
+    State state_ = State::Start;
+    Field field_ = Field::Dtype;
+    unsigned seen_ = 0;
+    int offsets_ = 0;
+    std::string key_;
+    TensorInfo tensor_;
+    std::set<std::string> names_, keys_;
 };
 
-// Parses the header JSON (nlohmann rejects invalid UTF-8 in strings) after the checks above.
-json parse_json(std::string_view text) {
-    HeaderChecker checker;
-    if (!json::sax_parse(text.begin(), text.end(), &checker))
-        corrupt(checker.problem.empty() ? "header is not valid JSON" : checker.problem);
-    try {
-        return json::parse(text.begin(), text.end());
-    } catch (const json::exception& e) {
-        corrupt(std::string("header is not valid JSON (") + e.what() + ")");
-    }
-}
-
-std::uint64_t as_u64(const json& v, const std::string& what) {
-    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0))
-        corrupt(what + " is not a non-negative integer");
-    return v.get<std::uint64_t>();
-}
-
-TensorInfo parse_tensor(const std::string& name, const json& v) {
-    if (!v.is_object()) corrupt("entry \"" + name + "\" is not an object");
-    for (const auto& [key, _] : v.items())
-        if (key != "dtype" && key != "shape" && key != "data_offsets")
-            corrupt("tensor \"" + name + "\" has unknown field \"" + key + "\"");
-    if (!v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
-        corrupt("tensor \"" + name + "\" lacks dtype, shape or data_offsets");
-    TensorInfo t;
-    t.name = name;
-    if (!v["dtype"].is_string()) corrupt("tensor \"" + name + "\" dtype is not a string");
-    t.dtype = v["dtype"].get<std::string>();
-    if (dtype_bits(t.dtype) == 0) corrupt("tensor \"" + name + "\" has unknown dtype \"" + t.dtype + "\"");
-    if (!v["shape"].is_array()) corrupt("tensor \"" + name + "\" shape is not an array");
-    for (const json& d : v["shape"]) t.shape.push_back(as_u64(d, "a dimension of \"" + name + "\""));
-    const json& off = v["data_offsets"];
-    if (!off.is_array() || off.size() != 2) corrupt("tensor \"" + name + "\" data_offsets is not [begin, end]");
-    t.begin = as_u64(off[0], "data_offsets of \"" + name + "\"");
-    t.end = as_u64(off[1], "data_offsets of \"" + name + "\"");
-    if (t.end < t.begin) corrupt("tensor \"" + name + "\" ends before it begins");
-    return t;
+void parse_json(std::string_view text, Header& h) {
+    // nlohmann would stop at a NUL byte and skip a byte-order mark; the reference implementation
+    // (PyPI safetensors) rejects both.
+    if (text.find('\0') != std::string_view::npos) corrupt("header contains a NUL byte");
+    if (text.starts_with("\xEF\xBB\xBF")) corrupt("header starts with a UTF-8 byte-order mark");
+    HeaderBuilder builder(h);
+    // nlohmann rejects invalid UTF-8 in strings.
+    if (!json::sax_parse(text.begin(), text.end(), &builder) || !builder.complete())
+        corrupt(builder.problem.empty() ? "header is not valid JSON" : builder.problem);
 }
 
 // Bytes the tensor's dtype and shape require, with overflow checks.
@@ -125,14 +220,6 @@ std::uint64_t required_bytes(const TensorInfo& t) {
         corrupt("size of \"" + t.name + "\" overflows");
     if (bits % 8 != 0) corrupt("tensor \"" + t.name + "\" does not fill whole bytes");
     return bits / 8;
-}
-
-void parse_metadata(const json& v, Header& h) {
-    if (!v.is_object()) corrupt("__metadata__ is not an object");
-    for (const auto& [key, value] : v.items()) {
-        if (!value.is_string()) corrupt("__metadata__ value of \"" + key + "\" is not a string");
-        h.metadata[key] = value.get<std::string>();
-    }
 }
 
 // Tensors sorted by offset must tile [0, data_size) exactly.
@@ -173,47 +260,57 @@ Header parse_header(std::span<const std::byte> file) {
     if (n > kMaxHeaderBytes) corrupt("header length " + std::to_string(n) + " exceeds the 100,000,000-byte limit");
     if (n > file.size() - 8) corrupt("header length " + std::to_string(n) + " runs past the end of the file");
     const std::string_view text(reinterpret_cast<const char*>(file.data() + 8), n);
-    const json j = parse_json(text);  // nlohmann rejects invalid UTF-8 in strings
-    if (!j.is_object()) corrupt("header is not a JSON object");
     Header h;
     h.data_offset = 8 + n;
-    for (const auto& [key, value] : j.items()) {
-        if (key == "__metadata__") parse_metadata(value, h);
-        else h.tensors.push_back(parse_tensor(key, value));
-    }
+    parse_json(text, h);
     check_tiling(h.tensors, file.size() - h.data_offset);
     return h;
 }
 
-Reader::Reader(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail(WUSH_ERR_IO, "cannot open \"" + path + "\": " + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        ::close(fd);
-        fail(WUSH_ERR_IO, "\"" + path + "\" is not a readable regular file");
-    }
-    size_ = std::size_t(st.st_size);
-    if (size_ > 0) {
-        void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-        ::close(fd);
-        if (p == MAP_FAILED) fail(WUSH_ERR_IO, "cannot map \"" + path + "\": " + std::strerror(errno));
-        map_ = static_cast<const std::byte*>(p);
-    } else {
-        ::close(fd);
-    }
+namespace {
+
+std::int64_t mtime_ns(const struct stat& st) { return std::int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec; }
+
+}  // namespace
+
+Reader::Reader(const std::string& path) : path_(path) {
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever, before
+    // the regular-file check below could refuse it. It changes nothing for a regular file.
+    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd_ < 0) fail(WUSH_ERR_IO, "cannot open \"" + path + "\": " + std::strerror(errno));
     try {
+        struct stat st {};
+        if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode))
+            fail(WUSH_ERR_IO, "\"" + path + "\" is not a readable regular file");
+        size_ = std::size_t(st.st_size);
+        mtime_ns_ = mtime_ns(st);
+        if (size_ > 0) {
+            void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+            if (p == MAP_FAILED) fail(WUSH_ERR_IO, "cannot map \"" + path + "\": " + std::strerror(errno));
+            map_ = static_cast<const std::byte*>(p);
+        }
         header_ = parse_header({map_, size_});
         index_.reserve(header_.tensors.size());
         for (std::size_t i = 0; i < header_.tensors.size(); ++i) index_.emplace(header_.tensors[i].name, i);
     } catch (...) {
         if (map_) ::munmap(const_cast<std::byte*>(map_), size_);
+        ::close(fd_);
         throw;
     }
 }
 
 Reader::~Reader() {
     if (map_) ::munmap(const_cast<std::byte*>(map_), size_);
+    ::close(fd_);
+}
+
+void Reader::check_unchanged() const {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) fail(WUSH_ERR_IO, "cannot stat \"" + path_ + "\": " + std::strerror(errno));
+    if (std::size_t(st.st_size) != size_ || mtime_ns(st) != mtime_ns_)
+        fail(WUSH_ERR_IO, "\"" + path_ + "\" was " + (std::size_t(st.st_size) < size_ ? "truncated" : "modified") +
+                              " after it was opened; replace a checkpoint by writing a new file and renaming it over the "
+                              "old one");
 }
 
 const TensorInfo* Reader::find(std::string_view name) const noexcept {
@@ -226,28 +323,6 @@ std::span<const std::byte> Reader::bytes(const TensorInfo& t) const noexcept {
 }
 
 namespace {
-
-// An open file descriptor that closes itself, and a temporary path that unlinks itself unless
-// committed.
-struct TempFile {
-    std::string path;
-    int fd = -1;
-    bool committed = false;
-    ~TempFile() {
-        if (fd >= 0) ::close(fd);
-        if (!committed && !path.empty()) ::unlink(path.c_str());
-    }
-    void write_all(const void* data, std::size_t n) {
-        const char* p = static_cast<const char*>(data);
-        while (n > 0) {
-            const ssize_t w = ::write(fd, p, n);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) fail(WUSH_ERR_IO, "cannot write \"" + path + "\": " + std::strerror(errno));
-            p += w;
-            n -= std::size_t(w);
-        }
-    }
-};
 
 std::string header_json(const std::vector<TensorSource>& tensors, const std::map<std::string, std::string>& metadata,
                         std::vector<std::uint64_t>& sizes) {
@@ -276,37 +351,21 @@ void write_file(const std::string& path, const std::vector<TensorSource>& tensor
                 const std::map<std::string, std::string>& metadata) {
     std::vector<std::uint64_t> sizes;
     const std::string header = header_json(tensors, metadata, sizes);
-    TempFile tmp;
-    tmp.path = path + ".tmp-" + std::to_string(::getpid());
-    tmp.fd = ::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (tmp.fd < 0) fail(WUSH_ERR_IO, "cannot create \"" + tmp.path + "\": " + std::strerror(errno));
+    AtomicFile file(path);
     std::byte len[8];
     for (int i = 0; i < 8; ++i) len[i] = std::byte((header.size() >> (8 * i)) & 0xFF);
-    tmp.write_all(len, 8);
-    tmp.write_all(header.data(), header.size());
+    file.write(len, 8);
+    file.write(header.data(), header.size());
     for (std::size_t i = 0; i < tensors.size(); ++i) {
         std::uint64_t written = 0;
         tensors[i].write([&](const void* data, std::size_t n) {
             if (written + n > sizes[i]) fail(WUSH_ERR_INTERNAL, "tensor \"" + tensors[i].name + "\" wrote too many bytes");
-            tmp.write_all(data, n);
+            file.write(data, n);
             written += n;
         });
         if (written != sizes[i]) fail(WUSH_ERR_INTERNAL, "tensor \"" + tensors[i].name + "\" wrote too few bytes");
     }
-    if (::fsync(tmp.fd) != 0) fail(WUSH_ERR_IO, "cannot sync \"" + tmp.path + "\": " + std::strerror(errno));
-    ::close(tmp.fd);
-    tmp.fd = -1;
-    if (::rename(tmp.path.c_str(), path.c_str()) != 0)
-        fail(WUSH_ERR_IO, "cannot rename to \"" + path + "\": " + std::strerror(errno));
-    tmp.committed = true;
-    // Make the rename itself durable: sync the directory entry.
-    const std::size_t slash = path.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        ::fsync(dfd);
-        ::close(dfd);
-    }
+    file.commit();
 }
 
 }  // namespace wush::storage

@@ -1,4 +1,4 @@
-// Safetensors files (DESIGN.md §6, ../shared/notes/checkpoints-and-robustness.md): a validating
+// Safetensors files (docs/ARCHITECTURE.md "Checkpoints", docs/FORMAT.md): a validating
 // parser of the header, a read-only memory-mapped reader, and an atomic streaming writer.
 //
 // Layout: u64 little-endian N, N bytes of UTF-8 JSON, then the data. The JSON maps tensor names
@@ -21,6 +21,11 @@ namespace wush::storage {
 
 // Header bound of the reference implementation (huggingface/safetensors).
 inline constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+// Caps of what one header may describe, far above any real model (a few 10,000 tensors, tensors
+// of at most 8 dimensions), so that a hostile header cannot make the parser allocate much more
+// than its own size.
+inline constexpr std::size_t kMaxEntries = 1'000'000;
+inline constexpr std::size_t kMaxDims = 64;
 
 struct TensorInfo {
     std::string name;
@@ -39,8 +44,9 @@ struct Header {
 // Bits per element of a safetensors dtype string; 0 for an unknown dtype.
 unsigned dtype_bits(std::string_view dtype);
 
-// Parses and validates the whole file image: header length bound, UTF-8 JSON object, no
-// duplicate keys, known dtypes, shapes with overflow-checked products, byte span = elements x
+// Parses and validates the whole file image: header length bound, UTF-8 JSON object without a
+// NUL byte or byte-order mark, no duplicate keys, at most kMaxEntries entries of at most kMaxDims
+// dimensions, known dtypes, shapes with overflow-checked products, byte span = elements x
 // dtype size, tensors tiling the data section exactly (no gap, no overlap) up to end of file.
 // Throws wush::Error(CORRUPT_FILE) naming the first violation. Never reads outside `file`.
 Header parse_header(std::span<const std::byte> file);
@@ -55,13 +61,21 @@ public:
     Reader& operator=(const Reader&) = delete;
 
     const Header& header() const noexcept { return header_; }
+    // Throws IO if the file was truncated, extended or rewritten in place since it was opened
+    // (size or modification time changed). Reading a mapping whose file shrank raises SIGBUS, so
+    // callers check before they hand out views of the data; checkpoints are replaced by rename,
+    // which leaves an opened file unchanged.
+    void check_unchanged() const;
     // The tensor called `name`, or nullptr; a hash lookup (files may hold 100,000s of tensors).
     const TensorInfo* find(std::string_view name) const noexcept;
     std::span<const std::byte> bytes(const TensorInfo& t) const noexcept;
 
 private:
+    std::string path_;
+    int fd_ = -1;  // kept open so that check_unchanged() sees the file that is mapped
     const std::byte* map_ = nullptr;
     std::size_t size_ = 0;
+    std::int64_t mtime_ns_ = 0;
     Header header_;
     std::unordered_map<std::string_view, std::size_t> index_;  // name (viewing header_) -> position
 };
@@ -75,8 +89,8 @@ struct TensorSource {
     std::function<void(const std::function<void(const void*, std::size_t)>& sink)> write;
 };
 
-// Writes a safetensors file atomically: a temporary file next to `path`, fsync, rename. On any
-// failure the temporary is removed and `path` is untouched. Throws IO or INVALID_ARGUMENT.
+// Writes a safetensors file atomically (storage/atomic_file.h). On any
+// failure `path` is untouched. Throws IO or INVALID_ARGUMENT.
 void write_file(const std::string& path, const std::vector<TensorSource>& tensors,
                 const std::map<std::string, std::string>& metadata);
 

@@ -5,7 +5,7 @@ For MXFP4, NVFP4 and INT4 with the Hadamard and WUSH transforms:
   - the PyPI `safetensors` package (load_file, safe_open, deserialize) opens the file, and its
     tensors are byte-identical to what libwush's C API reports for the same checkpoint;
   - names, dtypes, shapes and metadata follow docs/FORMAT.md;
-  - the stored codes and scales are what the format rules of DESIGN.md section 3, implemented
+  - the stored codes and scales are what the format rules of docs/FORMATS.md, implemented
     here in numpy, give for the weights transformed by the inverse-transpose of the stored
     activation transform (an oracle independent of the writer), and libwush's decoding of them
     matches the numpy decoding.

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -176,6 +178,50 @@ TEST(Checkpoint, WriteOpenLoadRoundTrip) {
     EXPECT_TRUE(std::equal(q.codes.span().begin(), q.codes.span().end(), layer.weights.codes.span().begin()));
     EXPECT_TRUE(std::equal(q.scales.span().begin(), q.scales.span().end(), layer.weights.scales.span().begin()));
     EXPECT_EQ(wush::eval::layer_loss(t, q, w, x, 64), wush::eval::layer_loss(layer.transform, layer.weights, w, x, 64));
+    std::filesystem::remove(path);
+}
+
+// Truncating an opened checkpoint used to make the next load fault with SIGBUS, and rewriting it
+// in place to give silently different weights; both are refused at load time now.
+TEST(Checkpoint, LoadRefusesAFileChangedAfterOpen) {
+    const std::size_t d_in = 64, d_out = 8;
+    std::vector<float> w(d_out * d_in);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 7) - 3);
+    std::vector<float> identity(d_in * 32, 0.0f);
+    for (std::size_t b = 0; b < d_in / 32; ++b)
+        for (std::size_t i = 0; i < 32; ++i) identity[b * 32 * 32 + i * 32 + i] = 1.0f;
+    const wush::BlockTransform t(d_in, 32, wush::TransformKind::Identity, identity, 0.01);
+    const wush::formats::PackedMatrix q = wush::eval::prequantize_rtn(t, wush::formats::spec(WUSH_FORMAT_MXFP4), w, d_out);
+    const std::string path = temp_path("changed");
+    const auto expect_refused = [&](const CheckpointReader& r, const char* what) {
+        try {
+            r.load("l");
+            ADD_FAILURE() << "loaded a checkpoint that was " << what;
+        } catch (const wush::Error& e) {
+            EXPECT_EQ(e.status(), WUSH_ERR_IO);
+            EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+        }
+    };
+    wush::storage::write_checkpoint(path, {{"l", &t, &q, "rtn"}}, nullptr);
+    {
+        CheckpointReader r(path);
+        std::filesystem::resize_file(path, 16);
+        expect_refused(r, "truncated");
+    }
+    wush::storage::write_checkpoint(path, {{"l", &t, &q, "rtn"}}, nullptr);
+    {
+        CheckpointReader r(path);
+        const auto size = std::filesystem::file_size(path);
+        const auto when = std::filesystem::last_write_time(path);
+        {
+            std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+            f.seekp(std::streamoff(size - 1));
+            f.put('\x7f');
+        }
+        // Same size; the modification time is what tells, even within one clock tick.
+        std::filesystem::last_write_time(path, when + std::chrono::seconds(1));
+        expect_refused(r, "modified");
+    }
     std::filesystem::remove(path);
 }
 

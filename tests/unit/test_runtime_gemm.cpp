@@ -20,7 +20,7 @@
 #include "cpu/cpu_isa.h"
 #include "cpu/gemm.h"
 #include "cpu/linear_forward.h"
-#include "cpu/runtime_loss.h"
+#include "eval/runtime_loss.h"
 #include "runtime_reference.h"
 #include "transforms/block_transform.h"
 
@@ -242,7 +242,7 @@ TEST_P(GemmOnIsa, RuntimeLossEqualsReferenceLoss) {
             const BlockTransform t = layer_transform(l, kind, f.group);
             const formats::PackedMatrix q = eval::prequantize_rtn(t, f, l.w, l.d_out);
             const double ref = eval::layer_loss(t, q, l.w, l.x, l.n);
-            const double got = runtime::runtime_layer_loss(isa, t, q, l.w, l.x, l.n);
+            const double got = eval::runtime_layer_loss(isa, t, q, l.w, l.x, l.n);
             EXPECT_NEAR(got, ref, 1e-6 * ref) << f.name << " " << transform_kind_name(kind);
         }
     }

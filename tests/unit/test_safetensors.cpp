@@ -4,8 +4,14 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "storage/safetensors.h"
@@ -72,9 +78,30 @@ TEST(Safetensors, EachValidationRuleHasItsError) {
                    "(overlap)");
     expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 6), "data section holds 6");
     expect_corrupt(image(R"({"__metadata__":{"k":1}})", 0), "is not a string");
-    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[[[[1]]]],"data_offsets":[0,4]}})", 4), "nested deeper");
+    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[[[[1]]]],"data_offsets":[0,4]}})", 4), "a dimension of");
     expect_corrupt(image("{\"\xff\":1}", 0), "not valid JSON");  // invalid UTF-8
     expect_corrupt(image(R"({"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", 2), "whole bytes");
+}
+
+// What the reference implementation (PyPI safetensors) rejects and nlohmann's parser lets
+// through: a NUL byte ends nlohmann's input early, a byte-order mark is skipped.
+TEST(Safetensors, RejectsNulBytesAndAByteOrderMark) {
+    const std::string valid = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+    expect_corrupt(image(valid + std::string("\0garbage", 8), 4), "NUL byte");
+    expect_corrupt(image("\xEF\xBB\xBF" + valid, 4), "byte-order mark");
+}
+
+// A header of huge shapes used to cost 23-29x its size in a JSON DOM (and abort the process when
+// that allocation failed); shapes and entries are capped instead.
+TEST(Safetensors, CapsDimensionsAndEntries) {
+    std::string dims = "0";
+    for (std::size_t i = 0; i < wush::storage::kMaxDims; ++i) dims += ",0";
+    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[)" + dims + R"(],"data_offsets":[0,0]}})", 0),
+                   "more than 64 dimensions");
+    std::string meta = R"({"__metadata__":{)";
+    for (std::size_t i = 0; i <= wush::storage::kMaxEntries; ++i) meta += (i ? ",\"" : "\"") + std::to_string(i) + "\":\"\"";
+    meta += "}}";
+    expect_corrupt(image(meta, 0), "__metadata__ entries");
 }
 
 TEST(Safetensors, WriterRoundTripsThroughTheReader) {
@@ -107,6 +134,73 @@ TEST(Safetensors, FailedWriteLeavesNoFileBehind) {
     EXPECT_TRUE(std::filesystem::is_empty(dir)) << "no final file, no temporary";
     EXPECT_THROW(wush::storage::write_file(path, {{"t", "F32", {1}, {}}, {"t", "F32", {1}, {}}}, {}), wush::Error);
     std::filesystem::remove_all(dir);
+}
+
+// Two writers of one path each leave a whole file: the temporary used to be PATH.tmp-<pid>,
+// shared by every thread of the process, so their bytes interleaved in it.
+TEST(Safetensors, ConcurrentWritersOfOnePathEachWriteAWholeFile) {
+    const auto dir = std::filesystem::temp_directory_path() / ("wush_test_concurrent_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / "out.safetensors").string();
+    constexpr std::size_t kBytes = 1 << 20;
+    auto writer = [&](unsigned char fill, int rounds) {
+        const std::vector<unsigned char> data(kBytes, fill);
+        for (int r = 0; r < rounds; ++r)
+            wush::storage::write_file(path, {{"t", "U8", {kBytes}, [&](const auto& sink) {
+                                                  for (std::size_t i = 0; i < kBytes; i += 4096) sink(data.data() + i, 4096);
+                                              }}},
+                                      {});
+    };
+    for (int round = 0; round < 10; ++round) {
+        std::thread a(writer, 0xAA, 2), b(writer, 0x55, 2);
+        a.join();
+        b.join();
+        wush::storage::Reader r(path);
+        const auto bytes = r.bytes(*r.find("t"));
+        ASSERT_EQ(bytes.size(), kBytes);
+        const std::byte first = bytes[0];
+        for (std::byte v : bytes) ASSERT_EQ(v, first) << "the file mixes both writers' bytes";
+    }
+    std::size_t entries = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++entries;
+    EXPECT_EQ(entries, 1u) << "temporaries left behind";
+    std::filesystem::remove_all(dir);
+}
+
+// A symlink planted where the old writer put its temporary must not redirect the write.
+TEST(Safetensors, WriterDoesNotFollowAPlantedSymlink) {
+    const auto dir = std::filesystem::temp_directory_path() / ("wush_test_symlink_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / "out.safetensors").string();
+    const auto victim = dir / "victim";
+    { std::ofstream(victim) << "keep"; }
+    std::filesystem::create_symlink(victim, path + ".tmp-" + std::to_string(::getpid()));
+    const std::vector<float> a(4, 1.0f);
+    wush::storage::write_file(path, {{"t", "F32", {4}, [&](const auto& sink) { sink(a.data(), 16); }}}, {});
+    std::ifstream in(victim);
+    std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(content, "keep");
+    EXPECT_FALSE(std::filesystem::is_symlink(path));
+    wush::storage::Reader r(path);
+    EXPECT_NE(r.find("t"), nullptr);
+    std::filesystem::remove_all(dir);
+}
+
+// Opening a FIFO used to block forever waiting for a writer.
+TEST(Safetensors, ReaderRefusesAFifoWithoutWaiting) {
+    const auto fifo = std::filesystem::temp_directory_path() / ("wush_test_fifo_" + std::to_string(::getpid()));
+    std::filesystem::remove(fifo);
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    try {
+        wush::storage::Reader r(fifo.string());
+        ADD_FAILURE() << "a FIFO was accepted";
+    } catch (const wush::Error& e) {
+        EXPECT_EQ(e.status(), WUSH_ERR_IO);
+        EXPECT_NE(std::string(e.what()).find("regular file"), std::string::npos) << e.what();
+    }
+    std::filesystem::remove(fifo);
 }
 
 TEST(Safetensors, ReaderReportsMissingFileAsIo) {

@@ -13,7 +13,7 @@
 //                               = (2 sigma2 + sigma2^2) sum_k (T_W M_W T_W^T)_kk (T_X M_X T_X^T)_kk.
 // To first order in sigma2 this is the sum of the paper's two single-perturbation terms (eq.
 // loss_two_terms_simple), which are EQUAL for every T_X once T_W = T_X^{-T}: each equals
-// sigma2 sum_k (T_X M_X T_X^T)_kk (T_W M_W T_W^T)_kk. Hence the factor 2 (DESIGN.md §7):
+// sigma2 sum_k (T_X M_X T_X^T)_kk (T_W M_W T_W^T)_kk. Hence the factor 2 (docs/ARCHITECTURE.md, "Verification"):
 //     loss_1 = 2 sigma2 sum_k (T_X M_X T_X^T)_kk (T_W M_W T_W^T)_kk.
 // Special cases, with W' = chol(M_W), X' = chol(M_X), U S V^T = svd(W'^T X'):
 //   WUSH (T_X = H S^{-1/2} U^T W'^T): both transformed moments are H S H^T, diagonal tr(S)/d,

@@ -6,15 +6,15 @@
 #include <cstddef>
 #include <span>
 
-#include "formats/packed_matrix.h"
 #include "cpu/cpu_isa.h"
+#include "formats/packed_matrix.h"
 #include "transforms/block_transform.h"
 
-namespace wush::runtime {
+namespace wush::eval {
 
 // ||Y_q - Y||_F^2 / (d_out * n_tokens) with Y = X W^T in float64; w is d_out x d_in, x is
-// n_tokens x d_in, both float32 and finite.
-double runtime_layer_loss(Isa isa, const BlockTransform& transform, const formats::PackedMatrix& q,
+// n_tokens x d_in, both float32 and finite. Throws NON_FINITE if the loss is not finite.
+double runtime_layer_loss(runtime::Isa isa, const BlockTransform& transform, const formats::PackedMatrix& q,
                           std::span<const float> w, std::span<const float> x, std::size_t n_tokens);
 
-}  // namespace wush::runtime
+}  // namespace wush::eval
