@@ -58,12 +58,11 @@ wush::TransformOptions transform_options(wush::TransformKind kind, const wush_op
     t.kind = kind;
     t.damping = o.damping;
     t.seed = std::uint64_t(o.seed);
+    t.storage = o.transform_dtype;  // the core builders round to it (one rule for RTN and GPTQ)
     return t;
 }
 
-// Rounds the activation side to the options' storage precision (the weight side follows).
-wush_transform* publish(wush::BlockTransform t, const wush_options& o) {
-    if (o.transform_dtype != WUSH_DTYPE_F32) t = t.rounded_to(o.transform_dtype);
+wush_transform* publish(wush::BlockTransform t) {
     auto h = std::make_unique<wush_transform>(std::move(t));
     register_handle(h.get(), HandleType::Transform);
     return h.release();
@@ -109,13 +108,13 @@ WUSH_API wush_status wush_transform_build(wush_context* ctx, const wush_calibrat
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) + " but the calibrator has d_in = " +
                                                       std::to_string(cal.d_in()));
         if (is_data_free(k)) {
-            *transform = publish(wush::build_data_free_transform(transform_options(k, o), cal.d_in(), cal.group()), o);
+            *transform = publish(wush::build_data_free_transform(transform_options(k, o), cal.d_in(), cal.group()));
             return;
         }
         if (d_out == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_out is 0");
         const FloatMatrix w(dtype, weight, d_out, d_in, "weight");
         wush::Progress progress = make_progress(o);
-        *transform = publish(wush::build_transform(transform_options(k, o), cal, w.span(), d_out, &progress), o);
+        *transform = publish(wush::build_transform(transform_options(k, o), cal, w.span(), d_out, &progress));
     });
 }
 
@@ -127,7 +126,7 @@ WUSH_API wush_status wush_transform_create_fixed(wush_transform_kind kind, size_
         if (!is_data_free(k))
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUS and WUSH transforms need data: use wush_transform_build()");
         const wush_options& o = options_or_defaults(options);
-        *transform = publish(wush::build_data_free_transform(transform_options(k, o), d_in, group_size), o);
+        *transform = publish(wush::build_data_free_transform(transform_options(k, o), d_in, group_size));
     });
 }
 
@@ -242,7 +241,7 @@ WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrato
         const FloatMatrix w(dtype, weight, d_out, d_in, "weight");
         wush::Progress progress = make_progress(o);
         wush::gptq::Result r =
-            wush::gptq::quantize(transform_options(k, o), wush_dtype(o.transform_dtype), f, cal, w.span(), d_out, &progress);
+            wush::gptq::quantize(transform_options(k, o), f, cal, w.span(), d_out, &progress);
         auto t = std::make_unique<wush_transform>(std::move(r.transform));
         auto q = std::make_unique<wush_qweight>();
         q->core = std::move(r.weights);

@@ -393,7 +393,7 @@ typedef enum wush_moment_mode {
 
 /*! wush_calibrator_create() :
  *  Creates an empty calibrator for activations of width d_in, grouped in blocks of group_size
- *  (a power of two dividing d_in; use wush_format_group_size() of the target format).
+ *  (a power of two, at most 256, dividing d_in; use wush_format_group_size() of the target format).
  *  Ownership: release with wush_calibrator_destroy().
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for bad sizes, mode or NULL; WUSH_ERR_OUT_OF_MEMORY
  *          (a full-mode calibrator holds d_in^2 doubles). */
@@ -506,8 +506,10 @@ WUSH_API wush_status wush_transform_build(wush_context* ctx, const wush_calibrat
                                           const wush_options* options, wush_transform** transform);
 
 /*! wush_transform_create_fixed() :
- *  A data-free transform (IDENTITY, HADAMARD or RANDOM) for width d_in and block size group_size.
- *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT (WUS/WUSH need wush_transform_build()). */
+ *  A data-free transform (IDENTITY, HADAMARD or RANDOM) for width d_in and block size group_size
+ *  (a power of two, at most 256, dividing d_in; the transform holds d_in * group_size floats).
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (WUS/WUSH need wush_transform_build(); a bad
+ *          geometry, or d_in * group_size overflowing size_t); WUSH_ERR_OUT_OF_MEMORY. */
 WUSH_API wush_status wush_transform_create_fixed(wush_transform_kind kind, size_t d_in, size_t group_size,
                                                  const wush_options* options, wush_transform** transform);
 

@@ -176,10 +176,15 @@ std::vector<double> slice_second_moment(std::span<const double> slice, std::size
 
 namespace {
 
+// Also bounds G (kMaxGroupSize) and the size of all C matrices, d_in x G values, so that no later
+// size product can wrap: an absurd d_in fails here, not as a wrapped allocation.
 void check_layer_geometry(std::size_t d_in, std::size_t group) {
     require(group > 0 && (group & (group - 1)) == 0, "transform: G = " + std::to_string(group) + " is not a power of two");
+    require(group <= kMaxGroupSize,
+            "transform: G = " + std::to_string(group) + " exceeds the largest block size " + std::to_string(kMaxGroupSize));
     require(d_in > 0 && d_in % group == 0,
             "transform: G = " + std::to_string(group) + " does not divide d_in = " + std::to_string(d_in));
+    checked_mul(d_in, group, "transform size d_in x G");
 }
 
 }  // namespace
@@ -292,8 +297,9 @@ void BlockTransform::apply_weights(std::span<const float> w, std::size_t d_out, 
 
 BlockTransform build_data_free_transform(const TransformOptions& options, std::size_t d_in, std::size_t group) {
     check_layer_geometry(d_in, group);
+    round_for_storage(0.0f, options.storage);  // rejects an unknown storage dtype up front
     const std::size_t c = d_in / group, per_block = group * group;
-    std::vector<float> act(c * per_block);
+    std::vector<float> act(checked_mul(c, per_block, "transform size"));
     const std::uint64_t base_seed = rng::mix_seed(options.seed);
     for (std::size_t b = 0; b < c; ++b) {
         std::vector<double> t;
@@ -304,7 +310,8 @@ BlockTransform build_data_free_transform(const TransformOptions& options, std::s
             default: fail(WUSH_ERR_INVALID_ARGUMENT, std::string("transform kind ") + transform_kind_name(options.kind) +
                                                          " needs calibration data and weights");
         }
-        std::transform(t.begin(), t.end(), act.begin() + b * per_block, [](double v) { return float(v); });
+        std::transform(t.begin(), t.end(), act.begin() + b * per_block,
+                       [&](double v) { return round_for_storage(float(v), options.storage); });
     }
     return BlockTransform(d_in, group, options.kind, std::move(act));
 }
@@ -321,6 +328,7 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
     require(options.damping >= 0.0 && std::isfinite(options.damping), "build_transform: damping must be finite and >= 0");
     require(calibration.tokens() > 0, "build_transform: the calibrator has no tokens");
     require_finite(WUSH_DTYPE_F32, weight.data(), d_out, d_in, "weight");
+    round_for_storage(0.0f, options.storage);  // rejects an unknown storage dtype up front
 
     std::vector<float> act(c * g * g);
     std::vector<char> fell_back(c, 0), deficient(c, 0);
@@ -329,7 +337,8 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
     parallel_blocks(c, [&](std::size_t b) {
         const BlockSolution s = solve_block(options.kind, weight_second_moment(weight, d_out, d_in, g, b),
                                             calibration.second_moment(b), g, options.damping);
-        std::transform(s.t_act.begin(), s.t_act.end(), act.begin() + b * g * g, [](double v) { return float(v); });
+        std::transform(s.t_act.begin(), s.t_act.end(), act.begin() + b * g * g,
+                       [&](double v) { return round_for_storage(float(v), options.storage); });
         std::copy(s.singular_values.begin(), s.singular_values.end(), stats.singular_values.begin() + b * g);
         fell_back[b] = s.fell_back;
         deficient[b] = s.rank_deficient;

@@ -30,6 +30,11 @@ struct TransformOptions {
     TransformKind kind = TransformKind::WUSH;
     double damping = 0.01;   // lambda of Algorithm 1 (relative to tr(M)/G); >= 0
     std::uint64_t seed = 0;  // Random only: block b uses random_rotation(G, mix_seed(seed) + b)
+    // The checkpoint storage type of the activation transforms (F32, BF16 or F16). Every builder
+    // (build_transform, build_data_free_transform, gptq::quantize) rounds T_act to it before the
+    // weight side is derived, so the weights are always quantized against the matrices that will
+    // be stored: one rule, in one place (round_for_storage), for RTN and GPTQ alike.
+    wush_dtype storage = WUSH_DTYPE_F32;
 };
 
 // Float64 result of Algorithm 1 for one block (WUS or WUSH).
@@ -119,13 +124,15 @@ std::vector<double> inverse_transpose(const float* t_act, std::size_t g);
 // BF16 or F16). INVALID_ARGUMENT for an entry out of the F16 range or an unknown dtype.
 float round_for_storage(float v, wush_dtype storage);
 
-// The Identity / Hadamard / Random transforms need no data.
+// The Identity / Hadamard / Random transforms need no data. Rounded to options.storage.
 BlockTransform build_data_free_transform(const TransformOptions& options, std::size_t d_in, std::size_t group);
 
 // Any kind, geometry from the calibrator (its diagonal blocks in Full mode). WUS/WUSH use the
 // calibrator's moments (at least one token) and the d_out x d_in float32 weight (finite); the
 // data-free kinds only check the shapes. Blocks are solved in parallel (OpenMP).
 // `progress`, if given, hears of every finished block and may cancel (CANCELLED).
+// The activation side is rounded to options.storage (INVALID_ARGUMENT for an unknown dtype or an
+// entry out of the F16 range).
 BlockTransform build_transform(const TransformOptions& options, const Calibrator& calibration,
                                std::span<const float> weight, std::size_t d_out, Progress* progress = nullptr);
 

@@ -356,6 +356,7 @@ static void test_calibrator_basics(wush_context* ctx) {
     CHECK_STATUS(wush_calibrator_create(48, 32, WUSH_MOMENTS_BLOCK_DIAGONAL, &untouched), WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_calibrator_create(96, 24, WUSH_MOMENTS_BLOCK_DIAGONAL, &untouched), WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_calibrator_create(96, 12, WUSH_MOMENTS_FULL, &untouched), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_calibrator_create(1024, 512, WUSH_MOMENTS_BLOCK_DIAGONAL, &untouched), WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_calibrator_create(64, 0, WUSH_MOMENTS_BLOCK_DIAGONAL, &untouched), WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_calibrator_create(64, 32, (wush_moment_mode)0, &untouched), WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_calibrator_create(64, 32, (wush_moment_mode)3, &untouched), WUSH_ERR_INVALID_ARGUMENT);
@@ -1030,6 +1031,20 @@ static void test_transforms(wush_context* ctx, const Layer* l) {
     CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_IDENTITY, 0, 32, NULL, &untouched), WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_IDENTITY, 64, 0, NULL, &untouched), WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_IDENTITY, 64, 32, NULL, NULL), WUSH_ERR_INVALID_ARGUMENT);
+    /* Absurd sizes: d_in x G overflows size_t, or G is beyond the largest block size (these used
+     * to wrap the allocation size and crash). A status, never a crash; nothing is written. */
+    CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_IDENTITY, (size_t)1 << 60, 32, NULL, &untouched),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_RANDOM, (size_t)1 << 59, 32, NULL, &untouched),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, (size_t)1 << 32, (size_t)1 << 32, NULL, &untouched),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, 512, 512, NULL, &untouched), WUSH_ERR_INVALID_ARGUMENT);
+    {
+        /* within size_t but far beyond memory: OUT_OF_MEMORY (or INVALID_ARGUMENT), not a crash */
+        const wush_status st = wush_transform_create_fixed(WUSH_TRANSFORM_IDENTITY, (size_t)1 << 50, 32, NULL, &untouched);
+        CHECK(st == WUSH_ERR_OUT_OF_MEMORY || st == WUSH_ERR_INVALID_ARGUMENT);
+    }
     CHECK(untouched == (wush_transform*)0x1);
 
     /* build argument checks */

@@ -331,6 +331,59 @@ TEST(BuildTransform, RoundedStorageRederivesWeightSide) {
     }
 }
 
+// Storage rounding lives in the core builders (TransformOptions::storage): every builder, data-driven
+// or data-free, yields exactly what rounded_to() of its float32 result gives, so RTN and GPTQ see the
+// same stored matrices whatever entry point built them.
+TEST(BuildTransform, BuildersRoundToTheStorageType) {
+    const std::size_t g = 16, d = 64, n = 120, d_out = 24;
+    rng::Rng r(33);
+    std::vector<float> x(n * d);
+    for (float& v : x) v = float(r.gaussian());
+    const auto w = random_weight(d_out, d, 8);
+    Calibrator cal(d, g, MomentMode::BlockDiagonal);
+    cal.add(WUSH_DTYPE_F32, x.data(), n);
+    for (TransformKind kind : {TransformKind::Random, TransformKind::WUS, TransformKind::WUSH}) {
+        const BlockTransform f32 = build_transform({kind, 0.01, 2}, cal, w, d_out);
+        for (wush_dtype storage : {WUSH_DTYPE_BF16, WUSH_DTYPE_F16}) {
+            const BlockTransform built = build_transform({kind, 0.01, 2, storage}, cal, w, d_out);
+            const BlockTransform want = f32.rounded_to(storage);
+            ASSERT_EQ(built.activation_matrices().size(), want.activation_matrices().size());
+            bool changed = false;
+            for (std::size_t i = 0; i < want.activation_matrices().size(); ++i) {
+                EXPECT_EQ(built.activation_matrices()[i], want.activation_matrices()[i]) << transform_kind_name(kind);
+                changed |= built.activation_matrices()[i] != f32.activation_matrices()[i];
+            }
+            EXPECT_TRUE(changed) << transform_kind_name(kind);  // the rounding really happened
+            for (std::size_t i = 0; i < want.weight_matrices().size(); ++i)
+                EXPECT_EQ(built.weight_matrices()[i], want.weight_matrices()[i]);
+        }
+    }
+    const BlockTransform fixed = build_data_free_transform({TransformKind::Random, 0.0, 4, WUSH_DTYPE_BF16}, d, g);
+    const BlockTransform fixed_want = build_data_free_transform({TransformKind::Random, 0.0, 4}, d, g).rounded_to(WUSH_DTYPE_BF16);
+    for (std::size_t i = 0; i < fixed.activation_matrices().size(); ++i)
+        EXPECT_EQ(fixed.activation_matrices()[i], fixed_want.activation_matrices()[i]);
+    EXPECT_THROW(build_data_free_transform({TransformKind::Hadamard, 0.0, 0, wush_dtype(77)}, d, g), Error);
+}
+
+// Size products are checked and G is bounded: absurd geometries fail with INVALID_ARGUMENT instead
+// of wrapping an allocation size (d_in = 2^60 with G = 32 used to crash).
+TEST(BuildTransform, AbsurdGeometryIsRejected) {
+    const auto status = [](std::size_t d, std::size_t g, TransformKind k) {
+        try {
+            build_data_free_transform({k, 0.0, 0}, d, g);
+        } catch (const Error& e) {
+            return e.status();
+        }
+        return WUSH_OK;
+    };
+    EXPECT_EQ(status(std::size_t(1) << 60, 32, TransformKind::Identity), WUSH_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(status(std::size_t(1) << 59, 32, TransformKind::Random), WUSH_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(status(std::size_t(1) << 32, std::size_t(1) << 32, TransformKind::Hadamard), WUSH_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(status(1024, 512, TransformKind::Hadamard), WUSH_ERR_INVALID_ARGUMENT);  // G > kMaxGroupSize
+    EXPECT_EQ(status(512, 256, TransformKind::Hadamard), WUSH_OK);                     // the largest G works
+    EXPECT_THROW(Calibrator(1024, 512, MomentMode::BlockDiagonal), Error);
+}
+
 TEST(BuildTransform, RejectsBadInput) {
     const std::size_t g = 16, d = 64;
     Calibrator cal(d, g, MomentMode::BlockDiagonal);
