@@ -347,6 +347,25 @@ typedef enum wush_option {
      * from the rounded matrices, so the unquantized product stays exact. Use BF16 for transforms
      * that a bf16 runtime (or the fp_quant export) will apply. */
     WUSH_OPTION_TRANSFORM_DTYPE = 2,
+    /* int, default 0, bounds {0, 1}: 1 = per-block search over WUSH's free parameters (the CLI's
+     * transform `wush+s`). Algorithm 1 fixes each block's transform only up to a positive scale c
+     * (activations get c T, weights T^{-T} / c) and the signs of the singular vectors (T = H D A
+     * for any diagonal +-1 matrix D, A = S^{-1/2} U^T W'^T), which leave the exact product
+     * unchanged but not what a 4-bit quantizer does. With the search, each WUS/WUSH block gets
+     * the best of: the canonical signs and 4 seeded random sign patterns, the plain Hadamard and
+     * identity blocks (at c = 1), then the winner at c = 2^(k/8), k = 0..7 — scored by the
+     * block's own output error ||q(X_b T^T) q(W_b T^{-1})^T - X_b W_b^T||^2 with both operands
+     * RTN-quantized in the target format, on WUSH_OPTION_SEARCH_TOKENS Gaussian tokens drawn
+     * from the block's second moment M_X (the calibrator keeps no tokens) and up to 256 evenly
+     * strided weight rows. The choice is folded into the stored matrices: checkpoints, exports
+     * and runtimes see an ordinary transform. It is seeded (WUSH_OPTION_SEED), so reproducible.
+     * Needs the format, so it applies only through wush_layer_quantize() (RTN and GPTQ; GPTQ
+     * chooses each block by RTN of its updated, transformed weights before its column pass);
+     * wush_transform_build() of WUS/WUSH with the search on fails with INVALID_ARGUMENT. The
+     * data-free kinds (I, H, R) ignore it. Cost: about 16 scored candidates per block. */
+    WUSH_OPTION_SEARCH = 3,
+    /* int, default 256, bounds [16, 65536]: tokens per block that the search scores with. */
+    WUSH_OPTION_SEARCH_TOKENS = 4,
     WUSH_OPTION_ENUM_MIN_ = -2147483647 - 1,
     WUSH_OPTION_ENUM_MAX_ = 2147483647
 } wush_option;

@@ -12,6 +12,7 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "formats/group_quantizer.h"
+#include "transforms/transform_search.h"
 
 namespace wush::gptq {
 
@@ -105,6 +106,7 @@ public:
         out_.codes.assign(sizes.codes, 0);
         out_.scales.assign(sizes.scales, 0);
         out_.stats.singular_values.assign(c * g_, 0.0);
+        if (opt_.search.enabled && !m_x_.empty()) out_.stats.search.resize(c);
     }
 
     Output run(Progress* progress) {
@@ -169,8 +171,18 @@ private:
             // M_W from the updated weights.
             const BlockSolution s = solve_block(opt_.kind, slice_second_moment(wi, d_out_, g_),
                                                 std::span<const double>(m_x_).subspan(b * gg, gg), g_, opt_.damping);
-            std::transform(s.t_act.begin(), s.t_act.end(), t_act,
-                           [&](double v) { return round_for_storage(float(v), opt_.storage); });
+            if (opt_.search.enabled) {
+                // Chosen by RTN of the transformed (updated) weights before the intra-block GPTQ
+                // pass: the pass needs the transform first, and RTN's error ranks candidates as
+                // GPTQ's would up to GPTQ's common improvement.
+                const SearchResult r = search_layer_block(opt_, format_, s, std::span<const double>(m_x_).subspan(b * gg, gg),
+                                                          wi, d_out_, {}, 0, d_in_, b);
+                std::copy(r.t_act.begin(), r.t_act.end(), t_act);
+                out_.stats.search[b] = r.choice;
+            } else {
+                std::transform(s.t_act.begin(), s.t_act.end(), t_act,
+                               [&](double v) { return round_for_storage(float(v), opt_.storage); });
+            }
             std::copy(s.singular_values.begin(), s.singular_values.end(), out_.stats.singular_values.begin() + b * g_);
             if (s.fell_back) out_.stats.fallback_blocks.push_back(b);
             if (s.rank_deficient) out_.stats.rank_deficient_blocks.push_back(b);
@@ -248,8 +260,10 @@ Result quantize(const TransformOptions& options, const formats::FormatSpec& form
     require_finite(WUSH_DTYPE_F32, weight.data(), d_out, d_in, "weight");
     round_for_storage(0.0f, options.storage);  // rejects an unknown storage dtype up front
 
+    TransformOptions opts = options;
+    opts.search.format = format.id;  // the search scores candidates in the format being quantized
     Factor factor = factor_with_escalation(hessian, options.damping);
-    Output out = BlockLoop(options, format, hessian, weight, d_out, std::move(factor.u)).run(progress);
+    Output out = BlockLoop(opts, format, hessian, weight, d_out, std::move(factor.u)).run(progress);
     BlockTransform transform(d_in, g, options.kind, std::move(out.act), options.damping, std::move(out.stats));
     formats::PackedMatrix weights{format.id, d_out, d_in, formats::ByteView(std::move(out.codes)),
                                   formats::ByteView(std::move(out.scales))};

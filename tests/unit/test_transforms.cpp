@@ -11,6 +11,7 @@
 
 #include "calibration/calibrator.h"
 #include "common/error.h"
+#include "formats/block_format.h"
 #include "transforms/basis.h"
 #include "transforms/block_transform.h"
 #include "transforms/rng.h"
@@ -382,6 +383,66 @@ TEST(BuildTransform, AbsurdGeometryIsRejected) {
     EXPECT_EQ(status(1024, 512, TransformKind::Hadamard), WUSH_ERR_INVALID_ARGUMENT);  // G > kMaxGroupSize
     EXPECT_EQ(status(512, 256, TransformKind::Hadamard), WUSH_OK);                     // the largest G works
     EXPECT_THROW(Calibrator(1024, 512, MomentMode::BlockDiagonal), Error);
+}
+
+// The normalization convention, pinned by a theorem (docs/EVAL.md "Convention"): M_X = X^T X / n,
+// M_W = W^T W / d_out, damping lambda tr(M)/G on each moment, so scaling X by a puts a^2 on M_X,
+// a on X', a on S and a^{-1/2} on T_wush (a^{1/2} on T_wush^{-T}): the transformed activations
+// T_wush (a x) and weights T_wush^{-T} w both scale by sqrt(a). Scaling W by a scales W' and S by
+// a, T_wush by sqrt(a), T_wush^{-T} by a^{-1/2}: again both transformed operands scale by sqrt(a). With a = 4 and MXFP4 (power-of-two scales) the codes
+// must be identical and every scale exponent one higher. Scaling by powers of two is exact in
+// floating point, so this holds bit for bit, not just approximately.
+TEST(BuildTransform, ScalingXOrWByFourShiftsEveryMxfp4ExponentByOne) {
+    const std::size_t g = 32, d = 128, n = 400, d_out = 64;
+    rng::Rng r(77);
+    std::vector<float> x(n * d);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(r.gaussian() * (i % d == 9 ? 25.0 : 1.0 + double(i % 4)));
+    const auto w = random_weight(d_out, d, 12);
+    const formats::FormatSpec& mx = formats::spec(WUSH_FORMAT_MXFP4);
+    struct Quantized {
+        std::vector<std::uint8_t> xc, xs, wc, ws;
+    };
+    const auto run = [&](float ax, float aw) {
+        std::vector<float> xs(x), ws(w);
+        for (float& v : xs) v *= ax;
+        for (float& v : ws) v *= aw;
+        Calibrator cal(d, g, MomentMode::BlockDiagonal);
+        cal.add(WUSH_DTYPE_F32, xs.data(), n);
+        const BlockTransform t = build_transform({TransformKind::WUSH, 0.01, 0}, cal, ws, d_out);
+        EXPECT_TRUE(t.stats().fallback_blocks.empty());
+        std::vector<float> xt(xs.size()), wt(ws.size());
+        t.apply_activations(xs, n, xt);
+        t.apply_weights(ws, d_out, wt);
+        Quantized q;
+        const auto pack = [&](const std::vector<float>& v, std::size_t rows, std::vector<std::uint8_t>& c,
+                              std::vector<std::uint8_t>& sc) {
+            const formats::PackedSizes sz = formats::packed_sizes(mx, rows, d);
+            c.resize(sz.codes);
+            sc.resize(sz.scales);
+            formats::quantize_rows(mx, v, rows, d, c, sc);
+        };
+        pack(xt, n, q.xc, q.xs);
+        pack(wt, d_out, q.wc, q.ws);
+        return q;
+    };
+    const Quantized base = run(1.0f, 1.0f);
+    const auto expect_shift = [](const std::vector<std::uint8_t>& a, const std::vector<std::uint8_t>& b, int shift,
+                                 const char* what) {
+        ASSERT_EQ(a.size(), b.size());
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < a.size(); ++i) bad += int(b[i]) != int(a[i]) + shift;
+        EXPECT_EQ(bad, 0u) << what;
+    };
+    const Quantized sx = run(4.0f, 1.0f);
+    EXPECT_EQ(sx.xc, base.xc);
+    expect_shift(base.xs, sx.xs, 1, "X x 4: activation scale exponents");
+    EXPECT_EQ(sx.wc, base.wc);
+    expect_shift(base.ws, sx.ws, 1, "X x 4: weight scale exponents");
+    const Quantized sw = run(1.0f, 4.0f);
+    EXPECT_EQ(sw.xc, base.xc);
+    expect_shift(base.xs, sw.xs, 1, "W x 4: activation scale exponents");
+    EXPECT_EQ(sw.wc, base.wc);
+    expect_shift(base.ws, sw.ws, 1, "W x 4: weight scale exponents");
 }
 
 TEST(BuildTransform, RejectsBadInput) {
