@@ -364,7 +364,9 @@ typedef enum wush_option {
      * wush_transform_build() of WUS/WUSH with the search on fails with INVALID_ARGUMENT. The
      * data-free kinds (I, H, R) ignore it. Cost: about 16 scored candidates per block. */
     WUSH_OPTION_SEARCH = 3,
-    /* int, default 256, bounds [16, 65536]: tokens per block that the search scores with. */
+    /* int, default 256, bounds [16, 65536]: the search's sample size: tokens per block, and weight
+     * rows per block (evenly strided; all rows when d_out is smaller). Cost and noise trade here:
+     * 64 keeps the build within about 2x of the plain build, 256 (default) chooses better. */
     WUSH_OPTION_SEARCH_TOKENS = 4,
     WUSH_OPTION_ENUM_MIN_ = -2147483647 - 1,
     WUSH_OPTION_ENUM_MAX_ = 2147483647

@@ -115,16 +115,17 @@ BlockSample token_sample(std::span<const float> x_block, std::size_t n, std::spa
     return s;
 }
 
-double block_score(const formats::FormatSpec& format, const float* t_act, std::size_t g, const BlockSample& s) {
-    const std::vector<double> t_w = inverse_transpose(t_act, g);
-    if (t_w.empty()) return std::numeric_limits<double>::infinity();
-    const std::vector<float> t_wf(t_w.begin(), t_w.end());
+namespace {
+
+// The score with the weight side given (t_w = t_act^{-T}, float32).
+double score_pair(const formats::FormatSpec& format, const float* t_act, const float* t_wf, std::size_t g,
+                  const BlockSample& s) {
     const int ig = int(g);
     std::vector<float> xq(s.n * g), wq(s.rows * g), prod(s.n * s.rows);
     // Xt = X T_act^T, Wt = W T_w^T (float32, as the runtime applies them), then the RTN round trip.
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.n), ig, ig, 1.0f, s.x.data(), ig, t_act, ig, 0.0f,
                 xq.data(), ig);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.rows), ig, ig, 1.0f, s.w.data(), ig, t_wf.data(), ig,
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.rows), ig, ig, 1.0f, s.w.data(), ig, t_wf, ig,
                 0.0f, wq.data(), ig);
     if (!quantize_dequantize_rows(format, xq.data(), s.n, g) || !quantize_dequantize_rows(format, wq.data(), s.rows, g))
         return std::numeric_limits<double>::infinity();
@@ -138,6 +139,15 @@ double block_score(const formats::FormatSpec& format, const float* t_act, std::s
         sum += e * e;
     }
     return std::isfinite(sum) ? sum : std::numeric_limits<double>::infinity();
+}
+
+}  // namespace
+
+double block_score(const formats::FormatSpec& format, const float* t_act, std::size_t g, const BlockSample& s) {
+    const std::vector<double> t_w = inverse_transpose(t_act, g);
+    if (t_w.empty()) return std::numeric_limits<double>::infinity();
+    const std::vector<float> t_wf(t_w.begin(), t_w.end());
+    return score_pair(format, t_act, t_wf.data(), g, s);
 }
 
 SearchResult search_block(TransformKind kind, const BlockSolution& solution, const formats::FormatSpec& format,
@@ -159,30 +169,50 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
                     solution.t_act.data(), int(g), 0.0, a.data(), int(g));
     else
         a = solution.t_act;
-    // P D A for a sign vector d: row i of A scaled by d_i, then P applied.
-    const auto signed_candidate = [&](const std::vector<double>& d) {
-        std::vector<double> da(a);
+    // Every candidate is c P D M with P, D orthogonal and symmetric, so its inverse-transpose is
+    // c^{-1} P D M^{-T}: one inversion per block (of A) instead of one LU per candidate, which
+    // would dominate the search's cost. (The stored matrix is the storage-rounded c P D A; its
+    // exact inverse differs from this one by the storage rounding, far below what separates
+    // candidates; the weight side actually used is always re-derived from the stored matrix.)
+    const std::vector<float> af(a.begin(), a.end());
+    std::vector<double> a_it = inverse_transpose(af.data(), g);
+    if (a_it.empty()) a_it.assign(gg, 0.0);  // singular A (never from Algorithm 1): its candidates score +Inf
+    const bool a_ok = std::any_of(a_it.begin(), a_it.end(), [](double v) { return v != 0.0; });
+    // P D M for a sign vector d: row i of M scaled by d_i, then P applied.
+    const auto apply_pd = [&](const std::vector<double>& m, const std::vector<double>& d) {
+        std::vector<double> dm(m);
         for (std::size_t i = 0; i < g; ++i)
-            for (std::size_t j = 0; j < g; ++j) da[i * g + j] *= d[i];
-        if (kind == TransformKind::WUS) return da;
+            for (std::size_t j = 0; j < g; ++j) dm[i * g + j] *= d[i];
+        if (kind == TransformKind::WUS) return dm;
         std::vector<double> t(gg);
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(g), int(g), int(g), 1.0, h.data(), int(g), da.data(),
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(g), int(g), int(g), 1.0, h.data(), int(g), dm.data(),
                     int(g), 0.0, t.data(), int(g));
         return t;
     };
+    struct Candidate {
+        std::vector<double> t, t_w;  // activation side and its inverse-transpose
+    };
+    const auto score = [&](const Candidate& c, double scale) {
+        if (c.t_w.empty()) return std::numeric_limits<double>::infinity();
+        std::vector<double> t(c.t);
+        for (double& v : t) v *= scale;
+        const std::vector<float> st = to_storage(t, storage);
+        std::vector<float> tw(gg);
+        for (std::size_t i = 0; i < gg; ++i) tw[i] = float(c.t_w[i] / scale);
+        return score_pair(format, st.data(), tw.data(), g, sample);
+    };
 
     // Stage 1: base matrix and sign pattern at c = 1.
-    std::vector<double> best = solution.t_act;  // canonical signs (D_0 = I)
+    const std::vector<double> ones(g, 1.0);
+    Candidate best{solution.t_act, a_ok ? apply_pd(a_it, ones) : std::vector<double>{}};  // canonical signs
     BlockChoice choice;
-    std::vector<float> stored = to_storage(best, storage);
-    double best_score = block_score(format, stored.data(), g, sample);
+    double best_score = score(best, 1.0);
     choice.plain_score = best_score;
-    const auto consider = [&](std::vector<double> t, SearchBase base, std::size_t pattern) {
-        std::vector<float> st = to_storage(t, storage);
-        const double sc = block_score(format, st.data(), g, sample);
+    const auto consider = [&](Candidate c, SearchBase base, std::size_t pattern) {
+        const double sc = score(c, 1.0);
         if (sc < best_score) {
             best_score = sc;
-            best = std::move(t);
+            best = std::move(c);
             choice.base = base;
             choice.sign_pattern = std::uint8_t(pattern);
         }
@@ -191,27 +221,27 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
     std::vector<double> d(g);
     for (std::size_t k = 1; k <= options.sign_patterns; ++k) {
         for (double& v : d) v = r.uniform() < 0.5 ? -1.0 : 1.0;
-        consider(signed_candidate(d), SearchBase::Solution, k);
+        if (a_ok) consider({apply_pd(a, d), apply_pd(a_it, d)}, SearchBase::Solution, k);
     }
-    consider(h, SearchBase::Hadamard, 0);
-    consider(identity_matrix(g), SearchBase::Identity, 0);
+    consider({h, h}, SearchBase::Hadamard, 0);
+    const std::vector<double> eye = identity_matrix(g);
+    consider({eye, eye}, SearchBase::Identity, 0);
 
     // Stage 2: the scale of the winner (k = 0 is the winner itself, already scored).
-    const std::vector<double> base = best;
+    double best_scale = 1.0;
     for (std::size_t k = 1; k < options.scale_steps; ++k) {
         const double c = std::exp2(double(k) / double(options.scale_steps));
-        std::vector<double> t(base);
-        for (double& v : t) v *= c;
-        std::vector<float> st = to_storage(t, storage);
-        const double sc = block_score(format, st.data(), g, sample);
+        const double sc = score(best, c);
         if (sc < best_score) {
             best_score = sc;
-            best = std::move(t);
+            best_scale = c;
             choice.scale_step = std::uint8_t(k);
         }
     }
     choice.score = best_score;
-    return {to_storage(best, storage), choice};
+    std::vector<double> t(best.t);
+    for (double& v : t) v *= best_scale;
+    return {to_storage(t, storage), choice};
 }
 
 SearchResult search_layer_block(const TransformOptions& options, const formats::FormatSpec& format,

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <chrono>
 #include <cstdio>
 #include <vector>
 
@@ -211,14 +212,42 @@ TEST(TransformSearchExperiment, DISABLED_SurrogateVersusTokens) {
         const double lh = loss(build_transform({TransformKind::Hadamard}, cal, layer.weight, d_out));
         TransformOptions s = plain; s.search.enabled = true; s.search.format = fmt;
         const double l_sur = loss(build_transform(s, cal, layer.weight, d_out));
-        s.search.sample_tokens = 1024;
+        s.search.sample_tokens = 64; s.search.weight_rows = 64; s.search.sign_patterns = 2;
         const double l_sur1k = loss(build_transform(s, cal, layer.weight, d_out));
+        s.search.weight_rows = 256; s.search.sign_patterns = 4;
         s.search.sample_tokens = 256;
         const double l_tok = loss(build_transform(s, cal, layer.weight, d_out, nullptr, layer.calibration, n));
         s.search.sample_tokens = 2048;
         const double l_tok2k = loss(build_transform(s, cal, layer.weight, d_out, nullptr, layer.calibration, n));
-        std::printf("%s %s plain %.4f H %.4f sur256 %.4f (%.1f%%) sur1k %.4f (%.1f%%) tok256 %.4f (%.1f%%) tok2k %.4f (%.1f%%)\n", name, f.name, lp, lh,
+        std::printf("%s %s plain %.4f H %.4f sur256 %.4f (%.1f%%) s64 %.4f (%.1f%%) tok256 %.4f (%.1f%%) tok2k %.4f (%.1f%%)\n", name, f.name, lp, lh,
                     l_sur, 100 * (l_sur / lp - 1), l_sur1k, 100 * (l_sur1k / lp - 1), l_tok, 100 * (l_tok / lp - 1), l_tok2k, 100 * (l_tok2k / lp - 1));
+    }
+}
+}
+namespace wush {
+TEST(TransformSearchExperiment, DISABLED_Timing) {
+    for (const char* name : {"small_512x256", "4096x4096"}) {
+        const std::size_t n = 512;
+        eval::SyntheticLayer layer = eval::generate_layer(eval::synthetic_preset(name, n, 0, 1));
+        Calibrator cal(layer.spec.d_in, 32, MomentMode::BlockDiagonal);
+        cal.add(WUSH_DTYPE_F32, layer.calibration.data(), n);
+        TransformOptions plain(TransformKind::WUSH, 0.01, 1);
+        TransformOptions s = plain; s.search.enabled = true;
+        auto time = [&](const TransformOptions& o) {
+            const auto t0 = std::chrono::steady_clock::now();
+            build_transform(o, cal, layer.weight, layer.spec.d_out);
+            return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        };
+        const double tp = time(plain), ts = time(s);
+        std::printf("%s plain %.3fs search %.3fs ratio %.2f\n", name, tp, ts, ts / tp);
+        for (std::size_t k : {64, 128}) {
+            TransformOptions v = s;
+            v.search.sample_tokens = k;
+            v.search.weight_rows = k;
+            v.search.sign_patterns = 2;
+            const double tv = time(v);
+            std::printf("%s tokens=rows=%zu signs=2: search %.3fs ratio %.2f\n", name, k, tv, tv / tp);
+        }
     }
 }
 }
