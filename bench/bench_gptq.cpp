@@ -56,7 +56,7 @@ void bm(benchmark::State& state, std::string name, bool gptq) {
     const std::size_t d_out = l.data.spec.d_out;
     for (auto _ : state) {
         if (gptq) {
-            auto r = wush::gptq::quantize(options, WUSH_DTYPE_F32, mx, *l.hessian, l.data.weight, d_out);
+            auto r = wush::gptq::quantize(options, mx, *l.hessian, l.data.weight, d_out);
             benchmark::DoNotOptimize(r.weights.codes.data());
         } else {
             const wush::BlockTransform t = wush::build_transform(options, *l.hessian, l.data.weight, d_out);

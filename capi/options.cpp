@@ -63,6 +63,14 @@ WUSH_API wush_status wush_options_set_int(wush_options* options, wush_option opt
             if (value != WUSH_DTYPE_F32 && value != WUSH_DTYPE_BF16 && value != WUSH_DTYPE_F16)
                 wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_OPTION_TRANSFORM_DTYPE must be a wush_dtype, got " + std::to_string(value));
             options->transform_dtype = wush_dtype(value);
+        } else if (option == WUSH_OPTION_SEARCH) {
+            if (value != 0 && value != 1)
+                wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_OPTION_SEARCH must be 0 or 1, got " + std::to_string(value));
+            options->search = value == 1;
+        } else if (option == WUSH_OPTION_SEARCH_TOKENS) {
+            if (value < 16 || value > 65536)
+                wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_OPTION_SEARCH_TOKENS must be in [16, 65536], got " + std::to_string(value));
+            options->search_tokens = value;
         } else {
             bad_option(option, "integer");
         }
@@ -84,6 +92,8 @@ WUSH_API wush_status wush_options_get_int(const wush_options* options, wush_opti
         require_pointer(value, "value");
         if (option == WUSH_OPTION_SEED) *value = options->seed;
         else if (option == WUSH_OPTION_TRANSFORM_DTYPE) *value = options->transform_dtype;
+        else if (option == WUSH_OPTION_SEARCH) *value = options->search ? 1 : 0;
+        else if (option == WUSH_OPTION_SEARCH_TOKENS) *value = options->search_tokens;
         else bad_option(option, "integer");
     });
 }

@@ -11,6 +11,8 @@ struct wush_options {
     double damping = 0.01;
     std::int64_t seed = 0;
     wush_dtype transform_dtype = WUSH_DTYPE_F32;
+    bool search = false;               // WUSH_OPTION_SEARCH
+    std::int64_t search_tokens = 256;  // WUSH_OPTION_SEARCH_TOKENS
     wush_progress_fn progress = nullptr;
     void* progress_user = nullptr;
 };

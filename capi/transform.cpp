@@ -53,17 +53,32 @@ bool is_data_free(wush::TransformKind k) {
     return k == wush::TransformKind::Identity || k == wush::TransformKind::Hadamard || k == wush::TransformKind::Random;
 }
 
-wush::TransformOptions transform_options(wush::TransformKind kind, const wush_options& o) {
+// `format`: the quantizer a search (WUSH_OPTION_SEARCH) scores candidates with; without one the
+// search stays off (the data-free builders and the checks below never search).
+wush::TransformOptions transform_options(wush::TransformKind kind, const wush_options& o,
+                                         const wush::formats::FormatSpec* format = nullptr) {
     wush::TransformOptions t;
     t.kind = kind;
     t.damping = o.damping;
     t.seed = std::uint64_t(o.seed);
+    t.storage = o.transform_dtype;  // the core builders round to it (one rule for RTN and GPTQ)
+    if (o.search && format != nullptr) {
+        t.search.enabled = true;
+        t.search.format = format->id;
+        t.search.sample_tokens = std::size_t(o.search_tokens);
+    }
     return t;
 }
 
-// Rounds the activation side to the options' storage precision (the weight side follows).
-wush_transform* publish(wush::BlockTransform t, const wush_options& o) {
-    if (o.transform_dtype != WUSH_DTYPE_F32) t = t.rounded_to(o.transform_dtype);
+// The search picks per block what a given format quantizes best, so it needs the format: a
+// transform built without one would silently not be the searched transform.
+void reject_search_without_format(wush::TransformKind k, const wush_options& o) {
+    if (o.search && !is_data_free(k))
+        wush::fail(WUSH_ERR_INVALID_ARGUMENT,
+                   "WUSH_OPTION_SEARCH chooses each block for one format: use wush_layer_quantize(), which has it");
+}
+
+wush_transform* publish(wush::BlockTransform t) {
     auto h = std::make_unique<wush_transform>(std::move(t));
     register_handle(h.get(), HandleType::Transform);
     return h.release();
@@ -109,13 +124,14 @@ WUSH_API wush_status wush_transform_build(wush_context* ctx, const wush_calibrat
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) + " but the calibrator has d_in = " +
                                                       std::to_string(cal.d_in()));
         if (is_data_free(k)) {
-            *transform = publish(wush::build_data_free_transform(transform_options(k, o), cal.d_in(), cal.group()), o);
+            *transform = publish(wush::build_data_free_transform(transform_options(k, o), cal.d_in(), cal.group()));
             return;
         }
         if (d_out == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_out is 0");
+        reject_search_without_format(k, o);
         const FloatMatrix w(dtype, weight, d_out, d_in, "weight");
         wush::Progress progress = make_progress(o);
-        *transform = publish(wush::build_transform(transform_options(k, o), cal, w.span(), d_out, &progress), o);
+        *transform = publish(wush::build_transform(transform_options(k, o), cal, w.span(), d_out, &progress));
     });
 }
 
@@ -127,7 +143,7 @@ WUSH_API wush_status wush_transform_create_fixed(wush_transform_kind kind, size_
         if (!is_data_free(k))
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUS and WUSH transforms need data: use wush_transform_build()");
         const wush_options& o = options_or_defaults(options);
-        *transform = publish(wush::build_data_free_transform(transform_options(k, o), d_in, group_size), o);
+        *transform = publish(wush::build_data_free_transform(transform_options(k, o), d_in, group_size));
     });
 }
 
@@ -208,6 +224,43 @@ WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrato
                                          wush_format format, wush_method method, wush_dtype dtype, const void* weight,
                                          size_t d_out, size_t d_in, const wush_options* options,
                                          wush_transform** transform, wush_qweight** qweight) {
+    if (method == WUSH_METHOD_RTN && options != nullptr && is_live(options, HandleType::Options) && options->search)
+        return guarded(__func__, [&] {
+            // RTN with the search: the transform is chosen for `format`, then RTN-quantized.
+            ContextUse use(ctx, "ctx");
+            require_handle(calibrator, HandleType::Calibrator, "calibrator");
+            require_pointer(transform, "transform");
+            require_pointer(qweight, "qweight");
+            const wush::Calibrator& cal = calibrator->core;
+            const wush::TransformKind k = transform_kind(kind);
+            const wush::formats::FormatSpec& f = wush::formats::spec(format);
+            const wush_options& o = *options;
+            if (d_in != cal.d_in())
+                wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) +
+                                                          " but the calibrator has d_in = " + std::to_string(cal.d_in()));
+            if (d_out == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_out is 0");
+            if (f.group != cal.group())
+                wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("format ") + f.name + " has group size " +
+                                                          std::to_string(f.group) + ", the calibrator G = " +
+                                                          std::to_string(cal.group()));
+            const FloatMatrix w(dtype, weight, d_out, d_in, "weight");
+            wush::Progress progress = make_progress(o);
+            auto t = std::make_unique<wush_transform>(
+                is_data_free(k) ? wush::build_data_free_transform(transform_options(k, o), cal.d_in(), cal.group())
+                                : wush::build_transform(transform_options(k, o, &f), cal, w.span(), d_out, &progress));
+            auto q = std::make_unique<wush_qweight>();
+            q->core = wush::eval::prequantize_rtn(t->core, f, w.span(), d_out);
+            q->method = WUSH_METHOD_RTN;
+            register_handle(t.get(), HandleType::Transform);
+            try {
+                register_handle(q.get(), HandleType::QWeight);
+            } catch (...) {
+                unregister_handle(t.get(), HandleType::Transform);
+                throw;
+            }
+            *transform = t.release();
+            *qweight = q.release();
+        });
     if (method != WUSH_METHOD_GPTQ) {
         // RTN: the two-step path; the transform is released if the weights fail.
         if (transform == nullptr || qweight == nullptr)
@@ -242,7 +295,7 @@ WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrato
         const FloatMatrix w(dtype, weight, d_out, d_in, "weight");
         wush::Progress progress = make_progress(o);
         wush::gptq::Result r =
-            wush::gptq::quantize(transform_options(k, o), wush_dtype(o.transform_dtype), f, cal, w.span(), d_out, &progress);
+            wush::gptq::quantize(transform_options(k, o, &f), f, cal, w.span(), d_out, &progress);
         auto t = std::make_unique<wush_transform>(std::move(r.transform));
         auto q = std::make_unique<wush_qweight>();
         q->core = std::move(r.weights);

@@ -16,17 +16,29 @@ namespace {
 
 const char* const kDefaultLayers = "4096x4096,4096x14336,14336x4096";
 
+// A column of the table: a transform kind, optionally with the per-block search
+// (WUSH_OPTION_SEARCH; the name `wush+s`).
+struct Column {
+    wush_transform_kind kind;
+    bool search = false;
+    bool operator==(const Column&) const = default;
+};
+
+std::string column_name(const Column& c) {
+    return std::string(wush_transform_kind_name(c.kind)) + (c.search ? "+s" : "");
+}
+
 struct Result {
     std::string layer;
     wush_format format;
-    wush_transform_kind kind;
+    Column kind;
     wush_method method;
     double loss;
 };
 
 struct Plan {
     std::vector<wush_format> formats;
-    std::vector<wush_transform_kind> kinds;
+    std::vector<Column> kinds;
     std::vector<wush_method> methods;
     bool runtime = false;  // --runtime: Y_q from the CPU runtime (wush_layer_loss_runtime)
 };
@@ -39,7 +51,7 @@ bool wants(const Plan& plan, wush_method m) {
 
 // Loss of one (transform, qweight) pair on the layer's held-out tokens, appended to `results`.
 int record_loss(wush_context* ctx, const Layer& l, wush_transform* t, wush_qweight* q, wush_format f,
-                wush_transform_kind kind, wush_method m, bool runtime, cli::ProgressBar& bar,
+                Column kind, wush_method m, bool runtime, cli::ProgressBar& bar,
                 std::vector<Result>* results) {
     double loss = 0.0;
     const auto loss_fn = runtime ? wush_layer_loss_runtime : wush_layer_loss;
@@ -47,15 +59,16 @@ int record_loss(wush_context* ctx, const Layer& l, wush_transform* t, wush_qweig
     if (st != WUSH_OK)
         return cli::report(("layer '" + l.name + "': " + (runtime ? "wush_layer_loss_runtime" : "wush_layer_loss")).c_str(), st);
     results->push_back({l.name, f, kind, m, loss});
-    bar.step(l.name + " " + wush_format_name(f) + " " + wush_transform_kind_name(kind));
+    bar.step(l.name + " " + wush_format_name(f) + " " + column_name(kind));
     return 0;
 }
 
 // Evaluates one layer for every planned combination, appending to `results`. RTN builds each
 // transform once for all formats of a group size; GPTQ builds transform and weights together
 // from a full-mode calibrator (whose diagonal blocks are the same moments).
-int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_options* opts, cli::ProgressBar& bar,
-               std::vector<Result>* results) {
+// `search_opts` are `opts` with WUSH_OPTION_SEARCH on (for the `+s` columns).
+int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_options* opts,
+               const wush_options* search_opts, cli::ProgressBar& bar, std::vector<Result>* results) {
     std::map<std::size_t, std::vector<wush_format>> by_group;
     for (wush_format f : plan.formats) {
         std::size_t g = 0;
@@ -70,8 +83,19 @@ int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_o
         if (st != WUSH_OK) return cli::report((where + "wush_calibrator_create").c_str(), st);
         st = wush_calibrator_add(ctx, cal.p, l.x_dtype, l.x.data(), l.n_calibration);
         if (st != WUSH_OK) return cli::report((where + "wush_calibrator_add").c_str(), st);
-        for (wush_transform_kind kind : plan.kinds) {
-            if (wants(plan, WUSH_METHOD_RTN)) {
+        for (const Column& col : plan.kinds) {
+            const wush_transform_kind kind = col.kind;
+            if (col.search && wants(plan, WUSH_METHOD_RTN)) {
+                // The search chooses each block for one format: transform and weights together.
+                for (wush_format f : formats) {
+                    Handle<wush_transform, wush_transform_destroy> t;
+                    Handle<wush_qweight, wush_qweight_destroy> q;
+                    st = wush_layer_quantize(ctx, cal.p, kind, f, WUSH_METHOD_RTN, l.w_dtype, l.weight.data(), l.d_out,
+                                             l.d_in, search_opts, &t.p, &q.p);
+                    if (st != WUSH_OK) return cli::report((where + "wush_layer_quantize (rtn, search)").c_str(), st);
+                    if (record_loss(ctx, l, t.p, q.p, f, col, WUSH_METHOD_RTN, plan.runtime, bar, results) != 0) return 1;
+                }
+            } else if (wants(plan, WUSH_METHOD_RTN)) {
                 Handle<wush_transform, wush_transform_destroy> t;
                 st = wush_transform_build(ctx, cal.p, l.w_dtype, l.weight.data(), l.d_out, l.d_in, kind, opts, &t.p);
                 if (st != WUSH_OK) return cli::report((where + "wush_transform_build").c_str(), st);
@@ -80,7 +104,7 @@ int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_o
                     st = wush_qweight_create(ctx, t.p, f, WUSH_METHOD_RTN, l.w_dtype, l.weight.data(), l.d_out, l.d_in,
                                              opts, &q.p);
                     if (st != WUSH_OK) return cli::report((where + "wush_qweight_create").c_str(), st);
-                    if (record_loss(ctx, l, t.p, q.p, f, kind, WUSH_METHOD_RTN, plan.runtime, bar, results) != 0) return 1;
+                    if (record_loss(ctx, l, t.p, q.p, f, col, WUSH_METHOD_RTN, plan.runtime, bar, results) != 0) return 1;
                 }
             }
             if (!wants(plan, WUSH_METHOD_GPTQ)) continue;
@@ -88,9 +112,9 @@ int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_o
                 Handle<wush_transform, wush_transform_destroy> t;
                 Handle<wush_qweight, wush_qweight_destroy> q;
                 st = wush_layer_quantize(ctx, cal.p, kind, f, WUSH_METHOD_GPTQ, l.w_dtype, l.weight.data(), l.d_out,
-                                         l.d_in, opts, &t.p, &q.p);
+                                         l.d_in, col.search ? search_opts : opts, &t.p, &q.p);
                 if (st != WUSH_OK) return cli::report((where + "wush_layer_quantize (gptq)").c_str(), st);
-                if (record_loss(ctx, l, t.p, q.p, f, kind, WUSH_METHOD_GPTQ, plan.runtime, bar, results) != 0) return 1;
+                if (record_loss(ctx, l, t.p, q.p, f, col, WUSH_METHOD_GPTQ, plan.runtime, bar, results) != 0) return 1;
             }
         }
     }
@@ -103,7 +127,7 @@ void print_json(const std::vector<Result>& results) {
     for (std::size_t i = 0; i < results.size(); ++i) {
         const Result& r = results[i];
         std::printf("%s\n  {\"layer\": \"%s\", \"format\": \"%s\", \"transform\": \"%s\", \"method\": \"%s\", \"loss\": %.17g}",
-                    i ? "," : "", r.layer.c_str(), wush_format_name(r.format), wush_transform_kind_name(r.kind),
+                    i ? "," : "", r.layer.c_str(), wush_format_name(r.format), column_name(r.kind).c_str(),
                     cli::method_name(r.method), r.loss);
     }
     std::printf("\n]}\n");
@@ -112,7 +136,7 @@ void print_json(const std::vector<Result>& results) {
 // Rows: layer x format x method; columns: transforms (the paper's table layout).
 void print_table(const std::vector<Result>& results, const Plan& plan) {
     std::printf("%-16s %-7s %-6s", "layer", "format", "method");
-    for (wush_transform_kind k : plan.kinds) std::printf(" %11s", wush_transform_kind_name(k));
+    for (const Column& k : plan.kinds) std::printf(" %11s", column_name(k).c_str());
     std::printf("\n");
     std::vector<std::string> layers;
     for (const Result& r : results)
@@ -121,7 +145,7 @@ void print_table(const std::vector<Result>& results, const Plan& plan) {
         for (wush_format f : plan.formats) {
             for (wush_method m : plan.methods) {
                 std::printf("%-16s %-7s %-6s", layer.c_str(), wush_format_name(f), cli::method_name(m));
-                for (wush_transform_kind k : plan.kinds) {
+                for (const Column& k : plan.kinds) {
                     for (const Result& r : results)
                         if (r.layer == layer && r.format == f && r.method == m && r.kind == k) std::printf(" %11.4e", r.loss);
                 }
@@ -139,10 +163,13 @@ int parse_plan(const cli::Args& a, Plan* plan) {
         if (wush_format_from_name(s.c_str(), &f) != WUSH_OK) return cli::report("--format", WUSH_ERR_INVALID_ARGUMENT);
         plan->formats.push_back(f);
     }
-    for (const std::string& s : cli::split(a.get("--transform", "i,r,h,wus,wush"), ',')) {
+    for (std::string s : cli::split(a.get("--transform", "i,r,h,wus,wush"), ',')) {
+        // A `+s` suffix (wush+s, wus+s) adds the per-block search (WUSH_OPTION_SEARCH).
+        const bool search = s.size() > 2 && s.compare(s.size() - 2, 2, "+s") == 0;
+        if (search) s.resize(s.size() - 2);
         wush_transform_kind k;
         if (wush_transform_kind_from_name(s.c_str(), &k) != WUSH_OK) return cli::report("--transform", WUSH_ERR_INVALID_ARGUMENT);
-        plan->kinds.push_back(k);
+        plan->kinds.push_back({k, search});
     }
     for (const std::string& s : cli::split(a.get("--method", "rtn"), ',')) {
         if (s == "rtn" || s == "all") plan->methods.push_back(WUSH_METHOD_RTN);
@@ -187,12 +214,16 @@ int cmd_eval(int argc, char** argv) {
     plan.runtime = a.has("--runtime");
 
     Handle<wush_context, wush_context_destroy> ctx;
-    Handle<wush_options, wush_options_destroy> opts;
+    Handle<wush_options, wush_options_destroy> opts, search_opts;
     wush_status st = wush_context_create(WUSH_BACKEND_CPU, 0, &ctx.p);
     if (st == WUSH_OK && threads) st = wush_context_set_parameter(ctx.p, WUSH_CONTEXT_NUM_THREADS, int64_t(threads));
     if (st == WUSH_OK) st = wush_options_create(&opts.p);
     if (st == WUSH_OK) st = wush_options_set_int(opts.p, WUSH_OPTION_SEED, int64_t(seed));
     if (st == WUSH_OK && a.has("--damping")) st = wush_options_set_double(opts.p, WUSH_OPTION_DAMPING, std::atof(a.get("--damping").c_str()));
+    if (st == WUSH_OK) st = wush_options_create(&search_opts.p);
+    if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEED, int64_t(seed));
+    if (st == WUSH_OK && a.has("--damping")) st = wush_options_set_double(search_opts.p, WUSH_OPTION_DAMPING, std::atof(a.get("--damping").c_str()));
+    if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEARCH, 1);
     if (st != WUSH_OK) return cli::report("setting up", st);
 
     std::vector<std::string> names;
@@ -208,7 +239,7 @@ int cmd_eval(int argc, char** argv) {
         Layer builtin;
         if (!a.has("--weights") && load_builtin(names[i], seed, n_cal, n_held, &builtin) != 0) return 1;
         const Layer& l = a.has("--weights") ? file_layers[i] : builtin;
-        if (eval_layer(ctx.p, l, plan, opts.p, bar, &results) != 0) return 1;
+        if (eval_layer(ctx.p, l, plan, opts.p, search_opts.p, bar, &results) != 0) return 1;
     }
     bar.finish();
     if (a.has("--json")) print_json(results);

@@ -381,6 +381,27 @@ typedef enum wush_option {
      * from the rounded matrices, so the unquantized product stays exact. Use BF16 for transforms
      * that a bf16 runtime (or the fp_quant export) will apply. */
     WUSH_OPTION_TRANSFORM_DTYPE = 2,
+    /* int, default 0, bounds {0, 1}: 1 = per-block search over WUSH's free parameters (the CLI's
+     * transform `wush+s`). Algorithm 1 fixes each block's transform only up to a positive scale c
+     * (activations get c T, weights T^{-T} / c) and the signs of the singular vectors (T = H D A
+     * for any diagonal +-1 matrix D, A = S^{-1/2} U^T W'^T), which leave the exact product
+     * unchanged but not what a 4-bit quantizer does. With the search, each WUS/WUSH block gets
+     * the best of: the canonical signs and 4 seeded random sign patterns, the plain Hadamard and
+     * identity blocks (at c = 1), then the winner at c = 2^(k/8), k = 0..7 — scored by the
+     * block's own output error ||q(X_b T^T) q(W_b T^{-1})^T - X_b W_b^T||^2 with both operands
+     * RTN-quantized in the target format, on WUSH_OPTION_SEARCH_TOKENS Gaussian tokens drawn
+     * from the block's second moment M_X (the calibrator keeps no tokens) and up to 256 evenly
+     * strided weight rows. The choice is folded into the stored matrices: checkpoints, exports
+     * and runtimes see an ordinary transform. It is seeded (WUSH_OPTION_SEED), so reproducible.
+     * Needs the format, so it applies only through wush_layer_quantize() (RTN and GPTQ; GPTQ
+     * chooses each block by RTN of its updated, transformed weights before its column pass);
+     * wush_transform_build() of WUS/WUSH with the search on fails with INVALID_ARGUMENT. The
+     * data-free kinds (I, H, R) ignore it. Cost: about 16 scored candidates per block. */
+    WUSH_OPTION_SEARCH = 3,
+    /* int, default 256, bounds [16, 65536]: the search's sample size: tokens per block, and weight
+     * rows per block (evenly strided; all rows when d_out is smaller). Cost and noise trade here:
+     * 64 keeps the build within about 2x of the plain build, 256 (default) chooses better. */
+    WUSH_OPTION_SEARCH_TOKENS = 4,
     WUSH_OPTION_ENUM_MIN_ = -2147483647 - 1,
     WUSH_OPTION_ENUM_MAX_ = 2147483647
 } wush_option;
@@ -427,7 +448,7 @@ typedef enum wush_moment_mode {
 
 /*! wush_calibrator_create() :
  *  Creates an empty calibrator for activations of width d_in, grouped in blocks of group_size
- *  (a power of two dividing d_in; use wush_format_group_size() of the target format).
+ *  (a power of two, at most 256, dividing d_in; use wush_format_group_size() of the target format).
  *  Ownership: release with wush_calibrator_destroy().
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for bad sizes, mode or NULL; WUSH_ERR_OUT_OF_MEMORY
  *          (a full-mode calibrator holds d_in^2 doubles). */
@@ -543,8 +564,10 @@ WUSH_API wush_status wush_transform_build(wush_context* ctx, const wush_calibrat
                                           const wush_options* options, wush_transform** transform);
 
 /*! wush_transform_create_fixed() :
- *  A data-free transform (IDENTITY, HADAMARD or RANDOM) for width d_in and block size group_size.
- *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT (WUS/WUSH need wush_transform_build()). */
+ *  A data-free transform (IDENTITY, HADAMARD or RANDOM) for width d_in and block size group_size
+ *  (a power of two, at most 256, dividing d_in; the transform holds d_in * group_size floats).
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (WUS/WUSH need wush_transform_build(); a bad
+ *          geometry, or d_in * group_size overflowing size_t); WUSH_ERR_OUT_OF_MEMORY. */
 WUSH_API wush_status wush_transform_create_fixed(wush_transform_kind kind, size_t d_in, size_t group_size,
                                                  const wush_options* options, wush_transform** transform);
 

@@ -31,6 +31,8 @@ bool is_power_of_two(std::size_t v) { return v != 0 && (v & (v - 1)) == 0; }
 void check_geometry(std::size_t d_in, std::size_t group, MomentMode mode) {
     require(d_in > 0, "calibrator: d_in must be positive");
     require(is_power_of_two(group), "calibrator: block size G = " + std::to_string(group) + " is not a power of two");
+    require(group <= kMaxGroupSize, "calibrator: block size G = " + std::to_string(group) + " exceeds " +
+                                        std::to_string(kMaxGroupSize));
     require(d_in % group == 0,
             "calibrator: G = " + std::to_string(group) + " does not divide d_in = " + std::to_string(d_in));
     require(mode == MomentMode::BlockDiagonal || mode == MomentMode::Full, "calibrator: unknown moment mode");

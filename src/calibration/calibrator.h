@@ -32,11 +32,15 @@ enum class MomentMode : int { BlockDiagonal = 1, Full = 2 };
 // the token count and the sums add, which is exactly the merged state. The header fields must
 // therefore be identical across ranks (the same layer geometry), which import checks.
 inline constexpr double kCalibratorStateVersion = 1.0;
+
+// Largest block size G. The formats' groups are 16 and 32; the bound keeps every G x G and
+// d_in x G product far from size_t overflow and lets per-group scratch live on the stack.
+inline constexpr std::size_t kMaxGroupSize = 256;
 inline constexpr std::size_t kCalibratorStateHeader = 6;
 
 class Calibrator {
 public:
-    // Throws INVALID_ARGUMENT unless G is a power of two dividing d_in (d_in > 0).
+    // Throws INVALID_ARGUMENT unless G is a power of two <= kMaxGroupSize dividing d_in (d_in > 0).
     Calibrator(std::size_t d_in, std::size_t group, MomentMode mode);
 
     // Streams n_tokens x d_in row-major activations of `dtype`. Rejects a batch holding NaN/Inf

@@ -12,6 +12,7 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "formats/group_quantizer.h"
+#include "transforms/transform_search.h"
 
 namespace wush::gptq {
 
@@ -85,9 +86,9 @@ struct Output {
 
 class BlockLoop {
 public:
-    BlockLoop(const TransformOptions& options, wush_dtype transform_dtype, const formats::FormatSpec& format,
+    BlockLoop(const TransformOptions& options, const formats::FormatSpec& format,
               const Calibrator& hessian, std::span<const float> weight, std::size_t d_out, Matrix u)
-        : opt_(options), dtype_(transform_dtype), format_(format), d_in_(hessian.d_in()), g_(hessian.group()),
+        : opt_(options), format_(format), d_in_(hessian.d_in()), g_(hessian.group()),
           d_out_(d_out), u_(std::move(u)), w_(weight.begin(), weight.end()) {
         const std::size_t c = d_in_ / g_;
         if (options.kind == TransformKind::WUS || options.kind == TransformKind::WUSH) {
@@ -105,6 +106,7 @@ public:
         out_.codes.assign(sizes.codes, 0);
         out_.scales.assign(sizes.scales, 0);
         out_.stats.singular_values.assign(c * g_, 0.0);
+        if (opt_.search.enabled && !m_x_.empty()) out_.stats.search.resize(c);
     }
 
     Output run(Progress* progress) {
@@ -159,7 +161,8 @@ private:
         return f;
     }
 
-    // The block's activation transform into t_act (G x G floats, rounded to the storage dtype).
+    // The block's activation transform into t_act (G x G floats, rounded to the storage dtype;
+    // the data-free matrices come rounded from build_data_free_transform).
     void build_block_transform(std::size_t b, const Matrix& wi, float* t_act) {
         const std::size_t gg = g_ * g_;
         if (m_x_.empty()) {
@@ -168,12 +171,22 @@ private:
             // M_W from the updated weights.
             const BlockSolution s = solve_block(opt_.kind, slice_second_moment(wi, d_out_, g_),
                                                 std::span<const double>(m_x_).subspan(b * gg, gg), g_, opt_.damping);
-            std::transform(s.t_act.begin(), s.t_act.end(), t_act, [](double v) { return float(v); });
+            if (opt_.search.enabled) {
+                // Chosen by RTN of the transformed (updated) weights before the intra-block GPTQ
+                // pass: the pass needs the transform first, and RTN's error ranks candidates as
+                // GPTQ's would up to GPTQ's common improvement.
+                const SearchResult r = search_layer_block(opt_, format_, s, std::span<const double>(m_x_).subspan(b * gg, gg),
+                                                          wi, d_out_, {}, 0, d_in_, b);
+                std::copy(r.t_act.begin(), r.t_act.end(), t_act);
+                out_.stats.search[b] = r.choice;
+            } else {
+                std::transform(s.t_act.begin(), s.t_act.end(), t_act,
+                               [&](double v) { return round_for_storage(float(v), opt_.storage); });
+            }
             std::copy(s.singular_values.begin(), s.singular_values.end(), out_.stats.singular_values.begin() + b * g_);
             if (s.fell_back) out_.stats.fallback_blocks.push_back(b);
             if (s.rank_deficient) out_.stats.rank_deficient_blocks.push_back(b);
         }
-        for (std::size_t k = 0; k < gg; ++k) t_act[k] = round_for_storage(t_act[k], dtype_);
     }
 
     // Upper Cholesky factor of the transformed inverse Hessian T_w (U_bb^T U_bb) T_w^T.
@@ -201,7 +214,7 @@ private:
             double* w = wbar.data() + r * g_;
             std::uint8_t* codes = out_.codes.data() + r * row_codes + b * g_ / 2;
             std::uint8_t* scale = out_.scales.data() + (r * c + b) * sb;
-            float group[256];  // G <= 256 (checked by quantize)
+            float group[kMaxGroupSize];  // G <= kMaxGroupSize (checked by quantize)
             for (std::size_t j = 0; j < g_; ++j) group[j] = float(w[j]);
             formats::quantize_group(format_.id, group, g, codes, scale);  // fixes the scale
             const double unit = double(formats::decode_scale(format_.id, scale)) / format_.tensor_divisor;
@@ -218,7 +231,6 @@ private:
     }
 
     const TransformOptions opt_;
-    const wush_dtype dtype_;
     const formats::FormatSpec& format_;
     const std::size_t d_in_, g_, d_out_;
     const Matrix u_;
@@ -230,7 +242,7 @@ private:
 
 }  // namespace
 
-Result quantize(const TransformOptions& options, wush_dtype transform_dtype, const formats::FormatSpec& format,
+Result quantize(const TransformOptions& options, const formats::FormatSpec& format,
                 const Calibrator& hessian, std::span<const float> weight, std::size_t d_out, Progress* progress) {
     require(hessian.mode() == MomentMode::Full,
             "GPTQ needs a full-mode calibrator (WUSH_MOMENTS_FULL): its error propagation uses the off-diagonal "
@@ -239,17 +251,19 @@ Result quantize(const TransformOptions& options, wush_dtype transform_dtype, con
     const std::size_t d_in = hessian.d_in(), g = hessian.group();
     require(format.group == g, "GPTQ: format " + std::string(format.name) + " has group size " + std::to_string(format.group) +
                                    ", the calibrator G = " + std::to_string(g));
-    require(g <= 256, "GPTQ: G = " + std::to_string(g) + " exceeds 256");
+    require(g <= kMaxGroupSize, "GPTQ: G = " + std::to_string(g) + " exceeds " + std::to_string(kMaxGroupSize));
     require(d_out > 0, "GPTQ: d_out must be positive");
     require(weight.size() == checked_mul(d_out, d_in, "weight size"),
             "GPTQ: weight has " + std::to_string(weight.size()) + " values, expected d_out x d_in = " +
                 std::to_string(d_out) + " x " + std::to_string(d_in));
     require(options.damping >= 0.0 && std::isfinite(options.damping), "GPTQ: damping must be finite and >= 0");
     require_finite(WUSH_DTYPE_F32, weight.data(), d_out, d_in, "weight");
-    round_for_storage(0.0f, transform_dtype);  // rejects an unknown storage dtype up front
+    round_for_storage(0.0f, options.storage);  // rejects an unknown storage dtype up front
 
+    TransformOptions opts = options;
+    opts.search.format = format.id;  // the search scores candidates in the format being quantized
     Factor factor = factor_with_escalation(hessian, options.damping);
-    Output out = BlockLoop(options, transform_dtype, format, hessian, weight, d_out, std::move(factor.u)).run(progress);
+    Output out = BlockLoop(opts, format, hessian, weight, d_out, std::move(factor.u)).run(progress);
     BlockTransform transform(d_in, g, options.kind, std::move(out.act), options.damping, std::move(out.stats));
     formats::PackedMatrix weights{format.id, d_out, d_in, formats::ByteView(std::move(out.codes)),
                                   formats::ByteView(std::move(out.scales))};

@@ -38,9 +38,9 @@ struct Result {
 // one token, `weight` the d_out x d_in float32 layer weight (finite), `format`'s group size equal to
 // the calibrator's G. `options.damping` is both Algorithm 1's lambda and the Hessian's; when the
 // damped Hessian is not positive definite the Hessian damping is raised tenfold up to 3 times, then
-// NUMERICAL. `transform_dtype` rounds the activation transforms as BlockTransform::rounded_to.
+// NUMERICAL. The activation transforms are rounded to options.storage, as every builder does.
 // Memory besides the calibrator: one d_in x d_in float64 matrix plus the d_out x d_in float64 weight.
-Result quantize(const TransformOptions& options, wush_dtype transform_dtype, const formats::FormatSpec& format,
+Result quantize(const TransformOptions& options, const formats::FormatSpec& format,
                 const Calibrator& hessian, std::span<const float> weight, std::size_t d_out,
                 Progress* progress = nullptr);
 

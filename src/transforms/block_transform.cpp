@@ -19,6 +19,7 @@
 #include "common/float_bits.h"
 #include "transforms/basis.h"
 #include "transforms/rng.h"
+#include "transforms/transform_search.h"
 
 namespace wush {
 
@@ -154,14 +155,19 @@ BlockSolution solve_block(TransformKind kind, std::span<const double> m_w, std::
     return out;
 }
 
-std::vector<double> weight_second_moment(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::size_t g,
-                                         std::size_t block) {
-    require(g > 0 && d_in % g == 0 && block < d_in / g, "weight_second_moment: bad block geometry");
-    require(d_out > 0 && w.size() >= checked_mul(d_out, d_in, "weight size"), "weight_second_moment: weight too small");
-    std::vector<double> slice(d_out * g);
+std::vector<double> weight_slice(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::size_t g,
+                                 std::size_t block) {
+    require(g > 0 && d_in % g == 0 && block < d_in / g, "weight_slice: bad block geometry");
+    require(d_out > 0 && w.size() >= checked_mul(d_out, d_in, "weight size"), "weight_slice: weight too small");
+    std::vector<double> slice(checked_mul(d_out, g, "slice size"));
     for (std::size_t r = 0; r < d_out; ++r)
         for (std::size_t j = 0; j < g; ++j) slice[r * g + j] = w[r * d_in + block * g + j];
-    return slice_second_moment(slice, d_out, g);
+    return slice;
+}
+
+std::vector<double> weight_second_moment(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::size_t g,
+                                         std::size_t block) {
+    return slice_second_moment(weight_slice(w, d_out, d_in, g, block), d_out, g);
 }
 
 std::vector<double> slice_second_moment(std::span<const double> slice, std::size_t d_out, std::size_t g) {
@@ -176,10 +182,15 @@ std::vector<double> slice_second_moment(std::span<const double> slice, std::size
 
 namespace {
 
+// Also bounds G (kMaxGroupSize) and the size of all C matrices, d_in x G values, so that no later
+// size product can wrap: an absurd d_in fails here, not as a wrapped allocation.
 void check_layer_geometry(std::size_t d_in, std::size_t group) {
     require(group > 0 && (group & (group - 1)) == 0, "transform: G = " + std::to_string(group) + " is not a power of two");
+    require(group <= kMaxGroupSize,
+            "transform: G = " + std::to_string(group) + " exceeds the largest block size " + std::to_string(kMaxGroupSize));
     require(d_in > 0 && d_in % group == 0,
             "transform: G = " + std::to_string(group) + " does not divide d_in = " + std::to_string(d_in));
+    checked_mul(d_in, group, "transform size d_in x G");
 }
 
 }  // namespace
@@ -292,8 +303,9 @@ void BlockTransform::apply_weights(std::span<const float> w, std::size_t d_out, 
 
 BlockTransform build_data_free_transform(const TransformOptions& options, std::size_t d_in, std::size_t group) {
     check_layer_geometry(d_in, group);
+    round_for_storage(0.0f, options.storage);  // rejects an unknown storage dtype up front
     const std::size_t c = d_in / group, per_block = group * group;
-    std::vector<float> act(c * per_block);
+    std::vector<float> act(checked_mul(c, per_block, "transform size"));
     const std::uint64_t base_seed = rng::mix_seed(options.seed);
     for (std::size_t b = 0; b < c; ++b) {
         std::vector<double> t;
@@ -304,13 +316,15 @@ BlockTransform build_data_free_transform(const TransformOptions& options, std::s
             default: fail(WUSH_ERR_INVALID_ARGUMENT, std::string("transform kind ") + transform_kind_name(options.kind) +
                                                          " needs calibration data and weights");
         }
-        std::transform(t.begin(), t.end(), act.begin() + b * per_block, [](double v) { return float(v); });
+        std::transform(t.begin(), t.end(), act.begin() + b * per_block,
+                       [&](double v) { return round_for_storage(float(v), options.storage); });
     }
     return BlockTransform(d_in, group, options.kind, std::move(act));
 }
 
 BlockTransform build_transform(const TransformOptions& options, const Calibrator& calibration,
-                               std::span<const float> weight, std::size_t d_out, Progress* progress) {
+                               std::span<const float> weight, std::size_t d_out, Progress* progress,
+                               std::span<const float> sample, std::size_t n_sample) {
     const std::size_t d_in = calibration.d_in(), g = calibration.group(), c = calibration.blocks();
     require(d_out > 0, "build_transform: d_out must be positive");
     require(weight.size() == checked_mul(d_out, d_in, "weight size"),
@@ -321,15 +335,35 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
     require(options.damping >= 0.0 && std::isfinite(options.damping), "build_transform: damping must be finite and >= 0");
     require(calibration.tokens() > 0, "build_transform: the calibrator has no tokens");
     require_finite(WUSH_DTYPE_F32, weight.data(), d_out, d_in, "weight");
+    round_for_storage(0.0f, options.storage);  // rejects an unknown storage dtype up front
+    const bool search = options.search.enabled;
+    const formats::FormatSpec* search_format = search ? &formats::spec(options.search.format) : nullptr;
+    if (search) {
+        require(search_format->group == g, std::string("build_transform: the search format ") + search_format->name +
+                                               " has group size " + std::to_string(search_format->group) +
+                                               ", the calibrator G = " + std::to_string(g));
+        require(n_sample == 0 || sample.size() == checked_mul(n_sample, d_in, "sample size"),
+                "build_transform: the token sample must be n_sample x d_in");
+        if (n_sample > 0) require_finite(WUSH_DTYPE_F32, sample.data(), n_sample, d_in, "token sample");
+    }
 
     std::vector<float> act(c * g * g);
     std::vector<char> fell_back(c, 0), deficient(c, 0);
     TransformStats stats;
     stats.singular_values.assign(c * g, 0.0);
+    if (search) stats.search.resize(c);
     parallel_blocks(c, [&](std::size_t b) {
-        const BlockSolution s = solve_block(options.kind, weight_second_moment(weight, d_out, d_in, g, b),
-                                            calibration.second_moment(b), g, options.damping);
-        std::transform(s.t_act.begin(), s.t_act.end(), act.begin() + b * g * g, [](double v) { return float(v); });
+        const std::vector<double> slice = weight_slice(weight, d_out, d_in, g, b);
+        const std::vector<double> m_x = calibration.second_moment(b);
+        const BlockSolution s = solve_block(options.kind, slice_second_moment(slice, d_out, g), m_x, g, options.damping);
+        if (search) {
+            const SearchResult r = search_layer_block(options, *search_format, s, m_x, slice, d_out, sample, n_sample, d_in, b);
+            std::copy(r.t_act.begin(), r.t_act.end(), act.begin() + b * g * g);
+            stats.search[b] = r.choice;
+        } else {
+            std::transform(s.t_act.begin(), s.t_act.end(), act.begin() + b * g * g,
+                           [&](double v) { return round_for_storage(float(v), options.storage); });
+        }
         std::copy(s.singular_values.begin(), s.singular_values.end(), stats.singular_values.begin() + b * g);
         fell_back[b] = s.fell_back;
         deficient[b] = s.rank_deficient;

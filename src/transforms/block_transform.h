@@ -26,10 +26,42 @@ const char* transform_kind_name(TransformKind kind);
 // Inverse of transform_kind_name ("identity", "hadamard", "random", "wus", "wush").
 std::optional<TransformKind> transform_kind_from_name(std::string_view name);
 
+// The per-block search over WUSH's free parameters (transforms/transform_search.h).
+struct SearchOptions {
+    bool enabled = false;                    // WUS / WUSH only; the data-free kinds ignore it
+    wush_format format = WUSH_FORMAT_MXFP4;  // the quantizer the candidates are scored with
+    std::size_t sample_tokens = 256;         // tokens per block in the score
+    std::size_t weight_rows = 256;           // weight rows per block in the score (evenly strided)
+    std::size_t sign_patterns = 4;           // seeded random sign patterns besides the canonical one
+    std::size_t scale_steps = 8;             // scales c = 2^(k / scale_steps), k = 0..scale_steps-1
+};
+
+// The candidate a searched block got (stage 1: base and sign pattern; stage 2: the scale).
+enum class SearchBase : std::uint8_t { Solution = 0, Hadamard = 1, Identity = 2 };
+struct BlockChoice {
+    SearchBase base = SearchBase::Solution;
+    std::uint8_t sign_pattern = 0;  // 0 = the canonical signs
+    std::uint8_t scale_step = 0;    // c = 2^(scale_step / scale_steps)
+    double score = 0.0;             // the chosen candidate's score
+    double plain_score = 0.0;       // the unsearched solution's score (canonical signs, c = 1)
+};
+
 struct TransformOptions {
+    // A constructor rather than aggregate initialization: `{kind, damping, seed}` stays valid as
+    // fields are added, without -Wmissing-field-initializers noise at every call site.
+    TransformOptions() = default;
+    TransformOptions(TransformKind k, double d = 0.01, std::uint64_t s = 0, wush_dtype st = WUSH_DTYPE_F32)
+        : kind(k), damping(d), seed(s), storage(st) {}
+
     TransformKind kind = TransformKind::WUSH;
     double damping = 0.01;   // lambda of Algorithm 1 (relative to tr(M)/G); >= 0
     std::uint64_t seed = 0;  // Random only: block b uses random_rotation(G, mix_seed(seed) + b)
+    // The checkpoint storage type of the activation transforms (F32, BF16 or F16). Every builder
+    // (build_transform, build_data_free_transform, gptq::quantize) rounds T_act to it before the
+    // weight side is derived, so the weights are always quantized against the matrices that will
+    // be stored: one rule, in one place (round_for_storage), for RTN and GPTQ alike.
+    wush_dtype storage = WUSH_DTYPE_F32;
+    SearchOptions search;
 };
 
 // Float64 result of Algorithm 1 for one block (WUS or WUSH).
@@ -57,6 +89,10 @@ BlockSolution solve_block(TransformKind kind, std::span<const double> m_w, std::
 // S^T S / d_out of a d_out x G row-major float64 slice S (G x G row-major, both triangles).
 std::vector<double> slice_second_moment(std::span<const double> slice, std::size_t d_out, std::size_t g);
 
+// The d_out x G float64 column slice W_b of block b of the framework weight (d_out x d_in).
+std::vector<double> weight_slice(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::size_t g,
+                                 std::size_t block);
+
 // M_W of block b: W_b^T W_b / d_out with W_b the d_out x G column slice of the framework weight
 // (= the paper's W_i W_i^T / d_out). G x G row-major float64.
 std::vector<double> weight_second_moment(std::span<const float> w, std::size_t d_out, std::size_t d_in,
@@ -66,6 +102,7 @@ struct TransformStats {
     std::vector<std::size_t> fallback_blocks;        // ascending block indices (see FALLBACK RULE)
     std::vector<std::size_t> rank_deficient_blocks;  // ascending; damped, not necessarily fallen back
     std::vector<double> singular_values;             // C x G, row b = S of block b (WUS/WUSH only)
+    std::vector<BlockChoice> search;                 // C entries when the search ran, else empty
     std::size_t fallback_count() const noexcept { return fallback_blocks.size(); }
 };
 
@@ -119,14 +156,23 @@ std::vector<double> inverse_transpose(const float* t_act, std::size_t g);
 // BF16 or F16). INVALID_ARGUMENT for an entry out of the F16 range or an unknown dtype.
 float round_for_storage(float v, wush_dtype storage);
 
-// The Identity / Hadamard / Random transforms need no data.
+// The Identity / Hadamard / Random transforms need no data. Rounded to options.storage.
 BlockTransform build_data_free_transform(const TransformOptions& options, std::size_t d_in, std::size_t group);
 
 // Any kind, geometry from the calibrator (its diagonal blocks in Full mode). WUS/WUSH use the
 // calibrator's moments (at least one token) and the d_out x d_in float32 weight (finite); the
 // data-free kinds only check the shapes. Blocks are solved in parallel (OpenMP).
 // `progress`, if given, hears of every finished block and may cancel (CANCELLED).
+// The activation side is rounded to options.storage (INVALID_ARGUMENT for an unknown dtype or an
+// entry out of the F16 range).
+//
+// With options.search.enabled (WUS/WUSH), each block's matrix is the search's choice
+// (transforms/transform_search.h), scored in options.search.format (whose group must be G) on
+// `sample` (n_sample x d_in row-major float32 calibration tokens, e.g. a reservoir sample) when
+// given, else on a Gaussian surrogate drawn from the block's moment; stats().search says what
+// every block got.
 BlockTransform build_transform(const TransformOptions& options, const Calibrator& calibration,
-                               std::span<const float> weight, std::size_t d_out, Progress* progress = nullptr);
+                               std::span<const float> weight, std::size_t d_out, Progress* progress = nullptr,
+                               std::span<const float> sample = {}, std::size_t n_sample = 0);
 
 }  // namespace wush

@@ -196,7 +196,7 @@ TEST(Gptq, IdentityTransformIsTextbookGptq) {
     const Calibrator cal = full_calibrator(x, n, d_in, 32);
     const formats::FormatSpec& mx = formats::spec(WUSH_FORMAT_MXFP4);
 
-    const gptq::Result ours = gptq::quantize({TransformKind::Identity, lambda, 0}, WUSH_DTYPE_F32, mx, cal, w, d_out);
+    const gptq::Result ours = gptq::quantize({TransformKind::Identity, lambda, 0}, mx, cal, w, d_out);
     const Textbook ref = textbook_gptq_mxfp4(w, d_out, d_in, x, n, lambda);
     EXPECT_EQ(ours.damping_used, lambda);
 
@@ -257,7 +257,7 @@ TEST(Gptq, LowersTheHessianWeightedErrorForEveryTransform) {
         const std::vector<double> h = cal.full_second_moment();
         for (TransformKind kind : {TransformKind::Identity, TransformKind::Hadamard, TransformKind::Random,
                                    TransformKind::WUS, TransformKind::WUSH}) {
-            const gptq::Result g = gptq::quantize({kind, 0.01, 3}, WUSH_DTYPE_F32, fs, cal, w, d_out);
+            const gptq::Result g = gptq::quantize({kind, 0.01, 3}, fs, cal, w, d_out);
             auto objective = [&](const std::vector<double>& wq) {
                 double total = 0.0;
                 for (std::size_t r = 0; r < d_out; ++r)
@@ -291,7 +291,7 @@ TEST(Gptq, BuiltInLayersBeatRtnAndWushIsBestForMxfp4) {
             for (TransformKind kind : {TransformKind::Identity, TransformKind::Hadamard, TransformKind::Random,
                                        TransformKind::WUS, TransformKind::WUSH}) {
                 const TransformOptions o{kind, 0.01, 1};
-                const gptq::Result g = gptq::quantize(o, WUSH_DTYPE_F32, fs, cal, layer.weight, s.d_out);
+                const gptq::Result g = gptq::quantize(o, fs, cal, layer.weight, s.d_out);
                 const BlockTransform rt = build_transform(o, cal, layer.weight, s.d_out);
                 const formats::PackedMatrix rq = eval::prequantize_rtn(rt, fs, layer.weight, s.d_out);
                 const double lg = eval::layer_loss(g.transform, g.weights, layer.weight, layer.heldout, s.n_heldout);
@@ -321,7 +321,7 @@ TEST(Gptq, TransformDtypeRoundsTheStoredTransform) {
     const std::vector<float> w = gaussian(d_out * d_in, 32, 0.05);
     const Calibrator cal = full_calibrator(x, n, d_in, 32);
     const gptq::Result g =
-        gptq::quantize({TransformKind::WUSH, 0.01, 0}, WUSH_DTYPE_BF16, formats::spec(WUSH_FORMAT_MXFP4), cal, w, d_out);
+        gptq::quantize({TransformKind::WUSH, 0.01, 0, WUSH_DTYPE_BF16}, formats::spec(WUSH_FORMAT_MXFP4), cal, w, d_out);
     for (float v : g.transform.activation_matrices()) ASSERT_EQ(v, round_for_storage(v, WUSH_DTYPE_BF16));
 }
 
@@ -340,22 +340,22 @@ TEST(Gptq, BadInput) {
     };
     Calibrator block(d_in, 32, MomentMode::BlockDiagonal);
     block.add(WUSH_DTYPE_F32, x.data(), n);
-    EXPECT_EQ(status_of([&] { gptq::quantize({}, WUSH_DTYPE_F32, mx, block, w, d_out); }), WUSH_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(status_of([&] { gptq::quantize({}, mx, block, w, d_out); }), WUSH_ERR_INVALID_ARGUMENT);
     const Calibrator cal = full_calibrator(x, n, d_in, 32);
-    EXPECT_EQ(status_of([&] { gptq::quantize({}, WUSH_DTYPE_F32, formats::spec(WUSH_FORMAT_NVFP4), cal, w, d_out); }),
+    EXPECT_EQ(status_of([&] { gptq::quantize({}, formats::spec(WUSH_FORMAT_NVFP4), cal, w, d_out); }),
               WUSH_ERR_INVALID_ARGUMENT);
-    EXPECT_EQ(status_of([&] { gptq::quantize({}, WUSH_DTYPE_F32, mx, cal, std::span(w).first(10), d_out); }),
+    EXPECT_EQ(status_of([&] { gptq::quantize({}, mx, cal, std::span(w).first(10), d_out); }),
               WUSH_ERR_INVALID_ARGUMENT);
     std::vector<float> bad = w;
     bad[7] = NAN;
-    EXPECT_EQ(status_of([&] { gptq::quantize({}, WUSH_DTYPE_F32, mx, cal, bad, d_out); }), WUSH_ERR_NON_FINITE);
+    EXPECT_EQ(status_of([&] { gptq::quantize({}, mx, cal, bad, d_out); }), WUSH_ERR_NON_FINITE);
     // An all-zero Hessian cannot be damped into anything meaningful.
     const std::vector<float> zeros(n * d_in, 0.0f);
     const Calibrator zero = full_calibrator(zeros, n, d_in, 32);
-    EXPECT_EQ(status_of([&] { gptq::quantize({}, WUSH_DTYPE_F32, mx, zero, w, d_out); }), WUSH_ERR_NUMERICAL);
+    EXPECT_EQ(status_of([&] { gptq::quantize({}, mx, zero, w, d_out); }), WUSH_ERR_NUMERICAL);
     // Undamped, a rank-deficient Hessian (fewer tokens than channels) is escalated, not rejected.
     const Calibrator few = full_calibrator(x, 16, d_in, 32);
-    const gptq::Result r = gptq::quantize({TransformKind::Identity, 0.0, 0}, WUSH_DTYPE_F32, mx, few, w, d_out);
+    const gptq::Result r = gptq::quantize({TransformKind::Identity, 0.0, 0}, mx, few, w, d_out);
     EXPECT_GT(r.damping_used, 0.0);
 }
 

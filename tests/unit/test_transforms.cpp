@@ -11,6 +11,7 @@
 
 #include "calibration/calibrator.h"
 #include "common/error.h"
+#include "formats/block_format.h"
 #include "transforms/basis.h"
 #include "transforms/block_transform.h"
 #include "transforms/rng.h"
@@ -329,6 +330,119 @@ TEST(BuildTransform, RoundedStorageRederivesWeightSide) {
         }
         EXPECT_EQ(b.stats().singular_values, t.stats().singular_values);
     }
+}
+
+// Storage rounding lives in the core builders (TransformOptions::storage): every builder, data-driven
+// or data-free, yields exactly what rounded_to() of its float32 result gives, so RTN and GPTQ see the
+// same stored matrices whatever entry point built them.
+TEST(BuildTransform, BuildersRoundToTheStorageType) {
+    const std::size_t g = 16, d = 64, n = 120, d_out = 24;
+    rng::Rng r(33);
+    std::vector<float> x(n * d);
+    for (float& v : x) v = float(r.gaussian());
+    const auto w = random_weight(d_out, d, 8);
+    Calibrator cal(d, g, MomentMode::BlockDiagonal);
+    cal.add(WUSH_DTYPE_F32, x.data(), n);
+    for (TransformKind kind : {TransformKind::Random, TransformKind::WUS, TransformKind::WUSH}) {
+        const BlockTransform f32 = build_transform({kind, 0.01, 2}, cal, w, d_out);
+        for (wush_dtype storage : {WUSH_DTYPE_BF16, WUSH_DTYPE_F16}) {
+            const BlockTransform built = build_transform({kind, 0.01, 2, storage}, cal, w, d_out);
+            const BlockTransform want = f32.rounded_to(storage);
+            ASSERT_EQ(built.activation_matrices().size(), want.activation_matrices().size());
+            bool changed = false;
+            for (std::size_t i = 0; i < want.activation_matrices().size(); ++i) {
+                EXPECT_EQ(built.activation_matrices()[i], want.activation_matrices()[i]) << transform_kind_name(kind);
+                changed |= built.activation_matrices()[i] != f32.activation_matrices()[i];
+            }
+            EXPECT_TRUE(changed) << transform_kind_name(kind);  // the rounding really happened
+            for (std::size_t i = 0; i < want.weight_matrices().size(); ++i)
+                EXPECT_EQ(built.weight_matrices()[i], want.weight_matrices()[i]);
+        }
+    }
+    const BlockTransform fixed = build_data_free_transform({TransformKind::Random, 0.0, 4, WUSH_DTYPE_BF16}, d, g);
+    const BlockTransform fixed_want = build_data_free_transform({TransformKind::Random, 0.0, 4}, d, g).rounded_to(WUSH_DTYPE_BF16);
+    for (std::size_t i = 0; i < fixed.activation_matrices().size(); ++i)
+        EXPECT_EQ(fixed.activation_matrices()[i], fixed_want.activation_matrices()[i]);
+    EXPECT_THROW(build_data_free_transform({TransformKind::Hadamard, 0.0, 0, wush_dtype(77)}, d, g), Error);
+}
+
+// Size products are checked and G is bounded: absurd geometries fail with INVALID_ARGUMENT instead
+// of wrapping an allocation size (d_in = 2^60 with G = 32 used to crash).
+TEST(BuildTransform, AbsurdGeometryIsRejected) {
+    const auto status = [](std::size_t d, std::size_t g, TransformKind k) {
+        try {
+            build_data_free_transform({k, 0.0, 0}, d, g);
+        } catch (const Error& e) {
+            return e.status();
+        }
+        return WUSH_OK;
+    };
+    EXPECT_EQ(status(std::size_t(1) << 60, 32, TransformKind::Identity), WUSH_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(status(std::size_t(1) << 59, 32, TransformKind::Random), WUSH_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(status(std::size_t(1) << 32, std::size_t(1) << 32, TransformKind::Hadamard), WUSH_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(status(1024, 512, TransformKind::Hadamard), WUSH_ERR_INVALID_ARGUMENT);  // G > kMaxGroupSize
+    EXPECT_EQ(status(512, 256, TransformKind::Hadamard), WUSH_OK);                     // the largest G works
+    EXPECT_THROW(Calibrator(1024, 512, MomentMode::BlockDiagonal), Error);
+}
+
+// The normalization convention, pinned by a theorem (docs/EVAL.md "Convention"): M_X = X^T X / n,
+// M_W = W^T W / d_out, damping lambda tr(M)/G on each moment, so scaling X by a puts a^2 on M_X,
+// a on X', a on S and a^{-1/2} on T_wush (a^{1/2} on T_wush^{-T}): the transformed activations
+// T_wush (a x) and weights T_wush^{-T} w both scale by sqrt(a). Scaling W by a scales W' and S by
+// a, T_wush by sqrt(a), T_wush^{-T} by a^{-1/2}: again both transformed operands scale by sqrt(a). With a = 4 and MXFP4 (power-of-two scales) the codes
+// must be identical and every scale exponent one higher. Scaling by powers of two is exact in
+// floating point, so this holds bit for bit, not just approximately.
+TEST(BuildTransform, ScalingXOrWByFourShiftsEveryMxfp4ExponentByOne) {
+    const std::size_t g = 32, d = 128, n = 400, d_out = 64;
+    rng::Rng r(77);
+    std::vector<float> x(n * d);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(r.gaussian() * (i % d == 9 ? 25.0 : 1.0 + double(i % 4)));
+    const auto w = random_weight(d_out, d, 12);
+    const formats::FormatSpec& mx = formats::spec(WUSH_FORMAT_MXFP4);
+    struct Quantized {
+        std::vector<std::uint8_t> xc, xs, wc, ws;
+    };
+    const auto run = [&](float ax, float aw) {
+        std::vector<float> xs(x), ws(w);
+        for (float& v : xs) v *= ax;
+        for (float& v : ws) v *= aw;
+        Calibrator cal(d, g, MomentMode::BlockDiagonal);
+        cal.add(WUSH_DTYPE_F32, xs.data(), n);
+        const BlockTransform t = build_transform({TransformKind::WUSH, 0.01, 0}, cal, ws, d_out);
+        EXPECT_TRUE(t.stats().fallback_blocks.empty());
+        std::vector<float> xt(xs.size()), wt(ws.size());
+        t.apply_activations(xs, n, xt);
+        t.apply_weights(ws, d_out, wt);
+        Quantized q;
+        const auto pack = [&](const std::vector<float>& v, std::size_t rows, std::vector<std::uint8_t>& c,
+                              std::vector<std::uint8_t>& sc) {
+            const formats::PackedSizes sz = formats::packed_sizes(mx, rows, d);
+            c.resize(sz.codes);
+            sc.resize(sz.scales);
+            formats::quantize_rows(mx, v, rows, d, c, sc);
+        };
+        pack(xt, n, q.xc, q.xs);
+        pack(wt, d_out, q.wc, q.ws);
+        return q;
+    };
+    const Quantized base = run(1.0f, 1.0f);
+    const auto expect_shift = [](const std::vector<std::uint8_t>& a, const std::vector<std::uint8_t>& b, int shift,
+                                 const char* what) {
+        ASSERT_EQ(a.size(), b.size());
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < a.size(); ++i) bad += int(b[i]) != int(a[i]) + shift;
+        EXPECT_EQ(bad, 0u) << what;
+    };
+    const Quantized sx = run(4.0f, 1.0f);
+    EXPECT_EQ(sx.xc, base.xc);
+    expect_shift(base.xs, sx.xs, 1, "X x 4: activation scale exponents");
+    EXPECT_EQ(sx.wc, base.wc);
+    expect_shift(base.ws, sx.ws, 1, "X x 4: weight scale exponents");
+    const Quantized sw = run(1.0f, 4.0f);
+    EXPECT_EQ(sw.xc, base.xc);
+    expect_shift(base.xs, sw.xs, 1, "W x 4: activation scale exponents");
+    EXPECT_EQ(sw.wc, base.wc);
+    expect_shift(base.ws, sw.ws, 1, "W x 4: weight scale exponents");
 }
 
 TEST(BuildTransform, RejectsBadInput) {

@@ -1,0 +1,102 @@
+// The cost of the per-block search over WUSH's free parameters (WUSH_OPTION_SEARCH, the `wush+s`
+// transform; transforms/transform_search.h): wush::build_transform with the search against the
+// same build without it, in the same run.
+//
+// Layers: the built-in presets "small_512x256" and "4096x4096" (d_in x d_out), calibrated OUTSIDE
+// the timing on 2048 tokens (block-diagonal moments). Formats: MXFP4 (G = 32), NVFP4 (G = 16).
+// Variants: plain (Algorithm 1 only), search with the default sample (256 tokens, 256 weight
+// rows per block), and with a 64-token / 64-row sample (WUSH_OPTION_SEARCH_TOKENS = 64).
+// The summary prints median times and the ratios search / plain.
+//
+// Run: bench_search --benchmark_repetitions=5   (the summary uses the median repetition)
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "bench_report.h"
+#include "calibration/calibrator.h"
+#include "eval/synthetic_layer.h"
+#include "formats/block_format.h"
+#include "transforms/block_transform.h"
+
+namespace {
+
+using wush::Calibrator;
+using wush::TransformKind;
+using wush::TransformOptions;
+
+constexpr std::size_t kCalibrationTokens = 2048;
+constexpr const char* kLayers[] = {"small_512x256", "4096x4096"};
+constexpr wush_format kFormats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4};
+constexpr std::size_t kSamples[] = {0, 256, 64};  // 0 = no search
+
+struct Layer {
+    wush::eval::SyntheticLayer data;
+    std::map<std::size_t, std::unique_ptr<Calibrator>> calibrators;  // by G
+};
+
+// Generated and calibrated on first use (outside any timed region), kept for the whole run.
+Layer& layer(const std::string& name, std::size_t g) {
+    static std::map<std::string, std::unique_ptr<Layer>> cache;
+    auto& slot = cache[name];
+    if (!slot) {
+        slot = std::make_unique<Layer>();
+        slot->data = wush::eval::generate_layer(wush::eval::synthetic_preset(name, kCalibrationTokens, 0, 1));
+    }
+    auto& cal = slot->calibrators[g];
+    if (!cal) {
+        cal = std::make_unique<Calibrator>(slot->data.spec.d_in, g, wush::MomentMode::BlockDiagonal);
+        cal->add(WUSH_DTYPE_F32, slot->data.calibration.data(), kCalibrationTokens);
+    }
+    return *slot;
+}
+
+std::string case_name(const char* layer_name, wush_format f, std::size_t sample) {
+    return std::string(layer_name) + "/" + wush::formats::spec(f).name + "/" +
+           (sample == 0 ? std::string("plain") : "search" + std::to_string(sample));
+}
+
+void bm_build(benchmark::State& state, std::string layer_name, wush_format f, std::size_t sample) {
+    const wush::formats::FormatSpec& format = wush::formats::spec(f);
+    Layer& l = layer(layer_name, format.group);
+    const Calibrator& cal = *l.calibrators[format.group];
+    TransformOptions options(TransformKind::WUSH, 0.01, 1);
+    if (sample > 0) {
+        options.search.enabled = true;
+        options.search.format = f;
+        options.search.sample_tokens = sample;
+        options.search.weight_rows = sample;
+    }
+    for (auto _ : state) {
+        const wush::BlockTransform t = wush::build_transform(options, cal, l.data.weight, l.data.spec.d_out);
+        benchmark::DoNotOptimize(t.activation_matrices().data());
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    for (const char* ln : kLayers)
+        for (wush_format f : kFormats)
+            for (std::size_t s : kSamples) wush::bench::register_wall_ms(case_name(ln, f, s), bm_build, std::string(ln), f, s);
+    wush::bench::CollectingReporter reporter;
+    if (!wush::bench::run_benchmarks(argc, argv, reporter)) return 1;
+
+    std::printf("\nSummary (median wall time of build_transform, ms; ratio = search / plain)\n");
+    std::printf("%-22s %10s %12s %8s %12s %8s\n", "layer/format", "plain", "search256", "ratio", "search64", "ratio");
+    for (const char* ln : kLayers)
+        for (wush_format f : kFormats) {
+            const double p = reporter.median_seconds(case_name(ln, f, 0));
+            const double s256 = reporter.median_seconds(case_name(ln, f, 256));
+            const double s64 = reporter.median_seconds(case_name(ln, f, 64));
+            if (p <= 0.0 || s256 < 0.0 || s64 < 0.0) continue;
+            std::printf("%-22s %10.1f %12.1f %8.2f %12.1f %8.2f\n",
+                        (std::string(ln) + "/" + wush::formats::spec(f).name).c_str(), p * 1e3, s256 * 1e3, s256 / p,
+                        s64 * 1e3, s64 / p);
+        }
+    return 0;
+}

@@ -1,0 +1,81 @@
+// Per-block search over WUSH's free parameters (the `wush+s` transform, WUSH_OPTION_SEARCH).
+//
+// Algorithm 1 fixes a block's transform only up to choices that leave the exact product
+// (T_w w)^T (T_act x) = w^T x unchanged but change what a real 4-bit quantizer does:
+//   - a positive scalar c: T_act -> c T_act (so T_w -> T_w / c); the formats are not scale
+//     invariant (MXFP4's power-of-two scales, NVFP4's E4M3 scales, INT4's BF16 scale);
+//   - the signs of the singular vectors: T_act = P D A for any diagonal +-1 matrix D, where
+//     A = S^{-1/2} U^T W'^T and P = H (WUSH) or I (WUS);
+//   - and, as fall-backs, the data-free Hadamard and identity blocks, which can beat WUSH on
+//     blocks dominated by a few channels.
+// For every block the search scores candidates by the block's own term of the layer loss on a
+// token sample X_b (n x G) and a row sample W_b (r x G) of the weight:
+//     score(T) = || q(X_b T^T) q(W_b T^{-1})^T - X_b W_b^T ||_F^2,
+// both operands RTN-quantized in the target format (one group per row). The layer loss is
+// ||sum_b E_b||^2, so the per-block choice ignores the cross terms <E_b, E_b'>; these are sums of
+// products of the blocks' quantization errors, which are nearly uncorrelated across blocks, so
+// minimizing each block's own term is the diagonal (block-separable) approximation of the loss.
+// The search is greedy in two stages: (1) the base matrix among {P D_k A : D_0 = the canonical
+// signs, D_1..D_R seeded random sign patterns} and {H, I}, at c = 1; (2) the scale c = 2^(k/K),
+// k = 0..K-1, of the stage-1 winner. Every candidate is rounded to the storage dtype before it is
+// scored, so the score is that of the matrix that will be stored.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "formats/block_format.h"
+#include "transforms/block_transform.h"
+
+namespace wush {
+
+// The scored data of one block.
+struct BlockSample {
+    std::size_t n = 0;       // tokens
+    std::size_t rows = 0;    // weight rows
+    std::vector<float> x;    // n x G
+    std::vector<float> w;    // rows x G
+    std::vector<double> y;   // n x rows, the float64 reference X_b W_b^T
+};
+
+// `rows` weight rows of the d_out x G float64 slice, evenly strided (all of them when d_out <=
+// options.weight_rows), with a Gaussian surrogate sample of options.sample_tokens tokens drawn
+// from the block's second moment: x = L z, z ~ N(0, I), L the Cholesky factor of
+// M_X + 1e-6 tr(M_X)/G I (so a rank-deficient moment still has one). The surrogate has exactly
+// the moments the transform was built from; what it lacks is the tails of the real tokens.
+// Seeded by (seed, block): reproducible.
+BlockSample surrogate_sample(std::span<const double> m_x, std::span<const double> w_slice, std::size_t d_out,
+                             std::size_t g, const SearchOptions& options, std::uint64_t seed, std::size_t block);
+
+// The same from real tokens: x_block is n x G (e.g. a token sample's columns of the block).
+BlockSample token_sample(std::span<const float> x_block, std::size_t n, std::span<const double> w_slice,
+                         std::size_t d_out, std::size_t g, const SearchOptions& options);
+
+// score(T) above for one G x G row-major activation matrix (float32 as stored). +Inf for a
+// singular T or a non-finite transformed value.
+double block_score(const formats::FormatSpec& format, const float* t_act, std::size_t g, const BlockSample& sample);
+
+// Which candidate a block got.
+struct SearchResult {
+    std::vector<float> t_act;  // G x G, rounded to the storage dtype
+    BlockChoice choice;
+};
+
+// Runs the two-stage search for one block given Algorithm 1's solution `solution` of `kind` (WUS
+// or WUSH; a fallen-back solution is fine: its A is I).
+SearchResult search_block(TransformKind kind, const BlockSolution& solution, const formats::FormatSpec& format,
+                          const BlockSample& sample, wush_dtype storage, const SearchOptions& options,
+                          std::uint64_t seed, std::size_t block);
+
+// The search for block `block` of a layer, as build_transform and GPTQ run it: the sample is the
+// block's columns of `tokens` (n_tokens x d_in, at most options.search.sample_tokens of them,
+// evenly strided) when n_tokens > 0, else the surrogate drawn from m_x; w_slice is the block's
+// d_out x G weight slice (GPTQ: as updated by the earlier blocks).
+SearchResult search_layer_block(const TransformOptions& options, const formats::FormatSpec& format,
+                                const BlockSolution& solution, std::span<const double> m_x,
+                                std::span<const double> w_slice, std::size_t d_out, std::span<const float> tokens,
+                                std::size_t n_tokens, std::size_t d_in, std::size_t block);
+
+}  // namespace wush
