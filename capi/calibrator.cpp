@@ -88,7 +88,7 @@ WUSH_API wush_status wush_calibrator_state_size(const wush_calibrator* calibrato
         require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(n_doubles, "n_doubles");
         const wush::Calibrator& c = calibrator->core;
-        *n_doubles = wush::Calibrator::state_size(c.d_in(), c.group(), c.mode());
+        *n_doubles = wush::Calibrator::state_size(c.d_in(), c.group(), c.mode(), c.sample_capacity());
     });
 }
 
@@ -97,7 +97,7 @@ WUSH_API wush_status wush_calibrator_export_state(const wush_calibrator* calibra
         require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(state, "state");
         const wush::Calibrator& c = calibrator->core;
-        require_size(n_doubles, wush::Calibrator::state_size(c.d_in(), c.group(), c.mode()), "state");
+        require_size(n_doubles, wush::Calibrator::state_size(c.d_in(), c.group(), c.mode(), c.sample_capacity()), "state");
         const std::vector<double> s = c.export_state();
         std::copy(s.begin(), s.end(), state);
     });
@@ -108,14 +108,33 @@ WUSH_API wush_status wush_calibrator_import_state(wush_calibrator* calibrator, c
         require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(state, "state");
         const wush::Calibrator& c = calibrator->core;
-        const std::size_t need = wush::Calibrator::state_size(c.d_in(), c.group(), c.mode());
-        if (n_doubles != need)
+        const std::size_t need = wush::Calibrator::state_size(c.d_in(), c.group(), c.mode(), c.sample_capacity());
+        // A version-1 state (no token sample) still imports into a calibrator that keeps one.
+        const std::size_t need_v1 = wush::Calibrator::state_size(c.d_in(), c.group(), c.mode());
+        if (n_doubles != need && n_doubles != need_v1)
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, "state holds " + std::to_string(n_doubles) + " doubles, this calibrator's "
                                                       "state has " + std::to_string(need));
-        wush::Calibrator imported = wush::Calibrator::import_state({state, n_doubles});
-        if (imported.d_in() != c.d_in() || imported.group() != c.group() || imported.mode() != c.mode())
-            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "the state's geometry (d_in, G, mode) differs from the calibrator's");
+        wush::Calibrator imported = wush::Calibrator::import_state({state, n_doubles}, c.sample_capacity());
+        if (imported.d_in() != c.d_in() || imported.group() != c.group() || imported.mode() != c.mode() ||
+            imported.sample_capacity() != c.sample_capacity())
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT,
+                       "the state's geometry (d_in, G, mode, token sample size) differs from the calibrator's");
         calibrator->core = std::move(imported);
+    });
+}
+
+WUSH_API wush_status wush_calibrator_set_sample_size(wush_calibrator* calibrator, size_t n_tokens) {
+    return guarded(__func__, [&] {
+        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        calibrator->core.set_sample_capacity(n_tokens);
+    });
+}
+
+WUSH_API wush_status wush_calibrator_sample_count(const wush_calibrator* calibrator, size_t* n_tokens) {
+    return guarded(__func__, [&] {
+        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        require_pointer(n_tokens, "n_tokens");
+        *n_tokens = calibrator->core.sample_count();
     });
 }
 

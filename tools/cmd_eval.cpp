@@ -15,6 +15,8 @@
 namespace {
 
 const char* const kDefaultLayers = "4096x4096,4096x14336,14336x4096";
+// Token sample kept for the `+s` columns and the search's sample size (WUSH_OPTION_SEARCH_TOKENS).
+constexpr std::size_t kSearchTokens = 1024;
 
 // A column of the table: a transform kind, optionally with the per-block search
 // (WUSH_OPTION_SEARCH; the name `wush+s`).
@@ -81,6 +83,13 @@ int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_o
         Handle<wush_calibrator, wush_calibrator_destroy> cal;
         wush_status st = wush_calibrator_create(l.d_in, g, mode, &cal.p);
         if (st != WUSH_OK) return cli::report((where + "wush_calibrator_create").c_str(), st);
+        // The search (`+s` columns) scores its candidates on real tokens: keep a sample of them.
+        bool searching = false;
+        for (const Column& c : plan.kinds) searching |= c.search;
+        if (searching) {
+            st = wush_calibrator_set_sample_size(cal.p, kSearchTokens);
+            if (st != WUSH_OK) return cli::report((where + "wush_calibrator_set_sample_size").c_str(), st);
+        }
         st = wush_calibrator_add(ctx, cal.p, l.x_dtype, l.x.data(), l.n_calibration);
         if (st != WUSH_OK) return cli::report((where + "wush_calibrator_add").c_str(), st);
         for (const Column& col : plan.kinds) {
@@ -224,6 +233,7 @@ int cmd_eval(int argc, char** argv) {
     if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEED, int64_t(seed));
     if (st == WUSH_OK && a.has("--damping")) st = wush_options_set_double(search_opts.p, WUSH_OPTION_DAMPING, std::atof(a.get("--damping").c_str()));
     if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEARCH, 1);
+    if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEARCH_TOKENS, int64_t(kSearchTokens));
     if (st != WUSH_OK) return cli::report("setting up", st);
 
     std::vector<std::string> names;

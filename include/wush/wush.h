@@ -389,8 +389,9 @@ typedef enum wush_option {
      * the best of: the canonical signs and 4 seeded random sign patterns, the plain Hadamard and
      * identity blocks (at c = 1), then the winner at c = 2^(k/8), k = 0..7 — scored by the
      * block's own output error ||q(X_b T^T) q(W_b T^{-1})^T - X_b W_b^T||^2 with both operands
-     * RTN-quantized in the target format, on WUSH_OPTION_SEARCH_TOKENS Gaussian tokens drawn
-     * from the block's second moment M_X (the calibrator keeps no tokens) and up to 256 evenly
+     * RTN-quantized in the target format, on WUSH_OPTION_SEARCH_TOKENS tokens — evenly spread
+     * over the calibrator's token sample (wush_calibrator_set_sample_size) when it keeps one,
+     * else drawn from a Gaussian with the block's second moment M_X — and as many evenly
      * strided weight rows. The choice is folded into the stored matrices: checkpoints, exports
      * and runtimes see an ordinary transform. It is seeded (WUSH_OPTION_SEED), so reproducible.
      * Needs the format, so it applies only through wush_layer_quantize() (RTN and GPTQ; GPTQ
@@ -518,6 +519,27 @@ WUSH_API wush_status wush_calibrator_export_state(const wush_calibrator* calibra
  *          mismatch or non-finite sums — the calibrator is then unchanged. */
 WUSH_API wush_status wush_calibrator_import_state(wush_calibrator* calibrator, const double* state,
                                                   size_t n_doubles);
+
+/*! wush_calibrator_set_sample_size() :
+ *  Makes the calibrator keep a bounded sample of up to n_tokens of its calibration tokens
+ *  (n_tokens x d_in floats of memory; 0 keeps none, the default), which WUSH_OPTION_SEARCH then
+ *  scores its candidates on instead of a Gaussian surrogate drawn from the moments. Bottom-k
+ *  sampling: each token's priority is a hash of its float32 values and the sample is the
+ *  n_tokens tokens of lowest priority, so it is a uniform sample without replacement that does
+ *  not depend on batch order or sharding — wush_calibrator_merge() of shards gives exactly the
+ *  sample of one calibrator that saw every token. With a sample, the exported state is layout
+ *  version 2: the version-1 layout (with [1] = 2) followed by [k, m, k priorities, k x d_in
+ *  values] (the first m entries used, ascending priority). A sample does not add, so a version-2
+ *  state must not be SUM-all-reduced: gather the states, import each into a calibrator and merge
+ *  (import rejects a summed version-2 state). Version-1 states still import, with an empty sample.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handle, tokens already added, n_tokens > 65536);
+ *          WUSH_ERR_OUT_OF_MEMORY.
+ *  Thread safety: modifies `calibrator`. */
+WUSH_API wush_status wush_calibrator_set_sample_size(wush_calibrator* calibrator, size_t n_tokens);
+
+/*! wush_calibrator_sample_count() : writes the number of tokens in the sample (<= its size) to
+ *  *n_tokens. @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. Thread-safe (read only). */
+WUSH_API wush_status wush_calibrator_sample_count(const wush_calibrator* calibrator, size_t* n_tokens);
 
 /* ================================================================================================
  * Transforms

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "wush/wush.h"
@@ -31,7 +32,18 @@ enum class MomentMode : int { BlockDiagonal = 1, Full = 2 };
 // reader divides out after checking [0] is a positive integer and each field is an exact multiple;
 // the token count and the sums add, which is exactly the merged state. The header fields must
 // therefore be identical across ranks (the same layer geometry), which import checks.
+//
+// Version 2 (only when the calibrator keeps a token sample, sample_capacity() > 0) appends
+//   [.] k                 sample capacity
+//   [.] m                 tokens in the sample (m <= k)
+//   [.] keys              k priorities (the first m used, ascending; the rest 0)
+//   [.] rows              k x d_in float32 values as doubles (the first m rows used)
+// A sample is not additive: a version-2 state must have r = 1 (gather the states and merge
+// them instead of summing them); import rejects r > 1.
 inline constexpr double kCalibratorStateVersion = 1.0;
+inline constexpr double kCalibratorSampleStateVersion = 2.0;
+// Largest token sample (rows of d_in floats).
+inline constexpr std::size_t kMaxSampleTokens = 65536;
 
 // Largest block size G. The formats' groups are 16 and 32; the bound keeps every G x G and
 // d_in x G product far from size_t overflow and lets per-group scratch live on the stack.
@@ -47,8 +59,22 @@ public:
     // (NON_FINITE) or with zero tokens / null data (INVALID_ARGUMENT) before changing any state.
     void add(wush_dtype dtype, const void* x, std::size_t n_tokens);
 
-    // Adds another calibrator's sums and count (same d_in, G and mode, else INVALID_ARGUMENT).
+    // Adds another calibrator's sums and count (same d_in, G and mode, else INVALID_ARGUMENT),
+    // and unites the token samples (keeping the capacity of this one).
     void merge(const Calibrator& other);
+
+    // TOKEN SAMPLE. A bounded sample of the calibration tokens (for the transform search's
+    // scores; memory k x d_in floats). Bottom-k sampling: every token's priority is a hash of
+    // its float32 bits, and the sample is the k tokens of lowest priority seen. So it is a
+    // uniform sample without replacement of the distinct tokens, independent of batch order
+    // and of how the stream was split: merging calibrators gives exactly the sample of one
+    // calibrator that saw all streams. Capacity 0 (the default) keeps none.
+    // INVALID_ARGUMENT once tokens were added, or for k > kMaxSampleTokens.
+    void set_sample_capacity(std::size_t k);
+    std::size_t sample_capacity() const noexcept { return sample_capacity_; }
+    std::size_t sample_count() const noexcept { return sample_heap_.size(); }
+    // The sample, sample_count() x d_in row-major, in ascending priority (a deterministic order).
+    std::vector<float> sample() const;
 
     std::size_t d_in() const noexcept { return d_in_; }
     std::size_t group() const noexcept { return group_; }
@@ -64,10 +90,13 @@ public:
 
     // Raw state (see the layout above) and its size for a given geometry.
     std::vector<double> export_state() const;
-    static std::size_t state_size(std::size_t d_in, std::size_t group, MomentMode mode);
+    static std::size_t state_size(std::size_t d_in, std::size_t group, MomentMode mode,
+                                  std::size_t sample_capacity = 0);
     // Validates everything (header, integer counts, finite sums) and throws INVALID_ARGUMENT on any
     // violation; never reads past state.size().
-    static Calibrator import_state(std::span<const double> state);
+    // A version-1 state (no sample) imports with an empty sample of capacity
+    // `v1_sample_capacity`.
+    static Calibrator import_state(std::span<const double> state, std::size_t v1_sample_capacity = 0);
 
 private:
     // Upper-triangle accumulator of block b (full mode: b must be 0, the whole matrix).
@@ -83,6 +112,13 @@ private:
     MomentMode mode_;
     std::uint64_t tokens_ = 0;
     std::vector<double> sums_;  // accumulators() square matrices, upper triangle valid
+    // Offers one token (d_in floats) with priority `key` to the sample.
+    void offer(std::uint64_t key, const float* row);
+
+    std::size_t sample_capacity_ = 0;
+    // (priority, row slot) pairs, a max-heap on the priority; rows live in sample_rows_ by slot.
+    std::vector<std::pair<std::uint64_t, std::size_t>> sample_heap_;
+    std::vector<float> sample_rows_;  // sample_capacity_ x d_in
 };
 
 }  // namespace wush

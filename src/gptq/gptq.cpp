@@ -106,7 +106,10 @@ public:
         out_.codes.assign(sizes.codes, 0);
         out_.scales.assign(sizes.scales, 0);
         out_.stats.singular_values.assign(c * g_, 0.0);
-        if (opt_.search.enabled && !m_x_.empty()) out_.stats.search.resize(c);
+        if (opt_.search.enabled && !m_x_.empty()) {
+            out_.stats.search.resize(c);
+            sample_ = hessian.sample();  // empty unless the calibrator keeps a token sample
+        }
     }
 
     Output run(Progress* progress) {
@@ -176,7 +179,7 @@ private:
                 // pass: the pass needs the transform first, and RTN's error ranks candidates as
                 // GPTQ's would up to GPTQ's common improvement.
                 const SearchResult r = search_layer_block(opt_, format_, s, std::span<const double>(m_x_).subspan(b * gg, gg),
-                                                          wi, d_out_, {}, 0, d_in_, b);
+                                                          wi, d_out_, sample_, sample_.size() / d_in_, d_in_, b);
                 std::copy(r.t_act.begin(), r.t_act.end(), t_act);
                 out_.stats.search[b] = r.choice;
             } else {
@@ -237,6 +240,7 @@ private:
     Matrix w_;                  // d_out x d_in, updated in place by the error propagation
     Matrix m_x_;                // C x G x G diagonal blocks of H (WUS/WUSH)
     std::vector<float> fixed_;  // C x G x G matrices of a data-free kind
+    std::vector<float> sample_;  // the calibrator's token sample (search only; may be empty)
     Output out_;
 };
 

@@ -346,6 +346,14 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
                 "build_transform: the token sample must be n_sample x d_in");
         if (n_sample > 0) require_finite(WUSH_DTYPE_F32, sample.data(), n_sample, d_in, "token sample");
     }
+    // Without an explicit sample, the calibrator's token sample (if it keeps one) beats the
+    // Gaussian surrogate: it has the real tokens' tails, which set MXFP4's group scales.
+    std::vector<float> kept;
+    if (search && n_sample == 0 && calibration.sample_count() > 0) {
+        kept = calibration.sample();
+        sample = kept;
+        n_sample = calibration.sample_count();
+    }
 
     std::vector<float> act(c * g * g);
     std::vector<char> fell_back(c, 0), deficient(c, 0);

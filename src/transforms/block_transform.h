@@ -168,9 +168,9 @@ BlockTransform build_data_free_transform(const TransformOptions& options, std::s
 //
 // With options.search.enabled (WUS/WUSH), each block's matrix is the search's choice
 // (transforms/transform_search.h), scored in options.search.format (whose group must be G) on
-// `sample` (n_sample x d_in row-major float32 calibration tokens, e.g. a reservoir sample) when
-// given, else on a Gaussian surrogate drawn from the block's moment; stats().search says what
-// every block got.
+// `sample` (n_sample x d_in row-major float32 calibration tokens) when given, else on the
+// calibrator's token sample when it keeps one (Calibrator::set_sample_capacity), else on a
+// Gaussian surrogate drawn from the block's moment; stats().search says what every block got.
 BlockTransform build_transform(const TransformOptions& options, const Calibrator& calibration,
                                std::span<const float> weight, std::size_t d_out, Progress* progress = nullptr,
                                std::span<const float> sample = {}, std::size_t n_sample = 0);

@@ -1846,6 +1846,57 @@ static void test_search(wush_context* ctx, const Layer* l) {
     wush_transform_destroy(plain_t);
     wush_qweight_destroy(plain_q);
 
+    /* The calibrator's token sample: bounded, set before tokens, exported as layout version 2; a
+     * version-1 state still imports into a sampling calibrator (with an empty sample). */
+    {
+        wush_calibrator *sc = NULL, *plain_c = NULL;
+        size_t count = 99, n1 = 0, n2 = 0;
+        double *s1 = NULL, *s2 = NULL;
+        CHECK_STATUS(wush_calibrator_create(l->d_in, TG, WUSH_MOMENTS_BLOCK_DIAGONAL, &sc), WUSH_OK);
+        CHECK_STATUS(wush_calibrator_set_sample_size(sc, 65537), WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(wush_calibrator_set_sample_size(NULL, 4), WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(wush_calibrator_set_sample_size(sc, 64), WUSH_OK);
+        CHECK_STATUS(wush_calibrator_sample_count(sc, &count), WUSH_OK);
+        CHECK(count == 0);
+        CHECK_STATUS(wush_calibrator_add(ctx, sc, WUSH_DTYPE_F32, l->cal, l->n_cal), WUSH_OK);
+        CHECK_STATUS(wush_calibrator_sample_count(sc, &count), WUSH_OK);
+        CHECK(count == 64);
+        CHECK_STATUS(wush_calibrator_sample_count(sc, NULL), WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(wush_calibrator_set_sample_size(sc, 8), WUSH_ERR_INVALID_ARGUMENT); /* tokens already added */
+        CHECK_STATUS(wush_calibrator_create(l->d_in, TG, WUSH_MOMENTS_BLOCK_DIAGONAL, &plain_c), WUSH_OK);
+        CHECK_STATUS(wush_calibrator_add(ctx, plain_c, WUSH_DTYPE_F32, l->cal, l->n_cal), WUSH_OK);
+        s1 = export_all(plain_c, &n1);
+        s2 = export_all(sc, &n2);
+        CHECK(s1 && s2 && n2 == n1 + 2 + 64 + 64 * l->d_in);
+        if (s1 && s2) {
+            CHECK(s1[1] == 1.0 && s2[1] == 2.0);
+            CHECK_STATUS(wush_calibrator_import_state(sc, s1, n1), WUSH_OK); /* version 1 into a sampler */
+            CHECK_STATUS(wush_calibrator_sample_count(sc, &count), WUSH_OK);
+            CHECK(count == 0);
+            CHECK_STATUS(wush_calibrator_import_state(sc, s2, n2), WUSH_OK);
+            CHECK_STATUS(wush_calibrator_sample_count(sc, &count), WUSH_OK);
+            CHECK(count == 64);
+            CHECK_STATUS(wush_calibrator_import_state(plain_c, s2, n2), WUSH_ERR_INVALID_ARGUMENT); /* size differs */
+        }
+        /* the search scores on the sample: an ordinary, valid result */
+        t = NULL;
+        q = NULL;
+        CHECK_STATUS(wush_layer_quantize(ctx, sc, WUSH_TRANSFORM_WUSH, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32,
+                                         l->w, l->d_out, l->d_in, o, &t, &q),
+                     WUSH_OK);
+        if (t && q) {
+            double ls = -1.0;
+            CHECK_STATUS(wush_layer_loss(ctx, t, q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, l->n_held, &ls), WUSH_OK);
+            CHECK(ls > 0.0 && ls <= 1.05 * loss_p);
+        }
+        wush_transform_destroy(t);
+        wush_qweight_destroy(q);
+        free(s1);
+        free(s2);
+        wush_calibrator_destroy(sc);
+        wush_calibrator_destroy(plain_c);
+    }
+
     /* GPTQ with the search */
     t = NULL;
     q = NULL;
