@@ -1,0 +1,327 @@
+// The prefill W4A4 GEMM (large m): INT8 tensor-core MMAs on the doubled codes, one exact MMA per
+// group (mma.sync m16n8k32 s8 for G = 32, m16n8k16 s8 for NVFP4's G = 16), each group's int32
+// result promoted to float32 with the two group scales (alpha / 4 folded into the activation
+// scales) and accumulated in float32.
+//
+// Geometry (cuda/gemm_plan.h): block tile 128 activation rows x 128 weight rows, 128 elements (64
+// packed bytes per row) per stage, 3 stages of cp.async (16-byte copies, zero-filled past m, n, k),
+// 8 warps as 2 (m) x 4 (n) warp tiles of 64 x 32 = 4 x 4 MMAs per group. The packed codes stay
+// packed in shared memory (half the bytes of int8); each warp decodes its fragments with two
+// prmt per 4 elements (src/formats/tile_decode.h). The element order inside a group is permuted
+// identically for both operands (tile::group_element_of_slot), so that a thread's fragment is one
+// 32-bit shared load per row and group. Rows are padded to 80 bytes: conflict-free loads.
+// A first small kernel decodes both operands' group scales to float32 in the workspace, rows
+// padded to a whole stage, so that each stage's scales are 16-byte copies too.
+// Each MMA's accumulator starts at tile::kPromoteMagicBits, so the int32 -> float conversion is one
+// FADD (I2F runs at a quarter of the FP32 rate); promotion is FADD + FMUL + FFMA per element.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "common/error.h"
+#include "formats/tile_decode.h"
+#include "gemm_plan.h"
+#include "w4a4_gemm.h"
+
+namespace wush::cuda {
+
+namespace {
+
+using namespace wush::tile;
+
+constexpr int BM = plan::kPrefillBM, BN = plan::kPrefillBN, BK = plan::kPrefillBK;
+constexpr int kStages = plan::kPrefillStages;
+constexpr int kThreads = plan::kPrefillThreads;
+constexpr int kRowBytes = BK / 2 + 16;  // 64 code bytes + 16 padding
+
+template <int G>
+struct Layout {
+    static constexpr int kSpr = BK / G;                     // scales per row per stage
+    static constexpr int kCodes = BM * kRowBytes;           // bytes of one operand's codes
+    static constexpr int kScales = BM * kSpr * 4;           // bytes of one operand's scales
+    static constexpr int kStage = 2 * kCodes + 2 * kScales;
+    static constexpr int kSmem = kStages * kStage;
+};
+
+struct PrefillParams {
+    int m, n;
+    long long k;
+    wush_format format;
+    const std::uint8_t* a_codes;
+    const std::uint8_t* w_codes;
+    const float* a_scales;  // m x stride, scale * alpha / 4
+    const float* w_scales;  // n x stride
+    long long stride;
+    void* y;
+    int y_bf16;
+};
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+    const int bytes = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+__device__ __forceinline__ void mma_k32(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+__device__ __forceinline__ void mma_k16(int (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t b0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
+#endif
+}
+
+template <int G>
+__device__ __forceinline__ void load_stage(const PrefillParams& p, std::uint8_t* stage, int bm, int bn, long long kt) {
+    using L = Layout<G>;
+    const int tid = threadIdx.x;
+    const long long ke = kt * BK;
+    const long long kbytes = p.k / 2;
+    std::uint8_t* s_ac = stage;
+    std::uint8_t* s_wc = stage + L::kCodes;
+    float* s_as = reinterpret_cast<float*>(stage + 2 * L::kCodes);
+    float* s_ws = reinterpret_cast<float*>(stage + 2 * L::kCodes + L::kScales);
+    // Codes: 128 rows x 4 copies of 16 bytes (32 elements) per operand.
+#pragma unroll
+    for (int i = 0; i < (BM * 4) / kThreads; ++i) {
+        const int c = tid + i * kThreads, row = c >> 2, q = c & 3;
+        const bool kin = ke + 32 * q < p.k;
+        const bool va = kin && bm + row < p.m, vw = kin && bn + row < p.n;
+        const long long off = ke / 2 + 16 * q;
+        cp_async16(s_ac + row * kRowBytes + 16 * q, va ? p.a_codes + (long long)(bm + row) * kbytes + off : p.a_codes, va);
+        cp_async16(s_wc + row * kRowBytes + 16 * q, vw ? p.w_codes + (long long)(bn + row) * kbytes + off : p.w_codes, vw);
+    }
+    // Scales: 128 rows x kSpr floats per operand (padded groups are zeros in the workspace).
+    constexpr int kCopiesPerRow = L::kSpr / 4;
+    for (int c = tid; c < BM * kCopiesPerRow; c += kThreads) {
+        const int row = c / kCopiesPerRow, q = c % kCopiesPerRow;
+        const long long off = kt * L::kSpr + 4 * q;
+        const bool va = bm + row < p.m, vw = bn + row < p.n;
+        cp_async16(s_as + row * L::kSpr + 4 * q, va ? p.a_scales + (long long)(bm + row) * p.stride + off : p.a_scales, va);
+        cp_async16(s_ws + row * L::kSpr + 4 * q, vw ? p.w_scales + (long long)(bn + row) * p.stride + off : p.w_scales, vw);
+    }
+}
+
+template <int G>
+__global__ void __launch_bounds__(kThreads, 1) prefill_gemm_kernel(const PrefillParams p) {
+    using L = Layout<G>;
+    extern __shared__ __align__(16) std::uint8_t smem[];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int gid = lane >> 2, t = lane & 3;
+    const int wm = warp >> 2, wn = warp & 3;  // 2 x 4 warps of 64 x 32
+    const int bm = blockIdx.y * BM, bn = blockIdx.x * BN;
+    const long long kt_count = (p.k + BK - 1) / BK;
+    const DoubledLut lut = doubled_lut(p.format);
+
+    float acc[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+        if (s < kt_count) load_stage<G>(p, smem + s * L::kStage, bm, bn, s);
+        cp_async_commit();
+    }
+
+    for (long long kt = 0; kt < kt_count; ++kt) {
+        cp_async_wait<kStages - 2>();
+        __syncthreads();
+        {
+            const long long next = kt + kStages - 1;
+            if (next < kt_count) load_stage<G>(p, smem + int(next % kStages) * L::kStage, bm, bn, next);
+            cp_async_commit();
+        }
+        const std::uint8_t* stage = smem + int(kt % kStages) * L::kStage;
+        const std::uint8_t* s_ac = stage + (wm * 64) * kRowBytes;
+        const std::uint8_t* s_wc = stage + L::kCodes + (wn * 32) * kRowBytes;
+        const float* s_as = reinterpret_cast<const float*>(stage + 2 * L::kCodes) + (wm * 64) * L::kSpr;
+        const float* s_ws = reinterpret_cast<const float*>(stage + 2 * L::kCodes + L::kScales) + (wn * 32) * L::kSpr;
+        const int groups_here = int(min((long long)L::kSpr, (p.k - kt * BK) / G));
+
+#pragma unroll 1
+        for (int g = 0; g < groups_here; ++g) {
+            float sa[4][2], sw[4][2];
+#pragma unroll
+            for (int mt = 0; mt < 4; ++mt) {
+                sa[mt][0] = s_as[(mt * 16 + gid) * L::kSpr + g];
+                sa[mt][1] = s_as[(mt * 16 + gid + 8) * L::kSpr + g];
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                sw[nt][0] = s_ws[(nt * 8 + 2 * t) * L::kSpr + g];
+                sw[nt][1] = s_ws[(nt * 8 + 2 * t + 1) * L::kSpr + g];
+            }
+            if constexpr (G == 32) {
+                std::uint32_t a[4][4], b[4][2];
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt) {
+                    const std::uint32_t lo = *reinterpret_cast<const std::uint32_t*>(s_ac + (mt * 16 + gid) * kRowBytes + g * 16 + 4 * t);
+                    const std::uint32_t hi = *reinterpret_cast<const std::uint32_t*>(s_ac + (mt * 16 + gid + 8) * kRowBytes + g * 16 + 4 * t);
+                    a[mt][0] = decode4(lut, lo);
+                    a[mt][1] = decode4(lut, hi);
+                    a[mt][2] = decode4(lut, lo >> 16);
+                    a[mt][3] = decode4(lut, hi >> 16);
+                }
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) {
+                    const std::uint32_t w = *reinterpret_cast<const std::uint32_t*>(s_wc + (nt * 8 + gid) * kRowBytes + g * 16 + 4 * t);
+                    b[nt][0] = decode4(lut, w);
+                    b[nt][1] = decode4(lut, w >> 16);
+                }
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+                    for (int nt = 0; nt < 4; ++nt) {
+                        int d[4] = {kPromoteMagicBits, kPromoteMagicBits, kPromoteMagicBits, kPromoteMagicBits};
+                        mma_k32(d, a[mt], b[nt][0], b[nt][1]);
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            acc[mt][nt][e] = fmaf(promoted_dot(d[e]), sa[mt][e >> 1] * sw[nt][e & 1], acc[mt][nt][e]);
+                    }
+            } else {
+                std::uint32_t a[4][2], b[4];
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt) {
+                    a[mt][0] = decode4(lut, *reinterpret_cast<const unsigned short*>(s_ac + (mt * 16 + gid) * kRowBytes + g * 8 + 2 * t));
+                    a[mt][1] = decode4(lut, *reinterpret_cast<const unsigned short*>(s_ac + (mt * 16 + gid + 8) * kRowBytes + g * 8 + 2 * t));
+                }
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt)
+                    b[nt] = decode4(lut, *reinterpret_cast<const unsigned short*>(s_wc + (nt * 8 + gid) * kRowBytes + g * 8 + 2 * t));
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+                    for (int nt = 0; nt < 4; ++nt) {
+                        int d[4] = {kPromoteMagicBits, kPromoteMagicBits, kPromoteMagicBits, kPromoteMagicBits};
+                        mma_k16(d, a[mt][0], a[mt][1], b[nt]);
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            acc[mt][nt][e] = fmaf(promoted_dot(d[e]), sa[mt][e >> 1] * sw[nt][e & 1], acc[mt][nt][e]);
+                    }
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    // Epilogue: C fragment (row gid / gid + 8, columns 2t, 2t + 1) of each 16 x 8 tile.
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int row = bm + wm * 64 + mt * 16 + mma_c_row(lane, e);
+                const int col = bn + wn * 32 + nt * 8 + mma_c_col(lane, e);
+                if (row < p.m && col < p.n) {
+                    const std::size_t idx = std::size_t(row) * p.n + col;
+                    if (p.y_bf16)
+                        static_cast<__nv_bfloat16*>(p.y)[idx] = __float2bfloat16_rn(acc[mt][nt][e]);
+                    else
+                        static_cast<float*>(p.y)[idx] = acc[mt][nt][e];
+                }
+            }
+}
+
+// Both operands' group scales as float32 (activation scales times alpha / 4), rows padded with zeros
+// to `stride` groups.
+__global__ void prefill_scales_kernel(wush_format format, int group, int m, int n, long long groups, long long stride,
+                                      const std::uint8_t* a_scales, const std::uint8_t* w_scales, float alpha_q, float* out) {
+    const int sb = scale_bytes(format);
+    const std::size_t total = std::size_t(m + (long long)n) * stride;
+    for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += std::size_t(gridDim.x) * blockDim.x) {
+        const long long row = (long long)(i / stride), g = (long long)(i % stride);
+        float v = 0.0f;
+        if (g < groups)
+            v = row < m ? scale_value(format, a_scales + (row * groups + g) * sb) * alpha_q
+                        : scale_value(format, w_scales + ((row - m) * groups + g) * sb);
+        out[i] = v;
+    }
+    (void)group;
+}
+
+void check_launch(const char* what) {
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) fail(WUSH_ERR_CUDA, std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+int current_sm() {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        fail(WUSH_ERR_CUDA, "launch_prefill_gemm: no current CUDA device");
+    return major * 10 + minor;
+}
+
+template <int G>
+void launch_tiles(const PrefillParams& p, dim3 grid, cudaStream_t stream) {
+    // Raising the dynamic shared-memory limit is a per-function attribute, cheap to repeat (no sync).
+    const cudaError_t e =
+        cudaFuncSetAttribute(prefill_gemm_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<G>::kSmem);
+    if (e != cudaSuccess) fail(WUSH_ERR_CUDA, std::string("cudaFuncSetAttribute(prefill_gemm_kernel): ") + cudaGetErrorString(e));
+    prefill_gemm_kernel<G><<<grid, kThreads, Layout<G>::kSmem, stream>>>(p);
+}
+
+}  // namespace
+
+void launch_prefill_gemm(const GemmArgs& a, cudaStream_t stream) {
+    if (!gemm_supported(GemmKernel::Prefill, a, current_sm()))
+        fail(WUSH_ERR_UNSUPPORTED, "launch_prefill_gemm: unsupported format, shape, alignment or workspace");
+    const std::size_t grid_m = plan::ceil_div(a.m, BM), grid_n = plan::ceil_div(a.n, BN);
+    if (grid_m > 65535 || grid_n > 0x7FFFFFFFu || a.m > 0x3FFFFFFFu || a.n > 0x3FFFFFFFu)
+        fail(WUSH_ERR_UNSUPPORTED, "launch_prefill_gemm: shape too large for the grid");
+    const long long stride = (long long)plan::prefill_scale_stride(a.k, a.group);
+    float* scales = static_cast<float*>(a.workspace);
+    const float alpha_q = a.alpha * 0.25f;
+    {
+        const std::size_t total = (a.m + a.n) * std::size_t(stride);
+        const unsigned blocks = unsigned(std::min<std::size_t>(plan::ceil_div(total, 256), 8192));
+        prefill_scales_kernel<<<blocks, 256, 0, stream>>>(a.format, a.group, int(a.m), int(a.n), (long long)(a.k / a.group),
+                                                          stride, a.a_scales, a.w_scales, alpha_q, scales);
+        check_launch("prefill_scales_kernel");
+    }
+    PrefillParams p;
+    p.m = int(a.m);
+    p.n = int(a.n);
+    p.k = (long long)a.k;
+    p.format = a.format;
+    p.a_codes = a.a_codes;
+    p.w_codes = a.w_codes;
+    p.a_scales = scales;
+    p.w_scales = scales + a.m * std::size_t(stride);
+    p.stride = stride;
+    p.y = a.y;
+    p.y_bf16 = a.y_dtype == WUSH_DTYPE_BF16;
+    const dim3 grid{unsigned(grid_n), unsigned(grid_m), 1u};
+    if (a.group == 16)
+        launch_tiles<16>(p, grid, stream);
+    else
+        launch_tiles<32>(p, grid, stream);
+    check_launch("prefill_gemm_kernel");
+}
+
+}  // namespace wush::cuda
