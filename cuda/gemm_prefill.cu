@@ -179,20 +179,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_gemm_kernel(const Prefill
             if constexpr (G == 32) {
                 std::uint32_t a[4][4], b[4][2];
 #pragma unroll
-                for (int mt = 0; mt < 4; ++mt) {
-                    const std::uint32_t lo = *reinterpret_cast<const std::uint32_t*>(s_ac + (mt * 16 + gid) * kRowBytes + g * 16 + 4 * t);
-                    const std::uint32_t hi = *reinterpret_cast<const std::uint32_t*>(s_ac + (mt * 16 + gid + 8) * kRowBytes + g * 16 + 4 * t);
-                    a[mt][0] = decode4(lut, lo);
-                    a[mt][1] = decode4(lut, hi);
-                    a[mt][2] = decode4(lut, lo >> 16);
-                    a[mt][3] = decode4(lut, hi >> 16);
-                }
+                for (int mt = 0; mt < 4; ++mt)
+                    a_frag_k32(lut, s_ac + (mt * 16 + gid) * kRowBytes + g * 16, s_ac + (mt * 16 + gid + 8) * kRowBytes + g * 16, t, a[mt]);
 #pragma unroll
-                for (int nt = 0; nt < 4; ++nt) {
-                    const std::uint32_t w = *reinterpret_cast<const std::uint32_t*>(s_wc + (nt * 8 + gid) * kRowBytes + g * 16 + 4 * t);
-                    b[nt][0] = decode4(lut, w);
-                    b[nt][1] = decode4(lut, w >> 16);
-                }
+                for (int nt = 0; nt < 4; ++nt) b_frag_k32(lut, s_wc + (nt * 8 + gid) * kRowBytes + g * 16, t, b[nt]);
 #pragma unroll
                 for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
@@ -206,13 +196,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_gemm_kernel(const Prefill
             } else {
                 std::uint32_t a[4][2], b[4];
 #pragma unroll
-                for (int mt = 0; mt < 4; ++mt) {
-                    a[mt][0] = decode4(lut, *reinterpret_cast<const unsigned short*>(s_ac + (mt * 16 + gid) * kRowBytes + g * 8 + 2 * t));
-                    a[mt][1] = decode4(lut, *reinterpret_cast<const unsigned short*>(s_ac + (mt * 16 + gid + 8) * kRowBytes + g * 8 + 2 * t));
-                }
+                for (int mt = 0; mt < 4; ++mt)
+                    a_frag_k16(lut, s_ac + (mt * 16 + gid) * kRowBytes + g * 8, s_ac + (mt * 16 + gid + 8) * kRowBytes + g * 8, t, a[mt]);
 #pragma unroll
-                for (int nt = 0; nt < 4; ++nt)
-                    b[nt] = decode4(lut, *reinterpret_cast<const unsigned short*>(s_wc + (nt * 8 + gid) * kRowBytes + g * 8 + 2 * t));
+                for (int nt = 0; nt < 4; ++nt) b[nt] = b_frag_k16(lut, s_wc + (nt * 8 + gid) * kRowBytes + g * 8, t);
 #pragma unroll
                 for (int mt = 0; mt < 4; ++mt)
 #pragma unroll

@@ -183,4 +183,46 @@ WUSH_HD int group_element_of_slot(int group, int k) {
     return 8 * tid + 4 * (k >> 4) + (k & 3);
 }
 
+// A 32- or 16-bit little-endian load from shared (device) or any (host) memory.
+WUSH_HD std::uint32_t load_u32(const std::uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+    return *reinterpret_cast<const std::uint32_t*>(p);
+#else
+    std::uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+#endif
+}
+WUSH_HD std::uint32_t load_u16(const std::uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+    return *reinterpret_cast<const unsigned short*>(p);
+#else
+    return std::uint32_t(p[0]) | (std::uint32_t(p[1]) << 8);
+#endif
+}
+
+// The fragments the prefill kernel feeds to the MMA, from packed code rows. `row`, `row8` point at
+// the group's first code byte of A's rows gid and gid + 8, `col` at W's row gid; t = lane & 3.
+// G = 32 (m16n8k32): word t of the group; low half -> slot 4t.., high half -> slot 16 + 4t...
+WUSH_HD void a_frag_k32(const DoubledLut& lut, const std::uint8_t* row, const std::uint8_t* row8, int t, std::uint32_t (&a)[4]) {
+    const std::uint32_t lo = load_u32(row + 4 * t), hi = load_u32(row8 + 4 * t);
+    a[0] = decode4(lut, lo);
+    a[1] = decode4(lut, hi);
+    a[2] = decode4(lut, lo >> 16);
+    a[3] = decode4(lut, hi >> 16);
+}
+WUSH_HD void b_frag_k32(const DoubledLut& lut, const std::uint8_t* col, int t, std::uint32_t (&b)[2]) {
+    const std::uint32_t w = load_u32(col + 4 * t);
+    b[0] = decode4(lut, w);
+    b[1] = decode4(lut, w >> 16);
+}
+// G = 16 (m16n8k16): half-word t of the group -> slot 4t...
+WUSH_HD void a_frag_k16(const DoubledLut& lut, const std::uint8_t* row, const std::uint8_t* row8, int t, std::uint32_t (&a)[2]) {
+    a[0] = decode4(lut, load_u16(row + 2 * t));
+    a[1] = decode4(lut, load_u16(row8 + 2 * t));
+}
+WUSH_HD std::uint32_t b_frag_k16(const DoubledLut& lut, const std::uint8_t* col, int t) {
+    return decode4(lut, load_u16(col + 2 * t));
+}
+
 }  // namespace wush::tile
