@@ -5,7 +5,7 @@
 // Geometry (cuda/gemm_plan.h): a block of 8 warps owns 16 weight rows (2 per warp) and one split of
 // k; it walks its split in chunks of 1024 elements. Per chunk, each lane issues one 16-byte load of
 // codes per weight row (32 elements = one G = 32 group or two NVFP4 groups) before the block
-// decodes the chunk's activations (m x 1024 int8 plus float scales times alpha / 4) into shared
+// decodes the chunk's activations (m x 1024 int8 plus float scales) into shared
 // memory; then each lane decodes its weight words (6 integer ops per 4 elements), and per
 // activation row does 2 conflict-free LDS.128 and 8 dp4a started from the promotion magic, then one
 // FADD + FMUL + FFMA. A warp reduction by shuffles ends the block. Where one wave of blocks is not
@@ -83,7 +83,8 @@ __global__ void __launch_bounds__(kThreads) decode_gemm_kernel(const DecodeParam
         for (int r = 0; r < MR; ++r) acc[j][r] = 0.0f;
 
     for (long long kc = k0; kc < k1; kc += kChunk) {
-        // 1. The weight codes and scales of this lane's unit, issued before the staging below.
+        // 1. The weight codes and scales (times alpha / 4, as in the prefill kernel) of this lane's
+        // unit, issued before the staging below.
         const long long ue = kc + 32 * lane;
         const bool uvalid = ue < k1;
         uint4 wv[R];
@@ -96,10 +97,10 @@ __global__ void __launch_bounds__(kThreads) decode_gemm_kernel(const DecodeParam
                           : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int h = 0; h < kGroupsPerUnit; ++h)
-                sw[j][h] = valid ? scale_value(p.format, p.w_scales + ((long long)row * groups + ue / G + h) * sb) : 0.0f;
+                sw[j][h] = valid ? scale_value(p.format, p.w_scales + ((long long)row * groups + ue / G + h) * sb) * p.alpha_q : 0.0f;
         }
 
-        // 2. Stage the chunk's activations: doubled int8 codes and scales * alpha / 4 (zeros past
+        // 2. Stage the chunk's activations: doubled int8 codes and scales (zeros past
         // k1 and past the last row, so that padded lanes and rows add exact zeros).
         __syncthreads();
         const int len = int(min((long long)kChunk, k1 - kc));
@@ -117,7 +118,7 @@ __global__ void __launch_bounds__(kThreads) decode_gemm_kernel(const DecodeParam
             const int r = idx / kGroupsPerChunk, g = idx % kGroupsPerChunk;
             float s = 0.0f;
             if (r < rows_a && g * G < len)
-                s = scale_value(p.format, p.a_scales + ((row_a0 + r) * groups + kc / G + g) * sb) * p.alpha_q;
+                s = scale_value(p.format, p.a_scales + ((row_a0 + r) * groups + kc / G + g) * sb);
             s_sa[idx] = s;
         }
         __syncthreads();

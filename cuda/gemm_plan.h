@@ -82,8 +82,13 @@ inline std::size_t prefill_scale_stride(std::size_t k, int group) {
     return ceil_div(ceil_div(k, std::size_t(group)), kPrefillBK / group) * (kPrefillBK / group);
 }
 
-inline std::size_t prefill_workspace_bytes(std::size_t m, std::size_t n, std::size_t k, int group) {
+// Workspace: (m + n) x stride float scales, then one int flag (tile::scaled_dot's range), 16 bytes.
+inline std::size_t prefill_flag_offset(std::size_t m, std::size_t n, std::size_t k, int group) {
     return (m + n) * prefill_scale_stride(k, group) * sizeof(float);
+}
+
+inline std::size_t prefill_workspace_bytes(std::size_t m, std::size_t n, std::size_t k, int group) {
+    return prefill_flag_offset(m, n, k, group) + 16;
 }
 
 }  // namespace wush::cuda::plan

@@ -1,7 +1,7 @@
 // The prefill W4A4 GEMM (large m): INT8 tensor-core MMAs on the doubled codes, one exact MMA per
 // group (mma.sync m16n8k32 s8 for G = 32, m16n8k16 s8 for NVFP4's G = 16), each group's int32
-// result promoted to float32 with the two group scales (alpha / 4 folded into the activation
-// scales) and accumulated in float32.
+// result promoted to float32 with the two group scales (alpha / 4 folded into the weight scales)
+// and accumulated in float32.
 //
 // Geometry (cuda/gemm_plan.h): block tile 128 activation rows x 128 weight rows, 128 elements (64
 // packed bytes per row) per stage, 3 stages of cp.async (16-byte copies, zero-filled past m, n, k),
@@ -12,8 +12,12 @@
 // 32-bit shared load per row and group. Rows are padded to 80 bytes: conflict-free loads.
 // A first small kernel decodes both operands' group scales to float32 in the workspace, rows
 // padded to a whole stage, so that each stage's scales are 16-byte copies too.
-// Each MMA's accumulator starts at tile::kPromoteMagicBits, so the int32 -> float conversion is one
-// FADD (I2F runs at a quarter of the FP32 rate); promotion is FADD + FMUL + FFMA per element.
+// Each MMA's accumulator starts at tile::kPromoteMagicBits (1.5 * 2^23 as float bits), so that
+// one FFMA with the activation scale, fma(acc_bits, sa, -1.5 * 2^23 * sa), yields dot * sa exactly
+// (tile::scaled_dot: the scales have at most 8 significant bits), and a second FFMA with the weight
+// scale accumulates: 2 FP32 ops per element and group, no I2F (a quarter of the FP32 rate). If an
+// activation scale is at or past 2^100 (1.5 * 2^23 * sa would overflow) the scales kernel raises
+// a flag and the tile kernel promotes with FADD + FMUL + FFMA instead (uniform branch per group).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -53,6 +57,7 @@ struct PrefillParams {
     const float* a_scales;  // m x stride, scale * alpha / 4
     const float* w_scales;  // n x stride
     long long stride;
+    const int* flag;  // set by prefill_scales_kernel: some |scale_a| >= tile::kScaledDotMaxScale
     void* y;
     int y_bf16;
 };
@@ -123,6 +128,68 @@ __device__ __forceinline__ void load_stage(const PrefillParams& p, std::uint8_t*
     }
 }
 
+// One group of a warp's 64 x 32 tile: fragments, 16 MMAs from the magic start, promotion.
+// FAST: t = fma(acc_bits, sa, -magic * sa) is dot * sa exactly (tile::scaled_dot), then one FFMA
+// with sw (alpha / 4 folded in): 2 FP32 ops per element. Otherwise FADD + FMUL + FFMA (any scale).
+template <int G, bool FAST>
+__device__ __forceinline__ void group_step(float (&acc)[4][4][4], const DoubledLut& lut, const std::uint8_t* s_ac,
+                                           const std::uint8_t* s_wc, const float* s_as, const float* s_ws, int g, int gid,
+                                           int t) {
+    constexpr int kSpr = BK / G;
+    float sa[4][2], ca[4][2], sw[4][2];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            sa[mt][h] = s_as[(mt * 16 + gid + 8 * h) * kSpr + g];
+            ca[mt][h] = kPromoteMagic * sa[mt][h];  // exact when FAST (tile::scaled_dot)
+        }
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+        sw[nt][0] = s_ws[(nt * 8 + 2 * t) * kSpr + g];
+        sw[nt][1] = s_ws[(nt * 8 + 2 * t + 1) * kSpr + g];
+    }
+    std::uint32_t a[4][4], b[4][2];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {
+        const std::uint8_t* r0 = s_ac + (mt * 16 + gid) * kRowBytes;
+        const std::uint8_t* r8 = s_ac + (mt * 16 + gid + 8) * kRowBytes;
+        if constexpr (G == 32) {
+            a_frag_k32(lut, r0 + g * 16, r8 + g * 16, t, a[mt]);
+        } else {
+            std::uint32_t a2[2];
+            a_frag_k16(lut, r0 + g * 8, r8 + g * 8, t, a2);
+            a[mt][0] = a2[0];
+            a[mt][1] = a2[1];
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+        const std::uint8_t* c0 = s_wc + (nt * 8 + gid) * kRowBytes;
+        if constexpr (G == 32)
+            b_frag_k32(lut, c0 + g * 16, t, b[nt]);
+        else
+            b[nt][0] = b_frag_k16(lut, c0 + g * 8, t);
+    }
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+            int d[4] = {kPromoteMagicBits, kPromoteMagicBits, kPromoteMagicBits, kPromoteMagicBits};
+            if constexpr (G == 32)
+                mma_k32(d, a[mt], b[nt][0], b[nt][1]);
+            else
+                mma_k16(d, a[mt][0], a[mt][1], b[nt][0]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                if constexpr (FAST)
+                    acc[mt][nt][e] = fmaf(scaled_dot(d[e], sa[mt][e >> 1], ca[mt][e >> 1]), sw[nt][e & 1], acc[mt][nt][e]);
+                else
+                    acc[mt][nt][e] = fmaf(promoted_dot(d[e]), sa[mt][e >> 1] * sw[nt][e & 1], acc[mt][nt][e]);
+            }
+        }
+}
+
 template <int G>
 __global__ void __launch_bounds__(kThreads, 1) prefill_gemm_kernel(const PrefillParams p) {
     using L = Layout<G>;
@@ -133,6 +200,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_gemm_kernel(const Prefill
     const int bm = blockIdx.y * BM, bn = blockIdx.x * BN;
     const long long kt_count = (p.k + BK - 1) / BK;
     const DoubledLut lut = doubled_lut(p.format);
+    const bool fast = *p.flag == 0;  // no activation scale too large for the exact FMA conversion
 
     float acc[4][4][4];
 #pragma unroll
@@ -165,52 +233,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_gemm_kernel(const Prefill
 
 #pragma unroll 1
         for (int g = 0; g < groups_here; ++g) {
-            float sa[4][2], sw[4][2];
-#pragma unroll
-            for (int mt = 0; mt < 4; ++mt) {
-                sa[mt][0] = s_as[(mt * 16 + gid) * L::kSpr + g];
-                sa[mt][1] = s_as[(mt * 16 + gid + 8) * L::kSpr + g];
-            }
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                sw[nt][0] = s_ws[(nt * 8 + 2 * t) * L::kSpr + g];
-                sw[nt][1] = s_ws[(nt * 8 + 2 * t + 1) * L::kSpr + g];
-            }
-            if constexpr (G == 32) {
-                std::uint32_t a[4][4], b[4][2];
-#pragma unroll
-                for (int mt = 0; mt < 4; ++mt)
-                    a_frag_k32(lut, s_ac + (mt * 16 + gid) * kRowBytes + g * 16, s_ac + (mt * 16 + gid + 8) * kRowBytes + g * 16, t, a[mt]);
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt) b_frag_k32(lut, s_wc + (nt * 8 + gid) * kRowBytes + g * 16, t, b[nt]);
-#pragma unroll
-                for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-                    for (int nt = 0; nt < 4; ++nt) {
-                        int d[4] = {kPromoteMagicBits, kPromoteMagicBits, kPromoteMagicBits, kPromoteMagicBits};
-                        mma_k32(d, a[mt], b[nt][0], b[nt][1]);
-#pragma unroll
-                        for (int e = 0; e < 4; ++e)
-                            acc[mt][nt][e] = fmaf(promoted_dot(d[e]), sa[mt][e >> 1] * sw[nt][e & 1], acc[mt][nt][e]);
-                    }
-            } else {
-                std::uint32_t a[4][2], b[4];
-#pragma unroll
-                for (int mt = 0; mt < 4; ++mt)
-                    a_frag_k16(lut, s_ac + (mt * 16 + gid) * kRowBytes + g * 8, s_ac + (mt * 16 + gid + 8) * kRowBytes + g * 8, t, a[mt]);
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt) b[nt] = b_frag_k16(lut, s_wc + (nt * 8 + gid) * kRowBytes + g * 8, t);
-#pragma unroll
-                for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-                    for (int nt = 0; nt < 4; ++nt) {
-                        int d[4] = {kPromoteMagicBits, kPromoteMagicBits, kPromoteMagicBits, kPromoteMagicBits};
-                        mma_k16(d, a[mt][0], a[mt][1], b[nt]);
-#pragma unroll
-                        for (int e = 0; e < 4; ++e)
-                            acc[mt][nt][e] = fmaf(promoted_dot(d[e]), sa[mt][e >> 1] * sw[nt][e & 1], acc[mt][nt][e]);
-                    }
-            }
+            if (fast)
+                group_step<G, true>(acc, lut, s_ac, s_wc, s_as, s_ws, g, gid, t);
+            else
+                group_step<G, false>(acc, lut, s_ac, s_wc, s_as, s_ws, g, gid, t);
         }
     }
     cp_async_wait<0>();
@@ -234,21 +260,27 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_gemm_kernel(const Prefill
             }
 }
 
-// Both operands' group scales as float32 (activation scales times alpha / 4), rows padded with zeros
-// to `stride` groups.
-__global__ void prefill_scales_kernel(wush_format format, int group, int m, int n, long long groups, long long stride,
-                                      const std::uint8_t* a_scales, const std::uint8_t* w_scales, float alpha_q, float* out) {
+// Both operands' group scales as float32 (weight scales times alpha / 4), rows padded with zeros
+// to `stride` groups; raises *flag when an activation scale is outside the exact range of
+// tile::scaled_dot (|s| >= 2^100, or not finite): the tile kernel then promotes with FADD + FMUL + FFMA.
+__global__ void prefill_scales_kernel(wush_format format, int m, int n, long long groups, long long stride,
+                                      const std::uint8_t* a_scales, const std::uint8_t* w_scales, float alpha_q, float* out,
+                                      int* flag) {
     const int sb = scale_bytes(format);
     const std::size_t total = std::size_t(m + (long long)n) * stride;
     for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += std::size_t(gridDim.x) * blockDim.x) {
         const long long row = (long long)(i / stride), g = (long long)(i % stride);
         float v = 0.0f;
-        if (g < groups)
-            v = row < m ? scale_value(format, a_scales + (row * groups + g) * sb) * alpha_q
-                        : scale_value(format, w_scales + ((row - m) * groups + g) * sb);
+        if (g < groups) {
+            if (row < m) {
+                v = scale_value(format, a_scales + (row * groups + g) * sb);
+                if (!(fabsf(v) < kScaledDotMaxScale)) *flag = 1;  // benign race: every writer writes 1
+            } else {
+                v = scale_value(format, w_scales + ((row - m) * groups + g) * sb) * alpha_q;
+            }
+        }
         out[i] = v;
     }
-    (void)group;
 }
 
 void check_launch(const char* what) {
@@ -283,12 +315,15 @@ void launch_prefill_gemm(const GemmArgs& a, cudaStream_t stream) {
         fail(WUSH_ERR_UNSUPPORTED, "launch_prefill_gemm: shape too large for the grid");
     const long long stride = (long long)plan::prefill_scale_stride(a.k, a.group);
     float* scales = static_cast<float*>(a.workspace);
+    int* flag = reinterpret_cast<int*>(static_cast<std::uint8_t*>(a.workspace) + plan::prefill_flag_offset(a.m, a.n, a.k, a.group));
     const float alpha_q = a.alpha * 0.25f;
     {
+        const cudaError_t e = cudaMemsetAsync(flag, 0, sizeof(int), stream);
+        if (e != cudaSuccess) fail(WUSH_ERR_CUDA, std::string("launch_prefill_gemm: cudaMemsetAsync: ") + cudaGetErrorString(e));
         const std::size_t total = (a.m + a.n) * std::size_t(stride);
         const unsigned blocks = unsigned(std::min<std::size_t>(plan::ceil_div(total, 256), 8192));
-        prefill_scales_kernel<<<blocks, 256, 0, stream>>>(a.format, a.group, int(a.m), int(a.n), (long long)(a.k / a.group),
-                                                          stride, a.a_scales, a.w_scales, alpha_q, scales);
+        prefill_scales_kernel<<<blocks, 256, 0, stream>>>(a.format, int(a.m), int(a.n), (long long)(a.k / a.group), stride,
+                                                          a.a_scales, a.w_scales, alpha_q, scales, flag);
         check_launch("prefill_scales_kernel");
     }
     PrefillParams p;
@@ -301,6 +336,7 @@ void launch_prefill_gemm(const GemmArgs& a, cudaStream_t stream) {
     p.a_scales = scales;
     p.w_scales = scales + a.m * std::size_t(stride);
     p.stride = stride;
+    p.flag = flag;
     p.y = a.y;
     p.y_bf16 = a.y_dtype == WUSH_DTYPE_BF16;
     const dim3 grid{unsigned(grid_n), unsigned(grid_m), 1u};

@@ -18,6 +18,7 @@
 // (0x80 + pos - neg stays in [0x71, 0x8F]). Six integer instructions per 4 elements.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -149,6 +150,20 @@ constexpr float kPromoteMagic = 12582912.0f;
 
 WUSH_HD float promoted_dot(std::int32_t acc_from_magic) {
     return bits_to_float(std::uint32_t(acc_from_magic)) - kPromoteMagic;
+}
+
+// dot * s exactly, from an accumulator started at kPromoteMagicBits, with c = kPromoteMagic * s:
+// fma(1.5 * 2^23 + dot, s, -c) = dot * s before its one rounding, and dot * s (|dot| < 2^13, s with
+// at most 8 significant bits: E8M0, E4M3, BF16) is a float32, as is c (2 + 8 bits) while
+// |s| < kScaledDotMaxScale (no overflow of c); subnormal s included. One FFMA instead of FADD + FMUL.
+constexpr float kScaledDotMaxScale = 0x1p100f;
+
+WUSH_HD float scaled_dot(std::int32_t acc_from_magic, float s, float c) {
+#if defined(__CUDA_ARCH__)
+    return fmaf(bits_to_float(std::uint32_t(acc_from_magic)), s, -c);
+#else
+    return std::fma(bits_to_float(std::uint32_t(acc_from_magic)), s, -c);
+#endif
 }
 
 // acc + dot * scale_a * scale_w, with scale_a already multiplied by alpha / 4 (the kernels fold the

@@ -88,7 +88,8 @@ struct Operand {
     std::vector<double> values;  // dequantized, rows x k (with the per-tensor factor)
 };
 
-Operand random_operand(wush_format f, std::size_t rows, std::size_t k, std::mt19937& rng) {
+// force_e8m0 >= 0 sets every MXFP4 scale byte to it (extreme scales).
+Operand random_operand(wush_format f, std::size_t rows, std::size_t k, std::mt19937& rng, int force_e8m0 = -1) {
     const int G = group_of(f), sb = scale_bytes(f);
     const std::size_t groups = k / G;
     Operand o;
@@ -107,6 +108,7 @@ Operand random_operand(wush_format f, std::size_t rows, std::size_t k, std::mt19
             }
             default: s[0] = std::uint8_t(120 + rng() % 14); break;                      // 2^-7 .. 2^6
         }
+        if (force_e8m0 >= 0 && sb == 1 && f != WUSH_FORMAT_NVFP4) s[0] = std::uint8_t(force_e8m0);
     }
     o.values.resize(rows * k);
     for (std::size_t r = 0; r < rows; ++r)
@@ -143,10 +145,10 @@ float bf16_to_float(std::uint16_t b) {
 
 // Runs `kernel` on (m, n, k) in `f` and compares every output with the float64 product.
 void check_product(GemmKernel kernel, wush_format f, std::size_t m, std::size_t n, std::size_t k, wush_dtype y_dtype,
-                   std::mt19937& rng, int sm) {
+                   std::mt19937& rng, int sm, int force_a = -1, int force_w = -1) {
     SCOPED_TRACE(::testing::Message() << "kernel " << int(kernel) << " format " << int(f) << " m " << m << " n " << n
                                       << " k " << k << " y " << int(y_dtype));
-    const Operand a = random_operand(f, m, k, rng), w = random_operand(f, n, k, rng);
+    const Operand a = random_operand(f, m, k, rng, force_a), w = random_operand(f, n, k, rng, force_w);
     DeviceBuffer<std::uint8_t> da(a.codes.size()), dsa(a.scales.size()), dw(w.codes.size()), dsw(w.scales.size());
     upload(da, a.codes);
     upload(dsa, a.scales);
@@ -250,6 +252,21 @@ TEST(W4A4GemmGpu, Bf16OutputAndSplitK) {
         check_product(GemmKernel::Decode, f, 1, 256, 4096, WUSH_DTYPE_BF16, rng, sm);  // 4 splits
         check_product(GemmKernel::Decode, f, 5, 40, 14336, WUSH_DTYPE_F32, rng, sm);   // 14 splits, ragged
         if (sm >= 80) check_product(GemmKernel::Prefill, f, 200, 136, 480, WUSH_DTYPE_BF16, rng, sm);
+    }
+}
+
+// Activation scales of 2^103 (past the exact range of the prefill kernel's 2-op promotion: its
+// flag must switch to FADD + FMUL + FFMA) and 2^-126 (smallest normal) with compensating weights.
+TEST(W4A4GemmGpu, ExtremeMxScales) {
+    REQUIRE_GPU(sm);
+    std::mt19937 rng(4);
+    for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_MXFP4_OCP}) {
+        check_product(GemmKernel::Decode, f, 3, 24, 96, WUSH_DTYPE_F32, rng, sm, 127 + 103, 127 - 100);
+        check_product(GemmKernel::Decode, f, 3, 24, 96, WUSH_DTYPE_F32, rng, sm, 127 - 126, 127 + 110);
+        if (sm >= 80) {
+            check_product(GemmKernel::Prefill, f, 130, 24, 96, WUSH_DTYPE_F32, rng, sm, 127 + 103, 127 - 100);
+            check_product(GemmKernel::Prefill, f, 130, 24, 96, WUSH_DTYPE_F32, rng, sm, 127 - 126, 127 + 110);
+        }
     }
 }
 

@@ -106,6 +106,31 @@ TEST(TileDecode, PromotionMagicIsExact) {
     EXPECT_LT(32 * 15 * 15, 1 << 22);
 }
 
+// The prefill kernel's 2-op promotion: fma(bits(magic + dot), s, -magic * s) == dot * s exactly, for
+// every scale code of every format below the range bound, and every dot a group can produce.
+TEST(TileDecode, ScaledDotIsExact) {
+    std::mt19937 rng(3);
+    for (wush_format f : kFormats) {
+        const unsigned count = tile::scale_bytes(f) == 2 ? 65536u : 256u;
+        int checked = 0;
+        for (unsigned code = 0; code < count; ++code) {
+            const std::uint8_t bytes[2] = {std::uint8_t(code & 0xFF), std::uint8_t(code >> 8)};
+            const float s = tile::scale_value(f, bytes);
+            if (!(std::fabs(s) < tile::kScaledDotMaxScale)) continue;  // the kernel's flag takes the slow path
+            const float c = tile::kPromoteMagic * s;
+            ASSERT_EQ(double(c), 12582912.0 * double(s)) << "magic * s not exact, code " << code;
+            const int lim = 32 * 15 * 15;
+            for (int rep = 0; rep < 64; ++rep) {
+                const int dot = rep < 5 ? (rep - 2) * lim / 2 : int(rng() % (2 * lim + 1)) - lim;
+                const float t = tile::scaled_dot(tile::kPromoteMagicBits + dot, s, c);
+                ASSERT_EQ(double(t), double(dot) * double(s)) << "format " << f << " code " << code << " dot " << dot;
+            }
+            ++checked;
+        }
+        EXPECT_GT(checked, 200);
+    }
+}
+
 // A group's promoted value: the int32 dot of doubled codes (decode4 + dp4a, as the decode kernel)
 // times the scales and alpha / 4 equals the float64 dot of the dequantized values.
 TEST(TileDecode, GroupPromotionEqualsFloat64Dot) {
@@ -276,7 +301,8 @@ TEST(GemmPlan, PrefillScaleStrideCoversStages) {
             EXPECT_GE(s, k / G);
             EXPECT_EQ(s % (kPrefillBK / G), 0u);
             EXPECT_EQ((s * 4) % 16, 0u);
-            EXPECT_EQ(prefill_workspace_bytes(5, 7, k, G), 12 * s * 4);
+            EXPECT_EQ(prefill_flag_offset(5, 7, k, G), 12 * s * 4);
+            EXPECT_EQ(prefill_workspace_bytes(5, 7, k, G), 12 * s * 4 + 16);
         }
 }
 
