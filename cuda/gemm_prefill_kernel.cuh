@@ -69,22 +69,25 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-__device__ __forceinline__ void mma_k32(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+// d = A B + magic (tile::kPromoteMagicBits in all four C registers): the C operand is one register
+// read by every MMA, so the 64 accumulators of a group need no per-MMA initialization moves.
+__device__ __forceinline__ void mma_k32_magic(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(kPromoteMagicBits));
 #elif defined(WUSH_CUDA_HOST_EMULATION)
+    d[0] = d[1] = d[2] = d[3] = kPromoteMagicBits;
     wush_emu::mma(d, a, 4, b0, b1);
 #endif
 }
-__device__ __forceinline__ void mma_k16(int (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t b0) {
+__device__ __forceinline__ void mma_k16_magic(int (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t b0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-                 : "r"(a0), "r"(a1), "r"(b0));
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b0), "r"(kPromoteMagicBits));
 #elif defined(WUSH_CUDA_HOST_EMULATION)
+    d[0] = d[1] = d[2] = d[3] = kPromoteMagicBits;
     const std::uint32_t a[4] = {a0, a1, 0, 0};
     wush_emu::mma(d, a, 2, b0, 0);
 #endif
@@ -168,11 +171,11 @@ __device__ __forceinline__ void group_step(float (&acc)[4][4][4], const DoubledL
     for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
-            int d[4] = {kPromoteMagicBits, kPromoteMagicBits, kPromoteMagicBits, kPromoteMagicBits};
+            int d[4];
             if constexpr (G == 32)
-                mma_k32(d, a[mt], b[nt][0], b[nt][1]);
+                mma_k32_magic(d, a[mt], b[nt][0], b[nt][1]);
             else
-                mma_k16(d, a[mt][0], a[mt][1], b[nt][0]);
+                mma_k16_magic(d, a[mt][0], a[mt][1], b[nt][0]);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 if constexpr (FAST)
