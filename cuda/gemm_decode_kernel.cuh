@@ -1,0 +1,175 @@
+// The decode kernel's device code (see cuda/gemm_decode.cu), in a header of its own so that the
+// CPU emulation test (tests/unit/test_gemm_emulation.cpp) compiles the same source against
+// tests/unit/cuda_host_emulation.h.
+#pragma once
+
+#include <cstdint>
+
+#if !defined(WUSH_CUDA_HOST_EMULATION)
+#include <cuda_bf16.h>
+#endif
+
+#include "formats/tile_decode.h"
+#include "gemm_plan.h"
+
+namespace wush::cuda::decode_detail {
+
+using namespace wush::tile;
+
+constexpr int kThreads = plan::kDecodeWarps * 32;
+constexpr int kChunk = int(plan::kDecodeChunk);
+constexpr int kUnitsPerChunk = kChunk / 32;                      // one per lane
+constexpr int kARowBytes = kChunk + (kUnitsPerChunk / 4) * 16;   // 16 bytes of padding per 4 units
+
+// Byte offset of unit u's 32 int8 values inside a staged activation row: 16 bytes of padding after
+// every 4 units make a quarter-warp's 16-byte reads (8 lanes, 32 bytes apart) hit 32 distinct banks.
+__device__ __forceinline__ int a_unit_offset(int u) { return u * 32 + (u >> 2) * 16; }
+
+struct DecodeParams {
+    wush_format format;
+    int m, n;
+    long long k;
+    const std::uint8_t* a_codes;
+    const std::uint8_t* a_scales;
+    const std::uint8_t* w_codes;
+    const std::uint8_t* w_scales;
+    float alpha_q;  // alpha / 4 (doubled values on both sides)
+    void* y;
+    int y_bf16;
+    float* partial;  // splits x m x n, or null when the block writes y
+    long long split_len;  // elements per split (a multiple of kChunk)
+};
+
+__device__ __forceinline__ void store_out(void* y, int bf16, std::size_t idx, float v) {
+    if (bf16)
+        static_cast<__nv_bfloat16*>(y)[idx] = __float2bfloat16_rn(v);
+    else
+        static_cast<float*>(y)[idx] = v;
+}
+
+template <int MR, int G>
+__global__ void __launch_bounds__(kThreads) decode_gemm_kernel(const DecodeParams p) {
+    constexpr int kGroupsPerUnit = 32 / G;
+    constexpr int kGroupsPerChunk = kChunk / G;
+    constexpr int R = plan::kDecodeRowsPerWarp;
+    __shared__ __align__(16) std::uint8_t s_a[MR * kARowBytes];
+    __shared__ float s_sa[MR * kGroupsPerChunk];
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const long long row_a0 = (long long)blockIdx.z * plan::kDecodeMaxM;
+    const int rows_a = int(min((long long)MR, (long long)p.m - row_a0));
+    const int n0 = blockIdx.x * plan::kDecodeRowsPerBlock + warp * R;
+    const long long k0 = (long long)blockIdx.y * p.split_len;
+    const long long k1 = min(p.k, k0 + p.split_len);
+    const long long kbytes = p.k / 2, groups = p.k / G;
+    const int sb = scale_bytes(p.format);
+    const DoubledLut lut = doubled_lut(p.format);
+
+    float acc[R][MR];
+#pragma unroll
+    for (int j = 0; j < R; ++j)
+#pragma unroll
+        for (int r = 0; r < MR; ++r) acc[j][r] = 0.0f;
+
+    for (long long kc = k0; kc < k1; kc += kChunk) {
+        // 1. The weight codes and scales (times alpha / 4, as in the prefill kernel) of this lane's
+        // unit, issued before the staging below.
+        const long long ue = kc + 32 * lane;
+        const bool uvalid = ue < k1;
+        uint4 wv[R];
+        float sw[R][kGroupsPerUnit];
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            const int row = n0 + j;
+            const bool valid = uvalid && row < p.n;
+            wv[j] = valid ? __ldg(reinterpret_cast<const uint4*>(p.w_codes + (long long)row * kbytes + ue / 2))
+                          : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int h = 0; h < kGroupsPerUnit; ++h)
+                sw[j][h] = valid ? scale_value(p.format, p.w_scales + ((long long)row * groups + ue / G + h) * sb) * p.alpha_q : 0.0f;
+        }
+
+        // 2. Stage the chunk's activations: doubled int8 codes and scales (zeros past
+        // k1 and past the last row, so that padded lanes and rows add exact zeros).
+        __syncthreads();
+        const int len = int(min((long long)kChunk, k1 - kc));
+        for (int idx = tid; idx < MR * (kChunk / 8); idx += kThreads) {
+            const int r = idx / (kChunk / 8), w = idx % (kChunk / 8), e = 8 * w;
+            uint2 v = make_uint2(0, 0);
+            if (r < rows_a && e < len) {
+                const std::uint32_t c = __ldg(reinterpret_cast<const unsigned*>(p.a_codes + (row_a0 + r) * kbytes + (kc + e) / 2));
+                v.x = decode4(lut, c);
+                v.y = decode4(lut, c >> 16);
+            }
+            *reinterpret_cast<uint2*>(s_a + r * kARowBytes + a_unit_offset(w >> 2) + (w & 3) * 8) = v;
+        }
+        for (int idx = tid; idx < MR * kGroupsPerChunk; idx += kThreads) {
+            const int r = idx / kGroupsPerChunk, g = idx % kGroupsPerChunk;
+            float s = 0.0f;
+            if (r < rows_a && g * G < len)
+                s = scale_value(p.format, p.a_scales + ((row_a0 + r) * groups + kc / G + g) * sb);
+            s_sa[idx] = s;
+        }
+        __syncthreads();
+
+        // 3. Decode the weight words once, then one exact group dot per activation row.
+        std::uint32_t wd[R][8];
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            const std::uint32_t words[4] = {wv[j].x, wv[j].y, wv[j].z, wv[j].w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                wd[j][2 * i] = decode4(lut, words[i]);
+                wd[j][2 * i + 1] = decode4(lut, words[i] >> 16);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < MR; ++r) {
+            const uint4* ap = reinterpret_cast<const uint4*>(s_a + r * kARowBytes + a_unit_offset(lane));
+            const uint4 a0 = ap[0], a1 = ap[1];
+            const std::uint32_t av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+#pragma unroll
+            for (int h = 0; h < kGroupsPerUnit; ++h) {
+                const float sa = s_sa[r * kGroupsPerChunk + lane * kGroupsPerUnit + h];
+#pragma unroll
+                for (int j = 0; j < R; ++j) {
+                    int d = kPromoteMagicBits;
+#pragma unroll
+                    for (int i = 0; i < 8 / kGroupsPerUnit; ++i)
+                        d = dp4a(av[h * (8 / kGroupsPerUnit) + i], wd[j][h * (8 / kGroupsPerUnit) + i], d);
+                    acc[j][r] = fmaf(promoted_dot(d), sa * sw[j][h], acc[j][r]);
+                }
+            }
+        }
+    }
+
+    // 4. Warp reduction; lane 0 writes (y, or this split's partial).
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+#pragma unroll
+        for (int r = 0; r < MR; ++r) {
+            float v = acc[j][r];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+            const int col = n0 + j;
+            if (lane == 0 && r < rows_a && col < p.n) {
+                const std::size_t idx = std::size_t(row_a0 + r) * p.n + col;
+                if (p.partial)
+                    p.partial[std::size_t(blockIdx.y) * std::size_t(p.m) * p.n + idx] = v;
+                else
+                    store_out(p.y, p.y_bf16, idx, v);
+            }
+        }
+    }
+}
+
+// y = sum over splits of the partials, in split order.
+__global__ void splitk_reduce_kernel(const float* partial, int splits, std::size_t mn, void* y, int bf16) {
+    for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < mn; i += std::size_t(gridDim.x) * blockDim.x) {
+        float s = 0.0f;
+        for (int sp = 0; sp < splits; ++sp) s += partial[std::size_t(sp) * mn + i];
+        store_out(y, bf16, i, s);
+    }
+}
+
+}  // namespace wush::cuda::decode_detail

@@ -1,0 +1,86 @@
+// Which W4A4 GEMM kernel serves a product (cuda/w4a4_gemm.h).
+//
+// Selection rule (pick_gemm), by the number of activation rows m:
+//   m <= 32 on sm >= 61       Decode: memory-bound weight streaming with dp4a; m in 17..32 takes two
+//                             passes over the weights (the second mostly from L2), still cheaper
+//                             than a 128-row tensor-core tile that would be 75-87% padding and
+//                             would fill only ceil(n / 128) SMs.
+//   m >  32 on sm >= 80       Prefill: INT8 mma.sync tiles with per-group float promotion.
+//   sm_100 / sm_120, MXFP4 or NVFP4, m > 32
+//                             BlockScaledLt (the backend owns that path and falls back itself).
+//   anything else             Reference (dequantize + cuBLAS).
+// The 32 threshold is a judgement from the designs' cost models, to be re-measured on the GPU.
+#include <cstdint>
+
+#include "gemm_plan.h"
+#include "w4a4_gemm.h"
+
+namespace wush::cuda {
+
+namespace {
+
+bool valid_format(wush_format f, int group) {
+    switch (f) {
+        case WUSH_FORMAT_MXFP4:
+        case WUSH_FORMAT_MXFP4_OCP:
+        case WUSH_FORMAT_INT4: return group == 32;
+        case WUSH_FORMAT_NVFP4: return group == 16;
+        default: return false;
+    }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+// What both custom kernels need: a known format with its own G, k a multiple of 32 (a lane's
+// 16-byte unit never straddles a row), F32/BF16 output, 16-byte aligned code rows.
+bool common_ok(const GemmArgs& a) {
+    if (!valid_format(a.format, a.group)) return false;
+    if (a.k == 0 || a.k % 32 != 0 || a.m == 0 || a.n == 0) return false;
+    if (a.y_dtype != WUSH_DTYPE_F32 && a.y_dtype != WUSH_DTYPE_BF16) return false;
+    return aligned16(a.a_codes) && aligned16(a.w_codes);  // (null pointers pass: pick_gemm may run first)
+}
+
+// Shape and architecture only: pick_gemm runs before the backend has sized the workspace.
+bool shape_supported(GemmKernel kernel, const GemmArgs& args, int sm) {
+    switch (kernel) {
+        case GemmKernel::Reference: return true;
+        case GemmKernel::Decode: return sm >= 61 && common_ok(args);
+        case GemmKernel::Prefill: return sm >= 80 && common_ok(args);
+        case GemmKernel::BlockScaledLt:
+            return ((sm >= 100 && sm < 110) || (sm >= 120 && sm < 130)) &&
+                   (args.format == WUSH_FORMAT_MXFP4 || args.format == WUSH_FORMAT_NVFP4);
+    }
+    return false;
+}
+
+}  // namespace
+
+std::size_t gemm_workspace_bytes(GemmKernel kernel, wush_format format, std::size_t m, std::size_t n, std::size_t k) {
+    const int group = format == WUSH_FORMAT_NVFP4 ? 16 : 32;
+    switch (kernel) {
+        case GemmKernel::Decode: return plan::decode_workspace_bytes(m, n, k);
+        case GemmKernel::Prefill: return plan::prefill_workspace_bytes(m, n, k, group);
+        default: return 0;
+    }
+}
+
+bool gemm_supported(GemmKernel kernel, const GemmArgs& args, int sm) {
+    if (!shape_supported(kernel, args, sm)) return false;
+    if (kernel != GemmKernel::Decode && kernel != GemmKernel::Prefill) return true;
+    if (!args.a_codes || !args.w_codes || !args.a_scales || !args.w_scales || !args.y) return false;
+    const std::size_t need = gemm_workspace_bytes(kernel, args.format, args.m, args.n, args.k);
+    return need == 0 || (args.workspace != nullptr && args.workspace_bytes >= need && aligned16(args.workspace));
+}
+
+GemmKernel pick_gemm(const GemmArgs& args, int sm) {
+    constexpr std::size_t kDecodeMaxRows = 32;
+    if (args.m <= kDecodeMaxRows) {
+        if (shape_supported(GemmKernel::Decode, args, sm)) return GemmKernel::Decode;
+        return GemmKernel::Reference;
+    }
+    if (shape_supported(GemmKernel::BlockScaledLt, args, sm)) return GemmKernel::BlockScaledLt;
+    if (shape_supported(GemmKernel::Prefill, args, sm)) return GemmKernel::Prefill;
+    return GemmKernel::Reference;
+}
+
+}  // namespace wush::cuda

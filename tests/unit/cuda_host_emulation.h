@@ -1,0 +1,169 @@
+// Just enough of CUDA to run the W4A4 GEMM kernels' device source (cuda/gemm_*_kernel.cuh) on the
+// CPU: one block at a time, each CUDA thread a std::thread; __syncthreads is a block barrier,
+// shuffles and mma.sync are warp-cooperative exchanges through per-warp slots (the MMA computes
+// from the PTX fragment layouts of src/formats/tile_decode.h); cp.async copies are queued per
+// thread and performed only at cp.async.wait_group, leaving the newest N groups pending, so that a
+// missing wait or barrier shows up as wrong data. Shared memory is per kernel instantiation
+// (`static`), valid because blocks run one after another.
+#pragma once
+
+#define WUSH_CUDA_HOST_EMULATION 1
+
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "formats/tile_decode.h"
+
+namespace wush_emu {
+
+struct Dim {
+    unsigned x = 1, y = 1, z = 1;
+};
+
+inline thread_local Dim t_idx, b_idx;
+inline Dim g_grid, g_block;
+
+struct CopyOp {
+    void* dst;
+    const void* src;
+    bool valid;
+};
+
+struct State {
+    std::unique_ptr<std::barrier<>> block;
+    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    float fslots[32][32];
+    std::uint32_t mslots[32][32][6];
+    std::vector<std::uint8_t> smem;
+};
+inline State g;
+
+inline thread_local std::vector<std::vector<CopyOp>> t_groups;  // committed groups, oldest first
+inline thread_local std::vector<CopyOp> t_open;                 // not yet committed
+
+inline std::uint8_t* dynamic_smem() { return g.smem.data(); }
+
+inline void copy16(void* dst, const void* src, bool valid) { t_open.push_back({dst, src, valid}); }
+inline void commit() {
+    t_groups.push_back(t_open);
+    t_open.clear();
+}
+inline void wait_groups(int keep) {
+    while (int(t_groups.size()) > keep) {
+        for (const CopyOp& op : t_groups.front()) {
+            if (op.valid)
+                std::memcpy(op.dst, op.src, 16);
+            else
+                std::memset(op.dst, 0, 16);
+        }
+        t_groups.erase(t_groups.begin());
+    }
+}
+
+inline void syncthreads() { g.block->arrive_and_wait(); }
+
+inline float shfl_xor(float v, int o) {
+    const int t = int(t_idx.x), w = t / 32, l = t % 32;
+    g.fslots[w][l] = v;
+    g.warps[w]->arrive_and_wait();
+    const float r = g.fslots[w][l ^ o];
+    g.warps[w]->arrive_and_wait();
+    return r;
+}
+
+// d += A B for m16n8k32 (a_regs = 4) or m16n8k16 (a_regs = 2), s8 x s8 -> s32 (wrapping).
+inline void mma(int (&d)[4], const std::uint32_t* a, int a_regs, std::uint32_t b0, std::uint32_t b1) {
+    const int t = int(t_idx.x), w = t / 32, l = t % 32;
+    for (int i = 0; i < a_regs; ++i) g.mslots[w][l][i] = a[i];
+    g.mslots[w][l][4] = b0;
+    g.mslots[w][l][5] = b1;
+    g.warps[w]->arrive_and_wait();
+    const int K = a_regs * 8;
+    int A[16][32] = {}, B[32][8] = {};
+    for (int lane = 0; lane < 32; ++lane) {
+        for (int reg = 0; reg < a_regs; ++reg)
+            for (int j = 0; j < 4; ++j)
+                A[wush::tile::mma_a_row(lane, reg)][wush::tile::mma_a_col(lane, reg, j)] = wush::tile::lane_s8(g.mslots[w][lane][reg], j);
+        for (int reg = 0; reg < K / 16; ++reg)
+            for (int j = 0; j < 4; ++j)
+                B[wush::tile::mma_b_row(lane, reg, j)][wush::tile::mma_b_col(lane)] = wush::tile::lane_s8(g.mslots[w][lane][4 + reg], j);
+    }
+    g.warps[w]->arrive_and_wait();
+    for (int e = 0; e < 4; ++e) {
+        const int r = wush::tile::mma_c_row(l, e), c = wush::tile::mma_c_col(l, e);
+        std::int64_t s = 0;
+        for (int k = 0; k < K; ++k) s += A[r][k] * B[k][c];
+        d[e] = int(std::uint32_t(d[e]) + std::uint32_t(s));
+    }
+}
+
+// Runs body() as every thread of every block of `grid`, block after block.
+inline void launch(Dim grid, unsigned threads, std::size_t smem_bytes, const std::function<void()>& body) {
+    g_grid = grid;
+    g_block = Dim{threads, 1, 1};
+    for (unsigned z = 0; z < grid.z; ++z)
+        for (unsigned y = 0; y < grid.y; ++y)
+            for (unsigned x = 0; x < grid.x; ++x) {
+                g.smem.assign(smem_bytes + 16, 0xCD);  // garbage, as on the device
+                g.block = std::make_unique<std::barrier<>>(threads);
+                g.warps.clear();
+                for (unsigned w = 0; w < (threads + 31) / 32; ++w) g.warps.push_back(std::make_unique<std::barrier<>>(32));
+                std::vector<std::thread> ts;
+                for (unsigned i = 0; i < threads; ++i)
+                    ts.emplace_back([&, i] {
+                        t_idx = Dim{i, 0, 0};
+                        b_idx = Dim{x, y, z};
+                        t_groups.clear();
+                        t_open.clear();
+                        body();
+                    });
+                for (auto& t : ts) t.join();
+            }
+}
+
+}  // namespace wush_emu
+
+// The CUDA spellings the kernels use.
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+#define threadIdx wush_emu::t_idx
+#define blockIdx wush_emu::b_idx
+#define blockDim wush_emu::g_block
+#define gridDim wush_emu::g_grid
+
+struct uint2 {
+    unsigned x, y;
+};
+struct uint4 {
+    unsigned x, y, z, w;
+};
+inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+template <typename T>
+inline T __ldg(const T* p) {
+    return *p;
+}
+inline void __syncthreads() { wush_emu::syncthreads(); }
+inline float __shfl_xor_sync(unsigned, float v, int o) { return wush_emu::shfl_xor(v, o); }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+
+struct __nv_bfloat16 {
+    unsigned short x;
+};
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    std::uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return __nv_bfloat16{static_cast<unsigned short>(u >> 16)};
+}
