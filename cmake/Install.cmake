@@ -2,9 +2,30 @@
 include(CMakePackageConfigHelpers)
 
 # What a static link of libwush would need (Libs.private); the shared library carries these itself.
-set(WUSH_PC_LIBS_PRIVATE "-llapacke -lopenblas -lgomp -lstdc++ -lm -lpthread")
+# Library names only, no directories: the flags must hold on the machine that uses the .pc file,
+# not only on the one that built it (static linkers find the CUDA and BLAS directories through
+# LIBRARY_PATH or their own configuration).
+set(WUSH_PC_LIBS_PRIVATE "")
+foreach(lib IN LISTS WUSH_BLAS_LIBRARIES)
+  get_filename_component(name "${lib}" NAME_WE)
+  string(REGEX REPLACE "^lib" "" name "${name}")
+  string(APPEND WUSH_PC_LIBS_PRIVATE " -l${name}")
+endforeach()
+string(APPEND WUSH_PC_LIBS_PRIVATE " -lgomp -lstdc++ -lm -lpthread")
 if(WUSH_HAVE_CUDA)
-  string(APPEND WUSH_PC_LIBS_PRIVATE " -L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -ldl -lrt")
+  string(APPEND WUSH_PC_LIBS_PRIVATE " -lcudart_static -ldl -lrt")
+endif()
+string(STRIP "${WUSH_PC_LIBS_PRIVATE}" WUSH_PC_LIBS_PRIVATE)
+
+# With an rpath in Libs, `cc app.c $(pkg-config --cflags --libs wush)` gives a program that finds
+# libwush.so at run time wherever the prefix is (/opt/..., a home directory), without
+# LD_LIBRARY_PATH. Distribution packages installing into /usr turn it off (the loader's default
+# path covers them); for /usr/local, run `ldconfig` after installing, or keep the rpath.
+option(WUSH_PC_RPATH "Put -Wl,-rpath,<libdir> into the Libs of wush.pc" ON)
+if(WUSH_PC_RPATH)
+  set(WUSH_PC_RPATH_FLAG " -Wl,-rpath,\${libdir}")
+else()
+  set(WUSH_PC_RPATH_FLAG "")
 endif()
 # The .pc file locates the prefix relative to itself, so an install with `cmake --install --prefix`
 # (or a moved tree) stays correct.

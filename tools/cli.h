@@ -23,6 +23,9 @@ public:
     std::string get(const std::string& name, const std::string& fallback = "") const;
     // Parses a positive integer option; sets error() and returns `fallback` when malformed.
     std::size_t get_size(const std::string& name, std::size_t fallback);
+    // Parses a finite number option (the whole value, nothing else); sets error() and returns
+    // `fallback` when malformed, so "--damping abc" is an error rather than 0.
+    double get_double(const std::string& name, double fallback);
 
 private:
     std::map<std::string, std::string> values_;
@@ -30,6 +33,23 @@ private:
 };
 
 std::vector<std::string> split(const std::string& s, char sep);
+
+// `s` as a quoted JSON string: quotes, backslashes and control characters escaped, bytes that are
+// not UTF-8 replaced by U+FFFD (names come from files and may be anything).
+std::string json_string(const std::string& s);
+// A JSON number, or null for NaN and infinities (which JSON cannot spell).
+std::string json_number(double v);
+// `s` safe to print on a terminal: control characters and bytes that are not UTF-8 as \xNN.
+std::string printable(const std::string& s);
+
+// Physical memory of the machine in bytes (0 if unknown).
+std::size_t physical_memory();
+// Checks, before a run starts, that `bytes` (what it will hold at once) fit in memory; prints why
+// not and returns false otherwise. `bytes` = SIZE_MAX means the size overflowed.
+bool fits_in_memory(const char* command, const std::string& what, std::size_t bytes);
+// a * b, or SIZE_MAX if that overflows.
+std::size_t mul_or_max(std::size_t a, std::size_t b);
+std::size_t add_or_max(std::size_t a, std::size_t b);
 
 // Prints "wush: <what> failed: STATUS: message" to stderr; returns exit code 1.
 int report(const char* what, wush_status status);

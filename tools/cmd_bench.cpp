@@ -224,7 +224,7 @@ int cmd_bench(int argc, char** argv) {
     const bool quick = a.has("--quick");
     Settings s;
     s.min_repeats = a.get_size("--repeats", quick ? 3 : 5);
-    s.min_seconds = a.has("--min-time") ? std::atof(a.get("--min-time").c_str()) : quick ? 0.1 : 0.3;
+    s.min_seconds = a.get_double("--min-time", quick ? 0.1 : 0.3);
     const std::size_t threads = a.get_size("--threads", 0);
     if (!a.ok()) {
         std::fprintf(stderr, "wush bench: %s\n", a.error().c_str());

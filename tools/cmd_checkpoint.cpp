@@ -1,7 +1,12 @@
 // Checkpoint commands: `wush quantize` (write), `wush inspect` (validate and list),
 // `wush export --fp-quant`, and `wush eval --checkpoint` (measure a stored checkpoint).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,12 +32,31 @@ bool dtype_from_name(const std::string& s, wush_dtype* d) {
     return true;
 }
 
+// Whether `path` can be created or replaced: its directory exists and is writable, and `path` is
+// not a directory. Prints why not.
+bool writable_destination(const std::string& path) {
+    const std::size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        std::fprintf(stderr, "wush quantize: --out %s is a directory\n", cli::printable(path).c_str());
+        return false;
+    }
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+        std::fprintf(stderr, "wush quantize: cannot write into %s (--out %s): %s\n", cli::printable(dir).c_str(),
+                     cli::printable(path).c_str(), std::strerror(errno));
+        return false;
+    }
+    return true;
+}
+
 }  // namespace
 
 int cmd_quantize(int argc, char** argv) {
     cli::Args a(argc, argv, {}, {"--weights", "--activations", "--format", "--transform", "--method", "--out",
                                   "--damping", "--seed", "--transform-dtype", "--threads"});
     const std::size_t seed = a.get_size("--seed", 1), threads = a.get_size("--threads", 0);
+    const double damping = a.get_double("--damping", 0.0);
     for (const char* required : {"--weights", "--activations", "--format", "--transform", "--out"})
         if (a.ok() && !a.has(required)) {
             std::fprintf(stderr, "wush quantize: %s is required\n", required);
@@ -57,6 +81,8 @@ int cmd_quantize(int argc, char** argv) {
         std::fprintf(stderr, "wush quantize: --transform-dtype takes f32, bf16 or f16\n");
         return 2;
     }
+    // The output's directory is checked before the work, not after it.
+    if (!writable_destination(a.get("--out"))) return 1;
     std::vector<Layer> layers;
     if (load_layer_files(a.get("--weights"), a.get("--activations"), 0, &layers, /*all_heldout=*/true) != 0) return 1;
 
@@ -69,7 +95,7 @@ int cmd_quantize(int argc, char** argv) {
     if (st == WUSH_OK) st = wush_options_set_int(opts.p, WUSH_OPTION_SEED, int64_t(seed));
     if (st == WUSH_OK) st = wush_options_set_int(opts.p, WUSH_OPTION_TRANSFORM_DTYPE, tdtype);
     if (st == WUSH_OK && a.has("--damping"))
-        st = wush_options_set_double(opts.p, WUSH_OPTION_DAMPING, std::atof(a.get("--damping").c_str()));
+        st = wush_options_set_double(opts.p, WUSH_OPTION_DAMPING, damping);
     if (st == WUSH_OK) st = wush_checkpoint_create(&ck.p);
     if (st != WUSH_OK) return cli::report("setting up", st);
     std::size_t g = 0;
@@ -93,7 +119,7 @@ int cmd_quantize(int argc, char** argv) {
         if (st == WUSH_OK) st = wush_checkpoint_add_layer(ck.p, l.name.c_str(), transforms.back()->p, qweights.back()->p);
         if (st != WUSH_OK) {
             bar.finish();
-            std::fprintf(stderr, "wush quantize: layer '%s':\n", l.name.c_str());
+            std::fprintf(stderr, "wush quantize: layer '%s':\n", cli::printable(l.name).c_str());
             return cli::report("quantizing", st);
         }
         std::vector<unsigned char>().swap(l.x);  // the activations are no longer needed
@@ -116,12 +142,13 @@ int cmd_inspect(int argc, char** argv) {
     Handle<wush_checkpoint, wush_checkpoint_destroy> ck;
     wush_status st = wush_checkpoint_open(argv[0], &ck.p);
     if (st != WUSH_OK) {
-        std::fprintf(stderr, "wush inspect: %s: %s: %s\n", argv[0], wush_status_string(st), wush_last_error());
+        std::fprintf(stderr, "wush inspect: %s: %s: %s\n", cli::printable(argv[0]).c_str(), wush_status_string(st),
+                     cli::printable(wush_last_error()).c_str());
         return 1;
     }
     std::size_t n = 0;
     wush_checkpoint_layer_count(ck.p, &n);
-    std::printf("%s: %zu layers\n", argv[0], n);
+    std::printf("%s: %zu layers\n", cli::printable(argv[0]).c_str(), n);
     std::printf("%-40s %8s %8s %-7s %-9s %-6s %12s\n", "layer", "d_out", "d_in", "format", "transform", "method", "bytes");
     for (std::size_t i = 0; i < n; ++i) {
         const char* name = nullptr;
@@ -140,7 +167,8 @@ int cmd_inspect(int argc, char** argv) {
         wush_qweight_info(q.p, &f, &m, &d_out, &d_in);
         wush_qweight_data(q.p, nullptr, &codes, nullptr, &scales);
         wush_transform_info(t.p, &k, nullptr, &g);
-        std::printf("%-40s %8zu %8zu %-7s %-9s %-6s %12zu\n", name, d_out, d_in, wush_format_name(f),
+        // Names come from the file: control characters would act on the terminal.
+        std::printf("%-40s %8zu %8zu %-7s %-9s %-6s %12zu\n", cli::printable(name).c_str(), d_out, d_in, wush_format_name(f),
                     wush_transform_kind_name(k), cli::method_name(m), codes + scales + d_in * g * 4 + 4);
     }
     return 0;
@@ -181,11 +209,22 @@ int eval_checkpoint(const std::string& ck_path, const std::string& weights, cons
         st = wush_checkpoint_load_layer(ck.p, l.name.c_str(), &t.p, &q.p);
         if (st == WUSH_ERR_NOT_FOUND) continue;  // a weight the checkpoint does not quantize
         if (st != WUSH_OK) return cli::report("wush_checkpoint_load_layer", st);
+        // The loss reads the weights as d_out x d_in of the stored layer: a file of another shape
+        // would be read out of bounds.
+        std::size_t d_out = 0, d_in = 0;
+        wush_qweight_info(q.p, nullptr, nullptr, &d_out, &d_in);
+        if (d_out != l.d_out || d_in != l.d_in) {
+            std::fprintf(stderr,
+                         "wush eval: layer '%s': the checkpoint stores a %zu x %zu weight, the weights file %zu x %zu%s\n",
+                         cli::printable(l.name).c_str(), d_out, d_in, l.d_out, l.d_in,
+                         d_in == l.d_in ? "" : " (and the activations must have d_in columns)");
+            return 1;
+        }
         double loss = 0.0;
         const auto loss_fn = runtime ? wush_layer_loss_runtime : wush_layer_loss;
         st = loss_fn(ctx.p, t.p, q.p, l.w_dtype, l.weight.data(), l.x_dtype, l.heldout(), l.n_heldout, &loss);
         if (st != WUSH_OK) {
-            std::fprintf(stderr, "wush eval: layer '%s':\n", l.name.c_str());
+            std::fprintf(stderr, "wush eval: layer '%s':\n", cli::printable(l.name).c_str());
             return cli::report(runtime ? "wush_layer_loss_runtime" : "wush_layer_loss", st);
         }
         wush_format f;
@@ -194,11 +233,12 @@ int eval_checkpoint(const std::string& ck_path, const std::string& weights, cons
         wush_qweight_info(q.p, &f, &m, nullptr, nullptr);
         wush_transform_info(t.p, &k, nullptr, nullptr);
         if (json)
-            std::printf("%s\n  {\"layer\": \"%s\", \"format\": \"%s\", \"transform\": \"%s\", \"method\": \"%s\", \"loss\": %.17g}",
-                        printed ? "," : "", l.name.c_str(), wush_format_name(f), wush_transform_kind_name(k),
-                        cli::method_name(m), loss);
+            std::printf("%s\n  {\"layer\": %s, \"format\": \"%s\", \"transform\": \"%s\", \"method\": \"%s\", \"loss\": %s}",
+                        printed ? "," : "", cli::json_string(l.name).c_str(), wush_format_name(f),
+                        wush_transform_kind_name(k), cli::method_name(m), cli::json_number(loss).c_str());
         else
-            std::printf("%-40s %-7s %-9s %-6s %12.4e\n", l.name.c_str(), wush_format_name(f), wush_transform_kind_name(k), cli::method_name(m), loss);
+            std::printf("%-40s %-7s %-9s %-6s %12.4e\n", cli::printable(l.name).c_str(), wush_format_name(f),
+                        wush_transform_kind_name(k), cli::method_name(m), loss);
         ++printed;
     }
     if (json) std::printf("\n]}\n");

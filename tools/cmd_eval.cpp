@@ -135,9 +135,9 @@ void print_json(const std::vector<Result>& results) {
     std::printf("{\"results\": [");
     for (std::size_t i = 0; i < results.size(); ++i) {
         const Result& r = results[i];
-        std::printf("%s\n  {\"layer\": \"%s\", \"format\": \"%s\", \"transform\": \"%s\", \"method\": \"%s\", \"loss\": %.17g}",
-                    i ? "," : "", r.layer.c_str(), wush_format_name(r.format), column_name(r.kind).c_str(),
-                    cli::method_name(r.method), r.loss);
+        std::printf("%s\n  {\"layer\": %s, \"format\": \"%s\", \"transform\": \"%s\", \"method\": \"%s\", \"loss\": %s}",
+                    i ? "," : "", cli::json_string(r.layer).c_str(), wush_format_name(r.format),
+                    column_name(r.kind).c_str(), cli::method_name(r.method), cli::json_number(r.loss).c_str());
     }
     std::printf("\n]}\n");
 }
@@ -153,7 +153,7 @@ void print_table(const std::vector<Result>& results, const Plan& plan) {
     for (const std::string& layer : layers) {
         for (wush_format f : plan.formats) {
             for (wush_method m : plan.methods) {
-                std::printf("%-16s %-7s %-6s", layer.c_str(), wush_format_name(f), cli::method_name(m));
+                std::printf("%-16s %-7s %-6s", cli::printable(layer).c_str(), wush_format_name(f), cli::method_name(m));
                 for (const Column& k : plan.kinds) {
                     for (const Result& r : results)
                         if (r.layer == layer && r.format == f && r.method == m && r.kind == k) std::printf(" %11.4e", r.loss);
@@ -205,6 +205,7 @@ int cmd_eval(int argc, char** argv) {
     const std::size_t n_cal = a.get_size("--calib-tokens", 2048);
     const std::size_t n_held = a.get_size("--heldout-tokens", a.has("--weights") ? 0 : 256);
     const std::size_t threads = a.get_size("--threads", 0);
+    const double damping = a.get_double("--damping", 0.0);
     if (!a.ok() || a.has("--weights") != a.has("--activations")) {
         std::fprintf(stderr, "wush eval: %s\n", a.ok() ? "--weights and --activations go together" : a.error().c_str());
         return 2;
@@ -228,10 +229,10 @@ int cmd_eval(int argc, char** argv) {
     if (st == WUSH_OK && threads) st = wush_context_set_parameter(ctx.p, WUSH_CONTEXT_NUM_THREADS, int64_t(threads));
     if (st == WUSH_OK) st = wush_options_create(&opts.p);
     if (st == WUSH_OK) st = wush_options_set_int(opts.p, WUSH_OPTION_SEED, int64_t(seed));
-    if (st == WUSH_OK && a.has("--damping")) st = wush_options_set_double(opts.p, WUSH_OPTION_DAMPING, std::atof(a.get("--damping").c_str()));
+    if (st == WUSH_OK && a.has("--damping")) st = wush_options_set_double(opts.p, WUSH_OPTION_DAMPING, damping);
     if (st == WUSH_OK) st = wush_options_create(&search_opts.p);
     if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEED, int64_t(seed));
-    if (st == WUSH_OK && a.has("--damping")) st = wush_options_set_double(search_opts.p, WUSH_OPTION_DAMPING, std::atof(a.get("--damping").c_str()));
+    if (st == WUSH_OK && a.has("--damping")) st = wush_options_set_double(search_opts.p, WUSH_OPTION_DAMPING, damping);
     if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEARCH, 1);
     if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEARCH_TOKENS, int64_t(kSearchTokens));
     if (st != WUSH_OK) return cli::report("setting up", st);
@@ -239,6 +240,19 @@ int cmd_eval(int argc, char** argv) {
     std::vector<std::string> names;
     if (a.has("--weights")) names.push_back("files");
     else names = cli::split(a.get("--layers", kDefaultLayers), ',');
+    // A run too large for the machine says so before it starts (not with a failed allocation
+    // after minutes of work): each built-in layer holds its weight and all its tokens at once.
+    if (!a.has("--weights")) {
+        for (const std::string& name : names) {
+            std::size_t d_out = 0, d_in = 0;
+            if (wush_example_layer_shape(name.c_str(), &d_out, &d_in) != WUSH_OK) continue;  // reported when loaded
+            const std::size_t tokens = cli::add_or_max(n_cal, n_held);
+            const std::size_t bytes = cli::mul_or_max(cli::add_or_max(cli::mul_or_max(tokens, d_in), cli::mul_or_max(d_out, d_in)),
+                                                      sizeof(float));
+            if (!cli::fits_in_memory("eval", "layer " + name + " with " + std::to_string(tokens) + " tokens", bytes))
+                return 1;
+        }
+    }
     std::vector<Layer> file_layers;
     if (a.has("--weights") && load_layer_files(a.get("--weights"), a.get("--activations"), n_held, &file_layers) != 0) return 1;
     const std::size_t n_layers = a.has("--weights") ? file_layers.size() : names.size();

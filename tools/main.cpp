@@ -1,5 +1,8 @@
 // The `wush` command-line program. A client of the public C API only (include/wush/wush.h).
 #include <cstdio>
+#include <cstring>
+#include <exception>
+#include <new>
 #include <string>
 
 #include "commands.h"
@@ -7,58 +10,102 @@
 
 namespace {
 
+struct Command {
+    const char* name;
+    int (*run)(int argc, char** argv);
+    const char* usage;  // options, one per line after the first
+};
+
+int cmd_version(int, char**) {
+    std::printf("wush %s\n", wush_version_string());
+    return 0;
+}
+
+const Command kCommands[] = {
+    {"eval", cmd_eval,
+     "layerwise loss of transforms x formats x methods (the paper's table)\n"
+     "  [--layers L1,L2] built-in layers (default 4096x4096,4096x14336,14336x4096;\n"
+     "                   also small_256x512, small_512x256)\n"
+     "  [--weights W.safetensors --activations X.safetensors]  layers from files: each\n"
+     "                   2-D weight (d_out x d_in) with the activation tensor of\n"
+     "                   the same name (n_tokens x d_in), F32/F16/BF16\n"
+     "  [--format mxfp4,nvfp4,int4] [--transform i,r,h,wus,wush] [--method rtn|gptq|all]\n"
+     "  [--calib-tokens N] [--heldout-tokens N] [--seed S] [--damping L]\n"
+     "  [--threads N] [--json]\n"
+     "  [--runtime]  compute Y_q with the CPU runtime (fused quantization + W4A4\n"
+     "               GEMM) instead of the float64 reference product\n"
+     "  [--checkpoint CK --weights W --activations X]  loss of a stored checkpoint\n"},
+    {"quantize", cmd_quantize,
+     "calibrate on all tokens, build transforms, pre-quantize, write a checkpoint\n"
+     "  --weights W.safetensors --activations X.safetensors --format F --transform T\n"
+     "  --out CK.safetensors [--method rtn|gptq] [--damping L] [--seed S]\n"
+     "  [--transform-dtype f32|bf16|f16] [--threads N]\n"},
+    {"inspect", cmd_inspect, "validate a checkpoint and list its layers\n  CK.safetensors\n"},
+    {"export", cmd_export,
+     "write the FP-Quant / HF-transformers fp_quant layout (mxfp4, nvfp4)\n"
+     "  --fp-quant --checkpoint CK --out MODEL.safetensors [--config CONFIG.json]\n"},
+    {"bench", cmd_bench,
+     "the CPU runtime against its baselines (OpenBLAS SGEMM, shared-Hadamard\n"
+     "quantization, memcpy), measured in the same run\n"
+     "  [--quick] [--json] [--layers L1,L2] [--format mxfp4,nvfp4,int4] [--m 1,16,...]\n"
+     "  [--kind gemm,quantize,forward] [--threads N] [--isa auto|scalar|avx2|avx512_vnni]\n"
+     "  [--repeats R] [--min-time SECONDS]\n"},
+    {"formats", cmd_formats, "round-trip error of each block format on built-in tensors\n  [--rows N] [--cols N] [--seed S]\n"},
+    {"version", cmd_version, "print the library version\n"},
+};
+
+// Continuation lines of a usage text, indented by `indent`.
+void print_indented(FILE* out, const char* text, int indent) {
+    for (const char* line = text; *line;) {
+        const char* end = std::strchr(line, '\n');
+        const int len = end ? int(end - line) : int(std::strlen(line));
+        std::fprintf(out, "%.*s\n", len, line);
+        line += len + (end ? 1 : 0);
+        if (*line) std::fprintf(out, "%*s", indent, "");
+    }
+}
+
 int usage(FILE* out) {
-    std::fprintf(out,
-                 "usage: wush <command> [options]\n"
-                 "\n"
-                 "commands:\n"
-                 "  eval      layerwise loss of transforms x formats x methods (the paper's table)\n"
-                 "            [--layers L1,L2] built-in layers (default 4096x4096,4096x14336,14336x4096;\n"
-                 "                             also small_256x512, small_512x256)\n"
-                 "            [--weights W.safetensors --activations X.safetensors]  layers from files: each\n"
-                 "                             2-D weight (d_out x d_in) with the activation tensor of\n"
-                 "                             the same name (n_tokens x d_in), F32/F16/BF16\n"
-                 "            [--format mxfp4,nvfp4,int4] [--transform i,r,h,wus,wush] [--method rtn|gptq|all]\n"
-                 "            [--calib-tokens N] [--heldout-tokens N] [--seed S] [--damping L]\n"
-                 "            [--threads N] [--json]\n"
-                 "            [--runtime]  compute Y_q with the CPU runtime (fused quantization + W4A4\n"
-                 "                         GEMM) instead of the float64 reference product\n"
-                 "            [--checkpoint CK --weights W --activations X]  loss of a stored checkpoint\n"
-                 "  quantize  --weights W.safetensors --activations X.safetensors --format F --transform T\n"
-                 "            --out CK.safetensors [--method rtn|gptq] [--damping L] [--seed S]\n"
-                 "            [--transform-dtype f32|bf16|f16] [--threads N]\n"
-                 "            calibrate on all tokens, build transforms, pre-quantize, write a checkpoint\n"
-                 "  inspect   CK.safetensors   validate a checkpoint and list its layers\n"
-                 "  export    --fp-quant --checkpoint CK --out MODEL.safetensors [--config CONFIG.json]\n"
-                 "            write the FP-Quant / HF-transformers fp_quant layout (mxfp4, nvfp4)\n"
-                 "  bench     the CPU runtime against its baselines (OpenBLAS SGEMM, shared-Hadamard\n"
-                 "            quantization, memcpy), measured in the same run\n"
-                 "            [--quick] [--json] [--layers L1,L2] [--format mxfp4,nvfp4,int4] [--m 1,16,...]\n"
-                 "            [--kind gemm,quantize,forward] [--threads N] [--isa auto|scalar|avx2|avx512_vnni]\n"
-                 "            [--repeats R] [--min-time SECONDS]\n"
-                 "  formats   round-trip error of each block format on built-in tensors\n"
-                 "            [--rows N] [--cols N] [--seed S]\n"
-                 "  version   print the library version\n"
-                 "  help      print this text\n");
+    std::fprintf(out, "usage: wush <command> [options]   (wush <command> --help: that command's options)\n\ncommands:\n");
+    for (const Command& c : kCommands) {
+        std::fprintf(out, "  %-9s ", c.name);
+        print_indented(out, c.usage, 12);
+    }
+    std::fprintf(out, "  %-9s print this text\n", "help");
     return out == stdout ? 0 : 2;
+}
+
+int command_usage(const Command& c) {
+    std::printf("usage: wush %s [options]\n\n", c.name);
+    print_indented(stdout, c.usage, 0);
+    return 0;
+}
+
+int dispatch(int argc, char** argv) {
+    if (argc < 2) return usage(stderr);
+    const std::string cmd = argv[1];
+    if (cmd == "--version") return cmd_version(0, nullptr);
+    if (cmd == "help" || cmd == "--help" || cmd == "-h") return usage(stdout);
+    for (const Command& c : kCommands) {
+        if (cmd != c.name) continue;
+        for (int i = 2; i < argc; ++i)
+            if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return command_usage(c);
+        return c.run(argc - 2, argv + 2);
+    }
+    std::fprintf(stderr, "wush: unknown command '%s'\n", cmd.c_str());
+    return usage(stderr);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc < 2) return usage(stderr);
-    const std::string cmd = argv[1];
-    if (cmd == "eval") return cmd_eval(argc - 2, argv + 2);
-    if (cmd == "formats") return cmd_formats(argc - 2, argv + 2);
-    if (cmd == "quantize") return cmd_quantize(argc - 2, argv + 2);
-    if (cmd == "inspect") return cmd_inspect(argc - 2, argv + 2);
-    if (cmd == "export") return cmd_export(argc - 2, argv + 2);
-    if (cmd == "bench") return cmd_bench(argc - 2, argv + 2);
-    if (cmd == "version" || cmd == "--version") {
-        std::printf("wush %s\n", wush_version_string());
-        return 0;
+    // The library never throws; the program's own containers can (a run too large for memory).
+    try {
+        return dispatch(argc, argv);
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "wush: out of memory\n");
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "wush: %s\n", e.what());
     }
-    if (cmd == "help" || cmd == "--help" || cmd == "-h") return usage(stdout);
-    std::fprintf(stderr, "wush: unknown command '%s'\n", cmd.c_str());
-    return usage(stderr);
+    return 1;
 }

@@ -1,6 +1,7 @@
 #include "formats/block_format.h"
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <strings.h>
 #include <vector>
@@ -97,18 +98,37 @@ void quantize_rows(const FormatSpec& f, wush_dtype dtype, const void* x, std::si
     }
 }
 
+void require_decodable(const FormatSpec& f, std::span<const std::uint8_t> codes, std::span<const std::uint8_t> scales,
+                       std::size_t n_rows, std::size_t d_in) {
+    // No element of any format exceeds 8 in magnitude (E2M1: 6, INT4: 7.5), so only groups whose
+    // scale is within a factor 8 of overflow need their codes looked at.
+    constexpr double kMaxElement = 8.0;
+    const PackedSizes need = packed_sizes(f, n_rows, d_in);
+    require(codes.size() >= need.codes && scales.size() >= need.scales, "buffers smaller than the shape requires");
+    const std::size_t groups_per_row = d_in / f.group;
+    const std::size_t groups = n_rows * groups_per_row;
+    for (std::size_t k = 0; k < groups; ++k) {
+        const double scale = decode_scale(f.id, scales.data() + k * f.scale_bytes);
+        const auto where = [&] {
+            return std::string(f.name) + " scale of row " + std::to_string(k / groups_per_row) + ", group " +
+                   std::to_string(k % groups_per_row);
+        };
+        if (!std::isfinite(scale)) fail(WUSH_ERR_NON_FINITE, where() + " is NaN or infinite");
+        if (std::fabs(scale) * kMaxElement / f.tensor_divisor <= double(std::numeric_limits<float>::max())) continue;
+        const std::uint8_t* group_codes = codes.data() + k * f.group / 2;
+        for (int i = 0; i < int(f.group); ++i)
+            if (std::isinf(float(double(decode_element(f.id, get_nibble(group_codes, i))) * scale / f.tensor_divisor)))
+                fail(WUSH_ERR_NON_FINITE, where() + " decodes element " + std::to_string(i) + " beyond the float32 range");
+    }
+}
+
 void dequantize_rows(const FormatSpec& f, std::span<const std::uint8_t> codes, std::span<const std::uint8_t> scales,
                      std::size_t n_rows, std::size_t d_in, std::span<float> y) {
     const PackedSizes need = packed_sizes(f, n_rows, d_in);
     require(codes.size() >= need.codes && scales.size() >= need.scales && y.size() >= n_rows * d_in,
             "dequantize_rows: buffers smaller than the shape requires");
-    const std::size_t groups_per_row = d_in / f.group;
-    const std::size_t groups = n_rows * groups_per_row;
-    for (std::size_t k = 0; k < groups; ++k) {
-        if (!std::isfinite(decode_scale(f.id, scales.data() + k * f.scale_bytes)))
-            fail(WUSH_ERR_NON_FINITE, std::string(f.name) + " scale of row " + std::to_string(k / groups_per_row) +
-                                          ", group " + std::to_string(k % groups_per_row) + " is NaN or infinite");
-    }
+    require_decodable(f, codes, scales, n_rows, d_in);
+    const std::size_t groups = n_rows * (d_in / f.group);
 #pragma omp parallel for schedule(static)
     for (std::size_t k = 0; k < groups; ++k) {
         // element * scale is exact in double; the division by the per-tensor divisor rounds once.

@@ -45,8 +45,14 @@ void quantize_rows(const FormatSpec& f, std::span<const float> x, std::size_t n_
 void quantize_rows(const FormatSpec& f, wush_dtype dtype, const void* x, std::size_t n_rows, std::size_t d_in,
                    std::span<std::uint8_t> codes, std::span<std::uint8_t> scales);
 
-// Decodes packed rows to floats (element * scale * tensor factor). Throws NON_FINITE for a NaN or
-// infinite scale before writing anything.
+// Throws NON_FINITE unless every group decodes to finite float32 values: its scale is finite and
+// no element times scale times tensor factor overflows (an E8M0 scale of 2^127 is valid, but the
+// MXFP4 element 6 under it decodes to 2^128). Buffers are sized by packed_sizes.
+void require_decodable(const FormatSpec& f, std::span<const std::uint8_t> codes, std::span<const std::uint8_t> scales,
+                       std::size_t n_rows, std::size_t d_in);
+
+// Decodes packed rows to floats (element * scale * tensor factor). Throws NON_FINITE, before
+// writing anything, where require_decodable does.
 void dequantize_rows(const FormatSpec& f, std::span<const std::uint8_t> codes,
                      std::span<const std::uint8_t> scales, std::size_t n_rows, std::size_t d_in,
                      std::span<float> y);

@@ -237,9 +237,13 @@ CheckpointLayer CheckpointReader::load(std::string_view name) const {
     std::memcpy(act.data(), t_bytes.data(), t_bytes.size());  // the mapping need not be float-aligned
     const std::size_t g = m.format->group, d_in = act.size() / g;
     const auto codes = bytes(kCodes), scales = bytes(kScales);
-    for (std::size_t k = 0; k < scales.size(); k += m.format->scale_bytes)
-        if (!std::isfinite(formats::decode_scale(m.format->id, scales.data() + k)))
-            corrupt("layer \"" + n + "\" has a NaN or infinite scale (group " + std::to_string(k / m.format->scale_bytes) + ")");
+    // Every later use (dequantize, loss, forward) reads these values: a scale valid by the format
+    // but overflowing float32 when decoded is refused once, here.
+    try {
+        formats::require_decodable(*m.format, codes, scales, codes.size() * 2 / d_in, d_in);
+    } catch (const Error& e) {
+        corrupt("layer \"" + n + "\": " + e.what());
+    }
     try {
         BlockTransform t(d_in, g, m.kind, std::move(act), m.damping);
         const formats::PackedMatrix w{m.format->id, codes.size() * 2 / d_in, d_in, formats::ByteView(codes, file_),

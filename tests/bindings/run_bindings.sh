@@ -10,6 +10,9 @@
 # Checks, each counted once:
 #   pkg-config  `pkg-config --cflags --libs wush` works, and the libdir/includedir it names hold
 #               libwush.so.<major> and wush/wush.h (i.e. the .pc file really describes PREFIX)
+#   readme      the README's "Using it" lines, verbatim: its app.c built with its `cc ... $(pkg-config
+#               --cflags --libs wush)` line, run WITHOUT LD_LIBRARY_PATH (the .pc file's rpath
+#               must make it find libwush)
 #   c           example.c compiles with -std=c99 -pedantic -Wall -Wextra -Werror and runs
 #   rust        cargo run --offline --release (no crates; build.rs runs pkg-config)
 #   go          go build (cgo, `#cgo pkg-config: wush`) and run
@@ -180,6 +183,25 @@ EOF
         libdir=$("$PKG_CONFIG" --variable=libdir wush)
     fi
 fi
+
+# ---- README ------------------------------------------------------------------------------------
+# Before LD_LIBRARY_PATH is set below: a user following the README has none.
+check_readme() {
+    need "${CC:-cc}" awk
+    local readme="$repo_root/README.md" line
+    mkdir -p "$work/readme" && cd "$work/readme"
+    # The first ```c block after "## Using it" is app.c; the `cc ` line of the ```sh block before
+    # it is the build command.
+    awk '/^## Using it/{u=1} u&&/^```c$/{c=1;next} c&&/^```$/{exit} c{print}' "$readme" > app.c
+    line=$(awk '/^## Using it/{u=1} u&&/^cc .*pkg-config/{print; exit}' "$readme")
+    [[ -s app.c && -n $line ]] || { echo "README has no app.c block or cc line under '## Using it'" >&2; return 1; }
+    echo "$line"
+    [[ -z ${CC:-} ]] || line="${CC}${line#cc}"
+    env -u LD_LIBRARY_PATH bash -c "$line"
+    env -u LD_LIBRARY_PATH ./a.out
+}
+run_check readme check_readme
+
 export LD_LIBRARY_PATH="${libdir:-}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # ---- C -----------------------------------------------------------------------------------------

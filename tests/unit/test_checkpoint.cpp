@@ -142,7 +142,14 @@ TEST(CheckpointValidation, EachRuleHasItsOwnError) {
         p.tensor("L.transform").shape = {1, 32, 32};
         expect_rejected(p, "tensor \"L.transform\" has the wrong shape");
     }
-    { Parts p; p.scales[3] = 0xFF; expect_rejected(p, "NaN or infinite scale (group 3)"); }
+    { Parts p; p.scales[3] = 0xFF; expect_rejected(p, "row 1, group 1 is NaN or infinite"); }
+    {
+        // E8M0 2^127 is a valid scale, but MXFP4's element 6 (code 7) under it decodes to 2^128.
+        Parts p;
+        p.scales[3] = 0xFE;
+        p.codes[48] = 0x07;
+        expect_rejected(p, "row 1, group 1 decodes element 0 beyond the float32 range");
+    }
     { Parts p; p.transform[5] = NAN; expect_rejected(p, "NaN or Inf"); }
     {
         Parts p;

@@ -248,6 +248,23 @@ TEST_P(GemmOnIsa, RuntimeLossEqualsReferenceLoss) {
     }
 }
 
+// Finite, representable inputs whose product overflows float32: the runtime loss used to return
+// infinity with success where the reference loss path reports NON_FINITE.
+TEST(RuntimeLoss, OverflowingOutputIsNonFinite) {
+    Layer l = make_layer(16, 64, 8, 3);
+    for (float& v : l.w) v *= 1e30f;
+    for (float& v : l.x) v *= 1e30f;
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
+    const BlockTransform t = layer_transform(l, TransformKind::Identity, f.group);
+    const formats::PackedMatrix q = eval::prequantize_rtn(t, f, l.w, l.d_out);
+    try {
+        const double loss = eval::runtime_layer_loss(Isa::Scalar, t, q, l.w, l.x, l.n);
+        ADD_FAILURE() << "returned " << loss;
+    } catch (const Error& e) {
+        EXPECT_EQ(e.status(), WUSH_ERR_NON_FINITE) << e.what();
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, GemmOnIsa, ::testing::ValuesIn(supported_isas()),
                          [](const auto& info) { return std::string(runtime::isa_name(info.param)); });
 
