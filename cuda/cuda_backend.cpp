@@ -166,8 +166,10 @@ void require_dtype(wush_dtype x_dtype) {
 // Runs the product with the kernel pick_gemm chooses (Reference when the others cannot).
 void run_gemm(GemmArgs g, const void* w_dequantized, const Device& dev) {
     switch (pick_gemm(g, dev.sm)) {
+#if defined(WUSH_HAVE_W4A4_KERNELS)  // else pick_gemm never picks them (gemm_dispatch.cu)
         case GemmKernel::Decode: launch_decode_gemm(g, dev.stream); return;
         case GemmKernel::Prefill: launch_prefill_gemm(g, dev.stream); return;
+#endif
         case GemmKernel::BlockScaledLt:
             WUSH_CUBLAS_CHECK(cublasSetStream(dev.blas, dev.stream));
             launch_blockscaled_gemm(g, dev.lt, dev.stream);
