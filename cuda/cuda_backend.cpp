@@ -163,27 +163,41 @@ void require_dtype(wush_dtype x_dtype) {
             "x dtype must be F32, F16 or BF16");
 }
 
-// Runs the product with the kernel pick_gemm chooses (Reference when the others cannot).
-void run_gemm(GemmArgs g, const void* w_dequantized, const Device& dev) {
-    switch (pick_gemm(g, dev.sm)) {
+// What a prepared layer precomputed for its weight (null / false where not).
+struct WeightExtras {
+    const void* dequantized = nullptr;          // the reference path's W
+    const std::uint8_t* swizzled = nullptr;     // the block-scaled path's W scales
+    bool lt_available = false;                  // cuBLASLt offered an algorithm (probed once)
+};
+
+// pick_gemm, except that the block-scaled path is skipped where cuBLASLt had no algorithm.
+GemmKernel choose_kernel(const GemmArgs& g, int sm, bool lt_available) {
+    const GemmKernel k = pick_gemm(g, sm);
+    if (k != GemmKernel::BlockScaledLt || lt_available) return k;
+    // The same small-m split as pick_gemm (gemm_dispatch.cu).
+    const GemmKernel alt = g.m <= 16 ? GemmKernel::Decode : GemmKernel::Prefill;
+    return gemm_supported(alt, g, sm) ? alt : GemmKernel::Reference;
+}
+
+void run_gemm(const GemmArgs& g, const WeightExtras& w, const Device& dev) {
+    switch (choose_kernel(g, dev.sm, w.lt_available)) {
 #if defined(WUSH_HAVE_W4A4_KERNELS)  // else pick_gemm never picks them (gemm_dispatch.cu)
         case GemmKernel::Decode: launch_decode_gemm(g, dev.stream); return;
         case GemmKernel::Prefill: launch_prefill_gemm(g, dev.stream); return;
 #endif
-        case GemmKernel::BlockScaledLt:
-            WUSH_CUBLAS_CHECK(cublasSetStream(dev.blas, dev.stream));
-            launch_blockscaled_gemm(g, dev.lt, dev.stream);
-            return;
-        default: launch_reference_gemm(g, w_dequantized, dev.bound_blas(), dev.stream); return;
+        case GemmKernel::BlockScaledLt: launch_blockscaled_gemm(g, w.swizzled, dev.lt, dev.stream); return;
+        default: launch_reference_gemm(g, w.dequantized, dev.bound_blas(), dev.stream); return;
     }
 }
 
-// Workspace of one product: the picked kernel's, or the reference path's.
-std::size_t gemm_bytes(const GemmArgs& g, bool w_dequantized_given, int sm) {
-    const GemmKernel k = pick_gemm(g, sm);
-    if (k == GemmKernel::Reference)
-        return reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w_dequantized_given, WUSH_DTYPE_BF16);
-    return gemm_workspace_bytes(k, g.format, g.m, g.n, g.k);
+// Workspace of one product for the kernel run_gemm will choose.
+std::size_t gemm_bytes(const GemmArgs& g, const WeightExtras& w, int sm) {
+    switch (choose_kernel(g, sm, w.lt_available)) {
+        case GemmKernel::Reference:
+            return reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w.dequantized != nullptr, WUSH_DTYPE_BF16);
+        case GemmKernel::BlockScaledLt: return blockscaled_gemm_workspace_bytes(g.format, g.m, g.n, g.k);
+        default: return gemm_workspace_bytes(pick_gemm(g, sm), g.format, g.m, g.n, g.k);
+    }
 }
 
 // ---- the prepared layer ------------------------------------------------------------------------
@@ -194,17 +208,28 @@ public:
         : dev_(std::move(dev)), spec_(formats::spec(w.format)), d_in_(w.d_in), d_out_(w.d_out), t_(on_device(*dev_, t)) {
         w_codes_ = DeviceBuffer::upload(w.codes.data(), w.codes.size());
         w_scales_ = DeviceBuffer::upload(w.scales.data(), w.scales.size());
-        // The reference path reads W dequantized; done once here if any token count may use it.
-        GemmArgs probe = gemm_args(1, WUSH_DTYPE_F32, nullptr, nullptr, nullptr, nullptr, {});
-        bool reference = pick_gemm(probe, dev_->sm) == GemmKernel::Reference;
-        probe.m = 1 << 20;
-        reference = reference || pick_gemm(probe, dev_->sm) == GemmKernel::Reference;
+        const int g = int(spec_.group);
+        GemmArgs probe = gemm_args(128, WUSH_DTYPE_BF16, nullptr, nullptr, nullptr, {});
+        if (blockscaled_gemm_supported(probe, dev_->sm) && blockscaled_gemm_available(probe, dev_->lt)) {
+            extras_.lt_available = true;
+            w_swizzled_ = DeviceBuffer(blockscaled_scale_bytes(d_out_, d_in_, g));
+            launch_swizzle_scales(w_scales_.get<std::uint8_t>(), d_out_, d_in_, g, w_swizzled_.get<std::uint8_t>(),
+                                  dev_->stream);
+            extras_.swizzled = w_swizzled_.get<std::uint8_t>();
+        }
+        // The reference path reads W dequantized: done once here if any token count may use it.
+        bool reference = false;
+        for (std::size_t m : {std::size_t(1), std::size_t(1) << 20}) {
+            probe.m = m;
+            reference = reference || choose_kernel(probe, dev_->sm, extras_.lt_available) == GemmKernel::Reference;
+        }
         if (reference) {
             w_deq_ = DeviceBuffer(d_out_ * d_in_ * dequantized_element_bytes(spec_.id));
-            launch_dequantize(spec_.id, int(spec_.group), w_codes_.get<std::uint8_t>(), w_scales_.get<std::uint8_t>(),
-                              d_out_, d_in_, w_deq_.get(), dev_->stream);
-            WUSH_CUDA_CHECK(cudaStreamSynchronize(dev_->stream));
+            launch_dequantize(spec_.id, g, w_codes_.get<std::uint8_t>(), w_scales_.get<std::uint8_t>(), d_out_, d_in_,
+                              w_deq_.get(), dev_->stream);
+            extras_.dequantized = w_deq_.get();
         }
+        WUSH_CUDA_CHECK(cudaStreamSynchronize(dev_->stream));
     }
 
     std::size_t d_in() const override { return d_in_; }
@@ -213,8 +238,8 @@ public:
 
     std::size_t workspace_bytes(std::size_t n, const backend::HostSettings&) const override {
         const formats::PackedSizes s = formats::packed_sizes(spec_, n, d_in_);
-        const GemmArgs g = gemm_args(n, WUSH_DTYPE_BF16, nullptr, nullptr, nullptr, nullptr, {});
-        return round_up(s.codes, 256) + round_up(s.scales, 256) + gemm_bytes(g, w_deq_.get() != nullptr, dev_->sm);
+        const GemmArgs g = gemm_args(n, WUSH_DTYPE_BF16, nullptr, nullptr, nullptr, {});
+        return round_up(s.codes, 256) + round_up(s.scales, 256) + gemm_bytes(g, extras_, dev_->sm);
     }
 
     void quantize(wush_dtype x_dtype, const void* x, std::size_t n, std::span<std::uint8_t> codes,
@@ -241,12 +266,12 @@ public:
         std::byte* rest = workspace.data() + round_up(s.codes, 256) + round_up(s.scales, 256);
         quantize(x_dtype, x, n, {codes, s.codes}, {scales, s.scales}, host);
         const std::span<std::byte> gemm_ws(rest, workspace.size() - std::size_t(rest - workspace.data()));
-        run_gemm(gemm_args(n, y_dtype, y, codes, scales, nullptr, gemm_ws), w_deq_.get(), *dev_);
+        run_gemm(gemm_args(n, y_dtype, y, codes, scales, gemm_ws), extras_, *dev_);
     }
 
 private:
     GemmArgs gemm_args(std::size_t m, wush_dtype y_dtype, void* y, const std::uint8_t* a_codes,
-                       const std::uint8_t* a_scales, const void*, std::span<std::byte> ws) const {
+                       const std::uint8_t* a_scales, std::span<std::byte> ws) const {
         GemmArgs g;
         g.format = spec_.id;
         g.group = int(spec_.group);
@@ -269,7 +294,8 @@ private:
     const formats::FormatSpec& spec_;
     std::size_t d_in_, d_out_;
     DeviceTransform t_;
-    DeviceBuffer w_codes_, w_scales_, w_deq_;
+    DeviceBuffer w_codes_, w_scales_, w_deq_, w_swizzled_;
+    WeightExtras extras_;
 };
 
 // ---- the backend ---------------------------------------------------------------------------------
@@ -330,10 +356,12 @@ public:
         g.alpha = tensor_alpha(f.id);
         g.y = y;
         g.y_dtype = y_dtype;
-        const DeviceBuffer work(gemm_bytes(g, false, dev_->sm));
+        WeightExtras extras;
+        extras.lt_available = blockscaled_gemm_supported(g, dev_->sm) && blockscaled_gemm_available(g, dev_->lt);
+        const DeviceBuffer work(gemm_bytes(g, extras, dev_->sm));
         g.workspace = work.get();
         g.workspace_bytes = work.bytes();
-        run_gemm(g, nullptr, *dev_);
+        run_gemm(g, extras, *dev_);
         dev_->synchronize_and_report("x");  // the buffers above are freed on return
     }
 

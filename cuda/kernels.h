@@ -61,10 +61,22 @@ std::size_t reference_gemm_workspace_bytes(wush_format format, std::size_t m, st
 void launch_reference_gemm(const GemmArgs& args, const void* w_dequantized, cublasHandle_t handle,
                            cudaStream_t stream);
 
-// ---- block-scaled FP4 GEMM through cuBLASLt (blockscaled_gemm.cu) -----------------------------
+// ---- block-scaled FP4 GEMM through cuBLASLt (blockscaled_gemm.cu; untested on hardware) ----------
 
+// Workspace of launch_blockscaled_gemm: cuBLASLt's, and both operands' scales in its tiled layout.
 std::size_t blockscaled_gemm_workspace_bytes(wush_format format, std::size_t m, std::size_t n, std::size_t k);
+// Architecture and shape rules (no cuBLASLt call).
 bool blockscaled_gemm_supported(const GemmArgs& args, int sm);
+// Whether cuBLASLt's heuristic offers an algorithm for the product (host-only call, no sync).
+bool blockscaled_gemm_available(const GemmArgs& args, cublasLtHandle_t handle);
+// rows x k/G group scales rewritten into cuBLASLt's 128x4-tiled layout (`out` holds
+// blockscaled_scale_bytes); used once per prepared layer for the weight.
+std::size_t blockscaled_scale_bytes(std::size_t rows, std::size_t k, int group);
+void launch_swizzle_scales(const std::uint8_t* scales, std::size_t rows, std::size_t k, int group, std::uint8_t* out,
+                           cudaStream_t stream);
+// `w_scales_swizzled` may be null (then the weight's scales are rewritten into the workspace).
+void launch_blockscaled_gemm(const GemmArgs& args, const std::uint8_t* w_scales_swizzled, cublasLtHandle_t handle,
+                             cudaStream_t stream);
 void launch_blockscaled_gemm(const GemmArgs& args, cublasLtHandle_t handle, cudaStream_t stream);
 
 // ---- calibration (calibrate.cu) ----------------------------------------------------------------
