@@ -22,6 +22,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,7 +37,9 @@ namespace wush::cuda {
 
 namespace {
 
-constexpr std::size_t kCublasWorkspaceBytes = std::size_t(4) << 20;  // user-owned: graph capture
+// cuBLAS's workspace, owned by the backend so that captured GEMMs never allocate (32 MiB is what
+// cuBLAS recommends for Hopper and Blackwell).
+constexpr std::size_t kCublasWorkspaceBytes = std::size_t(32) << 20;
 constexpr std::size_t kCalibrationTileDoubles = std::size_t(1) << 24;  // 128 MiB of float64 tiles
 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
@@ -108,6 +111,7 @@ struct Device {
         WUSH_CUDA_CHECK(cudaMemset(non_finite.get(), 0xFF, sizeof(unsigned long long)));
     }
     ~Device() {
+        cudaSetDevice(index);  // the buffers below are freed on this device whatever the caller selected
         if (blas) cublasDestroy(blas);
         if (lt) cublasLtDestroy(lt);
     }
@@ -232,6 +236,8 @@ public:
         WUSH_CUDA_CHECK(cudaStreamSynchronize(dev_->stream));
     }
 
+    ~CudaLayer() override { cudaSetDevice(dev_->index); }  // free the buffers on their device
+
     std::size_t d_in() const override { return d_in_; }
     std::size_t d_out() const override { return d_out_; }
     wush_format format() const override { return spec_.id; }
@@ -258,6 +264,10 @@ public:
                  std::span<std::byte> workspace, const backend::HostSettings& host) override {
         require(y_dtype == WUSH_DTYPE_F32 || y_dtype == WUSH_DTYPE_BF16, "y dtype must be F32 or BF16");
         require(workspace.size() >= workspace_bytes(n, host), "forward: workspace too small");
+        // Sub-buffers start at 256-byte offsets: with an aligned base every operand is aligned
+        // as cuBLAS / cuBLASLt want it (cudaMalloc gives 256 bytes).
+        require(reinterpret_cast<std::uintptr_t>(workspace.data()) % 256 == 0,
+                "forward: the workspace must be 256-byte aligned");
         require_device_pointer(y, "y");
         require_device_pointer(workspace.data(), "workspace");
         const formats::PackedSizes s = formats::packed_sizes(spec_, n, d_in_);
@@ -384,6 +394,7 @@ public:
         require(n > 0 && x != nullptr, "calibration: no tokens");
         dev_->select();
         require_device_pointer(x, "x");
+        dev_->synchronize_and_report("x");  // a NaN/Inf pending from an earlier launch is that launch's
         const bool full = cal.mode() == MomentMode::Full;
         const std::size_t side = full ? cal.d_in() : cal.group();
         const std::size_t count = (full ? 1 : cal.blocks()) * side * side;
