@@ -1,6 +1,8 @@
 // The fused transform + quantization on CUDA cores: one thread per (token, block) group, one
-// thread block per tile of kTileTokens tokens and one column block, the block's G x G matrix in
-// shared memory (loaded once per tile; every thread reads the same element: a broadcast).
+// thread block per tile of kTileTokens tokens and one column block. The block's G x G matrix is
+// loaded into shared memory once per tile (every thread then reads the same element: a
+// broadcast), and the tile's x is staged through shared memory so that global reads are whole
+// rows (coalesced) whatever d_in is.
 //
 // Per group: y = T x in float32 (FMA chain, j ascending), the error bound of the CPU kernels
 // (formats::group_error_bound), the certified float32 quantizer (formats/certified_group.h); a
@@ -35,7 +37,12 @@ __device__ float load_x(wush_dtype dtype, const void* x, std::size_t i) {
 template <int G>
 __global__ void __launch_bounds__(kTileTokens) quantize_kernel(QuantizeArgs a) {
     __shared__ float t_s[G * G];
+    // The tile's x, staged so that a warp reads whole rows (coalesced); padded by one column so
+    // that thread r reading row r is free of bank conflicts.
+    __shared__ float x_s[kTileTokens][G + 1];
     const std::size_t block = blockIdx.y;
+    const std::size_t tile0 = std::size_t(blockIdx.x) * kTileTokens;
+    const std::size_t col0 = block * G;
     const float* t = nullptr;
     float norm = 0.0f;
     if (a.use != Matrices::Identity) {
@@ -43,20 +50,24 @@ __global__ void __launch_bounds__(kTileTokens) quantize_kernel(QuantizeArgs a) {
         for (int i = threadIdx.x; i < G * G; i += blockDim.x) t_s[i] = a.matrices[m * G * G + i];
         norm = a.row_norms[m];
         t = t_s;
-        __syncthreads();
     }
-    const std::size_t token = std::size_t(blockIdx.x) * kTileTokens + threadIdx.x;
-    if (token >= a.n_tokens) return;
-    const std::size_t col0 = block * G;
-    float x[G];
-    bool finite = true;
-    for (int j = 0; j < G; ++j) {
-        x[j] = load_x(a.x_dtype, a.x, token * a.d_in + col0 + j);
-        if (!isfinite(x[j]) && finite) {
-            finite = false;
-            atomicMin(a.non_finite, (static_cast<unsigned long long>(token) << 32) | (col0 + j));
+    for (int i = threadIdx.x; i < kTileTokens * G; i += blockDim.x) {
+        const int r = i / G, c = i % G;
+        const std::size_t token = tile0 + std::size_t(r);
+        float v = 0.0f;
+        if (token < a.n_tokens) {
+            v = load_x(a.x_dtype, a.x, token * a.d_in + col0 + std::size_t(c));
+            // The smallest (row, column) of all NaN/Inf wins: the first in row-major order.
+            if (!isfinite(v)) atomicMin(a.non_finite, (static_cast<unsigned long long>(token) << 32) | (col0 + c));
         }
+        x_s[r][c] = v;
     }
+    __syncthreads();
+    const std::size_t token = tile0 + threadIdx.x;
+    if (token >= a.n_tokens) return;
+    const float* x = x_s[threadIdx.x];  // read in place (conflict-free), not copied to local memory
+    bool finite = true;
+    for (int j = 0; j < G; ++j) finite = finite && isfinite(x[j]);
     if (!finite) return;  // nothing written for this group (the call reports NON_FINITE)
     std::uint8_t codes[G / 2];
     std::uint8_t scale[2];
