@@ -195,13 +195,51 @@ void run_gemm(const GemmArgs& g, const WeightExtras& w, const Device& dev) {
 }
 
 // Workspace of one product for the kernel run_gemm will choose.
-std::size_t gemm_bytes(const GemmArgs& g, const WeightExtras& w, int sm) {
-    switch (choose_kernel(g, sm, w.lt_available)) {
+std::size_t gemm_bytes(const GemmArgs& g, bool w_dequantized_given, bool lt_available, int sm) {
+    switch (choose_kernel(g, sm, lt_available)) {
         case GemmKernel::Reference:
-            return reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w.dequantized != nullptr, WUSH_DTYPE_BF16);
+            return reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w_dequantized_given, WUSH_DTYPE_BF16);
         case GemmKernel::BlockScaledLt: return blockscaled_gemm_workspace_bytes(g.format, g.m, g.n, g.k);
         default: return gemm_workspace_bytes(pick_gemm(g, sm), g.format, g.m, g.n, g.k);
     }
+}
+
+// A product's shape alone (for the kernel choice and workspace sizes).
+GemmArgs shape_args(const formats::FormatSpec& f, std::size_t m, std::size_t d_out, std::size_t d_in) {
+    GemmArgs g;
+    g.format = f.id;
+    g.group = int(f.group);
+    g.m = m;
+    g.n = d_out;
+    g.k = d_in;
+    g.alpha = tensor_alpha(f.id);
+    return g;
+}
+
+// Which precomputed forms of a layer's weight its products read: decided by host-only probes,
+// so that workspace sizes can be computed without building the layer.
+struct WeightPlan {
+    bool lt_available = false;  // cuBLASLt offered a block-scaled algorithm (swizzled W scales)
+    bool dequantized = false;   // some token count takes the reference path (W dequantized)
+};
+
+WeightPlan plan_weight(const formats::FormatSpec& f, std::size_t d_in, std::size_t d_out, const Device& dev) {
+    GemmArgs probe = shape_args(f, 128, d_out, d_in);
+    WeightPlan p;
+    p.lt_available = blockscaled_gemm_supported(probe, dev.sm) && blockscaled_gemm_available(probe, dev.lt);
+    for (std::size_t m : {std::size_t(1), std::size_t(1) << 20}) {
+        probe.m = m;
+        p.dequantized = p.dequantized || choose_kernel(probe, dev.sm, p.lt_available) == GemmKernel::Reference;
+    }
+    return p;
+}
+
+// forward()'s workspace: the activations' codes and scales, then the GEMM's scratch.
+std::size_t layer_workspace_bytes(const formats::FormatSpec& f, std::size_t d_in, std::size_t d_out, std::size_t n,
+                                  const WeightPlan& plan, int sm) {
+    const formats::PackedSizes s = formats::packed_sizes(f, n, d_in);
+    return round_up(s.codes, 256) + round_up(s.scales, 256) +
+           gemm_bytes(shape_args(f, n, d_out, d_in), plan.dequantized, plan.lt_available, sm);
 }
 
 // ---- the prepared layer ------------------------------------------------------------------------
@@ -213,21 +251,15 @@ public:
         w_codes_ = DeviceBuffer::upload(w.codes.data(), w.codes.size());
         w_scales_ = DeviceBuffer::upload(w.scales.data(), w.scales.size());
         const int g = int(spec_.group);
-        GemmArgs probe = gemm_args(128, WUSH_DTYPE_BF16, nullptr, nullptr, nullptr, {});
-        if (blockscaled_gemm_supported(probe, dev_->sm) && blockscaled_gemm_available(probe, dev_->lt)) {
+        plan_ = plan_weight(spec_, d_in_, d_out_, *dev_);
+        if (plan_.lt_available) {
             extras_.lt_available = true;
             w_swizzled_ = DeviceBuffer(blockscaled_scale_bytes(d_out_, d_in_, g));
             launch_swizzle_scales(w_scales_.get<std::uint8_t>(), d_out_, d_in_, g, w_swizzled_.get<std::uint8_t>(),
                                   dev_->stream);
             extras_.swizzled = w_swizzled_.get<std::uint8_t>();
         }
-        // The reference path reads W dequantized: done once here if any token count may use it.
-        bool reference = false;
-        for (std::size_t m : {std::size_t(1), std::size_t(1) << 20}) {
-            probe.m = m;
-            reference = reference || choose_kernel(probe, dev_->sm, extras_.lt_available) == GemmKernel::Reference;
-        }
-        if (reference) {
+        if (plan_.dequantized) {
             w_deq_ = DeviceBuffer(d_out_ * d_in_ * dequantized_element_bytes(spec_.id));
             launch_dequantize(spec_.id, g, w_codes_.get<std::uint8_t>(), w_scales_.get<std::uint8_t>(), d_out_, d_in_,
                               w_deq_.get(), dev_->stream);
@@ -243,9 +275,7 @@ public:
     wush_format format() const override { return spec_.id; }
 
     std::size_t workspace_bytes(std::size_t n, const backend::HostSettings&) const override {
-        const formats::PackedSizes s = formats::packed_sizes(spec_, n, d_in_);
-        const GemmArgs g = gemm_args(n, WUSH_DTYPE_BF16, nullptr, nullptr, nullptr, {});
-        return round_up(s.codes, 256) + round_up(s.scales, 256) + gemm_bytes(g, extras_, dev_->sm);
+        return layer_workspace_bytes(spec_, d_in_, d_out_, n, plan_, dev_->sm);
     }
 
     void quantize(wush_dtype x_dtype, const void* x, std::size_t n, std::span<std::uint8_t> codes,
@@ -282,17 +312,11 @@ public:
 private:
     GemmArgs gemm_args(std::size_t m, wush_dtype y_dtype, void* y, const std::uint8_t* a_codes,
                        const std::uint8_t* a_scales, std::span<std::byte> ws) const {
-        GemmArgs g;
-        g.format = spec_.id;
-        g.group = int(spec_.group);
-        g.m = m;
-        g.n = d_out_;
-        g.k = d_in_;
+        GemmArgs g = shape_args(spec_, m, d_out_, d_in_);
         g.a_codes = a_codes;
         g.a_scales = a_scales;
         g.w_codes = w_codes_.get<std::uint8_t>();
         g.w_scales = w_scales_.get<std::uint8_t>();
-        g.alpha = tensor_alpha(spec_.id);
         g.y = y;
         g.y_dtype = y_dtype;
         g.workspace = ws.data();
@@ -305,6 +329,7 @@ private:
     std::size_t d_in_, d_out_;
     DeviceTransform t_;
     DeviceBuffer w_codes_, w_scales_, w_deq_, w_swizzled_;
+    WeightPlan plan_;
     WeightExtras extras_;
 };
 
@@ -353,31 +378,27 @@ public:
         const formats::FormatSpec& f = formats::spec(w.format);
         const DeviceBuffer wc = DeviceBuffer::upload(w.codes.data(), w.codes.size());
         const DeviceBuffer ws = DeviceBuffer::upload(w.scales.data(), w.scales.size());
-        GemmArgs g;
-        g.format = f.id;
-        g.group = int(f.group);
-        g.m = m;
-        g.n = w.d_out;
-        g.k = w.d_in;
+        GemmArgs g = shape_args(f, m, w.d_out, w.d_in);
         g.a_codes = a_codes.data();
         g.a_scales = a_scales.data();
         g.w_codes = wc.get<std::uint8_t>();
         g.w_scales = ws.get<std::uint8_t>();
-        g.alpha = tensor_alpha(f.id);
         g.y = y;
         g.y_dtype = y_dtype;
         WeightExtras extras;
         extras.lt_available = blockscaled_gemm_supported(g, dev_->sm) && blockscaled_gemm_available(g, dev_->lt);
-        const DeviceBuffer work(gemm_bytes(g, extras, dev_->sm));
+        const DeviceBuffer work(gemm_bytes(g, false, extras.lt_available, dev_->sm));
         g.workspace = work.get();
         g.workspace_bytes = work.bytes();
         run_gemm(g, extras, *dev_);
         dev_->synchronize_and_report("x");  // the buffers above are freed on return
     }
 
-    std::size_t linear_forward_workspace_bytes(backend::TransformRef t, const formats::PackedMatrix& w,
-                                               std::size_t n, const backend::HostSettings& host) override {
-        return CudaLayer(dev_, t, w).workspace_bytes(n, host);
+    std::size_t linear_forward_workspace_bytes(backend::TransformRef, const formats::PackedMatrix& w, std::size_t n,
+                                               const backend::HostSettings&) override {
+        dev_->select();
+        const formats::FormatSpec& f = formats::spec(w.format);
+        return layer_workspace_bytes(f, w.d_in, w.d_out, n, plan_weight(f, w.d_in, w.d_out, *dev_), dev_->sm);
     }
 
     void linear_forward(backend::TransformRef t, const formats::PackedMatrix& w, wush_dtype x_dtype, const void* x,
