@@ -9,11 +9,11 @@
 // Layout. cuBLASLt wants FP4 products as TN with K contiguous. Our packed rows are K-contiguous
 // with element 2j in the low nibble of byte j (cuBLASLt's packing), so, column-major:
 //   Y^T (n x m, ld n) = op(W) op(A), op(W) = W^T of the stored k x n (T), op(A) = the stored k x m (N).
-// The group scales are rewritten into cuBLASLt's tiled layout: for a (rows x K/G) scale matrix,
-// 128 x 4 tiles of 512 bytes, tile (row / 128, col / 4) at ((row / 128) * ceil(K/G / 4) + col / 4) * 512,
-// inside it (row % 32) * 16 + ((row % 128) / 32) * 4 + col % 4; padding is zero.
+// The group scales are rewritten into cuBLASLt's tiled layout (blockscaled_layout.h); padding
+// is zero.
 #include "kernels.h"
 
+#include "blockscaled_layout.h"
 #include "common/error.h"
 #include "cuda_check.h"
 
@@ -29,13 +29,10 @@ std::size_t swizzled_scale_bytes(std::size_t rows, std::size_t k, int group) {
     return round_up(rows, 128) * round_up(k / std::size_t(group), 4);
 }
 
-__global__ void swizzle_scales_kernel(const std::uint8_t* in, std::size_t rows, std::size_t cols, std::uint8_t* out,
-                                      std::size_t col_tiles) {
+__global__ void swizzle_scales_kernel(const std::uint8_t* in, std::size_t rows, std::size_t cols, std::uint8_t* out) {
     const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= rows * cols) return;
-    const std::size_t r = i / cols, c = i % cols;
-    const std::size_t tile = (r / 128) * col_tiles + c / 4;
-    out[tile * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4] = in[i];
+    out[tiled_scale_offset(i / cols, i % cols, cols)] = in[i];
 }
 
 void swizzle(const std::uint8_t* in, std::size_t rows, std::size_t k, int group, std::uint8_t* out, cudaStream_t s) {
@@ -43,7 +40,7 @@ void swizzle(const std::uint8_t* in, std::size_t rows, std::size_t k, int group,
     WUSH_CUDA_CHECK(cudaMemsetAsync(out, 0, swizzled_scale_bytes(rows, k, group), s));
     const std::size_t count = rows * cols;
     if (count == 0) return;
-    swizzle_scales_kernel<<<unsigned((count + 255) / 256), 256, 0, s>>>(in, rows, cols, out, round_up(cols, 4) / 4);
+    swizzle_scales_kernel<<<unsigned((count + 255) / 256), 256, 0, s>>>(in, rows, cols, out);
     check_launch("swizzle_scales_kernel");
 }
 
