@@ -72,13 +72,13 @@ bool gemm_supported(GemmKernel kernel, const GemmArgs& args, int sm) {
     return need == 0 || (args.workspace != nullptr && args.workspace_bytes >= need && aligned16(args.workspace));
 }
 
-GemmKernel pick_gemm(const GemmArgs& args, int sm) {
+GemmKernel pick_gemm(const GemmArgs& args, int sm, bool blockscaled_available) {
     constexpr std::size_t kDecodeMaxRows = 32;
     if (args.m <= kDecodeMaxRows) {
         if (shape_supported(GemmKernel::Decode, args, sm)) return GemmKernel::Decode;
         return GemmKernel::Reference;
     }
-    if (shape_supported(GemmKernel::BlockScaledLt, args, sm)) return GemmKernel::BlockScaledLt;
+    if (blockscaled_available && shape_supported(GemmKernel::BlockScaledLt, args, sm)) return GemmKernel::BlockScaledLt;
     if (shape_supported(GemmKernel::Prefill, args, sm)) return GemmKernel::Prefill;
     return GemmKernel::Reference;
 }

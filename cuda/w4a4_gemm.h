@@ -41,9 +41,12 @@ std::size_t gemm_workspace_bytes(GemmKernel kernel, wush_format format, std::siz
 // Whether `kernel` can run this product on a device of compute capability `sm` (e.g. 90, 80, 100).
 bool gemm_supported(GemmKernel kernel, const GemmArgs& args, int sm);
 
-// The kernel wush_linear_forward uses: Decode for small m, Prefill for large m where the
-// architecture has it, BlockScaledLt on sm_100/sm_120 for MXFP4/NVFP4, else Reference.
-GemmKernel pick_gemm(const GemmArgs& args, int sm);
+// The kernel wush_linear_forward uses, by shape and architecture (gemm_select.cu says why):
+// Decode for small m, BlockScaledLt on sm_100/sm_120 for MXFP4/NVFP4 where cuBLASLt offers an
+// algorithm (`blockscaled_available`, probed by the backend), Prefill for large m where the
+// architecture has it, else Reference. Operand pointers, where set, must suit the kernel
+// (16-byte aligned code rows) or Reference is chosen.
+GemmKernel pick_gemm(const GemmArgs& args, int sm, bool blockscaled_available = true);
 
 // Enqueues the product on `stream`: no host synchronization, no allocation (graph-capturable).
 // Throws wush::Error(CUDA) if a launch fails, UNSUPPORTED if !gemm_supported().

@@ -248,6 +248,15 @@ void Calibrator::add(wush_dtype dtype, const void* x, std::size_t n_tokens) {
     tokens_ += n_tokens;
 }
 
+void Calibrator::add_sums(std::span<const double> sums, std::uint64_t tokens) {
+    require(sums.size() == sums_.size(), "calibrator: add_sums got " + std::to_string(sums.size()) +
+                                             " sums, expected " + std::to_string(sums_.size()));
+    require(tokens > 0, "calibrator: add_sums needs a positive token count");
+    for (double v : sums) require(std::isfinite(v), "calibrator: add_sums got a non-finite sum");
+    for (std::size_t i = 0; i < sums_.size(); ++i) sums_[i] += sums[i];
+    tokens_ += tokens;
+}
+
 void Calibrator::merge(const Calibrator& other) {
     require(other.d_in_ == d_in_ && other.group_ == group_ && other.mode_ == mode_,
             "calibrator merge: geometry differs (d_in " + std::to_string(d_in_) + " vs " + std::to_string(other.d_in_) +

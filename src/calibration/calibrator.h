@@ -76,6 +76,11 @@ public:
     // The sample, sample_count() x d_in row-major, in ascending priority (a deterministic order).
     std::vector<float> sample() const;
 
+    // Adds sums accumulated elsewhere (the CUDA backend's float64 device sums) for `tokens` more
+    // tokens: accumulators() square matrices of side G (block diagonal) or d_in (full), row-major,
+    // at least the upper triangle valid. INVALID_ARGUMENT for a wrong size or non-finite sums.
+    void add_sums(std::span<const double> sums, std::uint64_t tokens);
+
     std::size_t d_in() const noexcept { return d_in_; }
     std::size_t group() const noexcept { return group_; }
     std::size_t blocks() const noexcept { return d_in_ / group_; }

@@ -18,10 +18,23 @@ namespace wush::formats {
 constexpr double kInt4ClipRatio = 2.5139305785684;
 constexpr double kInt4ScalePerRms = kInt4ClipRatio * 2.0 / 15.0;
 
-WUSH_HD float group_amax(const float* x, int n) {
-    float m = 0.0f;
-    for (int i = 0; i < n; ++i) m = fmaxf(m, fabsf(x[i]));
+// max |x_i| of a group, in float64 (exact for float and double inputs).
+template <class T>
+WUSH_HD double group_amax(const T* x, int n) {
+    double m = 0.0;
+    for (int i = 0; i < n; ++i) m = fmax(m, fabs(double(x[i])));
     return m;
+}
+
+// a * b rounded once, never fused into a following addition (nvcc contracts a * b + c into an
+// FMA by default; the host compilers do not in ISO C++ mode): the float64 definition must give
+// the same bits on the device as on the CPU.
+WUSH_HD double mul_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+    return __dmul_rn(a, b);
+#else
+    return a * b;
+#endif
 }
 
 // Writes the packed nibble of element i (low nibble for even i).
@@ -35,8 +48,8 @@ WUSH_HD std::uint8_t get_nibble(const std::uint8_t* codes, int i) {
 }
 
 // MXFP4: the scale exponent is floor(log2(amax)) (minus 2 for the OCP rule), clamped to E8M0.
-WUSH_HD int mx_scale_exponent(float amax, bool ocp) {
-    int e = amax > 0.0f ? bits::floor_log2(double(amax)) : codec::kE8M0MinExp;
+WUSH_HD int mx_scale_exponent(double amax, bool ocp) {
+    int e = amax > 0.0 ? bits::floor_log2(amax) : codec::kE8M0MinExp;
     if (ocp) e -= 2;
     if (e < codec::kE8M0MinExp) e = codec::kE8M0MinExp;
     if (e > codec::kE8M0MaxExp) e = codec::kE8M0MaxExp;
@@ -60,22 +73,29 @@ WUSH_HD std::uint8_t encode_int4(double x, double scale) {
     return std::uint8_t(int(q) & 0xF);
 }
 
-WUSH_HD void quantize_group_mx(const float* x, int n, bool ocp, std::uint8_t* codes, std::uint8_t* scale) {
+// The group quantizers below ARE the float64 definition of the formats (include/wush/wush.h,
+// wush_format): every input is widened to double (exactly, for float and double) and every rule
+// is evaluated in float64. The float instantiation serves float data (block_format.cpp, GPTQ); the
+// double one is the reference of the fused runtime (exact_quantizer.cpp, the CUDA fallback).
+template <class T>
+WUSH_HD void quantize_group_mx(const T* x, int n, bool ocp, std::uint8_t* codes, std::uint8_t* scale) {
     const int e = mx_scale_exponent(group_amax(x, n), ocp);
     for (int i = 0; i < n; ++i) put_nibble(codes, i, encode_mx(double(x[i]), e, ocp));
     *scale = codec::e8m0_from_exponent(e);
 }
 
-WUSH_HD void quantize_group_nvfp4(const float* x, int n, std::uint8_t* codes, std::uint8_t* scale) {
-    const std::uint8_t s = codec::e4m3_encode(double(group_amax(x, n)) * 10.0 / 6.0);
+template <class T>
+WUSH_HD void quantize_group_nvfp4(const T* x, int n, std::uint8_t* codes, std::uint8_t* scale) {
+    const std::uint8_t s = codec::e4m3_encode(group_amax(x, n) * 10.0 / 6.0);
     const double sv = codec::e4m3_decode(s);
     for (int i = 0; i < n; ++i) put_nibble(codes, i, encode_nvfp4(double(x[i]), sv));
     *scale = s;
 }
 
-WUSH_HD void quantize_group_int4(const float* x, int n, std::uint8_t* codes, std::uint8_t* scale) {
+template <class T>
+WUSH_HD void quantize_group_int4(const T* x, int n, std::uint8_t* codes, std::uint8_t* scale) {
     double sum_sq = 0.0;
-    for (int i = 0; i < n; ++i) sum_sq += double(x[i]) * double(x[i]);
+    for (int i = 0; i < n; ++i) sum_sq += mul_rn(double(x[i]), double(x[i]));
     const std::uint16_t s = bits::bf16_encode(kInt4ScalePerRms * sqrt(sum_sq / n));
     const double sv = bits::bf16_decode(s);
     for (int i = 0; i < n; ++i) put_nibble(codes, i, encode_int4(double(x[i]), sv));
@@ -84,7 +104,8 @@ WUSH_HD void quantize_group_int4(const float* x, int n, std::uint8_t* codes, std
 }
 
 // Quantizes n = G values into n/2 code bytes and one scale (1 or 2 bytes) in `format`.
-WUSH_HD void quantize_group(wush_format format, const float* x, int n, std::uint8_t* codes, std::uint8_t* scale) {
+template <class T>
+WUSH_HD void quantize_group(wush_format format, const T* x, int n, std::uint8_t* codes, std::uint8_t* scale) {
     switch (format) {
         case WUSH_FORMAT_MXFP4: quantize_group_mx(x, n, false, codes, scale); break;
         case WUSH_FORMAT_MXFP4_OCP: quantize_group_mx(x, n, true, codes, scale); break;

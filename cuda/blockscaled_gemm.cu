@@ -1,0 +1,148 @@
+// The block-scaled FP4 GEMM of cuBLASLt for sm_100 / sm_120 (Blackwell): E2M1 operands with
+// CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3 (NVFP4) or VEC32_UE8M0 (MXFP4, MXFP4_OCP) scales.
+//
+// UNTESTED ON HARDWARE: written against the cuBLASLt documentation and compiled for every
+// target, never run. pick_gemm chooses it only on sm_100 / sm_120, and the backend probes
+// cuBLASLt's heuristic once per prepared layer (blockscaled_gemm_available) and keeps the
+// reference GEMM when cuBLASLt offers no algorithm (e.g. if a cuBLAS version lacks MXFP4).
+//
+// Layout. cuBLASLt wants FP4 products as TN with K contiguous. Our packed rows are K-contiguous
+// with element 2j in the low nibble of byte j (cuBLASLt's packing), so, column-major:
+//   Y^T (n x m, ld n) = op(W) op(A), op(W) = W^T of the stored k x n (T), op(A) = the stored k x m (N).
+// The group scales are rewritten into cuBLASLt's tiled layout (blockscaled_layout.h); padding
+// is zero.
+#include "kernels.h"
+
+#include "blockscaled_layout.h"
+#include "common/error.h"
+#include "cuda_check.h"
+
+namespace wush::cuda {
+
+namespace {
+
+constexpr std::size_t kLtWorkspaceBytes = std::size_t(32) << 20;
+
+std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+
+std::size_t swizzled_scale_bytes(std::size_t rows, std::size_t k, int group) {
+    return round_up(rows, 128) * round_up(k / std::size_t(group), 4);
+}
+
+__global__ void swizzle_scales_kernel(const std::uint8_t* in, std::size_t rows, std::size_t cols, std::uint8_t* out) {
+    const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= rows * cols) return;
+    out[tiled_scale_offset(i / cols, i % cols, cols)] = in[i];
+}
+
+void swizzle(const std::uint8_t* in, std::size_t rows, std::size_t k, int group, std::uint8_t* out, cudaStream_t s) {
+    const std::size_t cols = k / std::size_t(group);
+    WUSH_CUDA_CHECK(cudaMemsetAsync(out, 0, swizzled_scale_bytes(rows, k, group), s));
+    const std::size_t count = rows * cols;
+    if (count == 0) return;
+    swizzle_scales_kernel<<<unsigned((count + 255) / 256), 256, 0, s>>>(in, rows, cols, out);
+    check_launch("swizzle_scales_kernel");
+}
+
+// RAII for the cuBLASLt descriptors of one product.
+struct LtProduct {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+
+    LtProduct(const GemmArgs& g, const void* w_scales, const void* a_scales) {
+        const cublasLtMatmulMatrixScale_t mode = g.format == WUSH_FORMAT_NVFP4 ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3
+                                                                               : CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+        const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+        WUSH_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        WUSH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+        WUSH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+        WUSH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode));
+        WUSH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode));
+        WUSH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof w_scales));
+        WUSH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scales, sizeof a_scales));
+        const cudaDataType_t dt = g.y_dtype == WUSH_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+        WUSH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_4F_E2M1, g.k, g.n, int64_t(g.k)));
+        WUSH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_4F_E2M1, g.k, g.m, int64_t(g.k)));
+        WUSH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d, dt, g.n, g.m, int64_t(g.n)));
+        WUSH_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        const std::size_t ws = kLtWorkspaceBytes;
+        WUSH_CUBLAS_CHECK(
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    }
+    ~LtProduct() {
+        if (pref) cublasLtMatmulPreferenceDestroy(pref);
+        if (d) cublasLtMatrixLayoutDestroy(d);
+        if (b) cublasLtMatrixLayoutDestroy(b);
+        if (a) cublasLtMatrixLayoutDestroy(a);
+        if (op) cublasLtMatmulDescDestroy(op);
+    }
+    LtProduct(const LtProduct&) = delete;
+    LtProduct& operator=(const LtProduct&) = delete;
+
+    bool heuristic(cublasLtHandle_t h, cublasLtMatmulHeuristicResult_t& r) const {
+        int found = 0;
+        const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, op, a, b, d, d, pref, 1, &r, &found);
+        return st == CUBLAS_STATUS_SUCCESS && found > 0;
+    }
+};
+
+bool is_fp4(wush_format f) {
+    return f == WUSH_FORMAT_NVFP4 || f == WUSH_FORMAT_MXFP4 || f == WUSH_FORMAT_MXFP4_OCP;
+}
+
+}  // namespace
+
+std::size_t blockscaled_scale_bytes(std::size_t rows, std::size_t k, int group) {
+    return swizzled_scale_bytes(rows, k, group);
+}
+
+void launch_swizzle_scales(const std::uint8_t* scales, std::size_t rows, std::size_t k, int group, std::uint8_t* out,
+                           cudaStream_t stream) {
+    swizzle(scales, rows, k, group, out, stream);
+}
+
+std::size_t blockscaled_gemm_workspace_bytes(wush_format format, std::size_t m, std::size_t n, std::size_t k) {
+    const int g = format == WUSH_FORMAT_NVFP4 ? 16 : 32;
+    return kLtWorkspaceBytes + round_up(swizzled_scale_bytes(m, k, g), 256) + round_up(swizzled_scale_bytes(n, k, g), 256);
+}
+
+bool blockscaled_gemm_supported(const GemmArgs& g, int sm) {
+    // sm_100 / sm_103 (datacenter Blackwell) and sm_120 / sm_121 (consumer Blackwell) only.
+    const bool arch = sm / 10 == 10 || sm / 10 == 12;
+    // cuBLASLt's FP4 alignment rules: 16-byte aligned rows (K a multiple of 32 elements).
+    return arch && is_fp4(g.format) && g.k % 32 == 0 && g.m > 0 && g.n > 0;
+}
+
+bool blockscaled_gemm_available(const GemmArgs& g, cublasLtHandle_t handle) {
+    const LtProduct p(g, nullptr, nullptr);
+    cublasLtMatmulHeuristicResult_t r{};
+    return p.heuristic(handle, r);
+}
+
+void launch_blockscaled_gemm(const GemmArgs& g, const std::uint8_t* w_scales_swizzled, cublasLtHandle_t handle,
+                             cudaStream_t stream) {
+    require(g.workspace_bytes >= blockscaled_gemm_workspace_bytes(g.format, g.m, g.n, g.k),
+            "block-scaled GEMM: workspace too small");
+    auto* ws = static_cast<std::uint8_t*>(g.workspace);
+    std::uint8_t* lt_ws = ws;
+    std::uint8_t* a_sw = ws + kLtWorkspaceBytes;
+    std::uint8_t* w_sw = a_sw + round_up(swizzled_scale_bytes(g.m, g.k, g.group), 256);
+    swizzle(g.a_scales, g.m, g.k, g.group, a_sw, stream);
+    if (w_scales_swizzled == nullptr) {
+        swizzle(g.w_scales, g.n, g.k, g.group, w_sw, stream);
+        w_scales_swizzled = w_sw;
+    }
+    const LtProduct p(g, w_scales_swizzled, a_sw);
+    cublasLtMatmulHeuristicResult_t r{};
+    if (!p.heuristic(handle, r)) fail(WUSH_ERR_UNSUPPORTED, "cuBLASLt offers no block-scaled FP4 algorithm for this product");
+    const float alpha = g.alpha, beta = 0.0f;
+    WUSH_CUBLAS_CHECK(cublasLtMatmul(handle, p.op, &alpha, g.w_codes, p.a, g.a_codes, p.b, &beta, g.y, p.d, g.y, p.d,
+                                     &r.algo, lt_ws, kLtWorkspaceBytes, stream));
+}
+
+void launch_blockscaled_gemm(const GemmArgs& g, cublasLtHandle_t handle, cudaStream_t stream) {
+    launch_blockscaled_gemm(g, nullptr, handle, stream);
+}
+
+}  // namespace wush::cuda

@@ -1,0 +1,465 @@
+// The CUDA backend: backend::Backend on one device, one stream, one cuBLAS / cuBLASLt handle pair.
+//
+// Two kinds of entry points:
+//  - PreparedLayer::quantize() / forward() enqueue on the backend's stream with no host
+//    synchronization and no allocation (workspace from the caller), so they can be captured in a
+//    CUDA graph. Everything they read was copied to the device by prepare().
+//  - The per-call functions (quantize_activations, gemm, linear_forward, calibrate) are
+//    convenience paths: they upload the host objects they need into temporary device buffers,
+//    run, and synchronize the stream before returning.
+//
+// Non-finite activations (the contract for include/wush/wush.h):
+//   The quantize kernels check x for NaN/Inf on the device; a group holding one is not written,
+//   and the smallest (row, column) is recorded in a per-backend device flag. The convenience
+//   paths synchronize and report WUSH_ERR_NON_FINITE ("x holds a NaN or infinite value at row r,
+//   column c") from the same call. The enqueue-only paths (a wush_linear's quantize / forward)
+//   cannot know before the kernel runs: their call returns WUSH_OK, and the error is reported
+//   (and the flag cleared) by the next synchronizing call on the context: wush_synchronize
+//   (Backend::synchronize) or any convenience-path call. The outputs of the launch that saw the
+//   NaN/Inf, and of launches enqueued after it until that report, are unspecified.
+#include "cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/checked_math.h"
+#include "common/dtype.h"
+#include "cpu/activation_quantizer.h"
+#include "cuda_check.h"
+#include "formats/certified_group.h"
+#include "kernels.h"
+
+namespace wush::cuda {
+
+namespace {
+
+// cuBLAS's workspace, owned by the backend so that captured GEMMs never allocate (32 MiB is what
+// cuBLAS recommends for Hopper and Blackwell).
+constexpr std::size_t kCublasWorkspaceBytes = std::size_t(32) << 20;
+constexpr std::size_t kCalibrationTileDoubles = std::size_t(1) << 24;  // 128 MiB of float64 tiles
+
+std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+
+// Rejects host memory where cudaPointerGetAttributes can tell (cheap, no synchronization).
+void require_device_pointer(const void* p, const char* what) {
+    if (p == nullptr) return;  // size checks of the callers decide about null
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    if (attr.type == cudaMemoryTypeUnregistered || attr.type == cudaMemoryTypeHost)
+        fail(WUSH_ERR_INVALID_ARGUMENT, std::string(what) + " is a host pointer; a CUDA context takes device pointers");
+}
+
+Matrices matrices_of(runtime::MatrixUse use) {
+    switch (use) {
+        case runtime::MatrixUse::Shared: return Matrices::Shared;
+        case runtime::MatrixUse::PerBlock: return Matrices::PerBlock;
+        default: return Matrices::Identity;
+    }
+}
+
+// A transform's matrices and row-norm bounds on the device (as the quantize kernel reads them).
+struct DeviceTransform {
+    Matrices use = Matrices::Identity;
+    DeviceBuffer matrices, row_norms;
+
+    explicit DeviceTransform(const backend::TransformRef& t) : use(matrices_of(t.use)) {
+        if (use == Matrices::Identity) return;
+        const int g = int(t.core.group());
+        const std::size_t count = use == Matrices::Shared ? 1 : t.core.blocks();
+        const float* m = t.core.activation_matrices().data();
+        std::vector<float> norms(count);
+        for (std::size_t b = 0; b < count; ++b) norms[b] = formats::max_row_norm_bound(m + b * g * g, g);
+        matrices = DeviceBuffer::upload(m, count * g * g * sizeof(float));
+        row_norms = DeviceBuffer::upload(norms.data(), count * sizeof(float));
+    }
+};
+
+float tensor_alpha(wush_format format) {
+    const double d = formats::spec(format).tensor_divisor;
+    return float(1.0 / (d * d));
+}
+
+// The state every launch needs: device, stream, handles, the non-finite flag.
+struct Device {
+    int index = 0;
+    int sm = 0;
+    std::string name;
+    cudaStream_t stream = nullptr;  // the legacy default stream until set_stream
+    cublasHandle_t blas = nullptr;
+    cublasLtHandle_t lt = nullptr;
+    DeviceBuffer blas_workspace;
+    DeviceBuffer non_finite;  // one unsigned long long (kNoNonFinite when clear)
+
+    explicit Device(int dev) : index(dev) {
+        select();
+        cudaDeviceProp prop{};
+        WUSH_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+        sm = prop.major * 10 + prop.minor;
+        name = prop.name;
+        WUSH_CUBLAS_CHECK(cublasCreate(&blas));
+        WUSH_CUBLAS_CHECK(cublasLtCreate(&lt));
+        blas_workspace = DeviceBuffer(kCublasWorkspaceBytes);
+        WUSH_CUBLAS_CHECK(cublasSetWorkspace(blas, blas_workspace.get(), blas_workspace.bytes()));
+        non_finite = DeviceBuffer(sizeof(unsigned long long));
+        WUSH_CUDA_CHECK(cudaMemset(non_finite.get(), 0xFF, sizeof(unsigned long long)));
+    }
+    ~Device() {
+        cudaSetDevice(index);  // the buffers below are freed on this device whatever the caller selected
+        if (blas) cublasDestroy(blas);
+        if (lt) cublasLtDestroy(lt);
+    }
+    Device(const Device&) = delete;
+    Device& operator=(const Device&) = delete;
+
+    void select() const { WUSH_CUDA_CHECK(cudaSetDevice(index)); }
+    // The cuBLAS handle bound to the current stream (cheap; the stream may have changed).
+    cublasHandle_t bound_blas() const {
+        WUSH_CUBLAS_CHECK(cublasSetStream(blas, stream));
+        return blas;
+    }
+    unsigned long long* flag() const { return non_finite.get<unsigned long long>(); }
+
+    // Waits for the stream, then reports (and clears) a NaN/Inf the quantize kernels saw.
+    void synchronize_and_report(const char* what) const {
+        WUSH_CUDA_CHECK(cudaStreamSynchronize(stream));
+        unsigned long long v = kNoNonFinite;
+        WUSH_CUDA_CHECK(cudaMemcpy(&v, flag(), sizeof v, cudaMemcpyDeviceToHost));
+        if (v == kNoNonFinite) return;
+        WUSH_CUDA_CHECK(cudaMemset(flag(), 0xFF, sizeof v));
+        fail(WUSH_ERR_NON_FINITE, std::string(what) + " holds a NaN or infinite value at row " + std::to_string(v >> 32) +
+                                      ", column " + std::to_string(v & 0xFFFFFFFFull));
+    }
+};
+
+// Selects the device before a member's uploads (members are built before the constructor body).
+const backend::TransformRef& on_device(const Device& dev, const backend::TransformRef& t) {
+    dev.select();
+    return t;
+}
+
+QuantizeArgs quantize_args(const DeviceTransform& t, const formats::FormatSpec& f, std::size_t d_in, wush_dtype x_dtype,
+                           const void* x, std::size_t n, std::uint8_t* codes, std::uint8_t* scales, const Device& dev) {
+    QuantizeArgs a;
+    a.format = f.id;
+    a.group = int(f.group);
+    a.x_dtype = x_dtype;
+    a.x = x;
+    a.n_tokens = n;
+    a.d_in = d_in;
+    a.use = t.use;
+    a.matrices = t.matrices.get<float>();
+    a.row_norms = t.row_norms.get<float>();
+    a.codes = codes;
+    a.scales = scales;
+    a.non_finite = dev.flag();
+    return a;
+}
+
+void require_dtype(wush_dtype x_dtype) {
+    require(x_dtype == WUSH_DTYPE_F32 || x_dtype == WUSH_DTYPE_F16 || x_dtype == WUSH_DTYPE_BF16,
+            "x dtype must be F32, F16 or BF16");
+}
+
+// What a prepared layer precomputed for its weight (null / false where not).
+struct WeightExtras {
+    const void* dequantized = nullptr;          // the reference path's W
+    const std::uint8_t* swizzled = nullptr;     // the block-scaled path's W scales
+    bool lt_available = false;                  // cuBLASLt offered an algorithm (probed once)
+};
+
+// pick_gemm, with the block-scaled path only where cuBLASLt had an algorithm for the layer.
+GemmKernel choose_kernel(const GemmArgs& g, int sm, bool lt_available) { return pick_gemm(g, sm, lt_available); }
+
+void run_gemm(const GemmArgs& g, const WeightExtras& w, const Device& dev) {
+    switch (choose_kernel(g, dev.sm, w.lt_available)) {
+        case GemmKernel::Decode: launch_decode_gemm(g, dev.stream); return;
+        case GemmKernel::Prefill: launch_prefill_gemm(g, dev.stream); return;
+        case GemmKernel::BlockScaledLt: launch_blockscaled_gemm(g, w.swizzled, dev.lt, dev.stream); return;
+        default: launch_reference_gemm(g, w.dequantized, dev.bound_blas(), dev.stream); return;
+    }
+}
+
+// Workspace of one product for the kernel run_gemm will choose.
+std::size_t gemm_bytes(const GemmArgs& g, bool w_dequantized_given, bool lt_available, int sm) {
+    switch (choose_kernel(g, sm, lt_available)) {
+        case GemmKernel::Reference:
+            return reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w_dequantized_given, WUSH_DTYPE_BF16);
+        case GemmKernel::BlockScaledLt: return blockscaled_gemm_workspace_bytes(g.format, g.m, g.n, g.k);
+        default: return gemm_workspace_bytes(pick_gemm(g, sm), g.format, g.m, g.n, g.k);
+    }
+}
+
+// A product's shape alone (for the kernel choice and workspace sizes).
+GemmArgs shape_args(const formats::FormatSpec& f, std::size_t m, std::size_t d_out, std::size_t d_in) {
+    GemmArgs g;
+    g.format = f.id;
+    g.group = int(f.group);
+    g.m = m;
+    g.n = d_out;
+    g.k = d_in;
+    g.alpha = tensor_alpha(f.id);
+    return g;
+}
+
+// Which precomputed forms of a layer's weight its products read: decided by host-only probes,
+// so that workspace sizes can be computed without building the layer.
+struct WeightPlan {
+    bool lt_available = false;  // cuBLASLt offered a block-scaled algorithm (swizzled W scales)
+    bool dequantized = false;   // some token count takes the reference path (W dequantized)
+};
+
+WeightPlan plan_weight(const formats::FormatSpec& f, std::size_t d_in, std::size_t d_out, const Device& dev) {
+    GemmArgs probe = shape_args(f, 128, d_out, d_in);
+    WeightPlan p;
+    p.lt_available = blockscaled_gemm_supported(probe, dev.sm) && blockscaled_gemm_available(probe, dev.lt);
+    for (std::size_t m : {std::size_t(1), std::size_t(1) << 20}) {
+        probe.m = m;
+        p.dequantized = p.dequantized || choose_kernel(probe, dev.sm, p.lt_available) == GemmKernel::Reference;
+    }
+    return p;
+}
+
+// forward()'s workspace: the activations' codes and scales, then the GEMM's scratch.
+std::size_t layer_workspace_bytes(const formats::FormatSpec& f, std::size_t d_in, std::size_t d_out, std::size_t n,
+                                  const WeightPlan& plan, int sm) {
+    const formats::PackedSizes s = formats::packed_sizes(f, n, d_in);
+    return round_up(s.codes, 256) + round_up(s.scales, 256) +
+           gemm_bytes(shape_args(f, n, d_out, d_in), plan.dequantized, plan.lt_available, sm);
+}
+
+// ---- the prepared layer ------------------------------------------------------------------------
+
+class CudaLayer final : public backend::PreparedLayer {
+public:
+    CudaLayer(std::shared_ptr<Device> dev, backend::TransformRef t, const formats::PackedMatrix& w)
+        : dev_(std::move(dev)), spec_(formats::spec(w.format)), d_in_(w.d_in), d_out_(w.d_out), t_(on_device(*dev_, t)) {
+        w_codes_ = DeviceBuffer::upload(w.codes.data(), w.codes.size());
+        w_scales_ = DeviceBuffer::upload(w.scales.data(), w.scales.size());
+        const int g = int(spec_.group);
+        plan_ = plan_weight(spec_, d_in_, d_out_, *dev_);
+        if (plan_.lt_available) {
+            extras_.lt_available = true;
+            w_swizzled_ = DeviceBuffer(blockscaled_scale_bytes(d_out_, d_in_, g));
+            launch_swizzle_scales(w_scales_.get<std::uint8_t>(), d_out_, d_in_, g, w_swizzled_.get<std::uint8_t>(),
+                                  dev_->stream);
+            extras_.swizzled = w_swizzled_.get<std::uint8_t>();
+        }
+        if (plan_.dequantized) {
+            w_deq_ = DeviceBuffer(d_out_ * d_in_ * dequantized_element_bytes(spec_.id));
+            launch_dequantize(spec_.id, g, w_codes_.get<std::uint8_t>(), w_scales_.get<std::uint8_t>(), d_out_, d_in_,
+                              w_deq_.get(), dev_->stream);
+            extras_.dequantized = w_deq_.get();
+        }
+        WUSH_CUDA_CHECK(cudaStreamSynchronize(dev_->stream));
+    }
+
+    ~CudaLayer() override { cudaSetDevice(dev_->index); }  // free the buffers on their device
+
+    std::size_t d_in() const override { return d_in_; }
+    std::size_t d_out() const override { return d_out_; }
+    wush_format format() const override { return spec_.id; }
+
+    std::size_t workspace_bytes(std::size_t n, const backend::HostSettings&) const override {
+        return layer_workspace_bytes(spec_, d_in_, d_out_, n, plan_, dev_->sm);
+    }
+
+    void quantize(wush_dtype x_dtype, const void* x, std::size_t n, std::span<std::uint8_t> codes,
+                  std::span<std::uint8_t> scales, const backend::HostSettings&) override {
+        require_dtype(x_dtype);
+        const formats::PackedSizes s = formats::packed_sizes(spec_, n, d_in_);
+        require(codes.size() >= s.codes && scales.size() >= s.scales, "quantize: codes or scales buffer too small");
+        dev_->select();
+        require_device_pointer(x, "x");
+        require_device_pointer(codes.data(), "codes");
+        require_device_pointer(scales.data(), "scales");
+        launch_quantize(quantize_args(t_, spec_, d_in_, x_dtype, x, n, codes.data(), scales.data(), *dev_), dev_->stream);
+    }
+
+    void forward(wush_dtype x_dtype, const void* x, std::size_t n, wush_dtype y_dtype, void* y,
+                 std::span<std::byte> workspace, const backend::HostSettings& host) override {
+        require(y_dtype == WUSH_DTYPE_F32 || y_dtype == WUSH_DTYPE_BF16, "y dtype must be F32 or BF16");
+        require(workspace.size() >= workspace_bytes(n, host), "forward: workspace too small");
+        // Sub-buffers start at 256-byte offsets: with an aligned base every operand is aligned
+        // as cuBLAS / cuBLASLt want it (cudaMalloc gives 256 bytes).
+        require(reinterpret_cast<std::uintptr_t>(workspace.data()) % 256 == 0,
+                "forward: the workspace must be 256-byte aligned");
+        require_device_pointer(y, "y");
+        require_device_pointer(workspace.data(), "workspace");
+        const formats::PackedSizes s = formats::packed_sizes(spec_, n, d_in_);
+        auto* codes = reinterpret_cast<std::uint8_t*>(workspace.data());
+        auto* scales = codes + round_up(s.codes, 256);
+        std::byte* rest = workspace.data() + round_up(s.codes, 256) + round_up(s.scales, 256);
+        quantize(x_dtype, x, n, {codes, s.codes}, {scales, s.scales}, host);
+        const std::span<std::byte> gemm_ws(rest, workspace.size() - std::size_t(rest - workspace.data()));
+        run_gemm(gemm_args(n, y_dtype, y, codes, scales, gemm_ws), extras_, *dev_);
+    }
+
+private:
+    GemmArgs gemm_args(std::size_t m, wush_dtype y_dtype, void* y, const std::uint8_t* a_codes,
+                       const std::uint8_t* a_scales, std::span<std::byte> ws) const {
+        GemmArgs g = shape_args(spec_, m, d_out_, d_in_);
+        g.a_codes = a_codes;
+        g.a_scales = a_scales;
+        g.w_codes = w_codes_.get<std::uint8_t>();
+        g.w_scales = w_scales_.get<std::uint8_t>();
+        g.y = y;
+        g.y_dtype = y_dtype;
+        g.workspace = ws.data();
+        g.workspace_bytes = ws.size();
+        return g;
+    }
+
+    std::shared_ptr<Device> dev_;
+    const formats::FormatSpec& spec_;
+    std::size_t d_in_, d_out_;
+    DeviceTransform t_;
+    DeviceBuffer w_codes_, w_scales_, w_deq_, w_swizzled_;
+    WeightPlan plan_;
+    WeightExtras extras_;
+};
+
+// ---- the backend ---------------------------------------------------------------------------------
+
+class CudaBackend final : public backend::Backend {
+public:
+    explicit CudaBackend(int device) : dev_(std::make_shared<Device>(device)) {}
+
+    wush_backend kind() const override { return WUSH_BACKEND_CUDA; }
+    std::string describe() const override {
+        return "cuda:" + std::to_string(dev_->index) + " (" + dev_->name + ", sm_" + std::to_string(dev_->sm) + ")";
+    }
+
+    void set_stream(void* stream) override { dev_->stream = static_cast<cudaStream_t>(stream); }
+    void* stream() const override { return dev_->stream; }
+    void synchronize() override {
+        dev_->select();
+        dev_->synchronize_and_report("x");
+    }
+
+    void quantize_activations(backend::TransformRef t, const formats::FormatSpec& format, wush_dtype x_dtype,
+                              const void* x, std::size_t n, std::span<std::uint8_t> codes,
+                              std::span<std::uint8_t> scales, const backend::HostSettings&) override {
+        require_dtype(x_dtype);
+        const formats::PackedSizes s = formats::packed_sizes(format, n, t.core.d_in());
+        require(codes.size() >= s.codes && scales.size() >= s.scales, "quantize: codes or scales buffer too small");
+        dev_->select();
+        require_device_pointer(x, "x");
+        require_device_pointer(codes.data(), "codes");
+        require_device_pointer(scales.data(), "scales");
+        const DeviceTransform dt(t);
+        launch_quantize(quantize_args(dt, format, t.core.d_in(), x_dtype, x, n, codes.data(), scales.data(), *dev_),
+                        dev_->stream);
+        dev_->synchronize_and_report("x");
+    }
+
+    void gemm(const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
+              std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y,
+              const backend::HostSettings&) override {
+        require(y_dtype == WUSH_DTYPE_F32 || y_dtype == WUSH_DTYPE_BF16, "y dtype must be F32 or BF16");
+        dev_->select();
+        require_device_pointer(a_codes.data(), "a_codes");
+        require_device_pointer(a_scales.data(), "a_scales");
+        require_device_pointer(y, "y");
+        const formats::FormatSpec& f = formats::spec(w.format);
+        const DeviceBuffer wc = DeviceBuffer::upload(w.codes.data(), w.codes.size());
+        const DeviceBuffer ws = DeviceBuffer::upload(w.scales.data(), w.scales.size());
+        GemmArgs g = shape_args(f, m, w.d_out, w.d_in);
+        g.a_codes = a_codes.data();
+        g.a_scales = a_scales.data();
+        g.w_codes = wc.get<std::uint8_t>();
+        g.w_scales = ws.get<std::uint8_t>();
+        g.y = y;
+        g.y_dtype = y_dtype;
+        WeightExtras extras;
+        extras.lt_available = blockscaled_gemm_supported(g, dev_->sm) && blockscaled_gemm_available(g, dev_->lt);
+        const DeviceBuffer work(gemm_bytes(g, false, extras.lt_available, dev_->sm));
+        g.workspace = work.get();
+        g.workspace_bytes = work.bytes();
+        run_gemm(g, extras, *dev_);
+        dev_->synchronize_and_report("x");  // the buffers above are freed on return
+    }
+
+    std::size_t linear_forward_workspace_bytes(backend::TransformRef, const formats::PackedMatrix& w, std::size_t n,
+                                               const backend::HostSettings&) override {
+        dev_->select();
+        const formats::FormatSpec& f = formats::spec(w.format);
+        return layer_workspace_bytes(f, w.d_in, w.d_out, n, plan_weight(f, w.d_in, w.d_out, *dev_), dev_->sm);
+    }
+
+    void linear_forward(backend::TransformRef t, const formats::PackedMatrix& w, wush_dtype x_dtype, const void* x,
+                        std::size_t n, wush_dtype y_dtype, void* y, std::span<std::byte> workspace,
+                        const backend::HostSettings& host) override {
+        CudaLayer layer(dev_, t, w);
+        layer.forward(x_dtype, x, n, y_dtype, y, workspace, host);
+        dev_->synchronize_and_report("x");  // the layer's device copies are freed on return
+    }
+
+    void calibrate(Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n,
+                   const backend::HostSettings&) override {
+        require_dtype(x_dtype);
+        require(n > 0 && x != nullptr, "calibration: no tokens");
+        dev_->select();
+        require_device_pointer(x, "x");
+        dev_->synchronize_and_report("x");  // a NaN/Inf pending from an earlier launch is that launch's
+        if (cal.sample_capacity() > 0) return calibrate_on_host(cal, x_dtype, x, n);
+        const bool full = cal.mode() == MomentMode::Full;
+        const std::size_t side = full ? cal.d_in() : cal.group();
+        const std::size_t count = (full ? 1 : cal.blocks()) * side * side;
+        DeviceBuffer sums(count * sizeof(double));
+        WUSH_CUDA_CHECK(cudaMemsetAsync(sums.get(), 0, sums.bytes(), dev_->stream));
+        const std::size_t tile = std::max<std::size_t>(1, std::min(n, kCalibrationTileDoubles / cal.d_in()));
+        DeviceBuffer scratch(tile * cal.d_in() * sizeof(double));
+        launch_moment_sums(full, cal.d_in(), cal.group(), x_dtype, x, n, sums.get<double>(), scratch.get<double>(), tile,
+                           dev_->flag(), dev_->bound_blas(), dev_->stream);
+        dev_->synchronize_and_report("calibration activations");
+        std::vector<double> host(count);
+        WUSH_CUDA_CHECK(cudaMemcpy(host.data(), sums.get(), sums.bytes(), cudaMemcpyDeviceToHost));
+        cal.add_sums(host, n);
+    }
+
+    // A calibrator that keeps a token sample needs the tokens themselves on the host: the batch is
+    // copied there and takes the CPU path (sums and sample), which is slower but the same result.
+    void calibrate_on_host(Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n) {
+        const std::size_t bytes = checked_mul(checked_mul(n, cal.d_in(), "calibration batch"), dtype_size(x_dtype),
+                                              "calibration batch");
+        std::vector<std::byte> host(bytes);
+        WUSH_CUDA_CHECK(cudaMemcpyAsync(host.data(), x, bytes, cudaMemcpyDeviceToHost, dev_->stream));
+        WUSH_CUDA_CHECK(cudaStreamSynchronize(dev_->stream));
+        cal.add(x_dtype, host.data(), n);
+    }
+
+    std::unique_ptr<backend::PreparedLayer> prepare(backend::TransformRef t, const formats::PackedMatrix& w,
+                                                    const backend::HostSettings&) override {
+        return std::make_unique<CudaLayer>(dev_, t, w);
+    }
+
+private:
+    std::shared_ptr<Device> dev_;  // shared with the layers: they outlive nothing they need
+};
+
+}  // namespace
+
+DeviceQuery query_devices() {
+    DeviceQuery q;
+    const cudaError_t err = cudaGetDeviceCount(&q.count);
+    if (err != cudaSuccess) {
+        q.count = 0;
+        q.error = std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
+        cudaGetLastError();  // clear the error so later calls start clean
+    } else if (q.count == 0) {
+        q.error = "the CUDA runtime reports no devices";
+    }
+    return q;
+}
+
+std::unique_ptr<backend::Backend> make_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+}  // namespace wush::cuda

@@ -1,0 +1,70 @@
+// CUDA / cuBLAS errors as wush::Error, and device memory as an RAII buffer (cuda/ internal).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#include "common/error.h"
+
+namespace wush::cuda {
+
+// "<call>: <cudaGetErrorName>: <cudaGetErrorString>"; an allocation failure is OUT_OF_MEMORY.
+inline void check_cuda(cudaError_t err, const char* call) {
+    if (err == cudaSuccess) return;
+    cudaGetLastError();  // clear a non-sticky error so that later calls start clean
+    const std::string msg = std::string(call) + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
+    fail(err == cudaErrorMemoryAllocation ? WUSH_ERR_OUT_OF_MEMORY : WUSH_ERR_CUDA, msg);
+}
+
+inline void check_cublas(cublasStatus_t st, const char* call) {
+    if (st == CUBLAS_STATUS_SUCCESS) return;
+    const std::string msg = std::string(call) + ": " + cublasGetStatusName(st) + ": " + cublasGetStatusString(st);
+    fail(st == CUBLAS_STATUS_ALLOC_FAILED ? WUSH_ERR_OUT_OF_MEMORY : WUSH_ERR_CUDA, msg);
+}
+
+// A launch's configuration / launch errors (kernels report asynchronous faults at the next sync).
+inline void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), kernel); }
+
+#define WUSH_CUDA_CHECK(call) ::wush::cuda::check_cuda((call), #call)
+#define WUSH_CUBLAS_CHECK(call) ::wush::cuda::check_cublas((call), #call)
+
+// Owned device memory (cudaMalloc / cudaFree); move-only.
+class DeviceBuffer {
+public:
+    DeviceBuffer() = default;
+    explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+        if (bytes > 0) WUSH_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+    }
+    ~DeviceBuffer() {
+        if (ptr_) cudaFree(ptr_);  // errors here cannot be reported (destructor)
+    }
+    DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+    DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+        std::swap(ptr_, o.ptr_);
+        std::swap(bytes_, o.bytes_);
+        return *this;
+    }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+    template <class T = void>
+    T* get() const noexcept { return static_cast<T*>(ptr_); }
+    std::size_t bytes() const noexcept { return bytes_; }
+
+    // A device copy of host bytes (synchronous: for prepare() and the convenience paths).
+    static DeviceBuffer upload(const void* host, std::size_t bytes) {
+        DeviceBuffer b(bytes);
+        if (bytes > 0) WUSH_CUDA_CHECK(cudaMemcpy(b.ptr_, host, bytes, cudaMemcpyHostToDevice));
+        return b;
+    }
+
+private:
+    void* ptr_ = nullptr;
+    std::size_t bytes_ = 0;
+};
+
+}  // namespace wush::cuda

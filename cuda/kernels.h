@@ -1,0 +1,91 @@
+// The CUDA backend's own kernels (quantize, reference GEMM, block-scaled cuBLASLt GEMM,
+// calibration), as cuda_backend.cu and tests/gpu/ call them. Device pointers throughout; every
+// launch_* enqueues on `stream` without synchronizing or allocating (graph-capturable).
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "w4a4_gemm.h"
+#include "wush/wush.h"
+
+namespace wush::cuda {
+
+// ---- fused transform + quantization (quantize_kernel.cu) -------------------------------------
+
+// How the transform's matrices are used (runtime::MatrixUse).
+enum class Matrices : int { Identity = 0, Shared = 1, PerBlock = 2 };
+
+// The non-finite report of the quantize kernels: the smallest (row << 32 | column) of a NaN/Inf
+// seen in x, or kNoNonFinite. Lives in device memory; reset with cudaMemset(0xFF).
+constexpr unsigned long long kNoNonFinite = ~0ull;
+
+struct QuantizeArgs {
+    wush_format format = WUSH_FORMAT_MXFP4;
+    int group = 32;                        // G (16 or 32)
+    wush_dtype x_dtype = WUSH_DTYPE_F32;   // F32, F16 or BF16
+    const void* x = nullptr;               // n_tokens x d_in, row-major
+    std::size_t n_tokens = 0, d_in = 0;
+    Matrices use = Matrices::Identity;
+    const float* matrices = nullptr;       // PerBlock: C x G x G; Shared: G x G; Identity: unused
+    const float* row_norms = nullptr;      // one max_row_norm_bound per matrix (same layout rule)
+    std::uint8_t* codes = nullptr;         // n_tokens x d_in / 2
+    std::uint8_t* scales = nullptr;        // n_tokens x C x scale bytes
+    unsigned long long* non_finite = nullptr;  // see kNoNonFinite (atomicMin)
+};
+
+void launch_quantize(const QuantizeArgs& args, cudaStream_t stream);
+
+// ---- reference GEMM (reference_gemm.cu) ------------------------------------------------------
+
+// Bytes per dequantized element: 2 (bf16, MXFP4 / NVFP4 / MXFP4_OCP) or 4 (float32, INT4).
+std::size_t dequantized_element_bytes(wush_format format);
+
+// Dequantizes rows x k packed values (code x group scale, no per-tensor factor) into `out`
+// (rows x k of bf16 or float32, see dequantized_element_bytes). Exact (cuda/dequantize.h).
+void launch_dequantize(wush_format format, int group, const std::uint8_t* codes, const std::uint8_t* scales,
+                       std::size_t rows, std::size_t k, void* out, cudaStream_t stream);
+
+// Workspace of launch_reference_gemm: A dequantized, W dequantized unless given, and a float32
+// product when y is BF16.
+std::size_t reference_gemm_workspace_bytes(wush_format format, std::size_t m, std::size_t n, std::size_t k,
+                                           bool w_dequantized_given, wush_dtype y_dtype);
+
+// Y = alpha * deq(A) deq(W)^T with cuBLAS (bf16 x bf16 -> float32 accumulate, or float32
+// pedantic for INT4). `w_dequantized` (n x k, from launch_dequantize) may be null: then W is
+// dequantized into the workspace. `handle` must already be bound to `stream`.
+void launch_reference_gemm(const GemmArgs& args, const void* w_dequantized, cublasHandle_t handle,
+                           cudaStream_t stream);
+
+// ---- block-scaled FP4 GEMM through cuBLASLt (blockscaled_gemm.cu; untested on hardware) ----------
+
+// Workspace of launch_blockscaled_gemm: cuBLASLt's, and both operands' scales in its tiled layout.
+std::size_t blockscaled_gemm_workspace_bytes(wush_format format, std::size_t m, std::size_t n, std::size_t k);
+// Architecture and shape rules (no cuBLASLt call).
+bool blockscaled_gemm_supported(const GemmArgs& args, int sm);
+// Whether cuBLASLt's heuristic offers an algorithm for the product (host-only call, no sync).
+bool blockscaled_gemm_available(const GemmArgs& args, cublasLtHandle_t handle);
+// rows x k/G group scales rewritten into cuBLASLt's 128x4-tiled layout (`out` holds
+// blockscaled_scale_bytes); used once per prepared layer for the weight.
+std::size_t blockscaled_scale_bytes(std::size_t rows, std::size_t k, int group);
+void launch_swizzle_scales(const std::uint8_t* scales, std::size_t rows, std::size_t k, int group, std::uint8_t* out,
+                           cudaStream_t stream);
+// `w_scales_swizzled` may be null (then the weight's scales are rewritten into the workspace).
+void launch_blockscaled_gemm(const GemmArgs& args, const std::uint8_t* w_scales_swizzled, cublasLtHandle_t handle,
+                             cudaStream_t stream);
+void launch_blockscaled_gemm(const GemmArgs& args, cublasLtHandle_t handle, cudaStream_t stream);
+
+// ---- calibration (calibrate.cu) ----------------------------------------------------------------
+
+// Adds the float64 second-moment sums of n_tokens x d_in activations x to `sums` (device):
+// block diagonal: C G x G blocks; full: d_in x d_in (column-major lower = row-major upper).
+// `scratch` holds tile_tokens x d_in doubles. Synchronous only through the caller.
+void launch_moment_sums(bool full, std::size_t d_in, std::size_t group, wush_dtype x_dtype, const void* x,
+                        std::size_t n_tokens, double* sums, double* scratch, std::size_t tile_tokens,
+                        unsigned long long* non_finite, cublasHandle_t handle, cudaStream_t stream);
+
+}  // namespace wush::cuda

@@ -1,0 +1,105 @@
+// The reference W4A4 GEMM: both operands dequantized exactly (cuda/dequantize.h) into device
+// workspace, then one cuBLAS GEMM with the per-tensor factors as alpha. MXFP4 / NVFP4 /
+// MXFP4_OCP go through bf16 (exact) with float32 accumulation; INT4 levels times bf16 scales are
+// not exact in bf16, so INT4 goes through float32 with CUBLAS_COMPUTE_32F_PEDANTIC (no TF32
+// downgrade, also not through NVIDIA_TF32_OVERRIDE). The product is computed into float32 and
+// rounded to bf16 (RNE, bits::bf16_encode) by a separate kernel when y is BF16.
+#include "kernels.h"
+
+#include "common/float_bits.h"
+#include "cuda_check.h"
+#include "dequantize.h"
+
+namespace wush::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+
+// One thread per packed byte (two elements).
+template <class Out>
+__global__ void dequantize_kernel(wush_format format, int group, const std::uint8_t* codes, const std::uint8_t* scales,
+                                  std::size_t rows, std::size_t k, Out* out) {
+    const std::size_t byte = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (byte >= rows * (k / 2)) return;
+    const std::size_t row = byte / (k / 2), e = 2 * (byte % (k / 2));
+    const int sb = format == WUSH_FORMAT_INT4 ? 2 : 1;
+    const std::uint8_t* scale = scales + (row * (k / group) + e / group) * sb;
+    const std::uint8_t c = codes[byte];
+    const float v0 = dequantize_element(format, std::uint8_t(c & 0xF), scale);
+    const float v1 = dequantize_element(format, std::uint8_t(c >> 4), scale);
+    if constexpr (sizeof(Out) == 2) {
+        out[row * k + e] = bf16_bits_of_exact(v0);
+        out[row * k + e + 1] = bf16_bits_of_exact(v1);
+    } else {
+        out[row * k + e] = v0;
+        out[row * k + e + 1] = v1;
+    }
+}
+
+__global__ void to_bf16_kernel(const float* in, std::uint16_t* out, std::size_t count) {
+    const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < count) out[i] = bits::bf16_encode(double(in[i]));
+}
+
+unsigned blocks_for(std::size_t count) { return unsigned((count + kThreads - 1) / kThreads); }
+
+}  // namespace
+
+std::size_t dequantized_element_bytes(wush_format format) { return format == WUSH_FORMAT_INT4 ? 4 : 2; }
+
+void launch_dequantize(wush_format format, int group, const std::uint8_t* codes, const std::uint8_t* scales,
+                       std::size_t rows, std::size_t k, void* out, cudaStream_t stream) {
+    const std::size_t bytes = rows * (k / 2);
+    if (bytes == 0) return;
+    if (format == WUSH_FORMAT_INT4)
+        dequantize_kernel<float><<<blocks_for(bytes), kThreads, 0, stream>>>(format, group, codes, scales, rows, k,
+                                                                              static_cast<float*>(out));
+    else
+        dequantize_kernel<std::uint16_t><<<blocks_for(bytes), kThreads, 0, stream>>>(
+            format, group, codes, scales, rows, k, static_cast<std::uint16_t*>(out));
+    check_launch("dequantize_kernel");
+}
+
+std::size_t reference_gemm_workspace_bytes(wush_format format, std::size_t m, std::size_t n, std::size_t k,
+                                           bool w_dequantized_given, wush_dtype y_dtype) {
+    const std::size_t e = dequantized_element_bytes(format);
+    std::size_t bytes = round_up(m * k * e, 256);
+    if (!w_dequantized_given) bytes += round_up(n * k * e, 256);
+    if (y_dtype == WUSH_DTYPE_BF16) bytes += round_up(m * n * sizeof(float), 256);
+    return bytes;
+}
+
+void launch_reference_gemm(const GemmArgs& g, const void* w_dequantized, cublasHandle_t handle, cudaStream_t stream) {
+    if (g.m == 0 || g.n == 0) return;
+    const std::size_t e = dequantized_element_bytes(g.format);
+    require(g.workspace_bytes >= reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w_dequantized != nullptr,
+                                                                g.y_dtype),
+            "reference GEMM: workspace too small");
+    auto* ws = static_cast<unsigned char*>(g.workspace);
+    void* a = ws;
+    ws += round_up(g.m * g.k * e, 256);
+    const void* w = w_dequantized;
+    if (w == nullptr) {
+        launch_dequantize(g.format, g.group, g.w_codes, g.w_scales, g.n, g.k, ws, stream);
+        w = ws;
+        ws += round_up(g.n * g.k * e, 256);
+    }
+    launch_dequantize(g.format, g.group, g.a_codes, g.a_scales, g.m, g.k, a, stream);
+    float* yf = g.y_dtype == WUSH_DTYPE_BF16 ? reinterpret_cast<float*>(ws) : static_cast<float*>(g.y);
+    // Row-major Y (m x n) = A W^T is column-major Y^T (n x m) = W^T' A': op(W) = T, op(A) = N.
+    const cudaDataType_t in = g.format == WUSH_FORMAT_INT4 ? CUDA_R_32F : CUDA_R_16BF;
+    const cublasComputeType_t compute = g.format == WUSH_FORMAT_INT4 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+    const float alpha = g.alpha, beta = 0.0f;
+    WUSH_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(g.n), int(g.m), int(g.k), &alpha, w, in,
+                                   int(g.k), a, in, int(g.k), &beta, yf, CUDA_R_32F, int(g.n), compute,
+                                   CUBLAS_GEMM_DEFAULT));
+    if (g.y_dtype == WUSH_DTYPE_BF16) {
+        to_bf16_kernel<<<blocks_for(g.m * g.n), kThreads, 0, stream>>>(yf, static_cast<std::uint16_t*>(g.y), g.m * g.n);
+        check_launch("to_bf16_kernel");
+    }
+}
+
+}  // namespace wush::cuda

@@ -1,0 +1,232 @@
+// Certified float32 quantization of one group: the scalar (host + device) port of the
+// certification in cpu/quantize_avx512.cpp (read its header comment). The CUDA quantize kernel
+// runs it per (token, block) group; the unit test checks it against the float64 definition.
+//
+// Contract. y[i] are float32 values with |y_i - y_exact_i| <= bound, where y_exact is the float64
+// definition (transform_group_f64). certify_group() quantizes y in float32 and returns true only
+// if the codes and scale it wrote are exactly those formats::quantize_group<double>(y_exact)
+// writes: every value it rounds, and its scale, lies farther than the bound (plus the float32
+// roundings of the scaling itself) from a rounding boundary, and the group is neither tiny, huge
+// nor non-finite. On false the outputs are garbage and the caller recomputes in float64.
+//
+// Contraction: every product-plus-sum here is written as an explicit fmaf or as separate
+// statements whose rounding the tolerances already cover; nvcc's FMA contraction cannot change
+// a result that is certified, but the float64 fallback must not be contracted (see mul_rn in
+// group_quantizer.h).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/float_bits.h"
+#include "common/host_device.h"
+#include "formats/group_quantizer.h"
+#include "wush/wush.h"
+
+namespace wush::formats {
+
+namespace certify_detail {
+
+using std::signbit;
+
+constexpr float kU = 0x1p-24f;          // unit roundoff of float32
+constexpr float kTiny = 0x1p-60f;       // groups with amax outside [kTiny, kHuge] go to float64
+constexpr float kHuge = 0x1p60f;
+constexpr float kAbsSlack = 0x1p-110f;  // absolute error allowance (subnormal / flushed terms)
+constexpr float kInt4ScalePerRmsF = float(kInt4ScalePerRms);
+
+// floor(log2(a)) for finite a > 0 (from the exponent bits, as getexp does).
+WUSH_HD int floor_log2f(float a) {
+    int e = 0;
+    frexpf(a, &e);
+    return e - 1;
+}
+
+// Nearest integer of t (|t| < 2^22); which neighbour wins at a tie does not matter to the
+// distance checks below, and floorf keeps it independent of the host's rounding mode.
+WUSH_HD float nearest_int(float t) { return floorf(t + 0.5f); }
+
+// E2M1 RNE of v (the comparisons of codec::e2m1_encode), and whether |v| lies within tol of a
+// threshold (or of 0, where only the sign would change).
+WUSH_HD std::uint8_t e2m1_encode_checked(float v, float tol, bool& near) {
+    const float a = fabsf(v);
+    int m;
+    if (a <= 0.25f) m = 0;
+    else if (a < 0.75f) m = 1;
+    else if (a <= 1.25f) m = 2;
+    else if (a < 1.75f) m = 3;
+    else if (a <= 2.5f) m = 4;
+    else if (a < 3.5f) m = 5;
+    else if (a <= 5.0f) m = 6;
+    else m = 7;
+    constexpr float lo[8] = {0.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+    constexpr float hi[8] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, INFINITY};
+    if (a - lo[m] < tol || hi[m] - a < tol) near = true;
+    return std::uint8_t((signbit(v) ? 0x8 : 0x0) | m);
+}
+
+WUSH_HD float group_amax_f(const float* y, int n) {
+    float m = 0.0f;
+    for (int i = 0; i < n; ++i) m = fmaxf(m, fabsf(y[i]));
+    return m;
+}
+
+WUSH_HD bool in_certified_range(float amax) { return amax >= kTiny && amax <= kHuge; }  // false for NaN
+
+WUSH_HD bool certify_mx(const float* y, int n, float bound, bool ocp, std::uint8_t* codes, std::uint8_t* scale) {
+    const float amax = group_amax_f(y, n);
+    if (!in_certified_range(amax)) return false;
+    const int e = floor_log2f(amax);
+    const float p = ldexpf(1.0f, e);
+    // The exponent changes if amax_exact may lie on the other side of 2^e or 2^(e+1).
+    if (amax - p < bound || (p + p) - amax < bound) return false;
+    const int es = ocp ? e - 2 : e;
+    const float factor = ocp ? 1.0f : 3.0f;
+    const float tol_base = ldexpf(bound * factor, -es);
+    bool near = false;
+    for (int i = 0; i < n; ++i) {
+        const float v = ldexpf(y[i], -es) * factor;  // one rounding (x3)
+        const float tol = fmaf(fabsf(v), 2.0f * kU, tol_base);
+        put_nibble(codes, i, e2m1_encode_checked(v, tol, near));
+    }
+    *scale = codec::e8m0_from_exponent(es);  // |es| <= 62: inside E8M0's range
+    return !near;
+}
+
+// The E4M3 byte of a positive value sv that is exactly representable (normal: float32's top
+// exponent / mantissa bits rebiased from 127 to 7; subnormal: sv / 2^-9).
+WUSH_HD std::uint8_t e4m3_byte_of_exact(float sv) {
+    if (sv < 0x1p-6f) return std::uint8_t(sv * 512.0f);
+    return std::uint8_t((bits::bits_from_float(sv) >> 20) - (120u << 3));
+}
+
+WUSH_HD bool certify_nvfp4(const float* y, int n, float bound, std::uint8_t* codes, std::uint8_t* scale) {
+    const float amax = group_amax_f(y, n);
+    if (!in_certified_range(amax)) return false;
+    // s = RNE_e4m3(amax * 10 / 6): round w to 3 mantissa bits, exponent at least -6, saturate.
+    const float w = (amax * 10.0f) * (1.0f / 6.0f);
+    const float tol_w = fmaf(w, 4.0f * kU, bound * (10.0f / 6.0f * 1.01f));
+    const int ew = floor_log2f(w) > -6 ? floor_log2f(w) : -6;
+    const float t = ldexpf(w, 3 - ew);  // w in units of the step, in [8, 16) (or below 8: subnormal)
+    const float rt = nearest_int(t);
+    const float step = ldexpf(1.0f, ew - 3);
+    const float margin = (0.5f - fabsf(t - rt)) * step;
+    if (margin < tol_w) return false;
+    const float sv = fminf(rt * step, 448.0f);
+    // A zero scale keeps only the signs (y * 0): certified only when y is exact.
+    if (sv == 0.0f && bound > 0.0f) return false;
+    const float mult = sv > 0.0f ? 10.0f / sv : 0.0f;
+    const float tol_base = bound * (mult * 1.01f);
+    bool near = false;
+    for (int i = 0; i < n; ++i) {
+        const float v = y[i] * mult;
+        const float tol = fmaf(fabsf(v), 3.0f * kU, tol_base);
+        put_nibble(codes, i, e2m1_encode_checked(v, tol, near));
+    }
+    *scale = e4m3_byte_of_exact(sv);
+    return !near;
+}
+
+WUSH_HD bool certify_int4(const float* y, int n, float bound, std::uint8_t* codes, std::uint8_t* scale) {
+    const float amax = group_amax_f(y, n);
+    if (!in_certified_range(amax)) return false;
+    float ss = 0.0f;
+    for (int i = 0; i < n; ++i) ss = fmaf(y[i], y[i], ss);
+    const float w = sqrtf(ss * (1.0f / float(n))) * kInt4ScalePerRmsF;
+    // |rms - rms_exact| <= bound (from y) + the float32 sum of squares (<= G u relative).
+    const float tol_w = fmaf(w, float(n + 8) * kU, bound * (kInt4ScalePerRmsF * 1.01f));
+    // bf16 RNE on the bits; the boundary is the midpoint between the two bf16 neighbours of w.
+    const std::uint32_t wb = bits::bits_from_float(w);
+    const std::uint32_t rb = (wb + 0x7FFFu + ((wb >> 16) & 1u)) & 0xFFFF0000u;
+    const float mid = bits::float_from_bits((wb & 0xFFFF0000u) | 0x8000u);
+    if (fabsf(w - mid) < tol_w) return false;
+    const float sv = bits::float_from_bits(rb);
+    const float inv = 1.0f / sv;
+    const float tol_base = bound * (inv * 1.01f);
+    bool near = false;
+    for (int i = 0; i < n; ++i) {
+        const float t = y[i] * inv;  // 2 roundings vs y / s: in the tolerance
+        const float tol = fmaf(fabsf(t), 3.0f * kU, tol_base);
+        const float rnd = nearest_int(t);
+        // Boundaries are the integers -7..7 (below -7 and from 7 on, the clamp decides).
+        if (fabsf(t - rnd) < tol && fabsf(rnd) <= 7.0f) near = true;
+        // y / s underflowing to -0 in float32 would floor to 0; float64 floors it to -1.
+        const float fl = (t == 0.0f && y[i] < 0.0f) ? -1.0f : floorf(t);
+        const float q = fminf(fmaxf(fl, -8.0f), 7.0f);
+        put_nibble(codes, i, std::uint8_t(int(q) & 0xF));
+    }
+    scale[0] = std::uint8_t((rb >> 16) & 0xFF);  // little-endian bf16
+    scale[1] = std::uint8_t(rb >> 24);
+    return !near;
+}
+
+}  // namespace certify_detail
+
+// y = T x in float64, j ascending (t == nullptr: the identity). Products of two floats are exact
+// in double, so a fused multiply-add gives the same sum: this is the definition on every device.
+WUSH_HD void transform_group_f64(const float* t, const float* x, int g, double* y) {
+    for (int i = 0; i < g; ++i) {
+        if (t == nullptr) {
+            y[i] = x[i];
+            continue;
+        }
+        double s = 0.0;
+        for (int j = 0; j < g; ++j) s += double(t[i * g + j]) * double(x[j]);
+        y[i] = s;
+    }
+}
+
+// y = T x in float32: the FMA chain, j ascending (the order and rounding the bound assumes).
+WUSH_HD void transform_group_f32(const float* t, const float* x, int g, float* y) {
+    for (int i = 0; i < g; ++i) {
+        if (t == nullptr) {
+            y[i] = x[i];
+            continue;
+        }
+        float acc = 0.0f;
+        for (int j = 0; j < g; ++j) acc = fmaf(t[i * g + j], x[j], acc);
+        y[i] = acc;
+    }
+}
+
+// An upper bound of max_i ||row i of T||_2, rounded up well beyond the float32 error of the sum
+// and the square root (the rule of the CPU kernels' max_row_norm).
+WUSH_HD float max_row_norm_bound(const float* t, int g) {
+    float best = 0.0f;
+    for (int i = 0; i < g; ++i) {
+        float s = 0.0f;
+        for (int j = 0; j < g; ++j) s = fmaf(t[i * g + j], t[i * g + j], s);
+        best = s > best ? s : best;
+    }
+    return sqrtf(best) * (1.0f + 1e-5f);
+}
+
+// The error bound of transform_group_f32(T, x): gamma_G ||T_i|| ||x||, with
+// gamma_G = (G + 2) u rounded up by 1.05 (which also covers ||x|| computed in float32), plus an
+// absolute slack. 0 for the identity (y = x exactly). +Inf when x is non-finite or so large that
+// its sum of squares overflows: the group is never certified then.
+WUSH_HD float group_error_bound(const float* x, int g, bool identity, float row_norm) {
+    float ss = 0.0f;
+    for (int j = 0; j < g; ++j) ss = fmaf(x[j], x[j], ss);
+    if (!(ss <= 0x1p126f)) return INFINITY;
+    if (identity) return 0.0f;
+    const float c = float(g + 2) * certify_detail::kU * 1.05f;
+    return fmaf(sqrtf(ss) * row_norm, c, certify_detail::kAbsSlack);
+}
+
+// Quantizes the float32 group y (|y - y_exact| <= bound) in `format`; true when the codes and
+// scale written are certified equal to quantize_group<double>(y_exact).
+WUSH_HD bool certify_group(wush_format format, const float* y, int n, float bound, std::uint8_t* codes,
+                           std::uint8_t* scale) {
+    if (!(bound < INFINITY)) return false;
+    switch (format) {
+        case WUSH_FORMAT_MXFP4: return certify_detail::certify_mx(y, n, bound, false, codes, scale);
+        case WUSH_FORMAT_MXFP4_OCP: return certify_detail::certify_mx(y, n, bound, true, codes, scale);
+        case WUSH_FORMAT_NVFP4: return certify_detail::certify_nvfp4(y, n, bound, codes, scale);
+        case WUSH_FORMAT_INT4: return certify_detail::certify_int4(y, n, bound, codes, scale);
+        default: break;  // formats are validated by the callers
+    }
+    return false;
+}
+
+}  // namespace wush::formats

@@ -1,0 +1,246 @@
+// The CUDA backend's kernels through the internal API (cuda::make_backend, backend::Backend,
+// PreparedLayer) against the CPU runtime: quantized codes and scales bit-equal, GEMM outputs
+// within float32 accumulation tolerance, calibration sums equal up to float64 summation order.
+// Every test is SKIPPED where no CUDA device exists (ctest label `gpu`).
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "calibration/calibrator.h"
+#include "common/error.h"
+#include "cpu/activation_quantizer.h"
+#include "cpu/gemm.h"
+#include "cuda_backend.h"
+#include "cuda_check.h"
+#include "formats/block_format.h"
+#include "formats/group_quantizer.h"
+#include "transforms/block_transform.h"
+
+namespace {
+
+using namespace wush;
+
+bool have_gpu() {
+    int n = 0;
+    const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    cudaGetLastError();
+    return ok;
+}
+
+#define REQUIRE_GPU() \
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
+
+constexpr std::size_t kDin = 256;
+const backend::HostSettings kHost{runtime::best_isa(), 1};
+const wush_format kFormats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4, WUSH_FORMAT_MXFP4_OCP};
+const TransformKind kKinds[] = {TransformKind::Identity, TransformKind::Hadamard, TransformKind::Random};
+
+template <class T>
+cuda::DeviceBuffer upload(const std::vector<T>& v) {
+    return cuda::DeviceBuffer::upload(v.data(), v.size() * sizeof(T));
+}
+
+template <class T>
+std::vector<T> download(const cuda::DeviceBuffer& b, std::size_t count) {
+    std::vector<T> v(count);
+    WUSH_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), count * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+}
+
+// Gaussian activations with a few outliers, and (every 7th token) values on E2M1 thresholds, so
+// that the float64 fallback runs too.
+std::vector<float> make_x(std::size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    std::vector<float> x(n * kDin);
+    for (float& v : x) v = gauss(rng);
+    for (std::size_t t = 0; t < n; t += 7)
+        for (std::size_t j = 0; j < kDin; ++j) x[t * kDin + j] = float(0.25 * double(1 + j % 20) / 3.0);
+    if (n > 3) x[3 * kDin + 5] = 900.0f;
+    return x;
+}
+
+std::vector<std::uint16_t> to_bf16(const std::vector<float>& x) {
+    std::vector<std::uint16_t> h(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) h[i] = bits::bf16_encode(double(x[i]));
+    return h;
+}
+
+struct Packed {
+    std::vector<std::uint8_t> codes, scales;
+};
+
+Packed cpu_quantize(const BlockTransform& t, const formats::FormatSpec& f, wush_dtype dtype, const void* x, std::size_t n) {
+    const formats::PackedSizes s = formats::packed_sizes(f, n, kDin);
+    Packed p{std::vector<std::uint8_t>(s.codes), std::vector<std::uint8_t>(s.scales)};
+    const runtime::MatrixUse use = runtime::classify_matrices(t);
+    std::vector<float> scratch(runtime::quantize_scratch_floats(t, use));
+    runtime::quantize_activations(t, use, f, dtype, x, n, p.codes, p.scales, kHost.isa, scratch);
+    return p;
+}
+
+formats::PackedMatrix make_weight(const formats::FormatSpec& f, std::size_t d_out, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    std::vector<float> w(d_out * kDin);
+    for (float& v : w) v = gauss(rng);
+    const formats::PackedSizes s = formats::packed_sizes(f, d_out, kDin);
+    std::vector<std::uint8_t> c(s.codes), sc(s.scales);
+    formats::quantize_rows(f, w, d_out, kDin, c, sc);
+    return {f.id, d_out, kDin, formats::ByteView(std::move(c)), formats::ByteView(std::move(sc))};
+}
+
+std::vector<float> cpu_gemm(const formats::PackedMatrix& w, const Packed& a, std::size_t m) {
+    std::vector<float> y(m * w.d_out);
+    std::vector<std::byte> scratch(runtime::gemm_scratch_bytes(formats::spec(w.format), m, w.d_out, w.d_in, 1));
+    runtime::gemm(kHost.isa, w, a.codes, a.scales, m, WUSH_DTYPE_F32, y.data(), scratch);
+    return y;
+}
+
+// |y_gpu - y_cpu| within float32 accumulation error (k terms, relative to the output's size);
+// an indexing or scaling bug is off by O(|y|).
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, std::size_t k, const std::string& what) {
+    double ymax = 0.0;
+    for (float v : want) ymax = std::max(ymax, double(std::fabs(v)));
+    const double tol = 4e-7 * double(k) * (1.0 + ymax);
+    for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], tol) << what << " element " << i;
+}
+
+class CudaKernels : public ::testing::Test {
+protected:
+    void SetUp() override {
+        REQUIRE_GPU();
+        be_ = cuda::make_backend(0);
+    }
+    std::unique_ptr<backend::Backend> be_;
+};
+
+TEST_F(CudaKernels, QuantizeMatchesCpuBitForBit) {
+    for (TransformKind kind : kKinds) {
+        for (wush_format format : kFormats) {
+            const formats::FormatSpec& f = formats::spec(format);
+            const BlockTransform t = build_data_free_transform({kind, 0.01, 7}, kDin, f.group);
+            const backend::TransformRef ref{t, runtime::classify_matrices(t)};
+            for (std::size_t n : {std::size_t(1), std::size_t(37), std::size_t(300)}) {
+                const std::vector<float> x = make_x(n, unsigned(n));
+                const std::vector<std::uint16_t> xb = to_bf16(x);
+                for (wush_dtype dt : {WUSH_DTYPE_F32, WUSH_DTYPE_BF16}) {
+                    const void* xh = dt == WUSH_DTYPE_F32 ? static_cast<const void*>(x.data()) : xb.data();
+                    const Packed want = cpu_quantize(t, f, dt, xh, n);
+                    const cuda::DeviceBuffer xd = dt == WUSH_DTYPE_F32 ? upload(x) : upload(xb);
+                    cuda::DeviceBuffer cd(want.codes.size()), sd(want.scales.size());
+                    be_->quantize_activations(ref, f, dt, xd.get(), n, {cd.get<std::uint8_t>(), cd.bytes()},
+                                              {sd.get<std::uint8_t>(), sd.bytes()}, kHost);
+                    const std::string what = std::string(f.name) + " kind " + std::to_string(int(kind)) + " n " +
+                                             std::to_string(n) + " dtype " + std::to_string(int(dt));
+                    EXPECT_EQ(download<std::uint8_t>(cd, cd.bytes()), want.codes) << what;
+                    EXPECT_EQ(download<std::uint8_t>(sd, sd.bytes()), want.scales) << what;
+                }
+            }
+        }
+    }
+}
+
+TEST_F(CudaKernels, NonFiniteIsReported) {
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
+    const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, kDin, f.group);
+    const backend::TransformRef ref{t, runtime::classify_matrices(t)};
+    std::vector<float> x = make_x(20, 3);
+    x[5 * kDin + 17] = NAN;
+    x[9 * kDin + 2] = INFINITY;
+    const cuda::DeviceBuffer xd = upload(x);
+    const formats::PackedSizes s = formats::packed_sizes(f, 20, kDin);
+    cuda::DeviceBuffer cd(s.codes), sd(s.scales);
+    try {
+        be_->quantize_activations(ref, f, WUSH_DTYPE_F32, xd.get(), 20, {cd.get<std::uint8_t>(), cd.bytes()},
+                                  {sd.get<std::uint8_t>(), sd.bytes()}, kHost);
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.status(), WUSH_ERR_NON_FINITE);
+        EXPECT_NE(std::string(e.what()).find("row 5, column 17"), std::string::npos) << e.what();
+    }
+    // The enqueue-only path: reported by the next synchronize, then cleared.
+    const formats::PackedMatrix w = make_weight(f, 64, 1);
+    auto layer = be_->prepare(ref, w, kHost);
+    layer->quantize(WUSH_DTYPE_F32, xd.get(), 20, {cd.get<std::uint8_t>(), cd.bytes()}, {sd.get<std::uint8_t>(), sd.bytes()},
+                    kHost);
+    EXPECT_THROW(be_->synchronize(), Error);
+    EXPECT_NO_THROW(be_->synchronize());
+}
+
+TEST_F(CudaKernels, HostPointersAreRejected) {
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_NVFP4);
+    const BlockTransform t = build_data_free_transform({TransformKind::Identity, 0.01, 7}, kDin, f.group);
+    const backend::TransformRef ref{t, runtime::classify_matrices(t)};
+    const std::vector<float> x = make_x(4, 1);
+    const formats::PackedSizes s = formats::packed_sizes(f, 4, kDin);
+    cuda::DeviceBuffer cd(s.codes), sd(s.scales);
+    try {
+        be_->quantize_activations(ref, f, WUSH_DTYPE_F32, x.data(), 4, {cd.get<std::uint8_t>(), cd.bytes()},
+                                  {sd.get<std::uint8_t>(), sd.bytes()}, kHost);
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.status(), WUSH_ERR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(e.what()).find("x is a host pointer"), std::string::npos) << e.what();
+    }
+}
+
+TEST_F(CudaKernels, GemmAndForwardMatchCpu) {
+    for (wush_format format : kFormats) {
+        const formats::FormatSpec& f = formats::spec(format);
+        const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, kDin, f.group);
+        const backend::TransformRef ref{t, runtime::classify_matrices(t)};
+        const formats::PackedMatrix w = make_weight(f, 96, 11);
+        for (std::size_t m : {std::size_t(1), std::size_t(5), std::size_t(200)}) {
+            const std::vector<float> x = make_x(m, 40 + unsigned(m));
+            const Packed a = cpu_quantize(t, f, WUSH_DTYPE_F32, x.data(), m);
+            const std::vector<float> want = cpu_gemm(w, a, m);
+            const std::string what = std::string(f.name) + " m " + std::to_string(m);
+            // wush_gemm
+            const cuda::DeviceBuffer ac = upload(a.codes), as = upload(a.scales);
+            cuda::DeviceBuffer yd(m * w.d_out * sizeof(float));
+            be_->gemm(w, {ac.get<std::uint8_t>(), ac.bytes()}, {as.get<std::uint8_t>(), as.bytes()}, m, WUSH_DTYPE_F32,
+                      yd.get(), kHost);
+            expect_close(download<float>(yd, m * w.d_out), want, kDin, what + " gemm");
+            // prepared layer: quantize + GEMM, enqueued, then synchronized
+            auto layer = be_->prepare(ref, w, kHost);
+            cuda::DeviceBuffer ws(layer->workspace_bytes(m, kHost));
+            const cuda::DeviceBuffer xd = upload(x);
+            layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, yd.get(), {ws.get<std::byte>(), ws.bytes()}, kHost);
+            be_->synchronize();
+            expect_close(download<float>(yd, m * w.d_out), want, kDin, what + " forward");
+            // BF16 output: the F32 result rounded once
+            cuda::DeviceBuffer yb(m * w.d_out * 2);
+            layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_BF16, yb.get(), {ws.get<std::byte>(), ws.bytes()}, kHost);
+            be_->synchronize();
+            const std::vector<std::uint16_t> got = download<std::uint16_t>(yb, m * w.d_out);
+            for (std::size_t i = 0; i < got.size(); ++i)
+                ASSERT_NEAR(bits::bf16_decode(got[i]), want[i], 1e-2 * (1.0 + std::fabs(want[i]))) << what << " bf16 " << i;
+        }
+    }
+}
+
+TEST_F(CudaKernels, CalibrationMatchesCpu) {
+    for (MomentMode mode : {MomentMode::BlockDiagonal, MomentMode::Full}) {
+        const std::vector<float> x = make_x(333, 5);
+        Calibrator cpu(kDin, 32, mode), gpu(kDin, 32, mode);
+        cpu.add(WUSH_DTYPE_F32, x.data(), 333);
+        const cuda::DeviceBuffer xd = upload(x);
+        be_->calibrate(gpu, WUSH_DTYPE_F32, xd.get(), 333, kHost);
+        ASSERT_EQ(gpu.tokens(), cpu.tokens());
+        for (std::size_t b = 0; b < cpu.blocks(); ++b) {
+            const std::vector<double> a = cpu.second_moment(b), g = gpu.second_moment(b);
+            for (std::size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(g[i], a[i], 1e-12 * (1.0 + std::fabs(a[i]))) << b << " " << i;
+        }
+    }
+}
+
+}  // namespace
