@@ -60,7 +60,7 @@ fi
 # index, which CI cannot reach); they import on a CPU-only machine but need their nvidia-* wheels
 # (about 3 GB in all): `--no-deps` leaves a torch that fails to import (libcudart.so.12 missing).
 tvenv=${WUSH_TORCH_VENV:-$root/.devdeps/venv-torch}
-tpkgs=("numpy>=1.24,<3" "safetensors>=0.4,<1" "torch>=2.8,<2.10" "transformers>=4.56,<5" "tokenizers"
+tpkgs=("numpy>=1.24,<3" "safetensors>=0.4,<1" "torch>=2.8,<2.10" "transformers>=4.56,<6" "tokenizers"
        "fp-quant==0.3.2" "scipy" "scikit-build-core>=0.8" "tqdm")
 if ! "$tvenv/bin/python3" -c 'import numpy, safetensors.torch, torch, transformers, tokenizers, fp_quant, scikit_build_core' >/dev/null 2>&1; then
   echo "install-deps: installing ${tpkgs[*]} into $tvenv (torch brings about 3 GB of nvidia-* wheels)" >&2
