@@ -14,11 +14,13 @@
 - `eval-model` perplexity through the checkpoint; calibration memory does not grow with tokens.
 Needs torch, transformers, safetensors, fp-quant (scripts/install-deps.sh). Exit 1 on failure.
 """
+import atexit
 import contextlib
 import io
 import json
 import os
 import pathlib
+import shutil
 import sys
 import tempfile
 import unittest
@@ -45,6 +47,7 @@ from tiny_model import make_text, make_tiny_llama  # noqa: E402
 
 torch.set_num_threads(2)
 TMP = tempfile.mkdtemp(prefix="wush-pymodel-")
+atexit.register(shutil.rmtree, TMP, ignore_errors=True)
 MODEL = make_tiny_llama(os.path.join(TMP, "tiny"))
 CALIB, HELD = os.path.join(TMP, "calib.txt"), os.path.join(TMP, "held.txt")
 open(CALIB, "w").write(make_text(6000, 1))
