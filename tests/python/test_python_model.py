@@ -211,6 +211,30 @@ class ModelFlow(unittest.TestCase):
                 local = k[len(n) + 1:]
                 self.assertIn(local, sd, k)
                 self.assertEqual(tuple(sd[local].shape), tuple(t[k].shape), k)
+        # The consumer's pseudo-quantized forward (fp_quant's Triton MXFP4 abs_max kernel,
+        # emulated in torch: group scale 2^floor(log2 amax) / 3, E2M1 by strict ">" thresholds,
+        # i.e. ties toward zero), times the bf16 dqweight, equals libwush's runtime on the same
+        # inputs up to the bf16 rounding of dqweight (2^-9 relative) and the odd tie.
+        model = base_model()
+        names = wt.load_quantized_layers(model, os.path.join(out, "wush_checkpoint.safetensors"))
+        x = torch.randn(128, model.get_submodule(names[0]).in_features)
+        for n in names:
+            ql = model.get_submodule(n)
+            if ql.in_features != x.shape[1]:
+                continue
+            m = t[n + ".forward_hadamard_matrix"].float()
+            xh = (x.reshape(-1, 32) @ m).reshape(-1, 32)
+            amax = xh.abs().amax(-1, keepdim=True)
+            se = torch.exp2(torch.floor(torch.log2(amax)) - 2) / 0.75
+            a = (xh / se).abs()
+            levels = torch.zeros_like(a)
+            for thr, val in ((0.25, 0.5), (0.75, 1), (1.25, 1.5), (1.75, 2), (2.5, 3), (3.5, 4), (5, 6)):
+                levels = torch.where(a > thr, torch.tensor(float(val)), levels)
+            xdq = (levels * torch.sign(xh) * se).reshape(x.shape)
+            want = xdq @ t[n + ".dqweight"].float().T
+            got = ql(x)
+            rel = ((got - want).norm() / want.norm()).item()
+            self.assertLess(rel, 4e-3, f"{n}: pseudo forward vs runtime {rel:.2e}")
         # WUSH: per-block matrices (G, d_in) do not fit released fp-quant's (G, G) buffer.
         out_w = os.path.join(TMP, "wush-mxfp4")
         run_cli("quantize-model", MODEL, "--calib", CALIB, "--format", "mxfp4", "--transform", "wush",
