@@ -51,3 +51,26 @@ if ! "$venv/bin/python3" -c 'import numpy, safetensors.numpy' >/dev/null 2>&1; t
   "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check "${pypkgs[@]}"
   "$venv/bin/python3" -c 'import numpy, safetensors.numpy'
 fi
+
+# The Python package's model tests (tests/python/test_python_model.py, test_python_install.py):
+# torch, transformers and the FP-Quant consumer `fp-quant` from PyPI, plus scikit-build-core for
+# the offline `pip install ./python` test. A separate venv ($WUSH_TORCH_VENV, default
+# .devdeps/venv-torch) so the numpy-only tests above never depend on it.
+# PyPI has only CUDA builds of torch for Linux x86_64 (the CPU-only wheels live on PyTorch's own
+# index, which CI cannot reach); they import on a CPU-only machine but need their nvidia-* wheels
+# (about 3 GB in all): `--no-deps` leaves a torch that fails to import (libcudart.so.12 missing).
+tvenv=${WUSH_TORCH_VENV:-$root/.devdeps/venv-torch}
+tpkgs=("numpy>=1.24,<3" "safetensors>=0.4,<1" "torch>=2.8,<2.10" "transformers>=4.56,<6" "tokenizers"
+       "fp-quant==0.3.2" "scipy" "scikit-build-core>=0.8" "tqdm")
+if ! "$tvenv/bin/python3" -c 'import numpy, safetensors.torch, torch, transformers, tokenizers, fp_quant, scikit_build_core' >/dev/null 2>&1; then
+  echo "install-deps: installing ${tpkgs[*]} into $tvenv (torch brings about 3 GB of nvidia-* wheels)" >&2
+  py=/usr/bin/python3; [ -x "$py" ] || py=$(command -v python3)
+  if [ -e "$tvenv" ] && [ ! -f "$tvenv/pyvenv.cfg" ]; then
+    echo "install-deps: $tvenv exists and is not a Python venv; set WUSH_TORCH_VENV elsewhere" >&2
+    exit 1
+  fi
+  mkdir -p "$(dirname "$tvenv")"
+  [ -f "$tvenv/pyvenv.cfg" ] || "$py" -m venv "$tvenv"
+  "$tvenv/bin/python3" -m pip install --quiet --disable-pip-version-check "${tpkgs[@]}"
+  "$tvenv/bin/python3" -c 'import numpy, safetensors.torch, torch, transformers, tokenizers, fp_quant, scikit_build_core'
+fi

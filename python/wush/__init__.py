@@ -1,0 +1,23 @@
+"""libwush from Python: WUSH block transforms and 4-bit (MXFP4/NVFP4/INT4) quantization.
+
+Bindings over the C API (include/wush/wush.h) with ctypes; the declarations are generated from
+the header. See docs/PYTHON.md. Model-level helpers that need torch live in :mod:`wush.torch`
+(import it explicitly) and :func:`quantize_model`.
+"""
+
+from ._core import (Backend, Calibrator, Checkpoint, Context, CpuIsa, DType, Format, Linear, Method,
+                    MomentMode, Options, QWeight, Status, Transform, TransformKind, WushError,
+                    default_context, dequantize_rows, format_group_size, layer_loss, layer_quantize,
+                    quantize_rows, version)
+
+__all__ = ["Backend", "Calibrator", "Checkpoint", "Context", "CpuIsa", "DType", "Format", "Linear", "Method",
+           "MomentMode", "Options", "QWeight", "Status", "Transform", "TransformKind", "WushError",
+           "default_context", "dequantize_rows", "format_group_size", "layer_loss", "layer_quantize",
+           "quantize_rows", "version", "quantize_model"]
+__version__ = "0.1.0"
+
+
+def quantize_model(*args, **kwargs):  # noqa: D401 - thin lazy forwarder, torch is optional
+    """See :func:`wush.torch.quantize_model` (imports torch)."""
+    from .torch import quantize_model as _qm
+    return _qm(*args, **kwargs)

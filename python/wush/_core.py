@@ -1,0 +1,462 @@
+"""Pythonic wrappers over the C API: errors, enums, handles, numpy/torch buffers."""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import weakref
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _ffi
+from ._ffi_table import ENUMS
+
+c_size_p = ctypes.POINTER(ctypes.c_size_t)
+
+
+def _enum(cname: str, prefix: str) -> Any:
+    # Members come from the header (through the generated table): FORMAT_MXFP4 -> Format.MXFP4.
+    return enum.IntEnum(cname, {k[len(prefix):]: v for k, v in ENUMS[cname].items()})
+
+
+Status = _enum("wush_status", "WUSH_")
+DType = _enum("wush_dtype", "WUSH_DTYPE_")
+Format = _enum("wush_format", "WUSH_FORMAT_")
+Backend = _enum("wush_backend", "WUSH_BACKEND_")
+TransformKind = _enum("wush_transform_kind", "WUSH_TRANSFORM_")
+Method = _enum("wush_method", "WUSH_METHOD_")
+MomentMode = _enum("wush_moment_mode", "WUSH_MOMENTS_")
+Option = _enum("wush_option", "WUSH_OPTION_")
+CpuIsa = _enum("wush_cpu_isa", "WUSH_CPU_ISA_")
+ContextParameter = _enum("wush_context_parameter", "WUSH_CONTEXT_")
+
+
+class WushError(RuntimeError):
+    """A libwush call failed. ``status`` is the :class:`Status`, ``status_name`` its C name
+    (e.g. ``"WUSH_ERR_INVALID_ARGUMENT"``), ``message`` the text of ``wush_last_error()``."""
+
+    def __init__(self, function: str, status: int, message: str):
+        try:
+            self.status: Any = Status(status)
+            self.status_name = "WUSH_" + self.status.name
+        except ValueError:
+            self.status, self.status_name = status, f"status {status}"
+        self.function, self.message = function, message
+        super().__init__(f"{function}: {self.status_name}: {message}")
+
+
+def _check(function: str, status: int) -> None:
+    if status != 0:
+        msg = _ffi.lib().wush_last_error()
+        raise WushError(function, status, msg.decode("utf-8", "replace") if msg else "")
+
+
+def _call(name: str, *args: Any) -> None:
+    _check(name, getattr(_ffi.lib(), name)(*args))
+
+
+def version() -> str:
+    """The library's version string (``wush_version_string``)."""
+    return _ffi.lib().wush_version_string().decode()
+
+
+def _as_enum(cls: Any, v: Union[str, int]) -> Any:
+    if isinstance(v, str):
+        return cls[v.upper().replace("-", "_")]
+    return cls(v)
+
+
+def parse_format(v: Union[str, int, Any]) -> Any:
+    return _as_enum(Format, v)
+
+
+def parse_transform(v: Union[str, int, Any]) -> Any:
+    return _as_enum(TransformKind, v)
+
+
+def parse_method(v: Union[str, int, Any]) -> Any:
+    return _as_enum(Method, v)
+
+
+# ----------------------------------------------------------------------------------------------
+# Buffers: numpy arrays and torch tensors, passed by pointer without copies where possible.
+# ----------------------------------------------------------------------------------------------
+
+class _Buf:
+    """A read-only view of a 2-D host array: pointer, dtype code, rows, cols; keeps the owner."""
+
+    def __init__(self, x: Any, name: str = "x"):
+        self.owner = x
+        if type(x).__module__.startswith("torch"):
+            import torch
+            t = x.detach()
+            if t.device.type != "cpu":
+                t = t.cpu()
+            if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+                t = t.float()
+            t = t.contiguous()  # no copy when already contiguous
+            self.owner = t
+            self.dtype = {torch.float32: DType.F32, torch.float16: DType.F16, torch.bfloat16: DType.BF16}[t.dtype]
+            self.ptr = t.data_ptr()
+            shape = tuple(t.shape)
+        else:
+            a = np.asarray(x)
+            if a.dtype == np.float16:
+                self.dtype = DType.F16
+            else:
+                if a.dtype != np.float32:
+                    a = a.astype(np.float32)
+                self.dtype = DType.F32
+            a = np.ascontiguousarray(a)
+            self.owner = a
+            self.ptr = a.ctypes.data
+            shape = a.shape
+        if len(shape) == 1:
+            shape = (1, shape[0])
+        if len(shape) < 2:
+            raise ValueError(f"{name} must have at least one dimension")
+        rows = 1
+        for s in shape[:-1]:
+            rows *= int(s)
+        self.rows, self.cols = rows, int(shape[-1])
+
+
+def _f64ptr(a: np.ndarray) -> Any:
+    return a.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
+
+
+def _f32ptr(a: np.ndarray) -> Any:
+    return a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+
+
+class _Handle:
+    """Owns one C handle; released by close(), the context manager, or the finalizer."""
+
+    _destroy = ""
+
+    def __init__(self, ptr: int):
+        self._ptr = ctypes.c_void_p(ptr)
+        self._finalizer = weakref.finalize(self, getattr(_ffi.lib(), self._destroy), self._ptr)
+
+    @property
+    def ptr(self) -> ctypes.c_void_p:
+        if not self._finalizer.alive:
+            raise ValueError(f"{type(self).__name__} is closed")
+        return self._ptr
+
+    def close(self) -> None:
+        """Releases the handle now (idempotent)."""
+        self._finalizer()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _new(fn: str, *args: Any) -> int:
+    out = ctypes.c_void_p()
+    _call(fn, *args, ctypes.byref(out))
+    return out.value
+
+
+class Context(_Handle):
+    """An execution context (``wush_context``). ``threads=0`` uses OpenMP's default."""
+
+    _destroy = "wush_context_destroy"
+
+    def __init__(self, backend: Union[str, int] = "cpu", device: int = 0, threads: Optional[int] = None):
+        super().__init__(_new("wush_context_create", int(_as_enum(Backend, backend)), device))
+        if threads is not None:
+            _call("wush_context_set_parameter", self.ptr, int(ContextParameter.NUM_THREADS), int(threads))
+
+    @property
+    def cpu_isa(self) -> str:
+        v = ctypes.c_int()
+        _call("wush_context_cpu_isa", self.ptr, ctypes.byref(v))
+        return _ffi.lib().wush_cpu_isa_name(v.value).decode()
+
+
+_default_ctx: Optional[Context] = None
+
+
+def default_context() -> Context:
+    """A process-wide CPU context, created on first use."""
+    global _default_ctx
+    if _default_ctx is None:
+        _default_ctx = Context("cpu")
+    return _default_ctx
+
+
+class Options(_Handle):
+    """Options of the long operations: damping, seed, transform dtype."""
+
+    _destroy = "wush_options_destroy"
+
+    def __init__(self, damping: Optional[float] = None, seed: Optional[int] = None,
+                 transform_dtype: Optional[Union[str, int]] = None):
+        super().__init__(_new("wush_options_create"))
+        if damping is not None:
+            _call("wush_options_set_double", self.ptr, int(Option.DAMPING), float(damping))
+        if seed is not None:
+            _call("wush_options_set_int", self.ptr, int(Option.SEED), int(seed))
+        if transform_dtype is not None:
+            _call("wush_options_set_int", self.ptr, int(Option.TRANSFORM_DTYPE),
+                  int(_as_enum(DType, transform_dtype)))
+
+
+def format_group_size(fmt: Union[str, int]) -> int:
+    g = ctypes.c_size_t()
+    _call("wush_format_group_size", int(parse_format(fmt)), ctypes.byref(g))
+    return g.value
+
+
+def _buffer_sizes(fmt: Any, rows: int, cols: int) -> Tuple[int, int]:
+    cb, sb = ctypes.c_size_t(), ctypes.c_size_t()
+    _call("wush_format_buffer_sizes", int(fmt), rows, cols, ctypes.byref(cb), ctypes.byref(sb))
+    return cb.value, sb.value
+
+
+def quantize_rows(x: Any, fmt: Union[str, int] = "mxfp4", ctx: Optional[Context] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """Quantizes the rows of ``x`` (numpy or torch, f32/f16/bf16, last dim = d_in): returns
+    (codes uint8 (rows, d_in/2), scales uint8 (rows, bytes of d_in/G scales))."""
+    ctx = ctx or default_context()
+    f = parse_format(fmt)
+    b = _Buf(x)
+    cb, sb = _buffer_sizes(f, b.rows, b.cols)
+    codes = np.empty((b.rows, cb // max(b.rows, 1)), np.uint8)
+    scales = np.empty((b.rows, sb // max(b.rows, 1)), np.uint8)
+    _call("wush_quantize_rows", ctx.ptr, int(f), int(b.dtype), ctypes.c_void_p(b.ptr), b.rows, b.cols,
+          codes.ctypes.data, cb, scales.ctypes.data, sb)
+    return codes, scales
+
+
+def dequantize_rows(codes: np.ndarray, scales: np.ndarray, d_in: int, fmt: Union[str, int] = "mxfp4",
+                    ctx: Optional[Context] = None) -> np.ndarray:
+    """Decodes codes + scales from :func:`quantize_rows` into a float32 (rows, d_in) array."""
+    ctx = ctx or default_context()
+    f = parse_format(fmt)
+    codes = np.ascontiguousarray(codes, np.uint8)
+    scales = np.ascontiguousarray(scales, np.uint8)
+    rows = codes.size * 2 // d_in
+    y = np.empty((rows, d_in), np.float32)
+    _call("wush_dequantize_rows", ctx.ptr, int(f), codes.ctypes.data, codes.nbytes, scales.ctypes.data,
+          scales.nbytes, rows, d_in, _f32ptr(y), y.size)
+    return y
+
+
+class Calibrator(_Handle):
+    """Streaming float64 second moments of a layer's inputs (``wush_calibrator``). Memory is
+    d_in*G doubles (block-diagonal) or d_in^2 (full, needed by GPTQ), whatever the token count."""
+
+    _destroy = "wush_calibrator_destroy"
+
+    def __init__(self, d_in: int, group_size: int = 32, mode: Union[str, int] = "block_diagonal"):
+        self.d_in, self.group_size = int(d_in), int(group_size)
+        self.mode = _as_enum(MomentMode, mode)
+        super().__init__(_new("wush_calibrator_create", self.d_in, self.group_size, int(self.mode)))
+
+    def add(self, x: Any, ctx: Optional[Context] = None) -> None:
+        """Adds activations (numpy/torch, ``(..., d_in)``); a torch CPU tensor is read in place."""
+        b = _Buf(x)
+        if b.cols != self.d_in:
+            raise ValueError(f"activations have width {b.cols}, calibrator expects {self.d_in}")
+        if b.rows == 0:
+            return
+        _call("wush_calibrator_add", (ctx or default_context()).ptr, self.ptr, int(b.dtype),
+              ctypes.c_void_p(b.ptr), b.rows)
+
+    def merge(self, other: "Calibrator") -> None:
+        _call("wush_calibrator_merge", self.ptr, other.ptr)
+
+    @property
+    def token_count(self) -> int:
+        n = ctypes.c_uint64()
+        _call("wush_calibrator_token_count", self.ptr, ctypes.byref(n))
+        return n.value
+
+    def second_moment(self, block: int) -> np.ndarray:
+        """M_X of diagonal block ``block``: (G, G) float64."""
+        m = np.empty((self.group_size, self.group_size), np.float64)
+        _call("wush_calibrator_second_moment", self.ptr, block, _f64ptr(m), m.size)
+        return m
+
+    def export_state(self) -> np.ndarray:
+        n = ctypes.c_size_t()
+        _call("wush_calibrator_state_size", self.ptr, ctypes.byref(n))
+        s = np.empty(n.value, np.float64)
+        _call("wush_calibrator_export_state", self.ptr, _f64ptr(s), s.size)
+        return s
+
+    def import_state(self, state: np.ndarray) -> None:
+        s = np.ascontiguousarray(state, np.float64)
+        _call("wush_calibrator_import_state", self.ptr, _f64ptr(s), s.size)
+
+
+class Transform(_Handle):
+    """Per-block transforms of one layer (``wush_transform``)."""
+
+    _destroy = "wush_transform_destroy"
+
+    @classmethod
+    def fixed(cls, kind: Union[str, int], d_in: int, group_size: int, options: Optional[Options] = None) -> "Transform":
+        return cls(_new("wush_transform_create_fixed", int(parse_transform(kind)), d_in, group_size,
+                        options.ptr if options else None))
+
+    @classmethod
+    def build(cls, calibrator: Calibrator, weight: Any, kind: Union[str, int] = "wush",
+              options: Optional[Options] = None, ctx: Optional[Context] = None) -> "Transform":
+        b = _Buf(weight, "weight")
+        return cls(_new("wush_transform_build", (ctx or default_context()).ptr, calibrator.ptr, int(b.dtype),
+                        ctypes.c_void_p(b.ptr), b.rows, b.cols, int(parse_transform(kind)),
+                        options.ptr if options else None))
+
+    def info(self) -> Tuple[Any, int, int]:
+        """(kind, d_in, group_size)."""
+        k, d, g = ctypes.c_int(), ctypes.c_size_t(), ctypes.c_size_t()
+        _call("wush_transform_info", self.ptr, ctypes.byref(k), ctypes.byref(d), ctypes.byref(g))
+        return TransformKind(k.value), d.value, g.value
+
+    def matrices(self) -> np.ndarray:
+        """Activation-side matrices T_b: (d_in/G, G, G) float32."""
+        _, d, g = self.info()
+        out = np.empty((d // g, g, g), np.float32)
+        _call("wush_transform_matrices", self.ptr, _f32ptr(out), out.size)
+        return out
+
+    def fallback_blocks(self) -> List[int]:
+        n = ctypes.c_size_t()
+        _call("wush_transform_fallback_blocks", self.ptr, ctypes.byref(n), None, 0)
+        arr = (ctypes.c_size_t * max(n.value, 1))()
+        _call("wush_transform_fallback_blocks", self.ptr, ctypes.byref(n), arr, n.value)
+        return list(arr[: n.value])
+
+
+class QWeight(_Handle):
+    """A pre-quantized weight (``wush_qweight``)."""
+
+    _destroy = "wush_qweight_destroy"
+
+    @classmethod
+    def create(cls, transform: Transform, weight: Any, fmt: Union[str, int] = "mxfp4",
+               options: Optional[Options] = None, ctx: Optional[Context] = None) -> "QWeight":
+        """RTN quantization of ``weight`` (d_out, d_in) after the weight-side transform."""
+        b = _Buf(weight, "weight")
+        return cls(_new("wush_qweight_create", (ctx or default_context()).ptr, transform.ptr,
+                        int(parse_format(fmt)), int(Method.RTN), int(b.dtype), ctypes.c_void_p(b.ptr),
+                        b.rows, b.cols, options.ptr if options else None))
+
+    def info(self) -> Tuple[Any, Any, int, int]:
+        """(format, method, d_out, d_in)."""
+        f, m, o, i = ctypes.c_int(), ctypes.c_int(), ctypes.c_size_t(), ctypes.c_size_t()
+        _call("wush_qweight_info", self.ptr, ctypes.byref(f), ctypes.byref(m), ctypes.byref(o), ctypes.byref(i))
+        return Format(f.value), Method(m.value), o.value, i.value
+
+    def data(self) -> Tuple[np.ndarray, np.ndarray]:
+        """Copies of (codes (d_out, d_in/2) uint8, scales (d_out, -1) uint8)."""
+        _, _, o, _ = self.info()
+        c, s = ctypes.c_void_p(), ctypes.c_void_p()
+        cb, sb = ctypes.c_size_t(), ctypes.c_size_t()
+        _call("wush_qweight_data", self.ptr, ctypes.byref(c), ctypes.byref(cb), ctypes.byref(s), ctypes.byref(sb))
+        codes = np.frombuffer((ctypes.c_uint8 * cb.value).from_address(c.value), np.uint8).copy()
+        scales = np.frombuffer((ctypes.c_uint8 * sb.value).from_address(s.value), np.uint8).copy()
+        return codes.reshape(o, -1), scales.reshape(o, -1)
+
+    def dequantize(self, ctx: Optional[Context] = None) -> np.ndarray:
+        """The dequantized transformed weight q(T_xvsh W): (d_out, d_in) float32."""
+        f, _, _, d_in = self.info()
+        codes, scales = self.data()
+        return dequantize_rows(codes, scales, d_in, f, ctx)
+
+
+def layer_quantize(calibrator: Calibrator, weight: Any, kind: Union[str, int] = "wush",
+                   fmt: Union[str, int] = "mxfp4", method: Union[str, int] = "rtn",
+                   options: Optional[Options] = None, ctx: Optional[Context] = None) -> Tuple[Transform, QWeight]:
+    """Transform + pre-quantized weight of one layer in one call (RTN, or GPTQ with a full-mode
+    calibrator): ``wush_layer_quantize``."""
+    b = _Buf(weight, "weight")
+    t, q = ctypes.c_void_p(), ctypes.c_void_p()
+    _call("wush_layer_quantize", (ctx or default_context()).ptr, calibrator.ptr, int(parse_transform(kind)),
+          int(parse_format(fmt)), int(parse_method(method)), int(b.dtype), ctypes.c_void_p(b.ptr), b.rows,
+          b.cols, options.ptr if options else None, ctypes.byref(t), ctypes.byref(q))
+    return Transform(t.value), QWeight(q.value)
+
+
+def layer_loss(transform: Transform, qweight: QWeight, weight: Any, x: Any, runtime: bool = False,
+               ctx: Optional[Context] = None) -> float:
+    """Layerwise loss ||Y_q - Y||^2 / (d_out n) on held-out activations ``x``."""
+    w, a = _Buf(weight, "weight"), _Buf(x)
+    out = ctypes.c_double()
+    _call("wush_layer_loss_runtime" if runtime else "wush_layer_loss", (ctx or default_context()).ptr,
+          transform.ptr, qweight.ptr, int(w.dtype), ctypes.c_void_p(w.ptr), int(a.dtype), ctypes.c_void_p(a.ptr),
+          a.rows, ctypes.byref(out))
+    return out.value
+
+
+class Linear:
+    """A quantized linear layer run by the CPU runtime (``wush_linear_forward``): y = x W^T
+    with activations transformed and quantized on the fly. Bias is not applied here."""
+
+    def __init__(self, transform: Transform, qweight: QWeight, ctx: Optional[Context] = None):
+        self.transform, self.qweight = transform, qweight
+        self.ctx = ctx or default_context()
+        _, _, self.d_out, self.d_in = qweight.info()
+        self._ws = np.empty(0, np.uint8)
+
+    def __call__(self, x: Any, out_dtype: str = "f32") -> Any:
+        b = _Buf(x)
+        if b.cols != self.d_in:
+            raise ValueError(f"input width {b.cols} != d_in {self.d_in}")
+        need = ctypes.c_size_t()
+        _call("wush_linear_forward_workspace_size", self.ctx.ptr, self.transform.ptr, self.qweight.ptr, b.rows,
+              ctypes.byref(need))
+        if self._ws.size < need.value:
+            self._ws = np.empty(need.value, np.uint8)  # grown once for the largest batch seen
+        y = np.empty((b.rows, self.d_out), np.float32)
+        _call("wush_linear_forward", self.ctx.ptr, self.transform.ptr, self.qweight.ptr, int(b.dtype),
+              ctypes.c_void_p(b.ptr), b.rows, int(DType.F32), y.ctypes.data, y.size, self._ws.ctypes.data,
+              self._ws.size)
+        return y
+
+
+class Checkpoint(_Handle):
+    """A libwush checkpoint: ``Checkpoint()`` to write, ``Checkpoint.open(path)`` to read."""
+
+    _destroy = "wush_checkpoint_destroy"
+
+    def __init__(self, _ptr: Optional[int] = None):
+        super().__init__(_ptr if _ptr is not None else _new("wush_checkpoint_create"))
+        self._refs: List[Any] = []  # the C checkpoint references added objects until written
+
+    @classmethod
+    def open(cls, path: str) -> "Checkpoint":
+        return cls(_new("wush_checkpoint_open", str(path).encode()))
+
+    def add_layer(self, name: str, transform: Transform, qweight: QWeight) -> None:
+        _call("wush_checkpoint_add_layer", self.ptr, name.encode(), transform.ptr, qweight.ptr)
+        self._refs.append((transform, qweight))
+
+    def write(self, path: str, options: Optional[Options] = None) -> None:
+        _call("wush_checkpoint_write", self.ptr, str(path).encode(), options.ptr if options else None)
+
+    def layer_names(self) -> List[str]:
+        n = ctypes.c_size_t()
+        _call("wush_checkpoint_layer_count", self.ptr, ctypes.byref(n))
+        names = []
+        for i in range(n.value):
+            s = ctypes.c_char_p()
+            _call("wush_checkpoint_layer_name", self.ptr, i, ctypes.byref(s))
+            names.append(s.value.decode())
+        return names
+
+    def load_layer(self, name: str) -> Tuple[Transform, QWeight]:
+        t, q = ctypes.c_void_p(), ctypes.c_void_p()
+        _call("wush_checkpoint_load_layer", self.ptr, name.encode(), ctypes.byref(t), ctypes.byref(q))
+        return Transform(t.value), QWeight(q.value)
+
+    def export_fp_quant(self, path: str, config_path: Optional[str] = None, options: Optional[Options] = None) -> None:
+        """``wush_checkpoint_export_fp_quant`` (an opened checkpoint only)."""
+        _call("wush_checkpoint_export_fp_quant", self.ptr, str(path).encode(),
+              str(config_path).encode() if config_path else None, options.ptr if options else None)

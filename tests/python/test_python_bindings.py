@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""The `wush` Python package (python/wush) over the built library, numpy only.
+
+Oracles are independent of the bindings: interop_common's numpy re-implementation of the
+format rules (codes and scale bytes), numpy moments, and numpy products.
+"""
+import gc
+import os
+import pathlib
+import sys
+import unittest
+
+here = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(here.parents[1] / "python"))
+sys.path.insert(0, str(here))
+import numpy as np  # noqa: E402
+
+LIB = None
+for i, a in enumerate(sys.argv):
+    if a == "--library":
+        LIB = sys.argv[i + 1]
+        del sys.argv[i:i + 2]
+        break
+if LIB is None:
+    sys.exit("usage: test_python_bindings.py --library PATH/libwush.so")
+os.environ["WUSH_LIBRARY"] = LIB
+
+import wush  # noqa: E402
+from interop_common import decode_reference, pack_nibbles, quantize_reference  # noqa: E402
+
+
+class Bindings(unittest.TestCase):
+    def test_quantize_rows_matches_reference(self):
+        rng = np.random.default_rng(1)
+        x = (rng.standard_normal((8, 128)) * np.exp(rng.standard_normal((8, 1)))).astype(np.float32)
+        for fmt in ("mxfp4", "nvfp4", "int4"):
+            codes, scales = wush.quantize_rows(x, fmt)
+            rc, rs = quantize_reference(fmt, x)
+            np.testing.assert_array_equal(codes, pack_nibbles(rc).reshape(codes.shape), err_msg=fmt)
+            np.testing.assert_array_equal(scales.reshape(-1), rs.reshape(-1).astype(np.uint8), err_msg=fmt)
+            y = wush.dequantize_rows(codes, scales, 128, fmt)
+            np.testing.assert_allclose(y, decode_reference(fmt, codes, scales, 128), rtol=1e-6, err_msg=fmt)
+
+    def test_float16_input_reads_in_place(self):
+        x = np.random.default_rng(2).standard_normal((4, 64)).astype(np.float16)
+        c16, s16 = wush.quantize_rows(x, "mxfp4")
+        c32, s32 = wush.quantize_rows(x.astype(np.float32), "mxfp4")
+        np.testing.assert_array_equal(c16, c32)
+        np.testing.assert_array_equal(s16, s32)
+
+    def test_errors_carry_status_and_message(self):
+        with self.assertRaises(wush.WushError) as cm:
+            wush.Calibrator(63, 32)
+        e = cm.exception
+        self.assertEqual(e.status, wush.Status.ERR_INVALID_ARGUMENT)
+        self.assertEqual(e.status_name, "WUSH_ERR_INVALID_ARGUMENT")
+        self.assertIn("d_in", e.message)  # the text of wush_last_error()
+        with self.assertRaises(wush.WushError) as cm:
+            wush.quantize_rows(np.array([[np.nan] * 32], np.float32))
+        self.assertEqual(cm.exception.status_name, "WUSH_ERR_NON_FINITE")
+        with self.assertRaises(wush.WushError) as cm:
+            wush.Checkpoint.open("/nonexistent/dir/x.safetensors")
+        self.assertEqual(cm.exception.status_name, "WUSH_ERR_IO")
+
+    def test_handles_close(self):
+        with wush.Calibrator(64, 32) as c:
+            c.add(np.ones((2, 64), np.float32))
+        with self.assertRaises(ValueError):
+            c.token_count  # closed handle: a Python error, never a dangling pointer
+        c.close()  # idempotent
+        for _ in range(100):  # finalizers release what is dropped without close()
+            wush.Transform.fixed("hadamard", 64, 32)
+        gc.collect()
+
+    def test_calibrator_moments(self):
+        rng = np.random.default_rng(3)
+        x = rng.standard_normal((300, 64)).astype(np.float32)
+        c = wush.Calibrator(64, 32, "full")
+        c.add(x[:100])
+        d = wush.Calibrator(64, 32, "full")
+        d.add(x[100:])
+        c.merge(d)
+        self.assertEqual(c.token_count, 300)
+        xd = x.astype(np.float64)
+        np.testing.assert_allclose(c.second_moment(1), xd[:, 32:].T @ xd[:, 32:] / 300, rtol=1e-10, atol=1e-12)
+        e = wush.Calibrator(64, 32, "full")
+        e.import_state(c.export_state())
+        np.testing.assert_array_equal(e.second_moment(0), c.second_moment(0))
+
+    def test_linear_forward_equals_dequantized_product(self):
+        rng = np.random.default_rng(4)
+        w = rng.standard_normal((48, 128)).astype(np.float32)
+        x = rng.standard_normal((256, 128)).astype(np.float32)
+        for method in ("rtn", "gptq"):
+            cal = wush.Calibrator(128, 32, "full")
+            cal.add(x)
+            t, q = wush.layer_quantize(cal, w, "wush", "mxfp4", method, wush.Options(transform_dtype="bf16"))
+            self.assertEqual(q.info()[1].name, method.upper())
+            # Oracle: activations transformed by the matrices, quantized by the numpy rules,
+            # times the dequantized weight codes.
+            tm = t.matrices().astype(np.float64)
+            xt = np.concatenate([x[:, 32 * b:32 * b + 32].astype(np.float64) @ tm[b].T for b in range(4)], axis=1)
+            xc, xs = quantize_reference("mxfp4", xt)
+            xdq = decode_reference("mxfp4", pack_nibbles(xc).reshape(256, 64), xs, 128)
+            want = xdq @ q.dequantize().astype(np.float64).T
+            got = wush.Linear(t, q)(x)
+            err = np.linalg.norm(got - want) / np.linalg.norm(want)
+            self.assertLess(err, 1e-5, method)
+            # and it approximates the unquantized layer (W4A4 error, not garbage)
+            rel = np.linalg.norm(got - x @ w.T) / np.linalg.norm(x @ w.T)
+            self.assertLess(rel, 0.35, method)
+
+    def test_checkpoint_roundtrip(self):
+        import tempfile
+        rng = np.random.default_rng(5)
+        w = rng.standard_normal((32, 64)).astype(np.float32)
+        t = wush.Transform.fixed("hadamard", 64, 16)
+        q = wush.QWeight.create(t, w, "nvfp4")
+        with tempfile.TemporaryDirectory() as d:
+            ck = wush.Checkpoint()
+            ck.add_layer("model.layers.0.mlp.down_proj", t, q)
+            ck.write(os.path.join(d, "ck.safetensors"))
+            with wush.Checkpoint.open(os.path.join(d, "ck.safetensors")) as rd:
+                self.assertEqual(rd.layer_names(), ["model.layers.0.mlp.down_proj"])
+                t2, q2 = rd.load_layer("model.layers.0.mlp.down_proj")
+                for a, b in zip(q.data(), q2.data()):
+                    np.testing.assert_array_equal(a, b)
+                with self.assertRaises(wush.WushError) as cm:
+                    rd.load_layer("nope")
+                self.assertEqual(cm.exception.status_name, "WUSH_ERR_NOT_FOUND")
+
+
+if __name__ == "__main__":
+    unittest.main()
