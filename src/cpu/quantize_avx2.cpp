@@ -320,6 +320,9 @@ void quantize_int4(const QuantTile& tile, const __m256 y[G], Lanes& l) {
         const __m256 rnd = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         near = _mm256_or_ps(near, _mm256_and_ps(lt(abs_ps(_mm256_sub_ps(t, rnd)), tol),
                                                 _mm256_cmp_ps(abs_ps(rnd), _mm256_set1_ps(7.0f), _CMP_LE_OQ)));
+        // y / s underflowing to -0 floors to 0 where float64 floors a tiny negative to -1.
+        near = _mm256_or_ps(near, _mm256_and_ps(_mm256_cmp_ps(t, _mm256_setzero_ps(), _CMP_EQ_OQ),
+                                                _mm256_cmp_ps(y[i], _mm256_setzero_ps(), _CMP_NEQ_OQ)));
         __m256 q = _mm256_floor_ps(t);
         q = _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(-8.0f)), _mm256_set1_ps(7.0f));
         put_code<G>(d, i, _mm256_and_si256(_mm256_cvtps_epi32(q), _mm256_set1_epi32(0xF)));

@@ -346,6 +346,9 @@ void quantize_int4(const QuantTile& tile, const __m512 y[G], Lanes& l) {
         // Boundaries are the integers -7..7 (below -7 and from 7 on, the clamp decides).
         near |= _mm512_cmp_ps_mask(abs_ps(_mm512_sub_ps(t, rnd)), tol, _CMP_LT_OQ) &
                 _mm512_cmp_ps_mask(abs_ps(rnd), _mm512_set1_ps(7.0f), _CMP_LE_OQ);
+        // y / s underflowing to -0 floors to 0 where float64 floors a tiny negative to -1.
+        near |= _mm512_cmp_ps_mask(t, _mm512_setzero_ps(), _CMP_EQ_OQ) &
+                _mm512_cmp_ps_mask(y[i], _mm512_setzero_ps(), _CMP_NEQ_OQ);
         __m512 q = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
         q = _mm512_min_ps(_mm512_max_ps(q, _mm512_set1_ps(-8.0f)), _mm512_set1_ps(7.0f));
         put_code<G>(d, i, _mm512_and_si512(_mm512_cvtps_epi32(q), _mm512_set1_epi32(0xF)));

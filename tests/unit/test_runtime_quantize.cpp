@@ -269,6 +269,24 @@ TEST_P(QuantizeOnIsa, SameBytesAsTheScalarPath) {
     }
 }
 
+TEST_P(QuantizeOnIsa, Int4TinyNegativeElementFloorsToMinusOne) {
+    // A negative subnormal in an otherwise normal group: y / s underflows to -0 in float32, whose
+    // floor is 0, while the float64 definition floors the tiny negative quotient to -1. With the
+    // identity the error bound is 0, so only an explicit underflow check sends it to float64.
+    const Isa isa = GetParam();
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_INT4);
+    const BlockTransform t = make_transform(TransformKind::Identity, f.group);
+    for (std::size_t tokens : {std::size_t(1), std::size_t(16)}) {  // lanes = blocks, then lanes = tokens
+        std::vector<float> x(tokens * kDin);
+        for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(8 + int(i % 5));  // rms ~ 10: scale ~ 3.3
+        for (std::size_t r = 0; r < tokens; ++r) x[r * kDin + 3] = -0x1p-149f;
+        const Input in = as_dtype(x, WUSH_DTYPE_F32);
+        const Output out = run(isa, t, f, WUSH_DTYPE_F32, in, tokens), ref = run(Isa::Scalar, t, f, WUSH_DTYPE_F32, in, tokens);
+        EXPECT_EQ(out.codes, ref.codes) << "tokens " << tokens;
+        EXPECT_EQ(ref.codes[1] >> 4, 0xF) << "the float64 definition floors -2^-149 / s to -1 (code 0xF)";
+    }
+}
+
 TEST_P(QuantizeOnIsa, EveryTokenCountAndOneTokenPerThread) {
     // Tails of every tile width (1..17 tokens) write exactly their rows.
     const Isa isa = GetParam();
