@@ -1,5 +1,5 @@
-// Streaming second-moment accumulator for a linear layer's input activations (DESIGN.md §1 step 1,
-// §2 M_X). Sums S = sum_t x_t x_t^T are kept in float64 and divided by the token count only when a
+// Streaming second-moment accumulator for a linear layer's input activations (docs/ARCHITECTURE.md: calibration,
+// M_X). Sums S = sum_t x_t x_t^T are kept in float64 and divided by the token count only when a
 // moment is read, so shards can be merged (or all-reduced) exactly by adding sums and counts.
 #pragma once
 

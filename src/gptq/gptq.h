@@ -1,4 +1,4 @@
-// GPTQ-WUSH: the GPTQ case of the paper's Algorithm 2 (DESIGN.md §2).
+// GPTQ-WUSH: the GPTQ case of the paper's Algorithm 2 (docs/ARCHITECTURE.md: math conventions).
 //
 // Framework layout (W: d_out x d_in). With H = X^T X / n the full activation moment, damped to
 // H + lambda tr(H)/d_in I, and U the upper Cholesky factor of its inverse (H^{-1} = U^T U, GPTQ's
