@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/error.h"
 #include "cpu/gemm.h"
 #include "cpu/linear_forward.h"
@@ -15,6 +16,13 @@ namespace {
 
 using backend::HostSettings;
 using backend::TransformRef;
+
+// Valid-by-spec extremes (transform entries near float32's maximum, an E8M0 scale of 2^127) can
+// make the float32 product overflow although every input is finite: report it, never return
+// infinities with WUSH_OK. One pass over y costs little next to the product.
+void require_finite_product(wush_dtype y_dtype, const void* y, std::size_t m, std::size_t n) {
+    if (m > 0 && n > 0) require_finite(y_dtype, y, m, n, "y (the product overflows float32)");
+}
 
 void require_runtime_group(const formats::FormatSpec& f) {
     if (f.group != 16 && f.group != 32) fail(WUSH_ERR_UNSUPPORTED, "the CPU runtime supports groups of 16 and 32");
@@ -47,6 +55,7 @@ public:
     void forward(wush_dtype x_dtype, const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y,
                  std::span<std::byte> workspace, const HostSettings& host) override {
         linear_forward(host.isa, transform_, use_, weights_, x_dtype, x, n_tokens, y_dtype, y, workspace, &panels_);
+        require_finite_product(y_dtype, y, n_tokens, weights_.d_out);
     }
 
 private:
@@ -85,6 +94,7 @@ public:
         const std::size_t bytes = gemm_scratch_bytes(f, m, w.d_out, w.d_in, host.threads);
         const std::unique_ptr<std::byte[]> scratch(new std::byte[bytes]);
         runtime::gemm(host.isa, w, a_codes, a_scales, m, y_dtype, y, {scratch.get(), bytes});
+        require_finite_product(y_dtype, y, m, w.d_out);
     }
 
     std::size_t linear_forward_workspace_bytes(TransformRef t, const formats::PackedMatrix& w, std::size_t n_tokens,
@@ -96,6 +106,7 @@ public:
                         std::size_t n_tokens, wush_dtype y_dtype, void* y, std::span<std::byte> workspace,
                         const HostSettings& host) override {
         runtime::linear_forward(host.isa, t.core, t.use, w, x_dtype, x, n_tokens, y_dtype, y, workspace);
+        require_finite_product(y_dtype, y, n_tokens, w.d_out);
     }
 
     void calibrate(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens,

@@ -76,6 +76,9 @@ QuantizedWeights prequantize_rtn(const BlockTransform& transform, const formats:
     const formats::PackedSizes sizes = formats::packed_sizes(format, d_out, d_in);
     std::vector<std::uint8_t> codes(sizes.codes), scales(sizes.scales);
     formats::quantize_rows(format, transformed, d_out, d_in, codes, scales);
+    // Weights near float32's maximum can round to a valid scale under which an element decodes
+    // past it (E8M0 2^127 x 6): refuse them here rather than produce infinities in every product.
+    formats::require_decodable(format, codes, scales, d_out, d_in);
     return {format.id, d_out, d_in, formats::ByteView(std::move(codes)), formats::ByteView(std::move(scales))};
 }
 

@@ -33,7 +33,8 @@ double tiled_loss(std::span<const float> w, std::size_t d_out, std::size_t d_in,
                   std::size_t n_tokens, const QuantizedOutput& quantized_output);
 
 // Paper Algorithm 2, RTN case: q(T_w w_i) per output row and block. w is d_out x d_in row-major
-// float32 and must be finite.
+// float32 and must be finite. Throws NON_FINITE if a quantized group would not decode to finite
+// float32 values (formats::require_decodable).
 QuantizedWeights prequantize_rtn(const BlockTransform& transform, const formats::FormatSpec& format,
                                  std::span<const float> w, std::size_t d_out);
 

@@ -269,6 +269,7 @@ Result quantize(const TransformOptions& options, const formats::FormatSpec& form
     Factor factor = factor_with_escalation(hessian, options.damping);
     Output out = BlockLoop(opts, format, hessian, weight, d_out, std::move(factor.u)).run(progress);
     BlockTransform transform(d_in, g, options.kind, std::move(out.act), options.damping, std::move(out.stats));
+    formats::require_decodable(format, out.codes, out.scales, d_out, d_in);  // as RTN (eval/layer_loss.h)
     formats::PackedMatrix weights{format.id, d_out, d_in, formats::ByteView(std::move(out.codes)),
                                   formats::ByteView(std::move(out.scales))};
     return {std::move(transform), std::move(weights), factor.lambda};

@@ -289,6 +289,27 @@ static void check_calibration(wush_context* ctx, wush_context* cpu, const float*
     dev_free(dx);
 }
 
+/* Valid-by-spec extremes whose product overflows float32 (activation scales 2^127 under code 6):
+ * NON_FINITE, never infinities with WUSH_OK. (CPU: the CUDA launches do not read y back.) */
+static void check_overflowing_product(wush_context* ctx, const Layer* l) {
+    if (l->format != WUSH_FORMAT_MXFP4 || g_backend != WUSH_BACKEND_CPU) return;
+    const size_t m = 2;
+    size_t cb = 0, sb = 0;
+    CHECK_STATUS(wush_format_buffer_sizes(l->format, m, D_IN, &cb, &sb), WUSH_OK);
+    uint8_t* codes = malloc(cb);
+    uint8_t* scales = malloc(sb);
+    float* y = malloc(sizeof(float) * m * D_OUT);
+    memset(codes, 0x77, cb);  /* every element +6 */
+    memset(scales, 127, sb);  /* 2^0 */
+    CHECK_STATUS(wush_gemm(ctx, l->w, codes, cb, scales, sb, m, WUSH_DTYPE_F32, y, m * D_OUT), WUSH_OK);
+    memset(scales, 254, sb);  /* 2^127: valid, but 6 x 2^127 x weights overflows */
+    CHECK_STATUS(wush_gemm(ctx, l->w, codes, cb, scales, sb, m, WUSH_DTYPE_F32, y, m * D_OUT), WUSH_ERR_NON_FINITE);
+    CHECK(strstr(wush_last_error(), "overflows float32") != NULL);
+    free(codes);
+    free(scales);
+    free(y);
+}
+
 /* Misuse of prepared layers and streams. */
 static void check_misuse(wush_context* ctx, wush_context* other, const Layer* l) {
     wush_linear* lin = NULL;
@@ -408,6 +429,7 @@ int main(int argc, char** argv) {
             if (k == 0) {
                 check_non_finite(ctx, &l, x);
                 check_misuse(ctx, other, &l);
+                check_overflowing_product(ctx, &l);
 #ifdef WUSH_TEST_CUDA
                 if (g_backend == WUSH_BACKEND_CUDA) check_cuda_specifics(ctx, &l, x);
 #endif

@@ -167,3 +167,28 @@ TEST(SyntheticLayer, DeterministicAndPrefixStable) {
 
 }  // namespace
 }  // namespace wush
+
+namespace wush {
+namespace {
+
+TEST(Prequantize, RefusesWeightsWhoseGroupsWouldNotDecode) {
+    // 3.2e38 gets the largest MXFP4 scale, 2^127, and code 6: 6 x 2^127 / 3 = 2^128 overflows
+    // float32. Such weights used to quantize "successfully" and then give infinities in every
+    // product; now they are refused when quantized.
+    TransformOptions options;
+    options.kind = TransformKind::Identity;
+    const BlockTransform t = build_data_free_transform(options, 32, 32);
+    std::vector<float> w(32, 1.0f);
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
+    EXPECT_NO_THROW(eval::prequantize_rtn(t, f, w, 1));
+    w[5] = 3.2e38f;
+    try {
+        eval::prequantize_rtn(t, f, w, 1);
+        ADD_FAILURE() << "a weight whose group decodes to infinity was accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.status(), WUSH_ERR_NON_FINITE) << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace wush
