@@ -8,17 +8,25 @@
 //   forward   wush_linear_forward (quantize + GEMM)        vs OpenBLAS SGEMM (float32 X W^T)
 //   prepared  wush_linear_run (a prepared layer: weight    vs wush_linear_forward (packs the
 //             panels packed once)                            weight panels on every call)
+// --contend [--contend-cpu C]: while a busy-loop thread (pinned to CPU C if given) keeps one core
+// busy, wush_gemm and wush_linear_run with --threads threads (default: all) against the same
+// call on 1 thread (kinds contend_gemm / contend_prepared; speedup < 1: the parallel call lost).
 // speedup = baseline_s / ours_s. Default: the three Llama-like layers x MXFP4/NVFP4/INT4 x
 // m in {1, 16, 128, 512, 1024}; --quick drops m = 1024 and repeats less (about a minute on 2
 // cores). The library is used through its public C API only; OpenBLAS is linked here for the
 // SGEMM baseline.
 #include <cblas.h>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli.h"
@@ -39,6 +47,32 @@ struct Settings {
     std::size_t min_repeats = 5;
     double min_seconds = 0.3;
     bool gemm = true, quantize = true, forward = true;
+    bool contend = false;
+    int contend_cpu = -1;       // pin the busy loop there (-1: leave it to the scheduler)
+    std::size_t threads = 1;    // the context's thread count outside the contention rows
+};
+
+// Another process's busy core, simulated by a thread of ours that spins until destroyed.
+class BusyLoop {
+public:
+    explicit BusyLoop(int cpu) : thread_([this, cpu] {
+        if (cpu >= 0) {
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            CPU_SET(cpu, &set);
+            pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+        }
+        volatile unsigned long spin = 0;
+        while (!stop_.load(std::memory_order_relaxed)) spin = spin + 1;
+    }) {}
+    ~BusyLoop() {
+        stop_.store(true);
+        thread_.join();
+    }
+
+private:
+    std::atomic<bool> stop_{false};
+    std::thread thread_;
 };
 
 // Median wall time of fn() over at least min_repeats samples and min_seconds, after one warm-up.
@@ -157,6 +191,32 @@ int bench_m(wush_context* ctx, const Settings& s, const Case& c, const std::vect
         });
         out->push_back({"prepared", m, c.n, c.k, fname, "per_call_forward", prepared, ours});
     }
+    if (s.contend && st == WUSH_OK) {
+        Handle<wush_linear, wush_linear_destroy> layer;
+        std::size_t lw_bytes = 0;
+        st = wush_linear_create(ctx, c.wush.p, c.q.p, &layer.p);
+        if (st == WUSH_OK) st = wush_linear_workspace_size(ctx, layer.p, m, &lw_bytes);
+        std::vector<unsigned char> lw(lw_bytes);
+        auto gemm = [&] {
+            if (st == WUSH_OK)
+                st = wush_gemm(ctx, c.q.p, codes.data(), codes_bytes, scales.data(), scales_bytes, m, WUSH_DTYPE_F32, y.data(), y.size());
+        };
+        auto run = [&] {
+            if (st == WUSH_OK)
+                st = wush_linear_run(ctx, layer.p, WUSH_DTYPE_F32, x.data(), m, WUSH_DTYPE_F32, y.data(), y.size(), lw.data(),
+                                     lw.size());
+        };
+        auto with_threads = [&](std::size_t t, auto&& fn) {
+            if (st == WUSH_OK) st = wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, int64_t(t));
+            return median_seconds(s, fn);
+        };
+        const BusyLoop busy(s.contend_cpu);
+        const double g1 = with_threads(1, gemm), gn = with_threads(s.threads, gemm);
+        const double r1 = with_threads(1, run), rn = with_threads(s.threads, run);
+        if (st == WUSH_OK) st = wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, int64_t(s.threads));
+        out->push_back({"contend_gemm", m, c.n, c.k, fname, "same_on_1_thread", gn, g1});
+        out->push_back({"contend_prepared", m, c.n, c.k, fname, "same_on_1_thread", rn, r1});
+    }
     return st == WUSH_OK ? 0 : cli::report("the runtime", st);
 }
 
@@ -176,10 +236,10 @@ void print_json(const std::vector<Result>& results, const char* isa, std::size_t
 
 void print_table(const std::vector<Result>& results, const char* isa, std::size_t threads) {
     std::printf("CPU runtime, ISA %s, %zu threads; times are medians of warm repeats\n", isa, threads);
-    std::printf("%-9s %6s %6s %6s %-7s %12s  %-25s %12s %8s\n", "kind", "m", "n", "k", "format", "ours", "baseline",
+    std::printf("%-16s %6s %6s %6s %-7s %12s  %-25s %12s %8s\n", "kind", "m", "n", "k", "format", "ours", "baseline",
                 "baseline", "speedup");
     for (const Result& r : results) {
-        std::printf("%-9s %6zu %6zu %6zu %-7s %10.1f us  %-25s %9.1f us %7.2fx", r.kind.c_str(), r.m, r.n, r.k,
+        std::printf("%-16s %6zu %6zu %6zu %-7s %10.1f us  %-25s %9.1f us %7.2fx", r.kind.c_str(), r.m, r.n, r.k,
                     r.format.c_str(), r.ours_s * 1e6, r.baseline.c_str(), r.baseline_s * 1e6, r.baseline_s / r.ours_s);
         if (r.ours_gbps > 0.0) std::printf("  (%.1f vs %.1f GB/s)", r.ours_gbps, r.baseline_gbps);
         std::printf("\n");
@@ -206,8 +266,9 @@ int bench_cuda(const cli::Args& a);  // cmd_bench_cuda.cpp
 #endif
 
 int cmd_bench(int argc, char** argv) {
-    cli::Args a(argc, argv, {"--quick", "--json"},
-                {"--layers", "--format", "--m", "--kind", "--threads", "--isa", "--repeats", "--min-time", "--device"});
+    cli::Args a(argc, argv, {"--quick", "--json", "--contend"},
+                {"--layers", "--format", "--m", "--kind", "--threads", "--isa", "--repeats", "--min-time", "--device",
+                 "--contend-cpu"});
     const std::string device = a.get("--device", "cpu");
     if (a.ok() && device == "cuda") {
 #ifdef WUSH_TOOLS_CUDA
@@ -226,6 +287,8 @@ int cmd_bench(int argc, char** argv) {
     s.min_repeats = a.get_size("--repeats", quick ? 3 : 5);
     s.min_seconds = a.has("--min-time") ? std::atof(a.get("--min-time").c_str()) : quick ? 0.1 : 0.3;
     const std::size_t threads = a.get_size("--threads", 0);
+    s.contend = a.has("--contend") || a.has("--contend-cpu");
+    if (a.has("--contend-cpu")) s.contend_cpu = int(a.get_size("--contend-cpu", 0));
     if (!a.ok()) {
         std::fprintf(stderr, "wush bench: %s\n", a.error().c_str());
         return 2;
@@ -264,6 +327,7 @@ int cmd_bench(int argc, char** argv) {
     if (st != WUSH_OK) return cli::report("setting up", st);
     if (threads) openblas_set_num_threads(int(threads));
     const std::size_t n_threads = threads ? threads : std::size_t(openblas_get_num_threads());
+    s.threads = n_threads;
 
     const std::size_t n_calib = 256, n_tokens = *std::max_element(ms.begin(), ms.end());
     std::vector<Result> results;
