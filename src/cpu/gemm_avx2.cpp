@@ -250,6 +250,131 @@ void gemv_rows(const GemmActivations& a, const GemmWeights& w, std::size_t n0, s
     }
 }
 
+// ---- row blocks (small m, prepared layers) ---------------------------------------------------
+
+std::size_t row_block_bytes(int format, std::size_t k) {
+    const std::size_t scale_bytes = format == kNvfp4 || is_int4(format) ? 16 : 8;
+    return k / 32 * (128 + scale_bytes);
+}
+
+void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block) {
+    const std::size_t g = w.k / w.groups, per_unit = 32 / g;  // groups per 32-element unit
+    const std::size_t sbytes = is_int4(w.format) ? 2 : 1, row_scale = per_unit * sbytes;
+    const std::size_t unit_bytes = 128 + kRowBlock * row_scale, row_bytes = w.k / 2;
+    const std::size_t valid = w.n - n0 < kRowBlock ? w.n - n0 : kRowBlock;
+    for (std::size_t u = 0; u < w.k / 32; ++u) {
+        std::uint8_t* dst = block + u * unit_bytes;
+        for (std::size_t row = 0; row < kRowBlock; ++row) {
+            std::uint8_t* code_dst = dst + 32 * (row % 4) + 16 * (row / 4);
+            std::uint8_t* scale_dst = dst + 128 + row * row_scale;
+            if (row < valid) {  // padding rows stay zero: their outputs are never stored
+                std::memcpy(code_dst, w.codes + (n0 + row) * row_bytes + 16 * u, 16);
+                std::memcpy(scale_dst, w.scales + ((n0 + row) * w.groups + u * per_unit) * sbytes, row_scale);
+            } else {
+                std::memset(code_dst, 0, 16);
+                std::memset(scale_dst, 0, row_scale);
+            }
+        }
+    }
+}
+
+namespace {
+
+// M activation rows x the 8 rows of each block. Per unit, vector j's products (rows j, j + 4) are
+// summed in int16 (exact: at most 8 x 1800 < 32767) by three horizontal adds into
+// [r0 .. r3 | r4 .. r7] x 2 int16 lanes per group pair; G = 32 sums the pairs (vpmaddwd).
+template <int M, int G>
+void row_blocks(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
+                std::size_t n1, std::size_t n_total, const GemmOutput& out) {
+    constexpr int kHalves = G == 16 ? 2 : 1;
+    const __m256i lut = weight_lut(a.format), low = _mm256_set1_epi8(0x0F), ones16 = _mm256_set1_epi16(1);
+    const bool int4 = is_int4(a.format);
+    const std::size_t units = a.k / 32, half = a.k_pad / 2, groups = a.groups;
+    const std::size_t unit_bytes = 128 + (G == 16 || int4 ? 16 : 8);
+    for (std::size_t nb = n0; nb < n1; nb += kRowBlock) {
+        const std::uint8_t* blk = blocks + nb / kRowBlock * block_bytes;
+        __m256 acc[M][kHalves];
+        #pragma GCC unroll 8
+        for (int r = 0; r < M; ++r)
+            #pragma GCC unroll 2
+            for (int h = 0; h < kHalves; ++h) acc[r][h] = _mm256_setzero_ps();
+        for (std::size_t u = 0; u < units; ++u) {
+            const std::uint8_t* pu = blk + u * unit_bytes;
+            __m256i wl[4], wh[4];
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; ++j) {
+                const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pu + 32 * j));
+                wl[j] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low));
+                wh[j] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
+            }
+            const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pu + 128));
+            __m256 ws[kHalves];
+            if constexpr (G == 16) {
+                ws[0] = decode_e4m3(_mm256_cvtepu8_epi32(raw));
+                ws[kHalves - 1] = decode_e4m3(_mm256_cvtepu8_epi32(_mm_srli_si128(raw, 8)));
+            } else {
+                ws[0] = int4 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16))
+                             : decode_e8m0(_mm256_cvtepu8_epi32(raw));
+            }
+            #pragma GCC unroll 8
+            for (int r = 0; r < M; ++r) {
+                const std::size_t off = std::size_t(r) * half + 16 * u;
+                const __m256i xe = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.xe + off)));
+                const __m256i xo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.xo + off)));
+                __m256i p[4];
+                #pragma GCC unroll 4
+                for (int j = 0; j < 4; ++j)
+                    p[j] = _mm256_add_epi16(_mm256_maddubs_epi16(wl[j], xe), _mm256_maddubs_epi16(wh[j], xo));
+                const __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
+                const std::size_t gi = std::size_t(r) * groups + u * (32 / G);
+                if constexpr (G == 16) {
+                    std::int64_t c2;
+                    double s2;
+                    std::memcpy(&c2, a.corr + gi, 8);
+                    std::memcpy(&s2, a.scale + gi, 8);
+                    const __m256i corr = _mm256_set1_epi64x(c2);
+                    const __m256 sa = _mm256_castpd_ps(_mm256_set1_pd(s2));  // [s_a, s_b] repeated
+                    const __m256i lo = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(h)), corr);
+                    const __m256i hi = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(h, 1)), corr);
+                    acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), _mm256_mul_ps(ws[0], sa), acc[r][0]);
+                    acc[r][kHalves - 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_mul_ps(ws[kHalves - 1], sa), acc[r][kHalves - 1]);
+                } else {
+                    const __m256i d = _mm256_add_epi32(_mm256_madd_epi16(h, ones16), _mm256_set1_epi32(a.corr[gi]));
+                    acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(ws[0], _mm256_set1_ps(a.scale[gi])), acc[r][0]);
+                }
+            }
+        }
+        const std::size_t count = n_total - nb < kRowBlock ? n_total - nb : kRowBlock;
+        #pragma GCC unroll 8
+        for (int r = 0; r < M; ++r) {
+            __m256 y = acc[r][0];
+            if constexpr (G == 16)  // [r0a r0b r1a r1b | r2a ..] + [r4a .. | r6a ..] -> [r0 r1 r4 r5 | r2 r3 r6 r7]
+                y = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_hadd_ps(acc[r][0], acc[r][kHalves - 1])),
+                                                           _MM_SHUFFLE(3, 1, 2, 0)));
+            store8(out, std::size_t(r), nb, y, count);
+        }
+    }
+}
+
+template <int G>
+void rows_multiply_g(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
+                     std::size_t n1, std::size_t n_total, const GemmOutput& out) {
+    switch (a.m) {
+        case 1: row_blocks<1, G>(a, blocks, block_bytes, n0, n1, n_total, out); break;
+        case 2: row_blocks<2, G>(a, blocks, block_bytes, n0, n1, n_total, out); break;
+        case 3: row_blocks<3, G>(a, blocks, block_bytes, n0, n1, n_total, out); break;
+        default: row_blocks<4, G>(a, blocks, block_bytes, n0, n1, n_total, out); break;
+    }
+}
+
+}  // namespace
+
+void rows_multiply(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
+                   std::size_t n1, std::size_t n_total, const GemmOutput& out) {
+    if (a.group == 16) rows_multiply_g<16>(a, blocks, block_bytes, n0, n1, n_total, out);
+    else rows_multiply_g<32>(a, blocks, block_bytes, n0, n1, n_total, out);
+}
+
 // ---- panels (larger m) ----------------------------------------------------------------------
 
 namespace {

@@ -135,6 +135,21 @@ TEST_P(GemmOnIsa, MatchesFloat64ProductOfDequantizedOperands) {
                     for (std::size_t i = 0; i < s.k; ++i) ref[r * s.n + c] += ad[r * s.k + i] * bd[c * s.k + i];
             const std::vector<float> y = run_gemm(isa, w, a, s.m, WUSH_DTYPE_F32);
             EXPECT_LE(rel_frobenius(y, ref), 1e-5) << f.name << " m=" << s.m << " n=" << s.n << " k=" << s.k;
+            // The prepared layer's layouts (packed once): the same product.
+            const runtime::PanelPack pack(isa, w);
+            if (isa == Isa::Avx2 && s.k % 32 == 0) {
+                EXPECT_NE(pack.row_blocks(), nullptr);
+            }
+            const std::vector<float> yp = run_gemm(isa, w, a, s.m, WUSH_DTYPE_F32, nullptr, &pack);
+            EXPECT_LE(rel_frobenius(yp, ref), 1e-5) << "prepared " << f.name << " m=" << s.m << " n=" << s.n << " k=" << s.k;
+            std::vector<std::uint16_t> hp;
+            run_gemm(isa, w, a, s.m, WUSH_DTYPE_BF16, &hp, &pack);
+            for (std::size_t i = 0; i < yp.size(); ++i) {
+                const std::uint16_t sign = std::signbit(yp[i]) ? 0x8000 : 0;
+                const double mag = std::fabs(double(yp[i]));
+                const std::uint16_t expect = std::uint16_t(sign | (mag > 0.0 ? test::bf16_bits(test::ref_bf16(mag)) : 0));
+                ASSERT_EQ(hp[i], expect) << "prepared " << f.name << " m=" << s.m << " n=" << s.n << " i=" << i;
+            }
             // BF16 output is the RNE of the float32 result.
             std::vector<std::uint16_t> h;
             run_gemm(isa, w, a, s.m, WUSH_DTYPE_BF16, &h);
