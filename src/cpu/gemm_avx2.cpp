@@ -429,56 +429,83 @@ void pack_scales(const GemmWeights& w, std::size_t n0, std::size_t valid, std::u
     }
 }
 
-// M activation rows x 8 weight rows (sub-panel `sub` of the 32-row panel).
-template <int M, int G>
+// M activation rows x S x 8 weight rows (sub-panels sub .. sub + S - 1 of the 32-row panel). Two
+// sub-panels per tile load each broadcast activation word once for two vpmaddubsw (one per
+// sub-panel), which is what the single-sub-panel tile was short of: one load per multiply.
+template <int M, int S, int G>
 void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t sub, std::size_t n0, std::size_t m0,
-                const GemmOutput& out, std::size_t count) {
+                const GemmOutput& out, std::size_t valid) {
     constexpr std::size_t kGroupBytes = kPanelRows * (G + 4);
     const __m256i ones16 = _mm256_set1_epi16(1);
-    __m256 yacc[M];
+    __m256 yacc[M][S];
     #pragma GCC unroll 32
-    for (int r = 0; r < M; ++r) yacc[r] = _mm256_setzero_ps();
+    for (int r = 0; r < M; ++r)
+        #pragma GCC unroll 2
+        for (int c = 0; c < S; ++c) yacc[r][c] = _mm256_setzero_ps();
     for (std::size_t g = 0; g < a.groups; ++g) {
         const std::uint8_t* pg = panel + g * kGroupBytes + 32 * sub;
         const std::int8_t* xg = a.x8 + m0 * a.k + g * G;
-        __m256i acc16[M];
+        __m256i acc16[M][S];
         #pragma GCC unroll 32
-        for (int r = 0; r < M; ++r) acc16[r] = _mm256_setzero_si256();
+        for (int r = 0; r < M; ++r)
+            #pragma GCC unroll 2
+            for (int c = 0; c < S; ++c) acc16[r][c] = _mm256_setzero_si256();
         #pragma GCC unroll 32
         for (int s = 0; s < G / 4; ++s) {
-            const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(pg + s * 128));
+            __m256i w[S];
+            #pragma GCC unroll 2
+            for (int c = 0; c < S; ++c) w[c] = _mm256_load_si256(reinterpret_cast<const __m256i*>(pg + s * 128 + 32 * c));
             #pragma GCC unroll 32
             for (int r = 0; r < M; ++r) {
                 const __m256i xb = _mm256_set1_epi32(int(load_u32(xg + std::size_t(r) * a.k + 4 * s)));
-                acc16[r] = _mm256_add_epi16(acc16[r], _mm256_maddubs_epi16(w, xb));
+                #pragma GCC unroll 2
+                for (int c = 0; c < S; ++c) acc16[r][c] = _mm256_add_epi16(acc16[r][c], _mm256_maddubs_epi16(w[c], xb));
             }
         }
-        const __m256 sb = _mm256_load_ps(reinterpret_cast<const float*>(pg - 32 * sub + G * kPanelRows + 32 * sub));
+        __m256 sb[S];
+        #pragma GCC unroll 2
+        for (int c = 0; c < S; ++c) sb[c] = _mm256_load_ps(reinterpret_cast<const float*>(pg + G * kPanelRows + 32 * c));
         #pragma GCC unroll 32
         for (int r = 0; r < M; ++r) {
             const std::size_t row = m0 + std::size_t(r);
-            const __m256i acc = _mm256_add_epi32(_mm256_madd_epi16(acc16[r], ones16), _mm256_set1_epi32(a.corr[row * a.groups + g]));
-            yacc[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), sb), _mm256_set1_ps(a.scale[row * a.groups + g]), yacc[r]);
+            const __m256i corr = _mm256_set1_epi32(a.corr[row * a.groups + g]);
+            const __m256 sa = _mm256_set1_ps(a.scale[row * a.groups + g]);
+            #pragma GCC unroll 2
+            for (int c = 0; c < S; ++c) {
+                const __m256i acc = _mm256_add_epi32(_mm256_madd_epi16(acc16[r][c], ones16), corr);
+                yacc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), sb[c]), sa, yacc[r][c]);
+            }
         }
     }
     #pragma GCC unroll 32
-    for (int r = 0; r < M; ++r) store8(out, m0 + std::size_t(r), n0 + 8 * sub, yacc[r], count);
+    for (int r = 0; r < M; ++r)
+        #pragma GCC unroll 2
+        for (int c = 0; c < S; ++c) {
+            const std::size_t first = 8 * (sub + std::size_t(c));
+            if (first < valid) store8(out, m0 + std::size_t(r), n0 + first, yacc[r][c], valid - first < 8 ? valid - first : 8);
+        }
+}
+
+template <int S, int G>
+void panel_span(const GemmActivations& a, const std::uint8_t* panel, std::size_t sub, std::size_t n0, std::size_t m0,
+                std::size_t m1, const GemmOutput& out, std::size_t valid) {
+    std::size_t m = m0;
+    for (; m + 4 <= m1; m += 4) panel_tile<4, S, G>(a, panel, sub, n0, m, out, valid);
+    switch (m1 - m) {
+        case 3: panel_tile<3, S, G>(a, panel, sub, n0, m, out, valid); break;
+        case 2: panel_tile<2, S, G>(a, panel, sub, n0, m, out, valid); break;
+        case 1: panel_tile<1, S, G>(a, panel, sub, n0, m, out, valid); break;
+        default: break;
+    }
 }
 
 template <int G>
 void panel_rows(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0, std::size_t m1,
                 const GemmOutput& out, std::size_t n_total) {
     const std::size_t valid = n_total - n0 < kPanelRows ? n_total - n0 : kPanelRows;
-    for (std::size_t sub = 0; sub * 8 < valid; ++sub) {
-        const std::size_t count = valid - sub * 8 < 8 ? valid - sub * 8 : 8;
-        std::size_t m = m0;
-        for (; m + 4 <= m1; m += 4) panel_tile<4, G>(a, panel, sub, n0, m, out, count);
-        switch (m1 - m) {
-            case 3: panel_tile<3, G>(a, panel, sub, n0, m, out, count); break;
-            case 2: panel_tile<2, G>(a, panel, sub, n0, m, out, count); break;
-            case 1: panel_tile<1, G>(a, panel, sub, n0, m, out, count); break;
-            default: break;
-        }
+    for (std::size_t sub = 0; sub * 8 < valid; sub += 2) {
+        if (sub * 8 + 8 < valid) panel_span<2, G>(a, panel, sub, n0, m0, m1, out, valid);
+        else panel_span<1, G>(a, panel, sub, n0, m0, m1, out, valid);  // the last 8 or fewer rows
     }
 }
 
