@@ -23,7 +23,7 @@ std::size_t gemm_scratch_bytes(const formats::FormatSpec& format, std::size_t m,
 // Weight panels packed once, for a prepared layer (wush_linear): the layout the panel kernels
 // read (kernels.h, kPanelRows rows per panel), which gemm() otherwise packs on every call, about
 // 2.25x the bytes of the packed weights; for the AVX2 kernels also the row-block layout of the
-// small-m kernel (kernels.h, kRowBlock rows per block, about 1.05x the packed weights; k % 32 ==
+// small-m kernel (kernels.h, kRowBlock rows per block, 1.0x the packed weights, NVFP4 1.1x; k % 32 ==
 // 0). Empty for the scalar ISA, whose kernel reads the codes.
 class PanelPack {
 public:
