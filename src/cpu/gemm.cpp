@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <mutex>
 #include <string>
@@ -173,8 +174,8 @@ std::uint8_t* aligned_slot(const Plan& p, std::size_t slot) {
 // Here work is a counter of small chunks that the threads claim one at a time, the calling thread
 // included, so whatever a late thread has not claimed the caller does itself; the caller only
 // ever waits for chunks already being run (each a few microseconds to a millisecond), and it
-// waits blocked (futex), not spinning, after a short spin, so the scheduler can move the straggler
-// onto the core it frees. Idle helpers sleep on a futex; one job runs at a time, and a call that
+// waits yielding its core and then blocked (futex), not spinning, so a straggler that shares its
+// core runs, and the scheduler can move one from a busy core onto the core it frees. Idle helpers sleep on a futex; one job runs at a time, and a call that
 // finds the pool busy (another thread of the process in its own GEMM) runs alone.
 // Which thread runs which chunk varies, never what a chunk computes: results stay independent of
 // the thread count.
@@ -215,19 +216,36 @@ public:
         wake_.fetch_add(1, std::memory_order_release);
         wake_.notify_all();
         participate(0);
-        // Wait for chunks still running on helpers: spin briefly (they are short), then block.
-        for (int spin = 0;; ++spin) {
+        // Wait for chunks still running on helpers (they are short), then block.
+        auto finished = [&] { return done_.load(std::memory_order_acquire) == chunks; };
+        while (!poll(finished)) {
             const std::uint32_t d = done_.load(std::memory_order_acquire);
-            if (d == chunks) break;
-            if (spin < kWaitSpins) pause();
-            else done_.wait(d, std::memory_order_acquire);
+            if (d != chunks) done_.wait(d, std::memory_order_acquire);
         }
     }
 
 private:
     static constexpr std::uint64_t kMask = (1u << 20) - 1, kHelperMask = (1u << 12) - 1, kGenMask = (1u << 12) - 1;
     static constexpr std::size_t kMaxChunks = kMask;
-    static constexpr int kWaitSpins = 2000, kIdleSpins = 4000;
+    // Waiting: kPauses pause-spins (most waits end within microseconds), then yielding the core for
+    // up to kYieldMicros (a spinning wait would take the core from the very thread it waits for,
+    // or from the caller, when they share it), then a futex sleep.
+    static constexpr int kPauses = 256;
+    static constexpr int kYieldMicros = 50;
+
+    template <typename Ready>
+    static bool poll(Ready&& ready) {
+        for (int i = 0; i < kPauses; ++i) {
+            if (ready()) return true;
+            pause();
+        }
+        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kYieldMicros);
+        while (std::chrono::steady_clock::now() < until) {
+            if (ready()) return true;
+            std::this_thread::yield();
+        }
+        return ready();
+    }
 
     static void pause() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -254,12 +272,9 @@ private:
 
     void helper(std::size_t index, std::uint32_t seen) {
         for (;;) {
-            std::uint32_t w;
-            for (int spin = 0; (w = wake_.load(std::memory_order_acquire)) == seen; ++spin) {
-                if (spin < kIdleSpins) pause();
-                else wake_.wait(seen, std::memory_order_acquire);
-            }
-            seen = w;
+            auto woken = [&] { return wake_.load(std::memory_order_acquire) != seen; };
+            while (!poll(woken)) wake_.wait(seen, std::memory_order_acquire);
+            seen = wake_.load(std::memory_order_acquire);
             participate(index + 1);
         }
     }
