@@ -10,7 +10,8 @@
 //             panels packed once)                            weight panels on every call)
 // --contend [--contend-cpu C]: while a busy-loop thread (pinned to CPU C if given) keeps one core
 // busy, wush_gemm and wush_linear_run with --threads threads (default: all) against the same
-// call on 1 thread (kinds contend_gemm / contend_prepared; speedup < 1: the parallel call lost).
+// call on 1 thread, samples alternating between the two (kinds contend_gemm / contend_prepared;
+// speedup < 1: the parallel call lost).
 // speedup = baseline_s / ours_s. Default: the three Llama-like layers x MXFP4/NVFP4/INT4 x
 // m in {1, 16, 128, 512, 1024}; --quick drops m = 1024 and repeats less (about a minute on 2
 // cores). The library is used through its public C API only; OpenBLAS is linked here for the
@@ -27,6 +28,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cli.h"
@@ -96,6 +98,49 @@ double median_seconds(const Settings& s, Fn&& fn) {
     }
     std::sort(t.begin(), t.end());
     return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+}
+
+// Medians of fn() run with `a` and with `b` threads, samples taken alternately (a b, b a, ...) so
+// that both see the same background load: under contention the machine changes from one moment
+// to the next, and separate measurements would compare two different machines.
+template <typename Fn>
+std::pair<double, double> paired_medians(const Settings& s, wush_context* ctx, std::size_t a, std::size_t b, wush_status* st,
+                                         Fn&& fn) {
+    using clock = std::chrono::steady_clock;
+    auto threads = [&](std::size_t t) {
+        if (*st == WUSH_OK) *st = wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, int64_t(t));
+    };
+    threads(a);
+    fn();
+    threads(b);
+    const auto t0 = clock::now();
+    fn();
+    const double once = std::chrono::duration<double>(clock::now() - t0).count();
+    const int batch = once >= 50e-6 ? 1 : int(std::min(1000.0, 50e-6 / std::max(once, 1e-8))) + 1;
+    std::vector<double> ta, tb;
+    double total = 0.0;
+    auto sample = [&](std::size_t t, std::vector<double>* into) {
+        threads(t);
+        const auto start = clock::now();
+        for (int i = 0; i < batch; ++i) fn();
+        const double d = std::chrono::duration<double>(clock::now() - start).count();
+        into->push_back(d / batch);
+        total += d;
+    };
+    while ((ta.size() < std::max<std::size_t>(s.min_repeats, 11) || total < 2 * s.min_seconds) && ta.size() < 400) {
+        if (ta.size() % 2) {
+            sample(b, &tb);
+            sample(a, &ta);
+        } else {
+            sample(a, &ta);
+            sample(b, &tb);
+        }
+    }
+    auto median = [](std::vector<double>& t) {
+        std::sort(t.begin(), t.end());
+        return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+    };
+    return {median(ta), median(tb)};
 }
 
 // One layer shape's data and objects for one format.
@@ -206,13 +251,9 @@ int bench_m(wush_context* ctx, const Settings& s, const Case& c, const std::vect
                 st = wush_linear_run(ctx, layer.p, WUSH_DTYPE_F32, x.data(), m, WUSH_DTYPE_F32, y.data(), y.size(), lw.data(),
                                      lw.size());
         };
-        auto with_threads = [&](std::size_t t, auto&& fn) {
-            if (st == WUSH_OK) st = wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, int64_t(t));
-            return median_seconds(s, fn);
-        };
         const BusyLoop busy(s.contend_cpu);
-        const double g1 = with_threads(1, gemm), gn = with_threads(s.threads, gemm);
-        const double r1 = with_threads(1, run), rn = with_threads(s.threads, run);
+        const auto [g1, gn] = paired_medians(s, ctx, 1, s.threads, &st, gemm);
+        const auto [r1, rn] = paired_medians(s, ctx, 1, s.threads, &st, run);
         if (st == WUSH_OK) st = wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, int64_t(s.threads));
         out->push_back({"contend_gemm", m, c.n, c.k, fname, "same_on_1_thread", gn, g1});
         out->push_back({"contend_prepared", m, c.n, c.k, fname, "same_on_1_thread", rn, r1});
