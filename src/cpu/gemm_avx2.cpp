@@ -476,6 +476,13 @@ void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t
                 #pragma GCC unroll 2
                 for (int c = 0; c < S; ++c) acc16[r][c] = _mm256_add_epi16(acc16[r][c], _mm256_maddubs_epi16(w[c], xb));
             }
+            // Keep the accumulators in registers step by step: left alone, GCC reassociates the
+            // (associative) int16 sums of the unrolled steps into trees over all products of the
+            // group, which spill most of them to the stack.
+            #pragma GCC unroll 32
+            for (int r = 0; r < M; ++r)
+                #pragma GCC unroll 2
+                for (int c = 0; c < S; ++c) asm("" : "+x"(acc16[r][c]));
         }
         __m256 sb[S];
         #pragma GCC unroll 2
