@@ -33,29 +33,16 @@ Pieces carve(Carver& c, const BlockTransform& t, const formats::FormatSpec& f, s
     return p;
 }
 
-// The quantizer splits its work statically over an OpenMP team, and a team waits for every member:
-// with another process busy on one of two cores, a member that is not scheduled holds its share
-// for a scheduler tick (~4 ms), so a 2-thread m = 1 forward took 10 ms instead of 0.4. Below this
-// many elements (64 tokens of 4096: ~0.3 ms on one AVX2 core, 2-5% of the GEMM that follows) the
-// quantization stays on the calling thread; above it a stall costs at most about what the
-// second thread saves.
-constexpr std::size_t kQuantizeAloneElements = std::size_t(1) << 18;
-
-// Sets the calling thread's OpenMP thread count for a scope.
-class ScopedOmpThreads {
+// Runs the calling thread's OpenMP regions on one thread for a scope.
+class OneOmpThread {
 public:
-    explicit ScopedOmpThreads(bool alone) : saved_(omp_get_max_threads()), alone_(alone) {
-        if (alone_) omp_set_num_threads(1);
-    }
-    ~ScopedOmpThreads() {
-        if (alone_) omp_set_num_threads(saved_);
-    }
-    ScopedOmpThreads(const ScopedOmpThreads&) = delete;
-    ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
+    OneOmpThread() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
+    ~OneOmpThread() { omp_set_num_threads(saved_); }
+    OneOmpThread(const OneOmpThread&) = delete;
+    OneOmpThread& operator=(const OneOmpThread&) = delete;
 
 private:
     int saved_;
-    bool alone_;
 };
 
 }  // namespace
@@ -89,7 +76,15 @@ void linear_forward(Isa isa, const BlockTransform& transform, MatrixUse use, con
     const Pieces p = carve(carver, transform, f, n_tokens);
     const std::span<std::uint8_t> codes(p.codes, p.sizes.codes), scales(p.scales, p.sizes.scales);
     {
-        const ScopedOmpThreads threads(n_tokens * transform.d_in() <= kQuantizeAloneElements);
+        // The quantization runs on the calling thread. Its kernels split tiles statically over an OpenMP
+        // team, and a team waits for every member, whose threads then spin for a while after the region:
+        // with another process busy on one of two cores, a member that is not scheduled holds its share
+        // for a scheduler tick (a 2-thread m = 1 forward took 10 ms instead of 0.4), and the spinning
+        // members take the cores from the GEMM's threads that follow (a 2-thread m = 128 forward on a
+        // busy machine ran 1.3x slower than on one thread). On one core it costs 2-5% of the forward
+        // (3 ms of ~60 at m = 512 for 4096 x 4096, AVX2), which the GEMM's dynamic threads more than
+        // keep under contention.
+        const OneOmpThread alone;
         quantize_activations(transform, use, f, x_dtype, x, n_tokens, codes, scales, isa, {p.norms, p.norm_count});
     }
     const std::size_t rest = carver.left();
