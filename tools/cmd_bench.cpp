@@ -8,8 +8,8 @@
 //   forward   wush_linear_forward (quantize + GEMM)        vs OpenBLAS SGEMM (float32 X W^T)
 //   prepared  wush_linear_run (a prepared layer: weight    vs wush_linear_forward (packs the
 //             panels packed once)                            weight panels on every call)
-// --contend [--contend-cpu C]: while a busy-loop thread (pinned to CPU C if given) keeps one core
-// busy, wush_gemm and wush_linear_run with --threads threads (default: all) against the same
+// --contend [--contend-cpu C] [--contend-process]: while a busy-loop thread (a child process with
+// --contend-process; pinned to CPU C if given) keeps one core busy, wush_gemm and wush_linear_run with --threads threads (default: all) against the same
 // call on 1 thread, samples alternating between the two (kinds contend_gemm / contend_prepared;
 // speedup < 1: the parallel call lost).
 // speedup = baseline_s / ours_s. Default: the three Llama-like layers x MXFP4/NVFP4/INT4 x
@@ -18,8 +18,10 @@
 // SGEMM baseline.
 #include <cblas.h>
 
-#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -51,28 +53,50 @@ struct Settings {
     bool gemm = true, quantize = true, forward = true;
     bool contend = false;
     int contend_cpu = -1;       // pin the busy loop there (-1: leave it to the scheduler)
+    bool contend_process = false;  // the busy loop is a child process (else a thread)
     std::size_t threads = 1;    // the context's thread count outside the contention rows
 };
 
-// Another process's busy core, simulated by a thread of ours that spins until destroyed.
+// Another process's busy core: a child process (or, with process = false, a thread of ours) that
+// spins until destroyed, pinned to `cpu` if cpu >= 0.
 class BusyLoop {
 public:
-    explicit BusyLoop(int cpu) : thread_([this, cpu] {
-        if (cpu >= 0) {
-            cpu_set_t set;
-            CPU_ZERO(&set);
-            CPU_SET(cpu, &set);
-            pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    BusyLoop(int cpu, bool process) {
+        if (process) {
+            child_ = fork();
+            if (child_ == 0) {  // the child: spin until killed
+                pin(cpu);
+                volatile unsigned long spin = 0;
+                for (;;) spin = spin + 1;
+            }
+            if (child_ > 0) return;
         }
-        volatile unsigned long spin = 0;
-        while (!stop_.load(std::memory_order_relaxed)) spin = spin + 1;
-    }) {}
-    ~BusyLoop() {
-        stop_.store(true);
-        thread_.join();
+        thread_ = std::thread([this, cpu] {
+            pin(cpu);
+            volatile unsigned long spin = 0;
+            while (!stop_.load(std::memory_order_relaxed)) spin = spin + 1;
+        });
     }
+    ~BusyLoop() {
+        if (child_ > 0) {
+            kill(child_, SIGKILL);
+            waitpid(child_, nullptr, 0);
+        }
+        stop_.store(true);
+        if (thread_.joinable()) thread_.join();
+    }
+    BusyLoop(const BusyLoop&) = delete;
+    BusyLoop& operator=(const BusyLoop&) = delete;
 
 private:
+    static void pin(int cpu) {
+        if (cpu < 0) return;
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        sched_setaffinity(0, sizeof set, &set);
+    }
+    pid_t child_ = -1;
     std::atomic<bool> stop_{false};
     std::thread thread_;
 };
@@ -251,7 +275,7 @@ int bench_m(wush_context* ctx, const Settings& s, const Case& c, const std::vect
                 st = wush_linear_run(ctx, layer.p, WUSH_DTYPE_F32, x.data(), m, WUSH_DTYPE_F32, y.data(), y.size(), lw.data(),
                                      lw.size());
         };
-        const BusyLoop busy(s.contend_cpu);
+        const BusyLoop busy(s.contend_cpu, s.contend_process);
         const auto [g1, gn] = paired_medians(s, ctx, 1, s.threads, &st, gemm);
         const auto [r1, rn] = paired_medians(s, ctx, 1, s.threads, &st, run);
         if (st == WUSH_OK) st = wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, int64_t(s.threads));
@@ -307,7 +331,7 @@ int bench_cuda(const cli::Args& a);  // cmd_bench_cuda.cpp
 #endif
 
 int cmd_bench(int argc, char** argv) {
-    cli::Args a(argc, argv, {"--quick", "--json", "--contend"},
+    cli::Args a(argc, argv, {"--quick", "--json", "--contend", "--contend-process"},
                 {"--layers", "--format", "--m", "--kind", "--threads", "--isa", "--repeats", "--min-time", "--device",
                  "--contend-cpu"});
     const std::string device = a.get("--device", "cpu");
@@ -328,7 +352,8 @@ int cmd_bench(int argc, char** argv) {
     s.min_repeats = a.get_size("--repeats", quick ? 3 : 5);
     s.min_seconds = a.has("--min-time") ? std::atof(a.get("--min-time").c_str()) : quick ? 0.1 : 0.3;
     const std::size_t threads = a.get_size("--threads", 0);
-    s.contend = a.has("--contend") || a.has("--contend-cpu");
+    s.contend = a.has("--contend") || a.has("--contend-cpu") || a.has("--contend-process");
+    s.contend_process = a.has("--contend-process");
     if (a.has("--contend-cpu")) s.contend_cpu = int(a.get_size("--contend-cpu", 0));
     if (!a.ok()) {
         std::fprintf(stderr, "wush bench: %s\n", a.error().c_str());
