@@ -8,17 +8,29 @@
 //   forward   wush_linear_forward (quantize + GEMM)        vs OpenBLAS SGEMM (float32 X W^T)
 //   prepared  wush_linear_run (a prepared layer: weight    vs wush_linear_forward (packs the
 //             panels packed once)                            weight panels on every call)
+// --contend [--contend-cpu C] [--contend-process]: while a busy-loop thread (a child process with
+// --contend-process; pinned to CPU C if given) keeps one core busy, wush_gemm and wush_linear_run with --threads threads (default: all) against the same
+// call on 1 thread, samples alternating between the two (kinds contend_gemm / contend_prepared;
+// speedup < 1: the parallel call lost).
 // speedup = baseline_s / ours_s. Default: the three Llama-like layers x MXFP4/NVFP4/INT4 x
 // m in {1, 16, 128, 512, 1024}; --quick drops m = 1024 and repeats less (about a minute on 2
 // cores). The library is used through its public C API only; OpenBLAS is linked here for the
 // SGEMM baseline.
 #include <cblas.h>
 
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "cli.h"
@@ -39,6 +51,54 @@ struct Settings {
     std::size_t min_repeats = 5;
     double min_seconds = 0.3;
     bool gemm = true, quantize = true, forward = true;
+    bool contend = false;
+    int contend_cpu = -1;       // pin the busy loop there (-1: leave it to the scheduler)
+    bool contend_process = false;  // the busy loop is a child process (else a thread)
+    std::size_t threads = 1;    // the context's thread count outside the contention rows
+};
+
+// Another process's busy core: a child process (or, with process = false, a thread of ours) that
+// spins until destroyed, pinned to `cpu` if cpu >= 0.
+class BusyLoop {
+public:
+    BusyLoop(int cpu, bool process) {
+        if (process) {
+            child_ = fork();
+            if (child_ == 0) {  // the child: spin until killed
+                pin(cpu);
+                volatile unsigned long spin = 0;
+                for (;;) spin = spin + 1;
+            }
+            if (child_ > 0) return;
+        }
+        thread_ = std::thread([this, cpu] {
+            pin(cpu);
+            volatile unsigned long spin = 0;
+            while (!stop_.load(std::memory_order_relaxed)) spin = spin + 1;
+        });
+    }
+    ~BusyLoop() {
+        if (child_ > 0) {
+            kill(child_, SIGKILL);
+            waitpid(child_, nullptr, 0);
+        }
+        stop_.store(true);
+        if (thread_.joinable()) thread_.join();
+    }
+    BusyLoop(const BusyLoop&) = delete;
+    BusyLoop& operator=(const BusyLoop&) = delete;
+
+private:
+    static void pin(int cpu) {
+        if (cpu < 0) return;
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        sched_setaffinity(0, sizeof set, &set);
+    }
+    pid_t child_ = -1;
+    std::atomic<bool> stop_{false};
+    std::thread thread_;
 };
 
 // Median wall time of fn() over at least min_repeats samples and min_seconds, after one warm-up.
@@ -62,6 +122,49 @@ double median_seconds(const Settings& s, Fn&& fn) {
     }
     std::sort(t.begin(), t.end());
     return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+}
+
+// Medians of fn() run with `a` and with `b` threads, samples taken alternately (a b, b a, ...) so
+// that both see the same background load: under contention the machine changes from one moment
+// to the next, and separate measurements would compare two different machines.
+template <typename Fn>
+std::pair<double, double> paired_medians(const Settings& s, wush_context* ctx, std::size_t a, std::size_t b, wush_status* st,
+                                         Fn&& fn) {
+    using clock = std::chrono::steady_clock;
+    auto threads = [&](std::size_t t) {
+        if (*st == WUSH_OK) *st = wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, int64_t(t));
+    };
+    threads(a);
+    fn();
+    threads(b);
+    const auto t0 = clock::now();
+    fn();
+    const double once = std::chrono::duration<double>(clock::now() - t0).count();
+    const int batch = once >= 50e-6 ? 1 : int(std::min(1000.0, 50e-6 / std::max(once, 1e-8))) + 1;
+    std::vector<double> ta, tb;
+    double total = 0.0;
+    auto sample = [&](std::size_t t, std::vector<double>* into) {
+        threads(t);
+        const auto start = clock::now();
+        for (int i = 0; i < batch; ++i) fn();
+        const double d = std::chrono::duration<double>(clock::now() - start).count();
+        into->push_back(d / batch);
+        total += d;
+    };
+    while ((ta.size() < std::max<std::size_t>(s.min_repeats, 11) || total < 2 * s.min_seconds) && ta.size() < 400) {
+        if (ta.size() % 2) {
+            sample(b, &tb);
+            sample(a, &ta);
+        } else {
+            sample(a, &ta);
+            sample(b, &tb);
+        }
+    }
+    auto median = [](std::vector<double>& t) {
+        std::sort(t.begin(), t.end());
+        return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+    };
+    return {median(ta), median(tb)};
 }
 
 // One layer shape's data and objects for one format.
@@ -157,6 +260,28 @@ int bench_m(wush_context* ctx, const Settings& s, const Case& c, const std::vect
         });
         out->push_back({"prepared", m, c.n, c.k, fname, "per_call_forward", prepared, ours});
     }
+    if (s.contend && st == WUSH_OK) {
+        Handle<wush_linear, wush_linear_destroy> layer;
+        std::size_t lw_bytes = 0;
+        st = wush_linear_create(ctx, c.wush.p, c.q.p, &layer.p);
+        if (st == WUSH_OK) st = wush_linear_workspace_size(ctx, layer.p, m, &lw_bytes);
+        std::vector<unsigned char> lw(lw_bytes);
+        auto gemm = [&] {
+            if (st == WUSH_OK)
+                st = wush_gemm(ctx, c.q.p, codes.data(), codes_bytes, scales.data(), scales_bytes, m, WUSH_DTYPE_F32, y.data(), y.size());
+        };
+        auto run = [&] {
+            if (st == WUSH_OK)
+                st = wush_linear_run(ctx, layer.p, WUSH_DTYPE_F32, x.data(), m, WUSH_DTYPE_F32, y.data(), y.size(), lw.data(),
+                                     lw.size());
+        };
+        const BusyLoop busy(s.contend_cpu, s.contend_process);
+        const auto [g1, gn] = paired_medians(s, ctx, 1, s.threads, &st, gemm);
+        const auto [r1, rn] = paired_medians(s, ctx, 1, s.threads, &st, run);
+        if (st == WUSH_OK) st = wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, int64_t(s.threads));
+        out->push_back({"contend_gemm", m, c.n, c.k, fname, "same_on_1_thread", gn, g1});
+        out->push_back({"contend_prepared", m, c.n, c.k, fname, "same_on_1_thread", rn, r1});
+    }
     return st == WUSH_OK ? 0 : cli::report("the runtime", st);
 }
 
@@ -176,10 +301,10 @@ void print_json(const std::vector<Result>& results, const char* isa, std::size_t
 
 void print_table(const std::vector<Result>& results, const char* isa, std::size_t threads) {
     std::printf("CPU runtime, ISA %s, %zu threads; times are medians of warm repeats\n", isa, threads);
-    std::printf("%-9s %6s %6s %6s %-7s %12s  %-25s %12s %8s\n", "kind", "m", "n", "k", "format", "ours", "baseline",
+    std::printf("%-16s %6s %6s %6s %-7s %12s  %-25s %12s %8s\n", "kind", "m", "n", "k", "format", "ours", "baseline",
                 "baseline", "speedup");
     for (const Result& r : results) {
-        std::printf("%-9s %6zu %6zu %6zu %-7s %10.1f us  %-25s %9.1f us %7.2fx", r.kind.c_str(), r.m, r.n, r.k,
+        std::printf("%-16s %6zu %6zu %6zu %-7s %10.1f us  %-25s %9.1f us %7.2fx", r.kind.c_str(), r.m, r.n, r.k,
                     r.format.c_str(), r.ours_s * 1e6, r.baseline.c_str(), r.baseline_s * 1e6, r.baseline_s / r.ours_s);
         if (r.ours_gbps > 0.0) std::printf("  (%.1f vs %.1f GB/s)", r.ours_gbps, r.baseline_gbps);
         std::printf("\n");
@@ -206,8 +331,9 @@ int bench_cuda(const cli::Args& a);  // cmd_bench_cuda.cpp
 #endif
 
 int cmd_bench(int argc, char** argv) {
-    cli::Args a(argc, argv, {"--quick", "--json"},
-                {"--layers", "--format", "--m", "--kind", "--threads", "--isa", "--repeats", "--min-time", "--device"});
+    cli::Args a(argc, argv, {"--quick", "--json", "--contend", "--contend-process"},
+                {"--layers", "--format", "--m", "--kind", "--threads", "--isa", "--repeats", "--min-time", "--device",
+                 "--contend-cpu"});
     const std::string device = a.get("--device", "cpu");
     if (a.ok() && device == "cuda") {
 #ifdef WUSH_TOOLS_CUDA
@@ -226,6 +352,9 @@ int cmd_bench(int argc, char** argv) {
     s.min_repeats = a.get_size("--repeats", quick ? 3 : 5);
     s.min_seconds = a.get_double("--min-time", quick ? 0.1 : 0.3);
     const std::size_t threads = a.get_size("--threads", 0);
+    s.contend = a.has("--contend") || a.has("--contend-cpu") || a.has("--contend-process");
+    s.contend_process = a.has("--contend-process");
+    if (a.has("--contend-cpu")) s.contend_cpu = int(a.get_size("--contend-cpu", 0));
     if (!a.ok()) {
         std::fprintf(stderr, "wush bench: %s\n", a.error().c_str());
         return 2;
@@ -264,6 +393,7 @@ int cmd_bench(int argc, char** argv) {
     if (st != WUSH_OK) return cli::report("setting up", st);
     if (threads) openblas_set_num_threads(int(threads));
     const std::size_t n_threads = threads ? threads : std::size_t(openblas_get_num_threads());
+    s.threads = n_threads;
 
     const std::size_t n_calib = 256, n_tokens = *std::max_element(ms.begin(), ms.end());
     std::vector<Result> results;

@@ -1,4 +1,4 @@
-// The CPU backend: the runtime kernels of src/cpu (SIMD per ISA, OpenMP) behind backend::Backend.
+// The CPU backend: the runtime kernels of src/cpu (SIMD per ISA, threads) behind backend::Backend.
 // Tensor arguments are host memory; there is no queue, so every call completes before it returns.
 #include "cpu/cpu_backend.h"
 

@@ -21,8 +21,10 @@ std::size_t gemm_scratch_bytes(const formats::FormatSpec& format, std::size_t m,
                                std::size_t threads);
 
 // Weight panels packed once, for a prepared layer (wush_linear): the layout the panel kernels
-// read (kernels.h, kPanelRows rows per panel), which gemm() otherwise packs on every call. About
-// 2.25x the bytes of the packed weights. Empty for the scalar ISA, whose kernel reads the codes.
+// read (kernels.h, kPanelRows rows per panel), which gemm() otherwise packs on every call, about
+// 2.25x the bytes of the packed weights; for the AVX2 kernels also the row-block layout of the
+// small-m kernel (kernels.h, kRowBlock rows per block, 1.0x the packed weights, NVFP4 1.1x; k % 32 ==
+// 0). Empty for the scalar ISA, whose kernel reads the codes.
 class PanelPack {
 public:
     PanelPack() = default;
@@ -30,12 +32,18 @@ public:
     Isa isa() const noexcept { return isa_; }
     bool empty() const noexcept { return bytes_.empty(); }
     const std::uint8_t* panel(std::size_t index) const noexcept { return bytes_.data() + offset_ + index * stride_; }
+    // The row blocks (nullptr if this pack has none) and the bytes of one block.
+    const std::uint8_t* row_blocks() const noexcept { return blocks_.empty() ? nullptr : blocks_.data() + blocks_offset_; }
+    std::size_t block_bytes() const noexcept { return block_bytes_; }
 
 private:
     Isa isa_ = Isa::Scalar;
     std::vector<std::uint8_t> bytes_;
     std::size_t offset_ = 0;  // to the first 64-byte aligned panel
     std::size_t stride_ = 0;  // bytes from one panel to the next (a multiple of 64)
+    std::vector<std::uint8_t> blocks_;
+    std::size_t blocks_offset_ = 0;  // to the first 64-byte aligned block
+    std::size_t block_bytes_ = 0;
 };
 
 // Throws NON_FINITE if an activation scale is NaN/Inf (nothing is written to y then).
@@ -44,7 +52,8 @@ void check_activation_scales(const formats::FormatSpec& format, std::span<const 
 
 // Y (m x n, row-major, `y_dtype` F32 or BF16) = A B^T, with A given by its codes and scales in
 // `w.format`. Every group's integer inner product is exact; the group scales and the per-tensor
-// factors are applied once per group in float32. Uses the calling thread's OpenMP threads, fewer
+// factors are applied once per group in float32. Runs on as many threads as the calling thread's
+// OpenMP thread count (omp_get_max_threads), taken from the GEMM's own work pool (gemm.cpp), fewer
 // if `scratch` (sized by gemm_scratch_bytes) has room for fewer panels. Activation scales must be
 // finite (check_activation_scales). `packed`, if given, holds w's panels packed for `isa` (a
 // pack made for another ISA is ignored).

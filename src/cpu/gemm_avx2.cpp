@@ -250,6 +250,146 @@ void gemv_rows(const GemmActivations& a, const GemmWeights& w, std::size_t n0, s
     }
 }
 
+// ---- row blocks (small m, prepared layers) ---------------------------------------------------
+
+// NVFP4's E4M3 scales are stored as BF16 (exact: 3 mantissa bits, exponents within BF16's): two
+// per unit and row, and decoding E4M3 in the kernel (about 11 instructions per 8) cost more than
+// the 16 bytes per unit that BF16 adds.
+std::size_t row_block_bytes(int format, std::size_t k) {
+    const std::size_t scale_bytes = format == kNvfp4 ? 32 : is_int4(format) ? 16 : 8;
+    return k / 32 * (128 + scale_bytes);
+}
+
+void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block) {
+    const std::size_t g = w.k / w.groups, per_unit = 32 / g;  // groups per 32-element unit
+    const bool to_bf16 = w.format == kNvfp4;
+    const std::size_t src_bytes = is_int4(w.format) ? 2 : 1, sbytes = to_bf16 ? 2 : src_bytes, row_scale = per_unit * sbytes;
+    const std::size_t unit_bytes = 128 + kRowBlock * row_scale, row_bytes = w.k / 2;
+    const std::size_t valid = w.n - n0 < kRowBlock ? w.n - n0 : kRowBlock;
+    for (std::size_t u = 0; u < w.k / 32; ++u) {
+        std::uint8_t* dst = block + u * unit_bytes;
+        for (std::size_t row = 0; row < kRowBlock; ++row) {
+            std::uint8_t* code_dst = dst + 32 * (row % 4) + 16 * (row / 4);
+            std::uint8_t* scale_dst = dst + 128 + row * row_scale;
+            if (row < valid) {  // padding rows stay zero: their outputs are never stored
+                std::memcpy(code_dst, w.codes + (n0 + row) * row_bytes + 16 * u, 16);
+                const std::uint8_t* src = w.scales + ((n0 + row) * w.groups + u * per_unit) * src_bytes;
+                if (to_bf16) {
+                    for (std::size_t i = 0; i < per_unit; ++i) {
+                        const __m256 v = decode_e4m3(_mm256_set1_epi32(src[i]));
+                        const std::uint32_t bits = std::uint32_t(_mm256_cvtsi256_si32(_mm256_castps_si256(v)));
+                        const std::uint16_t h = std::uint16_t(bits >> 16);  // the low half is zero
+                        std::memcpy(scale_dst + 2 * i, &h, 2);
+                    }
+                } else {
+                    std::memcpy(scale_dst, src, row_scale);
+                }
+            } else {
+                std::memset(code_dst, 0, 16);
+                std::memset(scale_dst, 0, row_scale);
+            }
+        }
+    }
+}
+
+namespace {
+
+// M activation rows x the 8 rows of each block. Per unit, vector j's products (rows j, j + 4) are
+// summed in int16 (exact: at most 8 x 1800 < 32767) by three horizontal adds into
+// [r0 .. r3 | r4 .. r7] x 2 int16 lanes per group pair; G = 32 sums the pairs (vpmaddwd).
+template <int M, int G>
+void row_blocks(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
+                std::size_t n1, std::size_t n_total, const GemmOutput& out) {
+    constexpr int kHalves = G == 16 ? 2 : 1;
+    const __m256i lut = weight_lut(a.format), low = _mm256_set1_epi8(0x0F), ones16 = _mm256_set1_epi16(1);
+    const bool int4 = is_int4(a.format);
+    const std::size_t units = a.k / 32, half = a.k_pad / 2, groups = a.groups;
+    const std::size_t unit_bytes = 128 + (G == 16 ? 32 : int4 ? 16 : 8);
+    for (std::size_t nb = n0; nb < n1; nb += kRowBlock) {
+        const std::uint8_t* blk = blocks + nb / kRowBlock * block_bytes;
+        __m256 acc[M][kHalves];
+        #pragma GCC unroll 8
+        for (int r = 0; r < M; ++r)
+            #pragma GCC unroll 2
+            for (int h = 0; h < kHalves; ++h) acc[r][h] = _mm256_setzero_ps();
+        for (std::size_t u = 0; u < units; ++u) {
+            const std::uint8_t* pu = blk + u * unit_bytes;
+            __m256i wl[4], wh[4];
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; ++j) {
+                const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pu + 32 * j));
+                wl[j] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low));
+                wh[j] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
+            }
+            const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pu + 128));
+            __m256 ws[kHalves];
+            if constexpr (G == 16) {  // BF16 (see row_block_bytes)
+                const __m128i raw_hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pu + 144));
+                ws[0] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+                ws[kHalves - 1] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw_hi), 16));
+            } else {
+                ws[0] = int4 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16))
+                             : decode_e8m0(_mm256_cvtepu8_epi32(raw));
+            }
+            #pragma GCC unroll 8
+            for (int r = 0; r < M; ++r) {
+                const std::size_t off = std::size_t(r) * half + 16 * u;
+                const __m256i xe = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.xe + off)));
+                const __m256i xo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.xo + off)));
+                __m256i p[4];
+                #pragma GCC unroll 4
+                for (int j = 0; j < 4; ++j)
+                    p[j] = _mm256_add_epi16(_mm256_maddubs_epi16(wl[j], xe), _mm256_maddubs_epi16(wh[j], xo));
+                const __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
+                const std::size_t gi = std::size_t(r) * groups + u * (32 / G);
+                if constexpr (G == 16) {
+                    std::int64_t c2;
+                    double s2;
+                    std::memcpy(&c2, a.corr + gi, 8);
+                    std::memcpy(&s2, a.scale + gi, 8);
+                    const __m256i corr = _mm256_set1_epi64x(c2);
+                    const __m256 sa = _mm256_castpd_ps(_mm256_set1_pd(s2));  // [s_a, s_b] repeated
+                    const __m256i lo = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(h)), corr);
+                    const __m256i hi = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(h, 1)), corr);
+                    acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), _mm256_mul_ps(ws[0], sa), acc[r][0]);
+                    acc[r][kHalves - 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_mul_ps(ws[kHalves - 1], sa), acc[r][kHalves - 1]);
+                } else {
+                    const __m256i d = _mm256_add_epi32(_mm256_madd_epi16(h, ones16), _mm256_set1_epi32(a.corr[gi]));
+                    acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(ws[0], _mm256_set1_ps(a.scale[gi])), acc[r][0]);
+                }
+            }
+        }
+        const std::size_t count = n_total - nb < kRowBlock ? n_total - nb : kRowBlock;
+        #pragma GCC unroll 8
+        for (int r = 0; r < M; ++r) {
+            __m256 y = acc[r][0];
+            if constexpr (G == 16)  // [r0a r0b r1a r1b | r2a ..] + [r4a .. | r6a ..] -> [r0 r1 r4 r5 | r2 r3 r6 r7]
+                y = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_hadd_ps(acc[r][0], acc[r][kHalves - 1])),
+                                                           _MM_SHUFFLE(3, 1, 2, 0)));
+            store8(out, std::size_t(r), nb, y, count);
+        }
+    }
+}
+
+template <int G>
+void rows_multiply_g(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
+                     std::size_t n1, std::size_t n_total, const GemmOutput& out) {
+    switch (a.m) {
+        case 1: row_blocks<1, G>(a, blocks, block_bytes, n0, n1, n_total, out); break;
+        case 2: row_blocks<2, G>(a, blocks, block_bytes, n0, n1, n_total, out); break;
+        case 3: row_blocks<3, G>(a, blocks, block_bytes, n0, n1, n_total, out); break;
+        default: row_blocks<4, G>(a, blocks, block_bytes, n0, n1, n_total, out); break;
+    }
+}
+
+}  // namespace
+
+void rows_multiply(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
+                   std::size_t n1, std::size_t n_total, const GemmOutput& out) {
+    if (a.group == 16) rows_multiply_g<16>(a, blocks, block_bytes, n0, n1, n_total, out);
+    else rows_multiply_g<32>(a, blocks, block_bytes, n0, n1, n_total, out);
+}
+
 // ---- panels (larger m) ----------------------------------------------------------------------
 
 namespace {
@@ -304,56 +444,90 @@ void pack_scales(const GemmWeights& w, std::size_t n0, std::size_t valid, std::u
     }
 }
 
-// M activation rows x 8 weight rows (sub-panel `sub` of the 32-row panel).
-template <int M, int G>
+// M activation rows x S x 8 weight rows (sub-panels sub .. sub + S - 1 of the 32-row panel). Two
+// sub-panels per tile load each broadcast activation word once for two vpmaddubsw (one per
+// sub-panel), which is what the single-sub-panel tile was short of: one load per multiply.
+template <int M, int S, int G>
 void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t sub, std::size_t n0, std::size_t m0,
-                const GemmOutput& out, std::size_t count) {
+                const GemmOutput& out, std::size_t valid) {
     constexpr std::size_t kGroupBytes = kPanelRows * (G + 4);
     const __m256i ones16 = _mm256_set1_epi16(1);
-    __m256 yacc[M];
+    __m256 yacc[M][S];
     #pragma GCC unroll 32
-    for (int r = 0; r < M; ++r) yacc[r] = _mm256_setzero_ps();
+    for (int r = 0; r < M; ++r)
+        #pragma GCC unroll 2
+        for (int c = 0; c < S; ++c) yacc[r][c] = _mm256_setzero_ps();
     for (std::size_t g = 0; g < a.groups; ++g) {
         const std::uint8_t* pg = panel + g * kGroupBytes + 32 * sub;
         const std::int8_t* xg = a.x8 + m0 * a.k + g * G;
-        __m256i acc16[M];
+        __m256i acc16[M][S];
         #pragma GCC unroll 32
-        for (int r = 0; r < M; ++r) acc16[r] = _mm256_setzero_si256();
+        for (int r = 0; r < M; ++r)
+            #pragma GCC unroll 2
+            for (int c = 0; c < S; ++c) acc16[r][c] = _mm256_setzero_si256();
         #pragma GCC unroll 32
         for (int s = 0; s < G / 4; ++s) {
-            const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(pg + s * 128));
+            __m256i w[S];
+            #pragma GCC unroll 2
+            for (int c = 0; c < S; ++c) w[c] = _mm256_load_si256(reinterpret_cast<const __m256i*>(pg + s * 128 + 32 * c));
             #pragma GCC unroll 32
             for (int r = 0; r < M; ++r) {
                 const __m256i xb = _mm256_set1_epi32(int(load_u32(xg + std::size_t(r) * a.k + 4 * s)));
-                acc16[r] = _mm256_add_epi16(acc16[r], _mm256_maddubs_epi16(w, xb));
+                #pragma GCC unroll 2
+                for (int c = 0; c < S; ++c) acc16[r][c] = _mm256_add_epi16(acc16[r][c], _mm256_maddubs_epi16(w[c], xb));
             }
+            // Keep the accumulators in registers step by step: left alone, GCC reassociates the
+            // (associative) int16 sums of the unrolled steps into trees over all products of the
+            // group, which spill most of them to the stack.
+            #pragma GCC unroll 32
+            for (int r = 0; r < M; ++r)
+                #pragma GCC unroll 2
+                for (int c = 0; c < S; ++c) asm("" : "+x"(acc16[r][c]));
         }
-        const __m256 sb = _mm256_load_ps(reinterpret_cast<const float*>(pg - 32 * sub + G * kPanelRows + 32 * sub));
+        __m256 sb[S];
+        #pragma GCC unroll 2
+        for (int c = 0; c < S; ++c) sb[c] = _mm256_load_ps(reinterpret_cast<const float*>(pg + G * kPanelRows + 32 * c));
         #pragma GCC unroll 32
         for (int r = 0; r < M; ++r) {
             const std::size_t row = m0 + std::size_t(r);
-            const __m256i acc = _mm256_add_epi32(_mm256_madd_epi16(acc16[r], ones16), _mm256_set1_epi32(a.corr[row * a.groups + g]));
-            yacc[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), sb), _mm256_set1_ps(a.scale[row * a.groups + g]), yacc[r]);
+            const __m256i corr = _mm256_set1_epi32(a.corr[row * a.groups + g]);
+            const __m256 sa = _mm256_set1_ps(a.scale[row * a.groups + g]);
+            #pragma GCC unroll 2
+            for (int c = 0; c < S; ++c) {
+                const __m256i acc = _mm256_add_epi32(_mm256_madd_epi16(acc16[r][c], ones16), corr);
+                yacc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), sb[c]), sa, yacc[r][c]);
+            }
         }
     }
     #pragma GCC unroll 32
-    for (int r = 0; r < M; ++r) store8(out, m0 + std::size_t(r), n0 + 8 * sub, yacc[r], count);
+    for (int r = 0; r < M; ++r)
+        #pragma GCC unroll 2
+        for (int c = 0; c < S; ++c) {
+            const std::size_t first = 8 * (sub + std::size_t(c));
+            if (first < valid) store8(out, m0 + std::size_t(r), n0 + first, yacc[r][c], valid - first < 8 ? valid - first : 8);
+        }
+}
+
+template <int S, int G>
+void panel_span(const GemmActivations& a, const std::uint8_t* panel, std::size_t sub, std::size_t n0, std::size_t m0,
+                std::size_t m1, const GemmOutput& out, std::size_t valid) {
+    std::size_t m = m0;
+    for (; m + 4 <= m1; m += 4) panel_tile<4, S, G>(a, panel, sub, n0, m, out, valid);
+    switch (m1 - m) {
+        case 3: panel_tile<3, S, G>(a, panel, sub, n0, m, out, valid); break;
+        case 2: panel_tile<2, S, G>(a, panel, sub, n0, m, out, valid); break;
+        case 1: panel_tile<1, S, G>(a, panel, sub, n0, m, out, valid); break;
+        default: break;
+    }
 }
 
 template <int G>
 void panel_rows(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0, std::size_t m1,
                 const GemmOutput& out, std::size_t n_total) {
     const std::size_t valid = n_total - n0 < kPanelRows ? n_total - n0 : kPanelRows;
-    for (std::size_t sub = 0; sub * 8 < valid; ++sub) {
-        const std::size_t count = valid - sub * 8 < 8 ? valid - sub * 8 : 8;
-        std::size_t m = m0;
-        for (; m + 4 <= m1; m += 4) panel_tile<4, G>(a, panel, sub, n0, m, out, count);
-        switch (m1 - m) {
-            case 3: panel_tile<3, G>(a, panel, sub, n0, m, out, count); break;
-            case 2: panel_tile<2, G>(a, panel, sub, n0, m, out, count); break;
-            case 1: panel_tile<1, G>(a, panel, sub, n0, m, out, count); break;
-            default: break;
-        }
+    for (std::size_t sub = 0; sub * 8 < valid; sub += 2) {
+        if (sub * 8 + 8 < valid) panel_span<2, G>(a, panel, sub, n0, m0, m1, out, valid);
+        else panel_span<1, G>(a, panel, sub, n0, m0, m1, out, valid);  // the last 8 or fewer rows
     }
 }
 

@@ -104,7 +104,24 @@ struct GemmOutput {
 // the rows' float scales: kPanelRows * (G + 4) bytes per group (no function here: see the top).
 constexpr std::size_t kPanelRows = 32;
 
+// Row-block layout for small m (the prepared layers of the AVX2 kernels; k % 32 == 0): blocks of
+// kRowBlock = 8 weight rows. Per 32-element unit u of k, a block holds 4 x 32 bytes of codes
+// (vector j: the unit's 16 code bytes of row j, then those of row j + 4) and then the unit's
+// weight scales in (row, group) order: G = 32: 8 scales (1 byte, INT4 2); G = 16 (NVFP4): 16, as
+// BF16 (2 bytes).
+// Horizontal adds of the four vectors' dot products then give one lane per row (G = 32) or per
+// (row, group) (G = 16) in row order, so a block's group scales apply as one vector and the whole
+// block's outputs come out of one register: no per-row horizontal sum, no scale shuffles.
+constexpr std::size_t kRowBlock = 8;
+
 namespace avx2 {
+// Bytes of one packed row block: k / 32 units of 128 code bytes + 8, 16 or 32 scale bytes.
+std::size_t row_block_bytes(int format, std::size_t k);
+void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block);
+// Y rows 0..m-1 (m <= 4, the split layout's xe / xo and the per-group corr / scale of `a`) for
+// weight rows n0..n1 (n0 a multiple of kRowBlock); `blocks` points at block 0.
+void rows_multiply(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
+                   std::size_t n1, std::size_t n_total, const GemmOutput& out);
 void prepare_rows(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
                   std::int8_t* x8, std::int32_t* corr);
 void prepare_split(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,

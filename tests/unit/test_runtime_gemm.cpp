@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "calibration/calibrator.h"
@@ -83,16 +84,17 @@ double rel_frobenius(const std::vector<float>& got, const std::vector<double>& r
     return std::sqrt(num / den);
 }
 
+// `pack`: a prepared layer's packed weights (panels, and the AVX2 row blocks for m <= 4).
 std::vector<float> run_gemm(Isa isa, const formats::PackedMatrix& w, const Packed& a, std::size_t m, wush_dtype y_dtype,
-                            std::vector<std::uint16_t>* bf16 = nullptr) {
+                            std::vector<std::uint16_t>* bf16 = nullptr, const runtime::PanelPack* pack = nullptr) {
     const formats::FormatSpec& f = formats::spec(w.format);
     std::vector<std::byte> scratch(runtime::gemm_scratch_bytes(f, m, w.d_out, w.d_in, std::size_t(omp_get_max_threads())));
     std::vector<float> y(m * w.d_out, -1.0f);
     if (y_dtype == WUSH_DTYPE_BF16) {
         bf16->assign(m * w.d_out, 0xFFFF);
-        runtime::gemm(isa, w, a.codes, a.scales, m, y_dtype, bf16->data(), scratch);
+        runtime::gemm(isa, w, a.codes, a.scales, m, y_dtype, bf16->data(), scratch, pack);
     } else {
-        runtime::gemm(isa, w, a.codes, a.scales, m, y_dtype, y.data(), scratch);
+        runtime::gemm(isa, w, a.codes, a.scales, m, y_dtype, y.data(), scratch, pack);
     }
     return y;
 }
@@ -133,6 +135,21 @@ TEST_P(GemmOnIsa, MatchesFloat64ProductOfDequantizedOperands) {
                     for (std::size_t i = 0; i < s.k; ++i) ref[r * s.n + c] += ad[r * s.k + i] * bd[c * s.k + i];
             const std::vector<float> y = run_gemm(isa, w, a, s.m, WUSH_DTYPE_F32);
             EXPECT_LE(rel_frobenius(y, ref), 1e-5) << f.name << " m=" << s.m << " n=" << s.n << " k=" << s.k;
+            // The prepared layer's layouts (packed once): the same product.
+            const runtime::PanelPack pack(isa, w);
+            if (isa == Isa::Avx2 && s.k % 32 == 0) {
+                EXPECT_NE(pack.row_blocks(), nullptr);
+            }
+            const std::vector<float> yp = run_gemm(isa, w, a, s.m, WUSH_DTYPE_F32, nullptr, &pack);
+            EXPECT_LE(rel_frobenius(yp, ref), 1e-5) << "prepared " << f.name << " m=" << s.m << " n=" << s.n << " k=" << s.k;
+            std::vector<std::uint16_t> hp;
+            run_gemm(isa, w, a, s.m, WUSH_DTYPE_BF16, &hp, &pack);
+            for (std::size_t i = 0; i < yp.size(); ++i) {
+                const std::uint16_t sign = std::signbit(yp[i]) ? 0x8000 : 0;
+                const double mag = std::fabs(double(yp[i]));
+                const std::uint16_t expect = std::uint16_t(sign | (mag > 0.0 ? test::bf16_bits(test::ref_bf16(mag)) : 0));
+                ASSERT_EQ(hp[i], expect) << "prepared " << f.name << " m=" << s.m << " n=" << s.n << " i=" << i;
+            }
             // BF16 output is the RNE of the float32 result.
             std::vector<std::uint16_t> h;
             run_gemm(isa, w, a, s.m, WUSH_DTYPE_BF16, &h);
@@ -164,14 +181,51 @@ TEST_P(GemmOnIsa, LargeShapeAndThreadCountIndependence) {
         const std::size_t n_big = 4200;
         const Packed big = random_packed(format, n_big, k, rng);
         const formats::PackedMatrix wb{format, n_big, k, formats::ByteView(big.codes), formats::ByteView(big.scales)};
-        for (std::size_t mm : {std::size_t(1), std::size_t(3)}) {
+        const runtime::PanelPack pack(isa, wb);
+        for (std::size_t mm : {std::size_t(1), std::size_t(3), std::size_t(6)}) {
             omp_set_num_threads(1);
             const std::vector<float> s1 = run_gemm(isa, wb, a, mm, WUSH_DTYPE_F32);
+            const std::vector<float> p1 = run_gemm(isa, wb, a, mm, WUSH_DTYPE_F32, nullptr, &pack);
             omp_set_num_threads(2);
             const std::vector<float> s2 = run_gemm(isa, wb, a, mm, WUSH_DTYPE_F32);
+            const std::vector<float> p2 = run_gemm(isa, wb, a, mm, WUSH_DTYPE_F32, nullptr, &pack);
             omp_set_num_threads(saved);
-            EXPECT_EQ(s1, s2);
+            EXPECT_EQ(s1, s2) << "m=" << mm;
+            EXPECT_EQ(p1, p2) << "prepared m=" << mm;
+            // Chunks are claimed dynamically: repeated calls must not depend on who ran what.
+            omp_set_num_threads(2);
+            for (int rep = 0; rep < 5; ++rep) EXPECT_EQ(p1, run_gemm(isa, wb, a, mm, WUSH_DTYPE_F32, nullptr, &pack));
+            omp_set_num_threads(saved);
         }
+    }
+}
+
+// Callers on several threads at once (one context each): the work pool serves one call at a time
+// and the others run on their own thread; every result is the single-caller one.
+TEST_P(GemmOnIsa, ConcurrentCallersGetTheSameResults) {
+    const Isa isa = GetParam();
+    std::mt19937 rng(13);
+    const std::size_t n = 2100, k = 1024;
+    const Packed b = random_packed(WUSH_FORMAT_MXFP4, n, k, rng);
+    const formats::PackedMatrix w{WUSH_FORMAT_MXFP4, n, k, formats::ByteView(b.codes), formats::ByteView(b.scales)};
+    const runtime::PanelPack pack(isa, w);
+    for (std::size_t m : {std::size_t(1), std::size_t(12)}) {
+        const Packed a = random_packed(WUSH_FORMAT_MXFP4, m, k, rng);
+        const std::vector<float> expect = run_gemm(isa, w, a, m, WUSH_DTYPE_F32);
+        const std::vector<double> expect64(expect.begin(), expect.end());
+        std::vector<int> bad(3, 0);
+        std::vector<std::thread> callers;
+        for (std::size_t t = 0; t < bad.size(); ++t)
+            callers.emplace_back([&, t] {
+                omp_set_num_threads(2);
+                for (int rep = 0; rep < 4; ++rep) {
+                    // Odd callers use the prepared layout (another summation order for m <= 4).
+                    const std::vector<float> y = run_gemm(isa, w, a, m, WUSH_DTYPE_F32, nullptr, t % 2 ? &pack : nullptr);
+                    if (t % 2 ? rel_frobenius(y, expect64) > 1e-6 : y != expect) ++bad[t];
+                }
+            });
+        for (std::thread& c : callers) c.join();
+        for (std::size_t t = 0; t < bad.size(); ++t) EXPECT_EQ(bad[t], 0) << "caller " << t << " m=" << m;
     }
 }
 
