@@ -395,13 +395,17 @@ def layer_loss(transform: Transform, qweight: QWeight, weight: Any, x: Any, runt
     return out.value
 
 
-class Linear:
-    """A quantized linear layer run by the CPU runtime (``wush_linear_forward``): y = x W^T
-    with activations transformed and quantized on the fly. Bias is not applied here."""
+class Linear(_Handle):
+    """A quantized linear layer prepared once on a context (``wush_linear``): y = x W^T with the
+    activations transformed and quantized on the fly. The transform and qweight are copied into
+    the prepared layer (the CPU backend also packs the weight panels once). Bias is not applied
+    here. Close it (or let it be collected) before closing its context."""
+
+    _destroy = "wush_linear_destroy"
 
     def __init__(self, transform: Transform, qweight: QWeight, ctx: Optional[Context] = None):
-        self.transform, self.qweight = transform, qweight
         self.ctx = ctx or default_context()
+        super().__init__(_new("wush_linear_create", self.ctx.ptr, transform.ptr, qweight.ptr))
         _, _, self.d_out, self.d_in = qweight.info()
         self._ws = np.empty(0, np.uint8)
 
@@ -410,14 +414,12 @@ class Linear:
         if b.cols != self.d_in:
             raise ValueError(f"input width {b.cols} != d_in {self.d_in}")
         need = ctypes.c_size_t()
-        _call("wush_linear_forward_workspace_size", self.ctx.ptr, self.transform.ptr, self.qweight.ptr, b.rows,
-              ctypes.byref(need))
+        _call("wush_linear_workspace_size", self.ctx.ptr, self.ptr, b.rows, ctypes.byref(need))
         if self._ws.size < need.value:
             self._ws = np.empty(need.value, np.uint8)  # grown once for the largest batch seen
         y = np.empty((b.rows, self.d_out), np.float32)
-        _call("wush_linear_forward", self.ctx.ptr, self.transform.ptr, self.qweight.ptr, int(b.dtype),
-              ctypes.c_void_p(b.ptr), b.rows, int(DType.F32), y.ctypes.data, y.size, self._ws.ctypes.data,
-              self._ws.size)
+        _call("wush_linear_run", self.ctx.ptr, self.ptr, int(b.dtype), ctypes.c_void_p(b.ptr), b.rows,
+              int(DType.F32), y.ctypes.data, y.size, self._ws.ctypes.data, self._ws.size)
         return y
 
 

@@ -19,11 +19,10 @@ import os
 import subprocess
 from typing import Any, Dict, Optional
 
-from ._ffi_table import ENUMS, FUNCTIONS, HEADER_VERSION
+from ._ffi_table import ENUMS, FUNCTIONS, HANDLES, HEADER_VERSION
 
 # Opaque handle types of the header: passed as void pointers (full pointer width).
-_HANDLES = {"wush_context", "wush_calibrator", "wush_transform", "wush_qweight", "wush_options",
-            "wush_checkpoint", "wush_tensor_file"}
+_HANDLES = set(HANDLES)
 
 _SCALARS: Dict[str, Any] = {
     "int": ctypes.c_int, "unsigned": ctypes.c_uint, "size_t": ctypes.c_size_t,

@@ -3,7 +3,10 @@
 tests/python/test_python_header.py fails when this file and the header disagree.
 """
 
-HEADER_VERSION = (0, 1, 0)
+HEADER_VERSION = (0, 2, 0)
+
+# Opaque handle types (passed as void pointers).
+HANDLES = ['wush_calibrator', 'wush_checkpoint', 'wush_context', 'wush_linear', 'wush_options', 'wush_qweight', 'wush_tensor_file', 'wush_transform']
 
 # name: (return type, (parameter types...)) in C spelling; _ffi.py maps them to ctypes.
 FUNCTIONS = {
@@ -13,7 +16,9 @@ FUNCTIONS = {
     'wush_calibrator_export_state': ('wush_status', ('const wush_calibrator*', 'double*', 'size_t')),
     'wush_calibrator_import_state': ('wush_status', ('wush_calibrator*', 'const double*', 'size_t')),
     'wush_calibrator_merge': ('wush_status', ('wush_calibrator*', 'const wush_calibrator*')),
+    'wush_calibrator_sample_count': ('wush_status', ('const wush_calibrator*', 'size_t*')),
     'wush_calibrator_second_moment': ('wush_status', ('const wush_calibrator*', 'size_t', 'double*', 'size_t')),
+    'wush_calibrator_set_sample_size': ('wush_status', ('wush_calibrator*', 'size_t')),
     'wush_calibrator_state_size': ('wush_status', ('const wush_calibrator*', 'size_t*')),
     'wush_calibrator_token_count': ('wush_status', ('const wush_calibrator*', 'uint64_t*')),
     'wush_checkpoint_add_layer': ('wush_status', ('wush_checkpoint*', 'const char*', 'const wush_transform*', 'const wush_qweight*')),
@@ -28,9 +33,13 @@ FUNCTIONS = {
     'wush_context_backend': ('wush_status', ('const wush_context*', 'wush_backend*')),
     'wush_context_cpu_isa': ('wush_status', ('const wush_context*', 'wush_cpu_isa*')),
     'wush_context_create': ('wush_status', ('wush_backend', 'int', 'wush_context**')),
+    'wush_context_describe': ('wush_status', ('const wush_context*', 'char*', 'size_t')),
     'wush_context_destroy': ('void', ('wush_context*',)),
     'wush_context_get_parameter': ('wush_status', ('const wush_context*', 'wush_context_parameter', 'int64_t*')),
+    'wush_context_get_stream': ('wush_status', ('const wush_context*', 'void**')),
     'wush_context_set_parameter': ('wush_status', ('wush_context*', 'wush_context_parameter', 'int64_t')),
+    'wush_context_set_stream': ('wush_status', ('wush_context*', 'void*')),
+    'wush_context_synchronize': ('wush_status', ('wush_context*',)),
     'wush_cpu_isa_name': ('const char*', ('wush_cpu_isa',)),
     'wush_cpu_isa_supported': ('int', ('wush_cpu_isa',)),
     'wush_dequantize_rows': ('wush_status', ('wush_context*', 'wush_format', 'const void*', 'size_t', 'const void*', 'size_t', 'size_t', 'size_t', 'float*', 'size_t')),
@@ -50,8 +59,14 @@ FUNCTIONS = {
     'wush_layer_loss': ('wush_status', ('wush_context*', 'const wush_transform*', 'const wush_qweight*', 'wush_dtype', 'const void*', 'wush_dtype', 'const void*', 'size_t', 'double*')),
     'wush_layer_loss_runtime': ('wush_status', ('wush_context*', 'const wush_transform*', 'const wush_qweight*', 'wush_dtype', 'const void*', 'wush_dtype', 'const void*', 'size_t', 'double*')),
     'wush_layer_quantize': ('wush_status', ('wush_context*', 'const wush_calibrator*', 'wush_transform_kind', 'wush_format', 'wush_method', 'wush_dtype', 'const void*', 'size_t', 'size_t', 'const wush_options*', 'wush_transform**', 'wush_qweight**')),
+    'wush_linear_create': ('wush_status', ('wush_context*', 'const wush_transform*', 'const wush_qweight*', 'wush_linear**')),
+    'wush_linear_destroy': ('void', ('wush_linear*',)),
     'wush_linear_forward': ('wush_status', ('wush_context*', 'const wush_transform*', 'const wush_qweight*', 'wush_dtype', 'const void*', 'size_t', 'wush_dtype', 'void*', 'size_t', 'void*', 'size_t')),
     'wush_linear_forward_workspace_size': ('wush_status', ('wush_context*', 'const wush_transform*', 'const wush_qweight*', 'size_t', 'size_t*')),
+    'wush_linear_info': ('wush_status', ('const wush_linear*', 'size_t*', 'size_t*', 'wush_format*')),
+    'wush_linear_quantize': ('wush_status', ('wush_context*', 'wush_linear*', 'wush_dtype', 'const void*', 'size_t', 'void*', 'size_t', 'void*', 'size_t')),
+    'wush_linear_run': ('wush_status', ('wush_context*', 'wush_linear*', 'wush_dtype', 'const void*', 'size_t', 'wush_dtype', 'void*', 'size_t', 'void*', 'size_t')),
+    'wush_linear_workspace_size': ('wush_status', ('wush_context*', 'const wush_linear*', 'size_t', 'size_t*')),
     'wush_options_create': ('wush_status', ('wush_options**',)),
     'wush_options_destroy': ('void', ('wush_options*',)),
     'wush_options_get_double': ('wush_status', ('const wush_options*', 'wush_option', 'double*')),
@@ -123,6 +138,8 @@ ENUMS = {
         'WUSH_OPTION_DAMPING': 0,
         'WUSH_OPTION_SEED': 1,
         'WUSH_OPTION_TRANSFORM_DTYPE': 2,
+        'WUSH_OPTION_SEARCH': 3,
+        'WUSH_OPTION_SEARCH_TOKENS': 4,
     },
     'wush_status': {
         'WUSH_OK': 0,

@@ -85,9 +85,15 @@ def parse_version(text: str) -> Tuple[int, int, int]:
     return vals[0], vals[1], vals[2]
 
 
+def parse_handles(text: str) -> List[str]:
+    """Every opaque handle type ``typedef struct wush_x wush_x;`` of the header."""
+    return sorted(set(re.findall(r"typedef\s+struct\s+(wush_\w+)\s+\1\s*;", _strip_comments(text))))
+
+
 def render_table(text: str) -> str:
     """The source of ``_ffi_table.py`` for this header text."""
     funcs = parse_functions(text)
+    handles = parse_handles(text)
     enums = parse_enums(text)
     major, minor, patch = parse_version(text)
     lines = [
@@ -97,6 +103,9 @@ def render_table(text: str) -> str:
         '"""',
         "",
         f"HEADER_VERSION = ({major}, {minor}, {patch})",
+        "",
+        "# Opaque handle types (passed as void pointers).",
+        f"HANDLES = {handles!r}",
         "",
         "# name: (return type, (parameter types...)) in C spelling; _ffi.py maps them to ctypes.",
         "FUNCTIONS = {",

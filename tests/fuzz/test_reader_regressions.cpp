@@ -10,6 +10,7 @@
 //    without checking that the other blocks hold the same one (a file may say "hadamard" and hold
 //    anything): the exported model then computed something else than the checkpoint.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <clocale>
@@ -30,8 +31,12 @@ namespace {
 using wush::storage::CheckpointReader;
 using wush::storage::TensorSource;
 
+// ctest runs each test in its own process, several at once: the process id keeps their files apart
+// (a shared name let one test delete the file another was about to open).
 std::string temp_path(const std::string& name) {
-    return (std::filesystem::temp_directory_path() / ("wush_reader_regression_" + name + ".safetensors")).string();
+    return (std::filesystem::temp_directory_path() /
+            ("wush_reader_regression_" + name + "_" + std::to_string(::getpid()) + ".safetensors"))
+        .string();
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
