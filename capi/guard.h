@@ -7,6 +7,7 @@
 #include <new>
 #include <string>
 
+#include "common/dtype.h"
 #include "common/error.h"
 #include "last_error.h"
 #include "wush/wush.h"
@@ -39,6 +40,13 @@ inline void require_size(std::size_t have, std::size_t need, const char* name, c
     if (have < need)
         wush::fail(WUSH_ERR_BUFFER_TOO_SMALL, std::string(name) + " holds " + std::to_string(have) + " " + unit +
                                                   ", " + std::to_string(need) + " are needed");
+}
+
+// Outputs of the runtime's products are F32 or BF16 (INVALID_ARGUMENT otherwise).
+inline void require_output_dtype(wush_dtype y_dtype) {
+    wush::dtype_size(y_dtype);  // validates
+    if (y_dtype != WUSH_DTYPE_F32 && y_dtype != WUSH_DTYPE_BF16)
+        fail(WUSH_ERR_INVALID_ARGUMENT, std::string("y_dtype must be F32 or BF16, got ") + wush::dtype_name(y_dtype));
 }
 
 inline void require_pointer(const void* p, const char* name) {

@@ -24,12 +24,6 @@ wush::backend::PreparedLayer& layer_of(const ContextUse& use, const wush_linear*
     return *layer->layer;
 }
 
-void require_output_dtype(wush_dtype y_dtype) {
-    wush::dtype_size(y_dtype);  // validates
-    if (y_dtype != WUSH_DTYPE_F32 && y_dtype != WUSH_DTYPE_BF16)
-        wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("y_dtype must be F32 or BF16, got ") + wush::dtype_name(y_dtype));
-}
-
 }  // namespace
 
 extern "C" {

@@ -19,11 +19,6 @@ namespace fmt = wush::formats;
 
 namespace {
 
-void require_output_dtype(wush_dtype y_dtype) {
-    wush::dtype_size(y_dtype);  // validates
-    if (y_dtype != WUSH_DTYPE_F32 && y_dtype != WUSH_DTYPE_BF16)
-        wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("y_dtype must be F32 or BF16, got ") + wush::dtype_name(y_dtype));
-}
 
 wush::backend::TransformRef ref(const wush_transform* t) { return {t->core, t->runtime_use}; }
 

@@ -29,6 +29,15 @@ inline void check_cublas(cublasStatus_t st, const char* call) {
 // A launch's configuration / launch errors (kernels report asynchronous faults at the next sync).
 inline void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), kernel); }
 
+// Compute capability of the current device as major * 10 + minor (e.g. 90); CUDA error if none.
+inline int current_sm(const char* who) {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        fail(WUSH_ERR_CUDA, std::string(who) + ": no current CUDA device");
+    return major * 10 + minor;
+}
+
 #define WUSH_CUDA_CHECK(call) ::wush::cuda::check_cuda((call), #call)
 #define WUSH_CUBLAS_CHECK(call) ::wush::cuda::check_cublas((call), #call)
 

@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "gemm_decode_kernel.cuh"
 #include "gemm_plan.h"
+#include "cuda_check.h"
 #include "w4a4_gemm.h"
 
 namespace wush::cuda {
@@ -26,11 +27,6 @@ namespace wush::cuda {
 namespace {
 
 using namespace wush::cuda::decode_detail;
-
-void check_launch(const char* what) {
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) fail(WUSH_ERR_CUDA, std::string(what) + ": " + cudaGetErrorString(e));
-}
 
 template <int G>
 void launch_mr(int mr, dim3 grid, const DecodeParams& p, cudaStream_t stream) {
@@ -43,18 +39,11 @@ void launch_mr(int mr, dim3 grid, const DecodeParams& p, cudaStream_t stream) {
     }
 }
 
-int current_sm() {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-        fail(WUSH_ERR_CUDA, "launch_decode_gemm: no current CUDA device");
-    return major * 10 + minor;
-}
 
 }  // namespace
 
 void launch_decode_gemm(const GemmArgs& a, cudaStream_t stream) {
-    if (!gemm_supported(GemmKernel::Decode, a, current_sm()))
+    if (!gemm_supported(GemmKernel::Decode, a, current_sm("launch_decode_gemm")))
         fail(WUSH_ERR_UNSUPPORTED, "launch_decode_gemm: unsupported format, shape, alignment or workspace");
     const plan::DecodePlan pl = plan::plan_decode(a.m, a.n, a.k);
     if (pl.blocks_n > 0x7FFFFFFFu || pl.splits > 65535 || pl.row_passes > 65535 || a.m > 0x7FFFFFFFu || a.n > 0x7FFFFFFFu)

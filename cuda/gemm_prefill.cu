@@ -26,6 +26,7 @@
 #include "common/error.h"
 #include "gemm_plan.h"
 #include "gemm_prefill_kernel.cuh"
+#include "cuda_check.h"
 #include "w4a4_gemm.h"
 
 namespace wush::cuda {
@@ -34,18 +35,6 @@ namespace {
 
 using namespace wush::cuda::prefill_detail;
 
-void check_launch(const char* what) {
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) fail(WUSH_ERR_CUDA, std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-int current_sm() {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-        fail(WUSH_ERR_CUDA, "launch_prefill_gemm: no current CUDA device");
-    return major * 10 + minor;
-}
 
 template <int G>
 void launch_tiles(const PrefillParams& p, dim3 grid, cudaStream_t stream) {
@@ -59,7 +48,7 @@ void launch_tiles(const PrefillParams& p, dim3 grid, cudaStream_t stream) {
 }  // namespace
 
 void launch_prefill_gemm(const GemmArgs& a, cudaStream_t stream) {
-    if (!gemm_supported(GemmKernel::Prefill, a, current_sm()))
+    if (!gemm_supported(GemmKernel::Prefill, a, current_sm("launch_prefill_gemm")))
         fail(WUSH_ERR_UNSUPPORTED, "launch_prefill_gemm: unsupported format, shape, alignment or workspace");
     const std::size_t grid_m = plan::ceil_div(a.m, BM), grid_n = plan::ceil_div(a.n, BN);
     if (grid_m > 65535 || grid_n > 0x7FFFFFFFu || a.m > 0x3FFFFFFFu || a.n > 0x3FFFFFFFu)
