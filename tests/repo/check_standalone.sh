@@ -5,7 +5,7 @@
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$root"
-pattern='\.\./shared|shared/notes|shared/seed|wush-paper\.tex|DESIGN\.md|/work/|/home/'
+pattern='\.\./shared|shared/notes|shared/seed|wush-paper\.tex|DESIGN\.md|/w[o]rk/|/h[o]me/'
 
 excludes=(":(exclude)tests/repo/check_standalone.sh")
 
