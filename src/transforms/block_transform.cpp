@@ -190,7 +190,14 @@ void check_layer_geometry(std::size_t d_in, std::size_t group) {
             "transform: G = " + std::to_string(group) + " exceeds the largest block size " + std::to_string(kMaxGroupSize));
     require(d_in > 0 && d_in % group == 0,
             "transform: G = " + std::to_string(group) + " does not divide d_in = " + std::to_string(d_in));
-    checked_mul(d_in, group, "transform size d_in x G");
+    // A transform holds d_in x G floats and as many doubles. Beyond the 47-bit user address space
+    // no allocation can succeed: say so, rather than ask the allocator (a sanitizer aborts on
+    // such a request instead of failing it).
+    constexpr std::size_t kAddressSpace = std::size_t(1) << 47;
+    const std::size_t bytes = checked_mul(checked_mul(d_in, group, "transform size d_in x G"), 12, "transform bytes");
+    if (bytes > kAddressSpace)
+        fail(WUSH_ERR_OUT_OF_MEMORY, "transform: d_in x G = " + std::to_string(d_in) + " x " + std::to_string(group) +
+                                         " needs " + std::to_string(bytes) + " bytes, beyond any address space");
 }
 
 }  // namespace
