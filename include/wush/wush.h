@@ -261,7 +261,7 @@ typedef enum wush_context_parameter {
      * (OMP_NUM_THREADS or the number of cores). Bounds: [0, 4096]. */
     WUSH_CONTEXT_NUM_THREADS = 0,
     /* Which SIMD kernels the CPU runtime (wush_quantize_activations, wush_gemm,
-     * wush_linear_forward) uses: a wush_cpu_isa value (see "CPU runtime"). 0, the default,
+     * wush_linear_forward) uses: a wush_cpu_isa value (see "Runtime"). 0, the default,
      * (WUSH_CPU_ISA_AUTO) picks the fastest the CPU supports. Setting an ISA this CPU cannot run
      * fails with WUSH_ERR_UNSUPPORTED and leaves the context unchanged. */
     WUSH_CONTEXT_CPU_ISA = 1,
