@@ -87,6 +87,28 @@ wush_transform* publish(wush::BlockTransform t) {
 const char* const kKindNames[] = {"i", "h", "r", "wus", "wush"};
 const char* const kKindLongNames[] = {"identity", "hadamard", "random", "wus", "wush"};
 
+// The calibrator and the shapes wush_layer_quantize is given belong to one layer.
+void require_layer_shape(const wush::Calibrator& cal, size_t d_out, size_t d_in) {
+    if (d_in != cal.d_in())
+        wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) + " but the calibrator has d_in = " +
+                                                  std::to_string(cal.d_in()));
+    if (d_out == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_out is 0");
+}
+
+// Hands a transform and its qweight to the caller as live handles: both or neither.
+void publish(std::unique_ptr<wush_transform> t, std::unique_ptr<wush_qweight> q, wush_transform** transform,
+             wush_qweight** qweight) {
+    register_handle(t.get(), HandleType::Transform);
+    try {
+        register_handle(q.get(), HandleType::QWeight);
+    } catch (...) {
+        unregister_handle(t.get(), HandleType::Transform);
+        throw;
+    }
+    *transform = t.release();
+    *qweight = q.release();
+}
+
 }  // namespace
 
 extern "C" {
@@ -235,10 +257,7 @@ WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrato
             const wush::TransformKind k = transform_kind(kind);
             const wush::formats::FormatSpec& f = wush::formats::spec(format);
             const wush_options& o = *options;
-            if (d_in != cal.d_in())
-                wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) +
-                                                          " but the calibrator has d_in = " + std::to_string(cal.d_in()));
-            if (d_out == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_out is 0");
+            require_layer_shape(cal, d_out, d_in);
             if (f.group != cal.group())
                 wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("format ") + f.name + " has group size " +
                                                           std::to_string(f.group) + ", the calibrator G = " +
@@ -251,15 +270,7 @@ WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrato
             auto q = std::make_unique<wush_qweight>();
             q->core = wush::eval::prequantize_rtn(t->core, f, w.span(), d_out);
             q->method = WUSH_METHOD_RTN;
-            register_handle(t.get(), HandleType::Transform);
-            try {
-                register_handle(q.get(), HandleType::QWeight);
-            } catch (...) {
-                unregister_handle(t.get(), HandleType::Transform);
-                throw;
-            }
-            *transform = t.release();
-            *qweight = q.release();
+            publish(std::move(t), std::move(q), transform, qweight);
         });
     if (method != WUSH_METHOD_GPTQ) {
         // RTN: the two-step path; the transform is released if the weights fail.
@@ -288,10 +299,7 @@ WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrato
         const wush::TransformKind k = transform_kind(kind);
         const wush::formats::FormatSpec& f = wush::formats::spec(format);
         const wush_options& o = options_or_defaults(options);
-        if (d_in != cal.d_in())
-            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) + " but the calibrator has d_in = " +
-                                                      std::to_string(cal.d_in()));
-        if (d_out == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_out is 0");
+        require_layer_shape(cal, d_out, d_in);
         const FloatMatrix w(dtype, weight, d_out, d_in, "weight");
         wush::Progress progress = make_progress(o);
         wush::gptq::Result r =
@@ -300,15 +308,7 @@ WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrato
         auto q = std::make_unique<wush_qweight>();
         q->core = std::move(r.weights);
         q->method = WUSH_METHOD_GPTQ;
-        register_handle(t.get(), HandleType::Transform);
-        try {
-            register_handle(q.get(), HandleType::QWeight);
-        } catch (...) {
-            unregister_handle(t.get(), HandleType::Transform);
-            throw;
-        }
-        *transform = t.release();
-        *qweight = q.release();
+        publish(std::move(t), std::move(q), transform, qweight);
     });
 }
 
