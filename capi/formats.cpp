@@ -5,6 +5,7 @@
 #include "context.h"
 #include "formats/block_format.h"
 #include "guard.h"
+#include "packed_output.h"
 
 using namespace wush::capi;
 namespace fmt = wush::formats;
@@ -83,13 +84,9 @@ WUSH_API wush_status wush_quantize_rows(wush_context* ctx, wush_format format, w
         const fmt::PackedSizes need = fmt::packed_sizes(f, n_rows, d_in);
         if (n_rows == 0) return;
         require_pointer(x, "x");
-        require_pointer(codes, "codes");
-        require_pointer(scales, "scales");
-        require_size(codes_bytes, need.codes, "codes", "bytes");
-        require_size(scales_bytes, need.scales, "scales", "bytes");
+        const PackedOutput out = packed_output(codes, codes_bytes, scales, scales_bytes, need);
         wush::require_finite(dtype, x, n_rows, d_in, "x");
-        fmt::quantize_rows(f, dtype, x, n_rows, d_in, {static_cast<std::uint8_t*>(codes), need.codes},
-                           {static_cast<std::uint8_t*>(scales), need.scales});
+        fmt::quantize_rows(f, dtype, x, n_rows, d_in, out.codes, out.scales);
     });
 }
 

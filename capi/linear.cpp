@@ -8,6 +8,7 @@
 #include "context.h"
 #include "guard.h"
 #include "objects.h"
+#include "packed_output.h"
 #include "cpu/linear_forward.h"
 
 using namespace wush::capi;
@@ -77,12 +78,8 @@ WUSH_API wush_status wush_linear_quantize(wush_context* ctx, wush_linear* layer,
         const fmt::PackedSizes need = fmt::packed_sizes(fmt::spec(l.format()), n_tokens, l.d_in());
         if (n_tokens == 0) return;
         require_pointer(x, "x");
-        require_pointer(codes, "codes");
-        require_pointer(scales, "scales");
-        require_size(codes_bytes, need.codes, "codes", "bytes");
-        require_size(scales_bytes, need.scales, "scales", "bytes");
-        l.quantize(x_dtype, x, n_tokens, {static_cast<std::uint8_t*>(codes), need.codes},
-                   {static_cast<std::uint8_t*>(scales), need.scales}, use.host());
+        const PackedOutput out = packed_output(codes, codes_bytes, scales, scales_bytes, need);
+        l.quantize(x_dtype, x, n_tokens, out.codes, out.scales, use.host());
     });
 }
 

@@ -9,6 +9,7 @@
 #include "dense_input.h"
 #include "guard.h"
 #include "objects.h"
+#include "packed_output.h"
 #include "cpu/cpu_isa.h"
 #include "cpu/linear_forward.h"
 #include "eval/runtime_loss.h"
@@ -72,13 +73,8 @@ WUSH_API wush_status wush_quantize_activations(wush_context* ctx, const wush_tra
         const fmt::PackedSizes need = fmt::packed_sizes(f, n_tokens, d_in);
         if (n_tokens == 0) return;
         require_pointer(x, "x");
-        require_pointer(codes, "codes");
-        require_pointer(scales, "scales");
-        require_size(codes_bytes, need.codes, "codes", "bytes");
-        require_size(scales_bytes, need.scales, "scales", "bytes");
-        use.backend().quantize_activations(ref(transform), f, dtype, x, n_tokens,
-                                           {static_cast<std::uint8_t*>(codes), need.codes},
-                                           {static_cast<std::uint8_t*>(scales), need.scales}, use.host());
+        const PackedOutput out = packed_output(codes, codes_bytes, scales, scales_bytes, need);
+        use.backend().quantize_activations(ref(transform), f, dtype, x, n_tokens, out.codes, out.scales, use.host());
     });
 }
 
