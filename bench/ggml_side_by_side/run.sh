@@ -52,6 +52,7 @@ for layer in $(echo "${LAYERS:-4096x4096}" | tr ',' ' '); do
                 >"$out/wush.$tag.json"
             "$build/ggml_mxfp4_bench" --k "$k" --n "$n" --m "$ms" --threads "$t" >"$out/ggml.$tag.txt"
             grep '^#' "$out/ggml.$tag.txt" | sort -u
+            echo "# $layer, $t thread(s), round $round done at $(date -u +%T); load average $(cut -d' ' -f1-3 /proc/loadavg)"
         done
     done
 done
@@ -63,6 +64,7 @@ out = sys.argv[1]
 rows, isas = [], set()
 for path in sorted(glob.glob(os.path.join(out, "ggml.*.txt"))):
     tag = os.path.basename(path)[len("ggml."):-len(".txt")]
+    run = tag.rsplit(".", 1)[1]
     wush = {}
     for r in json.load(open(os.path.join(out, f"wush.{tag}.json")))["results"]:
         wush[(r["kind"], r["m"])] = r["ours_s"]
@@ -73,11 +75,11 @@ for path in sorted(glob.glob(os.path.join(out, "ggml.*.txt"))):
         _, k, n, m, t, rep, plain, _, _ = line.split()
         prep, fwd, gemm = (wush[(kind, int(m))] for kind in ("prepared", "forward", "gemm"))
         rep, plain = float(rep), float(plain)
-        rows.append(f"| {k}x{n} | {t} | {m} | {rep*1e3:.3f} | {plain*1e3:.3f} | {prep*1e3:.3f} | {fwd*1e3:.3f} "
+        rows.append(f"| {k}x{n} | {t} | {run} | {m} | {rep*1e3:.3f} | {plain*1e3:.3f} | {prep*1e3:.3f} | {fwd*1e3:.3f} "
                     f"| {gemm*1e3:.3f} | {rep/prep:.2f}x | {rep/fwd:.2f}x |")
 print("# libwush kernels:", ", ".join(sorted(isas)))
-print("| k x n | threads | m | ggml repacked | ggml plain | wush prepared | wush forward | wush gemm "
+print("| k x n | threads | round | m | ggml repacked | ggml plain | wush prepared | wush forward | wush gemm "
       "| repacked / prepared | repacked / forward |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 print("\n".join(rows))
 EOF
