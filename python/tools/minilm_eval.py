@@ -105,8 +105,10 @@ def capture(model, batches: List["torch.Tensor"], pattern: str) -> Dict[str, "np
     from wush.torch import select_linears
     layers = select_linears(model, pattern)
     got: Dict[str, List[np.ndarray]] = {n: [] for n in layers}
-    hooks = [m.register_forward_pre_hook(lambda m, a, n=n: got[n].append(a[0].detach().reshape(-1, m.in_features).numpy().copy()))
-             for n, m in layers.items()]
+
+    def hook(name):
+        return lambda m, a: got[name].append(a[0].detach().reshape(-1, m.in_features).numpy().copy())
+    hooks = [m.register_forward_pre_hook(hook(n)) for n, m in layers.items()]
     try:
         with torch.no_grad():
             for ids in batches:
@@ -129,7 +131,8 @@ def write_layer_files(model, acts: Dict[str, "np.ndarray"], outdir: pathlib.Path
 
 def run_eval(wush: str, wpath: str, xpath: str, n_held: int, extra: List[str]) -> List[dict]:
     cmd = [wush, "eval", "--weights", wpath, "--activations", xpath, "--heldout-tokens", str(n_held),
-           "--transform", "i,r,h,wush,wush+s", "--method", "all", "--format", "mxfp4,nvfp4,int4", "--json"] + extra
+           "--transform", "i,r,h,wush,wush+s", "--method", "all", "--format", "mxfp4,nvfp4,int4",
+           "--json"] + extra
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout  # progress bar: stderr
     return json.loads(out)["results"]
 
@@ -148,7 +151,8 @@ def ratios(results: List[dict]) -> Dict[Tuple[str, str, str], List[Tuple[str, fl
 
 
 def print_table(table: Dict[Tuple[str, str, str], List[Tuple[str, float, float]]]) -> None:
-    print("| layer type | format | method | layers | wush+s / WUSH median | worst | wush+s / best(I,H,R) median | worst |")
+    print("| layer type | format | method | layers | wush+s / WUSH median | worst "
+          "| wush+s / best(I,H,R) median | worst |")
     print("|---|---|---|---|---|---|---|---|")
     for (kind, fmt, method), rows in table.items():
         a, b = [r[1] for r in rows], [r[2] for r in rows]
@@ -169,22 +173,23 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def prepare(args: argparse.Namespace, workdir: pathlib.Path):
-    """Model, token windows and captured inputs: (model, cal ids, held ids, inputs per layer)."""
+    """The model and each selected layer's inputs, calibration tokens first."""
     import numpy as np
     model, tok = load_model(workdir / "model")
     cal_docs = docstrings(CALIBRATION_MODULES)
     cal = token_windows(tok, cal_docs, args.calib_tokens, args.seq_len, set())
     held = token_windows(tok, docstrings(HELDOUT_MODULES), args.heldout_tokens, args.seq_len, set(cal_docs))
     acts = capture(model, [cal, held], args.layers)
-    assert all(a.shape[0] == args.calib_tokens + args.heldout_tokens and np.isfinite(a).all() for a in acts.values())
-    return model, cal, held, acts
+    n = args.calib_tokens + args.heldout_tokens
+    assert all(a.shape[0] == n and np.isfinite(a).all() for a in acts.values())
+    return model, acts
 
 
 def main() -> int:
     args = parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = pathlib.Path(tmp)
-        model, _, _, acts = prepare(args, workdir)
+        model, acts = prepare(args, workdir)
         outdir = pathlib.Path(args.keep) if args.keep else workdir
         outdir.mkdir(parents=True, exist_ok=True)
         wpath, xpath = write_layer_files(model, acts, outdir)

@@ -49,10 +49,11 @@ def bert_block(x, p, seq_len):
     a = q @ k.transpose(0, 1, 3, 2) / np.sqrt(d // HEADS)
     a = np.exp(a - a.max(-1, keepdims=True))
     ctx = ((a / a.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(n, L, d)
-    h = layer_norm(lin(ctx, "attention.output.dense") + s, {k: p["attention.output.LayerNorm." + k] for k in ("weight", "bias")})
+    ln = lambda prefix: {k: p[prefix + "LayerNorm." + k] for k in ("weight", "bias")}  # noqa: E731
+    h = layer_norm(lin(ctx, "attention.output.dense") + s, ln("attention.output."))
     u = lin(h, "intermediate.dense")
     g = 0.5 * u * (1 + erf(u / np.sqrt(2)))
-    out = layer_norm(lin(g, "output.dense") + h, {k: p["output.LayerNorm." + k] for k in ("weight", "bias")})
+    out = layer_norm(lin(g, "output.dense") + h, ln("output."))
     flat = lambda t: t.reshape(-1, t.shape[-1])  # noqa: E731
     return {"attention.output.dense": flat(ctx), "intermediate.dense": flat(h), "output.dense": flat(g),
             "next": flat(out)}
@@ -60,7 +61,8 @@ def bert_block(x, p, seq_len):
 
 def check_capture(model, acts, seq_len):
     prefix = "encoder.layer.0."
-    p = {n[len(prefix):]: t.detach().double().numpy() for n, t in model.named_parameters() if n.startswith(prefix)}
+    p = {n[len(prefix):]: t.detach().double().numpy()
+         for n, t in model.named_parameters() if n.startswith(prefix)}
     ref = bert_block(acts[prefix + "attention.self.query"].astype(np.float64), p, seq_len)
     ref["encoder.layer.1.attention.self.query"] = ref.pop("next")
     bad = 0
@@ -92,7 +94,7 @@ def main():
                                    "--layers", r"^encoder\.layer\.[01]\."])
     with tempfile.TemporaryDirectory() as tmp:
         workdir = pathlib.Path(tmp)
-        model, _, _, acts = minilm_eval.prepare(args, workdir)
+        model, acts = minilm_eval.prepare(args, workdir)
         bad = check_capture(model, acts, args.seq_len)
         wpath, xpath = minilm_eval.write_layer_files(model, acts, workdir)
         results = minilm_eval.run_eval(wush, wpath, xpath, args.heldout_tokens, [])
