@@ -3,12 +3,8 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cmath>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/checked_math.h"
@@ -16,6 +12,7 @@
 #include "common/float_bits.h"
 #include "formats/group_quantizer.h"
 #include "cpu/kernels.h"
+#include "cpu/work_pool.h"
 #include "cpu/workspace.h"
 
 namespace wush::runtime {
@@ -162,140 +159,6 @@ void panel_multiply(Isa isa, const GemmActivations& a, const std::uint8_t* panel
 std::uint8_t* aligned_slot(const Plan& p, std::size_t slot) {
     const auto addr = reinterpret_cast<std::uintptr_t>(p.panels + slot * p.slot_bytes);
     return reinterpret_cast<std::uint8_t*>((addr + 63) & ~std::uintptr_t(63));
-}
-
-
-// ---- the work pool ------------------------------------------------------------------------------
-//
-// Why not OpenMP for the GEMM: a `parallel` region splits the work before it knows which threads
-// will run, and its join waits (spinning first) for every member. On a machine where another
-// process keeps a core busy, a worker that is not scheduled holds its static share for a
-// scheduler tick or more while the caller spins: a 2-thread m = 1 call took 5x the 1-thread time.
-// Here work is a counter of small chunks that the threads claim one at a time, the calling thread
-// included, so whatever a late thread has not claimed the caller does itself; the caller only
-// ever waits for chunks already being run (each a few microseconds to a millisecond), and it
-// waits yielding its core and then blocked (futex), not spinning, so a straggler that shares its
-// core runs, and the scheduler can move one from a busy core onto the core it frees. Idle helpers sleep on a futex; one job runs at a time, and a call that
-// finds the pool busy (another thread of the process in its own GEMM) runs alone.
-// Which thread runs which chunk varies, never what a chunk computes: results stay independent of
-// the thread count.
-class WorkPool {
-public:
-    // body(ctx, slot, begin, end) for [begin, end) pieces of [0, count); `slot` < threads is the
-    // running thread's index in this call (for per-thread scratch).
-    using Body = void (*)(void* ctx, std::size_t slot, std::size_t begin, std::size_t end);
-
-    static WorkPool& instance() {
-        static WorkPool* pool = new WorkPool;  // never destroyed: helpers may outlive static destructors
-        return *pool;
-    }
-
-    void run(std::size_t count, std::size_t grain, std::size_t threads, Body body, void* ctx) {
-        if (count == 0) return;
-        grain = std::max<std::size_t>(grain, 1);
-        grain = std::max(grain, (count + kMaxChunks - 1) / kMaxChunks);
-        const std::size_t chunks = (count + grain - 1) / grain;
-        std::unique_lock<std::mutex> lock(busy_, std::defer_lock);
-        if (threads <= 1 || chunks <= 1 || !lock.try_lock()) {
-            body(ctx, 0, 0, count);
-            return;
-        }
-        while (helpers_.size() < threads - 1) {
-            const std::size_t index = helpers_.size();
-            helpers_.emplace_back([this, index, seen = wake_.load()] { helper(index, seen); });
-            helpers_.back().detach();
-        }
-        body_ = body;
-        ctx_ = ctx;
-        count_ = count;
-        grain_ = grain;
-        done_.store(0, std::memory_order_relaxed);
-        gen_ = (gen_ + 1) & kGenMask;
-        const std::uint64_t allowed = std::min<std::uint64_t>(threads - 1, kHelperMask);
-        state_.store((gen_ << 52) | (allowed << 40) | (std::uint64_t(chunks) << 20), std::memory_order_release);
-        wake_.fetch_add(1, std::memory_order_release);
-        wake_.notify_all();
-        participate(0);
-        // Wait for chunks still running on helpers (they are short), then block.
-        auto finished = [&] { return done_.load(std::memory_order_acquire) == chunks; };
-        while (!poll(finished)) {
-            const std::uint32_t d = done_.load(std::memory_order_acquire);
-            if (d != chunks) done_.wait(d, std::memory_order_acquire);
-        }
-    }
-
-private:
-    static constexpr std::uint64_t kMask = (1u << 20) - 1, kHelperMask = (1u << 12) - 1, kGenMask = (1u << 12) - 1;
-    static constexpr std::size_t kMaxChunks = kMask;
-    // Waiting: kPauses pause-spins (most waits end within microseconds), then yielding the core for
-    // up to kYieldMicros (a spinning wait would take the core from the very thread it waits for,
-    // or from the caller, when they share it), then a futex sleep.
-    static constexpr int kPauses = 256;
-    static constexpr int kYieldMicros = 50;
-
-    template <typename Ready>
-    static bool poll(Ready&& ready) {
-        for (int i = 0; i < kPauses; ++i) {
-            if (ready()) return true;
-            pause();
-        }
-        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kYieldMicros);
-        while (std::chrono::steady_clock::now() < until) {
-            if (ready()) return true;
-            std::this_thread::yield();
-        }
-        return ready();
-    }
-
-    static void pause() {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-    }
-
-    // Claims and runs chunks until none is left. A claim is a compare-exchange on the whole state
-    // (generation, helpers allowed, chunk count, next chunk): it succeeds only on the job that the
-    // state describes, whose descriptor then stays valid until the caller has counted this chunk
-    // done; a helper beyond the job's thread count (slot > allowed) never claims.
-    void participate(std::size_t slot) {
-        std::uint64_t s = state_.load(std::memory_order_acquire);
-        for (;;) {
-            const std::uint64_t allowed = (s >> 40) & kHelperMask, chunks = (s >> 20) & kMask, next = s & kMask;
-            if (next >= chunks || slot > allowed) return;
-            if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-            const std::size_t begin = std::size_t(next) * grain_;
-            body_(ctx_, slot, begin, std::min(count_, begin + grain_));
-            if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done_.notify_all();
-            s = state_.load(std::memory_order_acquire);
-        }
-    }
-
-    void helper(std::size_t index, std::uint32_t seen) {
-        for (;;) {
-            auto woken = [&] { return wake_.load(std::memory_order_acquire) != seen; };
-            while (!poll(woken)) wake_.wait(seen, std::memory_order_acquire);
-            seen = wake_.load(std::memory_order_acquire);
-            participate(index + 1);
-        }
-    }
-
-    std::mutex busy_;
-    std::vector<std::thread> helpers_;
-    std::atomic<std::uint64_t> state_{0};  // generation << 52 | helpers << 40 | chunks << 20 | next
-    std::atomic<std::uint32_t> done_{0};
-    std::atomic<std::uint32_t> wake_{0};
-    std::uint64_t gen_ = 0;
-    Body body_ = nullptr;
-    void* ctx_ = nullptr;
-    std::size_t count_ = 0, grain_ = 1;
-};
-
-// Runs fn(slot, begin, end) over [0, count) in chunks of `grain` on up to `threads` threads.
-template <typename Fn>
-void parallel_chunks(std::size_t count, std::size_t grain, std::size_t threads, Fn&& fn) {
-    WorkPool::instance().run(count, grain, threads,
-                             [](void* ctx, std::size_t slot, std::size_t b, std::size_t e) { (*static_cast<Fn*>(ctx))(slot, b, e); },
-                             &fn);
 }
 
 }  // namespace
