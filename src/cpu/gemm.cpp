@@ -238,9 +238,12 @@ void decode_activation_scales(const formats::FormatSpec& f, const std::uint8_t* 
 constexpr std::size_t kRowsPerChunk = 64;     // weight rows of the row-streaming kernels
 constexpr std::size_t kPrepareRowsPerChunk = 16;
 
+// The work estimates the pool's straggler policy compares jobs of one kind by (work_pool.h).
+double macs(const Operands& o) { return double(o.a.m) * double(o.w.n) * double(o.a.k); }
+
 void run_scalar(const formats::FormatSpec& f, const Operands& o, const Plan& p, const std::uint8_t* codes, std::size_t threads) {
     scalar_prepare(f, codes, 0, o.a.m, o.a.k, p.x8);
-    parallel_chunks(o.w.n, 16, threads, [&](std::size_t slot, std::size_t n0, std::size_t n1) {
+    parallel_chunks(o.w.n, 16, threads, macs(o), [&](std::size_t slot, std::size_t n0, std::size_t n1) {
         std::uint8_t* s = aligned_slot(p, slot);
         scalar_multiply(f, o.a, o.w, n0, n1, o.out, reinterpret_cast<std::int8_t*>(s),
                         reinterpret_cast<float*>(s + round_up(o.a.k, 64)));
@@ -250,7 +253,7 @@ void run_scalar(const formats::FormatSpec& f, const Operands& o, const Plan& p, 
 // Few activation rows: the threads stream chunks of the weight rows.
 void run_split(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* codes, std::size_t threads) {
     prepare_split(isa, o.a, codes, 0, o.a.m, p.xe, p.xo, p.lane_corr);
-    parallel_chunks(o.w.n, kRowsPerChunk, threads,
+    parallel_chunks(o.w.n, kRowsPerChunk, threads, macs(o),
                     [&](std::size_t, std::size_t n0, std::size_t n1) { gemv_rows(isa, o.a, o.w, n0, n1, o.out); });
 }
 
@@ -267,7 +270,7 @@ void run_row_blocks(Isa isa, const Operands& o, const Plan& p, const std::uint8_
             p.corr[r * o.a.groups + b] = c;
         }
     const std::size_t blocks = (o.w.n + kRowBlock - 1) / kRowBlock;
-    parallel_chunks(blocks, kRowsPerChunk / kRowBlock, threads, [&](std::size_t, std::size_t b0, std::size_t b1) {
+    parallel_chunks(blocks, kRowsPerChunk / kRowBlock, threads, macs(o), [&](std::size_t, std::size_t b0, std::size_t b1) {
         avx2::rows_multiply(o.a, packed.row_blocks(), packed.block_bytes(), b0 * kRowBlock, std::min(o.w.n, b1 * kRowBlock),
                             o.w.n, o.out);
     });
@@ -278,10 +281,10 @@ void run_row_blocks(Isa isa, const Operands& o, const Plan& p, const std::uint8_
 void run_panels(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* codes, std::size_t threads,
                 const PanelPack* packed) {
     const std::size_t panels = (o.w.n + kPanelRows - 1) / kPanelRows;
-    parallel_chunks(o.a.m, kPrepareRowsPerChunk, threads, [&](std::size_t, std::size_t r0, std::size_t r1) {
+    parallel_chunks(o.a.m, kPrepareRowsPerChunk, threads, double(o.a.m) * double(o.a.k), [&](std::size_t, std::size_t r0, std::size_t r1) {
         prepare_rows(isa, o.a, codes, r0, r1, p.x8, p.corr);
     });
-    parallel_chunks(panels, 1, threads, [&](std::size_t slot, std::size_t b, std::size_t e) {
+    parallel_chunks(panels, 1, threads, macs(o), [&](std::size_t slot, std::size_t b, std::size_t e) {
         for (std::size_t panel = b; panel < e; ++panel) {
             const std::uint8_t* weights = nullptr;
             if (packed != nullptr) {

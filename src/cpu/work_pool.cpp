@@ -5,8 +5,10 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <system_error>
 #include <thread>
-#include <vector>
+
+#include "cpu/team_policy.h"
 
 namespace wush::runtime {
 
@@ -20,10 +22,12 @@ namespace {
 // included, so whatever a late thread has not claimed the caller does itself; the caller only
 // ever waits for chunks already being run (each a few microseconds to a millisecond), and it
 // waits yielding its core and then blocked (futex), not spinning, so a straggler that shares its
-// core runs, and the scheduler can move one from a busy core onto the core it frees. Idle helpers sleep on a futex; one job runs at a time, and a call that
-// finds the pool busy (another thread of the process in its own GEMM) runs alone.
-// Which thread runs which chunk varies, never what a chunk computes: results stay independent of
-// the thread count.
+// core runs, and the scheduler can move one from a busy core onto the core it frees. Idle helpers
+// sleep on a futex; one job runs at a time, and a call that finds the pool busy (another thread of
+// the process in its own GEMM) runs alone. A helper preempted in the middle of a chunk still holds
+// the caller until it runs again: TeamPolicy (team_policy.h) notices such waits and keeps small
+// jobs on the calling thread while they recur. Which thread runs which chunk varies, never what a
+// chunk computes: results stay independent of the thread count.
 class WorkPool {
 public:
     using Body = ChunkBody;
@@ -33,7 +37,7 @@ public:
         return *pool;
     }
 
-    void run(std::size_t count, std::size_t grain, std::size_t threads, Body body, void* ctx) {
+    void run(std::size_t count, std::size_t grain, std::size_t threads, double work, Body body, void* ctx) {
         if (count == 0) return;
         grain = std::max<std::size_t>(grain, 1);
         grain = std::max(grain, (count + kMaxChunks - 1) / kMaxChunks);
@@ -43,10 +47,39 @@ public:
             body(ctx, 0, 0, count);
             return;
         }
-        while (helpers_.size() < threads - 1) {
-            const std::size_t index = helpers_.size();
-            helpers_.emplace_back([this, index, seen = wake_.load()] { helper(index, seen); });
-            helpers_.back().detach();
+        const auto kind = reinterpret_cast<std::uintptr_t>(body);
+        const double start = seconds();
+        if (!policy_.use_team(kind, work, start)) {
+            body(ctx, 0, 0, count);
+            policy_.ran_alone(kind, work, seconds() - start);
+            return;
+        }
+        const std::size_t own = run_on_team(chunks, threads, body, ctx, count, grain);
+        const double own_end = seconds();
+        // Wait for chunks still running on helpers (they are short), then block.
+        auto finished = [&] { return done_.load(std::memory_order_acquire) == chunks; };
+        while (!poll(finished)) {
+            const std::uint32_t d = done_.load(std::memory_order_acquire);
+            if (d != chunks) done_.wait(d, std::memory_order_acquire);
+        }
+        const double end = seconds();
+        policy_.ran_on_team(kind, work, own_end - start, own, chunks, end - own_end, end);
+    }
+
+private:
+    static double seconds() {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    }
+
+    // Posts the job, runs chunks on the calling thread until none is left to claim; returns how
+    // many it ran.
+    std::size_t run_on_team(std::size_t chunks, std::size_t threads, Body body, void* ctx, std::size_t count,
+                            std::size_t grain) {
+        try {
+            for (; helpers_ < threads - 1; ++helpers_)
+                std::thread([this, index = helpers_, seen = wake_.load()] { helper(index, seen); }).detach();
+        } catch (const std::system_error&) {
+            // No more threads to be had: the job runs on those that exist (the caller at least).
         }
         body_ = body;
         ctx_ = ctx;
@@ -54,20 +87,13 @@ public:
         grain_ = grain;
         done_.store(0, std::memory_order_relaxed);
         gen_ = (gen_ + 1) & kGenMask;
-        const std::uint64_t allowed = std::min<std::uint64_t>(threads - 1, kHelperMask);
+        const std::uint64_t allowed = std::min<std::uint64_t>(std::min(threads - 1, helpers_), kHelperMask);
         state_.store((gen_ << 52) | (allowed << 40) | (std::uint64_t(chunks) << 20), std::memory_order_release);
         wake_.fetch_add(1, std::memory_order_release);
         wake_.notify_all();
-        participate(0);
-        // Wait for chunks still running on helpers (they are short), then block.
-        auto finished = [&] { return done_.load(std::memory_order_acquire) == chunks; };
-        while (!poll(finished)) {
-            const std::uint32_t d = done_.load(std::memory_order_acquire);
-            if (d != chunks) done_.wait(d, std::memory_order_acquire);
-        }
+        return participate(0);
     }
 
-private:
     static constexpr std::uint64_t kMask = (1u << 20) - 1, kHelperMask = (1u << 12) - 1, kGenMask = (1u << 12) - 1;
     static constexpr std::size_t kMaxChunks = kMask;
     // Waiting: kPauses pause-spins (most waits end within microseconds), then yielding the core for
@@ -99,16 +125,19 @@ private:
     // Claims and runs chunks until none is left. A claim is a compare-exchange on the whole state
     // (generation, helpers allowed, chunk count, next chunk): it succeeds only on the job that the
     // state describes, whose descriptor then stays valid until the caller has counted this chunk
-    // done; a helper beyond the job's thread count (slot > allowed) never claims.
-    void participate(std::size_t slot) {
+    // done; a helper beyond the job's thread count (slot > allowed) never claims. Returns how
+    // many chunks this thread ran.
+    std::size_t participate(std::size_t slot) {
+        std::size_t ran = 0;
         std::uint64_t s = state_.load(std::memory_order_acquire);
         for (;;) {
             const std::uint64_t allowed = (s >> 40) & kHelperMask, chunks = (s >> 20) & kMask, next = s & kMask;
-            if (next >= chunks || slot > allowed) return;
+            if (next >= chunks || slot > allowed) return ran;
             if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
             const std::size_t begin = std::size_t(next) * grain_;
             body_(ctx_, slot, begin, std::min(count_, begin + grain_));
             if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done_.notify_all();
+            ++ran;
             s = state_.load(std::memory_order_acquire);
         }
     }
@@ -123,7 +152,7 @@ private:
     }
 
     std::mutex busy_;
-    std::vector<std::thread> helpers_;
+    std::size_t helpers_ = 0;  // started (detached; they live as long as the process)
     std::atomic<std::uint64_t> state_{0};  // generation << 52 | helpers << 40 | chunks << 20 | next
     std::atomic<std::uint32_t> done_{0};
     std::atomic<std::uint32_t> wake_{0};
@@ -131,12 +160,13 @@ private:
     Body body_ = nullptr;
     void* ctx_ = nullptr;
     std::size_t count_ = 0, grain_ = 1;
+    TeamPolicy policy_;
 };
 
 }  // namespace
 
-void run_chunks(std::size_t count, std::size_t grain, std::size_t threads, ChunkBody body, void* ctx) {
-    WorkPool::instance().run(count, grain, threads, body, ctx);
+void run_chunks(std::size_t count, std::size_t grain, std::size_t threads, double work, ChunkBody body, void* ctx) {
+    WorkPool::instance().run(count, grain, threads, work, body, ctx);
 }
 
 }  // namespace wush::runtime

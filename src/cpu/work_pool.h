@@ -12,13 +12,15 @@ using ChunkBody = void (*)(void* ctx, std::size_t slot, std::size_t begin, std::
 
 // Runs body over [0, count) in chunks of at least `grain` on up to `threads` threads, the calling
 // thread included; returns when every chunk has run. Which thread runs which chunk varies, never
-// what a chunk computes. A call made while another thread's job holds the pool runs alone.
-void run_chunks(std::size_t count, std::size_t grain, std::size_t threads, ChunkBody body, void* ctx);
+// what a chunk computes. A call made while another thread's job holds the pool runs alone; so does
+// a small job while helpers have recently stalled the caller (team_policy.h). `work` estimates the
+// job's cost in a unit proportional to time for this body (e.g. multiply-adds).
+void run_chunks(std::size_t count, std::size_t grain, std::size_t threads, double work, ChunkBody body, void* ctx);
 
 // Runs fn(slot, begin, end) over [0, count) in chunks of `grain` on up to `threads` threads.
 template <typename Fn>
-void parallel_chunks(std::size_t count, std::size_t grain, std::size_t threads, Fn&& fn) {
-    run_chunks(count, grain, threads,
+void parallel_chunks(std::size_t count, std::size_t grain, std::size_t threads, double work, Fn&& fn) {
+    run_chunks(count, grain, threads, work,
                [](void* ctx, std::size_t slot, std::size_t b, std::size_t e) { (*static_cast<Fn*>(ctx))(slot, b, e); },
                &fn);
 }

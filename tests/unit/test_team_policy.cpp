@@ -1,0 +1,79 @@
+// The work pool's straggler policy (src/cpu/team_policy.h) against its documented rule: a job
+// runs on the team unless a remembered straggler wait, halving every half-life, exceeds a quarter
+// of the job's estimated one-thread time.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cpu/team_policy.h"
+
+namespace {
+
+using wush::runtime::TeamPolicy;
+
+constexpr std::uintptr_t kKind = 0x1000, kOther = 0x2000;
+constexpr double kMs = 1e-3;
+
+// Teaches `p` the one-thread time of a job of `work` by a clean team run (no wait), at `now`:
+// the caller ran 4 of 8 chunks in half the one-thread time.
+void learn(TeamPolicy& p, std::uintptr_t kind, double work, double one_thread, double now) {
+    p.ran_on_team(kind, work, one_thread / 2, 4, 8, 0.0, now);
+}
+
+// A team run of a known job whose caller then waited `wait` for a helper.
+void straggle(TeamPolicy& p, double wait, double now) { p.ran_on_team(kKind, 1e3, 0.1 * kMs, 4, 8, wait, now); }
+
+TEST(RuntimeTeamPolicy, FreshPolicyUsesTheTeam) {
+    const TeamPolicy p;
+    EXPECT_TRUE(p.use_team(kKind, 1.0, 0.0));
+    EXPECT_EQ(p.penalty(0.0), 0.0);
+}
+
+TEST(RuntimeTeamPolicy, EstimatesOneThreadTimeFromTheCallersChunks) {
+    TeamPolicy p;
+    learn(p, kKind, 1e6, 2 * kMs, 0.0);
+    EXPECT_NEAR(p.estimate(kKind, 1e6), 2 * kMs, 1e-12);
+    EXPECT_NEAR(p.estimate(kKind, 0.9e6), 1.8 * kMs, 1e-12);  // same size class: scales with the work
+    EXPECT_LT(p.estimate(kKind, 1e9), 0.0);                // another size class: unknown
+    EXPECT_LT(p.estimate(kOther, 1e6), 0.0);               // another kind: unknown
+    p.ran_alone(kKind, 1e6, 4 * kMs);                      // averaged with what it knew
+    EXPECT_NEAR(p.estimate(kKind, 1e6), 3 * kMs, 1e-12);
+}
+
+TEST(RuntimeTeamPolicy, OrdinaryChunkTailsAreNotStragglers) {
+    TeamPolicy p;
+    p.ran_on_team(kKind, 1e6, 1 * kMs, 4, 8, 0.09 * kMs, 0.0);  // below 100 us
+    p.ran_on_team(kKind, 1e6, 1 * kMs, 4, 8, 0.45 * kMs, 0.0);  // below two chunks (0.5 ms)
+    EXPECT_EQ(p.penalty(0.0), 0.0);
+}
+
+TEST(RuntimeTeamPolicy, AStragglerSendsSmallJobsAloneAndKeepsLargeOnesOnTheTeam) {
+    TeamPolicy p;
+    learn(p, kKind, 1e6, 0.6 * kMs, 0.0);        // a small job: 0.6 ms on one thread
+    learn(p, kOther, 1e9, 100 * kMs, 0.0);       // a large one: 100 ms
+    straggle(p, 2.025 * kMs, 1.0);               // waited 2 ms beyond the chunk in flight
+    EXPECT_NEAR(p.penalty(1.0), 2 * kMs, 1e-9);
+    EXPECT_FALSE(p.use_team(kKind, 1e6, 1.0));
+    EXPECT_TRUE(p.use_team(kOther, 1e9, 1.0));
+    EXPECT_TRUE(p.use_team(kOther, 1e3, 1.0));   // unknown size: tried on the team and timed
+    // The small job probes the team again once 2 ms has halved below 0.6 / 4 ms: after
+    // log2(2 / 0.15) = 3.74 half-lives of 20 ms.
+    EXPECT_FALSE(p.use_team(kKind, 1e6, 1.0 + 70 * kMs));
+    EXPECT_TRUE(p.use_team(kKind, 1e6, 1.0 + 80 * kMs));
+}
+
+TEST(RuntimeTeamPolicy, StragglersThatRecurAreProbedLessOften) {
+    TeamPolicy p;
+    learn(p, kKind, 1e6, 0.6 * kMs, 0.0);
+    straggle(p, 2.025 * kMs, 1.0);
+    const double probe = 1.0 + 80 * kMs;  // the first probe (previous test)
+    ASSERT_TRUE(p.use_team(kKind, 1e6, probe));
+    straggle(p, 2.025 * kMs, probe);  // the probe straggles too: the half-life doubles to 40 ms
+    EXPECT_FALSE(p.use_team(kKind, 1e6, probe + 140 * kMs));
+    EXPECT_TRUE(p.use_team(kKind, 1e6, probe + 160 * kMs));
+    // A straggler long after the last one starts again from the base half-life.
+    straggle(p, 2.025 * kMs, probe + 10.0);
+    EXPECT_TRUE(p.use_team(kKind, 1e6, probe + 10.0 + 80 * kMs));
+}
+
+}  // namespace
