@@ -342,9 +342,13 @@ PanelPack::PanelPack(Isa isa, const formats::PackedMatrix& w) : isa_(isa) {
     gw.groups = groups;
     gw.codes = w.codes.data();
     gw.scales = w.scales.data();
-#pragma omp parallel for schedule(static) if (panels > 1)
-    for (std::size_t panel = 0; panel < panels; ++panel)
-        pack_panel(isa, gw, panel * kPanelRows, bytes_.data() + offset_ + panel * stride_);
+    // Packing runs on the work pool, like the GEMM (the runtime uses no OpenMP: see docs/RUNTIME.md).
+    const std::size_t threads = std::size_t(std::max(omp_get_max_threads(), 1));
+    const double bytes = double(w.d_out) * double(w.d_in);
+    parallel_chunks(panels, 1, threads, bytes, [&](std::size_t, std::size_t b, std::size_t e) {
+        for (std::size_t panel = b; panel < e; ++panel)
+            pack_panel(isa, gw, panel * kPanelRows, bytes_.data() + offset_ + panel * stride_);
+    });
     // The small-m layout: AVX2 only. The AVX-512 row-streaming kernel reads the plain codes at
     // 64 bytes per instruction pair and was measured near the memory bandwidth already.
     if (isa != Isa::Avx2 || w.d_in % 32 != 0) return;
@@ -352,9 +356,10 @@ PanelPack::PanelPack(Isa isa, const formats::PackedMatrix& w) : isa_(isa) {
     block_bytes_ = avx2::row_block_bytes(int(f.id), w.d_in);
     blocks_.resize(checked_add(checked_mul(blocks, block_bytes_, "row blocks"), 63, "row blocks"));
     blocks_offset_ = (64 - reinterpret_cast<std::uintptr_t>(blocks_.data()) % 64) % 64;
-#pragma omp parallel for schedule(static) if (blocks > 1)
-    for (std::size_t b = 0; b < blocks; ++b)
-        avx2::pack_row_block(gw, b * kRowBlock, blocks_.data() + blocks_offset_ + b * block_bytes_);
+    parallel_chunks(blocks, 1, threads, bytes, [&](std::size_t, std::size_t b0, std::size_t b1) {
+        for (std::size_t b = b0; b < b1; ++b)
+            avx2::pack_row_block(gw, b * kRowBlock, blocks_.data() + blocks_offset_ + b * block_bytes_);
+    });
 }
 
 }  // namespace wush::runtime
