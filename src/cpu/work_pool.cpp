@@ -1,10 +1,13 @@
 #include "cpu/work_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <new>
 #include <system_error>
 #include <thread>
 
@@ -28,12 +31,16 @@ namespace {
 // the caller until it runs again: TeamPolicy (team_policy.h) notices such waits and keeps small
 // jobs on the calling thread while they recur. Which thread runs which chunk varies, never what a
 // chunk computes: results stay independent of the thread count.
+//
+// fork(): the child has only the thread that forked. The pool takes its job lock around fork()
+// (so no job is half-posted), and the child starts with no helpers, spawning new ones on its
+// first parallel call.
 class WorkPool {
 public:
     using Body = ChunkBody;
 
     static WorkPool& instance() {
-        static WorkPool* pool = new WorkPool;  // never destroyed: helpers may outlive static destructors
+        static WorkPool* pool = make();  // never destroyed: helpers may outlive static destructors
         return *pool;
     }
 
@@ -67,6 +74,23 @@ public:
     }
 
 private:
+    static WorkPool* make() {
+        auto* pool = new WorkPool;
+        pthread_atfork([] { instance().busy_.lock(); }, [] { instance().busy_.unlock(); },
+                       [] { instance().reset_in_child(); });
+        return pool;
+    }
+
+    // In a fork()ed child: the helpers do not exist there, and the job lock, taken by the thread
+    // that forked (the child's one thread), is made anew rather than unlocked by another thread id.
+    void reset_in_child() {
+        new (&busy_) std::mutex;
+        helpers_ = 0;
+        state_.store(0, std::memory_order_relaxed);
+        done_.store(0, std::memory_order_relaxed);
+        policy_ = TeamPolicy{};
+    }
+
     static double seconds() {
         return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
     }
