@@ -11,23 +11,38 @@ namespace {
 int size_class(double work) { return work > 0.0 ? std::ilogb(work) : -1000; }
 
 std::size_t hash(std::uintptr_t kind, int size_class) {
-    const std::uint64_t h = (std::uint64_t(kind) >> 4) * 0x9E3779B97F4A7C15ull + std::uint64_t(std::int64_t(size_class)) * 0xC2B2AE3D27D4EB4Full;
+    const std::uint64_t h =
+        (std::uint64_t(kind) >> 4) * 0x9E3779B97F4A7C15ull + std::uint64_t(std::int64_t(size_class)) * 0xC2B2AE3D27D4EB4Full;
     return std::size_t(h >> 58);  // 64 slots
 }
 
-}  // namespace
+// A running mean that follows a machine whose load changes within a few dozen calls.
+void update(double& mean, double sample) { mean = mean > 0.0 ? mean + 0.125 * (sample - mean) : sample; }
 
-TeamPolicy::Rate& TeamPolicy::slot(std::uintptr_t kind, int cls) { return rates_[hash(kind, cls)]; }
+}  // namespace
 
 const TeamPolicy::Rate* TeamPolicy::find(std::uintptr_t kind, double work) const {
     const int cls = size_class(work);
     const Rate& r = rates_[hash(kind, cls)];
-    return r.seconds_per_work > 0.0 && r.kind == kind && r.size_class == cls ? &r : nullptr;
+    return r.kind == kind && r.size_class == cls ? &r : nullptr;
+}
+
+TeamPolicy::Rate* TeamPolicy::find(std::uintptr_t kind, double work) {
+    return const_cast<Rate*>(static_cast<const TeamPolicy*>(this)->find(kind, work));
+}
+
+TeamPolicy::Rate& TeamPolicy::slot(std::uintptr_t kind, double work) {
+    const int cls = size_class(work);
+    Rate& r = rates_[hash(kind, cls)];
+    if (r.kind != kind || r.size_class != cls) r = Rate{kind, cls};
+    return r;
 }
 
 double TeamPolicy::estimate(std::uintptr_t kind, double work) const {
     const Rate* r = find(kind, work);
-    return r != nullptr ? r->seconds_per_work * work : -1.0;
+    if (r == nullptr) return -1.0;
+    const double rate = r->alone > 0.0 ? r->alone : r->chunk_estimate;
+    return rate > 0.0 ? rate * work : -1.0;
 }
 
 double TeamPolicy::penalty(double now) const {
@@ -35,31 +50,37 @@ double TeamPolicy::penalty(double now) const {
     return penalty_ * std::exp2(-(now - penalty_at_) / half_life_);
 }
 
-bool TeamPolicy::use_team(std::uintptr_t kind, double work, double now) const {
-    const double p = penalty(now);
-    if (p <= 0.0) return true;
+// The measured-outcome rule: whether this call runs alone (every kExplore-th call tries the way
+// that is not in favour, or not yet measured).
+bool TeamPolicy::faster_alone(Rate& r) {
+    const bool explore = ++r.calls % kExplore == 0;
+    if (r.alone <= 0.0) return explore;
+    if (r.team <= 0.0) return !explore;
+    return (r.team > kTeamMargin * r.alone) != explore;
+}
+
+bool TeamPolicy::use_team(std::uintptr_t kind, double work, double now) {
     const double t1 = estimate(kind, work);
-    return t1 < 0.0 || t1 >= kTeamFactor * p;  // an unknown job is tried on the team (and timed)
+    if (t1 < 0.0 || t1 >= kLargeJob) return true;  // unknown: tried on the team (and timed)
+    Rate& r = slot(kind, work);
+    const bool straggling = t1 < kTeamFactor * penalty(now);
+    const bool alone = faster_alone(r);
+    return !straggling && !alone;
 }
 
-void TeamPolicy::learn(std::uintptr_t kind, double work, double seconds) {
-    if (!(work > 0.0) || !(seconds > 0.0)) return;
-    const int cls = size_class(work);
-    Rate& r = slot(kind, cls);
-    const double rate = seconds / work;
-    if (r.kind != kind || r.size_class != cls || r.seconds_per_work <= 0.0) r = {kind, cls, rate};
-    else r.seconds_per_work = 0.5 * (r.seconds_per_work + rate);  // follows a machine that changes
+void TeamPolicy::ran_alone(std::uintptr_t kind, double work, double seconds) {
+    if (work > 0.0 && seconds > 0.0) update(slot(kind, work).alone, seconds / work);
 }
 
-void TeamPolicy::ran_alone(std::uintptr_t kind, double work, double seconds) { learn(kind, work, seconds); }
-
-void TeamPolicy::ran_on_team(std::uintptr_t kind, double work, double own_seconds, std::size_t own_chunks,
-                             std::size_t chunks, double wait_seconds, double now) {
-    if (own_chunks == 0) return;  // the caller ran nothing: no time per chunk to go by
+void TeamPolicy::ran_on_team(std::uintptr_t kind, double work, double seconds, double own_seconds,
+                             std::size_t own_chunks, std::size_t chunks, double wait_seconds, double now) {
+    if (!(work > 0.0) || own_chunks == 0) return;  // the caller ran nothing: no time per chunk to go by
+    Rate& r = slot(kind, work);
+    update(r.team, seconds / work);
     const double per_chunk = own_seconds / double(own_chunks);
     // The caller's chunks ran beside the helpers' (sharing caches and memory bandwidth): an upper
     // bound of the one-thread time, which errs towards keeping the team.
-    learn(kind, work, per_chunk * double(chunks));
+    update(r.chunk_estimate, per_chunk * double(chunks) / work);
     // A wait up to about a chunk is the ordinary tail of the last chunks; longer, a helper stalled.
     if (wait_seconds > kMinStraggle && wait_seconds > 2.0 * per_chunk) straggled(wait_seconds - per_chunk, now);
 }

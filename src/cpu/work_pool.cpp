@@ -70,7 +70,7 @@ public:
             if (d != chunks) done_.wait(d, std::memory_order_acquire);
         }
         const double end = seconds();
-        policy_.ran_on_team(kind, work, own_end - start, own, chunks, end - own_end, end);
+        policy_.ran_on_team(kind, work, end - start, own_end - start, own, chunks, end - own_end, end);
     }
 
 private:
