@@ -51,6 +51,13 @@ static int alloc_results(Results* r) {
     return r->codes && r->scales && r->y_gemm && r->y_run;
 }
 
+static void free_results(Results* r) {
+    free(r->codes);
+    free(r->scales);
+    free(r->y_gemm);
+    free(r->y_run);
+}
+
 /* Quantizes x, multiplies, prepares the layer and runs it: every runtime path that goes parallel. */
 static int compute(wush_context* ctx, const wush_transform* t, const wush_qweight* q, const float* x, Results* r) {
     wush_linear* layer = NULL;
@@ -109,7 +116,7 @@ int main(void) {
     wush_qweight* q = NULL;
     float* w = gaussian_like((size_t)D_OUT * D_IN, 1);
     float* x = gaussian_like((size_t)M * D_IN, 2);
-    Results parent, single;
+    Results parent = {0}, single = {0};
     int round;
     CHECK(w != NULL && x != NULL && alloc_results(&parent) && alloc_results(&single));
     CHECK_STATUS(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx), WUSH_OK);
@@ -142,6 +149,10 @@ int main(void) {
     wush_qweight_destroy(q);
     wush_transform_destroy(t);
     wush_context_destroy(ctx);
+    free_results(&parent);
+    free_results(&single);
+    free(w);
+    free(x);
     printf("%d checks, %d failures\n", g_checks, g_failures);
     return g_failures != 0;
 }
