@@ -1,5 +1,6 @@
 #include "cpu/team_policy.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace wush::runtime {
@@ -21,6 +22,14 @@ void update(double& mean, double sample) { mean = mean > 0.0 ? mean + 0.125 * (s
 
 }  // namespace
 
+double TeamPolicy::Samples::median() const {
+    const unsigned count = std::min(n, kSamples);
+    if (count == 0) return 0.0;
+    std::array<double, kSamples> sorted = v;
+    std::sort(sorted.begin(), sorted.begin() + count);
+    return count % 2 ? sorted[count / 2] : 0.5 * (sorted[count / 2 - 1] + sorted[count / 2]);
+}
+
 const TeamPolicy::Rate* TeamPolicy::find(std::uintptr_t kind, double work) const {
     const int cls = size_class(work);
     const Rate& r = rates_[hash(kind, cls)];
@@ -34,14 +43,18 @@ TeamPolicy::Rate* TeamPolicy::find(std::uintptr_t kind, double work) {
 TeamPolicy::Rate& TeamPolicy::slot(std::uintptr_t kind, double work) {
     const int cls = size_class(work);
     Rate& r = rates_[hash(kind, cls)];
-    if (r.kind != kind || r.size_class != cls) r = Rate{kind, cls};
+    if (r.kind != kind || r.size_class != cls) {
+        r = Rate{};
+        r.kind = kind;
+        r.size_class = cls;
+    }
     return r;
 }
 
 double TeamPolicy::estimate(std::uintptr_t kind, double work) const {
     const Rate* r = find(kind, work);
     if (r == nullptr) return -1.0;
-    const double rate = r->alone > 0.0 ? r->alone : r->chunk_estimate;
+    const double rate = r->alone.n > 0 ? r->alone.median() : r->chunk_estimate;
     return rate > 0.0 ? rate * work : -1.0;
 }
 
@@ -54,9 +67,9 @@ double TeamPolicy::penalty(double now) const {
 // that is not in favour, or not yet measured).
 bool TeamPolicy::faster_alone(Rate& r) {
     const bool explore = ++r.calls % kExplore == 0;
-    if (r.alone <= 0.0) return explore;
-    if (r.team <= 0.0) return !explore;
-    return (r.team > kTeamMargin * r.alone) != explore;
+    if (r.alone.n == 0) return explore;
+    if (r.team.n == 0) return !explore;
+    return (r.team.median() > kTeamMargin * r.alone.median()) != explore;
 }
 
 bool TeamPolicy::use_team(std::uintptr_t kind, double work, double now) {
@@ -69,14 +82,14 @@ bool TeamPolicy::use_team(std::uintptr_t kind, double work, double now) {
 }
 
 void TeamPolicy::ran_alone(std::uintptr_t kind, double work, double seconds) {
-    if (work > 0.0 && seconds > 0.0) update(slot(kind, work).alone, seconds / work);
+    if (work > 0.0 && seconds > 0.0) slot(kind, work).alone.add(seconds / work);
 }
 
 void TeamPolicy::ran_on_team(std::uintptr_t kind, double work, double seconds, double own_seconds,
                              std::size_t own_chunks, std::size_t chunks, double wait_seconds, double now) {
     if (!(work > 0.0) || own_chunks == 0) return;  // the caller ran nothing: no time per chunk to go by
     Rate& r = slot(kind, work);
-    update(r.team, seconds / work);
+    r.team.add(seconds / work);
     const double per_chunk = own_seconds / double(own_chunks);
     // The caller's chunks ran beside the helpers' (sharing caches and memory bandwidth): an upper
     // bound of the one-thread time, which errs towards keeping the team.

@@ -11,9 +11,10 @@
 //    remembered wait halves every `half_life`, so small jobs probe the team again now and then;
 //    a straggler soon after the last one doubles the half-life (up to kMaxHalfLife), so a
 //    machine that stays busy is probed less and less often.
-//  - Measured outcome: per kind and size of job, the mean wall time per unit of work alone and on
-//    the team (running means); once both are known the job takes the faster way unless the team
-//    wins by kTeamMargin, trying the other one every kExplore-th call so that both stay current.
+//  - Measured outcome: per kind and size of job, the median wall time per unit of work alone and
+//    on the team over their last kSamples runs (medians: on a loaded machine one preempted run
+//    must not decide); once both are known the job takes the team only while it wins by
+//    kTeamMargin, trying the other way every kExplore-th call so that both stay current.
 //    This catches what the straggler rule does not (a caller that loses its core while it waits,
 //    a helper that runs at half speed beside another process).
 // Not thread-safe: the pool calls it only while it holds its job lock.
@@ -52,13 +53,21 @@ public:
     static constexpr double kLargeJob = 20e-3;       // from this estimate on, always the team
     static constexpr double kTeamMargin = 0.95;      // the team must take at most this of alone's time
     static constexpr unsigned kExplore = 16;
+    static constexpr unsigned kSamples = 8;
 
 private:
+    // The last kSamples values of a measured time.
+    struct Samples {
+        std::array<double, kSamples> v{};
+        unsigned n = 0;
+        void add(double x) { v[n++ % kSamples] = x; }
+        double median() const;  // 0 when empty
+    };
     struct Rate {
         std::uintptr_t kind = 0;
         int size_class = 0;
         double chunk_estimate = 0.0;  // seconds per work; 0: unknown
-        double alone = 0.0, team = 0.0;  // measured wall seconds per work; 0: unknown
+        Samples alone, team;          // measured wall seconds per work
         unsigned calls = 0;
     };
     Rate* find(std::uintptr_t kind, double work);

@@ -1,7 +1,7 @@
 // The work pool's policy (src/cpu/team_policy.h) against its documented rules: a small job runs
 // on the team unless a remembered straggler wait, halving every half-life, exceeds a quarter of
-// the job's estimated one-thread time, or the team's measured mean time does not beat the time
-// alone (each way still tried every kExplore-th call); a large job always runs on the team.
+// the job's estimated one-thread time, or the team's median time (last 8 runs) does not beat the
+// time alone (each way still tried every kExplore-th call); a large job always runs on the team.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -108,7 +108,15 @@ TEST(RuntimeTeamPolicy, ALargeJobKeepsTheTeamWhateverItMeasured) {
     EXPECT_EQ(team_calls(p, kKind, 1e9, 64), 64);
 }
 
-TEST(RuntimeTeamPolicy, TheMeasuredMeansFollowTheMachine) {
+TEST(RuntimeTeamPolicy, OnePreemptedRunAloneDoesNotDecide) {
+    TeamPolicy p;
+    for (int i = 0; i < 7; ++i) p.ran_alone(kKind, 1e6, 1.0 * kMs);
+    p.ran_alone(kKind, 1e6, 30.0 * kMs);  // preempted: a mean of the 8 runs would be 4.6 ms
+    for (int i = 0; i < 8; ++i) p.ran_on_team(kKind, 1e6, 1.2 * kMs, 0.5 * kMs, 4, 8, 0.0, 0.0);
+    EXPECT_EQ(team_calls(p, kKind, 1e6, 64), 64 / int(TeamPolicy::kExplore));
+}
+
+TEST(RuntimeTeamPolicy, TheMeasuredTimesFollowTheMachine) {
     TeamPolicy p;
     p.ran_alone(kKind, 1e6, 1.0 * kMs);
     p.ran_on_team(kKind, 1e6, 2.0 * kMs, 0.45 * kMs, 4, 8, 0.0, 0.0);  // the team lost
