@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace wush::runtime {
 
@@ -26,7 +27,8 @@ double TeamPolicy::Samples::median() const {
     const unsigned count = std::min(n, kSamples);
     if (count == 0) return 0.0;
     std::array<double, kSamples> sorted = v;
-    std::sort(sorted.begin(), sorted.begin() + count);
+    for (unsigned i = 1; i < count; ++i)  // insertion sort: at most 8 values
+        for (unsigned j = i; j > 0 && sorted[j - 1] > sorted[j]; --j) std::swap(sorted[j - 1], sorted[j]);
     return count % 2 ? sorted[count / 2] : 0.5 * (sorted[count / 2 - 1] + sorted[count / 2]);
 }
 
