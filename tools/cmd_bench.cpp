@@ -11,7 +11,8 @@
 // --contend [--contend-cpu C] [--contend-process]: while a busy-loop thread (a child process with
 // --contend-process; pinned to CPU C if given) keeps one core busy, wush_gemm and wush_linear_run with --threads threads (default: all) against the same
 // call on 1 thread, samples alternating between the two (kinds contend_gemm / contend_prepared;
-// speedup < 1: the parallel call lost).
+// speedup < 1: the parallel call lost). --paired: the same paired rows with no busy loop (kinds
+// paired_gemm / paired_prepared: what the threads gain on the machine as it is).
 // speedup = baseline_s / ours_s. Default: the three Llama-like layers x MXFP4/NVFP4/INT4 x
 // m in {1, 16, 128, 512, 1024}; --quick drops m = 1024 and repeats less (about a minute on 2
 // cores). The library is used through its public C API only; OpenBLAS is linked here for the
@@ -28,6 +29,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -54,6 +56,7 @@ struct Settings {
     bool contend = false;
     int contend_cpu = -1;       // pin the busy loop there (-1: leave it to the scheduler)
     bool contend_process = false;  // the busy loop is a child process (else a thread)
+    bool paired = false;        // the paired 1-vs-N-thread rows without a busy loop
     std::size_t threads = 1;    // the context's thread count outside the contention rows
 };
 
@@ -260,7 +263,7 @@ int bench_m(wush_context* ctx, const Settings& s, const Case& c, const std::vect
         });
         out->push_back({"prepared", m, c.n, c.k, fname, "per_call_forward", prepared, ours});
     }
-    if (s.contend && st == WUSH_OK) {
+    if ((s.contend || s.paired) && st == WUSH_OK) {
         Handle<wush_linear, wush_linear_destroy> layer;
         std::size_t lw_bytes = 0;
         st = wush_linear_create(ctx, c.wush.p, c.q.p, &layer.p);
@@ -275,12 +278,14 @@ int bench_m(wush_context* ctx, const Settings& s, const Case& c, const std::vect
                 st = wush_linear_run(ctx, layer.p, WUSH_DTYPE_F32, x.data(), m, WUSH_DTYPE_F32, y.data(), y.size(), lw.data(),
                                      lw.size());
         };
-        const BusyLoop busy(s.contend_cpu, s.contend_process);
+        std::optional<BusyLoop> busy;
+        if (s.contend) busy.emplace(s.contend_cpu, s.contend_process);
         const auto [g1, gn] = paired_medians(s, ctx, 1, s.threads, &st, gemm);
         const auto [r1, rn] = paired_medians(s, ctx, 1, s.threads, &st, run);
         if (st == WUSH_OK) st = wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, int64_t(s.threads));
-        out->push_back({"contend_gemm", m, c.n, c.k, fname, "same_on_1_thread", gn, g1});
-        out->push_back({"contend_prepared", m, c.n, c.k, fname, "same_on_1_thread", rn, r1});
+        const std::string prefix = s.contend ? "contend_" : "paired_";
+        out->push_back({prefix + "gemm", m, c.n, c.k, fname, "same_on_1_thread", gn, g1});
+        out->push_back({prefix + "prepared", m, c.n, c.k, fname, "same_on_1_thread", rn, r1});
     }
     return st == WUSH_OK ? 0 : cli::report("the runtime", st);
 }
@@ -331,7 +336,7 @@ int bench_cuda(const cli::Args& a);  // cmd_bench_cuda.cpp
 #endif
 
 int cmd_bench(int argc, char** argv) {
-    cli::Args a(argc, argv, {"--quick", "--json", "--contend", "--contend-process"},
+    cli::Args a(argc, argv, {"--quick", "--json", "--contend", "--contend-process", "--paired"},
                 {"--layers", "--format", "--m", "--kind", "--threads", "--isa", "--repeats", "--min-time", "--device",
                  "--contend-cpu"});
     const std::string device = a.get("--device", "cpu");
@@ -354,6 +359,7 @@ int cmd_bench(int argc, char** argv) {
     const std::size_t threads = a.get_size("--threads", 0);
     s.contend = a.has("--contend") || a.has("--contend-cpu") || a.has("--contend-process");
     s.contend_process = a.has("--contend-process");
+    s.paired = a.has("--paired");
     if (a.has("--contend-cpu")) s.contend_cpu = int(a.get_size("--contend-cpu", 0));
     if (!a.ok()) {
         std::fprintf(stderr, "wush bench: %s\n", a.error().c_str());

@@ -49,7 +49,9 @@ const Command kCommands[] = {
      "quantization, memcpy), measured in the same run\n"
      "  [--quick] [--json] [--layers L1,L2] [--format mxfp4,nvfp4,int4] [--m 1,16,...]\n"
      "  [--kind gemm,quantize,forward] [--threads N] [--isa auto|scalar|avx2|avx512_vnni]\n"
-     "  [--repeats R] [--min-time SECONDS]\n"},
+     "  [--repeats R] [--min-time SECONDS]\n"
+     "  [--contend [--contend-cpu C] [--contend-process] | --paired]: N threads vs 1,\n"
+     "  paired samples, next to a busy loop or on the machine as it is\n"},
     {"formats", cmd_formats, "round-trip error of each block format on built-in tensors\n  [--rows N] [--cols N] [--seed S]\n"},
     {"version", cmd_version, "print the library version\n"},
 };

@@ -24,10 +24,15 @@
  *    wush_context is not reentrant: calls that take the same context are serialized by the
  *    library (a second thread waits), so give each thread its own context for parallel work.
  *    wush_last_error() is per thread.
- *  - fork(): the CPU work runs on an OpenMP thread pool. A child fork()ed after any multi-threaded
- *    libwush call must not call libwush (the child inherits a pool whose threads do not exist and
- *    can deadlock in it). Start worker processes before the first call, or use exec/spawn
- *    (Python: multiprocessing.set_start_method("spawn") or "forkserver").
+ *  - fork(): the CPU runtime (wush_quantize_activations, wush_gemm, wush_linear_forward, the
+ *    wush_linear_* prepared layers) runs on libwush's own thread pool, which is reset in a child
+ *    fork()ed at any time: the child may use the runtime (on new threads of its own). Calibration,
+ *    transform building, weight quantization (wush_qweight_create, wush_layer_quantize,
+ *    wush_quantize_rows, GPTQ) and the reference evaluation (wush_layer_loss) use OpenMP and
+ *    OpenMP-built BLAS: a child fork()ed after any multi-threaded call of those must not call
+ *    them (libgomp's pool has no threads there and can deadlock). For those, start worker
+ *    processes before the first call, or use exec/spawn (Python:
+ *    multiprocessing.set_start_method("spawn") or "forkserver").
  *
  * Layouts (framework conventions, as PyTorch's nn.Linear): a weight W is d_out x d_in row-major,
  * activations X are n_tokens x d_in row-major, the layer output is Y = X W^T. Quantization groups

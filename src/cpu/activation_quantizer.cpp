@@ -1,6 +1,7 @@
 #include "cpu/activation_quantizer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "common/error.h"
 #include "cpu/exact_quantizer.h"
 #include "cpu/kernels.h"
+#include "cpu/work_pool.h"
 
 namespace wush::runtime {
 
@@ -23,9 +25,11 @@ bool is_identity(const float* m, std::size_t g) {
     return true;
 }
 
-// Below this much work a call stays on the calling thread: waking OpenMP workers costs more, and
-// on a busy machine a descheduled worker can stall a tiny call for a whole scheduler tick.
+// Below this much work a call stays on the calling thread: waking the pool's helpers costs more,
+// and on a busy machine a descheduled helper can stall a tiny call for a whole scheduler tick.
 constexpr std::size_t kParallelWork = 1 << 17;  // multiply-adds (or elements for the identity)
+// Work items per chunk of the pool: at least this much work each, so claiming one costs little.
+constexpr std::size_t kChunkWork = 1 << 15;
 
 std::size_t tile_lanes(Isa isa) { return isa == Isa::Avx512Vnni ? 16 : isa == Isa::Avx2 ? 8 : 1; }
 
@@ -46,18 +50,20 @@ std::uint32_t quantize_tile(Isa isa, const QuantTile& tile) {
 class FirstNonFinite {
 public:
     void note(std::size_t index) {
-#pragma omp critical(wush_runtime_non_finite)
-        first_ = std::min(first_, index);
+        std::size_t seen = first_.load(std::memory_order_relaxed);
+        while (index < seen && !first_.compare_exchange_weak(seen, index, std::memory_order_relaxed)) {
+        }
     }
     void raise_if_any(std::size_t d_in) const {
-        if (first_ == kNone) return;
-        fail(WUSH_ERR_NON_FINITE, "x holds a NaN or infinite value at row " + std::to_string(first_ / d_in) +
-                                      ", column " + std::to_string(first_ % d_in));
+        const std::size_t first = first_.load(std::memory_order_relaxed);
+        if (first == kNone) return;
+        fail(WUSH_ERR_NON_FINITE, "x holds a NaN or infinite value at row " + std::to_string(first / d_in) +
+                                      ", column " + std::to_string(first % d_in));
     }
 
 private:
     static constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
-    std::size_t first_ = kNone;
+    std::atomic<std::size_t> first_{kNone};
 };
 
 }  // namespace
@@ -103,12 +109,23 @@ Layout plan(const BlockTransform& t, MatrixUse use, std::size_t n_tokens, Isa is
     return l;
 }
 
-void compute_norms(const BlockTransform& t, const Layout& l, Isa isa, std::span<float> scratch) {
+// Runs fn(item) for every item in [0, items) of `work_per_item` each, on the pool's threads when
+// the call is large enough to gain from them.
+template <typename Fn>
+void for_items(std::size_t items, std::size_t work_per_item, std::size_t threads, Fn&& fn) {
+    const std::size_t work = items * work_per_item;
+    const std::size_t grain = std::max<std::size_t>(1, kChunkWork / std::max<std::size_t>(work_per_item, 1));
+    parallel_chunks(items, grain, work >= kParallelWork ? threads : 1, double(work),
+                    [&](std::size_t, std::size_t begin, std::size_t end) {
+                        for (std::size_t item = begin; item < end; ++item) fn(item);
+                    });
+}
+
+void compute_norms(const BlockTransform& t, const Layout& l, Isa isa, std::span<float> scratch, std::size_t threads) {
     if (!l.norms_given) return;
     const std::size_t g = t.group(), distinct = l.use == MatrixUse::Shared ? 1 : t.blocks();
     const float* m = t.activation_matrices().data();
-#pragma omp parallel for schedule(static) if (distinct * g * g >= kParallelWork)
-    for (std::size_t b = 0; b < distinct; ++b) scratch[b] = max_row_norm(isa, m + b * g * g, int(g));
+    for_items(distinct, g * g, threads, [&](std::size_t b) { scratch[b] = max_row_norm(isa, m + b * g * g, int(g)); });
 }
 
 // The work item's tile; `base` carries the call-wide fields.
@@ -130,7 +147,7 @@ QuantTile tile_of(const Layout& l, const QuantTile& base, const BlockTransform& 
 
 void quantize_activations(const BlockTransform& transform, MatrixUse use, const formats::FormatSpec& format,
                           wush_dtype dtype, const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
-                          std::span<std::uint8_t> scales, Isa isa, std::span<float> scratch) {
+                          std::span<std::uint8_t> scales, Isa isa, std::span<float> scratch, std::size_t threads) {
     formats::require_group(format, transform.group());
     const std::size_t d_in = transform.d_in(), g = transform.group();
     require(g == 16 || g == 32, "quantize_activations: the runtime supports groups of 16 and 32");
@@ -141,7 +158,7 @@ void quantize_activations(const BlockTransform& transform, MatrixUse use, const 
     if (n_tokens == 0) return;
 
     const Layout l = plan(transform, use, n_tokens, isa);
-    compute_norms(transform, l, isa, scratch);
+    compute_norms(transform, l, isa, scratch, threads);
     QuantTile base{};
     base.x = x;
     base.dtype = int(dtype);
@@ -153,14 +170,13 @@ void quantize_activations(const BlockTransform& transform, MatrixUse use, const 
     const std::size_t items = checked_mul(l.outer, l.inner, "work items");
     const std::size_t work = n_tokens * d_in * (l.use == MatrixUse::None ? 1 : g);
     FirstNonFinite non_finite;
-#pragma omp parallel for schedule(static) if (items > 1 && work >= kParallelWork)
-    for (std::size_t item = 0; item < items; ++item) {
+    for_items(items, std::max<std::size_t>(work / items, 1), threads, [&](std::size_t item) {
         const QuantTile tile = tile_of(l, base, transform, n_tokens, item, scratch.data());
         const std::uint32_t redo = isa == Isa::Scalar ? (1u << tile.rows) - 1 : quantize_tile(isa, tile);
         for (int r = 0; r < tile.rows; ++r)
             if (redo >> r & 1u)
                 if (const auto bad = quantize_block_exact(tile, r)) non_finite.note(*bad);
-    }
+    });
     non_finite.raise_if_any(d_in);
 }
 

@@ -49,7 +49,7 @@ public:
                   std::span<std::uint8_t> scales, const HostSettings& host) override {
         std::vector<float> scratch(quantize_scratch_floats(transform_, use_));
         quantize_activations(transform_, use_, formats::spec(weights_.format), x_dtype, x, n_tokens, codes, scales,
-                             host.isa, scratch);
+                             host.isa, scratch, host.threads);
     }
 
     void forward(wush_dtype x_dtype, const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y,
@@ -80,7 +80,8 @@ public:
                               std::size_t n_tokens, std::span<std::uint8_t> codes, std::span<std::uint8_t> scales,
                               const HostSettings& host) override {
         std::vector<float> scratch(quantize_scratch_floats(t.core, t.use));
-        runtime::quantize_activations(t.core, t.use, format, x_dtype, x, n_tokens, codes, scales, host.isa, scratch);
+        runtime::quantize_activations(t.core, t.use, format, x_dtype, x, n_tokens, codes, scales, host.isa, scratch,
+                                      host.threads);
     }
 
     void gemm(const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,

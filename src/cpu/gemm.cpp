@@ -3,12 +3,8 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cmath>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/checked_math.h"
@@ -16,6 +12,7 @@
 #include "common/float_bits.h"
 #include "formats/group_quantizer.h"
 #include "cpu/kernels.h"
+#include "cpu/work_pool.h"
 #include "cpu/workspace.h"
 
 namespace wush::runtime {
@@ -164,140 +161,6 @@ std::uint8_t* aligned_slot(const Plan& p, std::size_t slot) {
     return reinterpret_cast<std::uint8_t*>((addr + 63) & ~std::uintptr_t(63));
 }
 
-
-// ---- the work pool ------------------------------------------------------------------------------
-//
-// Why not OpenMP for the GEMM: a `parallel` region splits the work before it knows which threads
-// will run, and its join waits (spinning first) for every member. On a machine where another
-// process keeps a core busy, a worker that is not scheduled holds its static share for a
-// scheduler tick or more while the caller spins: a 2-thread m = 1 call took 5x the 1-thread time.
-// Here work is a counter of small chunks that the threads claim one at a time, the calling thread
-// included, so whatever a late thread has not claimed the caller does itself; the caller only
-// ever waits for chunks already being run (each a few microseconds to a millisecond), and it
-// waits yielding its core and then blocked (futex), not spinning, so a straggler that shares its
-// core runs, and the scheduler can move one from a busy core onto the core it frees. Idle helpers sleep on a futex; one job runs at a time, and a call that
-// finds the pool busy (another thread of the process in its own GEMM) runs alone.
-// Which thread runs which chunk varies, never what a chunk computes: results stay independent of
-// the thread count.
-class WorkPool {
-public:
-    // body(ctx, slot, begin, end) for [begin, end) pieces of [0, count); `slot` < threads is the
-    // running thread's index in this call (for per-thread scratch).
-    using Body = void (*)(void* ctx, std::size_t slot, std::size_t begin, std::size_t end);
-
-    static WorkPool& instance() {
-        static WorkPool* pool = new WorkPool;  // never destroyed: helpers may outlive static destructors
-        return *pool;
-    }
-
-    void run(std::size_t count, std::size_t grain, std::size_t threads, Body body, void* ctx) {
-        if (count == 0) return;
-        grain = std::max<std::size_t>(grain, 1);
-        grain = std::max(grain, (count + kMaxChunks - 1) / kMaxChunks);
-        const std::size_t chunks = (count + grain - 1) / grain;
-        std::unique_lock<std::mutex> lock(busy_, std::defer_lock);
-        if (threads <= 1 || chunks <= 1 || !lock.try_lock()) {
-            body(ctx, 0, 0, count);
-            return;
-        }
-        while (helpers_.size() < threads - 1) {
-            const std::size_t index = helpers_.size();
-            helpers_.emplace_back([this, index, seen = wake_.load()] { helper(index, seen); });
-            helpers_.back().detach();
-        }
-        body_ = body;
-        ctx_ = ctx;
-        count_ = count;
-        grain_ = grain;
-        done_.store(0, std::memory_order_relaxed);
-        gen_ = (gen_ + 1) & kGenMask;
-        const std::uint64_t allowed = std::min<std::uint64_t>(threads - 1, kHelperMask);
-        state_.store((gen_ << 52) | (allowed << 40) | (std::uint64_t(chunks) << 20), std::memory_order_release);
-        wake_.fetch_add(1, std::memory_order_release);
-        wake_.notify_all();
-        participate(0);
-        // Wait for chunks still running on helpers (they are short), then block.
-        auto finished = [&] { return done_.load(std::memory_order_acquire) == chunks; };
-        while (!poll(finished)) {
-            const std::uint32_t d = done_.load(std::memory_order_acquire);
-            if (d != chunks) done_.wait(d, std::memory_order_acquire);
-        }
-    }
-
-private:
-    static constexpr std::uint64_t kMask = (1u << 20) - 1, kHelperMask = (1u << 12) - 1, kGenMask = (1u << 12) - 1;
-    static constexpr std::size_t kMaxChunks = kMask;
-    // Waiting: kPauses pause-spins (most waits end within microseconds), then yielding the core for
-    // up to kYieldMicros (a spinning wait would take the core from the very thread it waits for,
-    // or from the caller, when they share it), then a futex sleep.
-    static constexpr int kPauses = 256;
-    static constexpr int kYieldMicros = 50;
-
-    template <typename Ready>
-    static bool poll(Ready&& ready) {
-        for (int i = 0; i < kPauses; ++i) {
-            if (ready()) return true;
-            pause();
-        }
-        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kYieldMicros);
-        while (std::chrono::steady_clock::now() < until) {
-            if (ready()) return true;
-            std::this_thread::yield();
-        }
-        return ready();
-    }
-
-    static void pause() {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-    }
-
-    // Claims and runs chunks until none is left. A claim is a compare-exchange on the whole state
-    // (generation, helpers allowed, chunk count, next chunk): it succeeds only on the job that the
-    // state describes, whose descriptor then stays valid until the caller has counted this chunk
-    // done; a helper beyond the job's thread count (slot > allowed) never claims.
-    void participate(std::size_t slot) {
-        std::uint64_t s = state_.load(std::memory_order_acquire);
-        for (;;) {
-            const std::uint64_t allowed = (s >> 40) & kHelperMask, chunks = (s >> 20) & kMask, next = s & kMask;
-            if (next >= chunks || slot > allowed) return;
-            if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-            const std::size_t begin = std::size_t(next) * grain_;
-            body_(ctx_, slot, begin, std::min(count_, begin + grain_));
-            if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done_.notify_all();
-            s = state_.load(std::memory_order_acquire);
-        }
-    }
-
-    void helper(std::size_t index, std::uint32_t seen) {
-        for (;;) {
-            auto woken = [&] { return wake_.load(std::memory_order_acquire) != seen; };
-            while (!poll(woken)) wake_.wait(seen, std::memory_order_acquire);
-            seen = wake_.load(std::memory_order_acquire);
-            participate(index + 1);
-        }
-    }
-
-    std::mutex busy_;
-    std::vector<std::thread> helpers_;
-    std::atomic<std::uint64_t> state_{0};  // generation << 52 | helpers << 40 | chunks << 20 | next
-    std::atomic<std::uint32_t> done_{0};
-    std::atomic<std::uint32_t> wake_{0};
-    std::uint64_t gen_ = 0;
-    Body body_ = nullptr;
-    void* ctx_ = nullptr;
-    std::size_t count_ = 0, grain_ = 1;
-};
-
-// Runs fn(slot, begin, end) over [0, count) in chunks of `grain` on up to `threads` threads.
-template <typename Fn>
-void parallel_chunks(std::size_t count, std::size_t grain, std::size_t threads, Fn&& fn) {
-    WorkPool::instance().run(count, grain, threads,
-                             [](void* ctx, std::size_t slot, std::size_t b, std::size_t e) { (*static_cast<Fn*>(ctx))(slot, b, e); },
-                             &fn);
-}
-
 }  // namespace
 
 std::size_t gemm_scratch_bytes(const formats::FormatSpec& format, std::size_t m, std::size_t n, std::size_t k,
@@ -375,9 +238,12 @@ void decode_activation_scales(const formats::FormatSpec& f, const std::uint8_t* 
 constexpr std::size_t kRowsPerChunk = 64;     // weight rows of the row-streaming kernels
 constexpr std::size_t kPrepareRowsPerChunk = 16;
 
+// The work estimates the pool's straggler policy compares jobs of one kind by (work_pool.h).
+double macs(const Operands& o) { return double(o.a.m) * double(o.w.n) * double(o.a.k); }
+
 void run_scalar(const formats::FormatSpec& f, const Operands& o, const Plan& p, const std::uint8_t* codes, std::size_t threads) {
     scalar_prepare(f, codes, 0, o.a.m, o.a.k, p.x8);
-    parallel_chunks(o.w.n, 16, threads, [&](std::size_t slot, std::size_t n0, std::size_t n1) {
+    parallel_chunks(o.w.n, 16, threads, macs(o), [&](std::size_t slot, std::size_t n0, std::size_t n1) {
         std::uint8_t* s = aligned_slot(p, slot);
         scalar_multiply(f, o.a, o.w, n0, n1, o.out, reinterpret_cast<std::int8_t*>(s),
                         reinterpret_cast<float*>(s + round_up(o.a.k, 64)));
@@ -387,7 +253,7 @@ void run_scalar(const formats::FormatSpec& f, const Operands& o, const Plan& p, 
 // Few activation rows: the threads stream chunks of the weight rows.
 void run_split(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* codes, std::size_t threads) {
     prepare_split(isa, o.a, codes, 0, o.a.m, p.xe, p.xo, p.lane_corr);
-    parallel_chunks(o.w.n, kRowsPerChunk, threads,
+    parallel_chunks(o.w.n, kRowsPerChunk, threads, macs(o),
                     [&](std::size_t, std::size_t n0, std::size_t n1) { gemv_rows(isa, o.a, o.w, n0, n1, o.out); });
 }
 
@@ -404,7 +270,7 @@ void run_row_blocks(Isa isa, const Operands& o, const Plan& p, const std::uint8_
             p.corr[r * o.a.groups + b] = c;
         }
     const std::size_t blocks = (o.w.n + kRowBlock - 1) / kRowBlock;
-    parallel_chunks(blocks, kRowsPerChunk / kRowBlock, threads, [&](std::size_t, std::size_t b0, std::size_t b1) {
+    parallel_chunks(blocks, kRowsPerChunk / kRowBlock, threads, macs(o), [&](std::size_t, std::size_t b0, std::size_t b1) {
         avx2::rows_multiply(o.a, packed.row_blocks(), packed.block_bytes(), b0 * kRowBlock, std::min(o.w.n, b1 * kRowBlock),
                             o.w.n, o.out);
     });
@@ -415,10 +281,10 @@ void run_row_blocks(Isa isa, const Operands& o, const Plan& p, const std::uint8_
 void run_panels(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* codes, std::size_t threads,
                 const PanelPack* packed) {
     const std::size_t panels = (o.w.n + kPanelRows - 1) / kPanelRows;
-    parallel_chunks(o.a.m, kPrepareRowsPerChunk, threads, [&](std::size_t, std::size_t r0, std::size_t r1) {
+    parallel_chunks(o.a.m, kPrepareRowsPerChunk, threads, double(o.a.m) * double(o.a.k), [&](std::size_t, std::size_t r0, std::size_t r1) {
         prepare_rows(isa, o.a, codes, r0, r1, p.x8, p.corr);
     });
-    parallel_chunks(panels, 1, threads, [&](std::size_t slot, std::size_t b, std::size_t e) {
+    parallel_chunks(panels, 1, threads, macs(o), [&](std::size_t slot, std::size_t b, std::size_t e) {
         for (std::size_t panel = b; panel < e; ++panel) {
             const std::uint8_t* weights = nullptr;
             if (packed != nullptr) {
@@ -476,9 +342,13 @@ PanelPack::PanelPack(Isa isa, const formats::PackedMatrix& w) : isa_(isa) {
     gw.groups = groups;
     gw.codes = w.codes.data();
     gw.scales = w.scales.data();
-#pragma omp parallel for schedule(static) if (panels > 1)
-    for (std::size_t panel = 0; panel < panels; ++panel)
-        pack_panel(isa, gw, panel * kPanelRows, bytes_.data() + offset_ + panel * stride_);
+    // Packing runs on the work pool, like the GEMM (the runtime uses no OpenMP: see docs/RUNTIME.md).
+    const std::size_t threads = std::size_t(std::max(omp_get_max_threads(), 1));
+    const double bytes = double(w.d_out) * double(w.d_in);
+    parallel_chunks(panels, 1, threads, bytes, [&](std::size_t, std::size_t b, std::size_t e) {
+        for (std::size_t panel = b; panel < e; ++panel)
+            pack_panel(isa, gw, panel * kPanelRows, bytes_.data() + offset_ + panel * stride_);
+    });
     // The small-m layout: AVX2 only. The AVX-512 row-streaming kernel reads the plain codes at
     // 64 bytes per instruction pair and was measured near the memory bandwidth already.
     if (isa != Isa::Avx2 || w.d_in % 32 != 0) return;
@@ -486,9 +356,10 @@ PanelPack::PanelPack(Isa isa, const formats::PackedMatrix& w) : isa_(isa) {
     block_bytes_ = avx2::row_block_bytes(int(f.id), w.d_in);
     blocks_.resize(checked_add(checked_mul(blocks, block_bytes_, "row blocks"), 63, "row blocks"));
     blocks_offset_ = (64 - reinterpret_cast<std::uintptr_t>(blocks_.data()) % 64) % 64;
-#pragma omp parallel for schedule(static) if (blocks > 1)
-    for (std::size_t b = 0; b < blocks; ++b)
-        avx2::pack_row_block(gw, b * kRowBlock, blocks_.data() + blocks_offset_ + b * block_bytes_);
+    parallel_chunks(blocks, 1, threads, bytes, [&](std::size_t, std::size_t b0, std::size_t b1) {
+        for (std::size_t b = b0; b < b1; ++b)
+            avx2::pack_row_block(gw, b * kRowBlock, blocks_.data() + blocks_offset_ + b * block_bytes_);
+    });
 }
 
 }  // namespace wush::runtime

@@ -53,8 +53,9 @@ void check_activation_scales(const formats::FormatSpec& format, std::span<const 
 // Y (m x n, row-major, `y_dtype` F32 or BF16) = A B^T, with A given by its codes and scales in
 // `w.format`. Every group's integer inner product is exact; the group scales and the per-tensor
 // factors are applied once per group in float32. Runs on as many threads as the calling thread's
-// OpenMP thread count (omp_get_max_threads), taken from the GEMM's own work pool (gemm.cpp), fewer
-// if `scratch` (sized by gemm_scratch_bytes) has room for fewer panels. Activation scales must be
+// OpenMP thread count (omp_get_max_threads, which the context sets; no OpenMP team runs), taken
+// from the runtime's work pool (work_pool.h), fewer if `scratch` (sized by gemm_scratch_bytes)
+// has room for fewer panels. Activation scales must be
 // finite (check_activation_scales). `packed`, if given, holds w's panels packed for `isa` (a
 // pack made for another ISA is ignored).
 void gemm(Isa isa, const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,

@@ -1,7 +1,5 @@
 #include "cpu/linear_forward.h"
 
-#include <omp.h>
-
 #include <string>
 
 #include "common/error.h"
@@ -31,18 +29,6 @@ Pieces carve(Carver& c, const BlockTransform& t, const formats::FormatSpec& f, s
     p.norms = c.take<float>(p.norm_count);
     return p;
 }
-
-// Runs the calling thread's OpenMP regions on one thread for a scope.
-class OneOmpThread {
-public:
-    OneOmpThread() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
-    ~OneOmpThread() { omp_set_num_threads(saved_); }
-    OneOmpThread(const OneOmpThread&) = delete;
-    OneOmpThread& operator=(const OneOmpThread&) = delete;
-
-private:
-    int saved_;
-};
 
 }  // namespace
 
@@ -74,18 +60,13 @@ void linear_forward(Isa isa, const BlockTransform& transform, MatrixUse use, con
     Carver carver(workspace.data(), workspace.size());
     const Pieces p = carve(carver, transform, f, n_tokens);
     const std::span<std::uint8_t> codes(p.codes, p.sizes.codes), scales(p.scales, p.sizes.scales);
-    {
-        // The quantization runs on the calling thread. Its kernels split tiles statically over an OpenMP
-        // team, and a team waits for every member, whose threads then spin for a while after the region:
-        // with another process busy on one of two cores, a member that is not scheduled holds its share
-        // for a scheduler tick (a 2-thread m = 1 forward took 10 ms instead of 0.4), and the spinning
-        // members take the cores from the GEMM's threads that follow (a 2-thread m = 128 forward on a
-        // busy machine ran 1.3x slower than on one thread). On one core it costs 2-5% of the forward
-        // (3 ms of ~60 at m = 512 for 4096 x 4096, AVX2), which the GEMM's dynamic threads more than
-        // keep under contention.
-        const OneOmpThread alone;
-        quantize_activations(transform, use, f, x_dtype, x, n_tokens, codes, scales, isa, {p.norms, p.norm_count});
-    }
+    // The quantization runs on the calling thread: measured when it split its tiles statically over
+    // OpenMP, a team that waits for every member, with another process busy on one of two cores a
+    // member that was not scheduled held its share for a scheduler tick (a 2-thread m = 1 forward
+    // took 10 ms instead of 0.4), and its spinning members took the cores from the GEMM's threads
+    // that follow. On one core it costs 2-5% of the forward (3 ms of ~60 at m = 512 for 4096 x
+    // 4096, AVX2). It could now run on the work pool like the GEMM; not measured yet.
+    quantize_activations(transform, use, f, x_dtype, x, n_tokens, codes, scales, isa, {p.norms, p.norm_count}, 1);
     const std::size_t rest = carver.left();
     std::byte* gemm_space = carver.take<std::byte>(rest > 63 ? rest - 63 : 0);
     gemm(isa, weights, codes, scales, n_tokens, y_dtype, y, {gemm_space, rest > 63 ? rest - 63 : 0}, packed);

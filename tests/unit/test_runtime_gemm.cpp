@@ -281,7 +281,7 @@ TEST_P(GemmOnIsa, LinearForwardIsQuantizeThenGemmInItsWorkspace) {
             const formats::PackedSizes sz = formats::packed_sizes(f, n, l.d_in);
             Packed a{std::vector<std::uint8_t>(sz.codes), std::vector<std::uint8_t>(sz.scales)};
             std::vector<float> scratch(runtime::quantize_scratch_floats(t, use));
-            runtime::quantize_activations(t, use, f, WUSH_DTYPE_F32, l.x.data(), n, a.codes, a.scales, isa, scratch);
+            runtime::quantize_activations(t, use, f, WUSH_DTYPE_F32, l.x.data(), n, a.codes, a.scales, isa, scratch, 2);
             EXPECT_EQ(y, run_gemm(isa, q, a, n, WUSH_DTYPE_F32)) << f.name << " n=" << n;
         }
     }

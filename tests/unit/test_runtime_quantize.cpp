@@ -166,7 +166,7 @@ Output run(Isa isa, const BlockTransform& t, const formats::FormatSpec& f, wush_
     Output out{std::vector<std::uint8_t>(sizes.codes, 0xAA), std::vector<std::uint8_t>(sizes.scales, 0xAA)};
     const runtime::MatrixUse use = runtime::classify_matrices(t);
     std::vector<float> scratch(runtime::quantize_scratch_floats(t, use));
-    runtime::quantize_activations(t, use, f, dtype, in.bytes.data(), n, out.codes, out.scales, isa, scratch);
+    runtime::quantize_activations(t, use, f, dtype, in.bytes.data(), n, out.codes, out.scales, isa, scratch, 2);
     return out;
 }
 

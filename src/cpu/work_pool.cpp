@@ -1,0 +1,196 @@
+#include "cpu/work_pool.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <new>
+#include <system_error>
+#include <thread>
+
+#include "cpu/team_policy.h"
+
+namespace wush::runtime {
+
+namespace {
+
+// Why not OpenMP for the GEMM: a `parallel` region splits the work before it knows which threads
+// will run, and its join waits (spinning first) for every member. On a machine where another
+// process keeps a core busy, a worker that is not scheduled holds its static share for a
+// scheduler tick or more while the caller spins: a 2-thread m = 1 call took 5x the 1-thread time.
+// Here work is a counter of small chunks that the threads claim one at a time, the calling thread
+// included, so whatever a late thread has not claimed the caller does itself; the caller only
+// ever waits for chunks already being run (each a few microseconds to a millisecond), and it
+// waits yielding its core and then blocked (futex), not spinning, so a straggler that shares its
+// core runs, and the scheduler can move one from a busy core onto the core it frees. Idle helpers
+// sleep on a futex; one job runs at a time, and a call that finds the pool busy (another thread of
+// the process in its own GEMM) runs alone. A helper preempted in the middle of a chunk still holds
+// the caller until it runs again: TeamPolicy (team_policy.h) notices such waits and keeps small
+// jobs on the calling thread while they recur. Which thread runs which chunk varies, never what a
+// chunk computes: results stay independent of the thread count.
+//
+// fork(): the child has only the thread that forked. The pool takes its job lock around fork()
+// (so no job is half-posted), and the child starts with no helpers, spawning new ones on its
+// first parallel call.
+class WorkPool {
+public:
+    using Body = ChunkBody;
+
+    static WorkPool& instance() {
+        static WorkPool* pool = make();  // never destroyed: helpers may outlive static destructors
+        return *pool;
+    }
+
+    void run(std::size_t count, std::size_t grain, std::size_t threads, double work, Body body, void* ctx) {
+        if (count == 0) return;
+        grain = std::max<std::size_t>(grain, 1);
+        grain = std::max(grain, (count + kMaxChunks - 1) / kMaxChunks);
+        const std::size_t chunks = (count + grain - 1) / grain;
+        std::unique_lock<std::mutex> lock(busy_, std::defer_lock);
+        if (threads <= 1 || chunks <= 1 || !lock.try_lock()) {
+            body(ctx, 0, 0, count);
+            return;
+        }
+        const auto kind = reinterpret_cast<std::uintptr_t>(body);
+        const double start = seconds();
+        if (!policy_.use_team(kind, work, start)) {
+            body(ctx, 0, 0, count);
+            policy_.ran_alone(kind, work, seconds() - start);
+            return;
+        }
+        const std::size_t own = run_on_team(chunks, threads, body, ctx, count, grain);
+        const double own_end = seconds();
+        // Wait for chunks still running on helpers (they are short), then block.
+        auto finished = [&] { return done_.load(std::memory_order_acquire) == chunks; };
+        while (!poll(finished)) {
+            const std::uint32_t d = done_.load(std::memory_order_acquire);
+            if (d != chunks) done_.wait(d, std::memory_order_acquire);
+        }
+        const double end = seconds();
+        policy_.ran_on_team(kind, work, end - start, own_end - start, own, chunks, end - own_end, end);
+    }
+
+private:
+    static WorkPool* make() {
+        auto* pool = new WorkPool;
+        pthread_atfork([] { instance().busy_.lock(); }, [] { instance().busy_.unlock(); },
+                       [] { instance().reset_in_child(); });
+        return pool;
+    }
+
+    // In a fork()ed child: the helpers do not exist there, and the job lock, taken by the thread
+    // that forked (the child's one thread), is made anew rather than unlocked by another thread id.
+    void reset_in_child() {
+        new (&busy_) std::mutex;
+        helpers_ = 0;
+        state_.store(0, std::memory_order_relaxed);
+        done_.store(0, std::memory_order_relaxed);
+        policy_ = TeamPolicy{};
+    }
+
+    static double seconds() {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    }
+
+    // Posts the job, runs chunks on the calling thread until none is left to claim; returns how
+    // many it ran.
+    std::size_t run_on_team(std::size_t chunks, std::size_t threads, Body body, void* ctx, std::size_t count,
+                            std::size_t grain) {
+        try {
+            for (; helpers_ < threads - 1; ++helpers_)
+                std::thread([this, index = helpers_, seen = wake_.load()] { helper(index, seen); }).detach();
+        } catch (const std::system_error&) {
+            // No more threads to be had: the job runs on those that exist (the caller at least).
+        }
+        body_ = body;
+        ctx_ = ctx;
+        count_ = count;
+        grain_ = grain;
+        done_.store(0, std::memory_order_relaxed);
+        gen_ = (gen_ + 1) & kGenMask;
+        const std::uint64_t allowed = std::min<std::uint64_t>(std::min(threads - 1, helpers_), kHelperMask);
+        state_.store((gen_ << 52) | (allowed << 40) | (std::uint64_t(chunks) << 20), std::memory_order_release);
+        wake_.fetch_add(1, std::memory_order_release);
+        wake_.notify_all();
+        return participate(0);
+    }
+
+    static constexpr std::uint64_t kMask = (1u << 20) - 1, kHelperMask = (1u << 12) - 1, kGenMask = (1u << 12) - 1;
+    static constexpr std::size_t kMaxChunks = kMask;
+    // Waiting: kPauses pause-spins (most waits end within microseconds), then yielding the core for
+    // up to kYieldMicros (a spinning wait would take the core from the very thread it waits for,
+    // or from the caller, when they share it), then a futex sleep.
+    static constexpr int kPauses = 256;
+    static constexpr int kYieldMicros = 50;
+
+    template <typename Ready>
+    static bool poll(Ready&& ready) {
+        for (int i = 0; i < kPauses; ++i) {
+            if (ready()) return true;
+            pause();
+        }
+        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kYieldMicros);
+        while (std::chrono::steady_clock::now() < until) {
+            if (ready()) return true;
+            std::this_thread::yield();
+        }
+        return ready();
+    }
+
+    static void pause() {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+
+    // Claims and runs chunks until none is left. A claim is a compare-exchange on the whole state
+    // (generation, helpers allowed, chunk count, next chunk): it succeeds only on the job that the
+    // state describes, whose descriptor then stays valid until the caller has counted this chunk
+    // done; a helper beyond the job's thread count (slot > allowed) never claims. Returns how
+    // many chunks this thread ran.
+    std::size_t participate(std::size_t slot) {
+        std::size_t ran = 0;
+        std::uint64_t s = state_.load(std::memory_order_acquire);
+        for (;;) {
+            const std::uint64_t allowed = (s >> 40) & kHelperMask, chunks = (s >> 20) & kMask, next = s & kMask;
+            if (next >= chunks || slot > allowed) return ran;
+            if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+            const std::size_t begin = std::size_t(next) * grain_;
+            body_(ctx_, slot, begin, std::min(count_, begin + grain_));
+            if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done_.notify_all();
+            ++ran;
+            s = state_.load(std::memory_order_acquire);
+        }
+    }
+
+    void helper(std::size_t index, std::uint32_t seen) {
+        for (;;) {
+            auto woken = [&] { return wake_.load(std::memory_order_acquire) != seen; };
+            while (!poll(woken)) wake_.wait(seen, std::memory_order_acquire);
+            seen = wake_.load(std::memory_order_acquire);
+            participate(index + 1);
+        }
+    }
+
+    std::mutex busy_;
+    std::size_t helpers_ = 0;  // started (detached; they live as long as the process)
+    std::atomic<std::uint64_t> state_{0};  // generation << 52 | helpers << 40 | chunks << 20 | next
+    std::atomic<std::uint32_t> done_{0};
+    std::atomic<std::uint32_t> wake_{0};
+    std::uint64_t gen_ = 0;
+    Body body_ = nullptr;
+    void* ctx_ = nullptr;
+    std::size_t count_ = 0, grain_ = 1;
+    TeamPolicy policy_;
+};
+
+}  // namespace
+
+void run_chunks(std::size_t count, std::size_t grain, std::size_t threads, double work, ChunkBody body, void* ctx) {
+    WorkPool::instance().run(count, grain, threads, work, body, ctx);
+}
+
+}  // namespace wush::runtime

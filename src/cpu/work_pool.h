@@ -1,0 +1,28 @@
+// The CPU runtime's threads: a process-wide pool that runs one job at a time as a counter of
+// small chunks, claimed one at a time by its helper threads and by the calling thread.
+#pragma once
+
+#include <cstddef>
+
+namespace wush::runtime {
+
+// body(ctx, slot, begin, end) for [begin, end) pieces of [0, count); `slot` < threads is the
+// running thread's index in this call (for per-thread scratch).
+using ChunkBody = void (*)(void* ctx, std::size_t slot, std::size_t begin, std::size_t end);
+
+// Runs body over [0, count) in chunks of at least `grain` on up to `threads` threads, the calling
+// thread included; returns when every chunk has run. Which thread runs which chunk varies, never
+// what a chunk computes. A call made while another thread's job holds the pool runs alone; so does
+// a small job while helpers have recently stalled the caller (team_policy.h). `work` estimates the
+// job's cost in a unit proportional to time for this body (e.g. multiply-adds).
+void run_chunks(std::size_t count, std::size_t grain, std::size_t threads, double work, ChunkBody body, void* ctx);
+
+// Runs fn(slot, begin, end) over [0, count) in chunks of `grain` on up to `threads` threads.
+template <typename Fn>
+void parallel_chunks(std::size_t count, std::size_t grain, std::size_t threads, double work, Fn&& fn) {
+    run_chunks(count, grain, threads, work,
+               [](void* ctx, std::size_t slot, std::size_t b, std::size_t e) { (*static_cast<Fn*>(ctx))(slot, b, e); },
+               &fn);
+}
+
+}  // namespace wush::runtime

@@ -1,0 +1,158 @@
+/* The CPU runtime in a fork()ed child (Python multiprocessing's default start method): after a
+ * 2-thread activation quantization, GEMM, prepared-layer creation and forward in the parent, the
+ * child makes the same 2-thread calls. They must finish (alarm() is the watchdog: a runtime whose
+ * parallel calls wait for threads that do not exist in the child hangs) and give the parent's
+ * bytes, and the child must run them on a helper thread of its own again (on Linux, the child's
+ * thread count is read from /proc/self/task), not fall back to one thread for good.
+ *
+ * Oracle: the parent's results of the same calls (the runtime's results do not depend on the
+ * thread count, and the child computes from the same inputs). */
+#define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "wush/wush.h"
+#include "check.h"
+
+/* Large enough that every call runs on the work pool's threads (above the runtime's thresholds). */
+enum { D_IN = 1024, D_OUT = 1024, M = 32, G = 32, WATCHDOG_S = 30 };
+
+typedef struct {
+    unsigned char* codes;
+    unsigned char* scales;
+    float* y_gemm;
+    float* y_run;
+    size_t codes_bytes, scales_bytes;
+} Results;
+
+static float* gaussian_like(size_t n, uint64_t seed) {
+    float* v = malloc(n * sizeof *v);
+    size_t i;
+    for (i = 0; v != NULL && i < n; ++i) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        v[i] = (float)((double)(seed >> 11) / 9007199254740992.0 - 0.5) * (i % 13 == 0 ? 8.0f : 1.0f);
+    }
+    return v;
+}
+
+static int alloc_results(Results* r) {
+    wush_format_buffer_sizes(WUSH_FORMAT_MXFP4, M, D_IN, &r->codes_bytes, &r->scales_bytes);
+    r->codes = malloc(r->codes_bytes);
+    r->scales = malloc(r->scales_bytes);
+    r->y_gemm = malloc(sizeof(float) * M * D_OUT);
+    r->y_run = malloc(sizeof(float) * M * D_OUT);
+    return r->codes && r->scales && r->y_gemm && r->y_run;
+}
+
+static void free_results(Results* r) {
+    free(r->codes);
+    free(r->scales);
+    free(r->y_gemm);
+    free(r->y_run);
+}
+
+/* Quantizes x, multiplies, prepares the layer and runs it: every runtime path that goes parallel. */
+static int compute(wush_context* ctx, const wush_transform* t, const wush_qweight* q, const float* x, Results* r) {
+    wush_linear* layer = NULL;
+    size_t ws_bytes = 0;
+    void* ws = NULL;
+    int ok = wush_quantize_activations(ctx, t, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, x, M, D_IN, r->codes, r->codes_bytes,
+                                       r->scales, r->scales_bytes) == WUSH_OK &&
+             wush_gemm(ctx, q, r->codes, r->codes_bytes, r->scales, r->scales_bytes, M, WUSH_DTYPE_F32, r->y_gemm,
+                       (size_t)M * D_OUT) == WUSH_OK &&
+             wush_linear_create(ctx, t, q, &layer) == WUSH_OK &&
+             wush_linear_workspace_size(ctx, layer, M, &ws_bytes) == WUSH_OK && (ws = malloc(ws_bytes)) != NULL &&
+             wush_linear_run(ctx, layer, WUSH_DTYPE_F32, x, M, WUSH_DTYPE_F32, r->y_run, (size_t)M * D_OUT, ws,
+                             ws_bytes) == WUSH_OK;
+    if (!ok) fprintf(stderr, "runtime call failed: %s\n", wush_last_error());
+    free(ws);
+    wush_linear_destroy(layer);
+    return ok;
+}
+
+static int same(const Results* a, const Results* b) {
+    return memcmp(a->codes, b->codes, a->codes_bytes) == 0 && memcmp(a->scales, b->scales, a->scales_bytes) == 0 &&
+           memcmp(a->y_gemm, b->y_gemm, sizeof(float) * M * D_OUT) == 0 &&
+           memcmp(a->y_run, b->y_run, sizeof(float) * M * D_OUT) == 0;
+}
+
+/* This process's thread count (Linux); -1 where /proc/self/task cannot be read. */
+static int thread_count(void) {
+    DIR* d = opendir("/proc/self/task");
+    struct dirent* e;
+    int n = 0;
+    if (d == NULL) return -1;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.') ++n;
+    closedir(d);
+    return n;
+}
+
+/* The child's checks; its exit status: 0 passed, 1 a result differed or a call failed, 2 the
+ * child ran on its one thread only. */
+static int child(wush_context* ctx, const wush_transform* t, const wush_qweight* q, const float* x,
+                 const Results* parent) {
+    Results r;
+    const int before = thread_count();
+    alarm(WATCHDOG_S);
+    if (!alloc_results(&r) || !compute(ctx, t, q, x, &r) || !same(&r, parent)) return 1;
+    if (before > 0 && sysconf(_SC_NPROCESSORS_ONLN) >= 2 && thread_count() <= before) {
+        fprintf(stderr, "the child ran its 2-thread calls on %d thread(s)\n", thread_count());
+        return 2;
+    }
+    return 0;
+}
+
+int main(void) {
+    wush_context* ctx = NULL;
+    wush_transform* t = NULL;
+    wush_qweight* q = NULL;
+    float* w = gaussian_like((size_t)D_OUT * D_IN, 1);
+    float* x = gaussian_like((size_t)M * D_IN, 2);
+    Results parent = {0}, single = {0};
+    int round;
+    CHECK(w != NULL && x != NULL && alloc_results(&parent) && alloc_results(&single));
+    CHECK_STATUS(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx), WUSH_OK);
+    CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, 2), WUSH_OK);
+    CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, D_IN, G, NULL, &t), WUSH_OK);
+    CHECK_STATUS(wush_qweight_create(ctx, t, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, w, D_OUT, D_IN, NULL, &q),
+                 WUSH_OK);
+    if (g_failures != 0) return 1;
+    CHECK(compute(ctx, t, q, x, &parent));
+    /* The parent's 2-thread results equal its 1-thread ones (the oracle does not depend on a thread). */
+    CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, 1), WUSH_OK);
+    CHECK(compute(ctx, t, q, x, &single) && same(&parent, &single));
+    CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, 2), WUSH_OK);
+    for (round = 0; round < 2; ++round) {  /* a second fork after the parent's pool ran again */
+        int status = 0;
+        pid_t pid;
+        fflush(stderr);
+        pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) _exit(child(ctx, t, q, x, &parent));
+        CHECK(waitpid(pid, &status, 0) == pid);
+        if (WIFSIGNALED(status))
+            fprintf(stderr, "round %d: the child was killed by signal %d%s\n", round, WTERMSIG(status),
+                    WTERMSIG(status) == SIGALRM ? " (the watchdog: it hung)" : "");
+        else if (WEXITSTATUS(status) != 0)
+            fprintf(stderr, "round %d: the child failed (%d)\n", round, WEXITSTATUS(status));
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        CHECK(compute(ctx, t, q, x, &single) && same(&parent, &single));
+    }
+    wush_qweight_destroy(q);
+    wush_transform_destroy(t);
+    wush_context_destroy(ctx);
+    free_results(&parent);
+    free_results(&single);
+    free(w);
+    free(x);
+    printf("%d checks, %d failures\n", g_checks, g_failures);
+    return g_failures != 0;
+}

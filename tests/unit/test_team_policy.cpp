@@ -1,0 +1,127 @@
+// The work pool's policy (src/cpu/team_policy.h) against its documented rules: a small job runs
+// on the team unless a remembered straggler wait, halving every half-life, exceeds a quarter of
+// the job's estimated one-thread time, or the team's median time (last 8 runs) does not beat the
+// time alone (each way still tried every kExplore-th call); a large job always runs on the team.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cpu/team_policy.h"
+
+namespace {
+
+using wush::runtime::TeamPolicy;
+
+constexpr std::uintptr_t kKind = 0x1000, kOther = 0x2000;
+constexpr double kMs = 1e-3;
+
+// Teaches `p` the one-thread time of a job of `work` by a clean team run (no wait), at `now`:
+// the caller ran 4 of 8 chunks in half the one-thread time.
+void learn(TeamPolicy& p, std::uintptr_t kind, double work, double one_thread, double now) {
+    p.ran_on_team(kind, work, one_thread / 2, one_thread / 2, 4, 8, 0.0, now);
+}
+
+// A team run of a known job whose caller then waited `wait` for a helper.
+void straggle(TeamPolicy& p, double wait, double now) {
+    p.ran_on_team(kKind, 1e3, 0.1 * kMs + wait, 0.1 * kMs, 4, 8, wait, now);
+}
+
+// How many of `calls` calls of a job choose the team.
+int team_calls(TeamPolicy& p, std::uintptr_t kind, double work, int calls) {
+    int team = 0;
+    for (int i = 0; i < calls; ++i) team += p.use_team(kind, work, 0.0) ? 1 : 0;
+    return team;
+}
+
+TEST(RuntimeTeamPolicy, FreshPolicyUsesTheTeam) {
+    TeamPolicy p;
+    EXPECT_TRUE(p.use_team(kKind, 1.0, 0.0));
+    EXPECT_EQ(p.penalty(0.0), 0.0);
+}
+
+TEST(RuntimeTeamPolicy, EstimatesOneThreadTimeFromTheCallersChunks) {
+    TeamPolicy p;
+    learn(p, kKind, 1e6, 2 * kMs, 0.0);
+    EXPECT_NEAR(p.estimate(kKind, 1e6), 2 * kMs, 1e-12);
+    EXPECT_NEAR(p.estimate(kKind, 0.9e6), 1.8 * kMs, 1e-12);  // same size class: scales with the work
+    EXPECT_LT(p.estimate(kKind, 1e9), 0.0);                // another size class: unknown
+    EXPECT_LT(p.estimate(kOther, 1e6), 0.0);               // another kind: unknown
+    p.ran_alone(kKind, 1e6, 4 * kMs);                      // a time measured alone takes precedence
+    EXPECT_NEAR(p.estimate(kKind, 1e6), 4 * kMs, 1e-12);
+}
+
+TEST(RuntimeTeamPolicy, OrdinaryChunkTailsAreNotStragglers) {
+    TeamPolicy p;
+    p.ran_on_team(kKind, 1e6, 1.09 * kMs, 1 * kMs, 4, 8, 0.09 * kMs, 0.0);  // below 100 us
+    p.ran_on_team(kKind, 1e6, 1.45 * kMs, 1 * kMs, 4, 8, 0.45 * kMs, 0.0);  // below two chunks (0.5 ms)
+    EXPECT_EQ(p.penalty(0.0), 0.0);
+}
+
+TEST(RuntimeTeamPolicy, AStragglerSendsSmallJobsAloneAndKeepsLargeOnesOnTheTeam) {
+    TeamPolicy p;
+    learn(p, kKind, 1e6, 0.6 * kMs, 0.0);        // a small job: 0.6 ms on one thread
+    learn(p, kOther, 1e9, 100 * kMs, 0.0);       // a large one: 100 ms
+    straggle(p, 2.025 * kMs, 1.0);               // waited 2 ms beyond the chunk in flight
+    EXPECT_NEAR(p.penalty(1.0), 2 * kMs, 1e-9);
+    EXPECT_FALSE(p.use_team(kKind, 1e6, 1.0));
+    EXPECT_TRUE(p.use_team(kOther, 1e9, 1.0));
+    EXPECT_TRUE(p.use_team(kOther, 1e3, 1.0));   // unknown size: tried on the team and timed
+    // The small job probes the team again once 2 ms has halved below 0.6 / 4 ms: after
+    // log2(2 / 0.15) = 3.74 half-lives of 20 ms.
+    EXPECT_FALSE(p.use_team(kKind, 1e6, 1.0 + 70 * kMs));
+    EXPECT_TRUE(p.use_team(kKind, 1e6, 1.0 + 80 * kMs));
+}
+
+TEST(RuntimeTeamPolicy, StragglersThatRecurAreProbedLessOften) {
+    TeamPolicy p;
+    learn(p, kKind, 1e6, 0.6 * kMs, 0.0);
+    straggle(p, 2.025 * kMs, 1.0);
+    const double probe = 1.0 + 80 * kMs;  // the first probe (previous test)
+    ASSERT_TRUE(p.use_team(kKind, 1e6, probe));
+    straggle(p, 2.025 * kMs, probe);  // the probe straggles too: the half-life doubles to 40 ms
+    EXPECT_FALSE(p.use_team(kKind, 1e6, probe + 140 * kMs));
+    EXPECT_TRUE(p.use_team(kKind, 1e6, probe + 160 * kMs));
+    // A straggler long after the last one starts again from the base half-life.
+    straggle(p, 2.025 * kMs, probe + 10.0);
+    EXPECT_TRUE(p.use_team(kKind, 1e6, probe + 10.0 + 80 * kMs));
+}
+
+TEST(RuntimeTeamPolicy, ATeamThatDoesNotWinIsLeftExceptEverySixteenthCall) {
+    TeamPolicy p;
+    p.ran_alone(kKind, 1e6, 1.0 * kMs);
+    p.ran_on_team(kKind, 1e6, 1.0 * kMs, 0.45 * kMs, 4, 8, 0.0, 0.0);  // no faster than alone
+    EXPECT_EQ(team_calls(p, kKind, 1e6, 64), 64 / int(TeamPolicy::kExplore));
+}
+
+TEST(RuntimeTeamPolicy, ATeamThatWinsIsKeptExceptEverySixteenthCall) {
+    TeamPolicy p;
+    p.ran_alone(kKind, 1e6, 1.0 * kMs);
+    p.ran_on_team(kKind, 1e6, 0.8 * kMs, 0.4 * kMs, 4, 8, 0.0, 0.0);
+    EXPECT_EQ(team_calls(p, kKind, 1e6, 64), 64 - 64 / int(TeamPolicy::kExplore));
+}
+
+TEST(RuntimeTeamPolicy, ALargeJobKeepsTheTeamWhateverItMeasured) {
+    TeamPolicy p;
+    p.ran_alone(kKind, 1e9, 30 * kMs);
+    p.ran_on_team(kKind, 1e9, 40 * kMs, 15 * kMs, 4, 8, 0.0, 0.0);
+    straggle(p, 5 * kMs, 0.0);
+    EXPECT_EQ(team_calls(p, kKind, 1e9, 64), 64);
+}
+
+TEST(RuntimeTeamPolicy, OnePreemptedRunAloneDoesNotDecide) {
+    TeamPolicy p;
+    for (int i = 0; i < 7; ++i) p.ran_alone(kKind, 1e6, 1.0 * kMs);
+    p.ran_alone(kKind, 1e6, 30.0 * kMs);  // preempted: a mean of the 8 runs would be 4.6 ms
+    for (int i = 0; i < 8; ++i) p.ran_on_team(kKind, 1e6, 1.2 * kMs, 0.5 * kMs, 4, 8, 0.0, 0.0);
+    EXPECT_EQ(team_calls(p, kKind, 1e6, 64), 64 / int(TeamPolicy::kExplore));
+}
+
+TEST(RuntimeTeamPolicy, TheMeasuredTimesFollowTheMachine) {
+    TeamPolicy p;
+    p.ran_alone(kKind, 1e6, 1.0 * kMs);
+    p.ran_on_team(kKind, 1e6, 2.0 * kMs, 0.45 * kMs, 4, 8, 0.0, 0.0);  // the team lost
+    for (int i = 0; i < 40; ++i) p.ran_on_team(kKind, 1e6, 0.6 * kMs, 0.3 * kMs, 4, 8, 0.0, 0.0);  // now it wins
+    EXPECT_EQ(team_calls(p, kKind, 1e6, 64), 64 - 64 / int(TeamPolicy::kExplore));
+}
+
+}  // namespace
