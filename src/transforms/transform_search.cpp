@@ -121,35 +121,44 @@ BlockSample token_sample(std::span<const float> x_block, std::size_t n, std::spa
 
 namespace {
 
-// The n x 2G float64 rows [a_i b_i] of two n x G row-major matrices.
-template <class A, class B>
-std::vector<double> side_by_side(const std::vector<A>& a, const std::vector<B>& b, std::size_t n, std::size_t g) {
-    std::vector<double> out(2 * n * g);
-    for (std::size_t r = 0; r < n; ++r) {
-        std::copy_n(a.begin() + r * g, g, out.begin() + 2 * r * g);
-        std::copy_n(b.begin() + r * g, g, out.begin() + 2 * r * g + g);
+// The buffers of one block's scores, allocated once per block rather than per candidate (the
+// larger ones would otherwise be fresh pages from the allocator every time). xcat and wcat hold
+// the rows [Xq_i X_i] and [Wq_i W_i]: the right halves, the sample, are filled once.
+struct Workspace {
+    std::vector<float> xq, wq;
+    std::vector<double> xcat, wcat, gx, gw, row;
+    Workspace(const BlockSample& s, std::size_t g)
+        : xq(s.n * g), wq(s.rows * g), xcat(2 * s.n * g), wcat(2 * s.rows * g), gx(2 * g * g), gw(2 * g * g), row(g) {
+        for (std::size_t r = 0; r < s.n; ++r) std::copy_n(s.x.begin() + r * g, g, xcat.begin() + (2 * r + 1) * g);
+        for (std::size_t r = 0; r < s.rows; ++r) std::copy_n(s.w.begin() + r * g, g, wcat.begin() + (2 * r + 1) * g);
     }
-    return out;
+};
+
+// Copies n x G rows into the left halves of the n x 2G rows of cat.
+template <class T>
+void fill_left(const T* v, std::size_t n, std::size_t g, std::vector<double>& cat) {
+    for (std::size_t r = 0; r < n; ++r) std::copy_n(v + r * g, g, cat.begin() + 2 * r * g);
 }
 
 // Wq = GPTQ's in-block pass over the transformed weight rows Wt = W T_w^T (float64), with the
 // error feedback of the block's transformed inverse-Hessian factor: what GPTQ will leave of this
-// block (before later blocks compensate its error). False where the factor does not exist.
+// block (before later blocks compensate its error), into the left halves of ws.wcat. False
+// where the factor does not exist or a value is not finite.
 bool gptq_rows(const formats::FormatSpec& format, const float* t_wf, std::size_t g, const BlockSample& s,
-               std::vector<double>& wq) {
+               Workspace& ws) {
     const std::vector<double> t_w(t_wf, t_wf + g * g);
     const std::vector<double> ubar = transformed_inverse_factor(t_w, s.u_bb, g);
     if (ubar.empty()) return false;
-    wq.resize(s.rows * g);
+    // Wt into the left halves (ldc 2G).
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.rows), int(g), int(g), 1.0, s.wd.data(), int(g),
-                t_w.data(), int(g), 0.0, wq.data(), int(g));
-    for (double v : wq)
-        if (!std::isfinite(v)) return false;
+                t_w.data(), int(g), 0.0, ws.wcat.data(), int(2 * g));
     std::uint8_t codes[kMaxGroupSize / 2], scale[4];
-    std::vector<double> row(g);
     for (std::size_t r = 0; r < s.rows; ++r) {
-        std::copy_n(wq.begin() + r * g, g, row.begin());
-        formats::quantize_group_feedback(format, row.data(), int(g), ubar.data(), codes, scale, wq.data() + r * g);
+        double* out = ws.wcat.data() + 2 * r * g;
+        for (std::size_t j = 0; j < g; ++j)
+            if (!std::isfinite(out[j])) return false;
+        std::copy_n(out, g, ws.row.begin());
+        formats::quantize_group_feedback(format, ws.row.data(), int(g), ubar.data(), codes, scale, out);
     }
     return true;
 }
@@ -159,34 +168,30 @@ bool gptq_rows(const formats::FormatSpec& format, const float* t_wf, std::size_t
 //   ||Xq Wq^T - Y||^2 = tr(Xq^T Xq Wq^T Wq) - 2 tr(Xq^T X W^T Wq) + tr(X^T X W^T W),
 // (n + r) G^2 work instead of the n r G of forming the product (and r can grow cheaply).
 double score_pair(const formats::FormatSpec& format, const float* t_act, const float* t_wf, std::size_t g,
-                  const BlockSample& s) {
+                  const BlockSample& s, Workspace& ws) {
     const int ig = int(g);
-    std::vector<float> xq(s.n * g);
     // Xt = X T_act^T (float32, as the runtime applies it), then the RTN round trip.
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.n), ig, ig, 1.0f, s.x.data(), ig, t_act, ig, 0.0f,
-                xq.data(), ig);
-    if (!quantize_dequantize_rows(format, xq.data(), s.n, g)) return std::numeric_limits<double>::infinity();
-    std::vector<double> wqd;
+                ws.xq.data(), ig);
+    if (!quantize_dequantize_rows(format, ws.xq.data(), s.n, g)) return std::numeric_limits<double>::infinity();
+    fill_left(ws.xq.data(), s.n, g, ws.xcat);
     if (s.u_bb.empty()) {
-        std::vector<float> wq(s.rows * g);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.rows), ig, ig, 1.0f, s.w.data(), ig, t_wf, ig,
-                    0.0f, wq.data(), ig);
-        if (!quantize_dequantize_rows(format, wq.data(), s.rows, g)) return std::numeric_limits<double>::infinity();
-        wqd.assign(wq.begin(), wq.end());
-    } else if (!gptq_rows(format, t_wf, g, s, wqd)) {
+                    0.0f, ws.wq.data(), ig);
+        if (!quantize_dequantize_rows(format, ws.wq.data(), s.rows, g)) return std::numeric_limits<double>::infinity();
+        fill_left(ws.wq.data(), s.rows, g, ws.wcat);
+    } else if (!gptq_rows(format, t_wf, g, s, ws)) {
         return std::numeric_limits<double>::infinity();
     }
     // [Xq X]^T Xq and [Wq W]^T Wq, one product per side: rows 0..G-1 Xq^T Xq, rows G..2G-1 X^T Xq.
-    const std::vector<double> xcat = side_by_side(xq, s.x, s.n, g), wcat = side_by_side(wqd, s.w, s.rows, g);
-    std::vector<double> gx(2 * g * g), gw(2 * g * g);
-    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 2 * ig, ig, int(s.n), 1.0, xcat.data(), 2 * ig, xcat.data(),
-                2 * ig, 0.0, gx.data(), ig);
-    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 2 * ig, ig, int(s.rows), 1.0, wcat.data(), 2 * ig, wcat.data(),
-                2 * ig, 0.0, gw.data(), ig);
-    const double* xqxq = gx.data();
-    const double* xxq = gx.data() + g * g;  // X^T Xq
-    const double* wqwq = gw.data();
-    const double* wwq = gw.data() + g * g;  // W^T Wq
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 2 * ig, ig, int(s.n), 1.0, ws.xcat.data(), 2 * ig,
+                ws.xcat.data(), 2 * ig, 0.0, ws.gx.data(), ig);
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 2 * ig, ig, int(s.rows), 1.0, ws.wcat.data(), 2 * ig,
+                ws.wcat.data(), 2 * ig, 0.0, ws.gw.data(), ig);
+    const double* xqxq = ws.gx.data();
+    const double* xxq = ws.gx.data() + g * g;  // X^T Xq
+    const double* wqwq = ws.gw.data();
+    const double* wwq = ws.gw.data() + g * g;  // W^T Wq
     // tr(Xq^T X W^T Wq) = sum_ij (Xq^T X)_ij (W^T Wq)_ji = sum_ij (X^T Xq)_ji (W^T Wq)_ji
     double sum = s.y_norm2;
     for (std::size_t i = 0; i < g * g; ++i) sum += xqxq[i] * wqwq[i] - 2.0 * xxq[i] * wwq[i];
@@ -212,7 +217,8 @@ double block_score(const formats::FormatSpec& format, const float* t_act, std::s
     const std::vector<double> t_w = inverse_transpose(t_act, g);
     if (t_w.empty()) return std::numeric_limits<double>::infinity();
     const std::vector<float> t_wf(t_w.begin(), t_w.end());
-    return score_pair(format, t_act, t_wf.data(), g, s);
+    Workspace ws(s, g);
+    return score_pair(format, t_act, t_wf.data(), g, s, ws);
 }
 
 SearchResult search_block(TransformKind kind, const BlockSolution& solution, const formats::FormatSpec& format,
@@ -254,6 +260,7 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
                     int(g), 0.0, t.data(), int(g));
         return t;
     };
+    Workspace ws(sample, g);
     struct Candidate {
         std::vector<double> t, t_w;  // activation side and its inverse-transpose
     };
@@ -264,7 +271,7 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
         const std::vector<float> st = to_storage(t, storage);
         std::vector<float> tw(gg);
         for (std::size_t i = 0; i < gg; ++i) tw[i] = float(c.t_w[i] / scale);
-        return score_pair(format, st.data(), tw.data(), g, sample);
+        return score_pair(format, st.data(), tw.data(), g, sample, ws);
     };
 
     // Stage 1: base matrix and sign pattern at c = 1.

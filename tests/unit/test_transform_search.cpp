@@ -124,10 +124,13 @@ TEST(TransformSearch, RoundTripGroupIsQuantizeThenDequantize) {
         const formats::FormatSpec& f = formats::spec(fmt);
         const std::size_t n = 300, g = f.group;
         std::vector<float> v = random_rows(n, g, 11);
+        for (std::size_t r = 0; r < n; ++r)  // rows over many scales, down to subnormal ones
+            for (std::size_t j = 0; j < g; ++j) v[r * g + j] *= std::ldexp(1.0f + float(r % 7) / 7.0f, int(r % 61) - 40);
         for (std::size_t i = 0; i < g; ++i) v[5 * g + i] = 0.0f;  // an all-zero group
         // Exact ties: amax 6 gives NVFP4 the scale 10 (x * 10 / 10 = x) and OCP MXFP4 the
-        // multiplier 1, so these values sit on the E2M1 thresholds (even code wins).
-        const float ties[] = {6.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, -0.25f, -0.75f, -1.25f, -1.75f, -2.5f, -3.5f, -5.0f, -0.0f};
+        // multiplier 1, so these values sit on the E2M1 thresholds (even code wins); MXFP4's
+        // multiplier 3/4 puts 1 on the threshold 0.75.
+        const float ties[] = {6.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, -0.25f, -0.75f, -1.25f, -1.75f, -2.5f, -3.5f, 1.0f, -0.0f};
         for (std::size_t i = 0; i < g; ++i) v[6 * g + i] = ties[i % 16];
         const formats::PackedSizes sz = formats::packed_sizes(f, n, g);
         std::vector<std::uint8_t> c(sz.codes), sc(sz.scales);
@@ -358,5 +361,38 @@ TEST(TransformSearchExperiment, DISABLED_Timing) {
             std::printf("%s tokens=rows=%zu signs=2: search %.3fs ratio %.2f\n", name, k, tv, tv / tp);
         }
     }
+}
+}
+// Which candidates win (docs/EVAL.md, "The per-block search"): per layer and format, how many
+// blocks chose each base / sign pattern / scale step, scored on 1024 real calibration tokens.
+//   wush_core_math_tests --gtest_also_run_disabled_tests --gtest_filter='TransformSearchExperiment.*Winners'
+namespace wush {
+TEST(TransformSearchExperiment, DISABLED_Winners) {
+    for (const char* name : {"small_256x512", "small_512x256"})
+        for (wush_format fmt : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}) {
+            const formats::FormatSpec& f = formats::spec(fmt);
+            const std::size_t n = 2048;
+            eval::SyntheticLayer layer = eval::generate_layer(eval::synthetic_preset(name, n, 0, 1));
+            Calibrator cal(layer.spec.d_in, f.group, MomentMode::BlockDiagonal);
+            cal.add(WUSH_DTYPE_F32, layer.calibration.data(), n);
+            TransformOptions s(TransformKind::WUSH, 0.01, 1);
+            s.search.enabled = true;
+            s.search.format = fmt;
+            s.search.sample_tokens = 1024;
+            s.search.weight_rows = 1024;
+            const BlockTransform t = build_transform(s, cal, layer.weight, layer.spec.d_out, nullptr, layer.calibration, n);
+            std::size_t base[3] = {}, sign[65] = {}, scale[64] = {};
+            for (const BlockChoice& c : t.stats().search) {
+                ++base[int(c.base)];
+                if (c.base == SearchBase::Solution) ++sign[c.sign_pattern];
+                ++scale[c.scale_step];
+            }
+            std::printf("%s %s blocks %zu: solution %zu H %zu I %zu | signs", name, f.name, t.stats().search.size(), base[0],
+                        base[1], base[2]);
+            for (std::size_t k = 0; k <= s.search.sign_patterns; ++k) std::printf(" %zu", sign[k]);
+            std::printf(" | scale steps");
+            for (std::size_t k = 0; k < s.search.scale_steps; ++k) std::printf(" %zu", scale[k]);
+            std::printf("\n");
+        }
 }
 }
