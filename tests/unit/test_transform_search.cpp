@@ -309,17 +309,31 @@ TEST(TransformSearch, RejectsAMismatchedFormat) {
 // The experiment behind docs/EVAL.md's surrogate-vs-tokens table (not a test: it prints):
 //   wush_core_math_tests --gtest_also_run_disabled_tests --gtest_filter='TransformSearchExperiment.*'
 namespace wush {
+// One built-in layer calibrated on 2048 tokens, with its held-out loss (the experiments below).
+struct HeldOutLayer {
+    static constexpr std::size_t n = 2048, held = 2048;
+    const formats::FormatSpec& f;
+    eval::SyntheticLayer layer;
+    Calibrator cal;
+    std::size_t d_out;
+    HeldOutLayer(const char* name, wush_format fmt)
+        : f(formats::spec(fmt)), layer(eval::generate_layer(eval::synthetic_preset(name, n, held, 1))),
+          cal(layer.spec.d_in, f.group, MomentMode::BlockDiagonal), d_out(layer.spec.d_out) {
+        cal.add(WUSH_DTYPE_F32, layer.calibration.data(), n);
+    }
+    double loss(const BlockTransform& t) const { return eval::layer_loss(t, f, layer.weight, d_out, layer.heldout, held); }
+};
+
 TEST(TransformSearchExperiment, DISABLED_SurrogateVersusTokens) {
     for (const char* name : {"small_256x512", "small_512x256"})
     for (wush_format fmt : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}) {
-        const formats::FormatSpec& f = formats::spec(fmt);
-        const std::size_t n = 2048, held = 2048;
-        eval::SyntheticLayer layer = eval::generate_layer(eval::synthetic_preset(name, n, held, 1));
-        Calibrator cal(layer.spec.d_in, f.group, MomentMode::BlockDiagonal);
-        cal.add(WUSH_DTYPE_F32, layer.calibration.data(), n);
-        const std::size_t d_out = layer.spec.d_out;
+        const HeldOutLayer h(name, fmt);
+        const formats::FormatSpec& f = h.f;
+        const std::size_t n = h.n, d_out = h.d_out;
+        const Calibrator& cal = h.cal;
+        const eval::SyntheticLayer& layer = h.layer;
         TransformOptions plain(TransformKind::WUSH, 0.01, 1);
-        auto loss = [&](const BlockTransform& t) { return eval::layer_loss(t, f, layer.weight, d_out, layer.heldout, held); };
+        auto loss = [&](const BlockTransform& t) { return h.loss(t); };
         const double lp = loss(build_transform(plain, cal, layer.weight, d_out));
         const double lh = loss(build_transform({TransformKind::Hadamard}, cal, layer.weight, d_out));
         TransformOptions s = plain; s.search.enabled = true; s.search.format = fmt;
@@ -392,6 +406,27 @@ TEST(TransformSearchExperiment, DISABLED_Winners) {
             for (std::size_t k = 0; k <= s.search.sign_patterns; ++k) std::printf(" %zu", sign[k]);
             std::printf(" | scale steps");
             for (std::size_t k = 0; k < s.search.scale_steps; ++k) std::printf(" %zu", scale[k]);
+            std::printf("\n");
+        }
+}
+}
+// Finer / wider candidate grids (docs/EVAL.md, "The per-block search"): held-out RTN loss change
+// vs plain WUSH for sign patterns x scale steps x sample tokens, scored on real tokens.
+//   wush_core_math_tests --gtest_also_run_disabled_tests --gtest_filter='TransformSearchExperiment.*GridVariants'
+namespace wush {
+TEST(TransformSearchExperiment, DISABLED_GridVariants) {
+    for (const char* name : {"small_256x512", "small_512x256"})
+        for (wush_format fmt : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4}) {
+            const HeldOutLayer h(name, fmt);
+            TransformOptions plain(TransformKind::WUSH, 0.01, 1);
+            const double lp = h.loss(build_transform(plain, h.cal, h.layer.weight, h.d_out));
+            std::printf("%s %s", name, h.f.name);
+            for (auto [signs, steps, tok] : {std::tuple{4, 8, 1024}, {8, 8, 1024}, {4, 16, 1024}, {8, 16, 1024}, {16, 8, 1024}, {4, 8, 2048}}) {
+                TransformOptions s = plain; s.search.enabled = true; s.search.format = fmt;
+                s.search.sign_patterns = signs; s.search.scale_steps = steps; s.search.sample_tokens = tok; s.search.weight_rows = 1024;
+                const double l = h.loss(build_transform(s, h.cal, h.layer.weight, h.d_out, nullptr, h.layer.calibration, h.n));
+                std::printf(" s%d/k%d/n%d %+.1f%%", signs, steps, tok, 100 * (l / lp - 1));
+            }
             std::printf("\n");
         }
 }
