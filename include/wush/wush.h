@@ -394,13 +394,14 @@ typedef enum wush_option {
      * the best of: the canonical signs and 4 seeded random sign patterns, the plain Hadamard and
      * identity blocks (at c = 1), then the winner at c = 2^(k/8), k = 0..7 — scored by the
      * block's own output error ||q(X_b T^T) q(W_b T^{-1})^T - X_b W_b^T||^2 with both operands
-     * RTN-quantized in the target format, on WUSH_OPTION_SEARCH_TOKENS tokens — evenly spread
+     * quantized in the target format (RTN; with GPTQ the weights by GPTQ's own pass over the
+     * block), on WUSH_OPTION_SEARCH_TOKENS tokens — evenly spread
      * over the calibrator's token sample (wush_calibrator_set_sample_size) when it keeps one,
      * else drawn from a Gaussian with the block's second moment M_X — and as many evenly
      * strided weight rows. The choice is folded into the stored matrices: checkpoints, exports
      * and runtimes see an ordinary transform. It is seeded (WUSH_OPTION_SEED), so reproducible.
      * Needs the format, so it applies only through wush_layer_quantize() (RTN and GPTQ; GPTQ
-     * chooses each block by RTN of its updated, transformed weights before its column pass);
+     * chooses each block from its updated weights before its column pass);
      * wush_transform_build() of WUS/WUSH with the search on fails with INVALID_ARGUMENT. The
      * data-free kinds (I, H, R) ignore it. Cost: about 16 scored candidates per block. */
     WUSH_OPTION_SEARCH = 3,

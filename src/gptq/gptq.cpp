@@ -12,6 +12,7 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "formats/group_quantizer.h"
+#include "formats/feedback_group.h"
 #include "transforms/transform_search.h"
 
 namespace wush::gptq {
@@ -175,11 +176,10 @@ private:
             const BlockSolution s = solve_block(opt_.kind, slice_second_moment(wi, d_out_, g_),
                                                 std::span<const double>(m_x_).subspan(b * gg, gg), g_, opt_.damping);
             if (opt_.search.enabled) {
-                // Chosen by RTN of the transformed (updated) weights before the intra-block GPTQ
-                // pass: the pass needs the transform first, and RTN's error ranks candidates as
-                // GPTQ's would up to GPTQ's common improvement.
+                // Each candidate's weight side is scored by the intra-block GPTQ pass it would get
+                // (error feedback through its transformed U_bb), not by RTN.
                 const SearchResult r = search_layer_block(opt_, format_, s, std::span<const double>(m_x_).subspan(b * gg, gg),
-                                                          wi, d_out_, sample_, sample_.size() / d_in_, d_in_, b);
+                                                          wi, d_out_, sample_, sample_.size() / d_in_, d_in_, b, u_block(b));
                 std::copy(r.t_act.begin(), r.t_act.end(), t_act);
                 out_.stats.search[b] = r.choice;
             } else {
@@ -192,17 +192,18 @@ private:
         }
     }
 
-    // Upper Cholesky factor of the transformed inverse Hessian T_w (U_bb^T U_bb) T_w^T.
-    Matrix transformed_factor(std::size_t b, const std::vector<double>& t_w) const {
+    // The block's G x G diagonal block U_bb of U.
+    Matrix u_block(std::size_t b) const {
         Matrix u_bb(g_ * g_);
         for (std::size_t r = 0; r < g_; ++r) std::copy_n(u_row(b) + r * d_in_ + b * g_, g_, u_bb.begin() + r * g_);
-        Matrix a(g_ * g_), hinv(g_ * g_);
-        dgemm(false, true, g_, g_, g_, 1.0, t_w.data(), g_, u_bb.data(), g_, 0.0, a.data(), g_);     // T_w U^T
-        dgemm(false, true, g_, g_, g_, 1.0, a.data(), g_, a.data(), g_, 0.0, hinv.data(), g_);       // (T_w U^T)(U T_w^T)
-        if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'U', int(g_), hinv.data(), int(g_)) != 0)
-            fail(WUSH_ERR_NUMERICAL, "GPTQ: the transformed Hessian of block " + std::to_string(b) + " is not positive definite");
-        for (std::size_t r = 0; r < g_; ++r) std::fill_n(hinv.begin() + r * g_, r, 0.0);
-        return hinv;
+        return u_bb;
+    }
+
+    // Upper Cholesky factor of the transformed inverse Hessian T_w (U_bb^T U_bb) T_w^T.
+    Matrix transformed_factor(std::size_t b, const std::vector<double>& t_w) const {
+        Matrix f = transformed_inverse_factor(t_w, u_block(b), g_);
+        if (f.empty()) fail(WUSH_ERR_NUMERICAL, "GPTQ: the transformed Hessian of block " + std::to_string(b) + " is not positive definite");
+        return f;
     }
 
     // Intra-block GPTQ on wbar (d_out x G, consumed): fixes each row's scale, then quantizes column
@@ -217,18 +218,7 @@ private:
             double* w = wbar.data() + r * g_;
             std::uint8_t* codes = out_.codes.data() + r * row_codes + b * g_ / 2;
             std::uint8_t* scale = out_.scales.data() + (r * c + b) * sb;
-            float group[kMaxGroupSize];  // G <= kMaxGroupSize (checked by quantize)
-            for (std::size_t j = 0; j < g_; ++j) group[j] = float(w[j]);
-            formats::quantize_group(format_.id, group, g, codes, scale);  // fixes the scale
-            const double unit = double(formats::decode_scale(format_.id, scale)) / format_.tensor_divisor;
-            for (std::size_t j = 0; j < g_; ++j) {
-                const std::uint8_t nibble = formats::encode_element(format_.id, w[j], scale);
-                formats::put_nibble(codes, int(j), nibble);
-                const double v = double(formats::decode_element(format_.id, nibble)) * unit;
-                q[r * g_ + j] = v;
-                const double err = (w[j] - v) / ubar[j * g_ + j];
-                for (std::size_t k = j + 1; k < g_; ++k) w[k] -= err * ubar[j * g_ + k];
-            }
+            formats::quantize_group_feedback(format_, w, g, ubar.data(), codes, scale, q.data() + r * g_);
         }
         return q;
     }

@@ -10,7 +10,8 @@
 
 #include "common/checked_math.h"
 #include "common/error.h"
-#include "formats/group_quantizer.h"
+#include "formats/feedback_group.h"
+#include "formats/round_trip.h"
 #include "transforms/basis.h"
 #include "transforms/rng.h"
 
@@ -40,27 +41,30 @@ void fill_weight_rows(BlockSample& s, std::span<const double> w_slice, std::size
         for (std::size_t j = 0; j < g; ++j) s.w[i * g + j] = float(w_slice[rows[i] * g + j]);
 }
 
-// y = X W^T in float64 from the float32 samples.
+// c (G x G) = a^T b for n x G row-major float64 a, b.
+void gram(const std::vector<double>& a, const std::vector<double>& b, std::size_t n, std::size_t g, double* c) {
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(g), int(g), int(n), 1.0, a.data(), int(g), b.data(), int(g),
+                0.0, c, int(g));
+}
+
+// The float64 weight rows (GPTQ's pass) and ||X W^T||_F^2 = tr(X^T X W^T W), which every score
+// needs.
 void fill_reference(BlockSample& s, std::size_t g) {
-    const std::vector<double> x(s.x.begin(), s.x.end()), w(s.w.begin(), s.w.end());
-    s.y.assign(s.n * s.rows, 0.0);
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.n), int(s.rows), int(g), 1.0, x.data(), int(g), w.data(),
-                int(g), 0.0, s.y.data(), int(s.rows));
+    const std::vector<double> x(s.x.begin(), s.x.end());
+    s.wd.assign(s.w.begin(), s.w.end());
+    std::vector<double> gx(g * g), gw(g * g);
+    gram(x, x, s.n, g, gx.data());
+    gram(s.wd, s.wd, s.rows, g, gw.data());
+    s.y_norm2 = 0.0;
+    for (std::size_t i = 0; i < g * g; ++i) s.y_norm2 += gx[i] * gw[i];
 }
 
 // RTN round trip of n rows of G values in place (each row one group): false if a value is not
 // finite (the quantizers require finite input).
 bool quantize_dequantize_rows(const formats::FormatSpec& format, float* v, std::size_t n, std::size_t g) {
-    std::uint8_t codes[kMaxGroupSize / 2], scale[4];
-    for (std::size_t r = 0; r < n; ++r) {
-        float* row = v + r * g;
-        for (std::size_t j = 0; j < g; ++j)
-            if (!std::isfinite(row[j])) return false;
-        formats::quantize_group(format.id, row, int(g), codes, scale);
-        const float unit = float(double(formats::decode_scale(format.id, scale)) / format.tensor_divisor);
-        for (std::size_t j = 0; j < g; ++j)
-            row[j] = formats::decode_element(format.id, formats::get_nibble(codes, int(j))) * unit;
-    }
+    for (std::size_t i = 0; i < n * g; ++i)
+        if (!std::isfinite(v[i])) return false;
+    for (std::size_t r = 0; r < n; ++r) formats::round_trip_group(format, v + r * g, int(g));
     return true;
 }
 
@@ -117,37 +121,104 @@ BlockSample token_sample(std::span<const float> x_block, std::size_t n, std::spa
 
 namespace {
 
-// The score with the weight side given (t_w = t_act^{-T}, float32).
-double score_pair(const formats::FormatSpec& format, const float* t_act, const float* t_wf, std::size_t g,
-                  const BlockSample& s) {
-    const int ig = int(g);
-    std::vector<float> xq(s.n * g), wq(s.rows * g), prod(s.n * s.rows);
-    // Xt = X T_act^T, Wt = W T_w^T (float32, as the runtime applies them), then the RTN round trip.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.n), ig, ig, 1.0f, s.x.data(), ig, t_act, ig, 0.0f,
-                xq.data(), ig);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.rows), ig, ig, 1.0f, s.w.data(), ig, t_wf, ig,
-                0.0f, wq.data(), ig);
-    if (!quantize_dequantize_rows(format, xq.data(), s.n, g) || !quantize_dequantize_rows(format, wq.data(), s.rows, g))
-        return std::numeric_limits<double>::infinity();
-    // Float32 product of the quantized operands: its rounding (~1e-7 relative) is far below the
-    // 4-bit errors being compared.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.n), int(s.rows), ig, 1.0f, xq.data(), ig, wq.data(), ig,
-                0.0f, prod.data(), int(s.rows));
-    double sum = 0.0;
-    for (std::size_t i = 0; i < prod.size(); ++i) {
-        const double e = double(prod[i]) - s.y[i];
-        sum += e * e;
+// The buffers of one block's scores, allocated once per block rather than per candidate (the
+// larger ones would otherwise be fresh pages from the allocator every time). xcat and wcat hold
+// the rows [Xq_i X_i] and [Wq_i W_i]: the right halves, the sample, are filled once.
+struct Workspace {
+    std::vector<float> xq, wq;
+    std::vector<double> xcat, wcat, gx, gw, row;
+    Workspace(const BlockSample& s, std::size_t g)
+        : xq(s.n * g), wq(s.rows * g), xcat(2 * s.n * g), wcat(2 * s.rows * g), gx(2 * g * g), gw(2 * g * g), row(g) {
+        for (std::size_t r = 0; r < s.n; ++r) std::copy_n(s.x.begin() + r * g, g, xcat.begin() + (2 * r + 1) * g);
+        for (std::size_t r = 0; r < s.rows; ++r) std::copy_n(s.w.begin() + r * g, g, wcat.begin() + (2 * r + 1) * g);
     }
-    return std::isfinite(sum) ? sum : std::numeric_limits<double>::infinity();
+};
+
+// Copies n x G rows into the left halves of the n x 2G rows of cat.
+template <class T>
+void fill_left(const T* v, std::size_t n, std::size_t g, std::vector<double>& cat) {
+    for (std::size_t r = 0; r < n; ++r) std::copy_n(v + r * g, g, cat.begin() + 2 * r * g);
+}
+
+// Wq = GPTQ's in-block pass over the transformed weight rows Wt = W T_w^T (float64), with the
+// error feedback of the block's transformed inverse-Hessian factor: what GPTQ will leave of this
+// block (before later blocks compensate its error), into the left halves of ws.wcat. False
+// where the factor does not exist or a value is not finite.
+bool gptq_rows(const formats::FormatSpec& format, const float* t_wf, std::size_t g, const BlockSample& s,
+               Workspace& ws) {
+    const std::vector<double> t_w(t_wf, t_wf + g * g);
+    const std::vector<double> ubar = transformed_inverse_factor(t_w, s.u_bb, g);
+    if (ubar.empty()) return false;
+    // Wt into the left halves (ldc 2G).
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.rows), int(g), int(g), 1.0, s.wd.data(), int(g),
+                t_w.data(), int(g), 0.0, ws.wcat.data(), int(2 * g));
+    std::uint8_t codes[kMaxGroupSize / 2], scale[4];
+    for (std::size_t r = 0; r < s.rows; ++r) {
+        double* out = ws.wcat.data() + 2 * r * g;
+        for (std::size_t j = 0; j < g; ++j)
+            if (!std::isfinite(out[j])) return false;
+        std::copy_n(out, g, ws.row.begin());
+        formats::quantize_group_feedback(format, ws.row.data(), int(g), ubar.data(), codes, scale, out);
+    }
+    return true;
+}
+
+// The score with the weight side given (t_w = t_act^{-T}, float32), as traces of G x G Gram
+// matrices: with Xq, Wq the quantized operands and Y = X W^T,
+//   ||Xq Wq^T - Y||^2 = tr(Xq^T Xq Wq^T Wq) - 2 tr(Xq^T X W^T Wq) + tr(X^T X W^T W),
+// (n + r) G^2 work instead of the n r G of forming the product (and r can grow cheaply).
+double score_pair(const formats::FormatSpec& format, const float* t_act, const float* t_wf, std::size_t g,
+                  const BlockSample& s, Workspace& ws) {
+    const int ig = int(g);
+    // Xt = X T_act^T (float32, as the runtime applies it), then the RTN round trip.
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.n), ig, ig, 1.0f, s.x.data(), ig, t_act, ig, 0.0f,
+                ws.xq.data(), ig);
+    if (!quantize_dequantize_rows(format, ws.xq.data(), s.n, g)) return std::numeric_limits<double>::infinity();
+    fill_left(ws.xq.data(), s.n, g, ws.xcat);
+    if (s.u_bb.empty()) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.rows), ig, ig, 1.0f, s.w.data(), ig, t_wf, ig,
+                    0.0f, ws.wq.data(), ig);
+        if (!quantize_dequantize_rows(format, ws.wq.data(), s.rows, g)) return std::numeric_limits<double>::infinity();
+        fill_left(ws.wq.data(), s.rows, g, ws.wcat);
+    } else if (!gptq_rows(format, t_wf, g, s, ws)) {
+        return std::numeric_limits<double>::infinity();
+    }
+    // [Xq X]^T Xq and [Wq W]^T Wq, one product per side: rows 0..G-1 Xq^T Xq, rows G..2G-1 X^T Xq.
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 2 * ig, ig, int(s.n), 1.0, ws.xcat.data(), 2 * ig,
+                ws.xcat.data(), 2 * ig, 0.0, ws.gx.data(), ig);
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 2 * ig, ig, int(s.rows), 1.0, ws.wcat.data(), 2 * ig,
+                ws.wcat.data(), 2 * ig, 0.0, ws.gw.data(), ig);
+    const double* xqxq = ws.gx.data();
+    const double* xxq = ws.gx.data() + g * g;  // X^T Xq
+    const double* wqwq = ws.gw.data();
+    const double* wwq = ws.gw.data() + g * g;  // W^T Wq
+    // tr(Xq^T X W^T Wq) = sum_ij (Xq^T X)_ij (W^T Wq)_ji = sum_ij (X^T Xq)_ji (W^T Wq)_ji
+    double sum = s.y_norm2;
+    for (std::size_t i = 0; i < g * g; ++i) sum += xqxq[i] * wqwq[i] - 2.0 * xxq[i] * wwq[i];
+    // Rounding can leave a tiny negative where the error is ~0 (an exactly representable block).
+    return std::isfinite(sum) ? std::max(sum, 0.0) : std::numeric_limits<double>::infinity();
 }
 
 }  // namespace
+
+std::vector<double> transformed_inverse_factor(std::span<const double> t_w, std::span<const double> u_bb, std::size_t g) {
+    require(t_w.size() == g * g && u_bb.size() == g * g, "transformed_inverse_factor: T_w and U_bb must be G x G");
+    std::vector<double> a(g * g), hinv(g * g);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(g), int(g), int(g), 1.0, t_w.data(), int(g), u_bb.data(),
+                int(g), 0.0, a.data(), int(g));  // T_w U^T
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(g), int(g), int(g), 1.0, a.data(), int(g), a.data(), int(g),
+                0.0, hinv.data(), int(g));  // (T_w U^T)(U T_w^T)
+    if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'U', int(g), hinv.data(), int(g)) != 0) return {};
+    for (std::size_t r = 0; r < g; ++r) std::fill_n(hinv.begin() + r * g, r, 0.0);
+    return hinv;
+}
 
 double block_score(const formats::FormatSpec& format, const float* t_act, std::size_t g, const BlockSample& s) {
     const std::vector<double> t_w = inverse_transpose(t_act, g);
     if (t_w.empty()) return std::numeric_limits<double>::infinity();
     const std::vector<float> t_wf(t_w.begin(), t_w.end());
-    return score_pair(format, t_act, t_wf.data(), g, s);
+    Workspace ws(s, g);
+    return score_pair(format, t_act, t_wf.data(), g, s, ws);
 }
 
 SearchResult search_block(TransformKind kind, const BlockSolution& solution, const formats::FormatSpec& format,
@@ -189,6 +260,7 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
                     int(g), 0.0, t.data(), int(g));
         return t;
     };
+    Workspace ws(sample, g);
     struct Candidate {
         std::vector<double> t, t_w;  // activation side and its inverse-transpose
     };
@@ -199,7 +271,7 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
         const std::vector<float> st = to_storage(t, storage);
         std::vector<float> tw(gg);
         for (std::size_t i = 0; i < gg; ++i) tw[i] = float(c.t_w[i] / scale);
-        return score_pair(format, st.data(), tw.data(), g, sample);
+        return score_pair(format, st.data(), tw.data(), g, sample, ws);
     };
 
     // Stage 1: base matrix and sign pattern at c = 1.
@@ -247,7 +319,7 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
 SearchResult search_layer_block(const TransformOptions& options, const formats::FormatSpec& format,
                                 const BlockSolution& solution, std::span<const double> m_x,
                                 std::span<const double> w_slice, std::size_t d_out, std::span<const float> tokens,
-                                std::size_t n_tokens, std::size_t d_in, std::size_t block) {
+                                std::size_t n_tokens, std::size_t d_in, std::size_t block, std::span<const double> u_bb) {
     const std::size_t g = format.group;
     BlockSample sample;
     if (n_tokens > 0) {
@@ -261,6 +333,7 @@ SearchResult search_layer_block(const TransformOptions& options, const formats::
     } else {
         sample = surrogate_sample(m_x, w_slice, d_out, g, options.search, options.seed, block);
     }
+    sample.u_bb.assign(u_bb.begin(), u_bb.end());
     return search_block(options.kind, solution, format, sample, options.storage, options.search, options.seed, block);
 }
 

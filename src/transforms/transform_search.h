@@ -10,8 +10,12 @@
 //     blocks dominated by a few channels.
 // For every block the search scores candidates by the block's own term of the layer loss on a
 // token sample X_b (n x G) and a row sample W_b (r x G) of the weight:
-//     score(T) = || q(X_b T^T) q(W_b T^{-1})^T - X_b W_b^T ||_F^2,
-// both operands RTN-quantized in the target format (one group per row). The layer loss is
+//     score(T) = || q(X_b T^T) q_w(W_b T^{-1})^T - X_b W_b^T ||_F^2,
+// q RTN in the target format (one group per row); q_w the same for RTN weights, and for GPTQ its
+// in-block pass with error feedback through the block's transformed inverse-Hessian factor (the
+// error GPTQ leaves, which RTN's ranks only loosely). The score is computed from G x G Gram
+// matrices (tr(Xq^T Xq Wq^T Wq) - 2 tr(Xq^T X W^T Wq) + ||X W^T||^2), (n + r) G^2 work per
+// candidate instead of n r G. The layer loss is
 // ||sum_b E_b||^2, so the per-block choice ignores the cross terms <E_b, E_b'>; these are sums of
 // products of the blocks' quantization errors, which are nearly uncorrelated across blocks, so
 // minimizing each block's own term is the diagonal (block-separable) approximation of the loss.
@@ -37,7 +41,12 @@ struct BlockSample {
     std::size_t rows = 0;    // weight rows
     std::vector<float> x;    // n x G
     std::vector<float> w;    // rows x G
-    std::vector<double> y;   // n x rows, the float64 reference X_b W_b^T
+    std::vector<double> wd;      // w in float64
+    double y_norm2 = 0.0;        // ||X_b W_b^T||_F^2
+    // GPTQ only (else empty): the G x G upper factor U_bb of the block's inverse Hessian
+    // (U^T U = H^{-1}, rows and columns of the block); the weight side is then scored by GPTQ's
+    // in-block pass instead of RTN.
+    std::vector<double> u_bb;
 };
 
 // `rows` weight rows of the d_out x G float64 slice, evenly strided (all of them when d_out <=
@@ -54,7 +63,7 @@ BlockSample token_sample(std::span<const float> x_block, std::size_t n, std::spa
                          std::size_t d_out, std::size_t g, const SearchOptions& options);
 
 // score(T) above for one G x G row-major activation matrix (float32 as stored). +Inf for a
-// singular T or a non-finite transformed value.
+// singular T, a non-finite transformed value, or (GPTQ) a transformed factor that does not exist.
 double block_score(const formats::FormatSpec& format, const float* t_act, std::size_t g, const BlockSample& sample);
 
 // Which candidate a block got.
@@ -72,10 +81,17 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
 // The search for block `block` of a layer, as build_transform and GPTQ run it: the sample is the
 // block's columns of `tokens` (n_tokens x d_in, at most options.search.sample_tokens of them,
 // evenly strided) when n_tokens > 0, else the surrogate drawn from m_x; w_slice is the block's
-// d_out x G weight slice (GPTQ: as updated by the earlier blocks).
+// d_out x G weight slice (GPTQ: as updated by the earlier blocks); u_bb (GPTQ) the block's G x G
+// inverse-Hessian factor (BlockSample::u_bb), empty for RTN.
 SearchResult search_layer_block(const TransformOptions& options, const formats::FormatSpec& format,
                                 const BlockSolution& solution, std::span<const double> m_x,
                                 std::span<const double> w_slice, std::size_t d_out, std::span<const float> tokens,
-                                std::size_t n_tokens, std::size_t d_in, std::size_t block);
+                                std::size_t n_tokens, std::size_t d_in, std::size_t block,
+                                std::span<const double> u_bb = {});
+
+// GPTQ's error-feedback factor in the transformed space: the upper Cholesky factor of
+// T_w (U_bb^T U_bb) T_w^T (G x G row-major, lower triangle zero); empty if that is not positive
+// definite.
+std::vector<double> transformed_inverse_factor(std::span<const double> t_w, std::span<const double> u_bb, std::size_t g);
 
 }  // namespace wush

@@ -5,7 +5,10 @@
 // the fractional part), and end to end on a built-in layer: lower held-out loss than plain WUSH.
 #include <gtest/gtest.h>
 
+#include <lapacke.h>
+
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +18,8 @@
 #include "eval/layer_loss.h"
 #include "eval/synthetic_layer.h"
 #include "formats/block_format.h"
+#include "formats/feedback_group.h"
+#include "formats/round_trip.h"
 #include "gptq/gptq.h"
 #include "transforms/basis.h"
 #include "transforms/block_transform.h"
@@ -100,6 +105,113 @@ TEST(TransformSearch, ScoreMatchesAnIndependentOracle) {
             EXPECT_NEAR(block_score(f, hf.data(), g, s), oracle_score(f, hf.data(), g, s), 1e-4 * want);
         }
     }
+}
+
+// Heavy-tailed random rows (a few loud channels), the kind of data whose group maxima move
+// the scales.
+std::vector<float> random_rows(std::size_t n, std::size_t g, std::uint64_t seed) {
+    rng::Rng r(seed);
+    std::vector<float> v(n * g);
+    for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = 0; j < g; ++j) v[i * g + j] = float(r.gaussian() * (j % 7 == 0 ? 8.0 : 1.0));
+    return v;
+}
+
+// The unpacked round trip the search uses gives the bytes of the packed path (quantize_rows,
+// then dequantize_rows), for every format.
+TEST(TransformSearch, RoundTripGroupIsQuantizeThenDequantize) {
+    for (wush_format fmt : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_MXFP4_OCP, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}) {
+        const formats::FormatSpec& f = formats::spec(fmt);
+        const std::size_t n = 300, g = f.group;
+        std::vector<float> v = random_rows(n, g, 11);
+        for (std::size_t r = 0; r < n; ++r)  // rows over many scales, down to subnormal ones
+            for (std::size_t j = 0; j < g; ++j) v[r * g + j] *= std::ldexp(1.0f + float(r % 7) / 7.0f, int(r % 61) - 40);
+        for (std::size_t i = 0; i < g; ++i) v[5 * g + i] = 0.0f;  // an all-zero group
+        // Exact ties: amax 6 gives NVFP4 the scale 10 (x * 10 / 10 = x) and OCP MXFP4 the
+        // multiplier 1, so these values sit on the E2M1 thresholds (even code wins); MXFP4's
+        // multiplier 3/4 puts 1 on the threshold 0.75.
+        const float ties[] = {6.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, -0.25f, -0.75f, -1.25f, -1.75f, -2.5f, -3.5f, 1.0f, -0.0f};
+        for (std::size_t i = 0; i < g; ++i) v[6 * g + i] = ties[i % 16];
+        const formats::PackedSizes sz = formats::packed_sizes(f, n, g);
+        std::vector<std::uint8_t> c(sz.codes), sc(sz.scales);
+        std::vector<float> want(n * g), got(v);
+        formats::quantize_rows(f, v, n, g, c, sc);
+        formats::dequantize_rows(f, c, sc, n, g, want);
+        for (std::size_t r = 0; r < n; ++r) formats::round_trip_group(f, got.data() + r * g, int(g));
+        for (std::size_t i = 0; i < n * g; ++i)
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[i])) << f.name << " " << i;
+    }
+}
+
+// The Gram-trace score is the float64 product error: with a transform whose float32 application
+// is exact (a signed permutation times 2, weight side the same over 4), the quantized operands
+// are the oracle's bit for bit and only float64 rounding separates the two sums.
+TEST(TransformSearch, GramScoreEqualsTheDirectProductError) {
+    for (wush_format fmt : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}) {
+        const formats::FormatSpec& f = formats::spec(fmt);
+        const std::size_t g = f.group, n = 200, rows = 90;
+        const std::vector<float> x = random_rows(n, g, 3), wf = random_rows(rows, g, 4);
+        const std::vector<double> w(wf.begin(), wf.end());
+        SearchOptions so;
+        so.weight_rows = rows;
+        const BlockSample s = token_sample(x, n, w, rows, g, so);
+        std::vector<float> t(g * g, 0.0f);
+        for (std::size_t i = 0; i < g; ++i) t[i * g + (i * 5 + 3) % g] = (i % 3 == 0) ? -2.0f : 2.0f;
+        const double got = block_score(f, t.data(), g, s), want = oracle_score(f, t.data(), g, s);
+        EXPECT_GT(want, 0.0);
+        EXPECT_NEAR(got, want, 1e-10 * want) << f.name;
+    }
+}
+
+// GPTQ scoring: without error feedback (a transformed factor that is diagonal) GPTQ's in-block
+// pass is RTN and the score is the RTN one; with a real factor, the chosen candidate never scores above the
+// canonical one (it is among the candidates), and feedback lowers the weight error's share.
+TEST(TransformSearch, GptqScoringReducesToRtnWithoutFeedbackAndNeverLosesToCanonical) {
+    Fixture fx("small_512x256", 32);
+    const std::size_t d = fx.layer.spec.d_in, d_out = fx.layer.spec.d_out, g = 32;
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
+    SearchOptions so;
+    so.sample_tokens = 128;
+    so.weight_rows = 64;
+    const std::size_t b = 2;
+    const auto slice = slice_of(fx.layer.weight, d_out, d, g, b);
+    const auto m_x = fx.cal.second_moment(b);
+    BlockSample s = surrogate_sample(m_x, slice, d_out, g, so, 5, b);
+    const BlockSolution sol = solve_block(TransformKind::WUSH, slice_second_moment(slice, d_out, g), m_x, g, 0.01);
+    const std::vector<float> t(sol.t_act.begin(), sol.t_act.end());
+    {
+        // T = 2 x a signed permutation and U_bb = I: the transformed factor is exactly I / 2 (no
+        // feedback) and both weight paths see the same values; they differ only in float vs
+        // double decoding of the codes.
+        std::vector<float> p(g * g, 0.0f);
+        for (std::size_t i = 0; i < g; ++i) p[i * g + (i * 7 + 1) % g] = (i % 2) ? -2.0f : 2.0f;
+        const double rtn_p = block_score(f, p.data(), g, s);
+        s.u_bb = identity_matrix(g);
+        EXPECT_NEAR(block_score(f, p.data(), g, s), rtn_p, 1e-6 * rtn_p);
+        s.u_bb.clear();
+    }
+    const double rtn = block_score(f, t.data(), g, s);
+    // U_bb: the upper Cholesky factor of the inverse of the block's damped moment.
+    std::vector<double> h(m_x);
+    double tr = 0.0;
+    for (std::size_t i = 0; i < g; ++i) tr += h[i * g + i];
+    for (std::size_t i = 0; i < g; ++i) h[i * g + i] += 0.01 * tr / double(g);
+    std::vector<double> inv = h;
+    ASSERT_EQ(LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', int(g), inv.data(), int(g)), 0);
+    ASSERT_EQ(LAPACKE_dpotri(LAPACK_ROW_MAJOR, 'L', int(g), inv.data(), int(g)), 0);
+    for (std::size_t i = 0; i < g; ++i)
+        for (std::size_t j = i + 1; j < g; ++j) inv[i * g + j] = inv[j * g + i];
+    ASSERT_EQ(LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'U', int(g), inv.data(), int(g)), 0);
+    for (std::size_t i = 0; i < g; ++i) std::fill_n(inv.begin() + i * g, i, 0.0);
+    s.u_bb = inv;
+    const double gptq = block_score(f, t.data(), g, s);
+    EXPECT_LT(gptq, rtn);  // error feedback with the true Hessian lowers the product error
+    const SearchResult r = search_block(TransformKind::WUSH, sol, f, s, WUSH_DTYPE_F32, so, 5, b);
+    EXPECT_LE(r.choice.score, r.choice.plain_score);
+    // (the search derives each candidate's weight side analytically, block_score by inversion:
+    // equal up to rounding, which may move a code)
+    EXPECT_NEAR(r.choice.plain_score, gptq, 1e-3 * gptq);
+    EXPECT_NEAR(block_score(f, r.t_act.data(), g, s), r.choice.score, 1e-3 * r.choice.score);
 }
 
 // The surrogate has the moments the transform was built from: its sample second moment converges
@@ -197,17 +309,31 @@ TEST(TransformSearch, RejectsAMismatchedFormat) {
 // The experiment behind docs/EVAL.md's surrogate-vs-tokens table (not a test: it prints):
 //   wush_core_math_tests --gtest_also_run_disabled_tests --gtest_filter='TransformSearchExperiment.*'
 namespace wush {
+// One built-in layer calibrated on 2048 tokens, with its held-out loss (the experiments below).
+struct HeldOutLayer {
+    static constexpr std::size_t n = 2048, held = 2048;
+    const formats::FormatSpec& f;
+    eval::SyntheticLayer layer;
+    Calibrator cal;
+    std::size_t d_out;
+    HeldOutLayer(const char* name, wush_format fmt)
+        : f(formats::spec(fmt)), layer(eval::generate_layer(eval::synthetic_preset(name, n, held, 1))),
+          cal(layer.spec.d_in, f.group, MomentMode::BlockDiagonal), d_out(layer.spec.d_out) {
+        cal.add(WUSH_DTYPE_F32, layer.calibration.data(), n);
+    }
+    double loss(const BlockTransform& t) const { return eval::layer_loss(t, f, layer.weight, d_out, layer.heldout, held); }
+};
+
 TEST(TransformSearchExperiment, DISABLED_SurrogateVersusTokens) {
     for (const char* name : {"small_256x512", "small_512x256"})
     for (wush_format fmt : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}) {
-        const formats::FormatSpec& f = formats::spec(fmt);
-        const std::size_t n = 2048, held = 2048;
-        eval::SyntheticLayer layer = eval::generate_layer(eval::synthetic_preset(name, n, held, 1));
-        Calibrator cal(layer.spec.d_in, f.group, MomentMode::BlockDiagonal);
-        cal.add(WUSH_DTYPE_F32, layer.calibration.data(), n);
-        const std::size_t d_out = layer.spec.d_out;
+        const HeldOutLayer h(name, fmt);
+        const formats::FormatSpec& f = h.f;
+        const std::size_t n = h.n, d_out = h.d_out;
+        const Calibrator& cal = h.cal;
+        const eval::SyntheticLayer& layer = h.layer;
         TransformOptions plain(TransformKind::WUSH, 0.01, 1);
-        auto loss = [&](const BlockTransform& t) { return eval::layer_loss(t, f, layer.weight, d_out, layer.heldout, held); };
+        auto loss = [&](const BlockTransform& t) { return h.loss(t); };
         const double lp = loss(build_transform(plain, cal, layer.weight, d_out));
         const double lh = loss(build_transform({TransformKind::Hadamard}, cal, layer.weight, d_out));
         TransformOptions s = plain; s.search.enabled = true; s.search.format = fmt;
@@ -249,5 +375,59 @@ TEST(TransformSearchExperiment, DISABLED_Timing) {
             std::printf("%s tokens=rows=%zu signs=2: search %.3fs ratio %.2f\n", name, k, tv, tv / tp);
         }
     }
+}
+}
+// Which candidates win (docs/EVAL.md, "The per-block search"): per layer and format, how many
+// blocks chose each base / sign pattern / scale step, scored on 1024 real calibration tokens.
+//   wush_core_math_tests --gtest_also_run_disabled_tests --gtest_filter='TransformSearchExperiment.*Winners'
+namespace wush {
+TEST(TransformSearchExperiment, DISABLED_Winners) {
+    for (const char* name : {"small_256x512", "small_512x256"})
+        for (wush_format fmt : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}) {
+            const formats::FormatSpec& f = formats::spec(fmt);
+            const std::size_t n = 2048;
+            eval::SyntheticLayer layer = eval::generate_layer(eval::synthetic_preset(name, n, 0, 1));
+            Calibrator cal(layer.spec.d_in, f.group, MomentMode::BlockDiagonal);
+            cal.add(WUSH_DTYPE_F32, layer.calibration.data(), n);
+            TransformOptions s(TransformKind::WUSH, 0.01, 1);
+            s.search.enabled = true;
+            s.search.format = fmt;
+            s.search.sample_tokens = 1024;
+            s.search.weight_rows = 1024;
+            const BlockTransform t = build_transform(s, cal, layer.weight, layer.spec.d_out, nullptr, layer.calibration, n);
+            std::size_t base[3] = {}, sign[65] = {}, scale[64] = {};
+            for (const BlockChoice& c : t.stats().search) {
+                ++base[int(c.base)];
+                if (c.base == SearchBase::Solution) ++sign[c.sign_pattern];
+                ++scale[c.scale_step];
+            }
+            std::printf("%s %s blocks %zu: solution %zu H %zu I %zu | signs", name, f.name, t.stats().search.size(), base[0],
+                        base[1], base[2]);
+            for (std::size_t k = 0; k <= s.search.sign_patterns; ++k) std::printf(" %zu", sign[k]);
+            std::printf(" | scale steps");
+            for (std::size_t k = 0; k < s.search.scale_steps; ++k) std::printf(" %zu", scale[k]);
+            std::printf("\n");
+        }
+}
+}
+// Finer / wider candidate grids (docs/EVAL.md, "The per-block search"): held-out RTN loss change
+// vs plain WUSH for sign patterns x scale steps x sample tokens, scored on real tokens.
+//   wush_core_math_tests --gtest_also_run_disabled_tests --gtest_filter='TransformSearchExperiment.*GridVariants'
+namespace wush {
+TEST(TransformSearchExperiment, DISABLED_GridVariants) {
+    for (const char* name : {"small_256x512", "small_512x256"})
+        for (wush_format fmt : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4}) {
+            const HeldOutLayer h(name, fmt);
+            TransformOptions plain(TransformKind::WUSH, 0.01, 1);
+            const double lp = h.loss(build_transform(plain, h.cal, h.layer.weight, h.d_out));
+            std::printf("%s %s", name, h.f.name);
+            for (auto [signs, steps, tok] : {std::tuple{4, 8, 1024}, {8, 8, 1024}, {4, 16, 1024}, {8, 16, 1024}, {16, 8, 1024}, {4, 8, 2048}}) {
+                TransformOptions s = plain; s.search.enabled = true; s.search.format = fmt;
+                s.search.sign_patterns = signs; s.search.scale_steps = steps; s.search.sample_tokens = tok; s.search.weight_rows = 1024;
+                const double l = h.loss(build_transform(s, h.cal, h.layer.weight, h.d_out, nullptr, h.layer.calibration, h.n));
+                std::printf(" s%d/k%d/n%d %+.1f%%", signs, steps, tok, 100 * (l / lp - 1));
+            }
+            std::printf("\n");
+        }
 }
 }
