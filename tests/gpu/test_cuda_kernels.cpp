@@ -83,7 +83,7 @@ Packed cpu_quantize(const BlockTransform& t, const formats::FormatSpec& f, wush_
     Packed p{std::vector<std::uint8_t>(s.codes), std::vector<std::uint8_t>(s.scales)};
     const runtime::MatrixUse use = runtime::classify_matrices(t);
     std::vector<float> scratch(runtime::quantize_scratch_floats(t, use));
-    runtime::quantize_activations(t, use, f, dtype, x, n, p.codes, p.scales, kHost.isa, scratch);
+    runtime::quantize_activations(t, use, f, dtype, x, n, p.codes, p.scales, kHost.isa, scratch, kHost.threads);
     return p;
 }
 
