@@ -175,11 +175,8 @@ struct WeightExtras {
     bool lt_available = false;                  // cuBLASLt offered an algorithm (probed once)
 };
 
-// pick_gemm, with the block-scaled path only where cuBLASLt had an algorithm for the layer.
-GemmKernel choose_kernel(const GemmArgs& g, int sm, bool lt_available) { return pick_gemm(g, sm, lt_available); }
-
 void run_gemm(const GemmArgs& g, const WeightExtras& w, const Device& dev) {
-    switch (choose_kernel(g, dev.sm, w.lt_available)) {
+    switch (pick_gemm(g, dev.sm, w.lt_available)) {
         case GemmKernel::Decode: launch_decode_gemm(g, dev.stream); return;
         case GemmKernel::Prefill: launch_prefill_gemm(g, dev.stream); return;
         case GemmKernel::BlockScaledLt: launch_blockscaled_gemm(g, w.swizzled, dev.lt, dev.stream); return;
@@ -189,11 +186,12 @@ void run_gemm(const GemmArgs& g, const WeightExtras& w, const Device& dev) {
 
 // Workspace of one product for the kernel run_gemm will choose.
 std::size_t gemm_bytes(const GemmArgs& g, bool w_dequantized_given, bool lt_available, int sm) {
-    switch (choose_kernel(g, sm, lt_available)) {
+    const GemmKernel kernel = pick_gemm(g, sm, lt_available);
+    switch (kernel) {
         case GemmKernel::Reference:
             return reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w_dequantized_given, WUSH_DTYPE_BF16);
         case GemmKernel::BlockScaledLt: return blockscaled_gemm_workspace_bytes(g.format, g.m, g.n, g.k);
-        default: return gemm_workspace_bytes(pick_gemm(g, sm), g.format, g.m, g.n, g.k);
+        default: return gemm_workspace_bytes(kernel, g.format, g.m, g.n, g.k);
     }
 }
 
@@ -222,7 +220,7 @@ WeightPlan plan_weight(const formats::FormatSpec& f, std::size_t d_in, std::size
     p.lt_available = blockscaled_gemm_supported(probe, dev.sm) && blockscaled_gemm_available(probe, dev.lt);
     for (std::size_t m : {std::size_t(1), std::size_t(1) << 20}) {
         probe.m = m;
-        p.dequantized = p.dequantized || choose_kernel(probe, dev.sm, p.lt_available) == GemmKernel::Reference;
+        p.dequantized = p.dequantized || pick_gemm(probe, dev.sm, p.lt_available) == GemmKernel::Reference;
     }
     return p;
 }
