@@ -4,7 +4,7 @@
 // thousands of groups per candidate, where packing nibbles only to unpack them again, and a
 // switch on the format per element, dominated its cost. The arithmetic is quantize_group's: the
 // same float64 rule per element, with the loop-invariant parts (the MX power-of-two multiplier,
-// the decoded scale) hoisted and the E2M1 comparisons done without branches, which changes no
+// the decoded scale) hoisted and the E2M1 comparisons done as vectorizable selects, which changes no
 // result (tests/unit/test_transform_search.cpp checks the bytes). Inputs must be finite.
 #pragma once
 
@@ -13,6 +13,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "formats/block_format.h"
 #include "formats/group_quantizer.h"
@@ -67,22 +68,29 @@ inline void e2m1_float_thresholds(double num, double den, float* t) {
     }
 }
 
-// x[i] <- value[E2M1 code of x[i]] given the float thresholds above: the magnitude code is the
-// number of thresholds passed (they increase, so this is e2m1_encode's comparison chain). Two
-// passes over local copies: the codes without branches (the compiler can vectorize the
-// comparisons), then the table look-ups; in place, x could alias the table, so the table and
-// thresholds are copied first.
+// x[i] <- value[E2M1 code of x[i]] given the float thresholds above: the magnitude is the value
+// of the last threshold passed (they increase, so this is e2m1_encode's comparison chain), the
+// sign x's own. Written as a chain of selects rather than a code and a table look-up so that the
+// compiler vectorizes it. The sign can be copied because the tables are symmetric: value[8 + m]
+// is -value[m] and value[m] >= +0 (so a negative x whose magnitude rounds to zero gives -0, the
+// value of code 8, as the packed path does). The local copies keep the values in registers (x
+// could alias the table as far as the compiler knows).
 inline void e2m1_decode_group(float* x, int n, const float* thresholds, const float* table) {
-    float t[7], value[16];
+    float t[7], v[8];
     std::copy_n(thresholds, 7, t);
-    std::copy_n(table, 16, value);
-    std::uint8_t code[128];
+    std::copy_n(table, 8, v);
     for (int i = 0; i < n; ++i) {
         const float a = std::fabs(x[i]);
-        code[i] = std::uint8_t((std::signbit(x[i]) ? 8 : 0) + (a > t[0]) + (a > t[1]) + (a > t[2]) + (a > t[3]) +
-                               (a > t[4]) + (a > t[5]) + (a > t[6]));
+        float m = v[0];
+        m = a > t[0] ? v[1] : m;
+        m = a > t[1] ? v[2] : m;
+        m = a > t[2] ? v[3] : m;
+        m = a > t[3] ? v[4] : m;
+        m = a > t[4] ? v[5] : m;
+        m = a > t[5] ? v[6] : m;
+        m = a > t[6] ? v[7] : m;
+        x[i] = std::copysign(m, x[i]);
     }
-    for (int i = 0; i < n; ++i) x[i] = value[code[i]];
 }
 
 // Everything a group's elements need once its scale is known: the 16 decoded values and the 7
@@ -132,12 +140,42 @@ inline const ScaleEntry& nvfp4_entry(std::uint8_t code, double divisor) {
     return table[code];
 }
 
-// group_amax for finite floats: the float maximum of |x_i| is exact, so widening it after the
-// loop gives the same double, without group_amax's call to fmax per element.
+// NVFP4's scale code e4m3_encode(amax * 10 / 6) (quantize_group_nvfp4's) for a finite float
+// amax >= 0, without the float64 rounding helpers per group. The code never decreases as amax
+// grows (an exact product, a division and a saturating rounding, all monotone), so it is the
+// number of code boundaries at or below amax: the smallest float with each code 1..126, found
+// once by bisection over the float bit patterns (whose order is that of non-negative floats),
+// then counted by a branch-free binary search.
+inline std::uint8_t nvfp4_scale_code(double amax) {
+    static const std::array<float, 128> bound = [] {
+        const auto code_of = [](std::uint32_t bits) {
+            return codec::e4m3_encode(double(std::bit_cast<float>(bits)) * 10.0 / 6.0);
+        };
+        std::array<float, 128> b{};
+        for (int c = 1; c <= 126; ++c) {
+            std::uint32_t lo = 0, hi = 0x7F7FFFFFu;  // code_of(lo) < c <= code_of(hi)
+            while (hi - lo > 1) {
+                const std::uint32_t mid = lo + (hi - lo) / 2;
+                (code_of(mid) >= c ? hi : lo) = mid;
+            }
+            b[c - 1] = std::bit_cast<float>(hi);
+        }
+        b[126] = b[127] = std::numeric_limits<float>::infinity();  // pads to 128: k stays <= 126
+        return b;
+    }();
+    const float a = float(amax);  // exact: callers pass a float's maximum
+    int k = 0;
+    for (int step = 64; step > 0; step >>= 1) k += bound[k + step - 1] <= a ? step : 0;
+    return std::uint8_t(k);
+}
+
+// group_amax for finite floats: for finite floats the order of |x| is the order of their bits
+// with the sign cleared, and an integer maximum vectorizes where a float one (with its NaN and
+// signed-zero rules) does not. The maximum is exact, so widening it gives group_amax's double.
 inline double amax_finite(const float* x, int n) {
-    float m = 0.0f;
-    for (int i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
-    return double(m);
+    std::uint32_t m = 0;
+    for (int i = 0; i < n; ++i) m = std::max(m, std::bit_cast<std::uint32_t>(x[i]) & 0x7FFFFFFFu);
+    return double(std::bit_cast<float>(m));
 }
 
 }  // namespace round_trip_detail
@@ -154,7 +192,7 @@ inline void round_trip_group(const FormatSpec& f, float* x, int n) {
         }
         case WUSH_FORMAT_NVFP4: {
             // amax >= 0: the code is positive (sign bit clear); 0x7F (NaN) needs a NaN amax.
-            const std::uint8_t code = codec::e4m3_encode(amax_finite(x, n) * 10.0 / 6.0);
+            const std::uint8_t code = nvfp4_scale_code(amax_finite(x, n));
             if (code == 0) {  // a zero scale: encode_nvfp4 keeps only the sign, which decodes to +-0
                 const float zero = float(0.0 * 0.0 / f.tensor_divisor);
                 for (int i = 0; i < n; ++i) x[i] = std::signbit(x[i]) ? -zero : zero;

@@ -4,6 +4,7 @@
 #include <lapacke.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -47,25 +48,17 @@ void gram(const std::vector<double>& a, const std::vector<double>& b, std::size_
                 0.0, c, int(g));
 }
 
-// The float64 weight rows (GPTQ's pass) and ||X W^T||_F^2 = tr(X^T X W^T W), which every score
-// needs.
+// What every score needs besides the candidate: the float64 weight rows (GPTQ's pass) and the
+// float32 Grams X^T X and W^T W (accumulated in float64), from which a candidate's Xt^T Xt =
+// T X^T X T^T and Wt^T Wt are G x G x G products instead of passes over the sample.
 void fill_reference(BlockSample& s, std::size_t g) {
     const std::vector<double> x(s.x.begin(), s.x.end());
     s.wd.assign(s.w.begin(), s.w.end());
     std::vector<double> gx(g * g), gw(g * g);
     gram(x, x, s.n, g, gx.data());
     gram(s.wd, s.wd, s.rows, g, gw.data());
-    s.y_norm2 = 0.0;
-    for (std::size_t i = 0; i < g * g; ++i) s.y_norm2 += gx[i] * gw[i];
-}
-
-// RTN round trip of n rows of G values in place (each row one group): false if a value is not
-// finite (the quantizers require finite input).
-bool quantize_dequantize_rows(const formats::FormatSpec& format, float* v, std::size_t n, std::size_t g) {
-    for (std::size_t i = 0; i < n * g; ++i)
-        if (!std::isfinite(v[i])) return false;
-    for (std::size_t r = 0; r < n; ++r) formats::round_trip_group(format, v + r * g, int(g));
-    return true;
+    s.xx.assign(gx.begin(), gx.end());
+    s.ww.assign(gw.begin(), gw.end());
 }
 
 std::vector<float> to_storage(const std::vector<double>& m, wush_dtype storage) {
@@ -123,80 +116,112 @@ namespace {
 
 // The buffers of one block's scores, allocated once per block rather than per candidate (the
 // larger ones would otherwise be fresh pages from the allocator every time). xcat and wcat hold
-// the rows [Xq_i X_i] and [Wq_i W_i]: the right halves, the sample, are filled once.
+// the rows [Ex_i Xt_i] and [Ew_i Wt_i]: the transformed sample and its quantization error.
 struct Workspace {
-    std::vector<float> xq, wq;
-    std::vector<double> xcat, wcat, gx, gw, row;
+    std::vector<float> xcat, wcat, gx, gw, tmp, xtxt, wtwt;
+    std::vector<double> wtd, row;  // GPTQ: Wt in float64, one row
     Workspace(const BlockSample& s, std::size_t g)
-        : xq(s.n * g), wq(s.rows * g), xcat(2 * s.n * g), wcat(2 * s.rows * g), gx(2 * g * g), gw(2 * g * g), row(g) {
-        for (std::size_t r = 0; r < s.n; ++r) std::copy_n(s.x.begin() + r * g, g, xcat.begin() + (2 * r + 1) * g);
-        for (std::size_t r = 0; r < s.rows; ++r) std::copy_n(s.w.begin() + r * g, g, wcat.begin() + (2 * r + 1) * g);
-    }
+        : xcat(2 * s.n * g), wcat(2 * s.rows * g), gx(2 * g * g), gw(2 * g * g), tmp(g * g), xtxt(g * g),
+          wtwt(g * g), wtd(s.u_bb.empty() ? 0 : s.rows * g), row(g) {}
 };
 
-// Copies n x G rows into the left halves of the n x 2G rows of cat.
-template <class T>
-void fill_left(const T* v, std::size_t n, std::size_t g, std::vector<double>& cat) {
-    for (std::size_t r = 0; r < n; ++r) std::copy_n(v + r * g, g, cat.begin() + 2 * r * g);
-}
-
-// Wq = GPTQ's in-block pass over the transformed weight rows Wt = W T_w^T (float64), with the
-// error feedback of the block's transformed inverse-Hessian factor: what GPTQ will leave of this
-// block (before later blocks compensate its error), into the left halves of ws.wcat. False
-// where the factor does not exist or a value is not finite.
-bool gptq_rows(const formats::FormatSpec& format, const float* t_wf, std::size_t g, const BlockSample& s,
-               Workspace& ws) {
-    const std::vector<double> t_w(t_wf, t_wf + g * g);
-    const std::vector<double> ubar = transformed_inverse_factor(t_w, s.u_bb, g);
-    if (ubar.empty()) return false;
-    // Wt into the left halves (ldc 2G).
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.rows), int(g), int(g), 1.0, s.wd.data(), int(g),
-                t_w.data(), int(g), 0.0, ws.wcat.data(), int(2 * g));
-    std::uint8_t codes[kMaxGroupSize / 2], scale[4];
-    for (std::size_t r = 0; r < s.rows; ++r) {
-        double* out = ws.wcat.data() + 2 * r * g;
-        for (std::size_t j = 0; j < g; ++j)
-            if (!std::isfinite(out[j])) return false;
-        std::copy_n(out, g, ws.row.begin());
-        formats::quantize_group_feedback(format, ws.row.data(), int(g), ubar.data(), codes, scale, out);
+// The right halves of the n rows of cat (n x 2G) hold V; the left halves become q(V) - V, the
+// RTN round trip's error, each row one group. False if a value is not finite (the quantizers
+// require finite input).
+bool rtn_errors(const formats::FormatSpec& format, float* cat, std::size_t n, std::size_t g) {
+    for (std::size_t r = 0; r < n; ++r) {
+        float* e = cat + 2 * r * g;
+        const float* v = e + g;
+        std::uint32_t non_finite = 0;  // an all-ones exponent, accumulated without a branch
+        for (std::size_t j = 0; j < g; ++j) non_finite |= (~std::bit_cast<std::uint32_t>(v[j]) & 0x7F800000u) == 0;
+        if (non_finite) return false;
+        std::copy_n(v, g, e);
+        formats::round_trip_group(format, e, int(g));
+        for (std::size_t j = 0; j < g; ++j) e[j] -= v[j];
     }
     return true;
 }
 
-// The score with the weight side given (t_w = t_act^{-T}, float32), as traces of G x G Gram
-// matrices: with Xq, Wq the quantized operands and Y = X W^T,
-//   ||Xq Wq^T - Y||^2 = tr(Xq^T Xq Wq^T Wq) - 2 tr(Xq^T X W^T Wq) + tr(X^T X W^T W),
-// (n + r) G^2 work instead of the n r G of forming the product (and r can grow cheaply).
+// The weight side by GPTQ's in-block pass over the transformed rows Wt = W T_w^T (float64), with
+// the error feedback of the block's transformed inverse-Hessian factor: what GPTQ will leave of
+// this block (before later blocks compensate its error). Fills the rows [Ew Wt] of ws.wcat. False
+// where the factor does not exist or a value is not finite.
+bool gptq_errors(const formats::FormatSpec& format, const float* t_wf, std::size_t g, const BlockSample& s,
+                 Workspace& ws) {
+    const std::vector<double> t_w(t_wf, t_wf + g * g);
+    const std::vector<double> ubar = transformed_inverse_factor(t_w, s.u_bb, g);
+    if (ubar.empty()) return false;
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.rows), int(g), int(g), 1.0, s.wd.data(), int(g),
+                t_w.data(), int(g), 0.0, ws.wtd.data(), int(g));
+    std::uint8_t codes[kMaxGroupSize / 2] = {}, scale[4] = {};  // (initialized: -O3 cannot see they are written)
+    double q[kMaxGroupSize];
+    for (std::size_t r = 0; r < s.rows; ++r) {
+        const double* wt = ws.wtd.data() + r * g;
+        for (std::size_t j = 0; j < g; ++j)
+            if (!std::isfinite(wt[j])) return false;
+        std::copy_n(wt, g, ws.row.begin());
+        formats::quantize_group_feedback(format, ws.row.data(), int(g), ubar.data(), codes, scale, q);
+        float* cat = ws.wcat.data() + 2 * r * g;
+        for (std::size_t j = 0; j < g; ++j) {
+            cat[j] = float(q[j] - wt[j]);
+            cat[g + j] = float(wt[j]);
+        }
+    }
+    return true;
+}
+
+// out = M S M^T for G x G row-major M and symmetric S (the Gram of a transformed sample).
+void congruence(const float* m, const std::vector<float>& sym, std::size_t g, std::vector<float>& tmp, float* out) {
+    const int ig = int(g);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ig, ig, ig, 1.0f, m, ig, sym.data(), ig, 0.0f, tmp.data(), ig);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ig, ig, ig, 1.0f, tmp.data(), ig, m, ig, 0.0f, out, ig);
+}
+
+// The score with the weight side given (t_w = t_act^{-T}, float32). With Xt = X T_act^T,
+// Wt = W T_w^T (so Xt Wt^T = X W^T), Xq = Xt + Ex and Wq = Wt + Ew the quantized operands, the
+// error is Xq Wq^T - Xt Wt^T = Ex Wq^T + Xt Ew^T and
+//   ||E||^2 = tr(Ex^T Ex Wq^T Wq) + 2 tr(Ex^T Xt Ew^T Wq) + tr(Xt^T Xt Ew^T Ew),
+// traces of G x G Gram matrices ((n + r) G^2 work instead of the n r G of forming the product).
+// Written in the errors, no term cancels against another, so float32 Grams (twice the
+// throughput of float64) keep the score to about 1e-6 relative; expanding in Xq and Wq instead
+// subtracts ||X W^T||^2-sized terms and needs float64.
 double score_pair(const formats::FormatSpec& format, const float* t_act, const float* t_wf, std::size_t g,
                   const BlockSample& s, Workspace& ws) {
-    const int ig = int(g);
-    // Xt = X T_act^T (float32, as the runtime applies it), then the RTN round trip.
+    const int ig = int(g), i2g = 2 * ig;
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    // Xt = X T_act^T (float32, as the runtime applies it) into the right halves, errors left.
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.n), ig, ig, 1.0f, s.x.data(), ig, t_act, ig, 0.0f,
-                ws.xq.data(), ig);
-    if (!quantize_dequantize_rows(format, ws.xq.data(), s.n, g)) return std::numeric_limits<double>::infinity();
-    fill_left(ws.xq.data(), s.n, g, ws.xcat);
+                ws.xcat.data() + g, i2g);
+    if (!rtn_errors(format, ws.xcat.data(), s.n, g)) return inf;
     if (s.u_bb.empty()) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.rows), ig, ig, 1.0f, s.w.data(), ig, t_wf, ig,
-                    0.0f, ws.wq.data(), ig);
-        if (!quantize_dequantize_rows(format, ws.wq.data(), s.rows, g)) return std::numeric_limits<double>::infinity();
-        fill_left(ws.wq.data(), s.rows, g, ws.wcat);
-    } else if (!gptq_rows(format, t_wf, g, s, ws)) {
-        return std::numeric_limits<double>::infinity();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.rows), ig, ig, 1.0f, s.w.data(), ig, t_wf, ig, 0.0f,
+                    ws.wcat.data() + g, i2g);
+        if (!rtn_errors(format, ws.wcat.data(), s.rows, g)) return inf;
+    } else if (!gptq_errors(format, t_wf, g, s, ws)) {
+        return inf;
     }
-    // [Xq X]^T Xq and [Wq W]^T Wq, one product per side: rows 0..G-1 Xq^T Xq, rows G..2G-1 X^T Xq.
-    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 2 * ig, ig, int(s.n), 1.0, ws.xcat.data(), 2 * ig,
-                ws.xcat.data(), 2 * ig, 0.0, ws.gx.data(), ig);
-    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 2 * ig, ig, int(s.rows), 1.0, ws.wcat.data(), 2 * ig,
-                ws.wcat.data(), 2 * ig, 0.0, ws.gw.data(), ig);
-    const double* xqxq = ws.gx.data();
-    const double* xxq = ws.gx.data() + g * g;  // X^T Xq
-    const double* wqwq = ws.gw.data();
-    const double* wwq = ws.gw.data() + g * g;  // W^T Wq
-    // tr(Xq^T X W^T Wq) = sum_ij (Xq^T X)_ij (W^T Wq)_ji = sum_ij (X^T Xq)_ji (W^T Wq)_ji
-    double sum = s.y_norm2;
-    for (std::size_t i = 0; i < g * g; ++i) sum += xqxq[i] * wqwq[i] - 2.0 * xxq[i] * wwq[i];
-    // Rounding can leave a tiny negative where the error is ~0 (an exactly representable block).
-    return std::isfinite(sum) ? std::max(sum, 0.0) : std::numeric_limits<double>::infinity();
+    // [Ex Xt]^T Ex and [Ew Wt]^T Ew: rows 0..G-1 Ex^T Ex (Ew^T Ew), rows G..2G-1 Xt^T Ex (Wt^T Ew).
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i2g, ig, int(s.n), 1.0f, ws.xcat.data(), i2g, ws.xcat.data(),
+                i2g, 0.0f, ws.gx.data(), ig);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i2g, ig, int(s.rows), 1.0f, ws.wcat.data(), i2g,
+                ws.wcat.data(), i2g, 0.0f, ws.gw.data(), ig);
+    congruence(t_act, s.xx, g, ws.tmp, ws.xtxt.data());  // Xt^T Xt
+    congruence(t_wf, s.ww, g, ws.tmp, ws.wtwt.data());   // Wt^T Wt
+    const float* exex = ws.gx.data();
+    const float* xtex = ws.gx.data() + g * g;
+    const float* ewew = ws.gw.data();
+    const float* wtew = ws.gw.data() + g * g;
+    // Wq^T Wq = Wt^T Wt + Wt^T Ew + Ew^T Wt + Ew^T Ew and Ew^T Wq = Ew^T Wt + Ew^T Ew; the traces
+    // tr(A B) of symmetric A, B are sums of A_ij B_ij, tr((Xt^T Ex)^T (Ew^T Wq)) likewise.
+    double sum = 0.0;
+    for (std::size_t i = 0; i < g; ++i)
+        for (std::size_t j = 0; j < g; ++j) {
+            const std::size_t ij = i * g + j, ji = j * g + i;
+            const double wqwq = double(ws.wtwt[ij]) + wtew[ij] + wtew[ji] + ewew[ij];
+            const double ewwq = double(wtew[ji]) + ewew[ij];
+            sum += exex[ij] * wqwq + 2.0 * double(xtex[ij]) * ewwq + double(ws.xtxt[ij]) * ewew[ij];
+        }
+    return std::isfinite(sum) ? std::max(sum, 0.0) : inf;
 }
 
 }  // namespace

@@ -13,9 +13,9 @@
 //     score(T) = || q(X_b T^T) q_w(W_b T^{-1})^T - X_b W_b^T ||_F^2,
 // q RTN in the target format (one group per row); q_w the same for RTN weights, and for GPTQ its
 // in-block pass with error feedback through the block's transformed inverse-Hessian factor (the
-// error GPTQ leaves, which RTN's ranks only loosely). The score is computed from G x G Gram
-// matrices (tr(Xq^T Xq Wq^T Wq) - 2 tr(Xq^T X W^T Wq) + ||X W^T||^2), (n + r) G^2 work per
-// candidate instead of n r G. The layer loss is
+// error GPTQ leaves, which RTN's ranks only loosely). The score is computed from float32 G x G
+// Gram matrices of the transformed sample and its quantization errors (written in the errors,
+// so no term cancels), (n + r) G^2 work per candidate instead of n r G. The layer loss is
 // ||sum_b E_b||^2, so the per-block choice ignores the cross terms <E_b, E_b'>; these are sums of
 // products of the blocks' quantization errors, which are nearly uncorrelated across blocks, so
 // minimizing each block's own term is the diagonal (block-separable) approximation of the loss.
@@ -42,7 +42,7 @@ struct BlockSample {
     std::vector<float> x;    // n x G
     std::vector<float> w;    // rows x G
     std::vector<double> wd;      // w in float64
-    double y_norm2 = 0.0;        // ||X_b W_b^T||_F^2
+    std::vector<float> xx, ww;   // the G x G Grams X_b^T X_b and W_b^T W_b
     // GPTQ only (else empty): the G x G upper factor U_bb of the block's inverse Hessian
     // (U^T U = H^{-1}, rows and columns of the block); the weight side is then scored by GPTQ's
     // in-block pass instead of RTN.
