@@ -43,6 +43,14 @@ public:
         return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
     }
 
+    // The fastest repetition (seconds), negative when it did not run: on a shared machine the
+    // least disturbed one.
+    double min_seconds(const std::string& name) const {
+        const auto it = seconds_.find(name);
+        if (it == seconds_.end() || it->second.empty()) return -1.0;
+        return *std::min_element(it->second.begin(), it->second.end());
+    }
+
     std::size_t repetitions(const std::string& name) const {
         const auto it = seconds_.find(name);
         return it == seconds_.end() ? 0 : it->second.size();

@@ -32,8 +32,9 @@ struct SearchOptions {
     wush_format format = WUSH_FORMAT_MXFP4;  // the quantizer the candidates are scored with
     std::size_t sample_tokens = 256;         // tokens per block in the score
     std::size_t weight_rows = 256;           // weight rows per block in the score (evenly strided)
-    std::size_t sign_patterns = 4;           // seeded random sign patterns besides the canonical one
-    std::size_t scale_steps = 8;             // scales c = 2^(k / scale_steps), k = 0..scale_steps-1
+    std::size_t sign_patterns = 2;           // seeded random sign patterns besides the canonical one
+    std::size_t scale_steps = 8;             // scales c = 2^(k / scale_steps), k = 0..scale_steps-1, searched
+                                             // coarse to fine (the even k, then the best one's neighbours)
 };
 
 // The candidate a searched block got (stage 1: base and sign pattern; stage 2: the scale).

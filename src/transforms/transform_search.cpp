@@ -85,18 +85,15 @@ BlockSample surrogate_sample(std::span<const double> m_x, std::span<const double
         l.assign(g * g, 0.0);
         for (std::size_t i = 0; i < g; ++i) l[i * g + i] = 1.0;
     }
+    for (std::size_t i = 0; i < g; ++i) std::fill_n(l.begin() + i * g + i + 1, g - i - 1, 0.0);  // L alone
     s.n = options.sample_tokens;
-    s.x.resize(checked_mul(s.n, g, "search sample"));
     rng::Rng r(rng::mix_seed(seed ^ 0x5EA2C4ull) + block);
-    std::vector<double> z(g);
-    for (std::size_t t = 0; t < s.n; ++t) {
-        for (double& v : z) v = r.gaussian();
-        for (std::size_t i = 0; i < g; ++i) {
-            double v = 0.0;
-            for (std::size_t k = 0; k <= i; ++k) v += l[i * g + k] * z[k];  // lower triangle of L
-            s.x[t * g + i] = float(v);
-        }
-    }
+    std::vector<double> z(checked_mul(s.n, g, "search sample")), x(z.size());
+    for (double& v : z) v = r.gaussian();
+    // Row t of X is L z_t: X = Z L^T.
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.n), int(g), int(g), 1.0, z.data(), int(g), l.data(),
+                int(g), 0.0, x.data(), int(g));
+    s.x.assign(x.begin(), x.end());
     fill_reference(s, g);
     return s;
 }
@@ -324,17 +321,28 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
     const std::vector<double> eye = identity_matrix(g);
     consider({eye, eye}, SearchBase::Identity, 0);
 
-    // Stage 2: the scale of the winner (k = 0 is the winner itself, already scored).
+    // Stage 2: the scale of the winner, coarse to fine on the circle of steps (c and 2c quantize
+    // alike: exactly for MXFP4's power-of-two scales, up to range limits for the floating-point
+    // scales of NVFP4 and INT4, so step K-1 neighbours step 0): the even steps, then the two
+    // neighbours of the best of them. k = 0 is the winner itself, already scored.
+    const std::size_t steps = options.scale_steps;
     double best_scale = 1.0;
-    for (std::size_t k = 1; k < options.scale_steps; ++k) {
-        const double c = std::exp2(double(k) / double(options.scale_steps));
+    std::uint64_t scored = 1;  // bit k: step k scored
+    const auto try_step = [&](std::size_t k) {
+        if (scored >> k & 1) return;
+        scored |= std::uint64_t(1) << k;
+        const double c = std::exp2(double(k) / double(steps));
         const double sc = score(best, c);
         if (sc < best_score) {
             best_score = sc;
             best_scale = c;
             choice.scale_step = std::uint8_t(k);
         }
-    }
+    };
+    for (std::size_t k = 2; k < steps; k += 2) try_step(k);
+    const std::size_t coarse = choice.scale_step;
+    try_step((coarse + 1) % steps);
+    try_step((coarse + steps - 1) % steps);
     choice.score = best_score;
     std::vector<double> t(best.t);
     for (double& v : t) v *= best_scale;

@@ -20,8 +20,10 @@
 // products of the blocks' quantization errors, which are nearly uncorrelated across blocks, so
 // minimizing each block's own term is the diagonal (block-separable) approximation of the loss.
 // The search is greedy in two stages: (1) the base matrix among {P D_k A : D_0 = the canonical
-// signs, D_1..D_R seeded random sign patterns} and {H, I}, at c = 1; (2) the scale c = 2^(k/K),
-// k = 0..K-1, of the stage-1 winner. Every candidate is rounded to the storage dtype before it is
+// signs, D_1..D_R seeded random sign patterns} and {H, I}, at c = 1; (2) the scale c = 2^(k/K)
+// of the stage-1 winner, coarse to fine on the circle k = 0..K-1 (c and 2c quantize alike): the
+// even k, then the two neighbours of the best of them (K/2 + 1 scores instead of K - 1; measured
+// no worse than the full grid within held-out noise, docs/EVAL.md). Every candidate is rounded to the storage dtype before it is
 // scored, so the score is that of the matrix that will be stored.
 #pragma once
 
