@@ -23,7 +23,10 @@
 // signs, D_1..D_R seeded random sign patterns} and {H, I}, at c = 1; (2) the scale c = 2^(k/K)
 // of the stage-1 winner, coarse to fine on the circle k = 0..K-1 (c and 2c quantize alike): the
 // even k, then the two neighbours of the best of them (K/2 + 1 scores instead of K - 1; measured
-// no worse than the full grid within held-out noise, docs/EVAL.md). Every candidate is rounded to the storage dtype before it is
+// no worse than the full grid within held-out noise, docs/EVAL.md). The winner replaces the
+// plain solution (canonical signs, c = 1) only if it also scores lower on each half of the token
+// sample: a guard against picking the sample's noise (the minimum of a dozen noisy scores is
+// biased low). Every candidate is rounded to the storage dtype before it is
 // scored, so the score is that of the matrix that will be stored.
 #pragma once
 
@@ -44,7 +47,8 @@ struct BlockSample {
     std::vector<float> x;    // n x G
     std::vector<float> w;    // rows x G
     std::vector<double> wd;      // w in float64
-    std::vector<float> xx, ww;   // the G x G Grams X_b^T X_b and W_b^T W_b
+    std::vector<float> ww;           // the G x G Gram W_b^T W_b
+    std::vector<float> xx_half[2];   // X_b^T X_b of the first n/2 tokens and of the rest
     // GPTQ only (else empty): the G x G upper factor U_bb of the block's inverse Hessian
     // (U^T U = H^{-1}, rows and columns of the block); the weight side is then scored by GPTQ's
     // in-block pass instead of RTN.

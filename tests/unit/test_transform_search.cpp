@@ -306,6 +306,42 @@ TEST(TransformSearch, ChoiceNeverScoresAbovePlainAndKeepsTheProductExact) {
                            again.activation_matrices().begin()));
 }
 
+// The search leaves the plain solution only for a candidate that scores lower on both halves of
+// its token sample, each half scored here as a sample of its own; a small sample (64 real
+// tokens: noisy scores) so that both outcomes occur.
+TEST(TransformSearch, LeavesPlainOnlyWhenBothHalvesOfTheSampleAgree) {
+    Fixture fx("small_512x256", 32);
+    const std::size_t d = fx.layer.spec.d_in, d_out = fx.layer.spec.d_out, g = 32, n = 64;
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
+    SearchOptions so;
+    so.sample_tokens = n;
+    std::size_t switched = 0, kept = 0;
+    for (std::size_t b = 0; b < d / g; ++b) {
+        std::vector<float> xb(n * g);
+        for (std::size_t i = 0; i < n; ++i)
+            std::copy_n(fx.layer.calibration.data() + (i * 16) * d + b * g, g, xb.begin() + i * g);
+        const auto slice = slice_of(fx.layer.weight, d_out, d, g, b);
+        const BlockSample s = token_sample(xb, n, slice, d_out, g, so);
+        const BlockSolution sol = solve_block(TransformKind::WUSH, slice_second_moment(slice, d_out, g),
+                                              fx.cal.second_moment(b), g, 0.01);
+        const SearchResult r = search_block(TransformKind::WUSH, sol, f, s, WUSH_DTYPE_F32, so, 5, b);
+        const std::vector<float> plain(sol.t_act.begin(), sol.t_act.end());
+        if (r.t_act == plain) {
+            ++kept;
+            continue;
+        }
+        ++switched;
+        for (std::size_t h = 0; h < 2; ++h) {
+            const std::vector<float> part(xb.begin() + h * (n / 2) * g, xb.begin() + (h + 1) * (n / 2) * g);
+            const BlockSample sh = token_sample(part, n / 2, slice, d_out, g, so);
+            EXPECT_LT(block_score(f, r.t_act.data(), g, sh), block_score(f, plain.data(), g, sh) * (1.0 + 1e-6))
+                << "block " << b << " half " << h;
+        }
+    }
+    EXPECT_GT(switched, 0u);
+    EXPECT_GT(kept, 0u);
+}
+
 // End to end on held-out tokens (not the ones the search saw): the searched transform beats
 // plain WUSH for MXFP4 and NVFP4 with RTN on this layer.
 TEST(TransformSearch, LowersHeldOutLossOnABuiltInLayer) {
