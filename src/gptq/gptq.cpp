@@ -110,6 +110,7 @@ public:
         if (opt_.search.enabled && !m_x_.empty()) {
             out_.stats.search.resize(c);
             sample_ = hessian.sample();  // empty unless the calibrator keeps a token sample
+            if (sample_.empty()) noise_ = surrogate_noise(opt_.search.sample_tokens, g_, opt_.seed);
         }
     }
 
@@ -179,7 +180,8 @@ private:
                 // Each candidate's weight side is scored by the intra-block GPTQ pass it would get
                 // (error feedback through its transformed U_bb), not by RTN.
                 const SearchResult r = search_layer_block(opt_, format_, s, std::span<const double>(m_x_).subspan(b * gg, gg),
-                                                          wi, d_out_, sample_, sample_.size() / d_in_, d_in_, b, u_block(b));
+                                                          wi, d_out_, sample_, sample_.size() / d_in_, d_in_, b, noise_,
+                                                          u_block(b));
                 std::copy(r.t_act.begin(), r.t_act.end(), t_act);
                 out_.stats.search[b] = r.choice;
             } else {
@@ -231,6 +233,7 @@ private:
     Matrix m_x_;                // C x G x G diagonal blocks of H (WUS/WUSH)
     std::vector<float> fixed_;  // C x G x G matrices of a data-free kind
     std::vector<float> sample_;  // the calibrator's token sample (search only; may be empty)
+    std::vector<double> noise_;  // the surrogate's white noise, without a token sample (search only)
     Output out_;
 };
 

@@ -362,6 +362,9 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
         n_sample = calibration.sample_count();
     }
 
+    const std::vector<double> noise = search && n_sample == 0
+                                          ? surrogate_noise(options.search.sample_tokens, g, options.seed)
+                                          : std::vector<double>{};
     std::vector<float> act(c * g * g);
     std::vector<char> fell_back(c, 0), deficient(c, 0);
     TransformStats stats;
@@ -372,7 +375,8 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
         const std::vector<double> m_x = calibration.second_moment(b);
         const BlockSolution s = solve_block(options.kind, slice_second_moment(slice, d_out, g), m_x, g, options.damping);
         if (search) {
-            const SearchResult r = search_layer_block(options, *search_format, s, m_x, slice, d_out, sample, n_sample, d_in, b);
+            const SearchResult r = search_layer_block(options, *search_format, s, m_x, slice, d_out, sample, n_sample, d_in, b,
+                                                      noise);
             std::copy(r.t_act.begin(), r.t_act.end(), act.begin() + b * g * g);
             stats.search[b] = r.choice;
         } else {

@@ -78,10 +78,18 @@ std::vector<float> to_storage(const std::vector<double>& m, wush_dtype storage) 
 
 }  // namespace
 
+std::vector<double> surrogate_noise(std::size_t n, std::size_t g, std::uint64_t seed) {
+    require(n > 0, "search: the sample needs at least one token");
+    std::vector<double> z(checked_mul(n, g, "search sample"));
+    rng::Rng r(rng::mix_seed(seed ^ 0x5EA2C4ull));
+    for (double& v : z) v = r.gaussian();
+    return z;
+}
+
 BlockSample surrogate_sample(std::span<const double> m_x, std::span<const double> w_slice, std::size_t d_out,
-                             std::size_t g, const SearchOptions& options, std::uint64_t seed, std::size_t block) {
+                             std::size_t g, const SearchOptions& options, std::span<const double> noise) {
     require(m_x.size() == g * g, "search: M_X must be G x G");
-    require(options.sample_tokens > 0, "search: the sample needs at least one token");
+    require(!noise.empty() && noise.size() % g == 0, "search: the surrogate noise must be n x G, n > 0");
     BlockSample s;
     fill_weight_rows(s, w_slice, d_out, g, options.weight_rows);
     double tr = 0.0;
@@ -95,13 +103,11 @@ BlockSample surrogate_sample(std::span<const double> m_x, std::span<const double
         for (std::size_t i = 0; i < g; ++i) l[i * g + i] = 1.0;
     }
     for (std::size_t i = 0; i < g; ++i) std::fill_n(l.begin() + i * g + i + 1, g - i - 1, 0.0);  // L alone
-    s.n = options.sample_tokens;
-    rng::Rng r(rng::mix_seed(seed ^ 0x5EA2C4ull) + block);
-    std::vector<double> z(checked_mul(s.n, g, "search sample")), x(z.size());
-    for (double& v : z) v = r.gaussian();
+    s.n = noise.size() / g;
+    std::vector<double> x(noise.size());
     // Row t of X is L z_t: X = Z L^T.
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.n), int(g), int(g), 1.0, z.data(), int(g), l.data(),
-                int(g), 0.0, x.data(), int(g));
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.n), int(g), int(g), 1.0, noise.data(), int(g),
+                l.data(), int(g), 0.0, x.data(), int(g));
     s.x.assign(x.begin(), x.end());
     fill_reference(s, g);
     return s;
@@ -397,7 +403,8 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
 SearchResult search_layer_block(const TransformOptions& options, const formats::FormatSpec& format,
                                 const BlockSolution& solution, std::span<const double> m_x,
                                 std::span<const double> w_slice, std::size_t d_out, std::span<const float> tokens,
-                                std::size_t n_tokens, std::size_t d_in, std::size_t block, std::span<const double> u_bb) {
+                                std::size_t n_tokens, std::size_t d_in, std::size_t block,
+                                std::span<const double> noise, std::span<const double> u_bb) {
     const std::size_t g = format.group;
     BlockSample sample;
     if (n_tokens > 0) {
@@ -409,7 +416,7 @@ SearchResult search_layer_block(const TransformOptions& options, const formats::
         }
         sample = token_sample(xb, n, w_slice, d_out, g, options.search);
     } else {
-        sample = surrogate_sample(m_x, w_slice, d_out, g, options.search, options.seed, block);
+        sample = surrogate_sample(m_x, w_slice, d_out, g, options.search, noise);
     }
     sample.u_bb.assign(u_bb.begin(), u_bb.end());
     return search_block(options.kind, solution, format, sample, options.storage, options.search, options.seed, block);

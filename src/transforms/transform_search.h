@@ -55,14 +55,19 @@ struct BlockSample {
     std::vector<double> u_bb;
 };
 
+// White noise for the Gaussian surrogate below: n x G independent N(0, 1) values, seeded by
+// `seed` alone. A layer draws it once and every block colours it with its own moment: each
+// block's sample has exactly its distribution, and as blocks are scored separately, sharing the
+// noise costs nothing while drawing it per block was a tenth of the search's time.
+std::vector<double> surrogate_noise(std::size_t n, std::size_t g, std::uint64_t seed);
+
 // `rows` weight rows of the d_out x G float64 slice, evenly strided (all of them when d_out <=
-// options.weight_rows), with a Gaussian surrogate sample of options.sample_tokens tokens drawn
-// from the block's second moment: x = L z, z ~ N(0, I), L the Cholesky factor of
+// options.weight_rows), with a Gaussian surrogate sample drawn from the block's second moment:
+// x = L z for the rows z of `noise` (n x G, surrogate_noise), L the Cholesky factor of
 // M_X + 1e-6 tr(M_X)/G I (so a rank-deficient moment still has one). The surrogate has exactly
 // the moments the transform was built from; what it lacks is the tails of the real tokens.
-// Seeded by (seed, block): reproducible.
 BlockSample surrogate_sample(std::span<const double> m_x, std::span<const double> w_slice, std::size_t d_out,
-                             std::size_t g, const SearchOptions& options, std::uint64_t seed, std::size_t block);
+                             std::size_t g, const SearchOptions& options, std::span<const double> noise);
 
 // The same from real tokens: x_block is n x G (e.g. a token sample's columns of the block).
 BlockSample token_sample(std::span<const float> x_block, std::size_t n, std::span<const double> w_slice,
@@ -86,14 +91,15 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
 
 // The search for block `block` of a layer, as build_transform and GPTQ run it: the sample is the
 // block's columns of `tokens` (n_tokens x d_in, at most options.search.sample_tokens of them,
-// evenly strided) when n_tokens > 0, else the surrogate drawn from m_x; w_slice is the block's
+// evenly strided) when n_tokens > 0, else the surrogate drawn from m_x and `noise` (the layer's
+// surrogate_noise(options.search.sample_tokens, G, options.seed)); w_slice is the block's
 // d_out x G weight slice (GPTQ: as updated by the earlier blocks); u_bb (GPTQ) the block's G x G
 // inverse-Hessian factor (BlockSample::u_bb), empty for RTN.
 SearchResult search_layer_block(const TransformOptions& options, const formats::FormatSpec& format,
                                 const BlockSolution& solution, std::span<const double> m_x,
                                 std::span<const double> w_slice, std::size_t d_out, std::span<const float> tokens,
                                 std::size_t n_tokens, std::size_t d_in, std::size_t block,
-                                std::span<const double> u_bb = {});
+                                std::span<const double> noise, std::span<const double> u_bb = {});
 
 // GPTQ's error-feedback factor in the transformed space: the upper Cholesky factor of
 // T_w (U_bb^T U_bb) T_w^T (G x G row-major, lower triangle zero); empty if that is not positive

@@ -93,7 +93,7 @@ TEST(TransformSearch, ScoreMatchesAnIndependentOracle) {
         for (std::size_t b : {std::size_t(0), std::size_t(5)}) {
             const auto slice = slice_of(fx.layer.weight, d_out, d, g, b);
             const auto m_x = fx.cal.second_moment(b);
-            const BlockSample s = surrogate_sample(m_x, slice, d_out, g, so, 7, b);
+            const BlockSample s = surrogate_sample(m_x, slice, d_out, g, so, surrogate_noise(so.sample_tokens, g, 7));
             ASSERT_EQ(s.n, 64u);
             ASSERT_EQ(s.rows, 48u);
             const BlockSolution sol = solve_block(TransformKind::WUSH, slice_second_moment(slice, d_out, g), m_x, g, 0.01);
@@ -205,7 +205,7 @@ TEST(TransformSearch, GptqScoringReducesToRtnWithoutFeedbackAndNeverLosesToCanon
     const std::size_t b = 2;
     const auto slice = slice_of(fx.layer.weight, d_out, d, g, b);
     const auto m_x = fx.cal.second_moment(b);
-    BlockSample s = surrogate_sample(m_x, slice, d_out, g, so, 5, b);
+    BlockSample s = surrogate_sample(m_x, slice, d_out, g, so, surrogate_noise(so.sample_tokens, g, 5));
     const BlockSolution sol = solve_block(TransformKind::WUSH, slice_second_moment(slice, d_out, g), m_x, g, 0.01);
     const std::vector<float> t(sol.t_act.begin(), sol.t_act.end());
     {
@@ -251,7 +251,8 @@ TEST(TransformSearch, SurrogateHasTheBlockMoment) {
     SearchOptions so;
     so.sample_tokens = 4096;
     const auto m_x = fx.cal.second_moment(3);
-    const BlockSample s = surrogate_sample(m_x, slice_of(fx.layer.weight, d_out, d, g, 3), d_out, g, so, 1, 3);
+    const BlockSample s = surrogate_sample(m_x, slice_of(fx.layer.weight, d_out, d, g, 3), d_out, g, so,
+                                            surrogate_noise(so.sample_tokens, g, 1));
     double err = 0.0, norm = 0.0;
     for (std::size_t i = 0; i < g; ++i)
         for (std::size_t j = 0; j < g; ++j) {
@@ -280,7 +281,8 @@ TEST(TransformSearch, ChoiceNeverScoresAbovePlainAndKeepsTheProductExact) {
         changed += c.score < c.plain_score;
         // The stored matrix is what the score was computed for.
         const auto slice = slice_of(fx.layer.weight, d_out, d, g, b);
-        const BlockSample s = surrogate_sample(fx.cal.second_moment(b), slice, d_out, g, o.search, o.seed, b);
+        const BlockSample s = surrogate_sample(fx.cal.second_moment(b), slice, d_out, g, o.search,
+                                                 surrogate_noise(o.search.sample_tokens, g, o.seed));
         // (to float32-product rounding: BLAS may block the products differently inside the
         // parallel build than here)
         EXPECT_NEAR(block_score(formats::spec(WUSH_FORMAT_MXFP4), t.activation_matrices().data() + b * g * g, g, s),
