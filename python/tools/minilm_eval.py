@@ -169,6 +169,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--layers", default=r"^encoder\.layer\.\d+\.", help="regex over linear names")
     p.add_argument("--keep", help="write the safetensors files and the JSON results to this folder")
     p.add_argument("--eval-args", default="", help="extra `wush eval` arguments, e.g. '--threads 2'")
+    p.add_argument("--calib-modules", default=",".join(CALIBRATION_MODULES),
+                   help="comma-separated standard-library modules whose docstrings are the calibration text")
+    p.add_argument("--heldout-modules", default=",".join(HELDOUT_MODULES),
+                   help="the same for the held-out text (e.g. a document split inside the calibration modules)")
     return p.parse_args(argv)
 
 
@@ -176,9 +180,10 @@ def prepare(args: argparse.Namespace, workdir: pathlib.Path):
     """The model and each selected layer's inputs, calibration tokens first."""
     import numpy as np
     model, tok = load_model(workdir / "model")
-    cal_docs = docstrings(CALIBRATION_MODULES)
+    cal_docs = docstrings(args.calib_modules.split(","))
     cal = token_windows(tok, cal_docs, args.calib_tokens, args.seq_len, set())
-    held = token_windows(tok, docstrings(HELDOUT_MODULES), args.heldout_tokens, args.seq_len, set(cal_docs))
+    held = token_windows(tok, docstrings(args.heldout_modules.split(",")), args.heldout_tokens, args.seq_len,
+                         set(cal_docs))
     acts = capture(model, [cal, held], args.layers)
     n = args.calib_tokens + args.heldout_tokens
     assert all(a.shape[0] == n and np.isfinite(a).all() for a in acts.values())

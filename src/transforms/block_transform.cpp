@@ -308,21 +308,23 @@ void BlockTransform::apply_weights(std::span<const float> w, std::size_t d_out, 
     });
 }
 
+std::vector<double> data_free_block(TransformKind kind, std::size_t g, std::uint64_t seed, std::size_t block) {
+    switch (kind) {
+        case TransformKind::Identity: return identity_matrix(g);
+        case TransformKind::Hadamard: return hadamard_matrix(g);
+        case TransformKind::Random: return random_rotation(g, rng::mix_seed(seed) + block);
+        default: fail(WUSH_ERR_INVALID_ARGUMENT, std::string("transform kind ") + transform_kind_name(kind) +
+                                                     " needs calibration data and weights");
+    }
+}
+
 BlockTransform build_data_free_transform(const TransformOptions& options, std::size_t d_in, std::size_t group) {
     check_layer_geometry(d_in, group);
     round_for_storage(0.0f, options.storage);  // rejects an unknown storage dtype up front
     const std::size_t c = d_in / group, per_block = group * group;
     std::vector<float> act(checked_mul(c, per_block, "transform size"));
-    const std::uint64_t base_seed = rng::mix_seed(options.seed);
     for (std::size_t b = 0; b < c; ++b) {
-        std::vector<double> t;
-        switch (options.kind) {
-            case TransformKind::Identity: t = identity_matrix(group); break;
-            case TransformKind::Hadamard: t = hadamard_matrix(group); break;
-            case TransformKind::Random: t = random_rotation(group, base_seed + b); break;
-            default: fail(WUSH_ERR_INVALID_ARGUMENT, std::string("transform kind ") + transform_kind_name(options.kind) +
-                                                         " needs calibration data and weights");
-        }
+        const std::vector<double> t = data_free_block(options.kind, group, options.seed, b);
         std::transform(t.begin(), t.end(), act.begin() + b * per_block,
                        [&](double v) { return round_for_storage(float(v), options.storage); });
     }

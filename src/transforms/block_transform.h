@@ -38,7 +38,7 @@ struct SearchOptions {
 };
 
 // The candidate a searched block got (stage 1: base and sign pattern; stage 2: the scale).
-enum class SearchBase : std::uint8_t { Solution = 0, Hadamard = 1, Identity = 2 };
+enum class SearchBase : std::uint8_t { Solution = 0, Hadamard = 1, Identity = 2, Random = 3 };
 struct BlockChoice {
     SearchBase base = SearchBase::Solution;
     std::uint8_t sign_pattern = 0;  // 0 = the canonical signs
@@ -156,6 +156,11 @@ std::vector<double> inverse_transpose(const float* t_act, std::size_t g);
 // One activation-transform entry rounded (RNE) to the storage type of a checkpoint (F32: as is,
 // BF16 or F16). INVALID_ARGUMENT for an entry out of the F16 range or an unknown dtype.
 float round_for_storage(float v, wush_dtype storage);
+
+// Block `block` of the data-free transform `kind` (Identity, Hadamard, Random) with TransformOptions
+// seed `seed`, in float64 before storage rounding: the one definition of these blocks, shared by
+// build_data_free_transform and the search's fall-backs (so a block that falls back to R is R's).
+std::vector<double> data_free_block(TransformKind kind, std::size_t g, std::uint64_t seed, std::size_t block);
 
 // The Identity / Hadamard / Random transforms need no data. Rounded to options.storage.
 BlockTransform build_data_free_transform(const TransformOptions& options, std::size_t d_in, std::size_t group);

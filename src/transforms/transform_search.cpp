@@ -354,9 +354,14 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
         for (double& v : d) v = r.uniform() < 0.5 ? -1.0 : 1.0;
         if (a_ok) consider({apply_pd(a, d), apply_pd(a_it, d)}, SearchBase::Solution, k);
     }
-    consider({h, h}, SearchBase::Hadamard, 0);
-    const std::vector<double> eye = identity_matrix(g);
-    consider({eye, eye}, SearchBase::Identity, 0);
+    // The data-free fall-backs, orthogonal (their own inverse-transpose). R is the Random
+    // transform's block b for the same seed, so a block falling back to R stores R's block.
+    for (auto [fallback, base] : {std::pair{TransformKind::Hadamard, SearchBase::Hadamard},
+                                  {TransformKind::Identity, SearchBase::Identity},
+                                  {TransformKind::Random, SearchBase::Random}}) {
+        std::vector<double> m = data_free_block(fallback, g, seed, block);
+        consider({m, m}, base, 0);
+    }
 
     // Stage 2: the scale of the winner, coarse to fine on the circle of steps (c and 2c quantize
     // alike: exactly for MXFP4's power-of-two scales, up to range limits for the floating-point

@@ -6,8 +6,9 @@
 //     invariant (MXFP4's power-of-two scales, NVFP4's E4M3 scales, INT4's BF16 scale);
 //   - the signs of the singular vectors: T_act = P D A for any diagonal +-1 matrix D, where
 //     A = S^{-1/2} U^T W'^T and P = H (WUSH) or I (WUS);
-//   - and, as fall-backs, the data-free Hadamard and identity blocks, which can beat WUSH on
-//     blocks dominated by a few channels.
+//   - and, as fall-backs, the data-free Hadamard, identity and random-rotation blocks, which can
+//     beat WUSH on blocks dominated by a few channels (R is the Random transform's own block b
+//     for the same seed, so such a block is exactly that transform's).
 // For every block the search scores candidates by the block's own term of the layer loss on a
 // token sample X_b (n x G) and a row sample W_b (r x G) of the weight:
 //     score(T) = || q(X_b T^T) q_w(W_b T^{-1})^T - X_b W_b^T ||_F^2,
@@ -20,7 +21,7 @@
 // products of the blocks' quantization errors, which are nearly uncorrelated across blocks, so
 // minimizing each block's own term is the diagonal (block-separable) approximation of the loss.
 // The search is greedy in two stages: (1) the base matrix among {P D_k A : D_0 = the canonical
-// signs, D_1..D_R seeded random sign patterns} and {H, I}, at c = 1; (2) the scale c = 2^(k/K)
+// signs, D_1..D_R seeded random sign patterns} and {H, I, R_b}, at c = 1; (2) the scale c = 2^(k/K)
 // of the stage-1 winner, coarse to fine on the circle k = 0..K-1 (c and 2c quantize alike): the
 // even k, then the two neighbours of the best of them (K/2 + 1 scores instead of K - 1; measured
 // no worse than the full grid within held-out noise, docs/EVAL.md). The winner replaces the

