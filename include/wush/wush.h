@@ -391,20 +391,23 @@ typedef enum wush_option {
      * (activations get c T, weights T^{-T} / c) and the signs of the singular vectors (T = H D A
      * for any diagonal +-1 matrix D, A = S^{-1/2} U^T W'^T), which leave the exact product
      * unchanged but not what a 4-bit quantizer does. With the search, each WUS/WUSH block gets
-     * the best of: the canonical signs and 4 seeded random sign patterns, the plain Hadamard,
+     * the best of: the canonical signs and 2 seeded random sign patterns, the plain Hadamard,
      * identity and random-rotation blocks (at c = 1; the latter is block b of the random
-     * transform with the same WUSH_OPTION_SEED), then the winner at c = 2^(k/8), k = 0..7 —
-     * scored by the block's own output error ||q(X_b T^T) q(W_b T^{-1})^T - X_b W_b^T||^2 with
-     * both operands quantized in the target format (RTN; with GPTQ the weights by GPTQ's own
-     * pass over the block), on WUSH_OPTION_SEARCH_TOKENS tokens — evenly spread
+     * transform with the same WUSH_OPTION_SEED), then the winner at c = 2^(k/8), k = 0..7,
+     * searched coarse to fine (the even k, then the best one's two neighbours) — scored by the
+     * block's own output error ||q(X_b T^T) q(W_b T^{-1})^T - X_b W_b^T||^2 with both operands
+     * quantized in the target format (RTN; with GPTQ the weights by GPTQ's own pass over the
+     * block), on WUSH_OPTION_SEARCH_TOKENS tokens — evenly spread
      * over the calibrator's token sample (wush_calibrator_set_sample_size) when it keeps one,
      * else drawn from a Gaussian with the block's second moment M_X — and as many evenly
-     * strided weight rows. The choice is folded into the stored matrices: checkpoints, exports
+     * strided weight rows. The winner replaces the plain WUSH block only if it also scores lower
+     * on each half of those tokens (a guard against fitting the sample's noise). The choice is
+     * folded into the stored matrices: checkpoints, exports
      * and runtimes see an ordinary transform. It is seeded (WUSH_OPTION_SEED), so reproducible.
      * Needs the format, so it applies only through wush_layer_quantize() (RTN and GPTQ; GPTQ
      * chooses each block from its updated weights before its column pass);
      * wush_transform_build() of WUS/WUSH with the search on fails with INVALID_ARGUMENT. The
-     * data-free kinds (I, H, R) ignore it. Cost: about 17 scored candidates per block. */
+     * data-free kinds (I, H, R) ignore it. Cost: 11 scored candidates per block. */
     WUSH_OPTION_SEARCH = 3,
     /* int, default 256, bounds [16, 65536]: the search's sample size: tokens per block, and weight
      * rows per block (evenly strided; all rows when d_out is smaller). Cost and noise trade here:

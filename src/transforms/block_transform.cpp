@@ -157,12 +157,21 @@ BlockSolution solve_block(TransformKind kind, std::span<const double> m_w, std::
 
 std::vector<double> weight_slice(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::size_t g,
                                  std::size_t block) {
-    require(g > 0 && d_in % g == 0 && block < d_in / g, "weight_slice: bad block geometry");
+    return std::move(weight_slices(w, d_out, d_in, g, block, 1).front());
+}
+
+std::vector<std::vector<double>> weight_slices(std::span<const float> w, std::size_t d_out, std::size_t d_in,
+                                               std::size_t g, std::size_t first, std::size_t count) {
+    require(g > 0 && d_in % g == 0 && count > 0 && first < d_in / g && count <= d_in / g - first,
+            "weight_slice: bad block geometry");
     require(d_out > 0 && w.size() >= checked_mul(d_out, d_in, "weight size"), "weight_slice: weight too small");
-    std::vector<double> slice(checked_mul(d_out, g, "slice size"));
-    for (std::size_t r = 0; r < d_out; ++r)
-        for (std::size_t j = 0; j < g; ++j) slice[r * g + j] = w[r * d_in + block * g + j];
-    return slice;
+    std::vector<std::vector<double>> slices(count, std::vector<double>(checked_mul(d_out, g, "slice size")));
+    for (std::size_t r = 0; r < d_out; ++r) {
+        const float* row = w.data() + r * d_in + first * g;
+        for (std::size_t k = 0; k < count; ++k)
+            for (std::size_t j = 0; j < g; ++j) slices[k][r * g + j] = row[k * g + j];
+    }
+    return slices;
 }
 
 std::vector<double> weight_second_moment(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::size_t g,
@@ -215,26 +224,40 @@ std::vector<double> inverse_transpose(const float* t, std::size_t g) {
 
 namespace {
 
-// Runs body(b) for every block in parallel and rethrows the first exception on the calling thread
-// (exceptions must not cross an OpenMP region boundary).
-// With a Progress, every finished block is reported and a cancellation skips the remaining ones.
+// Blocks whose weight slices build_transform reads in one pass (weight_slices): enough to share
+// each row's memory page, few enough that the two threads still balance on small layers.
+constexpr std::size_t kSliceChunk = 4;
+
+// Runs body(first, n) for consecutive chunks of `chunk` blocks in parallel (n < chunk only for
+// the last) and rethrows the first exception on the calling thread (exceptions must not cross
+// an OpenMP region boundary). With a Progress, every finished block is reported and a
+// cancellation skips the remaining chunks.
 template <typename Body>
-void parallel_blocks(std::size_t count, Body body, Progress* progress = nullptr) {
+void parallel_block_chunks(std::size_t count, std::size_t chunk, Body body, Progress* progress) {
     std::exception_ptr error;
     std::atomic<std::size_t> done{0};
+    const std::size_t chunks = (count + chunk - 1) / chunk;
 #pragma omp parallel for schedule(dynamic)
-    for (std::size_t b = 0; b < count; ++b) {
+    for (std::size_t k = 0; k < chunks; ++k) {
         if (progress && progress->cancelled()) continue;
+        const std::size_t first = k * chunk, n = std::min(chunk, count - first);
         try {
-            body(b);
+            body(first, n);
         } catch (...) {
 #pragma omp critical(wush_transform_error)
             if (!error) error = std::current_exception();
         }
-        if (progress) progress->report(double(++done), double(count));
+        if (progress)
+            for (std::size_t i = 0; i < n; ++i) progress->report(double(++done), double(count));
     }
     if (error) std::rethrow_exception(error);
     if (progress) progress->finish();
+}
+
+// body(b) for every block in parallel, as above.
+template <typename Body>
+void parallel_blocks(std::size_t count, Body body, Progress* progress = nullptr) {
+    parallel_block_chunks(count, 1, [&](std::size_t b, std::size_t) { body(b); }, progress);
 }
 
 }  // namespace
@@ -372,8 +395,7 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
     TransformStats stats;
     stats.singular_values.assign(c * g, 0.0);
     if (search) stats.search.resize(c);
-    parallel_blocks(c, [&](std::size_t b) {
-        const std::vector<double> slice = weight_slice(weight, d_out, d_in, g, b);
+    const auto build_block = [&](std::size_t b, const std::vector<double>& slice) {
         const std::vector<double> m_x = calibration.second_moment(b);
         const BlockSolution s = solve_block(options.kind, slice_second_moment(slice, d_out, g), m_x, g, options.damping);
         if (search) {
@@ -388,6 +410,11 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
         std::copy(s.singular_values.begin(), s.singular_values.end(), stats.singular_values.begin() + b * g);
         fell_back[b] = s.fell_back;
         deficient[b] = s.rank_deficient;
+    };
+    // Blocks in chunks of kSliceChunk, whose weight slices are read in one pass (weight_slices).
+    parallel_block_chunks(c, kSliceChunk, [&](std::size_t first, std::size_t count) {
+        const std::vector<std::vector<double>> slices = weight_slices(weight, d_out, d_in, g, first, count);
+        for (std::size_t i = 0; i < count; ++i) build_block(first + i, slices[i]);
     }, progress);
     for (std::size_t b = 0; b < c; ++b) {
         if (fell_back[b]) stats.fallback_blocks.push_back(b);

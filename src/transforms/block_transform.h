@@ -94,6 +94,12 @@ std::vector<double> slice_second_moment(std::span<const double> slice, std::size
 std::vector<double> weight_slice(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::size_t g,
                                  std::size_t block);
 
+// The slices of blocks first..first+count-1, in one pass over the rows: a block's columns are
+// G floats of every row, one short read per memory page, and reading the neighbours' in the
+// same pass costs almost nothing more (the page is already mapped and the lines are adjacent).
+std::vector<std::vector<double>> weight_slices(std::span<const float> w, std::size_t d_out, std::size_t d_in,
+                                               std::size_t g, std::size_t first, std::size_t count);
+
 // M_W of block b: W_b^T W_b / d_out with W_b the d_out x G column slice of the framework weight
 // (= the paper's W_i W_i^T / d_out). G x G row-major float64.
 std::vector<double> weight_second_moment(std::span<const float> w, std::size_t d_out, std::size_t d_in,

@@ -445,6 +445,24 @@ TEST(BuildTransform, ScalingXOrWByFourShiftsEveryMxfp4ExponentByOne) {
     expect_shift(base.ws, sw.ws, 1, "W x 4: weight scale exponents");
 }
 
+// weight_slices reads several blocks' column slices in one pass: element (r, j) of slice k is
+// w[r][(first + k) G + j], for every k, and a count past the last block is refused.
+TEST(BuildTransform, WeightSlicesAreTheBlocksColumns) {
+    const std::size_t d_out = 7, d_in = 64, g = 16;
+    std::vector<float> w(d_out * d_in);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = float(i) * 0.5f - 3.0f;
+    const auto slices = weight_slices(w, d_out, d_in, g, 1, 3);
+    ASSERT_EQ(slices.size(), 3u);
+    for (std::size_t k = 0; k < 3; ++k) {
+        ASSERT_EQ(slices[k].size(), d_out * g);
+        for (std::size_t r = 0; r < d_out; ++r)
+            for (std::size_t j = 0; j < g; ++j)
+                ASSERT_EQ(slices[k][r * g + j], double(w[r * d_in + (1 + k) * g + j])) << k << " " << r << " " << j;
+    }
+    EXPECT_EQ(weight_slice(w, d_out, d_in, g, 2), slices[1]);
+    EXPECT_THROW(weight_slices(w, d_out, d_in, g, 2, 3), Error);
+}
+
 TEST(BuildTransform, RejectsBadInput) {
     const std::size_t g = 16, d = 64;
     Calibrator cal(d, g, MomentMode::BlockDiagonal);
