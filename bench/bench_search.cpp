@@ -6,7 +6,7 @@
 // the timing on 2048 tokens (block-diagonal moments). Formats: MXFP4 (G = 32), NVFP4 (G = 16).
 // Variants: plain (Algorithm 1 only), search with the default sample (256 tokens, 256 weight
 // rows per block), and with a 64-token / 64-row sample (WUSH_OPTION_SEARCH_TOKENS = 64).
-// The summary prints median times and the ratios search / plain.
+// Two summaries print the median and the fastest repetition's times and the ratios search / plain.
 //
 // Run: bench_search --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
 // (the summaries use the median and the fastest repetition)

@@ -42,10 +42,13 @@ void fill_weight_rows(BlockSample& s, std::span<const double> w_slice, std::size
         for (std::size_t j = 0; j < g; ++j) s.w[i * g + j] = float(w_slice[rows[i] * g + j]);
 }
 
-// c (G x G) = a^T b for n x G row-major float64 a, b.
-void gram(const std::vector<double>& a, const std::vector<double>& b, std::size_t n, std::size_t g, double* c) {
-    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(g), int(g), int(n), 1.0, a.data(), int(g), b.data(), int(g),
-                0.0, c, int(g));
+// a^T a (G x G, float32) of n x G row-major float64 rows, accumulated in float64.
+std::vector<float> gram(const double* a, std::size_t n, std::size_t g) {
+    std::vector<double> c(g * g, 0.0);
+    if (n > 0)
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(g), int(g), int(n), 1.0, a, int(g), a, int(g), 0.0,
+                    c.data(), int(g));
+    return {c.begin(), c.end()};
 }
 
 // What every score needs besides the candidate: the float64 weight rows (GPTQ's pass) and the
@@ -55,19 +58,11 @@ void gram(const std::vector<double>& a, const std::vector<double>& b, std::size_
 void fill_reference(BlockSample& s, std::size_t g) {
     const std::vector<double> x(s.x.begin(), s.x.end());
     s.wd.assign(s.w.begin(), s.w.end());
-    std::vector<double> gx(g * g), gw(g * g);
-    gram(x, x, s.n, g, gx.data());
-    gram(s.wd, s.wd, s.rows, g, gw.data());
-    s.ww.assign(gw.begin(), gw.end());
+    s.ww = gram(s.wd.data(), s.rows, g);
     // X^T X of each half of the tokens (Score below): the first n/2 and the rest.
     const std::size_t first = s.n / 2;
-    std::vector<double> ga(g * g, 0.0);
-    if (first > 0)
-        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(g), int(g), int(first), 1.0, x.data(), int(g),
-                    x.data(), int(g), 0.0, ga.data(), int(g));
-    s.xx_half[0].assign(ga.begin(), ga.end());
-    s.xx_half[1].resize(g * g);
-    for (std::size_t i = 0; i < g * g; ++i) s.xx_half[1][i] = float(gx[i] - ga[i]);
+    s.xx_half[0] = gram(x.data(), first, g);
+    s.xx_half[1] = gram(x.data() + first * g, s.n - first, g);
 }
 
 std::vector<float> to_storage(const std::vector<double>& m, wush_dtype storage) {
