@@ -28,17 +28,23 @@ std::optional<TransformKind> transform_kind_from_name(std::string_view name);
 
 // The per-block search over WUSH's free parameters (transforms/transform_search.h).
 struct SearchOptions {
+    // The candidate counts below default to kByFormat: resolved per format by
+    // search_candidate_counts() (transform_search.h), as measured in docs/EVAL.md.
+    static constexpr std::size_t kByFormat = static_cast<std::size_t>(-1);
     bool enabled = false;                    // WUS / WUSH only; the data-free kinds ignore it
     wush_format format = WUSH_FORMAT_MXFP4;  // the quantizer the candidates are scored with
     std::size_t sample_tokens = 256;         // tokens per block in the score
     std::size_t weight_rows = 256;           // weight rows per block in the score (evenly strided)
-    std::size_t sign_patterns = 2;           // seeded random sign patterns besides the canonical one
+    std::size_t sign_patterns = kByFormat;   // seeded random sign patterns besides the canonical one
+    std::size_t rotations = kByFormat;       // seeded random rotations Q in place of H (T = Q A)
+    std::size_t screen_keep = kByFormat;     // > 0: stage 1 screened on a quarter of the sample, this
+                                             // many candidates then scored in full (0 = no screening)
     std::size_t scale_steps = 8;             // scales c = 2^(k / scale_steps), k = 0..scale_steps-1, searched
                                              // coarse to fine (the even k, then the best one's neighbours)
 };
 
 // The candidate a searched block got (stage 1: base and sign pattern; stage 2: the scale).
-enum class SearchBase : std::uint8_t { Solution = 0, Hadamard = 1, Identity = 2, Random = 3 };
+enum class SearchBase : std::uint8_t { Solution = 0, Hadamard = 1, Identity = 2, Random = 3, Rotated = 4 };
 struct BlockChoice {
     SearchBase base = SearchBase::Solution;
     std::uint8_t sign_pattern = 0;  // 0 = the canonical signs

@@ -252,7 +252,30 @@ Score score_pair(const formats::FormatSpec& format, const float* t_act, const fl
     return score;
 }
 
+// Every `factor`-th token and weight row of s, with its own Grams (the screening sample).
+BlockSample subsample(const BlockSample& s, std::size_t factor, std::size_t g) {
+    BlockSample q;
+    q.n = s.n / factor;
+    q.rows = s.rows / factor;
+    for (std::size_t i = 0; i < q.n; ++i)
+        q.x.insert(q.x.end(), s.x.begin() + i * factor * g, s.x.begin() + (i * factor + 1) * g);
+    for (std::size_t i = 0; i < q.rows; ++i)
+        q.w.insert(q.w.end(), s.w.begin() + i * factor * g, s.w.begin() + (i * factor + 1) * g);
+    fill_reference(q, g);
+    q.u_bb = s.u_bb;
+    return q;
+}
+
 }  // namespace
+
+CandidateCounts search_candidate_counts(const SearchOptions& options, wush_format format) {
+    const bool nv = format == WUSH_FORMAT_NVFP4;
+    const auto pick = [](std::size_t set, std::size_t by_format) {
+        return set == SearchOptions::kByFormat ? by_format : set;
+    };
+    return {pick(options.sign_patterns, nv ? 0 : 2), pick(options.rotations, nv ? 8 : 0),
+            pick(options.screen_keep, nv ? 4 : 0)};
+}
 
 std::vector<double> transformed_inverse_factor(std::span<const double> t_w, std::span<const double> u_bb, std::size_t g) {
     require(t_w.size() == g * g && u_bb.size() == g * g, "transformed_inverse_factor: T_w and U_bb must be G x G");
@@ -283,7 +306,8 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
     const std::size_t g = format.group, gg = g * g;
     require(solution.t_act.size() == gg, "search: the solution must be G x G");
     require(options.scale_steps >= 1 && options.scale_steps <= 64, "search: scale_steps must be in [1, 64]");
-    require(options.sign_patterns <= 64, "search: at most 64 sign patterns");
+    const CandidateCounts counts = search_candidate_counts(options, format.id);
+    require(counts.sign_patterns <= 64 && counts.rotations <= 64, "search: at most 64 sign patterns and 64 rotations");
 
     // A = P^T T_act with P = H (WUSH, H symmetric and orthogonal) or I (WUS).
     const std::vector<double> h = hadamard_matrix(g);
@@ -317,15 +341,16 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
     struct Candidate {
         std::vector<double> t, t_w;  // activation side and its inverse-transpose
     };
-    const auto score = [&](const Candidate& c, double scale) {
+    const auto score_on = [&](const Candidate& c, double scale, const BlockSample& on, Workspace& w) {
         if (c.t_w.empty()) return kInfScore;
         std::vector<double> t(c.t);
         for (double& v : t) v *= scale;
         const std::vector<float> st = to_storage(t, storage);
         std::vector<float> tw(gg);
         for (std::size_t i = 0; i < gg; ++i) tw[i] = float(c.t_w[i] / scale);
-        return score_pair(format, st.data(), tw.data(), g, sample, ws);
+        return score_pair(format, st.data(), tw.data(), g, on, w);
     };
+    const auto score = [&](const Candidate& c, double scale) { return score_on(c, scale, sample, ws); };
 
     // Stage 1: base matrix and sign pattern at c = 1.
     const std::vector<double> ones(g, 1.0);
@@ -334,20 +359,28 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
     BlockChoice choice;
     const Score plain_score = score(plain, 1.0);
     Score best_score = plain_score;
-    const auto consider = [&](Candidate c, SearchBase base, std::size_t pattern) {
-        const Score sc = score(c, 1.0);
-        if (sc.total() < best_score.total()) {
-            best_score = sc;
-            best = std::move(c);
-            choice.base = base;
-            choice.sign_pattern = std::uint8_t(pattern);
-        }
+    struct Entry {
+        Candidate c;
+        SearchBase base;
+        std::size_t pattern;
     };
+    std::vector<Entry> entries;
     rng::Rng r(rng::mix_seed(seed ^ 0x516E5ull) + block);
     std::vector<double> d(g);
-    for (std::size_t k = 1; k <= options.sign_patterns; ++k) {
+    for (std::size_t k = 1; k <= counts.sign_patterns; ++k) {
         for (double& v : d) v = r.uniform() < 0.5 ? -1.0 : 1.0;
-        if (a_ok) consider({apply_pd(a, d), apply_pd(a_it, d)}, SearchBase::Solution, k);
+        if (a_ok) entries.push_back({{apply_pd(a, d), apply_pd(a_it, d)}, SearchBase::Solution, k});
+    }
+    // Q A for seeded random rotations Q in place of H: as exact as H A (Q orthogonal, so its
+    // inverse-transpose is Q A^{-T}), and a different spread of the block over the group.
+    for (std::size_t k = 1; a_ok && k <= counts.rotations; ++k) {
+        const std::vector<double> q = random_rotation(g, rng::mix_seed(seed ^ 0xA07A7Eull) + block * 64 + k);
+        std::vector<double> t(gg), tw(gg);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(g), int(g), int(g), 1.0, q.data(), int(g), a.data(),
+                    int(g), 0.0, t.data(), int(g));
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(g), int(g), int(g), 1.0, q.data(), int(g),
+                    a_it.data(), int(g), 0.0, tw.data(), int(g));
+        entries.push_back({{std::move(t), std::move(tw)}, SearchBase::Rotated, k});
     }
     // The data-free fall-backs, orthogonal (their own inverse-transpose). R is the Random
     // transform's block b for the same seed, so a block falling back to R stores R's block.
@@ -355,7 +388,30 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
                                   {TransformKind::Identity, SearchBase::Identity},
                                   {TransformKind::Random, SearchBase::Random}}) {
         std::vector<double> m = data_free_block(fallback, g, seed, block);
-        consider({m, m}, base, 0);
+        entries.push_back({{m, m}, base, 0});
+    }
+    // Screening: with more candidates than screen_keep, each is first scored on a quarter of the
+    // sample (every 4th token and weight row) and only the best screen_keep are scored in full —
+    // what makes NVFP4's 8 rotations affordable (measured to choose as well, docs/EVAL.md).
+    if (counts.screen_keep > 0 && entries.size() > counts.screen_keep && sample.n >= 8 && sample.rows >= 8) {
+        const BlockSample quarter = subsample(sample, 4, g);
+        Workspace wq(quarter, g);
+        std::vector<std::pair<double, std::size_t>> ranked;
+        for (std::size_t i = 0; i < entries.size(); ++i)
+            ranked.push_back({score_on(entries[i].c, 1.0, quarter, wq).total(), i});
+        std::stable_sort(ranked.begin(), ranked.end());
+        std::vector<Entry> kept;
+        for (std::size_t i = 0; i < counts.screen_keep; ++i) kept.push_back(std::move(entries[ranked[i].second]));
+        entries = std::move(kept);
+    }
+    for (Entry& e : entries) {
+        const Score sc = score(e.c, 1.0);
+        if (sc.total() < best_score.total()) {
+            best_score = sc;
+            best = std::move(e.c);
+            choice.base = e.base;
+            choice.sign_pattern = std::uint8_t(e.pattern);
+        }
     }
 
     // Stage 2: the scale of the winner, coarse to fine on the circle of steps (c and 2c quantize

@@ -6,6 +6,8 @@
 //     invariant (MXFP4's power-of-two scales, NVFP4's E4M3 scales, INT4's BF16 scale);
 //   - the signs of the singular vectors: T_act = P D A for any diagonal +-1 matrix D, where
 //     A = S^{-1/2} U^T W'^T and P = H (WUSH) or I (WUS);
+//   - the orthogonal mixing itself: T_act = Q A for any orthogonal Q (P D above is one such Q);
+//     seeded random rotations Q are candidates where they pay (NVFP4, below);
 //   - and, as fall-backs, the data-free Hadamard, identity and random-rotation blocks, which can
 //     beat WUSH on blocks dominated by a few channels (R is the Random transform's own block b
 //     for the same seed, so such a block is exactly that transform's).
@@ -21,7 +23,9 @@
 // products of the blocks' quantization errors, which are nearly uncorrelated across blocks, so
 // minimizing each block's own term is the diagonal (block-separable) approximation of the loss.
 // The search is greedy in two stages: (1) the base matrix among {P D_k A : D_0 = the canonical
-// signs, D_1..D_R seeded random sign patterns} and {H, I, R_b}, at c = 1; (2) the scale c = 2^(k/K)
+// signs, D_1..D_S seeded random sign patterns}, {Q_k A : k = 1..K seeded random rotations} and
+// {H, I, R_b}, at c = 1 — with screening, every one of them first scored on a quarter of the
+// sample and only the best few in full; (2) the scale c = 2^(k/K)
 // of the stage-1 winner, coarse to fine on the circle k = 0..K-1 (c and 2c quantize alike): the
 // even k, then the two neighbours of the best of them (K/2 + 1 scores instead of K - 1; measured
 // no worse than the full grid within held-out noise, docs/EVAL.md). The winner replaces the
@@ -77,6 +81,15 @@ BlockSample token_sample(std::span<const float> x_block, std::size_t n, std::spa
 // score(T) above for one G x G row-major activation matrix (float32 as stored). +Inf for a
 // singular T, a non-finite transformed value, or (GPTQ) a transformed factor that does not exist.
 double block_score(const formats::FormatSpec& format, const float* t_act, std::size_t g, const BlockSample& sample);
+
+// The stage-1 candidate counts a search runs with: the options' own where set, else the
+// format's measured defaults (docs/EVAL.md): MXFP4 and INT4 2 sign patterns, no rotations (they
+// never won for MXFP4), no screening; NVFP4 8 rotations, no sign patterns, the best 4 of the
+// screened 11 scored in full (rotations took the median held-out gain from 3% to 7.6%).
+struct CandidateCounts {
+    std::size_t sign_patterns, rotations, screen_keep;
+};
+CandidateCounts search_candidate_counts(const SearchOptions& options, wush_format format);
 
 // Which candidate a block got.
 struct SearchResult {

@@ -10,10 +10,13 @@
 #include <lapacke.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <bit>
 #include <cmath>
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "calibration/calibrator.h"
@@ -432,6 +435,15 @@ TEST(TransformSearch, PicksTheRandomRotationBlockWhereOnlyItIsGood) {
     for (std::size_t i = 0; i < g * g; ++i)
         ASSERT_EQ(std::bit_cast<std::uint32_t>(at1.t_act[i]), std::bit_cast<std::uint32_t>(rb[i])) << i;
 
+    // Screening must not lose it: 8 rotations besides, every candidate screened on a quarter of
+    // the sample and only the best one scored in full.
+    SearchOptions screened = so;
+    screened.rotations = 8;
+    screened.screen_keep = 1;
+    const SearchResult sr = search_block(TransformKind::WUSH, sol, f, s, WUSH_DTYPE_F32, screened, seed, b);
+    EXPECT_EQ(sr.choice.base, SearchBase::Random);
+    EXPECT_EQ(sr.t_act, at1.t_act);
+
     so.scale_steps = 8;
     const SearchResult sc = search_block(TransformKind::WUSH, sol, f, s, WUSH_DTYPE_BF16, so, seed, b);
     EXPECT_EQ(sc.choice.base, SearchBase::Random);
@@ -464,6 +476,49 @@ TEST(TransformSearch, PicksTheRandomRotationBlockWhereOnlyItIsGood) {
         mag += std::fabs(double(x[i]) * w[i]);
     }
     EXPECT_NEAR(got, ref, 1e-9 * mag);
+}
+
+// NVFP4's rotations are wired in and are what they claim: on a built-in layer some blocks pick a
+// rotated solution Q A, none does with rotations off, and each rotated block is an orthogonal
+// remix of the plain solution scaled by the chosen c: T^T T = c^2 A^T A (= c^2 T_plain^T T_plain,
+// as H is orthogonal), up to the float32 storage rounding.
+TEST(TransformSearch, Nvfp4BlocksPickRotatedSolutionsThatKeepTheGram) {
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_NVFP4);
+    const std::size_t g = f.group;
+    Fixture fx("small_512x256", g, 2048, 0);
+    const std::size_t d_out = fx.layer.spec.d_out;
+    TransformOptions plain(TransformKind::WUSH, 0.01, 1);
+    TransformOptions s = plain;
+    s.search.enabled = true;
+    s.search.format = WUSH_FORMAT_NVFP4;
+    s.search.sample_tokens = 1024;
+    const BlockTransform tp = build_transform(plain, fx.cal, fx.layer.weight, d_out);
+    const BlockTransform ts = build_transform(s, fx.cal, fx.layer.weight, d_out, nullptr, fx.layer.calibration, 2048);
+    std::size_t rotated = 0;
+    for (std::size_t b = 0; b < ts.stats().search.size(); ++b) {
+        const BlockChoice& c = ts.stats().search[b];
+        if (c.base != SearchBase::Rotated) continue;
+        ++rotated;
+        const double c2 = std::exp2(2.0 * double(c.scale_step) / double(s.search.scale_steps));
+        const float* t = ts.activation_matrices().data() + b * g * g;
+        const float* p = tp.activation_matrices().data() + b * g * g;
+        double err = 0.0, mag = 0.0;
+        for (std::size_t i = 0; i < g; ++i)
+            for (std::size_t j = 0; j < g; ++j) {
+                double tt = 0.0, pp = 0.0;
+                for (std::size_t k = 0; k < g; ++k) {
+                    tt += double(t[k * g + i]) * t[k * g + j];
+                    pp += double(p[k * g + i]) * p[k * g + j];
+                }
+                err = std::max(err, std::fabs(tt - c2 * pp));
+                mag = std::max(mag, std::fabs(c2 * pp));
+            }
+        EXPECT_LT(err, 1e-5 * mag) << "block " << b;
+    }
+    EXPECT_GT(rotated, 0u);
+    s.search.rotations = 0;
+    const BlockTransform t0 = build_transform(s, fx.cal, fx.layer.weight, d_out, nullptr, fx.layer.calibration, 2048);
+    for (const BlockChoice& c : t0.stats().search) EXPECT_NE(c.base, SearchBase::Rotated);
 }
 
 // End to end on held-out tokens (not the ones the search saw): the searched transform beats
@@ -620,15 +675,16 @@ TEST(TransformSearchExperiment, DISABLED_Winners) {
             s.search.sample_tokens = 1024;
             s.search.weight_rows = 1024;
             const BlockTransform t = build_transform(s, cal, layer.weight, layer.spec.d_out, nullptr, layer.calibration, n);
-            std::size_t base[4] = {}, sign[65] = {}, scale[64] = {};
+            std::size_t base[5] = {}, sign[65] = {}, scale[64] = {};
             for (const BlockChoice& c : t.stats().search) {
                 ++base[int(c.base)];
                 if (c.base == SearchBase::Solution) ++sign[c.sign_pattern];
                 ++scale[c.scale_step];
             }
-            std::printf("%s %s blocks %zu: solution %zu H %zu I %zu R %zu | signs", name, f.name, t.stats().search.size(),
-                        base[0], base[1], base[2], base[3]);
-            for (std::size_t k = 0; k <= s.search.sign_patterns; ++k) std::printf(" %zu", sign[k]);
+            std::printf("%s %s blocks %zu: solution %zu rotated %zu H %zu I %zu R %zu | signs", name, f.name,
+                        t.stats().search.size(), base[0], base[4], base[1], base[2], base[3]);
+            const std::size_t signs = search_candidate_counts(s.search, fmt).sign_patterns;
+            for (std::size_t k = 0; k <= signs; ++k) std::printf(" %zu", sign[k]);
             std::printf(" | scale steps");
             for (std::size_t k = 0; k < s.search.scale_steps; ++k) std::printf(" %zu", scale[k]);
             std::printf("\n");
@@ -656,3 +712,78 @@ TEST(TransformSearchExperiment, DISABLED_GridVariants) {
         }
 }
 }
+// Candidate sets, screening and sample size (docs/EVAL.md, "The per-block search"): RTN, seeds 1-6,
+// both built-in layers, calibrated on 2048 tokens; the change vs plain WUSH on 2048 held-out tokens
+// and on 16384 further held-out tokens (a less noisy measure). Scored on 1024 calibration tokens,
+// or ("pool" variants) on 16384 more tokens of the same distribution, as a far larger
+// calibration set would give. WUSH_EXP_SET picks the variants (rotations, signs or pool),
+// WUSH_EXP_FORMATS the formats (e.g. nvfp4,mxfp4):
+//   WUSH_EXP_SET=rotations wush_core_math_tests --gtest_also_run_disabled_tests --gtest_filter='*CandidateSets'
+namespace wush {
+TEST(TransformSearchExperiment, DISABLED_CandidateSets) {
+    const std::size_t n = 2048, held = 2048, pool = 16384, big = 16384;
+    struct Variant { const char* name; std::size_t signs, rot, keep; bool pool = false; };
+    const char* set = std::getenv("WUSH_EXP_SET");
+    const std::string which = set ? set : "rotations";
+    const std::vector<Variant> variants =
+        which == "signs"  ? std::vector<Variant>{{"s2", 2, 0, 0}, {"s8", 8, 0, 0}, {"s8k4", 8, 0, 4}, {"s16k4", 16, 0, 4},
+                                                 {"s16k6", 16, 0, 6}}
+        : which == "pool" ? std::vector<Variant>{{"s2", 2, 0, 0}, {"pool-s2", 2, 0, 0, true}, {"pool-s16", 16, 0, 0, true},
+                                                 {"pool-s0r8k4", 0, 8, 4, true}, {"pool-s0r16", 0, 16, 0, true}}
+                          : std::vector<Variant>{{"s2r0", 2, 0, 0}, {"s2r0k3", 2, 0, 3}, {"s0r8", 0, 8, 0},
+                                                 {"s0r8k3", 0, 8, 3}, {"s0r8k4", 0, 8, 4}, {"s2r8k4", 2, 8, 4},
+                                                 {"s0r12k4", 0, 12, 4}, {"s2r4k3", 2, 4, 3}};
+    const char* fmts = std::getenv("WUSH_EXP_FORMATS");
+    for (wush_format fmt : {WUSH_FORMAT_NVFP4, WUSH_FORMAT_MXFP4, WUSH_FORMAT_INT4}) {
+        if (fmts && !std::strstr(fmts, formats::spec(fmt).name)) continue;
+        std::vector<std::vector<double>> std_r(variants.size()), big_r(variants.size());
+        for (const char* name : {"small_256x512", "small_512x256"})
+            for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+                const formats::FormatSpec& f = formats::spec(fmt);
+                const eval::SyntheticLayer layer =
+                    eval::generate_layer(eval::synthetic_preset(name, n, held + big + pool, seed));
+                const std::size_t d_in = layer.spec.d_in, d_out = layer.spec.d_out;
+                Calibrator cal(d_in, f.group, MomentMode::BlockDiagonal);
+                cal.add(WUSH_DTYPE_F32, layer.calibration.data(), n);
+                const std::span<const float> h_std(layer.heldout.data(), held * d_in);
+                const std::span<const float> h_big(layer.heldout.data() + held * d_in, big * d_in);
+                const std::span<const float> h_pool(layer.heldout.data() + (held + big) * d_in, pool * d_in);
+                TransformOptions plain(TransformKind::WUSH, 0.01, seed);
+                const BlockTransform tp = build_transform(plain, cal, layer.weight, d_out);
+                const double ps = eval::layer_loss(tp, f, layer.weight, d_out, h_std, held);
+                const double pb = eval::layer_loss(tp, f, layer.weight, d_out, h_big, big);
+                std::printf("%s %s seed %d:", name, f.name, int(seed));
+                for (std::size_t v = 0; v < variants.size(); ++v) {
+                    TransformOptions s = plain;
+                    s.search.enabled = true;
+                    s.search.format = fmt;
+                    s.search.sample_tokens = variants[v].pool ? pool : 1024;
+                    s.search.weight_rows = 1024;
+                    s.search.sign_patterns = variants[v].signs;
+                    s.search.rotations = variants[v].rot;
+                    s.search.screen_keep = variants[v].keep;
+                    const BlockTransform ts =
+                        variants[v].pool ? build_transform(s, cal, layer.weight, d_out, nullptr, h_pool, pool)
+                                         : build_transform(s, cal, layer.weight, d_out, nullptr, layer.calibration, n);
+                    const double rs = eval::layer_loss(ts, f, layer.weight, d_out, h_std, held) / ps - 1;
+                    const double rb = eval::layer_loss(ts, f, layer.weight, d_out, h_big, big) / pb - 1;
+                    std_r[v].push_back(rs);
+                    big_r[v].push_back(rb);
+                    std::printf(" %s %+.1f/%+.1f", variants[v].name, 100 * rs, 100 * rb);
+                }
+                std::printf("\n");
+                std::fflush(stdout);
+            }
+        const auto median = [](std::vector<double> a) {
+            std::sort(a.begin(), a.end());
+            return 0.5 * (a[(a.size() - 1) / 2] + a[a.size() / 2]);
+        };
+        std::printf("%s medians (2048 held-out / 16384 held-out), worst:\n", formats::spec(fmt).name);
+        for (std::size_t v = 0; v < variants.size(); ++v)
+            std::printf("  %-12s %+.1f%% / %+.1f%%   worst %+.1f%% / %+.1f%%\n", variants[v].name,
+                        100 * median(std_r[v]), 100 * median(big_r[v]),
+                        100 * *std::max_element(std_r[v].begin(), std_r[v].end()),
+                        100 * *std::max_element(big_r[v].begin(), big_r[v].end()));
+    }
+}
+}  // namespace wush
