@@ -5,7 +5,10 @@
 // Layers: the built-in presets "small_512x256" and "4096x4096" (d_in x d_out), calibrated OUTSIDE
 // the timing on 2048 tokens (block-diagonal moments). Formats: MXFP4 (G = 32), NVFP4 (G = 16).
 // Variants: plain (Algorithm 1 only), search with the default sample (256 tokens, 256 weight
-// rows per block), and with a 64-token / 64-row sample (WUSH_OPTION_SEARCH_TOKENS = 64).
+// rows per block), and with a 64-token / 64-row sample (WUSH_OPTION_SEARCH_TOKENS = 64); and
+// "signs256", the default sample with MXFP4's candidate set (2 sign patterns, no rotations, no
+// screening) for every format, which for NVFP4 is its set before the rotations: so the
+// rotations' cost is read within one run (this VM's plain build moves by 2x between runs).
 // Two summaries print the median and the fastest repetition's times and the ratios search / plain.
 //
 // Run: bench_search --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
@@ -31,9 +34,10 @@ using wush::TransformKind;
 using wush::TransformOptions;
 
 constexpr std::size_t kCalibrationTokens = 2048;
+constexpr std::size_t kSignsOnly = 1;  // the "signs256" variant
 constexpr const char* kLayers[] = {"small_512x256", "4096x4096"};
 constexpr wush_format kFormats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4};
-constexpr std::size_t kSamples[] = {0, 256, 64};  // 0 = no search
+constexpr std::size_t kSamples[] = {0, 256, 64, kSignsOnly};  // 0 = no search
 
 struct Layer {
     wush::eval::SyntheticLayer data;
@@ -58,7 +62,7 @@ Layer& layer(const std::string& name, std::size_t g) {
 
 std::string case_name(const char* layer_name, wush_format f, std::size_t sample) {
     return std::string(layer_name) + "/" + wush::formats::spec(f).name + "/" +
-           (sample == 0 ? std::string("plain") : "search" + std::to_string(sample));
+           (sample == 0 ? std::string("plain") : sample == kSignsOnly ? std::string("signs256") : "search" + std::to_string(sample));
 }
 
 void bm_build(benchmark::State& state, std::string layer_name, wush_format f, std::size_t sample) {
@@ -69,8 +73,13 @@ void bm_build(benchmark::State& state, std::string layer_name, wush_format f, st
     if (sample > 0) {
         options.search.enabled = true;
         options.search.format = f;
-        options.search.sample_tokens = sample;
-        options.search.weight_rows = sample;
+        options.search.sample_tokens = sample == kSignsOnly ? 256 : sample;
+        options.search.weight_rows = options.search.sample_tokens;
+    }
+    if (sample == kSignsOnly) {
+        options.search.sign_patterns = 2;
+        options.search.rotations = 0;
+        options.search.screen_keep = 0;
     }
     for (auto _ : state) {
         const wush::BlockTransform t = wush::build_transform(options, cal, l.data.weight, l.data.spec.d_out);
@@ -91,15 +100,17 @@ int main(int argc, char** argv) {
     // with --benchmark_enable_random_interleaving=true so that a busy spell hits every variant).
     const auto summary = [&](const char* what, auto seconds) {
         std::printf("\nSummary (%s wall time of build_transform, ms; ratio = search / plain)\n", what);
-        std::printf("%-22s %10s %12s %8s %12s %8s\n", "layer/format", "plain", "search256", "ratio", "search64", "ratio");
+        std::printf("%-22s %10s %12s %8s %12s %8s %12s %8s\n", "layer/format", "plain", "search256", "ratio", "search64",
+                    "ratio", "signs256", "ratio");
         for (const char* ln : kLayers)
             for (wush_format f : kFormats) {
                 const double p = seconds(case_name(ln, f, 0));
                 const double s256 = seconds(case_name(ln, f, 256)), s64 = seconds(case_name(ln, f, 64));
-                if (p <= 0.0 || s256 < 0.0 || s64 < 0.0) continue;
-                std::printf("%-22s %10.1f %12.1f %8.2f %12.1f %8.2f\n",
+                const double sg = seconds(case_name(ln, f, kSignsOnly));
+                if (p <= 0.0 || s256 < 0.0 || s64 < 0.0 || sg < 0.0) continue;
+                std::printf("%-22s %10.1f %12.1f %8.2f %12.1f %8.2f %12.1f %8.2f\n",
                             (std::string(ln) + "/" + wush::formats::spec(f).name).c_str(), p * 1e3, s256 * 1e3,
-                            s256 / p, s64 * 1e3, s64 / p);
+                            s256 / p, s64 * 1e3, s64 / p, sg * 1e3, sg / p);
             }
     };
     summary("median", [&](const std::string& n) { return reporter.median_seconds(n); });

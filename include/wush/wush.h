@@ -395,7 +395,7 @@ typedef enum wush_option {
      * c = 1: the canonical signs; for MXFP4 and INT4 2 seeded random sign patterns, for NVFP4 8
      * seeded random rotations Q in place of H; the plain Hadamard, identity and random-rotation
      * blocks (the latter is block b of the random transform with the same WUSH_OPTION_SEED) —
-     * for NVFP4 every one first scored on a quarter of the sample and the best 4 scored in full —
+     * for NVFP4 every one first scored on a quarter of the sample and the best 2 scored in full —
      * then the winner at c = 2^(k/8), k = 0..7, searched coarse to fine (the even k, then the
      * best one's two neighbours) — scored by the
      * block's own output error ||q(X_b T^T) q(W_b T^{-1})^T - X_b W_b^T||^2 with both operands
@@ -411,7 +411,7 @@ typedef enum wush_option {
      * chooses each block from its updated weights before its column pass);
      * wush_transform_build() of WUS/WUSH with the search on fails with INVALID_ARGUMENT. The
      * data-free kinds (I, H, R) ignore it. Cost per block: 11 scored candidates (MXFP4, INT4);
-     * for NVFP4 11 screened on a quarter of the sample plus 10 scored in full. */
+     * for NVFP4 11 screened on a quarter of the sample plus 8 scored in full. */
     WUSH_OPTION_SEARCH = 3,
     /* int, default 256, bounds [16, 65536]: the search's sample size: tokens per block, and weight
      * rows per block (evenly strided; all rows when d_out is smaller). Cost and noise trade here:

@@ -274,7 +274,7 @@ CandidateCounts search_candidate_counts(const SearchOptions& options, wush_forma
         return set == SearchOptions::kByFormat ? by_format : set;
     };
     return {pick(options.sign_patterns, nv ? 0 : 2), pick(options.rotations, nv ? 8 : 0),
-            pick(options.screen_keep, nv ? 4 : 0)};
+            pick(options.screen_keep, nv ? 2 : 0)};
 }
 
 std::vector<double> transformed_inverse_factor(std::span<const double> t_w, std::span<const double> u_bb, std::size_t g) {

@@ -84,8 +84,8 @@ double block_score(const formats::FormatSpec& format, const float* t_act, std::s
 
 // The stage-1 candidate counts a search runs with: the options' own where set, else the
 // format's measured defaults (docs/EVAL.md): MXFP4 and INT4 2 sign patterns, no rotations (they
-// never won for MXFP4), no screening; NVFP4 8 rotations, no sign patterns, the best 4 of the
-// screened 11 scored in full (rotations took the median held-out gain from 3% to 7.6%).
+// never won for MXFP4), no screening; NVFP4 8 rotations, no sign patterns, the best 2 of the
+// screened 11 scored in full (rotations took NVFP4's median held-out gain from about 3% to 7%).
 struct CandidateCounts {
     std::size_t sign_patterns, rotations, screen_keep;
 };

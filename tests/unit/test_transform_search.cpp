@@ -536,7 +536,7 @@ TEST(TransformSearch, LowersHeldOutLossOnABuiltInLayer) {
         const BlockTransform ts = build_transform(searched, fx.cal, fx.layer.weight, d_out);
         const double lp = eval::layer_loss(tp, f, fx.layer.weight, d_out, fx.layer.heldout, n_held);
         const double ls = eval::layer_loss(ts, f, fx.layer.weight, d_out, fx.layer.heldout, n_held);
-        EXPECT_LT(ls, 0.97 * lp) << f.name;  // measured: -9.4% (MXFP4), -9.5% (NVFP4)
+        EXPECT_LT(ls, 0.97 * lp) << f.name;  // measured: -6.5% (MXFP4), -25.2% (NVFP4, with its rotations)
     }
 }
 
@@ -731,7 +731,7 @@ TEST(TransformSearchExperiment, DISABLED_CandidateSets) {
         : which == "pool" ? std::vector<Variant>{{"s2", 2, 0, 0}, {"pool-s2", 2, 0, 0, true}, {"pool-s16", 16, 0, 0, true},
                                                  {"pool-s0r8k4", 0, 8, 4, true}, {"pool-s0r16", 0, 16, 0, true}}
                           : std::vector<Variant>{{"s2r0", 2, 0, 0}, {"s2r0k3", 2, 0, 3}, {"s0r8", 0, 8, 0},
-                                                 {"s0r8k3", 0, 8, 3}, {"s0r8k4", 0, 8, 4}, {"s2r8k4", 2, 8, 4},
+                                                 {"s0r8k3", 0, 8, 3}, {"s0r8k4", 0, 8, 4}, {"s0r8k2", 0, 8, 2}, {"s2r8k4", 2, 8, 4},
                                                  {"s0r12k4", 0, 12, 4}, {"s2r4k3", 2, 4, 3}};
     const char* fmts = std::getenv("WUSH_EXP_FORMATS");
     for (wush_format fmt : {WUSH_FORMAT_NVFP4, WUSH_FORMAT_MXFP4, WUSH_FORMAT_INT4}) {
