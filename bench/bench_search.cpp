@@ -11,7 +11,7 @@
 // rotations' cost is read within one run (this VM's plain build moves by 2x between runs).
 // Two summaries print the median and the fastest repetition's times and the ratios search / plain.
 //
-// Run: bench_search --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
+// Run: bench_search --benchmark_repetitions=7 --benchmark_enable_random_interleaving=true
 // (the summaries use the median and the fastest repetition)
 #include <benchmark/benchmark.h>
 
@@ -34,10 +34,17 @@ using wush::TransformKind;
 using wush::TransformOptions;
 
 constexpr std::size_t kCalibrationTokens = 2048;
-constexpr std::size_t kSignsOnly = 1;  // the "signs256" variant
 constexpr const char* kLayers[] = {"small_512x256", "4096x4096"};
 constexpr wush_format kFormats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4};
-constexpr std::size_t kSamples[] = {0, 256, 64, kSignsOnly};  // 0 = no search
+// The timed variants: name, the search's sample (0 = no search), and whether the candidate set
+// is forced to the 2-sign-pattern one (signs256).
+struct Variant {
+    const char* name;
+    std::size_t sample;
+    bool signs_only;
+};
+constexpr Variant kVariants[] = {{"plain", 0, false}, {"search256", 256, false}, {"search64", 64, false},
+                                 {"signs256", 256, true}};
 
 struct Layer {
     wush::eval::SyntheticLayer data;
@@ -60,23 +67,22 @@ Layer& layer(const std::string& name, std::size_t g) {
     return *slot;
 }
 
-std::string case_name(const char* layer_name, wush_format f, std::size_t sample) {
-    return std::string(layer_name) + "/" + wush::formats::spec(f).name + "/" +
-           (sample == 0 ? std::string("plain") : sample == kSignsOnly ? std::string("signs256") : "search" + std::to_string(sample));
+std::string case_name(const char* layer_name, wush_format f, const Variant& v) {
+    return std::string(layer_name) + "/" + wush::formats::spec(f).name + "/" + v.name;
 }
 
-void bm_build(benchmark::State& state, std::string layer_name, wush_format f, std::size_t sample) {
+void bm_build(benchmark::State& state, std::string layer_name, wush_format f, Variant v) {
     const wush::formats::FormatSpec& format = wush::formats::spec(f);
     Layer& l = layer(layer_name, format.group);
     const Calibrator& cal = *l.calibrators[format.group];
     TransformOptions options(TransformKind::WUSH, 0.01, 1);
-    if (sample > 0) {
+    if (v.sample > 0) {
         options.search.enabled = true;
         options.search.format = f;
-        options.search.sample_tokens = sample == kSignsOnly ? 256 : sample;
-        options.search.weight_rows = options.search.sample_tokens;
+        options.search.sample_tokens = v.sample;
+        options.search.weight_rows = v.sample;
     }
-    if (sample == kSignsOnly) {
+    if (v.signs_only) {
         options.search.sign_patterns = 2;
         options.search.rotations = 0;
         options.search.screen_keep = 0;
@@ -92,7 +98,8 @@ void bm_build(benchmark::State& state, std::string layer_name, wush_format f, st
 int main(int argc, char** argv) {
     for (const char* ln : kLayers)
         for (wush_format f : kFormats)
-            for (std::size_t s : kSamples) wush::bench::register_wall_ms(case_name(ln, f, s), bm_build, std::string(ln), f, s);
+            for (const Variant& v : kVariants)
+                wush::bench::register_wall_ms(case_name(ln, f, v), bm_build, std::string(ln), f, v);
     wush::bench::CollectingReporter reporter;
     if (!wush::bench::run_benchmarks(argc, argv, reporter)) return 1;
 
@@ -104,9 +111,10 @@ int main(int argc, char** argv) {
                     "ratio", "signs256", "ratio");
         for (const char* ln : kLayers)
             for (wush_format f : kFormats) {
-                const double p = seconds(case_name(ln, f, 0));
-                const double s256 = seconds(case_name(ln, f, 256)), s64 = seconds(case_name(ln, f, 64));
-                const double sg = seconds(case_name(ln, f, kSignsOnly));
+                const double p = seconds(case_name(ln, f, kVariants[0]));
+                const double s256 = seconds(case_name(ln, f, kVariants[1]));
+                const double s64 = seconds(case_name(ln, f, kVariants[2]));
+                const double sg = seconds(case_name(ln, f, kVariants[3]));
                 if (p <= 0.0 || s256 < 0.0 || s64 < 0.0 || sg < 0.0) continue;
                 std::printf("%-22s %10.1f %12.1f %8.2f %12.1f %8.2f %12.1f %8.2f\n",
                             (std::string(ln) + "/" + wush::formats::spec(f).name).c_str(), p * 1e3, s256 * 1e3,

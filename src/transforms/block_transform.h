@@ -47,7 +47,7 @@ struct SearchOptions {
 enum class SearchBase : std::uint8_t { Solution = 0, Hadamard = 1, Identity = 2, Random = 3, Rotated = 4 };
 struct BlockChoice {
     SearchBase base = SearchBase::Solution;
-    std::uint8_t sign_pattern = 0;  // 0 = the canonical signs
+    std::uint8_t sign_pattern = 0;  // 0 = the canonical signs; for Rotated, which rotation (1..)
     std::uint8_t scale_step = 0;    // c = 2^(scale_step / scale_steps)
     double score = 0.0;             // the chosen candidate's score
     double plain_score = 0.0;       // the unsearched solution's score (canonical signs, c = 1)

@@ -392,7 +392,7 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
     }
     // Screening: with more candidates than screen_keep, each is first scored on a quarter of the
     // sample (every 4th token and weight row) and only the best screen_keep are scored in full —
-    // what makes NVFP4's 8 rotations affordable (measured to choose as well, docs/EVAL.md).
+    // what makes NVFP4's 8 rotations affordable (measured to choose about as well, docs/EVAL.md).
     if (counts.screen_keep > 0 && entries.size() > counts.screen_keep && sample.n >= 8 && sample.rows >= 8) {
         const BlockSample quarter = subsample(sample, 4, g);
         Workspace wq(quarter, g);
