@@ -144,29 +144,53 @@ inline const ScaleEntry& nvfp4_entry(std::uint8_t code, double divisor) {
 // amax >= 0, without the float64 rounding helpers per group. The code never decreases as amax
 // grows (an exact product, a division and a saturating rounding, all monotone), so it is the
 // number of code boundaries at or below amax: the smallest float with each code 1..126, found
-// once by bisection over the float bit patterns (whose order is that of non-negative floats),
-// then counted by a branch-free binary search.
-inline std::uint8_t nvfp4_scale_code(double amax) {
-    static const std::array<float, 128> bound = [] {
+// once by bisection over the float bit patterns (whose order is that of non-negative floats).
+// Counting them per group by a binary search was a third of the search's round trip (seven
+// dependent, unpredictable branches), so a table indexed by amax's exponent and top 4 mantissa
+// bits gives the code at the start of amax's cell, and one comparison with the next boundary
+// finishes it: a cell spans 1/16 to 1/32 of an octave, less than the gap between two
+// boundaries (1/8 of an octave of E4M3 values in the normal range, a fixed step of 2^-9 * 6/10
+// in the subnormal one, where cells are narrower still), so no cell holds two of them (the
+// table's construction checks it; tests/unit/test_transform_search.cpp compares the codes with
+// e4m3_encode over a sweep of the floats).
+struct Nvfp4ScaleTable {
+    std::array<float, 128> bound{};     // bound[c - 1]: the smallest float with code c; +Inf pads
+    std::array<std::uint8_t, 4096> cell{};  // the code of the smallest float of cell bits >> 19
+    bool one_boundary_per_cell = true;
+};
+
+inline const Nvfp4ScaleTable& nvfp4_scale_table() {
+    static const Nvfp4ScaleTable table = [] {
         const auto code_of = [](std::uint32_t bits) {
             return codec::e4m3_encode(double(std::bit_cast<float>(bits)) * 10.0 / 6.0);
         };
-        std::array<float, 128> b{};
+        Nvfp4ScaleTable t;
         for (int c = 1; c <= 126; ++c) {
             std::uint32_t lo = 0, hi = 0x7F7FFFFFu;  // code_of(lo) < c <= code_of(hi)
             while (hi - lo > 1) {
                 const std::uint32_t mid = lo + (hi - lo) / 2;
                 (code_of(mid) >= c ? hi : lo) = mid;
             }
-            b[c - 1] = std::bit_cast<float>(hi);
+            t.bound[c - 1] = std::bit_cast<float>(hi);
         }
-        b[126] = b[127] = std::numeric_limits<float>::infinity();  // pads to 128: k stays <= 126
-        return b;
+        t.bound[126] = t.bound[127] = std::numeric_limits<float>::infinity();
+        // Cells of finite floats only: the last cells (the exponent 255) hold Inf and NaN.
+        for (std::uint32_t k = 0; k < 4096 - 16; ++k) {
+            const std::uint32_t first = k << 19, last = first + ((1u << 19) - 1);
+            t.cell[k] = code_of(first);
+            t.one_boundary_per_cell &= code_of(last) <= t.cell[k] + 1;
+        }
+        for (std::uint32_t k = 4096 - 16; k < 4096; ++k) t.cell[k] = 126;
+        return t;
     }();
+    return table;
+}
+
+inline std::uint8_t nvfp4_scale_code(double amax) {
+    const Nvfp4ScaleTable& t = nvfp4_scale_table();
     const float a = float(amax);  // exact: callers pass a float's maximum
-    int k = 0;
-    for (int step = 64; step > 0; step >>= 1) k += bound[k + step - 1] <= a ? step : 0;
-    return std::uint8_t(k);
+    const std::uint8_t k = t.cell[std::bit_cast<std::uint32_t>(a) >> 19];
+    return std::uint8_t(k + (a >= t.bound[k] ? 1 : 0));
 }
 
 // group_amax for finite floats: for finite floats the order of |x| is the order of their bits

@@ -42,28 +42,8 @@ void fill_weight_rows(BlockSample& s, std::span<const double> w_slice, std::size
         for (std::size_t j = 0; j < g; ++j) s.w[i * g + j] = float(w_slice[rows[i] * g + j]);
 }
 
-// a^T a (G x G, float32) of n x G row-major float64 rows, accumulated in float64.
-std::vector<float> gram(const double* a, std::size_t n, std::size_t g) {
-    std::vector<double> c(g * g, 0.0);
-    if (n > 0)
-        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(g), int(g), int(n), 1.0, a, int(g), a, int(g), 0.0,
-                    c.data(), int(g));
-    return {c.begin(), c.end()};
-}
-
-// What every score needs besides the candidate: the float64 weight rows (GPTQ's pass) and the
-// float32 Grams X^T X (per half of the tokens) and W^T W (accumulated in float64), from which a
-// candidate's Xt^T Xt = T X^T X T^T and Wt^T Wt are G x G x G products instead of passes over
-// the sample.
-void fill_reference(BlockSample& s, std::size_t g) {
-    const std::vector<double> x(s.x.begin(), s.x.end());
-    s.wd.assign(s.w.begin(), s.w.end());
-    s.ww = gram(s.wd.data(), s.rows, g);
-    // X^T X of each half of the tokens (Score below): the first n/2 and the rest.
-    const std::size_t first = s.n / 2;
-    s.xx_half[0] = gram(x.data(), first, g);
-    s.xx_half[1] = gram(x.data() + first * g, s.n - first, g);
-}
+// What GPTQ's weight pass needs besides the candidate: the weight rows in float64.
+void fill_reference(BlockSample& s) { s.wd.assign(s.w.begin(), s.w.end()); }
 
 std::vector<float> to_storage(const std::vector<double>& m, wush_dtype storage) {
     std::vector<float> out(m.size());
@@ -104,7 +84,7 @@ BlockSample surrogate_sample(std::span<const double> m_x, std::span<const double
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.n), int(g), int(g), 1.0, noise.data(), int(g),
                 l.data(), int(g), 0.0, x.data(), int(g));
     s.x.assign(x.begin(), x.end());
-    fill_reference(s, g);
+    fill_reference(s);
     return s;
 }
 
@@ -115,7 +95,7 @@ BlockSample token_sample(std::span<const float> x_block, std::size_t n, std::spa
     fill_weight_rows(s, w_slice, d_out, g, options.weight_rows);
     s.n = n;
     s.x.assign(x_block.begin(), x_block.end());
-    fill_reference(s, g);
+    fill_reference(s);
     return s;
 }
 
@@ -123,13 +103,14 @@ namespace {
 
 // The buffers of one block's scores, allocated once per block rather than per candidate (the
 // larger ones would otherwise be fresh pages from the allocator every time). xcat and wcat hold
-// the rows [Ex_i Xt_i] and [Ew_i Wt_i]: the transformed sample and its quantization error.
+// the rows [Ex_i Xt_i] and [Ew_i Wt_i]: the transformed sample and its quantization error; gx and
+// gw their 2G x 2G Grams (cat_gram).
 struct Workspace {
-    std::vector<float> xcat, wcat, gx, gw, tmp, xtxt, wtwt;
+    std::vector<float> xcat, wcat, gx, gw;
     std::vector<double> wtd, row;  // GPTQ: Wt in float64, one row
     Workspace(const BlockSample& s, std::size_t g)
-        : xcat(2 * s.n * g), wcat(2 * s.rows * g), gx(2 * g * g), gw(2 * g * g), tmp(g * g), xtxt(g * g),
-          wtwt(g * g), wtd(s.u_bb.empty() ? 0 : s.rows * g), row(g) {}
+        : xcat(2 * s.n * g), wcat(2 * s.rows * g), gx(4 * g * g), gw(4 * g * g),
+          wtd(s.u_bb.empty() ? 0 : s.rows * g), row(g) {}
 };
 
 // The right halves of the n rows of cat (n x 2G) hold V; the left halves become q(V) - V, the
@@ -177,11 +158,15 @@ bool gptq_errors(const formats::FormatSpec& format, const float* t_wf, std::size
     return true;
 }
 
-// out = M S M^T for G x G row-major M and symmetric S (the Gram of a transformed sample).
-void congruence(const float* m, const std::vector<float>& sym, std::size_t g, std::vector<float>& tmp, float* out) {
-    const int ig = int(g);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ig, ig, ig, 1.0f, m, ig, sym.data(), ig, 0.0f, tmp.data(), ig);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ig, ig, ig, 1.0f, tmp.data(), ig, m, ig, 0.0f, out, ig);
+// c = cat^T cat (2G x 2G, all entries) for the n rows of cat = [E V] (n x 2G): E^T E top left,
+// E^T V top right, V^T E bottom left, V^T V bottom right. A symmetric rank-n update of the upper
+// triangle, then mirrored: one BLAS call per Gram, which at G = 16 costs more in per-call
+// overhead than in arithmetic.
+void cat_gram(const float* cat, std::size_t n, std::size_t g, float* c) {
+    const std::size_t m = 2 * g;
+    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, int(m), int(n), 1.0f, cat, int(m), 0.0f, c, int(m));
+    for (std::size_t i = 1; i < m; ++i)
+        for (std::size_t j = 0; j < i; ++j) c[i * m + j] = c[j * m + i];
 }
 
 // A candidate's score, split over the two halves of the token sample (the first n/2 tokens and
@@ -201,10 +186,10 @@ constexpr Score kInfScore{{kInf, kInf}};
 // error is Xq Wq^T - Xt Wt^T = Ex Wq^T + Xt Ew^T and
 //   ||E||^2 = tr(Ex^T Ex Wq^T Wq) + 2 tr(Ex^T Xt Ew^T Wq) + tr(Xt^T Xt Ew^T Ew),
 // traces of G x G Gram matrices ((n + r) G^2 work instead of the n r G of forming the product),
-// the X-side Grams per half of the tokens. Written in the errors, no term cancels against
-// another, so float32 Grams (twice the throughput of float64) keep the score to about 1e-7
-// relative (measured); expanding in Xq and Wq instead subtracts ||X W^T||^2-sized terms and
-// needs float64.
+// all of them blocks of the Grams of [Ex Xt] (per half of the tokens) and [Ew Wt]. Written in the
+// errors, no term cancels against another, so float32 Grams (twice the throughput of float64)
+// keep the score to about 1e-7 relative (measured); expanding in Xq and Wq instead subtracts
+// ||X W^T||^2-sized terms and needs float64.
 Score score_pair(const formats::FormatSpec& format, const float* t_act, const float* t_wf, std::size_t g,
                  const BlockSample& s, Workspace& ws) {
     const int ig = int(g), i2g = 2 * ig;
@@ -219,31 +204,26 @@ Score score_pair(const formats::FormatSpec& format, const float* t_act, const fl
     } else if (!gptq_errors(format, t_wf, g, s, ws)) {
         return kInfScore;
     }
-    // [Ew Wt]^T Ew: rows 0..G-1 Ew^T Ew, rows G..2G-1 Wt^T Ew; the same of [Ex Xt] per half below.
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i2g, ig, int(s.rows), 1.0f, ws.wcat.data(), i2g,
-                ws.wcat.data(), i2g, 0.0f, ws.gw.data(), ig);
-    congruence(t_wf, s.ww, g, ws.tmp, ws.wtwt.data());  // Wt^T Wt
-    const float* ewew = ws.gw.data();
-    const float* wtew = ws.gw.data() + g * g;
+    // Blocks of a 2G x 2G Gram c at (row block, column block), leading dimension 2G.
+    const std::size_t ld = 2 * g;
+    const auto at = [&](const std::vector<float>& c, std::size_t rb, std::size_t cb, std::size_t i, std::size_t j) {
+        return double(c[(rb * g + i) * ld + cb * g + j]);
+    };
+    cat_gram(ws.wcat.data(), s.rows, g, ws.gw.data());
     Score score;
     for (int h = 0; h < 2; ++h) {
         const std::size_t first = h == 0 ? 0 : s.n / 2, count = h == 0 ? s.n / 2 : s.n - s.n / 2;
         if (count == 0) continue;
-        const float* cat = ws.xcat.data() + first * 2 * g;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i2g, ig, int(count), 1.0f, cat, i2g, cat, i2g, 0.0f,
-                    ws.gx.data(), ig);
-        congruence(t_act, s.xx_half[h], g, ws.tmp, ws.xtxt.data());  // Xt^T Xt
-        const float* exex = ws.gx.data();
-        const float* xtex = ws.gx.data() + g * g;
+        cat_gram(ws.xcat.data() + first * 2 * g, count, g, ws.gx.data());
         // Wq^T Wq = Wt^T Wt + Wt^T Ew + Ew^T Wt + Ew^T Ew and Ew^T Wq = Ew^T Wt + Ew^T Ew; the
         // traces tr(A B) of symmetric A, B are sums of A_ij B_ij, tr((Xt^T Ex)^T (Ew^T Wq)) likewise.
         double sum = 0.0;
         for (std::size_t i = 0; i < g; ++i)
             for (std::size_t j = 0; j < g; ++j) {
-                const std::size_t ij = i * g + j, ji = j * g + i;
-                const double wqwq = double(ws.wtwt[ij]) + wtew[ij] + wtew[ji] + ewew[ij];
-                const double ewwq = double(wtew[ji]) + ewew[ij];
-                sum += exex[ij] * wqwq + 2.0 * double(xtex[ij]) * ewwq + double(ws.xtxt[ij]) * ewew[ij];
+                const double ewew = at(ws.gw, 0, 0, i, j), wtew = at(ws.gw, 1, 0, i, j), ewwt = at(ws.gw, 0, 1, i, j);
+                const double wqwq = at(ws.gw, 1, 1, i, j) + wtew + ewwt + ewew;
+                const double ewwq = ewwt + ewew;
+                sum += at(ws.gx, 0, 0, i, j) * wqwq + 2.0 * at(ws.gx, 1, 0, i, j) * ewwq + at(ws.gx, 1, 1, i, j) * ewew;
             }
         // Rounding can leave a tiny negative where the error is ~0 (an exactly representable block).
         if (!std::isfinite(sum)) return kInfScore;
@@ -252,7 +232,7 @@ Score score_pair(const formats::FormatSpec& format, const float* t_act, const fl
     return score;
 }
 
-// Every `factor`-th token and weight row of s, with its own Grams (the screening sample).
+// Every `factor`-th token and weight row of s (the screening sample).
 BlockSample subsample(const BlockSample& s, std::size_t factor, std::size_t g) {
     BlockSample q;
     q.n = s.n / factor;
@@ -261,7 +241,7 @@ BlockSample subsample(const BlockSample& s, std::size_t factor, std::size_t g) {
         q.x.insert(q.x.end(), s.x.begin() + i * factor * g, s.x.begin() + (i * factor + 1) * g);
     for (std::size_t i = 0; i < q.rows; ++i)
         q.w.insert(q.w.end(), s.w.begin() + i * factor * g, s.w.begin() + (i * factor + 1) * g);
-    fill_reference(q, g);
+    fill_reference(q);
     q.u_bb = s.u_bb;
     return q;
 }
@@ -372,7 +352,10 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
         if (a_ok) entries.push_back({{apply_pd(a, d), apply_pd(a_it, d)}, SearchBase::Solution, k});
     }
     // Q A for seeded random rotations Q in place of H: as exact as H A (Q orthogonal, so its
-    // inverse-transpose is Q A^{-T}), and a different spread of the block over the group.
+    // inverse-transpose is Q A^{-T}), and a different spread of the block over the group. Each
+    // block draws its own: one set shared by all blocks of a layer, tried to save the QRs, lost
+    // badly on a real FFN down-projection (docs/EVAL.md) — the layer loss has cross terms
+    // between blocks, which the same rotation everywhere correlates.
     for (std::size_t k = 1; a_ok && k <= counts.rotations; ++k) {
         const std::vector<double> q = random_rotation(g, rng::mix_seed(seed ^ 0xA07A7Eull) + block * 64 + k);
         std::vector<double> t(gg), tw(gg);

@@ -23,7 +23,8 @@
 // products of the blocks' quantization errors, which are nearly uncorrelated across blocks, so
 // minimizing each block's own term is the diagonal (block-separable) approximation of the loss.
 // The search is greedy in two stages: (1) the base matrix among {P D_k A : D_0 = the canonical
-// signs, D_1..D_S seeded random sign patterns}, {Q_k A : k = 1..K seeded random rotations} and
+// signs, D_1..D_S seeded random sign patterns}, {Q_k A : k = 1..K seeded random rotations, each
+// block its own} and
 // {H, I, R_b}, at c = 1 — with screening, every one of them first scored on a quarter of the
 // sample and only the best few in full; (2) the scale c = 2^(k/K)
 // of the stage-1 winner, coarse to fine on the circle k = 0..K-1 (c and 2c quantize alike): the
@@ -51,9 +52,7 @@ struct BlockSample {
     std::size_t rows = 0;    // weight rows
     std::vector<float> x;    // n x G
     std::vector<float> w;    // rows x G
-    std::vector<double> wd;      // w in float64
-    std::vector<float> ww;           // the G x G Gram W_b^T W_b
-    std::vector<float> xx_half[2];   // X_b^T X_b of the first n/2 tokens and of the rest
+    std::vector<double> wd;  // w in float64 (GPTQ's pass)
     // GPTQ only (else empty): the G x G upper factor U_bb of the block's inverse Hessian
     // (U^T U = H^{-1}, rows and columns of the block); the weight side is then scored by GPTQ's
     // in-block pass instead of RTN.

@@ -148,7 +148,7 @@ TEST(TransformSearch, RoundTripGroupIsQuantizeThenDequantize) {
     }
 }
 
-// The round trip's NVFP4 scale code (boundaries counted) is quantize_group_nvfp4's
+// The round trip's NVFP4 scale code (table cell, then one boundary) is quantize_group_nvfp4's
 // e4m3_encode(amax * 10 / 6) for every amax: a sweep over the float bit patterns from 0 to
 // beyond saturation (every 61st float: each E4M3 code spans many thousands of floats, so every
 // code and both neighbours of every boundary region are hit), plus each boundary's neighbours.
@@ -173,6 +173,8 @@ TEST(TransformSearch, Nvfp4ScaleCodeIsTheE4m3Encoding) {
         }
     }
     EXPECT_EQ(codes_seen, 127);  // 0..126: every code, saturation included
+    // The table's premise: no cell of amax (exponent, top 4 mantissa bits) spans two boundaries.
+    EXPECT_TRUE(formats::round_trip_detail::nvfp4_scale_table().one_boundary_per_cell);
     EXPECT_EQ(formats::round_trip_detail::nvfp4_scale_code(3.0e38), 126);
 }
 
