@@ -1,9 +1,10 @@
 #include "transforms/block_transform.h"
 
-#include <atomic>
-
 #include <cblas.h>
 #include <lapacke.h>
+#include <omp.h>
+
+#include <atomic>
 
 #include <algorithm>
 #include <climits>
@@ -162,16 +163,23 @@ std::vector<double> weight_slice(std::span<const float> w, std::size_t d_out, st
 
 std::vector<std::vector<double>> weight_slices(std::span<const float> w, std::size_t d_out, std::size_t d_in,
                                                std::size_t g, std::size_t first, std::size_t count) {
+    std::vector<std::vector<double>> slices(count);
+    fill_weight_slices(w, d_out, d_in, g, first, slices);
+    return slices;
+}
+
+void fill_weight_slices(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::size_t g,
+                        std::size_t first, std::span<std::vector<double>> slices) {
+    const std::size_t count = slices.size();
     require(g > 0 && d_in % g == 0 && count > 0 && first < d_in / g && count <= d_in / g - first,
             "weight_slice: bad block geometry");
     require(d_out > 0 && w.size() >= checked_mul(d_out, d_in, "weight size"), "weight_slice: weight too small");
-    std::vector<std::vector<double>> slices(count, std::vector<double>(checked_mul(d_out, g, "slice size")));
+    for (std::vector<double>& s : slices) s.resize(checked_mul(d_out, g, "slice size"));
     for (std::size_t r = 0; r < d_out; ++r) {
         const float* row = w.data() + r * d_in + first * g;
         for (std::size_t k = 0; k < count; ++k)
             for (std::size_t j = 0; j < g; ++j) slices[k][r * g + j] = row[k * g + j];
     }
-    return slices;
 }
 
 std::vector<double> weight_second_moment(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::size_t g,
@@ -224,9 +232,18 @@ std::vector<double> inverse_transpose(const float* t, std::size_t g) {
 
 namespace {
 
-// Blocks whose weight slices build_transform reads in one pass (weight_slices): enough to share
-// each row's memory page, few enough that the two threads still balance on small layers.
-constexpr std::size_t kSliceChunk = 4;
+// How many blocks build_transform reads per pass over the weight rows (fill_weight_slices). A
+// block's columns are G floats of every row, and every row lies on its own memory pages, so a
+// pass costs about one TLB miss per row however many columns it takes: 256 columns (1 KiB of each
+// row) make those a small part of the read (measured against 64 columns, 4 blocks at G = 16: the
+// slices took 40-50% less time, docs/PERFORMANCE.md). Bounded so that a chunk's float64 slices
+// stay within 8 MiB per thread and every thread still gets a chunk of a small layer.
+std::size_t slice_chunk(std::size_t blocks, std::size_t g, std::size_t d_out) {
+    constexpr std::size_t kColumns = 256, kBytes = std::size_t(8) << 20;
+    const std::size_t threads = std::size_t(std::max(omp_get_max_threads(), 1));
+    const std::size_t by_bytes = kBytes / (d_out * g * sizeof(double));
+    return std::max<std::size_t>(1, std::min({kColumns / g, by_bytes, blocks / threads}));
+}
 
 // Runs body(first, n) for consecutive chunks of `chunk` blocks in parallel (n < chunk only for
 // the last) and rethrows the first exception on the calling thread (exceptions must not cross
@@ -411,9 +428,15 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
         fell_back[b] = s.fell_back;
         deficient[b] = s.rank_deficient;
     };
-    // Blocks in chunks of kSliceChunk, whose weight slices are read in one pass (weight_slices).
-    parallel_block_chunks(c, kSliceChunk, [&](std::size_t first, std::size_t count) {
-        const std::vector<std::vector<double>> slices = weight_slices(weight, d_out, d_in, g, first, count);
+    // Blocks in chunks whose weight slices are read in one pass (fill_weight_slices) into each
+    // thread's own vectors, kept from chunk to chunk.
+    const std::size_t chunk = slice_chunk(c, g, d_out);
+    std::vector<std::vector<std::vector<double>>> thread_slices(std::size_t(std::max(omp_get_max_threads(), 1)),
+                                                                std::vector<std::vector<double>>(chunk));
+    parallel_block_chunks(c, chunk, [&](std::size_t first, std::size_t count) {
+        const std::span<std::vector<double>> slices =
+            std::span(thread_slices[std::size_t(omp_get_thread_num())]).first(count);
+        fill_weight_slices(weight, d_out, d_in, g, first, slices);
         for (std::size_t i = 0; i < count; ++i) build_block(first + i, slices[i]);
     }, progress);
     for (std::size_t b = 0; b < c; ++b) {

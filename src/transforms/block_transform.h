@@ -106,6 +106,13 @@ std::vector<double> weight_slice(std::span<const float> w, std::size_t d_out, st
 std::vector<std::vector<double>> weight_slices(std::span<const float> w, std::size_t d_out, std::size_t d_in,
                                                std::size_t g, std::size_t first, std::size_t count);
 
+// The same into `slices` (one per block from `first`, each resized to d_out x G): a caller that
+// reuses its vectors from chunk to chunk keeps their memory, where fresh ones of this size are
+// fresh pages from the system each time (page faults were half the plain build's time on a
+// 4096 x 4096 layer, docs/PERFORMANCE.md).
+void fill_weight_slices(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::size_t g,
+                        std::size_t first, std::span<std::vector<double>> slices);
+
 // M_W of block b: W_b^T W_b / d_out with W_b the d_out x G column slice of the framework weight
 // (= the paper's W_i W_i^T / d_out). G x G row-major float64.
 std::vector<double> weight_second_moment(std::span<const float> w, std::size_t d_out, std::size_t d_in,
