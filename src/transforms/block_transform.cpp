@@ -1,10 +1,10 @@
 #include "transforms/block_transform.h"
 
+#include <atomic>
+
 #include <cblas.h>
 #include <lapacke.h>
 #include <omp.h>
-
-#include <atomic>
 
 #include <algorithm>
 #include <climits>

@@ -42,9 +42,6 @@ void fill_weight_rows(BlockSample& s, std::span<const double> w_slice, std::size
         for (std::size_t j = 0; j < g; ++j) s.w[i * g + j] = float(w_slice[rows[i] * g + j]);
 }
 
-// What GPTQ's weight pass needs besides the candidate: the weight rows in float64.
-void fill_reference(BlockSample& s) { s.wd.assign(s.w.begin(), s.w.end()); }
-
 std::vector<float> to_storage(const std::vector<double>& m, wush_dtype storage) {
     std::vector<float> out(m.size());
     for (std::size_t i = 0; i < m.size(); ++i) out[i] = round_for_storage(float(m[i]), storage);
@@ -84,7 +81,6 @@ BlockSample surrogate_sample(std::span<const double> m_x, std::span<const double
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.n), int(g), int(g), 1.0, noise.data(), int(g),
                 l.data(), int(g), 0.0, x.data(), int(g));
     s.x.assign(x.begin(), x.end());
-    fill_reference(s);
     return s;
 }
 
@@ -95,7 +91,6 @@ BlockSample token_sample(std::span<const float> x_block, std::size_t n, std::spa
     fill_weight_rows(s, w_slice, d_out, g, options.weight_rows);
     s.n = n;
     s.x.assign(x_block.begin(), x_block.end());
-    fill_reference(s);
     return s;
 }
 
@@ -107,10 +102,10 @@ namespace {
 // gw their 2G x 2G Grams (cat_gram).
 struct Workspace {
     std::vector<float> xcat, wcat, gx, gw;
-    std::vector<double> wtd, row;  // GPTQ: Wt in float64, one row
+    std::vector<double> wd, wtd, row;  // GPTQ: W and Wt in float64, one row
     Workspace(const BlockSample& s, std::size_t g)
         : xcat(2 * s.n * g), wcat(2 * s.rows * g), gx(4 * g * g), gw(4 * g * g),
-          wtd(s.u_bb.empty() ? 0 : s.rows * g), row(g) {}
+          wd(s.u_bb.empty() ? s.w.end() : s.w.begin(), s.w.end()), wtd(s.u_bb.empty() ? 0 : s.rows * g), row(g) {}
 };
 
 // The right halves of the n rows of cat (n x 2G) hold V; the left halves become q(V) - V, the
@@ -139,7 +134,7 @@ bool gptq_errors(const formats::FormatSpec& format, const float* t_wf, std::size
     const std::vector<double> t_w(t_wf, t_wf + g * g);
     const std::vector<double> ubar = transformed_inverse_factor(t_w, s.u_bb, g);
     if (ubar.empty()) return false;
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.rows), int(g), int(g), 1.0, s.wd.data(), int(g),
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.rows), int(g), int(g), 1.0, ws.wd.data(), int(g),
                 t_w.data(), int(g), 0.0, ws.wtd.data(), int(g));
     std::uint8_t codes[kMaxGroupSize / 2] = {}, scale[4] = {};  // (initialized: -O3 cannot see they are written)
     double q[kMaxGroupSize];
@@ -241,7 +236,6 @@ BlockSample subsample(const BlockSample& s, std::size_t factor, std::size_t g) {
         q.x.insert(q.x.end(), s.x.begin() + i * factor * g, s.x.begin() + (i * factor + 1) * g);
     for (std::size_t i = 0; i < q.rows; ++i)
         q.w.insert(q.w.end(), s.w.begin() + i * factor * g, s.w.begin() + (i * factor + 1) * g);
-    fill_reference(q);
     q.u_bb = s.u_bb;
     return q;
 }

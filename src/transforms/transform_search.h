@@ -52,7 +52,6 @@ struct BlockSample {
     std::size_t rows = 0;    // weight rows
     std::vector<float> x;    // n x G
     std::vector<float> w;    // rows x G
-    std::vector<double> wd;  // w in float64 (GPTQ's pass)
     // GPTQ only (else empty): the G x G upper factor U_bb of the block's inverse Hessian
     // (U^T U = H^{-1}, rows and columns of the block); the weight side is then scored by GPTQ's
     // in-block pass instead of RTN.
