@@ -415,8 +415,8 @@ typedef enum wush_option {
     WUSH_OPTION_SEARCH = 3,
     /* int, default 256, bounds [16, 65536]: the search's sample size: tokens per block, and weight
      * rows per block (evenly strided; all rows when d_out is smaller). Cost and noise trade here:
-     * on a 4096 x 4096 layer, 64 makes the build about 1.3-2.9x the plain build's time, 256
-     * (default) 1.8-3.7x and chooses better (docs/PERFORMANCE.md). */
+     * on a 4096 x 4096 layer, 64 makes the build about 1.6-2.9x the plain build's time, 256
+     * (default) 2.5-3.7x and chooses better (docs/PERFORMANCE.md). */
     WUSH_OPTION_SEARCH_TOKENS = 4,
     WUSH_OPTION_ENUM_MIN_ = -2147483647 - 1,
     WUSH_OPTION_ENUM_MAX_ = 2147483647
