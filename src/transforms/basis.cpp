@@ -1,7 +1,5 @@
 #include "transforms/basis.h"
 
-#include <lapacke.h>
-
 #include <bit>
 #include <cmath>
 #include <string>
@@ -31,17 +29,31 @@ std::vector<double> random_rotation(std::size_t g, std::uint64_t seed) {
     rng::Rng rng(seed);
     std::vector<double> a(g * g);
     for (double& v : a) v = rng.gaussian();
-    const int n = int(g);
-    std::vector<double> tau(g);
-    if (LAPACKE_dgeqrf(LAPACK_ROW_MAJOR, n, n, a.data(), n, tau.data()) != 0)
-        fail(WUSH_ERR_NUMERICAL, "random rotation: dgeqrf failed");
-    // R's diagonal must be read before dorgqr overwrites a with Q.
-    std::vector<double> sign(g);
-    for (std::size_t k = 0; k < g; ++k) sign[k] = a[k * g + k] < 0.0 ? -1.0 : 1.0;
-    if (LAPACKE_dorgqr(LAPACK_ROW_MAJOR, n, n, n, a.data(), n, tau.data()) != 0)
-        fail(WUSH_ERR_NUMERICAL, "random rotation: dorgqr failed");
+    // Column k of Q is column k of A minus its projections on columns 0..k-1 of Q, normalized:
+    // the QR factorization whose R has a positive diagonal. Projecting out twice ("twice is
+    // enough") keeps Q orthogonal to rounding even where A is ill-conditioned. Columns are held
+    // transposed (cols[k * g + i] = A[i][k]) so each is contiguous.
+    std::vector<double> cols(g * g);
     for (std::size_t i = 0; i < g; ++i)
-        for (std::size_t k = 0; k < g; ++k) a[i * g + k] *= sign[k];
+        for (std::size_t k = 0; k < g; ++k) cols[k * g + i] = a[i * g + k];
+    for (std::size_t k = 0; k < g; ++k) {
+        double* v = cols.data() + k * g;
+        for (int pass = 0; pass < 2; ++pass)
+            for (std::size_t j = 0; j < k; ++j) {
+                const double* q = cols.data() + j * g;
+                double d = 0.0;
+                for (std::size_t i = 0; i < g; ++i) d += q[i] * v[i];
+                for (std::size_t i = 0; i < g; ++i) v[i] -= d * q[i];
+            }
+        double norm = 0.0;
+        for (std::size_t i = 0; i < g; ++i) norm += v[i] * v[i];
+        norm = std::sqrt(norm);
+        // A Gaussian matrix is singular with probability zero; a zero column would be a bug.
+        if (!(norm > 0.0)) fail(WUSH_ERR_NUMERICAL, "random rotation: the Gaussian matrix is singular");
+        for (std::size_t i = 0; i < g; ++i) v[i] /= norm;
+    }
+    for (std::size_t i = 0; i < g; ++i)
+        for (std::size_t k = 0; k < g; ++k) a[i * g + k] = cols[k * g + i];
     return a;
 }
 

@@ -11,9 +11,11 @@ namespace wush {
 // H[i][j] = (-1)^popcount(i & j) / sqrt(g); symmetric and orthogonal. g must be a power of two.
 std::vector<double> hadamard_matrix(std::size_t g);
 
-// A g x g orthogonal matrix drawn from the Haar measure: QR of a Gaussian matrix (LAPACKE dgeqrf +
-// dorgqr) with the columns of Q multiplied by sign(R_kk), without which Q would be biased. The same
-// seed gives the same matrix on every platform (own Gaussian sampler, see rng.h).
+// A g x g orthogonal matrix drawn from the Haar measure: the Q of the QR factorization of a
+// Gaussian matrix whose R has a positive diagonal (without that sign rule Q would be biased), by
+// Gram-Schmidt with reorthogonalization in float64. The same seed gives the same matrix on every
+// platform (own Gaussian sampler, see rng.h, and no BLAS or LAPACK): the search draws thousands of
+// these of size 16, where LAPACK's per-call cost was most of the time.
 std::vector<double> random_rotation(std::size_t g, std::uint64_t seed);
 
 // Row-major identity.

@@ -4,15 +4,14 @@
 #include <lapacke.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <limits>
 #include <string>
 
 #include "common/checked_math.h"
 #include "common/error.h"
+#include "cpu/round_trip_errors.h"
 #include "formats/feedback_group.h"
-#include "formats/round_trip.h"
 #include "transforms/basis.h"
 #include "transforms/rng.h"
 
@@ -109,20 +108,11 @@ struct Workspace {
 };
 
 // The right halves of the n rows of cat (n x 2G) hold V; the left halves become q(V) - V, the
-// RTN round trip's error, each row one group. False if a value is not finite (the quantizers
-// require finite input).
+// RTN round trip's error, each row one group (cpu/round_trip_errors.h: the same bits on every
+// ISA, so the ISA is the fastest this CPU has). False if a value is not finite.
 bool rtn_errors(const formats::FormatSpec& format, float* cat, std::size_t n, std::size_t g) {
-    for (std::size_t r = 0; r < n; ++r) {
-        float* e = cat + 2 * r * g;
-        const float* v = e + g;
-        std::uint32_t non_finite = 0;  // an all-ones exponent, accumulated without a branch
-        for (std::size_t j = 0; j < g; ++j) non_finite |= (~std::bit_cast<std::uint32_t>(v[j]) & 0x7F800000u) == 0;
-        if (non_finite) return false;
-        std::copy_n(v, g, e);
-        formats::round_trip_group(format, e, int(g));
-        for (std::size_t j = 0; j < g; ++j) e[j] -= v[j];
-    }
-    return true;
+    static const runtime::Isa isa = runtime::best_isa();
+    return runtime::round_trip_errors(format, cat, n, g, isa);
 }
 
 // The weight side by GPTQ's in-block pass over the transformed rows Wt = W T_w^T (float64), with

@@ -16,10 +16,13 @@
 #include <cmath>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "calibration/calibrator.h"
+#include "cpu/cpu_isa.h"
+#include "cpu/round_trip_errors.h"
 #include "eval/layer_loss.h"
 #include "eval/synthetic_layer.h"
 #include "formats/block_format.h"
@@ -176,6 +179,82 @@ TEST(TransformSearch, Nvfp4ScaleCodeIsTheE4m3Encoding) {
     // The table's premise: no cell of amax (exponent, top 4 mantissa bits) spans two boundaries.
     EXPECT_TRUE(formats::round_trip_detail::nvfp4_scale_table().one_boundary_per_cell);
     EXPECT_EQ(formats::round_trip_detail::nvfp4_scale_code(3.0e38), 126);
+}
+
+// Groups that exercise the round trip's every branch: every NVFP4 scale code's boundary and
+// every E8M0 exponent (amax just at and below each), elements on the scale's thresholds and one
+// float either side, subnormal and zero groups, both signs and -0.
+std::vector<float> boundary_rows(const formats::FormatSpec& f, std::size_t g) {
+    using namespace formats::round_trip_detail;
+    std::vector<float> amaxes = {0.0f, std::numeric_limits<float>::denorm_min(), 1e-40f, 3e38f};
+    if (f.id == WUSH_FORMAT_NVFP4)
+        for (int c = 0; c < 126; ++c) amaxes.push_back(nvfp4_scale_table().bound[c]);
+    else
+        for (int e = -126; e <= 127; ++e) amaxes.push_back(std::ldexp(1.0f, e));
+    std::vector<float> rows;
+    for (float top : amaxes)
+        for (float amax : {top, std::nextafter(top, 0.0f)}) {
+            const float* t = f.id == WUSH_FORMAT_NVFP4 ? nvfp4_entry(nvfp4_scale_code(amax), f.tensor_divisor).t
+                             : f.id == WUSH_FORMAT_INT4
+                                 ? nullptr
+                                 : mx_entry(formats::mx_scale_exponent(amax, f.id == WUSH_FORMAT_MXFP4_OCP),
+                                            f.id == WUSH_FORMAT_MXFP4_OCP, f.tensor_divisor).t;
+            std::vector<float> group(g, 0.0f);
+            group[0] = amax;
+            for (std::size_t j = 1; j < g; ++j) {
+                float v = t ? t[j % 7] : amax * float(j) / float(g);
+                if (j % 3 == 1) v = std::nextafter(v, 0.0f);
+                if (j % 3 == 2) v = std::nextafter(v, 1e38f);
+                v = std::min(v, amax);
+                group[j] = (j % 2 ? -v : v);
+            }
+            if (amax == 0.0f) group[1] = -0.0f;
+            rows.insert(rows.end(), group.begin(), group.end());
+        }
+    return rows;
+}
+
+// The search's round-trip errors (cpu/round_trip_errors.h) are round_trip_group's, bit for bit,
+// on every ISA this CPU runs: E = q(V) - V for each row of [E V], and false at a non-finite V.
+// The oracle is the scalar round trip, itself checked against quantize then dequantize above.
+TEST(TransformSearch, RoundTripErrorsAreTheSameOnEveryIsa) {
+    int isas_run = 0;
+    for (runtime::Isa isa : {runtime::Isa::Scalar, runtime::Isa::Avx2, runtime::Isa::Avx512Vnni}) {
+        if (!runtime::isa_supported(isa)) continue;
+        ++isas_run;
+        for (wush_format fmt : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_MXFP4_OCP, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}) {
+            const formats::FormatSpec& f = formats::spec(fmt);
+            const std::size_t g = f.group;
+            std::vector<float> v = boundary_rows(f, g);
+            std::vector<float> random = random_rows(600, g, 17);
+            for (std::size_t r = 0; r < 600; ++r)  // over many scales, as in the test above
+                for (std::size_t j = 0; j < g; ++j) random[r * g + j] *= std::ldexp(1.0f, int(r % 97) - 60);
+            v.insert(v.end(), random.begin(), random.end());
+            const std::size_t n = v.size() / g;
+            std::vector<float> cat(2 * n * g, 123.0f), want(n * g);
+            for (std::size_t r = 0; r < n; ++r) {
+                std::copy_n(v.begin() + r * g, g, cat.begin() + (2 * r + 1) * g);
+                std::copy_n(v.begin() + r * g, g, want.begin() + r * g);
+                formats::round_trip_group(f, want.data() + r * g, int(g));
+                for (std::size_t j = 0; j < g; ++j) want[r * g + j] -= v[r * g + j];
+            }
+            ASSERT_TRUE(runtime::round_trip_errors(f, cat.data(), n, g, isa));
+            for (std::size_t r = 0; r < n; ++r)
+                for (std::size_t j = 0; j < g; ++j) {
+                    ASSERT_EQ(std::bit_cast<std::uint32_t>(cat[(2 * r) * g + j]),
+                              std::bit_cast<std::uint32_t>(want[r * g + j]))
+                        << runtime::isa_name(isa) << " " << f.name << " row " << r << " element " << j << " of "
+                        << v[r * g + j];
+                    ASSERT_EQ(cat[(2 * r + 1) * g + j], v[r * g + j]);  // V is left as it was
+                }
+            for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+                std::vector<float> c2(cat);
+                c2[(2 * (n - 1) + 1) * g + g / 2] = -bad;  // the last row's V
+                EXPECT_FALSE(runtime::round_trip_errors(f, c2.data(), n, g, isa)) << f.name;
+            }
+        }
+    }
+    if (isas_run < 2) GTEST_SKIP() << "only the portable path could run: this CPU has no AVX2";
 }
 
 // The Gram-trace score is the float64 product error: with a transform whose float32 application

@@ -92,14 +92,33 @@ TEST(Basis, HadamardIsNormalizedAndOrthogonal) {
     EXPECT_THROW(hadamard_matrix(0), Error);
 }
 
+// A second implementation of the same Q: LAPACK's Householder QR of the same Gaussian draws,
+// the columns of Q flipped where R's diagonal is negative.
+Mat lapack_rotation(std::size_t g, std::uint64_t seed) {
+    rng::Rng r(seed);
+    Mat a(g * g);
+    for (double& v : a) v = r.gaussian();
+    const int n = int(g);
+    std::vector<double> tau(g), sign(g);
+    EXPECT_EQ(LAPACKE_dgeqrf(LAPACK_ROW_MAJOR, n, n, a.data(), n, tau.data()), 0);
+    for (std::size_t k = 0; k < g; ++k) sign[k] = a[k * g + k] < 0.0 ? -1.0 : 1.0;
+    EXPECT_EQ(LAPACKE_dorgqr(LAPACK_ROW_MAJOR, n, n, n, a.data(), n, tau.data()), 0);
+    for (std::size_t i = 0; i < g; ++i)
+        for (std::size_t k = 0; k < g; ++k) a[i * g + k] *= sign[k];
+    return a;
+}
+
 TEST(Basis, RandomRotationIsOrthogonalAndSeeded) {
-    for (std::size_t g : {1, 16, 32}) {
+    for (std::size_t g : {1, 2, 16, 32, 128}) {
         const Mat q = random_rotation(g, 42);
         EXPECT_LT(max_abs_diff(mul(q, q, g, true, false), identity(g)), 1e-13);
         EXPECT_EQ(q, random_rotation(g, 42));
         if (g > 1) {
             EXPECT_GT(max_abs_diff(q, random_rotation(g, 43)), 1e-3);
         }
+        // The QR with a positive diagonal is unique: Gram-Schmidt and Householder agree to rounding.
+        for (std::uint64_t seed : {42, 7, 1234567})
+            EXPECT_LT(max_abs_diff(random_rotation(g, seed), lapack_rotation(g, seed)), 1e-12) << g << " " << seed;
     }
 }
 
