@@ -268,7 +268,9 @@ typedef enum wush_context_parameter {
     /* Which SIMD kernels the CPU runtime (wush_quantize_activations, wush_gemm,
      * wush_linear_forward) uses: a wush_cpu_isa value (see "Runtime"). 0, the default,
      * (WUSH_CPU_ISA_AUTO) picks the fastest the CPU supports. Setting an ISA this CPU cannot run
-     * fails with WUSH_ERR_UNSUPPORTED and leaves the context unchanged. */
+     * fails with WUSH_ERR_UNSUPPORTED and leaves the context unchanged. (The transform search,
+     * WUSH_OPTION_SEARCH, uses the fastest the CPU supports whatever this says: its results are
+     * the same bits on every ISA.) */
     WUSH_CONTEXT_CPU_ISA = 1,
     /* Not values: these pin the type to the whole range of int, so that any int a caller
      * passes is a valid object of the type (and is checked and rejected by the library). */
@@ -415,8 +417,8 @@ typedef enum wush_option {
     WUSH_OPTION_SEARCH = 3,
     /* int, default 256, bounds [16, 65536]: the search's sample size: tokens per block, and weight
      * rows per block (evenly strided; all rows when d_out is smaller). Cost and noise trade here:
-     * on a 4096 x 4096 layer, 64 makes the build about 1.6-2.9x the plain build's time, 256
-     * (default) 2.5-3.7x and chooses better (docs/PERFORMANCE.md). */
+     * on a 4096 x 4096 layer, 64 makes the build about 1.5-2.2x the plain build's time, 256
+     * (default) 2.2-2.8x and chooses better (docs/PERFORMANCE.md). */
     WUSH_OPTION_SEARCH_TOKENS = 4,
     WUSH_OPTION_ENUM_MIN_ = -2147483647 - 1,
     WUSH_OPTION_ENUM_MAX_ = 2147483647
