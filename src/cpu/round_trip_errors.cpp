@@ -1,7 +1,6 @@
 #include "cpu/round_trip_errors.h"
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cstdint>
 #include <limits>

@@ -26,16 +26,14 @@ std::vector<double> identity_matrix(std::size_t g) {
 
 std::vector<double> random_rotation(std::size_t g, std::uint64_t seed) {
     require(g > 0, "random rotation: size must be positive");
+    // A is drawn row by row; its columns are held transposed (cols[k * g + i] = A[i][k]) so each
+    // is contiguous. Column k of Q is column k of A minus its projections on columns 0..k-1 of Q,
+    // normalized: the QR factorization whose R has a positive diagonal. Projecting out twice
+    // ("twice is enough") keeps Q orthogonal to rounding even where A is ill-conditioned.
     rng::Rng rng(seed);
-    std::vector<double> a(g * g);
-    for (double& v : a) v = rng.gaussian();
-    // Column k of Q is column k of A minus its projections on columns 0..k-1 of Q, normalized:
-    // the QR factorization whose R has a positive diagonal. Projecting out twice ("twice is
-    // enough") keeps Q orthogonal to rounding even where A is ill-conditioned. Columns are held
-    // transposed (cols[k * g + i] = A[i][k]) so each is contiguous.
     std::vector<double> cols(g * g);
     for (std::size_t i = 0; i < g; ++i)
-        for (std::size_t k = 0; k < g; ++k) cols[k * g + i] = a[i * g + k];
+        for (std::size_t k = 0; k < g; ++k) cols[k * g + i] = rng.gaussian();
     for (std::size_t k = 0; k < g; ++k) {
         double* v = cols.data() + k * g;
         for (int pass = 0; pass < 2; ++pass)
@@ -52,9 +50,10 @@ std::vector<double> random_rotation(std::size_t g, std::uint64_t seed) {
         if (!(norm > 0.0)) fail(WUSH_ERR_NUMERICAL, "random rotation: the Gaussian matrix is singular");
         for (std::size_t i = 0; i < g; ++i) v[i] /= norm;
     }
+    std::vector<double> q(g * g);
     for (std::size_t i = 0; i < g; ++i)
-        for (std::size_t k = 0; k < g; ++k) a[i * g + k] = cols[k * g + i];
-    return a;
+        for (std::size_t k = 0; k < g; ++k) q[i * g + k] = cols[k * g + i];
+    return q;
 }
 
 }  // namespace wush

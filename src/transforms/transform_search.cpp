@@ -111,8 +111,7 @@ struct Workspace {
 // RTN round trip's error, each row one group (cpu/round_trip_errors.h: the same bits on every
 // ISA, so the ISA is the fastest this CPU has). False if a value is not finite.
 bool rtn_errors(const formats::FormatSpec& format, float* cat, std::size_t n, std::size_t g) {
-    static const runtime::Isa isa = runtime::best_isa();
-    return runtime::round_trip_errors(format, cat, n, g, isa);
+    return runtime::round_trip_errors(format, cat, n, g, runtime::best_isa());
 }
 
 // The weight side by GPTQ's in-block pass over the transformed rows Wt = W T_w^T (float64), with
