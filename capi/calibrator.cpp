@@ -26,6 +26,10 @@ void require_size(std::size_t have, std::size_t need, const char* name) {
                                                   std::to_string(need) + " are needed");
 }
 
+std::size_t state_size_of(const wush::Calibrator& c) {
+    return wush::Calibrator::state_size(c.d_in(), c.group(), c.mode(), c.sample_capacity(), c.validation_capacity());
+}
+
 }  // namespace
 
 extern "C" {
@@ -87,8 +91,7 @@ WUSH_API wush_status wush_calibrator_state_size(const wush_calibrator* calibrato
     return guarded(__func__, [&] {
         require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(n_doubles, "n_doubles");
-        const wush::Calibrator& c = calibrator->core;
-        *n_doubles = wush::Calibrator::state_size(c.d_in(), c.group(), c.mode(), c.sample_capacity());
+        *n_doubles = state_size_of(calibrator->core);
     });
 }
 
@@ -97,7 +100,7 @@ WUSH_API wush_status wush_calibrator_export_state(const wush_calibrator* calibra
         require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(state, "state");
         const wush::Calibrator& c = calibrator->core;
-        require_size(n_doubles, wush::Calibrator::state_size(c.d_in(), c.group(), c.mode(), c.sample_capacity()), "state");
+        require_size(n_doubles, state_size_of(c), "state");
         const std::vector<double> s = c.export_state();
         std::copy(s.begin(), s.end(), state);
     });
@@ -108,17 +111,20 @@ WUSH_API wush_status wush_calibrator_import_state(wush_calibrator* calibrator, c
         require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(state, "state");
         const wush::Calibrator& c = calibrator->core;
-        const std::size_t need = wush::Calibrator::state_size(c.d_in(), c.group(), c.mode(), c.sample_capacity());
-        // A version-1 state (no token sample) still imports into a calibrator that keeps one.
+        // Older layouts still import: version 1 (no samples) and version 2 (no validation sample).
+        const std::size_t need = state_size_of(c);
         const std::size_t need_v1 = wush::Calibrator::state_size(c.d_in(), c.group(), c.mode());
-        if (n_doubles != need && n_doubles != need_v1)
+        const std::size_t need_v2 = wush::Calibrator::state_size(c.d_in(), c.group(), c.mode(), c.sample_capacity());
+        if (n_doubles != need && n_doubles != need_v1 && n_doubles != need_v2)
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, "state holds " + std::to_string(n_doubles) + " doubles, this calibrator's "
                                                       "state has " + std::to_string(need));
-        wush::Calibrator imported = wush::Calibrator::import_state({state, n_doubles}, c.sample_capacity());
+        wush::Calibrator imported =
+            wush::Calibrator::import_state({state, n_doubles}, c.sample_capacity(), c.validation_capacity());
         if (imported.d_in() != c.d_in() || imported.group() != c.group() || imported.mode() != c.mode() ||
-            imported.sample_capacity() != c.sample_capacity())
-            wush::fail(WUSH_ERR_INVALID_ARGUMENT,
-                       "the state's geometry (d_in, G, mode, token sample size) differs from the calibrator's");
+            imported.sample_capacity() != c.sample_capacity() ||
+            imported.validation_capacity() != c.validation_capacity())
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "the state's geometry (d_in, G, mode, token and validation sample "
+                                                  "sizes) differs from the calibrator's");
         calibrator->core = std::move(imported);
     });
 }
@@ -135,6 +141,31 @@ WUSH_API wush_status wush_calibrator_sample_count(const wush_calibrator* calibra
         require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(n_tokens, "n_tokens");
         *n_tokens = calibrator->core.sample_count();
+    });
+}
+
+WUSH_API wush_status wush_calibrator_set_validation_size(wush_calibrator* calibrator, size_t n_tokens) {
+    return guarded(__func__, [&] {
+        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        calibrator->core.set_validation_capacity(n_tokens);
+    });
+}
+
+WUSH_API wush_status wush_calibrator_add_validation(wush_context* ctx, wush_calibrator* calibrator, wush_dtype dtype,
+                                                    const void* x, size_t n_tokens) {
+    return guarded(__func__, [&] {
+        ContextUse use(ctx, "ctx");
+        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        require_pointer(x, "x");
+        use.backend().add_validation(calibrator->core, dtype, x, n_tokens, use.host());
+    });
+}
+
+WUSH_API wush_status wush_calibrator_validation_count(const wush_calibrator* calibrator, size_t* n_tokens) {
+    return guarded(__func__, [&] {
+        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        require_pointer(n_tokens, "n_tokens");
+        *n_tokens = calibrator->core.validation_count();
     });
 }
 

@@ -109,6 +109,52 @@ void publish(std::unique_ptr<wush_transform> t, std::unique_ptr<wush_qweight> q,
     *qweight = q.release();
 }
 
+// One layer's transform and pre-quantized weights.
+struct QuantizedLayer {
+    wush::BlockTransform transform;
+    wush::eval::QuantizedWeights weights;
+};
+
+QuantizedLayer quantize_layer(wush::TransformKind k, const wush_options& o, const wush::formats::FormatSpec& f,
+                              wush_method method, const wush::Calibrator& cal, std::span<const float> w,
+                              std::size_t d_out, wush::Progress* progress) {
+    if (method == WUSH_METHOD_GPTQ) {
+        wush::gptq::Result r = wush::gptq::quantize(transform_options(k, o, &f), f, cal, w, d_out, progress);
+        return {std::move(r.transform), std::move(r.weights)};
+    }
+    wush::BlockTransform t = is_data_free(k)
+                                 ? wush::build_data_free_transform(transform_options(k, o), cal.d_in(), cal.group())
+                                 : wush::build_transform(transform_options(k, o, &f), cal, w, d_out, progress);
+    wush::eval::QuantizedWeights q = wush::eval::prequantize_rtn(t, f, w, d_out);
+    return {std::move(t), std::move(q)};
+}
+
+// The search's per-layer guard: with validation tokens (documents the calibration did not see),
+// the searched WUS/WUSH layer competes with the data-free I, H and R layers built by the same
+// method, and the lowest layer loss on those tokens wins (ties keep the searched one). The
+// search's own scores come from the fitted documents and cannot see a transform that fits them
+// but not others; a whole-layer loss on other documents can, and is far less noisy than a
+// per-block choice on them would be.
+QuantizedLayer guarded_layer(wush::TransformKind k, const wush_options& o, const wush::formats::FormatSpec& f,
+                             wush_method method, const wush::Calibrator& cal, std::span<const float> w,
+                             std::size_t d_out, wush::Progress* progress) {
+    QuantizedLayer best = quantize_layer(k, o, f, method, cal, w, d_out, progress);
+    if (!o.search || is_data_free(k) || cal.validation_count() == 0) return best;
+    const std::vector<float> x = cal.validation();
+    const std::size_t n = cal.validation_count();
+    double best_loss = wush::eval::layer_loss(best.transform, best.weights, w, x, n);
+    for (wush::TransformKind alt :
+         {wush::TransformKind::Identity, wush::TransformKind::Hadamard, wush::TransformKind::Random}) {
+        QuantizedLayer candidate = quantize_layer(alt, o, f, method, cal, w, d_out, progress);
+        const double loss = wush::eval::layer_loss(candidate.transform, candidate.weights, w, x, n);
+        if (loss < best_loss) {
+            best = std::move(candidate);
+            best_loss = loss;
+        }
+    }
+    return best;
+}
+
 }  // namespace
 
 extern "C" {
@@ -246,33 +292,8 @@ WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrato
                                          wush_format format, wush_method method, wush_dtype dtype, const void* weight,
                                          size_t d_out, size_t d_in, const wush_options* options,
                                          wush_transform** transform, wush_qweight** qweight) {
-    if (method == WUSH_METHOD_RTN && options != nullptr && is_live(options, HandleType::Options) && options->search)
-        return guarded(__func__, [&] {
-            // RTN with the search: the transform is chosen for `format`, then RTN-quantized.
-            ContextUse use(ctx, "ctx");
-            require_handle(calibrator, HandleType::Calibrator, "calibrator");
-            require_pointer(transform, "transform");
-            require_pointer(qweight, "qweight");
-            const wush::Calibrator& cal = calibrator->core;
-            const wush::TransformKind k = transform_kind(kind);
-            const wush::formats::FormatSpec& f = wush::formats::spec(format);
-            const wush_options& o = *options;
-            require_layer_shape(cal, d_out, d_in);
-            if (f.group != cal.group())
-                wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("format ") + f.name + " has group size " +
-                                                          std::to_string(f.group) + ", the calibrator G = " +
-                                                          std::to_string(cal.group()));
-            const FloatMatrix w(dtype, weight, d_out, d_in, "weight");
-            wush::Progress progress = make_progress(o);
-            auto t = std::make_unique<wush_transform>(
-                is_data_free(k) ? wush::build_data_free_transform(transform_options(k, o), cal.d_in(), cal.group())
-                                : wush::build_transform(transform_options(k, o, &f), cal, w.span(), d_out, &progress));
-            auto q = std::make_unique<wush_qweight>();
-            q->core = wush::eval::prequantize_rtn(t->core, f, w.span(), d_out);
-            q->method = WUSH_METHOD_RTN;
-            publish(std::move(t), std::move(q), transform, qweight);
-        });
-    if (method != WUSH_METHOD_GPTQ) {
+    const bool search = options != nullptr && is_live(options, HandleType::Options) && options->search;
+    if (method == WUSH_METHOD_RTN && !search) {
         // RTN: the two-step path; the transform is released if the weights fail.
         if (transform == nullptr || qweight == nullptr)
             return guarded(__func__, [&] {
@@ -290,6 +311,7 @@ WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrato
         *transform = t;
         return WUSH_OK;
     }
+    // GPTQ, or RTN with the search (which chooses the transform for `format`).
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
         require_handle(calibrator, HandleType::Calibrator, "calibrator");
@@ -299,15 +321,20 @@ WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrato
         const wush::TransformKind k = transform_kind(kind);
         const wush::formats::FormatSpec& f = wush::formats::spec(format);
         const wush_options& o = options_or_defaults(options);
+        if (method != WUSH_METHOD_RTN && method != WUSH_METHOD_GPTQ)
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_method " + std::to_string(int(method)));
         require_layer_shape(cal, d_out, d_in);
+        if (method == WUSH_METHOD_RTN && f.group != cal.group())
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("format ") + f.name + " has group size " +
+                                                      std::to_string(f.group) + ", the calibrator G = " +
+                                                      std::to_string(cal.group()));
         const FloatMatrix w(dtype, weight, d_out, d_in, "weight");
         wush::Progress progress = make_progress(o);
-        wush::gptq::Result r =
-            wush::gptq::quantize(transform_options(k, o, &f), f, cal, w.span(), d_out, &progress);
-        auto t = std::make_unique<wush_transform>(std::move(r.transform));
+        QuantizedLayer layer = guarded_layer(k, o, f, method, cal, w.span(), d_out, &progress);
+        auto t = std::make_unique<wush_transform>(std::move(layer.transform));
         auto q = std::make_unique<wush_qweight>();
-        q->core = std::move(r.weights);
-        q->method = WUSH_METHOD_GPTQ;
+        q->core = std::move(layer.weights);
+        q->method = method;
         publish(std::move(t), std::move(q), transform, qweight);
     });
 }

@@ -426,12 +426,29 @@ public:
     // A calibrator that keeps a token sample needs the tokens themselves on the host: the batch is
     // copied there and takes the CPU path (sums and sample), which is slower but the same result.
     void calibrate_on_host(Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n) {
+        const std::vector<std::byte> host = copy_tokens_to_host(cal, x_dtype, x, n);
+        cal.add(x_dtype, host.data(), n);
+    }
+
+    // Validation tokens only feed a host-side sample: copied to the host, then the CPU path.
+    void add_validation(Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n,
+                        const backend::HostSettings&) override {
+        require_dtype(x_dtype);
+        require(n > 0 && x != nullptr, "validation: no tokens");
+        dev_->select();
+        require_device_pointer(x, "x");
+        dev_->synchronize_and_report("x");
+        const std::vector<std::byte> host = copy_tokens_to_host(cal, x_dtype, x, n);
+        cal.add_validation(x_dtype, host.data(), n);
+    }
+
+    std::vector<std::byte> copy_tokens_to_host(const Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n) {
         const std::size_t bytes = checked_mul(checked_mul(n, cal.d_in(), "calibration batch"), dtype_size(x_dtype),
                                               "calibration batch");
         std::vector<std::byte> host(bytes);
         WUSH_CUDA_CHECK(cudaMemcpyAsync(host.data(), x, bytes, cudaMemcpyDeviceToHost, dev_->stream));
         WUSH_CUDA_CHECK(cudaStreamSynchronize(dev_->stream));
-        cal.add(x_dtype, host.data(), n);
+        return host;
     }
 
     std::unique_ptr<backend::PreparedLayer> prepare(backend::TransformRef t, const formats::PackedMatrix& w,

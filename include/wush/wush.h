@@ -63,7 +63,7 @@ extern "C" {
 /* These three lines are the single source of truth for the version; the build reads them, and
  * the shared library's SONAME is libwush.so.<WUSH_VERSION_MAJOR>. */
 #define WUSH_VERSION_MAJOR 0
-#define WUSH_VERSION_MINOR 2
+#define WUSH_VERSION_MINOR 3
 #define WUSH_VERSION_PATCH 0
 
 #define WUSH_VERSION_NUMBER (WUSH_VERSION_MAJOR * 10000 + WUSH_VERSION_MINOR * 100 + WUSH_VERSION_PATCH)
@@ -410,7 +410,11 @@ typedef enum wush_option {
      * folded into the stored matrices: checkpoints, exports
      * and runtimes see an ordinary transform. It is seeded (WUSH_OPTION_SEED), so reproducible.
      * Needs the format, so it applies only through wush_layer_quantize() (RTN and GPTQ; GPTQ
-     * chooses each block from its updated weights before its column pass);
+     * chooses each block from its updated weights before its column pass). When the calibrator
+     * holds validation tokens (wush_calibrator_set_validation_size), a per-layer guard follows:
+     * the searched layer and the identity, Hadamard and random layers (same method and seed) are
+     * each scored by the layer loss on the validation tokens and the lowest wins, so the result
+     * may be a data-free transform (its kind says which; this costs 3 more layer builds);
      * wush_transform_build() of WUS/WUSH with the search on fails with INVALID_ARGUMENT. The
      * data-free kinds (I, H, R) ignore it. Cost per block: 11 scored candidates (MXFP4, INT4);
      * for NVFP4 11 screened on a quarter of the sample plus 8 scored in full. */
@@ -558,6 +562,43 @@ WUSH_API wush_status wush_calibrator_set_sample_size(wush_calibrator* calibrator
  *  *n_tokens. @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. Thread-safe (read only). */
 WUSH_API wush_status wush_calibrator_sample_count(const wush_calibrator* calibrator, size_t* n_tokens);
 
+/*! wush_calibrator_set_validation_size() :
+ *  Makes the calibrator keep a bounded sample of up to n_tokens *validation* tokens
+ *  (n_tokens x d_in floats of memory; 0 keeps none, the default): tokens of documents held out
+ *  from calibration, given with wush_calibrator_add_validation(). They never enter the moments or
+ *  the token count. With them, WUSH_OPTION_SEARCH adds a per-layer guard to
+ *  wush_layer_quantize(): the searched transform is compared with the data-free identity,
+ *  Hadamard and random transforms on the validation tokens and the lowest layer loss wins — a
+ *  check the search's own token sample cannot make, since it comes from the documents the
+ *  transform was fitted to. Sampled by the same bottom-k rule as the token sample (independent of
+ *  batch order and sharding). With a validation sample the exported state is layout version 3:
+ *  version 2's layout (with [1] = 3 and the token sample's [k, m, ...] block present even for
+ *  k = 0, as [0, 0]) followed by the validation sample's [k, m, k priorities, k x d_in values];
+ *  like version 2 it must not be SUM-all-reduced. Version-1 and -2 states still import, with an
+ *  empty validation sample.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handle, validation tokens already added,
+ *          n_tokens > 65536); WUSH_ERR_OUT_OF_MEMORY.
+ *  Thread safety: modifies `calibrator`. */
+WUSH_API wush_status wush_calibrator_set_validation_size(wush_calibrator* calibrator, size_t n_tokens);
+
+/*! wush_calibrator_add_validation() :
+ *  Offers n_tokens x d_in row-major activations `x` of `dtype` (host memory on a CPU context,
+ *  device memory on a CUDA context, as for wush_calibrator_add()) to the validation sample. Give
+ *  it tokens of whole documents (or batches) that wush_calibrator_add() did not see: a guard
+ *  scored on tokens of the fitted documents cannot tell a transform that fits those documents
+ *  from one that generalizes.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles or pointers, n_tokens == 0, a bad
+ *          dtype, no validation sample: set its size first); WUSH_ERR_NON_FINITE (NaN/Inf in `x`;
+ *          the calibrator is then unchanged).
+ *  Thread safety: modifies `calibrator`. */
+WUSH_API wush_status wush_calibrator_add_validation(wush_context* ctx, wush_calibrator* calibrator, wush_dtype dtype,
+                                                    const void* x, size_t n_tokens);
+
+/*! wush_calibrator_validation_count() : writes the number of tokens in the validation sample
+ *  (<= its size) to *n_tokens. @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. Thread-safe (read
+ *  only). */
+WUSH_API wush_status wush_calibrator_validation_count(const wush_calibrator* calibrator, size_t* n_tokens);
+
 /* ================================================================================================
  * Transforms
  * ==============================================================================================*/
@@ -680,9 +721,11 @@ WUSH_API wush_status wush_qweight_create(wush_context* ctx, const wush_transform
  *     (H + lambda tr(H)/d_in I); when the damped Hessian is not positive definite the damping is
  *     raised tenfold, up to three times, before failing with WUSH_ERR_NUMERICAL.
  *     Memory: about 8 (d_in^2 + d_out d_in) bytes besides the results.
+ *  With WUSH_OPTION_SEARCH and validation tokens in the calibrator, the per-layer guard (see
+ *  WUSH_OPTION_SEARCH) may return an identity, Hadamard or random transform instead of `kind`.
  *  `weight` is d_out x d_in row-major in `dtype`; the format's group size must equal the
  *  calibrator's G. WUSH_OPTION_TRANSFORM_DTYPE and the progress callback apply as for
- *  wush_transform_build().
+ *  wush_transform_build() (with the guard, the callback runs through each of the four builds).
  *  Ownership: on success *transform and *qweight are new objects the caller releases with
  *  wush_transform_destroy() / wush_qweight_destroy(); on failure both are left untouched.
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles or enums, shapes, G mismatch, GPTQ with

@@ -14,7 +14,7 @@ __all__ = ["Backend", "Calibrator", "Checkpoint", "Context", "CpuIsa", "DType", 
            "MomentMode", "Options", "QWeight", "Status", "Transform", "TransformKind", "WushError",
            "default_context", "dequantize_rows", "format_group_size", "layer_loss", "layer_quantize",
            "quantize_rows", "version", "quantize_model"]
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 
 def quantize_model(*args, **kwargs):  # noqa: D401 - thin lazy forwarder, torch is optional

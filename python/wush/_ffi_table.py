@@ -3,7 +3,7 @@
 tests/python/test_python_header.py fails when this file and the header disagree.
 """
 
-HEADER_VERSION = (0, 2, 0)
+HEADER_VERSION = (0, 3, 0)
 
 # Opaque handle types (passed as void pointers).
 HANDLES = ['wush_calibrator', 'wush_checkpoint', 'wush_context', 'wush_linear', 'wush_options', 'wush_qweight', 'wush_tensor_file', 'wush_transform']
@@ -11,6 +11,7 @@ HANDLES = ['wush_calibrator', 'wush_checkpoint', 'wush_context', 'wush_linear', 
 # name: (return type, (parameter types...)) in C spelling; _ffi.py maps them to ctypes.
 FUNCTIONS = {
     'wush_calibrator_add': ('wush_status', ('wush_context*', 'wush_calibrator*', 'wush_dtype', 'const void*', 'size_t')),
+    'wush_calibrator_add_validation': ('wush_status', ('wush_context*', 'wush_calibrator*', 'wush_dtype', 'const void*', 'size_t')),
     'wush_calibrator_create': ('wush_status', ('size_t', 'size_t', 'wush_moment_mode', 'wush_calibrator**')),
     'wush_calibrator_destroy': ('void', ('wush_calibrator*',)),
     'wush_calibrator_export_state': ('wush_status', ('const wush_calibrator*', 'double*', 'size_t')),
@@ -19,8 +20,10 @@ FUNCTIONS = {
     'wush_calibrator_sample_count': ('wush_status', ('const wush_calibrator*', 'size_t*')),
     'wush_calibrator_second_moment': ('wush_status', ('const wush_calibrator*', 'size_t', 'double*', 'size_t')),
     'wush_calibrator_set_sample_size': ('wush_status', ('wush_calibrator*', 'size_t')),
+    'wush_calibrator_set_validation_size': ('wush_status', ('wush_calibrator*', 'size_t')),
     'wush_calibrator_state_size': ('wush_status', ('const wush_calibrator*', 'size_t*')),
     'wush_calibrator_token_count': ('wush_status', ('const wush_calibrator*', 'uint64_t*')),
+    'wush_calibrator_validation_count': ('wush_status', ('const wush_calibrator*', 'size_t*')),
     'wush_checkpoint_add_layer': ('wush_status', ('wush_checkpoint*', 'const char*', 'const wush_transform*', 'const wush_qweight*')),
     'wush_checkpoint_create': ('wush_status', ('wush_checkpoint**',)),
     'wush_checkpoint_destroy': ('void', ('wush_checkpoint*',)),

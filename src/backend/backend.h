@@ -95,6 +95,9 @@ public:
     // Adds n_tokens x d_in activations (backend memory) to a host calibrator's float64 sums.
     virtual void calibrate(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
                            const HostSettings& host) = 0;
+    // Offers n_tokens x d_in activations (backend memory) to a host calibrator's validation sample.
+    virtual void add_validation(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
+                                const HostSettings& host) = 0;
 
     // Binds a transform and a quantized weight of one layer to this backend (copies what it keeps:
     // the result does not reference t or w afterwards).

@@ -80,83 +80,47 @@ void require_finite_batch(wush_dtype dtype, const void* x, std::size_t rows, std
     if (bad) require_finite(dtype, x, rows, cols, "calibration activations");
 }
 
-// splitmix64 finalizer (the same mixing as the transforms' seeds; kept local: calibration does
-// not depend on the transforms).
-std::uint64_t mix64(std::uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-// A token's sampling priority: a hash of its float32 bits, 53 bits so that it travels exactly as
-// a double in the exported state. Depends on the token alone, which is what makes the bottom-k
-// sample independent of order and sharding.
-std::uint64_t token_priority(const float* row, std::size_t d_in) {
-    std::uint64_t h = 0x5A3D1E9Bull ^ d_in;
-    for (std::size_t j = 0; j < d_in; ++j) {
-        std::uint32_t bits;
-        std::memcpy(&bits, row + j, sizeof bits);
-        h = mix64(h ^ bits);
-    }
-    return h >> 11;
-}
-
-bool heap_less(const std::pair<std::uint64_t, std::size_t>& a, const std::pair<std::uint64_t, std::size_t>& b) {
-    return a.first < b.first;
-}
-
 }  // namespace
 
 void Calibrator::set_sample_capacity(std::size_t k) {
     require(tokens_ == 0, "calibrator: the token sample's size must be set before any token is added");
-    require(k <= kMaxSampleTokens, "calibrator: token sample of " + std::to_string(k) + " tokens exceeds " +
-                                       std::to_string(kMaxSampleTokens));
-    sample_rows_.assign(checked_mul(k, d_in_, "token sample size"), 0.0f);
-    sample_heap_.clear();
-    sample_heap_.reserve(k);
-    sample_capacity_ = k;
+    sample_ = TokenSample(d_in_, k);
 }
 
-void Calibrator::offer(std::uint64_t key, const float* row) {
-    if (sample_capacity_ == 0) return;
-    std::size_t slot;
-    if (sample_heap_.size() < sample_capacity_) {
-        slot = sample_heap_.size();
-    } else {
-        if (key >= sample_heap_.front().first) return;  // ties keep the incumbent (equal keys: equal tokens)
-        std::pop_heap(sample_heap_.begin(), sample_heap_.end(), heap_less);
-        slot = sample_heap_.back().second;
-        sample_heap_.pop_back();
-    }
-    std::copy_n(row, d_in_, sample_rows_.begin() + slot * d_in_);
-    sample_heap_.emplace_back(key, slot);
-    std::push_heap(sample_heap_.begin(), sample_heap_.end(), heap_less);
+void Calibrator::set_validation_capacity(std::size_t k) {
+    require(validation_.count() == 0,
+            "calibrator: the validation sample's size must be set before any validation token is added");
+    validation_ = TokenSample(d_in_, k);
 }
 
-std::vector<float> Calibrator::sample() const {
-    std::vector<std::pair<std::uint64_t, std::size_t>> order(sample_heap_);
-    std::sort(order.begin(), order.end());
-    std::vector<float> out(order.size() * d_in_);
-    for (std::size_t i = 0; i < order.size(); ++i)
-        std::copy_n(sample_rows_.begin() + order[i].second * d_in_, d_in_, out.begin() + i * d_in_);
-    return out;
+void Calibrator::add_validation(wush_dtype dtype, const void* x, std::size_t n_tokens) {
+    require(validation_.capacity() > 0,
+            "calibrator: no validation sample to add to (set its size first: wush_calibrator_set_validation_size)");
+    require(n_tokens > 0, "calibrator add_validation: zero tokens");
+    require(x != nullptr, "calibrator add_validation: activations pointer is NULL");
+    dtype_size(dtype);  // rejects an unknown dtype
+    require_finite_batch(dtype, x, n_tokens, d_in_);
+    validation_.offer_rows(dtype, x, n_tokens);
 }
 
 Calibrator::Calibrator(std::size_t d_in, std::size_t group, MomentMode mode) : d_in_(d_in), group_(group), mode_(mode) {
     check_geometry(d_in, group, mode);
+    sample_ = TokenSample(d_in, 0);
+    validation_ = TokenSample(d_in, 0);
     sums_.assign(checked_mul(checked_mul(accumulators(), side(), "moment size"), side(), "moment size"), 0.0);
 }
 
-std::size_t Calibrator::state_size(std::size_t d_in, std::size_t group, MomentMode mode, std::size_t sample_capacity) {
+std::size_t Calibrator::state_size(std::size_t d_in, std::size_t group, MomentMode mode, std::size_t sample_capacity,
+                                  std::size_t validation_capacity) {
     check_geometry(d_in, group, mode);
     const std::size_t side = mode == MomentMode::Full ? d_in : group;
     const std::size_t count = mode == MomentMode::Full ? 1 : d_in / group;
     const std::size_t v1 =
         checked_add(kCalibratorStateHeader, checked_mul(checked_mul(count, side, "state"), side, "state"), "state");
-    if (sample_capacity == 0) return v1;
-    // capacity, count, keys, rows
-    return checked_add(v1, checked_add(2 + sample_capacity, checked_mul(sample_capacity, d_in, "state"), "state"), "state");
+    if (sample_capacity == 0 && validation_capacity == 0) return v1;
+    const std::size_t v2 = checked_add(v1, TokenSample::state_size(sample_capacity, d_in), "state");
+    if (validation_capacity == 0) return v2;
+    return checked_add(v2, TokenSample::state_size(validation_capacity, d_in), "state");
 }
 
 namespace {
@@ -230,17 +194,7 @@ void Calibrator::add(wush_dtype dtype, const void* x, std::size_t n_tokens) {
     require(double(tokens_) + double(n_tokens) <= kMaxExactCount, "calibrator add: token count would exceed 2^53");
     // Validate the whole batch first: a rejected batch must leave the state untouched.
     require_finite_batch(dtype, x, n_tokens, d_in_);
-    if (sample_capacity_ > 0) {
-        std::vector<float> row(dtype == WUSH_DTYPE_F32 ? 0 : d_in_);
-        for (std::size_t t = 0; t < n_tokens; ++t) {
-            const float* r = static_cast<const float*>(x) + t * d_in_;
-            if (dtype != WUSH_DTYPE_F32) {
-                to_float(dtype, x, t * d_in_, row);
-                r = row.data();
-            }
-            offer(token_priority(r, d_in_), r);
-        }
-    }
+    sample_.offer_rows(dtype, x, n_tokens);
     if (mode_ == MomentMode::Full)
         accumulate_full(d_in_, sums_.data(), dtype, x, n_tokens);
     else
@@ -266,11 +220,8 @@ void Calibrator::merge(const Calibrator& other) {
     const double* theirs = other.sums_.data();
     for (std::size_t i = 0; i < sums_.size(); ++i) sums_[i] += theirs[i];
     tokens_ += other.tokens_;
-    // Bottom-k of the union is bottom-k of the two bottom-k sets. (A self-merge offers copies of
-    // its own entries: equal keys, kept out by the tie rule.)
-    const std::vector<std::pair<std::uint64_t, std::size_t>> entries(other.sample_heap_);
-    const std::vector<float> rows(other.sample_rows_);
-    for (const auto& [key, slot] : entries) offer(key, rows.data() + slot * d_in_);
+    sample_.merge(other.sample_);
+    validation_.merge(other.validation_);
 }
 
 std::vector<double> Calibrator::symmetric_sums() const {
@@ -311,32 +262,31 @@ std::vector<double> Calibrator::full_second_moment() const {
 
 std::vector<double> Calibrator::export_state() const {
     std::vector<double> state;
-    state.reserve(kCalibratorStateHeader + sums_.size());
+    state.reserve(state_size(d_in_, group_, mode_, sample_capacity(), validation_capacity()));
     state.insert(state.end(), {1.0, kCalibratorStateVersion, double(int(mode_)), double(d_in_), double(group_),
                                double(tokens_)});
     const std::vector<double> sym = symmetric_sums();
     state.insert(state.end(), sym.begin(), sym.end());
-    if (sample_capacity_ == 0) return state;  // version 1, exactly as before samples existed
+    if (sample_capacity() == 0 && validation_capacity() == 0) return state;  // version 1, as before samples
     state[1] = kCalibratorSampleStateVersion;
-    std::vector<std::pair<std::uint64_t, std::size_t>> order(sample_heap_);
-    std::sort(order.begin(), order.end());
-    state.push_back(double(sample_capacity_));
-    state.push_back(double(order.size()));
-    for (std::size_t i = 0; i < sample_capacity_; ++i) state.push_back(i < order.size() ? double(order[i].first) : 0.0);
-    for (std::size_t i = 0; i < sample_capacity_; ++i)
-        for (std::size_t j = 0; j < d_in_; ++j)
-            state.push_back(i < order.size() ? double(sample_rows_[order[i].second * d_in_ + j]) : 0.0);
+    sample_.append_state(state);
+    if (validation_capacity() == 0) return state;
+    state[1] = kCalibratorValidationStateVersion;
+    validation_.append_state(state);
     return state;
 }
 
-Calibrator Calibrator::import_state(std::span<const double> state, std::size_t v1_sample_capacity) {
+Calibrator Calibrator::import_state(std::span<const double> state, std::size_t default_sample_capacity,
+                                    std::size_t default_validation_capacity) {
     require(state.size() >= kCalibratorStateHeader, "calibrator state: shorter than its header");
     const double r = state[0];
     require(std::isfinite(r) && r >= 1.0 && r == std::floor(r), "calibrator state: replica count is not a positive integer");
     const double version = divided_field(state[1], r, "version");
-    require(version == kCalibratorStateVersion || version == kCalibratorSampleStateVersion,
+    require(version == kCalibratorStateVersion || version == kCalibratorSampleStateVersion ||
+                version == kCalibratorValidationStateVersion,
             "calibrator state: unknown layout version");
-    const bool has_sample = version == kCalibratorSampleStateVersion;
+    const bool has_sample = version >= kCalibratorSampleStateVersion;
+    const bool has_validation = version == kCalibratorValidationStateVersion;
     require(!has_sample || r == 1.0,
             "calibrator state: a state with a token sample cannot be summed across ranks (gather the states and "
             "merge them)");
@@ -346,48 +296,41 @@ Calibrator Calibrator::import_state(std::span<const double> state, std::size_t v
     const double group = divided_field(state[4], r, "G");
     require(d_in >= 1.0 && d_in <= 1048576.0 && group >= 1.0 && group <= d_in, "calibrator state: d_in or G out of range");
     const auto mode_enum = MomentMode(int(mode));
-    // Size check before constructing: a corrupt header must not trigger a huge allocation.
-    const std::size_t v1_size = state_size(std::size_t(d_in), std::size_t(group), mode_enum);
-    std::size_t capacity = 0;
+    const std::size_t n = std::size_t(d_in);
+    // Sizes are checked before anything is allocated: a corrupt header must not trigger a huge
+    // allocation. The sample blocks follow the sums, each sized by its declared capacity.
+    const std::size_t v1_size = state_size(n, std::size_t(group), mode_enum);
+    require(state.size() >= v1_size, "calibrator state: shorter than its sums");
+    std::span<const double> sample_block, validation_block;
     if (has_sample) {
-        require(state.size() > v1_size + 1, "calibrator state: shorter than its token sample header");
-        const double k = state[v1_size];
-        require(std::isfinite(k) && k >= 1.0 && k <= double(kMaxSampleTokens) && k == std::floor(k),
-                "calibrator state: token sample capacity out of range");
-        capacity = std::size_t(k);
+        const std::span<const double> rest = state.subspan(v1_size);
+        const std::size_t k = TokenSample::declared_capacity(rest, has_validation ? 0 : 1);
+        const std::size_t size = TokenSample::state_size(k, n);
+        require(rest.size() >= size, "calibrator state: shorter than its token sample");
+        sample_block = rest.first(size);
+        if (has_validation) {
+            const std::span<const double> tail = rest.subspan(size);
+            const std::size_t kv = TokenSample::declared_capacity(tail, 1);
+            require(tail.size() >= TokenSample::state_size(kv, n), "calibrator state: shorter than its validation sample");
+            validation_block = tail.first(TokenSample::state_size(kv, n));
+        }
     }
-    const std::size_t expected = state_size(std::size_t(d_in), std::size_t(group), mode_enum, capacity);
+    const std::size_t expected = v1_size + sample_block.size() + validation_block.size();
     require(state.size() == expected, "calibrator state: size " + std::to_string(state.size()) +
                                           " does not match its header (" + std::to_string(expected) + ")");
-    Calibrator c{std::size_t(d_in), std::size_t(group), mode_enum};
+    Calibrator c{n, std::size_t(group), mode_enum};
     const double tokens = state[5];
     require(std::isfinite(tokens) && tokens >= 0.0 && tokens == std::floor(tokens) && tokens <= kMaxExactCount,
             "calibrator state: token count is not a whole number in [0, 2^53]");
     const std::span<const double> sums = state.subspan(kCalibratorStateHeader, v1_size - kCalibratorStateHeader);
     require(std::all_of(sums.begin(), sums.end(), [](double v) { return std::isfinite(v); }),
             "calibrator state: sums hold NaN or Inf");
-    c.set_sample_capacity(has_sample ? capacity : v1_sample_capacity);
     c.tokens_ = std::uint64_t(tokens);
     std::copy(sums.begin(), sums.end(), c.sums_.begin());
-    if (has_sample) {
-        const double m = state[v1_size + 1];
-        require(std::isfinite(m) && m >= 0.0 && m <= double(capacity) && m == std::floor(m) && m <= tokens,
-                "calibrator state: token sample count out of range");
-        const std::span<const double> keys = state.subspan(v1_size + 2, capacity);
-        const std::span<const double> rows = state.subspan(v1_size + 2 + capacity);
-        std::vector<float> row(c.d_in_);
-        for (std::size_t i = 0; i < std::size_t(m); ++i) {
-            const double key = keys[i];
-            require(key >= 0.0 && key < 9007199254740992.0 && key == std::floor(key),
-                    "calibrator state: token sample priority is not a 53-bit integer");
-            for (std::size_t j = 0; j < c.d_in_; ++j) {
-                const double v = rows[i * c.d_in_ + j];
-                require(std::isfinite(v) && double(float(v)) == v, "calibrator state: token sample value is not a finite float");
-                row[j] = float(v);
-            }
-            c.offer(std::uint64_t(key), row.data());
-        }
-    }
+    c.sample_ = has_sample ? TokenSample::read_state(sample_block, n) : TokenSample(n, default_sample_capacity);
+    require(double(c.sample_.count()) <= tokens, "calibrator state: token sample count out of range");
+    c.validation_ = has_validation ? TokenSample::read_state(validation_block, n)
+                                   : TokenSample(n, default_validation_capacity);
     return c;
 }
 

@@ -6,9 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <utility>
 #include <vector>
 
+#include "calibration/token_sample.h"
 #include "wush/wush.h"
 
 namespace wush {
@@ -38,12 +38,14 @@ enum class MomentMode : int { BlockDiagonal = 1, Full = 2 };
 //   [.] m                 tokens in the sample (m <= k)
 //   [.] keys              k priorities (the first m used, ascending; the rest 0)
 //   [.] rows              k x d_in float32 values as doubles (the first m rows used)
-// A sample is not additive: a version-2 state must have r = 1 (gather the states and merge
+// Version 3 (only when the calibrator keeps a validation sample, validation_capacity() > 0)
+// is version 2's layout with the sample block present even when empty ([0, 0] for k = 0),
+// followed by the validation sample's block in the same form (its k >= 1).
+// A sample is not additive: a version-2 or -3 state must have r = 1 (gather the states and merge
 // them instead of summing them); import rejects r > 1.
 inline constexpr double kCalibratorStateVersion = 1.0;
 inline constexpr double kCalibratorSampleStateVersion = 2.0;
-// Largest token sample (rows of d_in floats).
-inline constexpr std::size_t kMaxSampleTokens = 65536;
+inline constexpr double kCalibratorValidationStateVersion = 3.0;
 
 // Largest block size G. The formats' groups are 16 and 32; the bound keeps every G x G and
 // d_in x G product far from size_t overflow and lets per-group scratch live on the stack.
@@ -60,21 +62,28 @@ public:
     void add(wush_dtype dtype, const void* x, std::size_t n_tokens);
 
     // Adds another calibrator's sums and count (same d_in, G and mode, else INVALID_ARGUMENT),
-    // and unites the token samples (keeping the capacity of this one).
+    // and unites the token samples and the validation samples (keeping this one's capacities).
     void merge(const Calibrator& other);
 
     // TOKEN SAMPLE. A bounded sample of the calibration tokens (for the transform search's
-    // scores; memory k x d_in floats). Bottom-k sampling: every token's priority is a hash of
-    // its float32 bits, and the sample is the k tokens of lowest priority seen. So it is a
-    // uniform sample without replacement of the distinct tokens, independent of batch order
-    // and of how the stream was split: merging calibrators gives exactly the sample of one
-    // calibrator that saw all streams. Capacity 0 (the default) keeps none.
-    // INVALID_ARGUMENT once tokens were added, or for k > kMaxSampleTokens.
+    // scores; memory k x d_in floats), by TokenSample's bottom-k rule. Capacity 0 (the default)
+    // keeps none. INVALID_ARGUMENT once tokens were added, or for k > kMaxSampleTokens.
     void set_sample_capacity(std::size_t k);
-    std::size_t sample_capacity() const noexcept { return sample_capacity_; }
-    std::size_t sample_count() const noexcept { return sample_heap_.size(); }
+    std::size_t sample_capacity() const noexcept { return sample_.capacity(); }
+    std::size_t sample_count() const noexcept { return sample_.count(); }
     // The sample, sample_count() x d_in row-major, in ascending priority (a deterministic order).
-    std::vector<float> sample() const;
+    std::vector<float> sample() const { return sample_.rows(); }
+
+    // VALIDATION SAMPLE. Tokens of held-out documents (add_validation), kept in a second bounded
+    // sample and never added to the sums or the token count: the search's per-layer guard scores
+    // on them. INVALID_ARGUMENT once validation tokens were added, or for k > kMaxSampleTokens.
+    void set_validation_capacity(std::size_t k);
+    std::size_t validation_capacity() const noexcept { return validation_.capacity(); }
+    std::size_t validation_count() const noexcept { return validation_.count(); }
+    std::vector<float> validation() const { return validation_.rows(); }
+    // Offers n_tokens x d_in activations to the validation sample. INVALID_ARGUMENT without a
+    // validation capacity, for zero tokens or null data; NON_FINITE for NaN/Inf (state unchanged).
+    void add_validation(wush_dtype dtype, const void* x, std::size_t n_tokens);
 
     // Adds sums accumulated elsewhere (the CUDA backend's float64 device sums) for `tokens` more
     // tokens: accumulators() square matrices of side G (block diagonal) or d_in (full), row-major,
@@ -96,12 +105,13 @@ public:
     // Raw state (see the layout above) and its size for a given geometry.
     std::vector<double> export_state() const;
     static std::size_t state_size(std::size_t d_in, std::size_t group, MomentMode mode,
-                                  std::size_t sample_capacity = 0);
+                                  std::size_t sample_capacity = 0, std::size_t validation_capacity = 0);
     // Validates everything (header, integer counts, finite sums) and throws INVALID_ARGUMENT on any
     // violation; never reads past state.size().
-    // A version-1 state (no sample) imports with an empty sample of capacity
-    // `v1_sample_capacity`.
-    static Calibrator import_state(std::span<const double> state, std::size_t v1_sample_capacity = 0);
+    // An older layout imports with empty samples for the blocks it lacks: of capacity
+    // `default_sample_capacity` (version 1) and `default_validation_capacity` (versions 1, 2).
+    static Calibrator import_state(std::span<const double> state, std::size_t default_sample_capacity = 0,
+                                   std::size_t default_validation_capacity = 0);
 
 private:
     // Upper-triangle accumulator of block b (full mode: b must be 0, the whole matrix).
@@ -117,13 +127,8 @@ private:
     MomentMode mode_;
     std::uint64_t tokens_ = 0;
     std::vector<double> sums_;  // accumulators() square matrices, upper triangle valid
-    // Offers one token (d_in floats) with priority `key` to the sample.
-    void offer(std::uint64_t key, const float* row);
-
-    std::size_t sample_capacity_ = 0;
-    // (priority, row slot) pairs, a max-heap on the priority; rows live in sample_rows_ by slot.
-    std::vector<std::pair<std::uint64_t, std::size_t>> sample_heap_;
-    std::vector<float> sample_rows_;  // sample_capacity_ x d_in
+    TokenSample sample_;        // of the calibration tokens
+    TokenSample validation_;    // of held-out documents' tokens (not in the sums)
 };
 
 }  // namespace wush

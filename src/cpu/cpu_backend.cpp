@@ -115,6 +115,11 @@ public:
         calibrator.add(x_dtype, x, n_tokens);
     }
 
+    void add_validation(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
+                        const HostSettings&) override {
+        calibrator.add_validation(x_dtype, x, n_tokens);
+    }
+
     std::unique_ptr<backend::PreparedLayer> prepare(TransformRef t, const formats::PackedMatrix& w,
                                                     const HostSettings& host) override {
         return std::make_unique<CpuLayer>(t, w, host.isa);

@@ -108,5 +108,39 @@ TEST(CalibratorSample, StateRoundTripAndVersions) {
     EXPECT_EQ(from_v1.tokens(), 300u);
 }
 
+// Version 3 carries both samples; a version-2 state imports with an empty validation sample.
+TEST(CalibratorSample, ValidationSampleStateAndVersion2Import) {
+    const auto x = tokens(300, kD, 4);
+    const auto v = tokens(40, kD, 5);
+    Calibrator c(kD, kG, MomentMode::BlockDiagonal);
+    c.set_sample_capacity(16);
+    c.set_validation_capacity(8);
+    c.add(WUSH_DTYPE_F32, x.data(), 300);
+    c.add_validation(WUSH_DTYPE_F32, v.data(), 40);
+    EXPECT_EQ(c.tokens(), 300u);
+    const std::vector<double> st = c.export_state();
+    EXPECT_EQ(st[1], kCalibratorValidationStateVersion);
+    EXPECT_EQ(st.size(), Calibrator::state_size(kD, kG, MomentMode::BlockDiagonal, 16, 8));
+    const Calibrator back = Calibrator::import_state(st);
+    EXPECT_EQ(back.sample(), c.sample());
+    EXPECT_EQ(back.validation(), c.validation());
+    EXPECT_EQ(back.validation_capacity(), 8u);
+    // The validation rows are validation tokens (a subset of v), none of the calibration tokens.
+    const auto got = rows_of(c.validation(), kD);
+    const auto all = rows_of(v, kD);
+    ASSERT_EQ(got.size(), 8u);
+    for (const auto& r : got) EXPECT_NE(std::find(all.begin(), all.end(), r), all.end());
+
+    Calibrator v2(kD, kG, MomentMode::BlockDiagonal);
+    v2.set_sample_capacity(16);
+    v2.add(WUSH_DTYPE_F32, x.data(), 300);
+    const std::vector<double> s2 = v2.export_state();
+    EXPECT_EQ(s2[1], kCalibratorSampleStateVersion);
+    const Calibrator from_v2 = Calibrator::import_state(s2, 0, 8);
+    EXPECT_EQ(from_v2.sample(), v2.sample());
+    EXPECT_EQ(from_v2.validation_capacity(), 8u);
+    EXPECT_EQ(from_v2.validation_count(), 0u);
+}
+
 }  // namespace
 }  // namespace wush

@@ -1,0 +1,288 @@
+/* Tests of the calibrator's validation sample and the search's per-layer guard, in plain C99
+ * against the shared library.
+ *
+ * Oracles: a second path through the API (the guarded layer must be, loss for loss and matrix
+ * for matrix, the best of the four layers built separately without validation tokens, compared
+ * with wush_layer_loss on the validation tokens), and the sample's own rules (merge of shards =
+ * one calibrator; exported state layout as documented in wush.h). */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wush/wush.h"
+#include "check.h"
+
+enum { D_IN = 64, D_OUT = 48, N_CAL = 512, N_VAL = 256 };
+
+static uint64_t g_rng = 1;
+
+static void rng_seed(uint64_t s) { g_rng = s * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull; }
+
+static double rng_uniform(void) { /* xorshift64* */
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
+    return ((double)((g_rng * 0x2545F4914F6CDD1Dull) >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static double rng_gauss(void) { return sqrt(-2.0 * log(rng_uniform())) * cos(6.283185307179586 * rng_uniform()); }
+
+/* Tokens whose channels have standard deviation `loud` where j % 4 == 0 and `quiet` elsewhere:
+ * calibration uses (4, 0.05); "shifted" validation documents swap the two, so a transform fitted
+ * to the calibration moments amplifies exactly the channels that are now loud. */
+static void make_tokens(float* x, size_t n, double loud, double quiet, uint64_t seed) {
+    size_t t, j;
+    rng_seed(seed);
+    for (t = 0; t < n; ++t)
+        for (j = 0; j < D_IN; ++j) x[t * D_IN + j] = (float)(rng_gauss() * (j % 4 == 0 ? loud : quiet));
+}
+
+static wush_calibrator* make_calibrator(wush_context* ctx, size_t g, wush_moment_mode mode, const float* cal,
+                                        const float* val) {
+    wush_calibrator* c = NULL;
+    CHECK_STATUS(wush_calibrator_create(D_IN, g, mode, &c), WUSH_OK);
+    if (c == NULL) return NULL;
+    CHECK_STATUS(wush_calibrator_set_sample_size(c, 256), WUSH_OK);
+    if (val != NULL) CHECK_STATUS(wush_calibrator_set_validation_size(c, N_VAL), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_add(ctx, c, WUSH_DTYPE_F32, cal, N_CAL), WUSH_OK);
+    if (val != NULL) CHECK_STATUS(wush_calibrator_add_validation(ctx, c, WUSH_DTYPE_F32, val, N_VAL), WUSH_OK);
+    return c;
+}
+
+typedef struct {
+    wush_transform* t;
+    wush_qweight* q;
+    double loss; /* on the validation tokens */
+} Built;
+
+static Built build(wush_context* ctx, wush_calibrator* c, wush_transform_kind kind, wush_format f, wush_method m,
+                   const float* w, const wush_options* o, const float* val) {
+    Built b = {NULL, NULL, -1.0};
+    CHECK_STATUS(wush_layer_quantize(ctx, c, kind, f, m, WUSH_DTYPE_F32, w, D_OUT, D_IN, o, &b.t, &b.q), WUSH_OK);
+    if (b.t != NULL && b.q != NULL)
+        CHECK_STATUS(wush_layer_loss(ctx, b.t, b.q, WUSH_DTYPE_F32, w, WUSH_DTYPE_F32, val, N_VAL, &b.loss), WUSH_OK);
+    return b;
+}
+
+static void release(Built* b) {
+    wush_transform_destroy(b->t);
+    wush_qweight_destroy(b->q);
+}
+
+static int same_matrices(const wush_transform* a, const wush_transform* b) {
+    size_t g = 0, n;
+    float *ma, *mb;
+    int same;
+    if (wush_transform_info(a, NULL, NULL, &g) != WUSH_OK) return 0;
+    n = (size_t)D_IN * g;
+    ma = malloc(n * sizeof(float));
+    mb = malloc(n * sizeof(float));
+    same = ma && mb && wush_transform_matrices(a, ma, n) == WUSH_OK && wush_transform_matrices(b, mb, n) == WUSH_OK &&
+           memcmp(ma, mb, n * sizeof(float)) == 0;
+    free(ma);
+    free(mb);
+    return same;
+}
+
+static wush_transform_kind kind_of(const wush_transform* t) {
+    wush_transform_kind k = (wush_transform_kind)-1;
+    wush_transform_info(t, &k, NULL, NULL);
+    return k;
+}
+
+/* The guard on one format and method: with validation tokens from shifted documents the layer
+ * is the best of WUSH+s, I, H, R on them (here a data-free one: the data make WUSH lose); with
+ * validation tokens from the calibration documents' distribution, WUSH+s stays, unchanged. */
+static void test_guard(wush_context* ctx, wush_format f, wush_method m, const float* w, const float* cal,
+                       const float* shifted, const float* same) {
+    static const wush_transform_kind kAlternatives[3] = {WUSH_TRANSFORM_IDENTITY, WUSH_TRANSFORM_HADAMARD,
+                                                         WUSH_TRANSFORM_RANDOM};
+    const wush_moment_mode mode = m == WUSH_METHOD_GPTQ ? WUSH_MOMENTS_FULL : WUSH_MOMENTS_BLOCK_DIAGONAL;
+    size_t g = 0;
+    wush_options* o = NULL;
+    wush_calibrator *plain, *guarded_shift, *guarded_same;
+    Built ref[4], got, kept;
+    int i, best = 0;
+    wush_format_group_size(f, &g);
+    CHECK_STATUS(wush_options_create(&o), WUSH_OK);
+    CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH, 1), WUSH_OK);
+    CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH_TOKENS, 128), WUSH_OK);
+    plain = make_calibrator(ctx, g, mode, cal, NULL);
+    guarded_shift = make_calibrator(ctx, g, mode, cal, shifted);
+    guarded_same = make_calibrator(ctx, g, mode, cal, same);
+    if (o == NULL || plain == NULL || guarded_shift == NULL || guarded_same == NULL) return;
+
+    /* The oracle: the four layers built without validation tokens, scored on the shifted ones. */
+    ref[0] = build(ctx, plain, WUSH_TRANSFORM_WUSH, f, m, w, o, shifted);
+    for (i = 0; i < 3; ++i) {
+        ref[i + 1] = build(ctx, plain, kAlternatives[i], f, m, w, o, shifted);
+        if (ref[i + 1].loss < ref[best].loss) best = i + 1;
+    }
+    /* The data must make WUSH lose clearly, or this test would not test the guard. */
+    CHECK(best != 0 && ref[best].loss < 0.8 * ref[0].loss);
+
+    got = build(ctx, guarded_shift, WUSH_TRANSFORM_WUSH, f, m, w, o, shifted);
+    CHECK(got.loss == ref[best].loss);
+    CHECK(kind_of(got.t) == kind_of(ref[best].t));
+    CHECK(got.t != NULL && ref[best].t != NULL && same_matrices(got.t, ref[best].t));
+
+    /* Validation tokens like the calibration ones: WUSH+s wins there and is kept as is. */
+    kept = build(ctx, guarded_same, WUSH_TRANSFORM_WUSH, f, m, w, o, same);
+    CHECK(kind_of(kept.t) == WUSH_TRANSFORM_WUSH);
+    CHECK(kept.t != NULL && ref[0].t != NULL && same_matrices(kept.t, ref[0].t));
+
+    for (i = 0; i < 4; ++i) release(&ref[i]);
+    release(&got);
+    release(&kept);
+    wush_calibrator_destroy(plain);
+    wush_calibrator_destroy(guarded_shift);
+    wush_calibrator_destroy(guarded_same);
+    wush_options_destroy(o);
+}
+
+static double* export_state(const wush_calibrator* c, size_t* n) {
+    double* s;
+    *n = 0;
+    if (wush_calibrator_state_size(c, n) != WUSH_OK) return NULL;
+    s = malloc(*n * sizeof(double));
+    if (s != NULL && wush_calibrator_export_state(c, s, *n) != WUSH_OK) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* The sample's API: errors, independence from the moments, merge, the version-3 state. */
+static void test_validation_sample(wush_context* ctx, const float* cal, const float* val) {
+    wush_calibrator *c = NULL, *a = NULL, *b = NULL, *back = NULL, *old = NULL;
+    double m_with[32 * 32], m_without[32 * 32];
+    double *state, *again, *old_state;
+    size_t n = 0, n2 = 0, n_old = 0, count = 0;
+    uint64_t tokens = 0;
+    float bad[D_IN];
+
+    CHECK_STATUS(wush_calibrator_create(D_IN, 32, WUSH_MOMENTS_BLOCK_DIAGONAL, &c), WUSH_OK);
+    if (c == NULL) return;
+    CHECK_STATUS(wush_calibrator_add_validation(ctx, c, WUSH_DTYPE_F32, val, 4), WUSH_ERR_INVALID_ARGUMENT); /* no size */
+    CHECK(strstr(wush_last_error(), "validation") != NULL);
+    CHECK_STATUS(wush_calibrator_set_validation_size(c, 65537), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_calibrator_set_validation_size(NULL, 4), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_calibrator_set_validation_size(c, 100), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_add_validation(ctx, c, WUSH_DTYPE_F32, val, 0), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_calibrator_add_validation(ctx, c, WUSH_DTYPE_F32, NULL, 4), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_calibrator_add_validation(NULL, c, WUSH_DTYPE_F32, val, 4), WUSH_ERR_INVALID_ARGUMENT);
+    memcpy(bad, val, sizeof bad);
+    bad[7] = NAN;
+    CHECK_STATUS(wush_calibrator_add_validation(ctx, c, WUSH_DTYPE_F32, bad, 1), WUSH_ERR_NON_FINITE);
+    CHECK_STATUS(wush_calibrator_validation_count(c, &count), WUSH_OK);
+    CHECK(count == 0);
+    CHECK_STATUS(wush_calibrator_validation_count(c, NULL), WUSH_ERR_INVALID_ARGUMENT);
+
+    /* Validation tokens never reach the moments or the token count. */
+    CHECK_STATUS(wush_calibrator_add(ctx, c, WUSH_DTYPE_F32, cal, N_CAL), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_second_moment(c, 1, m_without, 32 * 32), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_add_validation(ctx, c, WUSH_DTYPE_F32, val, N_VAL), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_set_validation_size(c, 50), WUSH_ERR_INVALID_ARGUMENT); /* tokens already in */
+    CHECK_STATUS(wush_calibrator_validation_count(c, &count), WUSH_OK);
+    CHECK(count == 100);
+    CHECK_STATUS(wush_calibrator_token_count(c, &tokens), WUSH_OK);
+    CHECK(tokens == N_CAL);
+    CHECK_STATUS(wush_calibrator_second_moment(c, 1, m_with, 32 * 32), WUSH_OK);
+    CHECK(memcmp(m_with, m_without, sizeof m_with) == 0);
+
+    /* Shards merged give the state of one calibrator that saw every token. */
+    CHECK_STATUS(wush_calibrator_create(D_IN, 32, WUSH_MOMENTS_BLOCK_DIAGONAL, &a), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_create(D_IN, 32, WUSH_MOMENTS_BLOCK_DIAGONAL, &b), WUSH_OK);
+    if (a == NULL || b == NULL) return;
+    CHECK_STATUS(wush_calibrator_set_validation_size(a, 100), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_set_validation_size(b, 100), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_add(ctx, a, WUSH_DTYPE_F32, cal, N_CAL), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_add_validation(ctx, a, WUSH_DTYPE_F32, val + 100 * D_IN, N_VAL - 100), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_add_validation(ctx, b, WUSH_DTYPE_F32, val, 100), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_merge(a, b), WUSH_OK);
+    state = export_state(c, &n);
+    again = export_state(a, &n2);
+    CHECK(state != NULL && again != NULL && n == n2 && memcmp(state, again, n * sizeof(double)) == 0);
+    free(again);
+
+    /* Version 3: [1] = 3, the empty token sample's block [0, 0], then the validation block. */
+    CHECK(n == 6 + 2 * 32 * 32 + 2 + (2 + 100 + 100 * (size_t)D_IN));
+    if (state != NULL && n > 6 + 2 * 32 * 32 + 4) {
+        CHECK(state[0] == 1.0 && state[1] == 3.0);
+        CHECK(state[6 + 2 * 32 * 32] == 0.0 && state[7 + 2 * 32 * 32] == 0.0);
+        CHECK(state[8 + 2 * 32 * 32] == 100.0 && state[9 + 2 * 32 * 32] == 100.0);
+    }
+    CHECK_STATUS(wush_calibrator_create(D_IN, 32, WUSH_MOMENTS_BLOCK_DIAGONAL, &back), WUSH_OK);
+    if (back != NULL && state != NULL) {
+        CHECK_STATUS(wush_calibrator_import_state(back, state, n), WUSH_ERR_INVALID_ARGUMENT); /* no validation size */
+        CHECK_STATUS(wush_calibrator_set_validation_size(back, 100), WUSH_OK);
+        CHECK_STATUS(wush_calibrator_import_state(back, state, n), WUSH_OK);
+        again = export_state(back, &n2);
+        CHECK(again != NULL && n2 == n && memcmp(state, again, n * sizeof(double)) == 0);
+        free(again);
+        /* A summed (r = 2) version-3 state is refused: samples do not add. */
+        state[0] = 2.0;
+        state[1] = 6.0;
+        CHECK_STATUS(wush_calibrator_import_state(back, state, n), WUSH_ERR_INVALID_ARGUMENT);
+        state[0] = 1.0;
+        state[1] = 3.0;
+        /* A validation count beyond its capacity is refused, the calibrator unchanged. */
+        state[9 + 2 * 32 * 32] = 101.0;
+        CHECK_STATUS(wush_calibrator_import_state(back, state, n), WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(wush_calibrator_validation_count(back, &count), WUSH_OK);
+        CHECK(count == 100);
+    }
+    /* A version-1 state (a calibrator without samples) still imports, with an empty validation sample. */
+    CHECK_STATUS(wush_calibrator_create(D_IN, 32, WUSH_MOMENTS_BLOCK_DIAGONAL, &old), WUSH_OK);
+    if (old != NULL && back != NULL) {
+        CHECK_STATUS(wush_calibrator_add(ctx, old, WUSH_DTYPE_F32, cal, N_CAL), WUSH_OK);
+        old_state = export_state(old, &n_old);
+        CHECK(old_state != NULL && n_old == 6 + 2 * 32 * 32 && old_state[1] == 1.0);
+        if (old_state != NULL) CHECK_STATUS(wush_calibrator_import_state(back, old_state, n_old), WUSH_OK);
+        CHECK_STATUS(wush_calibrator_validation_count(back, &count), WUSH_OK);
+        CHECK(count == 0);
+        CHECK_STATUS(wush_calibrator_token_count(back, &tokens), WUSH_OK);
+        CHECK(tokens == N_CAL);
+        free(old_state);
+    }
+    free(state);
+    wush_calibrator_destroy(c);
+    wush_calibrator_destroy(a);
+    wush_calibrator_destroy(b);
+    wush_calibrator_destroy(back);
+    wush_calibrator_destroy(old);
+}
+
+int main(void) {
+    wush_context* ctx = NULL;
+    float* w = malloc(sizeof(float) * D_OUT * D_IN);
+    float* cal = malloc(sizeof(float) * N_CAL * D_IN);
+    float* shifted = malloc(sizeof(float) * N_VAL * D_IN);
+    float* same = malloc(sizeof(float) * N_VAL * D_IN);
+    size_t i;
+    if (!w || !cal || !shifted || !same) return 1;
+    rng_seed(7);
+    for (i = 0; i < (size_t)D_OUT * D_IN; ++i) w[i] = (float)(rng_gauss() * 0.1);
+    make_tokens(cal, N_CAL, 4.0, 0.05, 11);
+    make_tokens(shifted, N_VAL, 0.05, 4.0, 12);
+    make_tokens(same, N_VAL, 4.0, 0.05, 13);
+
+    CHECK_STATUS(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx), WUSH_OK);
+    if (ctx != NULL) {
+        test_validation_sample(ctx, cal, shifted);
+        test_guard(ctx, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, w, cal, shifted, same);
+        test_guard(ctx, WUSH_FORMAT_NVFP4, WUSH_METHOD_RTN, w, cal, shifted, same);
+        test_guard(ctx, WUSH_FORMAT_MXFP4, WUSH_METHOD_GPTQ, w, cal, shifted, same);
+        test_guard(ctx, WUSH_FORMAT_INT4, WUSH_METHOD_GPTQ, w, cal, shifted, same);
+    }
+    wush_context_destroy(ctx);
+    free(w);
+    free(cal);
+    free(shifted);
+    free(same);
+    printf("capi_validation: %d checks, %d failed\n", g_checks, g_failures);
+    return g_failures == 0 ? 0 : 1;
+}
