@@ -92,6 +92,12 @@ int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_o
         }
         st = wush_calibrator_add(ctx, cal.p, l.x_dtype, l.x.data(), l.n_calibration);
         if (st != WUSH_OK) return cli::report((where + "wush_calibrator_add").c_str(), st);
+        // Validation tokens (--validation-tokens) feed the search's per-layer guard: `+s` columns only.
+        if (searching && l.n_validation > 0) {
+            st = wush_calibrator_set_validation_size(cal.p, l.n_validation);
+            if (st == WUSH_OK) st = wush_calibrator_add_validation(ctx, cal.p, l.x_dtype, l.validation(), l.n_validation);
+            if (st != WUSH_OK) return cli::report((where + "wush_calibrator_add_validation").c_str(), st);
+        }
         for (const Column& col : plan.kinds) {
             const wush_transform_kind kind = col.kind;
             if (col.search && wants(plan, WUSH_METHOD_RTN)) {
@@ -199,11 +205,13 @@ int parse_plan(const cli::Args& a, Plan* plan) {
 
 int cmd_eval(int argc, char** argv) {
     cli::Args a(argc, argv, {"--json", "--runtime"},
-                {"--layers", "--seed", "--calib-tokens", "--heldout-tokens", "--weights", "--activations", "--format",
+                {"--layers", "--seed", "--calib-tokens", "--heldout-tokens", "--validation-tokens", "--weights",
+                 "--activations", "--format",
                  "--transform", "--method", "--damping", "--threads", "--checkpoint"});
     const std::size_t seed = a.get_size("--seed", 1);
     const std::size_t n_cal = a.get_size("--calib-tokens", 2048);
     const std::size_t n_held = a.get_size("--heldout-tokens", a.has("--weights") ? 0 : 256);
+    const std::size_t n_val = a.get_size("--validation-tokens", 0);
     const std::size_t threads = a.get_size("--threads", 0);
     const double damping = a.get_double("--damping", 0.0);
     if (!a.ok() || a.has("--weights") != a.has("--activations")) {
@@ -246,22 +254,30 @@ int cmd_eval(int argc, char** argv) {
         for (const std::string& name : names) {
             std::size_t d_out = 0, d_in = 0;
             if (wush_example_layer_shape(name.c_str(), &d_out, &d_in) != WUSH_OK) continue;  // reported when loaded
-            const std::size_t tokens = cli::add_or_max(n_cal, n_held);
+            const std::size_t tokens = cli::add_or_max(cli::add_or_max(n_cal, n_val), n_held);
             const std::size_t bytes = cli::mul_or_max(cli::add_or_max(cli::mul_or_max(tokens, d_in), cli::mul_or_max(d_out, d_in)),
                                                       sizeof(float));
             if (!cli::fits_in_memory("eval", "layer " + name + " with " + std::to_string(tokens) + " tokens", bytes))
                 return 1;
         }
     }
+    if (n_val > 65536) {
+        std::fprintf(stderr, "wush eval: --validation-tokens %zu exceeds 65536\n", n_val);
+        return 2;
+    }
     std::vector<Layer> file_layers;
     if (a.has("--weights") && load_layer_files(a.get("--weights"), a.get("--activations"), n_held, &file_layers) != 0) return 1;
+    for (Layer& l : file_layers)
+        if (n_val > 0 && split_validation(n_val, &l) != 0) return 1;
     const std::size_t n_layers = a.has("--weights") ? file_layers.size() : names.size();
 
     std::vector<Result> results;
     cli::ProgressBar bar(n_layers * plan.formats.size() * plan.kinds.size() * plan.methods.size());
     for (std::size_t i = 0; i < n_layers; ++i) {
         Layer builtin;
-        if (!a.has("--weights") && load_builtin(names[i], seed, n_cal, n_held, &builtin) != 0) return 1;
+        if (!a.has("--weights") && (load_builtin(names[i], seed, n_cal + n_val, n_held, &builtin) != 0 ||
+                                    (n_val > 0 && split_validation(n_val, &builtin) != 0)))
+            return 1;
         const Layer& l = a.has("--weights") ? file_layers[i] : builtin;
         if (eval_layer(ctx.p, l, plan, opts.p, search_opts.p, bar, &results) != 0) return 1;
     }

@@ -55,6 +55,17 @@ int load_builtin(const std::string& name, std::uint64_t seed, std::size_t n_cal,
     return 0;
 }
 
+int split_validation(std::size_t n_val, Layer* l) {
+    if (n_val >= l->n_calibration) {
+        std::fprintf(stderr, "wush: '%s': %zu calibration tokens leave none after %zu validation tokens\n",
+                     l->name.c_str(), l->n_calibration, n_val);
+        return 1;
+    }
+    l->n_calibration -= n_val;
+    l->n_validation = n_val;
+    return 0;
+}
+
 // Every 2-D tensor of the weights file, paired with the activation tensor of the same name; the
 // last `n_held` tokens (default: a quarter) are held out.
 int load_layer_files(const std::string& wpath, const std::string& xpath, std::size_t n_held_opt, std::vector<Layer>* layers,

@@ -16,21 +16,29 @@ struct Handle {
     ~Handle() { Destroy(p); }
 };
 
-// One layer's data: the weight and its activations (calibration rows first, then held-out rows),
-// in the element type they came in.
+// One layer's data: the weight and its activations (calibration rows first, then validation
+// rows, if any, then held-out rows), in the element type they came in.
 struct Layer {
     std::string name;
     std::size_t d_out = 0, d_in = 0;
     wush_dtype w_dtype = WUSH_DTYPE_F32, x_dtype = WUSH_DTYPE_F32;
     std::vector<unsigned char> weight, x;
-    std::size_t n_calibration = 0, n_heldout = 0;
+    std::size_t n_calibration = 0, n_validation = 0, n_heldout = 0;
 
-    const void* heldout() const {
+    const void* validation() const { return rows_from(n_calibration); }
+    const void* heldout() const { return rows_from(n_calibration + n_validation); }
+
+private:
+    const void* rows_from(std::size_t token) const {
         std::size_t elem = 0;
         wush_dtype_size(x_dtype, &elem);
-        return x.data() + n_calibration * d_in * elem;
+        return x.data() + token * d_in * elem;
     }
 };
+
+// Makes the last n_val calibration tokens validation tokens. Returns an exit code (1 when fewer
+// than n_val + 1 calibration tokens are left).
+int split_validation(std::size_t n_val, Layer* layer);
 
 // Generates built-in layer `name` (wush_example_layer_generate). Returns an exit code.
 int load_builtin(const std::string& name, std::uint64_t seed, std::size_t n_cal, std::size_t n_held, Layer* out);

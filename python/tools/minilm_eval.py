@@ -39,6 +39,10 @@ SKIP = 77
 # Disjoint documents: the calibration text and the held-out text come from different modules.
 CALIBRATION_MODULES = ["argparse", "collections", "configparser", "csv", "dataclasses", "difflib",
                        "enum", "fractions", "functools", "gettext", "inspect", "ipaddress"]
+# Validation documents for the search's guard: the calibration list's later modules (2048
+# calibration tokens end inside "collections"), so they are calibration-side text the moments
+# never saw, disjoint from the held-out modules.
+VALIDATION_MODULES = ["enum", "fractions", "functools", "gettext", "inspect", "ipaddress"]
 HELDOUT_MODULES = ["logging", "mailbox", "optparse", "pathlib", "pickle", "shutil", "smtplib",
                    "statistics", "subprocess", "tarfile", "textwrap", "zipfile"]
 
@@ -129,10 +133,10 @@ def write_layer_files(model, acts: Dict[str, "np.ndarray"], outdir: pathlib.Path
     return str(wpath), str(xpath)
 
 
-def run_eval(wush: str, wpath: str, xpath: str, n_held: int, extra: List[str]) -> List[dict]:
+def run_eval(wush: str, wpath: str, xpath: str, n_held: int, n_val: int, extra: List[str]) -> List[dict]:
     cmd = [wush, "eval", "--weights", wpath, "--activations", xpath, "--heldout-tokens", str(n_held),
-           "--transform", "i,r,h,wush,wush+s", "--method", "all", "--format", "mxfp4,nvfp4,int4",
-           "--json"] + extra
+           "--transform", "i,r,h,wush,wush+s", "--method", "all", "--format", "mxfp4,nvfp4,int4", "--json"]
+    cmd += (["--validation-tokens", str(n_val)] if n_val else []) + extra
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout  # progress bar: stderr
     return json.loads(out)["results"]
 
@@ -173,19 +177,35 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="comma-separated standard-library modules whose docstrings are the calibration text")
     p.add_argument("--heldout-modules", default=",".join(HELDOUT_MODULES),
                    help="the same for the held-out text (e.g. a document split inside the calibration modules)")
+    p.add_argument("--validation-tokens", type=int, default=0,
+                   help="tokens of --validation-modules for the calibrator's validation sample (the wush+s "
+                        "per-layer guard); 0: none")
+    p.add_argument("--validation-modules", default=",".join(VALIDATION_MODULES),
+                   help="modules whose docstrings are the validation text, taken out of --calib-modules "
+                        "(default: the calibration list's later modules, which 2048 calibration tokens do "
+                        "not reach)")
     return p.parse_args(argv)
 
 
 def prepare(args: argparse.Namespace, workdir: pathlib.Path):
-    """The model and each selected layer's inputs, calibration tokens first."""
+    """The model and each selected layer's inputs: calibration tokens, then validation tokens (if
+    any), then held-out tokens."""
     import numpy as np
     model, tok = load_model(workdir / "model")
-    cal_docs = docstrings(args.calib_modules.split(","))
+    val_modules = args.validation_modules.split(",") if args.validation_tokens else []
+    # The validation modules leave the calibration list: its text is then the documents before them.
+    cal_docs = docstrings([m for m in args.calib_modules.split(",") if m not in val_modules])
     cal = token_windows(tok, cal_docs, args.calib_tokens, args.seq_len, set())
-    held = token_windows(tok, docstrings(args.heldout_modules.split(",")), args.heldout_tokens, args.seq_len,
-                         set(cal_docs))
-    acts = capture(model, [cal, held], args.layers)
-    n = args.calib_tokens + args.heldout_tokens
+    held_docs = docstrings(args.heldout_modules.split(","))
+    held = token_windows(tok, held_docs, args.heldout_tokens, args.seq_len, set(cal_docs))
+    batches = [cal, held]
+    if args.validation_tokens:
+        # Validation documents differ from both: none repeats a calibration or held-out docstring.
+        val_docs = [d for d in docstrings(val_modules) if d not in set(cal_docs)]
+        val = token_windows(tok, val_docs, args.validation_tokens, args.seq_len, set(held_docs))
+        batches = [cal, val, held]
+    acts = capture(model, batches, args.layers)
+    n = args.calib_tokens + args.validation_tokens + args.heldout_tokens
     assert all(a.shape[0] == n and np.isfinite(a).all() for a in acts.values())
     return model, acts
 
@@ -198,11 +218,12 @@ def main() -> int:
         outdir = pathlib.Path(args.keep) if args.keep else workdir
         outdir.mkdir(parents=True, exist_ok=True)
         wpath, xpath = write_layer_files(model, acts, outdir)
-        results = run_eval(args.wush, wpath, xpath, args.heldout_tokens, args.eval_args.split())
+        results = run_eval(args.wush, wpath, xpath, args.heldout_tokens, args.validation_tokens,
+                           args.eval_args.split())
         if args.keep:
             (outdir / "results.json").write_text(json.dumps({"results": results}, indent=1))
     print(f"all-MiniLM-L6-v2: {len(acts)} linear layers, {args.calib_tokens} calibration + "
-          f"{args.heldout_tokens} held-out tokens (sequences of {args.seq_len})")
+          f"{args.validation_tokens} validation + {args.heldout_tokens} held-out tokens (sequences of {args.seq_len})")
     print_table(ratios(results))
     return 0
 

