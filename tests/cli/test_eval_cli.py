@@ -164,7 +164,27 @@ def main():
     p = run("inspect", ck_gptq)
     check("gptq" in p.stdout, "inspect of a GPTQ checkpoint does not say gptq: %r" % p.stdout)
 
-    # 6. bad input: clear message on stderr, non-zero exit, nothing on stdout.
+    # 6. --validation-tokens V: the V tokens before the held-out ones are the search guard's
+    #    validation tokens, not calibration tokens: the plain WUSH column equals an eval of a file
+    #    without those rows, and the guarded wush+s column is a finite loss.
+    n_val = 16
+    n_cal = N_TOKENS - N_HELD - n_val
+    x_cut = x[: n_cal * D_IN] + x[(n_cal + n_val) * D_IN:]
+    cut_path = os.path.join(tmp, "x_without_validation.safetensors")
+    write_safetensors(cut_path, {"proj": (N_TOKENS - n_val, D_IN, x_cut)})
+    p = run("eval", "--weights", wpath, "--activations", xpath, "--format", "mxfp4", "--transform", "wush,wush+s",
+            "--heldout-tokens", str(N_HELD), "--validation-tokens", str(n_val), "--json")
+    with_val = results_by_key(p.stdout) if p.returncode == 0 else {}
+    p = run("eval", "--weights", wpath, "--activations", cut_path, "--format", "mxfp4", "--transform", "wush",
+            "--heldout-tokens", str(N_HELD), "--json")
+    cut = results_by_key(p.stdout) if p.returncode == 0 else {}
+    key = ("proj", "mxfp4", "wush", "rtn")
+    check(key in with_val and with_val.get(key) == cut.get(key),
+          "wush with --validation-tokens %r, without the validation rows %r" % (with_val.get(key), cut.get(key)))
+    guarded = with_val.get(("proj", "mxfp4", "wush+s", "rtn"))
+    check(guarded is not None and math.isfinite(guarded) and guarded > 0, "guarded wush+s loss %r" % guarded)
+
+    # 7. bad input: clear message on stderr, non-zero exit, nothing on stdout.
     bad = os.path.join(tmp, "truncated.safetensors")
     with open(ck, "rb") as f:
         data = f.read()
@@ -175,6 +195,8 @@ def main():
                  ("eval", "--layers", "no_such_layer"),
                  ("eval", "--format", "fp8"),
                  ("eval", "--layers", "small_256x512", "--method", "obq"),
+                 ("eval", "--weights", wpath, "--activations", xpath, "--validation-tokens", str(N_TOKENS - N_HELD)),
+                 ("eval", "--layers", "small_256x512", "--validation-tokens", "70000"),
                  ("quantize", "--weights", wpath, "--activations", xpath, "--format", "mxfp4", "--transform", "wush",
                   "--method", "awq", "--out", os.path.join(tmp, "never.safetensors")),
                  ("frobnicate",)):
