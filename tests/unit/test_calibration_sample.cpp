@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <vector>
 
@@ -140,6 +141,43 @@ TEST(CalibratorSample, ValidationSampleStateAndVersion2Import) {
     EXPECT_EQ(from_v2.sample(), v2.sample());
     EXPECT_EQ(from_v2.validation_capacity(), 8u);
     EXPECT_EQ(from_v2.validation_count(), 0u);
+}
+
+// Corrupt headers of a version-3 state (the sample blocks' capacities and counts included) are
+// refused with an Error, never read past the buffer or trigger a huge allocation (ASan build).
+TEST(CalibratorSample, CorruptVersion3StatesAreRefused) {
+    const auto x = tokens(50, kD, 6);
+    Calibrator c(kD, kG, MomentMode::BlockDiagonal);
+    c.set_sample_capacity(4);
+    c.set_validation_capacity(3);
+    c.add(WUSH_DTYPE_F32, x.data(), 50);
+    c.add_validation(WUSH_DTYPE_F32, x.data(), 50);
+    const std::vector<double> st = c.export_state();
+    const std::size_t v1 = Calibrator::state_size(kD, kG, MomentMode::BlockDiagonal);
+    const std::size_t val = v1 + 2 + 4 + 4 * kD;  // where the validation block starts
+    const double bad_values[] = {-1.0, 0.5, 1e300, 65537.0, 1e9, std::nan(""), 0.0, 5.0};
+    int refused = 0;
+    for (std::size_t field : {std::size_t(1), v1, v1 + 1, v1 + 2, val, val + 1, val + 2, val + 3 + 3 * kD}) {
+        for (double v : bad_values) {
+            std::vector<double> bad = st;
+            if (bad[field] == v) continue;
+            bad[field] = v;
+            try {
+                (void)Calibrator::import_state(bad);
+            } catch (const Error&) {
+                ++refused;
+                continue;
+            }
+            // Some changes leave a consistent state (a smaller whole count, another whole
+            // priority, another float value); the layout fields never do.
+            const bool layout_field = field == 1 || field == v1 || field == val;
+            EXPECT_FALSE(layout_field) << "field " << field << " = " << v << " was accepted";
+        }
+    }
+    EXPECT_GE(refused, 40);
+    // Truncated states are refused at every length.
+    for (std::size_t n = 0; n < st.size(); n += 97)
+        EXPECT_THROW(Calibrator::import_state(std::span<const double>(st.data(), n)), Error) << n;
 }
 
 }  // namespace
