@@ -191,13 +191,20 @@ def default_context() -> Context:
 
 
 class Options(_Handle):
-    """Options of the long operations: damping, seed, transform dtype."""
+    """Options of the long operations: damping, seed, transform dtype, and the per-block search
+    (``search=True``: WUSH_OPTION_SEARCH, applied by :func:`layer_quantize`; ``search_tokens``:
+    WUSH_OPTION_SEARCH_TOKENS)."""
 
     _destroy = "wush_options_destroy"
 
     def __init__(self, damping: Optional[float] = None, seed: Optional[int] = None,
-                 transform_dtype: Optional[Union[str, int]] = None):
+                 transform_dtype: Optional[Union[str, int]] = None, search: Optional[bool] = None,
+                 search_tokens: Optional[int] = None):
         super().__init__(_new("wush_options_create"))
+        if search is not None:
+            _call("wush_options_set_int", self.ptr, int(Option.SEARCH), int(bool(search)))
+        if search_tokens is not None:
+            _call("wush_options_set_int", self.ptr, int(Option.SEARCH_TOKENS), int(search_tokens))
         if damping is not None:
             _call("wush_options_set_double", self.ptr, int(Option.DAMPING), float(damping))
         if seed is not None:
@@ -253,20 +260,40 @@ class Calibrator(_Handle):
 
     _destroy = "wush_calibrator_destroy"
 
-    def __init__(self, d_in: int, group_size: int = 32, mode: Union[str, int] = "block_diagonal"):
+    def __init__(self, d_in: int, group_size: int = 32, mode: Union[str, int] = "block_diagonal",
+                 sample_size: int = 0, validation_size: int = 0):
+        """``sample_size``: tokens kept for the search's scores (wush_calibrator_set_sample_size);
+        ``validation_size``: validation tokens kept for its per-layer guard
+        (wush_calibrator_set_validation_size; give them with :meth:`add_validation`)."""
         self.d_in, self.group_size = int(d_in), int(group_size)
         self.mode = _as_enum(MomentMode, mode)
         super().__init__(_new("wush_calibrator_create", self.d_in, self.group_size, int(self.mode)))
+        if sample_size:
+            _call("wush_calibrator_set_sample_size", self.ptr, int(sample_size))
+        if validation_size:
+            _call("wush_calibrator_set_validation_size", self.ptr, int(validation_size))
 
-    def add(self, x: Any, ctx: Optional[Context] = None) -> None:
-        """Adds activations (numpy/torch, ``(..., d_in)``); a torch CPU tensor is read in place."""
+    def _offer(self, fn: str, x: Any, ctx: Optional[Context]) -> None:
         b = _Buf(x)
         if b.cols != self.d_in:
             raise ValueError(f"activations have width {b.cols}, calibrator expects {self.d_in}")
         if b.rows == 0:
             return
-        _call("wush_calibrator_add", (ctx or default_context()).ptr, self.ptr, int(b.dtype),
-              ctypes.c_void_p(b.ptr), b.rows)
+        _call(fn, (ctx or default_context()).ptr, self.ptr, int(b.dtype), ctypes.c_void_p(b.ptr), b.rows)
+
+    def add(self, x: Any, ctx: Optional[Context] = None) -> None:
+        """Adds activations (numpy/torch, ``(..., d_in)``); a torch CPU tensor is read in place."""
+        self._offer("wush_calibrator_add", x, ctx)
+
+    def add_validation(self, x: Any, ctx: Optional[Context] = None) -> None:
+        """Offers tokens of held-out documents to the validation sample (not to the moments)."""
+        self._offer("wush_calibrator_add_validation", x, ctx)
+
+    @property
+    def validation_count(self) -> int:
+        n = ctypes.c_size_t()
+        _call("wush_calibrator_validation_count", self.ptr, ctypes.byref(n))
+        return n.value
 
     def merge(self, other: "Calibrator") -> None:
         _call("wush_calibrator_merge", self.ptr, other.ptr)

@@ -87,6 +87,35 @@ class Bindings(unittest.TestCase):
         e.import_state(c.export_state())
         np.testing.assert_array_equal(e.second_moment(0), c.second_moment(0))
 
+    def test_search_guard_on_validation_tokens(self):
+        # Validation documents whose loud and quiet channels are swapped against the calibration
+        # tokens': WUSH (fitted to the calibration moments) loses there, and the guard returns the
+        # best of the four layers by the loss on those tokens (oracle: the four built separately).
+        rng = np.random.default_rng(5)
+        loud = np.where(np.arange(64) % 4 == 0, 4.0, 0.05)
+        cal_x = (rng.standard_normal((512, 64)) * loud).astype(np.float32)
+        val_x = (rng.standard_normal((256, 64)) * loud[::-1]).astype(np.float32)
+        w = (rng.standard_normal((48, 64)) * 0.1).astype(np.float32)
+        opts = wush.Options(search=True, search_tokens=128)
+        plain = wush.Calibrator(64, 32, sample_size=256)
+        plain.add(cal_x)
+        guarded = wush.Calibrator(64, 32, sample_size=256, validation_size=256)
+        guarded.add(cal_x)
+        guarded.add_validation(val_x)
+        self.assertEqual(guarded.validation_count, 256)
+        self.assertEqual(guarded.token_count, 512)
+        losses = {}
+        for kind in ("wush", "identity", "hadamard", "random"):
+            t, q = wush.layer_quantize(plain, w, kind, "mxfp4", "rtn", opts)
+            losses[t.info()[0].name] = wush.layer_loss(t, q, w, val_x)
+        t, q = wush.layer_quantize(guarded, w, "wush", "mxfp4", "rtn", opts)
+        best = min(losses, key=losses.get)
+        self.assertNotEqual(best, "WUSH")
+        self.assertEqual(t.info()[0].name, best)
+        self.assertEqual(wush.layer_loss(t, q, w, val_x), losses[best])
+        with self.assertRaises(wush.WushError):
+            plain.add_validation(val_x)  # no validation sample
+
     def test_linear_forward_equals_dequantized_product(self):
         rng = np.random.default_rng(4)
         w = rng.standard_normal((48, 128)).astype(np.float32)
