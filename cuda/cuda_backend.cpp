@@ -402,11 +402,7 @@ public:
 
     void calibrate(Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n,
                    const backend::HostSettings&) override {
-        require_dtype(x_dtype);
-        require(n > 0 && x != nullptr, "calibration: no tokens");
-        dev_->select();
-        require_device_pointer(x, "x");
-        dev_->synchronize_and_report("x");  // a NaN/Inf pending from an earlier launch is that launch's
+        check_device_batch(x_dtype, x, n, "calibration");
         if (cal.sample_capacity() > 0) return calibrate_on_host(cal, x_dtype, x, n);
         const bool full = cal.mode() == MomentMode::Full;
         const std::size_t side = full ? cal.d_in() : cal.group();
@@ -423,6 +419,15 @@ public:
         cal.add_sums(host, n);
     }
 
+    // A batch of activations in this device's memory, with nothing pending on the stream.
+    void check_device_batch(wush_dtype x_dtype, const void* x, std::size_t n, const char* what) {
+        require_dtype(x_dtype);
+        require(n > 0 && x != nullptr, std::string(what) + ": no tokens");
+        dev_->select();
+        require_device_pointer(x, "x");
+        dev_->synchronize_and_report("x");  // a NaN/Inf pending from an earlier launch is that launch's
+    }
+
     // A calibrator that keeps a token sample needs the tokens themselves on the host: the batch is
     // copied there and takes the CPU path (sums and sample), which is slower but the same result.
     void calibrate_on_host(Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n) {
@@ -433,11 +438,7 @@ public:
     // Validation tokens only feed a host-side sample: copied to the host, then the CPU path.
     void add_validation(Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n,
                         const backend::HostSettings&) override {
-        require_dtype(x_dtype);
-        require(n > 0 && x != nullptr, "validation: no tokens");
-        dev_->select();
-        require_device_pointer(x, "x");
-        dev_->synchronize_and_report("x");
+        check_device_batch(x_dtype, x, n, "validation");
         const std::vector<std::byte> host = copy_tokens_to_host(cal, x_dtype, x, n);
         cal.add_validation(x_dtype, host.data(), n);
     }

@@ -201,7 +201,8 @@ def prepare(args: argparse.Namespace, workdir: pathlib.Path):
     batches = [cal, held]
     if args.validation_tokens:
         # Validation documents differ from both: none repeats a calibration or held-out docstring.
-        val_docs = [d for d in docstrings(val_modules) if d not in set(cal_docs)]
+        seen = set(cal_docs)
+        val_docs = [d for d in docstrings(val_modules) if d not in seen]
         val = token_windows(tok, val_docs, args.validation_tokens, args.seq_len, set(held_docs))
         batches = [cal, val, held]
     acts = capture(model, batches, args.layers)

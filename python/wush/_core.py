@@ -256,7 +256,8 @@ def dequantize_rows(codes: np.ndarray, scales: np.ndarray, d_in: int, fmt: Union
 
 class Calibrator(_Handle):
     """Streaming float64 second moments of a layer's inputs (``wush_calibrator``). Memory is
-    d_in*G doubles (block-diagonal) or d_in^2 (full, needed by GPTQ), whatever the token count."""
+    d_in*G doubles (block-diagonal) or d_in^2 (full, needed by GPTQ), whatever the token count,
+    plus d_in floats per kept sample or validation token."""
 
     _destroy = "wush_calibrator_destroy"
 

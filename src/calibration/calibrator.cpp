@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 
 #include "common/checked_math.h"
@@ -65,6 +64,13 @@ void convert_rows(wush_dtype dtype, const void* x, std::size_t t0, std::size_t r
     }
 }
 
+// A batch's arguments: some tokens, a pointer, a known dtype (checked before anything else).
+void require_batch(wush_dtype dtype, const void* x, std::size_t n_tokens, const std::string& what) {
+    require(n_tokens > 0, what + ": zero tokens");
+    require(x != nullptr, what + ": activations pointer is NULL");
+    dtype_size(dtype);  // rejects an unknown dtype
+}
+
 // require_finite over the whole batch with the scan split over the threads; on a hit the serial
 // check runs again so that the error names the first bad element exactly as require_finite does.
 void require_finite_batch(wush_dtype dtype, const void* x, std::size_t rows, std::size_t cols) {
@@ -96,9 +102,7 @@ void Calibrator::set_validation_capacity(std::size_t k) {
 void Calibrator::add_validation(wush_dtype dtype, const void* x, std::size_t n_tokens) {
     require(validation_.capacity() > 0,
             "calibrator: no validation sample to add to (set its size first: wush_calibrator_set_validation_size)");
-    require(n_tokens > 0, "calibrator add_validation: zero tokens");
-    require(x != nullptr, "calibrator add_validation: activations pointer is NULL");
-    dtype_size(dtype);  // rejects an unknown dtype
+    require_batch(dtype, x, n_tokens, "calibrator add_validation");
     require_finite_batch(dtype, x, n_tokens, d_in_);
     validation_.offer_rows(dtype, x, n_tokens);
 }
@@ -188,9 +192,7 @@ void accumulate_blocks(std::size_t d_in_, std::size_t g, double* sums, wush_dtyp
 }  // namespace
 
 void Calibrator::add(wush_dtype dtype, const void* x, std::size_t n_tokens) {
-    require(n_tokens > 0, "calibrator add: zero tokens");
-    require(x != nullptr, "calibrator add: activations pointer is NULL");
-    dtype_size(dtype);  // rejects an unknown dtype before anything else
+    require_batch(dtype, x, n_tokens, "calibrator add");
     require(double(tokens_) + double(n_tokens) <= kMaxExactCount, "calibrator add: token count would exceed 2^53");
     // Validate the whole batch first: a rejected batch must leave the state untouched.
     require_finite_batch(dtype, x, n_tokens, d_in_);
