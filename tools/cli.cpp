@@ -180,6 +180,18 @@ bool method_from_name(const std::string& name, wush_method* method) {
     return true;
 }
 
+bool transform_from_name(const char* command, const std::string& name, wush_transform_kind* kind, bool* search) {
+    *search = name.size() > 2 && name.compare(name.size() - 2, 2, "+s") == 0;
+    const std::string base = *search ? name.substr(0, name.size() - 2) : name;
+    // I, H and R have nothing to search: `h+s` would silently be `h`.
+    if (wush_transform_kind_from_name(base.c_str(), kind) == WUSH_OK &&
+        (!*search || *kind == WUSH_TRANSFORM_WUS || *kind == WUSH_TRANSFORM_WUSH))
+        return true;
+    std::fprintf(stderr, "wush %s: unknown transform '%s' (i, r, h, wus, wush; wus+s, wush+s: with the search)\n",
+                 command, printable(name).c_str());
+    return false;
+}
+
 void ProgressBar::step(const std::string& label) {
     done_ = std::min(done_ + 1, total_);
     const int width = 30;

@@ -59,6 +59,16 @@ const char* method_name(wush_method method);
 // Parses "rtn" / "gptq"; false for anything else.
 bool method_from_name(const std::string& name, wush_method* method);
 
+// Parses a transform name (i, r, h, wus, wush, ...), optionally with the `+s` suffix of the
+// per-block search (wush+s, wus+s: WUSH_OPTION_SEARCH). An unknown name, or `+s` on a data-free
+// transform (i, r, h: nothing to search), prints why for `wush <command>` and returns false.
+bool transform_from_name(const char* command, const std::string& name, wush_transform_kind* kind, bool* search);
+
+// The token sample the CLI keeps for the search (wush_calibrator_set_sample_size) and scores on
+// (WUSH_OPTION_SEARCH_TOKENS): more real tokens than the library's default, which is sized for
+// callers that keep none (docs/EVAL.md, "The per-block search").
+inline constexpr std::size_t kSearchTokens = 1024;
+
 // A one-line progress bar on stderr, redrawn in place.
 class ProgressBar {
 public:

@@ -54,8 +54,11 @@ bool writable_destination(const std::string& path) {
 
 int cmd_quantize(int argc, char** argv) {
     cli::Args a(argc, argv, {}, {"--weights", "--activations", "--format", "--transform", "--method", "--out",
-                                  "--damping", "--seed", "--transform-dtype", "--threads"});
+                                  "--damping", "--seed", "--transform-dtype", "--threads", "--search-tokens",
+                                  "--validation-tokens"});
     const std::size_t seed = a.get_size("--seed", 1), threads = a.get_size("--threads", 0);
+    const std::size_t n_search = a.get_size("--search-tokens", cli::kSearchTokens);
+    const std::size_t n_val = a.get_size("--validation-tokens", 0);
     const double damping = a.get_double("--damping", 0.0);
     for (const char* required : {"--weights", "--activations", "--format", "--transform", "--out"})
         if (a.ok() && !a.has(required)) {
@@ -70,8 +73,13 @@ int cmd_quantize(int argc, char** argv) {
     wush_transform_kind kind;
     wush_dtype tdtype = WUSH_DTYPE_F32;
     if (wush_format_from_name(a.get("--format").c_str(), &format) != WUSH_OK) return cli::report("--format", WUSH_ERR_INVALID_ARGUMENT);
-    if (wush_transform_kind_from_name(a.get("--transform").c_str(), &kind) != WUSH_OK)
-        return cli::report("--transform", WUSH_ERR_INVALID_ARGUMENT);
+    bool search = false;
+    if (!cli::transform_from_name("quantize", a.get("--transform"), &kind, &search)) return 2;
+    if (!search && (a.has("--search-tokens") || a.has("--validation-tokens"))) {
+        std::fprintf(stderr, "wush quantize: --search-tokens and --validation-tokens need a searched transform "
+                             "(wush+s, wus+s)\n");
+        return 2;
+    }
     wush_method method = WUSH_METHOD_RTN;
     if (!cli::method_from_name(a.get("--method", "rtn"), &method)) {
         std::fprintf(stderr, "wush quantize: unknown method '%s' (rtn, gptq)\n", a.get("--method").c_str());
@@ -85,6 +93,11 @@ int cmd_quantize(int argc, char** argv) {
     if (!writable_destination(a.get("--out"))) return 1;
     std::vector<Layer> layers;
     if (load_layer_files(a.get("--weights"), a.get("--activations"), 0, &layers, /*all_heldout=*/true) != 0) return 1;
+    for (Layer& l : layers) {
+        // Every token calibrates, except the last --validation-tokens ones (the search's guard).
+        std::swap(l.n_calibration, l.n_heldout);
+        if (n_val > 0 && split_validation(n_val, &l) != 0) return 1;
+    }
 
     Handle<wush_context, wush_context_destroy> ctx;
     Handle<wush_options, wush_options_destroy> opts;
@@ -96,6 +109,8 @@ int cmd_quantize(int argc, char** argv) {
     if (st == WUSH_OK) st = wush_options_set_int(opts.p, WUSH_OPTION_TRANSFORM_DTYPE, tdtype);
     if (st == WUSH_OK && a.has("--damping"))
         st = wush_options_set_double(opts.p, WUSH_OPTION_DAMPING, damping);
+    if (st == WUSH_OK && search) st = wush_options_set_int(opts.p, WUSH_OPTION_SEARCH, 1);
+    if (st == WUSH_OK && search) st = wush_options_set_int(opts.p, WUSH_OPTION_SEARCH_TOKENS, int64_t(n_search));
     if (st == WUSH_OK) st = wush_checkpoint_create(&ck.p);
     if (st != WUSH_OK) return cli::report("setting up", st);
     std::size_t g = 0;
@@ -112,7 +127,13 @@ int cmd_quantize(int argc, char** argv) {
         // GPTQ needs the whole Hessian; RTN only its diagonal blocks.
         st = wush_calibrator_create(l.d_in, g, method == WUSH_METHOD_GPTQ ? WUSH_MOMENTS_FULL : WUSH_MOMENTS_BLOCK_DIAGONAL,
                                     &cal.p);
-        if (st == WUSH_OK) st = wush_calibrator_add(ctx.p, cal.p, l.x_dtype, l.x.data(), l.n_heldout);
+        // The search scores its candidates on a sample of the real tokens, and its per-layer
+        // guard on the validation tokens.
+        if (st == WUSH_OK && search) st = wush_calibrator_set_sample_size(cal.p, n_search);
+        if (st == WUSH_OK) st = wush_calibrator_add(ctx.p, cal.p, l.x_dtype, l.x.data(), l.n_calibration);
+        if (st == WUSH_OK && l.n_validation > 0) st = wush_calibrator_set_validation_size(cal.p, l.n_validation);
+        if (st == WUSH_OK && l.n_validation > 0)
+            st = wush_calibrator_add_validation(ctx.p, cal.p, l.x_dtype, l.validation(), l.n_validation);
         if (st == WUSH_OK)
             st = wush_layer_quantize(ctx.p, cal.p, kind, format, method, l.w_dtype, l.weight.data(), l.d_out, l.d_in,
                                      opts.p, &transforms.back()->p, &qweights.back()->p);

@@ -15,8 +15,6 @@
 namespace {
 
 const char* const kDefaultLayers = "4096x4096,4096x14336,14336x4096";
-// Token sample kept for the `+s` columns and the search's sample size (WUSH_OPTION_SEARCH_TOKENS).
-constexpr std::size_t kSearchTokens = 1024;
 
 // A column of the table: a transform kind, optionally with the per-block search
 // (WUSH_OPTION_SEARCH; the name `wush+s`).
@@ -87,7 +85,7 @@ int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_o
         bool searching = false;
         for (const Column& c : plan.kinds) searching |= c.search;
         if (searching) {
-            st = wush_calibrator_set_sample_size(cal.p, kSearchTokens);
+            st = wush_calibrator_set_sample_size(cal.p, cli::kSearchTokens);
             if (st != WUSH_OK) return cli::report((where + "wush_calibrator_set_sample_size").c_str(), st);
         }
         st = wush_calibrator_add(ctx, cal.p, l.x_dtype, l.x.data(), l.n_calibration);
@@ -178,12 +176,10 @@ int parse_plan(const cli::Args& a, Plan* plan) {
         if (wush_format_from_name(s.c_str(), &f) != WUSH_OK) return cli::report("--format", WUSH_ERR_INVALID_ARGUMENT);
         plan->formats.push_back(f);
     }
-    for (std::string s : cli::split(a.get("--transform", "i,r,h,wus,wush"), ',')) {
-        // A `+s` suffix (wush+s, wus+s) adds the per-block search (WUSH_OPTION_SEARCH).
-        const bool search = s.size() > 2 && s.compare(s.size() - 2, 2, "+s") == 0;
-        if (search) s.resize(s.size() - 2);
+    for (const std::string& s : cli::split(a.get("--transform", "i,r,h,wus,wush"), ',')) {
         wush_transform_kind k;
-        if (wush_transform_kind_from_name(s.c_str(), &k) != WUSH_OK) return cli::report("--transform", WUSH_ERR_INVALID_ARGUMENT);
+        bool search = false;
+        if (!cli::transform_from_name("eval", s, &k, &search)) return 1;
         plan->kinds.push_back({k, search});
     }
     for (const std::string& s : cli::split(a.get("--method", "rtn"), ',')) {
@@ -242,7 +238,7 @@ int cmd_eval(int argc, char** argv) {
     if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEED, int64_t(seed));
     if (st == WUSH_OK && a.has("--damping")) st = wush_options_set_double(search_opts.p, WUSH_OPTION_DAMPING, damping);
     if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEARCH, 1);
-    if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEARCH_TOKENS, int64_t(kSearchTokens));
+    if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEARCH_TOKENS, int64_t(cli::kSearchTokens));
     if (st != WUSH_OK) return cli::report("setting up", st);
 
     std::vector<std::string> names;

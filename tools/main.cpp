@@ -30,6 +30,7 @@ const Command kCommands[] = {
      "                   2-D weight (d_out x d_in) with the activation tensor of\n"
      "                   the same name (n_tokens x d_in), F32/F16/BF16\n"
      "  [--format mxfp4,nvfp4,int4] [--transform i,r,h,wus,wush] [--method rtn|gptq|all]\n"
+     "               (a +s suffix, e.g. wush+s: with the per-block search)\n"
      "  [--calib-tokens N] [--heldout-tokens N] [--seed S] [--damping L]\n"
      "  [--validation-tokens N]  the N tokens before the held-out ones (files), or N\n"
      "               more tokens (built-in layers), are the calibrator's validation\n"
@@ -42,7 +43,12 @@ const Command kCommands[] = {
      "calibrate on all tokens, build transforms, pre-quantize, write a checkpoint\n"
      "  --weights W.safetensors --activations X.safetensors --format F --transform T\n"
      "  --out CK.safetensors [--method rtn|gptq] [--damping L] [--seed S]\n"
-     "  [--transform-dtype f32|bf16|f16] [--threads N]\n"},
+     "  [--transform-dtype f32|bf16|f16] [--threads N]\n"
+     "  --transform wush+s (or wus+s): the per-block search, scored on a sample of\n"
+     "               [--search-tokens N] (default 1024) calibration tokens\n"
+     "  [--validation-tokens N]  the last N tokens of each layer only validate: the\n"
+     "               search's per-layer guard keeps the best of the searched, I, H\n"
+     "               and R layers on them\n"},
     {"inspect", cmd_inspect, "validate a checkpoint and list its layers\n  CK.safetensors\n"},
     {"export", cmd_export,
      "write the FP-Quant / HF-transformers fp_quant layout (mxfp4, nvfp4)\n"

@@ -58,9 +58,14 @@ def cmd_quantize(a: argparse.Namespace) -> int:
     from . import torch as wt
     model, tok = _load(a.model_dir)
     batches = token_batches(tok, a.calib, a.seq_len, a.max_samples)
+    search = a.transform.endswith("+s")  # wush+s: the per-block search
+    if a.validation and not search:
+        raise SystemExit("python -m wush quantize-model: --validation needs --transform wush+s")
+    validation = token_batches(tok, a.validation, a.seq_len, a.max_samples) if a.validation else None
     t0 = time.time()
-    res = wt.quantize_model(model, batches, format=a.format, transform=a.transform, method=a.method,
-                            layers=a.layers, damping=a.damping, progress=a.progress)
+    res = wt.quantize_model(model, batches, format=a.format, transform=a.transform.removesuffix("+s"),
+                            method=a.method, layers=a.layers, damping=a.damping, progress=a.progress,
+                            search=search, search_tokens=a.search_tokens, validation_batches=validation)
     t1 = time.time()
     wt.save_quantized(model, res, a.out, model_dir=a.model_dir, pseudo=a.fp_quant_pseudo)
     print(json.dumps({"layers": len(res.layers), "format": a.format, "transform": a.transform, "method": a.method,
@@ -91,7 +96,12 @@ def main(argv=None) -> int:
     q.add_argument("model_dir")
     q.add_argument("--calib", required=True, help="calibration text file (tokenized with the model's tokenizer)")
     q.add_argument("--format", default="mxfp4", choices=["mxfp4", "nvfp4"])
-    q.add_argument("--transform", default="wush", choices=["identity", "hadamard", "wush"])
+    q.add_argument("--transform", default="wush", choices=["identity", "hadamard", "wush", "wush+s"],
+                   help="wush+s: WUSH with the per-block search (scale, signs, fall-backs)")
+    q.add_argument("--search-tokens", type=int, default=1024,
+                   help="wush+s: calibration tokens per layer the search scores its candidates on")
+    q.add_argument("--validation", default=None,
+                   help="wush+s: text the calibration does not see, for the search's per-layer guard")
     q.add_argument("--method", default="rtn", choices=["rtn", "gptq"])
     q.add_argument("--out", required=True)
     q.add_argument("--fp-quant-pseudo", action="store_true",

@@ -1,8 +1,10 @@
 """Model-level quantization with PyTorch: calibration by forward hooks, RTN/GPTQ over a whole
 model, and the output folder (fp_quant layout + libwush checkpoint).
 
-Memory: a calibrator keeps moments only (d_in*G doubles per layer block-diagonal, d_in^2 full for
-GPTQ), never activations, so calibration memory does not grow with the number of tokens.
+Memory: a calibrator keeps moments (d_in*G doubles per layer block-diagonal, d_in^2 full for
+GPTQ) and, with the per-block search, bounded token samples (``search_tokens`` and at most
+``validation_size`` tokens of d_in floats each), so calibration memory does not grow with the
+number of tokens.
 """
 
 from __future__ import annotations
@@ -48,13 +50,19 @@ class HookCalibration:
     Layers that receive the very same input tensor in a forward pass (q/k/v, gate/up) share one
     calibrator when ``share_inputs`` (decided on the first pass, by tensor identity: storage
     pointer, shape and version). Use as a context manager; ``calibrators`` maps layer name to
-    its (possibly shared) :class:`Calibrator`.
+    its (possibly shared) :class:`Calibrator`, created with ``calibrator_args`` (e.g.
+    ``sample_size``, ``validation_size``). While ``validation`` is set, the hooks offer the inputs
+    to the existing calibrators' validation samples (:meth:`Calibrator.add_validation`) instead of
+    their moments.
     """
 
     def __init__(self, model: nn.Module, layers: Dict[str, nn.Linear], group_size: int,
-                 mode: str = "block_diagonal", share_inputs: bool = True):
+                 mode: str = "block_diagonal", share_inputs: bool = True,
+                 calibrator_args: Optional[Dict[str, int]] = None):
         self.model, self.layers, self.group_size, self.mode = model, layers, group_size, mode
         self.share_inputs = share_inputs
+        self.calibrator_args = calibrator_args or {}
+        self.validation = False
         self.calibrators: Dict[str, Calibrator] = {}
         self._seen: Dict[Tuple, Tuple[Calibrator, torch.Tensor]] = {}
         self._added: set = set()
@@ -72,7 +80,9 @@ class HookCalibration:
             if cal is None:
                 cal = self._seen[key][0] if self.share_inputs and key in self._seen else None
                 if cal is None:
-                    cal = Calibrator(module.in_features, self.group_size, self.mode)
+                    if self.validation:
+                        raise ValueError(f"layer {name} ran for validation but never for calibration")
+                    cal = Calibrator(module.in_features, self.group_size, self.mode, **self.calibrator_args)
                 self.calibrators[name] = cal
             # The entry holds the tensor so that its storage cannot be freed and reused by a
             # later, different input at the same address during this pass (a false match).
@@ -80,7 +90,11 @@ class HookCalibration:
             if (id(cal), key) in self._added:
                 return  # a layer sharing this calibrator already added this very tensor
             self._added.add((id(cal), key))
-            cal.add(x.detach().reshape(-1, module.in_features))
+            rows = x.detach().reshape(-1, module.in_features)
+            if self.validation:
+                cal.add_validation(rows)
+            else:
+                cal.add(rows)
         return hook
 
     def __enter__(self) -> "HookCalibration":
@@ -175,9 +189,28 @@ class QuantizationResult:
         return ck
 
 
+def _run_all(model: nn.Module, batches: List, stop_at: Optional[nn.Module] = None) -> None:
+    """Runs every batch; with ``stop_at``, each forward pass ends after that module (the hooks
+    before it have seen their inputs)."""
+    def raise_stop(*_: Any) -> None:
+        raise _Stop()
+    stop = stop_at.register_forward_hook(raise_stop) if stop_at is not None else None
+    try:
+        for b in batches:
+            try:
+                _run(model, b)
+            except _Stop:
+                pass
+    finally:
+        if stop is not None:
+            stop.remove()
+
+
 def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", transform: str = "wush",
                    method: str = "rtn", layers: Optional[str] = None, damping: Optional[float] = None,
-                   share_inputs: bool = True, progress: bool = False) -> QuantizationResult:
+                   share_inputs: bool = True, progress: bool = False, search: bool = False,
+                   search_tokens: int = 1024, validation_batches: Optional[Iterable] = None,
+                   validation_size: int = 4096) -> QuantizationResult:
     """Quantizes the selected linear layers of ``model`` in place (each becomes a
     :class:`QuantizedLinear`) and returns the transforms and quantized weights.
 
@@ -189,16 +222,38 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
       re-run from the embeddings for every block and stopped after block i (quadratic in the
       depth, but nothing but moments is kept in memory).
 
+    With ``search=True`` (``transform`` "wush" or "wus"; WUSH_OPTION_SEARCH) each block's scale,
+    signs and fall-backs are chosen per layer for ``format``, scored on a sample of
+    ``search_tokens`` calibration tokens per layer. ``validation_batches`` (documents the
+    calibration does not see) then feed the search's per-layer guard: a sample of at most
+    ``validation_size`` of their tokens per layer, on which the searched layer competes with the
+    I, H and R layers built the same way, the lowest loss winning. They run through the model
+    like the calibration batches (with GPTQ, through the blocks already quantized).
+
     Transforms are stored in bf16 (WUSH_OPTION_TRANSFORM_DTYPE) so the fp_quant export can
     represent them exactly.
     """
     batches = list(batches)
+    validation = list(validation_batches) if validation_batches is not None else []
     selected = select_linears(model, layers)
     if not selected:
         raise ValueError("no linear layer matches the selection")
-    opts = Options(damping=damping, transform_dtype="bf16")
+    if search and _core.parse_transform(transform) not in (_core.TransformKind.WUS, _core.TransformKind.WUSH):
+        raise ValueError(f"the search chooses WUS/WUSH blocks; transform {transform!r} has nothing to search")
+    if validation and not search:
+        raise ValueError("validation_batches feed the search's guard: pass search=True")
+    opts = Options(damping=damping, transform_dtype="bf16", search=search or None,
+                   search_tokens=search_tokens if search else None)
+    cal_args = {"sample_size": search_tokens} if search else {}
+    if validation:
+        cal_args["validation_size"] = validation_size
     result = QuantizationResult(format, transform, method)
     g = _core.format_group_size(format)
+
+    def collect(hc: HookCalibration, stop_at: Optional[nn.Module] = None) -> None:
+        _run_all(model, batches, stop_at)
+        hc.validation = True
+        _run_all(model, validation, stop_at)
 
     def quantize_layers(cals: Dict[str, Calibrator], names: List[str]) -> None:
         for name in _progress(names, progress, "quantize"):
@@ -210,7 +265,9 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
 
     with torch.no_grad():
         if method.lower() == "rtn":
-            cals = calibrate(model, batches, selected, format, "block_diagonal", share_inputs, progress)
+            with HookCalibration(model, selected, g, "block_diagonal", share_inputs, cal_args) as hc:
+                collect(hc)
+            cals = hc.calibrators
             missing = [n for n in selected if n not in cals]
             if missing:
                 raise ValueError(f"layers never ran during calibration: {missing[:5]}")
@@ -224,21 +281,8 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
         for bi in _progress(order, progress, "blocks"):
             names = groups[bi]
             sub = {n: selected[n] for n in names}
-            stop = None
-            if bi is not None:
-                def raise_stop(*_: Any) -> None:
-                    raise _Stop()
-                stop = blocks[bi].register_forward_hook(raise_stop)
-            try:
-                with HookCalibration(model, sub, g, "full", share_inputs) as hc:
-                    for b in batches:
-                        try:
-                            _run(model, b)
-                        except _Stop:
-                            pass
-            finally:
-                if stop is not None:
-                    stop.remove()
+            with HookCalibration(model, sub, g, "full", share_inputs, cal_args) as hc:
+                collect(hc, blocks[bi] if bi is not None else None)
             quantize_layers(hc.calibrators, names)
     return result
 

@@ -11,7 +11,8 @@
   (tests/python/test_fp_quant_export.py's fp_quant_forward);
 - the exported tensors fit the real PyPI `fp-quant` package's FPQuantLinear (names, shapes,
   dtypes), and released fp-quant cannot hold per-block WUSH matrices (its buffer is (G, G));
-- `eval-model` perplexity through the checkpoint; calibration memory does not grow with tokens.
+- `eval-model` perplexity through the checkpoint; calibration memory does not grow with tokens;
+- the per-block search and its per-layer guard through `quantize_model` and the CLI.
 Needs torch, transformers, safetensors, fp-quant (scripts/install-deps.sh). Exit 1 on failure.
 """
 import atexit
@@ -243,6 +244,59 @@ class ModelFlow(unittest.TestCase):
         n = qnames[0]
         self.assertEqual(tuple(tw[n + ".forward_hadamard_matrix"].shape), (32, 64))
         self.assertEqual(tuple(sd["forward_hadamard_matrix"].shape), (32, 32))
+
+    def test_search_and_guard_in_the_model_flow(self):
+        """quantize_model(search=True, validation_batches=...): per layer, the stored layer is the
+        best, on that layer's validation inputs, of the searched layer and the I, H, R layers
+        quantize_model builds without the search (the guard's rule, checked from outside)."""
+        from wush.__main__ import token_batches
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(MODEL, local_files_only=True)
+        batches = token_batches(tok, CALIB, 64, 8)
+        # Validation inputs unlike the calibration text (embeddings with half the channels loud
+        # and the rest near zero), so that the guard has something to reject.
+        gen = torch.Generator().manual_seed(5)
+        hidden = base_model().config.hidden_size
+        loud = torch.where(torch.arange(hidden) < hidden // 2, 30.0, 0.1)
+        val = [{"inputs_embeds": torch.randn(4, 64, hidden, generator=gen) * loud} for _ in range(2)]
+
+        def flow(**kw):
+            return wt.quantize_model(base_model(), batches, format="mxfp4", method="rtn", **kw)
+        guarded = flow(transform="wush", search=True, validation_batches=val)
+        built = {"searched": flow(transform="wush", search=True), "wush": flow(transform="wush")}
+        built.update({k: flow(transform=k) for k in ("identity", "hadamard", "random")})
+        ref = base_model()
+        names = list(guarded.layers)
+        inputs = {n: [] for n in names}  # RTN calibrates every layer on the unquantized model
+        hooks = [ref.get_submodule(n).register_forward_pre_hook(
+            lambda m, i, n=n: inputs[n].append(i[0].detach().reshape(-1, m.in_features).clone())) for n in names]
+        with torch.no_grad():
+            for b in val:
+                wt._run(ref, b)
+        for h in hooks:
+            h.remove()
+        fallbacks, searched_changed = 0, 0
+        for n in names:
+            w = ref.get_submodule(n).weight.detach().float().numpy()
+            x = torch.cat(inputs[n]).numpy()
+            loss = {k: wush.layer_loss(*r.layers[n], w, x) for k, r in built.items()}
+            got = wush.layer_loss(*guarded.layers[n], w, x)
+            best = min(("searched", "identity", "hadamard", "random"), key=loss.get)
+            self.assertAlmostEqual(got / loss[best], 1.0, delta=1e-9, msg=f"{n}: {got} vs {loss}")
+            fallbacks += best != "searched"
+            searched_changed += loss["searched"] != loss["wush"]
+        print(f"search + guard: {fallbacks} of {len(names)} layers fell back, the search changed {searched_changed}")
+        self.assertGreater(fallbacks, 0, "the validation documents never made the guard fall back")
+        self.assertGreater(searched_changed, 0, "the search changed no layer")
+        # Through the CLI, with GPTQ (the guard then builds GPTQ layers), and the refusals.
+        out = os.path.join(TMP, "search-gptq")
+        run_cli("quantize-model", MODEL, "--calib", CALIB, "--validation", HELD, "--format", "mxfp4",
+                "--transform", "wush+s", "--method", "gptq", "--out", out, "--seq-len", "64", "--max-samples", "4")
+        self.check_folder(out)
+        with self.assertRaisesRegex(ValueError, "nothing to search"):
+            wt.quantize_model(base_model(), batches, transform="hadamard", search=True)
+        with self.assertRaisesRegex(ValueError, "search=True"):
+            wt.quantize_model(base_model(), batches, validation_batches=val)
 
     def test_calibration_memory_is_moments_only(self):
         from wush.__main__ import token_batches
