@@ -394,7 +394,8 @@ typedef enum wush_option {
      * for any diagonal +-1 matrix D, A = S^{-1/2} U^T W'^T), which leave the exact product
      * unchanged but not what a 4-bit quantizer does; nor does the orthogonal mixing itself (T = Q A
      * for any orthogonal Q; H D is one). With the search, each WUS/WUSH block gets the best of, at
-     * c = 1: the canonical signs; for MXFP4 and INT4 2 seeded random sign patterns, for NVFP4 8
+     * c = 1: the canonical signs; for MXFP4 and INT4 2 seeded random sign patterns (16 when
+     * 4096 or more real tokens are scored: see WUSH_OPTION_SEARCH_TOKENS), for NVFP4 8
      * seeded random rotations Q in place of H; the plain Hadamard, identity and random-rotation
      * blocks (the latter is block b of the random transform with the same WUSH_OPTION_SEED) —
      * for NVFP4 every one first scored on a quarter of the sample and the best 2 scored in full —
@@ -404,9 +405,10 @@ typedef enum wush_option {
      * quantized in the target format (RTN; with GPTQ the weights by GPTQ's own pass over the
      * block), on WUSH_OPTION_SEARCH_TOKENS tokens — evenly spread
      * over the calibrator's token sample (wush_calibrator_set_sample_size) when it keeps one,
-     * else drawn from a Gaussian with the block's second moment M_X — and as many evenly
-     * strided weight rows. The winner replaces the plain WUSH block only if it also scores lower
-     * on each half of those tokens (a guard against fitting the sample's noise). The choice is
+     * else drawn from a Gaussian with the block's second moment M_X — and 256 evenly strided
+     * weight rows (all of them when d_out is smaller). The winner replaces the plain WUSH block
+     * only if it also scores lower on each half of those tokens (a guard against fitting the
+     * sample's noise). The choice is
      * folded into the stored matrices: checkpoints, exports
      * and runtimes see an ordinary transform. It is seeded (WUSH_OPTION_SEED), so reproducible.
      * Needs the format, so it applies only through wush_layer_quantize() (RTN and GPTQ; GPTQ
@@ -416,13 +418,17 @@ typedef enum wush_option {
      * each scored by the layer loss on the validation tokens and the lowest wins, so the result
      * may be a data-free transform (its kind says which; this costs 3 more layer builds);
      * wush_transform_build() of WUS/WUSH with the search on fails with INVALID_ARGUMENT. The
-     * data-free kinds (I, H, R) ignore it. Cost per block: 11 scored candidates (MXFP4, INT4);
-     * for NVFP4 11 screened on a quarter of the sample plus 8 scored in full. */
+     * data-free kinds (I, H, R) ignore it. Cost per block: 11 scored candidates (MXFP4, INT4;
+     * 25 with 16 sign patterns); for NVFP4 11 screened on a quarter of the sample plus 8 scored
+     * in full. */
     WUSH_OPTION_SEARCH = 3,
-    /* int, default 256, bounds [16, 65536]: the search's sample size: tokens per block, and weight
-     * rows per block (evenly strided; all rows when d_out is smaller). Cost and noise trade here:
-     * on a 4096 x 4096 layer, 64 makes the build about 1.5-2.2x the plain build's time, 256
-     * (default) 2.2-2.8x and chooses better (docs/PERFORMANCE.md). */
+    /* int, default 256, bounds [16, 65536]: the search's sample size, in tokens per block (at most
+     * as many as the calibrator's token sample holds, when it keeps one). Cost and noise trade
+     * here: on a 4096 x 4096 layer, 64 makes the build about 1.5-2.2x the plain build's time, 256
+     * (default) 2.2-2.8x; from 4096 real tokens up (the calibrator's token sample holding that
+     * many), MXFP4 and INT4 also search 16 sign patterns instead of 2, which pays on held-out
+     * tokens only with that many (docs/EVAL.md, "Larger samples"; build times in
+     * docs/PERFORMANCE.md). The Gaussian surrogate keeps 2 at any size. */
     WUSH_OPTION_SEARCH_TOKENS = 4,
     WUSH_OPTION_ENUM_MIN_ = -2147483647 - 1,
     WUSH_OPTION_ENUM_MAX_ = 2147483647

@@ -89,6 +89,7 @@ BlockSample token_sample(std::span<const float> x_block, std::size_t n, std::spa
     BlockSample s;
     fill_weight_rows(s, w_slice, d_out, g, options.weight_rows);
     s.n = n;
+    s.real_tokens = true;
     s.x.assign(x_block.begin(), x_block.end());
     return s;
 }
@@ -231,12 +232,13 @@ BlockSample subsample(const BlockSample& s, std::size_t factor, std::size_t g) {
 
 }  // namespace
 
-CandidateCounts search_candidate_counts(const SearchOptions& options, wush_format format) {
+CandidateCounts search_candidate_counts(const SearchOptions& options, wush_format format, std::size_t real_tokens) {
     const bool nv = format == WUSH_FORMAT_NVFP4;
     const auto pick = [](std::size_t set, std::size_t by_format) {
         return set == SearchOptions::kByFormat ? by_format : set;
     };
-    return {pick(options.sign_patterns, nv ? 0 : 2), pick(options.rotations, nv ? 8 : 0),
+    const std::size_t signs = nv ? 0 : real_tokens >= kWideSignSetTokens ? 16 : 2;
+    return {pick(options.sign_patterns, signs), pick(options.rotations, nv ? 8 : 0),
             pick(options.screen_keep, nv ? 2 : 0)};
 }
 
@@ -269,7 +271,7 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
     const std::size_t g = format.group, gg = g * g;
     require(solution.t_act.size() == gg, "search: the solution must be G x G");
     require(options.scale_steps >= 1 && options.scale_steps <= 64, "search: scale_steps must be in [1, 64]");
-    const CandidateCounts counts = search_candidate_counts(options, format.id);
+    const CandidateCounts counts = search_candidate_counts(options, format.id, sample.real_tokens ? sample.n : 0);
     require(counts.sign_patterns <= 64 && counts.rotations <= 64, "search: at most 64 sign patterns and 64 rotations");
 
     // A = P^T T_act with P = H (WUSH, H symmetric and orthogonal) or I (WUS).

@@ -49,6 +49,7 @@ namespace wush {
 // The scored data of one block.
 struct BlockSample {
     std::size_t n = 0;       // tokens
+    bool real_tokens = false;  // token_sample (true) or surrogate_sample (false)
     std::size_t rows = 0;    // weight rows
     std::vector<float> x;    // n x G
     std::vector<float> w;    // rows x G
@@ -80,14 +81,19 @@ BlockSample token_sample(std::span<const float> x_block, std::size_t n, std::spa
 // singular T, a non-finite transformed value, or (GPTQ) a transformed factor that does not exist.
 double block_score(const formats::FormatSpec& format, const float* t_act, std::size_t g, const BlockSample& sample);
 
-// The stage-1 candidate counts a search runs with: the options' own where set, else the
-// format's measured defaults (docs/EVAL.md): MXFP4 and INT4 2 sign patterns, no rotations (they
-// never won for MXFP4), no screening; NVFP4 8 rotations, no sign patterns, the best 2 of the
-// screened 11 scored in full (rotations took NVFP4's median held-out gain from about 3% to 7%).
+// The stage-1 candidate counts a search scoring `real_tokens` real tokens runs with (0 for the
+// Gaussian surrogate): the options' own where set, else the format's measured defaults
+// (docs/EVAL.md, "Candidate sets" and "Larger samples"): MXFP4 and INT4 2 sign patterns, or 16
+// when at least kWideSignSetTokens real tokens are scored (more patterns pay only once the
+// sample can tell them apart: below that they fit its noise; the surrogate, which lacks the
+// real tokens' tails, was not measured with them), no rotations (they never won for MXFP4), no
+// screening; NVFP4 8 rotations, no sign patterns, the best 2 of the screened 11 scored in full
+// (rotations took NVFP4's median held-out gain from about 3% to 7%).
 struct CandidateCounts {
     std::size_t sign_patterns, rotations, screen_keep;
 };
-CandidateCounts search_candidate_counts(const SearchOptions& options, wush_format format);
+inline constexpr std::size_t kWideSignSetTokens = 4096;
+CandidateCounts search_candidate_counts(const SearchOptions& options, wush_format format, std::size_t real_tokens);
 
 // Which candidate a block got.
 struct SearchResult {
