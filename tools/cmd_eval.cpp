@@ -41,6 +41,7 @@ struct Plan {
     std::vector<Column> kinds;
     std::vector<wush_method> methods;
     bool runtime = false;  // --runtime: Y_q from the CPU runtime (wush_layer_loss_runtime)
+    std::size_t search_tokens = cli::kSearchTokens;  // --search-tokens: the `+s` columns' sample
 };
 
 bool wants(const Plan& plan, wush_method m) {
@@ -85,7 +86,7 @@ int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_o
         bool searching = false;
         for (const Column& c : plan.kinds) searching |= c.search;
         if (searching) {
-            st = wush_calibrator_set_sample_size(cal.p, cli::kSearchTokens);
+            st = wush_calibrator_set_sample_size(cal.p, plan.search_tokens);
             if (st != WUSH_OK) return cli::report((where + "wush_calibrator_set_sample_size").c_str(), st);
         }
         st = wush_calibrator_add(ctx, cal.p, l.x_dtype, l.x.data(), l.n_calibration);
@@ -194,6 +195,12 @@ int parse_plan(const cli::Args& a, Plan* plan) {
         std::fprintf(stderr, "wush eval: empty --format, --transform or --method list\n");
         return 1;
     }
+    bool searching = false;
+    for (const Column& c : plan->kinds) searching |= c.search;
+    if (a.has("--search-tokens") && !searching) {
+        std::fprintf(stderr, "wush eval: --search-tokens needs a searched column (e.g. --transform wush,wush+s)\n");
+        return 1;
+    }
     return 0;
 }
 
@@ -203,11 +210,12 @@ int cmd_eval(int argc, char** argv) {
     cli::Args a(argc, argv, {"--json", "--runtime"},
                 {"--layers", "--seed", "--calib-tokens", "--heldout-tokens", "--validation-tokens", "--weights",
                  "--activations", "--format",
-                 "--transform", "--method", "--damping", "--threads", "--checkpoint"});
+                 "--transform", "--method", "--damping", "--threads", "--checkpoint", "--search-tokens"});
     const std::size_t seed = a.get_size("--seed", 1);
     const std::size_t n_cal = a.get_size("--calib-tokens", 2048);
     const std::size_t n_held = a.get_size("--heldout-tokens", a.has("--weights") ? 0 : 256);
     const std::size_t n_val = a.get_size("--validation-tokens", 0);
+    const std::size_t n_search = a.get_size("--search-tokens", cli::kSearchTokens);
     const std::size_t threads = a.get_size("--threads", 0);
     const double damping = a.get_double("--damping", 0.0);
     if (!a.ok() || a.has("--weights") != a.has("--activations")) {
@@ -225,6 +233,7 @@ int cmd_eval(int argc, char** argv) {
     }
     Plan plan;
     if (parse_plan(a, &plan) != 0) return 2;
+    plan.search_tokens = n_search;
     plan.runtime = a.has("--runtime");
 
     Handle<wush_context, wush_context_destroy> ctx;
@@ -238,7 +247,7 @@ int cmd_eval(int argc, char** argv) {
     if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEED, int64_t(seed));
     if (st == WUSH_OK && a.has("--damping")) st = wush_options_set_double(search_opts.p, WUSH_OPTION_DAMPING, damping);
     if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEARCH, 1);
-    if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEARCH_TOKENS, int64_t(cli::kSearchTokens));
+    if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEARCH_TOKENS, int64_t(plan.search_tokens));
     if (st != WUSH_OK) return cli::report("setting up", st);
 
     std::vector<std::string> names;

@@ -31,6 +31,8 @@ const Command kCommands[] = {
      "                   the same name (n_tokens x d_in), F32/F16/BF16\n"
      "  [--format mxfp4,nvfp4,int4] [--transform i,r,h,wus,wush] [--method rtn|gptq|all]\n"
      "               (a +s suffix, e.g. wush+s: with the per-block search)\n"
+     "  [--search-tokens N]  the +s columns' search scores on a sample of N\n"
+     "               calibration tokens (default 1024)\n"
      "  [--calib-tokens N] [--heldout-tokens N] [--seed S] [--damping L]\n"
      "  [--validation-tokens N]  the N tokens before the held-out ones (files), or N\n"
      "               more tokens (built-in layers), are the calibrator's validation\n"

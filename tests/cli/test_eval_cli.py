@@ -190,6 +190,8 @@ def main():
     #    same split; the search changed the layer (its loss differs from plain WUSH's); and
     #    validation rows unlike the calibration rows (the first half of the channels loud, the
     #    rest near zero: there WUSH+s loses to R by about 30%) make the guard replace it.
+    #    --search-tokens reaches both commands the same way: on a 16-token sample quantize and
+    #    eval still agree, and the choice differs from the default sample's.
     rng = random.Random(11)
     odd = as_f32([rng.gauss(0.0, 1.0) * (30.0 if j < D_IN // 2 else 0.1) for _ in range(n_val) for j in range(D_IN)])
     x_odd = x[: n_cal * D_IN] + odd + x[(n_cal + n_val) * D_IN:]
@@ -199,11 +201,11 @@ def main():
         write_safetensors(files[tag][0], {"proj": (N_TOKENS, D_IN, rows)})
         write_safetensors(files[tag][1], {"proj": (N_TOKENS - N_HELD, D_IN, rows[: (N_TOKENS - N_HELD) * D_IN])})
     searched_by_case = {}
-    for fmt, method, val in (("mxfp4", "rtn", ""), ("nvfp4", "gptq", ""), ("mxfp4", "rtn", "same"),
-                             ("mxfp4", "rtn", "odd")):
+    for fmt, method, val, tokens in (("mxfp4", "rtn", "", ""), ("nvfp4", "gptq", "", ""), ("mxfp4", "rtn", "same", ""),
+                                     ("mxfp4", "rtn", "odd", ""), ("mxfp4", "rtn", "", "16")):
         full, cal = files[val or "same"]
-        ck_s = os.path.join(tmp, "ck_search_%s_%s_%s.safetensors" % (fmt, method, val))
-        extra = ("--validation-tokens", str(n_val)) if val else ()
+        ck_s = os.path.join(tmp, "ck_search_%s_%s_%s_%s.safetensors" % (fmt, method, val, tokens))
+        extra = (("--validation-tokens", str(n_val)) if val else ()) + (("--search-tokens", tokens) if tokens else ())
         run("quantize", "--weights", wpath, "--activations", cal, "--format", fmt, "--transform", "wush+s",
             "--method", method, "--out", ck_s, *extra)
         p = run("eval", "--checkpoint", ck_s, "--weights", wpath, "--activations", full,
@@ -213,13 +215,15 @@ def main():
                 "--method", method, "--heldout-tokens", str(N_HELD), "--json", *extra)
         res = results_by_key(p.stdout) if p.returncode == 0 else {}
         searched, plain = res.get(("proj", fmt, "wush+s", method)), res.get(("proj", fmt, "wush", method))
-        searched_by_case[val or fmt + method] = searched
+        searched_by_case[val or fmt + method + tokens] = searched
         check(len(stored) == 1 and searched is not None and stored[0] == searched,
               "quantize wush+s %s %s %s: stored layer's loss %r, eval's wush+s %r" % (fmt, method, val, stored, searched))
         check(searched is not None and searched != plain,
               "%s %s %s: wush+s %r equals plain wush %r (the search changed nothing)" % (fmt, method, val, searched, plain))
     check(searched_by_case["odd"] != searched_by_case["same"],
           "the guard kept the searched layer on validation rows unlike the calibration rows: %r" % searched_by_case)
+    check(searched_by_case["mxfp4rtn16"] != searched_by_case["mxfp4rtn"],
+          "--search-tokens 16 chose as the default sample did: %r" % searched_by_case)
 
     # 8. bad input: clear message on stderr, non-zero exit, nothing on stdout.
     bad = os.path.join(tmp, "truncated.safetensors")
@@ -243,6 +247,8 @@ def main():
                  ("quantize", "--weights", wpath, "--activations", xpath, "--format", "mxfp4", "--transform", "wush+s",
                   "--validation-tokens", str(N_TOKENS), "--out", os.path.join(tmp, "never.safetensors")),
                  ("eval", "--layers", "small_256x512", "--transform", "i+s"),
+                 ("eval", "--layers", "small_256x512", "--transform", "wush", "--search-tokens", "64"),
+                 ("eval", "--layers", "small_256x512", "--transform", "wush+s", "--search-tokens", "8"),
                  ("frobnicate",)):
         p = run(*args, expect_ok=False)
         check(p.returncode != 0 and p.stderr.strip() != "" and p.stdout.strip() == "",
