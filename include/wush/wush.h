@@ -424,11 +424,12 @@ typedef enum wush_option {
     WUSH_OPTION_SEARCH = 3,
     /* int, default 256, bounds [16, 65536]: the search's sample size, in tokens per block (at most
      * as many as the calibrator's token sample holds, when it keeps one). Cost and noise trade
-     * here: on a 4096 x 4096 layer, 64 makes the build about 1.5-2.2x the plain build's time, 256
-     * (default) 2.2-2.8x; from 4096 real tokens up (the calibrator's token sample holding that
-     * many), MXFP4 and INT4 also search 16 sign patterns instead of 2, which pays on held-out
-     * tokens only with that many (docs/EVAL.md, "Larger samples"; build times in
-     * docs/PERFORMANCE.md). The Gaussian surrogate keeps 2 at any size. */
+     * here: on a 4096 x 4096 layer, 64 makes the build about 1.9-2.1x the plain build's time and
+     * 256 (default) 2.1-2.6x; the search's cost grows with the tokens. From 4096 real tokens up
+     * (the calibrator's token sample holding that many), MXFP4 and INT4 also search 16 sign
+     * patterns instead of 2, which pays on held-out tokens only with that many (docs/EVAL.md,
+     * "Larger samples") and makes such a build about 16-20x the plain one (NVFP4 about 9x;
+     * docs/PERFORMANCE.md). The Gaussian surrogate keeps 2 sign patterns at any size. */
     WUSH_OPTION_SEARCH_TOKENS = 4,
     WUSH_OPTION_ENUM_MIN_ = -2147483647 - 1,
     WUSH_OPTION_ENUM_MAX_ = 2147483647
