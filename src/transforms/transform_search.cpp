@@ -221,6 +221,7 @@ Score score_pair(const formats::FormatSpec& format, const float* t_act, const fl
 BlockSample subsample(const BlockSample& s, std::size_t factor, std::size_t g) {
     BlockSample q;
     q.n = s.n / factor;
+    q.real_tokens = s.real_tokens;
     q.rows = s.rows / factor;
     for (std::size_t i = 0; i < q.n; ++i)
         q.x.insert(q.x.end(), s.x.begin() + i * factor * g, s.x.begin() + (i * factor + 1) * g);
