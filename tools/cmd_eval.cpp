@@ -41,6 +41,7 @@ struct Plan {
     std::vector<Column> kinds;
     std::vector<wush_method> methods;
     bool runtime = false;  // --runtime: Y_q from the CPU runtime (wush_layer_loss_runtime)
+    bool searching = false;  // some column has the `+s` search
     std::size_t search_tokens = cli::kSearchTokens;  // --search-tokens: the `+s` columns' sample
 };
 
@@ -83,16 +84,14 @@ int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_o
         wush_status st = wush_calibrator_create(l.d_in, g, mode, &cal.p);
         if (st != WUSH_OK) return cli::report((where + "wush_calibrator_create").c_str(), st);
         // The search (`+s` columns) scores its candidates on real tokens: keep a sample of them.
-        bool searching = false;
-        for (const Column& c : plan.kinds) searching |= c.search;
-        if (searching) {
+        if (plan.searching) {
             st = wush_calibrator_set_sample_size(cal.p, plan.search_tokens);
             if (st != WUSH_OK) return cli::report((where + "wush_calibrator_set_sample_size").c_str(), st);
         }
         st = wush_calibrator_add(ctx, cal.p, l.x_dtype, l.x.data(), l.n_calibration);
         if (st != WUSH_OK) return cli::report((where + "wush_calibrator_add").c_str(), st);
         // Validation tokens (--validation-tokens) feed the search's per-layer guard: `+s` columns only.
-        if (searching && l.n_validation > 0) {
+        if (plan.searching && l.n_validation > 0) {
             st = wush_calibrator_set_validation_size(cal.p, l.n_validation);
             if (st == WUSH_OK) st = wush_calibrator_add_validation(ctx, cal.p, l.x_dtype, l.validation(), l.n_validation);
             if (st != WUSH_OK) return cli::report((where + "wush_calibrator_add_validation").c_str(), st);
@@ -195,9 +194,8 @@ int parse_plan(const cli::Args& a, Plan* plan) {
         std::fprintf(stderr, "wush eval: empty --format, --transform or --method list\n");
         return 1;
     }
-    bool searching = false;
-    for (const Column& c : plan->kinds) searching |= c.search;
-    if (a.has("--search-tokens") && !searching) {
+    for (const Column& c : plan->kinds) plan->searching |= c.search;
+    if (a.has("--search-tokens") && !plan->searching) {
         std::fprintf(stderr, "wush eval: --search-tokens needs a searched column (e.g. --transform wush,wush+s)\n");
         return 1;
     }

@@ -408,9 +408,8 @@ typedef enum wush_option {
      * else drawn from a Gaussian with the block's second moment M_X — and 256 evenly strided
      * weight rows (all of them when d_out is smaller). The winner replaces the plain WUSH block
      * only if it also scores lower on each half of those tokens (a guard against fitting the
-     * sample's noise). The choice is
-     * folded into the stored matrices: checkpoints, exports
-     * and runtimes see an ordinary transform. It is seeded (WUSH_OPTION_SEED), so reproducible.
+     * sample's noise). The choice is folded into the stored matrices: checkpoints, exports and
+     * runtimes see an ordinary transform. It is seeded (WUSH_OPTION_SEED), so reproducible.
      * Needs the format, so it applies only through wush_layer_quantize() (RTN and GPTQ; GPTQ
      * chooses each block from its updated weights before its column pass). When the calibrator
      * holds validation tokens (wush_calibrator_set_validation_size), a per-layer guard follows:
@@ -424,11 +423,11 @@ typedef enum wush_option {
     WUSH_OPTION_SEARCH = 3,
     /* int, default 256, bounds [16, 65536]: the search's sample size, in tokens per block (at most
      * as many as the calibrator's token sample holds, when it keeps one). Cost and noise trade
-     * here: on a 4096 x 4096 layer, 64 makes the build about 1.9-2.1x the plain build's time and
-     * 256 (default) 2.1-2.6x; the search's cost grows with the tokens. From 4096 real tokens up
+     * here: on a 4096 x 4096 layer, 64 makes the build about 1.8-2.4x the plain build's time and
+     * 256 (default) 1.9-2.7x; the search's cost grows with the tokens. From 4096 real tokens up
      * (the calibrator's token sample holding that many), MXFP4 and INT4 also search 16 sign
      * patterns instead of 2, which pays on held-out tokens only with that many (docs/EVAL.md,
-     * "Larger samples") and makes such a build about 16-20x the plain one (NVFP4 about 9x;
+     * "Larger samples") and makes such a build about 16-20x the plain one (NVFP4 8-10x;
      * docs/PERFORMANCE.md). The Gaussian surrogate keeps 2 sign patterns at any size. */
     WUSH_OPTION_SEARCH_TOKENS = 4,
     WUSH_OPTION_ENUM_MIN_ = -2147483647 - 1,
