@@ -12,9 +12,7 @@ foreach(lib IN LISTS WUSH_BLAS_LIBRARIES)
   string(APPEND WUSH_PC_LIBS_PRIVATE " -l${name}")
 endforeach()
 string(APPEND WUSH_PC_LIBS_PRIVATE " -lgomp -lstdc++ -lm -lpthread")
-if(WUSH_HAVE_CUDA)
-  string(APPEND WUSH_PC_LIBS_PRIVATE " -lcudart_static -ldl -lrt")
-endif()
+string(APPEND WUSH_PC_LIBS_PRIVATE " -ldl")
 string(STRIP "${WUSH_PC_LIBS_PRIVATE}" WUSH_PC_LIBS_PRIVATE)
 
 # With an rpath in Libs, `cc app.c $(pkg-config --cflags --libs wush)` gives a program that finds
@@ -39,6 +37,12 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/wush DESTINATION ${CMAKE_INSTALL
         FILES_MATCHING PATTERN "*.h")
 install(FILES ${PROJECT_BINARY_DIR}/wush.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 install(TARGETS wush_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The CUDA backend module goes beside libwush.so, where the core looks for it; a consumer never
+# links it (it is not in wush.pc): libwush opens it when a CUDA context is created.
+if(WUSH_HAVE_CUDA)
+  install(TARGETS wush_cuda_module LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(TARGETS wush_bench_cuda RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
 
 set(WUSH_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/wush)
 install(EXPORT wushTargets NAMESPACE wush:: DESTINATION ${WUSH_CMAKE_DIR})

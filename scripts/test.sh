@@ -35,6 +35,7 @@ trap 'rm -rf "$prefix"' EXIT
 cmake --install build/release --prefix "$prefix" >/dev/null
 lib=$(find "$prefix" -name 'libwush.so.[0-9]*' -type f | head -n 1)
 tests/abi/check_exports.sh "$lib"
+tests/repo/check_no_cuda_needed.sh "$lib" "$prefix/bin/wush"
 tests/abi/check_abi.sh "$lib" "$root/abi/libwush.abi" "$prefix/include/wush"
 tests/bindings/run_bindings.sh "$prefix"
 stages=$((stages + 1))

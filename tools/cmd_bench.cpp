@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -35,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_options.h"
 #include "cli.h"
 #include "commands.h"
 #include "layers.h"
@@ -329,25 +331,32 @@ int parse_sizes(const std::string& list, std::vector<std::size_t>* out) {
     return 0;
 }
 
+// `--device cuda` runs the separate program wush-bench-cuda (tools/bench_cuda_main.cpp), installed
+// beside this one: it links the CUDA runtime and cuBLAS for its baselines, which `wush` itself
+// must not (a CPU-only machine runs `wush` without them).
+int run_cuda_bench(int argc, char** argv) {
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    std::string program = "wush-bench-cuda";
+    if (n > 0) {
+        const std::string path(self, std::size_t(n));
+        program = path.substr(0, path.rfind('/') + 1) + program;
+    }
+    std::vector<char*> args{program.data()};
+    for (int i = 0; i < argc; ++i) args.push_back(argv[i]);
+    args.push_back(nullptr);
+    execv(program.c_str(), args.data());
+    std::fprintf(stderr, "wush bench: --device cuda needs %s (built with the CUDA backend): %s\n", program.c_str(),
+                 std::strerror(errno));
+    return 2;
+}
+
 }  // namespace
 
-#ifdef WUSH_TOOLS_CUDA
-int bench_cuda(const cli::Args& a);  // cmd_bench_cuda.cpp
-#endif
-
 int cmd_bench(int argc, char** argv) {
-    cli::Args a(argc, argv, {"--quick", "--json", "--contend", "--contend-process", "--paired"},
-                {"--layers", "--format", "--m", "--kind", "--threads", "--isa", "--repeats", "--min-time", "--device",
-                 "--contend-cpu"});
+    cli::Args a = bench_args(argc, argv);
     const std::string device = a.get("--device", "cpu");
-    if (a.ok() && device == "cuda") {
-#ifdef WUSH_TOOLS_CUDA
-        return bench_cuda(a);
-#else
-        std::fprintf(stderr, "wush bench: this wush was built without CUDA (--device cuda needs nvcc at build time)\n");
-        return 2;
-#endif
-    }
+    if (a.ok() && device == "cuda") return run_cuda_bench(argc, argv);
     if (a.ok() && device != "cpu") {
         std::fprintf(stderr, "wush bench: --device takes cpu or cuda, got '%s'\n", device.c_str());
         return 2;

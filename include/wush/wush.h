@@ -242,12 +242,20 @@ typedef struct wush_context wush_context;
 /*! wush_context_create() :
  *  Creates a context for `backend`. For WUSH_BACKEND_CPU `device` must be 0. For
  *  WUSH_BACKEND_CUDA `device` is the CUDA device index.
+ *  The CUDA backend is a separate shared object, libwush-cuda.so, which libwush opens the first
+ *  time a CUDA context is asked for (libwush itself links no CUDA library, so it loads on machines
+ *  without one). It is looked for at the path in the environment variable WUSH_CUDA_MODULE when
+ *  that is set and not empty (there only), else beside libwush.so, else on the loader's search
+ *  path; it must come from the same build as libwush. Once loaded it stays loaded.
  *  Ownership: on success *ctx receives a new context that the caller releases with
  *  wush_context_destroy().
+ *  Thread safety: may be called from any thread; loading the module is serialized internally.
  *  @return WUSH_OK;
  *          WUSH_ERR_INVALID_ARGUMENT for NULL `ctx`, an unknown backend or a bad device index;
- *          WUSH_ERR_UNSUPPORTED for WUSH_BACKEND_CUDA when the library was built without CUDA or
- *          no usable CUDA device/driver is present (the message says which);
+ *          WUSH_ERR_UNSUPPORTED for WUSH_BACKEND_CUDA when the module cannot be loaded (the
+ *          message gives each path tried and the loader's reason, or why the module found is not
+ *          this build's), or no usable CUDA device/driver is present (the message says which);
+ *          WUSH_ERR_CUDA when the device cannot be initialized;
  *          WUSH_ERR_OUT_OF_MEMORY. */
 WUSH_API wush_status wush_context_create(wush_backend backend, int device, wush_context** ctx);
 
