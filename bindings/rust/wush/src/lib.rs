@@ -1436,3 +1436,15 @@ pub fn example_layer(name: &str, seed: u64, n_calibration: usize, n_heldout: usi
     })?;
     Ok(l)
 }
+
+// Handles print as their type and address (their contents live in the library).
+macro_rules! debug_handle {
+    ($($t:ty),*) => {$(
+        impl fmt::Debug for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({:p})", stringify!($t), self.raw.as_ptr())
+            }
+        }
+    )*};
+}
+debug_handle!(Context, Options, Calibrator, Transform, QWeight, Linear<'_>, CheckpointWriter<'_>, Checkpoint, TensorFile);
