@@ -86,10 +86,10 @@ fn run(args: &[String]) -> Result<f64, String> {
     let y64 = matmul_t(&h64_relu, &w2, w2_in, w2_out);
     let fc2_alone = matmul_t(&h_relu.iter().map(|v| *v as f64).collect::<Vec<_>>(), &w2, w2_in, w2_out);
 
-    println!("fc1 relative error vs float64:            {:.4}", rel_err(&h, &h64));
+    println!("fc1 relative error vs float64:              {:.4}", rel_err(&h_relu, &h64_relu));
     println!("fc2 relative error vs float64 (same input): {:.4}", rel_err(&y, &fc2_alone));
     let model = rel_err(&y, &y64);
-    println!("model relative error vs float64:          {:.4}", model);
+    println!("model relative error vs float64:            {:.4}", model);
     Ok(model)
 }
 
