@@ -16,13 +16,14 @@ debs=(
   libgtest-dev libbenchmark-dev
   nlohmann-json3-dev       # JSON headers of safetensors files
   abigail-tools            # abidw/abidiff for the ABI check
-  golang-go                # the Go bindings example (cgo)
+  golang-go                # the Go package bindings/go/wush (cgo)
+  librust-pkg-config-dev   # the wush-sys crate's build dependency, from Debian's crate registry
   libopenmpi-dev openmpi-bin  # the distributed-calibration example (bindings_examples/mpi)
   python3
   python3-venv python3-pip # the venv of the Python interoperability tests
   clang libclang-rt-14-dev # libFuzzer (+ ASan/UBSan runtimes) for scripts/fuzz.sh
 )
-command -v cargo >/dev/null 2>&1 || debs+=(cargo)  # the Rust bindings example
+command -v cargo >/dev/null 2>&1 || debs+=(cargo)  # the Rust crates bindings/rust
 
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 missing=()

@@ -2,7 +2,7 @@
 # The whole test suite: installs what is missing; builds and runs every test; again under
 # AddressSanitizer + UndefinedBehaviorSanitizer; fuzzes the safetensors/checkpoint reader for 60 s
 # (libFuzzer + ASan + UBSan, scripts/fuzz.sh); then installs into a temporary prefix and runs
-# the bindings examples (C, Rust, Go, Python, through pkg-config only) and the ABI checks
+# the bindings (C, Python, MPI examples; the Rust and Go packages with their tests; pkg-config only) and the ABI checks
 # against that installed copy. Exits non-zero on the first failing stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."

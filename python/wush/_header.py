@@ -79,6 +79,17 @@ def parse_enums(text: str) -> Dict[str, Dict[str, int]]:
     return out
 
 
+def parse_function_pointers(text: str) -> Dict[str, Signature]:
+    """Every ``typedef ret (*name)(params);`` of the header: name -> (return type, parameter
+    types), as parse_functions() spells them."""
+    out: Dict[str, Signature] = {}
+    for m in re.finditer(r"typedef\s+([^;(]*?)\(\s*\*\s*(\w+)\s*\)\s*\(([^;]*?)\)\s*;",
+                         _strip_comments(text), flags=re.S):
+        types = tuple(_split_param(q) for q in (x.strip() for x in m.group(3).split(",")) if q)
+        out[m.group(2)] = (normalize_type(m.group(1)), () if types == ("void",) else types)
+    return out
+
+
 def parse_version(text: str) -> Tuple[int, int, int]:
     vals = [int(re.search(rf"#define WUSH_VERSION_{k} (\d+)", text).group(1))
             for k in ("MAJOR", "MINOR", "PATCH")]

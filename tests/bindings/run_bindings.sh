@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds and runs the bindings examples (C, Rust, Go, Python) against an INSTALLED libwush, found
+# Builds and runs the bindings (C, Python and MPI examples; the Rust and Go packages with their
+# tests and examples) against an INSTALLED libwush, found
 # only through its pkg-config file.
 #
 #   tests/bindings/run_bindings.sh PREFIX
@@ -14,8 +15,11 @@
 #               --cflags --libs wush)` line, run WITHOUT LD_LIBRARY_PATH (the .pc file's rpath
 #               must make it find libwush)
 #   c           example.c compiles with -std=c99 -pedantic -Wall -Wextra -Werror and runs
-#   rust        cargo run --offline --release (no crates; build.rs runs pkg-config)
-#   go          go build (cgo, `#cgo pkg-config: wush`) and run
+#   rust        bindings/rust: `cargo test` of the wush / wush-sys crates (offline, Debian's crate
+#               registry) and the model example on a checkpoint written by the installed `wush
+#               quantize` (bindings/examples/tiny_model.py makes its inputs)
+#   go          bindings/go/wush: `go test` of the package (cgo, `#cgo pkg-config: wush`) and the
+#               model example on the same checkpoint
 #   python      ctypes example
 #   mpi         bindings_examples/mpi: distributed calibration with mpirun -np 1, 2 and 4 gives
 #               the same checkpoint as one process (compare_checkpoints), and a failing rank
@@ -215,25 +219,47 @@ check_c() {
 }
 run_check c check_c
 
-# ---- Rust --------------------------------------------------------------------------------------
+# ---- Rust and Go packages -------------------------------------------------------------------------
+# The model examples' inputs: a two-layer model quantized by the installed `wush` program.
+prepare_model() {
+    [[ -s "$work/model/checkpoint.safetensors" ]] && return 0
+    need python3
+    local wush_bin="$prefix/bin/wush"
+    [[ -x "$wush_bin" ]] || { echo "no $wush_bin (the wush program is installed with the library)" >&2; return 1; }
+    python3 "$repo_root/bindings/examples/tiny_model.py" "$work/model"
+    "$wush_bin" quantize --weights "$work/model/weights.safetensors" \
+        --activations "$work/model/activations.safetensors" --format mxfp4 --transform wush \
+        --out "$work/model/checkpoint.safetensors" >/dev/null
+}
+model_args() { echo "$work/model/checkpoint.safetensors $work/model/weights.safetensors $work/model/activations.safetensors"; }
+
 check_rust() {
     need cargo
-    cd "$examples/rust"
-    CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$work/rust-target}" cargo run --offline --locked --release --quiet
+    prepare_model
+    cd "$repo_root/bindings/rust"
+    export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$work/rust-target}"
+    # Offline, from Debian's crate registry (bindings/rust/.cargo/config.toml). Without
+    # LD_LIBRARY_PATH: the wush crate's tests and examples carry an rpath to pkg-config's libdir.
+    env -u LD_LIBRARY_PATH cargo test --offline --quiet
+    # shellcheck disable=SC2046
+    env -u LD_LIBRARY_PATH cargo run --offline --quiet --example model -- $(model_args)
 }
 run_check rust check_rust
 
-# ---- Go ----------------------------------------------------------------------------------------
 check_go() {
     need go
-    cd "$examples/go"
-    # No network and no module downloads: the example has no dependencies.
-    export GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=1
+    prepare_model
+    cd "$repo_root/bindings/go/wush"
+    # No network and no module downloads: the package has no dependencies.
+    export GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=1 GOFLAGS=-count=1
     if [[ -z "${HOME:-}" || ! -w "${HOME:-/nonexistent}" ]]; then
         export GOCACHE="$work/go-cache" GOPATH="$work/go-path"
     fi
-    go build -o "$work/example_go" .
-    "$work/example_go"
+    # Without LD_LIBRARY_PATH: cgo links with wush.pc's rpath.
+    env -u LD_LIBRARY_PATH go test ./...
+    go build -o "$work/model_go" ./examples/model
+    # shellcheck disable=SC2046
+    env -u LD_LIBRARY_PATH "$work/model_go" $(model_args)
 }
 run_check go check_go
 

@@ -1,0 +1,3 @@
+module github.com/libwush/libwush/bindings/go/wush
+
+go 1.19

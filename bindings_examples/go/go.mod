@@ -1,3 +1,0 @@
-module wushexample
-
-go 1.19
