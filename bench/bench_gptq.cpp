@@ -6,7 +6,7 @@
 // (GPTQ's Hessian; RTN reads the same diagonal blocks). Variants:
 //   gptq  wush::gptq::quantize: damped Hessian inverse and its Cholesky factor, then the block
 //         loop (transform from the updated weights, intra-block GPTQ, lazy-batch propagation).
-//   rtn   wush::build_transform + wush::eval::prequantize_rtn (the RTN path).
+//   rtn   wush::build_transform + wush::prequantize_rtn (the RTN path).
 // The summary prints the median times and the ratio GPTQ / RTN.
 //
 // Run: bench_gptq --benchmark_repetitions=3
@@ -20,9 +20,10 @@
 #include "bench_report.h"
 #include "calibration/calibrator.h"
 #include "eval/layer_loss.h"
+#include "prequant/rtn.h"
 #include "eval/synthetic_layer.h"
 #include "formats/block_format.h"
-#include "gptq/gptq.h"
+#include "prequant/gptq.h"
 #include "transforms/block_transform.h"
 
 namespace {
@@ -60,7 +61,7 @@ void bm(benchmark::State& state, std::string name, bool gptq) {
             benchmark::DoNotOptimize(r.weights.codes.data());
         } else {
             const wush::BlockTransform t = wush::build_transform(options, *l.hessian, l.data.weight, d_out);
-            auto q = wush::eval::prequantize_rtn(t, mx, l.data.weight, d_out);
+            auto q = wush::prequantize_rtn(t, mx, l.data.weight, d_out);
             benchmark::DoNotOptimize(q.codes.data());
         }
     }

@@ -7,7 +7,7 @@
 //   build  wush::build_transform(kind): for WUSH, per block M_W from the weights, Cholesky of both
 //          moments, SVD, T_act, then the float64 weight side T_act^{-T}; for Hadamard, the fixed
 //          matrices and the same inverse-transpose step (same entry point, no data).
-//   rtn    wush::eval::prequantize_rtn with an already built transform: apply the weight-side
+//   rtn    wush::prequantize_rtn with an already built transform: apply the weight-side
 //          transform in float64 and RTN-quantize into packed codes + scales.
 //   total  both, i.e. weights + calibrator in, transform + packed weights out.
 // The summary prints median times and the ratio WUSH / Hadamard (the cost of being data-aware).
@@ -25,6 +25,7 @@
 #include "bench_report.h"
 #include "calibration/calibrator.h"
 #include "eval/layer_loss.h"
+#include "prequant/rtn.h"
 #include "eval/synthetic_layer.h"
 #include "formats/block_format.h"
 #include "transforms/block_transform.h"
@@ -86,7 +87,7 @@ void bm_step(benchmark::State& state, std::string layer_name, wush_format f, Tra
     if (step == Step::Rtn) {
         const BlockTransform t = wush::build_transform(options, cal, w, d_out);
         for (auto _ : state) {
-            auto q = wush::eval::prequantize_rtn(t, format, w, d_out);
+            auto q = wush::prequantize_rtn(t, format, w, d_out);
             benchmark::DoNotOptimize(q.codes.data());
         }
     } else {
@@ -94,7 +95,7 @@ void bm_step(benchmark::State& state, std::string layer_name, wush_format f, Tra
             const BlockTransform t = wush::build_transform(options, cal, w, d_out);
             benchmark::DoNotOptimize(t.activation_matrices().data());
             if (step == Step::Total) {
-                auto q = wush::eval::prequantize_rtn(t, format, w, d_out);
+                auto q = wush::prequantize_rtn(t, format, w, d_out);
                 benchmark::DoNotOptimize(q.codes.data());
             }
         }

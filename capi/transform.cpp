@@ -1,4 +1,5 @@
-// wush_transform and wush_qweight: per-block transforms (src/transforms), RTN pre-quantization and
+// wush_transform and wush_qweight: argument checks and handles around the per-block transforms
+// (src/transforms), weight pre-quantization (src/prequant), the layer pipeline (src/pipeline) and
 // the layerwise loss (src/eval).
 #include <algorithm>
 #include <memory>
@@ -8,10 +9,11 @@
 #include "context.h"
 #include "dense_input.h"
 #include "eval/layer_loss.h"
-#include "gptq/gptq.h"
 #include "guard.h"
 #include "objects.h"
 #include "options.h"
+#include "pipeline/layer_pipeline.h"
+#include "prequant/rtn.h"
 
 
 using namespace wush::capi;
@@ -49,9 +51,7 @@ wush::TransformKind transform_kind(wush_transform_kind kind) {
     wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_transform_kind " + std::to_string(int(kind)));
 }
 
-bool is_data_free(wush::TransformKind k) {
-    return k == wush::TransformKind::Identity || k == wush::TransformKind::Hadamard || k == wush::TransformKind::Random;
-}
+using wush::pipeline::is_data_free;
 
 // `format`: the quantizer a search (WUSH_OPTION_SEARCH) scores candidates with; without one the
 // search stays off (the data-free builders and the checks below never search).
@@ -107,52 +107,6 @@ void publish(std::unique_ptr<wush_transform> t, std::unique_ptr<wush_qweight> q,
     }
     *transform = t.release();
     *qweight = q.release();
-}
-
-// One layer's transform and pre-quantized weights.
-struct QuantizedLayer {
-    wush::BlockTransform transform;
-    wush::eval::QuantizedWeights weights;
-};
-
-QuantizedLayer quantize_layer(wush::TransformKind k, const wush_options& o, const wush::formats::FormatSpec& f,
-                              wush_method method, const wush::Calibrator& cal, std::span<const float> w,
-                              std::size_t d_out, wush::Progress* progress) {
-    if (method == WUSH_METHOD_GPTQ) {
-        wush::gptq::Result r = wush::gptq::quantize(transform_options(k, o, &f), f, cal, w, d_out, progress);
-        return {std::move(r.transform), std::move(r.weights)};
-    }
-    wush::BlockTransform t = is_data_free(k)
-                                 ? wush::build_data_free_transform(transform_options(k, o), cal.d_in(), cal.group())
-                                 : wush::build_transform(transform_options(k, o, &f), cal, w, d_out, progress);
-    wush::eval::QuantizedWeights q = wush::eval::prequantize_rtn(t, f, w, d_out);
-    return {std::move(t), std::move(q)};
-}
-
-// The search's per-layer guard: with validation tokens (documents the calibration did not see),
-// the searched WUS/WUSH layer competes with the data-free I, H and R layers built by the same
-// method, and the lowest layer loss on those tokens wins (ties keep the searched one). The
-// search's own scores come from the fitted documents and cannot see a transform that fits them
-// but not others; a whole-layer loss on other documents can, and is far less noisy than a
-// per-block choice on them would be.
-QuantizedLayer guarded_layer(wush::TransformKind k, const wush_options& o, const wush::formats::FormatSpec& f,
-                             wush_method method, const wush::Calibrator& cal, std::span<const float> w,
-                             std::size_t d_out, wush::Progress* progress) {
-    QuantizedLayer best = quantize_layer(k, o, f, method, cal, w, d_out, progress);
-    if (!o.search || is_data_free(k) || cal.validation_count() == 0) return best;
-    const std::vector<float> x = cal.validation();
-    const std::size_t n = cal.validation_count();
-    double best_loss = wush::eval::layer_loss(best.transform, best.weights, w, x, n);
-    for (wush::TransformKind alt :
-         {wush::TransformKind::Identity, wush::TransformKind::Hadamard, wush::TransformKind::Random}) {
-        QuantizedLayer candidate = quantize_layer(alt, o, f, method, cal, w, d_out, progress);
-        const double loss = wush::eval::layer_loss(candidate.transform, candidate.weights, w, x, n);
-        if (loss < best_loss) {
-            best = std::move(candidate);
-            best_loss = loss;
-        }
-    }
-    return best;
 }
 
 }  // namespace
@@ -281,7 +235,7 @@ WUSH_API wush_status wush_qweight_create(wush_context* ctx, const wush_transform
         if (d_out == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_out is 0");
         const FloatMatrix w(dtype, weight, d_out, d_in, "weight");
         auto q = std::make_unique<wush_qweight>();
-        q->core = wush::eval::prequantize_rtn(transform->core, f, w.span(), d_out);
+        q->core = wush::prequantize_rtn(transform->core, f, w.span(), d_out);
         q->method = method;
         register_handle(q.get(), HandleType::QWeight);
         *qweight = q.release();
@@ -292,26 +246,6 @@ WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrato
                                          wush_format format, wush_method method, wush_dtype dtype, const void* weight,
                                          size_t d_out, size_t d_in, const wush_options* options,
                                          wush_transform** transform, wush_qweight** qweight) {
-    const bool search = options != nullptr && is_live(options, HandleType::Options) && options->search;
-    if (method == WUSH_METHOD_RTN && !search) {
-        // RTN: the two-step path; the transform is released if the weights fail.
-        if (transform == nullptr || qweight == nullptr)
-            return guarded(__func__, [&] {
-                require_pointer(transform, "transform");
-                require_pointer(qweight, "qweight");
-            });
-        wush_transform* t = nullptr;
-        wush_status st = wush_transform_build(ctx, calibrator, dtype, weight, d_out, d_in, kind, options, &t);
-        if (st != WUSH_OK) return st;
-        st = wush_qweight_create(ctx, t, format, method, dtype, weight, d_out, d_in, options, qweight);
-        if (st != WUSH_OK) {
-            wush_transform_destroy(t);
-            return st;
-        }
-        *transform = t;
-        return WUSH_OK;
-    }
-    // GPTQ, or RTN with the search (which chooses the transform for `format`).
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
         require_handle(calibrator, HandleType::Calibrator, "calibrator");
@@ -330,7 +264,9 @@ WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrato
                                                       std::to_string(cal.group()));
         const FloatMatrix w(dtype, weight, d_out, d_in, "weight");
         wush::Progress progress = make_progress(o);
-        QuantizedLayer layer = guarded_layer(k, o, f, method, cal, w.span(), d_out, &progress);
+        const auto m = method == WUSH_METHOD_GPTQ ? wush::pipeline::Method::Gptq : wush::pipeline::Method::Rtn;
+        wush::pipeline::QuantizedLayer layer =
+            wush::pipeline::guarded_layer(transform_options(k, o, &f), f, m, cal, w.span(), d_out, &progress);
         auto t = std::make_unique<wush_transform>(std::move(layer.transform));
         auto q = std::make_unique<wush_qweight>();
         q->core = std::move(layer.weights);

@@ -32,12 +32,6 @@ using QuantizedOutput = std::function<void(const float* x_tile, std::size_t rows
 double tiled_loss(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::span<const float> x,
                   std::size_t n_tokens, const QuantizedOutput& quantized_output);
 
-// Paper Algorithm 2, RTN case: q(T_w w_i) per output row and block. w is d_out x d_in row-major
-// float32 and must be finite. Throws NON_FINITE if a quantized group would not decode to finite
-// float32 values (formats::require_decodable).
-QuantizedWeights prequantize_rtn(const BlockTransform& transform, const formats::FormatSpec& format,
-                                 std::span<const float> w, std::size_t d_out);
-
 // Dequantized transformed weights (d_out x d_in floats, tensor factor applied).
 std::vector<float> dequantize(const QuantizedWeights& q);
 
@@ -46,7 +40,7 @@ std::vector<float> dequantize(const QuantizedWeights& q);
 double layer_loss(const BlockTransform& transform, const QuantizedWeights& q, std::span<const float> w,
                   std::span<const float> x, std::size_t n_tokens);
 
-// RTN end to end: prequantize_rtn then the loss above.
+// RTN end to end: prequantize_rtn (prequant/rtn.h) then the loss above.
 double layer_loss(const BlockTransform& transform, const formats::FormatSpec& format, std::span<const float> w,
                   std::size_t d_out, std::span<const float> x, std::size_t n_tokens);
 

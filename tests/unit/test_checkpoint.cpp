@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "eval/layer_loss.h"
+#include "prequant/rtn.h"
 #include "storage/checkpoint.h"
 #include "storage/safetensors.h"
 #include "transforms/basis.h"
@@ -169,7 +170,7 @@ TEST(Checkpoint, WriteOpenLoadRoundTrip) {
     cal.add(WUSH_DTYPE_F32, x.data(), 64);
     const wush::BlockTransform t = wush::build_transform({wush::TransformKind::WUSH, 0.01, 0}, cal, w, d_out);
     const auto& f = wush::formats::spec(WUSH_FORMAT_MXFP4);
-    const wush::formats::PackedMatrix q = wush::eval::prequantize_rtn(t, f, w, d_out);
+    const wush::formats::PackedMatrix q = wush::prequantize_rtn(t, f, w, d_out);
     const std::string path = temp_path("roundtrip");
     wush::storage::write_checkpoint(path, {{"blocks.0.mlp", &t, &q, "rtn"}}, nullptr);
 
@@ -198,7 +199,7 @@ TEST(Checkpoint, LoadRefusesAFileChangedAfterOpen) {
     for (std::size_t b = 0; b < d_in / 32; ++b)
         for (std::size_t i = 0; i < 32; ++i) identity[b * 32 * 32 + i * 32 + i] = 1.0f;
     const wush::BlockTransform t(d_in, 32, wush::TransformKind::Identity, identity, 0.01);
-    const wush::formats::PackedMatrix q = wush::eval::prequantize_rtn(t, wush::formats::spec(WUSH_FORMAT_MXFP4), w, d_out);
+    const wush::formats::PackedMatrix q = wush::prequantize_rtn(t, wush::formats::spec(WUSH_FORMAT_MXFP4), w, d_out);
     const std::string path = temp_path("changed");
     const auto expect_refused = [&](const CheckpointReader& r, const char* what) {
         try {

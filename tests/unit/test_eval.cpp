@@ -14,6 +14,7 @@
 #include "calibration/calibrator.h"
 #include "common/error.h"
 #include "eval/layer_loss.h"
+#include "prequant/rtn.h"
 #include "eval/synthetic_layer.h"
 #include "formats/block_format.h"
 #include "transforms/block_transform.h"
@@ -96,7 +97,7 @@ TEST(LayerLoss, IdentityEqualsDirectComputation) {
         const double got = layer_loss(id, format, layer.weight, spec.d_out, layer.heldout, spec.n_heldout);
         EXPECT_NEAR(got, expected, 1e-10 * expected) << format.name;
         // Pre-quantized weights of the identity transform are the plain RTN weights.
-        EXPECT_EQ(eval::dequantize(eval::prequantize_rtn(id, format, layer.weight, spec.d_out)), wq);
+        EXPECT_EQ(eval::dequantize(prequantize_rtn(id, format, layer.weight, spec.d_out)), wq);
     }
 }
 
@@ -124,14 +125,14 @@ TEST(LayerLoss, RejectsBadInput) {
         EXPECT_NE(msg.find("16"), std::string::npos) << msg;
         EXPECT_NE(msg.find("32"), std::string::npos) << msg;
     }
-    EXPECT_EQ(status_of([&] { eval::prequantize_rtn(t32, nv, w, d_out); }), WUSH_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(status_of([&] { prequantize_rtn(t32, nv, w, d_out); }), WUSH_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(status_of([&] { layer_loss(t32, mx, std::span(w).first(w.size() - 1), d_out, x, n); }),
               WUSH_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(status_of([&] { layer_loss(t32, mx, w, d_out, std::span(x).first(x.size() - d_in), n); }),
               WUSH_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(status_of([&] { layer_loss(t32, mx, w, d_out, x, 0); }), WUSH_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(status_of([&] { layer_loss(t32, mx, w, d_out + 1, x, n); }), WUSH_ERR_INVALID_ARGUMENT);
-    const auto q = eval::prequantize_rtn(t32, mx, w, d_out);
+    const auto q = prequantize_rtn(t32, mx, w, d_out);
     const BlockTransform t128 = build_data_free_transform({TransformKind::Hadamard, 0.0, 0}, 128, 32);
     EXPECT_EQ(status_of([&] { layer_loss(t128, q, w, x, n); }), WUSH_ERR_INVALID_ARGUMENT);  // d_in mismatch
     x[5] = NAN;
@@ -180,10 +181,10 @@ TEST(Prequantize, RefusesWeightsWhoseGroupsWouldNotDecode) {
     const BlockTransform t = build_data_free_transform(options, 32, 32);
     std::vector<float> w(32, 1.0f);
     const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
-    EXPECT_NO_THROW(eval::prequantize_rtn(t, f, w, 1));
+    EXPECT_NO_THROW(prequantize_rtn(t, f, w, 1));
     w[5] = 3.2e38f;
     try {
-        eval::prequantize_rtn(t, f, w, 1);
+        prequantize_rtn(t, f, w, 1);
         ADD_FAILURE() << "a weight whose group decodes to infinity was accepted";
     } catch (const Error& e) {
         EXPECT_EQ(e.status(), WUSH_ERR_NON_FINITE) << e.what();

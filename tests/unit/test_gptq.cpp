@@ -17,9 +17,10 @@
 #include "calibration/calibrator.h"
 #include "common/error.h"
 #include "eval/layer_loss.h"
+#include "prequant/rtn.h"
 #include "eval/synthetic_layer.h"
 #include "formats/block_format.h"
-#include "gptq/gptq.h"
+#include "prequant/gptq.h"
 #include "transforms/block_transform.h"
 
 namespace wush {
@@ -269,7 +270,7 @@ TEST(Gptq, LowersTheHessianWeightedErrorForEveryTransform) {
             };
             const double gptq_obj = objective(original_space_weights(g.transform, g.weights));
             const BlockTransform rt = build_transform({kind, 0.01, 3}, cal, w, d_out);
-            const double rtn_obj = objective(original_space_weights(rt, eval::prequantize_rtn(rt, fs, w, d_out)));
+            const double rtn_obj = objective(original_space_weights(rt, prequantize_rtn(rt, fs, w, d_out)));
             EXPECT_LT(gptq_obj, rtn_obj) << fs.name << " " << transform_kind_name(kind);
         }
     }
@@ -293,7 +294,7 @@ TEST(Gptq, BuiltInLayersBeatRtnAndWushIsBestForMxfp4) {
                 const TransformOptions o{kind, 0.01, 1};
                 const gptq::Result g = gptq::quantize(o, fs, cal, layer.weight, s.d_out);
                 const BlockTransform rt = build_transform(o, cal, layer.weight, s.d_out);
-                const formats::PackedMatrix rq = eval::prequantize_rtn(rt, fs, layer.weight, s.d_out);
+                const formats::PackedMatrix rq = prequantize_rtn(rt, fs, layer.weight, s.d_out);
                 const double lg = eval::layer_loss(g.transform, g.weights, layer.weight, layer.heldout, s.n_heldout);
                 const double lr = eval::layer_loss(rt, rq, layer.weight, layer.heldout, s.n_heldout);
                 const double wg = weight_only_loss(original_space_weights(g.transform, g.weights), layer.weight, s.d_out,

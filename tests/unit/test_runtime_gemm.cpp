@@ -16,6 +16,7 @@
 #include "calibration/calibrator.h"
 #include "common/error.h"
 #include "eval/layer_loss.h"
+#include "prequant/rtn.h"
 #include "formats/block_format.h"
 #include "cpu/activation_quantizer.h"
 #include "cpu/cpu_isa.h"
@@ -271,7 +272,7 @@ TEST_P(GemmOnIsa, LinearForwardIsQuantizeThenGemmInItsWorkspace) {
     for (wush_format format : kFormats) {
         const formats::FormatSpec& f = formats::spec(format);
         const BlockTransform t = layer_transform(l, TransformKind::WUSH, f.group);
-        const formats::PackedMatrix q = eval::prequantize_rtn(t, f, l.w, l.d_out);
+        const formats::PackedMatrix q = prequantize_rtn(t, f, l.w, l.d_out);
         for (std::size_t n : {std::size_t(1), std::size_t(4), std::size_t(21)}) {
             // A workspace for one thread, used by a multi-threaded call.
             std::vector<std::byte> ws(runtime::linear_forward_workspace_bytes(t, q, n, 1));
@@ -294,7 +295,7 @@ TEST_P(GemmOnIsa, RuntimeLossEqualsReferenceLoss) {
         const formats::FormatSpec& f = formats::spec(format);
         for (TransformKind kind : {TransformKind::Identity, TransformKind::Hadamard, TransformKind::WUSH}) {
             const BlockTransform t = layer_transform(l, kind, f.group);
-            const formats::PackedMatrix q = eval::prequantize_rtn(t, f, l.w, l.d_out);
+            const formats::PackedMatrix q = prequantize_rtn(t, f, l.w, l.d_out);
             const double ref = eval::layer_loss(t, q, l.w, l.x, l.n);
             const double got = eval::runtime_layer_loss(isa, t, q, l.w, l.x, l.n);
             EXPECT_NEAR(got, ref, 1e-6 * ref) << f.name << " " << transform_kind_name(kind);
@@ -310,7 +311,7 @@ TEST(RuntimeLoss, OverflowingOutputIsNonFinite) {
     for (float& v : l.x) v *= 1e30f;
     const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
     const BlockTransform t = layer_transform(l, TransformKind::Identity, f.group);
-    const formats::PackedMatrix q = eval::prequantize_rtn(t, f, l.w, l.d_out);
+    const formats::PackedMatrix q = prequantize_rtn(t, f, l.w, l.d_out);
     try {
         const double loss = eval::runtime_layer_loss(Isa::Scalar, t, q, l.w, l.x, l.n);
         ADD_FAILURE() << "returned " << loss;

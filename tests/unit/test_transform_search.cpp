@@ -28,7 +28,7 @@
 #include "formats/block_format.h"
 #include "formats/feedback_group.h"
 #include "formats/round_trip.h"
-#include "gptq/gptq.h"
+#include "prequant/gptq.h"
 #include "transforms/basis.h"
 #include "transforms/block_transform.h"
 #include "transforms/rng.h"

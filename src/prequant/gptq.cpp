@@ -1,4 +1,4 @@
-#include "gptq/gptq.h"
+#include "prequant/gptq.h"
 
 #include <cblas.h>
 #include <lapacke.h>
