@@ -7,7 +7,7 @@
 #include <omp.h>
 
 #include "guard.h"
-#include "cpu/cpu_isa.h"
+#include "common/cpu_isa.h"
 
 namespace wush::capi {
 

@@ -10,7 +10,7 @@
 #include "guard.h"
 #include "objects.h"
 #include "packed_output.h"
-#include "cpu/cpu_isa.h"
+#include "common/cpu_isa.h"
 #include "cpu/linear_forward.h"
 #include "eval/runtime_loss.h"
 

@@ -18,7 +18,7 @@
 
 #include "calibration/calibrator.h"
 #include "cpu/activation_quantizer.h"
-#include "cpu/cpu_isa.h"
+#include "common/cpu_isa.h"
 #include "formats/block_format.h"
 #include "formats/packed_matrix.h"
 #include "transforms/block_transform.h"

@@ -7,7 +7,7 @@
 #include <span>
 
 #include "formats/block_format.h"
-#include "cpu/cpu_isa.h"
+#include "common/cpu_isa.h"
 #include "transforms/block_transform.h"
 
 namespace wush::runtime {

@@ -9,7 +9,7 @@
 
 #include "formats/block_format.h"
 #include "formats/packed_matrix.h"
-#include "cpu/cpu_isa.h"
+#include "common/cpu_isa.h"
 #include "wush/wush.h"
 
 namespace wush::runtime {

@@ -8,7 +8,7 @@
 
 #include "formats/packed_matrix.h"
 #include "cpu/activation_quantizer.h"
-#include "cpu/cpu_isa.h"
+#include "common/cpu_isa.h"
 #include "cpu/gemm.h"
 #include "transforms/block_transform.h"
 #include "wush/wush.h"

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <span>
 
-#include "cpu/cpu_isa.h"
+#include "common/cpu_isa.h"
 #include "formats/packed_matrix.h"
 #include "transforms/block_transform.h"
 

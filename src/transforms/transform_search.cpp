@@ -10,7 +10,7 @@
 
 #include "common/checked_math.h"
 #include "common/error.h"
-#include "cpu/round_trip_errors.h"
+#include "transforms/round_trip_errors.h"
 #include "formats/feedback_group.h"
 #include "transforms/basis.h"
 #include "transforms/rng.h"
@@ -109,7 +109,7 @@ struct Workspace {
 };
 
 // The right halves of the n rows of cat (n x 2G) hold V; the left halves become q(V) - V, the
-// RTN round trip's error, each row one group (cpu/round_trip_errors.h: the same bits on every
+// RTN round trip's error, each row one group (transforms/round_trip_errors.h: the same bits on every
 // ISA, so the ISA is the fastest this CPU has). False if a value is not finite.
 bool rtn_errors(const formats::FormatSpec& format, float* cat, std::size_t n, std::size_t g) {
     return runtime::round_trip_errors(format, cat, n, g, runtime::best_isa());

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "cpu/cpu_isa.h"
+#include "common/cpu_isa.h"
 #include "wush/wush.h"
 
 namespace wush::test {

@@ -19,7 +19,7 @@
 #include "prequant/rtn.h"
 #include "formats/block_format.h"
 #include "cpu/activation_quantizer.h"
-#include "cpu/cpu_isa.h"
+#include "common/cpu_isa.h"
 #include "cpu/gemm.h"
 #include "cpu/linear_forward.h"
 #include "eval/runtime_loss.h"

@@ -18,7 +18,7 @@
 #include "common/error.h"
 #include "formats/block_format.h"
 #include "cpu/activation_quantizer.h"
-#include "cpu/cpu_isa.h"
+#include "common/cpu_isa.h"
 #include "runtime_reference.h"
 #include "transforms/block_transform.h"
 

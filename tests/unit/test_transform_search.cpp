@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "calibration/calibrator.h"
-#include "cpu/cpu_isa.h"
-#include "cpu/round_trip_errors.h"
+#include "common/cpu_isa.h"
+#include "transforms/round_trip_errors.h"
 #include "eval/layer_loss.h"
 #include "eval/synthetic_layer.h"
 #include "formats/block_format.h"
@@ -214,7 +214,7 @@ std::vector<float> boundary_rows(const formats::FormatSpec& f, std::size_t g) {
     return rows;
 }
 
-// The search's round-trip errors (cpu/round_trip_errors.h) are round_trip_group's, bit for bit,
+// The search's round-trip errors (transforms/round_trip_errors.h) are round_trip_group's, bit for bit,
 // on every ISA this CPU runs: E = q(V) - V for each row of [E V], and false at a non-finite V.
 // The oracle is the scalar round trip, itself checked against quantize then dequantize above.
 TEST(TransformSearch, RoundTripErrorsAreTheSameOnEveryIsa) {

@@ -1,15 +1,15 @@
-// AVX2 kernel of the transform search's RTN round trip (cpu/round_trip_errors.h): one group per
+// AVX2 kernel of the transform search's RTN round trip (transforms/round_trip_errors.h): one group per
 // iteration, its elements in 2 or 4 vectors. A group's magnitude code is the number of thresholds
 // its magnitude passes (the scalar path's chain of selects gives the last one passed, the same
 // for increasing thresholds), which indexes the 8 decoded magnitudes by one permute; the sign is
-// the input's own. Compiled with AVX2 target flags: see kernels.h for what this file may include.
+// the input's own. Compiled with AVX2 target flags: see round_trip_kernel.h for what this file may include.
 #include <immintrin.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
-#include "cpu/kernels.h"
+#include "transforms/round_trip_kernel.h"
 
 namespace wush::runtime::avx2 {
 

@@ -2,14 +2,14 @@
 // n rows of cat = [E V] (n x 2G, each half one group of G), E <- q(V) - V with q the format's RTN
 // round trip (formats/round_trip.h: quantize, then decode as the library does). The search runs
 // it on every candidate's transformed sample and weight rows; it is the largest part of the
-// search's cost, hence an AVX2 kernel (cpu/round_trip_avx2.cpp) besides the portable loop. Every
+// search's cost, hence an AVX2 kernel (transforms/round_trip_avx2.cpp) besides the portable loop. Every
 // ISA gives the same bits: the round trip is comparisons and table look-ups, and the error one
 // float subtraction.
 #pragma once
 
 #include <cstddef>
 
-#include "cpu/cpu_isa.h"
+#include "common/cpu_isa.h"
 #include "formats/block_format.h"
 
 namespace wush::runtime {

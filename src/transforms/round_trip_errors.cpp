@@ -1,4 +1,4 @@
-#include "cpu/round_trip_errors.h"
+#include "transforms/round_trip_errors.h"
 
 #include <algorithm>
 #include <bit>
@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "cpu/kernels.h"
+#include "transforms/round_trip_kernel.h"
 #include "formats/round_trip.h"
 
 namespace wush::runtime {

@@ -1,4 +1,4 @@
-#include "cpu/cpu_isa.h"
+#include "common/cpu_isa.h"
 
 #include <cpuid.h>
 
