@@ -63,21 +63,43 @@ void launch_reference_gemm(const GemmArgs& args, const void* w_dequantized, cubl
 
 // ---- block-scaled FP4 GEMM through cuBLASLt (blockscaled_gemm.cu; untested on hardware) ----------
 
-// Workspace of launch_blockscaled_gemm: cuBLASLt's, and both operands' scales in its tiled layout.
+// Workspace of BlockScaledCache::launch: cuBLASLt's own (kBlockScaledLtWorkspaceBytes, the most
+// any algorithm chosen may use), and both operands' scales in its tiled layout.
+constexpr std::size_t kBlockScaledLtWorkspaceBytes = std::size_t(32) << 20;
 std::size_t blockscaled_gemm_workspace_bytes(wush_format format, std::size_t m, std::size_t n, std::size_t k);
 // Architecture and shape rules (no cuBLASLt call).
 bool blockscaled_gemm_supported(const GemmArgs& args, int sm);
-// Whether cuBLASLt's heuristic offers an algorithm for the product (host-only call, no sync).
-bool blockscaled_gemm_available(const GemmArgs& args, cublasLtHandle_t handle);
 // rows x k/G group scales rewritten into cuBLASLt's 128x4-tiled layout (`out` holds
 // blockscaled_scale_bytes); used once per prepared layer for the weight.
 std::size_t blockscaled_scale_bytes(std::size_t rows, std::size_t k, int group);
 void launch_swizzle_scales(const std::uint8_t* scales, std::size_t rows, std::size_t k, int group, std::uint8_t* out,
                            cudaStream_t stream);
-// `w_scales_swizzled` may be null (then the weight's scales are rewritten into the workspace).
-void launch_blockscaled_gemm(const GemmArgs& args, const std::uint8_t* w_scales_swizzled, cublasLtHandle_t handle,
-                             cudaStream_t stream);
-void launch_blockscaled_gemm(const GemmArgs& args, cublasLtHandle_t handle, cudaStream_t stream);
+
+// The cuBLASLt descriptors and chosen algorithm of one weight's block-scaled products, per token
+// count m and output dtype (the m bucket is m itself: descriptors carry m), built at the first
+// product of that m and kept (at most kMaxEntries; the oldest are dropped beyond), so that a
+// launch runs no heuristic and a graph replays the same algorithm. Host state only; not
+// thread-safe (calls on one context are serialized).
+class BlockScaledCache {
+public:
+    static constexpr std::size_t kMaxEntries = 64;
+    BlockScaledCache();
+    ~BlockScaledCache();
+    BlockScaledCache(const BlockScaledCache&) = delete;
+    BlockScaledCache& operator=(const BlockScaledCache&) = delete;
+
+    // Enqueues the product on `stream` (w_scales_swizzled: the weight's scales from
+    // launch_swizzle_scales; null: rewritten into the workspace). Returns false when cuBLASLt
+    // offers no algorithm for this m or refuses the launch (remembered per m: later calls return
+    // false at once): the caller then runs the reference path, whose workspace it must have sized.
+    bool launch(const GemmArgs& args, const std::uint8_t* w_scales_swizzled, cublasLtHandle_t handle,
+                cudaStream_t stream);
+
+private:
+    struct Entry;
+    struct Impl;
+    Impl* impl_;
+};
 
 // ---- calibration (calibrate.cu) ----------------------------------------------------------------
 
