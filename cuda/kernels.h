@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "quantize_params.h"
 #include "w4a4_gemm.h"
 #include "wush/wush.h"
 
@@ -17,27 +18,7 @@ namespace wush::cuda {
 
 // ---- fused transform + quantization (quantize_kernel.cu) -------------------------------------
 
-// How the transform's matrices are used (runtime::MatrixUse).
-enum class Matrices : int { Identity = 0, Shared = 1, PerBlock = 2 };
-
-// The non-finite report of the quantize kernels: the smallest (row << 32 | column) of a NaN/Inf
-// seen in x, or kNoNonFinite. Lives in device memory; reset with cudaMemset(0xFF).
-constexpr unsigned long long kNoNonFinite = ~0ull;
-
-struct QuantizeArgs {
-    wush_format format = WUSH_FORMAT_MXFP4;
-    int group = 32;                        // G (16 or 32)
-    wush_dtype x_dtype = WUSH_DTYPE_F32;   // F32, F16 or BF16
-    const void* x = nullptr;               // n_tokens x d_in, row-major
-    std::size_t n_tokens = 0, d_in = 0;
-    Matrices use = Matrices::Identity;
-    const float* matrices = nullptr;       // PerBlock: C x G x G; Shared: G x G; Identity: unused
-    const float* row_norms = nullptr;      // one max_row_norm_bound per matrix (same layout rule)
-    std::uint8_t* codes = nullptr;         // n_tokens x d_in / 2
-    std::uint8_t* scales = nullptr;        // n_tokens x C x scale bytes
-    unsigned long long* non_finite = nullptr;  // see kNoNonFinite (atomicMin)
-};
-
+// QuantizeArgs, Matrices, kNoNonFinite: quantize_params.h (shared with the CPU emulation test).
 void launch_quantize(const QuantizeArgs& args, cudaStream_t stream);
 
 // ---- reference GEMM (reference_gemm.cu) ------------------------------------------------------
