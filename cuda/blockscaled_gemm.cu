@@ -2,9 +2,9 @@
 // CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3 (NVFP4) or VEC32_UE8M0 (MXFP4, MXFP4_OCP) scales.
 //
 // UNTESTED ON HARDWARE: written against the cuBLASLt documentation and compiled for every
-// target, never run. pick_gemm chooses it only on sm_100 / sm_120, and the backend probes
-// cuBLASLt's heuristic once per prepared layer (blockscaled_gemm_available) and keeps the
-// reference GEMM when cuBLASLt offers no algorithm (e.g. if a cuBLAS version lacks MXFP4).
+// target, never run. pick_gemm chooses it only on sm_100 / sm_120; a prepared layer keeps a
+// BlockScaledCache (descriptors and algorithm per m) and runs the reference GEMM whenever
+// cuBLASLt offers no algorithm or refuses a launch (e.g. if a cuBLAS version lacks MXFP4).
 //
 // Layout. cuBLASLt wants FP4 products as TN with K contiguous. Our packed rows are K-contiguous
 // with element 2j in the low nibble of byte j (cuBLASLt's packing), so, column-major:
@@ -12,6 +12,11 @@
 // The group scales are rewritten into cuBLASLt's tiled layout (blockscaled_layout.h); padding
 // is zero.
 #include "kernels.h"
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <utility>
 
 #include "blockscaled_layout.h"
 #include "common/error.h"
@@ -21,7 +26,7 @@ namespace wush::cuda {
 
 namespace {
 
-constexpr std::size_t kLtWorkspaceBytes = std::size_t(32) << 20;
+constexpr std::size_t kLtWorkspaceBytes = kBlockScaledLtWorkspaceBytes;
 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 
@@ -50,7 +55,7 @@ struct LtProduct {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulPreference_t pref = nullptr;
 
-    LtProduct(const GemmArgs& g, const void* w_scales, const void* a_scales) {
+    explicit LtProduct(const GemmArgs& g) {
         const cublasLtMatmulMatrixScale_t mode = g.format == WUSH_FORMAT_NVFP4 ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3
                                                                                : CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
         const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -59,8 +64,7 @@ struct LtProduct {
         WUSH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
         WUSH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode));
         WUSH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode));
-        WUSH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof w_scales));
-        WUSH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scales, sizeof a_scales));
+        set_scales(nullptr, nullptr);
         const cudaDataType_t dt = g.y_dtype == WUSH_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
         WUSH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_4F_E2M1, g.k, g.n, int64_t(g.k)));
         WUSH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_4F_E2M1, g.k, g.m, int64_t(g.k)));
@@ -79,6 +83,12 @@ struct LtProduct {
     }
     LtProduct(const LtProduct&) = delete;
     LtProduct& operator=(const LtProduct&) = delete;
+
+    // The scale pointers change with the caller's workspace: set before every launch (host only).
+    void set_scales(const void* w_scales, const void* a_scales) {
+        WUSH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof w_scales));
+        WUSH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scales, sizeof a_scales));
+    }
 
     bool heuristic(cublasLtHandle_t h, cublasLtMatmulHeuristicResult_t& r) const {
         int found = 0;
@@ -114,16 +124,38 @@ bool blockscaled_gemm_supported(const GemmArgs& g, int sm) {
     return arch && is_fp4(g.format) && g.k % 32 == 0 && g.m > 0 && g.n > 0;
 }
 
-bool blockscaled_gemm_available(const GemmArgs& g, cublasLtHandle_t handle) {
-    const LtProduct p(g, nullptr, nullptr);
-    cublasLtMatmulHeuristicResult_t r{};
-    return p.heuristic(handle, r);
-}
+struct BlockScaledCache::Entry {
+    std::unique_ptr<LtProduct> product;  // null: cuBLASLt refused this m
+    cublasLtMatmulHeuristicResult_t result{};
+};
 
-void launch_blockscaled_gemm(const GemmArgs& g, const std::uint8_t* w_scales_swizzled, cublasLtHandle_t handle,
-                             cudaStream_t stream) {
+struct BlockScaledCache::Impl {
+    std::map<std::pair<std::size_t, int>, Entry> entries;
+    std::deque<std::pair<std::size_t, int>> order;  // oldest first
+};
+
+BlockScaledCache::BlockScaledCache() : impl_(new Impl) {}
+BlockScaledCache::~BlockScaledCache() { delete impl_; }
+
+bool BlockScaledCache::launch(const GemmArgs& g, const std::uint8_t* w_scales_swizzled, cublasLtHandle_t handle,
+                              cudaStream_t stream) {
     require(g.workspace_bytes >= blockscaled_gemm_workspace_bytes(g.format, g.m, g.n, g.k),
             "block-scaled GEMM: workspace too small");
+    const std::pair<std::size_t, int> key(g.m, int(g.y_dtype));
+    auto it = impl_->entries.find(key);
+    if (it == impl_->entries.end()) {
+        if (impl_->order.size() >= kMaxEntries) {
+            impl_->entries.erase(impl_->order.front());
+            impl_->order.pop_front();
+        }
+        Entry e;
+        e.product = std::make_unique<LtProduct>(g);
+        if (!e.product->heuristic(handle, e.result)) e.product.reset();
+        it = impl_->entries.emplace(key, std::move(e)).first;
+        impl_->order.push_back(key);
+    }
+    Entry& e = it->second;
+    if (!e.product) return false;
     auto* ws = static_cast<std::uint8_t*>(g.workspace);
     std::uint8_t* lt_ws = ws;
     std::uint8_t* a_sw = ws + kLtWorkspaceBytes;
@@ -133,16 +165,16 @@ void launch_blockscaled_gemm(const GemmArgs& g, const std::uint8_t* w_scales_swi
         swizzle(g.w_scales, g.n, g.k, g.group, w_sw, stream);
         w_scales_swizzled = w_sw;
     }
-    const LtProduct p(g, w_scales_swizzled, a_sw);
-    cublasLtMatmulHeuristicResult_t r{};
-    if (!p.heuristic(handle, r)) fail(WUSH_ERR_UNSUPPORTED, "cuBLASLt offers no block-scaled FP4 algorithm for this product");
+    e.product->set_scales(w_scales_swizzled, a_sw);
     const float alpha = g.alpha, beta = 0.0f;
-    WUSH_CUBLAS_CHECK(cublasLtMatmul(handle, p.op, &alpha, g.w_codes, p.a, g.a_codes, p.b, &beta, g.y, p.d, g.y, p.d,
-                                     &r.algo, lt_ws, kLtWorkspaceBytes, stream));
-}
-
-void launch_blockscaled_gemm(const GemmArgs& g, cublasLtHandle_t handle, cudaStream_t stream) {
-    launch_blockscaled_gemm(g, nullptr, handle, stream);
+    const cublasStatus_t st = cublasLtMatmul(handle, e.product->op, &alpha, g.w_codes, e.product->a, g.a_codes,
+                                             e.product->b, &beta, g.y, e.product->d, g.y, e.product->d, &e.result.algo,
+                                             lt_ws, kLtWorkspaceBytes, stream);
+    if (st == CUBLAS_STATUS_SUCCESS) return true;
+    // Refused at launch (nothing of the product was enqueued; the swizzles only wrote workspace):
+    // remembered, and the caller takes the reference path.
+    e.product.reset();
+    return false;
 }
 
 }  // namespace wush::cuda

@@ -22,6 +22,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,6 +32,7 @@
 #include "common/dtype.h"
 #include "cpu/activation_quantizer.h"
 #include "cuda_check.h"
+#include "device_rules.h"
 #include "formats/certified_group.h"
 #include "kernels.h"
 
@@ -45,8 +47,10 @@ constexpr std::size_t kCalibrationTileDoubles = std::size_t(1) << 24;  // 128 Mi
 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 
-// Rejects host memory where cudaPointerGetAttributes can tell (cheap, no synchronization).
-void require_device_pointer(const void* p, const char* what) {
+// Rejects host memory, and another GPU's memory, where cudaPointerGetAttributes can tell (cheap,
+// no synchronization): a kernel would otherwise fault with a sticky error that ends the context.
+// Managed memory is accessible from every device and passes.
+void require_device_pointer(const void* p, const char* what, int device) {
     if (p == nullptr) return;  // size checks of the callers decide about null
     cudaPointerAttributes attr{};
     if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
@@ -55,6 +59,15 @@ void require_device_pointer(const void* p, const char* what) {
     }
     if (attr.type == cudaMemoryTypeUnregistered || attr.type == cudaMemoryTypeHost)
         fail(WUSH_ERR_INVALID_ARGUMENT, std::string(what) + " is a host pointer; a CUDA context takes device pointers");
+    if (attr.type == cudaMemoryTypeDevice && attr.device != device)
+        fail(WUSH_ERR_INVALID_ARGUMENT, std::string(what) + " is memory of CUDA device " + std::to_string(attr.device) +
+                                            "; this context is on device " + std::to_string(device));
+}
+
+// A typed device tensor: on this context's device and aligned to its element size.
+void require_device_tensor(const void* p, wush_dtype dtype, const char* what, int device) {
+    require_device_pointer(p, what, device);
+    if (p != nullptr && !element_aligned(p, dtype)) fail(WUSH_ERR_INVALID_ARGUMENT, misaligned_message(what, dtype));
 }
 
 Matrices matrices_of(runtime::MatrixUse use) {
@@ -70,15 +83,15 @@ struct DeviceTransform {
     Matrices use = Matrices::Identity;
     DeviceBuffer matrices, row_norms;
 
-    explicit DeviceTransform(const backend::TransformRef& t) : use(matrices_of(t.use)) {
+    DeviceTransform(const backend::TransformRef& t, cudaStream_t stream) : use(matrices_of(t.use)) {
         if (use == Matrices::Identity) return;
         const int g = int(t.core.group());
         const std::size_t count = use == Matrices::Shared ? 1 : t.core.blocks();
         const float* m = t.core.activation_matrices().data();
         std::vector<float> norms(count);
         for (std::size_t b = 0; b < count; ++b) norms[b] = formats::max_row_norm_bound(m + b * g * g, g);
-        matrices = DeviceBuffer::upload(m, count * g * g * sizeof(float));
-        row_norms = DeviceBuffer::upload(norms.data(), count * sizeof(float));
+        matrices = DeviceBuffer::upload(m, count * g * g * sizeof(float), stream);
+        row_norms = DeviceBuffer::upload(norms.data(), count * sizeof(float), stream);
     }
 };
 
@@ -87,7 +100,8 @@ float tensor_alpha(wush_format format) {
     return float(1.0 / (d * d));
 }
 
-// The state every launch needs: device, stream, handles, the non-finite flag.
+// The state every launch needs: device, stream, handles, the non-finite flag, the GEMM table.
+// Every entry point holds a DeviceGuard for `index` (the caller's current device is restored).
 struct Device {
     int index = 0;
     int sm = 0;
@@ -97,53 +111,60 @@ struct Device {
     cublasLtHandle_t lt = nullptr;
     DeviceBuffer blas_workspace;
     DeviceBuffer non_finite;  // one unsigned long long (kNoNonFinite when clear)
+    PinnedHost<unsigned long long> non_finite_host;  // its stream-ordered copy at synchronize
+    GemmTable gemm_table;
 
     explicit Device(int dev) : index(dev) {
-        select();
+        const DeviceGuard guard(dev);
         cudaDeviceProp prop{};
         WUSH_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
         sm = prop.major * 10 + prop.minor;
         name = prop.name;
+        if (!compute_capability_supported(sm)) fail(WUSH_ERR_UNSUPPORTED, unsupported_device_message(dev, name, sm));
+        const char* prefill = std::getenv("WUSH_CUDA_PREFILL_MIN_M");
+        if (!gemm_table_from_env(prefill, &gemm_table))
+            fail(WUSH_ERR_INVALID_ARGUMENT, std::string("WUSH_CUDA_PREFILL_MIN_M must be a positive integer (got '") +
+                                                prefill + "')");
         WUSH_CUBLAS_CHECK(cublasCreate(&blas));
         WUSH_CUBLAS_CHECK(cublasLtCreate(&lt));
         blas_workspace = DeviceBuffer(kCublasWorkspaceBytes);
-        WUSH_CUBLAS_CHECK(cublasSetWorkspace(blas, blas_workspace.get(), blas_workspace.bytes()));
         non_finite = DeviceBuffer(sizeof(unsigned long long));
-        WUSH_CUDA_CHECK(cudaMemset(non_finite.get(), 0xFF, sizeof(unsigned long long)));
+        WUSH_CUDA_CHECK(cudaMemset(non_finite.get(), 0xFF, sizeof(unsigned long long)));  // creation: not capturable anyway
     }
     ~Device() {
-        cudaSetDevice(index);  // the buffers below are freed on this device whatever the caller selected
+        const DeviceGuard guard(index);  // the handles belong to this device whatever the caller selected
         if (blas) cublasDestroy(blas);
         if (lt) cublasLtDestroy(lt);
     }
     Device(const Device&) = delete;
     Device& operator=(const Device&) = delete;
 
-    void select() const { WUSH_CUDA_CHECK(cudaSetDevice(index)); }
-    // The cuBLAS handle bound to the current stream (cheap; the stream may have changed).
+    // The cuBLAS handle bound to the current stream, with the backend's own workspace: cublasSetStream
+    // resets the handle's workspace to cuBLAS's default pool, from which a captured GEMM would
+    // allocate, so the workspace is set again after every stream binding (both host-only calls).
     cublasHandle_t bound_blas() const {
         WUSH_CUBLAS_CHECK(cublasSetStream(blas, stream));
+        WUSH_CUBLAS_CHECK(cublasSetWorkspace(blas, blas_workspace.get(), blas_workspace.bytes()));
         return blas;
     }
     unsigned long long* flag() const { return non_finite.get<unsigned long long>(); }
 
-    // Waits for the stream, then reports (and clears) a NaN/Inf the quantize kernels saw.
+    // Waits for the stream, then reports (and clears) a NaN/Inf the quantize kernels saw. Only
+    // operations on the context's stream (an async copy into pinned memory, an async reset): no
+    // legacy-stream synchronization, which would wait on every blocking stream and invalidate
+    // another thread's graph capture in global mode.
     void synchronize_and_report(const char* what) const {
+        unsigned long long* host = non_finite_host.get();
+        *host = kNoNonFinite;
+        WUSH_CUDA_CHECK(cudaMemcpyAsync(host, flag(), sizeof *host, cudaMemcpyDeviceToHost, stream));
         WUSH_CUDA_CHECK(cudaStreamSynchronize(stream));
-        unsigned long long v = kNoNonFinite;
-        WUSH_CUDA_CHECK(cudaMemcpy(&v, flag(), sizeof v, cudaMemcpyDeviceToHost));
+        const unsigned long long v = *host;
         if (v == kNoNonFinite) return;
-        WUSH_CUDA_CHECK(cudaMemset(flag(), 0xFF, sizeof v));
+        WUSH_CUDA_CHECK(cudaMemsetAsync(flag(), 0xFF, sizeof v, stream));
         fail(WUSH_ERR_NON_FINITE, std::string(what) + " holds a NaN or infinite value at row " + std::to_string(v >> 32) +
                                       ", column " + std::to_string(v & 0xFFFFFFFFull));
     }
 };
-
-// Selects the device before a member's uploads (members are built before the constructor body).
-const backend::TransformRef& on_device(const Device& dev, const backend::TransformRef& t) {
-    dev.select();
-    return t;
-}
 
 QuantizeArgs quantize_args(const DeviceTransform& t, const formats::FormatSpec& f, std::size_t d_in, wush_dtype x_dtype,
                            const void* x, std::size_t n, std::uint8_t* codes, std::uint8_t* scales, const Device& dev) {
@@ -170,27 +191,39 @@ void require_dtype(wush_dtype x_dtype) {
 
 // What a prepared layer precomputed for its weight (null / false where not).
 struct WeightExtras {
-    const void* dequantized = nullptr;          // the reference path's W
+    const void* dequantized = nullptr;          // the reference path's W (else dequantized into the workspace)
     const std::uint8_t* swizzled = nullptr;     // the block-scaled path's W scales
-    bool lt_available = false;                  // cuBLASLt offered an algorithm (probed once)
+    bool lt_possible = false;                   // sm_100/120 FP4: cuBLASLt is tried first for m > 32
+    BlockScaledCache* lt_cache = nullptr;       // its descriptors and algorithms per m
 };
 
+void run_reference(const GemmArgs& g, const WeightExtras& w, const Device& dev) {
+    launch_reference_gemm(g, w.dequantized, dev.bound_blas(), dev.stream);
+}
+
 void run_gemm(const GemmArgs& g, const WeightExtras& w, const Device& dev) {
-    switch (pick_gemm(g, dev.sm, w.lt_available)) {
+    switch (pick_gemm(g, dev.sm, w.lt_possible, &dev.gemm_table)) {
         case GemmKernel::Decode: launch_decode_gemm(g, dev.stream); return;
         case GemmKernel::Prefill: launch_prefill_gemm(g, dev.stream); return;
-        case GemmKernel::BlockScaledLt: launch_blockscaled_gemm(g, w.swizzled, dev.lt, dev.stream); return;
-        default: launch_reference_gemm(g, w.dequantized, dev.bound_blas(), dev.stream); return;
+        case GemmKernel::BlockScaledLt:
+            // cuBLASLt may offer no algorithm for this m or refuse the launch: the reference path
+            // then (its workspace is part of the layer's, see gemm_bytes).
+            if (w.lt_cache != nullptr && w.lt_cache->launch(g, w.swizzled, dev.lt, dev.stream)) return;
+            run_reference(g, w, dev);
+            return;
+        default: run_reference(g, w, dev); return;
     }
 }
 
-// Workspace of one product for the kernel run_gemm will choose.
-std::size_t gemm_bytes(const GemmArgs& g, bool w_dequantized_given, bool lt_available, int sm) {
-    const GemmKernel kernel = pick_gemm(g, sm, lt_available);
+// Workspace of one product for the kernel run_gemm will choose (y BF16: the larger case).
+std::size_t gemm_bytes(const GemmArgs& g, bool w_dequantized_given, bool lt_possible, const Device& dev) {
+    const GemmKernel kernel = pick_gemm(g, dev.sm, lt_possible, &dev.gemm_table);
+    const std::size_t reference =
+        reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w_dequantized_given, WUSH_DTYPE_BF16);
     switch (kernel) {
-        case GemmKernel::Reference:
-            return reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w_dequantized_given, WUSH_DTYPE_BF16);
-        case GemmKernel::BlockScaledLt: return blockscaled_gemm_workspace_bytes(g.format, g.m, g.n, g.k);
+        case GemmKernel::Reference: return reference;
+        case GemmKernel::BlockScaledLt:
+            return std::max(blockscaled_gemm_workspace_bytes(g.format, g.m, g.n, g.k), reference);
         default: return gemm_workspace_bytes(kernel, g.format, g.m, g.n, g.k);
     }
 }
@@ -207,44 +240,45 @@ GemmArgs shape_args(const formats::FormatSpec& f, std::size_t m, std::size_t d_o
     return g;
 }
 
-// Which precomputed forms of a layer's weight its products read: decided by host-only probes,
-// so that workspace sizes can be computed without building the layer.
+// Which precomputed forms of a layer's weight its products read: decided by host-only rules, so
+// that workspace sizes can be computed without building the layer.
 struct WeightPlan {
-    bool lt_available = false;  // cuBLASLt offered a block-scaled algorithm (swizzled W scales)
-    bool dequantized = false;   // some token count takes the reference path (W dequantized)
+    bool lt_possible = false;  // the architecture has cuBLASLt block-scaled FP4 (swizzled W scales kept)
+    bool dequantized = false;  // even one token takes the reference path: W kept dequantized. Where
+                               // only larger m do, W is dequantized into the workspace per forward
+                               // (BF16 W would be 4x the packed weight's memory for every layer).
 };
 
 WeightPlan plan_weight(const formats::FormatSpec& f, std::size_t d_in, std::size_t d_out, const Device& dev) {
-    GemmArgs probe = shape_args(f, 128, d_out, d_in);
+    const GemmArgs probe = shape_args(f, 1, d_out, d_in);
     WeightPlan p;
-    p.lt_available = blockscaled_gemm_supported(probe, dev.sm) && blockscaled_gemm_available(probe, dev.lt);
-    for (std::size_t m : {std::size_t(1), std::size_t(1) << 20}) {
-        probe.m = m;
-        p.dequantized = p.dequantized || pick_gemm(probe, dev.sm, p.lt_available) == GemmKernel::Reference;
-    }
+    p.lt_possible = blockscaled_gemm_supported(probe, dev.sm);
+    p.dequantized = pick_gemm(probe, dev.sm, p.lt_possible, &dev.gemm_table) == GemmKernel::Reference;
     return p;
 }
 
 // forward()'s workspace: the activations' codes and scales, then the GEMM's scratch.
 std::size_t layer_workspace_bytes(const formats::FormatSpec& f, std::size_t d_in, std::size_t d_out, std::size_t n,
-                                  const WeightPlan& plan, int sm) {
+                                  const WeightPlan& plan, const Device& dev) {
     const formats::PackedSizes s = formats::packed_sizes(f, n, d_in);
     return round_up(s.codes, 256) + round_up(s.scales, 256) +
-           gemm_bytes(shape_args(f, n, d_out, d_in), plan.dequantized, plan.lt_available, sm);
+           gemm_bytes(shape_args(f, n, d_out, d_in), plan.dequantized, plan.lt_possible, dev);
 }
 
 // ---- the prepared layer ------------------------------------------------------------------------
 
 class CudaLayer final : public backend::PreparedLayer {
 public:
+    // The caller holds a DeviceGuard for the layer's device (members allocate before this body).
     CudaLayer(std::shared_ptr<Device> dev, backend::TransformRef t, const formats::PackedMatrix& w)
-        : dev_(std::move(dev)), spec_(formats::spec(w.format)), d_in_(w.d_in), d_out_(w.d_out), t_(on_device(*dev_, t)) {
-        w_codes_ = DeviceBuffer::upload(w.codes.data(), w.codes.size());
-        w_scales_ = DeviceBuffer::upload(w.scales.data(), w.scales.size());
+        : dev_(std::move(dev)), spec_(formats::spec(w.format)), d_in_(w.d_in), d_out_(w.d_out), t_(t, dev_->stream) {
+        w_codes_ = DeviceBuffer::upload(w.codes.data(), w.codes.size(), dev_->stream);
+        w_scales_ = DeviceBuffer::upload(w.scales.data(), w.scales.size(), dev_->stream);
         const int g = int(spec_.group);
         plan_ = plan_weight(spec_, d_in_, d_out_, *dev_);
-        if (plan_.lt_available) {
-            extras_.lt_available = true;
+        if (plan_.lt_possible) {
+            extras_.lt_possible = true;
+            extras_.lt_cache = &lt_cache_;
             w_swizzled_ = DeviceBuffer(blockscaled_scale_bytes(d_out_, d_in_, g));
             launch_swizzle_scales(w_scales_.get<std::uint8_t>(), d_out_, d_in_, g, w_swizzled_.get<std::uint8_t>(),
                                   dev_->stream);
@@ -259,14 +293,13 @@ public:
         WUSH_CUDA_CHECK(cudaStreamSynchronize(dev_->stream));
     }
 
-    ~CudaLayer() override { cudaSetDevice(dev_->index); }  // free the buffers on their device
 
     std::size_t d_in() const override { return d_in_; }
     std::size_t d_out() const override { return d_out_; }
     wush_format format() const override { return spec_.id; }
 
     std::size_t workspace_bytes(std::size_t n, const backend::HostSettings&) const override {
-        return layer_workspace_bytes(spec_, d_in_, d_out_, n, plan_, dev_->sm);
+        return layer_workspace_bytes(spec_, d_in_, d_out_, n, plan_, *dev_);
     }
 
     void quantize(wush_dtype x_dtype, const void* x, std::size_t n, std::span<std::uint8_t> codes,
@@ -274,10 +307,10 @@ public:
         require_dtype(x_dtype);
         const formats::PackedSizes s = formats::packed_sizes(spec_, n, d_in_);
         require(codes.size() >= s.codes && scales.size() >= s.scales, "quantize: codes or scales buffer too small");
-        dev_->select();
-        require_device_pointer(x, "x");
-        require_device_pointer(codes.data(), "codes");
-        require_device_pointer(scales.data(), "scales");
+        const DeviceGuard guard(dev_->index);
+        require_device_tensor(x, x_dtype, "x", dev_->index);
+        require_device_pointer(codes.data(), "codes", dev_->index);
+        require_device_pointer(scales.data(), "scales", dev_->index);
         launch_quantize(quantize_args(t_, spec_, d_in_, x_dtype, x, n, codes.data(), scales.data(), *dev_), dev_->stream);
     }
 
@@ -289,8 +322,9 @@ public:
         // as cuBLAS / cuBLASLt want it (cudaMalloc gives 256 bytes).
         require(reinterpret_cast<std::uintptr_t>(workspace.data()) % 256 == 0,
                 "forward: the workspace must be 256-byte aligned");
-        require_device_pointer(y, "y");
-        require_device_pointer(workspace.data(), "workspace");
+        const DeviceGuard guard(dev_->index);
+        require_device_tensor(y, y_dtype, "y", dev_->index);
+        require_device_pointer(workspace.data(), "workspace", dev_->index);
         const formats::PackedSizes s = formats::packed_sizes(spec_, n, d_in_);
         auto* codes = reinterpret_cast<std::uint8_t*>(workspace.data());
         auto* scales = codes + round_up(s.codes, 256);
@@ -321,6 +355,7 @@ private:
     DeviceTransform t_;
     DeviceBuffer w_codes_, w_scales_, w_deq_, w_swizzled_;
     WeightPlan plan_;
+    BlockScaledCache lt_cache_;
     WeightExtras extras_;
 };
 
@@ -338,7 +373,7 @@ public:
     void set_stream(void* stream) override { dev_->stream = static_cast<cudaStream_t>(stream); }
     void* stream() const override { return dev_->stream; }
     void synchronize() override {
-        dev_->select();
+        const DeviceGuard guard(dev_->index);
         dev_->synchronize_and_report("x");
     }
 
@@ -348,11 +383,11 @@ public:
         require_dtype(x_dtype);
         const formats::PackedSizes s = formats::packed_sizes(format, n, t.core.d_in());
         require(codes.size() >= s.codes && scales.size() >= s.scales, "quantize: codes or scales buffer too small");
-        dev_->select();
-        require_device_pointer(x, "x");
-        require_device_pointer(codes.data(), "codes");
-        require_device_pointer(scales.data(), "scales");
-        const DeviceTransform dt(t);
+        const DeviceGuard guard(dev_->index);
+        require_device_tensor(x, x_dtype, "x", dev_->index);
+        require_device_pointer(codes.data(), "codes", dev_->index);
+        require_device_pointer(scales.data(), "scales", dev_->index);
+        const DeviceTransform dt(t, dev_->stream);
         launch_quantize(quantize_args(dt, format, t.core.d_in(), x_dtype, x, n, codes.data(), scales.data(), *dev_),
                         dev_->stream);
         dev_->synchronize_and_report("x");
@@ -362,13 +397,13 @@ public:
               std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y,
               const backend::HostSettings&) override {
         require(y_dtype == WUSH_DTYPE_F32 || y_dtype == WUSH_DTYPE_BF16, "y dtype must be F32 or BF16");
-        dev_->select();
-        require_device_pointer(a_codes.data(), "a_codes");
-        require_device_pointer(a_scales.data(), "a_scales");
-        require_device_pointer(y, "y");
+        const DeviceGuard guard(dev_->index);
+        require_device_pointer(a_codes.data(), "a_codes", dev_->index);
+        require_device_pointer(a_scales.data(), "a_scales", dev_->index);
+        require_device_tensor(y, y_dtype, "y", dev_->index);
         const formats::FormatSpec& f = formats::spec(w.format);
-        const DeviceBuffer wc = DeviceBuffer::upload(w.codes.data(), w.codes.size());
-        const DeviceBuffer ws = DeviceBuffer::upload(w.scales.data(), w.scales.size());
+        const DeviceBuffer wc = DeviceBuffer::upload(w.codes.data(), w.codes.size(), dev_->stream);
+        const DeviceBuffer ws = DeviceBuffer::upload(w.scales.data(), w.scales.size(), dev_->stream);
         GemmArgs g = shape_args(f, m, w.d_out, w.d_in);
         g.a_codes = a_codes.data();
         g.a_scales = a_scales.data();
@@ -376,9 +411,11 @@ public:
         g.w_scales = ws.get<std::uint8_t>();
         g.y = y;
         g.y_dtype = y_dtype;
+        BlockScaledCache lt_cache;
         WeightExtras extras;
-        extras.lt_available = blockscaled_gemm_supported(g, dev_->sm) && blockscaled_gemm_available(g, dev_->lt);
-        const DeviceBuffer work(gemm_bytes(g, false, extras.lt_available, dev_->sm));
+        extras.lt_possible = blockscaled_gemm_supported(g, dev_->sm);
+        extras.lt_cache = &lt_cache;
+        const DeviceBuffer work(gemm_bytes(g, false, extras.lt_possible, *dev_));
         g.workspace = work.get();
         g.workspace_bytes = work.bytes();
         run_gemm(g, extras, *dev_);
@@ -387,14 +424,14 @@ public:
 
     std::size_t linear_forward_workspace_bytes(backend::TransformRef, const formats::PackedMatrix& w, std::size_t n,
                                                const backend::HostSettings&) override {
-        dev_->select();
         const formats::FormatSpec& f = formats::spec(w.format);
-        return layer_workspace_bytes(f, w.d_in, w.d_out, n, plan_weight(f, w.d_in, w.d_out, *dev_), dev_->sm);
+        return layer_workspace_bytes(f, w.d_in, w.d_out, n, plan_weight(f, w.d_in, w.d_out, *dev_), *dev_);
     }
 
     void linear_forward(backend::TransformRef t, const formats::PackedMatrix& w, wush_dtype x_dtype, const void* x,
                         std::size_t n, wush_dtype y_dtype, void* y, std::span<std::byte> workspace,
                         const backend::HostSettings& host) override {
+        const DeviceGuard guard(dev_->index);
         CudaLayer layer(dev_, t, w);
         layer.forward(x_dtype, x, n, y_dtype, y, workspace, host);
         dev_->synchronize_and_report("x");  // the layer's device copies are freed on return
@@ -402,6 +439,7 @@ public:
 
     void calibrate(Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n,
                    const backend::HostSettings&) override {
+        const DeviceGuard guard(dev_->index);
         check_device_batch(x_dtype, x, n, "calibration");
         if (cal.sample_capacity() > 0) return calibrate_on_host(cal, x_dtype, x, n);
         const bool full = cal.mode() == MomentMode::Full;
@@ -415,16 +453,17 @@ public:
                            dev_->flag(), dev_->bound_blas(), dev_->stream);
         dev_->synchronize_and_report("calibration activations");
         std::vector<double> host(count);
-        WUSH_CUDA_CHECK(cudaMemcpy(host.data(), sums.get(), sums.bytes(), cudaMemcpyDeviceToHost));
+        WUSH_CUDA_CHECK(cudaMemcpyAsync(host.data(), sums.get(), sums.bytes(), cudaMemcpyDeviceToHost, dev_->stream));
+        WUSH_CUDA_CHECK(cudaStreamSynchronize(dev_->stream));
         cal.add_sums(host, n);
     }
 
-    // A batch of activations in this device's memory, with nothing pending on the stream.
+    // A batch of activations in this device's memory, with nothing pending on the stream (the
+    // caller holds the DeviceGuard).
     void check_device_batch(wush_dtype x_dtype, const void* x, std::size_t n, const char* what) {
         require_dtype(x_dtype);
         require(n > 0 && x != nullptr, std::string(what) + ": no tokens");
-        dev_->select();
-        require_device_pointer(x, "x");
+        require_device_tensor(x, x_dtype, "x", dev_->index);
         dev_->synchronize_and_report("x");  // a NaN/Inf pending from an earlier launch is that launch's
     }
 
@@ -438,6 +477,7 @@ public:
     // Validation tokens only feed a host-side sample: copied to the host, then the CPU path.
     void add_validation(Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n,
                         const backend::HostSettings&) override {
+        const DeviceGuard guard(dev_->index);
         check_device_batch(x_dtype, x, n, "validation");
         const std::vector<std::byte> host = copy_tokens_to_host(cal, x_dtype, x, n);
         cal.add_validation(x_dtype, host.data(), n);
@@ -454,6 +494,7 @@ public:
 
     std::unique_ptr<backend::PreparedLayer> prepare(backend::TransformRef t, const formats::PackedMatrix& w,
                                                     const backend::HostSettings&) override {
+        const DeviceGuard guard(dev_->index);
         return std::make_unique<CudaLayer>(dev_, t, w);
     }
 

@@ -41,20 +41,46 @@ inline int current_sm(const char* who) {
 #define WUSH_CUDA_CHECK(call) ::wush::cuda::check_cuda((call), #call)
 #define WUSH_CUBLAS_CHECK(call) ::wush::cuda::check_cublas((call), #call)
 
-// Owned device memory (cudaMalloc / cudaFree); move-only.
+// Makes `device` current for a scope and restores the caller's current device at its end, so
+// that a host thread working on another GPU (a framework on device 1 calling a context on device
+// 0) finds its device unchanged. Every entry point of the backend holds one.
+class DeviceGuard {
+public:
+    explicit DeviceGuard(int device) {
+        WUSH_CUDA_CHECK(cudaGetDevice(&previous_));
+        if (previous_ != device) {
+            WUSH_CUDA_CHECK(cudaSetDevice(device));
+            switched_ = true;
+        }
+    }
+    ~DeviceGuard() {
+        if (switched_) cudaSetDevice(previous_);  // cannot fail for a device that was current
+    }
+    DeviceGuard(const DeviceGuard&) = delete;
+    DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+private:
+    int previous_ = 0;
+    bool switched_ = false;
+};
+
+// Owned device memory (cudaMalloc / cudaFree on the device current at allocation, restored
+// afterwards); move-only.
 class DeviceBuffer {
 public:
     DeviceBuffer() = default;
     explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-        if (bytes > 0) WUSH_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+        if (bytes == 0) return;
+        WUSH_CUDA_CHECK(cudaGetDevice(&device_));
+        WUSH_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
     }
-    ~DeviceBuffer() {
-        if (ptr_) cudaFree(ptr_);  // errors here cannot be reported (destructor)
-    }
-    DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+    ~DeviceBuffer() { release(); }
+    DeviceBuffer(DeviceBuffer&& o) noexcept
+        : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)), device_(o.device_) {}
     DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
         std::swap(ptr_, o.ptr_);
         std::swap(bytes_, o.bytes_);
+        std::swap(device_, o.device_);
         return *this;
     }
     DeviceBuffer(const DeviceBuffer&) = delete;
@@ -64,16 +90,44 @@ public:
     T* get() const noexcept { return static_cast<T*>(ptr_); }
     std::size_t bytes() const noexcept { return bytes_; }
 
-    // A device copy of host bytes (synchronous: for prepare() and the convenience paths).
-    static DeviceBuffer upload(const void* host, std::size_t bytes) {
+    // A device copy of host bytes, stream-ordered on `stream` and waited for (for prepare() and
+    // the convenience paths; no legacy-stream operation unless `stream` is the legacy stream).
+    static DeviceBuffer upload(const void* host, std::size_t bytes, cudaStream_t stream = nullptr) {
         DeviceBuffer b(bytes);
-        if (bytes > 0) WUSH_CUDA_CHECK(cudaMemcpy(b.ptr_, host, bytes, cudaMemcpyHostToDevice));
+        if (bytes == 0) return b;
+        WUSH_CUDA_CHECK(cudaMemcpyAsync(b.ptr_, host, bytes, cudaMemcpyHostToDevice, stream));
+        WUSH_CUDA_CHECK(cudaStreamSynchronize(stream));
         return b;
     }
 
 private:
+    void release() noexcept {
+        if (!ptr_) return;
+        int current = 0;
+        const bool switch_back = cudaGetDevice(&current) == cudaSuccess && current != device_ &&
+                                 cudaSetDevice(device_) == cudaSuccess;
+        cudaFree(ptr_);  // errors here cannot be reported (destructor)
+        if (switch_back) cudaSetDevice(current);
+        ptr_ = nullptr;
+    }
+
     void* ptr_ = nullptr;
     std::size_t bytes_ = 0;
+    int device_ = 0;
+};
+
+// Page-locked host memory for stream-ordered device-to-host copies (the non-finite flag).
+template <class T>
+class PinnedHost {
+public:
+    PinnedHost() { WUSH_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&ptr_), sizeof(T))); }
+    ~PinnedHost() { cudaFreeHost(ptr_); }
+    PinnedHost(const PinnedHost&) = delete;
+    PinnedHost& operator=(const PinnedHost&) = delete;
+    T* get() const noexcept { return ptr_; }
+
+private:
+    T* ptr_ = nullptr;
 };
 
 }  // namespace wush::cuda

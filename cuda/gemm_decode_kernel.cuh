@@ -48,7 +48,7 @@ __device__ __forceinline__ void store_out(void* y, int bf16, std::size_t idx, fl
 }
 
 template <int MR, int G>
-__global__ void __launch_bounds__(kThreads) decode_gemm_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kThreads, 2) decode_gemm_kernel(const DecodeParams p) {
     constexpr int kGroupsPerUnit = 32 / G;
     constexpr int kGroupsPerChunk = kChunk / G;
     constexpr int R = plan::kDecodeRowsPerWarp;

@@ -1,15 +1,7 @@
 // Which W4A4 GEMM kernel serves a product (cuda/w4a4_gemm.h).
 //
-// Selection rule (pick_gemm), by the number of activation rows m:
-//   m <= 32 on sm >= 61       Decode: memory-bound weight streaming with dp4a; m in 17..32 takes two
-//                             passes over the weights (the second mostly from L2), still cheaper
-//                             than a 128-row tensor-core tile that would be 75-87% padding and
-//                             would fill only ceil(n / 128) SMs.
-//   m >  32 on sm >= 80       Prefill: INT8 mma.sync tiles with per-group float promotion.
-//   sm_100 / sm_120, MXFP4 or NVFP4, m > 32
-//                             BlockScaledLt (the backend owns that path and falls back itself).
-//   anything else             Reference (dequantize + cuBLAS).
-// The 32 threshold is a judgement from the designs' cost models, to be re-measured on the GPU.
+// The rules themselves are a table (gemm_table.h); this file says which kernel supports which
+// shapes and operands.
 #include <cstdint>
 
 #include "gemm_plan.h"
@@ -72,15 +64,11 @@ bool gemm_supported(GemmKernel kernel, const GemmArgs& args, int sm) {
     return need == 0 || (args.workspace != nullptr && args.workspace_bytes >= need && aligned16(args.workspace));
 }
 
-GemmKernel pick_gemm(const GemmArgs& args, int sm, bool blockscaled_available) {
-    constexpr std::size_t kDecodeMaxRows = 32;
-    if (args.m <= kDecodeMaxRows) {
-        if (shape_supported(GemmKernel::Decode, args, sm)) return GemmKernel::Decode;
-        return GemmKernel::Reference;
-    }
-    if (blockscaled_available && shape_supported(GemmKernel::BlockScaledLt, args, sm)) return GemmKernel::BlockScaledLt;
-    if (shape_supported(GemmKernel::Prefill, args, sm)) return GemmKernel::Prefill;
-    return GemmKernel::Reference;
+GemmKernel pick_gemm(const GemmArgs& args, int sm, bool blockscaled_available, const GemmTable* table) {
+    static const GemmTable kDefault = default_gemm_table();
+    return table_pick(table ? *table : kDefault, sm, args.m, [&](GemmKernel k) {
+        return (k != GemmKernel::BlockScaledLt || blockscaled_available) && shape_supported(k, args, sm);
+    });
 }
 
 }  // namespace wush::cuda

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "quantize_params.h"
 #include "w4a4_gemm.h"
 #include "wush/wush.h"
 
@@ -17,27 +18,7 @@ namespace wush::cuda {
 
 // ---- fused transform + quantization (quantize_kernel.cu) -------------------------------------
 
-// How the transform's matrices are used (runtime::MatrixUse).
-enum class Matrices : int { Identity = 0, Shared = 1, PerBlock = 2 };
-
-// The non-finite report of the quantize kernels: the smallest (row << 32 | column) of a NaN/Inf
-// seen in x, or kNoNonFinite. Lives in device memory; reset with cudaMemset(0xFF).
-constexpr unsigned long long kNoNonFinite = ~0ull;
-
-struct QuantizeArgs {
-    wush_format format = WUSH_FORMAT_MXFP4;
-    int group = 32;                        // G (16 or 32)
-    wush_dtype x_dtype = WUSH_DTYPE_F32;   // F32, F16 or BF16
-    const void* x = nullptr;               // n_tokens x d_in, row-major
-    std::size_t n_tokens = 0, d_in = 0;
-    Matrices use = Matrices::Identity;
-    const float* matrices = nullptr;       // PerBlock: C x G x G; Shared: G x G; Identity: unused
-    const float* row_norms = nullptr;      // one max_row_norm_bound per matrix (same layout rule)
-    std::uint8_t* codes = nullptr;         // n_tokens x d_in / 2
-    std::uint8_t* scales = nullptr;        // n_tokens x C x scale bytes
-    unsigned long long* non_finite = nullptr;  // see kNoNonFinite (atomicMin)
-};
-
+// QuantizeArgs, Matrices, kNoNonFinite: quantize_params.h (shared with the CPU emulation test).
 void launch_quantize(const QuantizeArgs& args, cudaStream_t stream);
 
 // ---- reference GEMM (reference_gemm.cu) ------------------------------------------------------
@@ -63,21 +44,43 @@ void launch_reference_gemm(const GemmArgs& args, const void* w_dequantized, cubl
 
 // ---- block-scaled FP4 GEMM through cuBLASLt (blockscaled_gemm.cu; untested on hardware) ----------
 
-// Workspace of launch_blockscaled_gemm: cuBLASLt's, and both operands' scales in its tiled layout.
+// Workspace of BlockScaledCache::launch: cuBLASLt's own (kBlockScaledLtWorkspaceBytes, the most
+// any algorithm chosen may use), and both operands' scales in its tiled layout.
+constexpr std::size_t kBlockScaledLtWorkspaceBytes = std::size_t(32) << 20;
 std::size_t blockscaled_gemm_workspace_bytes(wush_format format, std::size_t m, std::size_t n, std::size_t k);
 // Architecture and shape rules (no cuBLASLt call).
 bool blockscaled_gemm_supported(const GemmArgs& args, int sm);
-// Whether cuBLASLt's heuristic offers an algorithm for the product (host-only call, no sync).
-bool blockscaled_gemm_available(const GemmArgs& args, cublasLtHandle_t handle);
 // rows x k/G group scales rewritten into cuBLASLt's 128x4-tiled layout (`out` holds
 // blockscaled_scale_bytes); used once per prepared layer for the weight.
 std::size_t blockscaled_scale_bytes(std::size_t rows, std::size_t k, int group);
 void launch_swizzle_scales(const std::uint8_t* scales, std::size_t rows, std::size_t k, int group, std::uint8_t* out,
                            cudaStream_t stream);
-// `w_scales_swizzled` may be null (then the weight's scales are rewritten into the workspace).
-void launch_blockscaled_gemm(const GemmArgs& args, const std::uint8_t* w_scales_swizzled, cublasLtHandle_t handle,
-                             cudaStream_t stream);
-void launch_blockscaled_gemm(const GemmArgs& args, cublasLtHandle_t handle, cudaStream_t stream);
+
+// The cuBLASLt descriptors and chosen algorithm of one weight's block-scaled products, per token
+// count m and output dtype (the m bucket is m itself: descriptors carry m), built at the first
+// product of that m and kept (at most kMaxEntries; the oldest are dropped beyond), so that a
+// launch runs no heuristic and a graph replays the same algorithm. Host state only; not
+// thread-safe (calls on one context are serialized).
+class BlockScaledCache {
+public:
+    static constexpr std::size_t kMaxEntries = 64;
+    BlockScaledCache();
+    ~BlockScaledCache();
+    BlockScaledCache(const BlockScaledCache&) = delete;
+    BlockScaledCache& operator=(const BlockScaledCache&) = delete;
+
+    // Enqueues the product on `stream` (w_scales_swizzled: the weight's scales from
+    // launch_swizzle_scales; null: rewritten into the workspace). Returns false when cuBLASLt
+    // offers no algorithm for this m or refuses the launch (remembered per m: later calls return
+    // false at once): the caller then runs the reference path, whose workspace it must have sized.
+    bool launch(const GemmArgs& args, const std::uint8_t* w_scales_swizzled, cublasLtHandle_t handle,
+                cudaStream_t stream);
+
+private:
+    struct Entry;
+    struct Impl;
+    Impl* impl_;
+};
 
 // ---- calibration (calibrate.cu) ----------------------------------------------------------------
 

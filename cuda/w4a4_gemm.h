@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gemm_table.h"
 #include "wush/wush.h"
 
 namespace wush::cuda {
@@ -32,21 +33,18 @@ struct GemmArgs {
     std::size_t workspace_bytes = 0;
 };
 
-// Which kernel serves a product (pick_gemm), so tests and benchmarks can force each one.
-enum class GemmKernel { Reference, Decode, Prefill, BlockScaledLt };
-
 // Device scratch a kernel needs for (m, n, k) in `format`; 0 when none.
 std::size_t gemm_workspace_bytes(GemmKernel kernel, wush_format format, std::size_t m, std::size_t n, std::size_t k);
 
 // Whether `kernel` can run this product on a device of compute capability `sm` (e.g. 90, 80, 100).
 bool gemm_supported(GemmKernel kernel, const GemmArgs& args, int sm);
 
-// The kernel wush_linear_forward uses, by shape and architecture (gemm_select.cu says why):
-// Decode for small m, BlockScaledLt on sm_100/sm_120 for MXFP4/NVFP4 where cuBLASLt offers an
-// algorithm (`blockscaled_available`, probed by the backend), Prefill for large m where the
-// architecture has it, else Reference. Operand pointers, where set, must suit the kernel
-// (16-byte aligned code rows) or Reference is chosen.
-GemmKernel pick_gemm(const GemmArgs& args, int sm, bool blockscaled_available = true);
+// The kernel wush_linear_forward uses: the first rule of `table` (gemm_table.h; null: the default
+// table) for the architecture and m, if that kernel supports the shape and operands, else
+// Reference. BlockScaledLt rules apply where cuBLASLt offers an algorithm (`blockscaled_available`,
+// probed by the backend). Operand pointers, where set, must suit the kernel (16-byte aligned code
+// rows) or Reference is chosen.
+GemmKernel pick_gemm(const GemmArgs& args, int sm, bool blockscaled_available = true, const GemmTable* table = nullptr);
 
 // Enqueues the product on `stream`: no host synchronization, no allocation (graph-capturable).
 // Throws wush::Error(CUDA) if a launch fails, UNSUPPORTED if !gemm_supported().

@@ -254,8 +254,12 @@ typedef struct wush_context wush_context;
  *          WUSH_ERR_INVALID_ARGUMENT for NULL `ctx`, an unknown backend or a bad device index;
  *          WUSH_ERR_UNSUPPORTED for WUSH_BACKEND_CUDA when the module cannot be loaded (the
  *          message gives each path tried and the loader's reason, or why the module found is not
- *          this build's), or no usable CUDA device/driver is present (the message says which);
+ *          this build's), no usable CUDA device/driver is present (the message says which), or
+ *          the device's compute capability is below 8.0 (sm_80; the message names it);
  *          WUSH_ERR_CUDA when the device cannot be initialized;
+ *          WUSH_ERR_INVALID_ARGUMENT also when the environment variable WUSH_CUDA_PREFILL_MIN_M
+ *          (a measurement switch: token counts from which sm_80+ GPUs use the prefill GEMM
+ *          kernel) is set to anything but a positive integer;
  *          WUSH_ERR_OUT_OF_MEMORY. */
 WUSH_API wush_status wush_context_create(wush_backend backend, int device, wush_context** ctx);
 
@@ -795,8 +799,12 @@ WUSH_API wush_status wush_layer_loss(wush_context* ctx, const wush_transform* tr
  *    memory, and a call has finished its work when it returns. The work runs with the context's
  *    threads (WUSH_CONTEXT_NUM_THREADS) and SIMD kernels (WUSH_CONTEXT_CPU_ISA).
  *  - On a WUSH_BACKEND_CUDA context, tensor arguments are DEVICE pointers on the context's
- *    device (a host pointer is rejected with WUSH_ERR_INVALID_ARGUMENT where the CUDA runtime can
- *    tell). Objects (transforms, qweights, calibrators) stay host objects.
+ *    device (a host pointer, or another device's memory, is rejected with
+ *    WUSH_ERR_INVALID_ARGUMENT where the CUDA runtime can tell). Typed tensors (x: F32, F16,
+ *    BF16; y: F32, BF16) must be aligned to their element size (4 or 2 bytes), else
+ *    WUSH_ERR_INVALID_ARGUMENT; codes and scales may have any alignment (16-byte aligned codes
+ *    and x are stored / read with wider accesses). Every call restores the calling thread's
+ *    current CUDA device. Objects (transforms, qweights, calibrators) stay host objects.
  *    The prepared-layer launches (wush_linear_quantize, wush_linear_run) enqueue their kernels
  *    on the context's stream (wush_context_set_stream) and return without synchronizing the host
  *    and without allocating (device scratch comes from the caller's workspace), so they can be

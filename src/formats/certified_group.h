@@ -50,23 +50,25 @@ WUSH_HD float nearest_int(float t) { return floorf(t + 0.5f); }
 // threshold (or of 0, where only the sign would change).
 WUSH_HD std::uint8_t e2m1_encode_checked(float v, float tol, bool& near) {
     const float a = fabsf(v);
+    // Each interval's code and bounds in one if-chain (no table: a dynamically indexed array
+    // would live in local memory on the device).
     int m;
-    if (a <= 0.25f) m = 0;
-    else if (a < 0.75f) m = 1;
-    else if (a <= 1.25f) m = 2;
-    else if (a < 1.75f) m = 3;
-    else if (a <= 2.5f) m = 4;
-    else if (a < 3.5f) m = 5;
-    else if (a <= 5.0f) m = 6;
-    else m = 7;
-    constexpr float lo[8] = {0.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-    constexpr float hi[8] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, INFINITY};
-    if (a - lo[m] < tol || hi[m] - a < tol) near = true;
+    float lo, hi;
+    if (a <= 0.25f) m = 0, lo = 0.0f, hi = 0.25f;
+    else if (a < 0.75f) m = 1, lo = 0.25f, hi = 0.75f;
+    else if (a <= 1.25f) m = 2, lo = 0.75f, hi = 1.25f;
+    else if (a < 1.75f) m = 3, lo = 1.25f, hi = 1.75f;
+    else if (a <= 2.5f) m = 4, lo = 1.75f, hi = 2.5f;
+    else if (a < 3.5f) m = 5, lo = 2.5f, hi = 3.5f;
+    else if (a <= 5.0f) m = 6, lo = 3.5f, hi = 5.0f;
+    else m = 7, lo = 5.0f, hi = INFINITY;
+    if (a - lo < tol || hi - a < tol) near = true;
     return std::uint8_t((signbit(v) ? 0x8 : 0x0) | m);
 }
 
 WUSH_HD float group_amax_f(const float* y, int n) {
     float m = 0.0f;
+    WUSH_UNROLL
     for (int i = 0; i < n; ++i) m = fmaxf(m, fabsf(y[i]));
     return m;
 }
@@ -84,6 +86,7 @@ WUSH_HD bool certify_mx(const float* y, int n, float bound, bool ocp, std::uint8
     const float factor = ocp ? 1.0f : 3.0f;
     const float tol_base = ldexpf(bound * factor, -es);
     bool near = false;
+    WUSH_UNROLL
     for (int i = 0; i < n; ++i) {
         const float v = ldexpf(y[i], -es) * factor;  // one rounding (x3)
         const float tol = fmaf(fabsf(v), 2.0f * kU, tol_base);
@@ -118,6 +121,7 @@ WUSH_HD bool certify_nvfp4(const float* y, int n, float bound, std::uint8_t* cod
     const float mult = sv > 0.0f ? 10.0f / sv : 0.0f;
     const float tol_base = bound * (mult * 1.01f);
     bool near = false;
+    WUSH_UNROLL
     for (int i = 0; i < n; ++i) {
         const float v = y[i] * mult;
         const float tol = fmaf(fabsf(v), 3.0f * kU, tol_base);
@@ -131,6 +135,7 @@ WUSH_HD bool certify_int4(const float* y, int n, float bound, std::uint8_t* code
     const float amax = group_amax_f(y, n);
     if (!in_certified_range(amax)) return false;
     float ss = 0.0f;
+    WUSH_UNROLL
     for (int i = 0; i < n; ++i) ss = fmaf(y[i], y[i], ss);
     const float w = sqrtf(ss * (1.0f / float(n))) * kInt4ScalePerRmsF;
     // |rms - rms_exact| <= bound (from y) + the float32 sum of squares (<= G u relative).
@@ -144,6 +149,7 @@ WUSH_HD bool certify_int4(const float* y, int n, float bound, std::uint8_t* code
     const float inv = 1.0f / sv;
     const float tol_base = bound * (inv * 1.01f);
     bool near = false;
+    WUSH_UNROLL
     for (int i = 0; i < n; ++i) {
         const float t = y[i] * inv;  // 2 roundings vs y / s: in the tolerance
         const float tol = fmaf(fabsf(t), 3.0f * kU, tol_base);
@@ -165,12 +171,14 @@ WUSH_HD bool certify_int4(const float* y, int n, float bound, std::uint8_t* code
 // y = T x in float64, j ascending (t == nullptr: the identity). Products of two floats are exact
 // in double, so a fused multiply-add gives the same sum: this is the definition on every device.
 WUSH_HD void transform_group_f64(const float* t, const float* x, int g, double* y) {
+    WUSH_UNROLL
     for (int i = 0; i < g; ++i) {
         if (t == nullptr) {
             y[i] = x[i];
             continue;
         }
         double s = 0.0;
+        WUSH_UNROLL
         for (int j = 0; j < g; ++j) s += double(t[i * g + j]) * double(x[j]);
         y[i] = s;
     }
@@ -178,12 +186,14 @@ WUSH_HD void transform_group_f64(const float* t, const float* x, int g, double* 
 
 // y = T x in float32: the FMA chain, j ascending (the order and rounding the bound assumes).
 WUSH_HD void transform_group_f32(const float* t, const float* x, int g, float* y) {
+    WUSH_UNROLL
     for (int i = 0; i < g; ++i) {
         if (t == nullptr) {
             y[i] = x[i];
             continue;
         }
         float acc = 0.0f;
+        WUSH_UNROLL
         for (int j = 0; j < g; ++j) acc = fmaf(t[i * g + j], x[j], acc);
         y[i] = acc;
     }
@@ -193,8 +203,10 @@ WUSH_HD void transform_group_f32(const float* t, const float* x, int g, float* y
 // and the square root (the rule of the CPU kernels' max_row_norm).
 WUSH_HD float max_row_norm_bound(const float* t, int g) {
     float best = 0.0f;
+    WUSH_UNROLL
     for (int i = 0; i < g; ++i) {
         float s = 0.0f;
+        WUSH_UNROLL
         for (int j = 0; j < g; ++j) s = fmaf(t[i * g + j], t[i * g + j], s);
         best = s > best ? s : best;
     }
@@ -207,6 +219,7 @@ WUSH_HD float max_row_norm_bound(const float* t, int g) {
 // its sum of squares overflows: the group is never certified then.
 WUSH_HD float group_error_bound(const float* x, int g, bool identity, float row_norm) {
     float ss = 0.0f;
+    WUSH_UNROLL
     for (int j = 0; j < g; ++j) ss = fmaf(x[j], x[j], ss);
     if (!(ss <= 0x1p126f)) return INFINITY;
     if (identity) return 0.0f;

@@ -22,6 +22,7 @@ constexpr double kInt4ScalePerRms = kInt4ClipRatio * 2.0 / 15.0;
 template <class T>
 WUSH_HD double group_amax(const T* x, int n) {
     double m = 0.0;
+    WUSH_UNROLL
     for (int i = 0; i < n; ++i) m = fmax(m, fabs(double(x[i])));
     return m;
 }
@@ -80,6 +81,7 @@ WUSH_HD std::uint8_t encode_int4(double x, double scale) {
 template <class T>
 WUSH_HD void quantize_group_mx(const T* x, int n, bool ocp, std::uint8_t* codes, std::uint8_t* scale) {
     const int e = mx_scale_exponent(group_amax(x, n), ocp);
+    WUSH_UNROLL
     for (int i = 0; i < n; ++i) put_nibble(codes, i, encode_mx(double(x[i]), e, ocp));
     *scale = codec::e8m0_from_exponent(e);
 }
@@ -88,6 +90,7 @@ template <class T>
 WUSH_HD void quantize_group_nvfp4(const T* x, int n, std::uint8_t* codes, std::uint8_t* scale) {
     const std::uint8_t s = codec::e4m3_encode(group_amax(x, n) * 10.0 / 6.0);
     const double sv = codec::e4m3_decode(s);
+    WUSH_UNROLL
     for (int i = 0; i < n; ++i) put_nibble(codes, i, encode_nvfp4(double(x[i]), sv));
     *scale = s;
 }
@@ -95,9 +98,11 @@ WUSH_HD void quantize_group_nvfp4(const T* x, int n, std::uint8_t* codes, std::u
 template <class T>
 WUSH_HD void quantize_group_int4(const T* x, int n, std::uint8_t* codes, std::uint8_t* scale) {
     double sum_sq = 0.0;
+    WUSH_UNROLL
     for (int i = 0; i < n; ++i) sum_sq += mul_rn(double(x[i]), double(x[i]));
     const std::uint16_t s = bits::bf16_encode(kInt4ScalePerRms * sqrt(sum_sq / n));
     const double sv = bits::bf16_decode(s);
+    WUSH_UNROLL
     for (int i = 0; i < n; ++i) put_nibble(codes, i, encode_int4(double(x[i]), sv));
     scale[0] = std::uint8_t(s & 0xFF);  // little-endian bf16
     scale[1] = std::uint8_t(s >> 8);

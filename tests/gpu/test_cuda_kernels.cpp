@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -244,3 +245,187 @@ TEST_F(CudaKernels, CalibrationMatchesCpu) {
 }
 
 }  // namespace
+
+// ---- issue 32: capture, bit-exact sizes, devices, alignment -------------------------------------
+
+namespace capture_test {
+
+using namespace wush;
+
+std::vector<float> gaussian(std::size_t count, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    std::vector<float> v(count);
+    for (float& x : v) x = gauss(rng);
+    return v;
+}
+
+formats::PackedMatrix weight(const formats::FormatSpec& f, std::size_t d_out, std::size_t d_in, unsigned seed) {
+    const std::vector<float> w = gaussian(d_out * d_in, seed);
+    const formats::PackedSizes s = formats::packed_sizes(f, d_out, d_in);
+    std::vector<std::uint8_t> c(s.codes), sc(s.scales);
+    formats::quantize_rows(f, w, d_out, d_in, c, sc);
+    return {f.id, d_out, d_in, formats::ByteView(std::move(c)), formats::ByteView(std::move(sc))};
+}
+
+std::vector<std::uint8_t> bytes_of(const void* d, std::size_t n) {
+    std::vector<std::uint8_t> h(n);
+    WUSH_CUDA_CHECK(cudaMemcpy(h.data(), d, n, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// Every launch of a prepared layer (quantize, then forward through decode, the reference path, the
+// prefill kernel when asked for, cuBLASLt on sm_100/120) captured in a CUDA graph in GLOBAL mode
+// (the mode PyTorch uses: an allocation, a legacy-stream operation or a synchronous copy inside
+// would invalidate it), replayed, and compared byte for byte with the eager launch.
+void capture_matches_eager(bool prefill) {
+    if (prefill) setenv("WUSH_CUDA_PREFILL_MIN_M", "33", 1);
+    auto be = cuda::make_backend(0);
+    if (prefill) unsetenv("WUSH_CUDA_PREFILL_MIN_M");
+    cudaStream_t stream = nullptr;
+    WUSH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    be->set_stream(stream);
+    const std::size_t d_in = 512, d_out = 384;
+    for (wush_format format : kFormats) {
+        const formats::FormatSpec& f = formats::spec(format);
+        const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, d_in, f.group);
+        const backend::TransformRef ref{t, runtime::classify_matrices(t)};
+        auto layer = be->prepare(ref, weight(f, d_out, d_in, 3), kHost);
+        for (std::size_t m : {std::size_t(1), std::size_t(17), std::size_t(200)}) {
+            const std::string what = std::string(f.name) + " m " + std::to_string(m) + (prefill ? " prefill" : "");
+            const cuda::DeviceBuffer xd = upload(gaussian(m * d_in, unsigned(m)));
+            const formats::PackedSizes s = formats::packed_sizes(f, m, d_in);
+            cuda::DeviceBuffer ws(layer->workspace_bytes(m, kHost)), y(m * d_out * 4), cd(s.codes), sd(s.scales);
+            const auto run = [&] {
+                layer->quantize(WUSH_DTYPE_F32, xd.get(), m, {cd.get<std::uint8_t>(), cd.bytes()},
+                                {sd.get<std::uint8_t>(), sd.bytes()}, kHost);
+                layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()}, kHost);
+            };
+            run();
+            be->synchronize();
+            const std::vector<std::uint8_t> y_eager = bytes_of(y.get(), y.bytes()), c_eager = bytes_of(cd.get(), cd.bytes());
+            WUSH_CUDA_CHECK(cudaMemsetAsync(y.get(), 0, y.bytes(), stream));
+            WUSH_CUDA_CHECK(cudaMemsetAsync(cd.get(), 0, cd.bytes(), stream));
+            WUSH_CUDA_CHECK(cudaStreamSynchronize(stream));
+            cudaGraph_t graph = nullptr;
+            ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess) << what;
+            run();
+            ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess) << what << ": capture invalidated";
+            cudaGraphExec_t exec = nullptr;
+            ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess) << what;
+            for (int replay = 0; replay < 2; ++replay) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess) << what;
+            be->synchronize();
+            EXPECT_EQ(bytes_of(y.get(), y.bytes()), y_eager) << what << ": replay != eager (y)";
+            EXPECT_EQ(bytes_of(cd.get(), cd.bytes()), c_eager) << what << ": replay != eager (codes)";
+            cudaGraphExecDestroy(exec);
+            cudaGraphDestroy(graph);
+        }
+    }
+    be->set_stream(nullptr);
+    cudaStreamDestroy(stream);
+}
+
+TEST(CudaIssue32, GlobalCaptureReplayEqualsEager) {
+    REQUIRE_GPU();
+    capture_matches_eager(false);
+}
+
+TEST(CudaIssue32, GlobalCaptureReplayEqualsEagerPrefill) {
+    REQUIRE_GPU();
+    capture_matches_eager(true);
+}
+
+// The fused quantize at LLM widths, both kernels (m = 1 small-m, 17 and 1024 tile), bit-equal to
+// the CPU runtime.
+TEST(CudaIssue32, QuantizeBitExactAtModelWidths) {
+    REQUIRE_GPU();
+    auto be = cuda::make_backend(0);
+    for (std::size_t d_in : {std::size_t(4096), std::size_t(14336)}) {
+        for (wush_format format : kFormats) {
+            const formats::FormatSpec& f = formats::spec(format);
+            for (TransformKind kind : {TransformKind::Random, TransformKind::Hadamard}) {
+                const BlockTransform t = build_data_free_transform({kind, 0.01, 7}, d_in, f.group);
+                const backend::TransformRef ref{t, runtime::classify_matrices(t)};
+                for (std::size_t m : {std::size_t(1), std::size_t(17), std::size_t(1024)}) {
+                    std::vector<float> x = gaussian(m * d_in, unsigned(m + d_in));
+                    for (std::size_t j = 0; j < d_in; ++j) x[j] = float(0.25 * double(1 + j % 20) / 3.0);  // fallback
+                    const formats::PackedSizes s = formats::packed_sizes(f, m, d_in);
+                    Packed want{std::vector<std::uint8_t>(s.codes), std::vector<std::uint8_t>(s.scales)};
+                    const runtime::MatrixUse use = runtime::classify_matrices(t);
+                    std::vector<float> scratch(runtime::quantize_scratch_floats(t, use));
+                    runtime::quantize_activations(t, use, f, WUSH_DTYPE_F32, x.data(), m, want.codes, want.scales, kHost.isa,
+                                                  scratch, kHost.threads);
+                    const cuda::DeviceBuffer xd = upload(x);
+                    cuda::DeviceBuffer cd(s.codes), sd(s.scales);
+                    be->quantize_activations(ref, f, WUSH_DTYPE_F32, xd.get(), m, {cd.get<std::uint8_t>(), cd.bytes()},
+                                             {sd.get<std::uint8_t>(), sd.bytes()}, kHost);
+                    const std::string what = std::string(f.name) + " d_in " + std::to_string(d_in) + " m " + std::to_string(m);
+                    EXPECT_EQ(bytes_of(cd.get(), cd.bytes()), want.codes) << what;
+                    EXPECT_EQ(bytes_of(sd.get(), sd.bytes()), want.scales) << what;
+                }
+            }
+        }
+    }
+}
+
+// The caller's current device is restored by every entry point; a misaligned typed tensor is refused.
+TEST(CudaIssue32, CurrentDeviceRestoredAndMisalignedRefused) {
+    REQUIRE_GPU();
+    int count = 0;
+    WUSH_CUDA_CHECK(cudaGetDeviceCount(&count));
+    auto be = cuda::make_backend(0);
+    WUSH_CUDA_CHECK(cudaSetDevice(count - 1));
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
+    const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, kDin, f.group);
+    const backend::TransformRef ref{t, runtime::classify_matrices(t)};
+    WUSH_CUDA_CHECK(cudaSetDevice(0));
+    const cuda::DeviceBuffer xd = upload(make_x(4, 1));
+    const formats::PackedSizes s = formats::packed_sizes(f, 4, kDin);
+    cuda::DeviceBuffer cd(s.codes), sd(s.scales);
+    WUSH_CUDA_CHECK(cudaSetDevice(count - 1));
+    be->quantize_activations(ref, f, WUSH_DTYPE_F32, xd.get(), 4, {cd.get<std::uint8_t>(), cd.bytes()},
+                             {sd.get<std::uint8_t>(), sd.bytes()}, kHost);
+    auto layer = be->prepare(ref, make_weight(f, 64, 1), kHost);
+    be->synchronize();
+    int now = -1;
+    WUSH_CUDA_CHECK(cudaGetDevice(&now));
+    EXPECT_EQ(now, count - 1);
+    try {
+        be->quantize_activations(ref, f, WUSH_DTYPE_F32, static_cast<const char*>(xd.get()) + 2, 3,
+                                 {cd.get<std::uint8_t>(), cd.bytes()}, {sd.get<std::uint8_t>(), sd.bytes()}, kHost);
+        ADD_FAILURE() << "a misaligned F32 tensor was accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.status(), WUSH_ERR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(e.what()).find("4-byte aligned"), std::string::npos) << e.what();
+    }
+    WUSH_CUDA_CHECK(cudaGetDevice(&now));
+    EXPECT_EQ(now, count - 1);
+    WUSH_CUDA_CHECK(cudaSetDevice(0));
+}
+
+// Another GPU's buffer is refused with a clear status (not a sticky fault at kernel time).
+TEST(CudaIssue32, AnotherDevicesPointerIsRefused) {
+    REQUIRE_GPU();
+    int count = 0;
+    WUSH_CUDA_CHECK(cudaGetDeviceCount(&count));
+    if (count < 2) GTEST_SKIP() << "one CUDA device: two-device behaviour not testable";
+    auto be = cuda::make_backend(0);
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
+    const BlockTransform t = build_data_free_transform({TransformKind::Identity, 0.01, 7}, kDin, f.group);
+    const backend::TransformRef ref{t, runtime::classify_matrices(t)};
+    WUSH_CUDA_CHECK(cudaSetDevice(1));
+    const cuda::DeviceBuffer x1 = upload(make_x(4, 1));
+    WUSH_CUDA_CHECK(cudaSetDevice(0));
+    const formats::PackedSizes s = formats::packed_sizes(f, 4, kDin);
+    cuda::DeviceBuffer cd(s.codes), sd(s.scales);
+    try {
+        be->quantize_activations(ref, f, WUSH_DTYPE_F32, x1.get(), 4, {cd.get<std::uint8_t>(), cd.bytes()},
+                                 {sd.get<std::uint8_t>(), sd.bytes()}, kHost);
+        ADD_FAILURE() << "device 1's buffer was accepted by a device-0 context";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.status(), WUSH_ERR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(e.what()).find("memory of CUDA device 1"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace capture_test

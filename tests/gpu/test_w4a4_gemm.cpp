@@ -282,15 +282,20 @@ TEST(W4A4GemmSelect, PicksByRowsAndArchitecture) {
     a.m = 16;
     EXPECT_EQ(wush::cuda::pick_gemm(a, 80), GemmKernel::Decode);
     a.m = 4096;
-    EXPECT_EQ(wush::cuda::pick_gemm(a, 90), GemmKernel::Prefill);
-    EXPECT_EQ(wush::cuda::pick_gemm(a, 80), GemmKernel::Prefill);
+    // m > 32 on sm_80/90: the reference path unless the prefill kernel is asked for.
+    const wush::cuda::GemmTable prefill = wush::cuda::gemm_table_with_prefill(33);
+    EXPECT_EQ(wush::cuda::pick_gemm(a, 90), GemmKernel::Reference);
+    EXPECT_EQ(wush::cuda::pick_gemm(a, 90, true, &prefill), GemmKernel::Prefill);
+    EXPECT_EQ(wush::cuda::pick_gemm(a, 80, true, &prefill), GemmKernel::Prefill);
     EXPECT_EQ(wush::cuda::pick_gemm(a, 100), GemmKernel::BlockScaledLt);
     EXPECT_EQ(wush::cuda::pick_gemm(a, 120), GemmKernel::BlockScaledLt);
+    EXPECT_EQ(wush::cuda::pick_gemm(a, 100, false), GemmKernel::Reference);
     EXPECT_EQ(wush::cuda::pick_gemm(a, 75), GemmKernel::Reference);
-    a.format = WUSH_FORMAT_INT4;
-    EXPECT_EQ(wush::cuda::pick_gemm(a, 100), GemmKernel::Prefill);
+    a.format = WUSH_FORMAT_INT4;  // no cuBLASLt FP4 path: the next rule
+    EXPECT_EQ(wush::cuda::pick_gemm(a, 100), GemmKernel::Reference);
+    EXPECT_EQ(wush::cuda::pick_gemm(a, 100, true, &prefill), GemmKernel::Prefill);
     a.k = 4112;  // not a multiple of 32
-    EXPECT_EQ(wush::cuda::pick_gemm(a, 90), GemmKernel::Reference);
+    EXPECT_EQ(wush::cuda::pick_gemm(a, 90, true, &prefill), GemmKernel::Reference);
     a.k = 4096;
     a.group = 16;  // wrong G for INT4
     EXPECT_EQ(wush::cuda::pick_gemm(a, 90), GemmKernel::Reference);

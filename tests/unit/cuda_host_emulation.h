@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -67,6 +68,15 @@ inline void wait_groups(int keep) {
 }
 
 inline void syncthreads() { g.block->arrive_and_wait(); }
+inline void syncwarp() { g.warps[t_idx.x / 32]->arrive_and_wait(); }
+
+inline unsigned long long atomic_min(unsigned long long* p, unsigned long long v) {
+    static std::mutex m;
+    const std::lock_guard<std::mutex> lock(m);
+    const unsigned long long old = *p;
+    if (v < old) *p = v;
+    return old;
+}
 
 inline float shfl_xor(float v, int o) {
     const int t = int(t_idx.x), w = t / 32, l = t % 32;
@@ -155,6 +165,8 @@ inline T __ldg(const T* p) {
     return *p;
 }
 inline void __syncthreads() { wush_emu::syncthreads(); }
+inline void __syncwarp(unsigned = 0xFFFFFFFFu) { wush_emu::syncwarp(); }
+inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v) { return wush_emu::atomic_min(p, v); }
 inline float __shfl_xor_sync(unsigned, float v, int o) { return wush_emu::shfl_xor(v, o); }
 inline long long min(long long a, long long b) { return a < b ? a : b; }
 

@@ -1,0 +1,315 @@
+// The fused transform + quantization kernels' device code (see cuda/quantize_kernel.cu), in a
+// header of its own so that the CPU emulation test (tests/unit/test_quantize_emulation.cpp) runs
+// the same source through tests/unit/cuda_host_emulation.h.
+//
+// The rule that makes the bytes the CPU's: y = T x in float32 as one FMA chain per output with j
+// ascending (the order formats::group_error_bound assumes), certified by formats::certify_group,
+// else recomputed in float64 (products of floats are exact in double, so fma and mul-then-add
+// agree) and quantized by the float64 definition formats::quantize_group<double>.
+//
+// Built so that nothing goes to local memory (checked by the `ptxas` ctest): the format and G are
+// template parameters, every per-group array is indexed by unrolled constants only, and the
+// matrices are read from shared memory as 16-byte broadcasts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/float_bits.h"
+#include "common/host_device.h"
+#include "formats/certified_group.h"
+#include "formats/group_quantizer.h"
+#include "quantize_params.h"
+
+namespace wush::cuda::quantize_detail {
+
+constexpr int kWarps = 4;                 // warps per block in both kernels
+constexpr int kThreads = kWarps * 32;
+constexpr int kTileTokens = 32;           // tile kernel: tokens per block (one per lane)
+constexpr int kTileGroups = kWarps;       // tile kernel: column groups per block (one per warp)
+constexpr std::size_t kSmallMaxTokens = 16;  // at most this many tokens: the small-m kernel
+
+template <wush_format F>
+struct Fmt {
+    static constexpr int G = F == WUSH_FORMAT_NVFP4 ? 16 : 32;
+    static constexpr int SB = F == WUSH_FORMAT_INT4 ? 2 : 1;  // scale bytes
+    static constexpr int kCodeBytes = G / 2;                   // one group's codes: 16 or 8 bytes
+};
+
+__device__ __forceinline__ bool finite_f(float v) { return (bits::bits_from_float(v) & 0x7F800000u) != 0x7F800000u; }
+
+__device__ __forceinline__ void report_non_finite(unsigned long long* flag, std::size_t token, std::size_t col) {
+    // The smallest (row, column) of all NaN/Inf wins: the first in row-major order.
+    atomicMin(flag, (static_cast<unsigned long long>(token) << 32) | static_cast<unsigned long long>(col));
+}
+
+__device__ __forceinline__ float load_element(wush_dtype dt, const void* x, std::size_t i) {
+    if (dt == WUSH_DTYPE_F32) return static_cast<const float*>(x)[i];
+    const std::uint16_t h = static_cast<const std::uint16_t*>(x)[i];
+    return dt == WUSH_DTYPE_BF16 ? bits::bf16_decode(h) : bits::f16_decode(h);
+}
+
+__device__ __forceinline__ float half_word(wush_dtype dt, std::uint32_t w) {
+    const std::uint16_t h = std::uint16_t(w & 0xFFFFu);
+    return dt == WUSH_DTYPE_BF16 ? bits::bf16_decode(h) : bits::f16_decode(h);
+}
+
+// Stages x[tok0 + r][col0 + c] (r < rows, c < cols; cols a multiple of 16) as float32 into
+// xs[r * stride + c], zeros for rows past the end; reports NaN/Inf. `vec`: x is 16-byte aligned
+// (d_in is a multiple of 16, so every row segment is too): 16-byte loads, a warp reading whole
+// row segments; else element loads (still coalesced, narrower).
+__device__ __forceinline__ void stage_x(const QuantizeArgs& a, std::size_t tok0, int rows, std::size_t col0, int cols,
+                                        float* xs, int stride, bool vec, int tid, int nthreads) {
+    const int esize = a.x_dtype == WUSH_DTYPE_F32 ? 4 : 2;
+    if (vec) {
+        const int per_chunk = 16 / esize;
+        const int chunks = cols / per_chunk;
+        for (int idx = tid; idx < kTileTokens * chunks; idx += nthreads) {
+            const int r = idx / chunks, q = idx % chunks;
+            float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            if (r < rows) {
+                const std::size_t e0 = (tok0 + std::size_t(r)) * a.d_in + col0 + std::size_t(q * per_chunk);
+                const uint4 w = *reinterpret_cast<const uint4*>(static_cast<const char*>(a.x) + e0 * std::size_t(esize));
+                const std::uint32_t words[4] = {w.x, w.y, w.z, w.w};
+                if (esize == 4) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) v[e] = bits::float_from_bits(words[e]);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        v[2 * e] = half_word(a.x_dtype, words[e]);
+                        v[2 * e + 1] = half_word(a.x_dtype, words[e] >> 16);
+                    }
+                }
+#pragma unroll
+                for (int e = 0; e < 8; ++e)
+                    if (e < per_chunk && !finite_f(v[e]))
+                        report_non_finite(a.non_finite, tok0 + std::size_t(r), col0 + std::size_t(q * per_chunk + e));
+            }
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                if (e < per_chunk) xs[r * stride + q * per_chunk + e] = v[e];
+        }
+        return;
+    }
+    for (int idx = tid; idx < kTileTokens * cols; idx += nthreads) {
+        const int r = idx / cols, c = idx % cols;
+        float v = 0.0f;
+        if (r < rows) {
+            v = load_element(a.x_dtype, a.x, (tok0 + std::size_t(r)) * a.d_in + col0 + std::size_t(c));
+            if (!finite_f(v)) report_non_finite(a.non_finite, tok0 + std::size_t(r), col0 + std::size_t(c));
+        }
+        xs[r * stride + c] = v;
+    }
+}
+
+// Certifies y (the float32 transform of x) or recomputes the group in float64; the codes and the
+// scale are then the float64 definition's. T[i][j] = t[i * ti + j * tj] (unused for the identity).
+template <wush_format F>
+__device__ __forceinline__ void finish_group(const float (&x)[Fmt<F>::G], const float (&y)[Fmt<F>::G], bool identity,
+                                             float norm, const float* t, int ti, int tj,
+                                             std::uint8_t (&codes)[Fmt<F>::kCodeBytes], std::uint8_t (&scale)[2]) {
+    constexpr int G = Fmt<F>::G;
+    const float bound = formats::group_error_bound(x, G, identity, norm);
+    if (formats::certify_group(F, y, G, bound, codes, scale)) return;
+    double yd[G];
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        if (identity) {
+            yd[i] = x[i];
+            continue;
+        }
+        double s = 0.0;
+#pragma unroll
+        for (int j = 0; j < G; ++j) s = fma(double(t[i * ti + j * tj]), double(x[j]), s);  // exact product: = s + t x
+        yd[i] = s;
+    }
+    formats::quantize_group<double>(F, yd, G, codes, scale);
+}
+
+// One group's codes as 32-bit words (little-endian bytes), for vector stores.
+template <int kBytes>
+__device__ __forceinline__ std::uint32_t code_word(const std::uint8_t (&c)[kBytes], int w) {
+    return std::uint32_t(c[4 * w]) | (std::uint32_t(c[4 * w + 1]) << 8) | (std::uint32_t(c[4 * w + 2]) << 16) |
+           (std::uint32_t(c[4 * w + 3]) << 24);
+}
+
+__device__ __forceinline__ void store_scale(std::uint8_t* dst, const std::uint8_t (&scale)[2], int sb) {
+    dst[0] = scale[0];
+    if (sb == 2) dst[1] = scale[1];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tile kernel (n_tokens > kSmallMaxTokens): a block owns 32 tokens x 4 consecutive column groups;
+// lane = token, warp = group. x is staged through shared memory (coalesced 16-byte loads), each
+// warp's matrix is held transposed in shared memory so that T[i..i+3][j] is one broadcast
+// 16-byte read, and a thread runs its group's G output chains interleaved (j outer, i inner:
+// each chain still j ascending). Codes go through shared memory so that a warp stores whole row
+// segments of 64 (G = 32) or 32 (NVFP4) bytes as 16- (NVFP4: 8-) byte stores.
+// grid: (ceil(n / 32), ceil(C / 4)).
+// ---------------------------------------------------------------------------------------------
+template <wush_format F>
+__global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const QuantizeArgs a, int vec_x, int vec_codes) {
+    constexpr int G = Fmt<F>::G, SB = Fmt<F>::SB, CB = Fmt<F>::kCodeBytes;
+    constexpr int kStride = kTileGroups * G + 4;  // +4 floats: lanes 32 rows apart hit distinct bank quads
+    __shared__ __align__(16) float t_s[kTileGroups * G * G];   // per warp: T transposed, t[j * G + i]
+    __shared__ __align__(16) float x_s[kTileTokens * kStride];
+    __shared__ __align__(16) std::uint8_t c_s[kTileTokens * kTileGroups * CB];
+    __shared__ std::uint8_t ok_s[kTileTokens * kTileGroups];
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const std::size_t groups_total = a.d_in / std::size_t(G);
+    const std::size_t g0 = std::size_t(blockIdx.y) * kTileGroups;
+    const int groups = groups_total - g0 < std::size_t(kTileGroups) ? int(groups_total - g0) : kTileGroups;
+    const std::size_t tok0 = std::size_t(blockIdx.x) * kTileTokens;
+    const int rows = a.n_tokens - tok0 < std::size_t(kTileTokens) ? int(a.n_tokens - tok0) : kTileTokens;
+    const bool identity = a.use == Matrices::Identity;
+    const bool per_block = a.use == Matrices::PerBlock;
+
+    if (!identity) {
+        const int count = per_block ? groups : 1;
+        for (int idx = tid; idx < count * G * G; idx += kThreads) {
+            const int w = idx / (G * G), e = idx % (G * G);
+            const std::size_t m = per_block ? g0 + std::size_t(w) : 0;
+            t_s[w * G * G + (e % G) * G + e / G] = a.matrices[m * G * G + std::size_t(e)];
+        }
+    }
+    stage_x(a, tok0, rows, g0 * G, groups * G, x_s, kStride, vec_x != 0, tid, kThreads);
+    __syncthreads();
+
+    bool ok = false;
+    if (warp < groups && lane < rows) {
+        float x[G];
+        const float* xr = x_s + lane * kStride + warp * G;
+#pragma unroll
+        for (int j = 0; j < G; j += 4) {
+            const uint4 q = *reinterpret_cast<const uint4*>(xr + j);
+            x[j] = bits::float_from_bits(q.x);
+            x[j + 1] = bits::float_from_bits(q.y);
+            x[j + 2] = bits::float_from_bits(q.z);
+            x[j + 3] = bits::float_from_bits(q.w);
+        }
+        bool finite = true;
+#pragma unroll
+        for (int j = 0; j < G; ++j) finite = finite && finite_f(x[j]);
+        if (finite) {  // else nothing is written for this group (the call reports NON_FINITE)
+            const float* t = t_s + (per_block ? warp : 0) * G * G;
+            float y[G];
+#pragma unroll
+            for (int i = 0; i < G; ++i) y[i] = identity ? x[i] : 0.0f;
+            if (!identity) {
+#pragma unroll
+                for (int j = 0; j < G; ++j) {
+#pragma unroll
+                    for (int i = 0; i < G; i += 4) {
+                        const uint4 q = *reinterpret_cast<const uint4*>(t + j * G + i);  // broadcast
+                        y[i] = fmaf(bits::float_from_bits(q.x), x[j], y[i]);
+                        y[i + 1] = fmaf(bits::float_from_bits(q.y), x[j], y[i + 1]);
+                        y[i + 2] = fmaf(bits::float_from_bits(q.z), x[j], y[i + 2]);
+                        y[i + 3] = fmaf(bits::float_from_bits(q.w), x[j], y[i + 3]);
+                    }
+                }
+            }
+            const float norm = identity ? 0.0f : a.row_norms[per_block ? g0 + std::size_t(warp) : 0];
+            std::uint8_t codes[CB];
+            std::uint8_t scale[2] = {0, 0};
+            finish_group<F>(x, y, identity, norm, t, 1, G, codes, scale);
+            std::uint32_t* cw = reinterpret_cast<std::uint32_t*>(c_s + (lane * kTileGroups + warp) * CB);
+#pragma unroll
+            for (int w = 0; w < CB / 4; ++w) cw[w] = code_word<CB>(codes, w);
+            store_scale(a.scales + ((tok0 + std::size_t(lane)) * groups_total + g0 + std::size_t(warp)) * SB, scale, SB);
+            ok = true;
+        }
+    }
+    ok_s[lane * kTileGroups + warp] = ok ? 1 : 0;
+    __syncthreads();
+
+    // Consecutive threads take consecutive groups of a row: a warp writes 8 whole row segments.
+    for (int idx = tid; idx < rows * groups; idx += kThreads) {
+        const int r = idx / groups, w = idx % groups;
+        if (!ok_s[r * kTileGroups + w]) continue;
+        const std::uint8_t* src = c_s + (r * kTileGroups + w) * CB;
+        std::uint8_t* dst = a.codes + (tok0 + std::size_t(r)) * (a.d_in / 2) + (g0 + std::size_t(w)) * CB;
+        if (vec_codes) {
+            if constexpr (CB == 16)
+                *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+            else
+                *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(src);
+        } else {
+            for (int b = 0; b < CB; ++b) dst[b] = src[b];
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small-m kernel (n_tokens <= 16): a warp per (token, group), so that one token's groups spread
+// over C warps of the whole GPU. Lane i computes output i's chain (T row-major in shared memory,
+// rows padded by one: conflict-free), the outputs meet in shared memory, and lane 0 certifies
+// (or recomputes) the group and stores its codes as one 16- (NVFP4: 8-) byte store.
+// grid: (ceil(C / 4), n).
+// ---------------------------------------------------------------------------------------------
+template <wush_format F>
+__global__ void __launch_bounds__(kThreads) quantize_small_kernel(const QuantizeArgs a, int vec_codes) {
+    constexpr int G = Fmt<F>::G, SB = Fmt<F>::SB, CB = Fmt<F>::kCodeBytes;
+    constexpr int kRow = G + 1;
+    __shared__ float t_s[kWarps * G * kRow];
+    __shared__ float x_s[kWarps * G];
+    __shared__ float y_s[kWarps * G];
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const std::size_t groups_total = a.d_in / std::size_t(G);
+    const std::size_t group = std::size_t(blockIdx.x) * kWarps + std::size_t(warp);
+    const std::size_t token = blockIdx.y;
+    if (group >= groups_total) return;  // whole warps only: no block barrier below
+    const bool identity = a.use == Matrices::Identity;
+    const std::size_t m = a.use == Matrices::PerBlock ? group : 0;
+    float* t = t_s + warp * G * kRow;
+    float* xs = x_s + warp * G;
+    float* ys = y_s + warp * G;
+
+    if (!identity)
+        for (int e = lane; e < G * G; e += 32) t[(e / G) * kRow + e % G] = a.matrices[m * G * G + std::size_t(e)];
+    if (lane < G) {
+        const float v = load_element(a.x_dtype, a.x, token * a.d_in + group * G + std::size_t(lane));
+        if (!finite_f(v)) report_non_finite(a.non_finite, token, group * G + std::size_t(lane));
+        xs[lane] = v;
+    }
+    __syncwarp();
+    if (lane < G) {
+        float acc = identity ? xs[lane] : 0.0f;
+        if (!identity) {
+#pragma unroll
+            for (int j = 0; j < G; ++j) acc = fmaf(t[lane * kRow + j], xs[j], acc);
+        }
+        ys[lane] = acc;
+    }
+    __syncwarp();
+    if (lane != 0) return;
+    float x[G], y[G];
+    bool finite = true;
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+        x[j] = xs[j];
+        y[j] = ys[j];
+        finite = finite && finite_f(x[j]);
+    }
+    if (!finite) return;  // nothing written for this group (the call reports NON_FINITE)
+    const float norm = identity ? 0.0f : a.row_norms[m];
+    std::uint8_t codes[CB];
+    std::uint8_t scale[2] = {0, 0};
+    finish_group<F>(x, y, identity, norm, t, kRow, 1, codes, scale);
+    std::uint8_t* dst = a.codes + token * (a.d_in / 2) + group * CB;
+    if (vec_codes) {
+        if constexpr (CB == 16)
+            *reinterpret_cast<uint4*>(dst) = make_uint4(code_word<CB>(codes, 0), code_word<CB>(codes, 1),
+                                                        code_word<CB>(codes, 2), code_word<CB>(codes, 3));
+        else
+            *reinterpret_cast<uint2*>(dst) = make_uint2(code_word<CB>(codes, 0), code_word<CB>(codes, 1));
+    } else {
+#pragma unroll
+        for (int b = 0; b < CB; ++b) dst[b] = codes[b];
+    }
+    store_scale(a.scales + (token * groups_total + group) * SB, scale, SB);
+}
+
+}  // namespace wush::cuda::quantize_detail
