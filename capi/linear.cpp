@@ -9,7 +9,6 @@
 #include "guard.h"
 #include "objects.h"
 #include "packed_output.h"
-#include "cpu/linear_forward.h"
 
 using namespace wush::capi;
 namespace fmt = wush::formats;
@@ -36,7 +35,7 @@ WUSH_API wush_status wush_linear_create(wush_context* ctx, const wush_transform*
         require_handle(transform, HandleType::Transform, "transform");
         require_handle(qweight, HandleType::QWeight, "qweight");
         require_pointer(layer, "layer");
-        wush::runtime::require_layer(transform->core, qweight->core);
+        wush::require_layer(transform->core, qweight->core);
         auto l = std::make_unique<wush_linear>();
         l->context = ctx;
         l->layer = use.backend().prepare({transform->core, transform->runtime_use}, qweight->core, use.host());

@@ -7,7 +7,7 @@
 #include "backend/backend.h"
 #include "calibration/calibrator.h"
 #include "eval/layer_loss.h"
-#include "cpu/activation_quantizer.h"
+#include "transforms/runtime_layer.h"
 #include "transforms/block_transform.h"
 #include "wush/wush.h"
 
@@ -18,11 +18,11 @@ struct wush_calibrator {
 
 struct wush_transform {
     explicit wush_transform(wush::BlockTransform t)
-        : core(std::move(t)), runtime_use(wush::runtime::classify_matrices(core)) {}
+        : core(std::move(t)), runtime_use(wush::classify_matrices(core)) {}
     wush::BlockTransform core;
     // How the CPU runtime reads the matrices (by their values, classified once: the runtime's
     // per-call path then never rescans them).
-    wush::runtime::MatrixUse runtime_use;
+    wush::MatrixUse runtime_use;
 };
 
 struct wush_qweight {

@@ -11,7 +11,6 @@
 #include "objects.h"
 #include "packed_output.h"
 #include "common/cpu_isa.h"
-#include "cpu/linear_forward.h"
 #include "eval/runtime_loss.h"
 
 using namespace wush::capi;
@@ -124,7 +123,7 @@ WUSH_API wush_status wush_linear_forward(wush_context* ctx, const wush_transform
         require_output_dtype(y_dtype);
         const wush::BlockTransform& t = transform->core;
         const fmt::PackedMatrix& w = qweight->core;
-        rt::require_layer(t, w);
+        wush::require_layer(t, w);
         if (n_tokens == 0) return;
         require_pointer(x, "x");
         require_pointer(y, "y");
@@ -151,7 +150,7 @@ WUSH_API wush_status wush_layer_loss_runtime(wush_context* ctx, const wush_trans
         // Host memory and the CPU kernels on any context: this measures, it does not launch.
         const rt::Isa isa = use.host().isa;
         const fmt::PackedMatrix& q = qweight->core;
-        rt::require_layer(transform->core, q);
+        wush::require_layer(transform->core, q);
         if (n_tokens == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "n_tokens is 0");
         const FloatMatrix w(w_dtype, weight, q.d_out, q.d_in, "weight");
         const FloatMatrix xs(x_dtype, x, n_tokens, q.d_in, "x");

@@ -30,7 +30,7 @@
 
 #include "common/checked_math.h"
 #include "common/dtype.h"
-#include "cpu/activation_quantizer.h"
+#include "transforms/runtime_layer.h"
 #include "cuda_check.h"
 #include "device_rules.h"
 #include "formats/certified_group.h"
@@ -70,23 +70,15 @@ void require_device_tensor(const void* p, wush_dtype dtype, const char* what, in
     if (p != nullptr && !element_aligned(p, dtype)) fail(WUSH_ERR_INVALID_ARGUMENT, misaligned_message(what, dtype));
 }
 
-Matrices matrices_of(runtime::MatrixUse use) {
-    switch (use) {
-        case runtime::MatrixUse::Shared: return Matrices::Shared;
-        case runtime::MatrixUse::PerBlock: return Matrices::PerBlock;
-        default: return Matrices::Identity;
-    }
-}
-
 // A transform's matrices and row-norm bounds on the device (as the quantize kernel reads them).
 struct DeviceTransform {
-    Matrices use = Matrices::Identity;
+    MatrixUse use = MatrixUse::None;
     DeviceBuffer matrices, row_norms;
 
-    DeviceTransform(const backend::TransformRef& t, cudaStream_t stream) : use(matrices_of(t.use)) {
-        if (use == Matrices::Identity) return;
+    DeviceTransform(const backend::TransformRef& t, cudaStream_t stream) : use(t.use) {
+        if (use == MatrixUse::None) return;
         const int g = int(t.core.group());
-        const std::size_t count = use == Matrices::Shared ? 1 : t.core.blocks();
+        const std::size_t count = use == MatrixUse::Shared ? 1 : t.core.blocks();
         const float* m = t.core.activation_matrices().data();
         std::vector<float> norms(count);
         for (std::size_t b = 0; b < count; ++b) norms[b] = formats::max_row_norm_bound(m + b * g * g, g);

@@ -18,7 +18,7 @@ namespace wush::cuda {
 
 // ---- fused transform + quantization (quantize_kernel.cu) -------------------------------------
 
-// QuantizeArgs, Matrices, kNoNonFinite: quantize_params.h (shared with the CPU emulation test).
+// QuantizeArgs, kNoNonFinite: quantize_params.h (shared with the CPU emulation test).
 void launch_quantize(const QuantizeArgs& args, cudaStream_t stream);
 
 // ---- reference GEMM (reference_gemm.cu) ------------------------------------------------------

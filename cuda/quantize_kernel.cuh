@@ -163,8 +163,8 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const QuantizeA
     const int groups = groups_total - g0 < std::size_t(kTileGroups) ? int(groups_total - g0) : kTileGroups;
     const std::size_t tok0 = std::size_t(blockIdx.x) * kTileTokens;
     const int rows = a.n_tokens - tok0 < std::size_t(kTileTokens) ? int(a.n_tokens - tok0) : kTileTokens;
-    const bool identity = a.use == Matrices::Identity;
-    const bool per_block = a.use == Matrices::PerBlock;
+    const bool identity = a.use == MatrixUse::None;
+    const bool per_block = a.use == MatrixUse::PerBlock;
 
     if (!identity) {
         const int count = per_block ? groups : 1;
@@ -261,8 +261,8 @@ __global__ void __launch_bounds__(kThreads) quantize_small_kernel(const Quantize
     const std::size_t group = std::size_t(blockIdx.x) * kWarps + std::size_t(warp);
     const std::size_t token = blockIdx.y;
     if (group >= groups_total) return;  // whole warps only: no block barrier below
-    const bool identity = a.use == Matrices::Identity;
-    const std::size_t m = a.use == Matrices::PerBlock ? group : 0;
+    const bool identity = a.use == MatrixUse::None;
+    const std::size_t m = a.use == MatrixUse::PerBlock ? group : 0;
     float* t = t_s + warp * G * kRow;
     float* xs = x_s + warp * G;
     float* ys = y_s + warp * G;

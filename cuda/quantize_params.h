@@ -5,12 +5,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "transforms/matrix_use.h"
 #include "wush/wush.h"
 
 namespace wush::cuda {
 
-// How the transform's matrices are used (runtime::MatrixUse).
-enum class Matrices : int { Identity = 0, Shared = 1, PerBlock = 2 };
 
 // The non-finite report of the quantize kernels: the smallest (row << 32 | column) of a NaN/Inf
 // seen in x, or kNoNonFinite. Lives in device memory; reset to all ones (0xFF bytes).
@@ -22,7 +21,7 @@ struct QuantizeArgs {
     wush_dtype x_dtype = WUSH_DTYPE_F32;   // F32, F16 or BF16 (x aligned to its element size)
     const void* x = nullptr;               // n_tokens x d_in, row-major
     std::size_t n_tokens = 0, d_in = 0;
-    Matrices use = Matrices::Identity;
+    MatrixUse use = MatrixUse::None;
     const float* matrices = nullptr;       // PerBlock: C x G x G; Shared: G x G; Identity: unused
     const float* row_norms = nullptr;      // one max_row_norm_bound per matrix (same layout rule)
     std::uint8_t* codes = nullptr;         // n_tokens x d_in / 2 (any alignment)

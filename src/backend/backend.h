@@ -17,20 +17,20 @@
 #include <string>
 
 #include "calibration/calibrator.h"
-#include "cpu/activation_quantizer.h"
 #include "common/cpu_isa.h"
 #include "formats/block_format.h"
 #include "formats/packed_matrix.h"
 #include "transforms/block_transform.h"
+#include "transforms/matrix_use.h"
 #include "wush/wush.h"
 
 namespace wush::backend {
 
 // A transform as the runtimes read it: the matrices and how they are used (classified once per
-// wush_transform by value, see cpu/activation_quantizer.h).
+// wush_transform by value, see transforms/matrix_use.h).
 struct TransformRef {
     const BlockTransform& core;
-    runtime::MatrixUse use;
+    MatrixUse use;
 };
 
 // Host-side execution settings of the calling context, applied by the C API for each call.

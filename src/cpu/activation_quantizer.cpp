@@ -18,13 +18,6 @@ namespace wush::runtime {
 
 namespace {
 
-bool is_identity(const float* m, std::size_t g) {
-    for (std::size_t i = 0; i < g; ++i)
-        for (std::size_t j = 0; j < g; ++j)
-            if (m[i * g + j] != (i == j ? 1.0f : 0.0f)) return false;
-    return true;
-}
-
 // Below this much work a call stays on the calling thread: waking the pool's helpers costs more,
 // and on a busy machine a descheduled helper can stall a tiny call for a whole scheduler tick.
 constexpr std::size_t kParallelWork = 1 << 17;  // multiply-adds (or elements for the identity)
@@ -67,15 +60,6 @@ private:
 };
 
 }  // namespace
-
-MatrixUse classify_matrices(const BlockTransform& transform) {
-    const std::size_t g = transform.group(), gg = g * g, blocks = transform.blocks();
-    const float* m = transform.activation_matrices().data();
-    bool shared = true;
-    for (std::size_t b = 1; b < blocks && shared; ++b) shared = std::equal(m, m + gg, m + b * gg);
-    if (!shared) return MatrixUse::PerBlock;
-    return is_identity(m, g) ? MatrixUse::None : MatrixUse::Shared;
-}
 
 std::size_t quantize_scratch_floats(const BlockTransform& transform, MatrixUse use) {
     switch (use) {

@@ -9,18 +9,9 @@
 #include "formats/block_format.h"
 #include "common/cpu_isa.h"
 #include "transforms/block_transform.h"
+#include "transforms/runtime_layer.h"
 
 namespace wush::runtime {
-
-// How the kernels read a transform's block matrices, decided by their values rather than by the
-// kind's name (a checkpoint may store any matrices under "identity" or "hadamard"):
-//   None      every block is exactly the identity: no multiply (x_b is quantized as it is);
-//   Shared    every block equals block 0: one G x G matrix, which stays in L1;
-//   PerBlock  otherwise.
-enum class MatrixUse { None, Shared, PerBlock };
-
-// One pass over the C G x G matrices; callers that reuse a transform keep the result.
-MatrixUse classify_matrices(const BlockTransform& transform);
 
 // Scratch floats quantize_activations needs (one row-norm bound per distinct block matrix).
 std::size_t quantize_scratch_floats(const BlockTransform& transform, MatrixUse use);

@@ -32,16 +32,6 @@ Pieces carve(Carver& c, const BlockTransform& t, const formats::FormatSpec& f, s
 
 }  // namespace
 
-void require_layer(const BlockTransform& transform, const formats::PackedMatrix& weights) {
-    const formats::FormatSpec& f = formats::spec(weights.format);
-    formats::require_group(f, transform.group());
-    if (weights.d_in != transform.d_in())
-        fail(WUSH_ERR_INVALID_ARGUMENT, "the qweight's d_in (" + std::to_string(weights.d_in) +
-                                            ") differs from the transform's (" + std::to_string(transform.d_in()) + ")");
-    if (f.group != 16 && f.group != 32)
-        fail(WUSH_ERR_UNSUPPORTED, "the CPU runtime supports group sizes 16 and 32");
-}
-
 std::size_t linear_forward_workspace_bytes(const BlockTransform& transform, const formats::PackedMatrix& weights,
                                            std::size_t n_tokens, std::size_t threads) {
     require_layer(transform, weights);

@@ -15,10 +15,6 @@
 
 namespace wush::runtime {
 
-// Throws INVALID_ARGUMENT unless the transform and the weights belong to one layer (same d_in,
-// the weights' format group = the transform's G, a group size the runtime supports).
-void require_layer(const BlockTransform& transform, const formats::PackedMatrix& weights);
-
 // Workspace bytes of linear_forward for n_tokens with up to `threads` threads.
 std::size_t linear_forward_workspace_bytes(const BlockTransform& transform, const formats::PackedMatrix& weights,
                                            std::size_t n_tokens, std::size_t threads);

@@ -82,7 +82,7 @@ struct Packed {
 Packed cpu_quantize(const BlockTransform& t, const formats::FormatSpec& f, wush_dtype dtype, const void* x, std::size_t n) {
     const formats::PackedSizes s = formats::packed_sizes(f, n, kDin);
     Packed p{std::vector<std::uint8_t>(s.codes), std::vector<std::uint8_t>(s.scales)};
-    const runtime::MatrixUse use = runtime::classify_matrices(t);
+    const MatrixUse use = classify_matrices(t);
     std::vector<float> scratch(runtime::quantize_scratch_floats(t, use));
     runtime::quantize_activations(t, use, f, dtype, x, n, p.codes, p.scales, kHost.isa, scratch, kHost.threads);
     return p;
@@ -129,7 +129,7 @@ TEST_F(CudaKernels, QuantizeMatchesCpuBitForBit) {
         for (wush_format format : kFormats) {
             const formats::FormatSpec& f = formats::spec(format);
             const BlockTransform t = build_data_free_transform({kind, 0.01, 7}, kDin, f.group);
-            const backend::TransformRef ref{t, runtime::classify_matrices(t)};
+            const backend::TransformRef ref{t, classify_matrices(t)};
             for (std::size_t n : {std::size_t(1), std::size_t(37), std::size_t(300)}) {
                 const std::vector<float> x = make_x(n, unsigned(n));
                 const std::vector<std::uint16_t> xb = to_bf16(x);
@@ -153,7 +153,7 @@ TEST_F(CudaKernels, QuantizeMatchesCpuBitForBit) {
 TEST_F(CudaKernels, NonFiniteIsReported) {
     const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
     const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, kDin, f.group);
-    const backend::TransformRef ref{t, runtime::classify_matrices(t)};
+    const backend::TransformRef ref{t, classify_matrices(t)};
     std::vector<float> x = make_x(20, 3);
     x[5 * kDin + 17] = NAN;
     x[9 * kDin + 2] = INFINITY;
@@ -180,7 +180,7 @@ TEST_F(CudaKernels, NonFiniteIsReported) {
 TEST_F(CudaKernels, HostPointersAreRejected) {
     const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_NVFP4);
     const BlockTransform t = build_data_free_transform({TransformKind::Identity, 0.01, 7}, kDin, f.group);
-    const backend::TransformRef ref{t, runtime::classify_matrices(t)};
+    const backend::TransformRef ref{t, classify_matrices(t)};
     const std::vector<float> x = make_x(4, 1);
     const formats::PackedSizes s = formats::packed_sizes(f, 4, kDin);
     cuda::DeviceBuffer cd(s.codes), sd(s.scales);
@@ -198,7 +198,7 @@ TEST_F(CudaKernels, GemmAndForwardMatchCpu) {
     for (wush_format format : kFormats) {
         const formats::FormatSpec& f = formats::spec(format);
         const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, kDin, f.group);
-        const backend::TransformRef ref{t, runtime::classify_matrices(t)};
+        const backend::TransformRef ref{t, classify_matrices(t)};
         const formats::PackedMatrix w = make_weight(f, 96, 11);
         for (std::size_t m : {std::size_t(1), std::size_t(5), std::size_t(200)}) {
             const std::vector<float> x = make_x(m, 40 + unsigned(m));
@@ -289,7 +289,7 @@ void capture_matches_eager(bool prefill) {
     for (wush_format format : kFormats) {
         const formats::FormatSpec& f = formats::spec(format);
         const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, d_in, f.group);
-        const backend::TransformRef ref{t, runtime::classify_matrices(t)};
+        const backend::TransformRef ref{t, classify_matrices(t)};
         auto layer = be->prepare(ref, weight(f, d_out, d_in, 3), kHost);
         for (std::size_t m : {std::size_t(1), std::size_t(17), std::size_t(200)}) {
             const std::string what = std::string(f.name) + " m " + std::to_string(m) + (prefill ? " prefill" : "");
@@ -345,13 +345,13 @@ TEST(CudaIssue32, QuantizeBitExactAtModelWidths) {
             const formats::FormatSpec& f = formats::spec(format);
             for (TransformKind kind : {TransformKind::Random, TransformKind::Hadamard}) {
                 const BlockTransform t = build_data_free_transform({kind, 0.01, 7}, d_in, f.group);
-                const backend::TransformRef ref{t, runtime::classify_matrices(t)};
+                const backend::TransformRef ref{t, classify_matrices(t)};
                 for (std::size_t m : {std::size_t(1), std::size_t(17), std::size_t(1024)}) {
                     std::vector<float> x = gaussian(m * d_in, unsigned(m + d_in));
                     for (std::size_t j = 0; j < d_in; ++j) x[j] = float(0.25 * double(1 + j % 20) / 3.0);  // fallback
                     const formats::PackedSizes s = formats::packed_sizes(f, m, d_in);
                     Packed want{std::vector<std::uint8_t>(s.codes), std::vector<std::uint8_t>(s.scales)};
-                    const runtime::MatrixUse use = runtime::classify_matrices(t);
+                    const MatrixUse use = classify_matrices(t);
                     std::vector<float> scratch(runtime::quantize_scratch_floats(t, use));
                     runtime::quantize_activations(t, use, f, WUSH_DTYPE_F32, x.data(), m, want.codes, want.scales, kHost.isa,
                                                   scratch, kHost.threads);
@@ -377,7 +377,7 @@ TEST(CudaIssue32, CurrentDeviceRestoredAndMisalignedRefused) {
     WUSH_CUDA_CHECK(cudaSetDevice(count - 1));
     const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
     const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, kDin, f.group);
-    const backend::TransformRef ref{t, runtime::classify_matrices(t)};
+    const backend::TransformRef ref{t, classify_matrices(t)};
     WUSH_CUDA_CHECK(cudaSetDevice(0));
     const cuda::DeviceBuffer xd = upload(make_x(4, 1));
     const formats::PackedSizes s = formats::packed_sizes(f, 4, kDin);
@@ -412,7 +412,7 @@ TEST(CudaIssue32, AnotherDevicesPointerIsRefused) {
     auto be = cuda::make_backend(0);
     const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
     const BlockTransform t = build_data_free_transform({TransformKind::Identity, 0.01, 7}, kDin, f.group);
-    const backend::TransformRef ref{t, runtime::classify_matrices(t)};
+    const backend::TransformRef ref{t, classify_matrices(t)};
     WUSH_CUDA_CHECK(cudaSetDevice(1));
     const cuda::DeviceBuffer x1 = upload(make_x(4, 1));
     WUSH_CUDA_CHECK(cudaSetDevice(0));

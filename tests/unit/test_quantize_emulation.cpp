@@ -119,9 +119,9 @@ Result run_kernel(const BlockTransform& t, const formats::FormatSpec& f, const I
     const formats::PackedSizes s = formats::packed_sizes(f, n, d_in);
     std::vector<std::uint8_t> cbuf(s.codes + 32, kSentinel), sbuf(s.scales + 1, kSentinel);
     std::uint8_t* codes = cbuf.data() + ((16 - reinterpret_cast<std::uintptr_t>(cbuf.data()) % 16) % 16) + codes_offset;
-    const runtime::MatrixUse use = runtime::classify_matrices(t);
+    const MatrixUse use = classify_matrices(t);
     const int g = int(f.group);
-    const std::size_t count = use == runtime::MatrixUse::Shared ? 1 : t.blocks();
+    const std::size_t count = use == MatrixUse::Shared ? 1 : t.blocks();
     std::vector<float> norms(count);
     for (std::size_t b = 0; b < count; ++b) norms[b] = formats::max_row_norm_bound(t.activation_matrices().data() + b * g * g, g);
     Result r;
@@ -132,9 +132,7 @@ Result run_kernel(const BlockTransform& t, const formats::FormatSpec& f, const I
     a.x = in.p;
     a.n_tokens = n;
     a.d_in = d_in;
-    a.use = use == runtime::MatrixUse::None     ? cuda::Matrices::Identity
-            : use == runtime::MatrixUse::Shared ? cuda::Matrices::Shared
-                                                : cuda::Matrices::PerBlock;
+    a.use = use;
     a.matrices = t.activation_matrices().data();
     a.row_norms = norms.data();
     a.codes = codes;
@@ -151,7 +149,7 @@ Result run_cpu(const BlockTransform& t, const formats::FormatSpec& f, const std:
     Result r;
     r.codes.resize(s.codes);
     r.scales.resize(s.scales);
-    const runtime::MatrixUse use = runtime::classify_matrices(t);
+    const MatrixUse use = classify_matrices(t);
     std::vector<float> scratch(runtime::quantize_scratch_floats(t, use));
     runtime::quantize_activations(t, use, f, WUSH_DTYPE_F32, x.data(), n, r.codes, r.scales, runtime::best_isa(), scratch, 1);
     return r;

@@ -277,7 +277,7 @@ TEST_P(GemmOnIsa, LinearForwardIsQuantizeThenGemmInItsWorkspace) {
             // A workspace for one thread, used by a multi-threaded call.
             std::vector<std::byte> ws(runtime::linear_forward_workspace_bytes(t, q, n, 1));
             std::vector<float> y(n * l.d_out);
-            const runtime::MatrixUse use = runtime::classify_matrices(t);
+            const MatrixUse use = classify_matrices(t);
             runtime::linear_forward(isa, t, use, q, WUSH_DTYPE_F32, l.x.data(), n, WUSH_DTYPE_F32, y.data(), ws);
             const formats::PackedSizes sz = formats::packed_sizes(f, n, l.d_in);
             Packed a{std::vector<std::uint8_t>(sz.codes), std::vector<std::uint8_t>(sz.scales)};

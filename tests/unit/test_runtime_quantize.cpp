@@ -164,7 +164,7 @@ struct Output {
 Output run(Isa isa, const BlockTransform& t, const formats::FormatSpec& f, wush_dtype dtype, const Input& in, std::size_t n) {
     const formats::PackedSizes sizes = formats::packed_sizes(f, n, kDin);
     Output out{std::vector<std::uint8_t>(sizes.codes, 0xAA), std::vector<std::uint8_t>(sizes.scales, 0xAA)};
-    const runtime::MatrixUse use = runtime::classify_matrices(t);
+    const MatrixUse use = classify_matrices(t);
     std::vector<float> scratch(runtime::quantize_scratch_floats(t, use));
     runtime::quantize_activations(t, use, f, dtype, in.bytes.data(), n, out.codes, out.scales, isa, scratch, 2);
     return out;
@@ -241,7 +241,7 @@ TEST_P(QuantizeOnIsa, MatricesDecideNotTheKindsName) {
             for (std::size_t b = 0; b < blocks; ++b) std::copy(r.begin() + g * g, r.begin() + 2 * g * g, same.begin() + b * g * g);
             for (const std::vector<float>* mats : {&mixed, &same}) {
                 const BlockTransform t(kDin, g, label, *mats);
-                EXPECT_EQ(runtime::classify_matrices(t), mats == &mixed ? runtime::MatrixUse::PerBlock : runtime::MatrixUse::Shared);
+                EXPECT_EQ(classify_matrices(t), mats == &mixed ? MatrixUse::PerBlock : MatrixUse::Shared);
                 const Input in = as_dtype(x, WUSH_DTYPE_F32);
                 for (std::size_t tokens : {std::size_t(1), n}) {  // lanes = blocks, then lanes = tokens
                     const Output out = run(isa, t, f, WUSH_DTYPE_F32, in, tokens);

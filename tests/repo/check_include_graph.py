@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""The include graph follows docs/ARCHITECTURE.md, so the floors cannot drift.
+
+Rules (each include `#include "folder/file"` is an arrow from the including file's folder):
+  - src/ folders in their documented order: a folder includes only itself and folders listed
+    before it (ORDER below, the same list as ARCHITECTURE.md's table);
+  - nothing in src/ includes cuda/, capi/ or tools/ (src/ is the bottom of the house);
+  - capi/ includes src/ folders other than cpu/, except its backend registry, the one place
+    that names every backend (and cuda/ never: it opens the CUDA module at run time);
+  - cuda/ (a backend) does not include cpu/ (another backend), nor capi/;
+  - include/wush/wush.h includes no project header.
+Usage: check_include_graph.py [REPO_ROOT]; prints each violation, exits 1 if there is one.
+"""
+import os
+import re
+import sys
+
+ORDER = ["common", "formats", "calibration", "transforms", "storage", "prequant", "backend", "cpu",
+         "eval", "pipeline"]
+REGISTRY = "capi/backend_registry.cpp"
+SOURCE = re.compile(r"\.(h|hpp|cpp|cc|cu|cuh)$")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def includes(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return INCLUDE.findall(f.read())
+
+
+def files(root, top):
+    for base, _, names in os.walk(os.path.join(root, top)):
+        for n in sorted(names):
+            if SOURCE.search(n):
+                yield os.path.relpath(os.path.join(base, n), root)
+
+
+def target_folder(root, inc, including):
+    """The top-level home of an include: 'src/<folder>', 'cuda', 'capi', 'tools' or None."""
+    first = inc.split("/")[0]
+    if "/" in inc and os.path.isdir(os.path.join(root, "src", first)):
+        return "src/" + first
+    if "/" in inc and first == "wush":
+        return "include"
+    # A bare name: resolved beside the including file, or in cuda/ or capi/ (their include dirs).
+    here = os.path.dirname(including)
+    if os.path.exists(os.path.join(root, here, inc)):
+        return here.split("/")[0] if not here.startswith("src/") else "src/" + here.split("/")[1]
+    for top in ("cuda", "capi", "tools"):
+        if os.path.exists(os.path.join(root, top, inc)):
+            return top
+    return None
+
+
+def violations(root):
+    out = []
+    for top in ("src", "capi", "cuda", "include"):
+        for path in files(root, top):
+            parts = path.split("/")
+            origin = "src/" + parts[1] if top == "src" else top
+            for inc in includes(os.path.join(root, path)):
+                to = target_folder(root, inc, path)
+                if to is None or to == origin:
+                    continue
+                bad = None
+                if top == "src":
+                    if to in ("cuda", "capi", "tools"):
+                        bad = "src/ includes " + to + "/"
+                    elif to.startswith("src/") and (parts[1] not in ORDER or to[4:] not in ORDER):
+                        bad = "a src/ folder missing from the documented order"
+                    elif to.startswith("src/"):
+                        a, b = ORDER.index(parts[1]), ORDER.index(to[4:])
+                        if b > a:
+                            bad = "%s/ is below %s/ in the documented order" % (origin, to)
+                elif top == "capi":
+                    if to == "src/cpu" and path != REGISTRY:
+                        bad = "capi/ reaches into the CPU backend"
+                    elif to in ("cuda", "tools"):
+                        bad = "capi/ includes " + to + "/"
+                elif top == "cuda":
+                    if to == "src/cpu":
+                        bad = "a backend (cuda/) includes another (cpu/)"
+                    elif to in ("capi", "tools"):
+                        bad = "cuda/ includes " + to + "/"
+                elif top == "include" and to != "include":
+                    bad = "the public header includes a project header"
+                if bad:
+                    out.append('%s: #include "%s": %s' % (path, inc, bad))
+    return out
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+    found = violations(os.path.abspath(root))
+    for v in found:
+        print(v)
+    print("check_include_graph: %s" % ("%d violation(s)" % len(found) if found else "the include graph follows ARCHITECTURE.md"))
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
