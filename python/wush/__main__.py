@@ -261,6 +261,11 @@ def main(argv=None) -> int:
     a = parser().parse_args(argv)
     from ._core import WushError
     try:
+        from transformers.utils import logging as hf_logging
+        hf_logging.disable_progress_bar()  # one bar per loaded folder is noise for a command
+    except ImportError:
+        pass
+    try:
         return a.fn(a)
     except (ValueError, WushError, OSError) as e:
         msg = " ".join(str(e).split())  # one line

@@ -702,7 +702,10 @@ def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None) -> nn.M
         # the quantized layers are loaded from the libwush checkpoint instead.
         delattr(config, "quantization_config")
     if dtype is None:
-        dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.float32
+        dtype = getattr(config, "dtype", None)
+        if dtype is None and "dtype" not in _dtype_kwarg(None):  # older transformers' name
+            dtype = getattr(config, "torch_dtype", None)
+        dtype = dtype or torch.float32
         dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     with Checkpoint.open(os.path.join(out_dir, CHECKPOINT_FILE)) as ck:
         qnames = ck.layer_names()
