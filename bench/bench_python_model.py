@@ -30,6 +30,11 @@ sys.path.insert(0, str(ROOT / "python"))
 
 
 def peak_rss_mib():
+    # VmHWM: this process's own peak (getrusage's ru_maxrss carries the parent's peak across exec)
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
@@ -165,7 +170,8 @@ def main():
             from transformers import AutoTokenizer
             tok = AutoTokenizer.from_pretrained(msrc, local_files_only=True)
             words = open(__file__).read().split()
-            calib = [dict(tok(" ".join(words[i:i + 100]), return_tensors="pt")) for i in range(0, 1600, 100)]
+            calib = [dict(tok(" ".join(words[i:i + 100]), truncation=True, max_length=128, return_tensors="pt"))
+                     for i in range(0, 1600, 100)]
             quantize(msrc, mq, calib)
             jobs.append(("encoder", msrc, mq))
         for what, s, qd in jobs:
