@@ -1099,8 +1099,11 @@ WUSH_API wush_status wush_checkpoint_load_layer(const wush_checkpoint* checkpoin
  *  `<name>.act_global_scale` (F32 (1,): 3 for MXFP4, 10 for NVFP4), atomically to `path`; and,
  *  when `config_path` is not NULL, a JSON file {"quantization_config": {...}} for the model's
  *  config.json.
- *  @return WUSH_OK; WUSH_ERR_UNSUPPORTED (INT4 or mixed formats, WUS or random transforms, a
- *          transform not exactly representable in bf16 — build with WUSH_OPTION_TRANSFORM_DTYPE =
+ *  A checkpoint with at least one WUSH layer is exported per block: every layer, whatever its
+ *  kind (a search's guard may keep identity, Hadamard or random on some), as (G, d_in) matrices
+ *  and transform_init "wush".
+ *  @return WUSH_OK; WUSH_ERR_UNSUPPORTED (INT4 or mixed formats, WUS or random transforms without
+ *          a WUSH layer, a transform not exactly representable in bf16 — build with WUSH_OPTION_TRANSFORM_DTYPE =
  *          WUSH_DTYPE_BF16); WUSH_ERR_IO; WUSH_ERR_INVALID_ARGUMENT (e.g. not an opened
  *          checkpoint). */
 WUSH_API wush_status wush_checkpoint_export_fp_quant(const wush_checkpoint* checkpoint, const char* path,

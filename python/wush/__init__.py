@@ -13,7 +13,7 @@ from ._core import (Backend, Calibrator, Checkpoint, Context, CpuIsa, DType, For
 __all__ = ["Backend", "Calibrator", "Checkpoint", "Context", "CpuIsa", "DType", "Format", "Linear", "Method",
            "MomentMode", "Options", "QWeight", "Status", "Transform", "TransformKind", "WushError",
            "default_context", "dequantize_rows", "format_group_size", "layer_loss", "layer_quantize",
-           "quantize_rows", "version", "quantize_model"]
+           "quantize_rows", "version", "quantize_model", "load_quantized"]
 __version__ = "0.3.0"
 
 
@@ -21,3 +21,10 @@ def quantize_model(*args, **kwargs):  # noqa: D401 - thin lazy forwarder, torch 
     """See :func:`wush.torch.quantize_model` (imports torch)."""
     from .torch import quantize_model as _qm
     return _qm(*args, **kwargs)
+
+
+def load_quantized(*args, **kwargs):  # noqa: D401 - thin lazy forwarder, torch is optional
+    """See :func:`wush.torch.load_quantized` (imports torch): a folder written by
+    ``quantize-model`` / :func:`wush.torch.save_quantized`, its quantized layers on libwush's runtime."""
+    from .torch import load_quantized as _lq
+    return _lq(*args, **kwargs)

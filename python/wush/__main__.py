@@ -1,10 +1,14 @@
-"""``python -m wush quantize-model`` / ``eval-model``: whole Hugging Face models from local folders.
+"""``python -m wush``: whole Hugging Face models from local folders.
 
   python -m wush quantize-model MODEL_DIR --calib FILE --format mxfp4 --transform wush \
-      --method gptq --out OUT_DIR [--fp-quant-pseudo]
-  python -m wush eval-model MODEL_DIR --text FILE [--quantized OUT_DIR]
+      --method gptq --out OUT_DIR [--export fp_quant|wush] [--fp-quant-pseudo]
+  python -m wush run OUT_DIR --prompt TEXT            # a causal model: generated text
+  python -m wush run OUT_DIR --sentences FILE         # an encoder: sentence embeddings
+  python -m wush eval-model MODEL_DIR --text FILE --quantized OUT_DIR [--quantized OUT_DIR2 ...]
 
-MODEL_DIR is a local folder (config.json, safetensors, tokenizer); nothing is downloaded.
+MODEL_DIR is a local folder (config.json, weights, tokenizer); nothing is downloaded. OUT_DIR is
+loaded with wush.load_quantized: its quantized layers run on libwush's runtime. Errors are
+reported as one line (exit status 2).
 """
 
 from __future__ import annotations
@@ -12,30 +16,46 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import resource
 import sys
 import time
-from typing import List
+from typing import Any, Dict, List
 
 
 def _load(model_dir: str):
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+    from . import torch as wt
     tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True, torch_dtype=torch.float32)
-    return model.eval(), tok
+    return wt.load_float_model(model_dir, torch.float32), tok
 
 
 def token_batches(tok, path: str, seq_len: int, max_samples: int, batch_size: int = 4) -> List:
     """Consecutive windows of ``seq_len`` tokens of the file, at most ``max_samples`` of them."""
-    import torch
     with open(path, encoding="utf-8") as f:
-        ids = tok(f.read(), return_tensors="pt")["input_ids"][0]
+        ids = tok(f.read(), return_tensors="pt", add_special_tokens=False)["input_ids"][0]
     n = min(len(ids) // seq_len, max_samples)
     if n == 0:
-        raise SystemExit(f"{path}: fewer than {seq_len} tokens")
+        raise ValueError(f"{path}: fewer than {seq_len} tokens")
     windows = ids[: n * seq_len].reshape(n, seq_len)
     return [windows[i:i + batch_size] for i in range(0, n, batch_size)]
+
+
+def sentence_batches(tok, path: str, seq_len: int, max_samples: int, batch_size: int = 8) -> List[Dict[str, Any]]:
+    """Encoders: the file's non-empty lines, tokenized in padded batches (dicts of keyword
+    arguments for the model), at most ``max_samples`` lines of at most ``seq_len`` tokens."""
+    lines = read_sentences(path)[:max_samples]
+    return [dict(tok(lines[i:i + batch_size], padding=True, truncation=True, max_length=seq_len, return_tensors="pt"))
+            for i in range(0, len(lines), batch_size)]
+
+
+def read_sentences(path: str) -> List[str]:
+    with open(path, encoding="utf-8") as f:
+        lines = [ln.strip() for ln in f if ln.strip()]
+    if not lines:
+        raise ValueError(f"{path}: no non-empty line")
+    return lines
 
 
 def perplexity(model, batches) -> float:
@@ -56,45 +76,147 @@ def _peak_rss_mib() -> float:
 
 def cmd_quantize(a: argparse.Namespace) -> int:
     from . import torch as wt
-    model, tok = _load(a.model_dir)
-    batches = token_batches(tok, a.calib, a.seq_len, a.max_samples)
     search = a.transform.endswith("+s")  # wush+s: the per-block search
+    transform = a.transform.removesuffix("+s")
     if a.validation and not search:
-        raise SystemExit("python -m wush quantize-model: --validation needs --transform wush+s")
-    validation = token_batches(tok, a.validation, a.seq_len, a.max_samples) if a.validation else None
+        raise ValueError("--validation needs --transform wush+s")
+    if a.fp_quant_pseudo and a.export != "fp_quant":
+        raise ValueError("--fp-quant-pseudo writes the fp_quant layout: it needs --export fp_quant")
+    wt.check_export(a.format, transform, a.export)  # before the model is even read
+    model, tok = _load(a.model_dir)
+    causal = wt.is_causal(model)
+    make = token_batches if causal else sentence_batches
+    batches = make(tok, a.calib, a.seq_len, a.max_samples)
+    validation = make(tok, a.validation, a.seq_len, a.max_samples) if a.validation else None
     t0 = time.time()
-    res = wt.quantize_model(model, batches, format=a.format, transform=a.transform.removesuffix("+s"),
-                            method=a.method, layers=a.layers, damping=a.damping, progress=a.progress,
-                            search=search, search_tokens=a.search_tokens, validation_batches=validation)
+    res = wt.quantize_model(model, batches, format=a.format, transform=transform, method=a.method, layers=a.layers,
+                            damping=a.damping, progress=a.progress, search=search, search_tokens=a.search_tokens,
+                            validation_batches=validation)
     t1 = time.time()
-    wt.save_quantized(model, res, a.out, model_dir=a.model_dir, pseudo=a.fp_quant_pseudo)
+    info = wt.save_quantized(model, res, a.out, model_dir=a.model_dir, pseudo=a.fp_quant_pseudo, export=a.export)
+    if info["fp_quant_refused"]:
+        print(f"python -m wush quantize-model: note: the fp_quant layout was not written ({info['fp_quant_refused']}); "
+              f"the folder holds the libwush checkpoint, which wush.load_quantized runs", file=sys.stderr)
+    kinds = sorted(set(info["layers"].values()))
     print(json.dumps({"layers": len(res.layers), "format": a.format, "transform": a.transform, "method": a.method,
-                      "calibration_tokens": sum(b.numel() for b in batches), "quantize_s": round(t1 - t0, 3),
-                      "peak_rss_mib": round(_peak_rss_mib(), 1), "out": a.out}))
+                      "layer_transforms": kinds, "export": info["export"],
+                      "calibration_tokens": sum(int(b["attention_mask"].sum()) if isinstance(b, dict) else b.numel()
+                                                for b in batches),
+                      "quantize_s": round(t1 - t0, 3), "peak_rss_mib": round(_peak_rss_mib(), 1), "out": a.out}))
+    return 0
+
+
+def _folder_info(folder: str) -> Dict[str, Any]:
+    from .torch import INFO_FILE
+    path = os.path.join(folder, INFO_FILE)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    import torch
+    from transformers import AutoTokenizer
+    from . import torch as wt
+    if (a.prompt is None) == (a.sentences is None):
+        raise ValueError("give one of --prompt (a causal model) or --sentences FILE (an encoder)")
+    tok = AutoTokenizer.from_pretrained(a.folder, local_files_only=True)
+    model = wt.load_quantized(a.folder, device=a.device)
+    causal = wt.is_causal(model)
+    if a.prompt is not None:
+        if not causal:
+            raise ValueError(f"{a.folder} holds an encoder ({type(model).__name__}); use --sentences FILE")
+        enc = tok(a.prompt, return_tensors="pt").to(a.device)
+        t0 = time.time()
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=a.max_new_tokens, do_sample=False,
+                                 pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+        dt = time.time() - t0
+        new = out[0, enc["input_ids"].shape[1]:]
+        print(json.dumps({"model": type(model).__name__, "prompt": a.prompt,
+                          "generated": tok.decode(new, skip_special_tokens=True), "new_tokens": int(new.numel()),
+                          "seconds": round(dt, 3)}))
+        return 0
+    if causal:
+        raise ValueError(f"{a.folder} holds a causal model ({type(model).__name__}); use --prompt TEXT")
+    sentences = read_sentences(a.sentences)
+    t0 = time.time()
+    e = wt.embed(model, tok, sentences, wt.pooling_config(a.folder))
+    dt = time.time() - t0
+    cos = torch.nn.functional.normalize(e, dim=-1)
+    print(json.dumps({"model": type(model).__name__, "sentences": len(sentences), "dim": e.shape[1],
+                      "pooling": wt.pooling_config(a.folder), "seconds": round(dt, 3),
+                      "cosine": [[round(v, 4) for v in row] for row in (cos @ cos.T).tolist()] if len(sentences) <= 16 else None,
+                      "embeddings_head": [[round(v, 5) for v in row[:4]] for row in e.tolist()[:4]]}))
     return 0
 
 
 def cmd_eval(a: argparse.Namespace) -> int:
+    import torch
     from . import torch as wt
     model, tok = _load(a.model_dir)
-    batches = token_batches(tok, a.text, a.seq_len, a.max_samples)
-    out = {"tokens": sum(b.numel() for b in batches), "ppl": perplexity(model, batches)}
-    if a.quantized:
-        import os
-        names = wt.load_quantized_layers(model, os.path.join(a.quantized, "wush_checkpoint.safetensors"))
-        out["quantized_layers"] = len(names)
-        out["ppl_quantized"] = perplexity(model, batches)
+    causal = wt.is_causal(model)
+    out: Dict[str, Any] = {"model": type(model).__name__}
+    if causal:
+        batches = token_batches(tok, a.text, a.seq_len, a.max_samples)
+        out.update({"metric": "perplexity", "tokens": sum(b.numel() for b in batches),
+                    "ppl": perplexity(model, batches)})
+    else:
+        sentences = read_sentences(a.text)[: a.max_samples]
+        ref = wt.embed(model, tok, sentences, wt.pooling_config(a.model_dir), max_length=a.seq_len)
+        out.update({"metric": "embedding cosine to the unquantized model", "sentences": len(sentences)})
+    del model
+    rows = []
+    for folder in a.quantized or []:
+        qm = wt.load_quantized(folder)
+        info = _folder_info(folder)
+        row: Dict[str, Any] = {"folder": folder, "format": info.get("format"), "transform": info.get("transform"),
+                               "method": info.get("method"), "search": info.get("search"),
+                               "quantized_layers": sum(isinstance(m, wt.QuantizedLinear) for m in qm.modules())}
+        if causal:
+            row["ppl"] = perplexity(qm, batches)
+        else:
+            e = wt.embed(qm, tok, sentences, wt.pooling_config(folder), max_length=a.seq_len)
+            c = torch.nn.functional.cosine_similarity(e, ref, dim=-1)
+            row.update({"cosine_mean": c.mean().item(), "cosine_min": c.min().item()})
+        rows.append(row)
+        del qm
+    if rows:
+        out["quantized"] = rows
+        # The one-folder keys of earlier versions.
+        out["quantized_layers"] = rows[0]["quantized_layers"]
+        if causal:
+            out["ppl_quantized"] = rows[0]["ppl"]
+        else:
+            out["cosine_quantized"] = rows[0]["cosine_mean"]
     print(json.dumps(out))
+    if a.table:
+        print(_table(out), file=sys.stderr)
     return 0
 
 
-def main(argv=None) -> int:
+def _table(out: Dict[str, Any]) -> str:
+    head = "| model | method | transform | format | " + ("perplexity |" if "ppl" in out else "cosine mean | cosine min |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    if "ppl" in out:
+        lines.append(f"| unquantized | - | - | - | {out['ppl']:.4f} |")
+    else:
+        lines.append("| unquantized | - | - | - | 1 | 1 |")
+    for r in out.get("quantized", []):
+        vals = f"{r['ppl']:.4f} |" if "ppl" in r else f"{r['cosine_mean']:.4f} | {r['cosine_min']:.4f} |"
+        lines.append(f"| {os.path.basename(r['folder'].rstrip('/'))} | {r['method']} | {r['transform']} | {r['format']} | {vals}")
+    return "\n".join(lines)
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m wush", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     q = sub.add_parser("quantize-model", help="quantize a local Hugging Face model folder")
     q.add_argument("model_dir")
-    q.add_argument("--calib", required=True, help="calibration text file (tokenized with the model's tokenizer)")
+    q.add_argument("--calib", required=True,
+                   help="calibration text file (causal: tokenized as one stream; encoders: one sentence per line)")
     q.add_argument("--format", default="mxfp4", choices=["mxfp4", "nvfp4"])
     q.add_argument("--transform", default="wush", choices=["identity", "hadamard", "wush", "wush+s"],
                    help="wush+s: WUSH with the per-block search (scale, signs, fall-backs)")
@@ -104,23 +226,51 @@ def main(argv=None) -> int:
                    help="wush+s: text the calibration does not see, for the search's per-layer guard")
     q.add_argument("--method", default="rtn", choices=["rtn", "gptq"])
     q.add_argument("--out", required=True)
+    q.add_argument("--export", default="fp_quant", choices=["fp_quant", "wush"],
+                   help="fp_quant: the quantized layers also in the fp_quant layout (default); wush: in the libwush "
+                        "checkpoint alone (any format x transform)")
     q.add_argument("--fp-quant-pseudo", action="store_true",
                    help="write bf16 dqweight (transformers' pseudo-quantized fp_quant path) instead of packed codes")
-    q.add_argument("--layers", default=None, help="regex of linear layer names (default: those in the blocks)")
+    q.add_argument("--layers", default=None,
+                   help="regex of linear layer names (default: every linear layer inside the repeated blocks)")
     q.add_argument("--damping", type=float, default=None)
     q.add_argument("--seq-len", type=int, default=128)
     q.add_argument("--max-samples", type=int, default=128)
     q.add_argument("--progress", action="store_true")
     q.set_defaults(fn=cmd_quantize)
-    e = sub.add_parser("eval-model", help="perplexity of a model, and of its quantized version")
+    r = sub.add_parser("run", help="load a quantized folder (wush.load_quantized) and run it")
+    r.add_argument("folder")
+    r.add_argument("--prompt", default=None, help="causal models: the prompt to continue (greedy)")
+    r.add_argument("--max-new-tokens", type=int, default=32)
+    r.add_argument("--sentences", default=None, help="encoders: a file of sentences, one per line")
+    r.add_argument("--device", default="cpu", help="cpu, or cuda[:i] with libwush's CUDA backend")
+    r.set_defaults(fn=cmd_run)
+    e = sub.add_parser("eval-model", help="a model and its quantized folders, side by side, through the runtime")
     e.add_argument("model_dir")
-    e.add_argument("--text", required=True)
-    e.add_argument("--quantized", default=None, help="an output folder of quantize-model")
+    e.add_argument("--text", required=True,
+                   help="held-out text (causal: perplexity over its tokens; encoders: one sentence per line)")
+    e.add_argument("--quantized", action="append", default=None, help="an output folder of quantize-model (repeatable)")
     e.add_argument("--seq-len", type=int, default=128)
     e.add_argument("--max-samples", type=int, default=64)
+    e.add_argument("--table", action="store_true", help="also print a markdown table to stderr")
     e.set_defaults(fn=cmd_eval)
-    a = p.parse_args(argv)
-    return a.fn(a)
+    return p
+
+
+def main(argv=None) -> int:
+    a = parser().parse_args(argv)
+    from ._core import WushError
+    try:
+        from transformers.utils import logging as hf_logging
+        hf_logging.disable_progress_bar()  # one bar per loaded folder is noise for a command
+    except ImportError:
+        pass
+    try:
+        return a.fn(a)
+    except (ValueError, WushError, OSError) as e:
+        msg = " ".join(str(e).split())  # one line
+        print(f"python -m wush {a.cmd}: error: {msg}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

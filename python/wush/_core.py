@@ -168,9 +168,24 @@ class Context(_Handle):
     _destroy = "wush_context_destroy"
 
     def __init__(self, backend: Union[str, int] = "cpu", device: int = 0, threads: Optional[int] = None):
-        super().__init__(_new("wush_context_create", int(_as_enum(Backend, backend)), device))
+        self._backend = _as_enum(Backend, backend)
+        super().__init__(_new("wush_context_create", int(self._backend), device))
         if threads is not None:
             _call("wush_context_set_parameter", self.ptr, int(ContextParameter.NUM_THREADS), int(threads))
+
+    @property
+    def backend(self) -> Any:
+        """The context's :class:`Backend`."""
+        return self._backend
+
+    def set_stream(self, stream: Optional[int]) -> None:
+        """The queue of a CUDA context's launches (a ``cudaStream_t`` as an integer; None or 0 =
+        the default stream): ``wush_context_set_stream``."""
+        _call("wush_context_set_stream", self.ptr, ctypes.c_void_p(stream or None))
+
+    def synchronize(self) -> None:
+        """Waits for the context's enqueued launches; reports their deferred errors."""
+        _call("wush_context_synchronize", self.ptr)
 
     @property
     def cpu_isa(self) -> str:
@@ -436,6 +451,21 @@ class Linear(_Handle):
         super().__init__(_new("wush_linear_create", self.ctx.ptr, transform.ptr, qweight.ptr))
         _, _, self.d_out, self.d_in = qweight.info()
         self._ws = np.empty(0, np.uint8)
+
+    def workspace_size(self, n_tokens: int) -> int:
+        """Bytes of workspace :meth:`run_raw` needs for up to ``n_tokens`` tokens (host memory on
+        a CPU context, device memory on a CUDA one)."""
+        need = ctypes.c_size_t()
+        _call("wush_linear_workspace_size", self.ctx.ptr, self.ptr, int(n_tokens), ctypes.byref(need))
+        return need.value
+
+    def run_raw(self, x_dtype: Any, x_ptr: int, n_tokens: int, y_dtype: Any, y_ptr: int, y_count: int,
+                ws_ptr: int, ws_bytes: int) -> None:
+        """``wush_linear_run`` on raw pointers (host pointers on a CPU context, device pointers on
+        a CUDA context, where the work is enqueued on the context's stream). The caller keeps the
+        buffers alive for the call (CPU) or until the stream has run it (CUDA)."""
+        _call("wush_linear_run", self.ctx.ptr, self.ptr, int(x_dtype), ctypes.c_void_p(x_ptr), int(n_tokens),
+              int(y_dtype), ctypes.c_void_p(y_ptr), int(y_count), ctypes.c_void_p(ws_ptr or None), int(ws_bytes))
 
     def __call__(self, x: Any, out_dtype: str = "f32") -> Any:
         b = _Buf(x)

@@ -23,15 +23,69 @@ from torch import nn
 from . import _core
 from ._core import Calibrator, Checkpoint, Options, QWeight, Transform
 
-# Linear layers inside the transformer blocks (Llama/Mistral/Qwen "layers.N.", GPT-2 "h.N.",
-# others "blocks.N."): embeddings and lm_head sit outside and are left alone.
+def _is_conv1d(m: nn.Module) -> bool:
+    # transformers' Conv1D (GPT-2 and relatives): a linear layer whose weight is stored (d_in, d_out).
+    return type(m).__name__ == "Conv1D" and type(m).__module__.startswith("transformers")
+
+
+def is_linear(m: nn.Module) -> bool:
+    """A layer :func:`quantize_model` can quantize: nn.Linear or transformers' Conv1D."""
+    return isinstance(m, nn.Linear) or _is_conv1d(m)
+
+
+def in_features(m: nn.Module) -> int:
+    return m.weight.shape[0] if _is_conv1d(m) else m.in_features
+
+
+def dense_weight(m: nn.Module) -> torch.Tensor:
+    """The layer's weight as a contiguous float32 (d_out, d_in) tensor (nn.Linear's layout)."""
+    w = m.weight.detach()
+    return (w.t() if _is_conv1d(m) else w).float().contiguous()
+
+
+def repeated_blocks(model: nn.Module) -> List[str]:
+    """Names of the lists of repeated transformer blocks: every nn.ModuleList of two or more
+    modules of one class holding a linear layer, not nested in another such list (Llama's
+    ``model.layers``, GPT-2's ``transformer.h``, BERT's ``encoder.layer``, T5's two ``block``
+    lists). Experts lists inside a block are covered by the block."""
+    found: List[str] = []
+    for n, m in model.named_modules():
+        if not isinstance(m, nn.ModuleList) or len(m) < 2 or len({type(c) for c in m}) != 1:
+            continue
+        if not any(is_linear(x) for x in m[0].modules()):
+            continue
+        if any(n.startswith(f + ".") for f in found):
+            continue
+        found.append(n)
+    return found
+
+
+def default_pattern(model: nn.Module) -> str:
+    """The default selection: the linear layers inside the repeated blocks, whatever their names
+    (embeddings, heads and poolers sit outside and are left alone)."""
+    blocks = repeated_blocks(model)
+    if not blocks:
+        return r"(^|\.)(layers|h|blocks|layer|block)\.\d+\."
+    return "^(" + "|".join(re.escape(b) for b in blocks) + r")\.\d+\."
+
+
+# Kept for callers that used it: the default for models whose blocks sit under these names.
 DEFAULT_PATTERN = r"(^|\.)(layers|h|blocks)\.\d+\."
 
 
-def select_linears(model: nn.Module, pattern: Optional[str] = None) -> Dict[str, nn.Linear]:
-    """The nn.Linear modules whose qualified name matches ``pattern`` (regex, searched)."""
-    rx = re.compile(pattern or DEFAULT_PATTERN)
-    return {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear) and rx.search(n)}
+def select_linears(model: nn.Module, pattern: Optional[str] = None) -> Dict[str, nn.Module]:
+    """The linear layers (:func:`is_linear`) whose qualified name matches ``pattern`` (regex,
+    searched; default :func:`default_pattern`)."""
+    rx = re.compile(pattern or default_pattern(model))
+    return {n: m for n, m in model.named_modules() if is_linear(m) and rx.search(n)}
+
+
+def selection_error(model: nn.Module, pattern: Optional[str]) -> str:
+    """The message for an empty selection: the pattern and the linear layers there are."""
+    names = [n for n, m in model.named_modules() if is_linear(m)]
+    shown = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+    return (f"no linear layer matches the selection {pattern or default_pattern(model)!r}; "
+            f"the model's linear layers: {shown or 'none'}")
 
 
 def _progress(it: Iterable, enabled: bool, desc: str, total: Optional[int] = None) -> Iterable:
@@ -56,7 +110,7 @@ class HookCalibration:
     their moments.
     """
 
-    def __init__(self, model: nn.Module, layers: Dict[str, nn.Linear], group_size: int,
+    def __init__(self, model: nn.Module, layers: Dict[str, nn.Module], group_size: int,
                  mode: str = "block_diagonal", share_inputs: bool = True,
                  calibrator_args: Optional[Dict[str, int]] = None):
         self.model, self.layers, self.group_size, self.mode = model, layers, group_size, mode
@@ -82,7 +136,7 @@ class HookCalibration:
                 if cal is None:
                     if self.validation:
                         raise ValueError(f"layer {name} ran for validation but never for calibration")
-                    cal = Calibrator(module.in_features, self.group_size, self.mode, **self.calibrator_args)
+                    cal = Calibrator(in_features(module), self.group_size, self.mode, **self.calibrator_args)
                 self.calibrators[name] = cal
             # The entry holds the tensor so that its storage cannot be freed and reused by a
             # later, different input at the same address during this pass (a false match).
@@ -90,7 +144,7 @@ class HookCalibration:
             if (id(cal), key) in self._added:
                 return  # a layer sharing this calibrator already added this very tensor
             self._added.add((id(cal), key))
-            rows = x.detach().reshape(-1, module.in_features)
+            rows = x.detach().reshape(-1, in_features(module))
             if self.validation:
                 cal.add_validation(rows)
             else:
@@ -129,26 +183,66 @@ def calibrate(model: nn.Module, batches: Iterable, layers: Optional[Dict[str, nn
 
 
 class QuantizedLinear(nn.Module):
-    """nn.Linear replacement computed by libwush's CPU runtime (W4A4: activations transformed
-    and quantized on the fly, packed GEMM)."""
+    """nn.Linear replacement computed by libwush's runtime: a prepared layer (``wush_linear``)
+    that transforms and quantizes the activations on the fly and runs the W4A4 GEMM.
 
-    def __init__(self, transform: Transform, qweight: QWeight, bias: Optional[torch.Tensor]):
+    On a CPU context it takes CPU tensors; on a CUDA context (``Context("cuda", i)``) CUDA
+    tensors of that device, and the work is enqueued on torch's current stream. Input float32,
+    float16 or bfloat16 (others are converted to float32); the output has the input's dtype. The
+    library accumulates in float32; the bias is added in float32 before the cast."""
+
+    def __init__(self, transform: Transform, qweight: QWeight, bias: Optional[torch.Tensor],
+                 ctx: Optional[_core.Context] = None):
         super().__init__()
-        self.transform, self.qweight = transform, qweight
-        self.runtime = _core.Linear(transform, qweight)
+        self.ctx = ctx or _core.default_context()
+        self.runtime = _core.Linear(transform, qweight, self.ctx)
         self.in_features, self.out_features = self.runtime.d_in, self.runtime.d_out
+        self.format = qweight.info()[0].name.lower()
+        self.transform_kind = transform.info()[0].name.lower()
+        self._cuda = self.ctx.backend == _core.Backend.CUDA
         if bias is not None:
-            self.bias = nn.Parameter(bias.detach().clone(), requires_grad=False)
+            b = bias.detach().clone()
+            self.bias = nn.Parameter(b.cuda() if self._cuda else b, requires_grad=False)
         else:
             self.register_parameter("bias", None)
+        self._ws: Optional[torch.Tensor] = None
+        self._ws_tokens = 0
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, format={self.format}, "
+                f"transform={self.transform_kind}, bias={self.bias is not None}")
+
+    def _workspace(self, n: int, device: torch.device) -> torch.Tensor:
+        if self._ws is None or n > self._ws_tokens or self._ws.device != device:
+            # grown for the largest batch seen; smaller ones reuse it
+            self._ws = torch.empty(max(self.runtime.workspace_size(n), 1), dtype=torch.uint8, device=device)
+            self._ws_tokens = n
+        return self._ws
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"input width {x.shape[-1]} != in_features {self.in_features}")
+        if (x.device.type == "cuda") != self._cuda:
+            raise ValueError(f"a {'CUDA' if self._cuda else 'CPU'} wush layer got a tensor on {x.device}")
         shape = x.shape
-        y = torch.from_numpy(self.runtime(x.detach().reshape(-1, shape[-1]).float().contiguous()))
-        y = y.reshape(*shape[:-1], self.out_features)
+        x2 = x.detach().reshape(-1, shape[-1])
+        if x2.dtype not in _TORCH_DTYPES:
+            x2 = x2.float()
+        x2 = x2.contiguous()
+        n = x2.shape[0]
+        y = torch.empty((n, self.out_features), dtype=torch.float32, device=x.device)
+        if n:
+            ws = self._workspace(n, x.device)
+            if self._cuda:
+                self.ctx.set_stream(torch.cuda.current_stream(x.device).cuda_stream)
+            self.runtime.run_raw(_TORCH_DTYPES[x2.dtype], x2.data_ptr(), n, _core.DType.F32, y.data_ptr(), y.numel(),
+                                 ws.data_ptr(), ws.numel())
         if self.bias is not None:
-            y = y + self.bias.float()
-        return y.to(x.dtype)
+            y += self.bias.float()
+        return y.to(x.dtype).reshape(*shape[:-1], self.out_features)
+
+
+_TORCH_DTYPES = {torch.float32: _core.DType.F32, torch.float16: _core.DType.F16, torch.bfloat16: _core.DType.BF16}
 
 
 def _replace(model: nn.Module, name: str, new: nn.Module) -> None:
@@ -237,7 +331,7 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
     validation = list(validation_batches) if validation_batches is not None else []
     selected = select_linears(model, layers)
     if not selected:
-        raise ValueError("no linear layer matches the selection")
+        raise ValueError(selection_error(model, layers))
     if search and _core.parse_transform(transform) not in (_core.TransformKind.WUS, _core.TransformKind.WUSH):
         raise ValueError(f"the search chooses WUS/WUSH blocks; transform {transform!r} has nothing to search")
     if validation and not search:
@@ -248,6 +342,7 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
     if validation:
         cal_args["validation_size"] = validation_size
     result = QuantizationResult(format, transform, method)
+    result.search = bool(search)
     g = _core.format_group_size(format)
 
     def collect(hc: HookCalibration, stop_at: Optional[nn.Module] = None) -> None:
@@ -258,8 +353,7 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
     def quantize_layers(cals: Dict[str, Calibrator], names: List[str]) -> None:
         for name in _progress(names, progress, "quantize"):
             lin = selected[name]
-            t, q = _core.layer_quantize(cals[name], lin.weight.detach().float().contiguous(), transform, format,
-                                        method, opts)
+            t, q = _core.layer_quantize(cals[name], dense_weight(lin), transform, format, method, opts)
             result.layers[name] = (t, q)
             _replace(model, name, QuantizedLinear(t, q, lin.bias))
 
@@ -291,8 +385,67 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
 # The output folder
 # ----------------------------------------------------------------------------------------------
 
+# Files of a model folder that hold its weights: the quantized folder writes its own tensors
+# instead. Other serializations of the same weights (TensorFlow, Flax, ONNX, ...) would be an
+# unquantized copy of what was quantized, so they are not copied either; everything else is.
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack", "rust_model.ot",
+                "model.onnx", "config.json")
+WEIGHT_DIRS = ("onnx", "openvino")
+CHECKPOINT_FILE = "wush_checkpoint.safetensors"
+INFO_FILE = "wush_quantization.json"
+
+# Kept for callers that used it; the folder now copies every file that is not a weight file.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "vocab.json", "merges.txt", "vocab.txt", "added_tokens.json", "generation_config.json")
+
+EXPORTS = ("fp_quant", "wush")
+
+
+def _probe_export(fmt: str, transform: str) -> Optional[str]:
+    """Asks the C library whether it exports a model of ``fmt`` and ``transform`` layers in the
+    fp_quant layout, by exporting a one-layer model of that kind (milliseconds): None if it does,
+    else its message."""
+    g = _core.format_group_size(fmt)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4 * g, g)).astype(np.float32)
+    w = rng.standard_normal((g, g)).astype(np.float32)
+    with tempfile.TemporaryDirectory() as tmp, Calibrator(g, g) as cal:
+        cal.add(x)
+        t, q = _core.layer_quantize(cal, w, transform, fmt, "rtn", Options(transform_dtype="bf16"))
+        ck = Checkpoint()
+        ck.add_layer("probe", t, q)
+        path = os.path.join(tmp, "probe.safetensors")
+        ck.write(path)
+        try:
+            with Checkpoint.open(path) as opened:
+                opened.export_fp_quant(os.path.join(tmp, "fpq.safetensors"))
+        except _core.WushError as e:
+            if e.status != _core.Status.ERR_UNSUPPORTED:
+                raise
+            return e.message
+    return None
+
+
+def check_export(fmt: str, transform: str, export: str = "fp_quant") -> None:
+    """Raises ValueError, before any work, when a model quantized with ``fmt`` and ``transform``
+    cannot be written with ``export``: "wush" (the libwush checkpoint and the model's other
+    tensors) always can; "fp_quant" when the library's export takes it and a consumer of that
+    layout can load it."""
+    if export not in EXPORTS:
+        raise ValueError(f"unknown export {export!r}; choose one of {', '.join(EXPORTS)}")
+    if export == "wush":
+        return
+    refusal = _probe_export(fmt, transform)
+    if refusal is None and fmt.lower() == "nvfp4" and transform.lower() in ("wush", "wus"):
+        # Not a limit of the library's export but of the consumers: QuTLASS/fp_quant apply one
+        # shared (G, G) rotation for NVFP4, so per-block matrices would be misread.
+        refusal = ("no fp_quant consumer loads NVFP4 with per-block WUSH matrices (QuTLASS/fp_quant apply one "
+                   "shared (G, G) rotation for NVFP4)")
+    if refusal is not None:
+        raise ValueError(f"{fmt} with {transform} transforms cannot be written in the fp_quant layout: {refusal}; "
+                         f"use export 'wush' (--export wush: the libwush checkpoint, loaded by wush.load_quantized), "
+                         f"mxfp4, or transform hadamard/identity")
 
 
 def _shard_and_save(tensors: Dict[str, torch.Tensor], out_dir: str, max_shard_bytes: int) -> List[str]:
@@ -321,52 +474,138 @@ def _shard_and_save(tensors: Dict[str, torch.Tensor], out_dir: str, max_shard_by
     return files
 
 
+def read_folder_tensors(model_dir: str) -> Dict[str, torch.Tensor]:
+    """Every tensor of a model folder under its stored name and dtype: the safetensors files
+    (``model.safetensors`` or the shards of its index), else ``pytorch_model.bin`` (or its
+    shards)."""
+    from safetensors.torch import load_file
+
+    def files(single: str, index: str) -> List[str]:
+        if os.path.exists(os.path.join(model_dir, index)):
+            with open(os.path.join(model_dir, index)) as f:
+                return sorted(set(json.load(f)["weight_map"].values()))
+        return [single] if os.path.exists(os.path.join(model_dir, single)) else []
+
+    out: Dict[str, torch.Tensor] = {}
+    st = files("model.safetensors", "model.safetensors.index.json")
+    for fn in st:
+        out.update(load_file(os.path.join(model_dir, fn)))
+    if not st:
+        for fn in files("pytorch_model.bin", "pytorch_model.bin.index.json"):
+            out.update(torch.load(os.path.join(model_dir, fn), map_location="cpu", weights_only=True))
+    if not out:
+        raise ValueError(f"{model_dir}: no model.safetensors(.index.json) or pytorch_model.bin(.index.json)")
+    return out
+
+
+def _file_key_prefix(stored: Dict[str, torch.Tensor], module: str) -> str:
+    """The prefix the folder's key of ``module``'s weight has relative to the module name (""
+    usually; e.g. "bert." for a BertModel loaded from a BertForPreTraining folder)."""
+    if module + ".weight" in stored:
+        return ""
+    cands = [k for k in stored if k.endswith("." + module + ".weight")]
+    if len(cands) != 1:
+        raise ValueError(f"cannot tell which stored tensor is the weight of layer {module} "
+                         f"({len(cands)} candidates); pass model_dir=None to write the model's own state_dict")
+    return cands[0][: -len(module + ".weight")]
+
+
+def _copy_other_files(model_dir: str, out_dir: str) -> List[str]:
+    copied = []
+    for entry in sorted(os.listdir(model_dir)):
+        src, dst = os.path.join(model_dir, entry), os.path.join(out_dir, entry)
+        if entry in WEIGHT_FILES or entry in (CHECKPOINT_FILE, INFO_FILE):
+            continue
+        if os.path.isdir(src):
+            if entry in WEIGHT_DIRS or entry.startswith("."):
+                continue
+            shutil.copytree(src, dst, dirs_exist_ok=True)
+        elif re.fullmatch(r"(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)", entry):
+            continue  # a shard of the weights
+        else:
+            shutil.copy2(src, dst)
+        copied.append(entry)
+    return copied
+
+
+def linear_names(model: nn.Module) -> List[str]:
+    return [n for n, m in model.named_modules() if is_linear(m) or isinstance(m, QuantizedLinear)]
+
+
 def save_quantized(model: nn.Module, result: QuantizationResult, out_dir: str, model_dir: Optional[str] = None,
-                   pseudo: bool = False, max_shard_bytes: int = 2 << 30) -> None:
+                   pseudo: bool = False, max_shard_bytes: int = 2 << 30, export: str = "fp_quant") -> Dict[str, Any]:
     """Writes the complete output folder:
 
-    - ``model-0000i-of-0000n.safetensors`` + ``model.safetensors.index.json``: every tensor of the
-      model; quantized layers in the fp_quant layout named after their modules
+    - ``wush_checkpoint.safetensors``: the libwush checkpoint (transforms + packed weights),
+      written first and always; :func:`load_quantized` runs the model from it;
+    - ``model-0000i-of-0000n.safetensors`` + ``model.safetensors.index.json``: with
+      ``model_dir``, every tensor stored in that folder, under its stored name and dtype, bit for
+      bit, except the quantized layers' weights; without it, the model's state_dict. With
+      ``export="fp_quant"`` the quantized layers in the fp_quant layout named after their modules
       (``<module>.qweight``, ``.scales``, ``.forward_hadamard_matrix``,
       ``.backward_hadamard_matrix``, ``.weight_global_scale``, ``.act_global_scale``), or with
-      ``pseudo`` the bf16 ``<module>.dqweight`` instead of qweight/scales; biases and all other
-      tensors copied;
-    - ``config.json`` with ``quantization_config`` merged (from ``model_dir`` or the model's config);
-    - the tokenizer files of ``model_dir``;
-    - ``wush_checkpoint.safetensors``: the libwush checkpoint (transforms + packed weights).
+      ``pseudo`` the bf16 ``<module>.dqweight`` instead of qweight/scales. With ``export="wush"``
+      (or when the library's fp_quant export refuses this model) none of those: the quantized
+      layers live in the checkpoint alone;
+    - ``config.json``: ``model_dir``'s (else the model's config) with ``quantization_config``
+      (fp_quant's, ``modules_to_not_convert`` = exactly the linear layers left unquantized);
+    - every other file of ``model_dir`` (tokenizer, generation config, sentence-transformers
+      modules such as ``modules.json`` and ``1_Pooling/``), copied; not other serializations of
+      the weights (``WEIGHT_FILES``, ``WEIGHT_DIRS``);
+    - ``wush_quantization.json``: what was done (format, transform, method, layers, the export).
 
-    Refuses NVFP4 with per-block WUSH matrices: no fp_quant consumer can load those.
+    Returns that last file's content. Refuses, before writing, what :func:`check_export` refuses.
     """
     from safetensors.torch import load_file
-    if result.format.lower() == "nvfp4" and result.transform.lower() in ("wush", "wus"):
-        raise ValueError("NVFP4 with per-block WUSH transforms cannot be loaded by any fp_quant consumer "
-                         "(QuTLASS/fp_quant apply one shared (G, G) rotation for NVFP4); use mxfp4, or "
-                         "transform=hadamard/identity for nvfp4")
+    check_export(result.format, result.transform, export)
     os.makedirs(out_dir, exist_ok=True)
-    ck_path = os.path.join(out_dir, "wush_checkpoint.safetensors")
+    ck_path = os.path.join(out_dir, CHECKPOINT_FILE)
     result.checkpoint().write(ck_path)
-    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-        exp, cfg = os.path.join(tmp, "fpq.safetensors"), os.path.join(tmp, "qcfg.json")
-        with Checkpoint.open(ck_path) as ck:
-            ck.export_fp_quant(exp, cfg)
-        fpq = load_file(exp)
-        with open(cfg) as f:
-            qcfg = json.load(f)["quantization_config"]
-    tensors = {k: v for k, v in model.state_dict().items()
-               if not any(k.startswith(n + ".") and not k.endswith(".bias") for n in result.layers)}
+    fpq: Dict[str, torch.Tensor] = {}
+    qcfg: Dict[str, Any] = {}
+    refused = None
+    if export == "fp_quant":
+        with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+            exp, cfg = os.path.join(tmp, "fpq.safetensors"), os.path.join(tmp, "qcfg.json")
+            try:
+                with Checkpoint.open(ck_path) as ck:
+                    ck.export_fp_quant(exp, cfg)
+                fpq = load_file(exp)
+                with open(cfg) as f:
+                    qcfg = json.load(f)["quantization_config"]
+            except _core.WushError as e:
+                if e.status != _core.Status.ERR_UNSUPPORTED:
+                    raise
+                # e.g. a search whose guard mixed kinds the export cannot hold: the checkpoint
+                # is written and runs; only this layout is refused.
+                refused = e.message
+                export = "wush"
+    unconverted = sorted(set(n for n in linear_names(model) if n not in result.layers))
+    if model_dir:
+        stored = read_folder_tensors(model_dir)
+        tensors = dict(stored)
+        prefixes = {name: _file_key_prefix(stored, name) for name in result.layers}
+        for name, p in prefixes.items():
+            del tensors[p + name + ".weight"]
+    else:
+        prefixes = {name: "" for name in result.layers}
+        tensors = {k: v for k, v in model.state_dict().items()
+                   if not any(k.startswith(n + ".") and not k.endswith(".bias") for n in result.layers)}
+        # Tied weights (lm_head = embeddings) are stored once, as transformers does.
+        for k in getattr(model, "_tied_weights_keys", None) or []:
+            if isinstance(k, str) and k in tensors and getattr(getattr(model, "config", None), "tie_word_embeddings", False):
+                del tensors[k]
     for k, v in fpq.items():
-        tensors[k] = v
-    if pseudo:
+        layer = k.rsplit(".", 1)[0]
+        tensors[prefixes.get(layer, "") + k] = v
+    if pseudo and fpq:
         qcfg["pseudoquantization"] = True
         for name, (_, q) in result.layers.items():
             # The consumer's pseudo-quantized forward multiplies by dqweight: the dequantized
             # transformed weight (codes x scales x per-tensor factor), stored in bf16.
-            tensors[name + ".dqweight"] = torch.from_numpy(q.dequantize()).to(torch.bfloat16)
-            del tensors[name + ".qweight"], tensors[name + ".scales"]
-    # Tied weights (lm_head = embeddings) are stored once, as transformers does.
-    for k in getattr(model, "_tied_weights_keys", None) or []:
-        if isinstance(k, str) and k in tensors and getattr(getattr(model, "config", None), "tie_word_embeddings", False):
-            del tensors[k]
+            p = prefixes[name] + name
+            tensors[p + ".dqweight"] = torch.from_numpy(q.dequantize()).to(torch.bfloat16)
+            del tensors[p + ".qweight"], tensors[p + ".scales"]
     _shard_and_save(tensors, out_dir, max_shard_bytes)
     if model_dir and os.path.exists(os.path.join(model_dir, "config.json")):
         with open(os.path.join(model_dir, "config.json")) as f:
@@ -375,22 +614,174 @@ def save_quantized(model: nn.Module, result: QuantizationResult, out_dir: str, m
         config = model.config.to_dict()
     else:
         config = {}
-    config["quantization_config"] = qcfg
+    if qcfg:
+        qcfg["modules_to_not_convert"] = unconverted
+        config["quantization_config"] = qcfg
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=2, sort_keys=True)
-    if model_dir:
-        for fn in TOKENIZER_FILES:
-            if os.path.exists(os.path.join(model_dir, fn)):
-                shutil.copy2(os.path.join(model_dir, fn), os.path.join(out_dir, fn))
+    copied = _copy_other_files(model_dir, out_dir) if model_dir else []
+    info = {"format": result.format, "transform": result.transform, "method": result.method,
+            "search": getattr(result, "search", False), "export": export, "fp_quant_refused": refused,
+            "layers": {n: t.info()[0].name.lower() for n, (t, _) in result.layers.items()},
+            "modules_to_not_convert": unconverted, "copied_files": copied}
+    with open(os.path.join(out_dir, INFO_FILE), "w") as f:
+        json.dump(info, f, indent=2)
+    return info
 
 
-def load_quantized_layers(model: nn.Module, checkpoint_path: str) -> List[str]:
-    """Replaces the layers named in a libwush checkpoint by :class:`QuantizedLinear` (CPU
-    runtime); biases are taken from the model. Returns the replaced names."""
-    ck = Checkpoint.open(checkpoint_path)
-    names = ck.layer_names()
-    for name in names:
-        t, q = ck.load_layer(name)
-        old = model.get_submodule(name)
-        _replace(model, name, QuantizedLinear(t, q, getattr(old, "bias", None)))
+def load_quantized_layers(model: nn.Module, checkpoint_path: str, ctx: Optional[_core.Context] = None) -> List[str]:
+    """Replaces the layers named in a libwush checkpoint by :class:`QuantizedLinear` (prepared on
+    ``ctx``, default the CPU); biases are taken from the model. Returns the replaced names."""
+    with Checkpoint.open(checkpoint_path) as ck:
+        names = ck.layer_names()
+        for name in names:
+            t, q = ck.load_layer(name)
+            old = model.get_submodule(name)
+            _replace(model, name, QuantizedLinear(t, q, getattr(old, "bias", None), ctx))
+            t.close()  # the prepared layer holds its own copy
+            q.close()
     return names
+
+
+def _context_for(device: Any) -> Tuple[_core.Context, torch.device]:
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        return _core.default_context(), dev
+    if dev.type == "cuda":
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        try:
+            return _core.Context("cuda", index), torch.device("cuda", index)
+        except _core.WushError as e:
+            raise ValueError(f"device {device}: libwush has no CUDA backend here ({e.message}); "
+                             f"the CUDA module libwush-cuda.so is looked for next to libwush.so or at "
+                             f"$WUSH_CUDA_MODULE") from None
+    raise ValueError(f"device {device}: libwush runs on 'cpu' or 'cuda'")
+
+
+def _dtype_kwarg(dtype: Any) -> Dict[str, Any]:
+    # transformers 4.56 renamed from_pretrained's torch_dtype to dtype (5.x warns on the old name).
+    import transformers
+    major, minor = (int(v) for v in transformers.__version__.split(".")[:2])
+    return {"dtype" if (major, minor) >= (4, 56) else "torch_dtype": dtype}
+
+
+def model_class(config: Any) -> Any:
+    """The class named by ``config.architectures`` (e.g. LlamaForCausalLM, BertModel), else
+    AutoModel's choice for the config."""
+    import transformers
+    for arch in getattr(config, "architectures", None) or []:
+        cls = getattr(transformers, arch, None)
+        if cls is not None:
+            return cls
+    return transformers.AutoModel
+
+
+def load_float_model(model_dir: str, dtype: Any = torch.float32, config: Any = None) -> nn.Module:
+    """A local Hugging Face folder as the class its config names, in ``dtype``, eval mode;
+    nothing downloaded."""
+    from transformers import AutoConfig
+    config = config or AutoConfig.from_pretrained(model_dir, local_files_only=True)
+    cls = model_class(config)
+    return cls.from_pretrained(model_dir, config=config, local_files_only=True, **_dtype_kwarg(dtype)).eval()
+
+
+def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None) -> nn.Module:
+    """Loads a folder written by :func:`save_quantized` to run on libwush's runtime: the model
+    class named by the folder's config, every tensor but the quantized weights from the folder's
+    safetensors, and each quantized layer (``wush_checkpoint.safetensors``) as a
+    :class:`QuantizedLinear` prepared on ``device`` ("cpu", or "cuda[:i]" when libwush's CUDA
+    backend is present: its layers then run on torch's current stream). ``dtype``: the
+    non-quantized parameters' dtype (default the config's ``torch_dtype``, else float32).
+    Nothing is downloaded. Raises ValueError when the folder lacks a tensor the model needs."""
+    from transformers import AutoConfig
+    from transformers.utils import logging as hf_logging
+    ctx, dev = _context_for(device)
+    config = AutoConfig.from_pretrained(out_dir, local_files_only=True)
+    if hasattr(config, "quantization_config"):
+        # The folder's fp_quant config would send transformers to its own quantizer (GPU-only);
+        # the quantized layers are loaded from the libwush checkpoint instead.
+        delattr(config, "quantization_config")
+    if dtype is None:
+        dtype = getattr(config, "dtype", None)
+        if dtype is None and "dtype" not in _dtype_kwarg(None):  # older transformers' name
+            dtype = getattr(config, "torch_dtype", None)
+        dtype = dtype or torch.float32
+        dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    with Checkpoint.open(os.path.join(out_dir, CHECKPOINT_FILE)) as ck:
+        qnames = ck.layer_names()
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the quantized weights are "missing" on purpose
+    try:
+        model, info = model_class(config).from_pretrained(out_dir, config=config, local_files_only=True,
+                                                          output_loading_info=True, **_dtype_kwarg(dtype))
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    # transformers reports keys in the model's namespace: only the quantized weights may miss.
+    expected = {n + ".weight" for n in qnames}
+    missing = [k for k in info.get("missing_keys", []) if not any(k == e or k.endswith("." + e) for e in expected)]
+    if missing:
+        raise ValueError(f"{out_dir}: tensors missing from the folder: {', '.join(sorted(missing)[:10])}")
+    load_quantized_layers(model, os.path.join(out_dir, CHECKPOINT_FILE), ctx)
+    return model.to(dev).eval()
+
+
+# ----------------------------------------------------------------------------------------------
+# Running a loaded model: generation, sentence embeddings
+# ----------------------------------------------------------------------------------------------
+
+def pooling_config(folder: str) -> Dict[str, Any]:
+    """The sentence-transformers pooling of a folder (``modules.json`` + its Pooling module's
+    config.json): {"mode": "mean"|"cls"|"max", "normalize": bool}; mean pooling, no
+    normalization when the folder has no such files."""
+    mode, normalize = "mean", False
+    modules_path = os.path.join(folder, "modules.json")
+    if os.path.exists(modules_path):
+        with open(modules_path) as f:
+            modules = json.load(f)
+        for m in modules:
+            kind = m.get("type", "")
+            if kind.endswith("Pooling"):
+                cfg_path = os.path.join(folder, m.get("path", ""), "config.json")
+                if os.path.exists(cfg_path):
+                    with open(cfg_path) as f:
+                        pc = json.load(f)
+                    if pc.get("pooling_mode_cls_token"):
+                        mode = "cls"
+                    elif pc.get("pooling_mode_max_tokens"):
+                        mode = "max"
+            elif kind.endswith("Normalize"):
+                normalize = True
+    return {"mode": mode, "normalize": normalize}
+
+
+def embed(model: nn.Module, tokenizer: Any, sentences: List[str], pooling: Optional[Dict[str, Any]] = None,
+          batch_size: int = 32, max_length: int = 256) -> torch.Tensor:
+    """Sentence embeddings (float32, one row per sentence) of an encoder: its last hidden states
+    pooled as ``pooling`` (:func:`pooling_config`) says."""
+    pooling = pooling or {"mode": "mean", "normalize": False}
+    device = next(model.parameters()).device
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(sentences), batch_size):
+            enc = tokenizer(sentences[i:i + batch_size], padding=True, truncation=True, max_length=max_length,
+                            return_tensors="pt").to(device)
+            h = model(**enc)[0].float()
+            mask = enc["attention_mask"].unsqueeze(-1).to(h.dtype)
+            if pooling["mode"] == "cls":
+                e = h[:, 0]
+            elif pooling["mode"] == "max":
+                e = h.masked_fill(mask == 0, float("-inf")).amax(1)
+            else:
+                e = (h * mask).sum(1) / mask.sum(1).clamp(min=1)
+            if pooling["normalize"]:
+                e = torch.nn.functional.normalize(e, dim=-1)
+            out.append(e.cpu())
+    return torch.cat(out)
+
+
+def is_causal(model: nn.Module) -> bool:
+    """Whether the model generates text (a causal language model head)."""
+    try:
+        return bool(model.can_generate())
+    except Exception:  # noqa: BLE001 - older/other models: no can_generate
+        return False

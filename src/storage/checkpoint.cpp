@@ -256,10 +256,16 @@ CheckpointLayer CheckpointReader::load(std::string_view name) const {
 
 std::string export_fp_quant(const CheckpointReader& ck, const std::string& path, Progress* progress) {
     std::vector<CheckpointLayer> layers;
+    for (const std::string& n : ck.layer_names()) layers.push_back(ck.load(n));
+    // One WUSH layer makes the export per-block ((G, d_in) matrices, transform_init "wush"); the
+    // other layers of such a checkpoint (a search's guard may keep I, H or R on some) are then
+    // written as their explicit per-block matrices, which that layout represents exactly.
+    const bool per_block = std::any_of(layers.begin(), layers.end(),
+                                       [](const CheckpointLayer& l) { return l.transform.kind() == TransformKind::WUSH; });
     std::string forward_dtype, init;
     std::size_t group = 0;
-    for (const std::string& n : ck.layer_names()) {
-        CheckpointLayer l = ck.load(n);
+    for (const CheckpointLayer& l : layers) {
+        const std::string& n = l.name;
         const formats::FormatSpec& f = formats::spec(l.weights.format);
         if (f.id != WUSH_FORMAT_MXFP4 && f.id != WUSH_FORMAT_NVFP4)
             fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n + "\": fp_quant holds only mxfp4 and nvfp4, not " + f.name);
@@ -267,9 +273,9 @@ std::string export_fp_quant(const CheckpointReader& ck, const std::string& path,
             if (bits::bf16_decode(bits::bf16_encode(v)) != v)
                 fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n + "\": its transform is not exactly representable in bf16 "
                                            "(build it with WUSH_OPTION_TRANSFORM_DTYPE = WUSH_DTYPE_BF16)");
-        const std::string kind = l.transform.kind() == TransformKind::Identity   ? "identity"
+        const std::string kind = per_block                                      ? "wush"
+                                 : l.transform.kind() == TransformKind::Identity ? "identity"
                                  : l.transform.kind() == TransformKind::Hadamard ? "hadamard"
-                                 : l.transform.kind() == TransformKind::WUSH     ? "wush"
                                                                                  : "";
         if (kind.empty())
             fail(WUSH_ERR_UNSUPPORTED, std::string("layer \"") + n + "\": fp_quant has no transform_init for " +
@@ -287,7 +293,6 @@ std::string export_fp_quant(const CheckpointReader& ck, const std::string& path,
         forward_dtype = f.name;
         init = kind;
         group = f.group;
-        layers.push_back(std::move(l));
     }
     require(!layers.empty(), "the checkpoint has no layers");
 
