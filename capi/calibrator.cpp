@@ -54,7 +54,7 @@ WUSH_API wush_status wush_calibrator_add(wush_context* ctx, wush_calibrator* cal
         ContextUse use(ctx, "ctx");
         require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(x, "x");
-        use.backend().calibrate(calibrator->core, dtype, x, n_tokens, use.host());
+        use.backend().calibrate(calibrator->core, dtype, x, n_tokens);
     });
 }
 
@@ -157,7 +157,7 @@ WUSH_API wush_status wush_calibrator_add_validation(wush_context* ctx, wush_cali
         ContextUse use(ctx, "ctx");
         require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(x, "x");
-        use.backend().add_validation(calibrator->core, dtype, x, n_tokens, use.host());
+        use.backend().add_validation(calibrator->core, dtype, x, n_tokens);
     });
 }
 

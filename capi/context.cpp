@@ -6,8 +6,8 @@
 
 #include <omp.h>
 
+#include "backend/context_parameters.h"
 #include "guard.h"
-#include "common/cpu_isa.h"
 
 namespace wush::capi {
 
@@ -15,15 +15,14 @@ ContextUse::ContextUse(wush_context* ctx, const char* arg) : ctx_(ctx) {
     require_handle(ctx, HandleType::Context, arg);
     lock_ = std::unique_lock(ctx->mutex);
     saved_threads_ = omp_get_max_threads();
-    // More threads than processors never helps these kernels, and asking libgomp for thousands
-    // can fail to create them (which ends the process): the setting is clamped here.
-    if (ctx->num_threads > 0) omp_set_num_threads(int(std::min<std::int64_t>(ctx->num_threads, omp_get_num_procs())));
+    const std::int64_t threads = ctx->backend->parameter(WUSH_CONTEXT_NUM_THREADS);
+    if (threads > 0) omp_set_num_threads(int(backend::openmp_threads(threads)));
 }
 
 ContextUse::~ContextUse() { omp_set_num_threads(saved_threads_); }
 
-backend::HostSettings ContextUse::host() const {
-    return {wush::runtime::resolve_isa(ctx_->cpu_isa), std::size_t(std::max(omp_get_max_threads(), 1))};
+wush::runtime::Isa ContextUse::host_isa() const {
+    return wush::runtime::resolve_isa(ctx_->backend->parameter(WUSH_CONTEXT_CPU_ISA));
 }
 
 }  // namespace wush::capi
@@ -57,19 +56,7 @@ WUSH_API wush_status wush_context_backend(const wush_context* ctx, wush_backend*
 WUSH_API wush_status wush_context_set_parameter(wush_context* ctx, wush_context_parameter param, int64_t value) {
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
-        switch (param) {
-            case WUSH_CONTEXT_NUM_THREADS:
-                if (value < 0 || value > 4096)
-                    wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_CONTEXT_NUM_THREADS must be in [0, 4096], got " + std::to_string(value));
-                use->num_threads = value;
-                return;
-            case WUSH_CONTEXT_CPU_ISA:
-                wush::runtime::resolve_isa(value);  // INVALID_ARGUMENT / UNSUPPORTED before any change
-                use->cpu_isa = value;
-                return;
-            default: break;  // out-of-range values are handled after the switch
-        }
-        wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_context_parameter " + std::to_string(int(param)));
+        use.backend().set_parameter(param, value);
     });
 }
 
@@ -77,12 +64,7 @@ WUSH_API wush_status wush_context_get_parameter(const wush_context* ctx, wush_co
     return guarded(__func__, [&] {
         ContextUse use(const_cast<wush_context*>(ctx), "ctx");
         require_pointer(value, "value");
-        switch (param) {
-            case WUSH_CONTEXT_NUM_THREADS: *value = use->num_threads; return;
-            case WUSH_CONTEXT_CPU_ISA: *value = use->cpu_isa; return;
-            default: break;  // out-of-range values are handled after the switch
-        }
-        wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_context_parameter " + std::to_string(int(param)));
+        *value = use.backend().parameter(param);
     });
 }
 

@@ -1,5 +1,5 @@
-// The wush_context object: the backend it owns, the host execution settings, and the lock that
-// serializes calls on one context.
+// The wush_context object: the backend it owns (which owns the context's parameters) and the lock
+// that serializes calls on one context.
 #pragma once
 
 #include <cstdint>
@@ -7,20 +7,20 @@
 #include <mutex>
 
 #include "backend/backend.h"
+#include "common/cpu_isa.h"
 #include "handles.h"
 #include "wush/wush.h"
 
 struct wush_context {
     std::unique_ptr<wush::backend::Backend> backend;
-    std::int64_t num_threads = 0;  // 0 = OpenMP default
-    std::int64_t cpu_isa = 0;      // a wush_cpu_isa value; 0 = the fastest the CPU supports
     std::mutex mutex;
 };
 
 namespace wush::capi {
 
 // Holds a context for the duration of one API call: checks the handle, takes its lock, and
-// applies its thread count to this thread's OpenMP regions (restored afterwards).
+// applies the backend's thread setting to this thread's OpenMP regions (restored afterwards), so
+// the host-side numerics of the call (calibration, transform builds, losses) follow it too.
 class ContextUse {
 public:
     ContextUse(wush_context* ctx, const char* arg);
@@ -30,8 +30,8 @@ public:
     wush_context& operator*() const { return *ctx_; }
     wush_context* operator->() const { return ctx_; }
     backend::Backend& backend() const { return *ctx_->backend; }
-    // The settings host-side work of this call runs with (ISA resolved, threads >= 1).
-    backend::HostSettings host() const;
+    // The ISA of the CPU kernels this call may run on the host (the backend's setting, resolved).
+    runtime::Isa host_isa() const;
 
 private:
     wush_context* ctx_;

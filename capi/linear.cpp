@@ -38,7 +38,7 @@ WUSH_API wush_status wush_linear_create(wush_context* ctx, const wush_transform*
         wush::require_layer(transform->core, qweight->core);
         auto l = std::make_unique<wush_linear>();
         l->context = ctx;
-        l->layer = use.backend().prepare({transform->core, transform->runtime_use}, qweight->core, use.host());
+        l->layer = use.backend().prepare({transform->core, transform->runtime_use}, qweight->core);
         register_handle(l.get(), HandleType::Linear);
         *layer = l.release();
     });
@@ -63,7 +63,7 @@ WUSH_API wush_status wush_linear_workspace_size(wush_context* ctx, const wush_li
         ContextUse use(ctx, "ctx");
         const wush::backend::PreparedLayer& l = layer_of(use, layer);
         require_pointer(bytes, "bytes");
-        *bytes = l.workspace_bytes(n_tokens, use.host());
+        *bytes = l.workspace_bytes(n_tokens);
     });
 }
 
@@ -78,7 +78,7 @@ WUSH_API wush_status wush_linear_quantize(wush_context* ctx, wush_linear* layer,
         if (n_tokens == 0) return;
         require_pointer(x, "x");
         const PackedOutput out = packed_output(codes, codes_bytes, scales, scales_bytes, need);
-        l.quantize(x_dtype, x, n_tokens, out.codes, out.scales, use.host());
+        l.quantize(x_dtype, x, n_tokens, out.codes, out.scales);
     });
 }
 
@@ -95,11 +95,9 @@ WUSH_API wush_status wush_linear_run(wush_context* ctx, wush_linear* layer, wush
         require_pointer(y, "y");
         require_size(y_count, wush::checked_mul(n_tokens, l.d_out(), "n_tokens * d_out"), "y", "elements");
         // The smallest workspace that works is the one for a single thread.
-        wush::backend::HostSettings one = use.host();
-        one.threads = 1;
-        require_size(workspace_bytes, l.workspace_bytes(n_tokens, one), "workspace", "bytes");
+        require_size(workspace_bytes, l.minimum_workspace_bytes(n_tokens), "workspace", "bytes");
         require_pointer(workspace, "workspace");
-        l.forward(x_dtype, x, n_tokens, y_dtype, y, {static_cast<std::byte*>(workspace), workspace_bytes}, use.host());
+        l.forward(x_dtype, x, n_tokens, y_dtype, y, {static_cast<std::byte*>(workspace), workspace_bytes});
     });
 }
 

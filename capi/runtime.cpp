@@ -52,7 +52,7 @@ WUSH_API wush_status wush_context_cpu_isa(const wush_context* ctx, wush_cpu_isa*
     return guarded(__func__, [&] {
         ContextUse use(const_cast<wush_context*>(ctx), "ctx");
         require_pointer(isa, "isa");
-        *isa = wush_cpu_isa(int(rt::resolve_isa(use->cpu_isa)));
+        *isa = wush_cpu_isa(int(use.host_isa()));
     });
 }
 
@@ -73,7 +73,7 @@ WUSH_API wush_status wush_quantize_activations(wush_context* ctx, const wush_tra
         if (n_tokens == 0) return;
         require_pointer(x, "x");
         const PackedOutput out = packed_output(codes, codes_bytes, scales, scales_bytes, need);
-        use.backend().quantize_activations(ref(transform), f, dtype, x, n_tokens, out.codes, out.scales, use.host());
+        use.backend().quantize_activations(ref(transform), f, dtype, x, n_tokens, out.codes, out.scales);
     });
 }
 
@@ -96,7 +96,7 @@ WUSH_API wush_status wush_gemm(wush_context* ctx, const wush_qweight* qweight, c
         require_size(y_count, wush::checked_mul(m, w.d_out, "m * d_out"), "y", "elements");
         const std::span<const std::uint8_t> codes(static_cast<const std::uint8_t*>(a_codes), need.codes);
         const std::span<const std::uint8_t> scales(static_cast<const std::uint8_t*>(a_scales), need.scales);
-        use.backend().gemm(w, codes, scales, m, y_dtype, y, use.host());
+        use.backend().gemm(w, codes, scales, m, y_dtype, y);
     });
 }
 
@@ -107,7 +107,7 @@ WUSH_API wush_status wush_linear_forward_workspace_size(wush_context* ctx, const
         require_handle(transform, HandleType::Transform, "transform");
         require_handle(qweight, HandleType::QWeight, "qweight");
         require_pointer(bytes, "bytes");
-        *bytes = use.backend().linear_forward_workspace_bytes(ref(transform), qweight->core, n_tokens, use.host());
+        *bytes = use.backend().linear_forward_workspace_bytes(ref(transform), qweight->core, n_tokens);
     });
 }
 
@@ -129,13 +129,11 @@ WUSH_API wush_status wush_linear_forward(wush_context* ctx, const wush_transform
         require_pointer(y, "y");
         require_size(y_count, wush::checked_mul(n_tokens, w.d_out, "n_tokens * d_out"), "y", "elements");
         // The smallest workspace that works is the one for a single thread.
-        wush::backend::HostSettings one = use.host();
-        one.threads = 1;
-        require_size(workspace_bytes, use.backend().linear_forward_workspace_bytes(ref(transform), w, n_tokens, one),
+        require_size(workspace_bytes, use.backend().linear_forward_minimum_workspace_bytes(ref(transform), w, n_tokens),
                      "workspace", "bytes");
         require_pointer(workspace, "workspace");
         use.backend().linear_forward(ref(transform), w, x_dtype, x, n_tokens, y_dtype, y,
-                                     {static_cast<std::byte*>(workspace), workspace_bytes}, use.host());
+                                     {static_cast<std::byte*>(workspace), workspace_bytes});
     });
 }
 
@@ -148,7 +146,7 @@ WUSH_API wush_status wush_layer_loss_runtime(wush_context* ctx, const wush_trans
         require_handle(qweight, HandleType::QWeight, "qweight");
         require_pointer(loss, "loss");
         // Host memory and the CPU kernels on any context: this measures, it does not launch.
-        const rt::Isa isa = use.host().isa;
+        const rt::Isa isa = use.host_isa();
         const fmt::PackedMatrix& q = qweight->core;
         wush::require_layer(transform->core, q);
         if (n_tokens == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "n_tokens is 0");

@@ -30,6 +30,7 @@
 
 #include "common/checked_math.h"
 #include "common/dtype.h"
+#include "backend/context_parameters.h"
 #include "transforms/runtime_layer.h"
 #include "cuda_check.h"
 #include "device_rules.h"
@@ -290,12 +291,13 @@ public:
     std::size_t d_out() const override { return d_out_; }
     wush_format format() const override { return spec_.id; }
 
-    std::size_t workspace_bytes(std::size_t n, const backend::HostSettings&) const override {
+    std::size_t workspace_bytes(std::size_t n) const override {
         return layer_workspace_bytes(spec_, d_in_, d_out_, n, plan_, *dev_);
     }
+    std::size_t minimum_workspace_bytes(std::size_t n) const override { return workspace_bytes(n); }
 
     void quantize(wush_dtype x_dtype, const void* x, std::size_t n, std::span<std::uint8_t> codes,
-                  std::span<std::uint8_t> scales, const backend::HostSettings&) override {
+                  std::span<std::uint8_t> scales) override {
         require_dtype(x_dtype);
         const formats::PackedSizes s = formats::packed_sizes(spec_, n, d_in_);
         require(codes.size() >= s.codes && scales.size() >= s.scales, "quantize: codes or scales buffer too small");
@@ -307,9 +309,9 @@ public:
     }
 
     void forward(wush_dtype x_dtype, const void* x, std::size_t n, wush_dtype y_dtype, void* y,
-                 std::span<std::byte> workspace, const backend::HostSettings& host) override {
+                 std::span<std::byte> workspace) override {
         require(y_dtype == WUSH_DTYPE_F32 || y_dtype == WUSH_DTYPE_BF16, "y dtype must be F32 or BF16");
-        require(workspace.size() >= workspace_bytes(n, host), "forward: workspace too small");
+        require(workspace.size() >= workspace_bytes(n), "forward: workspace too small");
         // Sub-buffers start at 256-byte offsets: with an aligned base every operand is aligned
         // as cuBLAS / cuBLASLt want it (cudaMalloc gives 256 bytes).
         require(reinterpret_cast<std::uintptr_t>(workspace.data()) % 256 == 0,
@@ -321,7 +323,7 @@ public:
         auto* codes = reinterpret_cast<std::uint8_t*>(workspace.data());
         auto* scales = codes + round_up(s.codes, 256);
         std::byte* rest = workspace.data() + round_up(s.codes, 256) + round_up(s.scales, 256);
-        quantize(x_dtype, x, n, {codes, s.codes}, {scales, s.scales}, host);
+        quantize(x_dtype, x, n, {codes, s.codes}, {scales, s.scales});
         const std::span<std::byte> gemm_ws(rest, workspace.size() - std::size_t(rest - workspace.data()));
         run_gemm(gemm_args(n, y_dtype, y, codes, scales, gemm_ws), extras_, *dev_);
     }
@@ -362,6 +364,13 @@ public:
         return "cuda:" + std::to_string(dev_->index) + " (" + dev_->name + ", sm_" + std::to_string(dev_->sm) + ")";
     }
 
+    // The host-side settings of this context (its calibration, transform builds and losses run on
+    // the host); the device kernels do not read them.
+    void set_parameter(wush_context_parameter parameter, std::int64_t value) override {
+        parameters_.set(parameter, value);
+    }
+    std::int64_t parameter(wush_context_parameter parameter) const override { return parameters_.get(parameter); }
+
     void set_stream(void* stream) override { dev_->stream = static_cast<cudaStream_t>(stream); }
     void* stream() const override { return dev_->stream; }
     void synchronize() override {
@@ -371,7 +380,7 @@ public:
 
     void quantize_activations(backend::TransformRef t, const formats::FormatSpec& format, wush_dtype x_dtype,
                               const void* x, std::size_t n, std::span<std::uint8_t> codes,
-                              std::span<std::uint8_t> scales, const backend::HostSettings&) override {
+                              std::span<std::uint8_t> scales) override {
         require_dtype(x_dtype);
         const formats::PackedSizes s = formats::packed_sizes(format, n, t.core.d_in());
         require(codes.size() >= s.codes && scales.size() >= s.scales, "quantize: codes or scales buffer too small");
@@ -386,8 +395,7 @@ public:
     }
 
     void gemm(const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
-              std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y,
-              const backend::HostSettings&) override {
+              std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y) override {
         require(y_dtype == WUSH_DTYPE_F32 || y_dtype == WUSH_DTYPE_BF16, "y dtype must be F32 or BF16");
         const DeviceGuard guard(dev_->index);
         require_device_pointer(a_codes.data(), "a_codes", dev_->index);
@@ -414,23 +422,24 @@ public:
         dev_->synchronize_and_report("x");  // the buffers above are freed on return
     }
 
-    std::size_t linear_forward_workspace_bytes(backend::TransformRef, const formats::PackedMatrix& w, std::size_t n,
-                                               const backend::HostSettings&) override {
+    std::size_t linear_forward_workspace_bytes(backend::TransformRef, const formats::PackedMatrix& w, std::size_t n) override {
         const formats::FormatSpec& f = formats::spec(w.format);
         return layer_workspace_bytes(f, w.d_in, w.d_out, n, plan_weight(f, w.d_in, w.d_out, *dev_), *dev_);
     }
+    std::size_t linear_forward_minimum_workspace_bytes(backend::TransformRef t, const formats::PackedMatrix& w,
+                                                       std::size_t n) override {
+        return linear_forward_workspace_bytes(t, w, n);
+    }
 
     void linear_forward(backend::TransformRef t, const formats::PackedMatrix& w, wush_dtype x_dtype, const void* x,
-                        std::size_t n, wush_dtype y_dtype, void* y, std::span<std::byte> workspace,
-                        const backend::HostSettings& host) override {
+                        std::size_t n, wush_dtype y_dtype, void* y, std::span<std::byte> workspace) override {
         const DeviceGuard guard(dev_->index);
         CudaLayer layer(dev_, t, w);
-        layer.forward(x_dtype, x, n, y_dtype, y, workspace, host);
+        layer.forward(x_dtype, x, n, y_dtype, y, workspace);
         dev_->synchronize_and_report("x");  // the layer's device copies are freed on return
     }
 
-    void calibrate(Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n,
-                   const backend::HostSettings&) override {
+    void calibrate(Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n) override {
         const DeviceGuard guard(dev_->index);
         check_device_batch(x_dtype, x, n, "calibration");
         if (cal.sample_capacity() > 0) return calibrate_on_host(cal, x_dtype, x, n);
@@ -467,8 +476,7 @@ public:
     }
 
     // Validation tokens only feed a host-side sample: copied to the host, then the CPU path.
-    void add_validation(Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n,
-                        const backend::HostSettings&) override {
+    void add_validation(Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n) override {
         const DeviceGuard guard(dev_->index);
         check_device_batch(x_dtype, x, n, "validation");
         const std::vector<std::byte> host = copy_tokens_to_host(cal, x_dtype, x, n);
@@ -484,14 +492,14 @@ public:
         return host;
     }
 
-    std::unique_ptr<backend::PreparedLayer> prepare(backend::TransformRef t, const formats::PackedMatrix& w,
-                                                    const backend::HostSettings&) override {
+    std::unique_ptr<backend::PreparedLayer> prepare(backend::TransformRef t, const formats::PackedMatrix& w) override {
         const DeviceGuard guard(dev_->index);
         return std::make_unique<CudaLayer>(dev_, t, w);
     }
 
 private:
     std::shared_ptr<Device> dev_;  // shared with the layers: they outlive nothing they need
+    backend::ContextParameters parameters_;
 };
 
 }  // namespace

@@ -17,7 +17,6 @@
 #include <string>
 
 #include "calibration/calibrator.h"
-#include "common/cpu_isa.h"
 #include "formats/block_format.h"
 #include "formats/packed_matrix.h"
 #include "transforms/block_transform.h"
@@ -33,12 +32,6 @@ struct TransformRef {
     MatrixUse use;
 };
 
-// Host-side execution settings of the calling context, applied by the C API for each call.
-struct HostSettings {
-    runtime::Isa isa;      // resolved WUSH_CONTEXT_CPU_ISA
-    std::size_t threads;   // OpenMP threads of this call (>= 1)
-};
-
 // A transform and a quantized weight bound to one backend (wush_linear). Created by
 // Backend::prepare(); used only through the context that created it (the C API checks).
 class PreparedLayer {
@@ -48,16 +41,18 @@ public:
     virtual std::size_t d_out() const = 0;
     virtual wush_format format() const = 0;
 
-    // Workspace bytes of forward() for up to n_tokens tokens.
-    virtual std::size_t workspace_bytes(std::size_t n_tokens, const HostSettings& host) const = 0;
+    // Workspace bytes of forward() for up to n_tokens tokens: what it uses to run at full speed,
+    // and the least it accepts (a CPU layer runs on fewer threads with less).
+    virtual std::size_t workspace_bytes(std::size_t n_tokens) const = 0;
+    virtual std::size_t minimum_workspace_bytes(std::size_t n_tokens) const = 0;
 
     // The activation side alone: codes / scales (layouts of wush_quantize_rows) of T_wush x.
     virtual void quantize(wush_dtype x_dtype, const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
-                          std::span<std::uint8_t> scales, const HostSettings& host) = 0;
+                          std::span<std::uint8_t> scales) = 0;
 
     // y (n_tokens x d_out, F32 or BF16) = q(T_wush x) q(T_xvsh W)^T, intermediates in `workspace`.
     virtual void forward(wush_dtype x_dtype, const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y,
-                         std::span<std::byte> workspace, const HostSettings& host) = 0;
+                         std::span<std::byte> workspace) = 0;
 };
 
 class Backend {
@@ -67,6 +62,12 @@ public:
     virtual wush_backend kind() const = 0;
     // "cpu" or e.g. "cuda:0 (NVIDIA H100 80GB HBM3, sm_90)": for messages and `wush bench`.
     virtual std::string describe() const = 0;
+
+    // The context's parameters (wush_context_set_parameter / _get_parameter), owned by the backend
+    // (backend/context_parameters.h says what each governs). set_parameter throws
+    // INVALID_ARGUMENT / UNSUPPORTED for a bad value and then changes nothing.
+    virtual void set_parameter(wush_context_parameter parameter, std::int64_t value) = 0;
+    virtual std::int64_t parameter(wush_context_parameter parameter) const = 0;
 
     // The queue launches go to (cudaStream_t for CUDA; the CPU backend takes only nullptr).
     virtual void set_stream(void* stream) = 0;
@@ -78,34 +79,31 @@ public:
     // formats::packed_sizes(format, n_tokens, d_in).
     virtual void quantize_activations(TransformRef t, const formats::FormatSpec& format, wush_dtype x_dtype,
                                       const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
-                                      std::span<std::uint8_t> scales, const HostSettings& host) = 0;
+                                      std::span<std::uint8_t> scales) = 0;
 
     // Y (m x d_out) = A W^T with A given by its codes and scales in w's format (wush_gemm).
     virtual void gemm(const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
-                      std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y,
-                      const HostSettings& host) = 0;
+                      std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y) = 0;
 
-    // wush_linear_forward: workspace size and the layer.
+    // wush_linear_forward: workspace size (as PreparedLayer's two sizes) and the layer.
     virtual std::size_t linear_forward_workspace_bytes(TransformRef t, const formats::PackedMatrix& w,
-                                                       std::size_t n_tokens, const HostSettings& host) = 0;
+                                                       std::size_t n_tokens) = 0;
+    virtual std::size_t linear_forward_minimum_workspace_bytes(TransformRef t, const formats::PackedMatrix& w,
+                                                               std::size_t n_tokens) = 0;
     virtual void linear_forward(TransformRef t, const formats::PackedMatrix& w, wush_dtype x_dtype, const void* x,
-                                std::size_t n_tokens, wush_dtype y_dtype, void* y, std::span<std::byte> workspace,
-                                const HostSettings& host) = 0;
+                                std::size_t n_tokens, wush_dtype y_dtype, void* y, std::span<std::byte> workspace) = 0;
 
     // Adds n_tokens x d_in activations (backend memory) to a host calibrator's float64 sums.
-    virtual void calibrate(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
-                           const HostSettings& host) = 0;
+    virtual void calibrate(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens) = 0;
     // Offers n_tokens x d_in activations (backend memory) to a host calibrator's validation sample.
-    virtual void add_validation(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
-                                const HostSettings& host) = 0;
+    virtual void add_validation(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens) = 0;
 
     // Binds a transform and a quantized weight of one layer to this backend (copies what it keeps:
     // the result does not reference t or w afterwards).
-    virtual std::unique_ptr<PreparedLayer> prepare(TransformRef t, const formats::PackedMatrix& w,
-                                                   const HostSettings& host) = 0;
+    virtual std::unique_ptr<PreparedLayer> prepare(TransformRef t, const formats::PackedMatrix& w) = 0;
 };
 
-// The one place that knows every backend (registry.cpp). Throws INVALID_ARGUMENT for an unknown
+// The one place that knows every backend (capi/backend_registry.cpp). Throws INVALID_ARGUMENT for an unknown
 // backend or a bad device index, UNSUPPORTED when this build or machine cannot serve it.
 std::unique_ptr<Backend> make_backend(wush_backend kind, int device);
 

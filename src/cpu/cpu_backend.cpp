@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "backend/context_parameters.h"
 #include "common/error.h"
 #include "cpu/gemm.h"
 #include "cpu/linear_forward.h"
@@ -14,7 +15,7 @@ namespace wush::runtime {
 
 namespace {
 
-using backend::HostSettings;
+using backend::ContextParameters;
 using backend::TransformRef;
 
 // Valid-by-spec extremes (transform entries near float32's maximum, an E8M0 scale of 2^127) can
@@ -29,11 +30,14 @@ void require_runtime_group(const formats::FormatSpec& f) {
 }
 
 // A transform and weights bound to the CPU: its own copy of the transform (with its matrix
-// classification) and of the weights' bytes handle, and the weights' GEMM panels packed once.
+// classification) and of the weights' bytes handle, and the weights' GEMM panels packed once (for
+// the ISA of the moment; a later ISA setting runs unpacked). It reads the backend's parameters at
+// each call, as the backend's own operations do.
 class CpuLayer final : public backend::PreparedLayer {
 public:
-    CpuLayer(TransformRef t, const formats::PackedMatrix& w, Isa isa)
-        : transform_(t.core), use_(t.use), weights_(w), panels_(isa, w) {
+    CpuLayer(TransformRef t, const formats::PackedMatrix& w, std::shared_ptr<const ContextParameters> parameters)
+        : transform_(t.core), use_(t.use), weights_(w), parameters_(std::move(parameters)),
+          panels_(parameters_->isa(), w) {
         require_layer(transform_, weights_);
     }
 
@@ -41,20 +45,23 @@ public:
     std::size_t d_out() const override { return weights_.d_out; }
     wush_format format() const override { return weights_.format; }
 
-    std::size_t workspace_bytes(std::size_t n_tokens, const HostSettings& host) const override {
-        return linear_forward_workspace_bytes(transform_, weights_, n_tokens, host.threads);
+    std::size_t workspace_bytes(std::size_t n_tokens) const override {
+        return linear_forward_workspace_bytes(transform_, weights_, n_tokens, parameters_->threads());
+    }
+    std::size_t minimum_workspace_bytes(std::size_t n_tokens) const override {
+        return linear_forward_workspace_bytes(transform_, weights_, n_tokens, 1);
     }
 
     void quantize(wush_dtype x_dtype, const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
-                  std::span<std::uint8_t> scales, const HostSettings& host) override {
+                  std::span<std::uint8_t> scales) override {
         std::vector<float> scratch(quantize_scratch_floats(transform_, use_));
         quantize_activations(transform_, use_, formats::spec(weights_.format), x_dtype, x, n_tokens, codes, scales,
-                             host.isa, scratch, host.threads);
+                             parameters_->isa(), scratch, parameters_->threads());
     }
 
     void forward(wush_dtype x_dtype, const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y,
-                 std::span<std::byte> workspace, const HostSettings& host) override {
-        linear_forward(host.isa, transform_, use_, weights_, x_dtype, x, n_tokens, y_dtype, y, workspace, &panels_);
+                 std::span<std::byte> workspace) override {
+        linear_forward(parameters_->isa(), transform_, use_, weights_, x_dtype, x, n_tokens, y_dtype, y, workspace, &panels_);
         require_finite_product(y_dtype, y, n_tokens, weights_.d_out);
     }
 
@@ -62,6 +69,7 @@ private:
     BlockTransform transform_;
     MatrixUse use_;
     formats::PackedMatrix weights_;
+    std::shared_ptr<const ContextParameters> parameters_;
     PanelPack panels_;
 };
 
@@ -70,6 +78,11 @@ public:
     wush_backend kind() const override { return WUSH_BACKEND_CPU; }
     std::string describe() const override { return std::string("cpu (") + isa_name(best_isa()) + ")"; }
 
+    void set_parameter(wush_context_parameter parameter, std::int64_t value) override {
+        parameters_->set(parameter, value);
+    }
+    std::int64_t parameter(wush_context_parameter parameter) const override { return parameters_->get(parameter); }
+
     void set_stream(void* stream) override {
         if (stream != nullptr) fail(WUSH_ERR_INVALID_ARGUMENT, "a CPU context has no stream: pass NULL");
     }
@@ -77,53 +90,54 @@ public:
     void synchronize() override {}
 
     void quantize_activations(TransformRef t, const formats::FormatSpec& format, wush_dtype x_dtype, const void* x,
-                              std::size_t n_tokens, std::span<std::uint8_t> codes, std::span<std::uint8_t> scales,
-                              const HostSettings& host) override {
+                              std::size_t n_tokens, std::span<std::uint8_t> codes, std::span<std::uint8_t> scales) override {
         std::vector<float> scratch(quantize_scratch_floats(t.core, t.use));
-        runtime::quantize_activations(t.core, t.use, format, x_dtype, x, n_tokens, codes, scales, host.isa, scratch,
-                                      host.threads);
+        runtime::quantize_activations(t.core, t.use, format, x_dtype, x, n_tokens, codes, scales, parameters_->isa(),
+                                      scratch, parameters_->threads());
     }
 
     void gemm(const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
-              std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y,
-              const HostSettings& host) override {
+              std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y) override {
         const formats::FormatSpec& f = formats::spec(w.format);
         require_runtime_group(f);
         check_activation_scales(f, a_scales, m, w.d_in);
         // Not value-initialized: zeroing the (mostly untouched) panel space would cost more than
         // a small product.
-        const std::size_t bytes = gemm_scratch_bytes(f, m, w.d_out, w.d_in, host.threads);
+        const std::size_t bytes = gemm_scratch_bytes(f, m, w.d_out, w.d_in, parameters_->threads());
         const std::unique_ptr<std::byte[]> scratch(new std::byte[bytes]);
-        runtime::gemm(host.isa, w, a_codes, a_scales, m, y_dtype, y, {scratch.get(), bytes});
+        runtime::gemm(parameters_->isa(), w, a_codes, a_scales, m, y_dtype, y, {scratch.get(), bytes});
         require_finite_product(y_dtype, y, m, w.d_out);
     }
 
-    std::size_t linear_forward_workspace_bytes(TransformRef t, const formats::PackedMatrix& w, std::size_t n_tokens,
-                                               const HostSettings& host) override {
-        return runtime::linear_forward_workspace_bytes(t.core, w, n_tokens, host.threads);
+    std::size_t linear_forward_workspace_bytes(TransformRef t, const formats::PackedMatrix& w, std::size_t n_tokens) override {
+        return runtime::linear_forward_workspace_bytes(t.core, w, n_tokens, parameters_->threads());
+    }
+    std::size_t linear_forward_minimum_workspace_bytes(TransformRef t, const formats::PackedMatrix& w,
+                                                       std::size_t n_tokens) override {
+        return runtime::linear_forward_workspace_bytes(t.core, w, n_tokens, 1);
     }
 
     void linear_forward(TransformRef t, const formats::PackedMatrix& w, wush_dtype x_dtype, const void* x,
-                        std::size_t n_tokens, wush_dtype y_dtype, void* y, std::span<std::byte> workspace,
-                        const HostSettings& host) override {
-        runtime::linear_forward(host.isa, t.core, t.use, w, x_dtype, x, n_tokens, y_dtype, y, workspace);
+                        std::size_t n_tokens, wush_dtype y_dtype, void* y, std::span<std::byte> workspace) override {
+        runtime::linear_forward(parameters_->isa(), t.core, t.use, w, x_dtype, x, n_tokens, y_dtype, y, workspace);
         require_finite_product(y_dtype, y, n_tokens, w.d_out);
     }
 
-    void calibrate(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
-                   const HostSettings&) override {
+    void calibrate(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens) override {
         calibrator.add(x_dtype, x, n_tokens);
     }
 
-    void add_validation(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
-                        const HostSettings&) override {
+    void add_validation(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens) override {
         calibrator.add_validation(x_dtype, x, n_tokens);
     }
 
-    std::unique_ptr<backend::PreparedLayer> prepare(TransformRef t, const formats::PackedMatrix& w,
-                                                    const HostSettings& host) override {
-        return std::make_unique<CpuLayer>(t, w, host.isa);
+    std::unique_ptr<backend::PreparedLayer> prepare(TransformRef t, const formats::PackedMatrix& w) override {
+        return std::make_unique<CpuLayer>(t, w, parameters_);
     }
+
+private:
+    // Shared with the layers it prepares, which read the settings current at each call.
+    std::shared_ptr<ContextParameters> parameters_ = std::make_shared<ContextParameters>();
 };
 
 }  // namespace

@@ -40,7 +40,12 @@ bool have_gpu() {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
 
 constexpr std::size_t kDin = 256;
-const backend::HostSettings kHost{runtime::best_isa(), 1};
+// The CPU reference runs on the best ISA, one thread.
+struct HostRun {
+    runtime::Isa isa;
+    std::size_t threads;
+};
+const HostRun kHost{runtime::best_isa(), 1};
 const wush_format kFormats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4, WUSH_FORMAT_MXFP4_OCP};
 const TransformKind kKinds[] = {TransformKind::Identity, TransformKind::Hadamard, TransformKind::Random};
 
@@ -139,7 +144,7 @@ TEST_F(CudaKernels, QuantizeMatchesCpuBitForBit) {
                     const cuda::DeviceBuffer xd = dt == WUSH_DTYPE_F32 ? upload(x) : upload(xb);
                     cuda::DeviceBuffer cd(want.codes.size()), sd(want.scales.size());
                     be_->quantize_activations(ref, f, dt, xd.get(), n, {cd.get<std::uint8_t>(), cd.bytes()},
-                                              {sd.get<std::uint8_t>(), sd.bytes()}, kHost);
+                                              {sd.get<std::uint8_t>(), sd.bytes()});
                     const std::string what = std::string(f.name) + " kind " + std::to_string(int(kind)) + " n " +
                                              std::to_string(n) + " dtype " + std::to_string(int(dt));
                     EXPECT_EQ(download<std::uint8_t>(cd, cd.bytes()), want.codes) << what;
@@ -162,7 +167,7 @@ TEST_F(CudaKernels, NonFiniteIsReported) {
     cuda::DeviceBuffer cd(s.codes), sd(s.scales);
     try {
         be_->quantize_activations(ref, f, WUSH_DTYPE_F32, xd.get(), 20, {cd.get<std::uint8_t>(), cd.bytes()},
-                                  {sd.get<std::uint8_t>(), sd.bytes()}, kHost);
+                                  {sd.get<std::uint8_t>(), sd.bytes()});
         ADD_FAILURE() << "no error";
     } catch (const Error& e) {
         EXPECT_EQ(e.status(), WUSH_ERR_NON_FINITE);
@@ -170,9 +175,8 @@ TEST_F(CudaKernels, NonFiniteIsReported) {
     }
     // The enqueue-only path: reported by the next synchronize, then cleared.
     const formats::PackedMatrix w = make_weight(f, 64, 1);
-    auto layer = be_->prepare(ref, w, kHost);
-    layer->quantize(WUSH_DTYPE_F32, xd.get(), 20, {cd.get<std::uint8_t>(), cd.bytes()}, {sd.get<std::uint8_t>(), sd.bytes()},
-                    kHost);
+    auto layer = be_->prepare(ref, w);
+    layer->quantize(WUSH_DTYPE_F32, xd.get(), 20, {cd.get<std::uint8_t>(), cd.bytes()}, {sd.get<std::uint8_t>(), sd.bytes()});
     EXPECT_THROW(be_->synchronize(), Error);
     EXPECT_NO_THROW(be_->synchronize());
 }
@@ -186,7 +190,7 @@ TEST_F(CudaKernels, HostPointersAreRejected) {
     cuda::DeviceBuffer cd(s.codes), sd(s.scales);
     try {
         be_->quantize_activations(ref, f, WUSH_DTYPE_F32, x.data(), 4, {cd.get<std::uint8_t>(), cd.bytes()},
-                                  {sd.get<std::uint8_t>(), sd.bytes()}, kHost);
+                                  {sd.get<std::uint8_t>(), sd.bytes()});
         ADD_FAILURE() << "no error";
     } catch (const Error& e) {
         EXPECT_EQ(e.status(), WUSH_ERR_INVALID_ARGUMENT);
@@ -209,18 +213,18 @@ TEST_F(CudaKernels, GemmAndForwardMatchCpu) {
             const cuda::DeviceBuffer ac = upload(a.codes), as = upload(a.scales);
             cuda::DeviceBuffer yd(m * w.d_out * sizeof(float));
             be_->gemm(w, {ac.get<std::uint8_t>(), ac.bytes()}, {as.get<std::uint8_t>(), as.bytes()}, m, WUSH_DTYPE_F32,
-                      yd.get(), kHost);
+                      yd.get());
             expect_close(download<float>(yd, m * w.d_out), want, kDin, what + " gemm");
             // prepared layer: quantize + GEMM, enqueued, then synchronized
-            auto layer = be_->prepare(ref, w, kHost);
-            cuda::DeviceBuffer ws(layer->workspace_bytes(m, kHost));
+            auto layer = be_->prepare(ref, w);
+            cuda::DeviceBuffer ws(layer->workspace_bytes(m));
             const cuda::DeviceBuffer xd = upload(x);
-            layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, yd.get(), {ws.get<std::byte>(), ws.bytes()}, kHost);
+            layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, yd.get(), {ws.get<std::byte>(), ws.bytes()});
             be_->synchronize();
             expect_close(download<float>(yd, m * w.d_out), want, kDin, what + " forward");
             // BF16 output: the F32 result rounded once
             cuda::DeviceBuffer yb(m * w.d_out * 2);
-            layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_BF16, yb.get(), {ws.get<std::byte>(), ws.bytes()}, kHost);
+            layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_BF16, yb.get(), {ws.get<std::byte>(), ws.bytes()});
             be_->synchronize();
             const std::vector<std::uint16_t> got = download<std::uint16_t>(yb, m * w.d_out);
             for (std::size_t i = 0; i < got.size(); ++i)
@@ -235,7 +239,7 @@ TEST_F(CudaKernels, CalibrationMatchesCpu) {
         Calibrator cpu(kDin, 32, mode), gpu(kDin, 32, mode);
         cpu.add(WUSH_DTYPE_F32, x.data(), 333);
         const cuda::DeviceBuffer xd = upload(x);
-        be_->calibrate(gpu, WUSH_DTYPE_F32, xd.get(), 333, kHost);
+        be_->calibrate(gpu, WUSH_DTYPE_F32, xd.get(), 333);
         ASSERT_EQ(gpu.tokens(), cpu.tokens());
         for (std::size_t b = 0; b < cpu.blocks(); ++b) {
             const std::vector<double> a = cpu.second_moment(b), g = gpu.second_moment(b);
@@ -290,16 +294,16 @@ void capture_matches_eager(bool prefill) {
         const formats::FormatSpec& f = formats::spec(format);
         const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, d_in, f.group);
         const backend::TransformRef ref{t, classify_matrices(t)};
-        auto layer = be->prepare(ref, weight(f, d_out, d_in, 3), kHost);
+        auto layer = be->prepare(ref, weight(f, d_out, d_in, 3));
         for (std::size_t m : {std::size_t(1), std::size_t(17), std::size_t(200)}) {
             const std::string what = std::string(f.name) + " m " + std::to_string(m) + (prefill ? " prefill" : "");
             const cuda::DeviceBuffer xd = upload(gaussian(m * d_in, unsigned(m)));
             const formats::PackedSizes s = formats::packed_sizes(f, m, d_in);
-            cuda::DeviceBuffer ws(layer->workspace_bytes(m, kHost)), y(m * d_out * 4), cd(s.codes), sd(s.scales);
+            cuda::DeviceBuffer ws(layer->workspace_bytes(m)), y(m * d_out * 4), cd(s.codes), sd(s.scales);
             const auto run = [&] {
                 layer->quantize(WUSH_DTYPE_F32, xd.get(), m, {cd.get<std::uint8_t>(), cd.bytes()},
-                                {sd.get<std::uint8_t>(), sd.bytes()}, kHost);
-                layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()}, kHost);
+                                {sd.get<std::uint8_t>(), sd.bytes()});
+                layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
             };
             run();
             be->synchronize();
@@ -358,7 +362,7 @@ TEST(CudaIssue32, QuantizeBitExactAtModelWidths) {
                     const cuda::DeviceBuffer xd = upload(x);
                     cuda::DeviceBuffer cd(s.codes), sd(s.scales);
                     be->quantize_activations(ref, f, WUSH_DTYPE_F32, xd.get(), m, {cd.get<std::uint8_t>(), cd.bytes()},
-                                             {sd.get<std::uint8_t>(), sd.bytes()}, kHost);
+                                             {sd.get<std::uint8_t>(), sd.bytes()});
                     const std::string what = std::string(f.name) + " d_in " + std::to_string(d_in) + " m " + std::to_string(m);
                     EXPECT_EQ(bytes_of(cd.get(), cd.bytes()), want.codes) << what;
                     EXPECT_EQ(bytes_of(sd.get(), sd.bytes()), want.scales) << what;
@@ -384,15 +388,15 @@ TEST(CudaIssue32, CurrentDeviceRestoredAndMisalignedRefused) {
     cuda::DeviceBuffer cd(s.codes), sd(s.scales);
     WUSH_CUDA_CHECK(cudaSetDevice(count - 1));
     be->quantize_activations(ref, f, WUSH_DTYPE_F32, xd.get(), 4, {cd.get<std::uint8_t>(), cd.bytes()},
-                             {sd.get<std::uint8_t>(), sd.bytes()}, kHost);
-    auto layer = be->prepare(ref, make_weight(f, 64, 1), kHost);
+                             {sd.get<std::uint8_t>(), sd.bytes()});
+    auto layer = be->prepare(ref, make_weight(f, 64, 1));
     be->synchronize();
     int now = -1;
     WUSH_CUDA_CHECK(cudaGetDevice(&now));
     EXPECT_EQ(now, count - 1);
     try {
         be->quantize_activations(ref, f, WUSH_DTYPE_F32, static_cast<const char*>(xd.get()) + 2, 3,
-                                 {cd.get<std::uint8_t>(), cd.bytes()}, {sd.get<std::uint8_t>(), sd.bytes()}, kHost);
+                                 {cd.get<std::uint8_t>(), cd.bytes()}, {sd.get<std::uint8_t>(), sd.bytes()});
         ADD_FAILURE() << "a misaligned F32 tensor was accepted";
     } catch (const Error& e) {
         EXPECT_EQ(e.status(), WUSH_ERR_INVALID_ARGUMENT);
@@ -420,7 +424,7 @@ TEST(CudaIssue32, AnotherDevicesPointerIsRefused) {
     cuda::DeviceBuffer cd(s.codes), sd(s.scales);
     try {
         be->quantize_activations(ref, f, WUSH_DTYPE_F32, x1.get(), 4, {cd.get<std::uint8_t>(), cd.bytes()},
-                                 {sd.get<std::uint8_t>(), sd.bytes()}, kHost);
+                                 {sd.get<std::uint8_t>(), sd.bytes()});
         ADD_FAILURE() << "device 1's buffer was accepted by a device-0 context";
     } catch (const Error& e) {
         EXPECT_EQ(e.status(), WUSH_ERR_INVALID_ARGUMENT);

@@ -1,0 +1,39 @@
+// The parameters of a context (wush_context_set_parameter) as its backend keeps them: the backend
+// owns them, as ggml's CPU backend owns its thread count; the C API only forwards the calls.
+//   WUSH_CONTEXT_NUM_THREADS  threads of the context's host-side work (0 = OpenMP's default);
+//   WUSH_CONTEXT_CPU_ISA      the SIMD kernels of its CPU runtime calls (0 = the best the CPU has).
+// Every backend keeps both: a CUDA context still calibrates, builds transforms and evaluates on
+// the host, with these settings.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/cpu_isa.h"
+#include "wush/wush.h"
+
+namespace wush::backend {
+
+// OpenMP threads for a WUSH_CONTEXT_NUM_THREADS setting, >= 1: the setting clamped to the
+// processors, or OpenMP's current default for 0.
+std::size_t openmp_threads(std::int64_t num_threads);
+
+class ContextParameters {
+public:
+    // Throws INVALID_ARGUMENT for an unknown parameter or a value out of range, UNSUPPORTED for an
+    // ISA this CPU lacks; nothing changes then.
+    void set(wush_context_parameter parameter, std::int64_t value);
+    // Throws INVALID_ARGUMENT for an unknown parameter.
+    std::int64_t get(wush_context_parameter parameter) const;
+
+    // The ISA the CPU kernels run with (the setting resolved).
+    runtime::Isa isa() const { return runtime::resolve_isa(cpu_isa_); }
+    // Threads of this context's host-side work: openmp_threads(the setting).
+    std::size_t threads() const { return openmp_threads(num_threads_); }
+
+private:
+    std::int64_t num_threads_ = 0;
+    std::int64_t cpu_isa_ = 0;
+};
+
+}  // namespace wush::backend
