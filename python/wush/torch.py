@@ -436,12 +436,7 @@ def check_export(fmt: str, transform: str, export: str = "fp_quant") -> None:
         raise ValueError(f"unknown export {export!r}; choose one of {', '.join(EXPORTS)}")
     if export == "wush":
         return
-    refusal = _probe_export(fmt, transform)
-    if refusal is None and fmt.lower() == "nvfp4" and transform.lower() in ("wush", "wus"):
-        # Not a limit of the library's export but of the consumers: QuTLASS/fp_quant apply one
-        # shared (G, G) rotation for NVFP4, so per-block matrices would be misread.
-        refusal = ("no fp_quant consumer loads NVFP4 with per-block WUSH matrices (QuTLASS/fp_quant apply one "
-                   "shared (G, G) rotation for NVFP4)")
+    refusal = _probe_export(fmt, transform)  # the C library owns every rule of the export
     if refusal is not None:
         raise ValueError(f"{fmt} with {transform} transforms cannot be written in the fp_quant layout: {refusal}; "
                          f"use export 'wush' (--export wush: the libwush checkpoint, loaded by wush.load_quantized), "

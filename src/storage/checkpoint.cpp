@@ -269,6 +269,12 @@ std::string export_fp_quant(const CheckpointReader& ck, const std::string& path,
         const formats::FormatSpec& f = formats::spec(l.weights.format);
         if (f.id != WUSH_FORMAT_MXFP4 && f.id != WUSH_FORMAT_NVFP4)
             fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n + "\": fp_quant holds only mxfp4 and nvfp4, not " + f.name);
+        // The layout could hold it, but its consumers (QuTLASS / fp_quant) apply one shared (G, G)
+        // rotation for NVFP4 and would misread per-block matrices: a file none of them loads
+        // correctly is refused rather than written.
+        if (per_block && f.id == WUSH_FORMAT_NVFP4)
+            fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n + "\": no fp_quant consumer loads NVFP4 with per-block (WUSH) "
+                                       "matrices (QuTLASS / fp_quant apply one shared (G, G) rotation for NVFP4)");
         for (float v : l.transform.activation_matrices())
             if (bits::bf16_decode(bits::bf16_encode(v)) != v)
                 fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n + "\": its transform is not exactly representable in bf16 "
