@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "cpu/kernels.h"
+#include "formats/certified_constants.h"
 #include "cpu/transpose_avx2.h"
 
 namespace wush::runtime::avx2 {
@@ -18,11 +19,7 @@ namespace {
 
 using namespace simd256;
 
-constexpr float kU = 0x1p-24f;
-constexpr float kTiny = 0x1p-60f;
-constexpr float kHuge = 0x1p60f;
-constexpr float kAbsSlack = 0x1p-110f;
-constexpr float kInt4ScalePerRms = float(2.5139305785684 * 2.0 / 15.0);
+using namespace formats::certified;  // kU, kTiny, kHuge, kAbsSlack, kGammaRoundUp, ...
 
 __m256 load8(const void* x, int dtype, std::size_t offset) {
     switch (dtype) {
@@ -296,9 +293,9 @@ void quantize_int4(const QuantTile& tile, const __m256 y[G], Lanes& l) {
     __m256 ss = _mm256_setzero_ps();
     #pragma GCC unroll 32
     for (int i = 0; i < G; ++i) ss = _mm256_fmadd_ps(y[i], y[i], ss);
-    const __m256 w = _mm256_mul_ps(_mm256_sqrt_ps(_mm256_mul_ps(ss, _mm256_set1_ps(1.0f / G))), _mm256_set1_ps(kInt4ScalePerRms));
+    const __m256 w = _mm256_mul_ps(_mm256_sqrt_ps(_mm256_mul_ps(ss, _mm256_set1_ps(1.0f / G))), _mm256_set1_ps(kInt4ScalePerRmsF));
     const __m256 tol_w = _mm256_fmadd_ps(w, _mm256_set1_ps(float(G + 8) * kU),
-                                         _mm256_mul_ps(l.bound, _mm256_set1_ps(kInt4ScalePerRms * 1.01f)));
+                                         _mm256_mul_ps(l.bound, _mm256_set1_ps(kInt4ScalePerRmsF * 1.01f)));
     const __m256i wb = as_int(w);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(wb, 16), _mm256_set1_epi32(1));
     const __m256i rb = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(wb, _mm256_set1_epi32(0x7FFF)), lsb),
@@ -354,7 +351,7 @@ std::uint32_t quantize_tile_g(const QuantTile& tile) {
     Lanes l;
     l.redo = _mm256_xor_ps(_mm256_cmp_ps(ss, _mm256_set1_ps(0x1p126f), _CMP_LE_OQ),
                            _mm256_castsi256_ps(_mm256_set1_epi32(-1)));
-    const float c = float(G + 2) * kU * 1.05f;  // gamma_G, rounded up; 1.05 also covers ||x|| in float32
+    const float c = float(G + 2) * kU * kGammaRoundUp;  // gamma_G, rounded up
     l.bound = tile.matrix == nullptr ? _mm256_setzero_ps()
                                      : _mm256_fmadd_ps(_mm256_mul_ps(_mm256_sqrt_ps(ss), norm), _mm256_set1_ps(c), _mm256_set1_ps(kAbsSlack));
     switch (tile.format) {

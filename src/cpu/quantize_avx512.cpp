@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "cpu/kernels.h"
+#include "formats/certified_constants.h"
 #include "cpu/transpose_avx2.h"
 #include "cpu/transpose_avx512.h"
 
@@ -34,11 +35,7 @@ namespace {
 using namespace simd256;
 using namespace simd512;
 
-constexpr float kU = 0x1p-24f;            // unit roundoff of float32
-constexpr float kTiny = 0x1p-60f;         // groups with amax outside [kTiny, kHuge] go to float64
-constexpr float kHuge = 0x1p60f;
-constexpr float kAbsSlack = 0x1p-110f;    // absolute error allowance (subnormal / flushed terms)
-constexpr float kInt4ScalePerRms = float(2.5139305785684 * 2.0 / 15.0);
+using namespace formats::certified;  // kU, kTiny, kHuge, kAbsSlack, kGammaRoundUp, ...
 
 // ---- loading and transposing ------------------------------------------------------------------
 
@@ -319,10 +316,10 @@ void quantize_int4(const QuantTile& tile, const __m512 y[G], Lanes& l) {
     __m512 ss = _mm512_setzero_ps();
     #pragma GCC unroll 32
     for (int i = 0; i < G; ++i) ss = _mm512_fmadd_ps(y[i], y[i], ss);
-    const __m512 w = _mm512_mul_ps(_mm512_sqrt_ps(_mm512_mul_ps(ss, _mm512_set1_ps(1.0f / G))), _mm512_set1_ps(kInt4ScalePerRms));
+    const __m512 w = _mm512_mul_ps(_mm512_sqrt_ps(_mm512_mul_ps(ss, _mm512_set1_ps(1.0f / G))), _mm512_set1_ps(kInt4ScalePerRmsF));
     // |rms - rms_exact| <= bound (from y) + the float32 sum of squares (<= G u relative).
     const __m512 tol_w = _mm512_fmadd_ps(w, _mm512_set1_ps(float(G + 8) * kU),
-                                         _mm512_mul_ps(l.bound, _mm512_set1_ps(kInt4ScalePerRms * 1.01f)));
+                                         _mm512_mul_ps(l.bound, _mm512_set1_ps(kInt4ScalePerRmsF * 1.01f)));
     // bf16 RNE on the bits; the boundary is the midpoint between the two bf16 neighbours of w.
     const __m512i wb = _mm512_castps_si512(w);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(wb, 16), _mm512_set1_epi32(1));
@@ -380,7 +377,7 @@ std::uint32_t quantize_tile_g(const QuantTile& tile) {
     Lanes l;
     // Non-finite or overflowing inputs: float64 decides (and reports NaN/Inf).
     l.redo = _mm512_knot(_mm512_cmp_ps_mask(ss, _mm512_set1_ps(0x1p126f), _CMP_LE_OQ));
-    const float c = float(G + 2) * kU * 1.05f;  // gamma_G, rounded up; 1.05 also covers ||x|| in float32
+    const float c = float(G + 2) * kU * kGammaRoundUp;  // gamma_G, rounded up
     l.bound = tile.matrix == nullptr ? _mm512_setzero_ps()
                                      : _mm512_fmadd_ps(_mm512_mul_ps(_mm512_sqrt_ps(ss), norm), _mm512_set1_ps(c), _mm512_set1_ps(kAbsSlack));
     switch (tile.format) {

@@ -29,11 +29,7 @@ namespace certify_detail {
 
 using std::signbit;
 
-constexpr float kU = 0x1p-24f;          // unit roundoff of float32
-constexpr float kTiny = 0x1p-60f;       // groups with amax outside [kTiny, kHuge] go to float64
-constexpr float kHuge = 0x1p60f;
-constexpr float kAbsSlack = 0x1p-110f;  // absolute error allowance (subnormal / flushed terms)
-constexpr float kInt4ScalePerRmsF = float(kInt4ScalePerRms);
+using namespace certified;
 
 // floor(log2(a)) for finite a > 0 (from the exponent bits, as getexp does).
 WUSH_HD int floor_log2f(float a) {
@@ -223,7 +219,7 @@ WUSH_HD float group_error_bound(const float* x, int g, bool identity, float row_
     for (int j = 0; j < g; ++j) ss = fmaf(x[j], x[j], ss);
     if (!(ss <= 0x1p126f)) return INFINITY;
     if (identity) return 0.0f;
-    const float c = float(g + 2) * certify_detail::kU * 1.05f;
+    const float c = float(g + 2) * certify_detail::kU * certify_detail::kGammaRoundUp;
     return fmaf(sqrtf(ss) * row_norm, c, certify_detail::kAbsSlack);
 }
 

@@ -8,15 +8,14 @@
 
 #include "common/float_bits.h"
 #include "common/host_device.h"
+#include "formats/certified_constants.h"
 #include "formats/element_codecs.h"
 #include "wush/wush.h"
 
 namespace wush::formats {
 
-// Gaussian MSE-optimal clipping of a 4-bit uniform quantizer, in units of the RMS (the paper's
-// "INT4 with Gaussian MSE clipping"); 2/15 maps the clip range [-c, c] onto 15 steps.
-constexpr double kInt4ClipRatio = 2.5139305785684;
-constexpr double kInt4ScalePerRms = kInt4ClipRatio * 2.0 / 15.0;
+using certified::kInt4ClipRatio;
+using certified::kInt4ScalePerRms;
 
 // max |x_i| of a group, in float64 (exact for float and double inputs).
 template <class T>
