@@ -259,4 +259,23 @@ static inline void free_layer(Layer* l) {
 }
 
 
+/* A test on a CPU context and the small example layer ("small_256x512", seed 1, 1024 calibration
+ * and 256 held-out tokens). */
+typedef void (*LayerTest)(wush_context* ctx, const Layer* layer);
+
+/* Runs the NULL-terminated `tests` on one CPU context and the small layer; then prints the
+ * program's totals and returns main()'s exit code. */
+static inline int run_layer_tests(const char* program, const LayerTest* tests) {
+    wush_context* ctx = NULL;
+    Layer small;
+    CHECK_STATUS(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx), WUSH_OK);
+    CHECK(load_layer("small_256x512", 1, 1024, 256, &small));
+    if (ctx != NULL && small.w && small.cal && small.held)
+        for (; *tests != NULL; ++tests) (*tests)(ctx, &small);
+    free_layer(&small);
+    wush_context_destroy(ctx);
+    printf("%s: %d checks, %d failed\n", program, g_checks, g_failures);
+    return g_failures == 0 ? 0 : 1;
+}
+
 #endif

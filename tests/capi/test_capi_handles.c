@@ -181,20 +181,7 @@ static void test_utf8(wush_context* ctx, const Layer* l) {
     wush_transform_destroy(t);
 }
 
-
 int main(void) {
-    wush_context* ctx = NULL;
-    CHECK_STATUS(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx), WUSH_OK);
-    if (ctx == NULL) return 1;
-    Layer small;
-    CHECK(load_layer("small_256x512", 1, 1024, 256, &small));
-    if (small.w && small.cal && small.held) {
-        test_handles(ctx, &small);
-        test_utf8(ctx, &small);
-    }
-    free_layer(&small);
-    wush_context_destroy(ctx);
-
-    printf("capi_handles: %d checks, %d failed\n", g_checks, g_failures);
-    return g_failures == 0 ? 0 : 1;
+    static const LayerTest tests[] = {test_handles, test_utf8, NULL};
+    return run_layer_tests("capi_handles", tests);
 }

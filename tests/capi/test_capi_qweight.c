@@ -330,20 +330,8 @@ static void test_example_layers(void) {
     }
 }
 
-
 int main(void) {
     test_example_layers();
-    wush_context* ctx = NULL;
-    CHECK_STATUS(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx), WUSH_OK);
-    if (ctx == NULL) return 1;
-    Layer small;
-    CHECK(load_layer("small_256x512", 1, 1024, 256, &small));
-    if (small.w && small.cal && small.held) {
-        test_qweight_and_loss(ctx, &small);
-    }
-    free_layer(&small);
-    wush_context_destroy(ctx);
-
-    printf("capi_qweight: %d checks, %d failed\n", g_checks, g_failures);
-    return g_failures == 0 ? 0 : 1;
+    static const LayerTest tests[] = {test_qweight_and_loss, NULL};
+    return run_layer_tests("capi_qweight", tests);
 }
