@@ -98,15 +98,10 @@ WUSH_API wush_status wush_dequantize_rows(wush_context* ctx, wush_format format,
         const fmt::FormatSpec& f = fmt::spec(format);
         const fmt::PackedSizes need = fmt::packed_sizes(f, n_rows, d_in);
         if (n_rows == 0) return;
-        require_pointer(codes, "codes");
-        require_pointer(scales, "scales");
         require_pointer(y, "y");
-        require_size(codes_bytes, need.codes, "codes", "bytes");
-        require_size(scales_bytes, need.scales, "scales", "bytes");
+        const PackedInput in = packed_input(codes, codes_bytes, scales, scales_bytes, need);
         require_size(y_count, n_rows * d_in, "y", "floats");
-        fmt::dequantize_rows(f, {static_cast<const std::uint8_t*>(codes), need.codes},
-                             {static_cast<const std::uint8_t*>(scales), need.scales}, n_rows, d_in,
-                             {y, n_rows * d_in});
+        fmt::dequantize_rows(f, in.codes, in.scales, n_rows, d_in, {y, n_rows * d_in});
     });
 }
 

@@ -88,15 +88,10 @@ WUSH_API wush_status wush_gemm(wush_context* ctx, const wush_qweight* qweight, c
         const fmt::FormatSpec& f = fmt::spec(w.format);
         const fmt::PackedSizes need = fmt::packed_sizes(f, m, w.d_in);
         if (m == 0) return;
-        require_pointer(a_codes, "a_codes");
-        require_pointer(a_scales, "a_scales");
         require_pointer(y, "y");
-        require_size(a_codes_bytes, need.codes, "a_codes", "bytes");
-        require_size(a_scales_bytes, need.scales, "a_scales", "bytes");
+        const PackedInput a = packed_input(a_codes, a_codes_bytes, a_scales, a_scales_bytes, need, "a_codes", "a_scales");
         require_size(y_count, wush::checked_mul(m, w.d_out, "m * d_out"), "y", "elements");
-        const std::span<const std::uint8_t> codes(static_cast<const std::uint8_t*>(a_codes), need.codes);
-        const std::span<const std::uint8_t> scales(static_cast<const std::uint8_t*>(a_scales), need.scales);
-        use.backend().gemm(w, codes, scales, m, y_dtype, y);
+        use.backend().gemm(w, a.codes, a.scales, m, y_dtype, y);
     });
 }
 
