@@ -401,37 +401,20 @@ typedef enum wush_option {
      * that a bf16 runtime (or the fp_quant export) will apply. */
     WUSH_OPTION_TRANSFORM_DTYPE = 2,
     /* int, default 0, bounds {0, 1}: 1 = per-block search over WUSH's free parameters (the CLI's
-     * transform `wush+s`). Algorithm 1 fixes each block's transform only up to a positive scale c
-     * (activations get c T, weights T^{-T} / c) and the signs of the singular vectors (T = H D A
-     * for any diagonal +-1 matrix D, A = S^{-1/2} U^T W'^T), which leave the exact product
-     * unchanged but not what a 4-bit quantizer does; nor does the orthogonal mixing itself (T = Q A
-     * for any orthogonal Q; H D is one). With the search, each WUS/WUSH block gets the best of, at
-     * c = 1: the canonical signs; for MXFP4 and INT4 2 seeded random sign patterns (16 when
-     * 4096 or more real tokens are scored: see WUSH_OPTION_SEARCH_TOKENS), for NVFP4 8
-     * seeded random rotations Q in place of H; the plain Hadamard, identity and random-rotation
-     * blocks (the latter is block b of the random transform with the same WUSH_OPTION_SEED) —
-     * for NVFP4 every one first scored on a quarter of the sample and the best 2 scored in full —
-     * then the winner at c = 2^(k/8), k = 0..7, searched coarse to fine (the even k, then the
-     * best one's two neighbours) — scored by the
-     * block's own output error ||q(X_b T^T) q(W_b T^{-1})^T - X_b W_b^T||^2 with both operands
-     * quantized in the target format (RTN; with GPTQ the weights by GPTQ's own pass over the
-     * block), on WUSH_OPTION_SEARCH_TOKENS tokens — evenly spread
-     * over the calibrator's token sample (wush_calibrator_set_sample_size) when it keeps one,
-     * else drawn from a Gaussian with the block's second moment M_X — and 256 evenly strided
-     * weight rows (all of them when d_out is smaller). The winner replaces the plain WUSH block
-     * only if it also scores lower on each half of those tokens (a guard against fitting the
-     * sample's noise). The choice is folded into the stored matrices: checkpoints, exports and
-     * runtimes see an ordinary transform. It is seeded (WUSH_OPTION_SEED), so reproducible.
-     * Needs the format, so it applies only through wush_layer_quantize() (RTN and GPTQ; GPTQ
-     * chooses each block from its updated weights before its column pass). When the calibrator
-     * holds validation tokens (wush_calibrator_set_validation_size), a per-layer guard follows:
-     * the searched layer and the identity, Hadamard and random layers (same method and seed) are
-     * each scored by the layer loss on the validation tokens and the lowest wins, so the result
-     * may be a data-free transform (its kind says which; this costs 3 more layer builds);
-     * wush_transform_build() of WUS/WUSH with the search on fails with INVALID_ARGUMENT. The
-     * data-free kinds (I, H, R) ignore it. Cost per block: 11 scored candidates (MXFP4, INT4;
-     * 25 with 16 sign patterns); for NVFP4 11 screened on a quarter of the sample plus 8 scored
-     * in full. */
+     * transform `wush+s`). Algorithm 1 fixes a block's transform only up to a positive scale, the
+     * signs of its singular vectors and an orthogonal mixing, which leave the exact product
+     * unchanged but not what a 4-bit quantizer does. The search gives each WUS/WUSH block the
+     * best of those choices (scales; sign patterns for MXFP4 and INT4, rotations for NVFP4) and
+     * of the identity, Hadamard and random-rotation blocks, scored by the block's output error
+     * with both operands quantized in the target format on WUSH_OPTION_SEARCH_TOKENS tokens (the
+     * calibrator's token sample when it keeps one, else a Gaussian with the block's moment); a
+     * winner must also score lower on each half of those tokens. The choice is folded into the
+     * stored matrices and is seeded (WUSH_OPTION_SEED). It needs the format, so it applies only
+     * through wush_layer_quantize() (wush_transform_build() of WUS/WUSH refuses it; I, H and R
+     * ignore it). With validation tokens (wush_calibrator_set_validation_size) a per-layer guard
+     * keeps the lowest layer loss on them among the searched layer and the I, H and R layers (same
+     * method and seed), so the result may be a data-free transform (its kind says which).
+     * Candidates, rules and costs: docs/EVAL.md, "The per-block search". */
     WUSH_OPTION_SEARCH = 3,
     /* int, default 256, bounds [16, 65536]: the search's sample size, in tokens per block (at most
      * as many as the calibrator's token sample holds, when it keeps one). Cost and noise trade

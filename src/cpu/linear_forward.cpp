@@ -50,12 +50,11 @@ void linear_forward(Isa isa, const BlockTransform& transform, MatrixUse use, con
     Carver carver(workspace.data(), workspace.size());
     const Pieces p = carve(carver, transform, f, n_tokens);
     const std::span<std::uint8_t> codes(p.codes, p.sizes.codes), scales(p.scales, p.sizes.scales);
-    // The quantization runs on the calling thread: measured when it split its tiles statically over
-    // OpenMP, a team that waits for every member, with another process busy on one of two cores a
-    // member that was not scheduled held its share for a scheduler tick (a 2-thread m = 1 forward
-    // took 10 ms instead of 0.4), and its spinning members took the cores from the GEMM's threads
-    // that follow. On one core it costs 2-5% of the forward (3 ms of ~60 at m = 512 for 4096 x
-    // 4096, AVX2). It could now run on the work pool like the GEMM; not measured yet.
+    // The quantization runs on the calling thread: split statically over an OpenMP team, which
+    // waits for every member, a member that another process kept off its core held its share for
+    // a scheduler tick, and the spinning members took the cores from the GEMM's threads that
+    // follow; on one thread it is a small part of the forward (docs/PERFORMANCE.md). It could run
+    // on the work pool like the GEMM; not measured yet.
     quantize_activations(transform, use, f, x_dtype, x, n_tokens, codes, scales, isa, {p.norms, p.norm_count}, 1);
     const std::size_t rest = carver.left();
     std::byte* gemm_space = carver.take<std::byte>(rest > 63 ? rest - 63 : 0);

@@ -20,7 +20,7 @@ namespace {
 // Why not OpenMP for the GEMM: a `parallel` region splits the work before it knows which threads
 // will run, and its join waits (spinning first) for every member. On a machine where another
 // process keeps a core busy, a worker that is not scheduled holds its static share for a
-// scheduler tick or more while the caller spins: a 2-thread m = 1 call took 5x the 1-thread time.
+// scheduler tick or more while the caller spins, which costs small calls many times their work.
 // Here work is a counter of small chunks that the threads claim one at a time, the calling thread
 // included, so whatever a late thread has not claimed the caller does itself; the caller only
 // ever waits for chunks already being run (each a few microseconds to a millisecond), and it

@@ -108,8 +108,8 @@ std::vector<std::vector<double>> weight_slices(std::span<const float> w, std::si
 
 // The same into `slices` (one per block from `first`, each resized to d_out x G): a caller that
 // reuses its vectors from chunk to chunk keeps their memory, where fresh ones of this size are
-// fresh pages from the system each time (page faults were half the plain build's time on a
-// 4096 x 4096 layer, docs/PERFORMANCE.md).
+// fresh pages from the system each time (page faults were a large part of the plain build's
+// time, docs/PERFORMANCE.md).
 void fill_weight_slices(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::size_t g,
                         std::size_t first, std::span<std::vector<double>> slices);
 

@@ -408,10 +408,9 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
 
     // The winner replaces the plain solution only if it scores lower on both halves of the
     // sample. The minimum of a dozen noisy scores is biased low; a lead that one half of the
-    // tokens does not share is more likely that half's noise than a better transform. (Through
-    // the C API's Gaussian surrogate, whose group maxima are not the real tokens', the unchecked
-    // choice measured 2.6% ABOVE plain WUSH on held-out tokens for MXFP4 in the C API test, the
-    // checked one 0.7% below; docs/EVAL.md.) Samples too small to split rank by the total alone.
+    // tokens does not share is more likely that half's noise than a better transform (on held-out
+    // tokens the unchecked choice can end above plain WUSH: docs/EVAL.md has the comparison).
+    // Samples too small to split rank by the total alone.
     if (sample.n >= 2 && !best_score.below_on_both(plain_score)) {
         best = plain;
         best_scale = 1.0;

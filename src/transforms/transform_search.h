@@ -84,11 +84,10 @@ double block_score(const formats::FormatSpec& format, const float* t_act, std::s
 // The stage-1 candidate counts a search scoring `real_tokens` real tokens runs with (0 for the
 // Gaussian surrogate): the options' own where set, else the format's measured defaults
 // (docs/EVAL.md, "Candidate sets" and "Larger samples"): MXFP4 and INT4 2 sign patterns, or 16
-// when at least kWideSignSetTokens real tokens are scored (more patterns pay once the sample
-// can tell them apart; measured to pay from 4096, not at 2048 of 2048 calibration tokens; the
-// surrogate, which lacks the real tokens' tails, was not measured with them), no rotations (they never won for MXFP4), no
-// screening; NVFP4 8 rotations, no sign patterns, the best 2 of the screened 11 scored in full
-// (rotations took NVFP4's median held-out gain from about 3% to 7%).
+// when at least kWideSignSetTokens real tokens are scored (more patterns pay only once the sample
+// can tell them apart; the surrogate, which lacks the real tokens' tails, keeps 2), no rotations
+// (they never won for MXFP4), no screening; NVFP4 8 rotations, no sign patterns, the best 2 of
+// the screened 11 scored in full (rotations are where NVFP4's held-out gain comes from).
 struct CandidateCounts {
     std::size_t sign_patterns, rotations, screen_keep;
 };
