@@ -71,6 +71,10 @@ WUSH_API wush_status wush_options_set_int(wush_options* options, wush_option opt
             if (value < 16 || value > 65536)
                 wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_OPTION_SEARCH_TOKENS must be in [16, 65536], got " + std::to_string(value));
             options->search_tokens = value;
+        } else if (option == WUSH_OPTION_SEARCH_GUARD) {
+            if (value != 0 && value != 1)
+                wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_OPTION_SEARCH_GUARD must be 0 or 1, got " + std::to_string(value));
+            options->search_guard = value == 1;
         } else {
             bad_option(option, "integer");
         }
@@ -94,7 +98,16 @@ WUSH_API wush_status wush_options_get_int(const wush_options* options, wush_opti
         else if (option == WUSH_OPTION_TRANSFORM_DTYPE) *value = options->transform_dtype;
         else if (option == WUSH_OPTION_SEARCH) *value = options->search ? 1 : 0;
         else if (option == WUSH_OPTION_SEARCH_TOKENS) *value = options->search_tokens;
+        else if (option == WUSH_OPTION_SEARCH_GUARD) *value = options->search_guard ? 1 : 0;
         else bad_option(option, "integer");
+    });
+}
+
+WUSH_API wush_status wush_options_sample_size(const wush_options* options, size_t* tokens) {
+    return guarded(__func__, [&] {
+        const wush_options& o = options_or_defaults(options);
+        require_pointer(tokens, "tokens");
+        *tokens = o.search ? std::size_t(o.search_tokens) * (o.search_guard ? 2 : 1) : 0;
     });
 }
 

@@ -13,6 +13,7 @@ struct wush_options {
     wush_dtype transform_dtype = WUSH_DTYPE_F32;
     bool search = false;               // WUSH_OPTION_SEARCH
     std::int64_t search_tokens = 256;  // WUSH_OPTION_SEARCH_TOKENS
+    bool search_guard = true;          // WUSH_OPTION_SEARCH_GUARD
     wush_progress_fn progress = nullptr;
     void* progress_user = nullptr;
 };

@@ -265,8 +265,10 @@ WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrato
         const FloatMatrix w(dtype, weight, d_out, d_in, "weight");
         wush::Progress progress = make_progress(o);
         const auto m = method == WUSH_METHOD_GPTQ ? wush::pipeline::Method::Gptq : wush::pipeline::Method::Rtn;
+        wush::pipeline::GuardSettings guard;
+        guard.hold_out_sample = o.search_guard;
         wush::pipeline::QuantizedLayer layer =
-            wush::pipeline::guarded_layer(transform_options(k, o, &f), f, m, cal, w.span(), d_out, &progress);
+            wush::pipeline::guarded_layer(transform_options(k, o, &f), f, m, cal, w.span(), d_out, &progress, guard);
         auto t = std::make_unique<wush_transform>(std::move(layer.transform));
         auto q = std::make_unique<wush_qweight>();
         q->core = std::move(layer.weights);

@@ -111,6 +111,9 @@ int cmd_quantize(int argc, char** argv) {
         st = wush_options_set_double(opts.p, WUSH_OPTION_DAMPING, damping);
     if (st == WUSH_OK && search) st = wush_options_set_int(opts.p, WUSH_OPTION_SEARCH, 1);
     if (st == WUSH_OK && search) st = wush_options_set_int(opts.p, WUSH_OPTION_SEARCH_TOKENS, int64_t(n_search));
+    // The library says how many tokens the calibrators keep for the search and its guard.
+    std::size_t sample_tokens = 0;
+    if (st == WUSH_OK) st = wush_options_sample_size(opts.p, &sample_tokens);
     if (st == WUSH_OK) st = wush_checkpoint_create(&ck.p);
     if (st != WUSH_OK) return cli::report("setting up", st);
     std::size_t g = 0;
@@ -129,7 +132,7 @@ int cmd_quantize(int argc, char** argv) {
                                     &cal.p);
         // The search scores its candidates on a sample of the real tokens, and its per-layer
         // guard on the validation tokens.
-        if (st == WUSH_OK && search) st = wush_calibrator_set_sample_size(cal.p, n_search);
+        if (st == WUSH_OK && search) st = wush_calibrator_set_sample_size(cal.p, sample_tokens);
         if (st == WUSH_OK) st = wush_calibrator_add(ctx.p, cal.p, l.x_dtype, l.x.data(), l.n_calibration);
         if (st == WUSH_OK && l.n_validation > 0) st = wush_calibrator_set_validation_size(cal.p, l.n_validation);
         if (st == WUSH_OK && l.n_validation > 0)

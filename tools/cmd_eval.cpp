@@ -43,6 +43,7 @@ struct Plan {
     bool runtime = false;  // --runtime: Y_q from the CPU runtime (wush_layer_loss_runtime)
     bool searching = false;  // some column has the `+s` search
     std::size_t search_tokens = cli::kSearchTokens;  // --search-tokens: the `+s` columns' sample
+    std::size_t sample_tokens = 0;  // the calibrators' token sample (wush_options_sample_size)
 };
 
 bool wants(const Plan& plan, wush_method m) {
@@ -85,7 +86,7 @@ int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_o
         if (st != WUSH_OK) return cli::report((where + "wush_calibrator_create").c_str(), st);
         // The search (`+s` columns) scores its candidates on real tokens: keep a sample of them.
         if (plan.searching) {
-            st = wush_calibrator_set_sample_size(cal.p, plan.search_tokens);
+            st = wush_calibrator_set_sample_size(cal.p, plan.sample_tokens);
             if (st != WUSH_OK) return cli::report((where + "wush_calibrator_set_sample_size").c_str(), st);
         }
         st = wush_calibrator_add(ctx, cal.p, l.x_dtype, l.x.data(), l.n_calibration);
@@ -246,6 +247,8 @@ int cmd_eval(int argc, char** argv) {
     if (st == WUSH_OK && a.has("--damping")) st = wush_options_set_double(search_opts.p, WUSH_OPTION_DAMPING, damping);
     if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEARCH, 1);
     if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEARCH_TOKENS, int64_t(plan.search_tokens));
+    // The library says how many tokens the calibrators keep for the search and its guard.
+    if (st == WUSH_OK) st = wush_options_sample_size(search_opts.p, &plan.sample_tokens);
     if (st != WUSH_OK) return cli::report("setting up", st);
 
     std::vector<std::string> names;

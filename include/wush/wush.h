@@ -414,7 +414,9 @@ typedef enum wush_option {
      * ignore it). With validation tokens (wush_calibrator_set_validation_size) a per-layer guard
      * keeps the lowest layer loss on them among the searched layer and the I, H and R layers (same
      * method and seed), so the result may be a data-free transform (its kind says which).
-     * Candidates, rules and costs: docs/EVAL.md, "The per-block search". */
+     * Without validation tokens the guard, by default, holds out half of the calibrator's token
+     * sample (WUSH_OPTION_SEARCH_GUARD). Candidates, rules and costs: docs/EVAL.md, "The
+     * per-block search". */
     WUSH_OPTION_SEARCH = 3,
     /* int, default 256, bounds [16, 65536]: the search's sample size, in tokens per block (at most
      * as many as the calibrator's token sample holds, when it keeps one). Cost and noise trade
@@ -425,6 +427,18 @@ typedef enum wush_option {
      * "Larger samples") and makes such a build about 16-20x the plain one (NVFP4 8-10x;
      * docs/PERFORMANCE.md). The Gaussian surrogate keeps 2 sign patterns at any size. */
     WUSH_OPTION_SEARCH_TOKENS = 4,
+    /* int, default 1, bounds {0, 1}: the search's per-layer guard (WUSH_OPTION_SEARCH) when the
+     * calibrator holds no validation tokens. With 1, every second token of the calibrator's token
+     * sample (a random half) is held out: the search scores the other half, and the searched
+     * layer competes on the held-out half with plain WUSH (Algorithm 1, unsearched) and the
+     * identity, Hadamard and random layers built by the same method. An alternative replaces it
+     * only when its layer loss there is lower by more than 1% and by more than two standard
+     * errors of the per-token differences, so noise keeps the searched layer. Needs at least 64
+     * sample tokens (else no guard); size the sample with wush_options_sample_size(). 0 turns
+     * the default guard off (validation tokens, when given, are still used, by the same rule).
+     * It costs four more layer builds by the same method. The plain `wush` transform (no
+     * search) is Algorithm 1 and never guarded. */
+    WUSH_OPTION_SEARCH_GUARD = 5,
     WUSH_OPTION_ENUM_MIN_ = -2147483647 - 1,
     WUSH_OPTION_ENUM_MAX_ = 2147483647
 } wush_option;
@@ -452,6 +466,15 @@ WUSH_API wush_status wush_options_get_int(const wush_options* options, wush_opti
 /*! wush_options_set_progress() : installs (or, with fn == NULL, removes) a progress callback.
  *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. */
 WUSH_API wush_status wush_options_set_progress(wush_options* options, wush_progress_fn fn, void* user_data);
+
+/*! wush_options_sample_size() :
+ *  Writes to *tokens the token sample a calibrator needs for wush_layer_quantize() with these
+ *  options (wush_calibrator_set_sample_size): 0 without WUSH_OPTION_SEARCH; else
+ *  WUSH_OPTION_SEARCH_TOKENS, doubled when the default guard (WUSH_OPTION_SEARCH_GUARD) holds out
+ *  half of it. The one rule a client needs so that the search and the calibrator agree.
+ *  `options` may be NULL (the defaults). Thread safety: reads the options only.
+ *  @return WUSH_OK, or WUSH_ERR_INVALID_ARGUMENT for a bad handle or NULL `tokens`. */
+WUSH_API wush_status wush_options_sample_size(const wush_options* options, size_t* tokens);
 
 /* ================================================================================================
  * Calibration: streaming second moments of a layer's input activations

@@ -74,6 +74,7 @@ FUNCTIONS = {
     'wush_options_destroy': ('void', ('wush_options*',)),
     'wush_options_get_double': ('wush_status', ('const wush_options*', 'wush_option', 'double*')),
     'wush_options_get_int': ('wush_status', ('const wush_options*', 'wush_option', 'int64_t*')),
+    'wush_options_sample_size': ('wush_status', ('const wush_options*', 'size_t*')),
     'wush_options_set_double': ('wush_status', ('wush_options*', 'wush_option', 'double')),
     'wush_options_set_int': ('wush_status', ('wush_options*', 'wush_option', 'int64_t')),
     'wush_options_set_progress': ('wush_status', ('wush_options*', 'wush_progress_fn', 'void*')),
@@ -143,6 +144,7 @@ ENUMS = {
         'WUSH_OPTION_TRANSFORM_DTYPE': 2,
         'WUSH_OPTION_SEARCH': 3,
         'WUSH_OPTION_SEARCH_TOKENS': 4,
+        'WUSH_OPTION_SEARCH_GUARD': 5,
     },
     'wush_status': {
         'WUSH_OK': 0,

@@ -30,13 +30,14 @@ void quantize_dequantize(const formats::FormatSpec& format, std::span<float> row
 }  // namespace
 
 double tiled_loss(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::span<const float> x,
-                  std::size_t n_tokens, const QuantizedOutput& quantized_output) {
+                  std::size_t n_tokens, const QuantizedOutput& quantized_output, std::span<double> token_errors) {
     require(d_out > 0 && w.size() == checked_mul(d_out, d_in, "weight size"),
             "layer loss: weight has " + std::to_string(w.size()) + " values, expected d_out x d_in = " +
                 std::to_string(d_out) + " x " + std::to_string(d_in));
     require(n_tokens > 0 && x.size() == checked_mul(n_tokens, d_in, "activation size"),
             "layer loss: activations have " + std::to_string(x.size()) + " values, expected n_tokens x d_in = " +
                 std::to_string(n_tokens) + " x " + std::to_string(d_in));
+    require(token_errors.empty() || token_errors.size() == n_tokens, "layer loss: one token error per token");
     require_finite(WUSH_DTYPE_F32, w.data(), d_out, d_in, "weight");
     require_finite(WUSH_DTYPE_F32, x.data(), n_tokens, d_in, "activations");
     const std::vector<double> wd = to_double(w);
@@ -53,6 +54,7 @@ double tiled_loss(std::span<const float> w, std::size_t d_out, std::size_t d_in,
         for (std::size_t i = 0; i < rows * d_out; ++i) {
             const double e = yq[i] - y[i];
             sum_sq += e * e;
+            if (!token_errors.empty()) token_errors[t0 + i / d_out] += e * e / double(d_out);
         }
     }
     const double loss = sum_sq / (double(d_out) * double(n_tokens));
@@ -69,7 +71,7 @@ std::vector<float> dequantize(const QuantizedWeights& q) {
 }
 
 double layer_loss(const BlockTransform& transform, const QuantizedWeights& q, std::span<const float> w,
-                  std::span<const float> x, std::size_t n_tokens) {
+                  std::span<const float> x, std::size_t n_tokens, std::span<double> token_errors) {
     const formats::FormatSpec& format = formats::spec(q.format);
     formats::require_group(format, transform.group());
     const std::size_t d_in = transform.d_in(), d_out = q.d_out;
@@ -85,7 +87,7 @@ double layer_loss(const BlockTransform& transform, const QuantizedWeights& q, st
         std::copy(xt.begin(), xt.begin() + rows * d_in, xq.begin());
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(d_out), int(d_in), 1.0, xq.data(),
                     int(d_in), wq.data(), int(d_in), 0.0, yq.data(), int(d_out));
-    });
+    }, token_errors);
 }
 
 double layer_loss(const BlockTransform& transform, const formats::FormatSpec& format, std::span<const float> w,

@@ -29,8 +29,10 @@ using QuantizedOutput = std::function<void(const float* x_tile, std::size_t rows
 // The loss definition shared by every path: ||Y_q - Y||_F^2 / (d_out * n_tokens), with the
 // reference Y = X W^T in float64, over tiles of tokens so that long inputs need bounded scratch.
 // w (d_out x d_in) and x (n_tokens x d_in) must be finite; throws NON_FINITE if the loss is not.
+// `token_errors`, if not empty (n_tokens zeros on entry), gets each token's ||y_q - y||^2 / d_out
+// added (their mean is the loss; the paired comparisons of the search's guard read them).
 double tiled_loss(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::span<const float> x,
-                  std::size_t n_tokens, const QuantizedOutput& quantized_output);
+                  std::size_t n_tokens, const QuantizedOutput& quantized_output, std::span<double> token_errors = {});
 
 // Dequantized transformed weights (d_out x d_in floats, tensor factor applied).
 std::vector<float> dequantize(const QuantizedWeights& q);
@@ -38,7 +40,7 @@ std::vector<float> dequantize(const QuantizedWeights& q);
 // Loss of already pre-quantized weights (RTN or GPTQ) against the original weights `w`
 // (d_out x d_in) on held-out activations `x` (n x d_in), both float32, finite.
 double layer_loss(const BlockTransform& transform, const QuantizedWeights& q, std::span<const float> w,
-                  std::span<const float> x, std::size_t n_tokens);
+                  std::span<const float> x, std::size_t n_tokens, std::span<double> token_errors = {});
 
 // RTN end to end: prequantize_rtn (prequant/rtn.h) then the loss above.
 double layer_loss(const BlockTransform& transform, const formats::FormatSpec& format, std::span<const float> w,

@@ -31,14 +31,38 @@ QuantizedLayer quantize_layer(const TransformOptions& options, const formats::Fo
                               const Calibrator& calibration, std::span<const float> w, std::size_t d_out,
                               Progress* progress);
 
-// quantize_layer, then the search's per-layer guard: when `options` searches a data-aware kind and
-// the calibrator holds validation tokens (documents the calibration did not see), the searched
-// layer competes with the data-free I, H and R layers built by the same method, and the lowest
-// layer loss on those tokens wins (ties keep the searched one). The search's own scores come from
-// the fitted documents and cannot see a transform that fits them but not others; a whole-layer
-// loss on other documents can, and is far less noisy than a per-block choice on them would be.
+// The search's per-layer guard (guarded_layer).
+struct GuardSettings {
+    // Without validation tokens in the calibrator, hold out half of its token sample (every second
+    // token in the sample's random order) for the guard, and search on the other half.
+    bool hold_out_sample = true;
+};
+
+// Fewest held-out tokens the guard decides on; a smaller held-out sample keeps the searched layer.
+inline constexpr std::size_t kGuardMinTokens = 32;
+
+// What the guard saw and chose (for reports and tests).
+struct GuardReport {
+    bool ran = false;
+    std::size_t tokens = 0;      // held-out tokens scored
+    TransformKind chosen{};      // the kind of the layer returned
+    bool searched = true;        // the returned layer is the searched one
+    double searched_loss = 0.0;  // mean loss of the searched layer on the held-out tokens
+    double chosen_loss = 0.0;    // and of the returned layer
+};
+
+// quantize_layer, then the search's per-layer guard, when `options` searches a data-aware kind:
+// the searched layer competes with plain (unsearched) WUS/WUSH and the data-free I, H and R
+// layers built by the same method, scored on held-out tokens: the calibrator's validation tokens
+// (documents the calibration did not see) when it holds some, else, by default, half of its
+// token sample, which the search then does not see. The search's own scores come from the tokens
+// it fits and cannot see a transform that fits them but not others; a whole-layer loss on other
+// tokens can. An alternative replaces the searched layer only when its mean loss is lower by more
+// than 1% and by more than two standard errors of the paired per-token differences, so noise on
+// a small or unrepresentative held-out sample keeps the searched layer; of several such, the
+// lowest mean wins. `report`, if given, receives what happened.
 QuantizedLayer guarded_layer(const TransformOptions& options, const formats::FormatSpec& format, Method method,
                              const Calibrator& calibration, std::span<const float> w, std::size_t d_out,
-                             Progress* progress);
+                             Progress* progress, const GuardSettings& guard = {}, GuardReport* report = nullptr);
 
 }  // namespace wush::pipeline

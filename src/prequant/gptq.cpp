@@ -88,7 +88,8 @@ struct Output {
 class BlockLoop {
 public:
     BlockLoop(const TransformOptions& options, const formats::FormatSpec& format,
-              const Calibrator& hessian, std::span<const float> weight, std::size_t d_out, Matrix u)
+              const Calibrator& hessian, std::span<const float> weight, std::size_t d_out, Matrix u,
+              std::span<const float> sample)
         : opt_(options), format_(format), d_in_(hessian.d_in()), g_(hessian.group()),
           d_out_(d_out), u_(std::move(u)), w_(weight.begin(), weight.end()) {
         const std::size_t c = d_in_ / g_;
@@ -109,7 +110,8 @@ public:
         out_.stats.singular_values.assign(c * g_, 0.0);
         if (opt_.search.enabled && !m_x_.empty()) {
             out_.stats.search.resize(c);
-            sample_ = hessian.sample();  // empty unless the calibrator keeps a token sample
+            // The given sample, else the calibrator's (empty unless it keeps one).
+            sample_ = sample.empty() ? hessian.sample() : std::vector<float>(sample.begin(), sample.end());
             if (sample_.empty()) noise_ = surrogate_noise(opt_.search.sample_tokens, g_, opt_.seed);
         }
     }
@@ -240,7 +242,8 @@ private:
 }  // namespace
 
 Result quantize(const TransformOptions& options, const formats::FormatSpec& format,
-                const Calibrator& hessian, std::span<const float> weight, std::size_t d_out, Progress* progress) {
+                const Calibrator& hessian, std::span<const float> weight, std::size_t d_out, Progress* progress,
+                std::span<const float> sample) {
     require(hessian.mode() == MomentMode::Full,
             "GPTQ needs a full-mode calibrator (WUSH_MOMENTS_FULL): its error propagation uses the off-diagonal "
             "blocks of the Hessian, which a block-diagonal calibrator does not keep");
@@ -260,7 +263,8 @@ Result quantize(const TransformOptions& options, const formats::FormatSpec& form
     TransformOptions opts = options;
     opts.search.format = format.id;  // the search scores candidates in the format being quantized
     Factor factor = factor_with_escalation(hessian, options.damping);
-    Output out = BlockLoop(opts, format, hessian, weight, d_out, std::move(factor.u)).run(progress);
+    require(sample.size() % d_in == 0, "GPTQ: the token sample must be rows x d_in");
+    Output out = BlockLoop(opts, format, hessian, weight, d_out, std::move(factor.u), sample).run(progress);
     BlockTransform transform(d_in, g, options.kind, std::move(out.act), options.damping, std::move(out.stats));
     formats::require_decodable(format, out.codes, out.scales, d_out, d_in);  // as RTN (eval/layer_loss.h)
     formats::PackedMatrix weights{format.id, d_out, d_in, formats::ByteView(std::move(out.codes)),

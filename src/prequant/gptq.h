@@ -40,8 +40,10 @@ struct Result {
 // damped Hessian is not positive definite the Hessian damping is raised tenfold up to 3 times, then
 // NUMERICAL. The activation transforms are rounded to options.storage, as every builder does.
 // Memory besides the calibrator: one d_in x d_in float64 matrix plus the d_out x d_in float64 weight.
+// With options.search.enabled the search scores on `sample` (rows x d_in float32 tokens) when
+// given, else on the calibrator's token sample, else on the Gaussian surrogate (as build_transform).
 Result quantize(const TransformOptions& options, const formats::FormatSpec& format,
                 const Calibrator& hessian, std::span<const float> weight, std::size_t d_out,
-                Progress* progress = nullptr);
+                Progress* progress = nullptr, std::span<const float> sample = {});
 
 }  // namespace wush::gptq

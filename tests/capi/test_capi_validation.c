@@ -62,7 +62,7 @@ static Built build(wush_context* ctx, wush_calibrator* c, wush_transform_kind ki
                    const float* w, const wush_options* o, const float* val) {
     Built b = {NULL, NULL, -1.0};
     CHECK_STATUS(wush_layer_quantize(ctx, c, kind, f, m, WUSH_DTYPE_F32, w, D_OUT, D_IN, o, &b.t, &b.q), WUSH_OK);
-    if (b.t != NULL && b.q != NULL)
+    if (b.t != NULL && b.q != NULL && val != NULL)
         CHECK_STATUS(wush_layer_loss(ctx, b.t, b.q, WUSH_DTYPE_F32, w, WUSH_DTYPE_F32, val, N_VAL, &b.loss), WUSH_OK);
     return b;
 }
@@ -110,6 +110,7 @@ static void test_guard(wush_context* ctx, wush_format f, wush_method m, const fl
     CHECK_STATUS(wush_options_create(&o), WUSH_OK);
     CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH, 1), WUSH_OK);
     CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH_TOKENS, 128), WUSH_OK);
+    CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH_GUARD, 0), WUSH_OK); /* the oracle's layers: unguarded */
     plain = make_calibrator(ctx, g, mode, cal, NULL);
     guarded_shift = make_calibrator(ctx, g, mode, cal, shifted);
     guarded_same = make_calibrator(ctx, g, mode, cal, same);
@@ -256,6 +257,180 @@ static void test_validation_sample(wush_context* ctx, const float* cal, const fl
     wush_calibrator_destroy(old);
 }
 
+/* ---- The guard's rule, against a second implementation ------------------------------------- */
+
+enum { N_CANDIDATES = 5 }; /* the searched layer, plain WUSH, I, H, R */
+
+/* Per-token losses of a layer on n tokens: wush_layer_loss on one token at a time. */
+static void token_losses(wush_context* ctx, const Built* b, const float* w, const float* x, size_t n, double* out) {
+    size_t t;
+    for (t = 0; t < n; ++t) {
+        out[t] = -1.0;
+        CHECK_STATUS(wush_layer_loss(ctx, b->t, b->q, WUSH_DTYPE_F32, w, WUSH_DTYPE_F32, x + t * D_IN, 1, &out[t]),
+                     WUSH_OK);
+    }
+}
+
+static double mean_of(const double* v, size_t n) {
+    double m = 0.0;
+    size_t t;
+    for (t = 0; t < n; ++t) m += v[t];
+    return m / (double)n;
+}
+
+/* The rule as wush.h states it (WUSH_OPTION_SEARCH_GUARD): `alt` replaces `base` only when its
+ * mean is lower by more than 1% and the paired differences' mean exceeds two standard errors. */
+static int clearly_better(const double* alt, const double* base, size_t n) {
+    double md = 0.0, var = 0.0;
+    size_t t;
+    if (!(mean_of(alt, n) < 0.99 * mean_of(base, n))) return 0;
+    for (t = 0; t < n; ++t) md += base[t] - alt[t];
+    md /= (double)n;
+    for (t = 0; t < n; ++t) var += (base[t] - alt[t] - md) * (base[t] - alt[t] - md);
+    var /= (double)(n - 1);
+    return md > 2.0 * sqrt(var / (double)n);
+}
+
+/* The candidate the rule picks (0 = the searched layer); *naive gets the lowest mean's index. */
+static int rule_choice(double* const losses[N_CANDIDATES], size_t n, int* naive) {
+    int i, chosen = 0;
+    *naive = 0;
+    for (i = 1; i < N_CANDIDATES; ++i) {
+        if (mean_of(losses[i], n) < mean_of(losses[*naive], n)) *naive = i;
+        if (clearly_better(losses[i], losses[0], n) && mean_of(losses[i], n) < mean_of(losses[chosen], n)) chosen = i;
+    }
+    return chosen;
+}
+
+/* The five candidates built separately, without any guard, on a calibrator without validation
+ * tokens; `searched` options have the search on and the default guard off. */
+static void build_candidates(wush_context* ctx, wush_calibrator* c, wush_format f, wush_method m, const float* w,
+                             const wush_options* searched, Built out[N_CANDIDATES]) {
+    static const wush_transform_kind kData[3] = {WUSH_TRANSFORM_IDENTITY, WUSH_TRANSFORM_HADAMARD,
+                                                 WUSH_TRANSFORM_RANDOM};
+    int i;
+    out[0] = build(ctx, c, WUSH_TRANSFORM_WUSH, f, m, w, searched, NULL);
+    out[1] = build(ctx, c, WUSH_TRANSFORM_WUSH, f, m, w, NULL, NULL);
+    for (i = 0; i < 3; ++i) out[i + 2] = build(ctx, c, kData[i], f, m, w, searched, NULL);
+}
+
+/* Checks a guarded layer against the rule on `n` held-out tokens; returns whether the naive
+ * lowest-mean choice would have differed from the rule's. */
+static int check_rule(wush_context* ctx, const Built cand[N_CANDIDATES], const Built* got, const float* w,
+                      const float* held, size_t n) {
+    double* losses[N_CANDIDATES];
+    int i, naive = 0, chosen;
+    for (i = 0; i < N_CANDIDATES; ++i) {
+        losses[i] = malloc(n * sizeof(double));
+        if (losses[i] != NULL) token_losses(ctx, &cand[i], w, held, n, losses[i]);
+    }
+    for (i = 0; i < N_CANDIDATES; ++i)
+        if (losses[i] == NULL) return 0;
+    chosen = rule_choice(losses, n, &naive);
+    CHECK(got->t != NULL && cand[chosen].t != NULL && same_matrices(got->t, cand[chosen].t));
+    CHECK(kind_of(got->t) == kind_of(cand[chosen].t));
+    for (i = 0; i < N_CANDIDATES; ++i) free(losses[i]);
+    return naive != chosen;
+}
+
+/* Validation tokens, few and from the calibration documents' distribution: over many small
+ * slices the guarded layer is always the rule's choice, and on some slice the lowest mean alone
+ * (the old rule) would have switched on noise where the rule keeps the searched layer. */
+static void test_guard_small_slices(wush_context* ctx, wush_format f, wush_method m, const float* w, const float* cal,
+                                    const float* same) {
+    enum { N_SMALL = 40, SLICES = 6 };
+    const wush_moment_mode mode = m == WUSH_METHOD_GPTQ ? WUSH_MOMENTS_FULL : WUSH_MOMENTS_BLOCK_DIAGONAL;
+    wush_options* o = NULL;
+    wush_calibrator* plain;
+    Built cand[N_CANDIDATES];
+    size_t g = 0;
+    int i, s, noisy = 0;
+    wush_format_group_size(f, &g);
+    CHECK_STATUS(wush_options_create(&o), WUSH_OK);
+    CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH, 1), WUSH_OK);
+    CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH_TOKENS, 128), WUSH_OK);
+    CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH_GUARD, 0), WUSH_OK);
+    plain = make_calibrator(ctx, g, mode, cal, NULL);
+    if (o == NULL || plain == NULL) return;
+    build_candidates(ctx, plain, f, m, w, o, cand);
+    for (s = 0; s < SLICES; ++s) {
+        const float* slice = same + (size_t)s * N_SMALL * D_IN;
+        wush_calibrator* c = NULL;
+        Built got;
+        CHECK_STATUS(wush_calibrator_create(D_IN, g, mode, &c), WUSH_OK);
+        if (c == NULL) continue;
+        CHECK_STATUS(wush_calibrator_set_sample_size(c, 256), WUSH_OK);
+        CHECK_STATUS(wush_calibrator_set_validation_size(c, N_SMALL), WUSH_OK);
+        CHECK_STATUS(wush_calibrator_add(ctx, c, WUSH_DTYPE_F32, cal, N_CAL), WUSH_OK);
+        CHECK_STATUS(wush_calibrator_add_validation(ctx, c, WUSH_DTYPE_F32, slice, N_SMALL), WUSH_OK);
+        got = build(ctx, c, WUSH_TRANSFORM_WUSH, f, m, w, o, NULL);
+        noisy += check_rule(ctx, cand, &got, w, slice, N_SMALL);
+        release(&got);
+        wush_calibrator_destroy(c);
+    }
+    /* Not a check of the library: a sign that these slices exercise the noise margin at all. */
+    printf("guard on small slices (%s, %s): the lowest mean alone would differ on %d of %d\n", wush_format_name(f),
+           m == WUSH_METHOD_GPTQ ? "gptq" : "rtn", noisy, SLICES);
+    for (i = 0; i < N_CANDIDATES; ++i) release(&cand[i]);
+    wush_calibrator_destroy(plain);
+    wush_options_destroy(o);
+}
+
+/* The default guard, without validation tokens: the held-out tokens are the odd rows of the
+ * calibrator's token sample (read from its exported state, layout version 2 in wush.h), the
+ * search scores the even ones, and the result is the rule's choice among the five candidates. */
+static void test_default_guard(wush_context* ctx, wush_format f, wush_method m, const float* w, const float* cal) {
+    const wush_moment_mode mode = m == WUSH_METHOD_GPTQ ? WUSH_MOMENTS_FULL : WUSH_MOMENTS_BLOCK_DIAGONAL;
+    wush_options *o = NULL, *off = NULL;
+    wush_calibrator* c;
+    Built cand[N_CANDIDATES], got;
+    size_t g = 0, n_state = 0, sums, base, k, rows, t, j, want = 0;
+    double* state;
+    float* held;
+    int i;
+    wush_format_group_size(f, &g);
+    CHECK_STATUS(wush_options_create(&o), WUSH_OK);
+    CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH, 1), WUSH_OK);
+    CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH_TOKENS, 128), WUSH_OK);
+    CHECK_STATUS(wush_options_sample_size(o, &want), WUSH_OK);
+    CHECK(want == 256); /* the search's 128 tokens and as many held out */
+    CHECK_STATUS(wush_options_create(&off), WUSH_OK);
+    CHECK_STATUS(wush_options_set_int(off, WUSH_OPTION_SEARCH, 1), WUSH_OK);
+    CHECK_STATUS(wush_options_set_int(off, WUSH_OPTION_SEARCH_TOKENS, 128), WUSH_OK);
+    CHECK_STATUS(wush_options_set_int(off, WUSH_OPTION_SEARCH_GUARD, 0), WUSH_OK);
+    c = make_calibrator(ctx, g, mode, cal, NULL); /* sample 256 */
+    if (o == NULL || off == NULL || c == NULL) return;
+    /* With 256 sample tokens and 128 search tokens the unguarded search already scores the even
+     * rows (evenly spread), so `cand[0]` is the searched layer the guard sees. */
+    build_candidates(ctx, c, f, m, w, off, cand);
+    got = build(ctx, c, WUSH_TRANSFORM_WUSH, f, m, w, o, NULL);
+
+    CHECK_STATUS(wush_calibrator_state_size(c, &n_state), WUSH_OK);
+    state = malloc(n_state * sizeof(double));
+    held = malloc(128 * D_IN * sizeof(float));
+    if (state != NULL && held != NULL && wush_calibrator_export_state(c, state, n_state) == WUSH_OK) {
+        sums = mode == WUSH_MOMENTS_FULL ? (size_t)D_IN * D_IN : (size_t)D_IN * g;
+        base = 6 + sums;
+        k = (size_t)state[base];
+        rows = (size_t)state[base + 1];
+        CHECK(k == 256 && rows == 256);
+        for (t = 0; t < 128; ++t)
+            for (j = 0; j < D_IN; ++j) held[t * D_IN + j] = (float)state[base + 2 + k + (2 * t + 1) * D_IN + j];
+        check_rule(ctx, cand, &got, w, held, 128);
+    }
+    free(state);
+    free(held);
+    /* Off: the same build as the unguarded search. */
+    release(&got);
+    got = build(ctx, c, WUSH_TRANSFORM_WUSH, f, m, w, off, NULL);
+    CHECK(got.t != NULL && same_matrices(got.t, cand[0].t));
+    release(&got);
+    for (i = 0; i < N_CANDIDATES; ++i) release(&cand[i]);
+    wush_calibrator_destroy(c);
+    wush_options_destroy(o);
+    wush_options_destroy(off);
+}
+
 int main(void) {
     wush_context* ctx = NULL;
     float* w = malloc(sizeof(float) * D_OUT * D_IN);
@@ -277,6 +452,10 @@ int main(void) {
         test_guard(ctx, WUSH_FORMAT_NVFP4, WUSH_METHOD_RTN, w, cal, shifted, same);
         test_guard(ctx, WUSH_FORMAT_MXFP4, WUSH_METHOD_GPTQ, w, cal, shifted, same);
         test_guard(ctx, WUSH_FORMAT_INT4, WUSH_METHOD_GPTQ, w, cal, shifted, same);
+        test_guard_small_slices(ctx, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, w, cal, same);
+        test_guard_small_slices(ctx, WUSH_FORMAT_NVFP4, WUSH_METHOD_RTN, w, cal, same);
+        test_default_guard(ctx, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, w, cal);
+        test_default_guard(ctx, WUSH_FORMAT_NVFP4, WUSH_METHOD_GPTQ, w, cal);
     }
     wush_context_destroy(ctx);
     free(w);

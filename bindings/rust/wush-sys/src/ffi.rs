@@ -84,6 +84,7 @@ pub const WUSH_OPTION_SEED: wush_option = 1;
 pub const WUSH_OPTION_TRANSFORM_DTYPE: wush_option = 2;
 pub const WUSH_OPTION_SEARCH: wush_option = 3;
 pub const WUSH_OPTION_SEARCH_TOKENS: wush_option = 4;
+pub const WUSH_OPTION_SEARCH_GUARD: wush_option = 5;
 pub type wush_status = c_int;
 pub const WUSH_OK: wush_status = 0;
 pub const WUSH_ERR_INVALID_ARGUMENT: wush_status = 1;
@@ -173,6 +174,7 @@ extern "C" {
     pub fn wush_options_destroy(_: *mut wush_options);
     pub fn wush_options_get_double(_: *const wush_options, _: wush_option, _: *mut f64) -> wush_status;
     pub fn wush_options_get_int(_: *const wush_options, _: wush_option, _: *mut i64) -> wush_status;
+    pub fn wush_options_sample_size(_: *const wush_options, _: *mut usize) -> wush_status;
     pub fn wush_options_set_double(_: *mut wush_options, _: wush_option, _: f64) -> wush_status;
     pub fn wush_options_set_int(_: *mut wush_options, _: wush_option, _: i64) -> wush_status;
     pub fn wush_options_set_progress(_: *mut wush_options, _: wush_progress_fn, _: *mut c_void) -> wush_status;
@@ -204,7 +206,7 @@ extern "C" {
 
 /// Every function of the header with its address: taking each one's address makes a test
 /// binary link all of them, so a symbol the library does not export fails the build.
-pub fn all_functions() -> [(&'static str, usize); 91] {
+pub fn all_functions() -> [(&'static str, usize); 92] {
     [
         ("wush_calibrator_add", wush_calibrator_add as *const () as usize),
         ("wush_calibrator_add_validation", wush_calibrator_add_validation as *const () as usize),
@@ -270,6 +272,7 @@ pub fn all_functions() -> [(&'static str, usize); 91] {
         ("wush_options_destroy", wush_options_destroy as *const () as usize),
         ("wush_options_get_double", wush_options_get_double as *const () as usize),
         ("wush_options_get_int", wush_options_get_int as *const () as usize),
+        ("wush_options_sample_size", wush_options_sample_size as *const () as usize),
         ("wush_options_set_double", wush_options_set_double as *const () as usize),
         ("wush_options_set_int", wush_options_set_int as *const () as usize),
         ("wush_options_set_progress", wush_options_set_progress as *const () as usize),
