@@ -91,7 +91,7 @@ def cmd_quantize(a: argparse.Namespace) -> int:
     t0 = time.time()
     res = wt.quantize_model(model, batches, format=a.format, transform=transform, method=a.method, layers=a.layers,
                             damping=a.damping, progress=a.progress, search=search, search_tokens=a.search_tokens,
-                            validation_batches=validation)
+                            validation_batches=validation, search_guard=not a.no_search_guard)
     t1 = time.time()
     info = wt.save_quantized(model, res, a.out, model_dir=a.model_dir, pseudo=a.fp_quant_pseudo, export=a.export)
     if info["fp_quant_refused"]:
@@ -224,6 +224,9 @@ def parser() -> argparse.ArgumentParser:
                    help="wush+s: calibration tokens per layer the search scores its candidates on")
     q.add_argument("--validation", default=None,
                    help="wush+s: text the calibration does not see, for the search's per-layer guard")
+    q.add_argument("--no-search-guard", action="store_true",
+                   help="wush+s without --validation: no per-layer guard (by default it holds out half of each "
+                        "layer's token sample)")
     q.add_argument("--method", default="rtn", choices=["rtn", "gptq"])
     q.add_argument("--out", required=True)
     q.add_argument("--export", default="fp_quant", choices=["fp_quant", "wush"],

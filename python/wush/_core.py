@@ -208,14 +208,17 @@ def default_context() -> Context:
 class Options(_Handle):
     """Options of the long operations: damping, seed, transform dtype, and the per-block search
     (``search=True``: WUSH_OPTION_SEARCH, applied by :func:`layer_quantize`; ``search_tokens``:
-    WUSH_OPTION_SEARCH_TOKENS)."""
+    WUSH_OPTION_SEARCH_TOKENS; ``search_guard=False`` turns off the guard's default hold-out,
+    WUSH_OPTION_SEARCH_GUARD)."""
 
     _destroy = "wush_options_destroy"
 
     def __init__(self, damping: Optional[float] = None, seed: Optional[int] = None,
                  transform_dtype: Optional[Union[str, int]] = None, search: Optional[bool] = None,
-                 search_tokens: Optional[int] = None):
+                 search_tokens: Optional[int] = None, search_guard: Optional[bool] = None):
         super().__init__(_new("wush_options_create"))
+        if search_guard is not None:
+            _call("wush_options_set_int", self.ptr, int(Option.SEARCH_GUARD), int(bool(search_guard)))
         if search is not None:
             _call("wush_options_set_int", self.ptr, int(Option.SEARCH), int(bool(search)))
         if search_tokens is not None:
@@ -227,6 +230,13 @@ class Options(_Handle):
         if transform_dtype is not None:
             _call("wush_options_set_int", self.ptr, int(Option.TRANSFORM_DTYPE),
                   int(_as_enum(DType, transform_dtype)))
+
+    def sample_size(self) -> int:
+        """The token sample a calibrator needs for these options (wush_options_sample_size): 0
+        without the search, else the search's tokens, doubled for the guard's default hold-out."""
+        n = ctypes.c_size_t()
+        _call("wush_options_sample_size", self.ptr, ctypes.byref(n))
+        return n.value
 
 
 def format_group_size(fmt: Union[str, int]) -> int:

@@ -304,7 +304,7 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
                    method: str = "rtn", layers: Optional[str] = None, damping: Optional[float] = None,
                    share_inputs: bool = True, progress: bool = False, search: bool = False,
                    search_tokens: int = 1024, validation_batches: Optional[Iterable] = None,
-                   validation_size: int = 4096) -> QuantizationResult:
+                   validation_size: int = 4096, search_guard: bool = True) -> QuantizationResult:
     """Quantizes the selected linear layers of ``model`` in place (each becomes a
     :class:`QuantizedLinear`) and returns the transforms and quantized weights.
 
@@ -319,10 +319,12 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
     With ``search=True`` (``transform`` "wush" or "wus"; WUSH_OPTION_SEARCH) each block's scale,
     signs and fall-backs are chosen per layer for ``format``, scored on a sample of
     ``search_tokens`` calibration tokens per layer. ``validation_batches`` (documents the
-    calibration does not see) then feed the search's per-layer guard: a sample of at most
-    ``validation_size`` of their tokens per layer, on which the searched layer competes with the
-    I, H and R layers built the same way, the lowest loss winning. They run through the model
-    like the calibration batches (with GPTQ, through the blocks already quantized).
+    calibration does not see) feed the search's per-layer guard: a sample of at most
+    ``validation_size`` of their tokens per layer, on which the searched layer competes with plain
+    WUSH and the I, H and R layers built the same way; an alternative wins only by a margin the
+    sample supports (WUSH_OPTION_SEARCH_GUARD in wush.h). They run through the model like the
+    calibration batches (with GPTQ, through the blocks already quantized). Without them the guard
+    holds out half of each layer's token sample (``search_guard=False``: no guard then).
 
     Transforms are stored in bf16 (WUSH_OPTION_TRANSFORM_DTYPE) so the fp_quant export can
     represent them exactly.
@@ -337,8 +339,8 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
     if validation and not search:
         raise ValueError("validation_batches feed the search's guard: pass search=True")
     opts = Options(damping=damping, transform_dtype="bf16", search=search or None,
-                   search_tokens=search_tokens if search else None)
-    cal_args = {"sample_size": search_tokens} if search else {}
+                   search_tokens=search_tokens if search else None, search_guard=search_guard if search else None)
+    cal_args = {"sample_size": opts.sample_size()} if search else {}
     if validation:
         cal_args["validation_size"] = validation_size
     result = QuantizationResult(format, transform, method)

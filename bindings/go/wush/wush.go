@@ -149,6 +149,7 @@ const (
 	OptionTransformDtype Option = C.WUSH_OPTION_TRANSFORM_DTYPE
 	OptionSearch         Option = C.WUSH_OPTION_SEARCH
 	OptionSearchTokens   Option = C.WUSH_OPTION_SEARCH_TOKENS
+	OptionSearchGuard    Option = C.WUSH_OPTION_SEARCH_GUARD
 )
 
 // MomentMode is what a calibrator accumulates (wush_moment_mode).
@@ -715,6 +716,18 @@ func (o *Options) Int(id Option) (int64, error) {
 	var v C.int64_t
 	err := call(func() C.wush_status { return C.wush_options_get_int(o.p, C.wush_option(id), &v) })
 	return int64(v), err
+}
+
+// SampleSize is wush_options_sample_size: the token sample a calibrator needs for these options
+// (Calibrator sample size), 0 without the search.
+func (o *Options) SampleSize() (int, error) {
+	if o.p == nil {
+		return 0, errClosed
+	}
+	defer runtime.KeepAlive(o)
+	var n C.size_t
+	err := call(func() C.wush_status { return C.wush_options_sample_size(o.p, &n) })
+	return int(n), err
 }
 
 // SetProgress is wush_options_set_progress: f(fraction) returns false to cancel (the operation

@@ -578,3 +578,31 @@ func TestCUDAContextRefusesSlicesOrIsUnsupported(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// SampleSize follows the rule wush.h states: 0 without the search; the search's tokens, doubled
+// while the guard's default hold-out is on.
+func TestSampleSizeFollowsTheSearchAndItsGuard(t *testing.T) {
+	o, err := NewOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	want := func(n int) {
+		t.Helper()
+		if got, err := o.SampleSize(); err != nil || got != n {
+			t.Fatalf("SampleSize = %d, %v; want %d", got, err, n)
+		}
+	}
+	want(0)
+	if o.SetInt(OptionSearch, 1) != nil || o.SetInt(OptionSearchTokens, 96) != nil {
+		t.Fatal("setting the search")
+	}
+	want(192)
+	if o.SetInt(OptionSearchGuard, 0) != nil {
+		t.Fatal("turning the guard off")
+	}
+	want(96)
+	if o.SetInt(OptionSearchGuard, 2) == nil {
+		t.Fatal("guard 2 accepted")
+	}
+}

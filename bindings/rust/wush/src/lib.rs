@@ -227,7 +227,7 @@ c_enum! {
     /// Option ids of [`Options`] (`wush_option`).
     OptionId { Damping = sys::WUSH_OPTION_DAMPING, Seed = sys::WUSH_OPTION_SEED,
                TransformDtype = sys::WUSH_OPTION_TRANSFORM_DTYPE, Search = sys::WUSH_OPTION_SEARCH,
-               SearchTokens = sys::WUSH_OPTION_SEARCH_TOKENS }
+               SearchTokens = sys::WUSH_OPTION_SEARCH_TOKENS, SearchGuard = sys::WUSH_OPTION_SEARCH_GUARD }
 }
 c_enum! {
     /// What a calibrator accumulates (`wush_moment_mode`).
@@ -716,6 +716,14 @@ impl Options {
         // SAFETY: live handle, valid output pointer.
         check(unsafe { sys::wush_options_get_int(self.raw.as_ptr(), id.to_c(), &mut v) })?;
         Ok(v)
+    }
+    /// `wush_options_sample_size`: the token sample a calibrator needs for these options (0
+    /// without the search).
+    pub fn sample_size(&self) -> Result<usize> {
+        let mut n = 0usize;
+        // SAFETY: live handle, valid output pointer.
+        check(unsafe { sys::wush_options_sample_size(self.raw.as_ptr(), &mut n) })?;
+        Ok(n)
     }
     /// `wush_options_set_progress`: `f(fraction)` returns false to cancel the operation (it then
     /// fails with [`Status::Cancelled`]). A panicking callback cancels too.

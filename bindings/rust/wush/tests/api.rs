@@ -470,3 +470,17 @@ fn thread_rules_are_as_documented() {
     send_sync::<Linear<'static>>();
     send::<CheckpointWriter<'static>>();
 }
+
+// wush_options_sample_size: the rule wush.h states (0 without the search; the search's tokens,
+// doubled while the guard's default hold-out is on).
+#[test]
+fn sample_size_follows_the_search_and_its_guard() {
+    let mut o = Options::new().unwrap();
+    assert_eq!(o.sample_size().unwrap(), 0);
+    o.set_int(OptionId::Search, 1).unwrap();
+    o.set_int(OptionId::SearchTokens, 96).unwrap();
+    assert_eq!(o.sample_size().unwrap(), 192);
+    o.set_int(OptionId::SearchGuard, 0).unwrap();
+    assert_eq!(o.sample_size().unwrap(), 96);
+    assert!(o.set_int(OptionId::SearchGuard, 2).is_err());
+}
