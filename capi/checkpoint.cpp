@@ -145,12 +145,11 @@ WUSH_API wush_status wush_checkpoint_export_fp_quant(const wush_checkpoint* chec
     return guarded(__func__, [&] {
         const wush::storage::CheckpointReader& r = opened(checkpoint);
         require_pointer(path, "path");
+        if (*path == '\0' || (config_path != nullptr && *config_path == '\0'))
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "the output path is empty");
         wush::Progress progress = make_progress(options_or_defaults(options));
-        const std::string config = wush::storage::export_fp_quant(r, path, &progress);
-        if (config_path != nullptr) {
-            const std::string text = config + "\n";
-            wush::storage::write_file_atomically(config_path, text.data(), text.size());
-        }
+        // The model and the config are committed together: a failed export leaves neither.
+        wush::storage::export_fp_quant(r, path, &progress, config_path != nullptr ? config_path : "");
     });
 }
 

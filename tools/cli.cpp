@@ -1,5 +1,6 @@
 #include "cli.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,13 +14,21 @@ namespace cli {
 Args::Args(int argc, char** argv, const std::vector<std::string>& flags, const std::vector<std::string>& valued) {
     for (int i = 0; i < argc && error_.empty(); ++i) {
         const std::string a = argv[i];
-        if (std::find(flags.begin(), flags.end(), a) != flags.end()) {
+        const bool flag = std::find(flags.begin(), flags.end(), a) != flags.end();
+        if (!flag && std::find(valued.begin(), valued.end(), a) == valued.end()) {
+            error_ = "unknown argument '" + printable(a) + "'";
+        } else if (has(a)) {
+            // Which of two values was meant is a guess; refuse rather than take the last.
+            error_ = "option " + a + " is given more than once";
+        } else if (flag) {
             values_[a] = "1";
-        } else if (std::find(valued.begin(), valued.end(), a) != valued.end()) {
-            if (i + 1 >= argc) error_ = "option " + a + " needs a value";
-            else values_[a] = argv[++i];
+        } else if (i + 1 >= argc) {
+            error_ = "option " + a + " needs a value";
+        } else if (argv[i + 1][0] == '\0') {
+            // An empty value is never meant (an unset shell variable): refused before any work.
+            error_ = "option " + a + " needs a value, got ''";
         } else {
-            error_ = "unknown argument '" + a + "'";
+            values_[a] = argv[++i];
         }
     }
 }
@@ -29,29 +38,141 @@ std::string Args::get(const std::string& name, const std::string& fallback) cons
     return it == values_.end() ? fallback : it->second;
 }
 
-std::size_t Args::get_size(const std::string& name, std::size_t fallback) {
-    if (!has(name)) return fallback;
-    const std::string v = get(name);
-    char* end = nullptr;
-    const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || x == 0 || v[0] == '-') {
-        error_ = "option " + name + " needs a positive integer, got '" + v + "'";
-        return fallback;
+bool Args::parse_size(const std::string& name, const std::string& v, std::size_t min, std::size_t max, std::size_t* out) {
+    const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+    std::size_t x = 0;
+    bool overflow = false;
+    for (std::size_t i = 0; digits && i < v.size() && !overflow; ++i)
+        overflow = __builtin_mul_overflow(x, std::size_t(10), &x) || __builtin_add_overflow(x, std::size_t(v[i] - '0'), &x);
+    const std::string range = max == SIZE_MAX ? "an integer >= " + std::to_string(min)
+                                              : "an integer from " + std::to_string(min) + " to " + std::to_string(max);
+    if (!digits) set_error("option " + name + " needs " + range + ", got '" + printable(v) + "'");
+    else if (overflow) set_error("option " + name + " needs " + range + ", got '" + printable(v) + "' (too large)");
+    else if (x < min || x > max) set_error("option " + name + " needs " + range + ", got " + v);
+    else {
+        *out = x;
+        return true;
     }
-    return std::size_t(x);
+    return false;
 }
 
-double Args::get_double(const std::string& name, double fallback) {
+std::size_t Args::get_size(const std::string& name, std::size_t fallback, std::size_t min, std::size_t max) {
+    std::size_t x = fallback;
+    if (has(name)) parse_size(name, get(name), min, max, &x);
+    return x;
+}
+
+double Args::get_double(const std::string& name, double fallback, double min, double max) {
     if (!has(name)) return fallback;
     const std::string v = get(name);
     char* end = nullptr;
     errno = 0;
     const double x = std::strtod(v.c_str(), &end);
     if (v.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(x)) {
-        error_ = "option " + name + " needs a finite number, got '" + v + "'";
+        set_error("option " + name + " needs a finite number, got '" + printable(v) + "'");
+        return fallback;
+    }
+    if (x < min || x > max) {
+        set_error("option " + name + " needs a number " +
+                  (max == HUGE_VAL ? ">= " + json_number(min) : "from " + json_number(min) + " to " + json_number(max)) +
+                  ", got " + v);
         return fallback;
     }
     return x;
+}
+
+std::vector<std::string> Args::get_list(const std::string& name, const std::string& fallback) {
+    const std::string v = get(name, fallback);
+    std::vector<std::string> items;
+    std::size_t start = 0;
+    while (true) {
+        const std::size_t end = std::min(v.find(',', start), v.size());
+        if (end == start) {
+            set_error("option " + name + " has an empty item in '" + printable(v) + "'");
+            return {};
+        }
+        items.push_back(v.substr(start, end - start));
+        if (end == v.size()) return items;
+        start = end + 1;
+    }
+}
+
+std::vector<std::size_t> Args::get_size_list(const std::string& name, const std::string& fallback, std::size_t min,
+                                             std::size_t max) {
+    std::vector<std::size_t> out;
+    for (const std::string& item : get_list(name, fallback)) {
+        std::size_t x = 0;
+        if (!parse_size(name, item, min, max, &x)) return {};
+        out.push_back(x);
+    }
+    return out;
+}
+
+namespace {
+
+std::string joined(const std::vector<std::string>& items) {
+    std::string s;
+    for (const std::string& i : items) s += (s.empty() ? "" : ", ") + i;
+    return s;
+}
+
+}  // namespace
+
+std::string Args::get_choice(const std::string& name, const std::string& fallback, const std::vector<std::string>& choices) {
+    const std::string v = get(name, fallback);
+    if (std::find(choices.begin(), choices.end(), v) != choices.end()) return v;
+    set_error("option " + name + " takes one of " + joined(choices) + ", got '" + printable(v) + "'");
+    return fallback;
+}
+
+std::vector<std::string> Args::get_choice_list(const std::string& name, const std::string& fallback,
+                                               const std::vector<std::string>& choices) {
+    std::vector<std::string> items = get_list(name, fallback);
+    for (const std::string& item : items)
+        if (std::find(choices.begin(), choices.end(), item) == choices.end()) {
+            set_error("option " + name + " takes items of " + joined(choices) + ", got '" + printable(item) + "'");
+            return {};
+        }
+    return items;
+}
+
+int usage_error(const char* command, const Args& a) { return usage_error(command, a.error()); }
+
+int usage_error(const char* command, const std::string& message) {
+    std::fprintf(stderr, "wush %s: %s\n", command, message.c_str());
+    return kUsageError;
+}
+
+namespace {
+
+// The directory of `path` and its last component.
+std::pair<std::string, std::string> split_path(const std::string& path) {
+    const std::size_t slash = path.rfind('/');
+    if (slash == std::string::npos) return {".", path};
+    return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+    struct stat sa {}, sb {};
+    const bool ea = ::stat(a.c_str(), &sa) == 0, eb = ::stat(b.c_str(), &sb) == 0;
+    if (ea || eb) return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    const auto [da, na] = split_path(a);
+    const auto [db, nb] = split_path(b);
+    return na == nb && ::stat(da.c_str(), &sa) == 0 && ::stat(db.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+}  // namespace
+
+bool output_is_not_an_input(const char* command, const std::string& option, const std::string& path,
+                            const std::vector<std::pair<std::string, std::string>>& inputs) {
+    for (const auto& [other, other_path] : inputs)
+        if (same_file(path, other_path)) {
+            usage_error(command, option + " " + printable(path) + " is the same file as " + other + " " +
+                                     printable(other_path) + "; writing it would destroy it");
+            return false;
+        }
+    return true;
 }
 
 namespace {

@@ -1104,7 +1104,9 @@ WUSH_API wush_status wush_checkpoint_load_layer(const wush_checkpoint* checkpoin
  *  shared (G, G) matrix for identity and Hadamard), `<name>.weight_global_scale` and
  *  `<name>.act_global_scale` (F32 (1,): 3 for MXFP4, 10 for NVFP4), atomically to `path`; and,
  *  when `config_path` is not NULL, a JSON file {"quantization_config": {...}} for the model's
- *  config.json.
+ *  config.json. Both files are written to temporaries and committed together: a failed export
+ *  leaves neither file changed (only a crash between the two final renames can replace one). An
+ *  existing file replaced keeps its permissions.
  *  A checkpoint with at least one WUSH layer is exported per block: every layer, whatever its
  *  kind (a search's guard may keep identity, Hadamard or random on some), as (G, d_in) matrices
  *  and transform_init "wush".
@@ -1112,7 +1114,8 @@ WUSH_API wush_status wush_checkpoint_load_layer(const wush_checkpoint* checkpoin
  *          a WUSH layer, NVFP4 with a WUSH layer (the per-block export, which no fp_quant consumer
  *          loads for NVFP4: they apply one shared rotation), a transform not exactly representable in bf16 — build with WUSH_OPTION_TRANSFORM_DTYPE =
  *          WUSH_DTYPE_BF16); WUSH_ERR_IO; WUSH_ERR_INVALID_ARGUMENT (e.g. not an opened
- *          checkpoint). */
+ *          checkpoint, an empty path, `path` or `config_path` naming the checkpoint's own file,
+ *          or both naming one file). */
 WUSH_API wush_status wush_checkpoint_export_fp_quant(const wush_checkpoint* checkpoint, const char* path,
                                                      const char* config_path, const wush_options* options);
 

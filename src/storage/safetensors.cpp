@@ -284,6 +284,8 @@ Reader::Reader(const std::string& path) : path_(path) {
             fail(WUSH_ERR_IO, "\"" + path + "\" is not a readable regular file");
         size_ = std::size_t(st.st_size);
         mtime_ns_ = mtime_ns(st);
+        device_ = std::uint64_t(st.st_dev);
+        inode_ = std::uint64_t(st.st_ino);
         if (size_ > 0) {
             void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
             if (p == MAP_FAILED) fail(WUSH_ERR_IO, "cannot map \"" + path + "\": " + std::strerror(errno));
@@ -311,6 +313,11 @@ void Reader::check_unchanged() const {
         fail(WUSH_ERR_IO, "\"" + path_ + "\" was " + (std::size_t(st.st_size) < size_ ? "truncated" : "modified") +
                               " after it was opened; replace a checkpoint by writing a new file and renaming it over the "
                               "old one");
+}
+
+bool Reader::is_file(const std::string& path) const noexcept {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && std::uint64_t(st.st_dev) == device_ && std::uint64_t(st.st_ino) == inode_;
 }
 
 const TensorInfo* Reader::find(std::string_view name) const noexcept {
@@ -349,9 +356,15 @@ std::string header_json(const std::vector<TensorSource>& tensors, const std::map
 
 void write_file(const std::string& path, const std::vector<TensorSource>& tensors,
                 const std::map<std::string, std::string>& metadata) {
+    AtomicFile file(path);
+    write_tensors(file, tensors, metadata);
+    file.commit();
+}
+
+void write_tensors(AtomicFile& file, const std::vector<TensorSource>& tensors,
+                   const std::map<std::string, std::string>& metadata) {
     std::vector<std::uint64_t> sizes;
     const std::string header = header_json(tensors, metadata, sizes);
-    AtomicFile file(path);
     std::byte len[8];
     for (int i = 0; i < 8; ++i) len[i] = std::byte((header.size() >> (8 * i)) & 0xFF);
     file.write(len, 8);
@@ -365,7 +378,6 @@ void write_file(const std::string& path, const std::vector<TensorSource>& tensor
         });
         if (written != sizes[i]) fail(WUSH_ERR_INTERNAL, "tensor \"" + tensors[i].name + "\" wrote too few bytes");
     }
-    file.commit();
 }
 
 }  // namespace wush::storage
