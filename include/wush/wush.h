@@ -175,7 +175,14 @@ WUSH_API wush_status wush_dtype_size(wush_dtype dtype, size_t* size);
  *    below -127 uses -127; an NVFP4/INT4 group whose scale rounds to 0 gets all codes 0 (the
  *    group decodes to zeros);
  *  - NaN or +-Inf anywhere in the input makes the call fail with WUSH_ERR_NON_FINITE and write
- *    nothing.
+ *    nothing;
+ *  - the largest finite inputs: MXFP4 refuses (WUSH_ERR_NON_FINITE, nothing written) an element
+ *    with |x| > 5/3 * 2^127 (about 2.836e38, up to +-FLT_MAX): under the largest scale 2^127
+ *    (byte 0xFE) it would get E2M1 code 6, whose value 6 * 2^127 / 3 = 2^128 no float holds, so
+ *    dequantizing it would fail. Elements up to 5/3 * 2^127 get code 4 (a tie at 5/3 * 2^127
+ *    rounds to even, 4) and decode to +-4 * 2^127 / 3. MXFP4_OCP, NVFP4 and INT4 accept every
+ *    finite input, and what they write dequantizes to finite values (+-FLT_MAX decodes to
+ *    +-6 * 2^125 in MXFP4_OCP and saturates at +-6 * 448 / 10 in NVFP4).
  */
 typedef enum wush_format {
     WUSH_FORMAT_MXFP4 = 0,

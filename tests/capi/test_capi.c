@@ -1,6 +1,7 @@
 /* Tests of the public C API, in plain C99 against the shared library: status and error
  * reporting, handle checks, argument validation, buffer bounds, and the format functions. */
 #define _POSIX_C_SOURCE 200809L
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -230,6 +231,70 @@ static void test_quantize_bounds_and_errors(void) {
     wush_context_destroy(ctx);
 }
 
+/* The largest finite inputs (issue 29, N9): quantize and dequantize agree with each other and with
+ * the header. MXFP4 of +-FLT_MAX used to return WUSH_OK with scale byte 0xFE and code 6, which
+ * dequantize then refused (6 * 2^127 / 3 = 2^128 is not a float). The oracle is float64
+ * arithmetic on the header's rule, not the library. */
+static void test_largest_finite_inputs(void) {
+    enum { G = 32 };
+    wush_context* ctx = NULL;
+    float x[G], y[G];
+    unsigned char codes[G / 2], scales[2 * (G / 16)];
+    size_t i, k;
+    /* The largest |x| MXFP4 accepts: |x| * 3 <= 5 * 2^127 (exact in float64). */
+    const double limit = ldexp(5.0, 127);
+    float edge = (float)(limit / 3.0);
+    while ((double)edge * 3.0 > limit) edge = nextafterf(edge, 0.0f);
+    while ((double)nextafterf(edge, INFINITY) * 3.0 <= limit) edge = nextafterf(edge, INFINITY);
+    CHECK(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx) == WUSH_OK);
+    for (k = 0; k < sizeof kFormats / sizeof kFormats[0]; ++k) {
+        const wush_format f = kFormats[k];
+        int sign;
+        for (sign = -1; sign <= 1; sign += 2) {
+            wush_status q;
+            for (i = 0; i < G; ++i) x[i] = (float)i - 16.0f;
+            x[5] = (float)sign * FLT_MAX;
+            memset(codes, 0xEE, sizeof codes);
+            q = wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, x, 1, G, codes, sizeof codes, scales, sizeof scales);
+            if (f == WUSH_FORMAT_MXFP4) {
+                CHECK(q == WUSH_ERR_NON_FINITE);
+                CHECK(strstr(wush_last_error(), "row 0, column 5") != NULL);
+                CHECK(all_bytes_are(codes, sizeof codes, 0xEE));
+                continue;
+            }
+            /* Every other format: accepted, and what it wrote dequantizes to finite values. */
+            CHECK(q == WUSH_OK);
+            CHECK(wush_dequantize_rows(ctx, f, codes, sizeof codes, scales, sizeof scales, 1, G, y, G) == WUSH_OK);
+            for (i = 0; i < G; ++i) CHECK(isfinite(y[i]));
+            if (f == WUSH_FORMAT_MXFP4_OCP) CHECK(y[5] == (float)(sign * 6.0 * ldexp(1.0, 125)));
+            if (f == WUSH_FORMAT_NVFP4) CHECK(y[5] == (float)(sign * 6.0 * 448.0 / 10.0));
+        }
+    }
+    /* MXFP4 at the edge: accepted, scale 2^127 (byte 0xFE), code 4, decoded 4 * 2^127 / 3; the next
+     * float up is refused. bf16 inputs follow the same rule. */
+    for (i = 0; i < G; ++i) x[i] = 0.0f;
+    x[0] = edge;
+    x[1] = -edge;
+    CHECK(wush_quantize_rows(ctx, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, x, 1, G, codes, sizeof codes, scales, 1) == WUSH_OK);
+    CHECK(scales[0] == 0xFE);
+    CHECK((codes[0] & 0x0F) == 0x6 && (codes[0] >> 4) == 0xE); /* E2M1 index 6 is 4; bit 3 is the sign */
+    CHECK(wush_dequantize_rows(ctx, WUSH_FORMAT_MXFP4, codes, sizeof codes, scales, 1, 1, G, y, G) == WUSH_OK);
+    CHECK(y[0] == (float)(4.0 * ldexp(1.0, 127) / 3.0) && y[1] == -y[0]);
+    x[1] = -nextafterf(edge, INFINITY);
+    CHECK(wush_quantize_rows(ctx, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, x, 1, G, codes, sizeof codes, scales, 1) ==
+          WUSH_ERR_NON_FINITE);
+    {
+        uint16_t b[G];
+        memset(b, 0, sizeof b);
+        b[3] = 0x7F7F; /* the largest finite bf16, about 3.39e38 */
+        CHECK(wush_quantize_rows(ctx, WUSH_FORMAT_MXFP4, WUSH_DTYPE_BF16, b, 1, G, codes, sizeof codes, scales, 1) ==
+              WUSH_ERR_NON_FINITE);
+        CHECK(wush_quantize_rows(ctx, WUSH_FORMAT_INT4, WUSH_DTYPE_BF16, b, 1, G, codes, sizeof codes, scales, 2) ==
+              WUSH_OK);
+    }
+    wush_context_destroy(ctx);
+}
+
 /* f16 and bf16 inputs quantize exactly like the f32 values they encode. */
 static void test_half_inputs(void) {
     wush_context* ctx = NULL;
@@ -332,6 +397,7 @@ int main(void) {
     test_format_queries();
     test_quantize_bounds_and_errors();
     test_half_inputs();
+    test_largest_finite_inputs();
     test_threads();
     printf("capi: %d checks, %d failed\n", g_checks, g_failures);
     return g_failures == 0 ? 0 : 1;
