@@ -94,7 +94,11 @@ WUSH_API wush_status wush_context_describe(const wush_context* ctx, char* text, 
     return guarded(__func__, [&] {
         ContextUse use(const_cast<wush_context*>(ctx), "ctx");
         require_pointer(text, "text");
-        const std::string d = use.backend().describe();
+        // A CPU context runs with its own ISA setting (WUSH_CONTEXT_CPU_ISA), which may be below
+        // the machine's best, the backend's own text.
+        const std::string d = use.backend().kind() == WUSH_BACKEND_CPU
+                                  ? std::string("cpu (") + wush::runtime::isa_name(use.host().isa) + ")"
+                                  : use.backend().describe();
         require_size(text_bytes, d.size() + 1, "text", "bytes");
         d.copy(text, d.size());
         text[d.size()] = '\0';

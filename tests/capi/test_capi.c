@@ -231,6 +231,23 @@ static void test_quantize_bounds_and_errors(void) {
     wush_context_destroy(ctx);
 }
 
+/* wush_context_describe names the ISA the context runs with (WUSH_CONTEXT_CPU_ISA), not the
+ * machine's best: it used to print the best ISA for a context set to scalar. */
+static void test_describe_follows_isa(void) {
+    wush_context* ctx = NULL;
+    char text[256];
+    int isa;
+    CHECK(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx) == WUSH_OK);
+    for (isa = WUSH_CPU_ISA_SCALAR; isa <= WUSH_CPU_ISA_AVX512_VNNI; ++isa) {
+        char want[64];
+        if (wush_context_set_parameter(ctx, WUSH_CONTEXT_CPU_ISA, isa) != WUSH_OK) continue; /* not on this CPU */
+        snprintf(want, sizeof want, "cpu (%s)", wush_cpu_isa_name((wush_cpu_isa)isa));
+        CHECK(wush_context_describe(ctx, text, sizeof text) == WUSH_OK);
+        CHECK(strcmp(text, want) == 0);
+    }
+    wush_context_destroy(ctx);
+}
+
 /* The largest finite inputs (issue 29, N9): quantize and dequantize agree with each other and with
  * the header. MXFP4 of +-FLT_MAX used to return WUSH_OK with scale byte 0xFE and code 6, which
  * dequantize then refused (6 * 2^127 / 3 = 2^128 is not a float). The oracle is float64
@@ -398,6 +415,7 @@ int main(void) {
     test_quantize_bounds_and_errors();
     test_half_inputs();
     test_largest_finite_inputs();
+    test_describe_follows_isa();
     test_threads();
     printf("capi: %d checks, %d failed\n", g_checks, g_failures);
     return g_failures == 0 ? 0 : 1;
