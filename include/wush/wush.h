@@ -15,7 +15,11 @@
  *  - Objects are opaque handles created by `wush_<object>_create` and released by
  *    `wush_<object>_destroy`; destroy(NULL) is a no-op. Each handle carries a type tag and the
  *    library keeps a table of live handles: passing NULL, a handle of the wrong type or an already
- *    destroyed handle to a function returns WUSH_ERR_INVALID_ARGUMENT instead of crashing.
+ *    destroyed handle to a function returns WUSH_ERR_INVALID_ARGUMENT instead of crashing, also
+ *    when a new object has since been created at the destroyed one's address (a handle carries
+ *    the generation of its object; the check misses only after 65,536 objects at that very
+ *    address). A wush_linear whose context was destroyed is refused the same way. Handles are
+ *    opaque values, not addresses to dereference.
  *  - The caller owns every bulk buffer (inputs, packed codes, scales, outputs) and passes its size
  *    in bytes or elements; a function never writes past the size it was given, and reports
  *    WUSH_ERR_BUFFER_TOO_SMALL when the size is not enough. Size queries say how much is needed.
