@@ -1,5 +1,6 @@
 #include "cli.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 namespace cli {
 
@@ -247,20 +249,100 @@ std::string printable(const std::string& s) {
     return out;
 }
 
-std::size_t physical_memory() {
-    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && page > 0 ? mul_or_max(std::size_t(pages), std::size_t(page)) : 0;
+namespace {
+
+// The first number in `path` (0 if unreadable or "max").
+std::uint64_t read_number(const std::string& path, const char* key = nullptr) {
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    if (f == nullptr) return 0;
+    char line[256];
+    std::uint64_t value = 0;
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+        const char* p = line;
+        if (key != nullptr) {
+            if (std::strncmp(line, key, std::strlen(key)) != 0) continue;
+            p += std::strlen(key);
+        }
+        value = std::strtoull(p, nullptr, 10);
+        break;
+    }
+    std::fclose(f);
+    return value;
+}
+
+// This process's cgroup path for `controller` ("" for the unified v2 hierarchy), from /proc/self/cgroup.
+std::string cgroup_path(const std::string& controller) {
+    std::FILE* f = std::fopen("/proc/self/cgroup", "r");
+    if (f == nullptr) return "";
+    char line[1024];
+    std::string path;
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+        std::string l(line);
+        if (!l.empty() && l.back() == '\n') l.pop_back();
+        const std::size_t a = l.find(':'), b = a == std::string::npos ? a : l.find(':', a + 1);
+        if (b == std::string::npos) continue;
+        const std::string controllers = l.substr(a + 1, b - a - 1);
+        if (controller.empty() ? controllers.empty() : ("," + controllers + ",").find("," + controller + ",") != std::string::npos)
+            path = l.substr(b + 1);
+    }
+    std::fclose(f);
+    return path;
+}
+
+// Room left under this process's cgroup memory limit (v2 memory.max, or v1 limit_in_bytes),
+// or SIZE_MAX without a limit. Inside a container the hierarchy's root is the own cgroup.
+std::uint64_t cgroup_room() {
+    constexpr std::uint64_t kNoLimit = std::uint64_t(1) << 62;
+    struct Files { std::string limit, usage; };
+    std::vector<Files> candidates;
+    for (const std::string& dir : {"/sys/fs/cgroup" + cgroup_path(""), std::string("/sys/fs/cgroup")})
+        candidates.push_back({dir + "/memory.max", dir + "/memory.current"});
+    for (const std::string& dir : {"/sys/fs/cgroup/memory" + cgroup_path("memory"), std::string("/sys/fs/cgroup/memory")})
+        candidates.push_back({dir + "/memory.limit_in_bytes", dir + "/memory.usage_in_bytes"});
+    for (const Files& c : candidates) {
+        const std::uint64_t limit = read_number(c.limit);
+        if (limit == 0) continue;  // no such file, or "max"
+        if (limit >= kNoLimit) return SIZE_MAX;
+        const std::uint64_t usage = read_number(c.usage);
+        return limit > usage ? limit - usage : 0;
+    }
+    return SIZE_MAX;
+}
+
+}  // namespace
+
+AvailableMemory available_memory() {
+    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+    AvailableMemory m;
+    char text[96];
+    const auto consider = [&](std::uint64_t bytes, const char* name) {
+        if (bytes == SIZE_MAX) return;
+        std::snprintf(text, sizeof text, "%s%s %.1f GiB", m.detail.empty() ? "" : ", ", name, double(bytes) / kGiB);
+        m.detail += text;
+        m.bytes = std::min<std::uint64_t>(m.bytes, bytes);
+    };
+    // MemAvailable: what can be allocated without swapping (free memory plus reclaimable caches).
+    const std::uint64_t kib = read_number("/proc/meminfo", "MemAvailable:");
+    consider(kib > 0 ? kib * 1024 : SIZE_MAX, "MemAvailable");
+    consider(cgroup_room(), "room under the cgroup memory limit");
+    struct rlimit as {};
+    if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+        // The address-space limit counts every mapping of the process, not only the heap.
+        const std::uint64_t used = read_number("/proc/self/status", "VmSize:") * 1024;
+        consider(as.rlim_cur > used ? as.rlim_cur - used : 0, "room under RLIMIT_AS");
+    }
+    return m;
 }
 
 bool fits_in_memory(const char* command, const std::string& what, std::size_t bytes) {
-    const std::size_t total = physical_memory();
-    if (total == 0 || bytes <= total) return true;
+    const AvailableMemory m = available_memory();
+    if (bytes <= m.bytes) return true;
     constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
     if (bytes == SIZE_MAX)
         std::fprintf(stderr, "wush %s: %s needs more memory than can be addressed\n", command, what.c_str());
     else
-        std::fprintf(stderr, "wush %s: %s needs at least %.1f GiB, more than the %.1f GiB of memory of this machine\n",
-                     command, what.c_str(), double(bytes) / kGiB, double(total) / kGiB);
+        std::fprintf(stderr, "wush %s: %s needs about %.1f GiB, more than the %.1f GiB of memory available (%s)\n", command,
+                     what.c_str(), double(bytes) / kGiB, double(m.bytes) / kGiB, m.detail.c_str());
     return false;
 }
 

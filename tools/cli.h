@@ -78,10 +78,17 @@ std::string json_number(double v);
 // `s` safe to print on a terminal: control characters and bytes that are not UTF-8 as \xNN.
 std::string printable(const std::string& s);
 
-// Physical memory of the machine in bytes (0 if unknown).
-std::size_t physical_memory();
-// Checks, before a run starts, that `bytes` (what it will hold at once) fit in memory; prints why
-// not and returns false otherwise. `bytes` = SIZE_MAX means the size overflowed.
+// The memory a run can still allocate: the least of MemAvailable, the room under this process's
+// cgroup memory limit and the room under RLIMIT_AS (SIZE_MAX if none is known), and those
+// figures in words for messages.
+struct AvailableMemory {
+    std::uint64_t bytes = SIZE_MAX;
+    std::string detail;
+};
+AvailableMemory available_memory();
+// Checks, before a run starts, that `bytes` (what it will hold at once) fit in the available
+// memory; prints the figures and returns false otherwise. `bytes` = SIZE_MAX means the size
+// overflowed.
 bool fits_in_memory(const char* command, const std::string& what, std::size_t bytes);
 // a * b, or SIZE_MAX if that overflows.
 std::size_t mul_or_max(std::size_t a, std::size_t b);

@@ -1,5 +1,6 @@
 // `wush eval`: the layerwise loss of every transform x format x method on built-in or given layers
 // (the structure of the WUSH paper's layerwise-loss table).
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -253,15 +254,24 @@ int cmd_eval(int argc, char** argv) {
     if (st == WUSH_OK) st = wush_options_sample_size(search_opts.p, &plan.sample_tokens);
     if (st != WUSH_OK) return cli::report("setting up", st);
 
-    // A run too large for the machine says so before it starts (not with a failed allocation
-    // after minutes of work): each built-in layer holds its weight and all its tokens at once.
+    // A run too large for the memory this process may still use says so before it starts (not
+    // with the kernel's OOM killer after minutes of work). What one built-in layer holds at once:
+    // its tokens and weight as float32 here (the generator writes into them in place, with
+    // float64 temporaries of one weight and 1024 tokens), the loss's float64 copies of the weight
+    // and of its dequantization plus the float32 dequantization (20 bytes per weight), and for
+    // GPTQ about four float64 d_in x d_in matrices (Hessian, its sums, inverse, factor). Tiles of
+    // tokens add a few MiB.
     if (!a.has("--weights")) {
+        const bool gptq = std::find(plan.methods.begin(), plan.methods.end(), WUSH_METHOD_GPTQ) != plan.methods.end();
         for (const std::string& name : names) {
             std::size_t d_out = 0, d_in = 0;
             if (wush_example_layer_shape(name.c_str(), &d_out, &d_in) != WUSH_OK) continue;  // reported when loaded
-            const std::size_t tokens = cli::add_or_max(cli::add_or_max(n_cal, n_val), n_held);
-            const std::size_t bytes = cli::mul_or_max(cli::add_or_max(cli::mul_or_max(tokens, d_in), cli::mul_or_max(d_out, d_in)),
-                                                      sizeof(float));
+            using cli::add_or_max, cli::mul_or_max;
+            const std::size_t tokens = add_or_max(add_or_max(n_cal, n_val), n_held);
+            const std::size_t weights = mul_or_max(d_out, d_in);
+            std::size_t bytes = mul_or_max(add_or_max(mul_or_max(tokens, d_in), weights), sizeof(float));
+            bytes = add_or_max(bytes, mul_or_max(weights, 20));
+            if (gptq) bytes = add_or_max(bytes, mul_or_max(mul_or_max(d_in, d_in), 4 * sizeof(double)));
             if (!cli::fits_in_memory("eval", "layer " + name + " with " + std::to_string(tokens) + " tokens", bytes))
                 return 1;
         }

@@ -67,6 +67,19 @@ for cmd in ("eval", "quantize", "inspect", "export", "bench", "formats"):
 rc, out, err, _ = run("eval", "--layers", "small_256x512", "--calib-tokens", "100000000000")
 check(rc == 1 and "memory" in err, f"huge --calib-tokens: rc {rc}, {err!r}")
 
+# The memory check compares with what this process may still allocate, not with the machine's RAM:
+# under an address-space limit of 2 GB, 3 million tokens of 256 floats (2.9 GiB) are refused at
+# once, with the figures (the run used to start and be killed, or to fail on its first allocation).
+def limit_as():
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (2_000_000_000, 2_000_000_000))
+
+
+p = subprocess.run([WUSH, "eval", "--layers", "small_256x512", "--calib-tokens", "3000000", "--format", "mxfp4",
+                    "--transform", "h"], capture_output=True, timeout=60, preexec_fn=limit_as)
+err = p.stderr.decode("utf-8", "replace")
+check(p.returncode == 1 and "RLIMIT_AS" in err and "2.9 GiB" in err, f"eval over RLIMIT_AS: rc {p.returncode}, {err!r}")
+
 # Strict numbers.
 for bad in ("abc", "0.1x", "", "nan", "1e999"):
     rc, out, err, _ = run("eval", "--layers", "small_256x512", "--damping", bad)
