@@ -84,15 +84,35 @@ WUSH_API wush_status wush_checkpoint_write(wush_checkpoint* checkpoint, const ch
     });
 }
 
-WUSH_API wush_status wush_checkpoint_open(const char* path, wush_checkpoint** checkpoint) {
-    return guarded(__func__, [&] {
+}  // extern "C"
+
+namespace {
+
+wush_status open_checkpoint(const char* function, const char* path, wush_checkpoint_mode mode,
+                            wush_checkpoint** checkpoint) {
+    return guarded(function, [&] {
         require_pointer(path, "path");
         require_pointer(checkpoint, "checkpoint");
+        if (mode != WUSH_CHECKPOINT_MAP && mode != WUSH_CHECKPOINT_COPY)
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_checkpoint_mode " + std::to_string(int(mode)));
+        using Load = wush::storage::Reader::Load;
         auto c = std::make_unique<wush_checkpoint>();
-        c->reader = std::make_unique<wush::storage::CheckpointReader>(path);
+        c->reader = std::make_unique<wush::storage::CheckpointReader>(path, mode == WUSH_CHECKPOINT_COPY ? Load::Copy : Load::Map);
         *checkpoint = hand_out(c.get(), HandleType::Checkpoint);
         c.release();
     });
+}
+
+}  // namespace
+
+extern "C" {
+
+WUSH_API wush_status wush_checkpoint_open(const char* path, wush_checkpoint** checkpoint) {
+    return open_checkpoint(__func__, path, WUSH_CHECKPOINT_MAP, checkpoint);
+}
+
+WUSH_API wush_status wush_checkpoint_open_mode(const char* path, wush_checkpoint_mode mode, wush_checkpoint** checkpoint) {
+    return open_checkpoint(__func__, path, mode, checkpoint);
 }
 
 WUSH_API void wush_checkpoint_destroy(wush_checkpoint* checkpoint) {

@@ -1079,8 +1079,42 @@ WUSH_API wush_status wush_checkpoint_write(wush_checkpoint* checkpoint, const ch
  *  version, every tensor belonging to a layer, each layer's four tensors with the dtypes and
  *  shapes its metadata implies, known format/transform/method names, G matching the format, the
  *  per-tensor factor, a valid damping, no unknown metadata keys).
+ *  The mapping: these calls read the mapped file, so a file truncated after the open makes them
+ *  raise SIGBUS in the host (replace checkpoints by rename, which never does this; a file changed
+ *  before a load is refused with WUSH_ERR_IO): wush_checkpoint_open() itself (validation),
+ *  wush_checkpoint_load_layer(), wush_checkpoint_export_fp_quant(), and, for as long as a
+ *  qweight loaded from the checkpoint lives, every call given that qweight (wush_qweight_data()'s
+ *  pointers point into the mapping; wush_linear_create(), wush_layer_loss(),
+ *  wush_layer_loss_runtime() and the other functions taking a wush_qweight read it) or a
+ *  wush_linear prepared from it on a CPU context (its calls may read the weights in place).
+ *  A host that cannot accept SIGBUS opens with
+ *  wush_checkpoint_open_mode(path, WUSH_CHECKPOINT_COPY, &checkpoint).
  *  @return WUSH_OK; WUSH_ERR_IO; WUSH_ERR_CORRUPT_FILE naming the first violation. */
 WUSH_API wush_status wush_checkpoint_open(const char* path, wush_checkpoint** checkpoint);
+
+/* How wush_checkpoint_open_mode() holds a checkpoint's bytes. Values are pinned. */
+typedef enum wush_checkpoint_mode {
+    WUSH_CHECKPOINT_MAP = 0,   /* memory-mapped, read on demand: wush_checkpoint_open()         */
+    WUSH_CHECKPOINT_COPY = 1,  /* read whole into memory at the open; the file is not used again */
+    /* Not values: these pin the type to the whole range of int, so that any int a caller
+     * passes is a valid object of the type (and is checked and rejected by the library). */
+    WUSH_CHECKPOINT_MODE_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_CHECKPOINT_MODE_ENUM_MAX_ = 2147483647
+} wush_checkpoint_mode;
+
+/*! wush_checkpoint_open_mode() :
+ *  wush_checkpoint_open() with a choice of how the file's bytes are held. WUSH_CHECKPOINT_COPY
+ *  reads the whole file into memory owned by the library (as much memory as the file is large,
+ *  released with the checkpoint and the last qweight loaded from it) and validates that copy:
+ *  nothing is mapped, so truncating, rewriting or deleting the file afterwards never reaches the
+ *  host (no SIGBUS) and changes nothing that was opened. WUSH_CHECKPOINT_MAP is
+ *  wush_checkpoint_open().
+ *  Ownership: release *checkpoint with wush_checkpoint_destroy(). Thread-safe.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (NULL pointers, an unknown mode); WUSH_ERR_IO
+ *          (including a file that shrinks while it is read); WUSH_ERR_OUT_OF_MEMORY;
+ *          WUSH_ERR_CORRUPT_FILE naming the first violation. */
+WUSH_API wush_status wush_checkpoint_open_mode(const char* path, wush_checkpoint_mode mode,
+                                               wush_checkpoint** checkpoint);
 
 /*! wush_checkpoint_destroy() : releases `checkpoint` (and unmaps an opened file once no loaded
  *  qweight borrows from it); NULL is a no-op. */

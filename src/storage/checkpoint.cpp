@@ -216,7 +216,8 @@ std::vector<std::string> collect_layers(const Reader& r) {
 
 }  // namespace
 
-CheckpointReader::CheckpointReader(const std::string& path) : file_(std::make_shared<const Reader>(path)) {
+CheckpointReader::CheckpointReader(const std::string& path, Reader::Load load)
+    : file_(std::make_shared<const Reader>(path, load)) {
     names_ = collect_layers(*file_);
     for (const std::string& n : names_) check_layer_tensors(*file_, n, layer_meta(file_->header(), n));
 }

@@ -42,12 +42,13 @@ struct CheckpointLayer {
     std::string method;
 };
 
-// A checkpoint opened read-only (memory-mapped). The constructor validates the safetensors
+// A checkpoint opened read-only (memory-mapped, or copied into memory: Reader::Load). The
+// constructor validates the safetensors
 // structure and every libwush rule (docs/FORMAT.md) before returning: CORRUPT_FILE names the
 // first violation.
 class CheckpointReader {
 public:
-    explicit CheckpointReader(const std::string& path);
+    explicit CheckpointReader(const std::string& path, Reader::Load load = Reader::Load::Map);
     const std::vector<std::string>& layer_names() const noexcept { return names_; }
     // Builds the layer's transform (deriving the weight side) and borrows its weights. Throws
     // NOT_FOUND for an unknown name, CORRUPT_FILE for a singular or non-finite transform or a NaN

@@ -273,7 +273,7 @@ std::int64_t mtime_ns(const struct stat& st) { return std::int64_t(st.st_mtim.tv
 
 }  // namespace
 
-Reader::Reader(const std::string& path) : path_(path) {
+Reader::Reader(const std::string& path, Load load) : path_(path), copied_(load == Load::Copy) {
     // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever, before
     // the regular-file check below could refuse it. It changes nothing for a regular file.
     fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -286,7 +286,17 @@ Reader::Reader(const std::string& path) : path_(path) {
         mtime_ns_ = mtime_ns(st);
         device_ = std::uint64_t(st.st_dev);
         inode_ = std::uint64_t(st.st_ino);
-        if (size_ > 0) {
+        if (size_ > 0 && copied_) {
+            // Read into memory of our own: a later change of the file cannot reach this process.
+            copy_ = std::make_unique<std::byte[]>(size_);
+            for (std::size_t done = 0; done < size_;) {
+                const ssize_t r = ::pread(fd_, copy_.get() + done, size_ - done, off_t(done));
+                if (r < 0 && errno == EINTR) continue;
+                if (r <= 0) fail(WUSH_ERR_IO, "cannot read \"" + path + "\": " + (r < 0 ? std::strerror(errno) : "it was truncated"));
+                done += std::size_t(r);
+            }
+            map_ = copy_.get();
+        } else if (size_ > 0) {
             void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
             if (p == MAP_FAILED) fail(WUSH_ERR_IO, "cannot map \"" + path + "\": " + std::strerror(errno));
             map_ = static_cast<const std::byte*>(p);
@@ -295,18 +305,19 @@ Reader::Reader(const std::string& path) : path_(path) {
         index_.reserve(header_.tensors.size());
         for (std::size_t i = 0; i < header_.tensors.size(); ++i) index_.emplace(header_.tensors[i].name, i);
     } catch (...) {
-        if (map_) ::munmap(const_cast<std::byte*>(map_), size_);
+        if (map_ && !copied_) ::munmap(const_cast<std::byte*>(map_), size_);
         ::close(fd_);
         throw;
     }
 }
 
 Reader::~Reader() {
-    if (map_) ::munmap(const_cast<std::byte*>(map_), size_);
+    if (map_ && !copied_) ::munmap(const_cast<std::byte*>(map_), size_);
     ::close(fd_);
 }
 
 void Reader::check_unchanged() const {
+    if (copied_) return;  // the copy is what was validated, whatever happens to the file
     struct stat st {};
     if (::fstat(fd_, &st) != 0) fail(WUSH_ERR_IO, "cannot stat \"" + path_ + "\": " + std::strerror(errno));
     if (std::size_t(st.st_size) != size_ || mtime_ns(st) != mtime_ns_)

@@ -56,8 +56,11 @@ Header parse_header(std::span<const std::byte> file);
 // A read-only, memory-mapped, validated safetensors file.
 class Reader {
 public:
-    // Throws IO if the file cannot be opened or mapped, CORRUPT_FILE if it is not valid.
-    explicit Reader(const std::string& path);
+    // How the file's bytes are held: mapped (read on demand; a file truncated while mapped makes
+    // a read raise SIGBUS), or copied into memory of the process when opened.
+    enum class Load { Map, Copy };
+    // Throws IO if the file cannot be opened, mapped or read, CORRUPT_FILE if it is not valid.
+    explicit Reader(const std::string& path, Load load = Load::Map);
     ~Reader();
     Reader(const Reader&) = delete;
     Reader& operator=(const Reader&) = delete;
@@ -78,7 +81,9 @@ public:
 private:
     std::string path_;
     int fd_ = -1;  // kept open so that check_unchanged() sees the file that is mapped
-    const std::byte* map_ = nullptr;
+    bool copied_ = false;
+    std::unique_ptr<std::byte[]> copy_;  // Load::Copy: the file's bytes
+    const std::byte* map_ = nullptr;     // the mapping, or copy_
     std::size_t size_ = 0;
     std::int64_t mtime_ns_ = 0;
     std::uint64_t device_ = 0, inode_ = 0;

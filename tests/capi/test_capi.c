@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "wush/wush.h"
 #include "check.h"
@@ -228,6 +229,65 @@ static void test_quantize_bounds_and_errors(void) {
                      WUSH_ERR_NON_FINITE);
         CHECK(y[0] == 777.0f);
     }
+    wush_context_destroy(ctx);
+}
+
+/* A checkpoint opened in copy mode never touches its file again (issue 29, F4): truncating a
+ * mapped checkpoint after the load raised SIGBUS in the host. Here the file is truncated, then
+ * deleted, after the load; the loaded qweight's bytes, a loss through it and a second load all
+ * give what they gave before. */
+static void test_checkpoint_copy_mode(void) {
+    enum { D_OUT = 8, D_IN = 64, N = 16 };
+    wush_context* ctx = NULL;
+    wush_transform *t = NULL, *lt = NULL, *lt2 = NULL;
+    wush_qweight *q = NULL, *lq = NULL, *lq2 = NULL;
+    wush_checkpoint *w = NULL, *ck = NULL;
+    float wt[D_OUT * D_IN], x[N * D_IN];
+    unsigned char before[D_OUT * D_IN / 2 + D_OUT * D_IN / 32];
+    const void *codes = NULL, *scales = NULL;
+    size_t nc = 0, ns = 0, i;
+    double loss_before = -1.0, loss_after = -2.0;
+    char path[64];
+    unsigned seed = 5;
+    snprintf(path, sizeof path, "/tmp/wush_capi_copy_%ld.safetensors", (long)getpid());
+    for (i = 0; i < D_OUT * D_IN; ++i) wt[i] = gauss(&seed);
+    for (i = 0; i < N * D_IN; ++i) x[i] = gauss(&seed);
+    CHECK(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx) == WUSH_OK);
+    CHECK(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, D_IN, 32, NULL, &t) == WUSH_OK);
+    CHECK(wush_qweight_create(ctx, t, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, wt, D_OUT, D_IN, NULL, &q) ==
+          WUSH_OK);
+    CHECK(wush_checkpoint_create(&w) == WUSH_OK);
+    CHECK(wush_checkpoint_add_layer(w, "layer", t, q) == WUSH_OK);
+    CHECK(wush_checkpoint_write(w, path, NULL) == WUSH_OK);
+    CHECK_STATUS(wush_checkpoint_open_mode(path, (wush_checkpoint_mode)7, &ck), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(ck == NULL);
+    CHECK(wush_checkpoint_open_mode(path, WUSH_CHECKPOINT_COPY, &ck) == WUSH_OK);
+    CHECK(wush_checkpoint_load_layer(ck, "layer", &lt, &lq) == WUSH_OK);
+    CHECK(wush_qweight_data(lq, &codes, &nc, &scales, &ns) == WUSH_OK);
+    CHECK(nc + ns == sizeof before);
+    if (nc + ns == sizeof before) {
+        memcpy(before, codes, nc);
+        memcpy(before + nc, scales, ns);
+    }
+    CHECK(wush_layer_loss(ctx, lt, lq, WUSH_DTYPE_F32, wt, WUSH_DTYPE_F32, x, N, &loss_before) == WUSH_OK);
+    /* The file shrinks to nothing, then goes away. */
+    CHECK(truncate(path, 0) == 0);
+    CHECK(wush_qweight_data(lq, &codes, &nc, &scales, &ns) == WUSH_OK);
+    CHECK(nc + ns == sizeof before && memcmp(codes, before, nc) == 0 && memcmp(scales, before + nc, ns) == 0);
+    CHECK(wush_layer_loss(ctx, lt, lq, WUSH_DTYPE_F32, wt, WUSH_DTYPE_F32, x, N, &loss_after) == WUSH_OK);
+    CHECK(loss_after == loss_before && loss_before > 0.0);
+    unlink(path);
+    CHECK(wush_checkpoint_load_layer(ck, "layer", &lt2, &lq2) == WUSH_OK); /* the copy is what was opened */
+    wush_checkpoint_destroy(ck); /* the loaded qweights keep the copy */
+    CHECK(wush_layer_loss(ctx, lt2, lq2, WUSH_DTYPE_F32, wt, WUSH_DTYPE_F32, x, N, &loss_after) == WUSH_OK);
+    CHECK(loss_after == loss_before);
+    wush_qweight_destroy(lq2);
+    wush_transform_destroy(lt2);
+    wush_qweight_destroy(lq);
+    wush_transform_destroy(lt);
+    wush_checkpoint_destroy(w);
+    wush_qweight_destroy(q);
+    wush_transform_destroy(t);
     wush_context_destroy(ctx);
 }
 
@@ -491,6 +551,7 @@ int main(void) {
     test_largest_finite_inputs();
     test_describe_follows_isa();
     test_reused_addresses();
+    test_checkpoint_copy_mode();
     test_threads();
     printf("capi: %d checks, %d failed\n", g_checks, g_failures);
     return g_failures == 0 ? 0 : 1;
