@@ -876,7 +876,8 @@ WUSH_API wush_status wush_context_cpu_isa(const wush_context* ctx, wush_cpu_isa*
  *  reads that one matrix. Both are decided by the matrices' values, once per transform.
  *  @param transform    the layer's transform (its G must be the format's group size).
  *  @param format       the block format (the qweight's format, for a later wush_gemm).
- *  @param dtype, x     n_tokens x d_in row-major activations (F32, F16 or BF16).
+ *  @param dtype        the element type of `x`: F32, F16 or BF16.
+ *  @param x            n_tokens x d_in row-major activations.
  *  @param d_in         must equal the transform's d_in.
  *  @param codes        receives n_tokens * d_in / 2 bytes, scales n_tokens * (d_in / G) scales:
  *                      the layouts of wush_quantize_rows (wush_format_buffer_sizes gives them).
