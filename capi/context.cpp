@@ -12,10 +12,9 @@
 namespace wush::capi {
 
 ContextUse::ContextUse(wush_context* ctx, const char* arg) : ctx_(require_handle(ctx, HandleType::Context, arg)) {
-    ctx = ctx_;
-    lock_ = std::unique_lock(ctx->mutex);
+    lock_ = std::unique_lock(ctx_->mutex);
     saved_threads_ = omp_get_max_threads();
-    const std::int64_t threads = ctx->backend->parameter(WUSH_CONTEXT_NUM_THREADS);
+    const std::int64_t threads = ctx_->backend->parameter(WUSH_CONTEXT_NUM_THREADS);
     if (threads > 0) omp_set_num_threads(int(backend::openmp_threads(threads)));
 }
 
@@ -94,11 +93,7 @@ WUSH_API wush_status wush_context_describe(const wush_context* ctx, char* text, 
     return guarded(__func__, [&] {
         ContextUse use(const_cast<wush_context*>(ctx), "ctx");
         require_pointer(text, "text");
-        // A CPU context runs with its own ISA setting (WUSH_CONTEXT_CPU_ISA), which may be below
-        // the machine's best, the backend's own text.
-        const std::string d = use.backend().kind() == WUSH_BACKEND_CPU
-                                  ? std::string("cpu (") + wush::runtime::isa_name(use.host().isa) + ")"
-                                  : use.backend().describe();
+        const std::string d = use.backend().describe();
         require_size(text_bytes, d.size() + 1, "text", "bytes");
         d.copy(text, d.size());
         text[d.size()] = '\0';
