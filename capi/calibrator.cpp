@@ -39,20 +39,20 @@ WUSH_API wush_status wush_calibrator_create(size_t d_in, size_t group_size, wush
     return guarded(__func__, [&] {
         require_pointer(calibrator, "calibrator");
         auto c = std::make_unique<wush_calibrator>(wush::Calibrator(d_in, group_size, moment_mode(mode)));
-        register_handle(c.get(), HandleType::Calibrator);
-        *calibrator = c.release();
+        *calibrator = hand_out(c.get(), HandleType::Calibrator);
+        c.release();
     });
 }
 
 WUSH_API void wush_calibrator_destroy(wush_calibrator* calibrator) {
-    if (calibrator != nullptr && unregister_handle(calibrator, HandleType::Calibrator)) delete calibrator;
+    delete take_back(calibrator, HandleType::Calibrator);
 }
 
 WUSH_API wush_status wush_calibrator_add(wush_context* ctx, wush_calibrator* calibrator, wush_dtype dtype, const void* x,
                                          size_t n_tokens) {
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
-        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        calibrator = require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(x, "x");
         use.backend().calibrate(calibrator->core, dtype, x, n_tokens);
     });
@@ -60,8 +60,8 @@ WUSH_API wush_status wush_calibrator_add(wush_context* ctx, wush_calibrator* cal
 
 WUSH_API wush_status wush_calibrator_merge(wush_calibrator* into, const wush_calibrator* from) {
     return guarded(__func__, [&] {
-        require_handle(into, HandleType::Calibrator, "into");
-        require_handle(from, HandleType::Calibrator, "from");
+        into = require_handle(into, HandleType::Calibrator, "into");
+        from = require_handle(from, HandleType::Calibrator, "from");
         if (into == from) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "cannot merge a calibrator into itself");
         into->core.merge(from->core);
     });
@@ -69,7 +69,7 @@ WUSH_API wush_status wush_calibrator_merge(wush_calibrator* into, const wush_cal
 
 WUSH_API wush_status wush_calibrator_token_count(const wush_calibrator* calibrator, uint64_t* n_tokens) {
     return guarded(__func__, [&] {
-        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        calibrator = require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(n_tokens, "n_tokens");
         *n_tokens = calibrator->core.tokens();
     });
@@ -78,7 +78,7 @@ WUSH_API wush_status wush_calibrator_token_count(const wush_calibrator* calibrat
 WUSH_API wush_status wush_calibrator_second_moment(const wush_calibrator* calibrator, size_t block, double* m,
                                                    size_t count) {
     return guarded(__func__, [&] {
-        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        calibrator = require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(m, "m");
         const std::size_t g = calibrator->core.group();
         require_size(count, g * g, "m");
@@ -89,7 +89,7 @@ WUSH_API wush_status wush_calibrator_second_moment(const wush_calibrator* calibr
 
 WUSH_API wush_status wush_calibrator_state_size(const wush_calibrator* calibrator, size_t* n_doubles) {
     return guarded(__func__, [&] {
-        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        calibrator = require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(n_doubles, "n_doubles");
         *n_doubles = state_size_of(calibrator->core);
     });
@@ -97,7 +97,7 @@ WUSH_API wush_status wush_calibrator_state_size(const wush_calibrator* calibrato
 
 WUSH_API wush_status wush_calibrator_export_state(const wush_calibrator* calibrator, double* state, size_t n_doubles) {
     return guarded(__func__, [&] {
-        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        calibrator = require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(state, "state");
         const wush::Calibrator& c = calibrator->core;
         require_size(n_doubles, state_size_of(c), "state");
@@ -108,7 +108,7 @@ WUSH_API wush_status wush_calibrator_export_state(const wush_calibrator* calibra
 
 WUSH_API wush_status wush_calibrator_import_state(wush_calibrator* calibrator, const double* state, size_t n_doubles) {
     return guarded(__func__, [&] {
-        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        calibrator = require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(state, "state");
         const wush::Calibrator& c = calibrator->core;
         // Older layouts still import: version 1 (no samples) and version 2 (no validation sample).
@@ -131,14 +131,14 @@ WUSH_API wush_status wush_calibrator_import_state(wush_calibrator* calibrator, c
 
 WUSH_API wush_status wush_calibrator_set_sample_size(wush_calibrator* calibrator, size_t n_tokens) {
     return guarded(__func__, [&] {
-        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        calibrator = require_handle(calibrator, HandleType::Calibrator, "calibrator");
         calibrator->core.set_sample_capacity(n_tokens);
     });
 }
 
 WUSH_API wush_status wush_calibrator_sample_count(const wush_calibrator* calibrator, size_t* n_tokens) {
     return guarded(__func__, [&] {
-        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        calibrator = require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(n_tokens, "n_tokens");
         *n_tokens = calibrator->core.sample_count();
     });
@@ -146,7 +146,7 @@ WUSH_API wush_status wush_calibrator_sample_count(const wush_calibrator* calibra
 
 WUSH_API wush_status wush_calibrator_set_validation_size(wush_calibrator* calibrator, size_t n_tokens) {
     return guarded(__func__, [&] {
-        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        calibrator = require_handle(calibrator, HandleType::Calibrator, "calibrator");
         calibrator->core.set_validation_capacity(n_tokens);
     });
 }
@@ -155,7 +155,7 @@ WUSH_API wush_status wush_calibrator_add_validation(wush_context* ctx, wush_cali
                                                     const void* x, size_t n_tokens) {
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
-        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        calibrator = require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(x, "x");
         use.backend().add_validation(calibrator->core, dtype, x, n_tokens);
     });
@@ -163,7 +163,7 @@ WUSH_API wush_status wush_calibrator_add_validation(wush_context* ctx, wush_cali
 
 WUSH_API wush_status wush_calibrator_validation_count(const wush_calibrator* calibrator, size_t* n_tokens) {
     return guarded(__func__, [&] {
-        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        calibrator = require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(n_tokens, "n_tokens");
         *n_tokens = calibrator->core.validation_count();
     });

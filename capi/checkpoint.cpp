@@ -31,7 +31,7 @@ using namespace wush::capi;
 namespace {
 
 const wush::storage::CheckpointReader& opened(const wush_checkpoint* c) {
-    require_handle(c, HandleType::Checkpoint, "checkpoint");
+    c = require_handle(c, HandleType::Checkpoint, "checkpoint");
     if (!c->reader) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "the checkpoint was not opened from a file");
     return *c->reader;
 }
@@ -44,18 +44,18 @@ WUSH_API wush_status wush_checkpoint_create(wush_checkpoint** checkpoint) {
     return guarded(__func__, [&] {
         require_pointer(checkpoint, "checkpoint");
         auto c = std::make_unique<wush_checkpoint>();
-        register_handle(c.get(), HandleType::Checkpoint);
-        *checkpoint = c.release();
+        *checkpoint = hand_out(c.get(), HandleType::Checkpoint);
+        c.release();
     });
 }
 
 WUSH_API wush_status wush_checkpoint_add_layer(wush_checkpoint* checkpoint, const char* name,
                                                const wush_transform* transform, const wush_qweight* qweight) {
     return guarded(__func__, [&] {
-        require_handle(checkpoint, HandleType::Checkpoint, "checkpoint");
+        checkpoint = require_handle(checkpoint, HandleType::Checkpoint, "checkpoint");
         require_pointer(name, "name");
-        require_handle(transform, HandleType::Transform, "transform");
-        require_handle(qweight, HandleType::QWeight, "qweight");
+        transform = require_handle(transform, HandleType::Transform, "transform");
+        qweight = require_handle(qweight, HandleType::QWeight, "qweight");
         if (checkpoint->reader) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "cannot add layers to a checkpoint opened for reading");
         // Validate now (names, geometry), so errors surface where the layer is added.
         std::set<std::string> names;
@@ -69,7 +69,7 @@ WUSH_API wush_status wush_checkpoint_add_layer(wush_checkpoint* checkpoint, cons
 
 WUSH_API wush_status wush_checkpoint_write(wush_checkpoint* checkpoint, const char* path, const wush_options* options) {
     return guarded(__func__, [&] {
-        require_handle(checkpoint, HandleType::Checkpoint, "checkpoint");
+        checkpoint = require_handle(checkpoint, HandleType::Checkpoint, "checkpoint");
         require_pointer(path, "path");
         if (checkpoint->reader) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "the checkpoint was opened for reading");
         std::vector<wush::storage::LayerRef> refs;
@@ -84,24 +84,44 @@ WUSH_API wush_status wush_checkpoint_write(wush_checkpoint* checkpoint, const ch
     });
 }
 
-WUSH_API wush_status wush_checkpoint_open(const char* path, wush_checkpoint** checkpoint) {
-    return guarded(__func__, [&] {
+}  // extern "C"
+
+namespace {
+
+wush_status open_checkpoint(const char* function, const char* path, wush_checkpoint_mode mode,
+                            wush_checkpoint** checkpoint) {
+    return guarded(function, [&] {
         require_pointer(path, "path");
         require_pointer(checkpoint, "checkpoint");
+        if (mode != WUSH_CHECKPOINT_MAP && mode != WUSH_CHECKPOINT_COPY)
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_checkpoint_mode " + std::to_string(int(mode)));
+        using Load = wush::storage::Reader::Load;
         auto c = std::make_unique<wush_checkpoint>();
-        c->reader = std::make_unique<wush::storage::CheckpointReader>(path);
-        register_handle(c.get(), HandleType::Checkpoint);
-        *checkpoint = c.release();
+        c->reader = std::make_unique<wush::storage::CheckpointReader>(path, mode == WUSH_CHECKPOINT_COPY ? Load::Copy : Load::Map);
+        *checkpoint = hand_out(c.get(), HandleType::Checkpoint);
+        c.release();
     });
 }
 
+}  // namespace
+
+extern "C" {
+
+WUSH_API wush_status wush_checkpoint_open(const char* path, wush_checkpoint** checkpoint) {
+    return open_checkpoint(__func__, path, WUSH_CHECKPOINT_MAP, checkpoint);
+}
+
+WUSH_API wush_status wush_checkpoint_open_mode(const char* path, wush_checkpoint_mode mode, wush_checkpoint** checkpoint) {
+    return open_checkpoint(__func__, path, mode, checkpoint);
+}
+
 WUSH_API void wush_checkpoint_destroy(wush_checkpoint* checkpoint) {
-    if (checkpoint != nullptr && unregister_handle(checkpoint, HandleType::Checkpoint)) delete checkpoint;
+    delete take_back(checkpoint, HandleType::Checkpoint);
 }
 
 WUSH_API wush_status wush_checkpoint_layer_count(const wush_checkpoint* checkpoint, size_t* count) {
     return guarded(__func__, [&] {
-        require_handle(checkpoint, HandleType::Checkpoint, "checkpoint");
+        checkpoint = require_handle(checkpoint, HandleType::Checkpoint, "checkpoint");
         require_pointer(count, "count");
         *count = checkpoint->reader ? checkpoint->reader->layer_names().size() : checkpoint->pending.size();
     });
@@ -109,7 +129,7 @@ WUSH_API wush_status wush_checkpoint_layer_count(const wush_checkpoint* checkpoi
 
 WUSH_API wush_status wush_checkpoint_layer_name(const wush_checkpoint* checkpoint, size_t index, const char** name) {
     return guarded(__func__, [&] {
-        require_handle(checkpoint, HandleType::Checkpoint, "checkpoint");
+        checkpoint = require_handle(checkpoint, HandleType::Checkpoint, "checkpoint");
         require_pointer(name, "name");
         const std::size_t n = checkpoint->reader ? checkpoint->reader->layer_names().size() : checkpoint->pending.size();
         if (index >= n)
@@ -130,12 +150,12 @@ WUSH_API wush_status wush_checkpoint_load_layer(const wush_checkpoint* checkpoin
         q->core = layer.weights;
         q->method = method_from_name(layer.method);
         if (transform) {
-            register_handle(t.get(), HandleType::Transform);
-            *transform = t.release();
+            *transform = hand_out(t.get(), HandleType::Transform);
+            t.release();
         }
         if (qweight) {
-            register_handle(q.get(), HandleType::QWeight);
-            *qweight = q.release();
+            *qweight = hand_out(q.get(), HandleType::QWeight);
+            q.release();
         }
     });
 }
@@ -145,12 +165,11 @@ WUSH_API wush_status wush_checkpoint_export_fp_quant(const wush_checkpoint* chec
     return guarded(__func__, [&] {
         const wush::storage::CheckpointReader& r = opened(checkpoint);
         require_pointer(path, "path");
+        if (*path == '\0' || (config_path != nullptr && *config_path == '\0'))
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "the output path is empty");
         wush::Progress progress = make_progress(options_or_defaults(options));
-        const std::string config = wush::storage::export_fp_quant(r, path, &progress);
-        if (config_path != nullptr) {
-            const std::string text = config + "\n";
-            wush::storage::write_file_atomically(config_path, text.data(), text.size());
-        }
+        // The model and the config are committed together: a failed export leaves neither.
+        wush::storage::export_fp_quant(r, path, &progress, config_path != nullptr ? config_path : "");
     });
 }
 

@@ -11,11 +11,10 @@
 
 namespace wush::capi {
 
-ContextUse::ContextUse(wush_context* ctx, const char* arg) : ctx_(ctx) {
-    require_handle(ctx, HandleType::Context, arg);
-    lock_ = std::unique_lock(ctx->mutex);
+ContextUse::ContextUse(wush_context* ctx, const char* arg) : ctx_(require_handle(ctx, HandleType::Context, arg)) {
+    lock_ = std::unique_lock(ctx_->mutex);
     saved_threads_ = omp_get_max_threads();
-    const std::int64_t threads = ctx->backend->parameter(WUSH_CONTEXT_NUM_THREADS);
+    const std::int64_t threads = ctx_->backend->parameter(WUSH_CONTEXT_NUM_THREADS);
     if (threads > 0) omp_set_num_threads(int(backend::openmp_threads(threads)));
 }
 
@@ -36,18 +35,18 @@ WUSH_API wush_status wush_context_create(wush_backend backend, int device, wush_
         require_pointer(ctx, "ctx");
         auto c = std::make_unique<wush_context>();
         c->backend = wush::backend::make_backend(backend, device);
-        register_handle(c.get(), HandleType::Context);
-        *ctx = c.release();
+        *ctx = hand_out(c.get(), HandleType::Context);
+        c.release();
     });
 }
 
 WUSH_API void wush_context_destroy(wush_context* ctx) {
-    if (ctx != nullptr && unregister_handle(ctx, HandleType::Context)) delete ctx;
+    delete take_back(ctx, HandleType::Context);
 }
 
 WUSH_API wush_status wush_context_backend(const wush_context* ctx, wush_backend* backend) {
     return guarded(__func__, [&] {
-        require_handle(ctx, HandleType::Context, "ctx");
+        ctx = require_handle(ctx, HandleType::Context, "ctx");
         require_pointer(backend, "backend");
         *backend = ctx->backend->kind();
     });

@@ -86,6 +86,7 @@ WUSH_API wush_status wush_quantize_rows(wush_context* ctx, wush_format format, w
         require_pointer(x, "x");
         const PackedOutput out = packed_output(codes, codes_bytes, scales, scales_bytes, need);
         wush::require_finite(dtype, x, n_rows, d_in, "x");
+        fmt::require_encodable(f, dtype, x, n_rows, d_in, "x");
         fmt::quantize_rows(f, dtype, x, n_rows, d_in, out.codes, out.scales);
     });
 }

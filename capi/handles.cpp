@@ -40,32 +40,69 @@ const char* handle_type_name(HandleType type) {
     return "handle";
 }
 
-void register_handle(const void* handle, HandleType type) {
-    Registry& r = registry();
-    std::lock_guard lock(r.mutex);
-    r.live[handle] = {type, r.next_generation++};
+namespace {
+
+constexpr int kTagShift = 48;
+constexpr std::uintptr_t kAddressMask = (std::uintptr_t(1) << kTagShift) - 1;
+
+std::uintptr_t address(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+
+// The handle of an object registered with `generation`: its address, tagged when the top bits are free.
+std::uintptr_t handle_value(const void* object, std::uint64_t generation) {
+    const std::uintptr_t a = address(object);
+    if ((a & ~kAddressMask) != 0) return a;
+    return a | (std::uintptr_t(generation & 0xFFFF) << kTagShift);
 }
 
-bool unregister_handle(const void* handle, HandleType type) {
+// The table entry of `handle` if it is live with `type` and carries the entry's generation.
+std::unordered_map<const void*, Entry>::iterator find_live(Registry& r, const void* handle, HandleType type) {
+    const std::uintptr_t h = address(handle);
+    // Try the address without the tag, then (for an address above 2^48, handed out untagged) as it is.
+    for (const std::uintptr_t a : {h & kAddressMask, h}) {
+        auto it = r.live.find(reinterpret_cast<const void*>(a));
+        if (it != r.live.end() && it->second.type == type && handle_value(it->first, it->second.generation) == h) return it;
+    }
+    return r.live.end();
+}
+
+}  // namespace
+
+void* hand_out_object(void* object, HandleType type) {
     Registry& r = registry();
     std::lock_guard lock(r.mutex);
-    auto it = r.live.find(handle);
-    if (it == r.live.end() || it->second.type != type) return false;
+    const std::uint64_t g = r.next_generation++;
+    r.live[object] = {type, g};
+    return reinterpret_cast<void*>(handle_value(object, g));
+}
+
+void* live_object(const void* handle, HandleType type) {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    auto it = find_live(r, handle, type);
+    return it == r.live.end() ? nullptr : const_cast<void*>(it->first);
+}
+
+void* take_back_object(const void* handle, HandleType type) {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    auto it = find_live(r, handle, type);
+    if (it == r.live.end()) return nullptr;
+    void* object = const_cast<void*>(it->first);
     r.live.erase(it);
-    return true;
+    return object;
 }
 
-bool is_live(const void* handle, HandleType type) {
+void forget_object(const void* object, HandleType type) {
     Registry& r = registry();
     std::lock_guard lock(r.mutex);
-    auto it = r.live.find(handle);
-    return it != r.live.end() && it->second.type == type;
+    auto it = r.live.find(object);
+    if (it != r.live.end() && it->second.type == type) r.live.erase(it);
 }
 
-std::uint64_t generation(const void* handle, HandleType type) {
+std::uint64_t generation(const void* object, HandleType type) {
     Registry& r = registry();
     std::lock_guard lock(r.mutex);
-    auto it = r.live.find(handle);
+    auto it = r.live.find(object);
     return it != r.live.end() && it->second.type == type ? it->second.generation : 0;
 }
 

@@ -18,9 +18,13 @@ namespace {
 // The layer's backend lives in its context: using it through another context would mix devices
 // and streams.
 wush::backend::PreparedLayer& layer_of(const ContextUse& use, const wush_linear* layer) {
-    require_handle(layer, HandleType::Linear, "layer");
+    layer = require_handle(layer, HandleType::Linear, "layer");
     if (layer->context != &*use)
         wush::fail(WUSH_ERR_INVALID_ARGUMENT, "layer was prepared on another wush_context; use that one");
+    // A new context at the address of the layer's destroyed one is another context: the layer's
+    // backend objects died with the old one.
+    if (generation(&*use, HandleType::Context) != layer->context_generation)
+        wush::fail(WUSH_ERR_INVALID_ARGUMENT, "layer was prepared on a wush_context that has been destroyed");
     return *layer->layer;
 }
 
@@ -32,25 +36,26 @@ WUSH_API wush_status wush_linear_create(wush_context* ctx, const wush_transform*
                                         wush_linear** layer) {
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
-        require_handle(transform, HandleType::Transform, "transform");
-        require_handle(qweight, HandleType::QWeight, "qweight");
+        transform = require_handle(transform, HandleType::Transform, "transform");
+        qweight = require_handle(qweight, HandleType::QWeight, "qweight");
         require_pointer(layer, "layer");
         wush::require_layer(transform->core, qweight->core);
         auto l = std::make_unique<wush_linear>();
-        l->context = ctx;
+        l->context = &*use;
+        l->context_generation = generation(&*use, HandleType::Context);
         l->layer = use.backend().prepare({transform->core, transform->runtime_use}, qweight->core);
-        register_handle(l.get(), HandleType::Linear);
-        *layer = l.release();
+        *layer = hand_out(l.get(), HandleType::Linear);
+        l.release();
     });
 }
 
 WUSH_API void wush_linear_destroy(wush_linear* layer) {
-    if (layer != nullptr && unregister_handle(layer, HandleType::Linear)) delete layer;
+    delete take_back(layer, HandleType::Linear);
 }
 
 WUSH_API wush_status wush_linear_info(const wush_linear* layer, size_t* d_out, size_t* d_in, wush_format* format) {
     return guarded(__func__, [&] {
-        require_handle(layer, HandleType::Linear, "layer");
+        layer = require_handle(layer, HandleType::Linear, "layer");
         if (d_out != nullptr) *d_out = layer->layer->d_out();
         if (d_in != nullptr) *d_in = layer->layer->d_in();
         if (format != nullptr) *format = layer->layer->format();

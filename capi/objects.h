@@ -33,6 +33,7 @@ struct wush_qweight {
 // A prepared layer: a transform and a qweight bound to the backend of one context.
 struct wush_linear {
     const wush_context* context;  // the context it was prepared on (checked on every use)
+    std::uint64_t context_generation;  // and its registration (a new context may reuse the address)
     std::unique_ptr<wush::backend::PreparedLayer> layer;
 };
 

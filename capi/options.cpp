@@ -13,7 +13,7 @@ namespace wush::capi {
 const wush_options& options_or_defaults(const wush_options* options) {
     static const wush_options kDefaults{};
     if (options == nullptr) return kDefaults;
-    require_handle(options, HandleType::Options, "options");
+    options = require_handle(options, HandleType::Options, "options");
     return *options;
 }
 
@@ -33,18 +33,18 @@ WUSH_API wush_status wush_options_create(wush_options** options) {
     return guarded(__func__, [&] {
         require_pointer(options, "options");
         auto o = std::make_unique<wush_options>();
-        register_handle(o.get(), HandleType::Options);
-        *options = o.release();
+        *options = hand_out(o.get(), HandleType::Options);
+        o.release();
     });
 }
 
 WUSH_API void wush_options_destroy(wush_options* options) {
-    if (options != nullptr && unregister_handle(options, HandleType::Options)) delete options;
+    delete take_back(options, HandleType::Options);
 }
 
 WUSH_API wush_status wush_options_set_double(wush_options* options, wush_option option, double value) {
     return guarded(__func__, [&] {
-        require_handle(options, HandleType::Options, "options");
+        options = require_handle(options, HandleType::Options, "options");
         if (option != WUSH_OPTION_DAMPING) bad_option(option, "double");
         if (!(value >= 0.0 && value <= 1e6))
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_OPTION_DAMPING must be in [0, 1e6], got " + std::to_string(value));
@@ -54,7 +54,7 @@ WUSH_API wush_status wush_options_set_double(wush_options* options, wush_option 
 
 WUSH_API wush_status wush_options_set_int(wush_options* options, wush_option option, int64_t value) {
     return guarded(__func__, [&] {
-        require_handle(options, HandleType::Options, "options");
+        options = require_handle(options, HandleType::Options, "options");
         if (option == WUSH_OPTION_SEED) {
             if (value < 0 || value > (int64_t(1) << 62))
                 wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_OPTION_SEED must be in [0, 2^62], got " + std::to_string(value));
@@ -83,7 +83,7 @@ WUSH_API wush_status wush_options_set_int(wush_options* options, wush_option opt
 
 WUSH_API wush_status wush_options_get_double(const wush_options* options, wush_option option, double* value) {
     return guarded(__func__, [&] {
-        require_handle(options, HandleType::Options, "options");
+        options = require_handle(options, HandleType::Options, "options");
         require_pointer(value, "value");
         if (option != WUSH_OPTION_DAMPING) bad_option(option, "double");
         *value = options->damping;
@@ -92,7 +92,7 @@ WUSH_API wush_status wush_options_get_double(const wush_options* options, wush_o
 
 WUSH_API wush_status wush_options_get_int(const wush_options* options, wush_option option, int64_t* value) {
     return guarded(__func__, [&] {
-        require_handle(options, HandleType::Options, "options");
+        options = require_handle(options, HandleType::Options, "options");
         require_pointer(value, "value");
         if (option == WUSH_OPTION_SEED) *value = options->seed;
         else if (option == WUSH_OPTION_TRANSFORM_DTYPE) *value = options->transform_dtype;
@@ -113,7 +113,7 @@ WUSH_API wush_status wush_options_sample_size(const wush_options* options, size_
 
 WUSH_API wush_status wush_options_set_progress(wush_options* options, wush_progress_fn fn, void* user_data) {
     return guarded(__func__, [&] {
-        require_handle(options, HandleType::Options, "options");
+        options = require_handle(options, HandleType::Options, "options");
         options->progress = fn;
         options->progress_user = user_data;
     });

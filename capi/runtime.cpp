@@ -61,7 +61,7 @@ WUSH_API wush_status wush_quantize_activations(wush_context* ctx, const wush_tra
                                                void* codes, size_t codes_bytes, void* scales, size_t scales_bytes) {
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
-        require_handle(transform, HandleType::Transform, "transform");
+        transform = require_handle(transform, HandleType::Transform, "transform");
         const fmt::FormatSpec& f = fmt::spec(format);
         wush::dtype_size(dtype);  // validates
         const wush::BlockTransform& t = transform->core;
@@ -82,7 +82,7 @@ WUSH_API wush_status wush_gemm(wush_context* ctx, const wush_qweight* qweight, c
                                wush_dtype y_dtype, void* y, size_t y_count) {
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
-        require_handle(qweight, HandleType::QWeight, "qweight");
+        qweight = require_handle(qweight, HandleType::QWeight, "qweight");
         require_output_dtype(y_dtype);
         const fmt::PackedMatrix& w = qweight->core;
         const fmt::FormatSpec& f = fmt::spec(w.format);
@@ -99,8 +99,8 @@ WUSH_API wush_status wush_linear_forward_workspace_size(wush_context* ctx, const
                                                         const wush_qweight* qweight, size_t n_tokens, size_t* bytes) {
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
-        require_handle(transform, HandleType::Transform, "transform");
-        require_handle(qweight, HandleType::QWeight, "qweight");
+        transform = require_handle(transform, HandleType::Transform, "transform");
+        qweight = require_handle(qweight, HandleType::QWeight, "qweight");
         require_pointer(bytes, "bytes");
         *bytes = use.backend().linear_forward_workspace_bytes(ref(transform), qweight->core, n_tokens);
     });
@@ -112,8 +112,8 @@ WUSH_API wush_status wush_linear_forward(wush_context* ctx, const wush_transform
                                          void* workspace, size_t workspace_bytes) {
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
-        require_handle(transform, HandleType::Transform, "transform");
-        require_handle(qweight, HandleType::QWeight, "qweight");
+        transform = require_handle(transform, HandleType::Transform, "transform");
+        qweight = require_handle(qweight, HandleType::QWeight, "qweight");
         wush::dtype_size(x_dtype);  // validates
         require_output_dtype(y_dtype);
         const wush::BlockTransform& t = transform->core;
@@ -137,8 +137,8 @@ WUSH_API wush_status wush_layer_loss_runtime(wush_context* ctx, const wush_trans
                                              wush_dtype x_dtype, const void* x, size_t n_tokens, double* loss) {
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
-        require_handle(transform, HandleType::Transform, "transform");
-        require_handle(qweight, HandleType::QWeight, "qweight");
+        transform = require_handle(transform, HandleType::Transform, "transform");
+        qweight = require_handle(qweight, HandleType::QWeight, "qweight");
         require_pointer(loss, "loss");
         // Host memory and the CPU kernels on any context: this measures, it does not launch.
         const rt::Isa isa = use.host_isa();

@@ -32,18 +32,18 @@ WUSH_API wush_status wush_tensor_file_open(const char* path, wush_tensor_file** 
         require_pointer(path, "path");
         require_pointer(file, "file");
         auto f = std::make_unique<wush_tensor_file>(path);
-        register_handle(f.get(), HandleType::TensorFile);
-        *file = f.release();
+        *file = hand_out(f.get(), HandleType::TensorFile);
+        f.release();
     });
 }
 
 WUSH_API void wush_tensor_file_destroy(wush_tensor_file* file) {
-    if (file != nullptr && unregister_handle(file, HandleType::TensorFile)) delete file;
+    delete take_back(file, HandleType::TensorFile);
 }
 
 WUSH_API wush_status wush_tensor_file_count(const wush_tensor_file* file, size_t* count) {
     return guarded(__func__, [&] {
-        require_handle(file, HandleType::TensorFile, "file");
+        file = require_handle(file, HandleType::TensorFile, "file");
         require_pointer(count, "count");
         *count = file->reader.header().tensors.size();
     });
@@ -53,7 +53,7 @@ WUSH_API wush_status wush_tensor_file_tensor(const wush_tensor_file* file, size_
                                              const char** dtype, size_t* ndim, const uint64_t** shape,
                                              const void** data, size_t* bytes) {
     return guarded(__func__, [&] {
-        require_handle(file, HandleType::TensorFile, "file");
+        file = require_handle(file, HandleType::TensorFile, "file");
         const wush::storage::TensorInfo& t = tensor_at(file, index);
         const auto span = file->reader.bytes(t);
         if (name) *name = t.name.c_str();
@@ -67,7 +67,7 @@ WUSH_API wush_status wush_tensor_file_tensor(const wush_tensor_file* file, size_
 
 WUSH_API wush_status wush_tensor_file_find(const wush_tensor_file* file, const char* name, size_t* index) {
     return guarded(__func__, [&] {
-        require_handle(file, HandleType::TensorFile, "file");
+        file = require_handle(file, HandleType::TensorFile, "file");
         require_pointer(name, "name");
         require_pointer(index, "index");
         const wush::storage::TensorInfo* t = file->reader.find(name);
@@ -81,7 +81,7 @@ WUSH_API wush_status wush_tensor_file_find(const wush_tensor_file* file, const c
 
 WUSH_API wush_status wush_tensor_file_metadata(const wush_tensor_file* file, const char* key, const char** value) {
     return guarded(__func__, [&] {
-        require_handle(file, HandleType::TensorFile, "file");
+        file = require_handle(file, HandleType::TensorFile, "file");
         require_pointer(key, "key");
         require_pointer(value, "value");
         const auto& meta = file->reader.header().metadata;

@@ -80,8 +80,9 @@ void reject_search_without_format(wush::TransformKind k, const wush_options& o) 
 
 wush_transform* publish(wush::BlockTransform t) {
     auto h = std::make_unique<wush_transform>(std::move(t));
-    register_handle(h.get(), HandleType::Transform);
-    return h.release();
+    wush_transform* handle = hand_out(h.get(), HandleType::Transform);
+    h.release();
+    return handle;
 }
 
 const char* const kKindNames[] = {"i", "h", "r", "wus", "wush"};
@@ -98,15 +99,16 @@ void require_layer_shape(const wush::Calibrator& cal, size_t d_out, size_t d_in)
 // Hands a transform and its qweight to the caller as live handles: both or neither.
 void publish(std::unique_ptr<wush_transform> t, std::unique_ptr<wush_qweight> q, wush_transform** transform,
              wush_qweight** qweight) {
-    register_handle(t.get(), HandleType::Transform);
+    wush_transform* t_handle = hand_out(t.get(), HandleType::Transform);
     try {
-        register_handle(q.get(), HandleType::QWeight);
+        *qweight = hand_out(q.get(), HandleType::QWeight);
     } catch (...) {
-        unregister_handle(t.get(), HandleType::Transform);
+        forget_object(t.get(), HandleType::Transform);
         throw;
     }
-    *transform = t.release();
-    *qweight = q.release();
+    *transform = t_handle;
+    t.release();
+    q.release();
 }
 
 }  // namespace
@@ -137,7 +139,7 @@ WUSH_API wush_status wush_transform_build(wush_context* ctx, const wush_calibrat
                                           const wush_options* options, wush_transform** transform) {
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
-        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        calibrator = require_handle(calibrator, HandleType::Calibrator, "calibrator");
         const wush::Calibrator& cal = calibrator->core;
         require_pointer(transform, "transform");
         const wush::TransformKind k = transform_kind(kind);
@@ -170,13 +172,13 @@ WUSH_API wush_status wush_transform_create_fixed(wush_transform_kind kind, size_
 }
 
 WUSH_API void wush_transform_destroy(wush_transform* transform) {
-    if (transform != nullptr && unregister_handle(transform, HandleType::Transform)) delete transform;
+    delete take_back(transform, HandleType::Transform);
 }
 
 WUSH_API wush_status wush_transform_info(const wush_transform* transform, wush_transform_kind* kind, size_t* d_in,
                                          size_t* group_size) {
     return guarded(__func__, [&] {
-        require_handle(transform, HandleType::Transform, "transform");
+        transform = require_handle(transform, HandleType::Transform, "transform");
         if (kind) *kind = wush_transform_kind(int(transform->core.kind()));
         if (d_in) *d_in = transform->core.d_in();
         if (group_size) *group_size = transform->core.group();
@@ -185,7 +187,7 @@ WUSH_API wush_status wush_transform_info(const wush_transform* transform, wush_t
 
 WUSH_API wush_status wush_transform_matrices(const wush_transform* transform, float* out, size_t count) {
     return guarded(__func__, [&] {
-        require_handle(transform, HandleType::Transform, "transform");
+        transform = require_handle(transform, HandleType::Transform, "transform");
         require_pointer(out, "out");
         const auto m = transform->core.activation_matrices();
         require_size(count, m.size(), "out", "elements");
@@ -196,7 +198,7 @@ WUSH_API wush_status wush_transform_matrices(const wush_transform* transform, fl
 WUSH_API wush_status wush_transform_fallback_blocks(const wush_transform* transform, size_t* n_blocks, size_t* blocks,
                                                     size_t count) {
     return guarded(__func__, [&] {
-        require_handle(transform, HandleType::Transform, "transform");
+        transform = require_handle(transform, HandleType::Transform, "transform");
         require_pointer(n_blocks, "n_blocks");
         const auto& fb = transform->core.stats().fallback_blocks;
         *n_blocks = fb.size();
@@ -206,7 +208,7 @@ WUSH_API wush_status wush_transform_fallback_blocks(const wush_transform* transf
 
 WUSH_API wush_status wush_transform_singular_values(const wush_transform* transform, double* out, size_t count) {
     return guarded(__func__, [&] {
-        require_handle(transform, HandleType::Transform, "transform");
+        transform = require_handle(transform, HandleType::Transform, "transform");
         require_pointer(out, "out");
         const std::size_t n = transform->core.d_in();
         require_size(count, n, "out", "elements");
@@ -221,7 +223,7 @@ WUSH_API wush_status wush_qweight_create(wush_context* ctx, const wush_transform
                                          size_t d_in, const wush_options* options, wush_qweight** qweight) {
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
-        require_handle(transform, HandleType::Transform, "transform");
+        transform = require_handle(transform, HandleType::Transform, "transform");
         require_pointer(qweight, "qweight");
         const wush::formats::FormatSpec& f = wush::formats::spec(format);
         options_or_defaults(options);
@@ -237,8 +239,8 @@ WUSH_API wush_status wush_qweight_create(wush_context* ctx, const wush_transform
         auto q = std::make_unique<wush_qweight>();
         q->core = wush::prequantize_rtn(transform->core, f, w.span(), d_out);
         q->method = method;
-        register_handle(q.get(), HandleType::QWeight);
-        *qweight = q.release();
+        *qweight = hand_out(q.get(), HandleType::QWeight);
+        q.release();
     });
 }
 
@@ -248,7 +250,7 @@ WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrato
                                          wush_transform** transform, wush_qweight** qweight) {
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
-        require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        calibrator = require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(transform, "transform");
         require_pointer(qweight, "qweight");
         const wush::Calibrator& cal = calibrator->core;
@@ -278,13 +280,13 @@ WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrato
 }
 
 WUSH_API void wush_qweight_destroy(wush_qweight* qweight) {
-    if (qweight != nullptr && unregister_handle(qweight, HandleType::QWeight)) delete qweight;
+    delete take_back(qweight, HandleType::QWeight);
 }
 
 WUSH_API wush_status wush_qweight_info(const wush_qweight* qweight, wush_format* format, wush_method* method,
                                        size_t* d_out, size_t* d_in) {
     return guarded(__func__, [&] {
-        require_handle(qweight, HandleType::QWeight, "qweight");
+        qweight = require_handle(qweight, HandleType::QWeight, "qweight");
         if (format) *format = qweight->core.format;
         if (method) *method = qweight->method;
         if (d_out) *d_out = qweight->core.d_out;
@@ -295,7 +297,7 @@ WUSH_API wush_status wush_qweight_info(const wush_qweight* qweight, wush_format*
 WUSH_API wush_status wush_qweight_data(const wush_qweight* qweight, const void** codes, size_t* codes_bytes,
                                        const void** scales, size_t* scales_bytes) {
     return guarded(__func__, [&] {
-        require_handle(qweight, HandleType::QWeight, "qweight");
+        qweight = require_handle(qweight, HandleType::QWeight, "qweight");
         if (codes) *codes = qweight->core.codes.data();
         if (codes_bytes) *codes_bytes = qweight->core.codes.size();
         if (scales) *scales = qweight->core.scales.data();
@@ -308,8 +310,8 @@ WUSH_API wush_status wush_layer_loss(wush_context* ctx, const wush_transform* tr
                                      size_t n_tokens, double* loss) {
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
-        require_handle(transform, HandleType::Transform, "transform");
-        require_handle(qweight, HandleType::QWeight, "qweight");
+        transform = require_handle(transform, HandleType::Transform, "transform");
+        qweight = require_handle(qweight, HandleType::QWeight, "qweight");
         require_pointer(loss, "loss");
         const wush::eval::QuantizedWeights& q = qweight->core;
         if (q.d_in != transform->core.d_in())

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# Installs what libwush needs to build and test, on Debian 12 (as root, or with sudo available).
-# Packages already present are not touched; nothing is downloaded when all are there.
+# Installs what libwush needs, on Debian 12 (as root, or with sudo available). Packages already
+# present are not touched; nothing is downloaded when all are there.
+#
+#   scripts/install-deps.sh main   what the main job (scripts/run.sh: build the library and the
+#                                  `wush` program, run it) needs: build tools, BLAS/LAPACKE and the
+#                                  JSON headers; a few hundred MB at most
+#   scripts/install-deps.sh        (or `all`) everything the test suite needs on top (scripts/test.sh)
 #
 # Python test dependencies (PyPI numpy + safetensors, for tests/python) go into a virtual
 # environment at $WUSH_PYTHON_VENV (default: .devdeps/venv in the repository), which CMake's
@@ -8,22 +13,34 @@
 # system Python (PEP 668) and works the same whether the user is root or not.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+what=${1:-all}
+case "$what" in
+  main|all) ;;
+  *) echo "usage: $0 [main|all]" >&2; exit 2 ;;
+esac
 
+# The main job's packages.
 debs=(
   cmake g++ make pkg-config
   libopenblas-openmp-dev   # OpenMP build of OpenBLAS: libwush parallelizes with OpenMP too
   liblapacke-dev
-  libgtest-dev libbenchmark-dev
   nlohmann-json3-dev       # JSON headers of safetensors files
-  abigail-tools            # abidw/abidiff for the ABI check
-  golang-go                # the Go package bindings/go/wush (cgo)
-  librust-pkg-config-dev   # the wush-sys crate's build dependency, from Debian's crate registry
-  libopenmpi-dev openmpi-bin  # the distributed-calibration example (bindings_examples/mpi)
-  python3
-  python3-venv python3-pip # the venv of the Python interoperability tests
-  clang libclang-rt-14-dev # libFuzzer (+ ASan/UBSan runtimes) for scripts/fuzz.sh
 )
-command -v cargo >/dev/null 2>&1 || debs+=(cargo)  # the Rust crates bindings/rust
+# The test suite's, on top.
+if [ "$what" = all ]; then
+  debs+=(
+    libgtest-dev libbenchmark-dev
+    abigail-tools            # abidw/abidiff for the ABI check
+    golang-go                # the Go package bindings/go/wush (cgo)
+    librust-pkg-config-dev   # the wush-sys crate's build dependency, from Debian's crate registry
+    libopenmpi-dev openmpi-bin  # the distributed-calibration example (bindings_examples/mpi)
+    python3
+    python3-venv python3-pip # the venv of the Python interoperability tests
+    clang libclang-rt-14-dev # libFuzzer (+ ASan/UBSan runtimes) for scripts/fuzz.sh; the
+                             # header_warnings test; the ThreadSanitizer runtime is gcc's (libtsan2)
+  )
+  command -v cargo >/dev/null 2>&1 || debs+=(cargo)  # the Rust crates bindings/rust
+fi
 
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 missing=()
@@ -35,6 +52,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+[ "$what" = main ] && exit 0
 
 # ensure_venv DIR VAR CHECK MODE NOTE PACKAGES...: unless DIR's python3 already runs CHECK, makes
 # DIR a venv (MODE clear: recreated; keep: an existing one is kept, so an interrupted 3 GB install

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing; builds and runs every test; again under
-# AddressSanitizer + UndefinedBehaviorSanitizer; fuzzes the safetensors/checkpoint reader for 60 s
+# AddressSanitizer + UndefinedBehaviorSanitizer; the threaded tests under ThreadSanitizer
+# (scripts/tsan.sh); fuzzes the safetensors/checkpoint reader for 60 s
 # (libFuzzer + ASan + UBSan, scripts/fuzz.sh); then installs into a temporary prefix and runs
 # the bindings (C, Python, MPI examples; the Rust and Go packages with their tests; pkg-config only) and the ABI checks
 # against that installed copy. Exits non-zero on the first failing stage.
@@ -10,7 +11,7 @@ root=$PWD
 scripts/install-deps.sh
 mkdir -p build
 stages=0
-total=4
+total=5
 
 stage() { echo; echo "=== [$((stages + 1))/$total] $* ==="; }
 
@@ -23,6 +24,10 @@ stage "build and test under ASan + UBSan"
 scripts/build.sh build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWUSH_SANITIZE=ON -DWUSH_CUDA=OFF -DWUSH_BUILD_BENCH=OFF
 ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ctest --test-dir build/sanitize --output-on-failure -j"${JOBS:-$(nproc)}"
+stages=$((stages + 1))
+
+stage "the runtime's thread pool and the C API's thread tests under ThreadSanitizer"
+scripts/tsan.sh
 stages=$((stages + 1))
 
 stage "fuzz the safetensors parser and checkpoint reader (libFuzzer + ASan + UBSan, 60 s)"

@@ -6,14 +6,11 @@
 #include "bench_options.h"
 #include "commands.h"
 
-int bench_cuda(const cli::Args& a);  // cmd_bench_cuda.cpp
+int bench_cuda(cli::Args& a);  // cmd_bench_cuda.cpp
 
 int main(int argc, char** argv) {
     cli::Args a = bench_args(argc - 1, argv + 1);
-    if (!a.ok()) {
-        std::fprintf(stderr, "wush bench: %s\n", a.error().c_str());
-        return 2;
-    }
+    if (!a.ok()) return cli::usage_error("bench", a);
     try {
         return bench_cuda(a);
     } catch (const std::exception& e) {

@@ -1,5 +1,7 @@
 #include "cli.h"
 
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,19 +9,28 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 namespace cli {
 
 Args::Args(int argc, char** argv, const std::vector<std::string>& flags, const std::vector<std::string>& valued) {
     for (int i = 0; i < argc && error_.empty(); ++i) {
         const std::string a = argv[i];
-        if (std::find(flags.begin(), flags.end(), a) != flags.end()) {
+        const bool flag = std::find(flags.begin(), flags.end(), a) != flags.end();
+        if (!flag && std::find(valued.begin(), valued.end(), a) == valued.end()) {
+            error_ = "unknown argument '" + printable(a) + "'";
+        } else if (has(a)) {
+            // Which of two values was meant is a guess; refuse rather than take the last.
+            error_ = "option " + a + " is given more than once";
+        } else if (flag) {
             values_[a] = "1";
-        } else if (std::find(valued.begin(), valued.end(), a) != valued.end()) {
-            if (i + 1 >= argc) error_ = "option " + a + " needs a value";
-            else values_[a] = argv[++i];
+        } else if (i + 1 >= argc) {
+            error_ = "option " + a + " needs a value";
+        } else if (argv[i + 1][0] == '\0') {
+            // An empty value is never meant (an unset shell variable): refused before any work.
+            error_ = "option " + a + " needs a value, got ''";
         } else {
-            error_ = "unknown argument '" + a + "'";
+            values_[a] = argv[++i];
         }
     }
 }
@@ -29,29 +40,141 @@ std::string Args::get(const std::string& name, const std::string& fallback) cons
     return it == values_.end() ? fallback : it->second;
 }
 
-std::size_t Args::get_size(const std::string& name, std::size_t fallback) {
-    if (!has(name)) return fallback;
-    const std::string v = get(name);
-    char* end = nullptr;
-    const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || x == 0 || v[0] == '-') {
-        error_ = "option " + name + " needs a positive integer, got '" + v + "'";
-        return fallback;
+bool Args::parse_size(const std::string& name, const std::string& v, std::size_t min, std::size_t max, std::size_t* out) {
+    const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+    std::size_t x = 0;
+    bool overflow = false;
+    for (std::size_t i = 0; digits && i < v.size() && !overflow; ++i)
+        overflow = __builtin_mul_overflow(x, std::size_t(10), &x) || __builtin_add_overflow(x, std::size_t(v[i] - '0'), &x);
+    const std::string range = max == SIZE_MAX ? "an integer >= " + std::to_string(min)
+                                              : "an integer from " + std::to_string(min) + " to " + std::to_string(max);
+    if (!digits) set_error("option " + name + " needs " + range + ", got '" + printable(v) + "'");
+    else if (overflow) set_error("option " + name + " needs " + range + ", got '" + printable(v) + "' (too large)");
+    else if (x < min || x > max) set_error("option " + name + " needs " + range + ", got " + v);
+    else {
+        *out = x;
+        return true;
     }
-    return std::size_t(x);
+    return false;
 }
 
-double Args::get_double(const std::string& name, double fallback) {
+std::size_t Args::get_size(const std::string& name, std::size_t fallback, std::size_t min, std::size_t max) {
+    std::size_t x = fallback;
+    if (has(name)) parse_size(name, get(name), min, max, &x);
+    return x;
+}
+
+double Args::get_double(const std::string& name, double fallback, double min, double max) {
     if (!has(name)) return fallback;
     const std::string v = get(name);
     char* end = nullptr;
     errno = 0;
     const double x = std::strtod(v.c_str(), &end);
     if (v.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(x)) {
-        error_ = "option " + name + " needs a finite number, got '" + v + "'";
+        set_error("option " + name + " needs a finite number, got '" + printable(v) + "'");
+        return fallback;
+    }
+    if (x < min || x > max) {
+        set_error("option " + name + " needs a number " +
+                  (max == HUGE_VAL ? ">= " + json_number(min) : "from " + json_number(min) + " to " + json_number(max)) +
+                  ", got " + v);
         return fallback;
     }
     return x;
+}
+
+std::vector<std::string> Args::get_list(const std::string& name, const std::string& fallback) {
+    const std::string v = get(name, fallback);
+    std::vector<std::string> items;
+    std::size_t start = 0;
+    while (true) {
+        const std::size_t end = std::min(v.find(',', start), v.size());
+        if (end == start) {
+            set_error("option " + name + " has an empty item in '" + printable(v) + "'");
+            return {};
+        }
+        items.push_back(v.substr(start, end - start));
+        if (end == v.size()) return items;
+        start = end + 1;
+    }
+}
+
+std::vector<std::size_t> Args::get_size_list(const std::string& name, const std::string& fallback, std::size_t min,
+                                             std::size_t max) {
+    std::vector<std::size_t> out;
+    for (const std::string& item : get_list(name, fallback)) {
+        std::size_t x = 0;
+        if (!parse_size(name, item, min, max, &x)) return {};
+        out.push_back(x);
+    }
+    return out;
+}
+
+namespace {
+
+std::string joined(const std::vector<std::string>& items) {
+    std::string s;
+    for (const std::string& i : items) s += (s.empty() ? "" : ", ") + i;
+    return s;
+}
+
+}  // namespace
+
+std::string Args::get_choice(const std::string& name, const std::string& fallback, const std::vector<std::string>& choices) {
+    const std::string v = get(name, fallback);
+    if (std::find(choices.begin(), choices.end(), v) != choices.end()) return v;
+    set_error("option " + name + " takes one of " + joined(choices) + ", got '" + printable(v) + "'");
+    return fallback;
+}
+
+std::vector<std::string> Args::get_choice_list(const std::string& name, const std::string& fallback,
+                                               const std::vector<std::string>& choices) {
+    std::vector<std::string> items = get_list(name, fallback);
+    for (const std::string& item : items)
+        if (std::find(choices.begin(), choices.end(), item) == choices.end()) {
+            set_error("option " + name + " takes items of " + joined(choices) + ", got '" + printable(item) + "'");
+            return {};
+        }
+    return items;
+}
+
+int usage_error(const char* command, const Args& a) { return usage_error(command, a.error()); }
+
+int usage_error(const char* command, const std::string& message) {
+    std::fprintf(stderr, "wush %s: %s\n", command, message.c_str());
+    return kUsageError;
+}
+
+namespace {
+
+// The directory of `path` and its last component.
+std::pair<std::string, std::string> split_path(const std::string& path) {
+    const std::size_t slash = path.rfind('/');
+    if (slash == std::string::npos) return {".", path};
+    return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+    struct stat sa {}, sb {};
+    const bool ea = ::stat(a.c_str(), &sa) == 0, eb = ::stat(b.c_str(), &sb) == 0;
+    if (ea || eb) return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    const auto [da, na] = split_path(a);
+    const auto [db, nb] = split_path(b);
+    return na == nb && ::stat(da.c_str(), &sa) == 0 && ::stat(db.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+}  // namespace
+
+bool output_is_not_an_input(const char* command, const std::string& option, const std::string& path,
+                            const std::vector<std::pair<std::string, std::string>>& inputs) {
+    for (const auto& [other, other_path] : inputs)
+        if (same_file(path, other_path)) {
+            usage_error(command, option + " " + printable(path) + " is the same file as " + other + " " +
+                                     printable(other_path) + "; writing it would destroy it");
+            return false;
+        }
+    return true;
 }
 
 namespace {
@@ -126,20 +249,100 @@ std::string printable(const std::string& s) {
     return out;
 }
 
-std::size_t physical_memory() {
-    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && page > 0 ? mul_or_max(std::size_t(pages), std::size_t(page)) : 0;
+namespace {
+
+// The first number in `path` (0 if unreadable or "max").
+std::uint64_t read_number(const std::string& path, const char* key = nullptr) {
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    if (f == nullptr) return 0;
+    char line[256];
+    std::uint64_t value = 0;
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+        const char* p = line;
+        if (key != nullptr) {
+            if (std::strncmp(line, key, std::strlen(key)) != 0) continue;
+            p += std::strlen(key);
+        }
+        value = std::strtoull(p, nullptr, 10);
+        break;
+    }
+    std::fclose(f);
+    return value;
+}
+
+// This process's cgroup path for `controller` ("" for the unified v2 hierarchy), from /proc/self/cgroup.
+std::string cgroup_path(const std::string& controller) {
+    std::FILE* f = std::fopen("/proc/self/cgroup", "r");
+    if (f == nullptr) return "";
+    char line[1024];
+    std::string path;
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+        std::string l(line);
+        if (!l.empty() && l.back() == '\n') l.pop_back();
+        const std::size_t a = l.find(':'), b = a == std::string::npos ? a : l.find(':', a + 1);
+        if (b == std::string::npos) continue;
+        const std::string controllers = l.substr(a + 1, b - a - 1);
+        if (controller.empty() ? controllers.empty() : ("," + controllers + ",").find("," + controller + ",") != std::string::npos)
+            path = l.substr(b + 1);
+    }
+    std::fclose(f);
+    return path;
+}
+
+// Room left under this process's cgroup memory limit (v2 memory.max, or v1 limit_in_bytes),
+// or SIZE_MAX without a limit. Inside a container the hierarchy's root is the own cgroup.
+std::uint64_t cgroup_room() {
+    constexpr std::uint64_t kNoLimit = std::uint64_t(1) << 62;
+    struct Files { std::string limit, usage; };
+    std::vector<Files> candidates;
+    for (const std::string& dir : {"/sys/fs/cgroup" + cgroup_path(""), std::string("/sys/fs/cgroup")})
+        candidates.push_back({dir + "/memory.max", dir + "/memory.current"});
+    for (const std::string& dir : {"/sys/fs/cgroup/memory" + cgroup_path("memory"), std::string("/sys/fs/cgroup/memory")})
+        candidates.push_back({dir + "/memory.limit_in_bytes", dir + "/memory.usage_in_bytes"});
+    for (const Files& c : candidates) {
+        const std::uint64_t limit = read_number(c.limit);
+        if (limit == 0) continue;  // no such file, or "max"
+        if (limit >= kNoLimit) return SIZE_MAX;
+        const std::uint64_t usage = read_number(c.usage);
+        return limit > usage ? limit - usage : 0;
+    }
+    return SIZE_MAX;
+}
+
+}  // namespace
+
+AvailableMemory available_memory() {
+    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+    AvailableMemory m;
+    char text[96];
+    const auto consider = [&](std::uint64_t bytes, const char* name) {
+        if (bytes == SIZE_MAX) return;
+        std::snprintf(text, sizeof text, "%s%s %.1f GiB", m.detail.empty() ? "" : ", ", name, double(bytes) / kGiB);
+        m.detail += text;
+        m.bytes = std::min<std::uint64_t>(m.bytes, bytes);
+    };
+    // MemAvailable: what can be allocated without swapping (free memory plus reclaimable caches).
+    const std::uint64_t kib = read_number("/proc/meminfo", "MemAvailable:");
+    consider(kib > 0 ? kib * 1024 : SIZE_MAX, "MemAvailable");
+    consider(cgroup_room(), "room under the cgroup memory limit");
+    struct rlimit as {};
+    if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+        // The address-space limit counts every mapping of the process, not only the heap.
+        const std::uint64_t used = read_number("/proc/self/status", "VmSize:") * 1024;
+        consider(as.rlim_cur > used ? as.rlim_cur - used : 0, "room under RLIMIT_AS");
+    }
+    return m;
 }
 
 bool fits_in_memory(const char* command, const std::string& what, std::size_t bytes) {
-    const std::size_t total = physical_memory();
-    if (total == 0 || bytes <= total) return true;
+    const AvailableMemory m = available_memory();
+    if (bytes <= m.bytes) return true;
     constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
     if (bytes == SIZE_MAX)
         std::fprintf(stderr, "wush %s: %s needs more memory than can be addressed\n", command, what.c_str());
     else
-        std::fprintf(stderr, "wush %s: %s needs at least %.1f GiB, more than the %.1f GiB of memory of this machine\n",
-                     command, what.c_str(), double(bytes) / kGiB, double(total) / kGiB);
+        std::fprintf(stderr, "wush %s: %s needs about %.1f GiB, more than the %.1f GiB of memory available (%s)\n", command,
+                     what.c_str(), double(bytes) / kGiB, double(m.bytes) / kGiB, m.detail.c_str());
     return false;
 }
 

@@ -3,16 +3,22 @@
 #pragma once
 
 #include <cstddef>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "wush/wush.h"
 
 namespace cli {
 
-// Parsed "--name value" / "--flag" arguments. Unknown options are errors.
+// Parsed "--name value" / "--flag" arguments: the one strict parser of every command. Unknown
+// options, a missing or empty value and an option given twice are errors; so is a malformed
+// value asked for through the typed getters, whose messages name the option and the value. The
+// first error is kept (error()); commands print it and exit with kUsageError.
 class Args {
 public:
     // `flags`: options without a value; `valued`: options taking one value.
@@ -21,16 +27,46 @@ public:
     const std::string& error() const { return error_; }
     bool has(const std::string& name) const { return values_.count(name) != 0; }
     std::string get(const std::string& name, const std::string& fallback = "") const;
-    // Parses a positive integer option; sets error() and returns `fallback` when malformed.
-    std::size_t get_size(const std::string& name, std::size_t fallback);
-    // Parses a finite number option (the whole value, nothing else); sets error() and returns
-    // `fallback` when malformed, so "--damping abc" is an error rather than 0.
-    double get_double(const std::string& name, double fallback);
+    // An integer in [min, max] written in decimal digits only (no sign, no spaces; overflow is an
+    // error, not a wrap-around); `fallback` when the option is absent or malformed.
+    std::size_t get_size(const std::string& name, std::size_t fallback, std::size_t min = 1, std::size_t max = SIZE_MAX);
+    // A finite number in [min, max] (the whole value, nothing else), so "--damping abc" is an
+    // error rather than 0.
+    double get_double(const std::string& name, double fallback, double min = -HUGE_VAL, double max = HUGE_VAL);
+    // A comma-separated list (the option's value, or `fallback`) without empty items.
+    std::vector<std::string> get_list(const std::string& name, const std::string& fallback);
+    // A list of integers in [min, max] (get_size's rules for each item).
+    std::vector<std::size_t> get_size_list(const std::string& name, const std::string& fallback, std::size_t min = 1,
+                                           std::size_t max = SIZE_MAX);
+    // One of `choices` (the option's value, or `fallback`).
+    std::string get_choice(const std::string& name, const std::string& fallback, const std::vector<std::string>& choices);
+    // A list (get_list) whose items are each one of `choices`.
+    std::vector<std::string> get_choice_list(const std::string& name, const std::string& fallback,
+                                             const std::vector<std::string>& choices);
+    // Records a usage error of the command's own (a rule between options); the first one wins.
+    void set_error(const std::string& message) {
+        if (error_.empty()) error_ = message;
+    }
 
 private:
+    bool parse_size(const std::string& name, const std::string& v, std::size_t min, std::size_t max, std::size_t* out);
     std::map<std::string, std::string> values_;
     std::string error_;
 };
+
+// The exit status of a usage error (a malformed command line), as in POSIX utilities.
+inline constexpr int kUsageError = 2;
+// Prints "wush <command>: <a.error()>" and returns kUsageError.
+int usage_error(const char* command, const Args& a);
+// Prints "wush <command>: <message>" and returns kUsageError.
+int usage_error(const char* command, const std::string& message);
+
+// Whether the output `path` of option `option` is none of `inputs` (option, path) and does not
+// name the same file as another output already checked: same device and inode when both exist, the
+// same name in the same directory otherwise. Writing over an input would destroy it. Prints why
+// not (a usage error).
+bool output_is_not_an_input(const char* command, const std::string& option, const std::string& path,
+                            const std::vector<std::pair<std::string, std::string>>& inputs);
 
 std::vector<std::string> split(const std::string& s, char sep);
 
@@ -42,10 +78,17 @@ std::string json_number(double v);
 // `s` safe to print on a terminal: control characters and bytes that are not UTF-8 as \xNN.
 std::string printable(const std::string& s);
 
-// Physical memory of the machine in bytes (0 if unknown).
-std::size_t physical_memory();
-// Checks, before a run starts, that `bytes` (what it will hold at once) fit in memory; prints why
-// not and returns false otherwise. `bytes` = SIZE_MAX means the size overflowed.
+// The memory a run can still allocate: the least of MemAvailable, the room under this process's
+// cgroup memory limit and the room under RLIMIT_AS (SIZE_MAX if none is known), and those
+// figures in words for messages.
+struct AvailableMemory {
+    std::uint64_t bytes = SIZE_MAX;
+    std::string detail;
+};
+AvailableMemory available_memory();
+// Checks, before a run starts, that `bytes` (what it will hold at once) fit in the available
+// memory; prints the figures and returns false otherwise. `bytes` = SIZE_MAX means the size
+// overflowed.
 bool fits_in_memory(const char* command, const std::string& what, std::size_t bytes);
 // a * b, or SIZE_MAX if that overflows.
 std::size_t mul_or_max(std::size_t a, std::size_t b);
@@ -68,6 +111,8 @@ bool transform_from_name(const char* command, const std::string& name, wush_tran
 // (WUSH_OPTION_SEARCH_TOKENS): more real tokens than the library's default, which is sized for
 // callers that keep none (docs/EVAL.md, "The per-block search").
 inline constexpr std::size_t kSearchTokens = 1024;
+// The largest WUSH_OPTION_SEED (wush.h).
+inline constexpr std::size_t kMaxSeed = std::size_t(1) << 62;
 
 // A one-line progress bar on stderr, redrawn in place.
 class ProgressBar {

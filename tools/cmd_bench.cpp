@@ -318,19 +318,6 @@ void print_table(const std::vector<Result>& results, const char* isa, std::size_
     }
 }
 
-int parse_sizes(const std::string& list, std::vector<std::size_t>* out) {
-    for (const std::string& v : cli::split(list, ',')) {
-        char* end = nullptr;
-        const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
-        if (*end != '\0' || x == 0) {
-            std::fprintf(stderr, "wush bench: bad --m value '%s'\n", v.c_str());
-            return 2;
-        }
-        out->push_back(std::size_t(x));
-    }
-    return 0;
-}
-
 // `--device cuda` runs the separate program wush-bench-cuda (tools/bench_cuda_main.cpp), installed
 // beside this one: it links the CUDA runtime and cuBLAS for its baselines, which `wush` itself
 // must not (a CPU-only machine runs `wush` without them).
@@ -355,49 +342,46 @@ int run_cuda_bench(int argc, char** argv) {
 
 int cmd_bench(int argc, char** argv) {
     cli::Args a = bench_args(argc, argv);
-    const std::string device = a.get("--device", "cpu");
+    const std::string device = a.get_choice("--device", "cpu", {"cpu", "cuda"});
     if (a.ok() && device == "cuda") return run_cuda_bench(argc, argv);
-    if (a.ok() && device != "cpu") {
-        std::fprintf(stderr, "wush bench: --device takes cpu or cuda, got '%s'\n", device.c_str());
-        return 2;
-    }
     const bool quick = a.has("--quick");
     Settings s;
     s.min_repeats = a.get_size("--repeats", quick ? 3 : 5);
-    s.min_seconds = a.get_double("--min-time", quick ? 0.1 : 0.3);
+    s.min_seconds = a.get_double("--min-time", quick ? 0.1 : 0.3, 0.0);
     const std::size_t threads = a.get_size("--threads", 0);
     s.contend = a.has("--contend") || a.has("--contend-cpu") || a.has("--contend-process");
     s.contend_process = a.has("--contend-process");
     s.paired = a.has("--paired");
-    if (a.has("--contend-cpu")) s.contend_cpu = int(a.get_size("--contend-cpu", 0));
-    if (!a.ok()) {
-        std::fprintf(stderr, "wush bench: %s\n", a.error().c_str());
-        return 2;
-    }
-    const std::string kinds = a.get("--kind", "gemm,quantize,forward");
-    s.gemm = kinds.find("gemm") != std::string::npos;
-    s.quantize = kinds.find("quantize") != std::string::npos;
-    s.forward = kinds.find("forward") != std::string::npos;
-    std::vector<std::size_t> ms;
-    if (parse_sizes(a.get("--m", quick ? "1,16,128,512" : "1,16,128,512,1024"), &ms) != 0) return 2;
-    const std::vector<std::string> layers = cli::split(a.get("--layers", "4096x4096,4096x14336,14336x4096"), ',');
+    // A CPU the machine does not have would leave the busy loop unpinned without a word.
+    const long n_cpus = ::sysconf(_SC_NPROCESSORS_CONF);
+    if (a.has("--contend-cpu"))
+        s.contend_cpu = int(a.get_size("--contend-cpu", 0, 0, n_cpus > 0 ? std::size_t(n_cpus - 1) : 0));
+    const std::vector<std::string> kinds = a.get_choice_list("--kind", "gemm,quantize,forward", {"gemm", "quantize", "forward"});
+    const std::vector<std::size_t> ms = a.get_size_list("--m", quick ? "1,16,128,512" : "1,16,128,512,1024");
+    const std::vector<std::string> layers = a.get_list("--layers", "4096x4096,4096x14336,14336x4096");
+    const std::vector<std::string> format_names = a.get_list("--format", "mxfp4,nvfp4,int4");
+    const std::string isa_name = a.get_choice("--isa", "auto", {"auto", "scalar", "avx2", "avx512_vnni"});
+    if (!a.ok()) return cli::usage_error("bench", a);
+    const auto wanted = [&](const char* k) { return std::find(kinds.begin(), kinds.end(), k) != kinds.end(); };
+    s.gemm = wanted("gemm");
+    s.quantize = wanted("quantize");
+    s.forward = wanted("forward");
     std::vector<wush_format> formats;
-    for (const std::string& f : cli::split(a.get("--format", "mxfp4,nvfp4,int4"), ',')) {
+    for (const std::string& f : format_names) {
         wush_format fmt;
-        if (wush_format_from_name(f.c_str(), &fmt) != WUSH_OK) {
-            std::fprintf(stderr, "wush bench: unknown format '%s' (mxfp4, nvfp4, int4, mxfp4_ocp)\n", f.c_str());
-            return 2;
-        }
+        if (wush_format_from_name(f.c_str(), &fmt) != WUSH_OK)
+            return cli::usage_error("bench", "unknown format '" + cli::printable(f) + "' (mxfp4, nvfp4, int4, mxfp4_ocp)");
         formats.push_back(fmt);
     }
+    // Layers are checked before any work: an unknown one used to be found after the first ran.
+    for (const std::string& layer : layers) {
+        std::size_t d_out = 0, d_in = 0;
+        if (wush_example_layer_shape(layer.c_str(), &d_out, &d_in) != WUSH_OK)
+            return cli::usage_error("bench", "unknown layer '" + cli::printable(layer) + "' (see wush eval --help)");
+    }
     wush_cpu_isa isa = WUSH_CPU_ISA_AUTO;
-    const std::string isa_name = a.get("--isa", "auto");
     for (int i = 0; i <= 3; ++i)
         if (isa_name == wush_cpu_isa_name(wush_cpu_isa(i))) isa = wush_cpu_isa(i);
-    if (isa_name != wush_cpu_isa_name(isa)) {
-        std::fprintf(stderr, "wush bench: --isa takes auto, scalar, avx2 or avx512_vnni\n");
-        return 2;
-    }
 
     Handle<wush_context, wush_context_destroy> ctx;
     wush_status st = wush_context_create(WUSH_BACKEND_CPU, 0, &ctx.p);
@@ -414,10 +398,7 @@ int cmd_bench(int argc, char** argv) {
     std::vector<Result> results;
     for (const std::string& layer : layers) {
         std::size_t d_out = 0, d_in = 0;
-        if (wush_example_layer_shape(layer.c_str(), &d_out, &d_in) != WUSH_OK) {
-            std::fprintf(stderr, "wush bench: unknown layer '%s' (see wush eval --help)\n", layer.c_str());
-            return 2;
-        }
+        wush_example_layer_shape(layer.c_str(), &d_out, &d_in);  // checked above
         std::vector<float> weight(d_out * d_in), calib(n_calib * d_in), x(n_tokens * d_in);
         st = wush_example_layer_generate(layer.c_str(), 1, n_calib, n_tokens, weight.data(), weight.size(), calib.data(),
                                          calib.size(), x.data(), x.size());

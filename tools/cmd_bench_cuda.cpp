@@ -217,7 +217,13 @@ void print(const std::vector<Result>& rs, const std::string& device, bool json) 
 
 }  // namespace
 
-int bench_cuda(const cli::Args& a) {
+int bench_cuda(cli::Args& a) {
+    // The command line first (cli::Args' rules), before the device is touched.
+    const std::vector<std::size_t> ms = a.get_size_list("--m", "1,16,128,1024,4096");
+    a.get_choice_list("--kind", "quantize,forward", {"quantize", "forward"});
+    const std::vector<std::string> layers = a.get_list("--layers", "4096x4096,14336x4096,4096x14336");
+    const std::vector<std::string> formats = a.get_list("--format", "mxfp4,nvfp4,int4");
+    if (!a.ok()) return cli::usage_error("bench", a);
     Handle<wush_context, wush_context_destroy> ctx, cpu;
     if (!ok(wush_context_create(WUSH_BACKEND_CUDA, 0, &ctx.p), "CUDA context") ||
         !ok(wush_context_create(WUSH_BACKEND_CPU, 0, &cpu.p), "CPU context"))
@@ -231,14 +237,12 @@ int bench_cuda(const cli::Args& a) {
         std::fprintf(stderr, "wush bench: cannot set up a CUDA stream and cuBLAS\n");
         return 1;
     }
-    std::vector<std::size_t> ms;
-    for (const std::string& v : cli::split(a.get("--m", "1,16,128,1024,4096"), ',')) ms.push_back(std::stoul(v));
     const std::size_t m_max = *std::max_element(ms.begin(), ms.end());
     const std::string kinds = a.get("--kind", "quantize,forward");
     std::vector<Result> results;
     int rc = 0;
-    for (const std::string& layer : cli::split(a.get("--layers", "4096x4096,14336x4096,4096x14336"), ',')) {
-        for (const std::string& fname : cli::split(a.get("--format", "mxfp4,nvfp4,int4"), ',')) {
+    for (const std::string& layer : layers) {
+        for (const std::string& fname : formats) {
             wush_format f;
             if (wush_format_from_name(fname.c_str(), &f) != WUSH_OK) {
                 std::fprintf(stderr, "wush bench: unknown format '%s'\n", fname.c_str());

@@ -56,39 +56,32 @@ int cmd_quantize(int argc, char** argv) {
     cli::Args a(argc, argv, {}, {"--weights", "--activations", "--format", "--transform", "--method", "--out",
                                   "--damping", "--seed", "--transform-dtype", "--threads", "--search-tokens",
                                   "--validation-tokens"});
-    const std::size_t seed = a.get_size("--seed", 1), threads = a.get_size("--threads", 0);
+    const std::size_t seed = a.get_size("--seed", 1, 0, cli::kMaxSeed), threads = a.get_size("--threads", 0);
     const std::size_t n_search = a.get_size("--search-tokens", cli::kSearchTokens);
     const std::size_t n_val = a.get_size("--validation-tokens", 0);
     const double damping = a.get_double("--damping", 0.0);
+    const std::string method_name = a.get_choice("--method", "rtn", {"rtn", "gptq"});
+    const std::string dtype_name = a.get_choice("--transform-dtype", "f32", {"f32", "bf16", "f16"});
     for (const char* required : {"--weights", "--activations", "--format", "--transform", "--out"})
-        if (a.ok() && !a.has(required)) {
-            std::fprintf(stderr, "wush quantize: %s is required\n", required);
-            return 2;
-        }
-    if (!a.ok()) {
-        std::fprintf(stderr, "wush quantize: %s\n", a.error().c_str());
-        return 2;
-    }
+        if (!a.has(required)) a.set_error(std::string(required) + " is required");
+    if (!a.ok()) return cli::usage_error("quantize", a);
     wush_format format;
     wush_transform_kind kind;
     wush_dtype tdtype = WUSH_DTYPE_F32;
-    if (wush_format_from_name(a.get("--format").c_str(), &format) != WUSH_OK) return cli::report("--format", WUSH_ERR_INVALID_ARGUMENT);
+    if (wush_format_from_name(a.get("--format").c_str(), &format) != WUSH_OK)
+        return cli::usage_error("quantize", "unknown format '" + cli::printable(a.get("--format")) +
+                                                "' (mxfp4, nvfp4, int4, mxfp4_ocp)");
     bool search = false;
-    if (!cli::transform_from_name("quantize", a.get("--transform"), &kind, &search)) return 2;
-    if (!search && (a.has("--search-tokens") || a.has("--validation-tokens"))) {
-        std::fprintf(stderr, "wush quantize: --search-tokens and --validation-tokens need a searched transform "
-                             "(wush+s, wus+s)\n");
-        return 2;
-    }
+    if (!cli::transform_from_name("quantize", a.get("--transform"), &kind, &search)) return cli::kUsageError;
+    if (!search && (a.has("--search-tokens") || a.has("--validation-tokens")))
+        return cli::usage_error("quantize", "--search-tokens and --validation-tokens need a searched transform (wush+s, wus+s)");
     wush_method method = WUSH_METHOD_RTN;
-    if (!cli::method_from_name(a.get("--method", "rtn"), &method)) {
-        std::fprintf(stderr, "wush quantize: unknown method '%s' (rtn, gptq)\n", a.get("--method").c_str());
-        return 2;
-    }
-    if (!dtype_from_name(a.get("--transform-dtype", "f32"), &tdtype)) {
-        std::fprintf(stderr, "wush quantize: --transform-dtype takes f32, bf16 or f16\n");
-        return 2;
-    }
+    cli::method_from_name(method_name, &method);
+    dtype_from_name(dtype_name, &tdtype);
+    // Writing the checkpoint over an input would destroy it (after it was read, so unnoticed).
+    if (!cli::output_is_not_an_input("quantize", "--out", a.get("--out"),
+                                     {{"--weights", a.get("--weights")}, {"--activations", a.get("--activations")}}))
+        return cli::kUsageError;
     // The output's directory is checked before the work, not after it.
     if (!writable_destination(a.get("--out"))) return 1;
     std::vector<Layer> layers;
@@ -200,18 +193,25 @@ int cmd_inspect(int argc, char** argv) {
 
 int cmd_export(int argc, char** argv) {
     cli::Args a(argc, argv, {"--fp-quant"}, {"--checkpoint", "--out", "--config"});
-    if (!a.ok() || !a.has("--fp-quant") || !a.has("--checkpoint") || !a.has("--out")) {
+    for (const char* required : {"--fp-quant", "--checkpoint", "--out"})
+        if (!a.has(required)) a.set_error(std::string(required) + " is required");
+    if (!a.ok()) {
         std::fprintf(stderr, "usage: wush export --fp-quant --checkpoint CK.safetensors --out MODEL.safetensors "
-                             "[--config QUANT_CONFIG.json]\n%s%s", a.error().c_str(), a.ok() ? "" : "\n");
-        return 2;
+                             "[--config QUANT_CONFIG.json]\n");
+        return cli::usage_error("export", a);
     }
+    const std::string out = a.get("--out"), config = a.get("--config");
+    // The export replaces its outputs: neither may be the checkpoint or the other output.
+    if (!cli::output_is_not_an_input("export", "--out", out, {{"--checkpoint", a.get("--checkpoint")}}) ||
+        (a.has("--config") &&
+         !cli::output_is_not_an_input("export", "--config", config, {{"--checkpoint", a.get("--checkpoint")}, {"--out", out}})))
+        return cli::kUsageError;
     Handle<wush_checkpoint, wush_checkpoint_destroy> ck;
     wush_status st = wush_checkpoint_open(a.get("--checkpoint").c_str(), &ck.p);
     if (st != WUSH_OK) return cli::report("opening the checkpoint", st);
-    const std::string config = a.get("--config");
-    st = wush_checkpoint_export_fp_quant(ck.p, a.get("--out").c_str(), config.empty() ? nullptr : config.c_str(), nullptr);
+    st = wush_checkpoint_export_fp_quant(ck.p, out.c_str(), config.empty() ? nullptr : config.c_str(), nullptr);
     if (st != WUSH_OK) return cli::report("wush_checkpoint_export_fp_quant", st);
-    std::fprintf(stderr, "wrote %s%s%s\n", a.get("--out").c_str(), config.empty() ? "" : " and ", config.c_str());
+    std::fprintf(stderr, "wrote %s%s%s\n", out.c_str(), config.empty() ? "" : " and ", config.c_str());
     return 0;
 }
 

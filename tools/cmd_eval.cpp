@@ -1,5 +1,6 @@
 // `wush eval`: the layerwise loss of every transform x format x method on built-in or given layers
 // (the structure of the WUSH paper's layerwise-loss table).
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,8 @@
 namespace {
 
 const char* const kDefaultLayers = "4096x4096,4096x14336,14336x4096";
+// The validation sample the calibrator keeps for the per-layer guard is bounded.
+constexpr std::size_t kMaxValidationTokens = 65536;
 
 // A column of the table: a transform kind, optionally with the per-block search
 // (WUSH_OPTION_SEARCH; the name `wush+s`).
@@ -171,35 +174,32 @@ void print_table(const std::vector<Result>& results, const Plan& plan) {
     if (plan.runtime) std::printf("Y_q computed by the CPU runtime (fused quantization + W4A4 GEMM, float32).\n");
 }
 
-int parse_plan(const cli::Args& a, Plan* plan) {
-    for (const std::string& s : cli::split(a.get("--format", "mxfp4,nvfp4,int4"), ',')) {
+// Reads the columns and rows of the table; a malformed list is a usage error (a.error()), an
+// unknown name is reported here. Returns 0 or kUsageError.
+int parse_plan(cli::Args& a, Plan* plan) {
+    const std::vector<std::string> formats = a.get_list("--format", "mxfp4,nvfp4,int4");
+    const std::vector<std::string> transforms = a.get_list("--transform", "i,r,h,wus,wush");
+    const std::vector<std::string> methods = a.get_choice_list("--method", "rtn", {"rtn", "gptq", "all"});
+    if (!a.ok()) return cli::usage_error("eval", a);
+    for (const std::string& s : formats) {
         wush_format f;
-        if (wush_format_from_name(s.c_str(), &f) != WUSH_OK) return cli::report("--format", WUSH_ERR_INVALID_ARGUMENT);
+        if (wush_format_from_name(s.c_str(), &f) != WUSH_OK)
+            return cli::usage_error("eval", "unknown format '" + cli::printable(s) + "' (mxfp4, nvfp4, int4, mxfp4_ocp)");
         plan->formats.push_back(f);
     }
-    for (const std::string& s : cli::split(a.get("--transform", "i,r,h,wus,wush"), ',')) {
+    for (const std::string& s : transforms) {
         wush_transform_kind k;
         bool search = false;
-        if (!cli::transform_from_name("eval", s, &k, &search)) return 1;
+        if (!cli::transform_from_name("eval", s, &k, &search)) return cli::kUsageError;
         plan->kinds.push_back({k, search});
     }
-    for (const std::string& s : cli::split(a.get("--method", "rtn"), ',')) {
+    for (const std::string& s : methods) {
         if (s == "rtn" || s == "all") plan->methods.push_back(WUSH_METHOD_RTN);
         if (s == "gptq" || s == "all") plan->methods.push_back(WUSH_METHOD_GPTQ);
-        if (s != "rtn" && s != "gptq" && s != "all") {
-            std::fprintf(stderr, "wush eval: unknown method '%s' (rtn, gptq, all)\n", s.c_str());
-            return 1;
-        }
-    }
-    if (plan->formats.empty() || plan->kinds.empty() || plan->methods.empty()) {
-        std::fprintf(stderr, "wush eval: empty --format, --transform or --method list\n");
-        return 1;
     }
     for (const Column& c : plan->kinds) plan->searching |= c.search;
-    if (a.has("--search-tokens") && !plan->searching) {
-        std::fprintf(stderr, "wush eval: --search-tokens needs a searched column (e.g. --transform wush,wush+s)\n");
-        return 1;
-    }
+    if (a.has("--search-tokens") && !plan->searching)
+        return cli::usage_error("eval", "--search-tokens needs a searched column (e.g. --transform wush,wush+s)");
     return 0;
 }
 
@@ -210,10 +210,10 @@ int cmd_eval(int argc, char** argv) {
                 {"--layers", "--seed", "--calib-tokens", "--heldout-tokens", "--validation-tokens", "--weights",
                  "--activations", "--format",
                  "--transform", "--method", "--damping", "--threads", "--checkpoint", "--search-tokens"});
-    const std::size_t seed = a.get_size("--seed", 1);
+    const std::size_t seed = a.get_size("--seed", 1, 0, cli::kMaxSeed);
     const std::size_t n_cal = a.get_size("--calib-tokens", 2048);
     const std::size_t n_held = a.get_size("--heldout-tokens", a.has("--weights") ? 0 : 256);
-    const std::size_t n_val = a.get_size("--validation-tokens", 0);
+    const std::size_t n_val = a.get_size("--validation-tokens", 0, 1, kMaxValidationTokens);
     const std::size_t n_search = a.get_size("--search-tokens", cli::kSearchTokens);
     const std::size_t threads = a.get_size("--threads", 0);
     const double damping = a.get_double("--damping", 0.0);
@@ -230,8 +230,11 @@ int cmd_eval(int argc, char** argv) {
         return eval_checkpoint(a.get("--checkpoint"), a.get("--weights"), a.get("--activations"),
                                a.get_size("--heldout-tokens", 0), a.has("--json"), a.has("--runtime"));
     }
+    const std::vector<std::string> names = a.has("--weights") ? std::vector<std::string>{"files"}
+                                                              : a.get_list("--layers", kDefaultLayers);
+    if (!a.ok()) return cli::usage_error("eval", a);
     Plan plan;
-    if (parse_plan(a, &plan) != 0) return 2;
+    if (parse_plan(a, &plan) != 0) return cli::kUsageError;
     plan.search_tokens = n_search;
     plan.runtime = a.has("--runtime");
 
@@ -251,25 +254,27 @@ int cmd_eval(int argc, char** argv) {
     if (st == WUSH_OK) st = wush_options_sample_size(search_opts.p, &plan.sample_tokens);
     if (st != WUSH_OK) return cli::report("setting up", st);
 
-    std::vector<std::string> names;
-    if (a.has("--weights")) names.push_back("files");
-    else names = cli::split(a.get("--layers", kDefaultLayers), ',');
-    // A run too large for the machine says so before it starts (not with a failed allocation
-    // after minutes of work): each built-in layer holds its weight and all its tokens at once.
+    // A run too large for the memory this process may still use says so before it starts (not
+    // with the kernel's OOM killer after minutes of work). What one built-in layer holds at once:
+    // its tokens and weight as float32 here (the generator writes into them in place, with
+    // float64 temporaries of one weight and 1024 tokens), the loss's float64 copies of the weight
+    // and of its dequantization plus the float32 dequantization (20 bytes per weight), and for
+    // GPTQ about four float64 d_in x d_in matrices (Hessian, its sums, inverse, factor). Tiles of
+    // tokens add a few MiB.
     if (!a.has("--weights")) {
+        const bool gptq = std::find(plan.methods.begin(), plan.methods.end(), WUSH_METHOD_GPTQ) != plan.methods.end();
         for (const std::string& name : names) {
             std::size_t d_out = 0, d_in = 0;
             if (wush_example_layer_shape(name.c_str(), &d_out, &d_in) != WUSH_OK) continue;  // reported when loaded
-            const std::size_t tokens = cli::add_or_max(cli::add_or_max(n_cal, n_val), n_held);
-            const std::size_t bytes = cli::mul_or_max(cli::add_or_max(cli::mul_or_max(tokens, d_in), cli::mul_or_max(d_out, d_in)),
-                                                      sizeof(float));
+            using cli::add_or_max, cli::mul_or_max;
+            const std::size_t tokens = add_or_max(add_or_max(n_cal, n_val), n_held);
+            const std::size_t weights = mul_or_max(d_out, d_in);
+            std::size_t bytes = mul_or_max(add_or_max(mul_or_max(tokens, d_in), weights), sizeof(float));
+            bytes = add_or_max(bytes, mul_or_max(weights, 20));
+            if (gptq) bytes = add_or_max(bytes, mul_or_max(mul_or_max(d_in, d_in), 4 * sizeof(double)));
             if (!cli::fits_in_memory("eval", "layer " + name + " with " + std::to_string(tokens) + " tokens", bytes))
                 return 1;
         }
-    }
-    if (n_val > 65536) {
-        std::fprintf(stderr, "wush eval: --validation-tokens %zu exceeds 65536\n", n_val);
-        return 2;
     }
     std::vector<Layer> file_layers;
     if (a.has("--weights") && load_layer_files(a.get("--weights"), a.get("--activations"), n_held, &file_layers) != 0) return 1;

@@ -1,4 +1,5 @@
 // `wush formats`: the round-trip error of every block format on built-in test tensors.
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -65,30 +66,19 @@ int quantize_error(wush_context* ctx, wush_format format, const Tensor& t, std::
     return 0;
 }
 
-bool parse_size(const char* s, std::size_t* v) {
-    char* end = nullptr;
-    const unsigned long long x = std::strtoull(s, &end, 10);
-    if (end == s || *end != '\0' || x == 0) return false;
-    *v = std::size_t(x);
-    return true;
-}
-
 }  // namespace
 
 int cmd_formats(int argc, char** argv) {
-    std::size_t rows = 256, cols = 4096, seed = 1;
-    for (int i = 0; i < argc; ++i) {
-        const bool has_value = i + 1 < argc;
-        std::size_t* target = nullptr;
-        if (std::strcmp(argv[i], "--rows") == 0) target = &rows;
-        else if (std::strcmp(argv[i], "--cols") == 0) target = &cols;
-        else if (std::strcmp(argv[i], "--seed") == 0) target = &seed;
-        if (target == nullptr || !has_value || !parse_size(argv[i + 1], target)) {
-            std::fprintf(stderr, "wush formats: bad argument '%s'\n", argv[i]);
-            return 2;
-        }
-        ++i;
-    }
+    cli::Args a(argc, argv, {}, {"--rows", "--cols", "--seed"});
+    // Bounded so that rows x cols floats are far from overflowing; the memory check is below
+    // (three tensors and the round trip's buffers).
+    constexpr std::size_t kMaxDim = std::size_t(1) << 24;
+    const std::size_t rows = a.get_size("--rows", 256, 1, kMaxDim), cols = a.get_size("--cols", 4096, 1, kMaxDim);
+    const std::size_t seed = a.get_size("--seed", 1, 0, UINT_MAX);
+    if (!a.ok()) return cli::usage_error("formats", a);
+    if (!cli::fits_in_memory("formats", std::to_string(rows) + " x " + std::to_string(cols) + " tensors",
+                             cli::mul_or_max(cli::mul_or_max(rows, cols), 5 * sizeof(float))))
+        return 1;
     wush_context* ctx = nullptr;
     wush_status st = wush_context_create(WUSH_BACKEND_CPU, 0, &ctx);
     if (st != WUSH_OK) return cli::report("wush_context_create", st);

@@ -5,6 +5,7 @@
 #include <new>
 #include <string>
 
+#include "cli.h"
 #include "commands.h"
 #include "wush/wush.h"
 
@@ -16,7 +17,11 @@ struct Command {
     const char* usage;  // options, one per line after the first
 };
 
-int cmd_version(int, char**) {
+int cmd_version(int argc, char** argv) {
+    if (argc > 0) {
+        std::fprintf(stderr, "wush version: unexpected argument '%s'\n", cli::printable(argv[0]).c_str());
+        return 2;
+    }
     std::printf("wush %s\n", wush_version_string());
     return 0;
 }
@@ -61,6 +66,8 @@ const Command kCommands[] = {
      "  [--quick] [--json] [--layers L1,L2] [--format mxfp4,nvfp4,int4] [--m 1,16,...]\n"
      "  [--kind gemm,quantize,forward] [--threads N] [--isa auto|scalar|avx2|avx512_vnni]\n"
      "  [--repeats R] [--min-time SECONDS]\n"
+     "  [--device cpu|cuda]  cuda: the CUDA backend against cuBLAS BF16 (a build\n"
+     "               with nvcc and a GPU; --m, --kind quantize,forward, --layers, --format)\n"
      "  [--contend [--contend-cpu C] [--contend-process] | --paired]: N threads vs 1,\n"
      "  paired samples, next to a busy loop or on the machine as it is\n"},
     {"formats", cmd_formats, "round-trip error of each block format on built-in tensors\n  [--rows N] [--cols N] [--seed S]\n"},
@@ -97,7 +104,7 @@ int command_usage(const Command& c) {
 int dispatch(int argc, char** argv) {
     if (argc < 2) return usage(stderr);
     const std::string cmd = argv[1];
-    if (cmd == "--version") return cmd_version(0, nullptr);
+    if (cmd == "--version") return cmd_version(argc - 2, argv + 2);
     if (cmd == "help" || cmd == "--help" || cmd == "-h") return usage(stdout);
     for (const Command& c : kCommands) {
         if (cmd != c.name) continue;

@@ -15,7 +15,11 @@
  *  - Objects are opaque handles created by `wush_<object>_create` and released by
  *    `wush_<object>_destroy`; destroy(NULL) is a no-op. Each handle carries a type tag and the
  *    library keeps a table of live handles: passing NULL, a handle of the wrong type or an already
- *    destroyed handle to a function returns WUSH_ERR_INVALID_ARGUMENT instead of crashing.
+ *    destroyed handle to a function returns WUSH_ERR_INVALID_ARGUMENT instead of crashing, also
+ *    when a new object has since been created at the destroyed one's address (a handle carries
+ *    the generation of its object; the check misses only after 65,536 objects at that very
+ *    address). A wush_linear whose context was destroyed is refused the same way. Handles are
+ *    opaque values, not addresses to dereference.
  *  - The caller owns every bulk buffer (inputs, packed codes, scales, outputs) and passes its size
  *    in bytes or elements; a function never writes past the size it was given, and reports
  *    WUSH_ERR_BUFFER_TOO_SMALL when the size is not enough. Size queries say how much is needed.
@@ -175,7 +179,14 @@ WUSH_API wush_status wush_dtype_size(wush_dtype dtype, size_t* size);
  *    below -127 uses -127; an NVFP4/INT4 group whose scale rounds to 0 gets all codes 0 (the
  *    group decodes to zeros);
  *  - NaN or +-Inf anywhere in the input makes the call fail with WUSH_ERR_NON_FINITE and write
- *    nothing.
+ *    nothing;
+ *  - the largest finite inputs: MXFP4 refuses (WUSH_ERR_NON_FINITE, nothing written) an element
+ *    with |x| > 5/3 * 2^127 (about 2.836e38, up to +-FLT_MAX): under the largest scale 2^127
+ *    (byte 0xFE) it would get E2M1 code 6, whose value 6 * 2^127 / 3 = 2^128 no float holds, so
+ *    dequantizing it would fail. Elements up to 5/3 * 2^127 get code 4 (a tie at 5/3 * 2^127
+ *    rounds to even, 4) and decode to +-4 * 2^127 / 3. MXFP4_OCP, NVFP4 and INT4 accept every
+ *    finite input, and what they write dequantizes to finite values (+-FLT_MAX decodes to
+ *    +-6 * 2^125 in MXFP4_OCP and saturates at +-6 * 448 / 10 in NVFP4).
  */
 typedef enum wush_format {
     WUSH_FORMAT_MXFP4 = 0,
@@ -865,7 +876,8 @@ WUSH_API wush_status wush_context_cpu_isa(const wush_context* ctx, wush_cpu_isa*
  *  reads that one matrix. Both are decided by the matrices' values, once per transform.
  *  @param transform    the layer's transform (its G must be the format's group size).
  *  @param format       the block format (the qweight's format, for a later wush_gemm).
- *  @param dtype, x     n_tokens x d_in row-major activations (F32, F16 or BF16).
+ *  @param dtype        the element type of `x`: F32, F16 or BF16.
+ *  @param x            n_tokens x d_in row-major activations.
  *  @param d_in         must equal the transform's d_in.
  *  @param codes        receives n_tokens * d_in / 2 bytes, scales n_tokens * (d_in / G) scales:
  *                      the layouts of wush_quantize_rows (wush_format_buffer_sizes gives them).
@@ -1068,8 +1080,42 @@ WUSH_API wush_status wush_checkpoint_write(wush_checkpoint* checkpoint, const ch
  *  version, every tensor belonging to a layer, each layer's four tensors with the dtypes and
  *  shapes its metadata implies, known format/transform/method names, G matching the format, the
  *  per-tensor factor, a valid damping, no unknown metadata keys).
+ *  The mapping: these calls read the mapped file, so a file truncated after the open makes them
+ *  raise SIGBUS in the host (replace checkpoints by rename, which never does this; a file changed
+ *  before a load is refused with WUSH_ERR_IO): wush_checkpoint_open() itself (validation),
+ *  wush_checkpoint_load_layer(), wush_checkpoint_export_fp_quant(), and, for as long as a
+ *  qweight loaded from the checkpoint lives, every call given that qweight (wush_qweight_data()'s
+ *  pointers point into the mapping; wush_linear_create(), wush_layer_loss(),
+ *  wush_layer_loss_runtime() and the other functions taking a wush_qweight read it) or a
+ *  wush_linear prepared from it on a CPU context (its calls may read the weights in place).
+ *  A host that cannot accept SIGBUS opens with
+ *  wush_checkpoint_open_mode(path, WUSH_CHECKPOINT_COPY, &checkpoint).
  *  @return WUSH_OK; WUSH_ERR_IO; WUSH_ERR_CORRUPT_FILE naming the first violation. */
 WUSH_API wush_status wush_checkpoint_open(const char* path, wush_checkpoint** checkpoint);
+
+/* How wush_checkpoint_open_mode() holds a checkpoint's bytes. Values are pinned. */
+typedef enum wush_checkpoint_mode {
+    WUSH_CHECKPOINT_MAP = 0,   /* memory-mapped, read on demand: wush_checkpoint_open()         */
+    WUSH_CHECKPOINT_COPY = 1,  /* read whole into memory at the open; the file is not used again */
+    /* Not values: these pin the type to the whole range of int, so that any int a caller
+     * passes is a valid object of the type (and is checked and rejected by the library). */
+    WUSH_CHECKPOINT_MODE_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_CHECKPOINT_MODE_ENUM_MAX_ = 2147483647
+} wush_checkpoint_mode;
+
+/*! wush_checkpoint_open_mode() :
+ *  wush_checkpoint_open() with a choice of how the file's bytes are held. WUSH_CHECKPOINT_COPY
+ *  reads the whole file into memory owned by the library (as much memory as the file is large,
+ *  released with the checkpoint and the last qweight loaded from it) and validates that copy:
+ *  nothing is mapped, so truncating, rewriting or deleting the file afterwards never reaches the
+ *  host (no SIGBUS) and changes nothing that was opened. WUSH_CHECKPOINT_MAP is
+ *  wush_checkpoint_open().
+ *  Ownership: release *checkpoint with wush_checkpoint_destroy(). Thread-safe.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (NULL pointers, an unknown mode); WUSH_ERR_IO
+ *          (including a file that shrinks while it is read); WUSH_ERR_OUT_OF_MEMORY;
+ *          WUSH_ERR_CORRUPT_FILE naming the first violation. */
+WUSH_API wush_status wush_checkpoint_open_mode(const char* path, wush_checkpoint_mode mode,
+                                               wush_checkpoint** checkpoint);
 
 /*! wush_checkpoint_destroy() : releases `checkpoint` (and unmaps an opened file once no loaded
  *  qweight borrows from it); NULL is a no-op. */
@@ -1104,7 +1150,9 @@ WUSH_API wush_status wush_checkpoint_load_layer(const wush_checkpoint* checkpoin
  *  shared (G, G) matrix for identity and Hadamard), `<name>.weight_global_scale` and
  *  `<name>.act_global_scale` (F32 (1,): 3 for MXFP4, 10 for NVFP4), atomically to `path`; and,
  *  when `config_path` is not NULL, a JSON file {"quantization_config": {...}} for the model's
- *  config.json.
+ *  config.json. Both files are written to temporaries and committed together: a failed export
+ *  leaves neither file changed (only a crash between the two final renames can replace one). An
+ *  existing file replaced keeps its permissions.
  *  A checkpoint with at least one WUSH layer is exported per block: every layer, whatever its
  *  kind (a search's guard may keep identity, Hadamard or random on some), as (G, d_in) matrices
  *  and transform_init "wush".
@@ -1112,7 +1160,8 @@ WUSH_API wush_status wush_checkpoint_load_layer(const wush_checkpoint* checkpoin
  *          a WUSH layer, NVFP4 with a WUSH layer (the per-block export, which no fp_quant consumer
  *          loads for NVFP4: they apply one shared rotation), a transform not exactly representable in bf16 — build with WUSH_OPTION_TRANSFORM_DTYPE =
  *          WUSH_DTYPE_BF16); WUSH_ERR_IO; WUSH_ERR_INVALID_ARGUMENT (e.g. not an opened
- *          checkpoint). */
+ *          checkpoint, an empty path, `path` or `config_path` naming the checkpoint's own file,
+ *          or both naming one file). */
 WUSH_API wush_status wush_checkpoint_export_fp_quant(const wush_checkpoint* checkpoint, const char* path,
                                                      const char* config_path, const wush_options* options);
 

@@ -501,7 +501,11 @@ class Checkpoint(_Handle):
         self._refs: List[Any] = []  # the C checkpoint references added objects until written
 
     @classmethod
-    def open(cls, path: str) -> "Checkpoint":
+    def open(cls, path: str, copy: bool = False) -> "Checkpoint":
+        """``wush_checkpoint_open``; with ``copy=True`` ``wush_checkpoint_open_mode`` with
+        ``WUSH_CHECKPOINT_COPY``: the file is read into memory, nothing stays mapped."""
+        if copy:
+            return cls(_new("wush_checkpoint_open_mode", str(path).encode(), ENUMS["wush_checkpoint_mode"]["WUSH_CHECKPOINT_COPY"]))
         return cls(_new("wush_checkpoint_open", str(path).encode()))
 
     def add_layer(self, name: str, transform: Transform, qweight: QWeight) -> None:

@@ -32,6 +32,7 @@ FUNCTIONS = {
     'wush_checkpoint_layer_name': ('wush_status', ('const wush_checkpoint*', 'size_t', 'const char**')),
     'wush_checkpoint_load_layer': ('wush_status', ('const wush_checkpoint*', 'const char*', 'wush_transform**', 'wush_qweight**')),
     'wush_checkpoint_open': ('wush_status', ('const char*', 'wush_checkpoint**')),
+    'wush_checkpoint_open_mode': ('wush_status', ('const char*', 'wush_checkpoint_mode', 'wush_checkpoint**')),
     'wush_checkpoint_write': ('wush_status', ('wush_checkpoint*', 'const char*', 'const wush_options*')),
     'wush_context_backend': ('wush_status', ('const wush_context*', 'wush_backend*')),
     'wush_context_cpu_isa': ('wush_status', ('const wush_context*', 'wush_cpu_isa*')),
@@ -108,6 +109,10 @@ ENUMS = {
     'wush_backend': {
         'WUSH_BACKEND_CPU': 0,
         'WUSH_BACKEND_CUDA': 1,
+    },
+    'wush_checkpoint_mode': {
+        'WUSH_CHECKPOINT_MAP': 0,
+        'WUSH_CHECKPOINT_COPY': 1,
     },
     'wush_context_parameter': {
         'WUSH_CONTEXT_NUM_THREADS': 0,

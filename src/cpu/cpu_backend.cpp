@@ -76,7 +76,8 @@ private:
 class CpuBackend final : public backend::Backend {
 public:
     wush_backend kind() const override { return WUSH_BACKEND_CPU; }
-    std::string describe() const override { return std::string("cpu (") + isa_name(best_isa()) + ")"; }
+    // The ISA this context's calls run with (WUSH_CONTEXT_CPU_ISA), which may be below the best.
+    std::string describe() const override { return std::string("cpu (") + isa_name(parameters_->isa()) + ")"; }
 
     void set_parameter(wush_context_parameter parameter, std::int64_t value) override {
         parameters_->set(parameter, value);

@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -44,24 +45,30 @@ ActivationModel activation_model(const SyntheticLayerSpec& s) {
     return m;
 }
 
-std::vector<float> sample_tokens(const SyntheticLayerSpec& s, const ActivationModel& m, std::size_t n, Stream stream) {
-    std::vector<float> out(checked_mul(n, s.d_in, "activation size"));
-    if (n == 0) return out;
+// Writes n tokens to out (n x d_in). Token by token (latent then noise) so the first k tokens do
+// not depend on n; in chunks of tokens, so that the float64 temporaries stay small whatever n is
+// (each row of the product depends only on its own latent row).
+void sample_tokens(const SyntheticLayerSpec& s, const ActivationModel& m, std::size_t n, Stream stream, float* out) {
+    if (n == 0) return;
+    constexpr std::size_t kChunk = 1024;
     rng::Rng r(stream_seed(s.seed, stream));
-    std::vector<double> latent(n * s.rank), x(n * s.d_in);
-    // Token by token (latent then noise) so the first k tokens do not depend on n.
-    for (std::size_t t = 0; t < n; ++t) {
-        for (std::size_t k = 0; k < s.rank; ++k) latent[t * s.rank + k] = r.student_t(s.student_nu);
-        for (std::size_t j = 0; j < s.d_in; ++j) x[t * s.d_in + j] = 0.5 * r.student_t(s.student_nu);
+    const std::size_t chunk = std::min(n, kChunk);
+    std::vector<double> latent(chunk * s.rank), x(chunk * s.d_in);
+    for (std::size_t t0 = 0; t0 < n; t0 += chunk) {
+        const std::size_t c = std::min(chunk, n - t0);
+        for (std::size_t t = 0; t < c; ++t) {
+            for (std::size_t k = 0; k < s.rank; ++k) latent[t * s.rank + k] = r.student_t(s.student_nu);
+            for (std::size_t j = 0; j < s.d_in; ++j) x[t * s.d_in + j] = 0.5 * r.student_t(s.student_nu);
+        }
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(c), int(s.d_in), int(s.rank), 1.0, latent.data(),
+                    int(s.rank), m.factors.data(), int(s.rank), 1.0, x.data(), int(s.d_in));
+        float* o = out + t0 * s.d_in;
+        for (std::size_t t = 0; t < c; ++t)
+            for (std::size_t j = 0; j < s.d_in; ++j) o[t * s.d_in + j] = float(m.scales[j] * x[t * s.d_in + j]);
     }
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(s.d_in), int(s.rank), 1.0, latent.data(),
-                int(s.rank), m.factors.data(), int(s.rank), 1.0, x.data(), int(s.d_in));
-    for (std::size_t t = 0; t < n; ++t)
-        for (std::size_t j = 0; j < s.d_in; ++j) out[t * s.d_in + j] = float(m.scales[j] * x[t * s.d_in + j]);
-    return out;
 }
 
-std::vector<float> sample_weight(const SyntheticLayerSpec& s) {
+void sample_weight(const SyntheticLayerSpec& s, float* out) {
     rng::Rng r(stream_seed(s.seed, kWeights));
     const std::size_t rk = s.weight_rank;
     std::vector<double> a(s.d_out), b(s.d_in), p(s.d_out * rk), q(s.d_in * rk);
@@ -74,11 +81,9 @@ std::vector<float> sample_weight(const SyntheticLayerSpec& s) {
     for (double& v : w) v = r.gaussian();
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.d_out), int(s.d_in), int(rk), 1.0, p.data(), int(rk),
                 q.data(), int(rk), 1.0, w.data(), int(s.d_in));
-    std::vector<float> out(w.size());
     const double norm = 1.0 / std::sqrt(double(s.d_in));
     for (std::size_t o = 0; o < s.d_out; ++o)
         for (std::size_t j = 0; j < s.d_in; ++j) out[o * s.d_in + j] = float(norm * a[o] * b[j] * w[o * s.d_in + j]);
-    return out;
 }
 
 }  // namespace
@@ -115,17 +120,26 @@ SyntheticLayerSpec synthetic_preset(std::string_view name, std::size_t n_tokens,
     fail(WUSH_ERR_INVALID_ARGUMENT, "unknown synthetic layer preset '" + std::string(name) + "'");
 }
 
-SyntheticLayer generate_layer(const SyntheticLayerSpec& spec) {
+void generate_layer(const SyntheticLayerSpec& spec, float* weight, float* calibration, float* heldout) {
     require(spec.d_in > 0 && spec.d_out > 0, "synthetic layer: d_in and d_out must be positive");
     require(spec.rank > 0 && spec.weight_rank > 0, "synthetic layer: ranks must be positive");
     require(spec.student_nu >= 1 && spec.student_nu <= 1000, "synthetic layer: nu must be in [1, 1000]");
     require(spec.outlier_scale > 0.0 && std::isfinite(spec.outlier_scale), "synthetic layer: outlier scale must be positive");
+    checked_mul(spec.n_tokens, spec.d_in, "activation size");
+    checked_mul(spec.n_heldout, spec.d_in, "activation size");
     const ActivationModel model = activation_model(spec);
+    sample_weight(spec, weight);
+    sample_tokens(spec, model, spec.n_tokens, kCalibTokens, calibration);
+    sample_tokens(spec, model, spec.n_heldout, kHeldoutTokens, heldout);
+}
+
+SyntheticLayer generate_layer(const SyntheticLayerSpec& spec) {
     SyntheticLayer layer;
     layer.spec = spec;
-    layer.weight = sample_weight(spec);
-    layer.calibration = sample_tokens(spec, model, spec.n_tokens, kCalibTokens);
-    layer.heldout = sample_tokens(spec, model, spec.n_heldout, kHeldoutTokens);
+    layer.weight.resize(checked_mul(spec.d_out, spec.d_in, "weight size"));
+    layer.calibration.resize(checked_mul(spec.n_tokens, spec.d_in, "activation size"));
+    layer.heldout.resize(checked_mul(spec.n_heldout, spec.d_in, "activation size"));
+    generate_layer(spec, layer.weight.data(), layer.calibration.data(), layer.heldout.data());
     return layer;
 }
 

@@ -54,5 +54,9 @@ SyntheticLayerSpec synthetic_preset(std::string_view name, std::size_t n_tokens,
                                     std::uint64_t seed);
 
 SyntheticLayer generate_layer(const SyntheticLayerSpec& spec);
+// The same into caller buffers of d_out x d_in, n_tokens x d_in and n_heldout x d_in floats
+// (heldout/calibration may be null when their count is 0), with float64 temporaries of
+// d_out x d_in (the weight) and at most 1024 tokens: the memory a caller must plan for.
+void generate_layer(const SyntheticLayerSpec& spec, float* weight, float* calibration, float* heldout);
 
 }  // namespace wush::eval

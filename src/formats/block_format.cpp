@@ -98,6 +98,24 @@ void quantize_rows(const FormatSpec& f, wush_dtype dtype, const void* x, std::si
     }
 }
 
+void require_encodable(const FormatSpec& f, wush_dtype dtype, const void* x, std::size_t n_rows, std::size_t d_in,
+                       const char* what) {
+    // Other formats never overflow: OCP MXFP4's largest decoded value is 6 * 2^125, NVFP4's
+    // 6 * 448 / 10, and INT4's (q + 0.5) s stays within half a step of |x| (s <= 0.34 rms).
+    if (f.id != WUSH_FORMAT_MXFP4) return;
+    // |x| * 3 is exact in float64 (24 + 2 bits), as is 5 * 2^127: the comparison is the rule's.
+    const double limit = std::ldexp(5.0, 127);
+    std::vector<float> row(d_in);
+    for (std::size_t r = 0; r < n_rows; ++r) {
+        to_float(dtype, x, r * d_in, row);
+        for (std::size_t c = 0; c < d_in; ++c)
+            if (std::fabs(double(row[c])) * 3.0 > limit)
+                fail(WUSH_ERR_NON_FINITE, std::string(what) + " holds a value at row " + std::to_string(r) + ", column " +
+                                              std::to_string(c) + " whose mxfp4 code would decode beyond the float32 "
+                                              "range (|x| > 5/3 * 2^127)");
+    }
+}
+
 void require_decodable(const FormatSpec& f, std::span<const std::uint8_t> codes, std::span<const std::uint8_t> scales,
                        std::size_t n_rows, std::size_t d_in) {
     // No element of any format exceeds 8 in magnitude (E2M1: 6, INT4: 7.5), so only groups whose

@@ -45,6 +45,14 @@ void quantize_rows(const FormatSpec& f, std::span<const float> x, std::size_t n_
 void quantize_rows(const FormatSpec& f, wush_dtype dtype, const void* x, std::size_t n_rows, std::size_t d_in,
                    std::span<std::uint8_t> codes, std::span<std::uint8_t> scales);
 
+// Throws NON_FINITE (naming row and column) if quantizing `x` in `f` would produce a code that
+// decodes beyond the float32 range. Only MXFP4 (the paper's rule) can: an element with
+// |x| * 3 > 5 * 2^127 rounds to E2M1 6 under the largest scale 2^127, and 6 * 2^127 / 3 = 2^128
+// is not a float. Such inputs are refused like infinities, so that whatever quantize_rows writes,
+// dequantize_rows accepts. The input must be finite.
+void require_encodable(const FormatSpec& f, wush_dtype dtype, const void* x, std::size_t n_rows, std::size_t d_in,
+                       const char* what);
+
 // Throws NON_FINITE unless every group decodes to finite float32 values: its scale is finite and
 // no element times scale times tensor factor overflows (an E8M0 scale of 2^127 is valid, but the
 // MXFP4 element 6 under it decodes to 2^128). Buffers are sized by packed_sizes.

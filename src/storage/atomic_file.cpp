@@ -1,6 +1,7 @@
 #include "storage/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -36,16 +37,18 @@ std::string random_temp_name(const std::string& path) {
 }  // namespace
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), dir_(directory_of(path_)) {
+    // 0666 is reduced by the umask: a new file gets the permissions the user asked for; prepare()
+    // gives a replacement those of the file it replaces.
     // An anonymous temporary leaves nothing behind if the process is killed before commit();
     // naming it later goes through /proc.
     if (::access("/proc/self/fd", X_OK) == 0) {
-        fd_ = ::open(dir_.c_str(), O_WRONLY | O_TMPFILE | O_CLOEXEC, 0644);
+        fd_ = ::open(dir_.c_str(), O_WRONLY | O_TMPFILE | O_CLOEXEC, 0666);
         if (fd_ >= 0) return;
     }
     // File systems without O_TMPFILE: a named one, exclusive (O_EXCL also refuses a symlink).
     for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
         temp_name_ = random_temp_name(path_);
-        fd_ = ::open(temp_name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        fd_ = ::open(temp_name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
         if (fd_ < 0 && errno != EEXIST) break;
     }
     if (fd_ < 0) {
@@ -71,7 +74,18 @@ void AtomicFile::write(const void* data, std::size_t n) {
     }
 }
 
-void AtomicFile::commit() {
+void AtomicFile::prepare() {
+    if (fd_ < 0) return;  // already prepared
+    // The file being replaced keeps its owner, group (where this process may set them: fchown
+    // fails harmlessly otherwise) and permission bits. Owner first: fchown may clear mode bits.
+    struct stat st {};
+    if (::lstat(path_.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+        if (::fchown(fd_, st.st_uid, st.st_gid) != 0 && ::fchown(fd_, static_cast<uid_t>(-1), st.st_gid) != 0) {
+            // Neither the owner nor the group may be kept (only a privileged process may give a
+            // file away): the new file stays this process's, with the old permission bits.
+        }
+        if (::fchmod(fd_, st.st_mode & 0777) != 0) io_error("cannot set the permissions of the new", path_, errno);
+    }
     if (::fsync(fd_) != 0) io_error("cannot sync", path_, errno);
     if (temp_name_.empty()) {
         // Give the anonymous file a name (exclusive, like the named fallback), then rename it.
@@ -88,14 +102,63 @@ void AtomicFile::commit() {
     }
     ::close(fd_);
     fd_ = -1;
-    if (::rename(temp_name_.c_str(), path_.c_str()) != 0) io_error("cannot rename to", path_, errno);
-    committed_ = true;
-    // The rename is durable only once the directory entry is.
-    const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+namespace {
+
+void sync_directory(const std::string& dir) {
+    // A rename is durable only once the directory entry is.
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
         ::fsync(dfd);
         ::close(dfd);
     }
+}
+
+}  // namespace
+
+void AtomicFile::commit() {
+    prepare();
+    if (::rename(temp_name_.c_str(), path_.c_str()) != 0) io_error("cannot rename to", path_, errno);
+    committed_ = true;
+    sync_directory(dir_);
+}
+
+void commit_both(AtomicFile& first, AtomicFile& second) {
+    first.prepare();
+    second.prepare();
+    // Keep what `first` replaces reachable (a hard link beside it), so that it can be put back if
+    // `second` cannot be committed. A file system without hard links gets no backup; a
+    // destination that does not exist yet is removed instead.
+    const std::string& path = first.path();
+    std::string backup;
+    struct stat st {};
+    const bool existed = ::lstat(path.c_str(), &st) == 0;
+    if (existed) {
+        for (int attempt = 0; attempt < 16 && backup.empty(); ++attempt) {
+            std::string name = random_temp_name(path);
+            if (::link(path.c_str(), name.c_str()) == 0) backup = std::move(name);
+            else if (errno != EEXIST) break;
+        }
+    }
+    first.commit();
+    try {
+        second.commit();
+    } catch (...) {
+        if (!backup.empty()) ::rename(backup.c_str(), path.c_str());
+        else if (!existed) ::unlink(path.c_str());
+        throw;
+    }
+    if (!backup.empty()) ::unlink(backup.c_str());
+}
+
+bool same_destination(const std::string& a, const std::string& b) {
+    struct stat sa {}, sb {};
+    const bool ea = ::stat(a.c_str(), &sa) == 0, eb = ::stat(b.c_str(), &sb) == 0;
+    if (ea || eb) return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    const auto base = [](const std::string& p) { return p.substr(p.rfind('/') == std::string::npos ? 0 : p.rfind('/') + 1); };
+    return base(a) == base(b) && ::stat(directory_of(a).c_str(), &sa) == 0 && ::stat(directory_of(b).c_str(), &sb) == 0 &&
+           sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 void write_file_atomically(const std::string& path, const void* data, std::size_t n) {

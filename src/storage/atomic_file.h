@@ -3,7 +3,9 @@
 // over the destination; then the directory is flushed so that the rename survives a crash.
 // Readers see the old file or the new one, never a mix; concurrent writers of one path each
 // produce a whole file (the last rename wins); a symlink planted next to the destination is
-// never followed.
+// never followed. Replacing a file keeps its permission bits (and its owner and group where the
+// process may set them), so rewriting a private 0600 checkpoint does not publish it; a new file
+// gets 0666 minus the umask, like any file the user creates.
 #pragma once
 
 #include <cstddef>
@@ -21,8 +23,12 @@ public:
     AtomicFile& operator=(const AtomicFile&) = delete;
 
     void write(const void* data, std::size_t n);
-    // Makes the written bytes the content of `path`. Throws wush::Error(IO).
+    // Flushes the temporary and gives it a name next to `path`, without touching `path`: the
+    // step of commit() that can fail for lack of space. Idempotent. Throws wush::Error(IO).
+    void prepare();
+    // Makes the written bytes the content of `path` (prepare(), then rename). Throws wush::Error(IO).
     void commit();
+    const std::string& path() const noexcept { return path_; }
 
 private:
     std::string path_;
@@ -31,6 +37,16 @@ private:
     int fd_ = -1;
     bool committed_ = false;
 };
+
+// Commits two files so that both are replaced or neither is: both are prepared first (so a full
+// disk fails before either is touched); if the second rename fails, the first destination is put
+// back as it was (its old content kept through a hard link, or removed if it did not exist).
+// Only a crash between the two renames can leave one replaced. Throws wush::Error(IO).
+void commit_both(AtomicFile& first, AtomicFile& second);
+
+// Whether two destination paths name the same file: the same device and inode when both exist,
+// otherwise the same name in the same directory (device and inode of the directory).
+bool same_destination(const std::string& a, const std::string& b);
 
 // A whole small file, atomically (AtomicFile).
 void write_file_atomically(const std::string& path, const void* data, std::size_t n);

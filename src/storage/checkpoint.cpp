@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "common/float_bits.h"
 #include "formats/block_format.h"
 #include "formats/group_quantizer.h"
+#include "storage/atomic_file.h"
 
 namespace wush::storage {
 
@@ -214,7 +216,8 @@ std::vector<std::string> collect_layers(const Reader& r) {
 
 }  // namespace
 
-CheckpointReader::CheckpointReader(const std::string& path) : file_(std::make_shared<const Reader>(path)) {
+CheckpointReader::CheckpointReader(const std::string& path, Reader::Load load)
+    : file_(std::make_shared<const Reader>(path, load)) {
     names_ = collect_layers(*file_);
     for (const std::string& n : names_) check_layer_tensors(*file_, n, layer_meta(file_->header(), n));
 }
@@ -254,7 +257,19 @@ CheckpointLayer CheckpointReader::load(std::string_view name) const {
     }
 }
 
-std::string export_fp_quant(const CheckpointReader& ck, const std::string& path, Progress* progress) {
+std::string export_fp_quant(const CheckpointReader& ck, const std::string& path, Progress* progress,
+                            const std::string& config_path) {
+    // Writing over the checkpoint being read would replace it with the export.
+    for (const std::string* out : {&path, &config_path})
+        if (!out->empty() && ck.is_file(*out))
+            fail(WUSH_ERR_INVALID_ARGUMENT, "the output \"" + *out + "\" is the checkpoint being exported");
+    if (!config_path.empty() && same_destination(path, config_path))
+        fail(WUSH_ERR_INVALID_ARGUMENT, "the model and the config would both be written to \"" + path + "\"");
+    // Both temporaries exist before any work: an unwritable destination fails first, and neither
+    // file is committed unless both are written.
+    AtomicFile model(path);
+    std::optional<AtomicFile> config_file;
+    if (!config_path.empty()) config_file.emplace(config_path);
     std::vector<CheckpointLayer> layers;
     for (const std::string& n : ck.layer_names()) layers.push_back(ck.load(n));
     // One WUSH layer makes the export per-block ((G, d_in) matrices, transform_init "wush"); the
@@ -332,7 +347,7 @@ std::string export_fp_quant(const CheckpointReader& ck, const std::string& path,
                                if (progress && !progress->report(double(i + 1), double(n))) progress->throw_if_cancelled();
                            }});
     }
-    write_file(path, tensors, {});
+    write_tensors(model, tensors, {});
     const nlohmann::json config = {{"quantization_config",
                                     {{"quant_method", "fp_quant"},
                                      {"forward_dtype", forward_dtype},
@@ -343,7 +358,15 @@ std::string export_fp_quant(const CheckpointReader& ck, const std::string& path,
                                      {"store_master_weights", false},
                                      {"pseudoquantization", false},
                                      {"modules_to_not_convert", {"lm_head"}}}}};
-    return config.dump(2);
+    std::string text = config.dump(2);
+    if (config_file) {
+        const std::string line = text + "\n";
+        config_file->write(line.data(), line.size());
+        commit_both(model, *config_file);
+    } else {
+        model.commit();
+    }
+    return text;
 }
 
 }  // namespace wush::storage

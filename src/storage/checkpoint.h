@@ -42,18 +42,21 @@ struct CheckpointLayer {
     std::string method;
 };
 
-// A checkpoint opened read-only (memory-mapped). The constructor validates the safetensors
+// A checkpoint opened read-only (memory-mapped, or copied into memory: Reader::Load). The
+// constructor validates the safetensors
 // structure and every libwush rule (docs/FORMAT.md) before returning: CORRUPT_FILE names the
 // first violation.
 class CheckpointReader {
 public:
-    explicit CheckpointReader(const std::string& path);
+    explicit CheckpointReader(const std::string& path, Reader::Load load = Reader::Load::Map);
     const std::vector<std::string>& layer_names() const noexcept { return names_; }
     // Builds the layer's transform (deriving the weight side) and borrows its weights. Throws
     // NOT_FOUND for an unknown name, CORRUPT_FILE for a singular or non-finite transform or a NaN
     // scale.
     CheckpointLayer load(std::string_view name) const;
     const Header& header() const noexcept { return file_->header(); }
+    // Whether `path` names this checkpoint's file (Reader::is_file).
+    bool is_file(const std::string& path) const noexcept { return file_->is_file(path); }
 
 private:
     std::shared_ptr<const Reader> file_;
@@ -61,7 +64,11 @@ private:
 };
 
 // Writes the fp_quant layout of every layer (MXFP4 and NVFP4 only; the transforms must be exactly
-// representable in bf16, the dtype that layout stores). Returns the quantization_config JSON.
-std::string export_fp_quant(const CheckpointReader& checkpoint, const std::string& path, Progress* progress);
+// representable in bf16, the dtype that layout stores) to `path` and, unless `config_path` is
+// empty, its quantization_config JSON to `config_path`: both files or neither (commit_both), so
+// a failed export leaves no file behind. Refuses (INVALID_ARGUMENT) an output that is the
+// checkpoint's own file or the other output. Returns the quantization_config JSON.
+std::string export_fp_quant(const CheckpointReader& checkpoint, const std::string& path, Progress* progress,
+                            const std::string& config_path = {});
 
 }  // namespace wush::storage

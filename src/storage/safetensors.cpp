@@ -273,7 +273,7 @@ std::int64_t mtime_ns(const struct stat& st) { return std::int64_t(st.st_mtim.tv
 
 }  // namespace
 
-Reader::Reader(const std::string& path) : path_(path) {
+Reader::Reader(const std::string& path, Load load) : path_(path), copied_(load == Load::Copy) {
     // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever, before
     // the regular-file check below could refuse it. It changes nothing for a regular file.
     fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -284,7 +284,19 @@ Reader::Reader(const std::string& path) : path_(path) {
             fail(WUSH_ERR_IO, "\"" + path + "\" is not a readable regular file");
         size_ = std::size_t(st.st_size);
         mtime_ns_ = mtime_ns(st);
-        if (size_ > 0) {
+        device_ = std::uint64_t(st.st_dev);
+        inode_ = std::uint64_t(st.st_ino);
+        if (size_ > 0 && copied_) {
+            // Read into memory of our own: a later change of the file cannot reach this process.
+            copy_ = std::make_unique<std::byte[]>(size_);
+            for (std::size_t done = 0; done < size_;) {
+                const ssize_t r = ::pread(fd_, copy_.get() + done, size_ - done, off_t(done));
+                if (r < 0 && errno == EINTR) continue;
+                if (r <= 0) fail(WUSH_ERR_IO, "cannot read \"" + path + "\": " + (r < 0 ? std::strerror(errno) : "it was truncated"));
+                done += std::size_t(r);
+            }
+            map_ = copy_.get();
+        } else if (size_ > 0) {
             void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
             if (p == MAP_FAILED) fail(WUSH_ERR_IO, "cannot map \"" + path + "\": " + std::strerror(errno));
             map_ = static_cast<const std::byte*>(p);
@@ -293,24 +305,30 @@ Reader::Reader(const std::string& path) : path_(path) {
         index_.reserve(header_.tensors.size());
         for (std::size_t i = 0; i < header_.tensors.size(); ++i) index_.emplace(header_.tensors[i].name, i);
     } catch (...) {
-        if (map_) ::munmap(const_cast<std::byte*>(map_), size_);
+        if (map_ && !copied_) ::munmap(const_cast<std::byte*>(map_), size_);
         ::close(fd_);
         throw;
     }
 }
 
 Reader::~Reader() {
-    if (map_) ::munmap(const_cast<std::byte*>(map_), size_);
+    if (map_ && !copied_) ::munmap(const_cast<std::byte*>(map_), size_);
     ::close(fd_);
 }
 
 void Reader::check_unchanged() const {
+    if (copied_) return;  // the copy is what was validated, whatever happens to the file
     struct stat st {};
     if (::fstat(fd_, &st) != 0) fail(WUSH_ERR_IO, "cannot stat \"" + path_ + "\": " + std::strerror(errno));
     if (std::size_t(st.st_size) != size_ || mtime_ns(st) != mtime_ns_)
         fail(WUSH_ERR_IO, "\"" + path_ + "\" was " + (std::size_t(st.st_size) < size_ ? "truncated" : "modified") +
                               " after it was opened; replace a checkpoint by writing a new file and renaming it over the "
                               "old one");
+}
+
+bool Reader::is_file(const std::string& path) const noexcept {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && std::uint64_t(st.st_dev) == device_ && std::uint64_t(st.st_ino) == inode_;
 }
 
 const TensorInfo* Reader::find(std::string_view name) const noexcept {
@@ -349,9 +367,15 @@ std::string header_json(const std::vector<TensorSource>& tensors, const std::map
 
 void write_file(const std::string& path, const std::vector<TensorSource>& tensors,
                 const std::map<std::string, std::string>& metadata) {
+    AtomicFile file(path);
+    write_tensors(file, tensors, metadata);
+    file.commit();
+}
+
+void write_tensors(AtomicFile& file, const std::vector<TensorSource>& tensors,
+                   const std::map<std::string, std::string>& metadata) {
     std::vector<std::uint64_t> sizes;
     const std::string header = header_json(tensors, metadata, sizes);
-    AtomicFile file(path);
     std::byte len[8];
     for (int i = 0; i < 8; ++i) len[i] = std::byte((header.size() >> (8 * i)) & 0xFF);
     file.write(len, 8);
@@ -365,7 +389,6 @@ void write_file(const std::string& path, const std::vector<TensorSource>& tensor
         });
         if (written != sizes[i]) fail(WUSH_ERR_INTERNAL, "tensor \"" + tensors[i].name + "\" wrote too few bytes");
     }
-    file.commit();
 }
 
 }  // namespace wush::storage

@@ -19,6 +19,8 @@
 
 namespace wush::storage {
 
+class AtomicFile;
+
 // Header bound of the reference implementation (huggingface/safetensors).
 inline constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 // Caps of what one header may describe, far above any real model (a few 10,000 tensors, tensors
@@ -54,8 +56,11 @@ Header parse_header(std::span<const std::byte> file);
 // A read-only, memory-mapped, validated safetensors file.
 class Reader {
 public:
-    // Throws IO if the file cannot be opened or mapped, CORRUPT_FILE if it is not valid.
-    explicit Reader(const std::string& path);
+    // How the file's bytes are held: mapped (read on demand; a file truncated while mapped makes
+    // a read raise SIGBUS), or copied into memory of the process when opened.
+    enum class Load { Map, Copy };
+    // Throws IO if the file cannot be opened, mapped or read, CORRUPT_FILE if it is not valid.
+    explicit Reader(const std::string& path, Load load = Load::Map);
     ~Reader();
     Reader(const Reader&) = delete;
     Reader& operator=(const Reader&) = delete;
@@ -69,13 +74,19 @@ public:
     // The tensor called `name`, or nullptr; a hash lookup (files may hold 100,000s of tensors).
     const TensorInfo* find(std::string_view name) const noexcept;
     std::span<const std::byte> bytes(const TensorInfo& t) const noexcept;
+    // Whether `path` names the file this reader opened (same device and inode), so that writing
+    // to it would replace the file being read.
+    bool is_file(const std::string& path) const noexcept;
 
 private:
     std::string path_;
     int fd_ = -1;  // kept open so that check_unchanged() sees the file that is mapped
-    const std::byte* map_ = nullptr;
+    bool copied_ = false;
+    std::unique_ptr<std::byte[]> copy_;  // Load::Copy: the file's bytes
+    const std::byte* map_ = nullptr;     // the mapping, or copy_
     std::size_t size_ = 0;
     std::int64_t mtime_ns_ = 0;
+    std::uint64_t device_ = 0, inode_ = 0;
     Header header_;
     std::unordered_map<std::string_view, std::size_t> index_;  // name (viewing header_) -> position
 };
@@ -93,5 +104,9 @@ struct TensorSource {
 // failure `path` is untouched. Throws IO or INVALID_ARGUMENT.
 void write_file(const std::string& path, const std::vector<TensorSource>& tensors,
                 const std::map<std::string, std::string>& metadata);
+// The same into an open AtomicFile, not committed: for a file committed together with another
+// (commit_both).
+void write_tensors(AtomicFile& file, const std::vector<TensorSource>& tensors,
+                   const std::map<std::string, std::string>& metadata);
 
 }  // namespace wush::storage

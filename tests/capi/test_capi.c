@@ -1,12 +1,14 @@
 /* Tests of the public C API, in plain C99 against the shared library: status and error
  * reporting, handle checks, argument validation, buffer bounds, and the format functions. */
 #define _POSIX_C_SOURCE 200809L
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "wush/wush.h"
 #include "check.h"
@@ -230,6 +232,220 @@ static void test_quantize_bounds_and_errors(void) {
     wush_context_destroy(ctx);
 }
 
+/* A checkpoint opened in copy mode never touches its file again (issue 29, F4): truncating a
+ * mapped checkpoint after the load raised SIGBUS in the host. Here the file is truncated, then
+ * deleted, after the load; the loaded qweight's bytes, a loss through it and a second load all
+ * give what they gave before. */
+static void test_checkpoint_copy_mode(void) {
+    enum { D_OUT = 8, D_IN = 64, N = 16 };
+    wush_context* ctx = NULL;
+    wush_transform *t = NULL, *lt = NULL, *lt2 = NULL;
+    wush_qweight *q = NULL, *lq = NULL, *lq2 = NULL;
+    wush_checkpoint *w = NULL, *ck = NULL;
+    float wt[D_OUT * D_IN], x[N * D_IN];
+    unsigned char before[D_OUT * D_IN / 2 + D_OUT * D_IN / 32];
+    const void *codes = NULL, *scales = NULL;
+    size_t nc = 0, ns = 0, i;
+    double loss_before = -1.0, loss_after = -2.0;
+    char path[64];
+    unsigned seed = 5;
+    snprintf(path, sizeof path, "/tmp/wush_capi_copy_%ld.safetensors", (long)getpid());
+    for (i = 0; i < D_OUT * D_IN; ++i) wt[i] = gauss(&seed);
+    for (i = 0; i < N * D_IN; ++i) x[i] = gauss(&seed);
+    CHECK(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx) == WUSH_OK);
+    CHECK(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, D_IN, 32, NULL, &t) == WUSH_OK);
+    CHECK(wush_qweight_create(ctx, t, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, wt, D_OUT, D_IN, NULL, &q) ==
+          WUSH_OK);
+    CHECK(wush_checkpoint_create(&w) == WUSH_OK);
+    CHECK(wush_checkpoint_add_layer(w, "layer", t, q) == WUSH_OK);
+    CHECK(wush_checkpoint_write(w, path, NULL) == WUSH_OK);
+    CHECK_STATUS(wush_checkpoint_open_mode(path, (wush_checkpoint_mode)7, &ck), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(ck == NULL);
+    CHECK(wush_checkpoint_open_mode(path, WUSH_CHECKPOINT_COPY, &ck) == WUSH_OK);
+    CHECK(wush_checkpoint_load_layer(ck, "layer", &lt, &lq) == WUSH_OK);
+    CHECK(wush_qweight_data(lq, &codes, &nc, &scales, &ns) == WUSH_OK);
+    CHECK(nc + ns == sizeof before);
+    if (nc + ns == sizeof before) {
+        memcpy(before, codes, nc);
+        memcpy(before + nc, scales, ns);
+    }
+    CHECK(wush_layer_loss(ctx, lt, lq, WUSH_DTYPE_F32, wt, WUSH_DTYPE_F32, x, N, &loss_before) == WUSH_OK);
+    /* The file shrinks to nothing, then goes away. */
+    CHECK(truncate(path, 0) == 0);
+    CHECK(wush_qweight_data(lq, &codes, &nc, &scales, &ns) == WUSH_OK);
+    CHECK(nc + ns == sizeof before && memcmp(codes, before, nc) == 0 && memcmp(scales, before + nc, ns) == 0);
+    CHECK(wush_layer_loss(ctx, lt, lq, WUSH_DTYPE_F32, wt, WUSH_DTYPE_F32, x, N, &loss_after) == WUSH_OK);
+    CHECK(loss_after == loss_before && loss_before > 0.0);
+    unlink(path);
+    CHECK(wush_checkpoint_load_layer(ck, "layer", &lt2, &lq2) == WUSH_OK); /* the copy is what was opened */
+    wush_checkpoint_destroy(ck); /* the loaded qweights keep the copy */
+    CHECK(wush_layer_loss(ctx, lt2, lq2, WUSH_DTYPE_F32, wt, WUSH_DTYPE_F32, x, N, &loss_after) == WUSH_OK);
+    CHECK(loss_after == loss_before);
+    wush_qweight_destroy(lq2);
+    wush_transform_destroy(lt2);
+    wush_qweight_destroy(lq);
+    wush_transform_destroy(lt);
+    wush_checkpoint_destroy(w);
+    wush_qweight_destroy(q);
+    wush_transform_destroy(t);
+    wush_context_destroy(ctx);
+}
+
+/* A destroyed handle stays refused when a new object takes its address (issue 29, F6): handles
+ * used to be the bare addresses, so wush_transform_info on a destroyed transform whose memory a
+ * new transform reused returned WUSH_OK, and a wush_linear whose context was destroyed ran through
+ * a new context allocated at the same address. Whether an address was reused is read from the
+ * low 48 bits of the handles (the address part); where the allocator did not reuse one, the case
+ * is reported and not counted. */
+static int same_address(const void* a, const void* b) {
+    const uintptr_t mask = ((uintptr_t)1 << 48) - 1;
+    return ((uintptr_t)a & mask) == ((uintptr_t)b & mask);
+}
+
+static void test_reused_addresses(void) {
+    enum { D = 32, N_TRIES = 64 };
+    wush_transform *stale = NULL, *fresh[N_TRIES];
+    wush_transform_kind kind;
+    int i, n = 0, reused = -1;
+    CHECK(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, D, D, NULL, &stale) == WUSH_OK);
+    wush_transform_destroy(stale);
+    for (n = 0; n < N_TRIES && reused < 0; ++n) {
+        CHECK(wush_transform_create_fixed(WUSH_TRANSFORM_IDENTITY, D, D, NULL, &fresh[n]) == WUSH_OK);
+        if (same_address(fresh[n], stale)) reused = n;
+    }
+    if (reused < 0) {
+        printf("capi: no transform address was reused (allocator quarantine?): stale-handle case not run\n");
+    } else {
+        CHECK(wush_transform_info(stale, &kind, NULL, NULL) == WUSH_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(wush_last_error(), "not a live wush_transform") != NULL);
+        CHECK(wush_transform_info(fresh[reused], &kind, NULL, NULL) == WUSH_OK && kind == WUSH_TRANSFORM_IDENTITY);
+        wush_transform_destroy(stale); /* a no-op: it must not destroy the new transform */
+        CHECK(wush_transform_info(fresh[reused], &kind, NULL, NULL) == WUSH_OK);
+    }
+    for (i = 0; i < n; ++i) wush_transform_destroy(fresh[i]);
+
+    /* A prepared layer whose context was destroyed, used through a new context at its address. */
+    {
+        wush_context *old_ctx = NULL, *new_ctx[N_TRIES];
+        wush_transform* t = NULL;
+        wush_qweight* q = NULL;
+        wush_linear* lin = NULL;
+        float w[4 * D], x[D], y[4];
+        size_t bytes = 0;
+        void* work = NULL;
+        for (i = 0; i < 4 * D; ++i) w[i] = (float)((i * 7) % 5) - 2.0f;
+        for (i = 0; i < D; ++i) x[i] = (float)(i % 3);
+        CHECK(wush_context_create(WUSH_BACKEND_CPU, 0, &old_ctx) == WUSH_OK);
+        CHECK(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, D, D, NULL, &t) == WUSH_OK);
+        CHECK(wush_qweight_create(old_ctx, t, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, w, 4, D, NULL, &q) ==
+              WUSH_OK);
+        CHECK(wush_linear_create(old_ctx, t, q, &lin) == WUSH_OK);
+        CHECK(wush_linear_workspace_size(old_ctx, lin, 1, &bytes) == WUSH_OK);
+        work = malloc(bytes + 64);
+        CHECK(wush_linear_run(old_ctx, lin, WUSH_DTYPE_F32, x, 1, WUSH_DTYPE_F32, y, 4, work, bytes + 64) == WUSH_OK);
+        wush_context_destroy(old_ctx);
+        reused = -1;
+        for (n = 0; n < N_TRIES && reused < 0; ++n) {
+            CHECK(wush_context_create(WUSH_BACKEND_CPU, 0, &new_ctx[n]) == WUSH_OK);
+            if (same_address(new_ctx[n], old_ctx)) reused = n;
+        }
+        if (reused < 0) {
+            printf("capi: no context address was reused: destroyed-context case not run\n");
+        } else {
+            CHECK(wush_linear_workspace_size(new_ctx[reused], lin, 1, &bytes) == WUSH_ERR_INVALID_ARGUMENT);
+            CHECK(wush_linear_run(new_ctx[reused], lin, WUSH_DTYPE_F32, x, 1, WUSH_DTYPE_F32, y, 4, work, bytes + 64) ==
+                  WUSH_ERR_INVALID_ARGUMENT);
+            CHECK(strstr(wush_last_error(), "destroyed") != NULL);
+        }
+        for (i = 0; i < n; ++i) wush_context_destroy(new_ctx[i]);
+        free(work);
+        wush_linear_destroy(lin);
+        wush_qweight_destroy(q);
+        wush_transform_destroy(t);
+    }
+}
+
+/* wush_context_describe names the ISA the context runs with (WUSH_CONTEXT_CPU_ISA), not the
+ * machine's best: it used to print the best ISA for a context set to scalar. */
+static void test_describe_follows_isa(void) {
+    wush_context* ctx = NULL;
+    char text[256];
+    int isa;
+    CHECK(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx) == WUSH_OK);
+    for (isa = WUSH_CPU_ISA_SCALAR; isa <= WUSH_CPU_ISA_AVX512_VNNI; ++isa) {
+        char want[64];
+        if (wush_context_set_parameter(ctx, WUSH_CONTEXT_CPU_ISA, isa) != WUSH_OK) continue; /* not on this CPU */
+        snprintf(want, sizeof want, "cpu (%s)", wush_cpu_isa_name((wush_cpu_isa)isa));
+        CHECK(wush_context_describe(ctx, text, sizeof text) == WUSH_OK);
+        CHECK(strcmp(text, want) == 0);
+    }
+    wush_context_destroy(ctx);
+}
+
+/* The largest finite inputs (issue 29, N9): quantize and dequantize agree with each other and with
+ * the header. MXFP4 of +-FLT_MAX used to return WUSH_OK with scale byte 0xFE and code 6, which
+ * dequantize then refused (6 * 2^127 / 3 = 2^128 is not a float). The oracle is float64
+ * arithmetic on the header's rule, not the library. */
+static void test_largest_finite_inputs(void) {
+    enum { G = 32 };
+    wush_context* ctx = NULL;
+    float x[G], y[G];
+    unsigned char codes[G / 2], scales[2 * (G / 16)];
+    size_t i, k;
+    /* The largest |x| MXFP4 accepts: |x| * 3 <= 5 * 2^127 (exact in float64). */
+    const double limit = ldexp(5.0, 127);
+    float edge = (float)(limit / 3.0);
+    while ((double)edge * 3.0 > limit) edge = nextafterf(edge, 0.0f);
+    while ((double)nextafterf(edge, INFINITY) * 3.0 <= limit) edge = nextafterf(edge, INFINITY);
+    CHECK(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx) == WUSH_OK);
+    for (k = 0; k < sizeof kFormats / sizeof kFormats[0]; ++k) {
+        const wush_format f = kFormats[k];
+        int sign;
+        for (sign = -1; sign <= 1; sign += 2) {
+            wush_status q;
+            for (i = 0; i < G; ++i) x[i] = (float)i - 16.0f;
+            x[5] = (float)sign * FLT_MAX;
+            memset(codes, 0xEE, sizeof codes);
+            q = wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, x, 1, G, codes, sizeof codes, scales, sizeof scales);
+            if (f == WUSH_FORMAT_MXFP4) {
+                CHECK(q == WUSH_ERR_NON_FINITE);
+                CHECK(strstr(wush_last_error(), "row 0, column 5") != NULL);
+                CHECK(all_bytes_are(codes, sizeof codes, 0xEE));
+                continue;
+            }
+            /* Every other format: accepted, and what it wrote dequantizes to finite values. */
+            CHECK(q == WUSH_OK);
+            CHECK(wush_dequantize_rows(ctx, f, codes, sizeof codes, scales, sizeof scales, 1, G, y, G) == WUSH_OK);
+            for (i = 0; i < G; ++i) CHECK(isfinite(y[i]));
+            if (f == WUSH_FORMAT_MXFP4_OCP) CHECK(y[5] == (float)(sign * 6.0 * ldexp(1.0, 125)));
+            if (f == WUSH_FORMAT_NVFP4) CHECK(y[5] == (float)(sign * 6.0 * 448.0 / 10.0));
+        }
+    }
+    /* MXFP4 at the edge: accepted, scale 2^127 (byte 0xFE), code 4, decoded 4 * 2^127 / 3; the next
+     * float up is refused. bf16 inputs follow the same rule. */
+    for (i = 0; i < G; ++i) x[i] = 0.0f;
+    x[0] = edge;
+    x[1] = -edge;
+    CHECK(wush_quantize_rows(ctx, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, x, 1, G, codes, sizeof codes, scales, 1) == WUSH_OK);
+    CHECK(scales[0] == 0xFE);
+    CHECK((codes[0] & 0x0F) == 0x6 && (codes[0] >> 4) == 0xE); /* E2M1 index 6 is 4; bit 3 is the sign */
+    CHECK(wush_dequantize_rows(ctx, WUSH_FORMAT_MXFP4, codes, sizeof codes, scales, 1, 1, G, y, G) == WUSH_OK);
+    CHECK(y[0] == (float)(4.0 * ldexp(1.0, 127) / 3.0) && y[1] == -y[0]);
+    x[1] = -nextafterf(edge, INFINITY);
+    CHECK(wush_quantize_rows(ctx, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, x, 1, G, codes, sizeof codes, scales, 1) ==
+          WUSH_ERR_NON_FINITE);
+    {
+        uint16_t b[G];
+        memset(b, 0, sizeof b);
+        b[3] = 0x7F7F; /* the largest finite bf16, about 3.39e38 */
+        CHECK(wush_quantize_rows(ctx, WUSH_FORMAT_MXFP4, WUSH_DTYPE_BF16, b, 1, G, codes, sizeof codes, scales, 1) ==
+              WUSH_ERR_NON_FINITE);
+        CHECK(wush_quantize_rows(ctx, WUSH_FORMAT_INT4, WUSH_DTYPE_BF16, b, 1, G, codes, sizeof codes, scales, 2) ==
+              WUSH_OK);
+    }
+    wush_context_destroy(ctx);
+}
+
 /* f16 and bf16 inputs quantize exactly like the f32 values they encode. */
 static void test_half_inputs(void) {
     wush_context* ctx = NULL;
@@ -332,6 +548,10 @@ int main(void) {
     test_format_queries();
     test_quantize_bounds_and_errors();
     test_half_inputs();
+    test_largest_finite_inputs();
+    test_describe_follows_isa();
+    test_reused_addresses();
+    test_checkpoint_copy_mode();
     test_threads();
     printf("capi: %d checks, %d failed\n", g_checks, g_failures);
     return g_failures == 0 ? 0 : 1;

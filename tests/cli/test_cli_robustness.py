@@ -3,7 +3,11 @@
 per-command --help was an "unknown argument"; a run too large for memory aborted on
 std::bad_alloc; --damping abc silently meant 0; quantize checked --out only after all the work;
 eval --checkpoint read a weights file of another shape out of bounds; --json did not escape
-names; inspect printed control characters from names raw.
+names; inspect printed control characters from names raw; numbers overflowed ("--threads
+99999999999999999999" read as -1), negative sizes ended in std::length_error, empty list items,
+unknown --kind items, a repeated option, `version extra` were accepted, `--seed 0` refused; an
+export or quantize whose output was one of its inputs destroyed it; a failed export (its config
+unwritable) left the model file behind.
 
 Usage: test_cli_robustness.py PATH/TO/wush
 """
@@ -27,7 +31,10 @@ def check(cond, what):
 
 
 def run(*args, timeout=120):
-    p = subprocess.run([WUSH, *args], capture_output=True, timeout=timeout)
+    try:
+        p = subprocess.run([WUSH, *args], capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, "", f"timed out after {timeout} s", b""
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace"), p.stdout
 
 
@@ -60,10 +67,61 @@ for cmd in ("eval", "quantize", "inspect", "export", "bench", "formats"):
 rc, out, err, _ = run("eval", "--layers", "small_256x512", "--calib-tokens", "100000000000")
 check(rc == 1 and "memory" in err, f"huge --calib-tokens: rc {rc}, {err!r}")
 
+# The memory check compares with what this process may still allocate, not with the machine's RAM:
+# under an address-space limit of 2 GB, 3 million tokens of 256 floats (2.9 GiB) are refused at
+# once, with the figures (the run used to start and be killed, or to fail on its first allocation).
+def limit_as():
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (2_000_000_000, 2_000_000_000))
+
+
+p = subprocess.run([WUSH, "eval", "--layers", "small_256x512", "--calib-tokens", "3000000", "--format", "mxfp4",
+                    "--transform", "h"], capture_output=True, timeout=60, preexec_fn=limit_as)
+err = p.stderr.decode("utf-8", "replace")
+check(p.returncode == 1 and "RLIMIT_AS" in err and "2.9 GiB" in err, f"eval over RLIMIT_AS: rc {p.returncode}, {err!r}")
+
 # Strict numbers.
 for bad in ("abc", "0.1x", "", "nan", "1e999"):
     rc, out, err, _ = run("eval", "--layers", "small_256x512", "--damping", bad)
     check(rc == 2 and "--damping" in err, f"--damping {bad!r}: rc {rc}, {err!r}")
+
+# One strict parser: a usage error exits 2 and names the option and the value.
+usage_errors = [
+    (("eval", "--threads", "99999999999999999999"), "--threads", "99999999999999999999"),
+    (("eval", "--seed", "18446744073709551616"), "--seed", "18446744073709551616"),
+    (("eval", "--search-tokens", "99999999999999999999", "--transform", "wush+s"), "--search-tokens", "9999"),
+    (("quantize", "--threads", "-1"), "--threads", "-1"),
+    (("bench", "--m", "-1"), "--m", "-1"),
+    (("formats", "--rows", "-1"), "--rows", "-1"),
+    (("formats", "--cols", "0"), "--cols", "0"),
+    (("bench", "--kind", "gemm,nope"), "--kind", "nope"),
+    (("bench", "--min-time", "-1"), "--min-time", "-1"),
+    (("bench", "--contend-cpu", "99999"), "--contend-cpu", "99999"),
+    (("bench", "--m", "1,,2"), "--m", "1,,2"),
+    (("bench", "--layers", "4096x4096,"), "--layers", "4096x4096,"),
+    (("bench", "--device", "gpu"), "--device", "gpu"),
+    (("eval", "--layers", ""), "--layers", "''"),
+    (("eval", "--layers", "small_256x512", "--format", "mxfp4,"), "--format", "mxfp4,"),
+    (("eval", "--layers", "small_256x512", "--method", "rtn,nope"), "--method", "nope"),
+    (("eval", "--weights", "a", "--weights", "b", "--activations", "c"), "--weights", "more than once"),
+    (("quantize", "--out", "", "--weights", "w", "--activations", "x", "--format", "mxfp4", "--transform", "wush"),
+     "--out", "''"),
+    (("export", "--fp-quant", "--checkpoint", "ck", "--out", "o", "--config", ""), "--config", "''"),
+    (("version", "extra"), "version", "extra"),
+]
+for args, option, value in usage_errors:
+    rc, out, err, _ = run(*args, timeout=20)  # refused at once, before any work
+    check(rc == 2 and option in err and value in err and "Traceback" not in err and "max_size" not in err,
+          f"wush {' '.join(args)!s}: rc {rc} (want 2), {err[-300:]!r}")
+
+# Seed 0 is a seed; a bench --help tells of --device.
+rc, out, err, _ = run("formats", "--rows", "4", "--cols", "64", "--seed", "0")
+check(rc == 0 and "seed 0" in out, f"formats --seed 0: rc {rc}, {err!r}")
+rc, out, err, _ = run("eval", "--layers", "small_256x512", "--calib-tokens", "300", "--heldout-tokens", "64",
+                      "--format", "mxfp4", "--transform", "h", "--seed", "0", "--json")
+check(rc == 0, f"eval --seed 0: rc {rc}, {err[-300:]!r}")
+rc, out, err, _ = run("bench", "--help")
+check(rc == 0 and "--device" in out, f"bench --help does not mention --device: {out!r}")
 
 with tempfile.TemporaryDirectory() as tmp:
     # A layer name with a quote, a backslash and an escape sequence.
@@ -104,6 +162,49 @@ with tempfile.TemporaryDirectory() as tmp:
     # A weights file of another shape than the checkpoint's layer: a clear error, not a crash.
     rc, out, err, _ = run("eval", "--checkpoint", ck, "--weights", wrong, "--activations", acts)
     check(rc == 1 and "16 x 64" in err and "8 x 64" in err, f"eval --checkpoint, wrong shape: rc {rc}, {err!r}")
+
+    # An output that is one of the inputs is refused before anything is written (same device and
+    # inode: another name of the file, a hard link, counts too).
+    def digest(path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    ck16 = os.path.join(tmp, "ck16.safetensors")
+    rc, out, err, _ = run("quantize", "--weights", weights, "--activations", acts, "--format", "mxfp4",
+                          "--transform", "wush", "--transform-dtype", "bf16", "--out", ck16)
+    check(rc == 0, f"quantize bf16: rc {rc}, {err!r}")
+    before = digest(ck16)
+    link = os.path.join(tmp, "ck16-link.safetensors")
+    os.link(ck16, link)
+    for out_args in (["--out", ck16], ["--out", link], ["--out", os.path.join(tmp, ".", "ck16.safetensors")],
+                     ["--out", os.path.join(tmp, "m.safetensors"), "--config", ck16]):
+        rc, out, err, _ = run("export", "--fp-quant", "--checkpoint", ck16, *out_args)
+        check(rc == 2 and "same file" in err, f"export {out_args}: rc {rc}, {err!r}")
+    rc, out, err, _ = run("export", "--fp-quant", "--checkpoint", ck16, "--out", os.path.join(tmp, "m.safetensors"),
+                          "--config", os.path.join(tmp, "m.safetensors"))
+    check(rc == 2 and "same file" in err, f"export with --config = --out: rc {rc}, {err!r}")
+    check(digest(ck16) == before, "export over its checkpoint changed the checkpoint")
+    w_before = digest(weights)
+    for victim in (weights, acts):
+        rc, out, err, _ = run("quantize", "--weights", weights, "--activations", acts, "--format", "mxfp4",
+                              "--transform", "wush", "--out", victim)
+        check(rc == 2 and "same file" in err, f"quantize --out its input: rc {rc}, {err!r}")
+    check(digest(weights) == w_before, "quantize over its weights changed them")
+
+    # A failed export leaves no file: the config's directory does not exist.
+    fresh = os.path.join(tmp, "fresh.safetensors")
+    rc, out, err, _ = run("export", "--fp-quant", "--checkpoint", ck16, "--out", fresh,
+                          "--config", os.path.join(tmp, "nonexistent", "c.json"))
+    check(rc == 1 and not os.path.exists(fresh), f"failed export: rc {rc}, model left: {os.path.exists(fresh)}, {err!r}")
+    rc, out, err, _ = run("export", "--fp-quant", "--checkpoint", ck16, "--out", fresh,
+                          "--config", os.path.join(tmp, "c.json"))
+    check(rc == 0 and os.path.exists(fresh) and os.path.exists(os.path.join(tmp, "c.json")), f"export: rc {rc}, {err!r}")
+
+    # Rewriting a private checkpoint keeps it private.
+    os.chmod(ck16, 0o600)
+    rc, out, err, _ = run("quantize", "--weights", weights, "--activations", acts, "--format", "mxfp4",
+                          "--transform", "wush", "--transform-dtype", "bf16", "--out", ck16)
+    check(rc == 0 and (os.stat(ck16).st_mode & 0o777) == 0o600, f"rewritten checkpoint mode {oct(os.stat(ck16).st_mode)}")
 
 print("cli robustness:", "ok" if failures == 0 else f"{failures} failures")
 sys.exit(1 if failures else 0)

@@ -157,6 +157,13 @@ class Bindings(unittest.TestCase):
                 with self.assertRaises(wush.WushError) as cm:
                     rd.load_layer("nope")
                 self.assertEqual(cm.exception.status_name, "WUSH_ERR_NOT_FOUND")
+            # Copy mode: the file is read once; emptying it afterwards changes nothing loaded.
+            path = os.path.join(d, "ck.safetensors")
+            with wush.Checkpoint.open(path, copy=True) as rd:
+                open(path, "wb").close()
+                t3, q3 = rd.load_layer("model.layers.0.mlp.down_proj")
+                for a, b in zip(q.data(), q3.data()):
+                    np.testing.assert_array_equal(a, b)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "common/error.h"
 #include "eval/layer_loss.h"
@@ -245,3 +248,84 @@ TEST(Checkpoint, WriterRejectsBadLayers) {
 }
 
 }  // namespace
+
+namespace {
+
+// An MXFP4 identity-transform checkpoint that fp_quant can export.
+std::string exportable_checkpoint(const std::string& name) {
+    Parts p;
+    return p.write(name);
+}
+
+std::string file_bytes(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
+
+// A config that cannot be written used to fail only after the model had been committed: the
+// export reported WUSH_ERR_IO and left a fresh model file behind.
+TEST(Checkpoint, FailedExportLeavesNoFile) {
+    const auto dir = std::filesystem::temp_directory_path() / ("wush_test_export_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::string ck = exportable_checkpoint("export_src");
+    const std::string model = (dir / "fresh.safetensors").string();
+    CheckpointReader r(ck);
+    EXPECT_THROW(wush::storage::export_fp_quant(r, model, nullptr, (dir / "missing" / "c.json").string()), wush::Error);
+    EXPECT_TRUE(std::filesystem::is_empty(dir)) << "neither the model nor a temporary";
+
+    // The config's rename fails (its destination is a directory) after the model's succeeded:
+    // the model is put back as it was, both when it existed and when it did not.
+    std::filesystem::create_directories(dir / "cfg");
+    const std::string cfg_dir = (dir / "cfg").string();
+    EXPECT_THROW(wush::storage::export_fp_quant(r, model, nullptr, cfg_dir), wush::Error);
+    EXPECT_FALSE(std::filesystem::exists(model));
+    { std::ofstream(model) << "old model"; }
+    EXPECT_THROW(wush::storage::export_fp_quant(r, model, nullptr, cfg_dir), wush::Error);
+    EXPECT_EQ(file_bytes(model), "old model");
+    std::filesystem::remove(model);
+    std::filesystem::remove(cfg_dir);
+    EXPECT_TRUE(std::filesystem::is_empty(dir)) << "no temporary or backup left behind";
+
+    // And a successful export writes both.
+    const std::string cfg = (dir / "c.json").string();
+    const std::string text = wush::storage::export_fp_quant(r, model, nullptr, cfg);
+    EXPECT_EQ(file_bytes(cfg), text + "\n");
+    EXPECT_NO_THROW(wush::storage::Reader{model});
+    std::filesystem::remove_all(dir);
+    std::filesystem::remove(ck);
+}
+
+// `wush export --checkpoint ck --out ck` used to replace the checkpoint with its export.
+TEST(Checkpoint, ExportRefusesToOverwriteItsInput) {
+    const std::string ck = exportable_checkpoint("export_self");
+    const std::string before = file_bytes(ck);
+    const std::string link = ck + ".link";
+    std::filesystem::remove(link);
+    std::filesystem::create_hard_link(ck, link);  // another name, same inode
+    CheckpointReader r(ck);
+    for (const std::string& out : {ck, link}) {
+        for (const bool as_config : {false, true}) {
+            const std::string other = temp_path("export_other");
+            try {
+                if (as_config) wush::storage::export_fp_quant(r, other, nullptr, out);
+                else wush::storage::export_fp_quant(r, out, nullptr);
+                ADD_FAILURE() << "exported over the checkpoint via " << out;
+            } catch (const wush::Error& e) {
+                EXPECT_EQ(e.status(), WUSH_ERR_INVALID_ARGUMENT);
+                EXPECT_NE(std::string(e.what()).find("is the checkpoint"), std::string::npos) << e.what();
+            }
+            EXPECT_FALSE(std::filesystem::exists(other));
+        }
+    }
+    EXPECT_EQ(file_bytes(ck), before);
+    // The model and the config at one path (one does not exist yet): refused too.
+    const std::string out = temp_path("export_same");
+    std::filesystem::remove(out);
+    EXPECT_THROW(wush::storage::export_fp_quant(r, out, nullptr, out), wush::Error);
+    EXPECT_FALSE(std::filesystem::exists(out));
+    std::filesystem::remove(link);
+    std::filesystem::remove(ck);
+}

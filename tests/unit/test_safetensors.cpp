@@ -213,3 +213,38 @@ TEST(Safetensors, ReaderReportsMissingFileAsIo) {
 }
 
 }  // namespace
+
+namespace {
+
+mode_t mode_of(const std::string& path) {
+    struct stat st {};
+    EXPECT_EQ(::stat(path.c_str(), &st), 0);
+    return st.st_mode & 0777;
+}
+
+}  // namespace
+
+// Rewriting a checkpoint used to reset its permissions: a private 0600 file became 0644.
+TEST(Safetensors, RewriteKeepsTheModeOfTheReplacedFile) {
+    const std::string path = (std::filesystem::temp_directory_path() / ("wush_test_mode_" + std::to_string(::getpid()))).string();
+    std::filesystem::remove(path);
+    const std::vector<float> a(4, 1.0f);
+    const std::vector<wush::storage::TensorSource> t = {{"t", "F32", {4}, [&](const auto& sink) { sink(a.data(), 16); }}};
+    const mode_t old_mask = ::umask(022);
+    wush::storage::write_file(path, t, {});
+    EXPECT_EQ(mode_of(path), 0644u) << "a new file: 0666 minus the umask";
+    for (const mode_t m : {0600u, 0640u, 0604u}) {
+        ASSERT_EQ(::chmod(path.c_str(), m), 0);
+        wush::storage::write_file(path, t, {});
+        EXPECT_EQ(mode_of(path), m) << "the replaced file's mode is kept";
+    }
+    std::filesystem::remove(path);
+    for (const mode_t mask : {0u, 077u}) {
+        ::umask(mask);
+        wush::storage::write_file(path, t, {});
+        EXPECT_EQ(mode_of(path), 0666u & ~mask) << "a new file follows the umask";
+        std::filesystem::remove(path);
+    }
+    ::umask(old_mask);
+    std::filesystem::remove(path);
+}

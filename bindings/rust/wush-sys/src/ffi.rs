@@ -55,6 +55,9 @@ pub struct wush_transform {
 pub type wush_backend = c_int;
 pub const WUSH_BACKEND_CPU: wush_backend = 0;
 pub const WUSH_BACKEND_CUDA: wush_backend = 1;
+pub type wush_checkpoint_mode = c_int;
+pub const WUSH_CHECKPOINT_MAP: wush_checkpoint_mode = 0;
+pub const WUSH_CHECKPOINT_COPY: wush_checkpoint_mode = 1;
 pub type wush_context_parameter = c_int;
 pub const WUSH_CONTEXT_NUM_THREADS: wush_context_parameter = 0;
 pub const WUSH_CONTEXT_CPU_ISA: wush_context_parameter = 1;
@@ -132,6 +135,7 @@ extern "C" {
     pub fn wush_checkpoint_layer_name(_: *const wush_checkpoint, _: usize, _: *mut *const c_char) -> wush_status;
     pub fn wush_checkpoint_load_layer(_: *const wush_checkpoint, _: *const c_char, _: *mut *mut wush_transform, _: *mut *mut wush_qweight) -> wush_status;
     pub fn wush_checkpoint_open(_: *const c_char, _: *mut *mut wush_checkpoint) -> wush_status;
+    pub fn wush_checkpoint_open_mode(_: *const c_char, _: wush_checkpoint_mode, _: *mut *mut wush_checkpoint) -> wush_status;
     pub fn wush_checkpoint_write(_: *mut wush_checkpoint, _: *const c_char, _: *const wush_options) -> wush_status;
     pub fn wush_context_backend(_: *const wush_context, _: *mut wush_backend) -> wush_status;
     pub fn wush_context_cpu_isa(_: *const wush_context, _: *mut wush_cpu_isa) -> wush_status;
@@ -206,7 +210,7 @@ extern "C" {
 
 /// Every function of the header with its address: taking each one's address makes a test
 /// binary link all of them, so a symbol the library does not export fails the build.
-pub fn all_functions() -> [(&'static str, usize); 92] {
+pub fn all_functions() -> [(&'static str, usize); 93] {
     [
         ("wush_calibrator_add", wush_calibrator_add as *const () as usize),
         ("wush_calibrator_add_validation", wush_calibrator_add_validation as *const () as usize),
@@ -230,6 +234,7 @@ pub fn all_functions() -> [(&'static str, usize); 92] {
         ("wush_checkpoint_layer_name", wush_checkpoint_layer_name as *const () as usize),
         ("wush_checkpoint_load_layer", wush_checkpoint_load_layer as *const () as usize),
         ("wush_checkpoint_open", wush_checkpoint_open as *const () as usize),
+        ("wush_checkpoint_open_mode", wush_checkpoint_open_mode as *const () as usize),
         ("wush_checkpoint_write", wush_checkpoint_write as *const () as usize),
         ("wush_context_backend", wush_context_backend as *const () as usize),
         ("wush_context_cpu_isa", wush_context_cpu_isa as *const () as usize),
