@@ -53,7 +53,7 @@ bool writable_destination(const std::string& path) {
 }  // namespace
 
 int cmd_quantize(int argc, char** argv) {
-    cli::Args a(argc, argv, {}, {"--weights", "--activations", "--format", "--transform", "--method", "--out",
+    cli::Args a(argc, argv, {"--no-search-guard"}, {"--weights", "--activations", "--format", "--transform", "--method", "--out",
                                   "--damping", "--seed", "--transform-dtype", "--threads", "--search-tokens",
                                   "--validation-tokens"});
     const std::size_t seed = a.get_size("--seed", 1, 0, cli::kMaxSeed), threads = a.get_size("--threads", 0);
@@ -73,8 +73,9 @@ int cmd_quantize(int argc, char** argv) {
                                                 "' (mxfp4, nvfp4, int4, mxfp4_ocp)");
     bool search = false;
     if (!cli::transform_from_name("quantize", a.get("--transform"), &kind, &search)) return cli::kUsageError;
-    if (!search && (a.has("--search-tokens") || a.has("--validation-tokens")))
-        return cli::usage_error("quantize", "--search-tokens and --validation-tokens need a searched transform (wush+s, wus+s)");
+    if (!search && (a.has("--search-tokens") || a.has("--validation-tokens") || a.has("--no-search-guard")))
+        return cli::usage_error("quantize", "--search-tokens, --validation-tokens and --no-search-guard need a searched "
+                                            "transform (wush+s, wus+s)");
     wush_method method = WUSH_METHOD_RTN;
     cli::method_from_name(method_name, &method);
     dtype_from_name(dtype_name, &tdtype);
@@ -103,6 +104,7 @@ int cmd_quantize(int argc, char** argv) {
     if (st == WUSH_OK && a.has("--damping"))
         st = wush_options_set_double(opts.p, WUSH_OPTION_DAMPING, damping);
     if (st == WUSH_OK && search) st = wush_options_set_int(opts.p, WUSH_OPTION_SEARCH, 1);
+    if (st == WUSH_OK && a.has("--no-search-guard")) st = wush_options_set_int(opts.p, WUSH_OPTION_SEARCH_GUARD, 0);
     if (st == WUSH_OK && search) st = wush_options_set_int(opts.p, WUSH_OPTION_SEARCH_TOKENS, int64_t(n_search));
     // The library says how many tokens the calibrators keep for the search and its guard.
     std::size_t sample_tokens = 0;

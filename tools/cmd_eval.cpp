@@ -198,15 +198,16 @@ int parse_plan(cli::Args& a, Plan* plan) {
         if (s == "gptq" || s == "all") plan->methods.push_back(WUSH_METHOD_GPTQ);
     }
     for (const Column& c : plan->kinds) plan->searching |= c.search;
-    if (a.has("--search-tokens") && !plan->searching)
-        return cli::usage_error("eval", "--search-tokens needs a searched column (e.g. --transform wush,wush+s)");
+    if ((a.has("--search-tokens") || a.has("--no-search-guard")) && !plan->searching)
+        return cli::usage_error("eval", "--search-tokens and --no-search-guard need a searched column (e.g. --transform "
+                                        "wush,wush+s)");
     return 0;
 }
 
 }  // namespace
 
 int cmd_eval(int argc, char** argv) {
-    cli::Args a(argc, argv, {"--json", "--runtime"},
+    cli::Args a(argc, argv, {"--json", "--runtime", "--no-search-guard"},
                 {"--layers", "--seed", "--calib-tokens", "--heldout-tokens", "--validation-tokens", "--weights",
                  "--activations", "--format",
                  "--transform", "--method", "--damping", "--threads", "--checkpoint", "--search-tokens"});
@@ -249,6 +250,8 @@ int cmd_eval(int argc, char** argv) {
     if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEED, int64_t(seed));
     if (st == WUSH_OK && a.has("--damping")) st = wush_options_set_double(search_opts.p, WUSH_OPTION_DAMPING, damping);
     if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEARCH, 1);
+    if (st == WUSH_OK && a.has("--no-search-guard"))
+        st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEARCH_GUARD, 0);
     if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEARCH_TOKENS, int64_t(plan.search_tokens));
     // The library says how many tokens the calibrators keep for the search and its guard.
     if (st == WUSH_OK) st = wush_options_sample_size(search_opts.p, &plan.sample_tokens);

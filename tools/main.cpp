@@ -42,6 +42,8 @@ const Command kCommands[] = {
      "  [--validation-tokens N]  the N tokens before the held-out ones (files), or N\n"
      "               more tokens (built-in layers), are the calibrator's validation\n"
      "               tokens: the `+s` columns' per-layer guard scores on them\n"
+     "               (without them it holds out half of the token sample;\n"
+     "               [--no-search-guard] turns that off)\n"
      "  [--threads N] [--json]\n"
      "  [--runtime]  compute Y_q with the CPU runtime (fused quantization + W4A4\n"
      "               GEMM) instead of the float64 reference product\n"
@@ -54,8 +56,9 @@ const Command kCommands[] = {
      "  --transform wush+s (or wus+s): the per-block search, scored on a sample of\n"
      "               [--search-tokens N] (default 1024) calibration tokens\n"
      "  [--validation-tokens N]  the last N tokens of each layer only validate: the\n"
-     "               search's per-layer guard keeps the best of the searched, I, H\n"
-     "               and R layers on them\n"},
+     "               search's per-layer guard chooses among the searched, plain\n"
+     "               WUSH, I, H and R layers on them (without them it holds out\n"
+     "               half of the token sample; [--no-search-guard] turns that off)\n"},
     {"inspect", cmd_inspect, "validate a checkpoint and list its layers\n  CK.safetensors\n"},
     {"export", cmd_export,
      "write the FP-Quant / HF-transformers fp_quant layout (mxfp4, nvfp4)\n"

@@ -96,6 +96,7 @@ usage_errors = [
     (("eval", "--threads", "99999999999999999999"), "--threads", "99999999999999999999"),
     (("eval", "--seed", "18446744073709551616"), "--seed", "18446744073709551616"),
     (("eval", "--search-tokens", "99999999999999999999", "--transform", "wush+s"), "--search-tokens", "9999"),
+    (("eval", "--layers", "small_256x512", "--no-search-guard"), "--no-search-guard", "searched column"),
     (("quantize", "--threads", "-1"), "--threads", "-1"),
     (("bench", "--m", "-1"), "--m", "-1"),
     (("formats", "--rows", "-1"), "--rows", "-1"),
