@@ -431,8 +431,9 @@ typedef enum wush_option {
     WUSH_OPTION_SEARCH = 3,
     /* int, default 256, bounds [16, 65536]: the search's sample size, in tokens per block (at most
      * as many as the calibrator's token sample holds, when it keeps one). Cost and noise trade
-     * here: on a 4096 x 4096 layer, 64 makes the build about 1.8-2.4x the plain build's time and
-     * 256 (default) 1.9-2.7x; the search's cost grows with the tokens. From 4096 real tokens up
+     * here: on a 4096 x 4096 layer, without the default guard (WUSH_OPTION_SEARCH_GUARD = 0), 64
+     * makes the build about 1.8-2.4x the plain build's time and 256 (default) 1.9-2.7x; the
+     * search's cost grows with the tokens. From 4096 real tokens up
      * (the calibrator's token sample holding that many), MXFP4 and INT4 also search 16 sign
      * patterns instead of 2, which pays on held-out tokens only with that many (docs/EVAL.md,
      * "Larger samples") and makes such a build about 16-20x the plain one (NVFP4 8-10x;

@@ -89,20 +89,13 @@ bool is_data_free(TransformKind kind) {
     return kind == TransformKind::Identity || kind == TransformKind::Hadamard || kind == TransformKind::Random;
 }
 
-QuantizedLayer quantize_layer(const TransformOptions& options, const formats::FormatSpec& format, Method method,
-                              const Calibrator& calibration, std::span<const float> w, std::size_t d_out,
-                              Progress* progress) {
-    return build(options, format, method, calibration, w, d_out, progress, {});
-}
-
 QuantizedLayer guarded_layer(const TransformOptions& options, const formats::FormatSpec& format, Method method,
                              const Calibrator& calibration, std::span<const float> w, std::size_t d_out,
-                             Progress* progress, const GuardSettings& guard, GuardReport* report) {
+                             Progress* progress, const GuardSettings& guard) {
     const GuardTokens tokens = options.search.enabled && !is_data_free(options.kind)
                                    ? guard_tokens(calibration, guard)
                                    : GuardTokens{};
     QuantizedLayer searched = build(options, format, method, calibration, w, d_out, progress, tokens.search);
-    if (report != nullptr) *report = GuardReport{false, 0, options.kind, true, 0.0, 0.0};
     if (tokens.n < 2) return searched;
 
     Scored searched_scored = score(std::move(searched), w, tokens);
@@ -123,9 +116,6 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
     Scored* chosen = &searched_scored;
     for (Scored& s : winners)
         if (s.mean < chosen->mean) chosen = &s;
-    if (report != nullptr)
-        *report = GuardReport{true,          tokens.n, chosen->layer.transform.kind(), chosen == &searched_scored,
-                              searched_scored.mean, chosen->mean};
     return std::move(chosen->layer);
 }
 

@@ -24,13 +24,6 @@ struct QuantizedLayer {
 // Whether a transform kind is built without calibration data (identity, Hadamard, random).
 bool is_data_free(TransformKind kind);
 
-// The transform `options` describe (kind, damping, seed, storage, search) for `format`, and the
-// weights w (d_out x d_in, float32, finite) pre-quantized against it by `method`. Data-free kinds
-// ignore the calibrator's statistics (RTN) and the search settings.
-QuantizedLayer quantize_layer(const TransformOptions& options, const formats::FormatSpec& format, Method method,
-                              const Calibrator& calibration, std::span<const float> w, std::size_t d_out,
-                              Progress* progress);
-
 // The search's per-layer guard (guarded_layer).
 struct GuardSettings {
     // Without validation tokens in the calibrator, hold out half of its token sample (every second
@@ -41,17 +34,10 @@ struct GuardSettings {
 // Fewest held-out tokens the guard decides on; a smaller held-out sample keeps the searched layer.
 inline constexpr std::size_t kGuardMinTokens = 32;
 
-// What the guard saw and chose (for reports and tests).
-struct GuardReport {
-    bool ran = false;
-    std::size_t tokens = 0;      // held-out tokens scored
-    TransformKind chosen{};      // the kind of the layer returned
-    bool searched = true;        // the returned layer is the searched one
-    double searched_loss = 0.0;  // mean loss of the searched layer on the held-out tokens
-    double chosen_loss = 0.0;    // and of the returned layer
-};
-
-// quantize_layer, then the search's per-layer guard, when `options` searches a data-aware kind:
+// The transform `options` describe (kind, damping, seed, storage, search) for `format`, and the
+// weights w (d_out x d_in, float32, finite) pre-quantized against it by `method` (data-free kinds
+// ignore the calibrator's statistics and the search settings); then the search's per-layer
+// guard, when `options` searches a data-aware kind:
 // the searched layer competes with plain (unsearched) WUS/WUSH and the data-free I, H and R
 // layers built by the same method, scored on held-out tokens: the calibrator's validation tokens
 // (documents the calibration did not see) when it holds some, else, by default, half of its
@@ -60,9 +46,9 @@ struct GuardReport {
 // tokens can. An alternative replaces the searched layer only when its mean loss is lower by more
 // than 1% and by more than two standard errors of the paired per-token differences, so noise on
 // a small or unrepresentative held-out sample keeps the searched layer; of several such, the
-// lowest mean wins. `report`, if given, receives what happened.
+// lowest mean wins.
 QuantizedLayer guarded_layer(const TransformOptions& options, const formats::FormatSpec& format, Method method,
                              const Calibrator& calibration, std::span<const float> w, std::size_t d_out,
-                             Progress* progress, const GuardSettings& guard = {}, GuardReport* report = nullptr);
+                             Progress* progress, const GuardSettings& guard = {});
 
 }  // namespace wush::pipeline
