@@ -81,36 +81,7 @@ if [[ -z "$pc_file" ]]; then
     echo "run_bindings: no pkgconfig/wush.pc under $prefix (was libwush installed there?)" >&2
     failed=1
     failed_names+=(pkg-config)
-    # ---- MPI ---------------------------------------------------------------------------------------
-check_mpi() {
-    need mpicc mpirun timeout
-    # shellcheck disable=SC2046
-    mpicc -std=c99 -pedantic -Wall -Wextra -Werror -o "$work/calibrate_mpi" "$examples/mpi/calibrate_mpi.c" \
-        $("$PKG_CONFIG" --cflags --libs wush)
-    # shellcheck disable=SC2046
-    "${CC:-cc}" -std=c99 -pedantic -Wall -Wextra -Werror -o "$work/compare_checkpoints" \
-        "$examples/mpi/compare_checkpoints.c" $("$PKG_CONFIG" --cflags --libs wush) -lm
-    local run=(timeout 300 mpirun --oversubscribe -x OMP_NUM_THREADS=1 -x LD_LIBRARY_PATH) n
-    [[ $(id -u) -ne 0 ]] || run+=(--allow-run-as-root)
-    for n in 1 2 4; do
-        "${run[@]}" -np "$n" "$work/calibrate_mpi" --out "$work/ck$n.safetensors"
-    done
-    for n in 2 4; do
-        "$work/compare_checkpoints" "$work/ck1.safetensors" "$work/ck$n.safetensors"
-    done
-    if "${run[@]}" -np 4 "$work/calibrate_mpi" --out "$work/bad.safetensors" --fail-rank 2 2>"$work/fail.log"; then
-        echo "a failing rank did not fail the job" >&2
-        return 1
-    fi
-    local reported
-    reported=$(grep -c "calibration failed on rank 2" "$work/fail.log" || true)
-    echo "failing rank 2: reported by $reported of 4 ranks"
-    [[ $reported -eq 4 ]] || { cat "$work/fail.log" >&2; return 1; }
-    [[ ! -e "$work/bad.safetensors" ]] || { echo "a failed job left a checkpoint" >&2; return 1; }
-}
-run_check mpi check_mpi
-
-summary_and_exit
+    summary_and_exit
 fi
 export PKG_CONFIG_PATH
 PKG_CONFIG_PATH=$(dirname -- "$pc_file")
