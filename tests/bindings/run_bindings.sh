@@ -20,6 +20,10 @@
 #               quantize` (bindings/examples/tiny_model.py makes its inputs)
 #   go          bindings/go/wush: `go test` of the package (cgo, `#cgo pkg-config: wush`) and the
 #               model example on the same checkpoint
+#   abi-upgrade the Rust and Go programs of tests/bindings/abi_upgrade built against the previous
+#               release's header (abi/previous/wush.h) and against the installed one, all run
+#               against the installed library: their checks pass and their reports agree (and
+#               compare_headers.py finds no removed/changed declaration)
 #   python      ctypes example
 #   mpi         bindings_examples/mpi: distributed calibration with mpirun -np 1, 2 and 4 gives
 #               the same checkpoint as one process (compare_checkpoints), and a failing rank
@@ -233,6 +237,65 @@ check_go() {
     env -u LD_LIBRARY_PATH "$work/model_go" $(model_args)
 }
 run_check go check_go
+
+# ---- ABI upgrade: programs built against the previous release's header, run on this library ------
+# abi/previous/wush.h is the previous release's public header (abi/README.md). The Rust and Go
+# programs in tests/bindings/abi_upgrade use only its calls; each is built twice, against that
+# header (wush-sys generated from it; cgo compiling it) and against the installed one, and all
+# four run against the installed (new) library. Each checks its results against float64 formulas,
+# the header's MXFP4 rule and documented names and sizes, and the four reports must be identical.
+# Before that, compare_headers.py checks the declarations (no function removed or changed, no
+# enumerator renumbered). No git history is needed.
+check_abi_upgrade() {
+    need python3 cargo go "$PKG_CONFIG"
+    local src="$repo_root/tests/bindings/abi_upgrade" up="$work/abi-upgrade"
+    local previous="$repo_root/abi/previous/wush.h" installed which header rd gd
+    installed="$("$PKG_CONFIG" --variable=includedir wush)/wush/wush.h"
+    [[ -f "$previous" ]] || { echo "no $previous (abi/README.md says how to record it)" >&2; return 1; }
+    python3 "$src/compare_headers.py" "$previous" "$installed"
+    mkdir -p "$up/out"
+    export GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=1
+    if [[ -z "${HOME:-}" || ! -w "${HOME:-/nonexistent}" ]]; then
+        export GOCACHE="$work/go-cache" GOPATH="$work/go-path"
+    fi
+    for which in previous installed; do
+        header=$previous
+        [[ $which == installed ]] && header=$installed
+        # Rust: a copy of wush-sys whose ffi.rs and version come from $header, the program beside it.
+        rd="$up/rust-$which"
+        mkdir -p "$rd/wush-sys/src" "$rd/check/src" "$rd/.cargo"
+        cp "$repo_root/bindings/rust/.cargo/config.toml" "$rd/.cargo/"
+        cp "$repo_root/bindings/rust/wush-sys/build.rs" "$repo_root/bindings/rust/wush-sys/Cargo.toml" "$rd/wush-sys/"
+        cp "$repo_root/bindings/rust/wush-sys/src/lib.rs" "$rd/wush-sys/src/"
+        python3 "$repo_root/bindings/rust/wush-sys/generate.py" --header "$header" --out "$rd/wush-sys/src/ffi.rs"
+        local version
+        version=$(sed -n 's/^#define WUSH_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\).*/\2/p' "$header" | paste -sd.)
+        sed -i "s/^version = \".*\"/version = \"$version\"/" "$rd/wush-sys/Cargo.toml"
+        cp "$src/rust/Cargo.toml" "$rd/check/"
+        cp "$src/rust/src/main.rs" "$rd/check/src/"
+        (cd "$rd/check" && CARGO_TARGET_DIR="$rd/target" cargo build --offline --quiet)
+        "$rd/target/debug/wush-upgrade-check" "$up/out" > "$up/rust-$which.txt"
+        # Go: the program with $header beside it as wush.h; the library from pkg-config's --libs.
+        gd="$up/go-$which"
+        mkdir -p "$gd"
+        cp "$src/go/main.go" "$src/go/go.mod" "$gd/"
+        cp "$header" "$gd/wush.h"
+        (cd "$gd" && CGO_LDFLAGS="$("$PKG_CONFIG" --libs wush)" go build -o "$gd/check" .)
+        "$gd/check" "$up/out" > "$up/go-$which.txt"
+        echo "abi-upgrade: $which header ($version): rust and go programs passed their checks"
+    done
+    local report ok=1
+    for report in rust-installed go-previous go-installed; do
+        if ! cmp -s "$up/rust-previous.txt" "$up/$report.txt"; then
+            echo "abi-upgrade: the report of $report differs from rust-previous's:" >&2
+            diff "$up/rust-previous.txt" "$up/$report.txt" >&2 || true
+            ok=0
+        fi
+    done
+    [[ $ok -eq 1 ]] || return 1
+    echo "abi-upgrade: 4 identical reports ($(grep -c '^check\.' "$up/rust-previous.txt") checks each)"
+}
+run_check abi-upgrade check_abi_upgrade
 
 # ---- Python ------------------------------------------------------------------------------------
 check_python() {
