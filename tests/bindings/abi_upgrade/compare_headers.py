@@ -23,7 +23,10 @@ _spec.loader.exec_module(hdr)
 
 
 def read(path):
-    text = pathlib.Path(path).read_text()
+    return parse(pathlib.Path(path).read_text())
+
+
+def parse(text):
     return {
         "version": hdr.parse_version(text),
         "functions": hdr.parse_functions(text),
