@@ -218,8 +218,8 @@ fn main() {
             let mut worst = 0f64;
             for i in 0..G {
                 for j in 0..G {
-                    let want: f64 = (0..N_TOKENS).map(|t| x[t * D_IN + b * G + i] as f64 * x[t * D_IN + b * G + j] as f64)
-                        .sum::<f64>() / N_TOKENS as f64;
+                    let col = |t: usize, k: usize| x[t * D_IN + b * G + k] as f64;
+                    let want = (0..N_TOKENS).map(|t| col(t, i) * col(t, j)).sum::<f64>() / N_TOKENS as f64;
                     worst = worst.max((m[i * G + j] - want).abs() / (1.0 + want.abs()));
                 }
             }
@@ -275,11 +275,13 @@ fn main() {
         r.check("qweight_info_values", qf == WUSH_FORMAT_MXFP4 && qm == WUSH_METHOD_RTN && qo == D_OUT && qi == D_IN,
             format!("{qf} {qm} {qo} {qi}"));
         let qbytes = |q: *const wush_qweight| -> (Vec<u8>, Vec<u8>) {
-            let (mut c, mut cn, mut s, mut sn): (*const c_void, usize, *const c_void, usize) = (ptr::null(), 0, ptr::null(), 0);
+            let (mut c, mut s): (*const c_void, *const c_void) = (ptr::null(), ptr::null());
+            let (mut cn, mut sn) = (0usize, 0usize);
             if wush_qweight_data(q, &mut c, &mut cn, &mut s, &mut sn) != WUSH_OK || c.is_null() || s.is_null() {
                 return (Vec::new(), Vec::new());
             }
-            (std::slice::from_raw_parts(c.cast::<u8>(), cn).to_vec(), std::slice::from_raw_parts(s.cast::<u8>(), sn).to_vec())
+            let bytes = |p: *const c_void, n: usize| std::slice::from_raw_parts(p.cast::<u8>(), n).to_vec();
+            (bytes(c, cn), bytes(s, sn))
         };
         let (qc, qs) = qbytes(q);
         r.put("qweight.data", format!("{} {} {} {}", qc.len(), qs.len(), fnv(&qc), fnv(&qs)));
@@ -354,7 +356,8 @@ fn main() {
         let mut fws = vec![0u8; fwb];
         r.status("linear_forward", wush_linear_forward(ctx, t, q, WUSH_DTYPE_F32, x.as_ptr().cast(), N_TOKENS,
             WUSH_DTYPE_F32, forward.as_mut_ptr().cast(), forward.len(), fws.as_mut_ptr().cast(), fws.len()));
-        r.check("linear_forward_matches_prepared", forward == y, "wush_linear_forward differs from wush_linear_run".into());
+        r.check("linear_forward_matches_prepared", forward == y,
+            "wush_linear_forward differs from wush_linear_run".into());
         let st = wush_linear_run(ctx, lin, WUSH_DTYPE_F32, x.as_ptr().cast(), N_TOKENS, WUSH_DTYPE_F32,
             y.as_mut_ptr().cast(), y.len() - 1, ws.as_mut_ptr().cast(), ws.len());
         r.check("linear_run_small_output", st == WUSH_ERR_BUFFER_TOO_SMALL, status_name(st));
@@ -378,6 +381,7 @@ fn main() {
     for l in &r.lines {
         println!("{l}");
     }
-    eprintln!("wush-upgrade-check (rust, header {}): {} failed of {} lines", WUSH_VERSION_NUMBER, r.failures, r.lines.len());
+    eprintln!("wush-upgrade-check (rust, header {}): {} failed of {} lines", WUSH_VERSION_NUMBER, r.failures,
+        r.lines.len());
     std::process::exit(if r.failures == 0 { 0 } else { 1 });
 }
