@@ -22,6 +22,13 @@
 //
 // CPU contexts take Go slices. CUDA contexts take device pointers, through the methods named
 // *Device, which take unsafe.Pointer: the slice methods refuse a CUDA context.
+//
+// Element types: the methods take float32 slices; beside each one that reads or writes tensors
+// is a generic function named after its receiver and method (Go methods take no type
+// parameters) over Element (float32, Float16, BFloat16) and OutputElement (float32, BFloat16):
+// LinearRun, LinearForward, LinearQuantize, ContextQuantizeActivations, ContextGemm,
+// ContextLinearForward, ContextLayerLoss, CalibratorAdd, CalibratorAddValidation.
+// BuildTransform, NewQWeight and LayerQuantize are generic over the weight's type themselves.
 package wush
 
 // #cgo pkg-config: wush
