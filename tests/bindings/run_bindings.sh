@@ -33,8 +33,8 @@
 # and the exit status is 0 when M is 0, 1 otherwise (2 for a usage error).
 #
 # Environment:
-#   WUSH_BINDINGS_SKIP  space-separated checks not to run (e.g. "rust go" on a machine without
-#                       those toolchains); skipped checks are listed but not counted.
+#   WUSH_BINDINGS_SKIP  space-separated checks not to run (e.g. "rust go abi-upgrade" on a machine
+#                       without those toolchains); skipped checks are listed but not counted.
 #   CC                  C compiler (default: cc)
 #   CARGO_TARGET_DIR    where cargo builds (default: a temporary directory)
 # The check_* functions are called indirectly through run_check:
