@@ -24,6 +24,10 @@ wush::Isa ContextUse::host_isa() const {
     return wush::resolve_isa(ctx_->backend->parameter(WUSH_CONTEXT_CPU_ISA));
 }
 
+std::size_t ContextUse::host_threads() const {
+    return backend::openmp_threads(ctx_->backend->parameter(WUSH_CONTEXT_NUM_THREADS));
+}
+
 }  // namespace wush::capi
 
 using namespace wush::capi;

@@ -32,6 +32,9 @@ public:
     backend::Backend& backend() const { return *ctx_->backend; }
     // The ISA of the CPU kernels this call may run on the host (the backend's setting, resolved).
     Isa host_isa() const;
+    // Threads of the host-side work of this call (the backend's WUSH_CONTEXT_NUM_THREADS setting,
+    // resolved): the count the constructor gave OpenMP, passed explicitly to the CPU kernels.
+    std::size_t host_threads() const;
 
 private:
     wush_context* ctx_;

@@ -146,7 +146,7 @@ WUSH_API wush_status wush_layer_loss_runtime(wush_context* ctx, const wush_trans
         if (n_tokens == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "n_tokens is 0");
         const FloatMatrix w(w_dtype, weight, q.d_out, q.d_in, "weight");
         const FloatMatrix xs(x_dtype, x, n_tokens, q.d_in, "x");
-        *loss = wush::eval::runtime_layer_loss(isa, transform->core, q, w.span(), xs.span(), n_tokens);
+        *loss = wush::eval::runtime_layer_loss(isa, use.host_threads(), transform->core, q, w.span(), xs.span(), n_tokens);
     });
 }
 

@@ -29,15 +29,44 @@ void require_runtime_group(const formats::FormatSpec& f) {
     if (f.group != 16 && f.group != 32) fail(WUSH_ERR_UNSUPPORTED, "the CPU runtime supports groups of 16 and 32");
 }
 
+// The fused transform + quantization (wush_quantize_activations, a prepared layer's quantize).
+void quantize_with(const ContextParameters& run, TransformRef t, const formats::FormatSpec& format, wush_dtype x_dtype,
+                   const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes, std::span<std::uint8_t> scales) {
+    std::vector<float> scratch(quantize_scratch_floats(t.core, t.use));
+    quantize_activations(t.core, t.use, format, x_dtype, x, n_tokens, codes, scales, run.isa(), scratch,
+                         run.threads());
+}
+
+// One layer's operations over a transform and weights that someone else keeps: the per-call
+// functions (wush_linear_forward) run them on the caller's objects without packed panels, a
+// prepared layer (CpuLayer) on its own copies with its panels. One code path for both, with the
+// backend's parameters read at each call.
+struct LayerView {
+    const BlockTransform& transform;
+    MatrixUse use;
+    const formats::PackedMatrix& weights;
+    const PanelPack* panels;  // nullptr: the GEMM packs what it needs per call
+
+    std::size_t workspace_bytes(std::size_t n_tokens, std::size_t threads) const {
+        return linear_forward_workspace_bytes(transform, weights, n_tokens, threads);
+    }
+
+    void forward(const ContextParameters& run, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
+                 wush_dtype y_dtype, void* y, std::span<std::byte> workspace) const {
+        linear_forward(run.isa(), run.threads(), transform, use, weights, x_dtype, x, n_tokens, y_dtype, y, workspace,
+                       panels);
+        require_finite_product(y_dtype, y, n_tokens, weights.d_out);
+    }
+};
+
 // A transform and weights bound to the CPU: its own copy of the transform (with its matrix
 // classification) and of the weights' bytes handle, and the weights' GEMM panels packed once (for
-// the ISA of the moment; a later ISA setting runs unpacked). It reads the backend's parameters at
-// each call, as the backend's own operations do.
+// the ISA of the moment; a later ISA setting runs unpacked).
 class CpuLayer final : public backend::PreparedLayer {
 public:
     CpuLayer(TransformRef t, const formats::PackedMatrix& w, std::shared_ptr<const ContextParameters> parameters)
         : transform_(t.core), use_(t.use), weights_(w), parameters_(std::move(parameters)),
-          panels_(parameters_->isa(), w) {
+          panels_(parameters_->isa(), parameters_->threads(), w) {
         require_layer(transform_, weights_);
     }
 
@@ -46,26 +75,26 @@ public:
     wush_format format() const override { return weights_.format; }
 
     std::size_t workspace_bytes(std::size_t n_tokens) const override {
-        return linear_forward_workspace_bytes(transform_, weights_, n_tokens, parameters_->threads());
+        return view().workspace_bytes(n_tokens, parameters_->threads());
     }
     std::size_t minimum_workspace_bytes(std::size_t n_tokens) const override {
-        return linear_forward_workspace_bytes(transform_, weights_, n_tokens, 1);
+        return view().workspace_bytes(n_tokens, 1);
     }
 
     void quantize(wush_dtype x_dtype, const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
                   std::span<std::uint8_t> scales) override {
-        std::vector<float> scratch(quantize_scratch_floats(transform_, use_));
-        quantize_activations(transform_, use_, formats::spec(weights_.format), x_dtype, x, n_tokens, codes, scales,
-                             parameters_->isa(), scratch, parameters_->threads());
+        quantize_with(*parameters_, {transform_, use_}, formats::spec(weights_.format), x_dtype, x, n_tokens, codes,
+                      scales);
     }
 
     void forward(wush_dtype x_dtype, const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y,
                  std::span<std::byte> workspace) override {
-        linear_forward(parameters_->isa(), transform_, use_, weights_, x_dtype, x, n_tokens, y_dtype, y, workspace, &panels_);
-        require_finite_product(y_dtype, y, n_tokens, weights_.d_out);
+        view().forward(*parameters_, x_dtype, x, n_tokens, y_dtype, y, workspace);
     }
 
 private:
+    LayerView view() const { return {transform_, use_, weights_, &panels_}; }
+
     BlockTransform transform_;
     MatrixUse use_;
     formats::PackedMatrix weights_;
@@ -92,9 +121,7 @@ public:
 
     void quantize_activations(TransformRef t, const formats::FormatSpec& format, wush_dtype x_dtype, const void* x,
                               std::size_t n_tokens, std::span<std::uint8_t> codes, std::span<std::uint8_t> scales) override {
-        std::vector<float> scratch(quantize_scratch_floats(t.core, t.use));
-        cpu::quantize_activations(t.core, t.use, format, x_dtype, x, n_tokens, codes, scales, parameters_->isa(),
-                                      scratch, parameters_->threads());
+        quantize_with(*parameters_, t, format, x_dtype, x, n_tokens, codes, scales);
     }
 
     void gemm(const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
@@ -106,22 +133,22 @@ public:
         // a small product.
         const std::size_t bytes = gemm_scratch_bytes(f, m, w.d_out, w.d_in, parameters_->threads());
         const std::unique_ptr<std::byte[]> scratch(new std::byte[bytes]);
-        cpu::gemm(parameters_->isa(), w, a_codes, a_scales, m, y_dtype, y, {scratch.get(), bytes});
+        cpu::gemm(parameters_->isa(), parameters_->threads(), w, a_codes, a_scales, m, y_dtype, y, {scratch.get(), bytes});
         require_finite_product(y_dtype, y, m, w.d_out);
     }
 
+    // The per-call forward is the prepared layer's, over the caller's objects (no packed panels).
     std::size_t linear_forward_workspace_bytes(TransformRef t, const formats::PackedMatrix& w, std::size_t n_tokens) override {
-        return cpu::linear_forward_workspace_bytes(t.core, w, n_tokens, parameters_->threads());
+        return LayerView{t.core, t.use, w, nullptr}.workspace_bytes(n_tokens, parameters_->threads());
     }
     std::size_t linear_forward_minimum_workspace_bytes(TransformRef t, const formats::PackedMatrix& w,
                                                        std::size_t n_tokens) override {
-        return cpu::linear_forward_workspace_bytes(t.core, w, n_tokens, 1);
+        return LayerView{t.core, t.use, w, nullptr}.workspace_bytes(n_tokens, 1);
     }
 
     void linear_forward(TransformRef t, const formats::PackedMatrix& w, wush_dtype x_dtype, const void* x,
                         std::size_t n_tokens, wush_dtype y_dtype, void* y, std::span<std::byte> workspace) override {
-        cpu::linear_forward(parameters_->isa(), t.core, t.use, w, x_dtype, x, n_tokens, y_dtype, y, workspace);
-        require_finite_product(y_dtype, y, n_tokens, w.d_out);
+        LayerView{t.core, t.use, w, nullptr}.forward(*parameters_, x_dtype, x, n_tokens, y_dtype, y, workspace);
     }
 
     void calibrate(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens) override {

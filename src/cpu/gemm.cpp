@@ -1,7 +1,5 @@
 #include "cpu/gemm.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -301,7 +299,7 @@ void run_panels(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* c
 
 }  // namespace
 
-void gemm(Isa isa, const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
+void gemm(Isa isa, std::size_t threads, const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
           std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y,
           std::span<std::byte> scratch, const PanelPack* packed) {
     const formats::FormatSpec& f = formats::spec(w.format);
@@ -314,21 +312,21 @@ void gemm(Isa isa, const formats::PackedMatrix& w, std::span<const std::uint8_t>
     Carver carver(scratch.data(), scratch.size());
     Plan p = carve(carver, f, m, k, 1);
     const std::size_t room = carver.left() > 63 ? carver.left() - 63 : 0;
-    p.slots = std::min<std::size_t>(std::size_t(omp_get_max_threads()), room / p.slot_bytes);
+    p.slots = std::min<std::size_t>(std::max<std::size_t>(threads, 1), room / p.slot_bytes);
     require(p.slots >= 1, "gemm: scratch too small");
     p.panels = carver.take<std::uint8_t>(p.slots * p.slot_bytes);
     decode_activation_scales(f, a_scales.data(), m, k, p);
     const Operands o = operands(f, w, p, m, y, y_dtype);
     // Small products stay on the calling thread (see kParallelMacs).
-    const std::size_t threads = double(m) * double(n) * double(k) >= kParallelMacs ? p.slots : 1;
+    const std::size_t team = double(m) * double(n) * double(k) >= kParallelMacs ? p.slots : 1;
     const PanelPack* pack = packed != nullptr && packed->isa() == isa && !packed->empty() ? packed : nullptr;
-    if (isa == Isa::Scalar) run_scalar(f, o, p, a_codes.data(), threads);
-    else if (m <= kSplitMaxRows && pack != nullptr && pack->row_blocks() != nullptr) run_row_blocks(isa, o, p, a_codes.data(), threads, *pack);
-    else if (m <= kSplitMaxRows) run_split(isa, o, p, a_codes.data(), threads);
-    else run_panels(isa, o, p, a_codes.data(), threads, pack);
+    if (isa == Isa::Scalar) run_scalar(f, o, p, a_codes.data(), team);
+    else if (m <= kSplitMaxRows && pack != nullptr && pack->row_blocks() != nullptr) run_row_blocks(isa, o, p, a_codes.data(), team, *pack);
+    else if (m <= kSplitMaxRows) run_split(isa, o, p, a_codes.data(), team);
+    else run_panels(isa, o, p, a_codes.data(), team, pack);
 }
 
-PanelPack::PanelPack(Isa isa, const formats::PackedMatrix& w) : isa_(isa) {
+PanelPack::PanelPack(Isa isa, std::size_t threads, const formats::PackedMatrix& w) : isa_(isa) {
     if (isa == Isa::Scalar || w.d_out == 0) return;
     const formats::FormatSpec& f = formats::spec(w.format);
     const std::size_t groups = w.d_in / f.group, panels = (w.d_out + kPanelRows - 1) / kPanelRows;
@@ -343,7 +341,7 @@ PanelPack::PanelPack(Isa isa, const formats::PackedMatrix& w) : isa_(isa) {
     gw.codes = w.codes.data();
     gw.scales = w.scales.data();
     // Packing runs on the work pool, like the GEMM (the runtime uses no OpenMP: see docs/RUNTIME.md).
-    const std::size_t threads = std::size_t(std::max(omp_get_max_threads(), 1));
+    threads = std::max<std::size_t>(threads, 1);
     const double bytes = double(w.d_out) * double(w.d_in);
     threads::parallel_chunks(panels, 1, threads, bytes, [&](std::size_t, std::size_t b, std::size_t e) {
         for (std::size_t panel = b; panel < e; ++panel)

@@ -28,7 +28,8 @@ std::size_t gemm_scratch_bytes(const formats::FormatSpec& format, std::size_t m,
 class PanelPack {
 public:
     PanelPack() = default;
-    PanelPack(Isa isa, const formats::PackedMatrix& w);
+    // Packs on up to `threads` threads of the work pool.
+    PanelPack(Isa isa, std::size_t threads, const formats::PackedMatrix& w);
     Isa isa() const noexcept { return isa_; }
     bool empty() const noexcept { return bytes_.empty(); }
     const std::uint8_t* panel(std::size_t index) const noexcept { return bytes_.data() + offset_ + index * stride_; }
@@ -52,13 +53,12 @@ void check_activation_scales(const formats::FormatSpec& format, std::span<const 
 
 // Y (m x n, row-major, `y_dtype` F32 or BF16) = A B^T, with A given by its codes and scales in
 // `w.format`. Every group's integer inner product is exact; the group scales and the per-tensor
-// factors are applied once per group in float32. Runs on as many threads as the calling thread's
-// OpenMP thread count (omp_get_max_threads, which the context sets; no OpenMP team runs), taken
-// from the runtime's work pool (work_pool.h), fewer if `scratch` (sized by gemm_scratch_bytes)
-// has room for fewer panels. Activation scales must be
+// factors are applied once per group in float32. Runs on up to `threads` threads (>= 1) of the
+// runtime's work pool (threads/work_pool.h), fewer if `scratch` (sized by gemm_scratch_bytes) has
+// room for fewer panels; the result does not depend on the count. Activation scales must be
 // finite (check_activation_scales). `packed`, if given, holds w's panels packed for `isa` (a
 // pack made for another ISA is ignored).
-void gemm(Isa isa, const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
+void gemm(Isa isa, std::size_t threads, const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
           std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y,
           std::span<std::byte> scratch, const PanelPack* packed = nullptr);
 

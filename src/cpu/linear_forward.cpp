@@ -42,7 +42,7 @@ std::size_t linear_forward_workspace_bytes(const BlockTransform& transform, cons
     return measure.used();
 }
 
-void linear_forward(Isa isa, const BlockTransform& transform, MatrixUse use, const formats::PackedMatrix& weights,
+void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transform, MatrixUse use, const formats::PackedMatrix& weights,
                     wush_dtype x_dtype, const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y,
                     std::span<std::byte> workspace, const PanelPack* packed) {
     require_layer(transform, weights);
@@ -58,7 +58,7 @@ void linear_forward(Isa isa, const BlockTransform& transform, MatrixUse use, con
     quantize_activations(transform, use, f, x_dtype, x, n_tokens, codes, scales, isa, {p.norms, p.norm_count}, 1);
     const std::size_t rest = carver.left();
     std::byte* gemm_space = carver.take<std::byte>(rest > 63 ? rest - 63 : 0);
-    gemm(isa, weights, codes, scales, n_tokens, y_dtype, y, {gemm_space, rest > 63 ? rest - 63 : 0}, packed);
+    gemm(isa, threads, weights, codes, scales, n_tokens, y_dtype, y, {gemm_space, rest > 63 ? rest - 63 : 0}, packed);
 }
 
 }  // namespace wush::cpu

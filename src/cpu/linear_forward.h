@@ -21,8 +21,9 @@ std::size_t linear_forward_workspace_bytes(const BlockTransform& transform, cons
 
 // y (n_tokens x d_out, `y_dtype` F32 or BF16) for the activations x (n_tokens x d_in, `x_dtype`);
 // `use` is classify_matrices(transform); `packed`, if given, holds the weights' GEMM panels (a
-// prepared layer). Throws NON_FINITE (y untouched) for NaN/Inf in x.
-void linear_forward(Isa isa, const BlockTransform& transform, MatrixUse use, const formats::PackedMatrix& weights,
+// prepared layer). The GEMM runs on up to `threads` threads, as many as `workspace` has room for.
+// Throws NON_FINITE (y untouched) for NaN/Inf in x.
+void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transform, MatrixUse use, const formats::PackedMatrix& weights,
                     wush_dtype x_dtype, const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y,
                     std::span<std::byte> workspace, const PanelPack* packed = nullptr);
 

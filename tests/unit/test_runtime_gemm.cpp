@@ -89,13 +89,14 @@ double rel_frobenius(const std::vector<float>& got, const std::vector<double>& r
 std::vector<float> run_gemm(Isa isa, const formats::PackedMatrix& w, const Packed& a, std::size_t m, wush_dtype y_dtype,
                             std::vector<std::uint16_t>* bf16 = nullptr, const cpu::PanelPack* pack = nullptr) {
     const formats::FormatSpec& f = formats::spec(w.format);
-    std::vector<std::byte> scratch(cpu::gemm_scratch_bytes(f, m, w.d_out, w.d_in, std::size_t(omp_get_max_threads())));
+    const std::size_t threads = std::size_t(std::max(omp_get_max_threads(), 2));
+    std::vector<std::byte> scratch(cpu::gemm_scratch_bytes(f, m, w.d_out, w.d_in, threads));
     std::vector<float> y(m * w.d_out, -1.0f);
     if (y_dtype == WUSH_DTYPE_BF16) {
         bf16->assign(m * w.d_out, 0xFFFF);
-        cpu::gemm(isa, w, a.codes, a.scales, m, y_dtype, bf16->data(), scratch, pack);
+        cpu::gemm(isa, threads, w, a.codes, a.scales, m, y_dtype, bf16->data(), scratch, pack);
     } else {
-        cpu::gemm(isa, w, a.codes, a.scales, m, y_dtype, y.data(), scratch, pack);
+        cpu::gemm(isa, threads, w, a.codes, a.scales, m, y_dtype, y.data(), scratch, pack);
     }
     return y;
 }
@@ -137,7 +138,7 @@ TEST_P(GemmOnIsa, MatchesFloat64ProductOfDequantizedOperands) {
             const std::vector<float> y = run_gemm(isa, w, a, s.m, WUSH_DTYPE_F32);
             EXPECT_LE(rel_frobenius(y, ref), 1e-5) << f.name << " m=" << s.m << " n=" << s.n << " k=" << s.k;
             // The prepared layer's layouts (packed once): the same product.
-            const cpu::PanelPack pack(isa, w);
+            const cpu::PanelPack pack(isa, 2, w);
             if (isa == Isa::Avx2 && s.k % 32 == 0) {
                 EXPECT_NE(pack.row_blocks(), nullptr);
             }
@@ -182,7 +183,7 @@ TEST_P(GemmOnIsa, LargeShapeAndThreadCountIndependence) {
         const std::size_t n_big = 4200;
         const Packed big = random_packed(format, n_big, k, rng);
         const formats::PackedMatrix wb{format, n_big, k, formats::ByteView(big.codes), formats::ByteView(big.scales)};
-        const cpu::PanelPack pack(isa, wb);
+        const cpu::PanelPack pack(isa, 2, wb);
         for (std::size_t mm : {std::size_t(1), std::size_t(3), std::size_t(6)}) {
             omp_set_num_threads(1);
             const std::vector<float> s1 = run_gemm(isa, wb, a, mm, WUSH_DTYPE_F32);
@@ -209,7 +210,7 @@ TEST_P(GemmOnIsa, ConcurrentCallersGetTheSameResults) {
     const std::size_t n = 2100, k = 1024;
     const Packed b = random_packed(WUSH_FORMAT_MXFP4, n, k, rng);
     const formats::PackedMatrix w{WUSH_FORMAT_MXFP4, n, k, formats::ByteView(b.codes), formats::ByteView(b.scales)};
-    const cpu::PanelPack pack(isa, w);
+    const cpu::PanelPack pack(isa, 2, w);
     for (std::size_t m : {std::size_t(1), std::size_t(12)}) {
         const Packed a = random_packed(WUSH_FORMAT_MXFP4, m, k, rng);
         const std::vector<float> expect = run_gemm(isa, w, a, m, WUSH_DTYPE_F32);
@@ -278,7 +279,7 @@ TEST_P(GemmOnIsa, LinearForwardIsQuantizeThenGemmInItsWorkspace) {
             std::vector<std::byte> ws(cpu::linear_forward_workspace_bytes(t, q, n, 1));
             std::vector<float> y(n * l.d_out);
             const MatrixUse use = classify_matrices(t);
-            cpu::linear_forward(isa, t, use, q, WUSH_DTYPE_F32, l.x.data(), n, WUSH_DTYPE_F32, y.data(), ws);
+            cpu::linear_forward(isa, 4, t, use, q, WUSH_DTYPE_F32, l.x.data(), n, WUSH_DTYPE_F32, y.data(), ws);
             const formats::PackedSizes sz = formats::packed_sizes(f, n, l.d_in);
             Packed a{std::vector<std::uint8_t>(sz.codes), std::vector<std::uint8_t>(sz.scales)};
             std::vector<float> scratch(cpu::quantize_scratch_floats(t, use));
@@ -297,7 +298,7 @@ TEST_P(GemmOnIsa, RuntimeLossEqualsReferenceLoss) {
             const BlockTransform t = layer_transform(l, kind, f.group);
             const formats::PackedMatrix q = prequantize_rtn(t, f, l.w, l.d_out);
             const double ref = eval::layer_loss(t, q, l.w, l.x, l.n);
-            const double got = eval::runtime_layer_loss(isa, t, q, l.w, l.x, l.n);
+            const double got = eval::runtime_layer_loss(isa, 2, t, q, l.w, l.x, l.n);
             EXPECT_NEAR(got, ref, 1e-6 * ref) << f.name << " " << transform_kind_name(kind);
         }
     }
@@ -313,7 +314,7 @@ TEST(RuntimeLoss, OverflowingOutputIsNonFinite) {
     const BlockTransform t = layer_transform(l, TransformKind::Identity, f.group);
     const formats::PackedMatrix q = prequantize_rtn(t, f, l.w, l.d_out);
     try {
-        const double loss = eval::runtime_layer_loss(Isa::Scalar, t, q, l.w, l.x, l.n);
+        const double loss = eval::runtime_layer_loss(Isa::Scalar, 1, t, q, l.w, l.x, l.n);
         ADD_FAILURE() << "returned " << loss;
     } catch (const Error& e) {
         EXPECT_EQ(e.status(), WUSH_ERR_NON_FINITE) << e.what();
