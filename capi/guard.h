@@ -42,12 +42,7 @@ inline void require_size(std::size_t have, std::size_t need, const char* name, c
                                                   ", " + std::to_string(need) + " are needed");
 }
 
-// Outputs of the runtime's products are F32 or BF16 (INVALID_ARGUMENT otherwise).
-inline void require_output_dtype(wush_dtype y_dtype) {
-    wush::dtype_size(y_dtype);  // validates
-    if (y_dtype != WUSH_DTYPE_F32 && y_dtype != WUSH_DTYPE_BF16)
-        fail(WUSH_ERR_INVALID_ARGUMENT, std::string("y_dtype must be F32 or BF16, got ") + wush::dtype_name(y_dtype));
-}
+using wush::require_output_dtype;  // common/dtype.h: F32 or BF16
 
 inline void require_pointer(const void* p, const char* name) {
     if (p == nullptr) fail(WUSH_ERR_INVALID_ARGUMENT, std::string(name) + " is NULL");

@@ -310,7 +310,7 @@ public:
 
     void forward(wush_dtype x_dtype, const void* x, std::size_t n, wush_dtype y_dtype, void* y,
                  std::span<std::byte> workspace) override {
-        require(y_dtype == WUSH_DTYPE_F32 || y_dtype == WUSH_DTYPE_BF16, "y dtype must be F32 or BF16");
+        require_output_dtype(y_dtype);
         require(workspace.size() >= workspace_bytes(n), "forward: workspace too small");
         // Sub-buffers start at 256-byte offsets: with an aligned base every operand is aligned
         // as cuBLAS / cuBLASLt want it (cudaMalloc gives 256 bytes).
@@ -396,7 +396,7 @@ public:
 
     void gemm(const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
               std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y) override {
-        require(y_dtype == WUSH_DTYPE_F32 || y_dtype == WUSH_DTYPE_BF16, "y dtype must be F32 or BF16");
+        require_output_dtype(y_dtype);
         const DeviceGuard guard(dev_->index);
         require_device_pointer(a_codes.data(), "a_codes", dev_->index);
         require_device_pointer(a_scales.data(), "a_scales", dev_->index);

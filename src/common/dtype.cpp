@@ -30,6 +30,12 @@ const char* dtype_name(wush_dtype dtype) {
     return "unknown";
 }
 
+void require_output_dtype(wush_dtype y_dtype) {
+    dtype_size(y_dtype);  // validates
+    if (y_dtype != WUSH_DTYPE_F32 && y_dtype != WUSH_DTYPE_BF16)
+        fail(WUSH_ERR_INVALID_ARGUMENT, std::string("y_dtype must be F32 or BF16, got ") + dtype_name(y_dtype));
+}
+
 void to_float(wush_dtype dtype, const void* src, std::size_t offset, std::span<float> out) {
     switch (dtype) {
         case WUSH_DTYPE_F32: {

@@ -13,6 +13,11 @@ namespace wush {
 std::size_t dtype_size(wush_dtype dtype);
 const char* dtype_name(wush_dtype dtype);
 
+// The outputs of the runtime's products (GEMM, linear forward) are F32 or BF16: throws
+// INVALID_ARGUMENT naming the dtype otherwise. The one statement of that rule, for the C API's
+// argument checks and every backend.
+void require_output_dtype(wush_dtype y_dtype);
+
 // Converts `out.size()` elements starting at element `offset` of `src` to float (exact).
 void to_float(wush_dtype dtype, const void* src, std::size_t offset, std::span<float> out);
 

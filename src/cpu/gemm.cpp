@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/checked_math.h"
+#include "common/dtype.h"
 #include "common/error.h"
 #include "common/float_bits.h"
 #include "formats/group_quantizer.h"
@@ -306,7 +307,7 @@ void gemm(Isa isa, std::size_t threads, const formats::PackedMatrix& w, std::spa
     const std::size_t k = w.d_in, n = w.d_out;
     const formats::PackedSizes need = formats::packed_sizes(f, m, k);
     require(a_codes.size() >= need.codes && a_scales.size() >= need.scales, "gemm: activation buffers too small");
-    require(y_dtype == WUSH_DTYPE_F32 || y_dtype == WUSH_DTYPE_BF16, "gemm: y must be F32 or BF16");
+    require_output_dtype(y_dtype);
     if (m == 0 || n == 0) return;
 
     Carver carver(scratch.data(), scratch.size());
