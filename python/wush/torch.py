@@ -230,13 +230,16 @@ class QuantizedLinear(nn.Module):
             x2 = x2.float()
         x2 = x2.contiguous()
         n = x2.shape[0]
-        y = torch.empty((n, self.out_features), dtype=torch.float32, device=x.device)
+        # bf16 in, no bias: the library writes bf16 (its F32 result rounded to nearest even, the
+        # same bits as converting afterwards) and the conversion pass is saved.
+        y_dtype = torch.bfloat16 if x2.dtype == torch.bfloat16 and self.bias is None else torch.float32
+        y = torch.empty((n, self.out_features), dtype=y_dtype, device=x.device)
         if n:
             ws = self._workspace(n, x.device)
             if self._cuda:
                 self.ctx.set_stream(torch.cuda.current_stream(x.device).cuda_stream)
-            self.runtime.run_raw(_TORCH_DTYPES[x2.dtype], x2.data_ptr(), n, _core.DType.F32, y.data_ptr(), y.numel(),
-                                 ws.data_ptr(), ws.numel())
+            self.runtime.run_raw(_TORCH_DTYPES[x2.dtype], x2.data_ptr(), n, _TORCH_DTYPES[y_dtype], y.data_ptr(),
+                                 y.numel(), ws.data_ptr(), ws.numel())
         if self.bias is not None:
             y += self.bias.float()
         return y.to(x.dtype).reshape(*shape[:-1], self.out_features)

@@ -239,6 +239,11 @@ class Flow(unittest.TestCase):
         want = emulate_layer(ck, name, x.bfloat16().float(), None)
         err = np.linalg.norm(y16.double().reshape(want.shape).numpy() - want) / np.linalg.norm(want)
         self.assertLess(err, 8e-3)  # bf16 rounding of the output only
+        # The layer asks the library for bf16 directly: the bits of the float32 path's result
+        # rounded to nearest even by torch (the same bf16 inputs, so the same float32 product).
+        y32 = ql(x.bfloat16().float())
+        self.assertEqual(y32.dtype, torch.float32)
+        self.assertTrue(torch.equal(y16, y32.bfloat16()))
         with torch.no_grad():
             self.assertEqual(model(torch.tensor([[2, 3, 4]])).logits.dtype, torch.bfloat16)
 
