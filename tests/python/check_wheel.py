@@ -189,14 +189,14 @@ def hidden_files():
     return sorted(out)
 
 
-def run_hidden(cmd, env, hide, unshare_ok):
+def run_hidden(cmd, env, hide, unshare_ok, cwd):
     """cmd with `hide` replaced by empty files (bind mounts of /dev/null in a private mount
     namespace) when unshare works; else cmd as it is."""
     if unshare_ok and hide:
         script = 'for f in "$@"; do [ "$f" = -- ] && break; mount --bind /dev/null "$f" || exit 99; shift; done; ' \
                  'shift; exec "$@"'
         cmd = ["unshare", "-rm", "sh", "-c", script, "sh"] + hide + ["--"] + cmd
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=cwd)
 
 
 def check_run(whl, tmp):
@@ -243,12 +243,12 @@ def check_run(whl, tmp):
 
     # The console command (a Python script that execs the bundled program), then the program alone
     # under LD_DEBUG=libs (set by `env` right before it, so the namespace's tools are not traced).
-    r = run_hidden([os.path.join(venv, "bin", "wush"), "version"], env, hide, unshare_ok)
+    r = run_hidden([os.path.join(venv, "bin", "wush"), "version"], env, hide, unshare_ok, tmp)
     if r.returncode != 0 or not re.search(r"\d+\.\d+\.\d+", r.stdout):
         bad.append(f"`wush version` in the fresh venv: exit {r.returncode}, stdout {r.stdout.strip()!r}, "
                    f"stderr {r.stderr.strip()[-400:]!r}")
     prog = glob.glob(os.path.join(site, "wush", "_native", "bin", "wush"))
-    r = run_hidden(["env", "LD_DEBUG=libs"] + prog[:1] + ["version"], env, hide, unshare_ok)
+    r = run_hidden(["env", "LD_DEBUG=libs"] + prog[:1] + ["version"], env, hide, unshare_ok, tmp)
     inits = re.findall(r"calling init: (\S+)", r.stderr)
     if not prog or r.returncode != 0:
         bad.append(f"the bundled program {prog}: exit {r.returncode}, "
@@ -259,12 +259,12 @@ def check_run(whl, tmp):
         print(f"check_wheel: `wush version`: {r.stdout.strip()}; the program loaded " +
               " ".join(os.path.relpath(p, site) if p.startswith(site) else p for p in inits))
 
-    r = run_hidden([py, "-c", PROBE], env, hide, unshare_ok)
+    r = run_hidden([py, "-c", PROBE], env, hide, unshare_ok, tmp)
     if r.returncode != 0:
         bad.append(f"quantize + forward in the fresh venv: exit {r.returncode}: {r.stderr.strip()[-600:]}")
     else:
         got = json.loads(r.stdout.strip().splitlines()[-1])
-        if not got["module"].startswith(inside) or not (got["library"] or "").startswith(inside):
+        if not all(os.path.realpath(got[k] or "/").startswith(inside) for k in ("module", "library")):
             bad.append(f"the fresh venv ran {got['module']} with {got['library']}, not the installed wheel's")
         if foreign(got["new"]):
             bad.append(f"`import wush` and its calls mapped libraries from outside the wheel: {foreign(got['new'])}")
