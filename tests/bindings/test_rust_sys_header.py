@@ -5,7 +5,8 @@
    prototype, enum or version without regenerating fails here);
 2. facts read by hand from the header appear in ffi.rs as the rules say they must, so a mapping
    bug in the generator cannot agree with itself;
-3. the crate versions (wush-sys, wush) and the Go package's version constant follow the header's
+3. the crate versions (wush-sys, wush), the Go package's version constant and the Python package's
+   __version__ (which python/pyproject.toml reads) follow the header's
    WUSH_VERSION_* (docs/BINDINGS.md: the packages are versioned with the library);
 4. the check can fail: a header with one parameter type changed gives a different ffi.rs;
 5. generate.py --header/--out makes the declarations of another header (abi/previous/wush.h, for
@@ -58,6 +59,13 @@ for toml in ("bindings/rust/wush-sys/Cargo.toml", "bindings/rust/wush/Cargo.toml
     m = re.search(r'^version = "([^"]+)"', (root / toml).read_text(), flags=re.M)
     if not m or m.group(1) != want:
         failures.append(f"{toml}: version {m.group(1) if m else None} != the header's {want}")
+init = (root / "python/wush/__init__.py").read_text()
+m = re.search(r'^__version__ = "([^"]+)"', init, flags=re.M)
+if not m or m.group(1) != want:
+    failures.append(f"python/wush/__init__.py: __version__ {m.group(1) if m else None} != the header's {want} "
+                    f"(python/pyproject.toml takes its version from there)")
+if 'dynamic = ["version"]' not in (root / "python/pyproject.toml").read_text():
+    failures.append("python/pyproject.toml names a version of its own instead of wush/__init__.py's")
 go = (root / "bindings/go/wush/version.go").read_text()
 m = re.search(r'PackageVersion = "([^"]+)"', go)
 if not m or m.group(1) != want:
