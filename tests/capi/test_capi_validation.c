@@ -87,6 +87,15 @@ static int same_matrices(const wush_transform* a, const wush_transform* b) {
     return same;
 }
 
+/* The packed codes and scales, byte for byte. */
+static int same_qweights(const wush_qweight* a, const wush_qweight* b) {
+    const void *ca = NULL, *sa = NULL, *cb = NULL, *sb = NULL;
+    size_t nca = 0, nsa = 0, ncb = 0, nsb = 0;
+    if (wush_qweight_data(a, &ca, &nca, &sa, &nsa) != WUSH_OK || wush_qweight_data(b, &cb, &ncb, &sb, &nsb) != WUSH_OK)
+        return 0;
+    return nca == ncb && nsa == nsb && memcmp(ca, cb, nca) == 0 && memcmp(sa, sb, nsa) == 0;
+}
+
 static int close_to(double got, double want, double tol) { return fabs(got - want) <= tol; }
 
 static wush_transform_kind kind_of(const wush_transform* t) {
@@ -380,6 +389,7 @@ static int check_rule(wush_context* ctx, const Built cand[N_CANDIDATES], const B
     chosen = rule_choice(losses, n, &naive);
     CHECK(got->t != NULL && cand[chosen].t != NULL && same_matrices(got->t, cand[chosen].t));
     CHECK(kind_of(got->t) == kind_of(cand[chosen].t));
+    CHECK(got->q != NULL && cand[chosen].q != NULL && same_qweights(got->q, cand[chosen].q));
     if (got->t != NULL) check_report(ctx, cand, got, w, held, n, losses, chosen, source);
     for (i = 0; i < N_CANDIDATES; ++i) free(losses[i]);
     return naive != chosen;
