@@ -121,7 +121,7 @@ std::unique_ptr<Backend> make_backend(wush_backend kind, int device) {
     switch (kind) {
         case WUSH_BACKEND_CPU:
             if (device != 0) fail(WUSH_ERR_INVALID_ARGUMENT, "a CPU context takes device 0, got " + std::to_string(device));
-            return runtime::make_cpu_backend();
+            return cpu::make_cpu_backend();
         case WUSH_BACKEND_CUDA: return make_cuda(device);
         default: break;  // out-of-range values are handled after the switch
     }

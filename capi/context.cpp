@@ -20,8 +20,8 @@ ContextUse::ContextUse(wush_context* ctx, const char* arg) : ctx_(require_handle
 
 ContextUse::~ContextUse() { omp_set_num_threads(saved_threads_); }
 
-wush::runtime::Isa ContextUse::host_isa() const {
-    return wush::runtime::resolve_isa(ctx_->backend->parameter(WUSH_CONTEXT_CPU_ISA));
+wush::Isa ContextUse::host_isa() const {
+    return wush::resolve_isa(ctx_->backend->parameter(WUSH_CONTEXT_CPU_ISA));
 }
 
 }  // namespace wush::capi

@@ -31,7 +31,7 @@ public:
     wush_context* operator->() const { return ctx_; }
     backend::Backend& backend() const { return *ctx_->backend; }
     // The ISA of the CPU kernels this call may run on the host (the backend's setting, resolved).
-    runtime::Isa host_isa() const;
+    Isa host_isa() const;
 
 private:
     wush_context* ctx_;

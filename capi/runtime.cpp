@@ -14,7 +14,6 @@
 #include "eval/runtime_loss.h"
 
 using namespace wush::capi;
-namespace rt = wush::runtime;
 namespace fmt = wush::formats;
 
 namespace {
@@ -42,7 +41,7 @@ WUSH_API int wush_cpu_isa_supported(wush_cpu_isa isa) {
         case WUSH_CPU_ISA_AUTO: return 1;
         case WUSH_CPU_ISA_SCALAR:
         case WUSH_CPU_ISA_AVX2:
-        case WUSH_CPU_ISA_AVX512_VNNI: return rt::isa_supported(rt::Isa(int(isa))) ? 1 : 0;
+        case WUSH_CPU_ISA_AVX512_VNNI: return wush::isa_supported(wush::Isa(int(isa))) ? 1 : 0;
         default: break;  // out-of-range values are handled after the switch
     }
     return 0;
@@ -141,7 +140,7 @@ WUSH_API wush_status wush_layer_loss_runtime(wush_context* ctx, const wush_trans
         qweight = require_handle(qweight, HandleType::QWeight, "qweight");
         require_pointer(loss, "loss");
         // Host memory and the CPU kernels on any context: this measures, it does not launch.
-        const rt::Isa isa = use.host_isa();
+        const wush::Isa isa = use.host_isa();
         const fmt::PackedMatrix& q = qweight->core;
         wush::require_layer(transform->core, q);
         if (n_tokens == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "n_tokens is 0");

@@ -20,19 +20,18 @@ using namespace wush::capi;
 
 namespace wush::capi {
 
+const char* const kMethodNames[] = {"rtn", "gptq"};
+
 const char* method_name(wush_method method) {
-    switch (method) {
-        case WUSH_METHOD_RTN: return "rtn";
-        case WUSH_METHOD_GPTQ: return "gptq";
-        default: break;
-    }
-    return "unknown";
+    const char* name = wush_method_name(method);
+    return name ? name : "unknown";
 }
 
+// Exact: a checkpoint records the names as wush_method_name() spells them.
 wush_method method_from_name(const std::string& name) {
-    if (name == "rtn") return WUSH_METHOD_RTN;
-    if (name == "gptq") return WUSH_METHOD_GPTQ;
-    wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown method \"" + name + "\"");
+    for (int m = 0; m < 2; ++m)
+        if (name == kMethodNames[m]) return wush_method(m);
+    wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown method \"" + name + "\" (rtn, gptq)");
 }
 
 }  // namespace wush::capi
@@ -70,10 +69,23 @@ wush::TransformOptions transform_options(wush::TransformKind kind, const wush_op
     return t;
 }
 
+const char* const kKindNames[] = {"i", "h", "r", "wus", "wush"};
+const char* const kKindLongNames[] = {"identity", "hadamard", "random", "wus", "wush"};
+
+// I, H and R have no free parameters: a search asked of them would silently be the plain
+// transform, so it is refused rather than ignored.
+void reject_search_of_data_free(wush::TransformKind k, const wush_options& o) {
+    if (o.search && is_data_free(k))
+        wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("WUSH_OPTION_SEARCH: transform \"") +
+                                                  kKindNames[int(k)] +
+                                                  "\" has nothing to search (only wus and wush have free parameters)");
+}
+
 // The search picks per block what a given format quantizes best, so it needs the format: a
 // transform built without one would silently not be the searched transform.
 void reject_search_without_format(wush::TransformKind k, const wush_options& o) {
-    if (o.search && !is_data_free(k))
+    reject_search_of_data_free(k, o);
+    if (o.search)
         wush::fail(WUSH_ERR_INVALID_ARGUMENT,
                    "WUSH_OPTION_SEARCH chooses each block for one format: use wush_layer_quantize(), which has it");
 }
@@ -84,9 +96,6 @@ wush_transform* publish(wush::BlockTransform t) {
     h.release();
     return handle;
 }
-
-const char* const kKindNames[] = {"i", "h", "r", "wus", "wush"};
-const char* const kKindLongNames[] = {"identity", "hadamard", "random", "wus", "wush"};
 
 // The calibrator and the shapes wush_layer_quantize is given belong to one layer.
 void require_layer_shape(const wush::Calibrator& cal, size_t d_out, size_t d_in) {
@@ -134,6 +143,45 @@ WUSH_API wush_status wush_transform_kind_from_name(const char* name, wush_transf
     });
 }
 
+WUSH_API wush_status wush_transform_spec_from_name(const char* name, wush_transform_kind* kind, int* search) {
+    return guarded(__func__, [&] {
+        require_pointer(name, "name");
+        require_pointer(kind, "kind");
+        require_pointer(search, "search");
+        std::string base(name);
+        const bool searched = base.size() > 2 && base.compare(base.size() - 2, 2, "+s") == 0;
+        if (searched) base.resize(base.size() - 2);
+        wush_transform_kind k = WUSH_TRANSFORM_IDENTITY;
+        if (wush_transform_kind_from_name(base.c_str(), &k) != WUSH_OK)
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("unknown transform \"") + name +
+                                                      "\" (i, h, r, wus, wush; wus+s, wush+s: with the search)");
+        if (searched && k != WUSH_TRANSFORM_WUS && k != WUSH_TRANSFORM_WUSH)
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("transform \"") + name +
+                                                      "\": only wus and wush have a search (+s)");
+        *kind = k;
+        *search = searched ? 1 : 0;
+    });
+}
+
+WUSH_API const char* wush_method_name(wush_method method) {
+    const int m = int(method);
+    return m >= 0 && m < 2 ? kMethodNames[m] : nullptr;
+}
+
+WUSH_API wush_status wush_method_from_name(const char* name, wush_method* method) {
+    return guarded(__func__, [&] {
+        require_pointer(name, "name");
+        require_pointer(method, "method");
+        for (int m = 0; m < 2; ++m) {
+            if (strcasecmp(name, kMethodNames[m]) == 0) {
+                *method = wush_method(m);
+                return;
+            }
+        }
+        wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("unknown method \"") + name + "\" (rtn, gptq)");
+    });
+}
+
 WUSH_API wush_status wush_transform_build(wush_context* ctx, const wush_calibrator* calibrator, wush_dtype dtype,
                                           const void* weight, size_t d_out, size_t d_in, wush_transform_kind kind,
                                           const wush_options* options, wush_transform** transform) {
@@ -147,12 +195,12 @@ WUSH_API wush_status wush_transform_build(wush_context* ctx, const wush_calibrat
         if (d_in != cal.d_in())
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) + " but the calibrator has d_in = " +
                                                       std::to_string(cal.d_in()));
+        reject_search_without_format(k, o);
         if (is_data_free(k)) {
             *transform = publish(wush::build_data_free_transform(transform_options(k, o), cal.d_in(), cal.group()));
             return;
         }
         if (d_out == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_out is 0");
-        reject_search_without_format(k, o);
         const FloatMatrix w(dtype, weight, d_out, d_in, "weight");
         wush::Progress progress = make_progress(o);
         *transform = publish(wush::build_transform(transform_options(k, o), cal, w.span(), d_out, &progress));
@@ -167,6 +215,7 @@ WUSH_API wush_status wush_transform_create_fixed(wush_transform_kind kind, size_
         if (!is_data_free(k))
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUS and WUSH transforms need data: use wush_transform_build()");
         const wush_options& o = options_or_defaults(options);
+        reject_search_of_data_free(k, o);
         *transform = publish(wush::build_data_free_transform(transform_options(k, o), d_in, group_size));
     });
 }
@@ -291,6 +340,7 @@ WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrato
         if (method != WUSH_METHOD_RTN && method != WUSH_METHOD_GPTQ)
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_method " + std::to_string(int(method)));
         require_layer_shape(cal, d_out, d_in);
+        reject_search_of_data_free(k, o);
         if (method == WUSH_METHOD_RTN && f.group != cal.group())
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("format ") + f.name + " has group size " +
                                                       std::to_string(f.group) + ", the calibrator G = " +

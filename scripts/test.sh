@@ -3,7 +3,8 @@
 # AddressSanitizer + UndefinedBehaviorSanitizer; the threaded tests under ThreadSanitizer
 # (scripts/tsan.sh); fuzzes the safetensors/checkpoint reader for 60 s
 # (libFuzzer + ASan + UBSan, scripts/fuzz.sh); then installs into a temporary prefix and runs
-# the bindings (C, Python, MPI examples; the Rust and Go packages with their tests; pkg-config only) and the ABI checks
+# the bindings (C, Python, MPI examples; the Rust and Go packages with their tests; programs built
+# against the previous release's header run on this library; pkg-config only) and the ABI checks
 # against that installed copy. Exits non-zero on the first failing stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."

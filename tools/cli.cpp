@@ -372,26 +372,13 @@ int report(const char* what, wush_status status) {
     return 1;
 }
 
-const char* method_name(wush_method method) {
-    return method == WUSH_METHOD_RTN ? "rtn" : method == WUSH_METHOD_GPTQ ? "gptq" : "?";
-}
-
-bool method_from_name(const std::string& name, wush_method* method) {
-    if (name == "rtn") *method = WUSH_METHOD_RTN;
-    else if (name == "gptq") *method = WUSH_METHOD_GPTQ;
-    else return false;
-    return true;
-}
-
 bool transform_from_name(const char* command, const std::string& name, wush_transform_kind* kind, bool* search) {
-    *search = name.size() > 2 && name.compare(name.size() - 2, 2, "+s") == 0;
-    const std::string base = *search ? name.substr(0, name.size() - 2) : name;
-    // I, H and R have nothing to search: `h+s` would silently be `h`.
-    if (wush_transform_kind_from_name(base.c_str(), kind) == WUSH_OK &&
-        (!*search || *kind == WUSH_TRANSFORM_WUS || *kind == WUSH_TRANSFORM_WUSH))
+    int searched = 0;
+    if (wush_transform_spec_from_name(name.c_str(), kind, &searched) == WUSH_OK) {
+        *search = searched != 0;
         return true;
-    std::fprintf(stderr, "wush %s: unknown transform '%s' (i, r, h, wus, wush; wus+s, wush+s: with the search)\n",
-                 command, printable(name).c_str());
+    }
+    std::fprintf(stderr, "wush %s: %s\n", command, printable(wush_last_error()).c_str());
     return false;
 }
 

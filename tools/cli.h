@@ -97,14 +97,9 @@ std::size_t add_or_max(std::size_t a, std::size_t b);
 // Prints "wush: <what> failed: STATUS: message" to stderr; returns exit code 1.
 int report(const char* what, wush_status status);
 
-// "rtn" / "gptq" (the JSON and checkpoint spelling), "?" for anything else.
-const char* method_name(wush_method method);
-// Parses "rtn" / "gptq"; false for anything else.
-bool method_from_name(const std::string& name, wush_method* method);
-
-// Parses a transform name (i, r, h, wus, wush, ...), optionally with the `+s` suffix of the
-// per-block search (wush+s, wus+s: WUSH_OPTION_SEARCH). An unknown name, or `+s` on a data-free
-// transform (i, r, h: nothing to search), prints why for `wush <command>` and returns false.
+// Parses a transform name with wush_transform_spec_from_name() (i, r, h, wus, wush; `+s` for the
+// per-block search). On refusal prints the library's reason for `wush <command>` and returns
+// false.
 bool transform_from_name(const char* command, const std::string& name, wush_transform_kind* kind, bool* search);
 
 // The token sample the CLI keeps for the search (wush_calibrator_set_sample_size) and scores on

@@ -153,7 +153,7 @@ int cmd_quantize(int argc, char** argv) {
         return cli::usage_error("quantize", "--search-tokens, --validation-tokens, --no-search-guard and --guard-json "
                                             "need a searched transform (wush+s, wus+s)");
     wush_method method = WUSH_METHOD_RTN;
-    cli::method_from_name(method_name, &method);
+    wush_method_from_name(method_name.c_str(), &method);  // get_choice allowed only its names
     dtype_from_name(dtype_name, &tdtype);
     // Writing the checkpoint over an input would destroy it (after it was read, so unnoticed).
     if (!cli::output_is_not_an_input("quantize", "--out", a.get("--out"),
@@ -276,7 +276,7 @@ int cmd_inspect(int argc, char** argv) {
         wush_transform_info(t.p, &k, nullptr, &g);
         // Names come from the file: control characters would act on the terminal.
         std::printf("%-40s %8zu %8zu %-7s %-9s %-6s %12zu\n", cli::printable(name).c_str(), d_out, d_in, wush_format_name(f),
-                    wush_transform_kind_name(k), cli::method_name(m), codes + scales + d_in * g * 4 + 4);
+                    wush_transform_kind_name(k), wush_method_name(m), codes + scales + d_in * g * 4 + 4);
     }
     return 0;
 }
@@ -349,10 +349,10 @@ int eval_checkpoint(const std::string& ck_path, const std::string& weights, cons
         if (json)
             std::printf("%s\n  {\"layer\": %s, \"format\": \"%s\", \"transform\": \"%s\", \"method\": \"%s\", \"loss\": %s}",
                         printed ? "," : "", cli::json_string(l.name).c_str(), wush_format_name(f),
-                        wush_transform_kind_name(k), cli::method_name(m), cli::json_number(loss).c_str());
+                        wush_transform_kind_name(k), wush_method_name(m), cli::json_number(loss).c_str());
         else
             std::printf("%-40s %-7s %-9s %-6s %12.4e\n", cli::printable(l.name).c_str(), wush_format_name(f),
-                        wush_transform_kind_name(k), cli::method_name(m), loss);
+                        wush_transform_kind_name(k), wush_method_name(m), loss);
         ++printed;
     }
     if (json) std::printf("\n]}\n");

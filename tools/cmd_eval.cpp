@@ -145,7 +145,7 @@ void print_json(const std::vector<Result>& results) {
         const Result& r = results[i];
         std::printf("%s\n  {\"layer\": %s, \"format\": \"%s\", \"transform\": \"%s\", \"method\": \"%s\", \"loss\": %s}",
                     i ? "," : "", cli::json_string(r.layer).c_str(), wush_format_name(r.format),
-                    column_name(r.kind).c_str(), cli::method_name(r.method), cli::json_number(r.loss).c_str());
+                    column_name(r.kind).c_str(), wush_method_name(r.method), cli::json_number(r.loss).c_str());
     }
     std::printf("\n]}\n");
 }
@@ -161,7 +161,7 @@ void print_table(const std::vector<Result>& results, const Plan& plan) {
     for (const std::string& layer : layers) {
         for (wush_format f : plan.formats) {
             for (wush_method m : plan.methods) {
-                std::printf("%-16s %-7s %-6s", cli::printable(layer).c_str(), wush_format_name(f), cli::method_name(m));
+                std::printf("%-16s %-7s %-6s", cli::printable(layer).c_str(), wush_format_name(f), wush_method_name(m));
                 for (const Column& k : plan.kinds) {
                     for (const Result& r : results)
                         if (r.layer == layer && r.format == f && r.method == m && r.kind == k) std::printf(" %11.4e", r.loss);

@@ -421,8 +421,8 @@ typedef enum wush_option {
      * calibrator's token sample when it keeps one, else a Gaussian with the block's moment); a
      * winner must also score lower on each half of those tokens. The choice is folded into the
      * stored matrices and is seeded (WUSH_OPTION_SEED). It needs the format, so it applies only
-     * through wush_layer_quantize() (wush_transform_build() of WUS/WUSH refuses it; I, H and R
-     * ignore it). With validation tokens (wush_calibrator_set_validation_size) a per-layer guard
+     * through wush_layer_quantize() (wush_transform_build() refuses it; I, H and R have nothing
+     * to search: every function taking options refuses a search of them). With validation tokens (wush_calibrator_set_validation_size) a per-layer guard
      * keeps the lowest layer loss on them among the searched layer and the I, H and R layers (same
      * method and seed), so the result may be a data-free transform (its kind says which).
      * Without validation tokens the guard, by default, holds out half of the calibrator's token
@@ -659,6 +659,16 @@ WUSH_API const char* wush_transform_kind_name(wush_transform_kind kind);
  *  "hadamard", "random"). @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. */
 WUSH_API wush_status wush_transform_kind_from_name(const char* name, wush_transform_kind* kind);
 
+/*! wush_transform_spec_from_name() :
+ *  Parses a transform as the tools spell it: a name accepted by wush_transform_kind_from_name(),
+ *  optionally followed by "+s" for the per-block search (WUSH_OPTION_SEARCH), as in "wush+s".
+ *  Writes the kind to *kind and 1 (with "+s") or 0 to *search. Only WUS and WUSH have free
+ *  parameters to search, so "i+s", "h+s" and "r+s" are refused (wush_layer_quantize() refuses
+ *  the same combination). Thread-safe. Both outputs are written only on success.
+ *  @return WUSH_OK, or WUSH_ERR_INVALID_ARGUMENT for NULL arguments, an unknown name, or a search
+ *          asked of a data-free kind (the message says which). */
+WUSH_API wush_status wush_transform_spec_from_name(const char* name, wush_transform_kind* kind, int* search);
+
 /*! wush_transform_build() :
  *  Builds the per-block transforms of a layer with weight `weight` (d_out x d_in row-major, of
  *  `dtype`) from the calibrator's moments, with Algorithm 1 for WUS/WUSH (LAPACKE Cholesky and
@@ -782,6 +792,17 @@ typedef enum wush_method {
     WUSH_METHOD_ENUM_MIN_ = -2147483647 - 1,
     WUSH_METHOD_ENUM_MAX_ = 2147483647
 } wush_method;
+
+/*! wush_method_name() :
+ *  @return a static lower-case name ("rtn", "gptq"), or NULL for a value that is not a
+ *          wush_method. The checkpoint records a layer's method under this name. Thread-safe. */
+WUSH_API const char* wush_method_name(wush_method method);
+
+/*! wush_method_from_name() :
+ *  Parses a name as returned by wush_method_name() (case-insensitive) into *method.
+ *  Thread-safe. @return WUSH_OK, or WUSH_ERR_INVALID_ARGUMENT for NULL arguments or an unknown
+ *  name. */
+WUSH_API wush_status wush_method_from_name(const char* name, wush_method* method);
 
 /*! wush_qweight_create() :
  *  Pre-quantizes the layer weight `weight` (d_out x d_in row-major, `dtype`) with `method`, which

@@ -21,6 +21,7 @@ import resource
 import sys
 import time
 from typing import Any, Dict, List
+from . import _core
 
 
 def _load(model_dir: str):
@@ -76,8 +77,8 @@ def _peak_rss_mib() -> float:
 
 def cmd_quantize(a: argparse.Namespace) -> int:
     from . import torch as wt
-    search = a.transform.endswith("+s")  # wush+s: the per-block search
-    transform = a.transform.removesuffix("+s")
+    kind, search = _core.parse_transform_spec(a.transform)  # wush+s: the per-block search
+    transform = kind.name.lower()
     if a.validation and not search:
         raise ValueError("--validation needs --transform wush+s")
     if a.fp_quant_pseudo and a.export != "fp_quant":

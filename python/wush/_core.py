@@ -81,6 +81,24 @@ def parse_method(v: Union[str, int, Any]) -> Any:
     return _as_enum(Method, v)
 
 
+def parse_transform_spec(name: str) -> Tuple[Any, bool]:
+    """A transform as the tools spell it, "+s" asking for the search ("wush+s"), parsed by the
+    library (``wush_transform_spec_from_name``): returns ``(TransformKind, search)``. Raises
+    ValueError with the library's reason for an unknown name or a search of I, H or R."""
+    kind, search = ctypes.c_int(), ctypes.c_int()
+    lib = _ffi.lib()
+    if lib.wush_transform_spec_from_name(name.encode(), ctypes.byref(kind), ctypes.byref(search)) != 0:
+        raise ValueError(lib.wush_last_error().decode("utf-8", "replace"))
+    return TransformKind(kind.value), bool(search.value)
+
+
+def check_search(transform: Union[str, int, Any], search: bool) -> None:
+    """Raises ValueError, before any work, when the library refuses the search of ``transform``
+    (only WUS and WUSH have one)."""
+    name = _ffi.lib().wush_transform_kind_name(int(parse_transform(transform))).decode()
+    parse_transform_spec(name + ("+s" if search else ""))
+
+
 # ----------------------------------------------------------------------------------------------
 # Buffers: numpy arrays and torch tensors, passed by pointer without copies where possible.
 # ----------------------------------------------------------------------------------------------

@@ -71,6 +71,8 @@ FUNCTIONS = {
     'wush_linear_quantize': ('wush_status', ('wush_context*', 'wush_linear*', 'wush_dtype', 'const void*', 'size_t', 'void*', 'size_t', 'void*', 'size_t')),
     'wush_linear_run': ('wush_status', ('wush_context*', 'wush_linear*', 'wush_dtype', 'const void*', 'size_t', 'wush_dtype', 'void*', 'size_t', 'void*', 'size_t')),
     'wush_linear_workspace_size': ('wush_status', ('wush_context*', 'const wush_linear*', 'size_t', 'size_t*')),
+    'wush_method_from_name': ('wush_status', ('const char*', 'wush_method*')),
+    'wush_method_name': ('const char*', ('wush_method',)),
     'wush_options_create': ('wush_status', ('wush_options**',)),
     'wush_options_destroy': ('void', ('wush_options*',)),
     'wush_options_get_double': ('wush_status', ('const wush_options*', 'wush_option', 'double*')),
@@ -103,6 +105,7 @@ FUNCTIONS = {
     'wush_transform_kind_name': ('const char*', ('wush_transform_kind',)),
     'wush_transform_matrices': ('wush_status', ('const wush_transform*', 'float*', 'size_t')),
     'wush_transform_singular_values': ('wush_status', ('const wush_transform*', 'double*', 'size_t')),
+    'wush_transform_spec_from_name': ('wush_status', ('const char*', 'wush_transform_kind*', 'int*')),
     'wush_version': ('unsigned', ()),
     'wush_version_string': ('const char*', ()),
 }

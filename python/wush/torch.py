@@ -352,8 +352,7 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
     selected = select_linears(model, layers)
     if not selected:
         raise ValueError(selection_error(model, layers))
-    if search and _core.parse_transform(transform) not in (_core.TransformKind.WUS, _core.TransformKind.WUSH):
-        raise ValueError(f"the search chooses WUS/WUSH blocks; transform {transform!r} has nothing to search")
+    _core.check_search(transform, search)
     if validation and not search:
         raise ValueError("validation_batches feed the search's guard: pass search=True")
     opts = Options(damping=damping, transform_dtype="bf16", search=search or None,

@@ -18,7 +18,7 @@ void ContextParameters::set(wush_context_parameter parameter, std::int64_t value
             num_threads_ = value;
             return;
         case WUSH_CONTEXT_CPU_ISA:
-            runtime::resolve_isa(value);  // INVALID_ARGUMENT / UNSUPPORTED before any change
+            resolve_isa(value);  // INVALID_ARGUMENT / UNSUPPORTED before any change
             cpu_isa_ = value;
             return;
         default: break;  // out-of-range values are handled after the switch

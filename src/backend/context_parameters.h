@@ -27,7 +27,7 @@ public:
     std::int64_t get(wush_context_parameter parameter) const;
 
     // The ISA the CPU kernels run with (the setting resolved).
-    runtime::Isa isa() const { return runtime::resolve_isa(cpu_isa_); }
+    Isa isa() const { return resolve_isa(cpu_isa_); }
     // Threads of this context's host-side work: openmp_threads(the setting).
     std::size_t threads() const { return openmp_threads(num_threads_); }
 

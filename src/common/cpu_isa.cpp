@@ -6,7 +6,7 @@
 
 #include "common/error.h"
 
-namespace wush::runtime {
+namespace wush {
 
 const char* isa_name(Isa isa) {
     switch (isa) {
@@ -76,4 +76,4 @@ Isa resolve_isa(std::int64_t setting) {
     return isa;
 }
 
-}  // namespace wush::runtime
+}  // namespace wush

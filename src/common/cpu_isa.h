@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-namespace wush::runtime {
+namespace wush {
 
 // Ordered from the most portable to the fastest; the values are the public wush_cpu_isa values.
 enum class Isa : int { Scalar = 1, Avx2 = 2, Avx512Vnni = 3 };
@@ -24,4 +24,4 @@ Isa best_isa();
 // supported (wush::Error UNSUPPORTED otherwise); other values are INVALID_ARGUMENT.
 Isa resolve_isa(std::int64_t setting);
 
-}  // namespace wush::runtime
+}  // namespace wush

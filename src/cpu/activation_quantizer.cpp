@@ -11,10 +11,10 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "cpu/exact_quantizer.h"
-#include "cpu/kernels.h"
-#include "cpu/work_pool.h"
+#include "cpu/kernels/kernels.h"
+#include "threads/work_pool.h"
 
-namespace wush::runtime {
+namespace wush::cpu {
 
 namespace {
 
@@ -99,7 +99,7 @@ template <typename Fn>
 void for_items(std::size_t items, std::size_t work_per_item, std::size_t threads, Fn&& fn) {
     const std::size_t work = items * work_per_item;
     const std::size_t grain = std::max<std::size_t>(1, kChunkWork / std::max<std::size_t>(work_per_item, 1));
-    parallel_chunks(items, grain, work >= kParallelWork ? threads : 1, double(work),
+    threads::parallel_chunks(items, grain, work >= kParallelWork ? threads : 1, double(work),
                     [&](std::size_t, std::size_t begin, std::size_t end) {
                         for (std::size_t item = begin; item < end; ++item) fn(item);
                     });
@@ -164,4 +164,4 @@ void quantize_activations(const BlockTransform& transform, MatrixUse use, const 
     non_finite.raise_if_any(d_in);
 }
 
-}  // namespace wush::runtime
+}  // namespace wush::cpu

@@ -11,7 +11,7 @@
 #include "transforms/block_transform.h"
 #include "transforms/runtime_layer.h"
 
-namespace wush::runtime {
+namespace wush::cpu {
 
 // Scratch floats quantize_activations needs (one row-norm bound per distinct block matrix).
 std::size_t quantize_scratch_floats(const BlockTransform& transform, MatrixUse use);
@@ -32,4 +32,4 @@ void quantize_activations(const BlockTransform& transform, MatrixUse use, const 
                           wush_dtype dtype, const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
                           std::span<std::uint8_t> scales, Isa isa, std::span<float> scratch, std::size_t threads);
 
-}  // namespace wush::runtime
+}  // namespace wush::cpu

@@ -11,7 +11,7 @@
 #include "cpu/gemm.h"
 #include "cpu/linear_forward.h"
 
-namespace wush::runtime {
+namespace wush::cpu {
 
 namespace {
 
@@ -93,7 +93,7 @@ public:
     void quantize_activations(TransformRef t, const formats::FormatSpec& format, wush_dtype x_dtype, const void* x,
                               std::size_t n_tokens, std::span<std::uint8_t> codes, std::span<std::uint8_t> scales) override {
         std::vector<float> scratch(quantize_scratch_floats(t.core, t.use));
-        runtime::quantize_activations(t.core, t.use, format, x_dtype, x, n_tokens, codes, scales, parameters_->isa(),
+        cpu::quantize_activations(t.core, t.use, format, x_dtype, x, n_tokens, codes, scales, parameters_->isa(),
                                       scratch, parameters_->threads());
     }
 
@@ -106,21 +106,21 @@ public:
         // a small product.
         const std::size_t bytes = gemm_scratch_bytes(f, m, w.d_out, w.d_in, parameters_->threads());
         const std::unique_ptr<std::byte[]> scratch(new std::byte[bytes]);
-        runtime::gemm(parameters_->isa(), w, a_codes, a_scales, m, y_dtype, y, {scratch.get(), bytes});
+        cpu::gemm(parameters_->isa(), w, a_codes, a_scales, m, y_dtype, y, {scratch.get(), bytes});
         require_finite_product(y_dtype, y, m, w.d_out);
     }
 
     std::size_t linear_forward_workspace_bytes(TransformRef t, const formats::PackedMatrix& w, std::size_t n_tokens) override {
-        return runtime::linear_forward_workspace_bytes(t.core, w, n_tokens, parameters_->threads());
+        return cpu::linear_forward_workspace_bytes(t.core, w, n_tokens, parameters_->threads());
     }
     std::size_t linear_forward_minimum_workspace_bytes(TransformRef t, const formats::PackedMatrix& w,
                                                        std::size_t n_tokens) override {
-        return runtime::linear_forward_workspace_bytes(t.core, w, n_tokens, 1);
+        return cpu::linear_forward_workspace_bytes(t.core, w, n_tokens, 1);
     }
 
     void linear_forward(TransformRef t, const formats::PackedMatrix& w, wush_dtype x_dtype, const void* x,
                         std::size_t n_tokens, wush_dtype y_dtype, void* y, std::span<std::byte> workspace) override {
-        runtime::linear_forward(parameters_->isa(), t.core, t.use, w, x_dtype, x, n_tokens, y_dtype, y, workspace);
+        cpu::linear_forward(parameters_->isa(), t.core, t.use, w, x_dtype, x, n_tokens, y_dtype, y, workspace);
         require_finite_product(y_dtype, y, n_tokens, w.d_out);
     }
 
@@ -145,4 +145,4 @@ private:
 
 std::unique_ptr<backend::Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
-}  // namespace wush::runtime
+}  // namespace wush::cpu

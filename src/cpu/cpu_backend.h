@@ -5,8 +5,8 @@
 
 #include "backend/backend.h"
 
-namespace wush::runtime {
+namespace wush::cpu {
 
 std::unique_ptr<backend::Backend> make_cpu_backend();
 
-}  // namespace wush::runtime
+}  // namespace wush::cpu

@@ -7,7 +7,7 @@
 #include "formats/certified_group.h"
 #include "formats/group_quantizer.h"
 
-namespace wush::runtime {
+namespace wush::cpu {
 
 // The rules live in formats/group_quantizer.h (shared with the CUDA kernels); this file only
 // gathers a lane's inputs.
@@ -37,4 +37,4 @@ std::optional<std::size_t> quantize_block_exact(const QuantTile& tile, int lane)
     return std::nullopt;
 }
 
-}  // namespace wush::runtime
+}  // namespace wush::cpu

@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <optional>
 
-#include "cpu/kernels.h"
+#include "cpu/kernels/kernels.h"
 #include "wush/wush.h"
 
-namespace wush::runtime {
+namespace wush::cpu {
 
 // Quantizes n = G float64 values into n/2 code bytes and one scale (1 or 2 bytes), `format`'s
 // rules evaluated in float64. Values must be finite.
@@ -23,4 +23,4 @@ void quantize_group_f64(wush_format format, const double* y, int n, std::uint8_t
 // input, writing nothing then.
 std::optional<std::size_t> quantize_block_exact(const QuantTile& tile, int lane);
 
-}  // namespace wush::runtime
+}  // namespace wush::cpu

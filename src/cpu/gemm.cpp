@@ -11,11 +11,11 @@
 #include "common/error.h"
 #include "common/float_bits.h"
 #include "formats/group_quantizer.h"
-#include "cpu/kernels.h"
-#include "cpu/work_pool.h"
+#include "cpu/kernels/kernels.h"
+#include "threads/work_pool.h"
 #include "cpu/workspace.h"
 
-namespace wush::runtime {
+namespace wush::cpu {
 
 namespace {
 
@@ -243,7 +243,7 @@ double macs(const Operands& o) { return double(o.a.m) * double(o.w.n) * double(o
 
 void run_scalar(const formats::FormatSpec& f, const Operands& o, const Plan& p, const std::uint8_t* codes, std::size_t threads) {
     scalar_prepare(f, codes, 0, o.a.m, o.a.k, p.x8);
-    parallel_chunks(o.w.n, 16, threads, macs(o), [&](std::size_t slot, std::size_t n0, std::size_t n1) {
+    threads::parallel_chunks(o.w.n, 16, threads, macs(o), [&](std::size_t slot, std::size_t n0, std::size_t n1) {
         std::uint8_t* s = aligned_slot(p, slot);
         scalar_multiply(f, o.a, o.w, n0, n1, o.out, reinterpret_cast<std::int8_t*>(s),
                         reinterpret_cast<float*>(s + round_up(o.a.k, 64)));
@@ -253,7 +253,7 @@ void run_scalar(const formats::FormatSpec& f, const Operands& o, const Plan& p, 
 // Few activation rows: the threads stream chunks of the weight rows.
 void run_split(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* codes, std::size_t threads) {
     prepare_split(isa, o.a, codes, 0, o.a.m, p.xe, p.xo, p.lane_corr);
-    parallel_chunks(o.w.n, kRowsPerChunk, threads, macs(o),
+    threads::parallel_chunks(o.w.n, kRowsPerChunk, threads, macs(o),
                     [&](std::size_t, std::size_t n0, std::size_t n1) { gemv_rows(isa, o.a, o.w, n0, n1, o.out); });
 }
 
@@ -270,7 +270,7 @@ void run_row_blocks(Isa isa, const Operands& o, const Plan& p, const std::uint8_
             p.corr[r * o.a.groups + b] = c;
         }
     const std::size_t blocks = (o.w.n + kRowBlock - 1) / kRowBlock;
-    parallel_chunks(blocks, kRowsPerChunk / kRowBlock, threads, macs(o), [&](std::size_t, std::size_t b0, std::size_t b1) {
+    threads::parallel_chunks(blocks, kRowsPerChunk / kRowBlock, threads, macs(o), [&](std::size_t, std::size_t b0, std::size_t b1) {
         avx2::rows_multiply(o.a, packed.row_blocks(), packed.block_bytes(), b0 * kRowBlock, std::min(o.w.n, b1 * kRowBlock),
                             o.w.n, o.out);
     });
@@ -281,10 +281,10 @@ void run_row_blocks(Isa isa, const Operands& o, const Plan& p, const std::uint8_
 void run_panels(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* codes, std::size_t threads,
                 const PanelPack* packed) {
     const std::size_t panels = (o.w.n + kPanelRows - 1) / kPanelRows;
-    parallel_chunks(o.a.m, kPrepareRowsPerChunk, threads, double(o.a.m) * double(o.a.k), [&](std::size_t, std::size_t r0, std::size_t r1) {
+    threads::parallel_chunks(o.a.m, kPrepareRowsPerChunk, threads, double(o.a.m) * double(o.a.k), [&](std::size_t, std::size_t r0, std::size_t r1) {
         prepare_rows(isa, o.a, codes, r0, r1, p.x8, p.corr);
     });
-    parallel_chunks(panels, 1, threads, macs(o), [&](std::size_t slot, std::size_t b, std::size_t e) {
+    threads::parallel_chunks(panels, 1, threads, macs(o), [&](std::size_t slot, std::size_t b, std::size_t e) {
         for (std::size_t panel = b; panel < e; ++panel) {
             const std::uint8_t* weights = nullptr;
             if (packed != nullptr) {
@@ -345,7 +345,7 @@ PanelPack::PanelPack(Isa isa, const formats::PackedMatrix& w) : isa_(isa) {
     // Packing runs on the work pool, like the GEMM (the runtime uses no OpenMP: see docs/RUNTIME.md).
     const std::size_t threads = std::size_t(std::max(omp_get_max_threads(), 1));
     const double bytes = double(w.d_out) * double(w.d_in);
-    parallel_chunks(panels, 1, threads, bytes, [&](std::size_t, std::size_t b, std::size_t e) {
+    threads::parallel_chunks(panels, 1, threads, bytes, [&](std::size_t, std::size_t b, std::size_t e) {
         for (std::size_t panel = b; panel < e; ++panel)
             pack_panel(isa, gw, panel * kPanelRows, bytes_.data() + offset_ + panel * stride_);
     });
@@ -356,10 +356,10 @@ PanelPack::PanelPack(Isa isa, const formats::PackedMatrix& w) : isa_(isa) {
     block_bytes_ = avx2::row_block_bytes(int(f.id), w.d_in);
     blocks_.resize(checked_add(checked_mul(blocks, block_bytes_, "row blocks"), 63, "row blocks"));
     blocks_offset_ = (64 - reinterpret_cast<std::uintptr_t>(blocks_.data()) % 64) % 64;
-    parallel_chunks(blocks, 1, threads, bytes, [&](std::size_t, std::size_t b0, std::size_t b1) {
+    threads::parallel_chunks(blocks, 1, threads, bytes, [&](std::size_t, std::size_t b0, std::size_t b1) {
         for (std::size_t b = b0; b < b1; ++b)
             avx2::pack_row_block(gw, b * kRowBlock, blocks_.data() + blocks_offset_ + b * block_bytes_);
     });
 }
 
-}  // namespace wush::runtime
+}  // namespace wush::cpu

@@ -12,7 +12,7 @@
 #include "common/cpu_isa.h"
 #include "wush/wush.h"
 
-namespace wush::runtime {
+namespace wush::cpu {
 
 // Bytes of scratch gemm() needs for m activation rows against n x k weights in `format` when it
 // runs with `threads` threads (each packs its own weight panels). The result does not depend on
@@ -62,4 +62,4 @@ void gemm(Isa isa, const formats::PackedMatrix& w, std::span<const std::uint8_t>
           std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y,
           std::span<std::byte> scratch, const PanelPack* packed = nullptr);
 
-}  // namespace wush::runtime
+}  // namespace wush::cpu

@@ -7,7 +7,7 @@
 #include "cpu/gemm.h"
 #include "cpu/workspace.h"
 
-namespace wush::runtime {
+namespace wush::cpu {
 
 namespace {
 
@@ -61,4 +61,4 @@ void linear_forward(Isa isa, const BlockTransform& transform, MatrixUse use, con
     gemm(isa, weights, codes, scales, n_tokens, y_dtype, y, {gemm_space, rest > 63 ? rest - 63 : 0}, packed);
 }
 
-}  // namespace wush::runtime
+}  // namespace wush::cpu

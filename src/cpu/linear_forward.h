@@ -13,7 +13,7 @@
 #include "transforms/block_transform.h"
 #include "wush/wush.h"
 
-namespace wush::runtime {
+namespace wush::cpu {
 
 // Workspace bytes of linear_forward for n_tokens with up to `threads` threads.
 std::size_t linear_forward_workspace_bytes(const BlockTransform& transform, const formats::PackedMatrix& weights,
@@ -26,4 +26,4 @@ void linear_forward(Isa isa, const BlockTransform& transform, MatrixUse use, con
                     wush_dtype x_dtype, const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y,
                     std::span<std::byte> workspace, const PanelPack* packed = nullptr);
 
-}  // namespace wush::runtime
+}  // namespace wush::cpu

@@ -9,7 +9,7 @@
 #include "common/checked_math.h"
 #include "common/error.h"
 
-namespace wush::runtime {
+namespace wush::cpu {
 
 class Carver {
 public:
@@ -37,4 +37,4 @@ private:
     std::size_t used_ = 0;
 };
 
-}  // namespace wush::runtime
+}  // namespace wush::cpu

@@ -10,17 +10,17 @@
 
 namespace wush::eval {
 
-double runtime_layer_loss(runtime::Isa isa, const BlockTransform& transform, const formats::PackedMatrix& q,
+double runtime_layer_loss(Isa isa, const BlockTransform& transform, const formats::PackedMatrix& q,
                           std::span<const float> w, std::span<const float> x, std::size_t n_tokens) {
     require_layer(transform, q);
     const std::size_t d_in = q.d_in, d_out = q.d_out;
     const std::size_t tile = std::min(kTileTokens, std::max<std::size_t>(n_tokens, 1));
     std::vector<std::byte> workspace(
-        runtime::linear_forward_workspace_bytes(transform, q, tile, std::size_t(omp_get_max_threads())));
+        cpu::linear_forward_workspace_bytes(transform, q, tile, std::size_t(omp_get_max_threads())));
     std::vector<float> yq(tile * d_out);
     const MatrixUse use = classify_matrices(transform);
     return tiled_loss(w, d_out, d_in, x, n_tokens, [&](const float* xt, std::size_t rows, std::span<double> out) {
-        runtime::linear_forward(isa, transform, use, q, WUSH_DTYPE_F32, xt, rows, WUSH_DTYPE_F32, yq.data(), workspace);
+        cpu::linear_forward(isa, transform, use, q, WUSH_DTYPE_F32, xt, rows, WUSH_DTYPE_F32, yq.data(), workspace);
         std::copy(yq.begin(), yq.begin() + rows * d_out, out.begin());
     });
 }

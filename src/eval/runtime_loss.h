@@ -14,7 +14,7 @@ namespace wush::eval {
 
 // ||Y_q - Y||_F^2 / (d_out * n_tokens) with Y = X W^T in float64; w is d_out x d_in, x is
 // n_tokens x d_in, both float32 and finite. Throws NON_FINITE if the loss is not finite.
-double runtime_layer_loss(runtime::Isa isa, const BlockTransform& transform, const formats::PackedMatrix& q,
+double runtime_layer_loss(Isa isa, const BlockTransform& transform, const formats::PackedMatrix& q,
                           std::span<const float> w, std::span<const float> x, std::size_t n_tokens);
 
 }  // namespace wush::eval

@@ -1,7 +1,7 @@
 // The constants of the certified float32 quantizer, defined once for its three implementations:
-// the AVX-512 and AVX2 kernels (src/cpu/quantize_avx512.cpp, quantize_avx2.cpp) and the scalar
+// the AVX-512 and AVX2 kernels (src/cpu/kernels/quantize_avx512.cpp, quantize_avx2.cpp) and the scalar
 // host + device port (formats/certified_group.h). Variables only, no functions: the per-ISA
-// kernel files, compiled with their own target flags, may include it (src/cpu/kernels.h says why
+// kernel files, compiled with their own target flags, may include it (src/cpu/kernels/kernels.h says why
 // they include no header that defines a function).
 #pragma once
 

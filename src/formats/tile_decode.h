@@ -2,7 +2,7 @@
 // written once for host and device (WUSH_HD) so that the CPU unit test (tests/unit/
 // test_tile_decode.cpp) checks the very functions the kernels run.
 //
-// "Doubled" values (as in src/cpu/kernels.h): every 4-bit code decodes to twice its element value,
+// "Doubled" values (as in src/cpu/kernels/kernels.h): every 4-bit code decodes to twice its element value,
 // an integer: E2M1 x 2 in {0, 1, 2, 3, 4, 6, 8, 12} with sign, INT4 midrise x 2 = 2q + 1 in
 // [-15, 15]. Both fit int8, so a group's inner product is an exact int32 (|dot| <= 32 * 15 * 15)
 // computed by dp4a or an INT8 MMA, and its value is

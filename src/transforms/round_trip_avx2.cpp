@@ -11,7 +11,7 @@
 
 #include "transforms/round_trip_kernel.h"
 
-namespace wush::runtime::avx2 {
+namespace wush::avx2 {
 
 namespace {
 
@@ -73,4 +73,4 @@ int round_trip_errors(const RoundTripTable& table, const float* v, float* e, std
     return 0;
 }
 
-}  // namespace wush::runtime::avx2
+}  // namespace wush::avx2

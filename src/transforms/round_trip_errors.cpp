@@ -9,7 +9,7 @@
 #include "transforms/round_trip_kernel.h"
 #include "formats/round_trip.h"
 
-namespace wush::runtime {
+namespace wush {
 
 namespace {
 
@@ -96,4 +96,4 @@ bool round_trip_errors(const formats::FormatSpec& format, float* cat, std::size_
     return avx2::round_trip_errors(*table, cat + g, cat, n, 2 * g, int(g)) == 0;
 }
 
-}  // namespace wush::runtime
+}  // namespace wush

@@ -12,11 +12,11 @@
 #include "common/cpu_isa.h"
 #include "formats/block_format.h"
 
-namespace wush::runtime {
+namespace wush {
 
 // False if a value of V is not finite (the quantizers require finite input); E is then partly
 // written. `isa` must be supported (isa_supported); AVX-512 runs the AVX2 kernel, and INT4 (no
 // kernel) the portable loop on every ISA. Thread-safe.
 bool round_trip_errors(const formats::FormatSpec& format, float* cat, std::size_t n, std::size_t g, Isa isa);
 
-}  // namespace wush::runtime
+}  // namespace wush

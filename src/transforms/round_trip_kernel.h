@@ -1,6 +1,6 @@
 // The interface between the transform search's round-trip driver (round_trip_errors.cpp) and its
 // AVX2 kernel (round_trip_avx2.cpp), which is compiled with AVX2 target flags. The same rule as the
-// CPU runtime's kernels (src/cpu/kernels.h) holds for the same reason: this header defines no
+// CPU runtime's kernels (src/cpu/kernels/kernels.h) holds for the same reason: this header defines no
 // function, inline or implicit (an inline copy emitted with AVX2 flags could be the one the linker
 // keeps for callers on CPUs without AVX2), so plain aggregates and declarations only.
 #pragma once
@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace wush::runtime {
+namespace wush {
 
 // ---------------------------------------------------------------------------------------------
 // RTN round-trip errors of the transform search (round_trip_errors.h)
@@ -35,4 +35,4 @@ int round_trip_errors(const RoundTripTable& table, const float* v, float* e, std
                       int group);
 }  // namespace avx2
 
-}  // namespace wush::runtime
+}  // namespace wush

@@ -112,7 +112,7 @@ struct Workspace {
 // RTN round trip's error, each row one group (transforms/round_trip_errors.h: the same bits on every
 // ISA, so the ISA is the fastest this CPU has). False if a value is not finite.
 bool rtn_errors(const formats::FormatSpec& format, float* cat, std::size_t n, std::size_t g) {
-    return runtime::round_trip_errors(format, cat, n, g, runtime::best_isa());
+    return round_trip_errors(format, cat, n, g, best_isa());
 }
 
 // The weight side by GPTQ's in-block pass over the transformed rows Wt = W T_w^T (float64), with

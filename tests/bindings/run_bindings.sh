@@ -20,6 +20,10 @@
 #               quantize` (bindings/examples/tiny_model.py makes its inputs)
 #   go          bindings/go/wush: `go test` of the package (cgo, `#cgo pkg-config: wush`) and the
 #               model example on the same checkpoint
+#   abi-upgrade the Rust and Go programs of tests/bindings/abi_upgrade built against the previous
+#               release's header (abi/previous/wush.h) and against the installed one, all run
+#               against the installed library: their checks pass and their reports agree (and
+#               compare_headers.py finds no removed/changed declaration)
 #   python      ctypes example
 #   mpi         bindings_examples/mpi: distributed calibration with mpirun -np 1, 2 and 4 gives
 #               the same checkpoint as one process (compare_checkpoints), and a failing rank
@@ -29,8 +33,8 @@
 # and the exit status is 0 when M is 0, 1 otherwise (2 for a usage error).
 #
 # Environment:
-#   WUSH_BINDINGS_SKIP  space-separated checks not to run (e.g. "rust go" on a machine without
-#                       those toolchains); skipped checks are listed but not counted.
+#   WUSH_BINDINGS_SKIP  space-separated checks not to run (e.g. "rust go abi-upgrade" on a machine
+#                       without those toolchains); skipped checks are listed but not counted.
 #   CC                  C compiler (default: cc)
 #   CARGO_TARGET_DIR    where cargo builds (default: a temporary directory)
 # The check_* functions are called indirectly through run_check:
@@ -81,36 +85,7 @@ if [[ -z "$pc_file" ]]; then
     echo "run_bindings: no pkgconfig/wush.pc under $prefix (was libwush installed there?)" >&2
     failed=1
     failed_names+=(pkg-config)
-    # ---- MPI ---------------------------------------------------------------------------------------
-check_mpi() {
-    need mpicc mpirun timeout
-    # shellcheck disable=SC2046
-    mpicc -std=c99 -pedantic -Wall -Wextra -Werror -o "$work/calibrate_mpi" "$examples/mpi/calibrate_mpi.c" \
-        $("$PKG_CONFIG" --cflags --libs wush)
-    # shellcheck disable=SC2046
-    "${CC:-cc}" -std=c99 -pedantic -Wall -Wextra -Werror -o "$work/compare_checkpoints" \
-        "$examples/mpi/compare_checkpoints.c" $("$PKG_CONFIG" --cflags --libs wush) -lm
-    local run=(timeout 300 mpirun --oversubscribe -x OMP_NUM_THREADS=1 -x LD_LIBRARY_PATH) n
-    [[ $(id -u) -ne 0 ]] || run+=(--allow-run-as-root)
-    for n in 1 2 4; do
-        "${run[@]}" -np "$n" "$work/calibrate_mpi" --out "$work/ck$n.safetensors"
-    done
-    for n in 2 4; do
-        "$work/compare_checkpoints" "$work/ck1.safetensors" "$work/ck$n.safetensors"
-    done
-    if "${run[@]}" -np 4 "$work/calibrate_mpi" --out "$work/bad.safetensors" --fail-rank 2 2>"$work/fail.log"; then
-        echo "a failing rank did not fail the job" >&2
-        return 1
-    fi
-    local reported
-    reported=$(grep -c "calibration failed on rank 2" "$work/fail.log" || true)
-    echo "failing rank 2: reported by $reported of 4 ranks"
-    [[ $reported -eq 4 ]] || { cat "$work/fail.log" >&2; return 1; }
-    [[ ! -e "$work/bad.safetensors" ]] || { echo "a failed job left a checkpoint" >&2; return 1; }
-}
-run_check mpi check_mpi
-
-summary_and_exit
+    summary_and_exit
 fi
 export PKG_CONFIG_PATH
 PKG_CONFIG_PATH=$(dirname -- "$pc_file")
@@ -262,6 +237,78 @@ check_go() {
     env -u LD_LIBRARY_PATH "$work/model_go" $(model_args)
 }
 run_check go check_go
+
+# ---- ABI upgrade: programs built against the previous release's header, run on this library ------
+# abi/previous/wush.h is the previous release's public header (abi/README.md). The Rust and Go
+# programs in tests/bindings/abi_upgrade use only its calls; each is built twice, against that
+# header (wush-sys generated from it; cgo compiling it) and against the installed one, and all
+# four run against the installed (new) library. Each checks its results against float64 formulas,
+# the header's MXFP4 rule and documented names and sizes, and the four reports must be identical.
+# Before that, compare_headers.py checks the declarations (no function removed or changed, no
+# enumerator renumbered). No git history is needed.
+check_abi_upgrade() {
+    need python3 cargo go "$PKG_CONFIG"
+    local src="$repo_root/tests/bindings/abi_upgrade" up="$work/abi-upgrade"
+    local previous="$repo_root/abi/previous/wush.h" installed which header rd gd ok=1
+    installed="$("$PKG_CONFIG" --variable=includedir wush)/wush/wush.h"
+    [[ -f "$previous" ]] || { echo "no $previous (abi/README.md says how to record it)" >&2; return 1; }
+    # On a declaration-level break, still build and run the programs: their reports show what
+    # the break does to programs built against the previous release.
+    python3 "$src/compare_headers.py" "$previous" "$installed" || ok=0
+    mkdir -p "$up/out"
+    export GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=1
+    if [[ -z "${HOME:-}" || ! -w "${HOME:-/nonexistent}" ]]; then
+        export GOCACHE="$work/go-cache" GOPATH="$work/go-path"
+    fi
+    for which in previous installed; do
+        header=$previous
+        [[ $which == installed ]] && header=$installed
+        # Rust: a copy of wush-sys whose ffi.rs and version come from $header, the program beside it.
+        rd="$up/rust-$which"
+        mkdir -p "$rd/wush-sys/src" "$rd/check/src" "$rd/.cargo"
+        cp "$repo_root/bindings/rust/.cargo/config.toml" "$rd/.cargo/"
+        cp "$repo_root/bindings/rust/wush-sys/build.rs" "$repo_root/bindings/rust/wush-sys/Cargo.toml" "$rd/wush-sys/"
+        cp "$repo_root/bindings/rust/wush-sys/src/lib.rs" "$rd/wush-sys/src/"
+        python3 "$repo_root/bindings/rust/wush-sys/generate.py" --header "$header" --out "$rd/wush-sys/src/ffi.rs"
+        local version
+        version=$(sed -n 's/^#define WUSH_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\).*/\2/p' "$header" | paste -sd.)
+        sed -i "s/^version = \".*\"/version = \"$version\"/" "$rd/wush-sys/Cargo.toml"
+        cp "$src/rust/Cargo.toml" "$rd/check/"
+        cp "$src/rust/src/main.rs" "$rd/check/src/"
+        if ! (cd "$rd/check" && CARGO_TARGET_DIR="$rd/target" cargo build --offline --quiet); then
+            echo "abi-upgrade: the Rust program does not build against the $which header" >&2
+            ok=0
+        elif ! "$rd/target/debug/wush-upgrade-check" "$up/out" > "$up/rust-$which.txt"; then
+            echo "abi-upgrade: the Rust program built against the $which header failed its checks" >&2
+            ok=0
+        fi
+        # Go: the program with $header beside it as wush.h; the library from pkg-config's --libs.
+        gd="$up/go-$which"
+        mkdir -p "$gd"
+        cp "$src/go/main.go" "$src/go/go.mod" "$gd/"
+        cp "$header" "$gd/wush.h"
+        if ! (cd "$gd" && CGO_LDFLAGS="$("$PKG_CONFIG" --libs wush)" go build -o "$gd/check" .); then
+            echo "abi-upgrade: the Go program does not build against the $which header" >&2
+            ok=0
+        elif ! "$gd/check" "$up/out" > "$up/go-$which.txt"; then
+            echo "abi-upgrade: the Go program built against the $which header failed its checks" >&2
+            ok=0
+        fi
+        echo "abi-upgrade: built and ran the programs against the $which header ($version)"
+    done
+    local report
+    touch "$up/rust-previous.txt"
+    for report in rust-installed go-previous go-installed; do
+        if ! cmp -s "$up/rust-previous.txt" "$up/$report.txt" 2>/dev/null; then
+            echo "abi-upgrade: the report of $report differs from rust-previous's:" >&2
+            diff "$up/rust-previous.txt" "$up/$report.txt" >&2 || true  # (a missing report: diff says so)
+            ok=0
+        fi
+    done
+    [[ $ok -eq 1 ]] || return 1
+    echo "abi-upgrade: 4 identical reports ($(grep -c '^check\.' "$up/rust-previous.txt") checks each)"
+}
+run_check abi-upgrade check_abi_upgrade
 
 # ---- Python ------------------------------------------------------------------------------------
 check_python() {

@@ -7,13 +7,17 @@
    bug in the generator cannot agree with itself;
 3. the crate versions (wush-sys, wush) and the Go package's version constant follow the header's
    WUSH_VERSION_* (docs/BINDINGS.md: the packages are versioned with the library);
-4. the check can fail: a header with one parameter type changed gives a different ffi.rs.
+4. the check can fail: a header with one parameter type changed gives a different ffi.rs;
+5. generate.py --header/--out makes the declarations of another header (abi/previous/wush.h, for
+   run_bindings.sh's abi-upgrade check).
 Needs only python3. Exit 1 on any mismatch.
 """
 import importlib.util
 import pathlib
 import re
+import subprocess
 import sys
+import tempfile
 
 root = pathlib.Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("_wush_rust_gen", root / "bindings/rust/wush-sys/generate.py")
@@ -62,6 +66,23 @@ if not m or m.group(1) != want:
 mutated = header.replace("size_t n_rows, size_t d_in, void* codes", "size_t n_rows, int d_in, void* codes", 1)
 if mutated == header or gen.render(mutated) == ffi:
     failures.append("mutation test: a changed parameter type did not change the generated ffi.rs")
+
+# generate.py --header/--out (the abi-upgrade check's wush-sys from abi/previous/wush.h): the file
+# it writes declares that header's functions, and --check of the same pair agrees.
+with tempfile.TemporaryDirectory() as tmp:
+    out = pathlib.Path(tmp) / "ffi.rs"
+    args = [sys.executable, str(root / "bindings/rust/wush-sys/generate.py"), "--header",
+            str(root / "abi/previous/wush.h"), "--out", str(out)]
+    written = subprocess.run(args, capture_output=True, text=True)
+    checked = subprocess.run(args + ["--check"], capture_output=True, text=True)
+    prev = (root / "abi/previous/wush.h").read_text()
+    if written.returncode != 0 or checked.returncode != 0 or not out.is_file():
+        failures.append(f"generate.py --header/--out: {written.stdout}{written.stderr}{checked.stdout}")
+    else:
+        text = out.read_text()
+        n_prev = len(re.findall(r"^    pub fn wush_\w+\(", text, flags=re.M))
+        if n_prev != len(gen.hdr.parse_functions(prev)) or "from abi/previous/wush.h" not in text.splitlines()[0]:
+            failures.append(f"generate.py --header abi/previous/wush.h: {n_prev} functions, first line {text.splitlines()[0]!r}")
 
 for f in failures:
     print("FAIL:", f)

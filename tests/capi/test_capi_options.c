@@ -141,15 +141,35 @@ static void test_search(wush_context* ctx, const Layer* l) {
 
     CHECK_STATUS(wush_calibrator_create(l->d_in, TG, WUSH_MOMENTS_BLOCK_DIAGONAL, &cal), WUSH_OK);
     CHECK_STATUS(wush_calibrator_add(ctx, cal, WUSH_DTYPE_F32, l->cal, l->n_cal), WUSH_OK);
-    /* the search needs the format: wush_transform_build refuses it for WUSH, the data-free kinds ignore it */
+    /* the search needs the format: wush_transform_build refuses it for WUSH; the data-free kinds
+     * have nothing to search, so both entry points refuse a search of them instead of ignoring it */
     CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, l->d_in, WUSH_TRANSFORM_WUSH, o,
                                       &untouched),
                  WUSH_ERR_INVALID_ARGUMENT);
     CHECK(untouched == (wush_transform*)0x1);
-    CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, l->d_in, WUSH_TRANSFORM_HADAMARD, o, &t),
-                 WUSH_OK);
-    wush_transform_destroy(t);
-    t = NULL;
+    {
+        const wush_transform_kind data_free[] = {WUSH_TRANSFORM_IDENTITY, WUSH_TRANSFORM_HADAMARD, WUSH_TRANSFORM_RANDOM};
+        size_t k;
+        for (k = 0; k < 3; ++k) {
+            CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, l->d_in, data_free[k], o,
+                                              &untouched),
+                         WUSH_ERR_INVALID_ARGUMENT);
+            CHECK(strstr(wush_last_error(), "nothing to search") != NULL);
+            CHECK_STATUS(wush_layer_quantize(ctx, cal, data_free[k], WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32,
+                                             l->w, l->d_out, l->d_in, o, &untouched, &untouched_q),
+                         WUSH_ERR_INVALID_ARGUMENT);
+            CHECK(strstr(wush_last_error(), "nothing to search") != NULL);
+            CHECK_STATUS(wush_transform_create_fixed(data_free[k], l->d_in, TG, o, &untouched),
+                         WUSH_ERR_INVALID_ARGUMENT);
+            CHECK(untouched == (wush_transform*)0x1 && untouched_q == (wush_qweight*)0x1);
+            /* without the search the same calls succeed */
+            CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, l->d_in, data_free[k], NULL,
+                                              &t),
+                         WUSH_OK);
+            wush_transform_destroy(t);
+            t = NULL;
+        }
+    }
     /* a format whose group is not the calibrator's G */
     CHECK_STATUS(wush_layer_quantize(ctx, cal, WUSH_TRANSFORM_WUSH, WUSH_FORMAT_NVFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32,
                                      l->w, l->d_out, l->d_in, o, &untouched, &untouched_q),

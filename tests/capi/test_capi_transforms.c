@@ -56,6 +56,66 @@ static void test_transform_names(void) {
     CHECK(wush_transform_kind_name((wush_transform_kind)-1) == NULL);
 }
 
+/* The tools' spelling: a kind name, "+s" for the search, refused on the data-free kinds. */
+static void test_transform_spec_names(void) {
+    static const struct {
+        const char* name;
+        wush_status status;
+        wush_transform_kind kind;
+        int search;
+    } cases[] = {
+        {"wush", WUSH_OK, WUSH_TRANSFORM_WUSH, 0},          {"wush+s", WUSH_OK, WUSH_TRANSFORM_WUSH, 1},
+        {"WUS+s", WUSH_OK, WUSH_TRANSFORM_WUS, 1},          {"hadamard", WUSH_OK, WUSH_TRANSFORM_HADAMARD, 0},
+        {"i", WUSH_OK, WUSH_TRANSFORM_IDENTITY, 0},         {"r", WUSH_OK, WUSH_TRANSFORM_RANDOM, 0},
+        {"h+s", WUSH_ERR_INVALID_ARGUMENT, 0, 0},           {"identity+s", WUSH_ERR_INVALID_ARGUMENT, 0, 0},
+        {"r+s", WUSH_ERR_INVALID_ARGUMENT, 0, 0},           {"+s", WUSH_ERR_INVALID_ARGUMENT, 0, 0},
+        {"wush+", WUSH_ERR_INVALID_ARGUMENT, 0, 0},         {"wush+s+s", WUSH_ERR_INVALID_ARGUMENT, 0, 0},
+        {"wush+S", WUSH_ERR_INVALID_ARGUMENT, 0, 0},        {"", WUSH_ERR_INVALID_ARGUMENT, 0, 0},
+    };
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        wush_transform_kind kind = (wush_transform_kind)99;
+        int search = 7;
+        CHECK_STATUS(wush_transform_spec_from_name(cases[i].name, &kind, &search), cases[i].status);
+        if (cases[i].status == WUSH_OK) {
+            CHECK(kind == cases[i].kind && search == cases[i].search);
+        } else {
+            CHECK(kind == (wush_transform_kind)99 && search == 7); /* outputs untouched on refusal */
+            CHECK(strstr(wush_last_error(), cases[i].name) != NULL);
+        }
+    }
+    {
+        wush_transform_kind kind;
+        int search;
+        CHECK_STATUS(wush_transform_spec_from_name(NULL, &kind, &search), WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(wush_transform_spec_from_name("wush", NULL, &search), WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(wush_transform_spec_from_name("wush", &kind, NULL), WUSH_ERR_INVALID_ARGUMENT);
+    }
+}
+
+/* Method names: the checkpoint's spelling, parsed case-insensitively, NULL outside the enum. */
+static void test_method_names(void) {
+    static const char* const names[] = {"rtn", "gptq"};
+    const wush_method methods[] = {WUSH_METHOD_RTN, WUSH_METHOD_GPTQ};
+    wush_method m = (wush_method)99;
+    size_t k;
+    for (k = 0; k < 2; ++k) {
+        const char* name = wush_method_name(methods[k]);
+        CHECK(name != NULL && strcmp(name, names[k]) == 0);
+        CHECK_STATUS(wush_method_from_name(names[k], &m), WUSH_OK);
+        CHECK(m == methods[k]);
+    }
+    CHECK_STATUS(wush_method_from_name("GPTQ", &m), WUSH_OK);
+    CHECK(m == WUSH_METHOD_GPTQ);
+    m = (wush_method)99;
+    CHECK_STATUS(wush_method_from_name("awq", &m), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(m == (wush_method)99 && strstr(wush_last_error(), "awq") != NULL);
+    CHECK_STATUS(wush_method_from_name(NULL, &m), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_method_from_name("rtn", NULL), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(wush_method_name((wush_method)2) == NULL);
+    CHECK(wush_method_name((wush_method)-1) == NULL);
+}
+
 static void test_transforms(wush_context* ctx, const Layer* l) {
     const size_t d = l->d_in, g = TG, c = d / TG;
     wush_calibrator* cal = NULL;
@@ -520,6 +580,8 @@ static void test_progress(wush_context* ctx, const Layer* l) {
 
 int main(void) {
     test_transform_names();
+    test_transform_spec_names();
+    test_method_names();
     static const LayerTest tests[] = {test_transforms, test_progress, NULL};
     return run_layer_tests("capi_transforms", tests);
 }

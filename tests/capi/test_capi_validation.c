@@ -58,10 +58,33 @@ typedef struct {
     double loss; /* on the validation tokens */
 } Built;
 
+/* `o` less the search (seed, damping and storage dtype kept): the library refuses a search of
+ * I, H and R, which have nothing to search, so the guard's data-free candidates are these. */
+static wush_options* without_search(const wush_options* o) {
+    wush_options* out = NULL;
+    double damping = 0.0;
+    int64_t seed = 0, storage = 0;
+    CHECK_STATUS(wush_options_create(&out), WUSH_OK);
+    if (o != NULL && out != NULL) {
+        CHECK_STATUS(wush_options_get_double(o, WUSH_OPTION_DAMPING, &damping), WUSH_OK);
+        CHECK_STATUS(wush_options_get_int(o, WUSH_OPTION_SEED, &seed), WUSH_OK);
+        CHECK_STATUS(wush_options_get_int(o, WUSH_OPTION_TRANSFORM_DTYPE, &storage), WUSH_OK);
+        CHECK_STATUS(wush_options_set_double(out, WUSH_OPTION_DAMPING, damping), WUSH_OK);
+        CHECK_STATUS(wush_options_set_int(out, WUSH_OPTION_SEED, seed), WUSH_OK);
+        CHECK_STATUS(wush_options_set_int(out, WUSH_OPTION_TRANSFORM_DTYPE, storage), WUSH_OK);
+    }
+    return out;
+}
+
 static Built build(wush_context* ctx, wush_calibrator* c, wush_transform_kind kind, wush_format f, wush_method m,
                    const float* w, const wush_options* o, const float* val) {
     Built b = {NULL, NULL, -1.0};
-    CHECK_STATUS(wush_layer_quantize(ctx, c, kind, f, m, WUSH_DTYPE_F32, w, D_OUT, D_IN, o, &b.t, &b.q), WUSH_OK);
+    const int data_free = kind != WUSH_TRANSFORM_WUS && kind != WUSH_TRANSFORM_WUSH;
+    wush_options* plain = data_free ? without_search(o) : NULL;
+    CHECK_STATUS(wush_layer_quantize(ctx, c, kind, f, m, WUSH_DTYPE_F32, w, D_OUT, D_IN, data_free ? plain : o, &b.t,
+                                     &b.q),
+                 WUSH_OK);
+    wush_options_destroy(plain);
     if (b.t != NULL && b.q != NULL && val != NULL)
         CHECK_STATUS(wush_layer_loss(ctx, b.t, b.q, WUSH_DTYPE_F32, w, WUSH_DTYPE_F32, val, N_VAL, &b.loss), WUSH_OK);
     return b;

@@ -42,10 +42,10 @@ bool have_gpu() {
 constexpr std::size_t kDin = 256;
 // The CPU reference runs on the best ISA, one thread.
 struct HostRun {
-    runtime::Isa isa;
+    Isa isa;
     std::size_t threads;
 };
-const HostRun kHost{runtime::best_isa(), 1};
+const HostRun kHost{best_isa(), 1};
 const wush_format kFormats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4, WUSH_FORMAT_MXFP4_OCP};
 const TransformKind kKinds[] = {TransformKind::Identity, TransformKind::Hadamard, TransformKind::Random};
 
@@ -88,8 +88,8 @@ Packed cpu_quantize(const BlockTransform& t, const formats::FormatSpec& f, wush_
     const formats::PackedSizes s = formats::packed_sizes(f, n, kDin);
     Packed p{std::vector<std::uint8_t>(s.codes), std::vector<std::uint8_t>(s.scales)};
     const MatrixUse use = classify_matrices(t);
-    std::vector<float> scratch(runtime::quantize_scratch_floats(t, use));
-    runtime::quantize_activations(t, use, f, dtype, x, n, p.codes, p.scales, kHost.isa, scratch, kHost.threads);
+    std::vector<float> scratch(cpu::quantize_scratch_floats(t, use));
+    cpu::quantize_activations(t, use, f, dtype, x, n, p.codes, p.scales, kHost.isa, scratch, kHost.threads);
     return p;
 }
 
@@ -106,8 +106,8 @@ formats::PackedMatrix make_weight(const formats::FormatSpec& f, std::size_t d_ou
 
 std::vector<float> cpu_gemm(const formats::PackedMatrix& w, const Packed& a, std::size_t m) {
     std::vector<float> y(m * w.d_out);
-    std::vector<std::byte> scratch(runtime::gemm_scratch_bytes(formats::spec(w.format), m, w.d_out, w.d_in, 1));
-    runtime::gemm(kHost.isa, w, a.codes, a.scales, m, WUSH_DTYPE_F32, y.data(), scratch);
+    std::vector<std::byte> scratch(cpu::gemm_scratch_bytes(formats::spec(w.format), m, w.d_out, w.d_in, 1));
+    cpu::gemm(kHost.isa, w, a.codes, a.scales, m, WUSH_DTYPE_F32, y.data(), scratch);
     return y;
 }
 
@@ -356,8 +356,8 @@ TEST(CudaIssue32, QuantizeBitExactAtModelWidths) {
                     const formats::PackedSizes s = formats::packed_sizes(f, m, d_in);
                     Packed want{std::vector<std::uint8_t>(s.codes), std::vector<std::uint8_t>(s.scales)};
                     const MatrixUse use = classify_matrices(t);
-                    std::vector<float> scratch(runtime::quantize_scratch_floats(t, use));
-                    runtime::quantize_activations(t, use, f, WUSH_DTYPE_F32, x.data(), m, want.codes, want.scales, kHost.isa,
+                    std::vector<float> scratch(cpu::quantize_scratch_floats(t, use));
+                    cpu::quantize_activations(t, use, f, WUSH_DTYPE_F32, x.data(), m, want.codes, want.scales, kHost.isa,
                                                   scratch, kHost.threads);
                     const cuda::DeviceBuffer xd = upload(x);
                     cuda::DeviceBuffer cd(s.codes), sd(s.scales);

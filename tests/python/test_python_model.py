@@ -328,7 +328,7 @@ class ModelFlow(unittest.TestCase):
         run_cli("quantize-model", MODEL, "--calib", CALIB, "--validation", HELD, "--format", "mxfp4",
                 "--transform", "wush+s", "--method", "gptq", "--out", out, "--seq-len", "64", "--max-samples", "4")
         self.check_folder(out)
-        with self.assertRaisesRegex(ValueError, "nothing to search"):
+        with self.assertRaisesRegex(ValueError, "only wus and wush have a search"):
             wt.quantize_model(base_model(), batches, transform="hadamard", search=True)
         with self.assertRaisesRegex(ValueError, "search=True"):
             wt.quantize_model(base_model(), batches, validation_batches=val)

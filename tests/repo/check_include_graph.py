@@ -15,7 +15,7 @@ import os
 import re
 import sys
 
-ORDER = ["common", "formats", "calibration", "transforms", "storage", "prequant", "backend", "cpu",
+ORDER = ["common", "threads", "formats", "calibration", "transforms", "storage", "prequant", "backend", "cpu",
          "eval", "pipeline"]
 REGISTRY = "capi/backend_registry.cpp"
 SOURCE = re.compile(r"\.(h|hpp|cpp|cc|cu|cuh)$")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks that a built libwush runs on any x86-64 CPU: AVX2 instructions (ymm registers) may appear
-# only in the AVX2 and AVX-512 kernel functions (namespaces wush::runtime::avx2 / ::avx512, and the
-# per-file static helpers of src/cpu/transpose_avx*.h), and AVX-512 ones (zmm or mask
+# only in the AVX2 and AVX-512 kernel functions (namespaces wush::cpu::avx2 / ::avx512 of
+# src/cpu/kernels/, the search's wush::avx2 round trip, and the per-file static helpers of
+# src/cpu/kernels/transpose_avx*.h), and AVX-512 ones (zmm or mask
 # registers, ymm16-31) only in the AVX-512 kernels. A violation means code compiled with a kernel
 # file's target flags leaked into code that runs before the ISA check (kernels.h explains how).
 #
@@ -12,11 +13,11 @@ command -v objdump >/dev/null || { echo "check_isa_isolation: FAIL: objdump not 
 objdump -d --no-show-raw-insn -C "$lib" | awk '
     /^[0-9a-f]+ <.*>:$/ { fn = substr($0, index($0, "<") + 1); sub(/>:$/, "", fn); next }
     /%zmm|%k[0-7]|%ymm(1[6-9]|2[0-9]|3[01])|%xmm(1[6-9]|2[0-9]|3[01])/ {
-        if (fn !~ /wush::runtime::(avx512|simd512)::/ && fn !~ /wush::runtime::simd256::/ && !(fn in bad512)) { bad512[fn] = 1; print "AVX-512 outside the AVX-512 kernels: " fn }
+        if (fn !~ /wush::(cpu::)?(avx512|simd512)::/ && fn !~ /wush::(cpu::)?simd256::/ && !(fn in bad512)) { bad512[fn] = 1; print "AVX-512 outside the AVX-512 kernels: " fn }
         next
     }
     /%ymm/ {
-        if (fn !~ /wush::runtime::(avx2|avx512|simd256|simd512)::/ && !(fn in bad2)) { bad2[fn] = 1; print "AVX2 outside the kernels: " fn }
+        if (fn !~ /wush::(cpu::)?(avx2|avx512|simd256|simd512)::/ && !(fn in bad2)) { bad2[fn] = 1; print "AVX2 outside the kernels: " fn }
     }
     END { }' > /tmp/check_isa_isolation.$$ || true
 if [[ -s /tmp/check_isa_isolation.$$ ]]; then

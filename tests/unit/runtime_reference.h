@@ -17,10 +17,10 @@
 namespace wush::test {
 
 // The kernel sets this CPU can run (the scalar path always).
-inline std::vector<runtime::Isa> supported_isas() {
-    std::vector<runtime::Isa> out;
-    for (runtime::Isa isa : {runtime::Isa::Scalar, runtime::Isa::Avx2, runtime::Isa::Avx512Vnni})
-        if (runtime::isa_supported(isa)) out.push_back(isa);
+inline std::vector<Isa> supported_isas() {
+    std::vector<Isa> out;
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni})
+        if (isa_supported(isa)) out.push_back(isa);
     return out;
 }
 

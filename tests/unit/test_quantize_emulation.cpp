@@ -1,7 +1,7 @@
 // The fused quantize kernels' own device source (cuda/quantize_kernel.cuh: the tile kernel and
 // the small-m kernel) run on the CPU through tests/unit/cuda_host_emulation.h, launched as
 // cuda/quantize_kernel.cu launches them, against the CPU runtime's bytes
-// (runtime::quantize_activations, which equals the float64 definition): every format, identity /
+// (cpu::quantize_activations, which equals the float64 definition): every format, identity /
 // shared / per-block matrices, F32 / BF16 / F16 inputs, ragged token and group counts, aligned and
 // misaligned x and codes (vector and scalar paths), and NaN/Inf groups (not written, reported).
 //
@@ -150,8 +150,8 @@ Result run_cpu(const BlockTransform& t, const formats::FormatSpec& f, const std:
     r.codes.resize(s.codes);
     r.scales.resize(s.scales);
     const MatrixUse use = classify_matrices(t);
-    std::vector<float> scratch(runtime::quantize_scratch_floats(t, use));
-    runtime::quantize_activations(t, use, f, WUSH_DTYPE_F32, x.data(), n, r.codes, r.scales, runtime::best_isa(), scratch, 1);
+    std::vector<float> scratch(cpu::quantize_scratch_floats(t, use));
+    cpu::quantize_activations(t, use, f, WUSH_DTYPE_F32, x.data(), n, r.codes, r.scales, best_isa(), scratch, 1);
     return r;
 }
 

@@ -29,7 +29,7 @@
 namespace wush {
 namespace {
 
-using runtime::Isa;
+using wush::Isa;
 using test::supported_isas;
 
 struct Packed {
@@ -87,15 +87,15 @@ double rel_frobenius(const std::vector<float>& got, const std::vector<double>& r
 
 // `pack`: a prepared layer's packed weights (panels, and the AVX2 row blocks for m <= 4).
 std::vector<float> run_gemm(Isa isa, const formats::PackedMatrix& w, const Packed& a, std::size_t m, wush_dtype y_dtype,
-                            std::vector<std::uint16_t>* bf16 = nullptr, const runtime::PanelPack* pack = nullptr) {
+                            std::vector<std::uint16_t>* bf16 = nullptr, const cpu::PanelPack* pack = nullptr) {
     const formats::FormatSpec& f = formats::spec(w.format);
-    std::vector<std::byte> scratch(runtime::gemm_scratch_bytes(f, m, w.d_out, w.d_in, std::size_t(omp_get_max_threads())));
+    std::vector<std::byte> scratch(cpu::gemm_scratch_bytes(f, m, w.d_out, w.d_in, std::size_t(omp_get_max_threads())));
     std::vector<float> y(m * w.d_out, -1.0f);
     if (y_dtype == WUSH_DTYPE_BF16) {
         bf16->assign(m * w.d_out, 0xFFFF);
-        runtime::gemm(isa, w, a.codes, a.scales, m, y_dtype, bf16->data(), scratch, pack);
+        cpu::gemm(isa, w, a.codes, a.scales, m, y_dtype, bf16->data(), scratch, pack);
     } else {
-        runtime::gemm(isa, w, a.codes, a.scales, m, y_dtype, y.data(), scratch, pack);
+        cpu::gemm(isa, w, a.codes, a.scales, m, y_dtype, y.data(), scratch, pack);
     }
     return y;
 }
@@ -137,7 +137,7 @@ TEST_P(GemmOnIsa, MatchesFloat64ProductOfDequantizedOperands) {
             const std::vector<float> y = run_gemm(isa, w, a, s.m, WUSH_DTYPE_F32);
             EXPECT_LE(rel_frobenius(y, ref), 1e-5) << f.name << " m=" << s.m << " n=" << s.n << " k=" << s.k;
             // The prepared layer's layouts (packed once): the same product.
-            const runtime::PanelPack pack(isa, w);
+            const cpu::PanelPack pack(isa, w);
             if (isa == Isa::Avx2 && s.k % 32 == 0) {
                 EXPECT_NE(pack.row_blocks(), nullptr);
             }
@@ -182,7 +182,7 @@ TEST_P(GemmOnIsa, LargeShapeAndThreadCountIndependence) {
         const std::size_t n_big = 4200;
         const Packed big = random_packed(format, n_big, k, rng);
         const formats::PackedMatrix wb{format, n_big, k, formats::ByteView(big.codes), formats::ByteView(big.scales)};
-        const runtime::PanelPack pack(isa, wb);
+        const cpu::PanelPack pack(isa, wb);
         for (std::size_t mm : {std::size_t(1), std::size_t(3), std::size_t(6)}) {
             omp_set_num_threads(1);
             const std::vector<float> s1 = run_gemm(isa, wb, a, mm, WUSH_DTYPE_F32);
@@ -209,7 +209,7 @@ TEST_P(GemmOnIsa, ConcurrentCallersGetTheSameResults) {
     const std::size_t n = 2100, k = 1024;
     const Packed b = random_packed(WUSH_FORMAT_MXFP4, n, k, rng);
     const formats::PackedMatrix w{WUSH_FORMAT_MXFP4, n, k, formats::ByteView(b.codes), formats::ByteView(b.scales)};
-    const runtime::PanelPack pack(isa, w);
+    const cpu::PanelPack pack(isa, w);
     for (std::size_t m : {std::size_t(1), std::size_t(12)}) {
         const Packed a = random_packed(WUSH_FORMAT_MXFP4, m, k, rng);
         const std::vector<float> expect = run_gemm(isa, w, a, m, WUSH_DTYPE_F32);
@@ -235,7 +235,7 @@ TEST(Gemm, NonFiniteActivationScaleIsRejected) {
     std::vector<std::uint8_t> scales(2 * 4, 127);
     scales[5] = 0xFF;  // E8M0 NaN
     try {
-        runtime::check_activation_scales(f, scales, 2, 128);
+        cpu::check_activation_scales(f, scales, 2, 128);
         ADD_FAILURE() << "no error";
     } catch (const Error& e) {
         EXPECT_EQ(e.status(), WUSH_ERR_NON_FINITE);
@@ -275,14 +275,14 @@ TEST_P(GemmOnIsa, LinearForwardIsQuantizeThenGemmInItsWorkspace) {
         const formats::PackedMatrix q = prequantize_rtn(t, f, l.w, l.d_out);
         for (std::size_t n : {std::size_t(1), std::size_t(4), std::size_t(21)}) {
             // A workspace for one thread, used by a multi-threaded call.
-            std::vector<std::byte> ws(runtime::linear_forward_workspace_bytes(t, q, n, 1));
+            std::vector<std::byte> ws(cpu::linear_forward_workspace_bytes(t, q, n, 1));
             std::vector<float> y(n * l.d_out);
             const MatrixUse use = classify_matrices(t);
-            runtime::linear_forward(isa, t, use, q, WUSH_DTYPE_F32, l.x.data(), n, WUSH_DTYPE_F32, y.data(), ws);
+            cpu::linear_forward(isa, t, use, q, WUSH_DTYPE_F32, l.x.data(), n, WUSH_DTYPE_F32, y.data(), ws);
             const formats::PackedSizes sz = formats::packed_sizes(f, n, l.d_in);
             Packed a{std::vector<std::uint8_t>(sz.codes), std::vector<std::uint8_t>(sz.scales)};
-            std::vector<float> scratch(runtime::quantize_scratch_floats(t, use));
-            runtime::quantize_activations(t, use, f, WUSH_DTYPE_F32, l.x.data(), n, a.codes, a.scales, isa, scratch, 2);
+            std::vector<float> scratch(cpu::quantize_scratch_floats(t, use));
+            cpu::quantize_activations(t, use, f, WUSH_DTYPE_F32, l.x.data(), n, a.codes, a.scales, isa, scratch, 2);
             EXPECT_EQ(y, run_gemm(isa, q, a, n, WUSH_DTYPE_F32)) << f.name << " n=" << n;
         }
     }
@@ -321,7 +321,7 @@ TEST(RuntimeLoss, OverflowingOutputIsNonFinite) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, GemmOnIsa, ::testing::ValuesIn(supported_isas()),
-                         [](const auto& info) { return std::string(runtime::isa_name(info.param)); });
+                         [](const auto& info) { return std::string(isa_name(info.param)); });
 
 }  // namespace
 }  // namespace wush

@@ -25,7 +25,7 @@
 namespace wush {
 namespace {
 
-using runtime::Isa;
+using wush::Isa;
 using test::supported_isas;
 
 constexpr std::size_t kDin = 256;
@@ -165,8 +165,8 @@ Output run(Isa isa, const BlockTransform& t, const formats::FormatSpec& f, wush_
     const formats::PackedSizes sizes = formats::packed_sizes(f, n, kDin);
     Output out{std::vector<std::uint8_t>(sizes.codes, 0xAA), std::vector<std::uint8_t>(sizes.scales, 0xAA)};
     const MatrixUse use = classify_matrices(t);
-    std::vector<float> scratch(runtime::quantize_scratch_floats(t, use));
-    runtime::quantize_activations(t, use, f, dtype, in.bytes.data(), n, out.codes, out.scales, isa, scratch, 2);
+    std::vector<float> scratch(cpu::quantize_scratch_floats(t, use));
+    cpu::quantize_activations(t, use, f, dtype, in.bytes.data(), n, out.codes, out.scales, isa, scratch, 2);
     return out;
 }
 
@@ -190,7 +190,7 @@ TEST_P(QuantizeOnIsa, MatchesFloat64ReferenceExceptAtBoundaries) {
                 const Output out = run(isa, t, f, dtype, in, n);
                 const Tally tally = compare(t, format, in.values, n, out.codes, out.scales);
                 std::printf("[ tally    ] %-11s %-9s %-8s %-4s groups %zu, boundary cases: scales %zu, codes %zu\n",
-                            runtime::isa_name(isa), f.name, transform_kind_name(kind), dtype == WUSH_DTYPE_F32 ? "f32" : dtype == WUSH_DTYPE_F16 ? "f16" : "bf16",
+                            isa_name(isa), f.name, transform_kind_name(kind), dtype == WUSH_DTYPE_F32 ? "f32" : dtype == WUSH_DTYPE_F16 ? "f16" : "bf16",
                             tally.groups, tally.scale_boundary, tally.code_boundary);
                 EXPECT_EQ(tally.failures, 0u) << f.name << " " << transform_kind_name(kind) << ": " << tally.first_failure;
                 // Boundary cases are rare by construction; many would mean a loose comparison.
@@ -331,7 +331,7 @@ TEST_P(QuantizeOnIsa, NonFiniteInputIsReportedWithItsPosition) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, QuantizeOnIsa, ::testing::ValuesIn(supported_isas()),
-                         [](const auto& info) { return std::string(runtime::isa_name(info.param)); });
+                         [](const auto& info) { return std::string(isa_name(info.param)); });
 
 }  // namespace
 }  // namespace wush

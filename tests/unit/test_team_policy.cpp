@@ -1,4 +1,4 @@
-// The work pool's policy (src/cpu/team_policy.h) against its documented rules: a small job runs
+// The work pool's policy (src/threads/team_policy.h) against its documented rules: a small job runs
 // on the team unless a remembered straggler wait, halving every half-life, exceeds a quarter of
 // the job's estimated one-thread time, or the team's median time (last 8 runs) does not beat the
 // time alone (each way still tried every kExplore-th call); a large job always runs on the team.
@@ -6,11 +6,11 @@
 
 #include <cmath>
 
-#include "cpu/team_policy.h"
+#include "threads/team_policy.h"
 
 namespace {
 
-using wush::runtime::TeamPolicy;
+using wush::threads::TeamPolicy;
 
 constexpr std::uintptr_t kKind = 0x1000, kOther = 0x2000;
 constexpr double kMs = 1e-3;

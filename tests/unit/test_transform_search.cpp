@@ -220,8 +220,8 @@ std::vector<float> boundary_rows(const formats::FormatSpec& f, std::size_t g) {
 // The oracle is the scalar round trip, itself checked against quantize then dequantize above.
 TEST(TransformSearch, RoundTripErrorsAreTheSameOnEveryIsa) {
     int isas_run = 0;
-    for (runtime::Isa isa : {runtime::Isa::Scalar, runtime::Isa::Avx2, runtime::Isa::Avx512Vnni}) {
-        if (!runtime::isa_supported(isa)) continue;
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni}) {
+        if (!isa_supported(isa)) continue;
         ++isas_run;
         for (wush_format fmt : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_MXFP4_OCP, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}) {
             const formats::FormatSpec& f = formats::spec(fmt);
@@ -239,19 +239,19 @@ TEST(TransformSearch, RoundTripErrorsAreTheSameOnEveryIsa) {
                 formats::round_trip_group(f, want.data() + r * g, int(g));
                 for (std::size_t j = 0; j < g; ++j) want[r * g + j] -= v[r * g + j];
             }
-            ASSERT_TRUE(runtime::round_trip_errors(f, cat.data(), n, g, isa));
+            ASSERT_TRUE(round_trip_errors(f, cat.data(), n, g, isa));
             for (std::size_t r = 0; r < n; ++r)
                 for (std::size_t j = 0; j < g; ++j) {
                     ASSERT_EQ(std::bit_cast<std::uint32_t>(cat[(2 * r) * g + j]),
                               std::bit_cast<std::uint32_t>(want[r * g + j]))
-                        << runtime::isa_name(isa) << " " << f.name << " row " << r << " element " << j << " of "
+                        << isa_name(isa) << " " << f.name << " row " << r << " element " << j << " of "
                         << v[r * g + j];
                     ASSERT_EQ(cat[(2 * r + 1) * g + j], v[r * g + j]);  // V is left as it was
                 }
             for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
                 std::vector<float> c2(cat);
                 c2[(2 * (n - 1) + 1) * g + g / 2] = -bad;  // the last row's V
-                EXPECT_FALSE(runtime::round_trip_errors(f, c2.data(), n, g, isa)) << f.name;
+                EXPECT_FALSE(round_trip_errors(f, c2.data(), n, g, isa)) << f.name;
             }
         }
     }

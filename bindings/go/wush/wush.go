@@ -22,6 +22,13 @@
 //
 // CPU contexts take Go slices. CUDA contexts take device pointers, through the methods named
 // *Device, which take unsafe.Pointer: the slice methods refuse a CUDA context.
+//
+// Element types: the methods take float32 slices; beside each one that reads or writes tensors
+// is a generic function named after its receiver and method (Go methods take no type
+// parameters) over Element (float32, Float16, BFloat16) and OutputElement (float32, BFloat16):
+// LinearRun, LinearForward, LinearQuantize, ContextQuantizeActivations, ContextGemm,
+// ContextLinearForward, ContextLayerLoss, CalibratorAdd, CalibratorAddValidation.
+// BuildTransform, NewQWeight and LayerQuantize are generic over the weight's type themselves.
 package wush
 
 // #cgo pkg-config: wush
@@ -258,7 +265,8 @@ func goStringOrEmpty(p *C.char) string {
 // ---- elements and slices -----------------------------------------------------------------------
 
 // Half is a 16-bit float element (binary16 or bfloat16) as its bits; which one is said by the
-// DType passed with the slice.
+// DType passed with the slice (QuantizeRows). Float16 and BFloat16 carry their DType in the type
+// and are what the generic runtime functions take.
 type Half uint16
 
 // BF16FromFloat32 rounds to bfloat16, to nearest even.
@@ -269,6 +277,89 @@ func BF16FromFloat32(x float32) Half {
 	}
 	return Half((b + 0x7fff + ((b >> 16) & 1)) >> 16)
 }
+
+// Float16 is an IEEE binary16 value, as its bits.
+type Float16 uint16
+
+// BFloat16 is a bfloat16 value (the upper 16 bits of a binary32), as its bits.
+type BFloat16 uint16
+
+// Element is an element type of the dense tensors the library reads (wush_dtype F32, F16,
+// BF16): the type parameter of the generic runtime functions (LinearRun, ContextGemm, ...).
+type Element interface{ float32 | Float16 | BFloat16 }
+
+// OutputElement is an element type the runtime writes outputs in: float32 or BFloat16 (the
+// header's y_dtype; BF16 is the float32 result rounded to nearest even).
+type OutputElement interface{ float32 | BFloat16 }
+
+// DTypeOf is the DType of an Element type: F32, F16 or BF16.
+func DTypeOf[T Element]() DType {
+	var z T
+	switch any(z).(type) {
+	case Float16:
+		return F16
+	case BFloat16:
+		return BF16
+	}
+	return F32
+}
+
+// Float16FromFloat32 rounds to binary16, to nearest even (overflow gives +-Inf, NaN stays NaN).
+func Float16FromFloat32(x float32) Float16 {
+	b := math.Float32bits(x)
+	sign := uint16(b>>16) & 0x8000
+	exp, man := int(b>>23)&0xff, b&0x7fffff
+	if exp == 0xff {
+		if man != 0 {
+			return Float16(sign | 0x7e00)
+		}
+		return Float16(sign | 0x7c00)
+	}
+	e := exp - 127 + 15 // binary16's biased exponent
+	switch {
+	case e >= 0x1f:
+		return Float16(sign | 0x7c00)
+	case e <= 0: // a binary16 subnormal (or zero): units of 2^-24
+		if e < -10 {
+			return Float16(sign)
+		}
+		m := man | 0x800000
+		shift := uint(14 - e)
+		h, rem, half := m>>shift, m&(1<<shift-1), uint32(1)<<(shift-1)
+		if rem > half || (rem == half && h&1 == 1) {
+			h++
+		}
+		return Float16(sign | uint16(h))
+	}
+	h := uint32(e)<<10 | man>>13
+	if rem := man & 0x1fff; rem > 0x1000 || (rem == 0x1000 && h&1 == 1) {
+		h++ // a carry into the exponent is right, up to +-Inf
+	}
+	return Float16(sign | uint16(h))
+}
+
+// Float32 is the value (exact).
+func (h Float16) Float32() float32 {
+	sign := uint32(h&0x8000) << 16
+	exp, man := uint32(h>>10)&0x1f, uint32(h&0x3ff)
+	switch exp {
+	case 0:
+		v := float32(man) * (1.0 / (1 << 24))
+		if sign != 0 {
+			return -v
+		}
+		return v
+	case 0x1f:
+		return math.Float32frombits(sign | 0x7f800000 | man<<13)
+	}
+	return math.Float32frombits(sign | (exp+127-15)<<23 | man<<13)
+}
+
+// BFloat16FromFloat32 rounds to bfloat16, to nearest even (NaN stays NaN).
+func BFloat16FromFloat32(x float32) BFloat16 { return BFloat16(BF16FromFloat32(x)) }
+
+// Float32 is the value (exact).
+func (b BFloat16) Float32() float32 { return math.Float32frombits(uint32(b) << 16) }
 
 // Tensor data the runtime reads: []float32 (F32) or []Half with a DType (F16 or BF16).
 type elements struct {
@@ -281,13 +372,17 @@ func elemsOf(x interface{}, halfType DType) (elements, error) {
 	switch v := x.(type) {
 	case []float32:
 		return elements{ptrOf(v), len(v), F32}, nil
+	case []Float16:
+		return elements{ptrOf(v), len(v), F16}, nil
+	case []BFloat16:
+		return elements{ptrOf(v), len(v), BF16}, nil
 	case []Half:
 		if halfType != F16 && halfType != BF16 {
 			return elements{}, invalid("a []Half needs F16 or BF16")
 		}
 		return elements{ptrOf(v), len(v), halfType}, nil
 	}
-	return elements{}, invalid("unsupported element slice %T (use []float32 or []Half)", x)
+	return elements{}, invalid("unsupported element slice %T (use []float32, []Float16, []BFloat16 or []Half)", x)
 }
 
 func ptrOf[T any](s []T) unsafe.Pointer {
@@ -534,8 +629,15 @@ func (c *Context) DequantizeRows(format Format, codes, scales []byte, nRows, dIn
 	return y, err
 }
 
-// QuantizeActivations is wush_quantize_activations (CPU contexts).
+// QuantizeActivations is wush_quantize_activations (CPU contexts) of float32 activations;
+// ContextQuantizeActivations takes the other element types.
 func (c *Context) QuantizeActivations(t *Transform, format Format, x []float32, codes, scales []byte) error {
+	return ContextQuantizeActivations(c, t, format, x, codes, scales)
+}
+
+// ContextQuantizeActivations is wush_quantize_activations (CPU contexts): x is float32, Float16
+// or BFloat16.
+func ContextQuantizeActivations[X Element](c *Context, t *Transform, format Format, x []X, codes, scales []byte) error {
 	p, err := c.host("QuantizeActivations")
 	if err != nil {
 		return err
@@ -550,13 +652,19 @@ func (c *Context) QuantizeActivations(t *Transform, format Format, x []float32, 
 	defer runtime.KeepAlive(c)
 	defer runtime.KeepAlive(t)
 	return call(func() C.wush_status {
-		return C.wush_quantize_activations(p, t.p, C.wush_format(format), C.WUSH_DTYPE_F32, ptrOf(x), C.size_t(n),
+		return C.wush_quantize_activations(p, t.p, C.wush_format(format), C.wush_dtype(DTypeOf[X]()), ptrOf(x), C.size_t(n),
 			C.size_t(t.dIn), ptrOf(codes), C.size_t(len(codes)), ptrOf(scales), C.size_t(len(scales)))
 	})
 }
 
-// Gemm is wush_gemm: y (m x d_out, float32) from m packed activation rows (CPU contexts).
+// Gemm is wush_gemm: y (m x d_out, float32) from m packed activation rows (CPU contexts);
+// ContextGemm writes BFloat16 too.
 func (c *Context) Gemm(q *QWeight, aCodes, aScales []byte, m int, y []float32) error {
+	return ContextGemm(c, q, aCodes, aScales, m, y)
+}
+
+// ContextGemm is wush_gemm (CPU contexts): y (m x d_out) in float32 or BFloat16.
+func ContextGemm[Y OutputElement](c *Context, q *QWeight, aCodes, aScales []byte, m int, y []Y) error {
 	p, err := c.host("Gemm")
 	if err != nil {
 		return err
@@ -568,12 +676,20 @@ func (c *Context) Gemm(q *QWeight, aCodes, aScales []byte, m int, y []float32) e
 	defer runtime.KeepAlive(q)
 	return call(func() C.wush_status {
 		return C.wush_gemm(p, q.p, ptrOf(aCodes), C.size_t(len(aCodes)), ptrOf(aScales), C.size_t(len(aScales)),
-			C.size_t(m), C.WUSH_DTYPE_F32, ptrOf(y), C.size_t(len(y)))
+			C.size_t(m), C.wush_dtype(DTypeOf[Y]()), ptrOf(y), C.size_t(len(y)))
 	})
 }
 
-// LinearForward is wush_linear_forward with a workspace it allocates (CPU contexts).
+// LinearForward is wush_linear_forward with a workspace it allocates (CPU contexts), float32 in
+// and out; ContextLinearForward takes and writes the other element types.
 func (c *Context) LinearForward(t *Transform, q *QWeight, x []float32) ([]float32, error) {
+	return ContextLinearForward[float32](c, t, q, x)
+}
+
+// ContextLinearForward is wush_linear_forward with a workspace it allocates (CPU contexts): x is
+// float32, Float16 or BFloat16, the output float32 or BFloat16 (name it:
+// ContextLinearForward[wush.BFloat16](ctx, t, q, x)).
+func ContextLinearForward[Y OutputElement, X Element](c *Context, t *Transform, q *QWeight, x []X) ([]Y, error) {
 	p, err := c.host("LinearForward")
 	if err != nil {
 		return nil, err
@@ -599,17 +715,24 @@ func (c *Context) LinearForward(t *Transform, q *QWeight, x []float32) ([]float3
 		return nil, err
 	}
 	ws := make([]byte, wsBytes)
-	y := make([]float32, n*info.DOut)
+	y := make([]Y, n*info.DOut)
 	err = call(func() C.wush_status {
-		return C.wush_linear_forward(p, t.p, q.p, C.WUSH_DTYPE_F32, ptrOf(x), C.size_t(n), C.WUSH_DTYPE_F32, ptrOf(y),
-			C.size_t(len(y)), ptrOf(ws), C.size_t(len(ws)))
+		return C.wush_linear_forward(p, t.p, q.p, C.wush_dtype(DTypeOf[X]()), ptrOf(x), C.size_t(n),
+			C.wush_dtype(DTypeOf[Y]()), ptrOf(y), C.size_t(len(y)), ptrOf(ws), C.size_t(len(ws)))
 	})
 	return y, err
 }
 
 // LayerLoss is wush_layer_loss (runtime false) or wush_layer_loss_runtime (true), on float32
-// weight (d_out x d_in) and held-out tokens x. Host memory on every backend.
+// weight (d_out x d_in) and held-out tokens x. Host memory on every backend. ContextLayerLoss
+// takes the other element types.
 func (c *Context) LayerLoss(t *Transform, q *QWeight, weight, x []float32, runtimePath bool) (float64, error) {
+	return ContextLayerLoss(c, t, q, weight, x, runtimePath)
+}
+
+// ContextLayerLoss is LayerLoss with weight and x each float32, Float16 or BFloat16.
+func ContextLayerLoss[W Element, X Element](c *Context, t *Transform, q *QWeight, weight []W, x []X,
+	runtimePath bool) (float64, error) {
 	p := c.ptr()
 	if p == nil || t.p == nil || q.p == nil {
 		return 0, errClosed
@@ -630,11 +753,11 @@ func (c *Context) LayerLoss(t *Transform, q *QWeight, weight, x []float32, runti
 	defer runtime.KeepAlive(q)
 	var loss C.double
 	err = call(func() C.wush_status {
+		wd, xd := C.wush_dtype(DTypeOf[W]()), C.wush_dtype(DTypeOf[X]())
 		if runtimePath {
-			return C.wush_layer_loss_runtime(p, t.p, q.p, C.WUSH_DTYPE_F32, ptrOf(weight), C.WUSH_DTYPE_F32, ptrOf(x),
-				C.size_t(n), &loss)
+			return C.wush_layer_loss_runtime(p, t.p, q.p, wd, ptrOf(weight), xd, ptrOf(x), C.size_t(n), &loss)
 		}
-		return C.wush_layer_loss(p, t.p, q.p, C.WUSH_DTYPE_F32, ptrOf(weight), C.WUSH_DTYPE_F32, ptrOf(x), C.size_t(n), &loss)
+		return C.wush_layer_loss(p, t.p, q.p, wd, ptrOf(weight), xd, ptrOf(x), C.size_t(n), &loss)
 	})
 	return float64(loss), err
 }
@@ -787,12 +910,23 @@ func (c *Calibrator) Close() {
 }
 
 // Add is wush_calibrator_add on a CPU context (rows of d_in float32 tokens).
-func (c *Calibrator) Add(ctx *Context, x []float32) error { return c.offer(ctx, x, false) }
+// CalibratorAdd takes the other element types.
+func (c *Calibrator) Add(ctx *Context, x []float32) error { return offer(c, ctx, x, false) }
 
 // AddValidation is wush_calibrator_add_validation on a CPU context.
-func (c *Calibrator) AddValidation(ctx *Context, x []float32) error { return c.offer(ctx, x, true) }
+func (c *Calibrator) AddValidation(ctx *Context, x []float32) error { return offer(c, ctx, x, true) }
 
-func (c *Calibrator) offer(ctx *Context, x []float32, validation bool) error {
+// CalibratorAdd is wush_calibrator_add on a CPU context: x is float32, Float16 or BFloat16.
+func CalibratorAdd[X Element](c *Calibrator, ctx *Context, x []X) error {
+	return offer(c, ctx, x, false)
+}
+
+// CalibratorAddValidation is wush_calibrator_add_validation on a CPU context (x as CalibratorAdd).
+func CalibratorAddValidation[X Element](c *Calibrator, ctx *Context, x []X) error {
+	return offer(c, ctx, x, true)
+}
+
+func offer[X Element](c *Calibrator, ctx *Context, x []X, validation bool) error {
 	p, err := ctx.host("Calibrator.Add")
 	if err != nil {
 		return err
@@ -808,9 +942,9 @@ func (c *Calibrator) offer(ctx *Context, x []float32, validation bool) error {
 	defer runtime.KeepAlive(c)
 	return call(func() C.wush_status {
 		if validation {
-			return C.wush_calibrator_add_validation(p, c.p, C.WUSH_DTYPE_F32, ptrOf(x), C.size_t(n))
+			return C.wush_calibrator_add_validation(p, c.p, C.wush_dtype(DTypeOf[X]()), ptrOf(x), C.size_t(n))
 		}
-		return C.wush_calibrator_add(p, c.p, C.WUSH_DTYPE_F32, ptrOf(x), C.size_t(n))
+		return C.wush_calibrator_add(p, c.p, C.wush_dtype(DTypeOf[X]()), ptrOf(x), C.size_t(n))
 	})
 }
 
@@ -951,8 +1085,9 @@ func (t *Transform) Close() {
 	}
 }
 
-// BuildTransform is wush_transform_build: weight is d_out x d_in float32 (d_in the calibrator's).
-func BuildTransform(ctx *Context, cal *Calibrator, weight []float32, dOut int, kind TransformKind, opts *Options) (*Transform, error) {
+// BuildTransform is wush_transform_build: weight is d_out x d_in (d_in the calibrator's) float32,
+// Float16 or BFloat16.
+func BuildTransform[W Element](ctx *Context, cal *Calibrator, weight []W, dOut int, kind TransformKind, opts *Options) (*Transform, error) {
 	p := ctx.ptr()
 	if p == nil || cal.p == nil {
 		return nil, errClosed
@@ -965,7 +1100,7 @@ func BuildTransform(ctx *Context, cal *Calibrator, weight []float32, dOut int, k
 	defer runtime.KeepAlive(opts)
 	var t *C.wush_transform
 	if err := call(func() C.wush_status {
-		return C.wush_transform_build(p, cal.p, C.WUSH_DTYPE_F32, ptrOf(weight), C.size_t(dOut), C.size_t(cal.dIn),
+		return C.wush_transform_build(p, cal.p, C.wush_dtype(DTypeOf[W]()), ptrOf(weight), C.size_t(dOut), C.size_t(cal.dIn),
 			C.wush_transform_kind(kind), optPtr(opts), &t)
 	}); err != nil {
 		return nil, err
@@ -1070,8 +1205,8 @@ func (q *QWeight) Close() {
 	}
 }
 
-// NewQWeight is wush_qweight_create: weight is d_out x d_in float32.
-func NewQWeight(ctx *Context, t *Transform, format Format, method Method, weight []float32, dOut int, opts *Options) (*QWeight, error) {
+// NewQWeight is wush_qweight_create: weight is d_out x d_in float32, Float16 or BFloat16.
+func NewQWeight[W Element](ctx *Context, t *Transform, format Format, method Method, weight []W, dOut int, opts *Options) (*QWeight, error) {
 	p := ctx.ptr()
 	if p == nil || t.p == nil {
 		return nil, errClosed
@@ -1084,7 +1219,7 @@ func NewQWeight(ctx *Context, t *Transform, format Format, method Method, weight
 	defer runtime.KeepAlive(opts)
 	var q *C.wush_qweight
 	if err := call(func() C.wush_status {
-		return C.wush_qweight_create(p, t.p, C.wush_format(format), C.wush_method(method), C.WUSH_DTYPE_F32, ptrOf(weight),
+		return C.wush_qweight_create(p, t.p, C.wush_format(format), C.wush_method(method), C.wush_dtype(DTypeOf[W]()), ptrOf(weight),
 			C.size_t(dOut), C.size_t(t.dIn), optPtr(opts), &q)
 	}); err != nil {
 		return nil, err
@@ -1092,8 +1227,9 @@ func NewQWeight(ctx *Context, t *Transform, format Format, method Method, weight
 	return wrapQWeight(q), nil
 }
 
-// LayerQuantize is wush_layer_quantize: a layer's transform and quantized weights in one call.
-func LayerQuantize(ctx *Context, cal *Calibrator, kind TransformKind, format Format, method Method, weight []float32,
+// LayerQuantize is wush_layer_quantize: a layer's transform and quantized weights in one call
+// (weight as NewQWeight).
+func LayerQuantize[W Element](ctx *Context, cal *Calibrator, kind TransformKind, format Format, method Method, weight []W,
 	dOut int, opts *Options) (*Transform, *QWeight, error) {
 	p := ctx.ptr()
 	if p == nil || cal.p == nil {
@@ -1109,7 +1245,7 @@ func LayerQuantize(ctx *Context, cal *Calibrator, kind TransformKind, format For
 	var q *C.wush_qweight
 	if err := call(func() C.wush_status {
 		return C.wush_layer_quantize(p, cal.p, C.wush_transform_kind(kind), C.wush_format(format), C.wush_method(method),
-			C.WUSH_DTYPE_F32, ptrOf(weight), C.size_t(dOut), C.size_t(cal.dIn), optPtr(opts), &t, &q)
+			C.wush_dtype(DTypeOf[W]()), ptrOf(weight), C.size_t(dOut), C.size_t(cal.dIn), optPtr(opts), &t, &q)
 	}); err != nil {
 		return nil, nil, err
 	}
@@ -1220,8 +1356,14 @@ func (l *Linear) WorkspaceSize(nTokens int) (int, error) {
 	return int(b), err
 }
 
-// Quantize is wush_linear_quantize: the activation side alone (CPU contexts).
+// Quantize is wush_linear_quantize: the activation side alone (CPU contexts), of float32
+// activations; LinearQuantize takes the other element types.
 func (l *Linear) Quantize(x []float32, codes, scales []byte) error {
+	return LinearQuantize(l, x, codes, scales)
+}
+
+// LinearQuantize is wush_linear_quantize (CPU contexts): x is float32, Float16 or BFloat16.
+func LinearQuantize[X Element](l *Linear, x []X, codes, scales []byte) error {
 	if err := l.requireHost("Linear.Quantize"); err != nil {
 		return err
 	}
@@ -1229,12 +1371,18 @@ func (l *Linear) Quantize(x []float32, codes, scales []byte) error {
 	if err != nil {
 		return err
 	}
-	return l.QuantizeDevice(F32, ptrOf(x), n, ptrOf(codes), len(codes), ptrOf(scales), len(scales))
+	defer runtime.KeepAlive(x)
+	return l.QuantizeDevice(DTypeOf[X](), ptrOf(x), n, ptrOf(codes), len(codes), ptrOf(scales), len(scales))
 }
 
 // Run is wush_linear_run: y (n x d_out float32) for x (n x d_in float32) with a caller's
-// workspace of WorkspaceSize bytes; allocates nothing (CPU contexts).
-func (l *Linear) Run(x, y []float32, workspace []byte) error {
+// workspace of WorkspaceSize bytes; allocates nothing (CPU contexts). LinearRun takes and writes
+// the other element types.
+func (l *Linear) Run(x, y []float32, workspace []byte) error { return LinearRun(l, x, y, workspace) }
+
+// LinearRun is wush_linear_run (CPU contexts): x (n x d_in) float32, Float16 or BFloat16, y
+// (n x d_out) float32 or BFloat16 (the float32 result rounded to nearest even).
+func LinearRun[X Element, Y OutputElement](l *Linear, x []X, y []Y, workspace []byte) error {
 	if err := l.requireHost("Linear.Run"); err != nil {
 		return err
 	}
@@ -1242,11 +1390,18 @@ func (l *Linear) Run(x, y []float32, workspace []byte) error {
 	if err != nil {
 		return err
 	}
-	return l.RunDevice(F32, ptrOf(x), n, F32, ptrOf(y), len(y), ptrOf(workspace), len(workspace))
+	defer runtime.KeepAlive(x)
+	defer runtime.KeepAlive(y)
+	defer runtime.KeepAlive(workspace)
+	return l.RunDevice(DTypeOf[X](), ptrOf(x), n, DTypeOf[Y](), ptrOf(y), len(y), ptrOf(workspace), len(workspace))
 }
 
 // Forward is Run with a new output and workspace.
-func (l *Linear) Forward(x []float32) ([]float32, error) {
+func (l *Linear) Forward(x []float32) ([]float32, error) { return LinearForward[float32](l, x) }
+
+// LinearForward is LinearRun with a new output and workspace; the output type is named
+// (LinearForward[wush.BFloat16](l, x)), the input's inferred.
+func LinearForward[Y OutputElement, X Element](l *Linear, x []X) ([]Y, error) {
 	n, err := rowsOf(len(x), l.DIn, "x")
 	if err != nil {
 		return nil, err
@@ -1255,8 +1410,8 @@ func (l *Linear) Forward(x []float32) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	y := make([]float32, n*l.DOut)
-	return y, l.Run(x, y, make([]byte, wb))
+	y := make([]Y, n*l.DOut)
+	return y, LinearRun(l, x, y, make([]byte, wb))
 }
 
 // QuantizeDevice is wush_linear_quantize with raw pointers: device pointers on a CUDA context

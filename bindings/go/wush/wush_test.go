@@ -606,3 +606,311 @@ func TestSampleSizeFollowsTheSearchAndItsGuard(t *testing.T) {
 		t.Fatal("guard 2 accepted")
 	}
 }
+
+// ---- element types: Float16 and BFloat16 against their definitions ------------------------------
+
+// f16Value decodes binary16 bits by the format's definition (IEEE 754), in float64.
+func f16Value(h uint16) float64 {
+	e, m := int(h>>10)&31, float64(h&1023)
+	v := (1 + m/1024) * math.Ldexp(1, e-15)
+	switch e {
+	case 0:
+		v = m / 1024 * math.Ldexp(1, -14)
+	case 31:
+		v = math.Inf(1)
+		if m != 0 {
+			v = math.NaN()
+		}
+	}
+	if h&0x8000 != 0 {
+		return -v
+	}
+	return v
+}
+
+// nearestOf reports whether got is a correctly rounded (to nearest, ties to even bits) choice of
+// x among the neighbours lo and hi (consecutive values with bit patterns bl and bh = bl + 1).
+func nearestOf(x, lo, hi float64, bl, got uint16) bool {
+	dl, dh := x-lo, hi-x
+	switch {
+	case dl < dh:
+		return got == bl
+	case dh < dl:
+		return got == bl+1
+	}
+	return got == bl+bl&1 // the even one
+}
+
+func TestFloat16AgainstItsDefinition(t *testing.T) {
+	for b := 0; b < 1<<16; b++ {
+		h := uint16(b)
+		want, got := f16Value(h), float64(Float16(h).Float32())
+		if !(got == want || math.IsNaN(want) && math.IsNaN(got)) || math.Signbit(got) != math.Signbit(want) {
+			t.Fatalf("Float16(%#04x).Float32() = %v, want %v", h, got, want)
+		}
+		if math.IsNaN(want) {
+			if r := Float16FromFloat32(float32(want)); !math.IsNaN(f16Value(uint16(r))) {
+				t.Fatalf("NaN encodes to %#04x", r)
+			}
+			continue
+		}
+		if r := Float16FromFloat32(float32(want)); uint16(r) != h {
+			t.Fatalf("Float16FromFloat32(%v) = %#04x, want %#04x", want, r, h)
+		}
+		// Between h and the next value up in magnitude: the midpoint (exact in float32) rounds to
+		// the even one, one float32 step either side to the nearer one.
+		if h&0x7fff >= 0x7c00 {
+			continue
+		}
+		lo, hi := math.Abs(want), math.Abs(f16Value(h+1))
+		if hi == math.Inf(1) {
+			hi = 65536 // where the rounding to +-Inf starts: the next binade's first value
+		}
+		mid := float32((lo + hi) / 2)
+		for _, x := range []float32{mid, math.Nextafter32(mid, 0), math.Nextafter32(mid, float32(math.Inf(1)))} {
+			sx := x
+			if h&0x8000 != 0 {
+				sx = -x
+			}
+			r := uint16(Float16FromFloat32(sx)) & 0x7fff
+			if !nearestOf(float64(x), lo, hi, h&0x7fff, r) {
+				t.Fatalf("Float16FromFloat32(%v) = %#04x, not the nearest of %#04x, %#04x", sx, r, h&0x7fff, h&0x7fff+1)
+			}
+		}
+	}
+	if Float16FromFloat32(1e-9) != 0 || Float16FromFloat32(-1e6) != 0xfc00 {
+		t.Error("underflow to +0 / overflow to -Inf")
+	}
+}
+
+func TestBFloat16AgainstItsDefinition(t *testing.T) {
+	for i, x := range sample(20000, 3) {
+		x *= float32(math.Ldexp(1, i%60-30))
+		b := BFloat16FromFloat32(x)
+		if got, want := float64(b.Float32()), float64(math.Float32frombits(uint32(b)<<16)); got != want {
+			t.Fatalf("Float32 of %#04x: %v, want %v", b, got, want)
+		}
+		mag := uint16(b) & 0x7fff
+		// The two bfloat16 neighbours of |x| by their definition (the upper 16 bits of a binary32).
+		bl := uint16(math.Float32bits(float32(math.Abs(float64(x)))) >> 16)
+		lo, hi := float64(math.Float32frombits(uint32(bl)<<16)), float64(math.Float32frombits(uint32(bl+1)<<16))
+		if !nearestOf(math.Abs(float64(x)), lo, hi, bl, mag) || (uint16(b)&0x8000 != 0) != math.Signbit(float64(x)) {
+			t.Fatalf("BFloat16FromFloat32(%v) = %#04x, not the nearest of %#04x, %#04x", x, b, bl, bl+1)
+		}
+	}
+	if DTypeOf[float32]() != F32 || DTypeOf[Float16]() != F16 || DTypeOf[BFloat16]() != BF16 {
+		t.Error("DTypeOf")
+	}
+}
+
+// ---- the runtime in every dtype the header allows ------------------------------------------------
+
+func toF16(x []float32) ([]Float16, []float32) {
+	h, back := make([]Float16, len(x)), make([]float32, len(x))
+	for i, v := range x {
+		h[i] = Float16FromFloat32(v)
+		back[i] = float32(f16Value(uint16(h[i]))) // the rounded value, decoded by the test's own rule
+	}
+	return h, back
+}
+
+func toBF16(x []float32) ([]BFloat16, []float32) {
+	b, back := make([]BFloat16, len(x)), make([]float32, len(x))
+	for i, v := range x {
+		b[i] = BFloat16FromFloat32(v)
+		back[i] = math.Float32frombits(uint32(b[i]) << 16)
+	}
+	return b, back
+}
+
+// checkBF16Output: each BF16 output is the float32 output (y, computed on the same inputs) rounded
+// to nearest even, as the header says.
+func checkBF16Output(t *testing.T, what string, yb []BFloat16, y []float32) {
+	t.Helper()
+	if len(yb) != len(y) {
+		t.Fatalf("%s: %d outputs, want %d", what, len(yb), len(y))
+	}
+	for i := range y {
+		a := math.Abs(float64(y[i]))
+		bl := uint16(math.Float32bits(float32(a)) >> 16)
+		lo, hi := float64(math.Float32frombits(uint32(bl)<<16)), float64(math.Float32frombits(uint32(bl+1)<<16))
+		if !nearestOf(a, lo, hi, bl, uint16(yb[i])&0x7fff) || (uint16(yb[i])&0x8000 != 0) != math.Signbit(float64(y[i])) {
+			t.Fatalf("%s: output %d is %#04x, not %v rounded to bfloat16", what, i, yb[i], y[i])
+		}
+	}
+}
+
+func equalF32(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s: value %d is %v, want %v", what, i, got[i], want[i])
+		}
+	}
+}
+
+// Float16 and BFloat16 inputs give what float32 inputs holding the same (rounded) values give, and
+// BFloat16 outputs are the float32 outputs rounded; the float32 path itself is checked against
+// float64 in TestPreparedLayerEqualsPerCallAndFloat64.
+func TestRuntimeTakesEveryDType(t *testing.T) {
+	ctx := cpu(t)
+	l := calibrated(t, ctx)
+	tr, q, err := LayerQuantize(ctx, l.cal, WUSH, MXFP4, RTN, l.weight, l.dOut, nil)
+	must(t, err)
+	lin, err := NewLinear(ctx, tr, q)
+	must(t, err)
+	defer lin.Close()
+	n := len(l.heldout) / l.dIn
+	x16, x16f := toF16(l.heldout)
+	xb, xbf := toBF16(l.heldout)
+	cb, sb, _ := MXFP4.BufferSizes(n, l.dIn)
+	wb, err := lin.WorkspaceSize(n)
+	must(t, err)
+
+	// Prepared layer: forward, run, quantize.
+	y, err := lin.Forward(l.heldout)
+	must(t, err)
+	y16f, err := lin.Forward(x16f)
+	must(t, err)
+	ybf, err := lin.Forward(xbf)
+	must(t, err)
+	got, err := LinearForward[float32](lin, x16)
+	must(t, err)
+	equalF32(t, "LinearForward(Float16)", got, y16f)
+	got, err = LinearForward[float32](lin, xb)
+	must(t, err)
+	equalF32(t, "LinearForward(BFloat16)", got, ybf)
+	yb, err := LinearForward[BFloat16](lin, l.heldout)
+	must(t, err)
+	checkBF16Output(t, "LinearForward[BFloat16](float32)", yb, y)
+	yb = make([]BFloat16, n*l.dOut)
+	must(t, LinearRun(lin, x16, yb, make([]byte, wb)))
+	checkBF16Output(t, "LinearRun(Float16 -> BFloat16)", yb, y16f)
+	if err := LinearRun(lin, xb, yb[:len(yb)-1], make([]byte, wb)); statusOf(err) != ErrBufferTooSmall {
+		t.Error("a short BFloat16 output:", err)
+	}
+	if err := LinearRun(lin, x16[:l.dIn+1], yb, make([]byte, wb)); statusOf(err) != ErrInvalidArgument {
+		t.Error("x not whole rows:", err)
+	}
+	for _, tc := range []struct {
+		name string
+		run  func(codes, scales []byte) error
+		ref  []float32
+	}{
+		{"Float16", func(c, s []byte) error { return LinearQuantize(lin, x16, c, s) }, x16f},
+		{"BFloat16", func(c, s []byte) error { return LinearQuantize(lin, xb, c, s) }, xbf},
+	} {
+		c, s := make([]byte, cb), make([]byte, sb)
+		c2, s2 := make([]byte, cb), make([]byte, sb)
+		must(t, tc.run(c, s))
+		must(t, lin.Quantize(tc.ref, c2, s2))
+		if string(c) != string(c2) || string(s) != string(s2) {
+			t.Errorf("LinearQuantize(%s) differs from float32 activations of the same values", tc.name)
+		}
+		c3, s3 := make([]byte, cb), make([]byte, sb)
+		switch tc.name {
+		case "Float16":
+			must(t, ContextQuantizeActivations(ctx, tr, MXFP4, x16, c3, s3))
+		default:
+			must(t, ContextQuantizeActivations(ctx, tr, MXFP4, xb, c3, s3))
+		}
+		if string(c3) != string(c2) || string(s3) != string(s2) {
+			t.Errorf("ContextQuantizeActivations(%s) differs from float32 activations of the same values", tc.name)
+		}
+	}
+
+	// Per-call functions: GEMM and forward with BFloat16 outputs, forward with half inputs.
+	ac, as := make([]byte, cb), make([]byte, sb)
+	must(t, ctx.QuantizeActivations(tr, MXFP4, l.heldout, ac, as))
+	yg := make([]float32, n*l.dOut)
+	must(t, ctx.Gemm(q, ac, as, n, yg))
+	ygb := make([]BFloat16, n*l.dOut)
+	must(t, ContextGemm(ctx, q, ac, as, n, ygb))
+	checkBF16Output(t, "ContextGemm[BFloat16]", ygb, yg)
+	yfb, err := ContextLinearForward[BFloat16](ctx, tr, q, x16)
+	must(t, err)
+	checkBF16Output(t, "ContextLinearForward(Float16 -> BFloat16)", yfb, y16f)
+	yf, err := ContextLinearForward[float32](ctx, tr, q, xb)
+	must(t, err)
+	equalF32(t, "ContextLinearForward(BFloat16)", yf, ybf)
+
+	// Losses with BFloat16 weights and Float16 tokens, against float32 holding the same values.
+	wbits, wf := toBF16(l.weight)
+	for _, runtimePath := range []bool{false, true} {
+		want, err := ctx.LayerLoss(tr, q, wf, x16f, runtimePath)
+		must(t, err)
+		got, err := ContextLayerLoss(ctx, tr, q, wbits, x16, runtimePath)
+		must(t, err)
+		if got != want || !(want > 0) {
+			t.Errorf("ContextLayerLoss(BFloat16, Float16, runtime %v) = %v, want %v", runtimePath, got, want)
+		}
+	}
+}
+
+// Calibration and the weight side take half-precision inputs too: the same results as float32
+// holding the same values.
+func TestBuildersTakeEveryDType(t *testing.T) {
+	ctx := cpu(t)
+	l, err := GenerateExampleLayer("small_256x512", 7, 256, 0)
+	must(t, err)
+	xb, xbf := toBF16(l.Calibration)
+	w16, w16f := toF16(l.Weight)
+	calH, err := NewCalibrator(l.DIn, 32, MomentsBlockDiagonal)
+	must(t, err)
+	defer calH.Close()
+	calF, err := NewCalibrator(l.DIn, 32, MomentsBlockDiagonal)
+	must(t, err)
+	defer calF.Close()
+	must(t, CalibratorAdd(calH, ctx, xb))
+	must(t, calF.Add(ctx, xbf))
+	must(t, calH.SetValidationSize(32))
+	must(t, calF.SetValidationSize(32))
+	must(t, CalibratorAddValidation(calH, ctx, xb[:32*l.DIn]))
+	must(t, calF.AddValidation(ctx, xbf[:32*l.DIn]))
+	if a, b := mustCount(t, calH), mustCount(t, calF); a != b || a != 32 {
+		t.Errorf("validation counts %d, %d", a, b)
+	}
+	for b := 0; b < l.DIn/32; b++ {
+		mh, err := calH.SecondMoment(b)
+		must(t, err)
+		mf, err := calF.SecondMoment(b)
+		must(t, err)
+		for i := range mh {
+			if math.Abs(mh[i]-mf[i]) > 1e-12*(1+math.Abs(mf[i])) {
+				t.Fatalf("block %d moment %d: %v from BFloat16, %v from float32", b, i, mh[i], mf[i])
+			}
+		}
+	}
+	trH, err := BuildTransform(ctx, calF, w16, l.DOut, WUSH, nil)
+	must(t, err)
+	trF, err := BuildTransform(ctx, calF, w16f, l.DOut, WUSH, nil)
+	must(t, err)
+	mH, _ := trH.Matrices()
+	mF, _ := trF.Matrices()
+	equalF32(t, "BuildTransform(Float16)", mH, mF)
+	qH, err := NewQWeight(ctx, trF, MXFP4, RTN, w16, l.DOut, nil)
+	must(t, err)
+	qF, err := NewQWeight(ctx, trF, MXFP4, RTN, w16f, l.DOut, nil)
+	must(t, err)
+	c1, s1, _ := qH.Data()
+	c2, s2, _ := qF.Data()
+	if string(c1) != string(c2) || string(s1) != string(s2) || len(c1) == 0 {
+		t.Error("NewQWeight(Float16) differs from float32 weights of the same values")
+	}
+	_, qL, err := LayerQuantize(ctx, calF, WUSH, MXFP4, RTN, w16, l.DOut, nil)
+	must(t, err)
+	c3, s3, _ := qL.Data()
+	if string(c3) != string(c2) || string(s3) != string(s2) {
+		t.Error("LayerQuantize(Float16) differs from float32 weights of the same values")
+	}
+}
+
+func mustCount(t *testing.T, c *Calibrator) int {
+	t.Helper()
+	n, err := c.ValidationCount()
+	must(t, err)
+	return n
+}

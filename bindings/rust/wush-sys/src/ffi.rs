@@ -184,6 +184,8 @@ extern "C" {
     pub fn wush_linear_quantize(_: *mut wush_context, _: *mut wush_linear, _: wush_dtype, _: *const c_void, _: usize, _: *mut c_void, _: usize, _: *mut c_void, _: usize) -> wush_status;
     pub fn wush_linear_run(_: *mut wush_context, _: *mut wush_linear, _: wush_dtype, _: *const c_void, _: usize, _: wush_dtype, _: *mut c_void, _: usize, _: *mut c_void, _: usize) -> wush_status;
     pub fn wush_linear_workspace_size(_: *mut wush_context, _: *const wush_linear, _: usize, _: *mut usize) -> wush_status;
+    pub fn wush_method_from_name(_: *const c_char, _: *mut wush_method) -> wush_status;
+    pub fn wush_method_name(_: wush_method) -> *const c_char;
     pub fn wush_options_create(_: *mut *mut wush_options) -> wush_status;
     pub fn wush_options_destroy(_: *mut wush_options);
     pub fn wush_options_get_double(_: *const wush_options, _: wush_option, _: *mut f64) -> wush_status;
@@ -216,13 +218,14 @@ extern "C" {
     pub fn wush_transform_kind_name(_: wush_transform_kind) -> *const c_char;
     pub fn wush_transform_matrices(_: *const wush_transform, _: *mut f32, _: usize) -> wush_status;
     pub fn wush_transform_singular_values(_: *const wush_transform, _: *mut f64, _: usize) -> wush_status;
+    pub fn wush_transform_spec_from_name(_: *const c_char, _: *mut wush_transform_kind, _: *mut c_int) -> wush_status;
     pub fn wush_version() -> c_uint;
     pub fn wush_version_string() -> *const c_char;
 }
 
 /// Every function of the header with its address: taking each one's address makes a test
 /// binary link all of them, so a symbol the library does not export fails the build.
-pub fn all_functions() -> [(&'static str, usize); 95] {
+pub fn all_functions() -> [(&'static str, usize); 98] {
     [
         ("wush_calibrator_add", wush_calibrator_add as *const () as usize),
         ("wush_calibrator_add_validation", wush_calibrator_add_validation as *const () as usize),
@@ -285,6 +288,8 @@ pub fn all_functions() -> [(&'static str, usize); 95] {
         ("wush_linear_quantize", wush_linear_quantize as *const () as usize),
         ("wush_linear_run", wush_linear_run as *const () as usize),
         ("wush_linear_workspace_size", wush_linear_workspace_size as *const () as usize),
+        ("wush_method_from_name", wush_method_from_name as *const () as usize),
+        ("wush_method_name", wush_method_name as *const () as usize),
         ("wush_options_create", wush_options_create as *const () as usize),
         ("wush_options_destroy", wush_options_destroy as *const () as usize),
         ("wush_options_get_double", wush_options_get_double as *const () as usize),
@@ -317,6 +322,7 @@ pub fn all_functions() -> [(&'static str, usize); 95] {
         ("wush_transform_kind_name", wush_transform_kind_name as *const () as usize),
         ("wush_transform_matrices", wush_transform_matrices as *const () as usize),
         ("wush_transform_singular_values", wush_transform_singular_values as *const () as usize),
+        ("wush_transform_spec_from_name", wush_transform_spec_from_name as *const () as usize),
         ("wush_version", wush_version as *const () as usize),
         ("wush_version_string", wush_version_string as *const () as usize),
     ]

@@ -20,11 +20,11 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cpu/kernels.h"
-#include "cpu/transpose_avx2.h"
-#include "cpu/transpose_avx512.h"
+#include "cpu/kernels/kernels.h"
+#include "cpu/kernels/transpose_avx2.h"
+#include "cpu/kernels/transpose_avx512.h"
 
-namespace wush::runtime::avx512 {
+namespace wush::cpu::avx512 {
 
 namespace {
 
@@ -308,4 +308,4 @@ void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::si
     else panel_rows<32>(a, panel, n0, m0, m1, out, n_total);
 }
 
-}  // namespace wush::runtime::avx512
+}  // namespace wush::cpu::avx512

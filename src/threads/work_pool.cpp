@@ -1,4 +1,4 @@
-#include "cpu/work_pool.h"
+#include "threads/work_pool.h"
 
 #include <pthread.h>
 
@@ -11,9 +11,9 @@
 #include <system_error>
 #include <thread>
 
-#include "cpu/team_policy.h"
+#include "threads/team_policy.h"
 
-namespace wush::runtime {
+namespace wush::threads {
 
 namespace {
 
@@ -193,4 +193,4 @@ void run_chunks(std::size_t count, std::size_t grain, std::size_t threads, doubl
     WorkPool::instance().run(count, grain, threads, work, body, ctx);
 }
 
-}  // namespace wush::runtime
+}  // namespace wush::threads

@@ -1,10 +1,10 @@
-#include "cpu/team_policy.h"
+#include "threads/team_policy.h"
 
 #include <algorithm>
 #include <cmath>
 #include <utility>
 
-namespace wush::runtime {
+namespace wush::threads {
 
 namespace {
 
@@ -108,4 +108,4 @@ void TeamPolicy::straggled(double wait, double now) {
     penalty_at_ = now;
 }
 
-}  // namespace wush::runtime
+}  // namespace wush::threads

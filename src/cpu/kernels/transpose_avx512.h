@@ -4,7 +4,7 @@
 
 #include <immintrin.h>
 
-namespace wush::runtime::simd512 {
+namespace wush::cpu::simd512 {
 
 // In place: r[a] (row a, 16 columns) becomes column a (16 rows).
 [[maybe_unused]] static inline __attribute__((always_inline)) void transpose16(__m512 r[16]) {
@@ -55,4 +55,4 @@ namespace wush::runtime::simd512 {
     return _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xdd));
 }
 
-}  // namespace wush::runtime::simd512
+}  // namespace wush::cpu::simd512

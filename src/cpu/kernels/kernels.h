@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace wush::runtime {
+namespace wush::cpu {
 
 // ---------------------------------------------------------------------------------------------
 // Fused transform + quantization of activations
@@ -143,4 +143,4 @@ void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::si
                     std::size_t m1, const GemmOutput& out, std::size_t n_total);
 }  // namespace avx512
 
-}  // namespace wush::runtime
+}  // namespace wush::cpu

@@ -5,7 +5,7 @@
 
 #include <immintrin.h>
 
-namespace wush::runtime::simd256 {
+namespace wush::cpu::simd256 {
 
 // In place: r[a] (row a, 8 columns) becomes column a (8 rows).
 [[maybe_unused]] static inline __attribute__((always_inline)) void transpose8(__m256 r[8]) {
@@ -44,4 +44,4 @@ namespace wush::runtime::simd256 {
     return _mm256_add_ps(_mm256_permute2f128_ps(b[0], b[1], 0x20), _mm256_permute2f128_ps(b[0], b[1], 0x31));
 }
 
-}  // namespace wush::runtime::simd256
+}  // namespace wush::cpu::simd256

@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cpu/kernels.h"
-#include "cpu/transpose_avx2.h"
+#include "cpu/kernels/kernels.h"
+#include "cpu/kernels/transpose_avx2.h"
 
-namespace wush::runtime::avx2 {
+namespace wush::cpu::avx2 {
 
 namespace {
 
@@ -568,4 +568,4 @@ void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::si
     else panel_rows<32>(a, panel, n0, m0, m1, out, n_total);
 }
 
-}  // namespace wush::runtime::avx2
+}  // namespace wush::cpu::avx2

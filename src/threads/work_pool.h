@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-namespace wush::runtime {
+namespace wush::threads {
 
 // body(ctx, slot, begin, end) for [begin, end) pieces of [0, count); `slot` < threads is the
 // running thread's index in this call (for per-thread scratch).
@@ -25,4 +25,4 @@ void parallel_chunks(std::size_t count, std::size_t grain, std::size_t threads, 
                &fn);
 }
 
-}  // namespace wush::runtime
+}  // namespace wush::threads

@@ -24,7 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace wush::runtime {
+namespace wush::threads {
 
 class TeamPolicy {
 public:
@@ -80,4 +80,4 @@ private:
     double penalty_ = 0.0, penalty_at_ = 0.0, half_life_ = kBaseHalfLife;
 };
 
-}  // namespace wush::runtime
+}  // namespace wush::threads

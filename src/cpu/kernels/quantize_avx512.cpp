@@ -23,12 +23,12 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cpu/kernels.h"
+#include "cpu/kernels/kernels.h"
 #include "formats/certified_constants.h"
-#include "cpu/transpose_avx2.h"
-#include "cpu/transpose_avx512.h"
+#include "cpu/kernels/transpose_avx2.h"
+#include "cpu/kernels/transpose_avx512.h"
 
-namespace wush::runtime::avx512 {
+namespace wush::cpu::avx512 {
 
 namespace {
 
@@ -410,4 +410,4 @@ float max_row_norm(const float* matrix, int group) {
     return __builtin_sqrtf(best) * (1.0f + 1e-5f);
 }
 
-}  // namespace wush::runtime::avx512
+}  // namespace wush::cpu::avx512

@@ -1,0 +1,1168 @@
+/*
+ * libwush — closed-form, data-aware block transforms for 4-bit (W4A4) quantization.
+ *
+ * This is the library's only public header. It is plain C99; nothing in it mentions C++ or CUDA
+ * types. Link with `pkg-config --cflags --libs wush`.
+ *
+ * ------------------------------------------------------------------------------------------------
+ * Conventions that hold for every function below
+ * ------------------------------------------------------------------------------------------------
+ *  - Every fallible function returns a wush_status. WUSH_OK (0) means success. On failure, a
+ *    message describing the problem is available from wush_last_error() on the same thread, and
+ *    output arguments are left untouched unless the function's comment says otherwise.
+ *  - No function aborts, exits, prints to stdout/stderr, or lets a C++ exception escape. Running
+ *    out of memory is reported as WUSH_ERR_OUT_OF_MEMORY.
+ *  - Objects are opaque handles created by `wush_<object>_create` and released by
+ *    `wush_<object>_destroy`; destroy(NULL) is a no-op. Each handle carries a type tag and the
+ *    library keeps a table of live handles: passing NULL, a handle of the wrong type or an already
+ *    destroyed handle to a function returns WUSH_ERR_INVALID_ARGUMENT instead of crashing.
+ *  - The caller owns every bulk buffer (inputs, packed codes, scales, outputs) and passes its size
+ *    in bytes or elements; a function never writes past the size it was given, and reports
+ *    WUSH_ERR_BUFFER_TOO_SMALL when the size is not enough. Size queries say how much is needed.
+ *  - Thread safety: distinct handles may be used from distinct threads at the same time. Calls
+ *    that only read an object (documented as such) may run concurrently on one object. A
+ *    wush_context is not reentrant: calls that take the same context are serialized by the
+ *    library (a second thread waits), so give each thread its own context for parallel work.
+ *    wush_last_error() is per thread.
+ *  - fork(): the CPU runtime (wush_quantize_activations, wush_gemm, wush_linear_forward, the
+ *    wush_linear_* prepared layers) runs on libwush's own thread pool, which is reset in a child
+ *    fork()ed at any time: the child may use the runtime (on new threads of its own). Calibration,
+ *    transform building, weight quantization (wush_qweight_create, wush_layer_quantize,
+ *    wush_quantize_rows, GPTQ) and the reference evaluation (wush_layer_loss) use OpenMP and
+ *    OpenMP-built BLAS: a child fork()ed after any multi-threaded call of those must not call
+ *    them (libgomp's pool has no threads there and can deadlock). For those, start worker
+ *    processes before the first call, or use exec/spawn (Python:
+ *    multiprocessing.set_start_method("spawn") or "forkserver").
+ *
+ * Layouts (framework conventions, as PyTorch's nn.Linear): a weight W is d_out x d_in row-major,
+ * activations X are n_tokens x d_in row-major, the layer output is Y = X W^T. Quantization groups
+ * run along d_in; the group size G divides d_in.
+ */
+#ifndef WUSH_WUSH_H
+#define WUSH_WUSH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#  define WUSH_API
+#elif defined(__GNUC__) && __GNUC__ >= 4
+#  define WUSH_API __attribute__((visibility("default")))
+#else
+#  define WUSH_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ================================================================================================
+ * Version
+ * ==============================================================================================*/
+
+/* These three lines are the single source of truth for the version; the build reads them, and
+ * the shared library's SONAME is libwush.so.<WUSH_VERSION_MAJOR>. */
+#define WUSH_VERSION_MAJOR 0
+#define WUSH_VERSION_MINOR 3
+#define WUSH_VERSION_PATCH 0
+
+#define WUSH_VERSION_NUMBER (WUSH_VERSION_MAJOR * 10000 + WUSH_VERSION_MINOR * 100 + WUSH_VERSION_PATCH)
+
+/*! wush_version() :
+ *  @return the version of the library actually loaded at run time, as
+ *          MAJOR * 10000 + MINOR * 100 + PATCH. Compare with WUSH_VERSION_NUMBER to detect a
+ *          header/library mismatch. Never fails; thread-safe. */
+WUSH_API unsigned wush_version(void);
+
+/*! wush_version_string() :
+ *  @return the loaded library's version as a static "MAJOR.MINOR.PATCH" string (never NULL;
+ *          do not free). Thread-safe. */
+WUSH_API const char* wush_version_string(void);
+
+/* ================================================================================================
+ * Status and errors
+ * ==============================================================================================*/
+
+/* Status codes. Values are pinned: they never change meaning between versions, and new codes are
+ * only ever appended. */
+typedef enum wush_status {
+    WUSH_OK = 0,
+    WUSH_ERR_INVALID_ARGUMENT = 1, /* NULL pointer, bad handle, bad enum, inconsistent sizes    */
+    WUSH_ERR_OUT_OF_MEMORY = 2,    /* an allocation failed (host or device)                      */
+    WUSH_ERR_UNSUPPORTED = 3,      /* valid request this build or machine cannot serve           */
+    WUSH_ERR_NON_FINITE = 4,       /* an input holds NaN or +-Inf                                */
+    WUSH_ERR_BUFFER_TOO_SMALL = 5, /* a caller-provided buffer is smaller than required          */
+    WUSH_ERR_NUMERICAL = 6,        /* a decomposition failed even after the documented fallbacks */
+    WUSH_ERR_IO = 7,               /* a file could not be opened, read or written                */
+    WUSH_ERR_CORRUPT_FILE = 8,     /* a file is not a valid libwush / safetensors file           */
+    WUSH_ERR_CUDA = 9,             /* the CUDA runtime reported an error                         */
+    WUSH_ERR_CANCELLED = 10,       /* a progress callback asked to stop                          */
+    WUSH_ERR_INTERNAL = 11,        /* a bug in libwush: please report it with wush_last_error()  */
+    WUSH_ERR_NOT_FOUND = 12,       /* a named tensor, layer or key does not exist                */
+    /* Not values: these pin the type to the whole range of int, so that any int a caller
+     * passes is a valid object of the type (and is checked and rejected by the library). */
+    WUSH_STATUS_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_STATUS_ENUM_MAX_ = 2147483647
+} wush_status;
+
+/*! wush_status_string() :
+ *  @return a static, human-readable name for `status` (e.g. "WUSH_ERR_NON_FINITE"), or
+ *          "WUSH_ERR_UNKNOWN" for a value that is not a wush_status. Never NULL; do not free.
+ *          Thread-safe. */
+WUSH_API const char* wush_status_string(wush_status status);
+
+/*! wush_last_error() :
+ *  @return the message of the most recent failure of a libwush function on the calling thread,
+ *          or "" if none has failed yet. The string is owned by the library and stays valid until
+ *          the next libwush call on this thread. A successful call does not clear it. */
+WUSH_API const char* wush_last_error(void);
+
+/* ================================================================================================
+ * Element types and block formats
+ * ==============================================================================================*/
+
+/* Element types of dense input tensors. Values are pinned. */
+typedef enum wush_dtype {
+    WUSH_DTYPE_F32 = 0,  /* IEEE binary32                                   */
+    WUSH_DTYPE_F16 = 1,  /* IEEE binary16                                   */
+    WUSH_DTYPE_BF16 = 2, /* bfloat16 (the upper 16 bits of a binary32)      */
+    /* Not values: these pin the type to the whole range of int, so that any int a caller
+     * passes is a valid object of the type (and is checked and rejected by the library). */
+    WUSH_DTYPE_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_DTYPE_ENUM_MAX_ = 2147483647
+} wush_dtype;
+
+/*! wush_dtype_size() :
+ *  Writes the size in bytes of one element of `dtype` to *size.
+ *  @return WUSH_OK, or WUSH_ERR_INVALID_ARGUMENT for an unknown dtype or NULL `size`. */
+WUSH_API wush_status wush_dtype_size(wush_dtype dtype, size_t* size);
+
+/* 4-bit block formats. All are round-to-nearest with one scale per group of G consecutive
+ * elements along a row. Codes are packed two per byte: element 2k in the low nibble, element 2k+1
+ * in the high nibble. Scales are stored row-major, (n_rows, d_in / G). Values are pinned.
+ *
+ *  format               G   element              group scale            per-tensor factor
+ *  WUSH_FORMAT_MXFP4    32  E2M1                 E8M0 (1 byte)          1/3
+ *  WUSH_FORMAT_NVFP4    16  E2M1                 E4M3 (1 byte)          1/10
+ *  WUSH_FORMAT_INT4     32  signed midrise int4  BF16 (2 bytes, LE)     1
+ *  WUSH_FORMAT_MXFP4_OCP 32 E2M1                 E8M0 (1 byte)          1
+ *
+ * E2M1 codes: bit 3 is the sign, bits 0-2 index {0, 0.5, 1, 1.5, 2, 3, 4, 6}.
+ * A decoded element is  element_value * scale_value * per_tensor_factor.
+ *
+ * Scale rules for a group with absolute maximum `amax` (computed exactly, in float64):
+ *  - MXFP4 (the rule of the WUSH paper's code and the QuTLASS kernels):
+ *      e = floor(log2(amax)) taken from the float's exponent bits, clamped to [-127, 127];
+ *      scale = 2^e (E8M0 byte e + 127); code = RNE_e2m1(x * 3 / 2^e).
+ *      The largest element maps into [3, 6), so no element saturates.
+ *  - MXFP4_OCP (OCP Microscaling Formats v1.0):
+ *      e = floor(log2(amax)) - 2, clamped to [-127, 127]; code = RNE_e2m1(x / 2^e), saturating
+ *      at 6 (values in (6, 8) * 2^e become +-6 * 2^e).
+ *  - NVFP4: s = RNE_e4m3(amax * 10 / 6), saturating at 448; code = RNE_e2m1(x * 10 / s),
+ *      saturating at 6 (this happens when s rounded down).
+ *  - INT4 ("INT4 with Gaussian MSE clipping" of the paper):
+ *      s = RNE_bf16(2.5139305785684 * 2/15 * rms(group)); q = clamp(floor(x / s), -8, 7),
+ *      stored as the 4-bit two's complement of q; the decoded value is (q + 0.5) * s.
+ *      Values beyond the clipping range saturate to q = -8 or 7 (that is the clipping).
+ * RNE = round to nearest, ties to even. E2M1/E4M3/E8M0 conversions agree bit for bit with
+ * NVIDIA's __nv_cvt_double_to_fp4 / __nv_cvt_double_to_fp8(__NV_SATFINITE) /
+ * __nv_cvt_double_to_e8m0(cudaRoundZero).
+ *
+ * Edge cases (all defined; none is an error):
+ *  - an all-zero group gets scale byte(s) 0 (MXFP4: 2^-127, NVFP4/INT4: 0.0) and all codes 0;
+ *  - zero inputs keep their sign in E2M1 (-0.0 is code 8), as NVIDIA's converter does;
+ *  - subnormal inputs are quantized like any other value; a group whose MXFP4 exponent would be
+ *    below -127 uses -127; an NVFP4/INT4 group whose scale rounds to 0 gets all codes 0 (the
+ *    group decodes to zeros);
+ *  - NaN or +-Inf anywhere in the input makes the call fail with WUSH_ERR_NON_FINITE and write
+ *    nothing.
+ */
+typedef enum wush_format {
+    WUSH_FORMAT_MXFP4 = 0,
+    WUSH_FORMAT_NVFP4 = 1,
+    WUSH_FORMAT_INT4 = 2,
+    WUSH_FORMAT_MXFP4_OCP = 3,
+    /* Not values: these pin the type to the whole range of int, so that any int a caller
+     * passes is a valid object of the type (and is checked and rejected by the library). */
+    WUSH_FORMAT_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_FORMAT_ENUM_MAX_ = 2147483647
+} wush_format;
+
+/*! wush_format_name() :
+ *  @return a static lower-case name ("mxfp4", "nvfp4", "int4", "mxfp4_ocp"), or NULL for a value
+ *          that is not a wush_format. Thread-safe. */
+WUSH_API const char* wush_format_name(wush_format format);
+
+/*! wush_format_from_name() :
+ *  Parses a name as returned by wush_format_name() (case-insensitive) into *format.
+ *  @return WUSH_OK, or WUSH_ERR_INVALID_ARGUMENT for NULL arguments or an unknown name. */
+WUSH_API wush_status wush_format_from_name(const char* name, wush_format* format);
+
+/*! wush_format_group_size() :
+ *  Writes the group size G of `format` (32 or 16) to *group_size.
+ *  @return WUSH_OK, or WUSH_ERR_INVALID_ARGUMENT for an unknown format or NULL output. */
+WUSH_API wush_status wush_format_group_size(wush_format format, size_t* group_size);
+
+/*! wush_format_tensor_factor() :
+ *  Writes the per-tensor factor of `format` (1/3, 1/10 or 1, see the table above) to *factor.
+ *  GEMMs fold it into their alpha. @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. */
+WUSH_API wush_status wush_format_tensor_factor(wush_format format, float* factor);
+
+/*! wush_format_scale_bytes() :
+ *  Writes the size in bytes of one group scale of `format` (1, or 2 for INT4) to *bytes.
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. */
+WUSH_API wush_status wush_format_scale_bytes(wush_format format, size_t* bytes);
+
+/*! wush_format_buffer_sizes() :
+ *  Computes the buffer sizes needed to quantize an n_rows x d_in matrix in `format`:
+ *  *codes_bytes = n_rows * d_in / 2 and *scales_bytes = n_rows * (d_in / G) * scale bytes.
+ *  Either output pointer may be NULL if that size is not wanted.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for an unknown format, d_in == 0 or d_in not a
+ *          multiple of G, or a size that overflows size_t. */
+WUSH_API wush_status wush_format_buffer_sizes(wush_format format, size_t n_rows, size_t d_in,
+                                              size_t* codes_bytes, size_t* scales_bytes);
+
+/* ================================================================================================
+ * Contexts
+ * ==============================================================================================*/
+
+/* Where a context runs its work. Values are pinned. */
+typedef enum wush_backend {
+    WUSH_BACKEND_CPU = 0,
+    WUSH_BACKEND_CUDA = 1,
+    /* Not values: these pin the type to the whole range of int, so that any int a caller
+     * passes is a valid object of the type (and is checked and rejected by the library). */
+    WUSH_BACKEND_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_BACKEND_ENUM_MAX_ = 2147483647
+} wush_backend;
+
+/* A context carries the backend, its device and execution settings. Opaque. */
+typedef struct wush_context wush_context;
+
+/*! wush_context_create() :
+ *  Creates a context for `backend`. For WUSH_BACKEND_CPU `device` must be 0. For
+ *  WUSH_BACKEND_CUDA `device` is the CUDA device index.
+ *  Ownership: on success *ctx receives a new context that the caller releases with
+ *  wush_context_destroy().
+ *  @return WUSH_OK;
+ *          WUSH_ERR_INVALID_ARGUMENT for NULL `ctx`, an unknown backend or a bad device index;
+ *          WUSH_ERR_UNSUPPORTED for WUSH_BACKEND_CUDA when the library was built without CUDA or
+ *          no usable CUDA device/driver is present (the message says which);
+ *          WUSH_ERR_OUT_OF_MEMORY. */
+WUSH_API wush_status wush_context_create(wush_backend backend, int device, wush_context** ctx);
+
+/*! wush_context_destroy() :
+ *  Releases `ctx`. NULL is a no-op. Must not race with other calls on the same context. */
+WUSH_API void wush_context_destroy(wush_context* ctx);
+
+/*! wush_context_backend() :
+ *  Writes the backend of `ctx` to *backend. @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. */
+WUSH_API wush_status wush_context_backend(const wush_context* ctx, wush_backend* backend);
+
+/* Context parameters, set with wush_context_set_parameter(). Values are pinned; retired ids are
+ * never reused. */
+typedef enum wush_context_parameter {
+    /* Number of CPU threads the context's work may use. 0 (the default) means OpenMP's default
+     * (OMP_NUM_THREADS or the number of cores). Bounds: [0, 4096]. */
+    WUSH_CONTEXT_NUM_THREADS = 0,
+    /* Which SIMD kernels the CPU runtime (wush_quantize_activations, wush_gemm,
+     * wush_linear_forward) uses: a wush_cpu_isa value (see "Runtime"). 0, the default,
+     * (WUSH_CPU_ISA_AUTO) picks the fastest the CPU supports. Setting an ISA this CPU cannot run
+     * fails with WUSH_ERR_UNSUPPORTED and leaves the context unchanged. (The transform search,
+     * WUSH_OPTION_SEARCH, uses the fastest the CPU supports whatever this says: its results are
+     * the same bits on every ISA.) */
+    WUSH_CONTEXT_CPU_ISA = 1,
+    /* Not values: these pin the type to the whole range of int, so that any int a caller
+     * passes is a valid object of the type (and is checked and rejected by the library). */
+    WUSH_CONTEXT_PARAMETER_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_CONTEXT_PARAMETER_ENUM_MAX_ = 2147483647
+} wush_context_parameter;
+
+/*! wush_context_set_parameter() :
+ *  Sets `param` of `ctx` to `value`.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for a bad handle, an unknown parameter or a value
+ *          outside the parameter's bounds (the context is unchanged then). */
+WUSH_API wush_status wush_context_set_parameter(wush_context* ctx, wush_context_parameter param,
+                                                int64_t value);
+
+/*! wush_context_get_parameter() :
+ *  Writes the current value of `param` of `ctx` to *value.
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. */
+WUSH_API wush_status wush_context_get_parameter(const wush_context* ctx,
+                                                wush_context_parameter param, int64_t* value);
+
+/*! wush_context_set_stream() :
+ *  Sets the queue the context's launches go to. For a CUDA context `stream` is a cudaStream_t
+ *  (passed as void*; NULL = the CUDA default stream), which the caller creates and must keep
+ *  alive while the context uses it; the context never destroys it. A CPU context has no queue and
+ *  accepts only NULL. Launches already enqueued are not moved.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handle, non-NULL stream on a CPU context).
+ *  Thread safety: serialized per context. */
+WUSH_API wush_status wush_context_set_stream(wush_context* ctx, void* stream);
+
+/*! wush_context_get_stream() : writes the context's stream (NULL for a CPU context or the CUDA
+ *  default stream) to *stream. @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. */
+WUSH_API wush_status wush_context_get_stream(const wush_context* ctx, void** stream);
+
+/*! wush_context_synchronize() :
+ *  Waits until every launch enqueued on the context's stream has finished (a no-op on a CPU
+ *  context), and reports an error a launch found on the device after it returned.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT; WUSH_ERR_NON_FINITE (NaN/Inf in the activations of
+ *          an earlier wush_linear_quantize / wush_linear_run; the message names the first row and
+ *          column; the error is cleared once reported); WUSH_ERR_CUDA (the message has the CUDA
+ *          runtime's text). Thread safety: serialized per context. */
+WUSH_API wush_status wush_context_synchronize(wush_context* ctx);
+
+/*! wush_context_describe() :
+ *  Writes a NUL-terminated description of the context's backend to `text` (`text_bytes` bytes),
+ *  e.g. "cpu (avx2)" or "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, driver 13000)".
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT; WUSH_ERR_BUFFER_TOO_SMALL (nothing written; 256
+ *          bytes are always enough). */
+WUSH_API wush_status wush_context_describe(const wush_context* ctx, char* text, size_t text_bytes);
+
+/* ================================================================================================
+ * Quantizing and dequantizing rows (no transform)
+ * ==============================================================================================*/
+
+/*! wush_quantize_rows() :
+ *  Quantizes the n_rows x d_in row-major matrix `x` of element type `dtype` into packed codes and
+ *  group scales in `format` (see wush_format for the rules and layouts). Host memory on every
+ *  backend (a CUDA context too: this is a host utility, not a launch); the work runs on the CPU
+ *  with the context's threads.
+ *  @param codes        receives n_rows * d_in / 2 bytes (row r starts at r * d_in / 2).
+ *  @param codes_bytes  size of `codes` in bytes.
+ *  @param scales       receives n_rows * d_in / G scales of wush_format_scale_bytes() each.
+ *  @param scales_bytes size of `scales` in bytes.
+ *  n_rows == 0 is a valid no-op (the pointers may then be NULL).
+ *  @return WUSH_OK;
+ *          WUSH_ERR_INVALID_ARGUMENT for a bad context, dtype or format, NULL pointers (with
+ *          n_rows > 0), d_in == 0 or d_in not a multiple of the format's group size;
+ *          WUSH_ERR_BUFFER_TOO_SMALL if codes_bytes or scales_bytes is less than required;
+ *          WUSH_ERR_NON_FINITE if `x` holds NaN or +-Inf (the message names the first row and
+ *          column). On any error nothing is written to `codes` or `scales`.
+ *  Thread safety: serialized per context; `x` is only read. */
+WUSH_API wush_status wush_quantize_rows(wush_context* ctx, wush_format format, wush_dtype dtype,
+                                        const void* x, size_t n_rows, size_t d_in, void* codes,
+                                        size_t codes_bytes, void* scales, size_t scales_bytes);
+
+/*! wush_dequantize_rows() :
+ *  Decodes packed codes and scales in `format` (as written by wush_quantize_rows) into the
+ *  n_rows x d_in row-major float matrix `y`: y = element * scale * per-tensor factor.
+ *  @param y_count  number of floats `y` can hold (at least n_rows * d_in).
+ *  n_rows == 0 is a valid no-op.
+ *  @return WUSH_OK;
+ *          WUSH_ERR_INVALID_ARGUMENT as for wush_quantize_rows;
+ *          WUSH_ERR_BUFFER_TOO_SMALL if codes_bytes, scales_bytes or y_count is too small;
+ *          WUSH_ERR_NON_FINITE if a scale is NaN or infinite (E8M0 0xFF, E4M3 0x7F/0xFF, a
+ *          BF16 NaN/Inf); nothing is written to `y` then.
+ *  Thread safety: serialized per context; `codes` and `scales` are only read. */
+WUSH_API wush_status wush_dequantize_rows(wush_context* ctx, wush_format format, const void* codes,
+                                          size_t codes_bytes, const void* scales,
+                                          size_t scales_bytes, size_t n_rows, size_t d_in,
+                                          float* y, size_t y_count);
+
+/* ================================================================================================
+ * Options and progress
+ * ==============================================================================================*/
+
+/*! wush_progress_fn :
+ *  Called by long operations (transform building, quantization of a layer, loss evaluation) with
+ *  the fraction done in [0, 1], from the calling thread. Return 0 to continue, non-zero to stop:
+ *  the operation then fails with WUSH_ERR_CANCELLED and produces nothing. Must not call libwush
+ *  functions on the same objects. */
+typedef int (*wush_progress_fn)(void* user_data, double fraction);
+
+/* Settings of the transform and quantization builders. Opaque; a NULL options pointer means all
+ * defaults. Not thread-safe to modify while in use; const use from several threads is safe. */
+typedef struct wush_options wush_options;
+
+/* Option ids. Values are pinned; retired ids are never reused. */
+typedef enum wush_option {
+    /* double, default 0.01, bounds [0, 1e6]: the damping lambda of Algorithm 1 (and of GPTQ's
+     * Hessian): each moment M gets lambda * tr(M) / G added to its diagonal. */
+    WUSH_OPTION_DAMPING = 0,
+    /* int, default 0, bounds [0, 2^62]: seed of WUSH_TRANSFORM_RANDOM rotations. */
+    WUSH_OPTION_SEED = 1,
+    /* int, default WUSH_DTYPE_F32: the precision the activation transforms are rounded to when
+     * built (WUSH_DTYPE_F32, WUSH_DTYPE_BF16 or WUSH_DTYPE_F16). The weight side is always derived
+     * from the rounded matrices, so the unquantized product stays exact. Use BF16 for transforms
+     * that a bf16 runtime (or the fp_quant export) will apply. */
+    WUSH_OPTION_TRANSFORM_DTYPE = 2,
+    /* int, default 0, bounds {0, 1}: 1 = per-block search over WUSH's free parameters (the CLI's
+     * transform `wush+s`). Algorithm 1 fixes each block's transform only up to a positive scale c
+     * (activations get c T, weights T^{-T} / c) and the signs of the singular vectors (T = H D A
+     * for any diagonal +-1 matrix D, A = S^{-1/2} U^T W'^T), which leave the exact product
+     * unchanged but not what a 4-bit quantizer does; nor does the orthogonal mixing itself (T = Q A
+     * for any orthogonal Q; H D is one). With the search, each WUS/WUSH block gets the best of, at
+     * c = 1: the canonical signs; for MXFP4 and INT4 2 seeded random sign patterns, for NVFP4 8
+     * seeded random rotations Q in place of H; the plain Hadamard, identity and random-rotation
+     * blocks (the latter is block b of the random transform with the same WUSH_OPTION_SEED) —
+     * for NVFP4 every one first scored on a quarter of the sample and the best 2 scored in full —
+     * then the winner at c = 2^(k/8), k = 0..7, searched coarse to fine (the even k, then the
+     * best one's two neighbours) — scored by the
+     * block's own output error ||q(X_b T^T) q(W_b T^{-1})^T - X_b W_b^T||^2 with both operands
+     * quantized in the target format (RTN; with GPTQ the weights by GPTQ's own pass over the
+     * block), on WUSH_OPTION_SEARCH_TOKENS tokens — evenly spread
+     * over the calibrator's token sample (wush_calibrator_set_sample_size) when it keeps one,
+     * else drawn from a Gaussian with the block's second moment M_X — and as many evenly
+     * strided weight rows. The winner replaces the plain WUSH block only if it also scores lower
+     * on each half of those tokens (a guard against fitting the sample's noise). The choice is
+     * folded into the stored matrices: checkpoints, exports
+     * and runtimes see an ordinary transform. It is seeded (WUSH_OPTION_SEED), so reproducible.
+     * Needs the format, so it applies only through wush_layer_quantize() (RTN and GPTQ; GPTQ
+     * chooses each block from its updated weights before its column pass). When the calibrator
+     * holds validation tokens (wush_calibrator_set_validation_size), a per-layer guard follows:
+     * the searched layer and the identity, Hadamard and random layers (same method and seed) are
+     * each scored by the layer loss on the validation tokens and the lowest wins, so the result
+     * may be a data-free transform (its kind says which; this costs 3 more layer builds);
+     * wush_transform_build() of WUS/WUSH with the search on fails with INVALID_ARGUMENT. The
+     * data-free kinds (I, H, R) ignore it. Cost per block: 11 scored candidates (MXFP4, INT4);
+     * for NVFP4 11 screened on a quarter of the sample plus 8 scored in full. */
+    WUSH_OPTION_SEARCH = 3,
+    /* int, default 256, bounds [16, 65536]: the search's sample size: tokens per block, and weight
+     * rows per block (evenly strided; all rows when d_out is smaller). Cost and noise trade here:
+     * on a 4096 x 4096 layer, 64 makes the build about 1.5-2.2x the plain build's time, 256
+     * (default) 2.2-2.8x and chooses better (docs/PERFORMANCE.md). */
+    WUSH_OPTION_SEARCH_TOKENS = 4,
+    WUSH_OPTION_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_OPTION_ENUM_MAX_ = 2147483647
+} wush_option;
+
+/*! wush_options_create() : a new options object holding the defaults; release it with
+ *  wush_options_destroy(). @return WUSH_OK, WUSH_ERR_INVALID_ARGUMENT (NULL) or OUT_OF_MEMORY. */
+WUSH_API wush_status wush_options_create(wush_options** options);
+
+/*! wush_options_destroy() : releases `options`; NULL is a no-op. */
+WUSH_API void wush_options_destroy(wush_options* options);
+
+/*! wush_options_set_double() / wush_options_set_int() :
+ *  Sets a double- or integer-valued option.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for a bad handle, an unknown id, an option of the
+ *          other type, or a value outside its bounds (NaN included); the options are unchanged
+ *          then. */
+WUSH_API wush_status wush_options_set_double(wush_options* options, wush_option option, double value);
+WUSH_API wush_status wush_options_set_int(wush_options* options, wush_option option, int64_t value);
+
+/*! wush_options_get_double() / wush_options_get_int() : read an option's current value.
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT (bad handle, id or type). */
+WUSH_API wush_status wush_options_get_double(const wush_options* options, wush_option option, double* value);
+WUSH_API wush_status wush_options_get_int(const wush_options* options, wush_option option, int64_t* value);
+
+/*! wush_options_set_progress() : installs (or, with fn == NULL, removes) a progress callback.
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. */
+WUSH_API wush_status wush_options_set_progress(wush_options* options, wush_progress_fn fn, void* user_data);
+
+/* ================================================================================================
+ * Calibration: streaming second moments of a layer's input activations
+ * ==============================================================================================*/
+
+typedef struct wush_calibrator wush_calibrator;
+
+/* What a calibrator accumulates. Values are pinned. */
+typedef enum wush_moment_mode {
+    /* the C = d_in / G diagonal G x G blocks: all that WUSH with RTN needs */
+    WUSH_MOMENTS_BLOCK_DIAGONAL = 1,
+    /* the whole d_in x d_in moment (the GPTQ Hessian); its diagonal blocks serve WUSH too */
+    WUSH_MOMENTS_FULL = 2,
+    WUSH_MOMENTS_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_MOMENTS_ENUM_MAX_ = 2147483647
+} wush_moment_mode;
+
+/*! wush_calibrator_create() :
+ *  Creates an empty calibrator for activations of width d_in, grouped in blocks of group_size
+ *  (a power of two, at most 256, dividing d_in; use wush_format_group_size() of the target format).
+ *  Ownership: release with wush_calibrator_destroy().
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for bad sizes, mode or NULL; WUSH_ERR_OUT_OF_MEMORY
+ *          (a full-mode calibrator holds d_in^2 doubles). */
+WUSH_API wush_status wush_calibrator_create(size_t d_in, size_t group_size, wush_moment_mode mode,
+                                            wush_calibrator** calibrator);
+
+/*! wush_calibrator_destroy() : releases `calibrator`; NULL is a no-op. */
+WUSH_API void wush_calibrator_destroy(wush_calibrator* calibrator);
+
+/*! wush_calibrator_add() :
+ *  Adds n_tokens x d_in row-major activations `x` of `dtype` to the sums, in float64. On a CPU
+ *  context `x` is host memory (BLAS-3 over token tiles, with the context's threads); on a CUDA
+ *  context `x` is device memory: the moments of the batch are computed on the device in float64
+ *  and added to the calibrator before the call returns (it synchronizes the context's stream).
+ *  Both give the same sums to float64 rounding (1e-9 relative or better).
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for bad handles/pointers, n_tokens == 0 or a bad
+ *          dtype; WUSH_ERR_NON_FINITE if `x` holds NaN/Inf — the calibrator is then unchanged.
+ *  Thread safety: modifies `calibrator`; do not share it between threads without a lock. */
+WUSH_API wush_status wush_calibrator_add(wush_context* ctx, wush_calibrator* calibrator, wush_dtype dtype,
+                                         const void* x, size_t n_tokens);
+
+/*! wush_calibrator_merge() :
+ *  Adds the sums and token count of `from` into `into` (same d_in, group size and mode): the
+ *  result equals one calibrator that saw both streams. `from` is unchanged.
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT (bad handles, geometry mismatch, into == from). */
+WUSH_API wush_status wush_calibrator_merge(wush_calibrator* into, const wush_calibrator* from);
+
+/*! wush_calibrator_token_count() : writes the number of tokens seen to *n_tokens. */
+WUSH_API wush_status wush_calibrator_token_count(const wush_calibrator* calibrator, uint64_t* n_tokens);
+
+/*! wush_calibrator_second_moment() :
+ *  Copies M_X = X_b^T X_b / n_tokens of diagonal block `block` (G x G row-major float64) to `m`,
+ *  which holds `count` doubles (at least G * G).
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad block, no tokens yet);
+ *          WUSH_ERR_BUFFER_TOO_SMALL. */
+WUSH_API wush_status wush_calibrator_second_moment(const wush_calibrator* calibrator, size_t block, double* m,
+                                                   size_t count);
+
+/*! wush_calibrator_state_size() :
+ *  Writes the number of doubles of the calibrator's exported state to *n_doubles.
+ *
+ *  State layout (version 1), for distributed calibration: a flat array of doubles
+ *    [0] r            replica count: 1 in a fresh export
+ *    [1] r * 1        layout version
+ *    [2] r * mode     wush_moment_mode value
+ *    [3] r * d_in
+ *    [4] r * G
+ *    [5] tokens       token count (exact up to 2^53)
+ *    [6 ...]          sums: BLOCK_DIAGONAL: C blocks of G x G row-major, block after block;
+ *                     FULL: d_in x d_in row-major (both triangles).
+ *  An elementwise SUM of the exports of R calibrators with the same geometry (MPI_Allreduce,
+ *  ncclAllReduce on float64) is a valid state of R replicas: importing it gives the merged
+ *  calibrator (the header fields are divided by r and checked). */
+WUSH_API wush_status wush_calibrator_state_size(const wush_calibrator* calibrator, size_t* n_doubles);
+
+/*! wush_calibrator_export_state() :
+ *  Writes the state (layout above) to `state`, which holds `n_doubles` doubles.
+ *  @return WUSH_OK; WUSH_ERR_BUFFER_TOO_SMALL; WUSH_ERR_INVALID_ARGUMENT. Read-only on the
+ *          calibrator. */
+WUSH_API wush_status wush_calibrator_export_state(const wush_calibrator* calibrator, double* state,
+                                                  size_t n_doubles);
+
+/*! wush_calibrator_import_state() :
+ *  Replaces the calibrator's sums and count by the (possibly all-reduced) state `state` of
+ *  exactly the calibrator's state size. The state's geometry must equal the calibrator's.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for a size, version, geometry or replica-count
+ *          mismatch or non-finite sums — the calibrator is then unchanged. */
+WUSH_API wush_status wush_calibrator_import_state(wush_calibrator* calibrator, const double* state,
+                                                  size_t n_doubles);
+
+/*! wush_calibrator_set_sample_size() :
+ *  Makes the calibrator keep a bounded sample of up to n_tokens of its calibration tokens
+ *  (n_tokens x d_in floats of memory; 0 keeps none, the default), which WUSH_OPTION_SEARCH then
+ *  scores its candidates on instead of a Gaussian surrogate drawn from the moments. Bottom-k
+ *  sampling: each token's priority is a hash of its float32 values and the sample is the
+ *  n_tokens tokens of lowest priority, so it is a uniform sample without replacement that does
+ *  not depend on batch order or sharding — wush_calibrator_merge() of shards gives exactly the
+ *  sample of one calibrator that saw every token. With a sample, the exported state is layout
+ *  version 2: the version-1 layout (with [1] = 2) followed by [k, m, k priorities, k x d_in
+ *  values] (the first m entries used, ascending priority). A sample does not add, so a version-2
+ *  state must not be SUM-all-reduced: gather the states, import each into a calibrator and merge
+ *  (import rejects a summed version-2 state). Version-1 states still import, with an empty sample.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handle, tokens already added, n_tokens > 65536);
+ *          WUSH_ERR_OUT_OF_MEMORY.
+ *  Thread safety: modifies `calibrator`. */
+WUSH_API wush_status wush_calibrator_set_sample_size(wush_calibrator* calibrator, size_t n_tokens);
+
+/*! wush_calibrator_sample_count() : writes the number of tokens in the sample (<= its size) to
+ *  *n_tokens. @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. Thread-safe (read only). */
+WUSH_API wush_status wush_calibrator_sample_count(const wush_calibrator* calibrator, size_t* n_tokens);
+
+/*! wush_calibrator_set_validation_size() :
+ *  Makes the calibrator keep a bounded sample of up to n_tokens *validation* tokens
+ *  (n_tokens x d_in floats of memory; 0 keeps none, the default): tokens of documents held out
+ *  from calibration, given with wush_calibrator_add_validation(). They never enter the moments or
+ *  the token count. With them, WUSH_OPTION_SEARCH adds a per-layer guard to
+ *  wush_layer_quantize(): the searched transform is compared with the data-free identity,
+ *  Hadamard and random transforms on the validation tokens and the lowest layer loss wins — a
+ *  check the search's own token sample cannot make, since it comes from the documents the
+ *  transform was fitted to. Sampled by the same bottom-k rule as the token sample (independent of
+ *  batch order and sharding). With a validation sample the exported state is layout version 3:
+ *  version 2's layout (with [1] = 3 and the token sample's [k, m, ...] block present even for
+ *  k = 0, as [0, 0]) followed by the validation sample's [k, m, k priorities, k x d_in values];
+ *  like version 2 it must not be SUM-all-reduced. Version-1 and -2 states still import, with an
+ *  empty validation sample.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handle, validation tokens already added,
+ *          n_tokens > 65536); WUSH_ERR_OUT_OF_MEMORY.
+ *  Thread safety: modifies `calibrator`. */
+WUSH_API wush_status wush_calibrator_set_validation_size(wush_calibrator* calibrator, size_t n_tokens);
+
+/*! wush_calibrator_add_validation() :
+ *  Offers n_tokens x d_in row-major activations `x` of `dtype` (host memory on a CPU context,
+ *  device memory on a CUDA context, as for wush_calibrator_add()) to the validation sample. Give
+ *  it tokens of whole documents (or batches) that wush_calibrator_add() did not see: a guard
+ *  scored on tokens of the fitted documents cannot tell a transform that fits those documents
+ *  from one that generalizes.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles or pointers, n_tokens == 0, a bad
+ *          dtype, no validation sample: set its size first); WUSH_ERR_NON_FINITE (NaN/Inf in `x`;
+ *          the calibrator is then unchanged).
+ *  Thread safety: modifies `calibrator`. */
+WUSH_API wush_status wush_calibrator_add_validation(wush_context* ctx, wush_calibrator* calibrator, wush_dtype dtype,
+                                                    const void* x, size_t n_tokens);
+
+/*! wush_calibrator_validation_count() : writes the number of tokens in the validation sample
+ *  (<= its size) to *n_tokens. @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. Thread-safe (read
+ *  only). */
+WUSH_API wush_status wush_calibrator_validation_count(const wush_calibrator* calibrator, size_t* n_tokens);
+
+/* ================================================================================================
+ * Transforms
+ * ==============================================================================================*/
+
+typedef struct wush_transform wush_transform;
+
+/* Per-block transform kinds (the paper's I, H, R, WUS, WUSH). Values are pinned. */
+typedef enum wush_transform_kind {
+    WUSH_TRANSFORM_IDENTITY = 0,
+    WUSH_TRANSFORM_HADAMARD = 1, /* normalized Sylvester Hadamard, the same for every block     */
+    WUSH_TRANSFORM_RANDOM = 2,   /* a seeded random rotation per block (WUSH_OPTION_SEED)        */
+    WUSH_TRANSFORM_WUS = 3,      /* S^{-1/2} U^T W'^T: WUSH without the Hadamard factor          */
+    WUSH_TRANSFORM_WUSH = 4,     /* H S^{-1/2} U^T W'^T (Algorithm 1)                             */
+    WUSH_TRANSFORM_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_TRANSFORM_ENUM_MAX_ = 2147483647
+} wush_transform_kind;
+
+/*! wush_transform_kind_name() : static short name ("i", "h", "r", "wus", "wush") or NULL. */
+WUSH_API const char* wush_transform_kind_name(wush_transform_kind kind);
+
+/*! wush_transform_kind_from_name() : parses a short name (case-insensitive; also "identity",
+ *  "hadamard", "random"). @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. */
+WUSH_API wush_status wush_transform_kind_from_name(const char* name, wush_transform_kind* kind);
+
+/*! wush_transform_build() :
+ *  Builds the per-block transforms of a layer with weight `weight` (d_out x d_in row-major, of
+ *  `dtype`) from the calibrator's moments, with Algorithm 1 for WUS/WUSH (LAPACKE Cholesky and
+ *  SVD, blocks in parallel). The geometry (d_in, G) is the calibrator's; a FULL calibrator's
+ *  diagonal blocks are used. For the data-free kinds (I, H, R) the weight and moments are not
+ *  read (weight may be NULL) but d_in must still match.
+ *  The activation-side matrices T_wush are stored in float32; the weight side is derived from
+ *  those stored values in float64 (T_xvsh = T_wush^{-T}), so the unquantized product is exact.
+ *  Degenerate blocks never fail the layer: moments are damped (WUSH_OPTION_DAMPING); a block whose
+ *  moment is zero, or whose decomposition still fails, or whose singular values span more than
+ *  1e12, falls back to the data-free H (WUSH) or I (WUS) transform and is reported by
+ *  wush_transform_fallback_blocks().
+ *  Ownership: release *transform with wush_transform_destroy().
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, NULL weight for WUS/WUSH, d_in
+ *          mismatch, a calibrator without tokens for WUS/WUSH, bad kind or dtype);
+ *          WUSH_ERR_NON_FINITE (NaN/Inf in the weight); WUSH_ERR_CANCELLED. */
+WUSH_API wush_status wush_transform_build(wush_context* ctx, const wush_calibrator* calibrator, wush_dtype dtype,
+                                          const void* weight, size_t d_out, size_t d_in, wush_transform_kind kind,
+                                          const wush_options* options, wush_transform** transform);
+
+/*! wush_transform_create_fixed() :
+ *  A data-free transform (IDENTITY, HADAMARD or RANDOM) for width d_in and block size group_size
+ *  (a power of two, at most 256, dividing d_in; the transform holds d_in * group_size floats).
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (WUS/WUSH need wush_transform_build(); a bad
+ *          geometry, or d_in * group_size overflowing size_t); WUSH_ERR_OUT_OF_MEMORY. */
+WUSH_API wush_status wush_transform_create_fixed(wush_transform_kind kind, size_t d_in, size_t group_size,
+                                                 const wush_options* options, wush_transform** transform);
+
+/*! wush_transform_destroy() : releases `transform`; NULL is a no-op. */
+WUSH_API void wush_transform_destroy(wush_transform* transform);
+
+/*! wush_transform_info() : writes the kind, d_in and group size G (any pointer may be NULL).
+ *  Thread-safe (read only). */
+WUSH_API wush_status wush_transform_info(const wush_transform* transform, wush_transform_kind* kind, size_t* d_in,
+                                         size_t* group_size);
+
+/*! wush_transform_matrices() :
+ *  Copies the activation-side matrices, (C, G, G) float32 row-major (matrix b maps a token's
+ *  block slice x_b to T_b x_b), into `out`, which holds `count` floats (at least d_in * G).
+ *  @return WUSH_OK, WUSH_ERR_BUFFER_TOO_SMALL or WUSH_ERR_INVALID_ARGUMENT. Thread-safe. */
+WUSH_API wush_status wush_transform_matrices(const wush_transform* transform, float* out, size_t count);
+
+/*! wush_transform_fallback_blocks() :
+ *  Writes the number of blocks that fell back (see wush_transform_build) to *n_blocks and, if
+ *  `blocks` is not NULL, up to `count` of their indices (ascending).
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. Thread-safe. */
+WUSH_API wush_status wush_transform_fallback_blocks(const wush_transform* transform, size_t* n_blocks,
+                                                    size_t* blocks, size_t count);
+
+/*! wush_transform_singular_values() :
+ *  Copies the singular values S of every block (C x G doubles, row b = block b, descending) into
+ *  `out` (at least d_in doubles). They are zero for data-free kinds and fallen-back blocks.
+ *  @return WUSH_OK, WUSH_ERR_BUFFER_TOO_SMALL or WUSH_ERR_INVALID_ARGUMENT. Thread-safe. */
+WUSH_API wush_status wush_transform_singular_values(const wush_transform* transform, double* out, size_t count);
+
+/* ================================================================================================
+ * Pre-quantized weights and the layerwise loss
+ * ==============================================================================================*/
+
+typedef struct wush_qweight wush_qweight;
+
+/* Weight quantization methods. Values are pinned. */
+typedef enum wush_method {
+    /* Round to nearest after the weight-side transform (Algorithm 2, RTN case). */
+    WUSH_METHOD_RTN = 0,
+    /* GPTQ interleaved with the transform construction (Algorithm 2, GPTQ case): needs a
+     * full-mode calibrator (the Hessian) and builds transform and weights together, so it is only
+     * available through wush_layer_quantize(). */
+    WUSH_METHOD_GPTQ = 1,
+    WUSH_METHOD_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_METHOD_ENUM_MAX_ = 2147483647
+} wush_method;
+
+/*! wush_qweight_create() :
+ *  Pre-quantizes the layer weight `weight` (d_out x d_in row-major, `dtype`) with `method`, which
+ *  must be WUSH_METHOD_RTN: q(T_xvsh,b w_b) for every output row and block b, in `format`, whose
+ *  group size must equal the transform's G. (GPTQ changes the transform as it goes: use
+ *  wush_layer_quantize().)
+ *  Ownership: release *qweight with wush_qweight_destroy(); it does not keep `transform`.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, shapes, format/G mismatch, method);
+ *          WUSH_ERR_NON_FINITE; WUSH_ERR_CANCELLED. */
+WUSH_API wush_status wush_qweight_create(wush_context* ctx, const wush_transform* transform, wush_format format,
+                                         wush_method method, wush_dtype dtype, const void* weight, size_t d_out,
+                                         size_t d_in, const wush_options* options, wush_qweight** qweight);
+
+/*! wush_layer_quantize() :
+ *  Builds a layer's transform of `kind` and its pre-quantized weights in `format` in one call,
+ *  with either method:
+ *   - WUSH_METHOD_RTN: the same as wush_transform_build() then wush_qweight_create();
+ *   - WUSH_METHOD_GPTQ: Algorithm 2's GPTQ case. `calibrator` must be in WUSH_MOMENTS_FULL mode
+ *     (its d_in x d_in moment is GPTQ's Hessian H = X^T X / n; its diagonal blocks are the M_X of
+ *     the transforms). Each block's transform is built from the weights as updated by the error
+ *     propagation of the earlier blocks, its group scales are fixed from the transformed weights,
+ *     then GPTQ quantizes the block column by column and propagates the error to later blocks.
+ *     WUSH_OPTION_DAMPING is both Algorithm 1's lambda and the Hessian damping
+ *     (H + lambda tr(H)/d_in I); when the damped Hessian is not positive definite the damping is
+ *     raised tenfold, up to three times, before failing with WUSH_ERR_NUMERICAL.
+ *     Memory: about 8 (d_in^2 + d_out d_in) bytes besides the results.
+ *  With WUSH_OPTION_SEARCH and validation tokens in the calibrator, the per-layer guard (see
+ *  WUSH_OPTION_SEARCH) may return an identity, Hadamard or random transform instead of `kind`.
+ *  `weight` is d_out x d_in row-major in `dtype`; the format's group size must equal the
+ *  calibrator's G. WUSH_OPTION_TRANSFORM_DTYPE and the progress callback apply as for
+ *  wush_transform_build() (with the guard, the callback runs through each of the four builds).
+ *  Ownership: on success *transform and *qweight are new objects the caller releases with
+ *  wush_transform_destroy() / wush_qweight_destroy(); on failure both are left untouched.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles or enums, shapes, G mismatch, GPTQ with
+ *          a block-diagonal calibrator, a calibrator without tokens); WUSH_ERR_NON_FINITE (weight);
+ *          WUSH_ERR_NUMERICAL (a Hessian that stays indefinite, or is zero); WUSH_ERR_CANCELLED;
+ *          WUSH_ERR_OUT_OF_MEMORY.
+ *  Thread safety: serialized per context; the calibrator and weight are only read. */
+WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrator* calibrator, wush_transform_kind kind,
+                                         wush_format format, wush_method method, wush_dtype dtype, const void* weight,
+                                         size_t d_out, size_t d_in, const wush_options* options,
+                                         wush_transform** transform, wush_qweight** qweight);
+
+/*! wush_qweight_destroy() : releases `qweight`; NULL is a no-op. */
+WUSH_API void wush_qweight_destroy(wush_qweight* qweight);
+
+/*! wush_qweight_info() : writes format, method, d_out and d_in (any pointer may be NULL). */
+WUSH_API wush_status wush_qweight_info(const wush_qweight* qweight, wush_format* format, wush_method* method,
+                                       size_t* d_out, size_t* d_in);
+
+/*! wush_qweight_data() :
+ *  Borrows the packed codes and scales (layouts of wush_quantize_rows, d_out rows of d_in): the
+ *  pointers stay valid, read-only, until the qweight is destroyed. Any pointer may be NULL.
+ *  Thread-safe (read only). */
+WUSH_API wush_status wush_qweight_data(const wush_qweight* qweight, const void** codes, size_t* codes_bytes,
+                                       const void** scales, size_t* scales_bytes);
+
+/*! wush_layer_loss() :
+ *  The layerwise output loss ||Y_q - Y||_F^2 / (d_out * n_tokens) on held-out activations `x`
+ *  (n_tokens x d_in, `x_dtype`): the activations are transformed with the transform and
+ *  quantized (RTN) in the qweight's format, multiplied with the dequantized qweight, and compared
+ *  with the float64 product Y = X W^T of the original weight `weight` (d_out x d_in, `w_dtype`).
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (handles, shapes, n_tokens == 0);
+ *          WUSH_ERR_NON_FINITE. */
+WUSH_API wush_status wush_layer_loss(wush_context* ctx, const wush_transform* transform, const wush_qweight* qweight,
+                                     wush_dtype w_dtype, const void* weight, wush_dtype x_dtype, const void* x,
+                                     size_t n_tokens, double* loss);
+
+/* ================================================================================================
+ * Runtime: fused transform + quantization, the W4A4 GEMM and the linear forward
+ * ==============================================================================================*/
+
+/* The inference path of a quantized linear layer (paper eq. layer_forward_pass):
+ *   Y = sum_b q(T_xvsh,b W_b)^T q(T_wush,b X_b)
+ * The weight side is the wush_qweight (quantized once, offline). At run time each token's block
+ * slices are transformed with T_wush and quantized (wush_quantize_activations), and the packed
+ * activations are multiplied with the packed weights (wush_gemm); wush_linear_forward does both.
+ * For repeated use, bind the layer to a context once with wush_linear_create() (below): its
+ * calls then do no per-call preparation at all.
+ *
+ * Memory and streams - the rule for every function of this section and of "Prepared layers"
+ * (changed in 0.2: before, these functions took host memory and rejected a CUDA context):
+ *  - On a WUSH_BACKEND_CPU context, tensor arguments (x, codes, scales, y, workspace) are host
+ *    memory, and a call has finished its work when it returns. The work runs with the context's
+ *    threads (WUSH_CONTEXT_NUM_THREADS) and SIMD kernels (WUSH_CONTEXT_CPU_ISA).
+ *  - On a WUSH_BACKEND_CUDA context, tensor arguments are DEVICE pointers on the context's
+ *    device (a host pointer is rejected with WUSH_ERR_INVALID_ARGUMENT where the CUDA runtime can
+ *    tell). Objects (transforms, qweights, calibrators) stay host objects.
+ *    The prepared-layer launches (wush_linear_quantize, wush_linear_run) enqueue their kernels
+ *    on the context's stream (wush_context_set_stream) and return without synchronizing the host
+ *    and without allocating (device scratch comes from the caller's workspace), so they can be
+ *    captured in a CUDA graph. The per-call functions of this section (wush_quantize_activations,
+ *    wush_gemm, wush_linear_forward) are conveniences: they copy the transform or the weights to
+ *    the device on every call, allocate, and synchronize the stream before returning.
+ *    Errors found on the device after a launch returned (NaN/Inf in x) are reported by the next
+ *    synchronizing call on the context (wush_context_synchronize) as WUSH_ERR_NON_FINITE; the
+ *    outputs of the faulty launch are unspecified.
+ *  - wush_quantize_rows, wush_dequantize_rows, wush_layer_loss and wush_layer_loss_runtime are
+ *    host-memory functions on every backend (they measure; they do not launch).
+ * Groups of 16 and 32 (every wush_format) are supported.
+ *
+ * Thread safety: a transform and a qweight are only read, so one of each may serve any number of
+ * threads at once, each with its own context and buffers; results do not depend on that. Calls
+ * on one context are serialized. Results are deterministic and do not depend on the thread count;
+ * the activation codes and scales do not depend on the ISA or the backend either (Y may differ
+ * between ISAs and backends in the last bits, from the float32 summation order). docs/RUNTIME.md
+ * describes the kernels. */
+
+/* SIMD kernel sets of the CPU runtime, for WUSH_CONTEXT_CPU_ISA. Values are pinned. */
+typedef enum wush_cpu_isa {
+    WUSH_CPU_ISA_AUTO = 0,        /* the fastest this CPU supports                              */
+    WUSH_CPU_ISA_SCALAR = 1,      /* portable C++, any CPU                                      */
+    WUSH_CPU_ISA_AVX2 = 2,        /* AVX2 + FMA + F16C (Haswell, Zen 1 and later)                */
+    WUSH_CPU_ISA_AVX512_VNNI = 3, /* AVX-512 F/BW/DQ/VL + VNNI (Ice Lake, Zen 4 and later)       */
+    WUSH_CPU_ISA_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_CPU_ISA_ENUM_MAX_ = 2147483647
+} wush_cpu_isa;
+
+/*! wush_cpu_isa_name() :
+ *  @return a static name ("auto", "scalar", "avx2", "avx512_vnni"), or NULL for a value that is not
+ *          a wush_cpu_isa. Thread-safe. */
+WUSH_API const char* wush_cpu_isa_name(wush_cpu_isa isa);
+
+/*! wush_cpu_isa_supported() :
+ *  @return 1 if this CPU (and operating system) can run the kernels of `isa`, else 0 (also for a
+ *          value that is not a wush_cpu_isa). WUSH_CPU_ISA_AUTO and WUSH_CPU_ISA_SCALAR are always
+ *          supported. Thread-safe. */
+WUSH_API int wush_cpu_isa_supported(wush_cpu_isa isa);
+
+/*! wush_context_cpu_isa() :
+ *  Writes the ISA the context's CPU runtime calls use (WUSH_CONTEXT_CPU_ISA resolved: never
+ *  WUSH_CPU_ISA_AUTO) to *isa. @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. */
+WUSH_API wush_status wush_context_cpu_isa(const wush_context* ctx, wush_cpu_isa* isa);
+
+/*! wush_quantize_activations() :
+ *  Transforms and quantizes activations in one pass: for every token (row of `x`) and block b,
+ *  the block slice x_b (G values) becomes T_wush,b x_b, which is quantized in `format` with the
+ *  rules of wush_format. A transform whose blocks are all the identity skips the multiply (a -0.0
+ *  input keeps its sign, as in wush_quantize_rows); one whose blocks are all equal (Hadamard)
+ *  reads that one matrix. Both are decided by the matrices' values, once per transform.
+ *  @param transform    the layer's transform (its G must be the format's group size).
+ *  @param format       the block format (the qweight's format, for a later wush_gemm).
+ *  @param dtype, x     n_tokens x d_in row-major activations (F32, F16 or BF16).
+ *  @param d_in         must equal the transform's d_in.
+ *  @param codes        receives n_tokens * d_in / 2 bytes, scales n_tokens * (d_in / G) scales:
+ *                      the layouts of wush_quantize_rows (wush_format_buffer_sizes gives them).
+ *  Precision: the result is the float64 definition - the transform computed in float64, then the
+ *  format's scale rule and RNE. The SIMD kernels compute in float32 with a rigorous error bound
+ *  and recompute in float64 the groups whose values lie within that bound of a rounding boundary,
+ *  so every ISA writes the same bytes (differences are possible only where the float64 value
+ *  itself lies within about 1e-15 relative of a boundary).
+ *  Memory: allocates d_in / G floats per call (wush_linear_forward allocates nothing).
+ *  n_tokens == 0 is a valid no-op.
+ *  @return WUSH_OK;
+ *          WUSH_ERR_INVALID_ARGUMENT for bad handles, a bad dtype or format,
+ *          NULL pointers (with n_tokens > 0), d_in different from the transform's, or a format
+ *          whose group size is not the transform's G;
+ *          WUSH_ERR_BUFFER_TOO_SMALL if codes_bytes or scales_bytes is less than required
+ *          (nothing is written then);
+ *          WUSH_ERR_NON_FINITE if `x` holds NaN or +-Inf (the message names the first row and
+ *          column); the contents of `codes` and `scales` are unspecified then;
+ *          WUSH_ERR_CUDA for a CUDA runtime failure (the message has its text).
+ *  Thread safety: serialized per context; `transform` and `x` are only read. */
+WUSH_API wush_status wush_quantize_activations(wush_context* ctx, const wush_transform* transform, wush_format format,
+                                               wush_dtype dtype, const void* x, size_t n_tokens, size_t d_in,
+                                               void* codes, size_t codes_bytes, void* scales, size_t scales_bytes);
+
+/*! wush_gemm() :
+ *  The W4A4 GEMM: Y = A W_q^T, with A the m x d_in packed activations (`a_codes`, `a_scales`, in
+ *  the qweight's format and the layouts of wush_quantize_rows) and W_q the qweight (d_out x d_in).
+ *  Y is m x d_out row-major, F32 or BF16 (`y_dtype`; BF16 is rounded to nearest even).
+ *  Arithmetic: every group's inner product of 4-bit codes is exact in integer arithmetic; the two
+ *  group scales and the per-tensor factors are applied once per group in float32, and groups are
+ *  summed in float32. The result equals the float64 product of the dequantized operands to about
+ *  1e-6 relative (Frobenius norm).
+ *  Memory: allocates a scratch of about m * d_in + threads * 40 * d_in bytes per call; use
+ *  wush_linear_forward with a workspace to avoid allocations.
+ *  m == 0 is a valid no-op.
+ *  @param y_count  number of elements `y` can hold (at least m * d_out).
+ *  @return WUSH_OK;
+ *          WUSH_ERR_INVALID_ARGUMENT for bad handles, NULL pointers (with m > 0), a y_dtype other
+ *          than F32/BF16;
+ *          WUSH_ERR_BUFFER_TOO_SMALL if a_codes_bytes, a_scales_bytes or y_count is too small;
+ *          WUSH_ERR_NON_FINITE if an activation scale is NaN/Inf (nothing is written to `y`),
+ *          or (CPU) if the product overflows float32 although every operand is finite (valid
+ *          extremes such as E8M0 scales of 2^127; `y` then holds the overflowed values);
+ *          WUSH_ERR_CUDA; WUSH_ERR_OUT_OF_MEMORY.
+ *  Thread safety: serialized per context; `qweight` and the activations are only read. */
+WUSH_API wush_status wush_gemm(wush_context* ctx, const wush_qweight* qweight, const void* a_codes,
+                               size_t a_codes_bytes, const void* a_scales, size_t a_scales_bytes, size_t m,
+                               wush_dtype y_dtype, void* y, size_t y_count);
+
+/*! wush_linear_forward_workspace_size() :
+ *  Writes to *bytes the workspace wush_linear_forward needs for n_tokens tokens with this
+ *  context's current thread count (WUSH_CONTEXT_NUM_THREADS, or OpenMP's default when 0). It
+ *  grows about linearly with n_tokens, so a workspace sized for the largest batch serves all
+ *  smaller ones. Any alignment is fine.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for bad handles, NULL `bytes`, or a transform and
+ *          qweight that do not belong together (d_in, G). */
+WUSH_API wush_status wush_linear_forward_workspace_size(wush_context* ctx, const wush_transform* transform,
+                                                        const wush_qweight* qweight, size_t n_tokens, size_t* bytes);
+
+/*! wush_linear_forward() :
+ *  One quantized linear layer: y = q(T_wush x) q(T_xvsh W)^T for the n_tokens x d_in activations
+ *  `x` (`x_dtype`: F32, F16 or BF16) - wush_quantize_activations then wush_gemm, with everything
+ *  intermediate in `workspace`. Nothing is allocated. y is n_tokens x d_out (F32 or BF16).
+ *  A workspace sized for fewer threads than the context now has runs on fewer threads.
+ *  @param y_count          elements `y` can hold (at least n_tokens * d_out).
+ *  @param workspace        caller-owned scratch of `workspace_bytes` bytes (may be NULL when
+ *                          n_tokens == 0); see wush_linear_forward_workspace_size.
+ *  n_tokens == 0 is a valid no-op.
+ *  @return WUSH_OK;
+ *          WUSH_ERR_INVALID_ARGUMENT as for wush_quantize_activations and wush_gemm;
+ *          WUSH_ERR_BUFFER_TOO_SMALL if y_count or workspace_bytes is too small (nothing is
+ *          written then);
+ *          WUSH_ERR_NON_FINITE if `x` holds NaN/Inf (`y` is left untouched, the workspace's
+ *          contents are unspecified), or (CPU) if the product overflows float32 although the
+ *          inputs are finite (transform entries or scales near float32's maximum);
+ *          WUSH_ERR_CUDA for a CUDA runtime failure.
+ *  Thread safety: serialized per context; `transform`, `qweight` and `x` are only read. */
+WUSH_API wush_status wush_linear_forward(wush_context* ctx, const wush_transform* transform,
+                                         const wush_qweight* qweight, wush_dtype x_dtype, const void* x,
+                                         size_t n_tokens, wush_dtype y_dtype, void* y, size_t y_count,
+                                         void* workspace, size_t workspace_bytes);
+
+/*! wush_layer_loss_runtime() :
+ *  The layerwise loss of wush_layer_loss(), with Y_q computed by the CPU runtime
+ *  (wush_linear_forward: the fused transform + quantization and the W4A4 GEMM, accumulated in
+ *  float32) instead of the float64 product of the dequantized operands. The two agree to about
+ *  1e-6 relative; this is what `wush eval --runtime` reports.
+ *  Host memory and the CPU kernels on every backend.
+ *  @return as wush_layer_loss(). */
+WUSH_API wush_status wush_layer_loss_runtime(wush_context* ctx, const wush_transform* transform,
+                                             const wush_qweight* qweight, wush_dtype w_dtype, const void* weight,
+                                             wush_dtype x_dtype, const void* x, size_t n_tokens, double* loss);
+
+/* ================================================================================================
+ * Prepared layers: a transform and a qweight bound to one context
+ * ==============================================================================================*/
+
+/* A wush_linear holds what the context's backend needs to run one layer, prepared once: on the
+ * CPU a copy of the transform and the weights' GEMM panels packed once (wush_gemm packs them on
+ * every call; the pack is about 2.25x the packed weight bytes); on CUDA device copies of the
+ * transform matrices, their error-bound row norms, and the codes and scales in the layout the
+ * GEMM kernels read. It does not reference the transform or the qweight afterwards: they may be
+ * destroyed. Memory rules: "Runtime" above (device pointers and stream-ordered, allocation-free
+ * launches on a CUDA context). Opaque. */
+typedef struct wush_linear wush_linear;
+
+/*! wush_linear_create() :
+ *  Prepares the layer made of `transform` and `qweight` (same d_in, the qweight's format group
+ *  equal to the transform's G) on the backend of `ctx`. On a CUDA context this allocates device
+ *  memory and copies synchronously.
+ *  Ownership: release *layer with wush_linear_destroy() before destroying `ctx`.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, NULL `layer`, mismatched objects);
+ *          WUSH_ERR_UNSUPPORTED (a group size the runtime does not support);
+ *          WUSH_ERR_OUT_OF_MEMORY (host or device); WUSH_ERR_CUDA.
+ *  Thread safety: serialized per context; `transform` and `qweight` are only read. */
+WUSH_API wush_status wush_linear_create(wush_context* ctx, const wush_transform* transform,
+                                        const wush_qweight* qweight, wush_linear** layer);
+
+/*! wush_linear_destroy() : releases `layer` (and its device memory); NULL is a no-op. On a CUDA
+ *  context, work still enqueued that uses the layer must have finished (synchronize first). */
+WUSH_API void wush_linear_destroy(wush_linear* layer);
+
+/*! wush_linear_info() : writes d_out, d_in and the format (any pointer may be NULL).
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. Thread-safe (read only). */
+WUSH_API wush_status wush_linear_info(const wush_linear* layer, size_t* d_out, size_t* d_in, wush_format* format);
+
+/*! wush_linear_workspace_size() :
+ *  Writes to *bytes the workspace wush_linear_run needs for up to n_tokens tokens on `ctx` (the
+ *  context the layer was prepared on), with its current thread count on a CPU context. Host
+ *  memory for a CPU context, device memory (any alignment; 256-byte aligned is fastest) for CUDA.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, another context, NULL `bytes`). */
+WUSH_API wush_status wush_linear_workspace_size(wush_context* ctx, const wush_linear* layer, size_t n_tokens,
+                                                size_t* bytes);
+
+/*! wush_linear_quantize() :
+ *  The layer's activation side alone: what wush_quantize_activations writes for the layer's
+ *  transform and format (the same bytes on every backend). On a CUDA context x, codes and scales
+ *  are device pointers and the launch is stream-ordered and allocation-free.
+ *  n_tokens == 0 is a valid no-op.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, another context, NULL pointers with
+ *          n_tokens > 0, bad dtype); WUSH_ERR_BUFFER_TOO_SMALL; WUSH_ERR_NON_FINITE (CPU: now;
+ *          CUDA: from the next wush_context_synchronize); WUSH_ERR_CUDA.
+ *  Thread safety: serialized per context. */
+WUSH_API wush_status wush_linear_quantize(wush_context* ctx, wush_linear* layer, wush_dtype x_dtype, const void* x,
+                                          size_t n_tokens, void* codes, size_t codes_bytes, void* scales,
+                                          size_t scales_bytes);
+
+/*! wush_linear_run() :
+ *  The layer's forward pass, as wush_linear_forward: y (n_tokens x d_out, F32 or BF16) =
+ *  q(T_wush x) q(T_xvsh W)^T for x (n_tokens x d_in, F32, F16 or BF16), intermediates in the
+ *  caller's `workspace` (wush_linear_workspace_size; a CPU workspace sized for fewer threads runs
+ *  on fewer threads). Nothing is allocated. On a CUDA context every pointer is device memory and
+ *  the work is enqueued on the context's stream (no host synchronization; graph-capturable); the
+ *  GEMM kernel is chosen by n_tokens and the device's architecture.
+ *  n_tokens == 0 is a valid no-op.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, another context, NULL pointers,
+ *          dtypes); WUSH_ERR_BUFFER_TOO_SMALL (y_count or workspace_bytes; nothing written);
+ *          WUSH_ERR_NON_FINITE (CPU: now, y untouched; CUDA: from the next
+ *          wush_context_synchronize, y unspecified); WUSH_ERR_CUDA.
+ *  Thread safety: serialized per context; the layer is only read by the kernels. */
+WUSH_API wush_status wush_linear_run(wush_context* ctx, wush_linear* layer, wush_dtype x_dtype, const void* x,
+                                     size_t n_tokens, wush_dtype y_dtype, void* y, size_t y_count, void* workspace,
+                                     size_t workspace_bytes);
+
+/* ================================================================================================
+ * Checkpoints: transforms and pre-quantized weights in a safetensors file (docs/FORMAT.md)
+ * ==============================================================================================*/
+
+/* A checkpoint is either being written (wush_checkpoint_create, add layers, write) or opened for
+ * reading (wush_checkpoint_open). Opaque. */
+typedef struct wush_checkpoint wush_checkpoint;
+
+/*! wush_checkpoint_create() : a new, empty checkpoint to write. Release with
+ *  wush_checkpoint_destroy(). @return WUSH_OK, WUSH_ERR_INVALID_ARGUMENT or OUT_OF_MEMORY. */
+WUSH_API wush_status wush_checkpoint_create(wush_checkpoint** checkpoint);
+
+/*! wush_checkpoint_add_layer() :
+ *  Adds layer `name` (non-empty UTF-8, unique, not ending in ".codes", ".scales",
+ *  ".tensor_scale" or ".transform") made of `transform` and `qweight`, whose format group size and
+ *  d_in must match the transform's. The checkpoint REFERENCES both objects, it does not copy
+ *  them: they must stay alive until wush_checkpoint_write() returns (it checks, and fails with
+ *  WUSH_ERR_INVALID_ARGUMENT if one was destroyed, even if a new object now has its address).
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, a checkpoint opened for reading, bad
+ *          or repeated name, mismatched objects). */
+WUSH_API wush_status wush_checkpoint_add_layer(wush_checkpoint* checkpoint, const char* name,
+                                               const wush_transform* transform, const wush_qweight* qweight);
+
+/*! wush_checkpoint_write() :
+ *  Writes all added layers to `path` atomically: a temporary file in the same directory, fsync,
+ *  then rename, so an interrupted write never leaves a truncated file under `path`. The data is
+ *  streamed from the layers' objects (no second copy in memory). The progress callback of
+ *  `options` (may be NULL) is called after each layer.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT; WUSH_ERR_IO (the message has the system's reason);
+ *          WUSH_ERR_CANCELLED (no file is left behind). */
+WUSH_API wush_status wush_checkpoint_write(wush_checkpoint* checkpoint, const char* path, const wush_options* options);
+
+/*! wush_checkpoint_open() :
+ *  Opens a checkpoint read-only (memory-mapped) and validates it completely before returning:
+ *  everything wush_tensor_file_open() checks, plus the libwush rules of docs/FORMAT.md (format
+ *  version, every tensor belonging to a layer, each layer's four tensors with the dtypes and
+ *  shapes its metadata implies, known format/transform/method names, G matching the format, the
+ *  per-tensor factor, a valid damping, no unknown metadata keys).
+ *  @return WUSH_OK; WUSH_ERR_IO; WUSH_ERR_CORRUPT_FILE naming the first violation. */
+WUSH_API wush_status wush_checkpoint_open(const char* path, wush_checkpoint** checkpoint);
+
+/*! wush_checkpoint_destroy() : releases `checkpoint` (and unmaps an opened file once no loaded
+ *  qweight borrows from it); NULL is a no-op. */
+WUSH_API void wush_checkpoint_destroy(wush_checkpoint* checkpoint);
+
+/*! wush_checkpoint_layer_count() / wush_checkpoint_layer_name() :
+ *  The layers of a checkpoint (opened or being written), in file / insertion order. The name
+ *  string stays valid until the checkpoint is destroyed.
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT (bad handle or index). Thread-safe for an opened
+ *          checkpoint. */
+WUSH_API wush_status wush_checkpoint_layer_count(const wush_checkpoint* checkpoint, size_t* count);
+WUSH_API wush_status wush_checkpoint_layer_name(const wush_checkpoint* checkpoint, size_t index, const char** name);
+
+/*! wush_checkpoint_load_layer() :
+ *  Creates the transform and qweight of layer `name` of an opened checkpoint. The qweight's codes
+ *  and scales are used in place from the mapped file (no copy); the file stays mapped while any
+ *  loaded qweight lives, even after wush_checkpoint_destroy(). The transform's weight side is
+ *  derived from the stored matrices. Either output may be NULL if not wanted. The file must not be
+ *  truncated or rewritten in place while open (replace it by rename): a change before the load
+ *  gives WUSH_ERR_IO, one after it is undefined (docs/FORMAT.md).
+ *  Ownership: release the outputs with wush_transform_destroy() / wush_qweight_destroy().
+ *  @return WUSH_OK; WUSH_ERR_NOT_FOUND; WUSH_ERR_CORRUPT_FILE (a singular or non-finite transform,
+ *          a NaN scale); WUSH_ERR_INVALID_ARGUMENT. Thread-safe (read only). */
+WUSH_API wush_status wush_checkpoint_load_layer(const wush_checkpoint* checkpoint, const char* name,
+                                                wush_transform** transform, wush_qweight** qweight);
+
+/*! wush_checkpoint_export_fp_quant() :
+ *  Writes the layers of an opened checkpoint in the layout that the FP-Quant / HF-transformers
+ *  "fp_quant" integration loads (docs/FORMAT.md): per layer `<name>.qweight` (U8, d_out x d_in/2),
+ *  `<name>.scales` (U8, d_out x d_in/G), `<name>.forward_hadamard_matrix` and
+ *  `<name>.backward_hadamard_matrix` (BF16: (G, d_in) for WUSH, column block j holding T_j^T; the
+ *  shared (G, G) matrix for identity and Hadamard), `<name>.weight_global_scale` and
+ *  `<name>.act_global_scale` (F32 (1,): 3 for MXFP4, 10 for NVFP4), atomically to `path`; and,
+ *  when `config_path` is not NULL, a JSON file {"quantization_config": {...}} for the model's
+ *  config.json.
+ *  @return WUSH_OK; WUSH_ERR_UNSUPPORTED (INT4 or mixed formats, WUS or random transforms, a
+ *          transform not exactly representable in bf16 — build with WUSH_OPTION_TRANSFORM_DTYPE =
+ *          WUSH_DTYPE_BF16); WUSH_ERR_IO; WUSH_ERR_INVALID_ARGUMENT (e.g. not an opened
+ *          checkpoint). */
+WUSH_API wush_status wush_checkpoint_export_fp_quant(const wush_checkpoint* checkpoint, const char* path,
+                                                     const char* config_path, const wush_options* options);
+
+/* ================================================================================================
+ * Built-in example layers (seeded, LLM-like), the default data of `wush eval`
+ * ==============================================================================================*/
+
+/*! wush_example_layer_count() / wush_example_layer_name() :
+ *  The built-in layer shapes: "small_256x512", "small_512x256" (quick, used by the tests),
+ *  "4096x4096", "4096x14336", "14336x4096" (Llama-like projections; named d_in x d_out).
+ *  wush_example_layer_name() returns a static name, or NULL for index >= count. */
+WUSH_API size_t wush_example_layer_count(void);
+WUSH_API const char* wush_example_layer_name(size_t index);
+
+/*! wush_example_layer_shape() : writes d_out and d_in of the named layer.
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT (unknown name, NULL). */
+WUSH_API wush_status wush_example_layer_shape(const char* name, size_t* d_out, size_t* d_in);
+
+/*! wush_example_layer_generate() :
+ *  Generates the named layer deterministically from `seed`: its weight (d_out x d_in) and two
+ *  independent activation sets, n_calibration and n_heldout tokens (x d_in), drawn from the same
+ *  heavy-tailed, correlated, outlier-channel distribution (docs/EVAL.md describes it). The
+ *  weight does not depend on the token counts. Buffers hold the given counts of floats; a
+ *  buffer for zero tokens may be NULL.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT; WUSH_ERR_BUFFER_TOO_SMALL. */
+WUSH_API wush_status wush_example_layer_generate(const char* name, uint64_t seed, size_t n_calibration,
+                                                 size_t n_heldout, float* weight, size_t weight_count,
+                                                 float* calibration, size_t calibration_count, float* heldout,
+                                                 size_t heldout_count);
+
+/* ================================================================================================
+ * Tensor files (safetensors, read-only)
+ * ==============================================================================================*/
+
+/* A validated, memory-mapped safetensors file: the input format of `wush eval` / `wush quantize`
+ * (weights and activations) and the container of checkpoints. Opaque. */
+typedef struct wush_tensor_file wush_tensor_file;
+
+/*! wush_tensor_file_open() :
+ *  Maps the safetensors file at `path` read-only and validates it completely before returning:
+ *  the 8-byte header length (at most 100,000,000 and inside the file), a UTF-8 JSON object
+ *  without duplicate keys, known dtypes, shapes whose products do not overflow, each tensor's
+ *  byte span equal to its element count times its dtype size, and tensors that tile the data
+ *  section exactly (no gap, no overlap) up to the end of the file.
+ *  Ownership: on success *file receives a handle released with wush_tensor_file_destroy(); the
+ *  mapping lives until then.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for NULL arguments; WUSH_ERR_IO if the file cannot
+ *          be opened or mapped; WUSH_ERR_CORRUPT_FILE naming the first violation. */
+WUSH_API wush_status wush_tensor_file_open(const char* path, wush_tensor_file** file);
+
+/*! wush_tensor_file_destroy() : unmaps and releases `file`; NULL is a no-op. Pointers obtained
+ *  from the file become invalid. */
+WUSH_API void wush_tensor_file_destroy(wush_tensor_file* file);
+
+/*! wush_tensor_file_count() :
+ *  Writes the number of tensors in `file` to *count. @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. */
+WUSH_API wush_status wush_tensor_file_count(const wush_tensor_file* file, size_t* count);
+
+/*! wush_tensor_file_tensor() :
+ *  Describes tensor `index` (0 <= index < count, in file order). Every output pointer may be NULL
+ *  if not wanted. *name and *dtype (a safetensors dtype string such as "F32", "BF16", "U8") are
+ *  NUL-terminated; *shape points to *ndim dimensions; *data points to *bytes bytes of the mapped
+ *  file (little-endian, row-major, not necessarily aligned beyond what the writer chose). All
+ *  pointers stay valid, read-only, until the file is destroyed.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for a bad handle or index. Thread-safe (read only). */
+WUSH_API wush_status wush_tensor_file_tensor(const wush_tensor_file* file, size_t index, const char** name,
+                                             const char** dtype, size_t* ndim, const uint64_t** shape,
+                                             const void** data, size_t* bytes);
+
+/*! wush_tensor_file_find() :
+ *  Writes the index of the tensor called `name` to *index.
+ *  @return WUSH_OK; WUSH_ERR_NOT_FOUND if there is none; WUSH_ERR_INVALID_ARGUMENT. */
+WUSH_API wush_status wush_tensor_file_find(const wush_tensor_file* file, const char* name, size_t* index);
+
+/*! wush_tensor_file_metadata() :
+ *  Looks up `key` in the file's "__metadata__" map; *value points to a NUL-terminated string valid
+ *  until the file is destroyed.
+ *  @return WUSH_OK; WUSH_ERR_NOT_FOUND if the key is absent; WUSH_ERR_INVALID_ARGUMENT. */
+WUSH_API wush_status wush_tensor_file_metadata(const wush_tensor_file* file, const char* key, const char** value);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* WUSH_WUSH_H */

@@ -1,0 +1,3 @@
+module wushupgradecheck
+
+go 1.19
