@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
     if (!wush::bench::run_benchmarks(argc, argv, reporter)) return 1;
 
     const auto summary = [&](const char* what, auto seconds) {
-        std::printf("\nSummary (%s wall time of one layer's transform + RTN weights, ms; ratios to plain)\n", what);
+        std::printf("\nSummary (%s of one layer's transform + RTN weights, ms; ratios to plain)\n", what);
         std::printf("%-16s %8s %8s %6s %8s %6s %12s %13s %6s %8s\n", "layer/format", "plain", "search", "ratio",
                     "guard", "ratio", "guard/search", "guard_before", "ratio", "loss256");
         for (wush_format f : kFormats) {
@@ -166,8 +166,8 @@ int main(int argc, char** argv) {
                         g * 1e3, g / p, g / s, b * 1e3, b / p, l * 1e3);
         }
     };
-    summary("median", [&](const std::string& n) { return reporter.median_seconds(n); });
-    summary("fastest", [&](const std::string& n) { return reporter.min_seconds(n); });
+    summary("median wall time", [&](const std::string& n) { return reporter.median_seconds(n); });
+    summary("fastest wall time", [&](const std::string& n) { return reporter.min_seconds(n); });
     summary("median CPU time of the calling thread (all of the work with OMP_NUM_THREADS=1)",
             [&](const std::string& n) { return reporter.median_cpu_seconds(n); });
     return 0;

@@ -448,8 +448,11 @@ typedef enum wush_option {
      * errors of the per-token differences, so noise keeps the searched layer. Needs at least 64
      * sample tokens (else no guard); size the sample with wush_options_sample_size(). 0 turns
      * the default guard off (validation tokens, when given, are still used, by the same rule).
-     * It costs four more layer builds by the same method. The plain `wush` transform (no
-     * search) is Algorithm 1 and never guarded. */
+     * It costs five held-out layer losses and the alternatives' builds (RTN: the plain layer
+     * comes with the search; GPTQ: four more GPTQ builds): on a 4096 x 4096 RTN layer about
+     * 8.5-8.8x the plain layer's time (docs/PERFORMANCE.md). wush_transform_guard() reports
+     * what it compared and kept. The plain `wush` transform (no search) is Algorithm 1 and
+     * never guarded. */
     WUSH_OPTION_SEARCH_GUARD = 5,
     WUSH_OPTION_ENUM_MIN_ = -2147483647 - 1,
     WUSH_OPTION_ENUM_MAX_ = 2147483647
