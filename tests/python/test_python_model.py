@@ -318,6 +318,9 @@ class ModelFlow(unittest.TestCase):
                     self.assertLess(abs(c["std_error"] - d.std(ddof=1) / np.sqrt(len(d))), 1e-9 * scale, f"{n} {k}")
                     self.assertEqual(c["replaces"], bool(clearly_better(per_token[k], per_token["searched"])), f"{n} {k}")
             self.assertIsNone(built["searched"].guard[n])  # no validation, the default hold-out off
+            line = [ln for ln in guarded.guard_table().splitlines() if ln.startswith(n + " ")]
+            self.assertEqual(len(line), 1, n)
+            self.assertEqual(line[0].split()[1:4], ["validation", str(len(x)), rep["kept"]], n)
             fallbacks += choice != "searched"
             searched_changed += per_token["searched"].mean() != per_token["wush"].mean()
         print(f"search + guard: {fallbacks} of {len(names)} layers fell back, the search changed {searched_changed}")
