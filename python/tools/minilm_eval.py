@@ -217,8 +217,25 @@ def model_level(model, cal: "torch.Tensor", held: "torch.Tensor", layers: str,
                 if g is not None:
                     kept[g["kept"]] = kept.get(g["kept"], 0) + 1
             rows.append({"format": fmt, "transform": name, "cos_mean": float(cos.mean()), "cos_min": float(cos.min()),
-                         "token_cos_mean": float(tok.mean()), "layers": len(res.layers), "guard_kept": kept})
+                         "token_cos_mean": float(tok.mean()), "layers": len(res.layers), "guard_kept": kept,
+                         "cos": cos.tolist(), "token_cos": tok.tolist()})
     return rows
+
+
+def paired(rows: List[dict], a: str, b: str) -> List[Tuple[str, str, float, float, float, float]]:
+    """Per format, transform `a` minus `b`: the paired differences of the window cosines and of
+    the token cosines, (format, what, mean, standard error) for each."""
+    import numpy as np
+    out = []
+    by = {(r["format"], r["transform"]): r for r in rows}
+    for fmt in sorted({r["format"] for r in rows}):
+        if (fmt, a) not in by or (fmt, b) not in by:
+            continue
+        for key, what in (("cos", "sentence"), ("token_cos", "token")):
+            d = np.array(by[(fmt, a)][key]) - np.array(by[(fmt, b)][key])
+            out.append((fmt, what, float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d))), float((d > 0).mean()),
+                        float(len(d))))
+    return out
 
 
 def print_model_table(rows: List[dict]) -> None:
@@ -306,6 +323,10 @@ def main() -> int:
         print(f"\nModel level: sentence embeddings of the {len(args.windows['heldout'])} held-out windows, the "
               f"quantized model (RTN, the library's runtime) against the unquantized one")
         print_model_table(model_rows)
+        print("\nwush+s - wush, paired over the held-out windows (sentence) and tokens (token):")
+        for fmt, what, mean, se, wins, n in paired(model_rows, "wush+s", "wush"):
+            print(f"  {fmt} {what:8s} cosine difference {mean:+.5f} +- {se:.5f} (standard error), "
+                  f"wush+s higher on {wins:.0%} of {int(n)}")
     return 0
 
 
