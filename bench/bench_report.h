@@ -28,6 +28,7 @@ public:
         for (const Run& r : runs) {
             if (r.run_type != Run::RT_Iteration || r.error_occurred || r.iterations == 0) continue;
             seconds_[r.run_name.function_name].push_back(r.real_accumulated_time / double(r.iterations));
+            cpu_seconds_[r.run_name.function_name].push_back(r.cpu_accumulated_time / double(r.iterations));
         }
         ConsoleReporter::ReportRuns(runs);
     }
@@ -51,13 +52,25 @@ public:
         return *std::min_element(it->second.begin(), it->second.end());
     }
 
+    // The median CPU time of the calling thread (seconds; negative when it did not run): with
+    // one thread (OMP_NUM_THREADS=1) all of the work, and unlike wall time not stretched by other
+    // processes on a shared machine.
+    double median_cpu_seconds(const std::string& name) const {
+        const auto it = cpu_seconds_.find(name);
+        if (it == cpu_seconds_.end() || it->second.empty()) return -1.0;
+        std::vector<double> v = it->second;
+        std::sort(v.begin(), v.end());
+        const std::size_t n = v.size();
+        return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    }
+
     std::size_t repetitions(const std::string& name) const {
         const auto it = seconds_.find(name);
         return it == seconds_.end() ? 0 : it->second.size();
     }
 
 private:
-    std::map<std::string, std::vector<double>> seconds_;
+    std::map<std::string, std::vector<double>> seconds_, cpu_seconds_;
 };
 
 // Registers a benchmark timed in wall-clock milliseconds (the library runs its own threads).

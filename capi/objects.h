@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "calibration/calibrator.h"
 #include "eval/layer_loss.h"
+#include "pipeline/layer_pipeline.h"
 #include "transforms/runtime_layer.h"
 #include "transforms/block_transform.h"
 #include "wush/wush.h"
@@ -23,6 +24,8 @@ struct wush_transform {
     // How the CPU runtime reads the matrices (by their values, classified once: the runtime's
     // per-call path then never rescans them).
     wush::MatrixUse runtime_use;
+    // What the search's per-layer guard decided (wush_layer_quantize only; source None otherwise).
+    wush::pipeline::GuardReport guard;
 };
 
 struct wush_qweight {

@@ -267,6 +267,37 @@ WUSH_API wush_status wush_transform_singular_values(const wush_transform* transf
     });
 }
 
+WUSH_API wush_status wush_transform_guard(const wush_transform* transform, wush_guard_source* source,
+                                          size_t* n_tokens, wush_guard_candidate* kept) {
+    return guarded(__func__, [&] {
+        transform = require_handle(transform, HandleType::Transform, "transform");
+        const wush::pipeline::GuardReport& r = transform->guard;
+        if (source) *source = wush_guard_source(int(r.source));
+        if (n_tokens) *n_tokens = r.n_tokens;
+        if (kept) *kept = wush_guard_candidate(int(r.kept));
+    });
+}
+
+WUSH_API wush_status wush_transform_guard_candidate(const wush_transform* transform, wush_guard_candidate candidate,
+                                                    double* loss, double* difference, double* std_error,
+                                                    int* replaces) {
+    return guarded(__func__, [&] {
+        transform = require_handle(transform, HandleType::Transform, "transform");
+        const int c = int(candidate);
+        if (c < 0 || std::size_t(c) >= wush::pipeline::kGuardCandidates)
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_guard_candidate " + std::to_string(c));
+        const wush::pipeline::GuardReport& r = transform->guard;
+        if (r.source == wush::pipeline::GuardSource::None)
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT,
+                       "no per-layer guard ran for this transform (wush_transform_guard reports WUSH_GUARD_NONE)");
+        const wush::pipeline::GuardCandidateScore& s = r.candidates[std::size_t(c)];
+        if (loss) *loss = s.loss;
+        if (difference) *difference = s.difference;
+        if (std_error) *std_error = s.std_error;
+        if (replaces) *replaces = s.clearly_better ? 1 : 0;
+    });
+}
+
 WUSH_API wush_status wush_qweight_create(wush_context* ctx, const wush_transform* transform, wush_format format,
                                          wush_method method, wush_dtype dtype, const void* weight, size_t d_out,
                                          size_t d_in, const wush_options* options, wush_qweight** qweight) {
@@ -322,6 +353,7 @@ WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrato
         wush::pipeline::QuantizedLayer layer =
             wush::pipeline::guarded_layer(transform_options(k, o, &f), f, m, cal, w.span(), d_out, &progress, guard);
         auto t = std::make_unique<wush_transform>(std::move(layer.transform));
+        t->guard = layer.guard;
         auto q = std::make_unique<wush_qweight>();
         q->core = std::move(layer.weights);
         q->method = method;

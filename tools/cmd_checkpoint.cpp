@@ -50,12 +50,87 @@ bool writable_destination(const std::string& path) {
     return true;
 }
 
+// What the search's per-layer guard decided for one layer (wush_transform_guard).
+struct GuardLine {
+    std::string layer;
+    wush_guard_source source = WUSH_GUARD_NONE;
+    std::size_t n_tokens = 0;
+    wush_guard_candidate kept = WUSH_GUARD_SEARCHED;
+    double loss[5] = {0, 0, 0, 0, 0}, difference[5] = {0, 0, 0, 0, 0}, std_error[5] = {0, 0, 0, 0, 0};
+    int replaces[5] = {0, 0, 0, 0, 0};
+};
+
+const char* const kCandidateNames[5] = {"searched", "plain", "i", "h", "r"};
+
+wush_status read_guard(const std::string& name, const wush_transform* t, GuardLine* g) {
+    g->layer = name;
+    wush_status st = wush_transform_guard(t, &g->source, &g->n_tokens, &g->kept);
+    for (int c = 0; st == WUSH_OK && g->source != WUSH_GUARD_NONE && c < 5; ++c)
+        st = wush_transform_guard_candidate(t, wush_guard_candidate(c), &g->loss[c], &g->difference[c],
+                                            &g->std_error[c], &g->replaces[c]);
+    return st;
+}
+
+// The per-layer table on stdout: held-out tokens and their source, each candidate's held-out
+// loss, the one kept, and for it the paired difference in standard errors (the margin that
+// decided; for the searched layer, the best alternative's, which did not suffice).
+void print_guard_table(const std::vector<GuardLine>& lines) {
+    std::printf("%-40s %-10s %6s %-8s", "layer", "guard", "tokens", "kept");
+    for (const char* n : kCandidateNames) std::printf(" %11s", n);
+    std::printf(" %9s\n", "diff/se");
+    for (const GuardLine& g : lines) {
+        std::printf("%-40s %-10s %6zu %-8s", cli::printable(g.layer).c_str(),
+                    g.source == WUSH_GUARD_VALIDATION ? "validation" : g.source == WUSH_GUARD_HOLD_OUT ? "hold-out" : "none",
+                    g.n_tokens, g.source == WUSH_GUARD_NONE ? "-" : kCandidateNames[int(g.kept)]);
+        if (g.source == WUSH_GUARD_NONE) {
+            std::printf("\n");
+            continue;
+        }
+        for (int c = 0; c < 5; ++c) std::printf(" %11.4e", g.loss[c]);
+        int d = int(g.kept);
+        if (d == 0)  // the alternative that came closest: the largest difference in standard errors
+            for (int c = 1; c < 5; ++c)
+                if (d == 0 || g.difference[c] / g.std_error[c] > g.difference[d] / g.std_error[d]) d = c;
+        std::printf(" %9.2f\n", g.std_error[d] > 0.0 ? g.difference[d] / g.std_error[d] : 0.0);
+    }
+}
+
+bool write_guard_json(const std::string& path, const std::vector<GuardLine>& lines) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) {
+        std::fprintf(stderr, "wush quantize: cannot write %s: %s\n", cli::printable(path).c_str(), std::strerror(errno));
+        return false;
+    }
+    std::fprintf(f, "{\"layers\": [");
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+        const GuardLine& g = lines[i];
+        std::fprintf(f, "%s\n  {\"layer\": %s, \"guard\": \"%s\", \"tokens\": %zu", i ? "," : "",
+                     cli::json_string(g.layer).c_str(),
+                     g.source == WUSH_GUARD_VALIDATION ? "validation" : g.source == WUSH_GUARD_HOLD_OUT ? "hold_out" : "none",
+                     g.n_tokens);
+        if (g.source != WUSH_GUARD_NONE) {
+            std::fprintf(f, ", \"kept\": \"%s\", \"candidates\": {", kCandidateNames[int(g.kept)]);
+            for (int c = 0; c < 5; ++c)
+                std::fprintf(f, "%s\"%s\": {\"loss\": %s, \"difference\": %s, \"std_error\": %s, \"replaces\": %s}",
+                             c ? ", " : "", kCandidateNames[c], cli::json_number(g.loss[c]).c_str(),
+                             cli::json_number(g.difference[c]).c_str(), cli::json_number(g.std_error[c]).c_str(),
+                             g.replaces[c] ? "true" : "false");
+            std::fprintf(f, "}");
+        }
+        std::fprintf(f, "}");
+    }
+    std::fprintf(f, "\n]}\n");
+    const bool ok = std::fclose(f) == 0;
+    if (!ok) std::fprintf(stderr, "wush quantize: writing %s failed\n", cli::printable(path).c_str());
+    return ok;
+}
+
 }  // namespace
 
 int cmd_quantize(int argc, char** argv) {
     cli::Args a(argc, argv, {"--no-search-guard"}, {"--weights", "--activations", "--format", "--transform", "--method", "--out",
                                   "--damping", "--seed", "--transform-dtype", "--threads", "--search-tokens",
-                                  "--validation-tokens"});
+                                  "--validation-tokens", "--guard-json"});
     const std::size_t seed = a.get_size("--seed", 1, 0, cli::kMaxSeed), threads = a.get_size("--threads", 0);
     const std::size_t n_search = a.get_size("--search-tokens", cli::kSearchTokens);
     const std::size_t n_val = a.get_size("--validation-tokens", 0);
@@ -73,15 +148,21 @@ int cmd_quantize(int argc, char** argv) {
                                                 "' (mxfp4, nvfp4, int4, mxfp4_ocp)");
     bool search = false;
     if (!cli::transform_from_name("quantize", a.get("--transform"), &kind, &search)) return cli::kUsageError;
-    if (!search && (a.has("--search-tokens") || a.has("--validation-tokens") || a.has("--no-search-guard")))
-        return cli::usage_error("quantize", "--search-tokens, --validation-tokens and --no-search-guard need a searched "
-                                            "transform (wush+s, wus+s)");
+    if (!search && (a.has("--search-tokens") || a.has("--validation-tokens") || a.has("--no-search-guard") ||
+                    a.has("--guard-json")))
+        return cli::usage_error("quantize", "--search-tokens, --validation-tokens, --no-search-guard and --guard-json "
+                                            "need a searched transform (wush+s, wus+s)");
     wush_method method = WUSH_METHOD_RTN;
     wush_method_from_name(method_name.c_str(), &method);  // get_choice allowed only its names
     dtype_from_name(dtype_name, &tdtype);
     // Writing the checkpoint over an input would destroy it (after it was read, so unnoticed).
     if (!cli::output_is_not_an_input("quantize", "--out", a.get("--out"),
                                      {{"--weights", a.get("--weights")}, {"--activations", a.get("--activations")}}))
+        return cli::kUsageError;
+    if (a.has("--guard-json") &&
+        !cli::output_is_not_an_input("quantize", "--guard-json", a.get("--guard-json"),
+                                     {{"--weights", a.get("--weights")}, {"--activations", a.get("--activations")},
+                                      {"--out", a.get("--out")}}))
         return cli::kUsageError;
     // The output's directory is checked before the work, not after it.
     if (!writable_destination(a.get("--out"))) return 1;
@@ -117,6 +198,7 @@ int cmd_quantize(int argc, char** argv) {
     // Every layer's objects stay alive until the checkpoint is written (it references them).
     std::vector<std::unique_ptr<Handle<wush_transform, wush_transform_destroy>>> transforms;
     std::vector<std::unique_ptr<Handle<wush_qweight, wush_qweight_destroy>>> qweights;
+    std::vector<GuardLine> guard_lines;
     cli::ProgressBar bar(layers.size());
     for (Layer& l : layers) {
         Handle<wush_calibrator, wush_calibrator_destroy> cal;
@@ -136,6 +218,10 @@ int cmd_quantize(int argc, char** argv) {
             st = wush_layer_quantize(ctx.p, cal.p, kind, format, method, l.w_dtype, l.weight.data(), l.d_out, l.d_in,
                                      opts.p, &transforms.back()->p, &qweights.back()->p);
         if (st == WUSH_OK) st = wush_checkpoint_add_layer(ck.p, l.name.c_str(), transforms.back()->p, qweights.back()->p);
+        if (st == WUSH_OK && search) {
+            guard_lines.emplace_back();
+            st = read_guard(l.name, transforms.back()->p, &guard_lines.back());
+        }
         if (st != WUSH_OK) {
             bar.finish();
             std::fprintf(stderr, "wush quantize: layer '%s':\n", cli::printable(l.name).c_str());
@@ -150,6 +236,8 @@ int cmd_quantize(int argc, char** argv) {
     st = wush_checkpoint_write(ck.p, a.get("--out").c_str(), opts.p);
     if (st != WUSH_OK) return cli::report("wush_checkpoint_write", st);
     std::fprintf(stderr, "wrote %zu layers to %s\n", layers.size(), a.get("--out").c_str());
+    if (search) print_guard_table(guard_lines);
+    if (a.has("--guard-json") && !write_guard_json(a.get("--guard-json"), guard_lines)) return 1;
     return 0;
 }
 

@@ -58,7 +58,10 @@ const Command kCommands[] = {
      "  [--validation-tokens N]  the last N tokens of each layer only validate: the\n"
      "               search's per-layer guard chooses among the searched, plain\n"
      "               WUSH, I, H and R layers on them (without them it holds out\n"
-     "               half of the token sample; [--no-search-guard] turns that off)\n"},
+     "               half of the token sample; [--no-search-guard] turns that off)\n"
+     "               and prints per layer what it compared and kept (held-out losses\n"
+     "               of each candidate, the paired difference in standard errors);\n"
+     "               [--guard-json FILE] records the same as JSON\n"},
     {"inspect", cmd_inspect, "validate a checkpoint and list its layers\n  CK.safetensors\n"},
     {"export", cmd_export,
      "write the FP-Quant / HF-transformers fp_quant layout (mxfp4, nvfp4)\n"

@@ -448,8 +448,11 @@ typedef enum wush_option {
      * errors of the per-token differences, so noise keeps the searched layer. Needs at least 64
      * sample tokens (else no guard); size the sample with wush_options_sample_size(). 0 turns
      * the default guard off (validation tokens, when given, are still used, by the same rule).
-     * It costs four more layer builds by the same method. The plain `wush` transform (no
-     * search) is Algorithm 1 and never guarded. */
+     * It costs five held-out layer losses and the alternatives' builds (RTN: the plain layer
+     * comes with the search; GPTQ: four more GPTQ builds): on a 4096 x 4096 RTN layer about
+     * 8.5-8.8x the plain layer's time (docs/PERFORMANCE.md). wush_transform_guard() reports
+     * what it compared and kept. The plain `wush` transform (no search) is Algorithm 1 and
+     * never guarded. */
     WUSH_OPTION_SEARCH_GUARD = 5,
     WUSH_OPTION_ENUM_MIN_ = -2147483647 - 1,
     WUSH_OPTION_ENUM_MAX_ = 2147483647
@@ -724,6 +727,57 @@ WUSH_API wush_status wush_transform_fallback_blocks(const wush_transform* transf
  *  @return WUSH_OK, WUSH_ERR_BUFFER_TOO_SMALL or WUSH_ERR_INVALID_ARGUMENT. Thread-safe. */
 WUSH_API wush_status wush_transform_singular_values(const wush_transform* transform, double* out, size_t count);
 
+/* Where the search's per-layer guard (WUSH_OPTION_SEARCH) took its held-out tokens. Values are
+ * pinned. */
+typedef enum wush_guard_source {
+    WUSH_GUARD_NONE = 0,       /* no guard ran: no search, a data-free kind, the default hold-out
+                                * off (WUSH_OPTION_SEARCH_GUARD = 0) or too small a token sample,
+                                * or a transform not made by wush_layer_quantize()              */
+    WUSH_GUARD_VALIDATION = 1, /* the calibrator's validation tokens                             */
+    WUSH_GUARD_HOLD_OUT = 2,   /* every second token of the calibrator's token sample            */
+    WUSH_GUARD_SOURCE_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_GUARD_SOURCE_ENUM_MAX_ = 2147483647
+} wush_guard_source;
+
+/* The guard's candidate layers, all built by the same method and seed. Values are pinned. */
+typedef enum wush_guard_candidate {
+    WUSH_GUARD_SEARCHED = 0, /* the searched WUS/WUSH layer (`kind` with WUSH_OPTION_SEARCH)  */
+    WUSH_GUARD_PLAIN = 1,    /* `kind` without the search (Algorithm 1)                      */
+    WUSH_GUARD_IDENTITY = 2,
+    WUSH_GUARD_HADAMARD = 3,
+    WUSH_GUARD_RANDOM = 4,
+    WUSH_GUARD_CANDIDATE_ENUM_MIN_ = -2147483647 - 1,
+    WUSH_GUARD_CANDIDATE_ENUM_MAX_ = 2147483647
+} wush_guard_candidate;
+
+/*! wush_transform_guard() :
+ *  What the search's per-layer guard decided for the layer whose transform this is, as
+ *  wush_layer_quantize() recorded it on the transform: *source (WUSH_GUARD_NONE when no guard
+ *  ran), *n_tokens (held-out tokens scored; 0 without a guard) and *kept (the candidate returned;
+ *  WUSH_GUARD_SEARCHED without a guard, i.e. the layer as built). Any pointer may be NULL. Only
+ *  the transform made by wush_layer_quantize() carries a report: transforms built, created,
+ *  loaded from a checkpoint or otherwise made report WUSH_GUARD_NONE.
+ *  Thread-safe (read only).
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT (bad handle). */
+WUSH_API wush_status wush_transform_guard(const wush_transform* transform, wush_guard_source* source,
+                                          size_t* n_tokens, wush_guard_candidate* kept);
+
+/*! wush_transform_guard_candidate() :
+ *  One candidate's score in the guard's decision (see wush_transform_guard): *loss, its layer
+ *  loss on the held-out tokens (as wush_layer_loss() computes it for that candidate's layer on
+ *  those tokens); *difference, the mean over tokens of the paired per-token loss differences
+ *  (searched - candidate: positive where the candidate is better); *std_error, the standard error
+ *  of that mean (sample standard deviation / sqrt(n_tokens)); *replaces, 1 when the candidate met
+ *  the rule (loss below 0.99 x the searched loss and difference > 2 std_error), else 0. For
+ *  WUSH_GUARD_SEARCHED: its loss, 0, 0, 0. The kept candidate is the lowest loss among those with
+ *  *replaces = 1, or the searched layer when there is none. Any output pointer may be NULL.
+ *  Thread-safe (read only).
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handle, unknown candidate, or no guard ran for
+ *          this transform). */
+WUSH_API wush_status wush_transform_guard_candidate(const wush_transform* transform, wush_guard_candidate candidate,
+                                                    double* loss, double* difference, double* std_error,
+                                                    int* replaces);
+
 /* ================================================================================================
  * Pre-quantized weights and the layerwise loss
  * ==============================================================================================*/
@@ -778,11 +832,14 @@ WUSH_API wush_status wush_qweight_create(wush_context* ctx, const wush_transform
  *     (H + lambda tr(H)/d_in I); when the damped Hessian is not positive definite the damping is
  *     raised tenfold, up to three times, before failing with WUSH_ERR_NUMERICAL.
  *     Memory: about 8 (d_in^2 + d_out d_in) bytes besides the results.
- *  With WUSH_OPTION_SEARCH and validation tokens in the calibrator, the per-layer guard (see
- *  WUSH_OPTION_SEARCH) may return an identity, Hadamard or random transform instead of `kind`.
+ *  With WUSH_OPTION_SEARCH, the per-layer guard (see WUSH_OPTION_SEARCH and
+ *  WUSH_OPTION_SEARCH_GUARD) may return the plain (unsearched) `kind` or an identity, Hadamard or
+ *  random transform instead of the searched one; wush_transform_guard() on *transform reports
+ *  what it compared and kept.
  *  `weight` is d_out x d_in row-major in `dtype`; the format's group size must equal the
  *  calibrator's G. WUSH_OPTION_TRANSFORM_DTYPE and the progress callback apply as for
- *  wush_transform_build() (with the guard, the callback runs through each of the four builds).
+ *  wush_transform_build() (with the guard and GPTQ, the callback also runs through the builds of
+ *  the alternative layers).
  *  Ownership: on success *transform and *qweight are new objects the caller releases with
  *  wush_transform_destroy() / wush_qweight_destroy(); on failure both are left untouched.
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles or enums, shapes, G mismatch, GPTQ with

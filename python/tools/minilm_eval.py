@@ -6,7 +6,10 @@ Captures the inputs of every linear layer of the encoder blocks on real English 
 of Python's standard library: calibration and held-out tokens from disjoint modules), writes one
 weights and one activations safetensors file in the layout `wush eval --weights/--activations`
 reads (held-out tokens last), runs `wush eval` on them and prints, per layer type, the median and
-worst ratio of wush+s to WUSH and to the best of I/H/R over the six blocks.
+worst ratio of wush+s to WUSH and to the best of I/H/R over the six blocks. Then, at the model
+level, it quantizes the model with each of I, H, R, WUSH and wush+s (its default guard) per format
+(MXFP4, NVFP4; RTN; wush.torch.quantize_model, the quantized layers computed by the library's
+runtime) and prints the sentence-embedding cosine to the unquantized model on the held-out text.
 
     python3 python/tools/minilm_eval.py --wush build/release/tools/wush
 
@@ -164,6 +167,86 @@ def print_table(table: Dict[Tuple[str, str, str], List[Tuple[str, float, float]]
               f"{statistics.median(b):.3f} | {max(b):.3f} |")
 
 
+# The model-level comparison: each transform quantizes every selected linear (RTN, the library's
+# runtime computing the quantized layers), per format; wush+s is the search with its default guard.
+MODEL_TRANSFORMS = [("i", "identity", False), ("h", "hadamard", False), ("r", "random", False),
+                    ("wush", "wush", False), ("wush+s", "wush", True)]
+MODEL_FORMATS = ["mxfp4", "nvfp4"]
+
+
+def sentence_embeddings(model, windows: "torch.Tensor", batch: int = 4) -> Tuple["np.ndarray", "np.ndarray"]:
+    """all-MiniLM-L6-v2's sentence embeddings of the token windows (mean pooling of the last
+    hidden states over each window's tokens, then L2 normalization, as sentence-transformers
+    does), float64, and the last hidden states themselves (tokens x hidden, float64)."""
+    import numpy as np
+    import torch
+    embs, states = [], []
+    with torch.no_grad():
+        for i in range(0, len(windows), batch):
+            ids = windows[i:i + batch]
+            h = model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state.double()
+            e = h.mean(dim=1)
+            embs.append((e / e.norm(dim=1, keepdim=True)).numpy())
+            states.append(h.reshape(-1, h.shape[-1]).numpy())
+    return np.concatenate(embs), np.concatenate(states)
+
+
+def model_level(model, cal: "torch.Tensor", held: "torch.Tensor", layers: str,
+                formats: List[str] = MODEL_FORMATS) -> List[dict]:
+    """Per format and transform: quantize a copy of the model (wush.torch.quantize_model, RTN,
+    calibrated on `cal`'s windows), run it on `held`'s windows with the library's runtime and
+    compare with the unquantized model: sentence-embedding cosine (mean, worst) and the last
+    hidden states' per-token cosine (mean). For wush+s also the guard's choices per layer."""
+    import copy
+    import numpy as np
+    import torch
+    from wush.torch import quantize_model
+    ref_emb, ref_states = sentence_embeddings(model, held)
+    batches = [{"input_ids": cal[i:i + 4], "attention_mask": torch.ones_like(cal[i:i + 4])}
+               for i in range(0, len(cal), 4)]
+    rows = []
+    for fmt in formats:
+        for name, kind, search in MODEL_TRANSFORMS:
+            m = copy.deepcopy(model)
+            res = quantize_model(m, batches, format=fmt, transform=kind, method="rtn", layers=layers, search=search)
+            emb, states = sentence_embeddings(m, held)
+            cos = (emb * ref_emb).sum(axis=1)
+            tok = (states * ref_states).sum(axis=1) / (np.linalg.norm(states, axis=1) * np.linalg.norm(ref_states, axis=1))
+            kept: Dict[str, int] = {}
+            for g in res.guard.values():
+                if g is not None:
+                    kept[g["kept"]] = kept.get(g["kept"], 0) + 1
+            rows.append({"format": fmt, "transform": name, "cos_mean": float(cos.mean()), "cos_min": float(cos.min()),
+                         "token_cos_mean": float(tok.mean()), "layers": len(res.layers), "guard_kept": kept,
+                         "cos": cos.tolist(), "token_cos": tok.tolist()})
+    return rows
+
+
+def paired(rows: List[dict], a: str, b: str) -> List[Tuple[str, str, float, float, float, float]]:
+    """Per format, transform `a` minus `b`: the paired differences of the window cosines and of
+    the token cosines, (format, what, mean, standard error) for each."""
+    import numpy as np
+    out = []
+    by = {(r["format"], r["transform"]): r for r in rows}
+    for fmt in sorted({r["format"] for r in rows}):
+        if (fmt, a) not in by or (fmt, b) not in by:
+            continue
+        for key, what in (("cos", "sentence"), ("token_cos", "token")):
+            d = np.array(by[(fmt, a)][key]) - np.array(by[(fmt, b)][key])
+            out.append((fmt, what, float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d))), float((d > 0).mean()),
+                        float(len(d))))
+    return out
+
+
+def print_model_table(rows: List[dict]) -> None:
+    print("| format | transform | sentence cosine mean | 1 - mean | worst | token cosine mean | guard kept |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        kept = ", ".join(f"{k} {v}" for k, v in sorted(r["guard_kept"].items())) or "-"
+        print(f"| {r['format']} | {r['transform']} | {r['cos_mean']:.6f} | {1 - r['cos_mean']:.2e} | "
+              f"{r['cos_min']:.6f} | {r['token_cos_mean']:.6f} | {kept} |")
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--wush", required=True, help="the wush CLI binary")
@@ -184,6 +267,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="modules whose docstrings are the validation text, taken out of --calib-modules "
                         "(default: the calibration list's later modules, which 2048 calibration tokens do "
                         "not reach)")
+    p.add_argument("--no-model-level", action="store_true",
+                   help="skip the model-level table (sentence-embedding cosine of the quantized model, "
+                        "RTN, I/H/R/WUSH/wush+s with its default guard, MXFP4 and NVFP4)")
+    p.add_argument("--no-layerwise", action="store_true", help="skip `wush eval` (the layerwise table)")
     return p.parse_args(argv)
 
 
@@ -208,6 +295,7 @@ def prepare(args: argparse.Namespace, workdir: pathlib.Path):
     acts = capture(model, batches, args.layers)
     n = args.calib_tokens + args.validation_tokens + args.heldout_tokens
     assert all(a.shape[0] == n and np.isfinite(a).all() for a in acts.values())
+    args.windows = {"calibration": cal, "heldout": held}  # for the model-level comparison
     return model, acts
 
 
@@ -218,14 +306,27 @@ def main() -> int:
         model, acts = prepare(args, workdir)
         outdir = pathlib.Path(args.keep) if args.keep else workdir
         outdir.mkdir(parents=True, exist_ok=True)
-        wpath, xpath = write_layer_files(model, acts, outdir)
-        results = run_eval(args.wush, wpath, xpath, args.heldout_tokens, args.validation_tokens,
-                           args.eval_args.split())
+        results: List[dict] = []
+        if not args.no_layerwise:
+            wpath, xpath = write_layer_files(model, acts, outdir)
+            results = run_eval(args.wush, wpath, xpath, args.heldout_tokens, args.validation_tokens,
+                               args.eval_args.split())
+        model_rows = [] if args.no_model_level else model_level(model, args.windows["calibration"],
+                                                                args.windows["heldout"], args.layers)
         if args.keep:
-            (outdir / "results.json").write_text(json.dumps({"results": results}, indent=1))
+            (outdir / "results.json").write_text(json.dumps({"results": results, "model_level": model_rows}, indent=1))
     print(f"all-MiniLM-L6-v2: {len(acts)} linear layers, {args.calib_tokens} calibration + "
           f"{args.validation_tokens} validation + {args.heldout_tokens} held-out tokens (sequences of {args.seq_len})")
-    print_table(ratios(results))
+    if results:
+        print_table(ratios(results))
+    if model_rows:
+        print(f"\nModel level: sentence embeddings of the {len(args.windows['heldout'])} held-out windows, the "
+              f"quantized model (RTN, the library's runtime) against the unquantized one")
+        print_model_table(model_rows)
+        print("\nwush+s - wush, paired over the held-out windows (sentence) and tokens (token):")
+        for fmt, what, mean, se, wins, n in paired(model_rows, "wush+s", "wush"):
+            print(f"  {fmt} {what:8s} cosine difference {mean:+.5f} +- {se:.5f} (standard error), "
+                  f"wush+s higher on {wins:.0%} of {int(n)}")
     return 0
 
 

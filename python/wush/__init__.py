@@ -5,12 +5,14 @@ the header. See docs/PYTHON.md. Model-level helpers that need torch live in :mod
 (import it explicitly) and :func:`quantize_model`.
 """
 
-from ._core import (Backend, Calibrator, Checkpoint, Context, CpuIsa, DType, Format, Linear, Method,
+from ._core import (Backend, Calibrator, Checkpoint, Context, CpuIsa, DType, Format, GuardCandidate, GuardSource,
+                    Linear, Method,
                     MomentMode, Options, QWeight, Status, Transform, TransformKind, WushError,
                     default_context, dequantize_rows, format_group_size, layer_loss, layer_quantize,
                     quantize_rows, version)
 
-__all__ = ["Backend", "Calibrator", "Checkpoint", "Context", "CpuIsa", "DType", "Format", "Linear", "Method",
+__all__ = ["Backend", "Calibrator", "Checkpoint", "Context", "CpuIsa", "DType", "Format", "GuardCandidate",
+           "GuardSource", "Linear", "Method",
            "MomentMode", "Options", "QWeight", "Status", "Transform", "TransformKind", "WushError",
            "default_context", "dequantize_rows", "format_group_size", "layer_loss", "layer_quantize",
            "quantize_rows", "version", "quantize_model", "load_quantized"]

@@ -30,6 +30,8 @@ MomentMode = _enum("wush_moment_mode", "WUSH_MOMENTS_")
 Option = _enum("wush_option", "WUSH_OPTION_")
 CpuIsa = _enum("wush_cpu_isa", "WUSH_CPU_ISA_")
 ContextParameter = _enum("wush_context_parameter", "WUSH_CONTEXT_")
+GuardSource = _enum("wush_guard_source", "WUSH_GUARD_")
+GuardCandidate = _enum("wush_guard_candidate", "WUSH_GUARD_")
 
 
 class WushError(RuntimeError):
@@ -396,6 +398,28 @@ class Transform(_Handle):
         out = np.empty((d // g, g, g), np.float32)
         _call("wush_transform_matrices", self.ptr, _f32ptr(out), out.size)
         return out
+
+    def guard(self) -> Optional[dict]:
+        """What the search's per-layer guard decided for the layer (``wush_transform_guard``):
+        None when no guard ran, else a dict with ``source`` ("validation" or "hold_out"),
+        ``n_tokens`` (held-out tokens), ``kept`` (the candidate returned: "searched", "plain",
+        "identity", "hadamard" or "random") and ``candidates``: per candidate name a dict with
+        ``loss`` (held-out layer loss), ``difference`` and ``std_error`` (mean and standard error
+        of the paired per-token differences searched - candidate) and ``replaces`` (met the rule)."""
+        src, n, kept = ctypes.c_int(), ctypes.c_size_t(), ctypes.c_int()
+        _call("wush_transform_guard", self.ptr, ctypes.byref(src), ctypes.byref(n), ctypes.byref(kept))
+        if src.value == int(GuardSource.NONE):
+            return None
+        candidates = {}
+        for c in (GuardCandidate.SEARCHED, GuardCandidate.PLAIN, GuardCandidate.IDENTITY, GuardCandidate.HADAMARD,
+                  GuardCandidate.RANDOM):
+            loss, diff, se, rep = ctypes.c_double(), ctypes.c_double(), ctypes.c_double(), ctypes.c_int()
+            _call("wush_transform_guard_candidate", self.ptr, int(c), ctypes.byref(loss), ctypes.byref(diff),
+                  ctypes.byref(se), ctypes.byref(rep))
+            candidates[c.name.lower()] = {"loss": loss.value, "difference": diff.value, "std_error": se.value,
+                                          "replaces": bool(rep.value)}
+        return {"source": GuardSource(src.value).name.lower(), "n_tokens": n.value,
+                "kept": GuardCandidate(kept.value).name.lower(), "candidates": candidates}
 
     def fallback_blocks(self) -> List[int]:
         n = ctypes.c_size_t()

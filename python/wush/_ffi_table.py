@@ -98,6 +98,8 @@ FUNCTIONS = {
     'wush_transform_create_fixed': ('wush_status', ('wush_transform_kind', 'size_t', 'size_t', 'const wush_options*', 'wush_transform**')),
     'wush_transform_destroy': ('void', ('wush_transform*',)),
     'wush_transform_fallback_blocks': ('wush_status', ('const wush_transform*', 'size_t*', 'size_t*', 'size_t')),
+    'wush_transform_guard': ('wush_status', ('const wush_transform*', 'wush_guard_source*', 'size_t*', 'wush_guard_candidate*')),
+    'wush_transform_guard_candidate': ('wush_status', ('const wush_transform*', 'wush_guard_candidate', 'double*', 'double*', 'double*', 'int*')),
     'wush_transform_info': ('wush_status', ('const wush_transform*', 'wush_transform_kind*', 'size_t*', 'size_t*')),
     'wush_transform_kind_from_name': ('wush_status', ('const char*', 'wush_transform_kind*')),
     'wush_transform_kind_name': ('const char*', ('wush_transform_kind',)),
@@ -137,6 +139,18 @@ ENUMS = {
         'WUSH_FORMAT_NVFP4': 1,
         'WUSH_FORMAT_INT4': 2,
         'WUSH_FORMAT_MXFP4_OCP': 3,
+    },
+    'wush_guard_candidate': {
+        'WUSH_GUARD_SEARCHED': 0,
+        'WUSH_GUARD_PLAIN': 1,
+        'WUSH_GUARD_IDENTITY': 2,
+        'WUSH_GUARD_HADAMARD': 3,
+        'WUSH_GUARD_RANDOM': 4,
+    },
+    'wush_guard_source': {
+        'WUSH_GUARD_NONE': 0,
+        'WUSH_GUARD_VALIDATION': 1,
+        'WUSH_GUARD_HOLD_OUT': 2,
     },
     'wush_method': {
         'WUSH_METHOD_RTN': 0,

@@ -273,11 +273,29 @@ def find_blocks(model: nn.Module) -> Tuple[str, nn.ModuleList]:
 
 
 class QuantizationResult:
-    """What :func:`quantize_model` made: per layer name, the (transform, qweight) pair."""
+    """What :func:`quantize_model` made: per layer name, the (transform, qweight) pair in
+    ``layers``, and in ``guard`` what the search's per-layer guard compared and kept
+    (:meth:`wush.Transform.guard`: None where no guard ran, e.g. without ``search``)."""
 
     def __init__(self, fmt: str, transform: str, method: str):
         self.format, self.transform, self.method = fmt, transform, method
         self.layers: Dict[str, Tuple[Transform, QWeight]] = {}
+        self.guard: Dict[str, Optional[dict]] = {}
+
+    def guard_table(self) -> str:
+        """The per-layer guard decisions as a text table (one line per guarded layer)."""
+        names = ("searched", "plain", "identity", "hadamard", "random")
+        lines = [f"{'layer':40s} {'source':10s} {'tokens':>6s} {'kept':9s} " +
+                 " ".join(f"{n:>10s}" for n in names) + f" {'diff/se':>8s}"]
+        for layer, g in self.guard.items():
+            if g is None:
+                continue
+            c = g["candidates"]
+            k = c[g["kept"]]
+            ratio = k["difference"] / k["std_error"] if g["kept"] != "searched" and k["std_error"] > 0 else float("nan")
+            lines.append(f"{layer:40s} {g['source']:10s} {g['n_tokens']:6d} {g['kept']:9s} " +
+                         " ".join(f"{c[n]['loss']:10.4e}" for n in names) + f" {ratio:8.2f}")
+        return "\n".join(lines)
 
     def checkpoint(self) -> Checkpoint:
         ck = Checkpoint()
@@ -359,6 +377,7 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
             lin = selected[name]
             t, q = _core.layer_quantize(cals[name], dense_weight(lin), transform, format, method, opts)
             result.layers[name] = (t, q)
+            result.guard[name] = t.guard()
             _replace(model, name, QuantizedLinear(t, q, lin.bias))
 
     with torch.no_grad():

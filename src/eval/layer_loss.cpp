@@ -30,7 +30,8 @@ void quantize_dequantize(const formats::FormatSpec& format, std::span<float> row
 }  // namespace
 
 double tiled_loss(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::span<const float> x,
-                  std::size_t n_tokens, const QuantizedOutput& quantized_output, std::span<double> token_errors) {
+                  std::size_t n_tokens, const QuantizedOutput& quantized_output, std::span<double> token_errors,
+                  std::span<const double> reference) {
     require(d_out > 0 && w.size() == checked_mul(d_out, d_in, "weight size"),
             "layer loss: weight has " + std::to_string(w.size()) + " values, expected d_out x d_in = " +
                 std::to_string(d_out) + " x " + std::to_string(d_in));
@@ -38,19 +39,26 @@ double tiled_loss(std::span<const float> w, std::size_t d_out, std::size_t d_in,
             "layer loss: activations have " + std::to_string(x.size()) + " values, expected n_tokens x d_in = " +
                 std::to_string(n_tokens) + " x " + std::to_string(d_in));
     require(token_errors.empty() || token_errors.size() == n_tokens, "layer loss: one token error per token");
+    require(reference.empty() || reference.size() == n_tokens * d_out, "layer loss: the reference must be n x d_out");
     require_finite(WUSH_DTYPE_F32, w.data(), d_out, d_in, "weight");
     require_finite(WUSH_DTYPE_F32, x.data(), n_tokens, d_in, "activations");
-    const std::vector<double> wd = to_double(w);
+    const std::vector<double> wd = reference.empty() ? to_double(w) : std::vector<double>{};
     const std::size_t tile = std::min(kTileTokens, n_tokens);
-    std::vector<double> xd(tile * d_in), y(tile * d_out), yq(tile * d_out);
+    std::vector<double> xd(reference.empty() ? tile * d_in : 0), y_tile(reference.empty() ? tile * d_out : 0),
+        yq(tile * d_out);
     double sum_sq = 0.0;
     for (std::size_t t0 = 0; t0 < n_tokens; t0 += tile) {
         const std::size_t rows = std::min(tile, n_tokens - t0);
         const float* xt = x.data() + t0 * d_in;
         quantized_output(xt, rows, std::span<double>(yq).first(rows * d_out));
-        std::copy(xt, xt + rows * d_in, xd.begin());
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(d_out), int(d_in), 1.0, xd.data(), int(d_in),
-                    wd.data(), int(d_in), 0.0, y.data(), int(d_out));
+        const double* y = y_tile.data();
+        if (reference.empty()) {
+            std::copy(xt, xt + rows * d_in, xd.begin());
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(d_out), int(d_in), 1.0, xd.data(),
+                        int(d_in), wd.data(), int(d_in), 0.0, y_tile.data(), int(d_out));
+        } else {
+            y = reference.data() + t0 * d_out;
+        }
         for (std::size_t i = 0; i < rows * d_out; ++i) {
             const double e = yq[i] - y[i];
             sum_sq += e * e;
@@ -64,6 +72,28 @@ double tiled_loss(std::span<const float> w, std::size_t d_out, std::size_t d_in,
     return loss;
 }
 
+std::vector<double> reference_output(std::span<const float> w, std::size_t d_out, std::size_t d_in,
+                                     std::span<const float> x, std::size_t n_tokens) {
+    require(d_out > 0 && w.size() == checked_mul(d_out, d_in, "weight size"), "reference_output: weight size");
+    require(n_tokens > 0 && x.size() == checked_mul(n_tokens, d_in, "activation size"), "reference_output: x size");
+    require_finite(WUSH_DTYPE_F32, w.data(), d_out, d_in, "weight");
+    require_finite(WUSH_DTYPE_F32, x.data(), n_tokens, d_in, "activations");
+    // The same tiles, buffers and calls as tiled_loss, so the same values.
+    const std::vector<double> wd = to_double(w);
+    const std::size_t tile = std::min(kTileTokens, n_tokens);
+    std::vector<double> xd(tile * d_in), y(tile * d_out);
+    std::vector<double> out(checked_mul(n_tokens, d_out, "reference size"));
+    for (std::size_t t0 = 0; t0 < n_tokens; t0 += tile) {
+        const std::size_t rows = std::min(tile, n_tokens - t0);
+        const float* xt = x.data() + t0 * d_in;
+        std::copy(xt, xt + rows * d_in, xd.begin());
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(d_out), int(d_in), 1.0, xd.data(), int(d_in),
+                    wd.data(), int(d_in), 0.0, y.data(), int(d_out));
+        std::copy(y.begin(), y.begin() + rows * d_out, out.begin() + t0 * d_out);
+    }
+    return out;
+}
+
 std::vector<float> dequantize(const QuantizedWeights& q) {
     std::vector<float> out(checked_mul(q.d_out, q.d_in, "weight size"));
     formats::dequantize_rows(formats::spec(q.format), q.codes.span(), q.scales.span(), q.d_out, q.d_in, out);
@@ -71,7 +101,8 @@ std::vector<float> dequantize(const QuantizedWeights& q) {
 }
 
 double layer_loss(const BlockTransform& transform, const QuantizedWeights& q, std::span<const float> w,
-                  std::span<const float> x, std::size_t n_tokens, std::span<double> token_errors) {
+                  std::span<const float> x, std::size_t n_tokens, std::span<double> token_errors,
+                  std::span<const double> reference) {
     const formats::FormatSpec& format = formats::spec(q.format);
     formats::require_group(format, transform.group());
     const std::size_t d_in = transform.d_in(), d_out = q.d_out;
@@ -87,7 +118,7 @@ double layer_loss(const BlockTransform& transform, const QuantizedWeights& q, st
         std::copy(xt.begin(), xt.begin() + rows * d_in, xq.begin());
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(d_out), int(d_in), 1.0, xq.data(),
                     int(d_in), wq.data(), int(d_in), 0.0, yq.data(), int(d_out));
-    }, token_errors);
+    }, token_errors, reference);
 }
 
 double layer_loss(const BlockTransform& transform, const formats::FormatSpec& format, std::span<const float> w,

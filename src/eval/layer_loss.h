@@ -31,8 +31,16 @@ using QuantizedOutput = std::function<void(const float* x_tile, std::size_t rows
 // w (d_out x d_in) and x (n_tokens x d_in) must be finite; throws NON_FINITE if the loss is not.
 // `token_errors`, if not empty (n_tokens zeros on entry), gets each token's ||y_q - y||^2 / d_out
 // added (their mean is the loss; the paired comparisons of the search's guard read them).
+// `reference`, if not empty, is reference_output() of the same w and x: the reference product is
+// then read from it instead of computed again (the same values, so the same loss).
 double tiled_loss(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::span<const float> x,
-                  std::size_t n_tokens, const QuantizedOutput& quantized_output, std::span<double> token_errors = {});
+                  std::size_t n_tokens, const QuantizedOutput& quantized_output, std::span<double> token_errors = {},
+                  std::span<const double> reference = {});
+
+// The reference product Y = X W^T (n_tokens x d_out float64) exactly as tiled_loss computes it,
+// tile by tile: for several losses of one layer on the same tokens (the search's guard).
+std::vector<double> reference_output(std::span<const float> w, std::size_t d_out, std::size_t d_in,
+                                     std::span<const float> x, std::size_t n_tokens);
 
 // Dequantized transformed weights (d_out x d_in floats, tensor factor applied).
 std::vector<float> dequantize(const QuantizedWeights& q);
@@ -40,7 +48,8 @@ std::vector<float> dequantize(const QuantizedWeights& q);
 // Loss of already pre-quantized weights (RTN or GPTQ) against the original weights `w`
 // (d_out x d_in) on held-out activations `x` (n x d_in), both float32, finite.
 double layer_loss(const BlockTransform& transform, const QuantizedWeights& q, std::span<const float> w,
-                  std::span<const float> x, std::size_t n_tokens, std::span<double> token_errors = {});
+                  std::span<const float> x, std::size_t n_tokens, std::span<double> token_errors = {},
+                  std::span<const double> reference = {});
 
 // RTN end to end: prequantize_rtn (prequant/rtn.h) then the loss above.
 double layer_loss(const BlockTransform& transform, const formats::FormatSpec& format, std::span<const float> w,

@@ -3,7 +3,9 @@
 // and the Python package all reach it through wush_layer_quantize, so the rules live here once.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <limits>
 #include <span>
 
 #include "calibration/calibrator.h"
@@ -16,9 +18,28 @@ namespace wush::pipeline {
 
 enum class Method { Rtn, Gptq };
 
+// What the search's per-layer guard (guarded_layer) saw and decided; wush_transform_guard()
+// reports it. Candidates in this order (wush_guard_candidate's values): the searched layer, plain
+// (unsearched) WUS/WUSH, I, H, R.
+enum class GuardSource { None = 0, Validation = 1, HoldOut = 2 };
+inline constexpr std::size_t kGuardCandidates = 5;
+struct GuardCandidateScore {
+    double loss = std::numeric_limits<double>::quiet_NaN();  // mean held-out layer loss
+    double difference = 0.0;  // mean of the paired per-token differences searched - candidate
+    double std_error = 0.0;   // their standard error, sqrt(var / n) (var with n - 1)
+    bool clearly_better = false;  // passed the rule against the searched layer
+};
+struct GuardReport {
+    GuardSource source = GuardSource::None;  // None: no guard ran (the rest is then empty)
+    std::size_t n_tokens = 0;                // held-out tokens scored
+    std::size_t kept = 0;                    // index of the candidate returned
+    std::array<GuardCandidateScore, kGuardCandidates> candidates{};
+};
+
 struct QuantizedLayer {
     BlockTransform transform;
     formats::PackedMatrix weights;
+    GuardReport guard;  // what the guard decided (source None when none ran)
 };
 
 // Whether a transform kind is built without calibration data (identity, Hadamard, random).

@@ -373,7 +373,8 @@ BlockTransform build_data_free_transform(const TransformOptions& options, std::s
 
 BlockTransform build_transform(const TransformOptions& options, const Calibrator& calibration,
                                std::span<const float> weight, std::size_t d_out, Progress* progress,
-                               std::span<const float> sample, std::size_t n_sample) {
+                               std::span<const float> sample, std::size_t n_sample,
+                               std::optional<BlockTransform>* plain) {
     const std::size_t d_in = calibration.d_in(), g = calibration.group(), c = calibration.blocks();
     require(d_out > 0, "build_transform: d_out must be positive");
     require(weight.size() == checked_mul(d_out, d_in, "weight size"),
@@ -408,6 +409,8 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
                                           ? surrogate_noise(options.search.sample_tokens, g, options.seed)
                                           : std::vector<double>{};
     std::vector<float> act(c * g * g);
+    // The unsearched blocks, when the caller wants them too (`plain`).
+    std::vector<float> plain_act(search && plain != nullptr ? c * g * g : 0);
     std::vector<char> fell_back(c, 0), deficient(c, 0);
     TransformStats stats;
     stats.singular_values.assign(c * g, 0.0);
@@ -420,6 +423,9 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
                                                       noise);
             std::copy(r.t_act.begin(), r.t_act.end(), act.begin() + b * g * g);
             stats.search[b] = r.choice;
+            if (!plain_act.empty())
+                std::transform(s.t_act.begin(), s.t_act.end(), plain_act.begin() + b * g * g,
+                               [&](double v) { return round_for_storage(float(v), options.storage); });
         } else {
             std::transform(s.t_act.begin(), s.t_act.end(), act.begin() + b * g * g,
                            [&](double v) { return round_for_storage(float(v), options.storage); });
@@ -442,6 +448,11 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
     for (std::size_t b = 0; b < c; ++b) {
         if (fell_back[b]) stats.fallback_blocks.push_back(b);
         if (deficient[b]) stats.rank_deficient_blocks.push_back(b);
+    }
+    if (!plain_act.empty()) {
+        TransformStats plain_stats = stats;
+        plain_stats.search.clear();
+        plain->emplace(d_in, g, options.kind, std::move(plain_act), options.damping, std::move(plain_stats));
     }
     return BlockTransform(d_in, g, options.kind, std::move(act), options.damping, std::move(stats));
 }

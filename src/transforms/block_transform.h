@@ -196,8 +196,13 @@ BlockTransform build_data_free_transform(const TransformOptions& options, std::s
 // `sample` (n_sample x d_in row-major float32 calibration tokens) when given, else on the
 // calibrator's token sample when it keeps one (Calibrator::set_sample_capacity), else on a
 // Gaussian surrogate drawn from the block's moment; stats().search says what every block got.
+//
+// `plain`, if given with the search on, also gets the transform the same call without the search
+// would build (Algorithm 1, rounded to options.storage; stats without `search`): the search
+// starts from exactly those blocks, so the search's per-layer guard gets plain WUS/WUSH for free.
 BlockTransform build_transform(const TransformOptions& options, const Calibrator& calibration,
                                std::span<const float> weight, std::size_t d_out, Progress* progress = nullptr,
-                               std::span<const float> sample = {}, std::size_t n_sample = 0);
+                               std::span<const float> sample = {}, std::size_t n_sample = 0,
+                               std::optional<BlockTransform>* plain = nullptr);
 
 }  // namespace wush

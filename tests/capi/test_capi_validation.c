@@ -110,6 +110,17 @@ static int same_matrices(const wush_transform* a, const wush_transform* b) {
     return same;
 }
 
+/* The packed codes and scales, byte for byte. */
+static int same_qweights(const wush_qweight* a, const wush_qweight* b) {
+    const void *ca = NULL, *sa = NULL, *cb = NULL, *sb = NULL;
+    size_t nca = 0, nsa = 0, ncb = 0, nsb = 0;
+    if (wush_qweight_data(a, &ca, &nca, &sa, &nsa) != WUSH_OK || wush_qweight_data(b, &cb, &ncb, &sb, &nsb) != WUSH_OK)
+        return 0;
+    return nca == ncb && nsa == nsb && memcmp(ca, cb, nca) == 0 && memcmp(sa, sb, nsa) == 0;
+}
+
+static int close_to(double got, double want, double tol) { return fabs(got - want) <= tol; }
+
 static wush_transform_kind kind_of(const wush_transform* t) {
     wush_transform_kind k = (wush_transform_kind)-1;
     wush_transform_info(t, &k, NULL, NULL);
@@ -152,6 +163,20 @@ static void test_guard(wush_context* ctx, wush_format f, wush_method m, const fl
     CHECK(got.loss == ref[best].loss);
     CHECK(kind_of(got.t) == kind_of(ref[best].t));
     CHECK(got.t != NULL && ref[best].t != NULL && same_matrices(got.t, ref[best].t));
+    {
+        wush_guard_source source = WUSH_GUARD_NONE;
+        wush_guard_candidate k = WUSH_GUARD_SEARCHED;
+        size_t n = 0;
+        double loss = -1.0;
+        int replaces = 0;
+        CHECK_STATUS(wush_transform_guard(got.t, &source, &n, &k), WUSH_OK);
+        CHECK(source == WUSH_GUARD_VALIDATION && n == N_VAL && (int)k == best + 1); /* I, H, R are 2, 3, 4 */
+        CHECK_STATUS(wush_transform_guard_candidate(got.t, k, &loss, NULL, NULL, &replaces), WUSH_OK);
+        /* The same tokens, in the validation sample's order (its sums round differently). */
+        CHECK(close_to(loss, ref[best].loss, 1e-12 * ref[best].loss) && replaces == 1);
+        CHECK_STATUS(wush_transform_guard_candidate(got.t, WUSH_GUARD_SEARCHED, &loss, NULL, NULL, NULL), WUSH_OK);
+        CHECK(close_to(loss, ref[0].loss, 1e-12 * ref[0].loss));
+    }
 
     /* Validation tokens like the calibration ones: WUSH+s wins there and is kept as is. */
     kept = build(ctx, guarded_same, WUSH_TRANSFORM_WUSH, f, m, w, o, same);
@@ -337,10 +362,45 @@ static void build_candidates(wush_context* ctx, wush_calibrator* c, wush_format 
     for (i = 0; i < 3; ++i) out[i + 2] = build(ctx, c, kData[i], f, m, w, searched, NULL);
 }
 
-/* Checks a guarded layer against the rule on `n` held-out tokens; returns whether the naive
- * lowest-mean choice would have differed from the rule's. */
+/* The guard's report on a guarded layer (wush_transform_guard*) against the oracle: each
+ * candidate's loss is wush_layer_loss of the separately built candidate on the same held-out
+ * tokens; the paired difference and its standard error are recomputed from per-token losses
+ * (wush_layer_loss one token at a time); `replaces` and `kept` follow the rule written again here. */
+static void check_report(wush_context* ctx, const Built cand[N_CANDIDATES], const Built* got, const float* w,
+                         const float* held, size_t n, double* const losses[N_CANDIDATES], int chosen,
+                         wush_guard_source want_source) {
+    wush_guard_source source = WUSH_GUARD_NONE;
+    wush_guard_candidate kept = (wush_guard_candidate)-1;
+    size_t n_tokens = 0, t;
+    int i;
+    CHECK_STATUS(wush_transform_guard(got->t, &source, &n_tokens, &kept), WUSH_OK);
+    CHECK(source == want_source);
+    CHECK(n_tokens == n);
+    CHECK((int)kept == chosen);
+    for (i = 0; i < N_CANDIDATES; ++i) {
+        double loss = -1.0, diff = -1.0, se = -1.0, want_loss = -2.0, md = 0.0, var = 0.0, scale;
+        int replaces = -1;
+        CHECK_STATUS(wush_transform_guard_candidate(got->t, (wush_guard_candidate)i, &loss, &diff, &se, &replaces),
+                     WUSH_OK);
+        CHECK_STATUS(wush_layer_loss(ctx, cand[i].t, cand[i].q, WUSH_DTYPE_F32, w, WUSH_DTYPE_F32, held, n, &want_loss),
+                     WUSH_OK);
+        CHECK(close_to(loss, want_loss, 1e-12 * want_loss));
+        for (t = 0; t < n; ++t) md += losses[0][t] - losses[i][t];
+        md /= (double)n;
+        for (t = 0; t < n; ++t) var += (losses[0][t] - losses[i][t] - md) * (losses[0][t] - losses[i][t] - md);
+        var /= (double)(n - 1);
+        scale = mean_of(losses[0], n) + mean_of(losses[i], n);
+        CHECK(close_to(diff, md, 1e-9 * scale));
+        CHECK(close_to(se, sqrt(var / (double)n), 1e-9 * scale));
+        CHECK(replaces == (i == 0 ? 0 : clearly_better(losses[i], losses[0], n)));
+    }
+}
+
+/* Checks a guarded layer against the rule on `n` held-out tokens, and its report
+ * (check_report); returns whether the naive lowest-mean choice would have differed from the
+ * rule's. */
 static int check_rule(wush_context* ctx, const Built cand[N_CANDIDATES], const Built* got, const float* w,
-                      const float* held, size_t n) {
+                      const float* held, size_t n, wush_guard_source source) {
     double* losses[N_CANDIDATES];
     int i, naive = 0, chosen;
     for (i = 0; i < N_CANDIDATES; ++i) {
@@ -352,8 +412,23 @@ static int check_rule(wush_context* ctx, const Built cand[N_CANDIDATES], const B
     chosen = rule_choice(losses, n, &naive);
     CHECK(got->t != NULL && cand[chosen].t != NULL && same_matrices(got->t, cand[chosen].t));
     CHECK(kind_of(got->t) == kind_of(cand[chosen].t));
+    CHECK(got->q != NULL && cand[chosen].q != NULL && same_qweights(got->q, cand[chosen].q));
+    if (got->t != NULL) check_report(ctx, cand, got, w, held, n, losses, chosen, source);
     for (i = 0; i < N_CANDIDATES; ++i) free(losses[i]);
     return naive != chosen;
+}
+
+/* No guard: the report says so, and the candidate query fails with a reason. */
+static void check_no_report(const wush_transform* t) {
+    wush_guard_source source = WUSH_GUARD_VALIDATION;
+    wush_guard_candidate kept = WUSH_GUARD_RANDOM;
+    size_t n = 7;
+    double loss = 0.0;
+    CHECK_STATUS(wush_transform_guard(t, &source, &n, &kept), WUSH_OK);
+    CHECK(source == WUSH_GUARD_NONE && n == 0 && kept == WUSH_GUARD_SEARCHED);
+    CHECK_STATUS(wush_transform_guard_candidate(t, WUSH_GUARD_PLAIN, &loss, NULL, NULL, NULL),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(wush_last_error(), "no per-layer guard") != NULL);
 }
 
 /* Validation tokens, few and from the calibration documents' distribution: over many small
@@ -387,7 +462,7 @@ static void test_guard_small_slices(wush_context* ctx, wush_format f, wush_metho
         CHECK_STATUS(wush_calibrator_add(ctx, c, WUSH_DTYPE_F32, cal, N_CAL), WUSH_OK);
         CHECK_STATUS(wush_calibrator_add_validation(ctx, c, WUSH_DTYPE_F32, slice, N_SMALL), WUSH_OK);
         got = build(ctx, c, WUSH_TRANSFORM_WUSH, f, m, w, o, NULL);
-        noisy += check_rule(ctx, cand, &got, w, slice, N_SMALL);
+        noisy += check_rule(ctx, cand, &got, w, slice, N_SMALL, WUSH_GUARD_VALIDATION);
         release(&got);
         wush_calibrator_destroy(c);
     }
@@ -439,7 +514,7 @@ static void test_default_guard(wush_context* ctx, wush_format f, wush_method m, 
         CHECK(k == 256 && rows == 256);
         for (t = 0; t < 128; ++t)
             for (j = 0; j < D_IN; ++j) held[t * D_IN + j] = (float)state[base + 2 + k + (2 * t + 1) * D_IN + j];
-        check_rule(ctx, cand, &got, w, held, 128);
+        check_rule(ctx, cand, &got, w, held, 128, WUSH_GUARD_HOLD_OUT);
     }
     free(state);
     free(held);
@@ -447,6 +522,17 @@ static void test_default_guard(wush_context* ctx, wush_format f, wush_method m, 
     release(&got);
     got = build(ctx, c, WUSH_TRANSFORM_WUSH, f, m, w, off, NULL);
     CHECK(got.t != NULL && same_matrices(got.t, cand[0].t));
+    if (got.t != NULL) check_no_report(got.t);
+    if (cand[1].t != NULL) check_no_report(cand[1].t); /* plain WUSH: never guarded */
+    {
+        wush_guard_source source;
+        double loss;
+        CHECK_STATUS(wush_transform_guard(NULL, &source, NULL, NULL), WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(wush_transform_guard_candidate(got.t, (wush_guard_candidate)5, &loss, NULL, NULL, NULL),
+                     WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(wush_transform_guard_candidate(got.t, (wush_guard_candidate)-1, &loss, NULL, NULL, NULL),
+                     WUSH_ERR_INVALID_ARGUMENT);
+    }
     release(&got);
     for (i = 0; i < N_CANDIDATES; ++i) release(&cand[i]);
     wush_calibrator_destroy(c);

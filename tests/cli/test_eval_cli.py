@@ -203,14 +203,43 @@ def main():
         files[tag] = (os.path.join(tmp, "x_%s.safetensors" % tag), os.path.join(tmp, "x_%s_cal.safetensors" % tag))
         write_safetensors(files[tag][0], {"proj": (N_TOKENS, D_IN, rows)})
         write_safetensors(files[tag][1], {"proj": (N_TOKENS - N_HELD, D_IN, rows[: (N_TOKENS - N_HELD) * D_IN])})
-    searched_by_case = {}
+    searched_by_case, kept_by_case = {}, {}
     for fmt, method, val, tokens in (("mxfp4", "rtn", "", ""), ("nvfp4", "gptq", "", ""), ("mxfp4", "rtn", "same", ""),
                                      ("mxfp4", "rtn", "odd", ""), ("mxfp4", "rtn", "", "16")):
         full, cal = files[val or "same"]
         ck_s = os.path.join(tmp, "ck_search_%s_%s_%s_%s.safetensors" % (fmt, method, val, tokens))
         extra = (("--validation-tokens", str(n_val)) if val else ()) + (("--search-tokens", tokens) if tokens else ())
-        run("quantize", "--weights", wpath, "--activations", cal, "--format", fmt, "--transform", "wush+s",
-            "--method", method, "--out", ck_s, *extra)
+        gj = os.path.join(tmp, "guard_%s_%s_%s_%s.json" % (fmt, method, val, tokens))
+        p = run("quantize", "--weights", wpath, "--activations", cal, "--format", fmt, "--transform", "wush+s",
+                "--method", method, "--out", ck_s, "--guard-json", gj, *extra)
+        # The per-layer guard report: printed (the layer's line) and recorded (--guard-json), its
+        # source and token count as configured, and the kept candidate the rule's on the recorded
+        # losses and flags (the lowest loss among those that met the margin, else the searched).
+        check(p.returncode == 0 and "proj" in p.stdout and "kept" in p.stdout, "quantize's guard table: %r" % p.stdout)
+        try:
+            with open(gj) as f:
+                rep = json.load(f)["layers"]
+        except (OSError, ValueError, KeyError) as e:
+            rep = []
+            check(False, "--guard-json: %r" % e)
+        # Without validation rows the sample is all N_TOKENS - N_HELD calibration rows (fewer than
+        # the default search's 2 x 1024), half of them held out; a 16-token search keeps a
+        # 32-token sample, too small for a guard (at least 32 held out).
+        want = ("validation", n_val) if val else ("none", 0) if tokens else ("hold_out", (N_TOKENS - N_HELD) // 2)
+        if len(rep) == 1 and want[0] == "none":
+            check((rep[0]["guard"], rep[0]["tokens"]) == want, "guard source/tokens %r, want %r" % (rep[0], want))
+            searched_kept = None
+        elif len(rep) == 1:
+            r = rep[0]
+            check((r["guard"], r["tokens"]) == want, "guard source/tokens %r, want %r" % (r, want))
+            c = r["candidates"]
+            rule = min([k for k in c if c[k]["replaces"]], key=lambda k: c[k]["loss"], default="searched")
+            check(r["kept"] == rule and not c["searched"]["replaces"], "kept %r, the rule %r: %r" % (r["kept"], rule, c))
+            searched_kept = r["kept"]
+        else:
+            check(False, "--guard-json: one guarded layer expected: %r" % rep)
+            searched_kept = None
+        kept_by_case[val or fmt + method + tokens] = searched_kept
         p = run("eval", "--checkpoint", ck_s, "--weights", wpath, "--activations", full,
                 "--heldout-tokens", str(N_HELD), "--json")
         stored = list(results_by_key(p.stdout).values()) if p.returncode == 0 else []
@@ -225,6 +254,7 @@ def main():
               "%s %s %s: wush+s %r equals plain wush %r (the search changed nothing)" % (fmt, method, val, searched, plain))
     check(searched_by_case["odd"] != searched_by_case["same"],
           "the guard kept the searched layer on validation rows unlike the calibration rows: %r" % searched_by_case)
+    check(kept_by_case["odd"] not in (None, "searched"), "the report says the searched layer was kept: %r" % kept_by_case)
     check(searched_by_case["mxfp4rtn16"] != searched_by_case["mxfp4rtn"],
           "--search-tokens 16 chose as the default sample did: %r" % searched_by_case)
 

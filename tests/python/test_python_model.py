@@ -301,6 +301,26 @@ class ModelFlow(unittest.TestCase):
             got = wush.layer_loss(*guarded.layers[n], w, x)
             want = wush.layer_loss(*built[choice].layers[n], w, x)
             self.assertAlmostEqual(got / want, 1.0, delta=1e-9, msg=f"{n}: {got} vs {choice} {want}")
+            # The per-layer report (result.guard): the same tokens, each candidate's loss as
+            # wush.layer_loss computes it for the separately built layer, the paired differences
+            # from the per-token losses, and the kept candidate the rule's.
+            rep = guarded.guard[n]
+            self.assertIsNotNone(rep, n)
+            self.assertEqual((rep["source"], rep["n_tokens"]), ("validation", len(x)), n)
+            self.assertEqual(rep["kept"], {"wush": "plain"}.get(choice, choice), n)
+            for k, r in built.items():
+                c = rep["candidates"][{"wush": "plain"}.get(k, k)]
+                self.assertAlmostEqual(c["loss"] / wush.layer_loss(*r.layers[n], w, x), 1.0, delta=1e-9, msg=f"{n} {k}")
+                d = per_token["searched"] - per_token[k]
+                scale = per_token["searched"].mean() + per_token[k].mean()
+                self.assertLess(abs(c["difference"] - d.mean()), 1e-9 * scale, f"{n} {k}")
+                if k != "searched":
+                    self.assertLess(abs(c["std_error"] - d.std(ddof=1) / np.sqrt(len(d))), 1e-9 * scale, f"{n} {k}")
+                    self.assertEqual(c["replaces"], bool(clearly_better(per_token[k], per_token["searched"])), f"{n} {k}")
+            self.assertIsNone(built["searched"].guard[n])  # no validation, the default hold-out off
+            line = [ln for ln in guarded.guard_table().splitlines() if ln.startswith(n + " ")]
+            self.assertEqual(len(line), 1, n)
+            self.assertEqual(line[0].split()[1:4], ["validation", str(len(x)), rep["kept"]], n)
             fallbacks += choice != "searched"
             searched_changed += per_token["searched"].mean() != per_token["wush"].mean()
         print(f"search + guard: {fallbacks} of {len(names)} layers fell back, the search changed {searched_changed}")

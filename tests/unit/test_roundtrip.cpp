@@ -21,7 +21,10 @@
 // lie within 10% of the prediction.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -91,3 +94,45 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, RoundTrip,
                          [](const auto& info) { return std::string(wush::formats::spec(info.param).name); });
 
 }  // namespace
+
+// dequantize_rows decodes the 16 element values once per call (a table) instead of per element:
+// every code under every decodable scale byte (MXFP4, NVFP4, INT4 with a range of bf16 scales)
+// gives, bit for bit, element x scale / divisor with the elements written out here (E2M1:
+// 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives; INT4: q + 0.5 for q in -8..7).
+TEST(DequantizeRows, EveryCodeUnderEveryScaleIsElementTimesScale) {
+    const float e2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    for (const wush_format id : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}) {
+        const FormatSpec& f = wush::formats::spec(id);
+        std::vector<std::vector<std::uint8_t>> scale_codes;
+        if (id == WUSH_FORMAT_INT4) {
+            for (int b = 0; b < 256; ++b) scale_codes.push_back({std::uint8_t(b), std::uint8_t(0x3f)});  // ~[0.5, 1)
+            for (int b = 0; b < 256; ++b) scale_codes.push_back({std::uint8_t(b), std::uint8_t(0x3c)});
+        } else {
+            for (int b = 0; b < 256; ++b) scale_codes.push_back({std::uint8_t(b)});
+        }
+        for (const auto& sc : scale_codes) {
+            const double scale = wush::formats::decode_scale(id, sc.data());
+            // A NaN scale code, or one under which an element leaves float32, is not decodable.
+            if (!std::isfinite(scale) || 8.0 * scale / f.tensor_divisor > 3.4e38) continue;
+            // One row of `group` elements per code pattern: codes c, c + 1, ... (all 16 appear).
+            const std::size_t g = f.group, rows = 16;
+            std::vector<std::uint8_t> codes(rows * g / 2), scales(rows * f.scale_bytes);
+            for (std::size_t r = 0; r < rows; ++r) {
+                for (std::size_t i = 0; i < g; i += 2)
+                    codes[(r * g + i) / 2] = std::uint8_t(((r + i) & 15) | (((r + i + 1) & 15) << 4));
+                std::copy(sc.begin(), sc.end(), scales.begin() + std::ptrdiff_t(r * f.scale_bytes));
+            }
+            std::vector<float> y(rows * g);
+            wush::formats::dequantize_rows(f, codes, scales, rows, g, y);
+            for (std::size_t r = 0; r < rows; ++r)
+                for (std::size_t i = 0; i < g; ++i) {
+                    const int c = int((r + i) & 15);
+                    const float elem = id == WUSH_FORMAT_INT4 ? float((c & 8) ? c - 16 : c) + 0.5f
+                                                              : ((c & 8) ? -e2m1[c & 7] : e2m1[c & 7]);
+                    const float want = float(double(elem) * scale / f.tensor_divisor);
+                    ASSERT_EQ(std::bit_cast<std::uint32_t>(y[r * g + i]), std::bit_cast<std::uint32_t>(want))
+                        << f.name << " code " << c << " scale byte " << int(sc[0]);
+                }
+        }
+    }
+}

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -392,6 +393,49 @@ TEST(TransformSearch, ChoiceNeverScoresAbovePlainAndKeepsTheProductExact) {
     const BlockTransform again = build_transform(o, fx.cal, fx.layer.weight, d_out);
     EXPECT_TRUE(std::equal(t.activation_matrices().begin(), t.activation_matrices().end(),
                            again.activation_matrices().begin()));
+}
+
+// The plain (unsearched) transform a searched build hands out on the way (what the per-layer
+// guard uses as its plain WUS/WUSH candidate) is, bit for bit, the build without the search, and
+// asking for it changes nothing in the searched transform: with a token sample and with the
+// surrogate, MXFP4 and NVFP4, float32 and bf16 storage, WUS and WUSH.
+TEST(TransformSearch, PlainByProductIsThePlainBuildBitForBit) {
+    for (const wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4}) {
+        const std::size_t g = formats::spec(f).group;
+        Fixture fx("small_512x256", g);
+        const std::size_t d_out = fx.layer.spec.d_out;
+        Calibrator with_sample(fx.layer.spec.d_in, g, MomentMode::BlockDiagonal);
+        with_sample.set_sample_capacity(256);
+        with_sample.add(WUSH_DTYPE_F32, fx.layer.calibration.data(), 1024);
+        for (const TransformKind kind : {TransformKind::WUSH, TransformKind::WUS})
+            for (const wush_dtype storage : {WUSH_DTYPE_F32, WUSH_DTYPE_BF16})
+                for (const Calibrator* cal : {&fx.cal, &with_sample}) {
+                    TransformOptions o(kind, 0.01, 5);
+                    o.storage = storage;
+                    TransformOptions searched = o;
+                    searched.search.enabled = true;
+                    searched.search.format = f;
+                    searched.search.sample_tokens = 64;
+                    std::optional<BlockTransform> plain;
+                    const BlockTransform s = build_transform(searched, *cal, fx.layer.weight, d_out, nullptr, {}, 0, &plain);
+                    const BlockTransform s_alone = build_transform(searched, *cal, fx.layer.weight, d_out);
+                    const BlockTransform p_alone = build_transform(o, *cal, fx.layer.weight, d_out);
+                    ASSERT_TRUE(plain.has_value());
+                    const auto same_bits = [](auto a, auto b) {
+                        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+                    };
+                    EXPECT_TRUE(same_bits(plain->activation_matrices(), p_alone.activation_matrices()));
+                    EXPECT_TRUE(same_bits(plain->weight_matrices(), p_alone.weight_matrices()));
+                    EXPECT_TRUE(same_bits(std::span<const double>(plain->stats().singular_values),
+                                          std::span<const double>(p_alone.stats().singular_values)));
+                    EXPECT_EQ(plain->stats().fallback_blocks, p_alone.stats().fallback_blocks);
+                    EXPECT_TRUE(plain->stats().search.empty());
+                    EXPECT_EQ(plain->kind(), kind);
+                    EXPECT_TRUE(same_bits(s.activation_matrices(), s_alone.activation_matrices()));
+                    // The search changed something, so the two are not trivially the same.
+                    EXPECT_FALSE(same_bits(s.activation_matrices(), p_alone.activation_matrices()));
+                }
+    }
 }
 
 // The search leaves the plain solution only for a candidate that scores lower on both halves of

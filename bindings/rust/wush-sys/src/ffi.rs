@@ -75,6 +75,16 @@ pub const WUSH_FORMAT_MXFP4: wush_format = 0;
 pub const WUSH_FORMAT_NVFP4: wush_format = 1;
 pub const WUSH_FORMAT_INT4: wush_format = 2;
 pub const WUSH_FORMAT_MXFP4_OCP: wush_format = 3;
+pub type wush_guard_candidate = c_int;
+pub const WUSH_GUARD_SEARCHED: wush_guard_candidate = 0;
+pub const WUSH_GUARD_PLAIN: wush_guard_candidate = 1;
+pub const WUSH_GUARD_IDENTITY: wush_guard_candidate = 2;
+pub const WUSH_GUARD_HADAMARD: wush_guard_candidate = 3;
+pub const WUSH_GUARD_RANDOM: wush_guard_candidate = 4;
+pub type wush_guard_source = c_int;
+pub const WUSH_GUARD_NONE: wush_guard_source = 0;
+pub const WUSH_GUARD_VALIDATION: wush_guard_source = 1;
+pub const WUSH_GUARD_HOLD_OUT: wush_guard_source = 2;
 pub type wush_method = c_int;
 pub const WUSH_METHOD_RTN: wush_method = 0;
 pub const WUSH_METHOD_GPTQ: wush_method = 1;
@@ -201,6 +211,8 @@ extern "C" {
     pub fn wush_transform_create_fixed(_: wush_transform_kind, _: usize, _: usize, _: *const wush_options, _: *mut *mut wush_transform) -> wush_status;
     pub fn wush_transform_destroy(_: *mut wush_transform);
     pub fn wush_transform_fallback_blocks(_: *const wush_transform, _: *mut usize, _: *mut usize, _: usize) -> wush_status;
+    pub fn wush_transform_guard(_: *const wush_transform, _: *mut wush_guard_source, _: *mut usize, _: *mut wush_guard_candidate) -> wush_status;
+    pub fn wush_transform_guard_candidate(_: *const wush_transform, _: wush_guard_candidate, _: *mut f64, _: *mut f64, _: *mut f64, _: *mut c_int) -> wush_status;
     pub fn wush_transform_info(_: *const wush_transform, _: *mut wush_transform_kind, _: *mut usize, _: *mut usize) -> wush_status;
     pub fn wush_transform_kind_from_name(_: *const c_char, _: *mut wush_transform_kind) -> wush_status;
     pub fn wush_transform_kind_name(_: wush_transform_kind) -> *const c_char;
@@ -213,7 +225,7 @@ extern "C" {
 
 /// Every function of the header with its address: taking each one's address makes a test
 /// binary link all of them, so a symbol the library does not export fails the build.
-pub fn all_functions() -> [(&'static str, usize); 96] {
+pub fn all_functions() -> [(&'static str, usize); 98] {
     [
         ("wush_calibrator_add", wush_calibrator_add as *const () as usize),
         ("wush_calibrator_add_validation", wush_calibrator_add_validation as *const () as usize),
@@ -303,6 +315,8 @@ pub fn all_functions() -> [(&'static str, usize); 96] {
         ("wush_transform_create_fixed", wush_transform_create_fixed as *const () as usize),
         ("wush_transform_destroy", wush_transform_destroy as *const () as usize),
         ("wush_transform_fallback_blocks", wush_transform_fallback_blocks as *const () as usize),
+        ("wush_transform_guard", wush_transform_guard as *const () as usize),
+        ("wush_transform_guard_candidate", wush_transform_guard_candidate as *const () as usize),
         ("wush_transform_info", wush_transform_info as *const () as usize),
         ("wush_transform_kind_from_name", wush_transform_kind_from_name as *const () as usize),
         ("wush_transform_kind_name", wush_transform_kind_name as *const () as usize),

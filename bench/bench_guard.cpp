@@ -1,0 +1,174 @@
+// The cost of the search's default per-layer guard (WUSH_OPTION_SEARCH_GUARD; pipeline/
+// layer_pipeline.h): one layer from a ready calibrator to its transform and RTN weights, as
+// wush_layer_quantize() makes it (wush::pipeline::guarded_layer), in three variants measured in the
+// same run:
+//   "plain"   WUSH (Algorithm 1, no search);
+//   "search"  wush+s with the guard off (WUSH_OPTION_SEARCH_GUARD = 0): the search scores the
+//             calibrator's token sample of 256 tokens (the default WUSH_OPTION_SEARCH_TOKENS);
+//   "guard"   wush+s with the default guard: the calibrator keeps 512 tokens
+//             (wush_options_sample_size()), the search scores the even 256, and the searched layer
+//             competes with plain WUSH, I, H and R on the odd 256 (five layer losses);
+// "guard_before", the same guard as first implemented (commit 4d73e40), written out here: plain
+// WUSH built again after the search, and each of the five layer losses computing its own
+// reference product X W^T (now the searched build hands out the plain layer it computes anyway,
+// and the reference is computed once; the result is the same bit for bit, tests
+// TransformSearch.PlainByProductIsThePlainBuildBitForBit and capi_validation);
+// and, to read the guard's cost, "loss256": one layer loss (eval::layer_loss with its own
+// reference product) on 256 tokens.
+//
+// Layer: the built-in preset "4096x4096", calibrated OUTSIDE the timing on 4096 tokens
+// (block-diagonal moments, with the token sample). Formats: MXFP4 (G = 32), NVFP4 (G = 16).
+// The summaries print the median and the fastest repetition and the ratios to plain.
+//
+// Run: [OMP_NUM_THREADS=1] bench_guard --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true
+// (on a shared machine the single-thread run's CPU-time summary is the steady one)
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "bench_report.h"
+#include "calibration/calibrator.h"
+#include "eval/layer_loss.h"
+#include "eval/synthetic_layer.h"
+#include "formats/block_format.h"
+#include "pipeline/layer_pipeline.h"
+#include "prequant/rtn.h"
+#include "transforms/block_transform.h"
+
+namespace {
+
+using wush::Calibrator;
+using wush::TransformKind;
+using wush::TransformOptions;
+
+constexpr std::size_t kCalibrationTokens = 4096;
+constexpr std::size_t kSearchTokens = 256;  // WUSH_OPTION_SEARCH_TOKENS' default
+constexpr const char* kLayer = "4096x4096";
+constexpr wush_format kFormats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4};
+constexpr const char* kVariants[] = {"plain", "search", "guard", "guard_before", "loss256"};
+
+struct Layer {
+    wush::eval::SyntheticLayer data;
+    // By G and sample size (256: the unguarded search's, 512: the default guard's).
+    std::map<std::pair<std::size_t, std::size_t>, std::unique_ptr<Calibrator>> calibrators;
+};
+
+Layer& layer() {
+    static Layer l = [] {
+        Layer x;
+        x.data = wush::eval::generate_layer(wush::eval::synthetic_preset(kLayer, kCalibrationTokens, kSearchTokens, 1));
+        return x;
+    }();
+    return l;
+}
+
+const Calibrator& calibrator(std::size_t g, std::size_t sample) {
+    Layer& l = layer();
+    auto& cal = l.calibrators[{g, sample}];
+    if (!cal) {
+        cal = std::make_unique<Calibrator>(l.data.spec.d_in, g, wush::MomentMode::BlockDiagonal);
+        cal->set_sample_capacity(sample);
+        cal->add(WUSH_DTYPE_F32, l.data.calibration.data(), kCalibrationTokens);
+    }
+    return *cal;
+}
+
+std::string case_name(wush_format f, const std::string& v) {
+    return std::string(kLayer) + "/" + wush::formats::spec(f).name + "/" + v;
+}
+
+void bm_layer(benchmark::State& state, wush_format f, std::string variant) {
+    const wush::formats::FormatSpec& format = wush::formats::spec(f);
+    Layer& l = layer();
+    const std::size_t d_out = l.data.spec.d_out;
+    const bool search = variant != "plain";
+    const bool guarded = variant == "guard" || variant == "guard_before";
+    const Calibrator& cal = calibrator(format.group, guarded ? 2 * kSearchTokens : kSearchTokens);
+    TransformOptions options(TransformKind::WUSH, 0.01, 1);
+    if (search) {
+        options.search.enabled = true;
+        options.search.format = f;
+        options.search.sample_tokens = kSearchTokens;
+    }
+    wush::pipeline::GuardSettings guard;
+    guard.hold_out_sample = guarded;
+    if (variant == "guard_before") {
+        // The first implementation's work: search on the even sample tokens, then plain WUSH, I,
+        // H and R built separately, five losses on the odd ones, each with its own reference.
+        const std::vector<float> all = cal.sample();
+        const std::size_t d = cal.d_in(), n = cal.sample_count();
+        std::vector<float> even, odd;
+        for (std::size_t t = 0; t < n; ++t)
+            (t % 2 ? odd : even).insert((t % 2 ? odd : even).end(), all.begin() + std::ptrdiff_t(t * d),
+                                        all.begin() + std::ptrdiff_t((t + 1) * d));
+        for (auto _ : state) {
+            std::vector<double> errors(n / 2);
+            const wush::BlockTransform s = wush::build_transform(options, cal, l.data.weight, d_out, nullptr, even, n / 2);
+            const wush::formats::PackedMatrix sq = wush::prequantize_rtn(s, format, l.data.weight, d_out);
+            double total = wush::eval::layer_loss(s, sq, l.data.weight, odd, n / 2, errors);
+            TransformOptions plain = options;
+            plain.search = {};
+            for (TransformKind k : {TransformKind::WUSH, TransformKind::Identity, TransformKind::Hadamard,
+                                    TransformKind::Random}) {
+                plain.kind = k;
+                const wush::BlockTransform t = wush::build_transform(plain, cal, l.data.weight, d_out);
+                const wush::formats::PackedMatrix q = wush::prequantize_rtn(t, format, l.data.weight, d_out);
+                std::fill(errors.begin(), errors.end(), 0.0);
+                total += wush::eval::layer_loss(t, q, l.data.weight, odd, n / 2, errors);
+            }
+            benchmark::DoNotOptimize(total);
+        }
+        return;
+    }
+    if (variant == "loss256") {
+        const wush::BlockTransform t = wush::build_transform(options, cal, l.data.weight, d_out);
+        const wush::formats::PackedMatrix q = wush::prequantize_rtn(t, format, l.data.weight, d_out);
+        for (auto _ : state) {
+            const double loss = wush::eval::layer_loss(t, q, l.data.weight, l.data.heldout, kSearchTokens);
+            benchmark::DoNotOptimize(loss);
+        }
+        return;
+    }
+    for (auto _ : state) {
+        wush::pipeline::QuantizedLayer q = wush::pipeline::guarded_layer(options, format, wush::pipeline::Method::Rtn,
+                                                                         cal, l.data.weight, d_out, nullptr, guard);
+        benchmark::DoNotOptimize(q.weights.codes.data());
+        if (variant == "guard" && q.guard.source != wush::pipeline::GuardSource::HoldOut)
+            state.SkipWithError("the default guard did not run");
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    for (wush_format f : kFormats)
+        for (const char* v : kVariants) wush::bench::register_wall_ms(case_name(f, v), bm_layer, f, std::string(v));
+    wush::bench::CollectingReporter reporter;
+    if (!wush::bench::run_benchmarks(argc, argv, reporter)) return 1;
+
+    const auto summary = [&](const char* what, auto seconds) {
+        std::printf("\nSummary (%s of one layer's transform + RTN weights, ms; ratios to plain)\n", what);
+        std::printf("%-16s %8s %8s %6s %8s %6s %12s %13s %6s %8s\n", "layer/format", "plain", "search", "ratio",
+                    "guard", "ratio", "guard/search", "guard_before", "ratio", "loss256");
+        for (wush_format f : kFormats) {
+            const double p = seconds(case_name(f, "plain")), s = seconds(case_name(f, "search")),
+                         g = seconds(case_name(f, "guard")), b = seconds(case_name(f, "guard_before")),
+                         l = seconds(case_name(f, "loss256"));
+            if (p <= 0.0 || s <= 0.0 || g <= 0.0) continue;  // filtered out of this run
+            std::printf("%-16s %8.1f %8.1f %6.2f %8.1f %6.2f %12.2f %13.1f %6.2f %8.1f\n",
+                        (std::string(kLayer) + "/" + wush::formats::spec(f).name).c_str(), p * 1e3, s * 1e3, s / p,
+                        g * 1e3, g / p, g / s, b * 1e3, b / p, l * 1e3);
+        }
+    };
+    summary("median wall time", [&](const std::string& n) { return reporter.median_seconds(n); });
+    summary("fastest wall time", [&](const std::string& n) { return reporter.min_seconds(n); });
+    summary("median CPU time of the calling thread (all of the work with OMP_NUM_THREADS=1)",
+            [&](const std::string& n) { return reporter.median_cpu_seconds(n); });
+    return 0;
+}
