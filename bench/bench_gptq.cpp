@@ -72,7 +72,8 @@ void bm(benchmark::State& state, std::string name, bool gptq) {
 int main(int argc, char** argv) {
     for (const char* name : kLayers)
         for (bool gptq : {true, false})
-            wush::bench::register_wall_ms(std::string(name) + "/" + (gptq ? "gptq" : "rtn"), bm, std::string(name), gptq)
+            wush::bench::register_wall_ms(std::string(name) + "/" + (gptq ? "gptq" : "rtn"), bm, std::string(name),
+                                          gptq)
                 ->Iterations(1);
     wush::bench::CollectingReporter reporter;
     if (!wush::bench::run_benchmarks(argc, argv, reporter)) return 1;

@@ -105,17 +105,19 @@ void bm_layer(benchmark::State& state, wush_format f, std::string variant) {
         const std::size_t d = cal.d_in(), n = cal.sample_count();
         std::vector<float> even, odd;
         for (std::size_t t = 0; t < n; ++t)
-            (t % 2 ? odd : even).insert((t % 2 ? odd : even).end(), all.begin() + std::ptrdiff_t(t * d),
-                                        all.begin() + std::ptrdiff_t((t + 1) * d));
+            (t % 2 ? odd : even)
+                .insert((t % 2 ? odd : even).end(), all.begin() + std::ptrdiff_t(t * d),
+                        all.begin() + std::ptrdiff_t((t + 1) * d));
         for (auto _ : state) {
             std::vector<double> errors(n / 2);
-            const wush::BlockTransform s = wush::build_transform(options, cal, l.data.weight, d_out, nullptr, even, n / 2);
+            const wush::BlockTransform s =
+                wush::build_transform(options, cal, l.data.weight, d_out, nullptr, even, n / 2);
             const wush::formats::PackedMatrix sq = wush::prequantize_rtn(s, format, l.data.weight, d_out);
             double total = wush::eval::layer_loss(s, sq, l.data.weight, odd, n / 2, errors);
             TransformOptions plain = options;
             plain.search = {};
-            for (TransformKind k : {TransformKind::WUSH, TransformKind::Identity, TransformKind::Hadamard,
-                                    TransformKind::Random}) {
+            for (TransformKind k :
+                 {TransformKind::WUSH, TransformKind::Identity, TransformKind::Hadamard, TransformKind::Random}) {
                 plain.kind = k;
                 const wush::BlockTransform t = wush::build_transform(plain, cal, l.data.weight, d_out);
                 const wush::formats::PackedMatrix q = wush::prequantize_rtn(t, format, l.data.weight, d_out);

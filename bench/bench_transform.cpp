@@ -74,7 +74,9 @@ std::string case_name(const char* layer_name, wush_format f) {
 }
 
 enum class Step { Build, Rtn, Total };
-const char* step_name(Step s) { return s == Step::Build ? "build" : s == Step::Rtn ? "rtn" : "total"; }
+const char* step_name(Step s) {
+    return s == Step::Build ? "build" : s == Step::Rtn ? "rtn" : "total";
+}
 
 void bm_step(benchmark::State& state, std::string layer_name, wush_format f, TransformKind kind, Step step) {
     Layer& l = layer(layer_name);
@@ -129,7 +131,8 @@ int main(int argc, char** argv) {
                 const double ht = reporter.median_seconds(base + "hadamard");
                 if (wt < 0.0 || ht < 0.0) continue;
                 std::printf("%-22s %-6s %10.1f %10.1f %8.2f%s\n", case_name(ln, f).c_str(), step_name(s), wt * 1e3,
-                            ht * 1e3, wt / ht, s == Step::Total ? (wt < 1.0 ? "  (WUSH total < 1 s)" : "  (WUSH total >= 1 s)") : "");
+                            ht * 1e3, wt / ht,
+                            s == Step::Total ? (wt < 1.0 ? "  (WUSH total < 1 s)" : "  (WUSH total >= 1 s)") : "");
             }
     return 0;
 }

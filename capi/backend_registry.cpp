@@ -95,9 +95,9 @@ const ModuleApi& cuda_module() {
     std::string why;
     found = find_cuda_module(why);
     if (found == nullptr)
-        fail(WUSH_ERR_UNSUPPORTED,
-             std::string("the CUDA backend module could not be loaded (install ") + kCudaModuleFile +
-                 " beside libwush, or set " + kCudaModuleVariable + " to its path):" + why);
+        fail(WUSH_ERR_UNSUPPORTED, std::string("the CUDA backend module could not be loaded (install ") +
+                                       kCudaModuleFile + " beside libwush, or set " + kCudaModuleVariable +
+                                       " to its path):" + why);
     return *found;
 }
 
@@ -120,7 +120,8 @@ std::unique_ptr<Backend> make_cuda(int device) {
 std::unique_ptr<Backend> make_backend(wush_backend kind, int device) {
     switch (kind) {
         case WUSH_BACKEND_CPU:
-            if (device != 0) fail(WUSH_ERR_INVALID_ARGUMENT, "a CPU context takes device 0, got " + std::to_string(device));
+            if (device != 0)
+                fail(WUSH_ERR_INVALID_ARGUMENT, "a CPU context takes device 0, got " + std::to_string(device));
             return cpu::make_cpu_backend();
         case WUSH_BACKEND_CUDA: return make_cuda(device);
         default: break;  // out-of-range values are handled after the switch

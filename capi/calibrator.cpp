@@ -6,7 +6,6 @@
 #include "context.h"
 #include "guard.h"
 
-
 using namespace wush::capi;
 
 namespace {
@@ -48,8 +47,8 @@ WUSH_API void wush_calibrator_destroy(wush_calibrator* calibrator) {
     delete take_back(calibrator, HandleType::Calibrator);
 }
 
-WUSH_API wush_status wush_calibrator_add(wush_context* ctx, wush_calibrator* calibrator, wush_dtype dtype, const void* x,
-                                         size_t n_tokens) {
+WUSH_API wush_status wush_calibrator_add(wush_context* ctx, wush_calibrator* calibrator, wush_dtype dtype,
+                                         const void* x, size_t n_tokens) {
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
         calibrator = require_handle(calibrator, HandleType::Calibrator, "calibrator");
@@ -116,15 +115,18 @@ WUSH_API wush_status wush_calibrator_import_state(wush_calibrator* calibrator, c
         const std::size_t need_v1 = wush::Calibrator::state_size(c.d_in(), c.group(), c.mode());
         const std::size_t need_v2 = wush::Calibrator::state_size(c.d_in(), c.group(), c.mode(), c.sample_capacity());
         if (n_doubles != need && n_doubles != need_v1 && n_doubles != need_v2)
-            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "state holds " + std::to_string(n_doubles) + " doubles, this calibrator's "
-                                                      "state has " + std::to_string(need));
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "state holds " + std::to_string(n_doubles) +
+                                                      " doubles, this calibrator's "
+                                                      "state has " +
+                                                      std::to_string(need));
         wush::Calibrator imported =
             wush::Calibrator::import_state({state, n_doubles}, c.sample_capacity(), c.validation_capacity());
         if (imported.d_in() != c.d_in() || imported.group() != c.group() || imported.mode() != c.mode() ||
             imported.sample_capacity() != c.sample_capacity() ||
             imported.validation_capacity() != c.validation_capacity())
-            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "the state's geometry (d_in, G, mode, token and validation sample "
-                                                  "sizes) differs from the calibrator's");
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT,
+                       "the state's geometry (d_in, G, mode, token and validation sample "
+                       "sizes) differs from the calibrator's");
         calibrator->core = std::move(imported);
     });
 }
@@ -170,4 +172,3 @@ WUSH_API wush_status wush_calibrator_validation_count(const wush_calibrator* cal
 }
 
 }  // extern "C"
-

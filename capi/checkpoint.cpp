@@ -22,8 +22,8 @@ struct wush_checkpoint {
         std::uint64_t transform_generation;
         std::uint64_t qweight_generation;
     };
-    std::vector<Pending> pending;                              // a checkpoint being written
-    std::unique_ptr<wush::storage::CheckpointReader> reader;   // an opened checkpoint
+    std::vector<Pending> pending;                             // a checkpoint being written
+    std::unique_ptr<wush::storage::CheckpointReader> reader;  // an opened checkpoint
 };
 
 using namespace wush::capi;
@@ -56,7 +56,8 @@ WUSH_API wush_status wush_checkpoint_add_layer(wush_checkpoint* checkpoint, cons
         require_pointer(name, "name");
         transform = require_handle(transform, HandleType::Transform, "transform");
         qweight = require_handle(qweight, HandleType::QWeight, "qweight");
-        if (checkpoint->reader) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "cannot add layers to a checkpoint opened for reading");
+        if (checkpoint->reader)
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "cannot add layers to a checkpoint opened for reading");
         // Validate now (names, geometry), so errors surface where the layer is added.
         std::set<std::string> names;
         for (const auto& p : checkpoint->pending) names.insert(p.name);
@@ -76,7 +77,8 @@ WUSH_API wush_status wush_checkpoint_write(wush_checkpoint* checkpoint, const ch
         for (const auto& p : checkpoint->pending) {
             if (generation(p.transform, HandleType::Transform) != p.transform_generation ||
                 generation(p.qweight, HandleType::QWeight) != p.qweight_generation)
-                wush::fail(WUSH_ERR_INVALID_ARGUMENT, "the transform or qweight of layer \"" + p.name + "\" was destroyed");
+                wush::fail(WUSH_ERR_INVALID_ARGUMENT,
+                           "the transform or qweight of layer \"" + p.name + "\" was destroyed");
             refs.push_back({p.name, &p.transform->core, &p.qweight->core, method_name(p.qweight->method)});
         }
         wush::Progress progress = make_progress(options_or_defaults(options));
@@ -97,7 +99,8 @@ wush_status open_checkpoint(const char* function, const char* path, wush_checkpo
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_checkpoint_mode " + std::to_string(int(mode)));
         using Load = wush::storage::Reader::Load;
         auto c = std::make_unique<wush_checkpoint>();
-        c->reader = std::make_unique<wush::storage::CheckpointReader>(path, mode == WUSH_CHECKPOINT_COPY ? Load::Copy : Load::Map);
+        c->reader = std::make_unique<wush::storage::CheckpointReader>(
+            path, mode == WUSH_CHECKPOINT_COPY ? Load::Copy : Load::Map);
         *checkpoint = hand_out(c.get(), HandleType::Checkpoint);
         c.release();
     });
@@ -111,7 +114,8 @@ WUSH_API wush_status wush_checkpoint_open(const char* path, wush_checkpoint** ch
     return open_checkpoint(__func__, path, WUSH_CHECKPOINT_MAP, checkpoint);
 }
 
-WUSH_API wush_status wush_checkpoint_open_mode(const char* path, wush_checkpoint_mode mode, wush_checkpoint** checkpoint) {
+WUSH_API wush_status wush_checkpoint_open_mode(const char* path, wush_checkpoint_mode mode,
+                                               wush_checkpoint** checkpoint) {
     return open_checkpoint(__func__, path, mode, checkpoint);
 }
 
@@ -131,11 +135,13 @@ WUSH_API wush_status wush_checkpoint_layer_name(const wush_checkpoint* checkpoin
     return guarded(__func__, [&] {
         checkpoint = require_handle(checkpoint, HandleType::Checkpoint, "checkpoint");
         require_pointer(name, "name");
-        const std::size_t n = checkpoint->reader ? checkpoint->reader->layer_names().size() : checkpoint->pending.size();
+        const std::size_t n =
+            checkpoint->reader ? checkpoint->reader->layer_names().size() : checkpoint->pending.size();
         if (index >= n)
-            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "layer index " + std::to_string(index) + " is out of range (" +
-                                                      std::to_string(n) + " layers)");
-        *name = checkpoint->reader ? checkpoint->reader->layer_names()[index].c_str() : checkpoint->pending[index].name.c_str();
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT,
+                       "layer index " + std::to_string(index) + " is out of range (" + std::to_string(n) + " layers)");
+        *name = checkpoint->reader ? checkpoint->reader->layer_names()[index].c_str()
+                                   : checkpoint->pending[index].name.c_str();
     });
 }
 

@@ -18,7 +18,9 @@ ContextUse::ContextUse(wush_context* ctx, const char* arg) : ctx_(require_handle
     if (threads > 0) omp_set_num_threads(int(backend::openmp_threads(threads)));
 }
 
-ContextUse::~ContextUse() { omp_set_num_threads(saved_threads_); }
+ContextUse::~ContextUse() {
+    omp_set_num_threads(saved_threads_);
+}
 
 wush::Isa ContextUse::host_isa() const {
     return wush::resolve_isa(ctx_->backend->parameter(WUSH_CONTEXT_CPU_ISA));

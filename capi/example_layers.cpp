@@ -8,7 +8,9 @@ using namespace wush::capi;
 
 extern "C" {
 
-WUSH_API size_t wush_example_layer_count(void) { return wush::eval::synthetic_preset_names().size(); }
+WUSH_API size_t wush_example_layer_count(void) {
+    return wush::eval::synthetic_preset_names().size();
+}
 
 WUSH_API const char* wush_example_layer_name(size_t index) {
     const auto names = wush::eval::synthetic_preset_names();

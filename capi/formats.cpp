@@ -10,9 +10,7 @@
 using namespace wush::capi;
 namespace fmt = wush::formats;
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 extern "C" {
 
@@ -91,9 +89,9 @@ WUSH_API wush_status wush_quantize_rows(wush_context* ctx, wush_format format, w
     });
 }
 
-WUSH_API wush_status wush_dequantize_rows(wush_context* ctx, wush_format format, const void* codes,
-                                          size_t codes_bytes, const void* scales, size_t scales_bytes,
-                                          size_t n_rows, size_t d_in, float* y, size_t y_count) {
+WUSH_API wush_status wush_dequantize_rows(wush_context* ctx, wush_format format, const void* codes, size_t codes_bytes,
+                                          const void* scales, size_t scales_bytes, size_t n_rows, size_t d_in, float* y,
+                                          size_t y_count) {
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
         const fmt::FormatSpec& f = fmt::spec(format);

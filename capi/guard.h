@@ -38,8 +38,8 @@ wush_status guarded(const char* function, Body&& body) noexcept {
 // Throws BUFFER_TOO_SMALL naming the buffer when `have` < `need` (counted in `unit`s).
 inline void require_size(std::size_t have, std::size_t need, const char* name, const char* unit) {
     if (have < need)
-        wush::fail(WUSH_ERR_BUFFER_TOO_SMALL, std::string(name) + " holds " + std::to_string(have) + " " + unit +
-                                                  ", " + std::to_string(need) + " are needed");
+        wush::fail(WUSH_ERR_BUFFER_TOO_SMALL, std::string(name) + " holds " + std::to_string(have) + " " + unit + ", " +
+                                                  std::to_string(need) + " are needed");
 }
 
 using wush::require_output_dtype;  // common/dtype.h: F32 or BF16

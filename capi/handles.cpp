@@ -45,7 +45,9 @@ namespace {
 constexpr int kTagShift = 48;
 constexpr std::uintptr_t kAddressMask = (std::uintptr_t(1) << kTagShift) - 1;
 
-std::uintptr_t address(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+std::uintptr_t address(const void* p) {
+    return reinterpret_cast<std::uintptr_t>(p);
+}
 
 // The handle of an object registered with `generation`: its address, tagged when the top bits are free.
 std::uintptr_t handle_value(const void* object, std::uint64_t generation) {
@@ -60,7 +62,8 @@ std::unordered_map<const void*, Entry>::iterator find_live(Registry& r, const vo
     // Try the address without the tag, then (for an address above 2^48, handed out untagged) as it is.
     for (const std::uintptr_t a : {h & kAddressMask, h}) {
         auto it = r.live.find(reinterpret_cast<const void*>(a));
-        if (it != r.live.end() && it->second.type == type && handle_value(it->first, it->second.generation) == h) return it;
+        if (it != r.live.end() && it->second.type == type && handle_value(it->first, it->second.generation) == h)
+            return it;
     }
     return r.live.end();
 }

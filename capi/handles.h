@@ -16,7 +16,16 @@
 
 namespace wush::capi {
 
-enum class HandleType : std::uint32_t { Context = 1, Calibrator, Transform, QWeight, Checkpoint, TensorFile, Options, Linear };
+enum class HandleType : std::uint32_t {
+    Context = 1,
+    Calibrator,
+    Transform,
+    QWeight,
+    Checkpoint,
+    TensorFile,
+    Options,
+    Linear
+};
 
 const char* handle_type_name(HandleType type);
 

@@ -24,6 +24,8 @@ void set_last_error(const char* function, const char* message) noexcept {
     }
 }
 
-const char* last_error() noexcept { return g_message; }
+const char* last_error() noexcept {
+    return g_message;
+}
 
 }  // namespace wush::capi

@@ -18,8 +18,7 @@ struct wush_calibrator {
 };
 
 struct wush_transform {
-    explicit wush_transform(wush::BlockTransform t)
-        : core(std::move(t)), runtime_use(wush::classify_matrices(core)) {}
+    explicit wush_transform(wush::BlockTransform t) : core(std::move(t)), runtime_use(wush::classify_matrices(core)) {}
     wush::BlockTransform core;
     // How the CPU runtime reads the matrices (by their values, classified once: the runtime's
     // per-call path then never rescans them).
@@ -35,14 +34,14 @@ struct wush_qweight {
 
 // A prepared layer: a transform and a qweight bound to the backend of one context.
 struct wush_linear {
-    const wush_context* context;  // the context it was prepared on (checked on every use)
+    const wush_context* context;       // the context it was prepared on (checked on every use)
     std::uint64_t context_generation;  // and its registration (a new context may reuse the address)
     std::unique_ptr<wush::backend::PreparedLayer> layer;
 };
 
 namespace wush::capi {
 
-const char* method_name(wush_method method);                // "rtn", "gptq"
-wush_method method_from_name(const std::string& name);      // throws for an unknown name
+const char* method_name(wush_method method);            // "rtn", "gptq"
+wush_method method_from_name(const std::string& name);  // throws for an unknown name
 
 }  // namespace wush::capi

@@ -22,7 +22,8 @@ const wush_options& options_or_defaults(const wush_options* options) {
 namespace {
 
 [[noreturn]] void bad_option(wush_option option, const char* type) {
-    wush::fail(WUSH_ERR_INVALID_ARGUMENT, "option " + std::to_string(int(option)) + " is not a known " + type + " option");
+    wush::fail(WUSH_ERR_INVALID_ARGUMENT,
+               "option " + std::to_string(int(option)) + " is not a known " + type + " option");
 }
 
 }  // namespace
@@ -47,7 +48,8 @@ WUSH_API wush_status wush_options_set_double(wush_options* options, wush_option 
         options = require_handle(options, HandleType::Options, "options");
         if (option != WUSH_OPTION_DAMPING) bad_option(option, "double");
         if (!(value >= 0.0 && value <= 1e6))
-            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_OPTION_DAMPING must be in [0, 1e6], got " + std::to_string(value));
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT,
+                       "WUSH_OPTION_DAMPING must be in [0, 1e6], got " + std::to_string(value));
         options->damping = value;
     });
 }
@@ -57,23 +59,28 @@ WUSH_API wush_status wush_options_set_int(wush_options* options, wush_option opt
         options = require_handle(options, HandleType::Options, "options");
         if (option == WUSH_OPTION_SEED) {
             if (value < 0 || value > (int64_t(1) << 62))
-                wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_OPTION_SEED must be in [0, 2^62], got " + std::to_string(value));
+                wush::fail(WUSH_ERR_INVALID_ARGUMENT,
+                           "WUSH_OPTION_SEED must be in [0, 2^62], got " + std::to_string(value));
             options->seed = value;
         } else if (option == WUSH_OPTION_TRANSFORM_DTYPE) {
             if (value != WUSH_DTYPE_F32 && value != WUSH_DTYPE_BF16 && value != WUSH_DTYPE_F16)
-                wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_OPTION_TRANSFORM_DTYPE must be a wush_dtype, got " + std::to_string(value));
+                wush::fail(WUSH_ERR_INVALID_ARGUMENT,
+                           "WUSH_OPTION_TRANSFORM_DTYPE must be a wush_dtype, got " + std::to_string(value));
             options->transform_dtype = wush_dtype(value);
         } else if (option == WUSH_OPTION_SEARCH) {
             if (value != 0 && value != 1)
-                wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_OPTION_SEARCH must be 0 or 1, got " + std::to_string(value));
+                wush::fail(WUSH_ERR_INVALID_ARGUMENT,
+                           "WUSH_OPTION_SEARCH must be 0 or 1, got " + std::to_string(value));
             options->search = value == 1;
         } else if (option == WUSH_OPTION_SEARCH_TOKENS) {
             if (value < 16 || value > 65536)
-                wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_OPTION_SEARCH_TOKENS must be in [16, 65536], got " + std::to_string(value));
+                wush::fail(WUSH_ERR_INVALID_ARGUMENT,
+                           "WUSH_OPTION_SEARCH_TOKENS must be in [16, 65536], got " + std::to_string(value));
             options->search_tokens = value;
         } else if (option == WUSH_OPTION_SEARCH_GUARD) {
             if (value != 0 && value != 1)
-                wush::fail(WUSH_ERR_INVALID_ARGUMENT, "WUSH_OPTION_SEARCH_GUARD must be 0 or 1, got " + std::to_string(value));
+                wush::fail(WUSH_ERR_INVALID_ARGUMENT,
+                           "WUSH_OPTION_SEARCH_GUARD must be 0 or 1, got " + std::to_string(value));
             options->search_guard = value == 1;
         } else {
             bad_option(option, "integer");

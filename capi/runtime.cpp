@@ -18,8 +18,9 @@ namespace fmt = wush::formats;
 
 namespace {
 
-
-wush::backend::TransformRef ref(const wush_transform* t) { return {t->core, t->runtime_use}; }
+wush::backend::TransformRef ref(const wush_transform* t) {
+    return {t->core, t->runtime_use};
+}
 
 }  // namespace
 
@@ -65,8 +66,8 @@ WUSH_API wush_status wush_quantize_activations(wush_context* ctx, const wush_tra
         wush::dtype_size(dtype);  // validates
         const wush::BlockTransform& t = transform->core;
         if (d_in != t.d_in())
-            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) + " but the transform has d_in = " +
-                                                      std::to_string(t.d_in()));
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT,
+                       "d_in = " + std::to_string(d_in) + " but the transform has d_in = " + std::to_string(t.d_in()));
         fmt::require_group(f, t.group());
         const fmt::PackedSizes need = fmt::packed_sizes(f, n_tokens, d_in);
         if (n_tokens == 0) return;
@@ -88,7 +89,8 @@ WUSH_API wush_status wush_gemm(wush_context* ctx, const wush_qweight* qweight, c
         const fmt::PackedSizes need = fmt::packed_sizes(f, m, w.d_in);
         if (m == 0) return;
         require_pointer(y, "y");
-        const PackedInput a = packed_input(a_codes, a_codes_bytes, a_scales, a_scales_bytes, need, "a_codes", "a_scales");
+        const PackedInput a =
+            packed_input(a_codes, a_codes_bytes, a_scales, a_scales_bytes, need, "a_codes", "a_scales");
         require_size(y_count, wush::checked_mul(m, w.d_out, "m * d_out"), "y", "elements");
         use.backend().gemm(w, a.codes, a.scales, m, y_dtype, y);
     });
@@ -107,8 +109,8 @@ WUSH_API wush_status wush_linear_forward_workspace_size(wush_context* ctx, const
 
 WUSH_API wush_status wush_linear_forward(wush_context* ctx, const wush_transform* transform,
                                          const wush_qweight* qweight, wush_dtype x_dtype, const void* x,
-                                         size_t n_tokens, wush_dtype y_dtype, void* y, size_t y_count,
-                                         void* workspace, size_t workspace_bytes) {
+                                         size_t n_tokens, wush_dtype y_dtype, void* y, size_t y_count, void* workspace,
+                                         size_t workspace_bytes) {
     return guarded(__func__, [&] {
         ContextUse use(ctx, "ctx");
         transform = require_handle(transform, HandleType::Transform, "transform");
@@ -146,7 +148,8 @@ WUSH_API wush_status wush_layer_loss_runtime(wush_context* ctx, const wush_trans
         if (n_tokens == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "n_tokens is 0");
         const FloatMatrix w(w_dtype, weight, q.d_out, q.d_in, "weight");
         const FloatMatrix xs(x_dtype, x, n_tokens, q.d_in, "x");
-        *loss = wush::eval::runtime_layer_loss(isa, use.host_threads(), transform->core, q, w.span(), xs.span(), n_tokens);
+        *loss =
+            wush::eval::runtime_layer_loss(isa, use.host_threads(), transform->core, q, w.span(), xs.span(), n_tokens);
     });
 }
 

@@ -6,7 +6,9 @@
 
 extern "C" {
 
-WUSH_API unsigned wush_version(void) { return WUSH_VERSION_NUMBER; }
+WUSH_API unsigned wush_version(void) {
+    return WUSH_VERSION_NUMBER;
+}
 
 WUSH_API const char* wush_version_string(void) {
     return WUSH_STR(WUSH_VERSION_MAJOR) "." WUSH_STR(WUSH_VERSION_MINOR) "." WUSH_STR(WUSH_VERSION_PATCH);
@@ -32,6 +34,8 @@ WUSH_API const char* wush_status_string(wush_status status) {
     return "WUSH_ERR_UNKNOWN";
 }
 
-WUSH_API const char* wush_last_error(void) { return wush::capi::last_error(); }
+WUSH_API const char* wush_last_error(void) {
+    return wush::capi::last_error();
+}
 
 }  // extern "C"

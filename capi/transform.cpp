@@ -15,7 +15,6 @@
 #include "pipeline/layer_pipeline.h"
 #include "prequant/rtn.h"
 
-
 using namespace wush::capi;
 
 namespace wush::capi {
@@ -76,8 +75,7 @@ const char* const kKindLongNames[] = {"identity", "hadamard", "random", "wus", "
 // transform, so it is refused rather than ignored.
 void reject_search_of_data_free(wush::TransformKind k, const wush_options& o) {
     if (o.search && is_data_free(k))
-        wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("WUSH_OPTION_SEARCH: transform \"") +
-                                                  kKindNames[int(k)] +
+        wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("WUSH_OPTION_SEARCH: transform \"") + kKindNames[int(k)] +
                                                   "\" has nothing to search (only wus and wush have free parameters)");
 }
 
@@ -100,8 +98,8 @@ wush_transform* publish(wush::BlockTransform t) {
 // The calibrator and the shapes wush_layer_quantize is given belong to one layer.
 void require_layer_shape(const wush::Calibrator& cal, size_t d_out, size_t d_in) {
     if (d_in != cal.d_in())
-        wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) + " but the calibrator has d_in = " +
-                                                  std::to_string(cal.d_in()));
+        wush::fail(WUSH_ERR_INVALID_ARGUMENT,
+                   "d_in = " + std::to_string(d_in) + " but the calibrator has d_in = " + std::to_string(cal.d_in()));
     if (d_out == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_out is 0");
 }
 
@@ -156,8 +154,8 @@ WUSH_API wush_status wush_transform_spec_from_name(const char* name, wush_transf
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("unknown transform \"") + name +
                                                       "\" (i, h, r, wus, wush; wus+s, wush+s: with the search)");
         if (searched && k != WUSH_TRANSFORM_WUS && k != WUSH_TRANSFORM_WUSH)
-            wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("transform \"") + name +
-                                                      "\": only wus and wush have a search (+s)");
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT,
+                       std::string("transform \"") + name + "\": only wus and wush have a search (+s)");
         *kind = k;
         *search = searched ? 1 : 0;
     });
@@ -193,8 +191,8 @@ WUSH_API wush_status wush_transform_build(wush_context* ctx, const wush_calibrat
         const wush::TransformKind k = transform_kind(kind);
         const wush_options& o = options_or_defaults(options);
         if (d_in != cal.d_in())
-            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) + " but the calibrator has d_in = " +
-                                                      std::to_string(cal.d_in()));
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) +
+                                                      " but the calibrator has d_in = " + std::to_string(cal.d_in()));
         reject_search_without_format(k, o);
         if (is_data_free(k)) {
             *transform = publish(wush::build_data_free_transform(transform_options(k, o), cal.d_in(), cal.group()));
@@ -267,8 +265,8 @@ WUSH_API wush_status wush_transform_singular_values(const wush_transform* transf
     });
 }
 
-WUSH_API wush_status wush_transform_guard(const wush_transform* transform, wush_guard_source* source,
-                                          size_t* n_tokens, wush_guard_candidate* kept) {
+WUSH_API wush_status wush_transform_guard(const wush_transform* transform, wush_guard_source* source, size_t* n_tokens,
+                                          wush_guard_candidate* kept) {
     return guarded(__func__, [&] {
         transform = require_handle(transform, HandleType::Transform, "transform");
         const wush::pipeline::GuardReport& r = transform->guard;
@@ -310,7 +308,8 @@ WUSH_API wush_status wush_qweight_create(wush_context* ctx, const wush_transform
         if (method == WUSH_METHOD_GPTQ)
             wush::fail(WUSH_ERR_INVALID_ARGUMENT,
                        "GPTQ builds the transform and the weights together: use wush_layer_quantize()");
-        if (method != WUSH_METHOD_RTN) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_method " + std::to_string(int(method)));
+        if (method != WUSH_METHOD_RTN)
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_method " + std::to_string(int(method)));
         if (d_in != transform->core.d_in())
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) + " but the transform has d_in = " +
                                                       std::to_string(transform->core.d_in()));
@@ -343,8 +342,8 @@ WUSH_API wush_status wush_layer_quantize(wush_context* ctx, const wush_calibrato
         reject_search_of_data_free(k, o);
         if (method == WUSH_METHOD_RTN && f.group != cal.group())
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("format ") + f.name + " has group size " +
-                                                      std::to_string(f.group) + ", the calibrator G = " +
-                                                      std::to_string(cal.group()));
+                                                      std::to_string(f.group) +
+                                                      ", the calibrator G = " + std::to_string(cal.group()));
         const FloatMatrix w(dtype, weight, d_out, d_in, "weight");
         wush::Progress progress = make_progress(o);
         const auto m = method == WUSH_METHOD_GPTQ ? wush::pipeline::Method::Gptq : wush::pipeline::Method::Rtn;

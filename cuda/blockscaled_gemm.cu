@@ -28,7 +28,9 @@ namespace {
 
 constexpr std::size_t kLtWorkspaceBytes = kBlockScaledLtWorkspaceBytes;
 
-std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+std::size_t round_up(std::size_t v, std::size_t a) {
+    return (v + a - 1) / a * a;
+}
 
 std::size_t swizzled_scale_bytes(std::size_t rows, std::size_t k, int group) {
     return round_up(rows, 128) * round_up(k / std::size_t(group), 4);
@@ -56,8 +58,9 @@ struct LtProduct {
     cublasLtMatmulPreference_t pref = nullptr;
 
     explicit LtProduct(const GemmArgs& g) {
-        const cublasLtMatmulMatrixScale_t mode = g.format == WUSH_FORMAT_NVFP4 ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3
-                                                                               : CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+        const cublasLtMatmulMatrixScale_t mode = g.format == WUSH_FORMAT_NVFP4
+                                                     ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3
+                                                     : CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
         const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
         WUSH_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
         WUSH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -86,8 +89,10 @@ struct LtProduct {
 
     // The scale pointers change with the caller's workspace: set before every launch (host only).
     void set_scales(const void* w_scales, const void* a_scales) {
-        WUSH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof w_scales));
-        WUSH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scales, sizeof a_scales));
+        WUSH_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof w_scales));
+        WUSH_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scales, sizeof a_scales));
     }
 
     bool heuristic(cublasLtHandle_t h, cublasLtMatmulHeuristicResult_t& r) const {
@@ -114,7 +119,8 @@ void launch_swizzle_scales(const std::uint8_t* scales, std::size_t rows, std::si
 
 std::size_t blockscaled_gemm_workspace_bytes(wush_format format, std::size_t m, std::size_t n, std::size_t k) {
     const int g = format == WUSH_FORMAT_NVFP4 ? 16 : 32;
-    return kLtWorkspaceBytes + round_up(swizzled_scale_bytes(m, k, g), 256) + round_up(swizzled_scale_bytes(n, k, g), 256);
+    return kLtWorkspaceBytes + round_up(swizzled_scale_bytes(m, k, g), 256) +
+           round_up(swizzled_scale_bytes(n, k, g), 256);
 }
 
 bool blockscaled_gemm_supported(const GemmArgs& g, int sm) {
@@ -135,7 +141,9 @@ struct BlockScaledCache::Impl {
 };
 
 BlockScaledCache::BlockScaledCache() : impl_(new Impl) {}
-BlockScaledCache::~BlockScaledCache() { delete impl_; }
+BlockScaledCache::~BlockScaledCache() {
+    delete impl_;
+}
 
 bool BlockScaledCache::launch(const GemmArgs& g, const std::uint8_t* w_scales_swizzled, cublasLtHandle_t handle,
                               cudaStream_t stream) {
@@ -167,9 +175,9 @@ bool BlockScaledCache::launch(const GemmArgs& g, const std::uint8_t* w_scales_sw
     }
     e.product->set_scales(w_scales_swizzled, a_sw);
     const float alpha = g.alpha, beta = 0.0f;
-    const cublasStatus_t st = cublasLtMatmul(handle, e.product->op, &alpha, g.w_codes, e.product->a, g.a_codes,
-                                             e.product->b, &beta, g.y, e.product->d, g.y, e.product->d, &e.result.algo,
-                                             lt_ws, kLtWorkspaceBytes, stream);
+    const cublasStatus_t st =
+        cublasLtMatmul(handle, e.product->op, &alpha, g.w_codes, e.product->a, g.a_codes, e.product->b, &beta, g.y,
+                       e.product->d, g.y, e.product->d, &e.result.algo, lt_ws, kLtWorkspaceBytes, stream);
     if (st == CUBLAS_STATUS_SUCCESS) return true;
     // Refused at launch (nothing of the product was enqueued; the swizzles only wrote workspace):
     // remembered, and the caller takes the reference path.

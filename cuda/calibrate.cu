@@ -12,8 +12,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void to_double_kernel(wush_dtype dtype, const void* x, std::size_t row0, std::size_t count,
-                                 std::size_t d_in, double* out, unsigned long long* non_finite) {
+__global__ void to_double_kernel(wush_dtype dtype, const void* x, std::size_t row0, std::size_t count, std::size_t d_in,
+                                 double* out, unsigned long long* non_finite) {
     const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= count) return;
     const std::size_t src = row0 * d_in + i;
@@ -34,8 +34,8 @@ void launch_moment_sums(bool full, std::size_t d_in, std::size_t group, wush_dty
     for (std::size_t t0 = 0; t0 < n_tokens; t0 += tile_tokens) {
         const std::size_t rows = n_tokens - t0 < tile_tokens ? n_tokens - t0 : tile_tokens;
         const std::size_t count = rows * d_in;
-        to_double_kernel<<<unsigned((count + kThreads - 1) / kThreads), kThreads, 0, stream>>>(x_dtype, x, t0, count, d_in,
-                                                                                           scratch, non_finite);
+        to_double_kernel<<<unsigned((count + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+            x_dtype, x, t0, count, d_in, scratch, non_finite);
         check_launch("to_double_kernel");
         // The row-major tile (rows x d_in) is the column-major X' (d_in x rows): S += X' X'^T.
         if (full) {

@@ -46,7 +46,9 @@ namespace {
 constexpr std::size_t kCublasWorkspaceBytes = std::size_t(32) << 20;
 constexpr std::size_t kCalibrationTileDoubles = std::size_t(1) << 24;  // 128 MiB of float64 tiles
 
-std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+std::size_t round_up(std::size_t v, std::size_t a) {
+    return (v + a - 1) / a * a;
+}
 
 // Rejects host memory, and another GPU's memory, where cudaPointerGetAttributes can tell (cheap,
 // no synchronization): a kernel would otherwise fault with a sticky error that ends the context.
@@ -103,7 +105,7 @@ struct Device {
     cublasHandle_t blas = nullptr;
     cublasLtHandle_t lt = nullptr;
     DeviceBuffer blas_workspace;
-    DeviceBuffer non_finite;  // one unsigned long long (kNoNonFinite when clear)
+    DeviceBuffer non_finite;                         // one unsigned long long (kNoNonFinite when clear)
     PinnedHost<unsigned long long> non_finite_host;  // its stream-ordered copy at synchronize
     GemmTable gemm_table;
 
@@ -116,13 +118,14 @@ struct Device {
         if (!compute_capability_supported(sm)) fail(WUSH_ERR_UNSUPPORTED, unsupported_device_message(dev, name, sm));
         const char* prefill = std::getenv("WUSH_CUDA_PREFILL_MIN_M");
         if (!gemm_table_from_env(prefill, &gemm_table))
-            fail(WUSH_ERR_INVALID_ARGUMENT, std::string("WUSH_CUDA_PREFILL_MIN_M must be a positive integer (got '") +
-                                                prefill + "')");
+            fail(WUSH_ERR_INVALID_ARGUMENT,
+                 std::string("WUSH_CUDA_PREFILL_MIN_M must be a positive integer (got '") + prefill + "')");
         WUSH_CUBLAS_CHECK(cublasCreate(&blas));
         WUSH_CUBLAS_CHECK(cublasLtCreate(&lt));
         blas_workspace = DeviceBuffer(kCublasWorkspaceBytes);
         non_finite = DeviceBuffer(sizeof(unsigned long long));
-        WUSH_CUDA_CHECK(cudaMemset(non_finite.get(), 0xFF, sizeof(unsigned long long)));  // creation: not capturable anyway
+        WUSH_CUDA_CHECK(
+            cudaMemset(non_finite.get(), 0xFF, sizeof(unsigned long long)));  // creation: not capturable anyway
     }
     ~Device() {
         const DeviceGuard guard(index);  // the handles belong to this device whatever the caller selected
@@ -154,8 +157,8 @@ struct Device {
         const unsigned long long v = *host;
         if (v == kNoNonFinite) return;
         WUSH_CUDA_CHECK(cudaMemsetAsync(flag(), 0xFF, sizeof v, stream));
-        fail(WUSH_ERR_NON_FINITE, std::string(what) + " holds a NaN or infinite value at row " + std::to_string(v >> 32) +
-                                      ", column " + std::to_string(v & 0xFFFFFFFFull));
+        fail(WUSH_ERR_NON_FINITE, std::string(what) + " holds a NaN or infinite value at row " +
+                                      std::to_string(v >> 32) + ", column " + std::to_string(v & 0xFFFFFFFFull));
     }
 };
 
@@ -184,10 +187,10 @@ void require_dtype(wush_dtype x_dtype) {
 
 // What a prepared layer precomputed for its weight (null / false where not).
 struct WeightExtras {
-    const void* dequantized = nullptr;          // the reference path's W (else dequantized into the workspace)
-    const std::uint8_t* swizzled = nullptr;     // the block-scaled path's W scales
-    bool lt_possible = false;                   // sm_100/120 FP4: cuBLASLt is tried first for m > 32
-    BlockScaledCache* lt_cache = nullptr;       // its descriptors and algorithms per m
+    const void* dequantized = nullptr;       // the reference path's W (else dequantized into the workspace)
+    const std::uint8_t* swizzled = nullptr;  // the block-scaled path's W scales
+    bool lt_possible = false;                // sm_100/120 FP4: cuBLASLt is tried first for m > 32
+    BlockScaledCache* lt_cache = nullptr;    // its descriptors and algorithms per m
 };
 
 void run_reference(const GemmArgs& g, const WeightExtras& w, const Device& dev) {
@@ -286,7 +289,6 @@ public:
         WUSH_CUDA_CHECK(cudaStreamSynchronize(dev_->stream));
     }
 
-
     std::size_t d_in() const override { return d_in_; }
     std::size_t d_out() const override { return d_out_; }
     wush_format format() const override { return spec_.id; }
@@ -305,7 +307,8 @@ public:
         require_device_tensor(x, x_dtype, "x", dev_->index);
         require_device_pointer(codes.data(), "codes", dev_->index);
         require_device_pointer(scales.data(), "scales", dev_->index);
-        launch_quantize(quantize_args(t_, spec_, d_in_, x_dtype, x, n, codes.data(), scales.data(), *dev_), dev_->stream);
+        launch_quantize(quantize_args(t_, spec_, d_in_, x_dtype, x, n, codes.data(), scales.data(), *dev_),
+                        dev_->stream);
     }
 
     void forward(wush_dtype x_dtype, const void* x, std::size_t n, wush_dtype y_dtype, void* y,
@@ -422,7 +425,8 @@ public:
         dev_->synchronize_and_report("x");  // the buffers above are freed on return
     }
 
-    std::size_t linear_forward_workspace_bytes(backend::TransformRef, const formats::PackedMatrix& w, std::size_t n) override {
+    std::size_t linear_forward_workspace_bytes(backend::TransformRef, const formats::PackedMatrix& w,
+                                               std::size_t n) override {
         const formats::FormatSpec& f = formats::spec(w.format);
         return layer_workspace_bytes(f, w.d_in, w.d_out, n, plan_weight(f, w.d_in, w.d_out, *dev_), *dev_);
     }
@@ -450,8 +454,8 @@ public:
         WUSH_CUDA_CHECK(cudaMemsetAsync(sums.get(), 0, sums.bytes(), dev_->stream));
         const std::size_t tile = std::max<std::size_t>(1, std::min(n, kCalibrationTileDoubles / cal.d_in()));
         DeviceBuffer scratch(tile * cal.d_in() * sizeof(double));
-        launch_moment_sums(full, cal.d_in(), cal.group(), x_dtype, x, n, sums.get<double>(), scratch.get<double>(), tile,
-                           dev_->flag(), dev_->bound_blas(), dev_->stream);
+        launch_moment_sums(full, cal.d_in(), cal.group(), x_dtype, x, n, sums.get<double>(), scratch.get<double>(),
+                           tile, dev_->flag(), dev_->bound_blas(), dev_->stream);
         dev_->synchronize_and_report("calibration activations");
         std::vector<double> host(count);
         WUSH_CUDA_CHECK(cudaMemcpyAsync(host.data(), sums.get(), sums.bytes(), cudaMemcpyDeviceToHost, dev_->stream));
@@ -483,9 +487,10 @@ public:
         cal.add_validation(x_dtype, host.data(), n);
     }
 
-    std::vector<std::byte> copy_tokens_to_host(const Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n) {
-        const std::size_t bytes = checked_mul(checked_mul(n, cal.d_in(), "calibration batch"), dtype_size(x_dtype),
-                                              "calibration batch");
+    std::vector<std::byte> copy_tokens_to_host(const Calibrator& cal, wush_dtype x_dtype, const void* x,
+                                               std::size_t n) {
+        const std::size_t bytes =
+            checked_mul(checked_mul(n, cal.d_in(), "calibration batch"), dtype_size(x_dtype), "calibration batch");
         std::vector<std::byte> host(bytes);
         WUSH_CUDA_CHECK(cudaMemcpyAsync(host.data(), x, bytes, cudaMemcpyDeviceToHost, dev_->stream));
         WUSH_CUDA_CHECK(cudaStreamSynchronize(dev_->stream));
@@ -517,6 +522,8 @@ DeviceQuery query_devices() {
     return q;
 }
 
-std::unique_ptr<backend::Backend> make_backend(int device) { return std::make_unique<CudaBackend>(device); }
+std::unique_ptr<backend::Backend> make_backend(int device) {
+    return std::make_unique<CudaBackend>(device);
+}
 
 }  // namespace wush::cuda

@@ -10,8 +10,8 @@
 namespace wush::cuda {
 
 struct DeviceQuery {
-    int count = 0;       // usable devices; 0 when there is no driver or no device
-    std::string error;   // the CUDA runtime's explanation when count == 0
+    int count = 0;      // usable devices; 0 when there is no driver or no device
+    std::string error;  // the CUDA runtime's explanation when count == 0
 };
 
 DeviceQuery query_devices();

@@ -27,12 +27,15 @@ inline void check_cublas(cublasStatus_t st, const char* call) {
 }
 
 // A launch's configuration / launch errors (kernels report asynchronous faults at the next sync).
-inline void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), kernel); }
+inline void check_launch(const char* kernel) {
+    check_cuda(cudaGetLastError(), kernel);
+}
 
 // Compute capability of the current device as major * 10 + minor (e.g. 90); CUDA error if none.
 inline int current_sm(const char* who) {
     int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
         fail(WUSH_ERR_CUDA, std::string(who) + ": no current CUDA device");
     return major * 10 + minor;
@@ -87,7 +90,9 @@ public:
     DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
     template <class T = void>
-    T* get() const noexcept { return static_cast<T*>(ptr_); }
+    T* get() const noexcept {
+        return static_cast<T*>(ptr_);
+    }
     std::size_t bytes() const noexcept { return bytes_; }
 
     // A device copy of host bytes, stream-ordered on `stream` and waited for (for prepare() and
@@ -104,8 +109,8 @@ private:
     void release() noexcept {
         if (!ptr_) return;
         int current = 0;
-        const bool switch_back = cudaGetDevice(&current) == cudaSuccess && current != device_ &&
-                                 cudaSetDevice(device_) == cudaSuccess;
+        const bool switch_back =
+            cudaGetDevice(&current) == cudaSuccess && current != device_ && cudaSetDevice(device_) == cudaSuccess;
         cudaFree(ptr_);  // errors here cannot be reported (destructor)
         if (switch_back) cudaSetDevice(current);
         ptr_ = nullptr;

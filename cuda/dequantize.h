@@ -25,6 +25,8 @@ WUSH_HD float dequantize_element(wush_format format, std::uint8_t nibble, const 
 
 // The bf16 bits of a float32 that bf16 represents exactly (truncation is then exact; NaN/Inf
 // keep their class).
-WUSH_HD std::uint16_t bf16_bits_of_exact(float v) { return std::uint16_t(bits::bits_from_float(v) >> 16); }
+WUSH_HD std::uint16_t bf16_bits_of_exact(float v) {
+    return std::uint16_t(bits::bits_from_float(v) >> 16);
+}
 
 }  // namespace wush::cuda

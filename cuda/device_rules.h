@@ -15,7 +15,9 @@ namespace wush::cuda {
 // compile at load time); an older part would fail at its first launch with "no kernel image".
 constexpr int kMinComputeCapability = 80;
 
-inline bool compute_capability_supported(int sm) { return sm >= kMinComputeCapability; }
+inline bool compute_capability_supported(int sm) {
+    return sm >= kMinComputeCapability;
+}
 
 // The WUSH_ERR_UNSUPPORTED message of wush_context_create for such a device.
 inline std::string unsupported_device_message(int device, const std::string& name, int sm) {
@@ -26,7 +28,9 @@ inline std::string unsupported_device_message(int device, const std::string& nam
 
 // Bytes a typed device tensor's base must be aligned to: its element size (F32 4, F16/BF16 2).
 // The kernels read whole elements; rows are whole elements apart, so the base decides.
-inline std::size_t element_alignment(wush_dtype dtype) { return dtype == WUSH_DTYPE_F32 ? 4 : 2; }
+inline std::size_t element_alignment(wush_dtype dtype) {
+    return dtype == WUSH_DTYPE_F32 ? 4 : 2;
+}
 
 inline bool element_aligned(const void* p, wush_dtype dtype) {
     return reinterpret_cast<std::uintptr_t>(p) % element_alignment(dtype) == 0;

@@ -39,14 +39,14 @@ void launch_mr(int mr, dim3 grid, const DecodeParams& p, cudaStream_t stream) {
     }
 }
 
-
 }  // namespace
 
 void launch_decode_gemm(const GemmArgs& a, cudaStream_t stream) {
     if (!gemm_supported(GemmKernel::Decode, a, current_sm("launch_decode_gemm")))
         fail(WUSH_ERR_UNSUPPORTED, "launch_decode_gemm: unsupported format, shape, alignment or workspace");
     const plan::DecodePlan pl = plan::plan_decode(a.m, a.n, a.k);
-    if (pl.blocks_n > 0x7FFFFFFFu || pl.splits > 65535 || pl.row_passes > 65535 || a.m > 0x7FFFFFFFu || a.n > 0x7FFFFFFFu)
+    if (pl.blocks_n > 0x7FFFFFFFu || pl.splits > 65535 || pl.row_passes > 65535 || a.m > 0x7FFFFFFFu ||
+        a.n > 0x7FFFFFFFu)
         fail(WUSH_ERR_UNSUPPORTED, "launch_decode_gemm: shape too large for the grid");
     DecodeParams p;
     p.format = a.format;
@@ -63,10 +63,8 @@ void launch_decode_gemm(const GemmArgs& a, cudaStream_t stream) {
     p.partial = pl.splits > 1 ? static_cast<float*>(a.workspace) : nullptr;
     p.split_len = (long long)(pl.chunks_per_split * plan::kDecodeChunk);
     const dim3 grid(unsigned(pl.blocks_n), unsigned(pl.splits), unsigned(pl.row_passes));
-    if (a.group == 16)
-        launch_mr<16>(pl.mr, grid, p, stream);
-    else
-        launch_mr<32>(pl.mr, grid, p, stream);
+    if (a.group == 16) launch_mr<16>(pl.mr, grid, p, stream);
+    else launch_mr<32>(pl.mr, grid, p, stream);
     check_launch("decode_gemm_kernel");
     if (pl.splits > 1) {
         const std::size_t mn = a.m * a.n;

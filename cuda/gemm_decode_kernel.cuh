@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #if !defined(WUSH_CUDA_HOST_EMULATION)
-#include <cuda_bf16.h>
+#  include <cuda_bf16.h>
 #endif
 
 #include "formats/tile_decode.h"
@@ -18,12 +18,14 @@ using namespace wush::tile;
 
 constexpr int kThreads = plan::kDecodeWarps * 32;
 constexpr int kChunk = int(plan::kDecodeChunk);
-constexpr int kUnitsPerChunk = kChunk / 32;                      // one per lane
-constexpr int kARowBytes = kChunk + (kUnitsPerChunk / 4) * 16;   // 16 bytes of padding per 4 units
+constexpr int kUnitsPerChunk = kChunk / 32;                     // one per lane
+constexpr int kARowBytes = kChunk + (kUnitsPerChunk / 4) * 16;  // 16 bytes of padding per 4 units
 
 // Byte offset of unit u's 32 int8 values inside a staged activation row: 16 bytes of padding after
 // every 4 units make a quarter-warp's 16-byte reads (8 lanes, 32 bytes apart) hit 32 distinct banks.
-__device__ __forceinline__ int a_unit_offset(int u) { return u * 32 + (u >> 2) * 16; }
+__device__ __forceinline__ int a_unit_offset(int u) {
+    return u * 32 + (u >> 2) * 16;
+}
 
 struct DecodeParams {
     wush_format format;
@@ -36,15 +38,13 @@ struct DecodeParams {
     float alpha_q;  // alpha / 4 (doubled values on both sides)
     void* y;
     int y_bf16;
-    float* partial;  // splits x m x n, or null when the block writes y
+    float* partial;       // splits x m x n, or null when the block writes y
     long long split_len;  // elements per split (a multiple of kChunk)
 };
 
 __device__ __forceinline__ void store_out(void* y, int bf16, std::size_t idx, float v) {
-    if (bf16)
-        static_cast<__nv_bfloat16*>(y)[idx] = __float2bfloat16_rn(v);
-    else
-        static_cast<float*>(y)[idx] = v;
+    if (bf16) static_cast<__nv_bfloat16*>(y)[idx] = __float2bfloat16_rn(v);
+    else static_cast<float*>(y)[idx] = v;
 }
 
 template <int MR, int G>
@@ -86,7 +86,9 @@ __global__ void __launch_bounds__(kThreads, 2) decode_gemm_kernel(const DecodePa
                           : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int h = 0; h < kGroupsPerUnit; ++h)
-                sw[j][h] = valid ? scale_value(p.format, p.w_scales + ((long long)row * groups + ue / G + h) * sb) * p.alpha_q : 0.0f;
+                sw[j][h] =
+                    valid ? scale_value(p.format, p.w_scales + ((long long)row * groups + ue / G + h) * sb) * p.alpha_q
+                          : 0.0f;
         }
 
         // 2. Stage the chunk's activations: doubled int8 codes and scales (zeros past
@@ -97,7 +99,8 @@ __global__ void __launch_bounds__(kThreads, 2) decode_gemm_kernel(const DecodePa
             const int r = idx / (kChunk / 8), w = idx % (kChunk / 8), e = 8 * w;
             uint2 v = make_uint2(0, 0);
             if (r < rows_a && e < len) {
-                const std::uint32_t c = __ldg(reinterpret_cast<const unsigned*>(p.a_codes + (row_a0 + r) * kbytes + (kc + e) / 2));
+                const std::uint32_t c =
+                    __ldg(reinterpret_cast<const unsigned*>(p.a_codes + (row_a0 + r) * kbytes + (kc + e) / 2));
                 v.x = decode4(lut, c);
                 v.y = decode4(lut, c >> 16);
             }
@@ -154,10 +157,8 @@ __global__ void __launch_bounds__(kThreads, 2) decode_gemm_kernel(const DecodePa
             const int col = n0 + j;
             if (lane == 0 && r < rows_a && col < p.n) {
                 const std::size_t idx = std::size_t(row_a0 + r) * p.n + col;
-                if (p.partial)
-                    p.partial[std::size_t(blockIdx.y) * std::size_t(p.m) * p.n + idx] = v;
-                else
-                    store_out(p.y, p.y_bf16, idx, v);
+                if (p.partial) p.partial[std::size_t(blockIdx.y) * std::size_t(p.m) * p.n + idx] = v;
+                else store_out(p.y, p.y_bf16, idx, v);
             }
         }
     }
@@ -165,7 +166,8 @@ __global__ void __launch_bounds__(kThreads, 2) decode_gemm_kernel(const DecodePa
 
 // y = sum over splits of the partials, in split order.
 __global__ void splitk_reduce_kernel(const float* partial, int splits, std::size_t mn, void* y, int bf16) {
-    for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < mn; i += std::size_t(gridDim.x) * blockDim.x) {
+    for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < mn;
+         i += std::size_t(gridDim.x) * blockDim.x) {
         float s = 0.0f;
         for (int sp = 0; sp < splits; ++sp) s += partial[std::size_t(sp) * mn + i];
         store_out(y, bf16, i, s);

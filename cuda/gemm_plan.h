@@ -15,14 +15,16 @@ namespace wush::cuda::plan {
 constexpr int kDecodeWarps = 8;
 constexpr int kDecodeRowsPerWarp = 2;
 constexpr int kDecodeRowsPerBlock = kDecodeWarps * kDecodeRowsPerWarp;  // 16 weight rows
-constexpr int kDecodeMaxM = 16;                                          // activation rows per pass
-constexpr std::size_t kDecodeChunk = 1024;                               // elements per chunk
-constexpr std::size_t kUnit = 32;                                        // elements per lane load
+constexpr int kDecodeMaxM = 16;                                         // activation rows per pass
+constexpr std::size_t kDecodeChunk = 1024;                              // elements per chunk
+constexpr std::size_t kUnit = 32;                                       // elements per lane load
 // Blocks the split-K rule aims for: about 4 resident blocks on each of 132 SMs (H100 SXM); a
 // fixed number, so that the partition (and the summation order) depends on the shape only.
 constexpr std::size_t kDecodeTargetBlocks = 528;
 
-inline std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
+inline std::size_t ceil_div(std::size_t a, std::size_t b) {
+    return (a + b - 1) / b;
+}
 
 // Activation rows handled per pass, rounded up to 1, 2, 4, 8 or 16 (the kernel's template).
 inline int decode_mr(std::size_t m) {
@@ -33,12 +35,12 @@ inline int decode_mr(std::size_t m) {
 }
 
 struct DecodePlan {
-    int mr = 1;                      // activation rows per pass (template parameter)
-    std::size_t row_passes = 1;      // grid.z: ceil(m / 16) passes over the weights
-    std::size_t blocks_n = 1;        // grid.x: ceil(n / 16)
-    std::size_t chunks = 1;          // ceil(k / 1024)
+    int mr = 1;                  // activation rows per pass (template parameter)
+    std::size_t row_passes = 1;  // grid.z: ceil(m / 16) passes over the weights
+    std::size_t blocks_n = 1;    // grid.x: ceil(n / 16)
+    std::size_t chunks = 1;      // ceil(k / 1024)
     std::size_t chunks_per_split = 1;
-    std::size_t splits = 1;          // grid.y; > 1 writes partials to the workspace
+    std::size_t splits = 1;  // grid.y; > 1 writes partials to the workspace
 };
 
 inline DecodePlan plan_decode(std::size_t m, std::size_t n, std::size_t k) {

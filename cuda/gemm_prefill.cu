@@ -35,13 +35,13 @@ namespace {
 
 using namespace wush::cuda::prefill_detail;
 
-
 template <int G>
 void launch_tiles(const PrefillParams& p, dim3 grid, cudaStream_t stream) {
     // Raising the dynamic shared-memory limit is a per-function attribute, cheap to repeat (no sync).
     const cudaError_t e =
         cudaFuncSetAttribute(prefill_gemm_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<G>::kSmem);
-    if (e != cudaSuccess) fail(WUSH_ERR_CUDA, std::string("cudaFuncSetAttribute(prefill_gemm_kernel): ") + cudaGetErrorString(e));
+    if (e != cudaSuccess)
+        fail(WUSH_ERR_CUDA, std::string("cudaFuncSetAttribute(prefill_gemm_kernel): ") + cudaGetErrorString(e));
     prefill_gemm_kernel<G><<<grid, kThreads, Layout<G>::kSmem, stream>>>(p);
 }
 
@@ -55,15 +55,17 @@ void launch_prefill_gemm(const GemmArgs& a, cudaStream_t stream) {
         fail(WUSH_ERR_UNSUPPORTED, "launch_prefill_gemm: shape too large for the grid");
     const long long stride = (long long)plan::prefill_scale_stride(a.k, a.group);
     float* scales = static_cast<float*>(a.workspace);
-    int* flag = reinterpret_cast<int*>(static_cast<std::uint8_t*>(a.workspace) + plan::prefill_flag_offset(a.m, a.n, a.k, a.group));
+    int* flag = reinterpret_cast<int*>(static_cast<std::uint8_t*>(a.workspace) +
+                                       plan::prefill_flag_offset(a.m, a.n, a.k, a.group));
     const float alpha_q = a.alpha * 0.25f;
     {
         const cudaError_t e = cudaMemsetAsync(flag, 0, sizeof(int), stream);
-        if (e != cudaSuccess) fail(WUSH_ERR_CUDA, std::string("launch_prefill_gemm: cudaMemsetAsync: ") + cudaGetErrorString(e));
+        if (e != cudaSuccess)
+            fail(WUSH_ERR_CUDA, std::string("launch_prefill_gemm: cudaMemsetAsync: ") + cudaGetErrorString(e));
         const std::size_t total = (a.m + a.n) * std::size_t(stride);
         const unsigned blocks = unsigned(std::min<std::size_t>(plan::ceil_div(total, 256), 8192));
-        prefill_scales_kernel<<<blocks, 256, 0, stream>>>(a.format, int(a.m), int(a.n), (long long)(a.k / a.group), stride,
-                                                          a.a_scales, a.w_scales, alpha_q, scales, flag);
+        prefill_scales_kernel<<<blocks, 256, 0, stream>>>(a.format, int(a.m), int(a.n), (long long)(a.k / a.group),
+                                                          stride, a.a_scales, a.w_scales, alpha_q, scales, flag);
         check_launch("prefill_scales_kernel");
     }
     PrefillParams p;
@@ -80,10 +82,8 @@ void launch_prefill_gemm(const GemmArgs& a, cudaStream_t stream) {
     p.y = a.y;
     p.y_bf16 = a.y_dtype == WUSH_DTYPE_BF16;
     const dim3 grid{unsigned(grid_n), unsigned(grid_m), 1u};
-    if (a.group == 16)
-        launch_tiles<16>(p, grid, stream);
-    else
-        launch_tiles<32>(p, grid, stream);
+    if (a.group == 16) launch_tiles<16>(p, grid, stream);
+    else launch_tiles<32>(p, grid, stream);
     check_launch("prefill_gemm_kernel");
 }
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #if !defined(WUSH_CUDA_HOST_EMULATION)
-#include <cuda_bf16.h>
+#  include <cuda_bf16.h>
 #endif
 
 #include "formats/tile_decode.h"
@@ -23,9 +23,9 @@ constexpr int kRowBytes = BK / 2 + 16;  // 64 code bytes + 16 padding
 
 template <int G>
 struct Layout {
-    static constexpr int kSpr = BK / G;                     // scales per row per stage
-    static constexpr int kCodes = BM * kRowBytes;           // bytes of one operand's codes
-    static constexpr int kScales = BM * kSpr * 4;           // bytes of one operand's scales
+    static constexpr int kSpr = BK / G;            // scales per row per stage
+    static constexpr int kCodes = BM * kRowBytes;  // bytes of one operand's codes
+    static constexpr int kScales = BM * kSpr * 4;  // bytes of one operand's scales
     static constexpr int kStage = 2 * kCodes + 2 * kScales;
     static constexpr int kSmem = kStages * kStage;
 };
@@ -71,7 +71,8 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // d = A B + magic (tile::kPromoteMagicBits in all four C registers): the C operand is one register
 // read by every MMA, so the 64 accumulators of a group need no per-MMA initialization moves.
-__device__ __forceinline__ void mma_k32_magic(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+__device__ __forceinline__ void mma_k32_magic(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                              std::uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
         : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
@@ -110,8 +111,10 @@ __device__ __forceinline__ void load_stage(const PrefillParams& p, std::uint8_t*
         const bool kin = ke + 32 * q < p.k;
         const bool va = kin && bm + row < p.m, vw = kin && bn + row < p.n;
         const long long off = ke / 2 + 16 * q;
-        cp_async16(s_ac + row * kRowBytes + 16 * q, va ? p.a_codes + (long long)(bm + row) * kbytes + off : p.a_codes, va);
-        cp_async16(s_wc + row * kRowBytes + 16 * q, vw ? p.w_codes + (long long)(bn + row) * kbytes + off : p.w_codes, vw);
+        cp_async16(s_ac + row * kRowBytes + 16 * q, va ? p.a_codes + (long long)(bm + row) * kbytes + off : p.a_codes,
+                   va);
+        cp_async16(s_wc + row * kRowBytes + 16 * q, vw ? p.w_codes + (long long)(bn + row) * kbytes + off : p.w_codes,
+                   vw);
     }
     // Scales: 128 rows x kSpr floats per operand (padded groups are zeros in the workspace).
     constexpr int kCopiesPerRow = L::kSpr / 4;
@@ -119,8 +122,10 @@ __device__ __forceinline__ void load_stage(const PrefillParams& p, std::uint8_t*
         const int row = c / kCopiesPerRow, q = c % kCopiesPerRow;
         const long long off = kt * L::kSpr + 4 * q;
         const bool va = bm + row < p.m, vw = bn + row < p.n;
-        cp_async16(s_as + row * L::kSpr + 4 * q, va ? p.a_scales + (long long)(bm + row) * p.stride + off : p.a_scales, va);
-        cp_async16(s_ws + row * L::kSpr + 4 * q, vw ? p.w_scales + (long long)(bn + row) * p.stride + off : p.w_scales, vw);
+        cp_async16(s_as + row * L::kSpr + 4 * q, va ? p.a_scales + (long long)(bm + row) * p.stride + off : p.a_scales,
+                   va);
+        cp_async16(s_ws + row * L::kSpr + 4 * q, vw ? p.w_scales + (long long)(bn + row) * p.stride + off : p.w_scales,
+                   vw);
     }
 }
 
@@ -129,8 +134,8 @@ __device__ __forceinline__ void load_stage(const PrefillParams& p, std::uint8_t*
 // with sw (alpha / 4 folded in): 2 FP32 ops per element. Otherwise FADD + FMUL + FFMA (any scale).
 template <int G, bool FAST>
 __device__ __forceinline__ void group_step(float (&acc)[4][4][4], const DoubledLut& lut, const std::uint8_t* s_ac,
-                                           const std::uint8_t* s_wc, const float* s_as, const float* s_ws, int g, int gid,
-                                           int t) {
+                                           const std::uint8_t* s_wc, const float* s_as, const float* s_ws, int g,
+                                           int gid, int t) {
     constexpr int kSpr = BK / G;
     float sa[4][2], ca[4][2], sw[4][2];
 #pragma unroll
@@ -162,26 +167,22 @@ __device__ __forceinline__ void group_step(float (&acc)[4][4][4], const DoubledL
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
         const std::uint8_t* c0 = s_wc + (nt * 8 + gid) * kRowBytes;
-        if constexpr (G == 32)
-            b_frag_k32(lut, c0 + g * 16, t, b[nt]);
-        else
-            b[nt][0] = b_frag_k16(lut, c0 + g * 8, t);
+        if constexpr (G == 32) b_frag_k32(lut, c0 + g * 16, t, b[nt]);
+        else b[nt][0] = b_frag_k16(lut, c0 + g * 8, t);
     }
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
             int d[4];
-            if constexpr (G == 32)
-                mma_k32_magic(d, a[mt], b[nt][0], b[nt][1]);
-            else
-                mma_k16_magic(d, a[mt][0], a[mt][1], b[nt][0]);
+            if constexpr (G == 32) mma_k32_magic(d, a[mt], b[nt][0], b[nt][1]);
+            else mma_k16_magic(d, a[mt][0], a[mt][1], b[nt][0]);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 if constexpr (FAST)
-                    acc[mt][nt][e] = fmaf(scaled_dot(d[e], sa[mt][e >> 1], ca[mt][e >> 1]), sw[nt][e & 1], acc[mt][nt][e]);
-                else
-                    acc[mt][nt][e] = fmaf(promoted_dot(d[e]), sa[mt][e >> 1] * sw[nt][e & 1], acc[mt][nt][e]);
+                    acc[mt][nt][e] =
+                        fmaf(scaled_dot(d[e], sa[mt][e >> 1], ca[mt][e >> 1]), sw[nt][e & 1], acc[mt][nt][e]);
+                else acc[mt][nt][e] = fmaf(promoted_dot(d[e]), sa[mt][e >> 1] * sw[nt][e & 1], acc[mt][nt][e]);
             }
         }
 }
@@ -233,10 +234,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_gemm_kernel(const Prefill
 
 #pragma unroll 1
         for (int g = 0; g < groups_here; ++g) {
-            if (fast)
-                group_step<G, true>(acc, lut, s_ac, s_wc, s_as, s_ws, g, gid, t);
-            else
-                group_step<G, false>(acc, lut, s_ac, s_wc, s_as, s_ws, g, gid, t);
+            if (fast) group_step<G, true>(acc, lut, s_ac, s_wc, s_as, s_ws, g, gid, t);
+            else group_step<G, false>(acc, lut, s_ac, s_wc, s_as, s_ws, g, gid, t);
         }
     }
     cp_async_wait<0>();
@@ -252,10 +251,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_gemm_kernel(const Prefill
                 const int col = bn + wn * 32 + nt * 8 + mma_c_col(lane, e);
                 if (row < p.m && col < p.n) {
                     const std::size_t idx = std::size_t(row) * p.n + col;
-                    if (p.y_bf16)
-                        static_cast<__nv_bfloat16*>(p.y)[idx] = __float2bfloat16_rn(acc[mt][nt][e]);
-                    else
-                        static_cast<float*>(p.y)[idx] = acc[mt][nt][e];
+                    if (p.y_bf16) static_cast<__nv_bfloat16*>(p.y)[idx] = __float2bfloat16_rn(acc[mt][nt][e]);
+                    else static_cast<float*>(p.y)[idx] = acc[mt][nt][e];
                 }
             }
 }
@@ -264,11 +261,12 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_gemm_kernel(const Prefill
 // to `stride` groups; raises *flag when an activation scale is outside the exact range of
 // tile::scaled_dot (|s| >= 2^100, or not finite): the tile kernel then promotes with FADD + FMUL + FFMA.
 __global__ void prefill_scales_kernel(wush_format format, int m, int n, long long groups, long long stride,
-                                      const std::uint8_t* a_scales, const std::uint8_t* w_scales, float alpha_q, float* out,
-                                      int* flag) {
+                                      const std::uint8_t* a_scales, const std::uint8_t* w_scales, float alpha_q,
+                                      float* out, int* flag) {
     const int sb = scale_bytes(format);
     const std::size_t total = std::size_t(m + (long long)n) * stride;
-    for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += std::size_t(gridDim.x) * blockDim.x) {
+    for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+         i += std::size_t(gridDim.x) * blockDim.x) {
         const long long row = (long long)(i / stride), g = (long long)(i % stride);
         float v = 0.0f;
         if (g < groups) {

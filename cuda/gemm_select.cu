@@ -21,7 +21,9 @@ bool valid_format(wush_format f, int group) {
     }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+bool aligned16(const void* p) {
+    return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
+}
 
 // What both custom kernels need: a known format with its own G, k a multiple of 32 (a lane's
 // 16-byte unit never straddles a row), F32/BF16 output, 16-byte aligned code rows.

@@ -28,8 +28,8 @@ namespace wush::cuda {
 enum class GemmKernel { Reference, Decode, Prefill, BlockScaledLt };
 
 struct GemmRule {
-    int sm_min, sm_max;            // compute capability range (major * 10 + minor), inclusive
-    std::size_t m_min, m_max;      // token range, inclusive
+    int sm_min, sm_max;        // compute capability range (major * 10 + minor), inclusive
+    std::size_t m_min, m_max;  // token range, inclusive
     GemmKernel kernel;
 };
 

@@ -39,8 +39,7 @@ std::size_t reference_gemm_workspace_bytes(wush_format format, std::size_t m, st
 // Y = alpha * deq(A) deq(W)^T with cuBLAS (bf16 x bf16 -> float32 accumulate, or float32
 // pedantic for INT4). `w_dequantized` (n x k, from launch_dequantize) may be null: then W is
 // dequantized into the workspace. `handle` must already be bound to `stream`.
-void launch_reference_gemm(const GemmArgs& args, const void* w_dequantized, cublasHandle_t handle,
-                           cudaStream_t stream);
+void launch_reference_gemm(const GemmArgs& args, const void* w_dequantized, cublasHandle_t handle, cudaStream_t stream);
 
 // ---- block-scaled FP4 GEMM through cuBLASLt (blockscaled_gemm.cu; untested on hardware) ----------
 

@@ -15,7 +15,9 @@ namespace {
 
 using namespace quantize_detail;
 
-bool aligned(const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
+bool aligned(const void* p, std::size_t a) {
+    return reinterpret_cast<std::uintptr_t>(p) % a == 0;
+}
 
 template <wush_format F>
 void launch(const QuantizeArgs& a, cudaStream_t stream) {

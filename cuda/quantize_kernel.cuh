@@ -23,20 +23,22 @@
 
 namespace wush::cuda::quantize_detail {
 
-constexpr int kWarps = 4;                 // warps per block in both kernels
+constexpr int kWarps = 4;  // warps per block in both kernels
 constexpr int kThreads = kWarps * 32;
-constexpr int kTileTokens = 32;           // tile kernel: tokens per block (one per lane)
-constexpr int kTileGroups = kWarps;       // tile kernel: column groups per block (one per warp)
+constexpr int kTileTokens = 32;              // tile kernel: tokens per block (one per lane)
+constexpr int kTileGroups = kWarps;          // tile kernel: column groups per block (one per warp)
 constexpr std::size_t kSmallMaxTokens = 16;  // at most this many tokens: the small-m kernel
 
 template <wush_format F>
 struct Fmt {
     static constexpr int G = F == WUSH_FORMAT_NVFP4 ? 16 : 32;
     static constexpr int SB = F == WUSH_FORMAT_INT4 ? 2 : 1;  // scale bytes
-    static constexpr int kCodeBytes = G / 2;                   // one group's codes: 16 or 8 bytes
+    static constexpr int kCodeBytes = G / 2;                  // one group's codes: 16 or 8 bytes
 };
 
-__device__ __forceinline__ bool finite_f(float v) { return (bits::bits_from_float(v) & 0x7F800000u) != 0x7F800000u; }
+__device__ __forceinline__ bool finite_f(float v) {
+    return (bits::bits_from_float(v) & 0x7F800000u) != 0x7F800000u;
+}
 
 __device__ __forceinline__ void report_non_finite(unsigned long long* flag, std::size_t token, std::size_t col) {
     // The smallest (row, column) of all NaN/Inf wins: the first in row-major order.
@@ -69,7 +71,8 @@ __device__ __forceinline__ void stage_x(const QuantizeArgs& a, std::size_t tok0,
             float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             if (r < rows) {
                 const std::size_t e0 = (tok0 + std::size_t(r)) * a.d_in + col0 + std::size_t(q * per_chunk);
-                const uint4 w = *reinterpret_cast<const uint4*>(static_cast<const char*>(a.x) + e0 * std::size_t(esize));
+                const uint4 w =
+                    *reinterpret_cast<const uint4*>(static_cast<const char*>(a.x) + e0 * std::size_t(esize));
                 const std::uint32_t words[4] = {w.x, w.y, w.z, w.w};
                 if (esize == 4) {
 #pragma unroll
@@ -151,8 +154,8 @@ __device__ __forceinline__ void store_scale(std::uint8_t* dst, const std::uint8_
 template <wush_format F>
 __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const QuantizeArgs a, int vec_x, int vec_codes) {
     constexpr int G = Fmt<F>::G, SB = Fmt<F>::SB, CB = Fmt<F>::kCodeBytes;
-    constexpr int kStride = kTileGroups * G + 4;  // +4 floats: lanes 32 rows apart hit distinct bank quads
-    __shared__ __align__(16) float t_s[kTileGroups * G * G];   // per warp: T transposed, t[j * G + i]
+    constexpr int kStride = kTileGroups * G + 4;              // +4 floats: lanes 32 rows apart hit distinct bank quads
+    __shared__ __align__(16) float t_s[kTileGroups * G * G];  // per warp: T transposed, t[j * G + i]
     __shared__ __align__(16) float x_s[kTileTokens * kStride];
     __shared__ __align__(16) std::uint8_t c_s[kTileTokens * kTileGroups * CB];
     __shared__ std::uint8_t ok_s[kTileTokens * kTileGroups];
@@ -217,7 +220,8 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const QuantizeA
             std::uint32_t* cw = reinterpret_cast<std::uint32_t*>(c_s + (lane * kTileGroups + warp) * CB);
 #pragma unroll
             for (int w = 0; w < CB / 4; ++w) cw[w] = code_word<CB>(codes, w);
-            store_scale(a.scales + ((tok0 + std::size_t(lane)) * groups_total + g0 + std::size_t(warp)) * SB, scale, SB);
+            store_scale(a.scales + ((tok0 + std::size_t(lane)) * groups_total + g0 + std::size_t(warp)) * SB, scale,
+                        SB);
             ok = true;
         }
     }
@@ -231,10 +235,8 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const QuantizeA
         const std::uint8_t* src = c_s + (r * kTileGroups + w) * CB;
         std::uint8_t* dst = a.codes + (tok0 + std::size_t(r)) * (a.d_in / 2) + (g0 + std::size_t(w)) * CB;
         if (vec_codes) {
-            if constexpr (CB == 16)
-                *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-            else
-                *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(src);
+            if constexpr (CB == 16) *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+            else *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(src);
         } else {
             for (int b = 0; b < CB; ++b) dst[b] = src[b];
         }
@@ -303,8 +305,7 @@ __global__ void __launch_bounds__(kThreads) quantize_small_kernel(const Quantize
         if constexpr (CB == 16)
             *reinterpret_cast<uint4*>(dst) = make_uint4(code_word<CB>(codes, 0), code_word<CB>(codes, 1),
                                                         code_word<CB>(codes, 2), code_word<CB>(codes, 3));
-        else
-            *reinterpret_cast<uint2*>(dst) = make_uint2(code_word<CB>(codes, 0), code_word<CB>(codes, 1));
+        else *reinterpret_cast<uint2*>(dst) = make_uint2(code_word<CB>(codes, 0), code_word<CB>(codes, 1));
     } else {
 #pragma unroll
         for (int b = 0; b < CB; ++b) dst[b] = codes[b];

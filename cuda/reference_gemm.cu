@@ -16,7 +16,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+std::size_t round_up(std::size_t v, std::size_t a) {
+    return (v + a - 1) / a * a;
+}
 
 // One thread per packed byte (two elements).
 template <class Out>
@@ -44,11 +46,15 @@ __global__ void to_bf16_kernel(const float* in, std::uint16_t* out, std::size_t 
     if (i < count) out[i] = bits::bf16_encode(double(in[i]));
 }
 
-unsigned blocks_for(std::size_t count) { return unsigned((count + kThreads - 1) / kThreads); }
+unsigned blocks_for(std::size_t count) {
+    return unsigned((count + kThreads - 1) / kThreads);
+}
 
 }  // namespace
 
-std::size_t dequantized_element_bytes(wush_format format) { return format == WUSH_FORMAT_INT4 ? 4 : 2; }
+std::size_t dequantized_element_bytes(wush_format format) {
+    return format == WUSH_FORMAT_INT4 ? 4 : 2;
+}
 
 void launch_dequantize(wush_format format, int group, const std::uint8_t* codes, const std::uint8_t* scales,
                        std::size_t rows, std::size_t k, void* out, cudaStream_t stream) {
@@ -56,7 +62,7 @@ void launch_dequantize(wush_format format, int group, const std::uint8_t* codes,
     if (bytes == 0) return;
     if (format == WUSH_FORMAT_INT4)
         dequantize_kernel<float><<<blocks_for(bytes), kThreads, 0, stream>>>(format, group, codes, scales, rows, k,
-                                                                              static_cast<float*>(out));
+                                                                             static_cast<float*>(out));
     else
         dequantize_kernel<std::uint16_t><<<blocks_for(bytes), kThreads, 0, stream>>>(
             format, group, codes, scales, rows, k, static_cast<std::uint16_t*>(out));
@@ -75,8 +81,8 @@ std::size_t reference_gemm_workspace_bytes(wush_format format, std::size_t m, st
 void launch_reference_gemm(const GemmArgs& g, const void* w_dequantized, cublasHandle_t handle, cudaStream_t stream) {
     if (g.m == 0 || g.n == 0) return;
     const std::size_t e = dequantized_element_bytes(g.format);
-    require(g.workspace_bytes >= reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w_dequantized != nullptr,
-                                                                g.y_dtype),
+    require(g.workspace_bytes >=
+                reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w_dequantized != nullptr, g.y_dtype),
             "reference GEMM: workspace too small");
     auto* ws = static_cast<unsigned char*>(g.workspace);
     void* a = ws;

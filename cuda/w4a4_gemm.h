@@ -20,16 +20,16 @@ namespace wush::cuda {
 
 struct GemmArgs {
     wush_format format = WUSH_FORMAT_MXFP4;
-    int group = 32;                      // G: 32 (MXFP4, MXFP4_OCP, INT4) or 16 (NVFP4)
-    std::size_t m = 0, n = 0, k = 0;     // k = d_in (a multiple of G), n = d_out
-    const std::uint8_t* a_codes = nullptr;  // m x k/2
-    const std::uint8_t* a_scales = nullptr; // m x k/G x scale bytes
-    const std::uint8_t* w_codes = nullptr;  // n x k/2
-    const std::uint8_t* w_scales = nullptr; // n x k/G x scale bytes
+    int group = 32;                          // G: 32 (MXFP4, MXFP4_OCP, INT4) or 16 (NVFP4)
+    std::size_t m = 0, n = 0, k = 0;         // k = d_in (a multiple of G), n = d_out
+    const std::uint8_t* a_codes = nullptr;   // m x k/2
+    const std::uint8_t* a_scales = nullptr;  // m x k/G x scale bytes
+    const std::uint8_t* w_codes = nullptr;   // n x k/2
+    const std::uint8_t* w_scales = nullptr;  // n x k/G x scale bytes
     float alpha = 1.0f;
-    void* y = nullptr;                   // m x n
-    wush_dtype y_dtype = WUSH_DTYPE_F32; // F32 or BF16
-    void* workspace = nullptr;           // device scratch of workspace_bytes (split-K partials, ...)
+    void* y = nullptr;                    // m x n
+    wush_dtype y_dtype = WUSH_DTYPE_F32;  // F32 or BF16
+    void* workspace = nullptr;            // device scratch of workspace_bytes (split-K partials, ...)
     std::size_t workspace_bytes = 0;
 };
 

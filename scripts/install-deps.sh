@@ -36,6 +36,7 @@ if [ "$what" = all ]; then
     libopenmpi-dev openmpi-bin  # the distributed-calibration example (bindings_examples/mpi)
     python3
     python3-venv python3-pip # the venv of the Python interoperability tests
+    clang-format             # tests/repo/check_format.sh (the style is clang-format 14's)
     clang libclang-rt-14-dev # libFuzzer (+ ASan/UBSan runtimes) for scripts/fuzz.sh; the
                              # header_warnings test; the ThreadSanitizer runtime is gcc's (libtsan2)
   )

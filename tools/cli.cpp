@@ -40,12 +40,14 @@ std::string Args::get(const std::string& name, const std::string& fallback) cons
     return it == values_.end() ? fallback : it->second;
 }
 
-bool Args::parse_size(const std::string& name, const std::string& v, std::size_t min, std::size_t max, std::size_t* out) {
+bool Args::parse_size(const std::string& name, const std::string& v, std::size_t min, std::size_t max,
+                      std::size_t* out) {
     const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
     std::size_t x = 0;
     bool overflow = false;
     for (std::size_t i = 0; digits && i < v.size() && !overflow; ++i)
-        overflow = __builtin_mul_overflow(x, std::size_t(10), &x) || __builtin_add_overflow(x, std::size_t(v[i] - '0'), &x);
+        overflow =
+            __builtin_mul_overflow(x, std::size_t(10), &x) || __builtin_add_overflow(x, std::size_t(v[i] - '0'), &x);
     const std::string range = max == SIZE_MAX ? "an integer >= " + std::to_string(min)
                                               : "an integer from " + std::to_string(min) + " to " + std::to_string(max);
     if (!digits) set_error("option " + name + " needs " + range + ", got '" + printable(v) + "'");
@@ -75,9 +77,10 @@ double Args::get_double(const std::string& name, double fallback, double min, do
         return fallback;
     }
     if (x < min || x > max) {
-        set_error("option " + name + " needs a number " +
-                  (max == HUGE_VAL ? ">= " + json_number(min) : "from " + json_number(min) + " to " + json_number(max)) +
-                  ", got " + v);
+        set_error(
+            "option " + name + " needs a number " +
+            (max == HUGE_VAL ? ">= " + json_number(min) : "from " + json_number(min) + " to " + json_number(max)) +
+            ", got " + v);
         return fallback;
     }
     return x;
@@ -120,7 +123,8 @@ std::string joined(const std::vector<std::string>& items) {
 
 }  // namespace
 
-std::string Args::get_choice(const std::string& name, const std::string& fallback, const std::vector<std::string>& choices) {
+std::string Args::get_choice(const std::string& name, const std::string& fallback,
+                             const std::vector<std::string>& choices) {
     const std::string v = get(name, fallback);
     if (std::find(choices.begin(), choices.end(), v) != choices.end()) return v;
     set_error("option " + name + " takes one of " + joined(choices) + ", got '" + printable(v) + "'");
@@ -138,7 +142,9 @@ std::vector<std::string> Args::get_choice_list(const std::string& name, const st
     return items;
 }
 
-int usage_error(const char* command, const Args& a) { return usage_error(command, a.error()); }
+int usage_error(const char* command, const Args& a) {
+    return usage_error(command, a.error());
+}
 
 int usage_error(const char* command, const std::string& message) {
     std::fprintf(stderr, "wush %s: %s\n", command, message.c_str());
@@ -155,7 +161,8 @@ std::pair<std::string, std::string> split_path(const std::string& path) {
 }
 
 bool same_file(const std::string& a, const std::string& b) {
-    struct stat sa {}, sb {};
+    struct stat sa {
+    }, sb{};
     const bool ea = ::stat(a.c_str(), &sa) == 0, eb = ::stat(b.c_str(), &sb) == 0;
     if (ea || eb) return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
     const auto [da, na] = split_path(a);
@@ -282,7 +289,8 @@ std::string cgroup_path(const std::string& controller) {
         const std::size_t a = l.find(':'), b = a == std::string::npos ? a : l.find(':', a + 1);
         if (b == std::string::npos) continue;
         const std::string controllers = l.substr(a + 1, b - a - 1);
-        if (controller.empty() ? controllers.empty() : ("," + controllers + ",").find("," + controller + ",") != std::string::npos)
+        if (controller.empty() ? controllers.empty()
+                               : ("," + controllers + ",").find("," + controller + ",") != std::string::npos)
             path = l.substr(b + 1);
     }
     std::fclose(f);
@@ -293,11 +301,14 @@ std::string cgroup_path(const std::string& controller) {
 // or SIZE_MAX without a limit. Inside a container the hierarchy's root is the own cgroup.
 std::uint64_t cgroup_room() {
     constexpr std::uint64_t kNoLimit = std::uint64_t(1) << 62;
-    struct Files { std::string limit, usage; };
+    struct Files {
+        std::string limit, usage;
+    };
     std::vector<Files> candidates;
     for (const std::string& dir : {"/sys/fs/cgroup" + cgroup_path(""), std::string("/sys/fs/cgroup")})
         candidates.push_back({dir + "/memory.max", dir + "/memory.current"});
-    for (const std::string& dir : {"/sys/fs/cgroup/memory" + cgroup_path("memory"), std::string("/sys/fs/cgroup/memory")})
+    for (const std::string& dir :
+         {"/sys/fs/cgroup/memory" + cgroup_path("memory"), std::string("/sys/fs/cgroup/memory")})
         candidates.push_back({dir + "/memory.limit_in_bytes", dir + "/memory.usage_in_bytes"});
     for (const Files& c : candidates) {
         const std::uint64_t limit = read_number(c.limit);
@@ -341,8 +352,8 @@ bool fits_in_memory(const char* command, const std::string& what, std::size_t by
     if (bytes == SIZE_MAX)
         std::fprintf(stderr, "wush %s: %s needs more memory than can be addressed\n", command, what.c_str());
     else
-        std::fprintf(stderr, "wush %s: %s needs about %.1f GiB, more than the %.1f GiB of memory available (%s)\n", command,
-                     what.c_str(), double(bytes) / kGiB, double(m.bytes) / kGiB, m.detail.c_str());
+        std::fprintf(stderr, "wush %s: %s needs about %.1f GiB, more than the %.1f GiB of memory available (%s)\n",
+                     command, what.c_str(), double(bytes) / kGiB, double(m.bytes) / kGiB, m.detail.c_str());
     return false;
 }
 

@@ -29,7 +29,8 @@ public:
     std::string get(const std::string& name, const std::string& fallback = "") const;
     // An integer in [min, max] written in decimal digits only (no sign, no spaces; overflow is an
     // error, not a wrap-around); `fallback` when the option is absent or malformed.
-    std::size_t get_size(const std::string& name, std::size_t fallback, std::size_t min = 1, std::size_t max = SIZE_MAX);
+    std::size_t get_size(const std::string& name, std::size_t fallback, std::size_t min = 1,
+                         std::size_t max = SIZE_MAX);
     // A finite number in [min, max] (the whole value, nothing else), so "--damping abc" is an
     // error rather than 0.
     double get_double(const std::string& name, double fallback, double min = -HUGE_VAL, double max = HUGE_VAL);
@@ -39,7 +40,8 @@ public:
     std::vector<std::size_t> get_size_list(const std::string& name, const std::string& fallback, std::size_t min = 1,
                                            std::size_t max = SIZE_MAX);
     // One of `choices` (the option's value, or `fallback`).
-    std::string get_choice(const std::string& name, const std::string& fallback, const std::vector<std::string>& choices);
+    std::string get_choice(const std::string& name, const std::string& fallback,
+                           const std::vector<std::string>& choices);
     // A list (get_list) whose items are each one of `choices`.
     std::vector<std::string> get_choice_list(const std::string& name, const std::string& fallback,
                                              const std::vector<std::string>& choices);

@@ -56,10 +56,10 @@ struct Settings {
     double min_seconds = 0.3;
     bool gemm = true, quantize = true, forward = true;
     bool contend = false;
-    int contend_cpu = -1;       // pin the busy loop there (-1: leave it to the scheduler)
+    int contend_cpu = -1;          // pin the busy loop there (-1: leave it to the scheduler)
     bool contend_process = false;  // the busy loop is a child process (else a thread)
-    bool paired = false;        // the paired 1-vs-N-thread rows without a busy loop
-    std::size_t threads = 1;    // the context's thread count outside the contention rows
+    bool paired = false;           // the paired 1-vs-N-thread rows without a busy loop
+    std::size_t threads = 1;       // the context's thread count outside the contention rows
 };
 
 // Another process's busy core: a child process (or, with process = false, a thread of ours) that
@@ -133,8 +133,8 @@ double median_seconds(const Settings& s, Fn&& fn) {
 // that both see the same background load: under contention the machine changes from one moment
 // to the next, and separate measurements would compare two different machines.
 template <typename Fn>
-std::pair<double, double> paired_medians(const Settings& s, wush_context* ctx, std::size_t a, std::size_t b, wush_status* st,
-                                         Fn&& fn) {
+std::pair<double, double> paired_medians(const Settings& s, wush_context* ctx, std::size_t a, std::size_t b,
+                                         wush_status* st, Fn&& fn) {
     using clock = std::chrono::steady_clock;
     auto threads = [&](std::size_t t) {
         if (*st == WUSH_OK) *st = wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, int64_t(t));
@@ -193,17 +193,19 @@ int make_case(wush_context* ctx, const std::string& layer, const std::vector<flo
     wush_status st = wush_calibrator_create(d_in, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &cal.p);
     if (st == WUSH_OK) st = wush_calibrator_add(ctx, cal.p, WUSH_DTYPE_F32, calib.data(), n_calib);
     if (st == WUSH_OK)
-        st = wush_transform_build(ctx, cal.p, WUSH_DTYPE_F32, weight.data(), d_out, d_in, WUSH_TRANSFORM_WUSH, nullptr, &c->wush.p);
+        st = wush_transform_build(ctx, cal.p, WUSH_DTYPE_F32, weight.data(), d_out, d_in, WUSH_TRANSFORM_WUSH, nullptr,
+                                  &c->wush.p);
     if (st == WUSH_OK) st = wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, d_in, g, nullptr, &c->hadamard.p);
     if (st == WUSH_OK)
-        st = wush_qweight_create(ctx, c->wush.p, format, WUSH_METHOD_RTN, WUSH_DTYPE_F32, weight.data(), d_out, d_in, nullptr, &c->q.p);
+        st = wush_qweight_create(ctx, c->wush.p, format, WUSH_METHOD_RTN, WUSH_DTYPE_F32, weight.data(), d_out, d_in,
+                                 nullptr, &c->q.p);
     if (st != WUSH_OK) return cli::report("preparing the layer", st);
     const void *codes = nullptr, *scales = nullptr;
     std::size_t codes_bytes = 0, scales_bytes = 0;
     wush_qweight_data(c->q.p, &codes, &codes_bytes, &scales, &scales_bytes);
     c->w_dequantized.resize(d_out * d_in);
-    st = wush_dequantize_rows(ctx, format, codes, codes_bytes, scales, scales_bytes, d_out, d_in, c->w_dequantized.data(),
-                              c->w_dequantized.size());
+    st = wush_dequantize_rows(ctx, format, codes, codes_bytes, scales, scales_bytes, d_out, d_in,
+                              c->w_dequantized.data(), c->w_dequantized.size());
     return st == WUSH_OK ? 0 : cli::report("wush_dequantize_rows", st);
 }
 
@@ -218,8 +220,8 @@ int bench_m(wush_context* ctx, const Settings& s, const Case& c, const std::vect
     wush_status st = WUSH_OK;
     auto quantize = [&](const wush_transform* t) {
         if (st == WUSH_OK)
-            st = wush_quantize_activations(ctx, t, c.format, WUSH_DTYPE_F32, x.data(), m, c.k, codes.data(), codes_bytes,
-                                           scales.data(), scales_bytes);
+            st = wush_quantize_activations(ctx, t, c.format, WUSH_DTYPE_F32, x.data(), m, c.k, codes.data(),
+                                           codes_bytes, scales.data(), scales_bytes);
     };
     const double sgemm = median_seconds(s, [&] {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(c.n), int(c.k), 1.0f, x.data(), int(c.k),
@@ -239,7 +241,8 @@ int bench_m(wush_context* ctx, const Settings& s, const Case& c, const std::vect
     if (s.gemm) {
         const double ours = median_seconds(s, [&] {
             if (st == WUSH_OK)
-                st = wush_gemm(ctx, c.q.p, codes.data(), codes_bytes, scales.data(), scales_bytes, m, WUSH_DTYPE_F32, y.data(), y.size());
+                st = wush_gemm(ctx, c.q.p, codes.data(), codes_bytes, scales.data(), scales_bytes, m, WUSH_DTYPE_F32,
+                               y.data(), y.size());
         });
         out->push_back({"gemm", m, c.n, c.k, fname, "openblas_sgemm", ours, sgemm});
     }
@@ -248,8 +251,8 @@ int bench_m(wush_context* ctx, const Settings& s, const Case& c, const std::vect
         std::vector<unsigned char> ws(ws_bytes);
         const double ours = median_seconds(s, [&] {
             if (st == WUSH_OK)
-                st = wush_linear_forward(ctx, c.wush.p, c.q.p, WUSH_DTYPE_F32, x.data(), m, WUSH_DTYPE_F32, y.data(), y.size(),
-                                         ws.data(), ws.size());
+                st = wush_linear_forward(ctx, c.wush.p, c.q.p, WUSH_DTYPE_F32, x.data(), m, WUSH_DTYPE_F32, y.data(),
+                                         y.size(), ws.data(), ws.size());
         });
         out->push_back({"forward", m, c.n, c.k, fname, "openblas_sgemm", ours, sgemm});
         // The prepared layer (panels packed once) against the per-call forward just measured.
@@ -260,8 +263,8 @@ int bench_m(wush_context* ctx, const Settings& s, const Case& c, const std::vect
         std::vector<unsigned char> lw(lw_bytes);
         const double prepared = median_seconds(s, [&] {
             if (st == WUSH_OK)
-                st = wush_linear_run(ctx, layer.p, WUSH_DTYPE_F32, x.data(), m, WUSH_DTYPE_F32, y.data(), y.size(), lw.data(),
-                                     lw.size());
+                st = wush_linear_run(ctx, layer.p, WUSH_DTYPE_F32, x.data(), m, WUSH_DTYPE_F32, y.data(), y.size(),
+                                     lw.data(), lw.size());
         });
         out->push_back({"prepared", m, c.n, c.k, fname, "per_call_forward", prepared, ours});
     }
@@ -273,12 +276,13 @@ int bench_m(wush_context* ctx, const Settings& s, const Case& c, const std::vect
         std::vector<unsigned char> lw(lw_bytes);
         auto gemm = [&] {
             if (st == WUSH_OK)
-                st = wush_gemm(ctx, c.q.p, codes.data(), codes_bytes, scales.data(), scales_bytes, m, WUSH_DTYPE_F32, y.data(), y.size());
+                st = wush_gemm(ctx, c.q.p, codes.data(), codes_bytes, scales.data(), scales_bytes, m, WUSH_DTYPE_F32,
+                               y.data(), y.size());
         };
         auto run = [&] {
             if (st == WUSH_OK)
-                st = wush_linear_run(ctx, layer.p, WUSH_DTYPE_F32, x.data(), m, WUSH_DTYPE_F32, y.data(), y.size(), lw.data(),
-                                     lw.size());
+                st = wush_linear_run(ctx, layer.p, WUSH_DTYPE_F32, x.data(), m, WUSH_DTYPE_F32, y.data(), y.size(),
+                                     lw.data(), lw.size());
         };
         std::optional<BusyLoop> busy;
         if (s.contend) busy.emplace(s.contend_cpu, s.contend_process);
@@ -296,11 +300,13 @@ void print_json(const std::vector<Result>& results, const char* isa, std::size_t
     std::printf("{\"results\": [");
     for (std::size_t i = 0; i < results.size(); ++i) {
         const Result& r = results[i];
-        std::printf("%s\n  {\"kind\": \"%s\", \"m\": %zu, \"n\": %zu, \"k\": %zu, \"format\": \"%s\", \"ours_s\": %.6e, "
-                    "\"baseline\": \"%s\", \"baseline_s\": %.6e, \"speedup\": %.6g, \"isa\": \"%s\", \"threads\": %zu",
-                    i ? "," : "", r.kind.c_str(), r.m, r.n, r.k, r.format.c_str(), r.ours_s, r.baseline.c_str(),
-                    r.baseline_s, r.baseline_s / r.ours_s, isa, threads);
-        if (r.ours_gbps > 0.0) std::printf(", \"ours_gbps\": %.3f, \"baseline_gbps\": %.3f", r.ours_gbps, r.baseline_gbps);
+        std::printf(
+            "%s\n  {\"kind\": \"%s\", \"m\": %zu, \"n\": %zu, \"k\": %zu, \"format\": \"%s\", \"ours_s\": %.6e, "
+            "\"baseline\": \"%s\", \"baseline_s\": %.6e, \"speedup\": %.6g, \"isa\": \"%s\", \"threads\": %zu",
+            i ? "," : "", r.kind.c_str(), r.m, r.n, r.k, r.format.c_str(), r.ours_s, r.baseline.c_str(), r.baseline_s,
+            r.baseline_s / r.ours_s, isa, threads);
+        if (r.ours_gbps > 0.0)
+            std::printf(", \"ours_gbps\": %.3f, \"baseline_gbps\": %.3f", r.ours_gbps, r.baseline_gbps);
         std::printf("}");
     }
     std::printf("\n]}\n");
@@ -356,7 +362,8 @@ int cmd_bench(int argc, char** argv) {
     const long n_cpus = ::sysconf(_SC_NPROCESSORS_CONF);
     if (a.has("--contend-cpu"))
         s.contend_cpu = int(a.get_size("--contend-cpu", 0, 0, n_cpus > 0 ? std::size_t(n_cpus - 1) : 0));
-    const std::vector<std::string> kinds = a.get_choice_list("--kind", "gemm,quantize,forward", {"gemm", "quantize", "forward"});
+    const std::vector<std::string> kinds =
+        a.get_choice_list("--kind", "gemm,quantize,forward", {"gemm", "quantize", "forward"});
     const std::vector<std::size_t> ms = a.get_size_list("--m", quick ? "1,16,128,512" : "1,16,128,512,1024");
     const std::vector<std::string> layers = a.get_list("--layers", "4096x4096,4096x14336,14336x4096");
     const std::vector<std::string> format_names = a.get_list("--format", "mxfp4,nvfp4,int4");
@@ -370,7 +377,8 @@ int cmd_bench(int argc, char** argv) {
     for (const std::string& f : format_names) {
         wush_format fmt;
         if (wush_format_from_name(f.c_str(), &fmt) != WUSH_OK)
-            return cli::usage_error("bench", "unknown format '" + cli::printable(f) + "' (mxfp4, nvfp4, int4, mxfp4_ocp)");
+            return cli::usage_error("bench",
+                                    "unknown format '" + cli::printable(f) + "' (mxfp4, nvfp4, int4, mxfp4_ocp)");
         formats.push_back(fmt);
     }
     // Layers are checked before any work: an unknown one used to be found after the first ran.
@@ -400,8 +408,8 @@ int cmd_bench(int argc, char** argv) {
         std::size_t d_out = 0, d_in = 0;
         wush_example_layer_shape(layer.c_str(), &d_out, &d_in);  // checked above
         std::vector<float> weight(d_out * d_in), calib(n_calib * d_in), x(n_tokens * d_in);
-        st = wush_example_layer_generate(layer.c_str(), 1, n_calib, n_tokens, weight.data(), weight.size(), calib.data(),
-                                         calib.size(), x.data(), x.size());
+        st = wush_example_layer_generate(layer.c_str(), 1, n_calib, n_tokens, weight.data(), weight.size(),
+                                         calib.data(), calib.size(), x.data(), x.size());
         if (st != WUSH_OK) return cli::report("wush_example_layer_generate", st);
         for (wush_format f : formats) {
             if (!a.has("--json")) std::fprintf(stderr, "wush bench: %s %s\n", layer.c_str(), wush_format_name(f));

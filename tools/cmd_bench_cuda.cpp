@@ -111,13 +111,16 @@ bool make_case(wush_context* ctx, wush_context* cpu, const std::string& name, wu
     Handle<wush_qweight, wush_qweight_destroy> qw, qh;
     return ok(wush_calibrator_create(l.d_in, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &cal.p), "calibrator") &&
            ok(wush_calibrator_add(cpu, cal.p, l.x_dtype, l.x.data(), l.n_calibration), "calibrate") &&
-           ok(wush_transform_build(cpu, cal.p, l.w_dtype, l.weight.data(), l.d_out, l.d_in, WUSH_TRANSFORM_WUSH, nullptr,
-                                   &tw.p), "wush transform") &&
+           ok(wush_transform_build(cpu, cal.p, l.w_dtype, l.weight.data(), l.d_out, l.d_in, WUSH_TRANSFORM_WUSH,
+                                   nullptr, &tw.p),
+              "wush transform") &&
            ok(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, l.d_in, g, nullptr, &th.p), "hadamard") &&
            ok(wush_qweight_create(cpu, tw.p, format, WUSH_METHOD_RTN, l.w_dtype, l.weight.data(), l.d_out, l.d_in,
-                                  nullptr, &qw.p), "qweight") &&
+                                  nullptr, &qw.p),
+              "qweight") &&
            ok(wush_qweight_create(cpu, th.p, format, WUSH_METHOD_RTN, l.w_dtype, l.weight.data(), l.d_out, l.d_in,
-                                  nullptr, &qh.p), "qweight") &&
+                                  nullptr, &qh.p),
+              "qweight") &&
            ok(wush_linear_create(ctx, tw.p, qw.p, &c->wush.p), "prepare") &&
            ok(wush_linear_create(ctx, th.p, qh.p, &c->hadamard.p), "prepare");
 }
@@ -131,22 +134,22 @@ bool bench_quantize(wush_context* ctx, cudaStream_t stream, const Case& c, std::
     wush_status st = WUSH_OK;
     auto run = [&](wush_linear* l) {
         return [&, l] {
-            const wush_status s = wush_linear_quantize(ctx, l, WUSH_DTYPE_BF16, x, m, codes.get(), cb, scales.get(), sb);
+            const wush_status s =
+                wush_linear_quantize(ctx, l, WUSH_DTYPE_BF16, x, m, codes.get(), cb, scales.get(), sb);
             if (s != WUSH_OK) st = s;
         };
     };
     const double t_wush = median_seconds(stream, run(c.wush.p));
     const double t_had = median_seconds(stream, run(c.hadamard.p));
     const std::size_t x_bytes = m * c.d_in * 2;
-    const double t_copy = median_seconds(stream, [&] {
-        cudaMemcpyAsync(copy.get(), x, x_bytes, cudaMemcpyDeviceToDevice, stream);
-    });
+    const double t_copy =
+        median_seconds(stream, [&] { cudaMemcpyAsync(copy.get(), x, x_bytes, cudaMemcpyDeviceToDevice, stream); });
     if (!ok(st, "wush_linear_quantize") || !ok(wush_context_synchronize(ctx), "synchronize")) return false;
     const double moved = double(x_bytes + cb + sb);
     out->push_back({"quantize", c.layer, wush_format_name(c.format), "hadamard", m, t_wush, t_had, moved / t_wush / 1e9,
                     moved / t_had / 1e9});
-    out->push_back({"quantize", c.layer, wush_format_name(c.format), "d2d_copy", m, t_wush, t_copy, moved / t_wush / 1e9,
-                    2.0 * double(x_bytes) / t_copy / 1e9});
+    out->push_back({"quantize", c.layer, wush_format_name(c.format), "d2d_copy", m, t_wush, t_copy,
+                    moved / t_wush / 1e9, 2.0 * double(x_bytes) / t_copy / 1e9});
     return true;
 }
 
@@ -158,8 +161,8 @@ bool bench_forward(wush_context* ctx, cudaStream_t stream, cublasHandle_t blas, 
     if (!y || !workspace || !y_ref) return ok(WUSH_ERR_OUT_OF_MEMORY, "device buffers");
     wush_status st = WUSH_OK;
     const double t_ours = median_seconds(stream, [&] {
-        const wush_status s = wush_linear_run(ctx, c.wush.p, WUSH_DTYPE_BF16, x, m, WUSH_DTYPE_BF16, y.get(), m * c.d_out,
-                                              workspace.get(), ws);
+        const wush_status s = wush_linear_run(ctx, c.wush.p, WUSH_DTYPE_BF16, x, m, WUSH_DTYPE_BF16, y.get(),
+                                              m * c.d_out, workspace.get(), ws);
         if (s != WUSH_OK) st = s;
     });
     const float one = 1.0f, zero = 0.0f;
@@ -198,11 +201,12 @@ void print(const std::vector<Result>& rs, const std::string& device, bool json) 
         std::printf("{\"device\": \"%s\", \"results\": [", json_string(device).c_str());
         for (std::size_t i = 0; i < rs.size(); ++i) {
             const Result& r = rs[i];
-            std::printf("%s\n  {\"kind\": \"%s\", \"layer\": \"%s\", \"format\": \"%s\", \"m\": %zu, \"baseline\": \"%s\", "
-                        "\"ours_us\": %.3f, \"baseline_us\": %.3f, \"speedup\": %.4f, \"ours_gbps\": %.1f, "
-                        "\"baseline_gbps\": %.1f}",
-                        i ? "," : "", r.kind.c_str(), r.layer.c_str(), r.format.c_str(), r.m, r.baseline.c_str(),
-                        r.ours_s * 1e6, r.baseline_s * 1e6, r.baseline_s / r.ours_s, r.ours_gbps, r.baseline_gbps);
+            std::printf(
+                "%s\n  {\"kind\": \"%s\", \"layer\": \"%s\", \"format\": \"%s\", \"m\": %zu, \"baseline\": \"%s\", "
+                "\"ours_us\": %.3f, \"baseline_us\": %.3f, \"speedup\": %.4f, \"ours_gbps\": %.1f, "
+                "\"baseline_gbps\": %.1f}",
+                i ? "," : "", r.kind.c_str(), r.layer.c_str(), r.format.c_str(), r.m, r.baseline.c_str(),
+                r.ours_s * 1e6, r.baseline_s * 1e6, r.baseline_s / r.ours_s, r.ours_gbps, r.baseline_gbps);
         }
         std::printf("\n]}\n");
         return;
@@ -233,7 +237,8 @@ int bench_cuda(cli::Args& a) {
     cudaStream_t stream = nullptr;
     cublasHandle_t blas = nullptr;
     if (cudaStreamCreate(&stream) != cudaSuccess || cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS ||
-        cublasSetStream(blas, stream) != CUBLAS_STATUS_SUCCESS || !ok(wush_context_set_stream(ctx.p, stream), "stream")) {
+        cublasSetStream(blas, stream) != CUBLAS_STATUS_SUCCESS ||
+        !ok(wush_context_set_stream(ctx.p, stream), "stream")) {
         std::fprintf(stderr, "wush bench: cannot set up a CUDA stream and cuBLAS\n");
         return 1;
     }
@@ -257,7 +262,8 @@ int bench_cuda(cli::Args& a) {
             cudaMemcpy(x.get(), hx.data(), hx.size() * 2, cudaMemcpyHostToDevice);
             cudaMemcpy(w.get(), hw.data(), hw.size() * 2, cudaMemcpyHostToDevice);
             for (std::size_t m : ms) {
-                if (kinds.find("quantize") != std::string::npos && !bench_quantize(ctx.p, stream, c, m, x.get(), &results))
+                if (kinds.find("quantize") != std::string::npos &&
+                    !bench_quantize(ctx.p, stream, c, m, x.get(), &results))
                     rc = 1;
                 if (kinds.find("forward") != std::string::npos &&
                     !bench_forward(ctx.p, stream, blas, c, m, x.get(), w.get(), &results))

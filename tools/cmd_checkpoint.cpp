@@ -80,7 +80,9 @@ void print_guard_table(const std::vector<GuardLine>& lines) {
     std::printf(" %9s\n", "diff/se");
     for (const GuardLine& g : lines) {
         std::printf("%-40s %-10s %6zu %-8s", cli::printable(g.layer).c_str(),
-                    g.source == WUSH_GUARD_VALIDATION ? "validation" : g.source == WUSH_GUARD_HOLD_OUT ? "hold-out" : "none",
+                    g.source == WUSH_GUARD_VALIDATION ? "validation"
+                    : g.source == WUSH_GUARD_HOLD_OUT ? "hold-out"
+                                                      : "none",
                     g.n_tokens, g.source == WUSH_GUARD_NONE ? "-" : kCandidateNames[int(g.kept)]);
         if (g.source == WUSH_GUARD_NONE) {
             std::printf("\n");
@@ -98,7 +100,8 @@ void print_guard_table(const std::vector<GuardLine>& lines) {
 bool write_guard_json(const std::string& path, const std::vector<GuardLine>& lines) {
     FILE* f = std::fopen(path.c_str(), "w");
     if (f == nullptr) {
-        std::fprintf(stderr, "wush quantize: cannot write %s: %s\n", cli::printable(path).c_str(), std::strerror(errno));
+        std::fprintf(stderr, "wush quantize: cannot write %s: %s\n", cli::printable(path).c_str(),
+                     std::strerror(errno));
         return false;
     }
     std::fprintf(f, "{\"layers\": [");
@@ -106,7 +109,9 @@ bool write_guard_json(const std::string& path, const std::vector<GuardLine>& lin
         const GuardLine& g = lines[i];
         std::fprintf(f, "%s\n  {\"layer\": %s, \"guard\": \"%s\", \"tokens\": %zu", i ? "," : "",
                      cli::json_string(g.layer).c_str(),
-                     g.source == WUSH_GUARD_VALIDATION ? "validation" : g.source == WUSH_GUARD_HOLD_OUT ? "hold_out" : "none",
+                     g.source == WUSH_GUARD_VALIDATION ? "validation"
+                     : g.source == WUSH_GUARD_HOLD_OUT ? "hold_out"
+                                                       : "none",
                      g.n_tokens);
         if (g.source != WUSH_GUARD_NONE) {
             std::fprintf(f, ", \"kept\": \"%s\", \"candidates\": {", kCandidateNames[int(g.kept)]);
@@ -128,9 +133,9 @@ bool write_guard_json(const std::string& path, const std::vector<GuardLine>& lin
 }  // namespace
 
 int cmd_quantize(int argc, char** argv) {
-    cli::Args a(argc, argv, {"--no-search-guard"}, {"--weights", "--activations", "--format", "--transform", "--method", "--out",
-                                  "--damping", "--seed", "--transform-dtype", "--threads", "--search-tokens",
-                                  "--validation-tokens", "--guard-json"});
+    cli::Args a(argc, argv, {"--no-search-guard"},
+                {"--weights", "--activations", "--format", "--transform", "--method", "--out", "--damping", "--seed",
+                 "--transform-dtype", "--threads", "--search-tokens", "--validation-tokens", "--guard-json"});
     const std::size_t seed = a.get_size("--seed", 1, 0, cli::kMaxSeed), threads = a.get_size("--threads", 0);
     const std::size_t n_search = a.get_size("--search-tokens", cli::kSearchTokens);
     const std::size_t n_val = a.get_size("--validation-tokens", 0);
@@ -144,14 +149,15 @@ int cmd_quantize(int argc, char** argv) {
     wush_transform_kind kind;
     wush_dtype tdtype = WUSH_DTYPE_F32;
     if (wush_format_from_name(a.get("--format").c_str(), &format) != WUSH_OK)
-        return cli::usage_error("quantize", "unknown format '" + cli::printable(a.get("--format")) +
-                                                "' (mxfp4, nvfp4, int4, mxfp4_ocp)");
+        return cli::usage_error(
+            "quantize", "unknown format '" + cli::printable(a.get("--format")) + "' (mxfp4, nvfp4, int4, mxfp4_ocp)");
     bool search = false;
     if (!cli::transform_from_name("quantize", a.get("--transform"), &kind, &search)) return cli::kUsageError;
     if (!search && (a.has("--search-tokens") || a.has("--validation-tokens") || a.has("--no-search-guard") ||
                     a.has("--guard-json")))
-        return cli::usage_error("quantize", "--search-tokens, --validation-tokens, --no-search-guard and --guard-json "
-                                            "need a searched transform (wush+s, wus+s)");
+        return cli::usage_error("quantize",
+                                "--search-tokens, --validation-tokens, --no-search-guard and --guard-json "
+                                "need a searched transform (wush+s, wus+s)");
     wush_method method = WUSH_METHOD_RTN;
     wush_method_from_name(method_name.c_str(), &method);  // get_choice allowed only its names
     dtype_from_name(dtype_name, &tdtype);
@@ -160,9 +166,9 @@ int cmd_quantize(int argc, char** argv) {
                                      {{"--weights", a.get("--weights")}, {"--activations", a.get("--activations")}}))
         return cli::kUsageError;
     if (a.has("--guard-json") &&
-        !cli::output_is_not_an_input("quantize", "--guard-json", a.get("--guard-json"),
-                                     {{"--weights", a.get("--weights")}, {"--activations", a.get("--activations")},
-                                      {"--out", a.get("--out")}}))
+        !cli::output_is_not_an_input(
+            "quantize", "--guard-json", a.get("--guard-json"),
+            {{"--weights", a.get("--weights")}, {"--activations", a.get("--activations")}, {"--out", a.get("--out")}}))
         return cli::kUsageError;
     // The output's directory is checked before the work, not after it.
     if (!writable_destination(a.get("--out"))) return 1;
@@ -182,8 +188,7 @@ int cmd_quantize(int argc, char** argv) {
     if (st == WUSH_OK) st = wush_options_create(&opts.p);
     if (st == WUSH_OK) st = wush_options_set_int(opts.p, WUSH_OPTION_SEED, int64_t(seed));
     if (st == WUSH_OK) st = wush_options_set_int(opts.p, WUSH_OPTION_TRANSFORM_DTYPE, tdtype);
-    if (st == WUSH_OK && a.has("--damping"))
-        st = wush_options_set_double(opts.p, WUSH_OPTION_DAMPING, damping);
+    if (st == WUSH_OK && a.has("--damping")) st = wush_options_set_double(opts.p, WUSH_OPTION_DAMPING, damping);
     if (st == WUSH_OK && search) st = wush_options_set_int(opts.p, WUSH_OPTION_SEARCH, 1);
     if (st == WUSH_OK && a.has("--no-search-guard")) st = wush_options_set_int(opts.p, WUSH_OPTION_SEARCH_GUARD, 0);
     if (st == WUSH_OK && search) st = wush_options_set_int(opts.p, WUSH_OPTION_SEARCH_TOKENS, int64_t(n_search));
@@ -205,8 +210,8 @@ int cmd_quantize(int argc, char** argv) {
         transforms.push_back(std::make_unique<Handle<wush_transform, wush_transform_destroy>>());
         qweights.push_back(std::make_unique<Handle<wush_qweight, wush_qweight_destroy>>());
         // GPTQ needs the whole Hessian; RTN only its diagonal blocks.
-        st = wush_calibrator_create(l.d_in, g, method == WUSH_METHOD_GPTQ ? WUSH_MOMENTS_FULL : WUSH_MOMENTS_BLOCK_DIAGONAL,
-                                    &cal.p);
+        st = wush_calibrator_create(
+            l.d_in, g, method == WUSH_METHOD_GPTQ ? WUSH_MOMENTS_FULL : WUSH_MOMENTS_BLOCK_DIAGONAL, &cal.p);
         // The search scores its candidates on a sample of the real tokens, and its per-layer
         // guard on the validation tokens.
         if (st == WUSH_OK && search) st = wush_calibrator_set_sample_size(cal.p, sample_tokens);
@@ -217,7 +222,8 @@ int cmd_quantize(int argc, char** argv) {
         if (st == WUSH_OK)
             st = wush_layer_quantize(ctx.p, cal.p, kind, format, method, l.w_dtype, l.weight.data(), l.d_out, l.d_in,
                                      opts.p, &transforms.back()->p, &qweights.back()->p);
-        if (st == WUSH_OK) st = wush_checkpoint_add_layer(ck.p, l.name.c_str(), transforms.back()->p, qweights.back()->p);
+        if (st == WUSH_OK)
+            st = wush_checkpoint_add_layer(ck.p, l.name.c_str(), transforms.back()->p, qweights.back()->p);
         if (st == WUSH_OK && search) {
             guard_lines.emplace_back();
             st = read_guard(l.name, transforms.back()->p, &guard_lines.back());
@@ -256,7 +262,8 @@ int cmd_inspect(int argc, char** argv) {
     std::size_t n = 0;
     wush_checkpoint_layer_count(ck.p, &n);
     std::printf("%s: %zu layers\n", cli::printable(argv[0]).c_str(), n);
-    std::printf("%-40s %8s %8s %-7s %-9s %-6s %12s\n", "layer", "d_out", "d_in", "format", "transform", "method", "bytes");
+    std::printf("%-40s %8s %8s %-7s %-9s %-6s %12s\n", "layer", "d_out", "d_in", "format", "transform", "method",
+                "bytes");
     for (std::size_t i = 0; i < n; ++i) {
         const char* name = nullptr;
         Handle<wush_transform, wush_transform_destroy> t;
@@ -275,8 +282,9 @@ int cmd_inspect(int argc, char** argv) {
         wush_qweight_data(q.p, nullptr, &codes, nullptr, &scales);
         wush_transform_info(t.p, &k, nullptr, &g);
         // Names come from the file: control characters would act on the terminal.
-        std::printf("%-40s %8zu %8zu %-7s %-9s %-6s %12zu\n", cli::printable(name).c_str(), d_out, d_in, wush_format_name(f),
-                    wush_transform_kind_name(k), wush_method_name(m), codes + scales + d_in * g * 4 + 4);
+        std::printf("%-40s %8zu %8zu %-7s %-9s %-6s %12zu\n", cli::printable(name).c_str(), d_out, d_in,
+                    wush_format_name(f), wush_transform_kind_name(k), wush_method_name(m),
+                    codes + scales + d_in * g * 4 + 4);
     }
     return 0;
 }
@@ -286,15 +294,16 @@ int cmd_export(int argc, char** argv) {
     for (const char* required : {"--fp-quant", "--checkpoint", "--out"})
         if (!a.has(required)) a.set_error(std::string(required) + " is required");
     if (!a.ok()) {
-        std::fprintf(stderr, "usage: wush export --fp-quant --checkpoint CK.safetensors --out MODEL.safetensors "
-                             "[--config QUANT_CONFIG.json]\n");
+        std::fprintf(stderr,
+                     "usage: wush export --fp-quant --checkpoint CK.safetensors --out MODEL.safetensors "
+                     "[--config QUANT_CONFIG.json]\n");
         return cli::usage_error("export", a);
     }
     const std::string out = a.get("--out"), config = a.get("--config");
     // The export replaces its outputs: neither may be the checkpoint or the other output.
     if (!cli::output_is_not_an_input("export", "--out", out, {{"--checkpoint", a.get("--checkpoint")}}) ||
-        (a.has("--config") &&
-         !cli::output_is_not_an_input("export", "--config", config, {{"--checkpoint", a.get("--checkpoint")}, {"--out", out}})))
+        (a.has("--config") && !cli::output_is_not_an_input("export", "--config", config,
+                                                           {{"--checkpoint", a.get("--checkpoint")}, {"--out", out}})))
         return cli::kUsageError;
     Handle<wush_checkpoint, wush_checkpoint_destroy> ck;
     wush_status st = wush_checkpoint_open(a.get("--checkpoint").c_str(), &ck.p);
@@ -311,7 +320,8 @@ int eval_checkpoint(const std::string& ck_path, const std::string& weights, cons
     Handle<wush_context, wush_context_destroy> ctx;
     wush_status st = wush_checkpoint_open(ck_path.c_str(), &ck.p);
     if (st != WUSH_OK) return cli::report("opening the checkpoint", st);
-    if ((st = wush_context_create(WUSH_BACKEND_CPU, 0, &ctx.p)) != WUSH_OK) return cli::report("wush_context_create", st);
+    if ((st = wush_context_create(WUSH_BACKEND_CPU, 0, &ctx.p)) != WUSH_OK)
+        return cli::report("wush_context_create", st);
     std::vector<Layer> layers;
     if (load_layer_files(weights, activations, n_held, &layers, /*all_heldout=*/n_held == 0) != 0) return 1;
     if (json) std::printf("{\"results\": [");
@@ -328,10 +338,11 @@ int eval_checkpoint(const std::string& ck_path, const std::string& weights, cons
         std::size_t d_out = 0, d_in = 0;
         wush_qweight_info(q.p, nullptr, nullptr, &d_out, &d_in);
         if (d_out != l.d_out || d_in != l.d_in) {
-            std::fprintf(stderr,
-                         "wush eval: layer '%s': the checkpoint stores a %zu x %zu weight, the weights file %zu x %zu%s\n",
-                         cli::printable(l.name).c_str(), d_out, d_in, l.d_out, l.d_in,
-                         d_in == l.d_in ? "" : " (and the activations must have d_in columns)");
+            std::fprintf(
+                stderr,
+                "wush eval: layer '%s': the checkpoint stores a %zu x %zu weight, the weights file %zu x %zu%s\n",
+                cli::printable(l.name).c_str(), d_out, d_in, l.d_out, l.d_in,
+                d_in == l.d_in ? "" : " (and the activations must have d_in columns)");
             return 1;
         }
         double loss = 0.0;
@@ -347,9 +358,10 @@ int eval_checkpoint(const std::string& ck_path, const std::string& weights, cons
         wush_qweight_info(q.p, &f, &m, nullptr, nullptr);
         wush_transform_info(t.p, &k, nullptr, nullptr);
         if (json)
-            std::printf("%s\n  {\"layer\": %s, \"format\": \"%s\", \"transform\": \"%s\", \"method\": \"%s\", \"loss\": %s}",
-                        printed ? "," : "", cli::json_string(l.name).c_str(), wush_format_name(f),
-                        wush_transform_kind_name(k), wush_method_name(m), cli::json_number(loss).c_str());
+            std::printf(
+                "%s\n  {\"layer\": %s, \"format\": \"%s\", \"transform\": \"%s\", \"method\": \"%s\", \"loss\": %s}",
+                printed ? "," : "", cli::json_string(l.name).c_str(), wush_format_name(f), wush_transform_kind_name(k),
+                wush_method_name(m), cli::json_number(loss).c_str());
         else
             std::printf("%-40s %-7s %-9s %-6s %12.4e\n", cli::printable(l.name).c_str(), wush_format_name(f),
                         wush_transform_kind_name(k), wush_method_name(m), loss);

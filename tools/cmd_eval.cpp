@@ -43,10 +43,10 @@ struct Plan {
     std::vector<wush_format> formats;
     std::vector<Column> kinds;
     std::vector<wush_method> methods;
-    bool runtime = false;  // --runtime: Y_q from the CPU runtime (wush_layer_loss_runtime)
-    bool searching = false;  // some column has the `+s` search
+    bool runtime = false;                            // --runtime: Y_q from the CPU runtime (wush_layer_loss_runtime)
+    bool searching = false;                          // some column has the `+s` search
     std::size_t search_tokens = cli::kSearchTokens;  // --search-tokens: the `+s` columns' sample
-    std::size_t sample_tokens = 0;  // the calibrators' token sample (wush_options_sample_size)
+    std::size_t sample_tokens = 0;                   // the calibrators' token sample (wush_options_sample_size)
 };
 
 bool wants(const Plan& plan, wush_method m) {
@@ -56,14 +56,14 @@ bool wants(const Plan& plan, wush_method m) {
 }
 
 // Loss of one (transform, qweight) pair on the layer's held-out tokens, appended to `results`.
-int record_loss(wush_context* ctx, const Layer& l, wush_transform* t, wush_qweight* q, wush_format f,
-                Column kind, wush_method m, bool runtime, cli::ProgressBar& bar,
-                std::vector<Result>* results) {
+int record_loss(wush_context* ctx, const Layer& l, wush_transform* t, wush_qweight* q, wush_format f, Column kind,
+                wush_method m, bool runtime, cli::ProgressBar& bar, std::vector<Result>* results) {
     double loss = 0.0;
     const auto loss_fn = runtime ? wush_layer_loss_runtime : wush_layer_loss;
     const wush_status st = loss_fn(ctx, t, q, l.w_dtype, l.weight.data(), l.x_dtype, l.heldout(), l.n_heldout, &loss);
     if (st != WUSH_OK)
-        return cli::report(("layer '" + l.name + "': " + (runtime ? "wush_layer_loss_runtime" : "wush_layer_loss")).c_str(), st);
+        return cli::report(
+            ("layer '" + l.name + "': " + (runtime ? "wush_layer_loss_runtime" : "wush_layer_loss")).c_str(), st);
     results->push_back({l.name, f, kind, m, loss});
     bar.step(l.name + " " + wush_format_name(f) + " " + column_name(kind));
     return 0;
@@ -97,7 +97,8 @@ int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_o
         // Validation tokens (--validation-tokens) feed the search's per-layer guard: `+s` columns only.
         if (plan.searching && l.n_validation > 0) {
             st = wush_calibrator_set_validation_size(cal.p, l.n_validation);
-            if (st == WUSH_OK) st = wush_calibrator_add_validation(ctx, cal.p, l.x_dtype, l.validation(), l.n_validation);
+            if (st == WUSH_OK)
+                st = wush_calibrator_add_validation(ctx, cal.p, l.x_dtype, l.validation(), l.n_validation);
             if (st != WUSH_OK) return cli::report((where + "wush_calibrator_add_validation").c_str(), st);
         }
         for (const Column& col : plan.kinds) {
@@ -110,7 +111,8 @@ int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_o
                     st = wush_layer_quantize(ctx, cal.p, kind, f, WUSH_METHOD_RTN, l.w_dtype, l.weight.data(), l.d_out,
                                              l.d_in, search_opts, &t.p, &q.p);
                     if (st != WUSH_OK) return cli::report((where + "wush_layer_quantize (rtn, search)").c_str(), st);
-                    if (record_loss(ctx, l, t.p, q.p, f, col, WUSH_METHOD_RTN, plan.runtime, bar, results) != 0) return 1;
+                    if (record_loss(ctx, l, t.p, q.p, f, col, WUSH_METHOD_RTN, plan.runtime, bar, results) != 0)
+                        return 1;
                 }
             } else if (wants(plan, WUSH_METHOD_RTN)) {
                 Handle<wush_transform, wush_transform_destroy> t;
@@ -121,7 +123,8 @@ int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_o
                     st = wush_qweight_create(ctx, t.p, f, WUSH_METHOD_RTN, l.w_dtype, l.weight.data(), l.d_out, l.d_in,
                                              opts, &q.p);
                     if (st != WUSH_OK) return cli::report((where + "wush_qweight_create").c_str(), st);
-                    if (record_loss(ctx, l, t.p, q.p, f, col, WUSH_METHOD_RTN, plan.runtime, bar, results) != 0) return 1;
+                    if (record_loss(ctx, l, t.p, q.p, f, col, WUSH_METHOD_RTN, plan.runtime, bar, results) != 0)
+                        return 1;
                 }
             }
             if (!wants(plan, WUSH_METHOD_GPTQ)) continue;
@@ -138,14 +141,14 @@ int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_o
     return 0;
 }
 
-
 void print_json(const std::vector<Result>& results) {
     std::printf("{\"results\": [");
     for (std::size_t i = 0; i < results.size(); ++i) {
         const Result& r = results[i];
-        std::printf("%s\n  {\"layer\": %s, \"format\": \"%s\", \"transform\": \"%s\", \"method\": \"%s\", \"loss\": %s}",
-                    i ? "," : "", cli::json_string(r.layer).c_str(), wush_format_name(r.format),
-                    column_name(r.kind).c_str(), wush_method_name(r.method), cli::json_number(r.loss).c_str());
+        std::printf(
+            "%s\n  {\"layer\": %s, \"format\": \"%s\", \"transform\": \"%s\", \"method\": \"%s\", \"loss\": %s}",
+            i ? "," : "", cli::json_string(r.layer).c_str(), wush_format_name(r.format), column_name(r.kind).c_str(),
+            wush_method_name(r.method), cli::json_number(r.loss).c_str());
     }
     std::printf("\n]}\n");
 }
@@ -164,7 +167,8 @@ void print_table(const std::vector<Result>& results, const Plan& plan) {
                 std::printf("%-16s %-7s %-6s", cli::printable(layer).c_str(), wush_format_name(f), wush_method_name(m));
                 for (const Column& k : plan.kinds) {
                     for (const Result& r : results)
-                        if (r.layer == layer && r.format == f && r.method == m && r.kind == k) std::printf(" %11.4e", r.loss);
+                        if (r.layer == layer && r.format == f && r.method == m && r.kind == k)
+                            std::printf(" %11.4e", r.loss);
                 }
                 std::printf("\n");
             }
@@ -184,7 +188,8 @@ int parse_plan(cli::Args& a, Plan* plan) {
     for (const std::string& s : formats) {
         wush_format f;
         if (wush_format_from_name(s.c_str(), &f) != WUSH_OK)
-            return cli::usage_error("eval", "unknown format '" + cli::printable(s) + "' (mxfp4, nvfp4, int4, mxfp4_ocp)");
+            return cli::usage_error("eval",
+                                    "unknown format '" + cli::printable(s) + "' (mxfp4, nvfp4, int4, mxfp4_ocp)");
         plan->formats.push_back(f);
     }
     for (const std::string& s : transforms) {
@@ -199,8 +204,9 @@ int parse_plan(cli::Args& a, Plan* plan) {
     }
     for (const Column& c : plan->kinds) plan->searching |= c.search;
     if ((a.has("--search-tokens") || a.has("--no-search-guard")) && !plan->searching)
-        return cli::usage_error("eval", "--search-tokens and --no-search-guard need a searched column (e.g. --transform "
-                                        "wush,wush+s)");
+        return cli::usage_error("eval",
+                                "--search-tokens and --no-search-guard need a searched column (e.g. --transform "
+                                "wush,wush+s)");
     return 0;
 }
 
@@ -209,8 +215,8 @@ int parse_plan(cli::Args& a, Plan* plan) {
 int cmd_eval(int argc, char** argv) {
     cli::Args a(argc, argv, {"--json", "--runtime", "--no-search-guard"},
                 {"--layers", "--seed", "--calib-tokens", "--heldout-tokens", "--validation-tokens", "--weights",
-                 "--activations", "--format",
-                 "--transform", "--method", "--damping", "--threads", "--checkpoint", "--search-tokens"});
+                 "--activations", "--format", "--transform", "--method", "--damping", "--threads", "--checkpoint",
+                 "--search-tokens"});
     const std::size_t seed = a.get_size("--seed", 1, 0, cli::kMaxSeed);
     const std::size_t n_cal = a.get_size("--calib-tokens", 2048);
     const std::size_t n_held = a.get_size("--heldout-tokens", a.has("--weights") ? 0 : 256);
@@ -224,15 +230,16 @@ int cmd_eval(int argc, char** argv) {
     }
     if (a.has("--checkpoint")) {
         if (!a.has("--weights")) {
-            std::fprintf(stderr, "wush eval: --checkpoint needs --weights and --activations: the loss compares the "
-                                 "quantized layer with the unquantized weights\n");
+            std::fprintf(stderr,
+                         "wush eval: --checkpoint needs --weights and --activations: the loss compares the "
+                         "quantized layer with the unquantized weights\n");
             return 2;
         }
         return eval_checkpoint(a.get("--checkpoint"), a.get("--weights"), a.get("--activations"),
                                a.get_size("--heldout-tokens", 0), a.has("--json"), a.has("--runtime"));
     }
-    const std::vector<std::string> names = a.has("--weights") ? std::vector<std::string>{"files"}
-                                                              : a.get_list("--layers", kDefaultLayers);
+    const std::vector<std::string> names =
+        a.has("--weights") ? std::vector<std::string>{"files"} : a.get_list("--layers", kDefaultLayers);
     if (!a.ok()) return cli::usage_error("eval", a);
     Plan plan;
     if (parse_plan(a, &plan) != 0) return cli::kUsageError;
@@ -280,7 +287,8 @@ int cmd_eval(int argc, char** argv) {
         }
     }
     std::vector<Layer> file_layers;
-    if (a.has("--weights") && load_layer_files(a.get("--weights"), a.get("--activations"), n_held, &file_layers) != 0) return 1;
+    if (a.has("--weights") && load_layer_files(a.get("--weights"), a.get("--activations"), n_held, &file_layers) != 0)
+        return 1;
     for (Layer& l : file_layers)
         if (n_val > 0 && split_validation(n_val, &l) != 0) return 1;
     const std::size_t n_layers = a.has("--weights") ? file_layers.size() : names.size();

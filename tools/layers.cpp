@@ -68,8 +68,8 @@ int split_validation(std::size_t n_val, Layer* l) {
 
 // Every 2-D tensor of the weights file, paired with the activation tensor of the same name; the
 // last `n_held` tokens (default: a quarter) are held out.
-int load_layer_files(const std::string& wpath, const std::string& xpath, std::size_t n_held_opt, std::vector<Layer>* layers,
-                     bool all_heldout) {
+int load_layer_files(const std::string& wpath, const std::string& xpath, std::size_t n_held_opt,
+                     std::vector<Layer>* layers, bool all_heldout) {
     Handle<wush_tensor_file, wush_tensor_file_destroy> wf, xf;
     wush_status st = wush_tensor_file_open(wpath.c_str(), &wf.p);
     if (st != WUSH_OK) return cli::report("opening the weights file", st);
@@ -109,4 +109,3 @@ int load_layer_files(const std::string& wpath, const std::string& xpath, std::si
     }
     return 0;
 }
-

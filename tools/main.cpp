@@ -76,7 +76,8 @@ const Command kCommands[] = {
      "               with nvcc and a GPU; --m, --kind quantize,forward, --layers, --format)\n"
      "  [--contend [--contend-cpu C] [--contend-process] | --paired]: N threads vs 1,\n"
      "  paired samples, next to a busy loop or on the machine as it is\n"},
-    {"formats", cmd_formats, "round-trip error of each block format on built-in tensors\n  [--rows N] [--cols N] [--seed S]\n"},
+    {"formats", cmd_formats,
+     "round-trip error of each block format on built-in tensors\n  [--rows N] [--cols N] [--seed S]\n"},
     {"version", cmd_version, "print the library version\n"},
 };
 
@@ -92,7 +93,8 @@ void print_indented(FILE* out, const char* text, int indent) {
 }
 
 int usage(FILE* out) {
-    std::fprintf(out, "usage: wush <command> [options]   (wush <command> --help: that command's options)\n\ncommands:\n");
+    std::fprintf(out,
+                 "usage: wush <command> [options]   (wush <command> --help: that command's options)\n\ncommands:\n");
     for (const Command& c : kCommands) {
         std::fprintf(out, "  %-9s ", c.name);
         print_indented(out, c.usage, 12);

@@ -74,8 +74,8 @@ bool parse(int argc, char** argv, Options* o) {
 ggml_backend_buffer_type_t repack_buffer_type() {
     ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     if (!dev) return nullptr;
-    auto get = (ggml_backend_dev_get_extra_bufts_t)ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(dev),
-                                                                                      "ggml_backend_dev_get_extra_bufts");
+    auto get = (ggml_backend_dev_get_extra_bufts_t)ggml_backend_reg_get_proc_address(
+        ggml_backend_dev_backend_reg(dev), "ggml_backend_dev_get_extra_bufts");
     for (ggml_backend_buffer_type_t* p = get ? get(dev) : nullptr; p && *p; ++p)
         if (std::strcmp(ggml_backend_buft_name(*p), "CPU_REPACK") == 0) return *p;
     return nullptr;
@@ -129,7 +129,8 @@ bool build(ggml_backend_t backend, ggml_tensor* w, int64_t m, Matmul* mm) {
 // The repack path is taken only if the weight's buffer is CPU_REPACK and ggml-cpu found a repack
 // kernel for it (init_tensor leaves it in tensor->extra; null means the plain kernel).
 bool is_repacked(const ggml_tensor* w) {
-    return w->buffer && std::strcmp(ggml_backend_buft_name(ggml_backend_buffer_get_type(w->buffer)), "CPU_REPACK") == 0 &&
+    return w->buffer &&
+           std::strcmp(ggml_backend_buft_name(ggml_backend_buffer_get_type(w->buffer)), "CPU_REPACK") == 0 &&
            w->extra != nullptr;
 }
 
@@ -208,12 +209,14 @@ bool bench_m(ggml_backend_t backend, const Weight& repacked, const Weight& plain
     ggml_backend_tensor_get(b.y, yb.data(), 0, ggml_nbytes(b.y));
     const double ea = rel_error(ya, wd, x, m, o.n, o.k), eb = rel_error(yb, wd, x, m, o.n, o.k);
     const double dab = rel_diff(ya, yb);
-    std::printf("ggml %lld %lld %lld %d %.6e %.6e %.2e %.2e\n", (long long)o.k, (long long)o.n, (long long)m, o.threads, ta,
-                tb, ea, eb);
+    std::printf("ggml %lld %lld %lld %d %.6e %.6e %.2e %.2e\n", (long long)o.k, (long long)o.n, (long long)m, o.threads,
+                ta, tb, ea, eb);
     std::fflush(stdout);
     if (ea < kMaxRelErr && eb < kMaxRelErr && dab < kMaxPathDiff) return true;
-    std::fprintf(stderr, "ggml_mxfp4_bench: m = %lld results off: repacked %.3g, plain %.3g vs float64 (limit %.3g), "
-                 "repacked vs plain %.3g (limit %.3g)\n", (long long)m, ea, eb, kMaxRelErr, dab, kMaxPathDiff);
+    std::fprintf(stderr,
+                 "ggml_mxfp4_bench: m = %lld results off: repacked %.3g, plain %.3g vs float64 (limit %.3g), "
+                 "repacked vs plain %.3g (limit %.3g)\n",
+                 (long long)m, ea, eb, kMaxRelErr, dab, kMaxPathDiff);
     return false;
 }
 
@@ -222,7 +225,8 @@ bool bench_m(ggml_backend_t backend, const Weight& repacked, const Weight& plain
 int main(int argc, char** argv) {
     Options o;
     if (!parse(argc, argv, &o)) {
-        std::fprintf(stderr, "usage: ggml_mxfp4_bench --k K(%%32) --n N(%%8) --m M1,M2,.. --threads T "
+        std::fprintf(stderr,
+                     "usage: ggml_mxfp4_bench --k K(%%32) --n N(%%8) --m M1,M2,.. --threads T "
                      "[--repeats R] [--min-time S]\n");
         return 2;
     }
@@ -240,7 +244,8 @@ int main(int argc, char** argv) {
     ggml_get_type_traits(GGML_TYPE_MXFP4)->to_float(codes.data(), wd.data(), int64_t(wd.size()));
 
     Weight repacked, plain;
-    if (!upload(repack, o.k, o.n, codes, &repacked) || !upload(ggml_backend_cpu_buffer_type(), o.k, o.n, codes, &plain)) {
+    if (!upload(repack, o.k, o.n, codes, &repacked) ||
+        !upload(ggml_backend_cpu_buffer_type(), o.k, o.n, codes, &plain)) {
         std::fprintf(stderr, "ggml_mxfp4_bench: could not allocate the weights\n");
         return 1;
     }

@@ -23,8 +23,7 @@
 
 static int failures = 0;
 
-static void fail(const char* what)
-{
+static void fail(const char* what) {
     fprintf(stderr, "c binding: FAIL: %s\n", what);
     ++failures;
 }
@@ -33,10 +32,11 @@ static void fail(const char* what)
 
 static const double e2m1_magnitude[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
 
-static double abs_d(double v) { return v < 0.0 ? -v : v; }
+static double abs_d(double v) {
+    return v < 0.0 ? -v : v;
+}
 
-static int is_negative(float v)
-{
+static int is_negative(float v) {
     /* the sign bit, so that -0.0f counts as negative */
     uint32_t bits;
     memcpy(&bits, &v, sizeof bits);
@@ -44,8 +44,7 @@ static int is_negative(float v)
 }
 
 /* 2^e exactly, without libm. */
-static double pow2(int e)
-{
+static double pow2(int e) {
     double p = 1.0;
     for (; e > 0; --e) p *= 2.0;
     for (; e < 0; ++e) p *= 0.5;
@@ -53,17 +52,21 @@ static double pow2(int e)
 }
 
 /* floor(log2(a)) for a finite a > 0, exactly, without libm. */
-static int floor_log2(double a)
-{
+static int floor_log2(double a) {
     int e = 0;
-    while (a >= 2.0) { a *= 0.5; ++e; }
-    while (a < 1.0) { a *= 2.0; --e; }
+    while (a >= 2.0) {
+        a *= 0.5;
+        ++e;
+    }
+    while (a < 1.0) {
+        a *= 2.0;
+        --e;
+    }
     return e;
 }
 
 /* Round |y| to the E2M1 grid, ties to the even code (0, 2, 4, 6 have mantissa bit 0). */
-static unsigned e2m1_magnitude_code(double a)
-{
+static unsigned e2m1_magnitude_code(double a) {
     if (a <= 0.25) return 0; /* tie 0.25 -> 0.0 (even) */
     if (a < 0.75) return 1;  /* tie 0.75 -> 1.0 (even) */
     if (a <= 1.25) return 2; /* tie 1.25 -> 1.0 (even) */
@@ -75,16 +78,17 @@ static unsigned e2m1_magnitude_code(double a)
 }
 
 /* Reference for one group: scale byte, 4-bit codes, decoded values. */
-static void reference_group(const float* x, unsigned char* scale_byte, unsigned char* codes,
-                            double* decoded)
-{
+static void reference_group(const float* x, unsigned char* scale_byte, unsigned char* codes, double* decoded) {
     double amax = 0.0;
     int i, e;
     for (i = 0; i < GROUP; ++i)
         if (abs_d(x[i]) > amax) amax = abs_d(x[i]);
     if (amax == 0.0) {
         *scale_byte = 0;
-        for (i = 0; i < GROUP; ++i) { codes[i] = 0; decoded[i] = 0.0; }
+        for (i = 0; i < GROUP; ++i) {
+            codes[i] = 0;
+            decoded[i] = 0.0;
+        }
         return;
     }
     e = floor_log2(amax);
@@ -101,28 +105,49 @@ static void reference_group(const float* x, unsigned char* scale_byte, unsigned 
 }
 
 /* Group 0 (amax 4.0 -> e = 2, scale byte 129), with its codes worked out by hand. */
-static const float group0[GROUP] = {
-    0.0f, -0.0f, 4.0f, -4.0f, 1.0f, -1.0f, 2.0f, 0.5f,
-    0.25f, 0.3333333432674408f, 0.3333333134651184f, 1.6666666269302368f,
-    1.666666746139526f, 2.3333332538604736f, 2.3333334922790527f, 3.3333332538604736f,
-    3.3333334922790527f, 3.9f, -2.5f, 0.1f, -0.1f, 3.0f, -3.0f, 2.6666667461395264f,
-    1.25f, 1.5f, -0.75f, 0.6f, 2.2f, -3.5f, 3.6f, 0.75f};
+static const float group0[GROUP] = {0.0f,
+                                    -0.0f,
+                                    4.0f,
+                                    -4.0f,
+                                    1.0f,
+                                    -1.0f,
+                                    2.0f,
+                                    0.5f,
+                                    0.25f,
+                                    0.3333333432674408f,
+                                    0.3333333134651184f,
+                                    1.6666666269302368f,
+                                    1.666666746139526f,
+                                    2.3333332538604736f,
+                                    2.3333334922790527f,
+                                    3.3333332538604736f,
+                                    3.3333334922790527f,
+                                    3.9f,
+                                    -2.5f,
+                                    0.1f,
+                                    -0.1f,
+                                    3.0f,
+                                    -3.0f,
+                                    2.6666667461395264f,
+                                    1.25f,
+                                    1.5f,
+                                    -0.75f,
+                                    0.6f,
+                                    2.2f,
+                                    -3.5f,
+                                    3.6f,
+                                    0.75f};
 /* x*3/4 -> nearest E2M1 (ties to even) -> code; e.g. 1.0 -> 0.75 (tie) -> 1.0 -> code 2. */
-static const unsigned char group0_codes[GROUP] = {
-    0, 8, 5, 13, 2, 10, 3, 1,
-    0, 1, 0, 2, 3, 3, 4, 4,
-    5, 5, 12, 0, 8, 4, 12, 4,
-    2, 2, 9, 1, 3, 13, 5, 1};
+static const unsigned char group0_codes[GROUP] = {0, 8, 5,  13, 2, 10, 3,  1, 0, 1, 0, 2, 3, 3,  4, 4,
+                                                  5, 5, 12, 0,  8, 4,  12, 4, 2, 2, 9, 1, 3, 13, 5, 1};
 
-static int close_enough(double got, double want)
-{
+static int close_enough(double got, double want) {
     double tol = 1e-6 * abs_d(want);
     if (want == 0.0) return got == 0.0;
     return abs_d(got - want) <= tol;
 }
 
-int main(void)
-{
+int main(void) {
     float x[N_ROWS * D_IN];
     unsigned char codes[N_ROWS * D_IN / 2];
     unsigned char scales[N_GROUPS];
@@ -164,16 +189,14 @@ int main(void)
 
     st = wush_context_create(WUSH_BACKEND_CPU, 0, &ctx);
     if (st != WUSH_OK) {
-        fprintf(stderr, "c binding: FAIL: wush_context_create: %s: %s\n", wush_status_string(st),
-                wush_last_error());
+        fprintf(stderr, "c binding: FAIL: wush_context_create: %s: %s\n", wush_status_string(st), wush_last_error());
         return 1;
     }
 
-    st = wush_quantize_rows(ctx, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, x, N_ROWS, D_IN, codes,
-                            sizeof codes, scales, sizeof scales);
+    st = wush_quantize_rows(ctx, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, x, N_ROWS, D_IN, codes, sizeof codes, scales,
+                            sizeof scales);
     if (st != WUSH_OK) {
-        fprintf(stderr, "c binding: FAIL: wush_quantize_rows: %s: %s\n", wush_status_string(st),
-                wush_last_error());
+        fprintf(stderr, "c binding: FAIL: wush_quantize_rows: %s: %s\n", wush_status_string(st), wush_last_error());
         wush_context_destroy(ctx);
         return 1;
     }
@@ -187,14 +210,13 @@ int main(void)
         /* element 2k in the low nibble, element 2k+1 in the high nibble */
         unsigned got = (i % 2 == 0) ? (codes[i / 2] & 0x0Fu) : (codes[i / 2] >> 4);
         if (got != want_codes[i]) {
-            sprintf(msg, "element %d (x = %.9g): code %u, expected %u", i, (double)x[i], got,
-                    want_codes[i]);
+            sprintf(msg, "element %d (x = %.9g): code %u, expected %u", i, (double)x[i], got, want_codes[i]);
             fail(msg);
         }
     }
 
-    st = wush_dequantize_rows(ctx, WUSH_FORMAT_MXFP4, codes, sizeof codes, scales, sizeof scales,
-                              N_ROWS, D_IN, y, N_ROWS * D_IN);
+    st = wush_dequantize_rows(ctx, WUSH_FORMAT_MXFP4, codes, sizeof codes, scales, sizeof scales, N_ROWS, D_IN, y,
+                              N_ROWS * D_IN);
     if (st != WUSH_OK) {
         sprintf(msg, "wush_dequantize_rows returned %s", wush_status_string(st));
         fail(msg);
@@ -212,20 +234,25 @@ int main(void)
     if (st != WUSH_ERR_INVALID_ARGUMENT) fail("wush_format_buffer_sizes(d_in = 48) did not fail");
     memset(codes, 0xAB, sizeof codes);
     memset(scales, 0xCD, sizeof scales);
-    st = wush_quantize_rows(ctx, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, x, 1, 48, codes, sizeof codes,
-                            scales, sizeof scales);
+    st = wush_quantize_rows(ctx, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, x, 1, 48, codes, sizeof codes, scales,
+                            sizeof scales);
     if (st != WUSH_ERR_INVALID_ARGUMENT) {
         sprintf(msg, "wush_quantize_rows(d_in = 48) returned %s", wush_status_string(st));
         fail(msg);
     }
-    if (wush_last_error() == NULL || wush_last_error()[0] == '\0')
-        fail("wush_last_error() is empty after a failure");
+    if (wush_last_error() == NULL || wush_last_error()[0] == '\0') fail("wush_last_error() is empty after a failure");
     if (strcmp(wush_status_string(WUSH_ERR_INVALID_ARGUMENT), "WUSH_ERR_INVALID_ARGUMENT") != 0)
         fail("wush_status_string(WUSH_ERR_INVALID_ARGUMENT)");
     for (i = 0; i < (int)sizeof codes; ++i)
-        if (codes[i] != 0xAB) { fail("a failed wush_quantize_rows wrote to codes"); break; }
+        if (codes[i] != 0xAB) {
+            fail("a failed wush_quantize_rows wrote to codes");
+            break;
+        }
     for (i = 0; i < (int)sizeof scales; ++i)
-        if (scales[i] != 0xCD) { fail("a failed wush_quantize_rows wrote to scales"); break; }
+        if (scales[i] != 0xCD) {
+            fail("a failed wush_quantize_rows wrote to scales");
+            break;
+        }
 
     wush_context_destroy(ctx);
     wush_context_destroy(NULL); /* documented no-op */

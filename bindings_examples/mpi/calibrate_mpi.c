@@ -59,8 +59,7 @@ static int any_rank_failed(int rank, const char* what, wush_status st) {
     char message[MESSAGE_BYTES];
     MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (first == 0x7FFFFFFF) return 0;
-    if (rank == first)
-        snprintf(message, sizeof message, "%s: %s: %s", what, wush_status_string(st), wush_last_error());
+    if (rank == first) snprintf(message, sizeof message, "%s: %s: %s", what, wush_status_string(st), wush_last_error());
     MPI_Bcast(message, MESSAGE_BYTES, MPI_CHAR, first, MPI_COMM_WORLD);
     fprintf(stderr, "rank %d: calibration failed on rank %d: %s\n", rank, first, message);
     return 1;
@@ -98,8 +97,10 @@ int main(int argc, char** argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (!parse_args(argc, argv, &a)) {
-        if (rank == 0) fprintf(stderr, "usage: calibrate_mpi --out CK.safetensors [--layer L] [--tokens N] "
-                                       "[--format F] [--fail-rank R]\n");
+        if (rank == 0)
+            fprintf(stderr,
+                    "usage: calibrate_mpi --out CK.safetensors [--layer L] [--tokens N] "
+                    "[--format F] [--fail-rank R]\n");
         MPI_Finalize();
         return 2;
     }
@@ -120,7 +121,8 @@ int main(int argc, char** argv) {
     if (st == WUSH_OK && rank == a.fail_rank && end > begin) x[begin * d_in + 3] = NAN;
     if (st == WUSH_OK) st = wush_context_create(WUSH_BACKEND_CPU, 0, &ctx);
     if (st == WUSH_OK) st = wush_calibrator_create(d_in, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &local);
-    if (st == WUSH_OK && end > begin) st = wush_calibrator_add(ctx, local, WUSH_DTYPE_F32, x + begin * d_in, end - begin);
+    if (st == WUSH_OK && end > begin)
+        st = wush_calibrator_add(ctx, local, WUSH_DTYPE_F32, x + begin * d_in, end - begin);
     if (st == WUSH_OK) st = wush_calibrator_state_size(local, &n_state);
     if (st == WUSH_OK) {
         state = malloc(n_state * sizeof *state);

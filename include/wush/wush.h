@@ -230,8 +230,8 @@ WUSH_API wush_status wush_format_scale_bytes(wush_format format, size_t* bytes);
  *  Either output pointer may be NULL if that size is not wanted.
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for an unknown format, d_in == 0 or d_in not a
  *          multiple of G, or a size that overflows size_t. */
-WUSH_API wush_status wush_format_buffer_sizes(wush_format format, size_t n_rows, size_t d_in,
-                                              size_t* codes_bytes, size_t* scales_bytes);
+WUSH_API wush_status wush_format_buffer_sizes(wush_format format, size_t n_rows, size_t d_in, size_t* codes_bytes,
+                                              size_t* scales_bytes);
 
 /* ================================================================================================
  * Contexts
@@ -305,14 +305,12 @@ typedef enum wush_context_parameter {
  *  Sets `param` of `ctx` to `value`.
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for a bad handle, an unknown parameter or a value
  *          outside the parameter's bounds (the context is unchanged then). */
-WUSH_API wush_status wush_context_set_parameter(wush_context* ctx, wush_context_parameter param,
-                                                int64_t value);
+WUSH_API wush_status wush_context_set_parameter(wush_context* ctx, wush_context_parameter param, int64_t value);
 
 /*! wush_context_get_parameter() :
  *  Writes the current value of `param` of `ctx` to *value.
  *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. */
-WUSH_API wush_status wush_context_get_parameter(const wush_context* ctx,
-                                                wush_context_parameter param, int64_t* value);
+WUSH_API wush_status wush_context_get_parameter(const wush_context* ctx, wush_context_parameter param, int64_t* value);
 
 /*! wush_context_set_stream() :
  *  Sets the queue the context's launches go to. For a CUDA context `stream` is a cudaStream_t
@@ -364,9 +362,9 @@ WUSH_API wush_status wush_context_describe(const wush_context* ctx, char* text, 
  *          WUSH_ERR_NON_FINITE if `x` holds NaN or +-Inf (the message names the first row and
  *          column). On any error nothing is written to `codes` or `scales`.
  *  Thread safety: serialized per context; `x` is only read. */
-WUSH_API wush_status wush_quantize_rows(wush_context* ctx, wush_format format, wush_dtype dtype,
-                                        const void* x, size_t n_rows, size_t d_in, void* codes,
-                                        size_t codes_bytes, void* scales, size_t scales_bytes);
+WUSH_API wush_status wush_quantize_rows(wush_context* ctx, wush_format format, wush_dtype dtype, const void* x,
+                                        size_t n_rows, size_t d_in, void* codes, size_t codes_bytes, void* scales,
+                                        size_t scales_bytes);
 
 /*! wush_dequantize_rows() :
  *  Decodes packed codes and scales in `format` (as written by wush_quantize_rows) into the
@@ -379,10 +377,9 @@ WUSH_API wush_status wush_quantize_rows(wush_context* ctx, wush_format format, w
  *          WUSH_ERR_NON_FINITE if a scale is NaN or infinite (E8M0 0xFF, E4M3 0x7F/0xFF, a
  *          BF16 NaN/Inf); nothing is written to `y` then.
  *  Thread safety: serialized per context; `codes` and `scales` are only read. */
-WUSH_API wush_status wush_dequantize_rows(wush_context* ctx, wush_format format, const void* codes,
-                                          size_t codes_bytes, const void* scales,
-                                          size_t scales_bytes, size_t n_rows, size_t d_in,
-                                          float* y, size_t y_count);
+WUSH_API wush_status wush_dequantize_rows(wush_context* ctx, wush_format format, const void* codes, size_t codes_bytes,
+                                          const void* scales, size_t scales_bytes, size_t n_rows, size_t d_in, float* y,
+                                          size_t y_count);
 
 /* ================================================================================================
  * Options and progress
@@ -569,16 +566,14 @@ WUSH_API wush_status wush_calibrator_state_size(const wush_calibrator* calibrato
  *  Writes the state (layout above) to `state`, which holds `n_doubles` doubles.
  *  @return WUSH_OK; WUSH_ERR_BUFFER_TOO_SMALL; WUSH_ERR_INVALID_ARGUMENT. Read-only on the
  *          calibrator. */
-WUSH_API wush_status wush_calibrator_export_state(const wush_calibrator* calibrator, double* state,
-                                                  size_t n_doubles);
+WUSH_API wush_status wush_calibrator_export_state(const wush_calibrator* calibrator, double* state, size_t n_doubles);
 
 /*! wush_calibrator_import_state() :
  *  Replaces the calibrator's sums and count by the (possibly all-reduced) state `state` of
  *  exactly the calibrator's state size. The state's geometry must equal the calibrator's.
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for a size, version, geometry or replica-count
  *          mismatch or non-finite sums — the calibrator is then unchanged. */
-WUSH_API wush_status wush_calibrator_import_state(wush_calibrator* calibrator, const double* state,
-                                                  size_t n_doubles);
+WUSH_API wush_status wush_calibrator_import_state(wush_calibrator* calibrator, const double* state, size_t n_doubles);
 
 /*! wush_calibrator_set_sample_size() :
  *  Makes the calibrator keep a bounded sample of up to n_tokens of its calibration tokens
@@ -718,8 +713,8 @@ WUSH_API wush_status wush_transform_matrices(const wush_transform* transform, fl
  *  Writes the number of blocks that fell back (see wush_transform_build) to *n_blocks and, if
  *  `blocks` is not NULL, up to `count` of their indices (ascending).
  *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. Thread-safe. */
-WUSH_API wush_status wush_transform_fallback_blocks(const wush_transform* transform, size_t* n_blocks,
-                                                    size_t* blocks, size_t count);
+WUSH_API wush_status wush_transform_fallback_blocks(const wush_transform* transform, size_t* n_blocks, size_t* blocks,
+                                                    size_t count);
 
 /*! wush_transform_singular_values() :
  *  Copies the singular values S of every block (C x G doubles, row b = block b, descending) into
@@ -759,8 +754,8 @@ typedef enum wush_guard_candidate {
  *  loaded from a checkpoint or otherwise made report WUSH_GUARD_NONE.
  *  Thread-safe (read only).
  *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT (bad handle). */
-WUSH_API wush_status wush_transform_guard(const wush_transform* transform, wush_guard_source* source,
-                                          size_t* n_tokens, wush_guard_candidate* kept);
+WUSH_API wush_status wush_transform_guard(const wush_transform* transform, wush_guard_source* source, size_t* n_tokens,
+                                          wush_guard_candidate* kept);
 
 /*! wush_transform_guard_candidate() :
  *  One candidate's score in the guard's decision (see wush_transform_guard): *loss, its layer
@@ -775,8 +770,7 @@ WUSH_API wush_status wush_transform_guard(const wush_transform* transform, wush_
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handle, unknown candidate, or no guard ran for
  *          this transform). */
 WUSH_API wush_status wush_transform_guard_candidate(const wush_transform* transform, wush_guard_candidate candidate,
-                                                    double* loss, double* difference, double* std_error,
-                                                    int* replaces);
+                                                    double* loss, double* difference, double* std_error, int* replaces);
 
 /* ================================================================================================
  * Pre-quantized weights and the layerwise loss
@@ -1036,8 +1030,8 @@ WUSH_API wush_status wush_linear_forward_workspace_size(wush_context* ctx, const
  *  Thread safety: serialized per context; `transform`, `qweight` and `x` are only read. */
 WUSH_API wush_status wush_linear_forward(wush_context* ctx, const wush_transform* transform,
                                          const wush_qweight* qweight, wush_dtype x_dtype, const void* x,
-                                         size_t n_tokens, wush_dtype y_dtype, void* y, size_t y_count,
-                                         void* workspace, size_t workspace_bytes);
+                                         size_t n_tokens, wush_dtype y_dtype, void* y, size_t y_count, void* workspace,
+                                         size_t workspace_bytes);
 
 /*! wush_layer_loss_runtime() :
  *  The layerwise loss of wush_layer_loss(), with Y_q computed by the CPU runtime
@@ -1072,8 +1066,8 @@ typedef struct wush_linear wush_linear;
  *          WUSH_ERR_UNSUPPORTED (a group size the runtime does not support);
  *          WUSH_ERR_OUT_OF_MEMORY (host or device); WUSH_ERR_CUDA.
  *  Thread safety: serialized per context; `transform` and `qweight` are only read. */
-WUSH_API wush_status wush_linear_create(wush_context* ctx, const wush_transform* transform,
-                                        const wush_qweight* qweight, wush_linear** layer);
+WUSH_API wush_status wush_linear_create(wush_context* ctx, const wush_transform* transform, const wush_qweight* qweight,
+                                        wush_linear** layer);
 
 /*! wush_linear_destroy() : releases `layer` (and its device memory); NULL is a no-op. On a CUDA
  *  context, work still enqueued that uses the layer must have finished (synchronize first). */
@@ -1174,8 +1168,8 @@ WUSH_API wush_status wush_checkpoint_open(const char* path, wush_checkpoint** ch
 
 /* How wush_checkpoint_open_mode() holds a checkpoint's bytes. Values are pinned. */
 typedef enum wush_checkpoint_mode {
-    WUSH_CHECKPOINT_MAP = 0,   /* memory-mapped, read on demand: wush_checkpoint_open()         */
-    WUSH_CHECKPOINT_COPY = 1,  /* read whole into memory at the open; the file is not used again */
+    WUSH_CHECKPOINT_MAP = 0,  /* memory-mapped, read on demand: wush_checkpoint_open()         */
+    WUSH_CHECKPOINT_COPY = 1, /* read whole into memory at the open; the file is not used again */
     /* Not values: these pin the type to the whole range of int, so that any int a caller
      * passes is a valid object of the type (and is checked and rejected by the library). */
     WUSH_CHECKPOINT_MODE_ENUM_MIN_ = -2147483647 - 1,

@@ -39,10 +39,10 @@ inline ModuleLayout host_object_layout() {
 }
 
 struct ModuleApi {
-    int interface_version;     // kModuleInterfaceVersion of the module's build
-    const char* build_key;     // WUSH_BUILD_KEY of the module's build (see CMakeLists.txt)
-    ModuleLayout layout;       // host_object_layout() as the module sees it
-    wush_backend kind;         // the backend this module serves
+    int interface_version;  // kModuleInterfaceVersion of the module's build
+    const char* build_key;  // WUSH_BUILD_KEY of the module's build (see CMakeLists.txt)
+    ModuleLayout layout;    // host_object_layout() as the module sees it
+    wush_backend kind;      // the backend this module serves
     // Number of usable devices (>= 0); on 0, `error` says why (no driver, no device).
     int (*device_count)(ModuleError* error);
     // A backend on `device` (0 <= device < device_count(), checked by the caller), owned by the

@@ -26,13 +26,15 @@ constexpr std::size_t kFullTileTokens = 256;
 // Token counts travel as doubles in the exported state; beyond 2^53 they would stop being exact.
 constexpr double kMaxExactCount = 9007199254740992.0;
 
-bool is_power_of_two(std::size_t v) { return v != 0 && (v & (v - 1)) == 0; }
+bool is_power_of_two(std::size_t v) {
+    return v != 0 && (v & (v - 1)) == 0;
+}
 
 void check_geometry(std::size_t d_in, std::size_t group, MomentMode mode) {
     require(d_in > 0, "calibrator: d_in must be positive");
     require(is_power_of_two(group), "calibrator: block size G = " + std::to_string(group) + " is not a power of two");
-    require(group <= kMaxGroupSize, "calibrator: block size G = " + std::to_string(group) + " exceeds " +
-                                        std::to_string(kMaxGroupSize));
+    require(group <= kMaxGroupSize,
+            "calibrator: block size G = " + std::to_string(group) + " exceeds " + std::to_string(kMaxGroupSize));
     require(d_in % group == 0,
             "calibrator: G = " + std::to_string(group) + " does not divide d_in = " + std::to_string(d_in));
     require(mode == MomentMode::BlockDiagonal || mode == MomentMode::Full, "calibrator: unknown moment mode");
@@ -115,7 +117,7 @@ Calibrator::Calibrator(std::size_t d_in, std::size_t group, MomentMode mode) : d
 }
 
 std::size_t Calibrator::state_size(std::size_t d_in, std::size_t group, MomentMode mode, std::size_t sample_capacity,
-                                  std::size_t validation_capacity) {
+                                   std::size_t validation_capacity) {
     check_geometry(d_in, group, mode);
     const std::size_t side = mode == MomentMode::Full ? d_in : group;
     const std::size_t count = mode == MomentMode::Full ? 1 : d_in / group;
@@ -197,10 +199,8 @@ void Calibrator::add(wush_dtype dtype, const void* x, std::size_t n_tokens) {
     // Validate the whole batch first: a rejected batch must leave the state untouched.
     require_finite_batch(dtype, x, n_tokens, d_in_);
     sample_.offer_rows(dtype, x, n_tokens);
-    if (mode_ == MomentMode::Full)
-        accumulate_full(d_in_, sums_.data(), dtype, x, n_tokens);
-    else
-        accumulate_blocks(d_in_, group_, sums_.data(), dtype, x, n_tokens);
+    if (mode_ == MomentMode::Full) accumulate_full(d_in_, sums_.data(), dtype, x, n_tokens);
+    else accumulate_blocks(d_in_, group_, sums_.data(), dtype, x, n_tokens);
     tokens_ += n_tokens;
 }
 
@@ -217,7 +217,8 @@ void Calibrator::merge(const Calibrator& other) {
     require(other.d_in_ == d_in_ && other.group_ == group_ && other.mode_ == mode_,
             "calibrator merge: geometry differs (d_in " + std::to_string(d_in_) + " vs " + std::to_string(other.d_in_) +
                 ", G " + std::to_string(group_) + " vs " + std::to_string(other.group_) + ", or moment mode)");
-    require(double(tokens_) + double(other.tokens_) <= kMaxExactCount, "calibrator merge: token count would exceed 2^53");
+    require(double(tokens_) + double(other.tokens_) <= kMaxExactCount,
+            "calibrator merge: token count would exceed 2^53");
     // Element i is read before it is written, so even a self-merge (doubling) is safe in place.
     const double* theirs = other.sums_.data();
     for (std::size_t i = 0; i < sums_.size(); ++i) sums_[i] += theirs[i];
@@ -239,8 +240,8 @@ std::vector<double> Calibrator::symmetric_sums() const {
 }
 
 std::vector<double> Calibrator::second_moment(std::size_t block) const {
-    require(block < blocks(), "calibrator: block " + std::to_string(block) + " out of range (" +
-                                  std::to_string(blocks()) + " blocks)");
+    require(block < blocks(),
+            "calibrator: block " + std::to_string(block) + " out of range (" + std::to_string(blocks()) + " blocks)");
     require(tokens_ > 0, "calibrator: no tokens added yet, the second moment is undefined");
     const std::size_t g = group_;
     const double inv_n = 1.0 / double(tokens_);
@@ -265,8 +266,8 @@ std::vector<double> Calibrator::full_second_moment() const {
 std::vector<double> Calibrator::export_state() const {
     std::vector<double> state;
     state.reserve(state_size(d_in_, group_, mode_, sample_capacity(), validation_capacity()));
-    state.insert(state.end(), {1.0, kCalibratorStateVersion, double(int(mode_)), double(d_in_), double(group_),
-                               double(tokens_)});
+    state.insert(state.end(),
+                 {1.0, kCalibratorStateVersion, double(int(mode_)), double(d_in_), double(group_), double(tokens_)});
     const std::vector<double> sym = symmetric_sums();
     state.insert(state.end(), sym.begin(), sym.end());
     if (sample_capacity() == 0 && validation_capacity() == 0) return state;  // version 1, as before samples
@@ -282,7 +283,8 @@ Calibrator Calibrator::import_state(std::span<const double> state, std::size_t d
                                     std::size_t default_validation_capacity) {
     require(state.size() >= kCalibratorStateHeader, "calibrator state: shorter than its header");
     const double r = state[0];
-    require(std::isfinite(r) && r >= 1.0 && r == std::floor(r), "calibrator state: replica count is not a positive integer");
+    require(std::isfinite(r) && r >= 1.0 && r == std::floor(r),
+            "calibrator state: replica count is not a positive integer");
     const double version = divided_field(state[1], r, "version");
     require(version == kCalibratorStateVersion || version == kCalibratorSampleStateVersion ||
                 version == kCalibratorValidationStateVersion,
@@ -296,7 +298,8 @@ Calibrator Calibrator::import_state(std::span<const double> state, std::size_t d
     require(mode == 1.0 || mode == 2.0, "calibrator state: unknown moment mode");
     const double d_in = divided_field(state[3], r, "d_in");
     const double group = divided_field(state[4], r, "G");
-    require(d_in >= 1.0 && d_in <= 1048576.0 && group >= 1.0 && group <= d_in, "calibrator state: d_in or G out of range");
+    require(d_in >= 1.0 && d_in <= 1048576.0 && group >= 1.0 && group <= d_in,
+            "calibrator state: d_in or G out of range");
     const auto mode_enum = MomentMode(int(mode));
     const std::size_t n = std::size_t(d_in);
     // Sizes are checked before anything is allocated: a corrupt header must not trigger a huge
@@ -313,7 +316,8 @@ Calibrator Calibrator::import_state(std::span<const double> state, std::size_t d
         if (has_validation) {
             const std::span<const double> tail = rest.subspan(size);
             const std::size_t kv = TokenSample::declared_capacity(tail, 1);
-            require(tail.size() >= TokenSample::state_size(kv, n), "calibrator state: shorter than its validation sample");
+            require(tail.size() >= TokenSample::state_size(kv, n),
+                    "calibrator state: shorter than its validation sample");
             validation_block = tail.first(TokenSample::state_size(kv, n));
         }
     }
@@ -331,8 +335,8 @@ Calibrator Calibrator::import_state(std::span<const double> state, std::size_t d
     std::copy(sums.begin(), sums.end(), c.sums_.begin());
     c.sample_ = has_sample ? TokenSample::read_state(sample_block, n) : TokenSample(n, default_sample_capacity);
     require(double(c.sample_.count()) <= tokens, "calibrator state: token sample count out of range");
-    c.validation_ = has_validation ? TokenSample::read_state(validation_block, n)
-                                   : TokenSample(n, default_validation_capacity);
+    c.validation_ =
+        has_validation ? TokenSample::read_state(validation_block, n) : TokenSample(n, default_validation_capacity);
     return c;
 }
 

@@ -104,8 +104,8 @@ public:
 
     // Raw state (see the layout above) and its size for a given geometry.
     std::vector<double> export_state() const;
-    static std::size_t state_size(std::size_t d_in, std::size_t group, MomentMode mode,
-                                  std::size_t sample_capacity = 0, std::size_t validation_capacity = 0);
+    static std::size_t state_size(std::size_t d_in, std::size_t group, MomentMode mode, std::size_t sample_capacity = 0,
+                                  std::size_t validation_capacity = 0);
     // Validates everything (header, integer counts, finite sums) and throws INVALID_ARGUMENT on any
     // violation; never reads past state.size().
     // An older layout imports with empty samples for the blocks it lacks: of capacity

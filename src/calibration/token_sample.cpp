@@ -41,7 +41,9 @@ bool heap_less(const std::pair<std::uint64_t, std::size_t>& a, const std::pair<s
     return a.first < b.first;
 }
 
-bool is_whole(double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi && v == std::floor(v); }
+bool is_whole(double v, double lo, double hi) {
+    return std::isfinite(v) && v >= lo && v <= hi && v == std::floor(v);
+}
 
 }  // namespace
 
@@ -134,7 +136,8 @@ TokenSample TokenSample::read_state(std::span<const double> block, std::size_t d
                 "calibrator state: token sample priority is not a 53-bit integer");
         for (std::size_t j = 0; j < d_in; ++j) {
             const double v = rows[i * d_in + j];
-            require(std::isfinite(v) && double(float(v)) == v, "calibrator state: token sample value is not a finite float");
+            require(std::isfinite(v) && double(float(v)) == v,
+                    "calibrator state: token sample value is not a finite float");
             row[j] = float(v);
         }
         s.offer(std::uint64_t(keys[i]), row.data());

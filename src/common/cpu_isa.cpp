@@ -68,8 +68,7 @@ Isa best_isa() {
 
 Isa resolve_isa(std::int64_t setting) {
     if (setting == 0) return best_isa();
-    if (setting < 1 || setting > 3)
-        fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_cpu_isa " + std::to_string(setting));
+    if (setting < 1 || setting > 3) fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_cpu_isa " + std::to_string(setting));
     const Isa isa = Isa(int(setting));
     if (!isa_supported(isa))
         fail(WUSH_ERR_UNSUPPORTED, std::string("this CPU cannot run the ") + isa_name(isa) + " kernels");

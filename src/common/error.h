@@ -11,8 +11,7 @@ namespace wush {
 
 class Error : public std::runtime_error {
 public:
-    Error(wush_status status, const std::string& message)
-        : std::runtime_error(message), status_(status) {}
+    Error(wush_status status, const std::string& message) : std::runtime_error(message), status_(status) {}
     wush_status status() const noexcept { return status_; }
 
 private:

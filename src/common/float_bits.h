@@ -53,7 +53,9 @@ WUSH_HD double round_to_format(double a, int mant_bits, int emin) {
     return round_half_even(a / quantum) * quantum;
 }
 
-WUSH_HD float bf16_decode(std::uint16_t b) { return float_from_bits(std::uint32_t(b) << 16); }
+WUSH_HD float bf16_decode(std::uint16_t b) {
+    return float_from_bits(std::uint32_t(b) << 16);
+}
 
 // RNE from float64 straight to bf16 (no double rounding through float); overflow gives +-Inf.
 // NaN gives the canonical quiet NaN 0x7FC0.

@@ -24,11 +24,15 @@ constexpr std::size_t kParallelWork = 1 << 17;  // multiply-adds (or elements fo
 // Work items per chunk of the pool: at least this much work each, so claiming one costs little.
 constexpr std::size_t kChunkWork = 1 << 15;
 
-std::size_t tile_lanes(Isa isa) { return isa == Isa::Avx512Vnni ? 16 : isa == Isa::Avx2 ? 8 : 1; }
+std::size_t tile_lanes(Isa isa) {
+    return isa == Isa::Avx512Vnni ? 16 : isa == Isa::Avx2 ? 8 : 1;
+}
 
 // Below this many tokens a tile's lanes hold blocks of one token instead of one block of many
 // tokens (whose lanes would mostly idle). Measured crossover on Zen 4 (docs/PERFORMANCE.md).
-std::size_t by_block_below(Isa isa) { return isa == Isa::Avx512Vnni ? 6 : isa == Isa::Avx2 ? 4 : 0; }
+std::size_t by_block_below(Isa isa) {
+    return isa == Isa::Avx512Vnni ? 6 : isa == Isa::Avx2 ? 4 : 0;
+}
 
 float max_row_norm(Isa isa, const float* m, int g) {
     return isa == Isa::Avx512Vnni ? avx512::max_row_norm(m, g) : avx2::max_row_norm(m, g);
@@ -100,9 +104,9 @@ void for_items(std::size_t items, std::size_t work_per_item, std::size_t threads
     const std::size_t work = items * work_per_item;
     const std::size_t grain = std::max<std::size_t>(1, kChunkWork / std::max<std::size_t>(work_per_item, 1));
     threads::parallel_chunks(items, grain, work >= kParallelWork ? threads : 1, double(work),
-                    [&](std::size_t, std::size_t begin, std::size_t end) {
-                        for (std::size_t item = begin; item < end; ++item) fn(item);
-                    });
+                             [&](std::size_t, std::size_t begin, std::size_t end) {
+                                 for (std::size_t item = begin; item < end; ++item) fn(item);
+                             });
 }
 
 void compute_norms(const BlockTransform& t, const Layout& l, Isa isa, std::span<float> scratch, std::size_t threads) {

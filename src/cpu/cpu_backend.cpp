@@ -33,8 +33,7 @@ void require_runtime_group(const formats::FormatSpec& f) {
 void quantize_with(const ContextParameters& run, TransformRef t, const formats::FormatSpec& format, wush_dtype x_dtype,
                    const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes, std::span<std::uint8_t> scales) {
     std::vector<float> scratch(quantize_scratch_floats(t.core, t.use));
-    quantize_activations(t.core, t.use, format, x_dtype, x, n_tokens, codes, scales, run.isa(), scratch,
-                         run.threads());
+    quantize_activations(t.core, t.use, format, x_dtype, x, n_tokens, codes, scales, run.isa(), scratch, run.threads());
 }
 
 // One layer's operations over a transform and weights that someone else keeps: the per-call
@@ -120,7 +119,8 @@ public:
     void synchronize() override {}
 
     void quantize_activations(TransformRef t, const formats::FormatSpec& format, wush_dtype x_dtype, const void* x,
-                              std::size_t n_tokens, std::span<std::uint8_t> codes, std::span<std::uint8_t> scales) override {
+                              std::size_t n_tokens, std::span<std::uint8_t> codes,
+                              std::span<std::uint8_t> scales) override {
         quantize_with(*parameters_, t, format, x_dtype, x, n_tokens, codes, scales);
     }
 
@@ -133,12 +133,14 @@ public:
         // a small product.
         const std::size_t bytes = gemm_scratch_bytes(f, m, w.d_out, w.d_in, parameters_->threads());
         const std::unique_ptr<std::byte[]> scratch(new std::byte[bytes]);
-        cpu::gemm(parameters_->isa(), parameters_->threads(), w, a_codes, a_scales, m, y_dtype, y, {scratch.get(), bytes});
+        cpu::gemm(parameters_->isa(), parameters_->threads(), w, a_codes, a_scales, m, y_dtype, y,
+                  {scratch.get(), bytes});
         require_finite_product(y_dtype, y, m, w.d_out);
     }
 
     // The per-call forward is the prepared layer's, over the caller's objects (no packed panels).
-    std::size_t linear_forward_workspace_bytes(TransformRef t, const formats::PackedMatrix& w, std::size_t n_tokens) override {
+    std::size_t linear_forward_workspace_bytes(TransformRef t, const formats::PackedMatrix& w,
+                                               std::size_t n_tokens) override {
         return LayerView{t.core, t.use, w, nullptr}.workspace_bytes(n_tokens, parameters_->threads());
     }
     std::size_t linear_forward_minimum_workspace_bytes(TransformRef t, const formats::PackedMatrix& w,
@@ -170,6 +172,8 @@ private:
 
 }  // namespace
 
-std::unique_ptr<backend::Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<backend::Backend> make_cpu_backend() {
+    return std::make_unique<CpuBackend>();
+}
 
 }  // namespace wush::cpu

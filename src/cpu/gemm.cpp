@@ -26,7 +26,9 @@ constexpr std::size_t kSplitMaxRows = 4;
 // more, and on a busy machine a descheduled worker can stall a tiny call for a scheduler tick.
 constexpr double kParallelMacs = double(1 << 22);
 
-std::size_t round_up(std::size_t v, std::size_t to) { return (v + to - 1) / to * to; }
+std::size_t round_up(std::size_t v, std::size_t to) {
+    return (v + to - 1) / to * to;
+}
 
 std::size_t panel_bytes(const formats::FormatSpec& f, std::size_t groups) {
     return checked_mul(groups, kPanelRows * (f.group + 4), "panel size");
@@ -50,14 +52,16 @@ void unpack_doubled(const DoubledCodes& lut, const std::uint8_t* codes, std::siz
 
 // alpha = tensor_factor^2 / 4: the per-tensor factors of both operands and the two halvings of the
 // doubled values, folded into the activation scales.
-double alpha(const formats::FormatSpec& f) { return 1.0 / (f.tensor_divisor * f.tensor_divisor * 4.0); }
+double alpha(const formats::FormatSpec& f) {
+    return 1.0 / (f.tensor_divisor * f.tensor_divisor * 4.0);
+}
 
 // The scratch arrays of one call; null pointers when measuring.
 struct Plan {
-    float* scale = nullptr;          // m x groups
-    std::int8_t* x8 = nullptr;       // m x k
-    std::int32_t* corr = nullptr;    // m x groups
-    std::int8_t* xe = nullptr;       // m x k_pad / 2 (split layout, m <= kSplitMaxRows)
+    float* scale = nullptr;        // m x groups
+    std::int8_t* x8 = nullptr;     // m x k
+    std::int32_t* corr = nullptr;  // m x groups
+    std::int8_t* xe = nullptr;     // m x k_pad / 2 (split layout, m <= kSplitMaxRows)
     std::int8_t* xo = nullptr;
     std::int32_t* lane_corr = nullptr;  // m x k_pad / 8
     float* lane_scale = nullptr;
@@ -96,10 +100,8 @@ void scalar_prepare(const formats::FormatSpec& f, const std::uint8_t* codes, std
 }
 
 void store(const GemmOutput& out, std::size_t r, std::size_t n, float v) {
-    if (out.dtype == WUSH_DTYPE_BF16)
-        static_cast<std::uint16_t*>(out.y)[r * out.ld + n] = bits::bf16_encode(double(v));
-    else
-        static_cast<float*>(out.y)[r * out.ld + n] = v;
+    if (out.dtype == WUSH_DTYPE_BF16) static_cast<std::uint16_t*>(out.y)[r * out.ld + n] = bits::bf16_encode(double(v));
+    else static_cast<float*>(out.y)[r * out.ld + n] = v;
 }
 
 // Y rows for weight rows n0..n1: each weight row is decoded once into `row` / `row_scale`.
@@ -176,8 +178,8 @@ void check_activation_scales(const formats::FormatSpec& f, std::span<const std::
     const std::size_t groups = k / f.group;
     for (std::size_t i = 0; i < m * groups; ++i)
         if (!std::isfinite(formats::decode_scale(f.id, scales.data() + i * f.scale_bytes)))
-            fail(WUSH_ERR_NON_FINITE, std::string("activation scale of row ") + std::to_string(i / groups) + ", group " +
-                                          std::to_string(i % groups) + " is NaN or infinite");
+            fail(WUSH_ERR_NON_FINITE, std::string("activation scale of row ") + std::to_string(i / groups) +
+                                          ", group " + std::to_string(i % groups) + " is NaN or infinite");
 }
 
 namespace {
@@ -234,13 +236,16 @@ void decode_activation_scales(const formats::FormatSpec& f, const std::uint8_t* 
 
 // Chunk sizes of the dynamic partition: a few microseconds to a millisecond of work each, so a
 // thread that stops being scheduled holds little, and enough chunks to balance two threads.
-constexpr std::size_t kRowsPerChunk = 64;     // weight rows of the row-streaming kernels
+constexpr std::size_t kRowsPerChunk = 64;  // weight rows of the row-streaming kernels
 constexpr std::size_t kPrepareRowsPerChunk = 16;
 
 // The work estimates the pool's straggler policy compares jobs of one kind by (work_pool.h).
-double macs(const Operands& o) { return double(o.a.m) * double(o.w.n) * double(o.a.k); }
+double macs(const Operands& o) {
+    return double(o.a.m) * double(o.w.n) * double(o.a.k);
+}
 
-void run_scalar(const formats::FormatSpec& f, const Operands& o, const Plan& p, const std::uint8_t* codes, std::size_t threads) {
+void run_scalar(const formats::FormatSpec& f, const Operands& o, const Plan& p, const std::uint8_t* codes,
+                std::size_t threads) {
     scalar_prepare(f, codes, 0, o.a.m, o.a.k, p.x8);
     threads::parallel_chunks(o.w.n, 16, threads, macs(o), [&](std::size_t slot, std::size_t n0, std::size_t n1) {
         std::uint8_t* s = aligned_slot(p, slot);
@@ -252,8 +257,9 @@ void run_scalar(const formats::FormatSpec& f, const Operands& o, const Plan& p, 
 // Few activation rows: the threads stream chunks of the weight rows.
 void run_split(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* codes, std::size_t threads) {
     prepare_split(isa, o.a, codes, 0, o.a.m, p.xe, p.xo, p.lane_corr);
-    threads::parallel_chunks(o.w.n, kRowsPerChunk, threads, macs(o),
-                    [&](std::size_t, std::size_t n0, std::size_t n1) { gemv_rows(isa, o.a, o.w, n0, n1, o.out); });
+    threads::parallel_chunks(o.w.n, kRowsPerChunk, threads, macs(o), [&](std::size_t, std::size_t n0, std::size_t n1) {
+        gemv_rows(isa, o.a, o.w, n0, n1, o.out);
+    });
 }
 
 // Few activation rows against a prepared layer's row blocks (AVX2): chunks of blocks.
@@ -269,10 +275,11 @@ void run_row_blocks(Isa isa, const Operands& o, const Plan& p, const std::uint8_
             p.corr[r * o.a.groups + b] = c;
         }
     const std::size_t blocks = (o.w.n + kRowBlock - 1) / kRowBlock;
-    threads::parallel_chunks(blocks, kRowsPerChunk / kRowBlock, threads, macs(o), [&](std::size_t, std::size_t b0, std::size_t b1) {
-        avx2::rows_multiply(o.a, packed.row_blocks(), packed.block_bytes(), b0 * kRowBlock, std::min(o.w.n, b1 * kRowBlock),
-                            o.w.n, o.out);
-    });
+    threads::parallel_chunks(blocks, kRowsPerChunk / kRowBlock, threads, macs(o),
+                             [&](std::size_t, std::size_t b0, std::size_t b1) {
+                                 avx2::rows_multiply(o.a, packed.row_blocks(), packed.block_bytes(), b0 * kRowBlock,
+                                                     std::min(o.w.n, b1 * kRowBlock), o.w.n, o.out);
+                             });
 }
 
 // More rows: the threads share the activation decoding, then each packs (unless a prepared layer
@@ -280,9 +287,9 @@ void run_row_blocks(Isa isa, const Operands& o, const Plan& p, const std::uint8_
 void run_panels(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* codes, std::size_t threads,
                 const PanelPack* packed) {
     const std::size_t panels = (o.w.n + kPanelRows - 1) / kPanelRows;
-    threads::parallel_chunks(o.a.m, kPrepareRowsPerChunk, threads, double(o.a.m) * double(o.a.k), [&](std::size_t, std::size_t r0, std::size_t r1) {
-        prepare_rows(isa, o.a, codes, r0, r1, p.x8, p.corr);
-    });
+    threads::parallel_chunks(
+        o.a.m, kPrepareRowsPerChunk, threads, double(o.a.m) * double(o.a.k),
+        [&](std::size_t, std::size_t r0, std::size_t r1) { prepare_rows(isa, o.a, codes, r0, r1, p.x8, p.corr); });
     threads::parallel_chunks(panels, 1, threads, macs(o), [&](std::size_t slot, std::size_t b, std::size_t e) {
         for (std::size_t panel = b; panel < e; ++panel) {
             const std::uint8_t* weights = nullptr;
@@ -322,7 +329,8 @@ void gemm(Isa isa, std::size_t threads, const formats::PackedMatrix& w, std::spa
     const std::size_t team = double(m) * double(n) * double(k) >= kParallelMacs ? p.slots : 1;
     const PanelPack* pack = packed != nullptr && packed->isa() == isa && !packed->empty() ? packed : nullptr;
     if (isa == Isa::Scalar) run_scalar(f, o, p, a_codes.data(), team);
-    else if (m <= kSplitMaxRows && pack != nullptr && pack->row_blocks() != nullptr) run_row_blocks(isa, o, p, a_codes.data(), team, *pack);
+    else if (m <= kSplitMaxRows && pack != nullptr && pack->row_blocks() != nullptr)
+        run_row_blocks(isa, o, p, a_codes.data(), team, *pack);
     else if (m <= kSplitMaxRows) run_split(isa, o, p, a_codes.data(), team);
     else run_panels(isa, o, p, a_codes.data(), team, pack);
 }

@@ -34,7 +34,9 @@ public:
     bool empty() const noexcept { return bytes_.empty(); }
     const std::uint8_t* panel(std::size_t index) const noexcept { return bytes_.data() + offset_ + index * stride_; }
     // The row blocks (nullptr if this pack has none) and the bytes of one block.
-    const std::uint8_t* row_blocks() const noexcept { return blocks_.empty() ? nullptr : blocks_.data() + blocks_offset_; }
+    const std::uint8_t* row_blocks() const noexcept {
+        return blocks_.empty() ? nullptr : blocks_.data() + blocks_offset_;
+    }
     std::size_t block_bytes() const noexcept { return block_bytes_; }
 
 private:
@@ -48,8 +50,8 @@ private:
 };
 
 // Throws NON_FINITE if an activation scale is NaN/Inf (nothing is written to y then).
-void check_activation_scales(const formats::FormatSpec& format, std::span<const std::uint8_t> scales,
-                             std::size_t m, std::size_t k);
+void check_activation_scales(const formats::FormatSpec& format, std::span<const std::uint8_t> scales, std::size_t m,
+                             std::size_t k);
 
 // Y (m x n, row-major, `y_dtype` F32 or BF16) = A B^T, with A given by its codes and scales in
 // `w.format`. Every group's integer inner product is exact; the group scales and the per-tensor

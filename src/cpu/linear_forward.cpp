@@ -42,9 +42,9 @@ std::size_t linear_forward_workspace_bytes(const BlockTransform& transform, cons
     return measure.used();
 }
 
-void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transform, MatrixUse use, const formats::PackedMatrix& weights,
-                    wush_dtype x_dtype, const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y,
-                    std::span<std::byte> workspace, const PanelPack* packed) {
+void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transform, MatrixUse use,
+                    const formats::PackedMatrix& weights, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
+                    wush_dtype y_dtype, void* y, std::span<std::byte> workspace, const PanelPack* packed) {
     require_layer(transform, weights);
     const formats::FormatSpec& f = formats::spec(weights.format);
     Carver carver(workspace.data(), workspace.size());

@@ -23,8 +23,8 @@ std::size_t linear_forward_workspace_bytes(const BlockTransform& transform, cons
 // `use` is classify_matrices(transform); `packed`, if given, holds the weights' GEMM panels (a
 // prepared layer). The GEMM runs on up to `threads` threads, as many as `workspace` has room for.
 // Throws NON_FINITE (y untouched) for NaN/Inf in x.
-void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transform, MatrixUse use, const formats::PackedMatrix& weights,
-                    wush_dtype x_dtype, const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y,
-                    std::span<std::byte> workspace, const PanelPack* packed = nullptr);
+void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transform, MatrixUse use,
+                    const formats::PackedMatrix& weights, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
+                    wush_dtype y_dtype, void* y, std::span<std::byte> workspace, const PanelPack* packed = nullptr);
 
 }  // namespace wush::cpu

@@ -19,7 +19,8 @@ public:
 
     template <typename T>
     T* take(std::size_t count) {
-        const std::size_t bytes = checked_add(checked_mul(count, sizeof(T), "workspace piece"), kAlign - 1, "workspace piece");
+        const std::size_t bytes =
+            checked_add(checked_mul(count, sizeof(T), "workspace piece"), kAlign - 1, "workspace piece");
         const std::size_t start = used_;
         used_ = checked_add(used_, bytes, "workspace size");
         if (base_ == nullptr) return nullptr;

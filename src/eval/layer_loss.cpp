@@ -15,7 +15,9 @@ namespace wush::eval {
 
 namespace {
 
-std::vector<double> to_double(std::span<const float> v) { return std::vector<double>(v.begin(), v.end()); }
+std::vector<double> to_double(std::span<const float> v) {
+    return std::vector<double>(v.begin(), v.end());
+}
 
 // RTN round trip of n rows of transformed activations, in place.
 void quantize_dequantize(const formats::FormatSpec& format, std::span<float> rows, std::size_t n, std::size_t d_in) {
@@ -33,11 +35,11 @@ double tiled_loss(std::span<const float> w, std::size_t d_out, std::size_t d_in,
                   std::size_t n_tokens, const QuantizedOutput& quantized_output, std::span<double> token_errors,
                   std::span<const double> reference) {
     require(d_out > 0 && w.size() == checked_mul(d_out, d_in, "weight size"),
-            "layer loss: weight has " + std::to_string(w.size()) + " values, expected d_out x d_in = " +
-                std::to_string(d_out) + " x " + std::to_string(d_in));
+            "layer loss: weight has " + std::to_string(w.size()) +
+                " values, expected d_out x d_in = " + std::to_string(d_out) + " x " + std::to_string(d_in));
     require(n_tokens > 0 && x.size() == checked_mul(n_tokens, d_in, "activation size"),
-            "layer loss: activations have " + std::to_string(x.size()) + " values, expected n_tokens x d_in = " +
-                std::to_string(n_tokens) + " x " + std::to_string(d_in));
+            "layer loss: activations have " + std::to_string(x.size()) +
+                " values, expected n_tokens x d_in = " + std::to_string(n_tokens) + " x " + std::to_string(d_in));
     require(token_errors.empty() || token_errors.size() == n_tokens, "layer loss: one token error per token");
     require(reference.empty() || reference.size() == n_tokens * d_out, "layer loss: the reference must be n x d_out");
     require_finite(WUSH_DTYPE_F32, w.data(), d_out, d_in, "weight");
@@ -68,7 +70,8 @@ double tiled_loss(std::span<const float> w, std::size_t d_out, std::size_t d_in,
     const double loss = sum_sq / (double(d_out) * double(n_tokens));
     // Extreme but valid inputs (scales near the top of E8M0, huge transform entries) can overflow
     // the quantized product; a NaN or infinite loss is a failure, on every path alike.
-    if (!std::isfinite(loss)) fail(WUSH_ERR_NON_FINITE, "the layer loss is not finite (the quantized output overflowed)");
+    if (!std::isfinite(loss))
+        fail(WUSH_ERR_NON_FINITE, "the layer loss is not finite (the quantized output overflowed)");
     return loss;
 }
 
@@ -87,8 +90,8 @@ std::vector<double> reference_output(std::span<const float> w, std::size_t d_out
         const std::size_t rows = std::min(tile, n_tokens - t0);
         const float* xt = x.data() + t0 * d_in;
         std::copy(xt, xt + rows * d_in, xd.begin());
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(d_out), int(d_in), 1.0, xd.data(), int(d_in),
-                    wd.data(), int(d_in), 0.0, y.data(), int(d_out));
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(d_out), int(d_in), 1.0, xd.data(),
+                    int(d_in), wd.data(), int(d_in), 0.0, y.data(), int(d_out));
         std::copy(y.begin(), y.begin() + rows * d_out, out.begin() + t0 * d_out);
     }
     return out;
@@ -106,19 +109,22 @@ double layer_loss(const BlockTransform& transform, const QuantizedWeights& q, st
     const formats::FormatSpec& format = formats::spec(q.format);
     formats::require_group(format, transform.group());
     const std::size_t d_in = transform.d_in(), d_out = q.d_out;
-    require(q.d_in == d_in, "layer_loss: quantized weights have d_in = " + std::to_string(q.d_in) +
-                                ", the transform " + std::to_string(d_in));
+    require(q.d_in == d_in, "layer_loss: quantized weights have d_in = " + std::to_string(q.d_in) + ", the transform " +
+                                std::to_string(d_in));
     // Y_q = Xq Wq^T in float64, in the transformed domain.
     const std::vector<double> wq = to_double(dequantize(q));
     std::vector<float> xt(std::min(kTileTokens, n_tokens) * d_in);
     std::vector<double> xq(xt.size());
-    return tiled_loss(w, d_out, d_in, x, n_tokens, [&](const float* tile, std::size_t rows, std::span<double> yq) {
-        transform.apply_activations({tile, rows * d_in}, rows, std::span<float>(xt).first(rows * d_in));
-        quantize_dequantize(format, std::span<float>(xt).first(rows * d_in), rows, d_in);
-        std::copy(xt.begin(), xt.begin() + rows * d_in, xq.begin());
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(d_out), int(d_in), 1.0, xq.data(),
-                    int(d_in), wq.data(), int(d_in), 0.0, yq.data(), int(d_out));
-    }, token_errors, reference);
+    return tiled_loss(
+        w, d_out, d_in, x, n_tokens,
+        [&](const float* tile, std::size_t rows, std::span<double> yq) {
+            transform.apply_activations({tile, rows * d_in}, rows, std::span<float>(xt).first(rows * d_in));
+            quantize_dequantize(format, std::span<float>(xt).first(rows * d_in), rows, d_in);
+            std::copy(xt.begin(), xt.begin() + rows * d_in, xq.begin());
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(d_out), int(d_in), 1.0, xq.data(),
+                        int(d_in), wq.data(), int(d_in), 0.0, yq.data(), int(d_out));
+        },
+        token_errors, reference);
 }
 
 double layer_loss(const BlockTransform& transform, const formats::FormatSpec& format, std::span<const float> w,

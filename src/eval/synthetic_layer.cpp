@@ -17,7 +17,9 @@ namespace {
 // Independent streams per ingredient, so e.g. the token count never changes the weights.
 enum Stream : std::uint64_t { kChannelScales = 1, kFactors, kOutliers, kCalibTokens, kHeldoutTokens, kWeights };
 
-std::uint64_t stream_seed(std::uint64_t seed, Stream s) { return rng::mix_seed(seed) ^ (std::uint64_t(s) * 0x9E3779B97F4A7C15ull); }
+std::uint64_t stream_seed(std::uint64_t seed, Stream s) {
+    return rng::mix_seed(seed) ^ (std::uint64_t(s) * 0x9E3779B97F4A7C15ull);
+}
 
 struct ActivationModel {
     std::vector<double> factors;  // d_in x rank
@@ -104,9 +106,12 @@ constexpr const char* kShapeNames[] = {kShapes[0].name, kShapes[1].name, kShapes
 
 }  // namespace
 
-std::span<const char* const> synthetic_preset_names() { return kShapeNames; }
+std::span<const char* const> synthetic_preset_names() {
+    return kShapeNames;
+}
 
-SyntheticLayerSpec synthetic_preset(std::string_view name, std::size_t n_tokens, std::size_t n_heldout, std::uint64_t seed) {
+SyntheticLayerSpec synthetic_preset(std::string_view name, std::size_t n_tokens, std::size_t n_heldout,
+                                    std::uint64_t seed) {
     for (const Shape& s : kShapes) {
         if (std::string_view(s.name) != name) continue;
         SyntheticLayerSpec spec;
@@ -124,7 +129,8 @@ void generate_layer(const SyntheticLayerSpec& spec, float* weight, float* calibr
     require(spec.d_in > 0 && spec.d_out > 0, "synthetic layer: d_in and d_out must be positive");
     require(spec.rank > 0 && spec.weight_rank > 0, "synthetic layer: ranks must be positive");
     require(spec.student_nu >= 1 && spec.student_nu <= 1000, "synthetic layer: nu must be in [1, 1000]");
-    require(spec.outlier_scale > 0.0 && std::isfinite(spec.outlier_scale), "synthetic layer: outlier scale must be positive");
+    require(spec.outlier_scale > 0.0 && std::isfinite(spec.outlier_scale),
+            "synthetic layer: outlier scale must be positive");
     checked_mul(spec.n_tokens, spec.d_in, "activation size");
     checked_mul(spec.n_heldout, spec.d_in, "activation size");
     const ActivationModel model = activation_model(spec);

@@ -40,8 +40,8 @@ const FormatSpec* spec_by_name(const char* name) {
 void require_group(const FormatSpec& format, std::size_t block_size) {
     if (format.group != block_size)
         fail(WUSH_ERR_INVALID_ARGUMENT, std::string("format ") + format.name + " has group size " +
-                                            std::to_string(format.group) + " but the transform has block size G = " +
-                                            std::to_string(block_size));
+                                            std::to_string(format.group) +
+                                            " but the transform has block size G = " + std::to_string(block_size));
 }
 
 PackedSizes packed_sizes(const FormatSpec& f, std::size_t n_rows, std::size_t d_in) {
@@ -55,7 +55,8 @@ PackedSizes packed_sizes(const FormatSpec& f, std::size_t n_rows, std::size_t d_
 namespace {
 
 // Serial kernel over `groups` consecutive groups of one contiguous float run.
-void quantize_groups(const FormatSpec& f, const float* x, std::size_t groups, std::uint8_t* codes, std::uint8_t* scales) {
+void quantize_groups(const FormatSpec& f, const float* x, std::size_t groups, std::uint8_t* codes,
+                     std::uint8_t* scales) {
     for (std::size_t k = 0; k < groups; ++k)
         quantize_group(f.id, x + k * f.group, int(f.group), codes + k * f.group / 2, scales + k * f.scale_bytes);
 }
@@ -75,7 +76,8 @@ void quantize_rows(const FormatSpec& f, std::span<const float> x, std::size_t n_
     const std::size_t row_scales = groups_per_row * f.scale_bytes;
 #pragma omp parallel for schedule(static)
     for (std::size_t r = 0; r < n_rows; ++r)
-        quantize_groups(f, x.data() + r * d_in, groups_per_row, codes.data() + r * d_in / 2, scales.data() + r * row_scales);
+        quantize_groups(f, x.data() + r * d_in, groups_per_row, codes.data() + r * d_in / 2,
+                        scales.data() + r * row_scales);
 }
 
 void quantize_rows(const FormatSpec& f, wush_dtype dtype, const void* x, std::size_t n_rows, std::size_t d_in,
@@ -110,8 +112,9 @@ void require_encodable(const FormatSpec& f, wush_dtype dtype, const void* x, std
         to_float(dtype, x, r * d_in, row);
         for (std::size_t c = 0; c < d_in; ++c)
             if (std::fabs(double(row[c])) * 3.0 > limit)
-                fail(WUSH_ERR_NON_FINITE, std::string(what) + " holds a value at row " + std::to_string(r) + ", column " +
-                                              std::to_string(c) + " whose mxfp4 code would decode beyond the float32 "
+                fail(WUSH_ERR_NON_FINITE, std::string(what) + " holds a value at row " + std::to_string(r) +
+                                              ", column " + std::to_string(c) +
+                                              " whose mxfp4 code would decode beyond the float32 "
                                               "range (|x| > 5/3 * 2^127)");
     }
 }
@@ -136,7 +139,8 @@ void require_decodable(const FormatSpec& f, std::span<const std::uint8_t> codes,
         const std::uint8_t* group_codes = codes.data() + k * f.group / 2;
         for (int i = 0; i < int(f.group); ++i)
             if (std::isinf(float(double(decode_element(f.id, get_nibble(group_codes, i))) * scale / f.tensor_divisor)))
-                fail(WUSH_ERR_NON_FINITE, where() + " decodes element " + std::to_string(i) + " beyond the float32 range");
+                fail(WUSH_ERR_NON_FINITE,
+                     where() + " decodes element " + std::to_string(i) + " beyond the float32 range");
     }
 }
 

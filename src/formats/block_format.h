@@ -61,8 +61,7 @@ void require_decodable(const FormatSpec& f, std::span<const std::uint8_t> codes,
 
 // Decodes packed rows to floats (element * scale * tensor factor). Throws NON_FINITE, before
 // writing anything, where require_decodable does.
-void dequantize_rows(const FormatSpec& f, std::span<const std::uint8_t> codes,
-                     std::span<const std::uint8_t> scales, std::size_t n_rows, std::size_t d_in,
-                     std::span<float> y);
+void dequantize_rows(const FormatSpec& f, std::span<const std::uint8_t> codes, std::span<const std::uint8_t> scales,
+                     std::size_t n_rows, std::size_t d_in, std::span<float> y);
 
 }  // namespace wush::formats

@@ -13,8 +13,8 @@ constexpr double kInt4ClipRatio = 2.5139305785684;
 constexpr double kInt4ScalePerRms = kInt4ClipRatio * 2.0 / 15.0;
 constexpr float kInt4ScalePerRmsF = float(kInt4ScalePerRms);
 
-constexpr float kU = 0x1p-24f;          // unit roundoff of float32
-constexpr float kTiny = 0x1p-60f;       // groups with amax outside [kTiny, kHuge] go to float64
+constexpr float kU = 0x1p-24f;     // unit roundoff of float32
+constexpr float kTiny = 0x1p-60f;  // groups with amax outside [kTiny, kHuge] go to float64
 constexpr float kHuge = 0x1p60f;
 constexpr float kAbsSlack = 0x1p-110f;  // absolute error allowance (subnormal / flushed terms)
 // The transform's error bound is gamma_G ||T_i|| ||x|| with gamma_G = (G + 2) u, rounded up by

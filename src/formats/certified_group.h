@@ -40,7 +40,9 @@ WUSH_HD int floor_log2f(float a) {
 
 // Nearest integer of t (|t| < 2^22); which neighbour wins at a tie does not matter to the
 // distance checks below, and floorf keeps it independent of the host's rounding mode.
-WUSH_HD float nearest_int(float t) { return floorf(t + 0.5f); }
+WUSH_HD float nearest_int(float t) {
+    return floorf(t + 0.5f);
+}
 
 // E2M1 RNE of v (the comparisons of codec::e2m1_encode), and whether |v| lies within tol of a
 // threshold (or of 0, where only the sign would change).
@@ -69,7 +71,9 @@ WUSH_HD float group_amax_f(const float* y, int n) {
     return m;
 }
 
-WUSH_HD bool in_certified_range(float amax) { return amax >= kTiny && amax <= kHuge; }  // false for NaN
+WUSH_HD bool in_certified_range(float amax) {
+    return amax >= kTiny && amax <= kHuge;
+}  // false for NaN
 
 WUSH_HD bool certify_mx(const float* y, int n, float bound, bool ocp, std::uint8_t* codes, std::uint8_t* scale) {
     const float amax = group_amax_f(y, n);

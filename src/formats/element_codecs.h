@@ -65,8 +65,12 @@ WUSH_HD float e4m3_decode(std::uint8_t code) {
 constexpr int kE8M0MinExp = -127;
 constexpr int kE8M0MaxExp = 127;
 
-WUSH_HD std::uint8_t e8m0_from_exponent(int e) { return std::uint8_t(e + 127); }
-WUSH_HD int e8m0_exponent(std::uint8_t code) { return int(code) - 127; }
+WUSH_HD std::uint8_t e8m0_from_exponent(int e) {
+    return std::uint8_t(e + 127);
+}
+WUSH_HD int e8m0_exponent(std::uint8_t code) {
+    return int(code) - 127;
+}
 
 WUSH_HD float e8m0_decode(std::uint8_t code) {
     return code == 0xFF ? NAN : ldexpf(1.0f, int(code) - 127);

@@ -108,8 +108,8 @@ inline const ScaleEntry& mx_entry(int e, bool ocp, double divisor) {
         std::array<ScaleEntry, 255> table{};
         for (int k = 0; k < 255; ++k) {
             const int ek = k + codec::kE8M0MinExp;
-            decode_table(o ? WUSH_FORMAT_MXFP4_OCP : WUSH_FORMAT_MXFP4, codec::e8m0_decode(codec::e8m0_from_exponent(ek)),
-                         d, table[k].value);
+            decode_table(o ? WUSH_FORMAT_MXFP4_OCP : WUSH_FORMAT_MXFP4,
+                         codec::e8m0_decode(codec::e8m0_from_exponent(ek)), d, table[k].value);
             e2m1_float_thresholds(std::ldexp(1.0, ek), o ? 1.0 : 3.0, table[k].t);
         }
         return table;
@@ -154,7 +154,7 @@ inline const ScaleEntry& nvfp4_entry(std::uint8_t code, double divisor) {
 // table's construction checks it; tests/unit/test_transform_search.cpp compares the codes with
 // e4m3_encode over a sweep of the floats).
 struct Nvfp4ScaleTable {
-    std::array<float, 128> bound{};     // bound[c - 1]: the smallest float with code c; +Inf pads
+    std::array<float, 128> bound{};         // bound[c - 1]: the smallest float with code c; +Inf pads
     std::array<std::uint8_t, 4096> cell{};  // the code of the smallest float of cell bits >> 19
     bool one_boundary_per_cell = true;
 };

@@ -83,7 +83,9 @@ WUSH_HD std::uint32_t decode4(const DoubledLut& lut, std::uint32_t codes) {
 }
 
 // Signed byte i of a packed int8x4 (for tests and host emulation).
-WUSH_HD int lane_s8(std::uint32_t v, int i) { return int(std::int8_t(std::uint8_t(v >> (8 * i)))); }
+WUSH_HD int lane_s8(std::uint32_t v, int i) {
+    return int(std::int8_t(std::uint8_t(v >> (8 * i))));
+}
 
 // dp4a: c + sum_i a_i * b_i over signed bytes.
 WUSH_HD int dp4a(std::uint32_t a, std::uint32_t b, int c) {
@@ -125,7 +127,9 @@ WUSH_HD float e4m3_value(unsigned c) {
     return (c & 0x80) ? -mag : mag;
 }
 
-WUSH_HD float bf16_value(unsigned lo, unsigned hi) { return bits_to_float(((hi & 0xFF) << 24) | ((lo & 0xFF) << 16)); }
+WUSH_HD float bf16_value(unsigned lo, unsigned hi) {
+    return bits_to_float(((hi & 0xFF) << 24) | ((lo & 0xFF) << 16));
+}
 
 // The value of the group scale at `p` (format_scale_bytes bytes).
 WUSH_HD float scale_value(wush_format format, const std::uint8_t* p) {
@@ -136,7 +140,9 @@ WUSH_HD float scale_value(wush_format format, const std::uint8_t* p) {
     }
 }
 
-WUSH_HD int scale_bytes(wush_format format) { return format == WUSH_FORMAT_INT4 ? 2 : 1; }
+WUSH_HD int scale_bytes(wush_format format) {
+    return format == WUSH_FORMAT_INT4 ? 2 : 1;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Group promotion
@@ -180,12 +186,24 @@ WUSH_HD float promote(float acc, int dot, float scale_a_alpha, float scale_w) {
 //                        col = 4 * tid + j + 16 * (r >> 1).
 // B (K x 8, column):     register r in {0..K/16-1}, byte j: row (k) = 4 * tid + j + 16 * r, col = gid.
 // C/D (16 x 8, s32):     element i in 0..3: row = gid + 8 * (i >> 1), col = 2 * tid + (i & 1).
-WUSH_HD int mma_a_row(int lane, int reg) { return (lane >> 2) + 8 * (reg & 1); }
-WUSH_HD int mma_a_col(int lane, int reg, int byte) { return 4 * (lane & 3) + byte + 16 * (reg >> 1); }
-WUSH_HD int mma_b_row(int lane, int reg, int byte) { return 4 * (lane & 3) + byte + 16 * reg; }
-WUSH_HD int mma_b_col(int lane) { return lane >> 2; }
-WUSH_HD int mma_c_row(int lane, int i) { return (lane >> 2) + 8 * (i >> 1); }
-WUSH_HD int mma_c_col(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
+WUSH_HD int mma_a_row(int lane, int reg) {
+    return (lane >> 2) + 8 * (reg & 1);
+}
+WUSH_HD int mma_a_col(int lane, int reg, int byte) {
+    return 4 * (lane & 3) + byte + 16 * (reg >> 1);
+}
+WUSH_HD int mma_b_row(int lane, int reg, int byte) {
+    return 4 * (lane & 3) + byte + 16 * reg;
+}
+WUSH_HD int mma_b_col(int lane) {
+    return lane >> 2;
+}
+WUSH_HD int mma_c_row(int lane, int i) {
+    return (lane >> 2) + 8 * (i >> 1);
+}
+WUSH_HD int mma_c_col(int lane, int i) {
+    return 2 * (lane & 3) + (i & 1);
+}
 
 // Which element of a group the kernels put in MMA slot k (the same map for both operands, so the
 // group's dot product is unchanged): with G = 32 the thread with tid reads the 32-bit word tid of
@@ -219,7 +237,8 @@ WUSH_HD std::uint32_t load_u16(const std::uint8_t* p) {
 // The fragments the prefill kernel feeds to the MMA, from packed code rows. `row`, `row8` point at
 // the group's first code byte of A's rows gid and gid + 8, `col` at W's row gid; t = lane & 3.
 // G = 32 (m16n8k32): word t of the group; low half -> slot 4t.., high half -> slot 16 + 4t...
-WUSH_HD void a_frag_k32(const DoubledLut& lut, const std::uint8_t* row, const std::uint8_t* row8, int t, std::uint32_t (&a)[4]) {
+WUSH_HD void a_frag_k32(const DoubledLut& lut, const std::uint8_t* row, const std::uint8_t* row8, int t,
+                        std::uint32_t (&a)[4]) {
     const std::uint32_t lo = load_u32(row + 4 * t), hi = load_u32(row8 + 4 * t);
     a[0] = decode4(lut, lo);
     a[1] = decode4(lut, hi);
@@ -232,7 +251,8 @@ WUSH_HD void b_frag_k32(const DoubledLut& lut, const std::uint8_t* col, int t, s
     b[1] = decode4(lut, w >> 16);
 }
 // G = 16 (m16n8k16): half-word t of the group -> slot 4t...
-WUSH_HD void a_frag_k16(const DoubledLut& lut, const std::uint8_t* row, const std::uint8_t* row8, int t, std::uint32_t (&a)[2]) {
+WUSH_HD void a_frag_k16(const DoubledLut& lut, const std::uint8_t* row, const std::uint8_t* row8, int t,
+                        std::uint32_t (&a)[2]) {
     a[0] = decode4(lut, load_u16(row + 2 * t));
     a[1] = decode4(lut, load_u16(row8 + 2 * t));
 }

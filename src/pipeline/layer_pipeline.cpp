@@ -38,9 +38,9 @@ QuantizedLayer build(const TransformOptions& options, const formats::FormatSpec&
 // Tokens the guard scores on, and the search's own sample when the guard takes part of it.
 struct GuardTokens {
     GuardSource source = GuardSource::None;
-    std::vector<float> held;    // n x d_in
+    std::vector<float> held;  // n x d_in
     std::size_t n = 0;
-    std::vector<float> search;  // the rest of the token sample (empty: the search's default)
+    std::vector<float> search;      // the rest of the token sample (empty: the search's default)
     std::vector<double> reference;  // Y = X W^T on `held` (eval::reference_output), when small enough
 };
 
@@ -114,8 +114,8 @@ bool is_data_free(TransformKind kind) {
 QuantizedLayer guarded_layer(const TransformOptions& options, const formats::FormatSpec& format, Method method,
                              const Calibrator& calibration, std::span<const float> w, std::size_t d_out,
                              Progress* progress, const GuardSettings& guard) {
-    GuardTokens tokens = options.search.enabled && !is_data_free(options.kind) ? guard_tokens(calibration, guard)
-                                                                              : GuardTokens{};
+    GuardTokens tokens =
+        options.search.enabled && !is_data_free(options.kind) ? guard_tokens(calibration, guard) : GuardTokens{};
     const bool guarded = tokens.n >= 2;
     // A searched RTN build computes plain WUS/WUSH on the way (the same blocks, the same values).
     std::optional<QuantizedLayer> plain_layer;

@@ -25,8 +25,8 @@ enum class GuardSource { None = 0, Validation = 1, HoldOut = 2 };
 inline constexpr std::size_t kGuardCandidates = 5;
 struct GuardCandidateScore {
     double loss = std::numeric_limits<double>::quiet_NaN();  // mean held-out layer loss
-    double difference = 0.0;  // mean of the paired per-token differences searched - candidate
-    double std_error = 0.0;   // their standard error, sqrt(var / n) (var with n - 1)
+    double difference = 0.0;      // mean of the paired per-token differences searched - candidate
+    double std_error = 0.0;       // their standard error, sqrt(var / n) (var with n - 1)
     bool clearly_better = false;  // passed the rule against the searched layer
 };
 struct GuardReport {

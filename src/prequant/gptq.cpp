@@ -66,14 +66,14 @@ Factor factor_with_escalation(const Calibrator& hessian, double damping) {
         if (!u.empty()) return {std::move(u), lambda};
         lambda = (lambda > 0.0 ? lambda : 1e-6) * kDampingStep;
     }
-    fail(WUSH_ERR_NUMERICAL, "GPTQ: the Hessian is not positive definite even with damping " + std::to_string(lambda / kDampingStep) +
-                                 " (requested " + std::to_string(damping) + "; " + std::to_string(kDampingEscalations) +
-                                 " tenfold escalations)");
+    fail(WUSH_ERR_NUMERICAL, "GPTQ: the Hessian is not positive definite even with damping " +
+                                 std::to_string(lambda / kDampingStep) + " (requested " + std::to_string(damping) +
+                                 "; " + std::to_string(kDampingEscalations) + " tenfold escalations)");
 }
 
 // c (m x n, ldc) = alpha a (m x k, lda) b (k x n, ldb) + beta c, row-major, optional transposes.
-void dgemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, double alpha, const double* a, std::size_t lda,
-           const double* b, std::size_t ldb, double beta, double* c, std::size_t ldc) {
+void dgemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, double alpha, const double* a,
+           std::size_t lda, const double* b, std::size_t ldb, double beta, double* c, std::size_t ldc) {
     cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
                 alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
@@ -87,11 +87,10 @@ struct Output {
 
 class BlockLoop {
 public:
-    BlockLoop(const TransformOptions& options, const formats::FormatSpec& format,
-              const Calibrator& hessian, std::span<const float> weight, std::size_t d_out, Matrix u,
-              std::span<const float> sample)
-        : opt_(options), format_(format), d_in_(hessian.d_in()), g_(hessian.group()),
-          d_out_(d_out), u_(std::move(u)), w_(weight.begin(), weight.end()) {
+    BlockLoop(const TransformOptions& options, const formats::FormatSpec& format, const Calibrator& hessian,
+              std::span<const float> weight, std::size_t d_out, Matrix u, std::span<const float> sample)
+        : opt_(options), format_(format), d_in_(hessian.d_in()), g_(hessian.group()), d_out_(d_out), u_(std::move(u)),
+          w_(weight.begin(), weight.end()) {
         const std::size_t c = d_in_ / g_;
         if (options.kind == TransformKind::WUS || options.kind == TransformKind::WUSH) {
             m_x_.resize(c * g_ * g_);
@@ -125,15 +124,17 @@ public:
                 const Matrix f = process_block(b);
                 // Later blocks of this batch now; the rest after the batch (lazy batch update).
                 const std::size_t col = (b + 1) * g_, end = b1 * g_;
-                if (end > col) dgemm(false, false, d_out_, end - col, g_, 1.0, f.data(), g_, u_row(b) + col, d_in_, 1.0, w_.data() + col, d_in_);
+                if (end > col)
+                    dgemm(false, false, d_out_, end - col, g_, 1.0, f.data(), g_, u_row(b) + col, d_in_, 1.0,
+                          w_.data() + col, d_in_);
                 for (std::size_t r = 0; r < d_out_; ++r)
                     std::copy_n(f.begin() + r * g_, g_, f_batch.begin() + r * width + (b - b0) * g_);
                 if (progress && !progress->report(double(b + 1), double(c))) progress->throw_if_cancelled();
             }
             const std::size_t start = b1 * g_;
             if (start < d_in_)
-                dgemm(false, false, d_out_, d_in_ - start, width, 1.0, f_batch.data(), width, u_row(b0) + start, d_in_, 1.0,
-                      w_.data() + start, d_in_);
+                dgemm(false, false, d_out_, d_in_ - start, width, 1.0, f_batch.data(), width, u_row(b0) + start, d_in_,
+                      1.0, w_.data() + start, d_in_);
         }
         if (progress) progress->finish();
         return std::move(out_);
@@ -181,9 +182,9 @@ private:
             if (opt_.search.enabled) {
                 // Each candidate's weight side is scored by the intra-block GPTQ pass it would get
                 // (error feedback through its transformed U_bb), not by RTN.
-                const SearchResult r = search_layer_block(opt_, format_, s, std::span<const double>(m_x_).subspan(b * gg, gg),
-                                                          wi, d_out_, sample_, sample_.size() / d_in_, d_in_, b, noise_,
-                                                          u_block(b));
+                const SearchResult r =
+                    search_layer_block(opt_, format_, s, std::span<const double>(m_x_).subspan(b * gg, gg), wi, d_out_,
+                                       sample_, sample_.size() / d_in_, d_in_, b, noise_, u_block(b));
                 std::copy(r.t_act.begin(), r.t_act.end(), t_act);
                 out_.stats.search[b] = r.choice;
             } else {
@@ -206,7 +207,9 @@ private:
     // Upper Cholesky factor of the transformed inverse Hessian T_w (U_bb^T U_bb) T_w^T.
     Matrix transformed_factor(std::size_t b, const std::vector<double>& t_w) const {
         Matrix f = transformed_inverse_factor(t_w, u_block(b), g_);
-        if (f.empty()) fail(WUSH_ERR_NUMERICAL, "GPTQ: the transformed Hessian of block " + std::to_string(b) + " is not positive definite");
+        if (f.empty())
+            fail(WUSH_ERR_NUMERICAL,
+                 "GPTQ: the transformed Hessian of block " + std::to_string(b) + " is not positive definite");
         return f;
     }
 
@@ -231,9 +234,9 @@ private:
     const formats::FormatSpec& format_;
     const std::size_t d_in_, g_, d_out_;
     const Matrix u_;
-    Matrix w_;                  // d_out x d_in, updated in place by the error propagation
-    Matrix m_x_;                // C x G x G diagonal blocks of H (WUS/WUSH)
-    std::vector<float> fixed_;  // C x G x G matrices of a data-free kind
+    Matrix w_;                   // d_out x d_in, updated in place by the error propagation
+    Matrix m_x_;                 // C x G x G diagonal blocks of H (WUS/WUSH)
+    std::vector<float> fixed_;   // C x G x G matrices of a data-free kind
     std::vector<float> sample_;  // the calibrator's token sample (search only; may be empty)
     std::vector<double> noise_;  // the surrogate's white noise, without a token sample (search only)
     Output out_;
@@ -241,21 +244,20 @@ private:
 
 }  // namespace
 
-Result quantize(const TransformOptions& options, const formats::FormatSpec& format,
-                const Calibrator& hessian, std::span<const float> weight, std::size_t d_out, Progress* progress,
-                std::span<const float> sample) {
+Result quantize(const TransformOptions& options, const formats::FormatSpec& format, const Calibrator& hessian,
+                std::span<const float> weight, std::size_t d_out, Progress* progress, std::span<const float> sample) {
     require(hessian.mode() == MomentMode::Full,
             "GPTQ needs a full-mode calibrator (WUSH_MOMENTS_FULL): its error propagation uses the off-diagonal "
             "blocks of the Hessian, which a block-diagonal calibrator does not keep");
     require(hessian.tokens() > 0, "GPTQ: the calibrator has no tokens");
     const std::size_t d_in = hessian.d_in(), g = hessian.group();
-    require(format.group == g, "GPTQ: format " + std::string(format.name) + " has group size " + std::to_string(format.group) +
-                                   ", the calibrator G = " + std::to_string(g));
+    require(format.group == g, "GPTQ: format " + std::string(format.name) + " has group size " +
+                                   std::to_string(format.group) + ", the calibrator G = " + std::to_string(g));
     require(g <= kMaxGroupSize, "GPTQ: G = " + std::to_string(g) + " exceeds " + std::to_string(kMaxGroupSize));
     require(d_out > 0, "GPTQ: d_out must be positive");
     require(weight.size() == checked_mul(d_out, d_in, "weight size"),
-            "GPTQ: weight has " + std::to_string(weight.size()) + " values, expected d_out x d_in = " +
-                std::to_string(d_out) + " x " + std::to_string(d_in));
+            "GPTQ: weight has " + std::to_string(weight.size()) +
+                " values, expected d_out x d_in = " + std::to_string(d_out) + " x " + std::to_string(d_in));
     require(options.damping >= 0.0 && std::isfinite(options.damping), "GPTQ: damping must be finite and >= 0");
     require_finite(WUSH_DTYPE_F32, weight.data(), d_out, d_in, "weight");
     round_for_storage(0.0f, options.storage);  // rejects an unknown storage dtype up front

@@ -42,8 +42,8 @@ struct Result {
 // Memory besides the calibrator: one d_in x d_in float64 matrix plus the d_out x d_in float64 weight.
 // With options.search.enabled the search scores on `sample` (rows x d_in float32 tokens) when
 // given, else on the calibrator's token sample, else on the Gaussian surrogate (as build_transform).
-Result quantize(const TransformOptions& options, const formats::FormatSpec& format,
-                const Calibrator& hessian, std::span<const float> weight, std::size_t d_out,
-                Progress* progress = nullptr, std::span<const float> sample = {});
+Result quantize(const TransformOptions& options, const formats::FormatSpec& format, const Calibrator& hessian,
+                std::span<const float> weight, std::size_t d_out, Progress* progress = nullptr,
+                std::span<const float> sample = {});
 
 }  // namespace wush::gptq

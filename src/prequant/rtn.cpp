@@ -16,8 +16,8 @@ formats::PackedMatrix prequantize_rtn(const BlockTransform& transform, const for
     const std::size_t d_in = transform.d_in();
     require(d_out > 0, "prequantize: d_out must be positive");
     require(w.size() == checked_mul(d_out, d_in, "weight size"),
-            "prequantize: weight has " + std::to_string(w.size()) + " values, expected d_out x d_in = " +
-                std::to_string(d_out) + " x " + std::to_string(d_in));
+            "prequantize: weight has " + std::to_string(w.size()) +
+                " values, expected d_out x d_in = " + std::to_string(d_out) + " x " + std::to_string(d_in));
     require_finite(WUSH_DTYPE_F32, w.data(), d_out, d_in, "weight");
     std::vector<float> transformed(w.size());
     transform.apply_weights(w, d_out, transformed);

@@ -153,12 +153,15 @@ void commit_both(AtomicFile& first, AtomicFile& second) {
 }
 
 bool same_destination(const std::string& a, const std::string& b) {
-    struct stat sa {}, sb {};
+    struct stat sa {
+    }, sb{};
     const bool ea = ::stat(a.c_str(), &sa) == 0, eb = ::stat(b.c_str(), &sb) == 0;
     if (ea || eb) return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-    const auto base = [](const std::string& p) { return p.substr(p.rfind('/') == std::string::npos ? 0 : p.rfind('/') + 1); };
-    return base(a) == base(b) && ::stat(directory_of(a).c_str(), &sa) == 0 && ::stat(directory_of(b).c_str(), &sb) == 0 &&
-           sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    const auto base = [](const std::string& p) {
+        return p.substr(p.rfind('/') == std::string::npos ? 0 : p.rfind('/') + 1);
+    };
+    return base(a) == base(b) && ::stat(directory_of(a).c_str(), &sa) == 0 &&
+           ::stat(directory_of(b).c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 void write_file_atomically(const std::string& path, const void* data, std::size_t n) {

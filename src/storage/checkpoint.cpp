@@ -29,13 +29,17 @@ constexpr const char* kTransform = ".transform";
 constexpr const char* kSuffixes[] = {kCodes, kScales, kTensorScale, kTransform};
 constexpr const char* kLayerKeys[] = {"format", "group_size", "transform", "method", "damping"};
 
-[[noreturn]] void corrupt(const std::string& what) { fail(WUSH_ERR_CORRUPT_FILE, "invalid libwush checkpoint: " + what); }
+[[noreturn]] void corrupt(const std::string& what) {
+    fail(WUSH_ERR_CORRUPT_FILE, "invalid libwush checkpoint: " + what);
+}
 
 bool ends_with(std::string_view s, std::string_view suffix) {
     return s.size() > suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-std::string scale_dtype(wush_format f) { return formats::spec(f).scale_bytes == 2 ? "BF16" : "U8"; }
+std::string scale_dtype(wush_format f) {
+    return formats::spec(f).scale_bytes == 2 ? "BF16" : "U8";
+}
 
 void check_method(const std::string& method) {
     if (method != "rtn" && method != "gptq") corrupt("unknown method \"" + method + "\"");
@@ -67,10 +71,10 @@ void check_layer_ref(const LayerRef& l, std::set<std::string>& names) {
 void write_checkpoint(const std::string& path, const std::vector<LayerRef>& layers, Progress* progress) {
     std::set<std::string> names;
     for (const LayerRef& l : layers) check_layer_ref(l, names);
-    std::map<std::string, std::string> meta{{"format_version", kCheckpointFormatVersion},
-                                            {"producer", "libwush " + std::to_string(WUSH_VERSION_MAJOR) + "." +
-                                                             std::to_string(WUSH_VERSION_MINOR) + "." +
-                                                             std::to_string(WUSH_VERSION_PATCH)}};
+    std::map<std::string, std::string> meta{
+        {"format_version", kCheckpointFormatVersion},
+        {"producer", "libwush " + std::to_string(WUSH_VERSION_MAJOR) + "." + std::to_string(WUSH_VERSION_MINOR) + "." +
+                         std::to_string(WUSH_VERSION_PATCH)}};
     std::vector<TensorSource> tensors;
     const double total = double(layers.size());
     for (std::size_t i = 0; i < layers.size(); ++i) {
@@ -83,10 +87,14 @@ void write_checkpoint(const std::string& path, const std::vector<LayerRef>& laye
         meta[l.name + ".method"] = l.method;
         meta[l.name + ".damping"] = format_double(l.transform->damping());
         const auto codes = l.weights->codes.span(), scales = l.weights->scales.span();
-        tensors.push_back({l.name + kCodes, "U8", {d_out, d_in / 2}, [codes](const auto& sink) { sink(codes.data(), codes.size()); }});
-        tensors.push_back({l.name + kScales, scale_dtype(f.id), {d_out, d_in / g},
-                           [scales](const auto& sink) { sink(scales.data(), scales.size()); }});
-        tensors.push_back({l.name + kTensorScale, "F32", {1}, [factor = f.tensor_factor()](const auto& sink) { sink(&factor, 4); }});
+        tensors.push_back({l.name + kCodes, "U8", {d_out, d_in / 2}, [codes](const auto& sink) {
+                               sink(codes.data(), codes.size());
+                           }});
+        tensors.push_back({l.name + kScales, scale_dtype(f.id), {d_out, d_in / g}, [scales](const auto& sink) {
+                               sink(scales.data(), scales.size());
+                           }});
+        tensors.push_back(
+            {l.name + kTensorScale, "F32", {1}, [factor = f.tensor_factor()](const auto& sink) { sink(&factor, 4); }});
         const auto act = l.transform->activation_matrices();
         tensors.push_back({l.name + kTransform, "F32", {d_in / g, g, g}, [act, progress, i, total](const auto& sink) {
                                sink(act.data(), act.size() * sizeof(float));
@@ -160,7 +168,8 @@ void check_layer_tensors(const Reader& r, const std::string& name, const LayerMe
     const TensorInfo& codes = tensor_of(r, name + kCodes);
     if (codes.shape.size() != 2) corrupt("tensor \"" + codes.name + "\" is not 2-D");
     const std::uint64_t g = m.format->group, d_out = codes.shape[0], d_in = codes.shape[1] * 2;
-    if (d_out == 0 || d_in == 0 || d_in % g != 0) corrupt("layer \"" + name + "\" has d_in not a positive multiple of G");
+    if (d_out == 0 || d_in == 0 || d_in % g != 0)
+        corrupt("layer \"" + name + "\" has d_in not a positive multiple of G");
     expect(codes, "U8", {d_out, d_in / 2});
     expect(tensor_of(r, name + kScales), scale_dtype(m.format->id), {d_out, d_in / g});
     const TensorInfo& ts = tensor_of(r, name + kTensorScale);
@@ -168,7 +177,8 @@ void check_layer_tensors(const Reader& r, const std::string& name, const LayerMe
     float factor;
     std::memcpy(&factor, r.bytes(ts).data(), 4);
     if (factor != m.format->tensor_factor())
-        corrupt("layer \"" + name + "\": tensor_scale " + format_double(factor) + " is not the " + m.format->name + " factor");
+        corrupt("layer \"" + name + "\": tensor_scale " + format_double(factor) + " is not the " + m.format->name +
+                " factor");
     expect(tensor_of(r, name + kTransform), "F32", {d_in / g, g, g});
 }
 
@@ -275,8 +285,9 @@ std::string export_fp_quant(const CheckpointReader& ck, const std::string& path,
     // One WUSH layer makes the export per-block ((G, d_in) matrices, transform_init "wush"); the
     // other layers of such a checkpoint (a search's guard may keep I, H or R on some) are then
     // written as their explicit per-block matrices, which that layout represents exactly.
-    const bool per_block = std::any_of(layers.begin(), layers.end(),
-                                       [](const CheckpointLayer& l) { return l.transform.kind() == TransformKind::WUSH; });
+    const bool per_block = std::any_of(layers.begin(), layers.end(), [](const CheckpointLayer& l) {
+        return l.transform.kind() == TransformKind::WUSH;
+    });
     std::string forward_dtype, init;
     std::size_t group = 0;
     for (const CheckpointLayer& l : layers) {
@@ -288,13 +299,15 @@ std::string export_fp_quant(const CheckpointReader& ck, const std::string& path,
         // rotation for NVFP4 and would misread per-block matrices: a file none of them loads
         // correctly is refused rather than written.
         if (per_block && f.id == WUSH_FORMAT_NVFP4)
-            fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n + "\": no fp_quant consumer loads NVFP4 with per-block (WUSH) "
-                                       "matrices (QuTLASS / fp_quant apply one shared (G, G) rotation for NVFP4)");
+            fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n +
+                                           "\": no fp_quant consumer loads NVFP4 with per-block (WUSH) "
+                                           "matrices (QuTLASS / fp_quant apply one shared (G, G) rotation for NVFP4)");
         for (float v : l.transform.activation_matrices())
             if (bits::bf16_decode(bits::bf16_encode(v)) != v)
-                fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n + "\": its transform is not exactly representable in bf16 "
-                                           "(build it with WUSH_OPTION_TRANSFORM_DTYPE = WUSH_DTYPE_BF16)");
-        const std::string kind = per_block                                      ? "wush"
+                fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n +
+                                               "\": its transform is not exactly representable in bf16 "
+                                               "(build it with WUSH_OPTION_TRANSFORM_DTYPE = WUSH_DTYPE_BF16)");
+        const std::string kind = per_block                                       ? "wush"
                                  : l.transform.kind() == TransformKind::Identity ? "identity"
                                  : l.transform.kind() == TransformKind::Hadamard ? "hadamard"
                                                                                  : "";
@@ -306,8 +319,9 @@ std::string export_fp_quant(const CheckpointReader& ck, const std::string& path,
             const std::size_t gg = std::size_t(f.group) * f.group;
             for (std::size_t b = 1; b < act.size() / gg; ++b)
                 if (!std::equal(act.begin(), act.begin() + gg, act.begin() + b * gg))
-                    fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n + "\": its " + kind + " transform differs between blocks (block " +
-                                                   std::to_string(b) + "), fp_quant shares one matrix");
+                    fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n + "\": its " + kind +
+                                                   " transform differs between blocks (block " + std::to_string(b) +
+                                                   "), fp_quant shares one matrix");
         }
         if (!forward_dtype.empty() && (forward_dtype != f.name || init != kind))
             fail(WUSH_ERR_UNSUPPORTED, "fp_quant needs one format and one transform kind for all layers");
@@ -323,8 +337,11 @@ std::string export_fp_quant(const CheckpointReader& ck, const std::string& path,
         const std::size_t d_out = l.weights.d_out, d_in = l.weights.d_in, g = group;
         const auto codes = l.weights.codes.span(), scales = l.weights.scales.span();
         const float global = float(formats::spec(l.weights.format).tensor_divisor);
-        tensors.push_back({l.name + ".qweight", "U8", {d_out, d_in / 2}, [codes](const auto& s) { s(codes.data(), codes.size()); }});
-        tensors.push_back({l.name + ".scales", "U8", {d_out, d_in / g}, [scales](const auto& s) { s(scales.data(), scales.size()); }});
+        tensors.push_back(
+            {l.name + ".qweight", "U8", {d_out, d_in / 2}, [codes](const auto& s) { s(codes.data(), codes.size()); }});
+        tensors.push_back({l.name + ".scales", "U8", {d_out, d_in / g}, [scales](const auto& s) {
+                               s(scales.data(), scales.size());
+                           }});
         // WUSH: (G, d_in), column block j holds T_j^T, so a token's block x_j (a row) times it is
         // (T_j x_j)^T. Identity/Hadamard: the one shared (G, G) matrix.
         const auto act = l.transform.activation_matrices();
@@ -342,10 +359,11 @@ std::string export_fp_quant(const CheckpointReader& ck, const std::string& path,
         tensors.push_back({l.name + ".forward_hadamard_matrix", "BF16", {g, width}, matrix});
         tensors.push_back({l.name + ".backward_hadamard_matrix", "BF16", {g, width}, matrix});
         tensors.push_back({l.name + ".weight_global_scale", "F32", {1}, [global](const auto& s) { s(&global, 4); }});
-        tensors.push_back({l.name + ".act_global_scale", "F32", {1}, [global, progress, i, n = layers.size()](const auto& s) {
-                               s(&global, 4);
-                               if (progress && !progress->report(double(i + 1), double(n))) progress->throw_if_cancelled();
-                           }});
+        tensors.push_back(
+            {l.name + ".act_global_scale", "F32", {1}, [global, progress, i, n = layers.size()](const auto& s) {
+                 s(&global, 4);
+                 if (progress && !progress->report(double(i + 1), double(n))) progress->throw_if_cancelled();
+             }});
     }
     write_tensors(model, tensors, {});
     const nlohmann::json config = {{"quantization_config",

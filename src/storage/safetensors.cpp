@@ -21,7 +21,9 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void corrupt(const std::string& what) { fail(WUSH_ERR_CORRUPT_FILE, "invalid safetensors file: " + what); }
+[[noreturn]] void corrupt(const std::string& what) {
+    fail(WUSH_ERR_CORRUPT_FILE, "invalid safetensors file: " + what);
+}
 
 std::uint64_t read_u64_le(const std::byte* p) {
     std::uint64_t v = 0;
@@ -119,8 +121,10 @@ public:
             case State::Top: state_ = State::End; return true;
             case State::Metadata: state_ = State::Top; return true;
             case State::Tensor:
-                if (seen_ != 0b111) return fail_with("tensor \"" + tensor_.name + "\" lacks dtype, shape or data_offsets");
-                if (tensor_.end < tensor_.begin) return fail_with("tensor \"" + tensor_.name + "\" ends before it begins");
+                if (seen_ != 0b111)
+                    return fail_with("tensor \"" + tensor_.name + "\" lacks dtype, shape or data_offsets");
+                if (tensor_.end < tensor_.begin)
+                    return fail_with("tensor \"" + tensor_.name + "\" ends before it begins");
                 h_.tensors.push_back(std::move(tensor_));
                 state_ = State::Top;
                 return true;
@@ -224,31 +228,32 @@ std::uint64_t required_bytes(const TensorInfo& t) {
 
 // Tensors sorted by offset must tile [0, data_size) exactly.
 void check_tiling(std::vector<TensorInfo>& tensors, std::uint64_t data_size) {
-    std::sort(tensors.begin(), tensors.end(),
-              [](const TensorInfo& a, const TensorInfo& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+    std::sort(tensors.begin(), tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
+        return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+    });
     std::uint64_t cursor = 0;
     for (const TensorInfo& t : tensors) {
         if (t.begin != cursor)
-            corrupt("tensor \"" + t.name + "\" begins at " + std::to_string(t.begin) + ", expected " + std::to_string(cursor) +
-                    (t.begin < cursor ? " (overlap)" : " (gap)"));
+            corrupt("tensor \"" + t.name + "\" begins at " + std::to_string(t.begin) + ", expected " +
+                    std::to_string(cursor) + (t.begin < cursor ? " (overlap)" : " (gap)"));
         if (t.end - t.begin != required_bytes(t))
-            corrupt("tensor \"" + t.name + "\" spans " + std::to_string(t.end - t.begin) + " bytes, its dtype and shape need " +
-                    std::to_string(required_bytes(t)));
+            corrupt("tensor \"" + t.name + "\" spans " + std::to_string(t.end - t.begin) +
+                    " bytes, its dtype and shape need " + std::to_string(required_bytes(t)));
         cursor = t.end;
     }
     if (cursor != data_size)
-        corrupt("tensor data ends at " + std::to_string(cursor) + " but the data section holds " + std::to_string(data_size) +
-                " bytes");
+        corrupt("tensor data ends at " + std::to_string(cursor) + " but the data section holds " +
+                std::to_string(data_size) + " bytes");
 }
 
 }  // namespace
 
 unsigned dtype_bits(std::string_view d) {
     static const std::pair<std::string_view, unsigned> kTable[] = {
-        {"BOOL", 8},    {"U8", 8},           {"I8", 8},           {"F8_E5M2", 8}, {"F8_E4M3", 8}, {"F8_E8M0", 8},
-        {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8}, {"I16", 16},      {"U16", 16},    {"F16", 16},    {"BF16", 16},
-        {"I32", 32},    {"U32", 32},         {"F32", 32},         {"C64", 64},    {"F64", 64},    {"I64", 64},
-        {"U64", 64},    {"F4", 4},           {"F6_E2M3", 6},      {"F6_E3M2", 6}};
+        {"BOOL", 8},        {"U8", 8},          {"I8", 8},      {"F8_E5M2", 8}, {"F8_E4M3", 8}, {"F8_E8M0", 8},
+        {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8}, {"I16", 16},    {"U16", 16},    {"F16", 16},    {"BF16", 16},
+        {"I32", 32},        {"U32", 32},        {"F32", 32},    {"C64", 64},    {"F64", 64},    {"I64", 64},
+        {"U64", 64},        {"F4", 4},          {"F6_E2M3", 6}, {"F6_E3M2", 6}};
     for (const auto& [name, bits] : kTable)
         if (name == d) return bits;
     return 0;
@@ -269,7 +274,9 @@ Header parse_header(std::span<const std::byte> file) {
 
 namespace {
 
-std::int64_t mtime_ns(const struct stat& st) { return std::int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec; }
+std::int64_t mtime_ns(const struct stat& st) {
+    return std::int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
 
 }  // namespace
 
@@ -292,7 +299,9 @@ Reader::Reader(const std::string& path, Load load) : path_(path), copied_(load =
             for (std::size_t done = 0; done < size_;) {
                 const ssize_t r = ::pread(fd_, copy_.get() + done, size_ - done, off_t(done));
                 if (r < 0 && errno == EINTR) continue;
-                if (r <= 0) fail(WUSH_ERR_IO, "cannot read \"" + path + "\": " + (r < 0 ? std::strerror(errno) : "it was truncated"));
+                if (r <= 0)
+                    fail(WUSH_ERR_IO,
+                         "cannot read \"" + path + "\": " + (r < 0 ? std::strerror(errno) : "it was truncated"));
                 done += std::size_t(r);
             }
             map_ = copy_.get();
@@ -321,9 +330,10 @@ void Reader::check_unchanged() const {
     struct stat st {};
     if (::fstat(fd_, &st) != 0) fail(WUSH_ERR_IO, "cannot stat \"" + path_ + "\": " + std::strerror(errno));
     if (std::size_t(st.st_size) != size_ || mtime_ns(st) != mtime_ns_)
-        fail(WUSH_ERR_IO, "\"" + path_ + "\" was " + (std::size_t(st.st_size) < size_ ? "truncated" : "modified") +
-                              " after it was opened; replace a checkpoint by writing a new file and renaming it over the "
-                              "old one");
+        fail(WUSH_ERR_IO,
+             "\"" + path_ + "\" was " + (std::size_t(st.st_size) < size_ ? "truncated" : "modified") +
+                 " after it was opened; replace a checkpoint by writing a new file and renaming it over the "
+                 "old one");
 }
 
 bool Reader::is_file(const std::string& path) const noexcept {
@@ -383,7 +393,8 @@ void write_tensors(AtomicFile& file, const std::vector<TensorSource>& tensors,
     for (std::size_t i = 0; i < tensors.size(); ++i) {
         std::uint64_t written = 0;
         tensors[i].write([&](const void* data, std::size_t n) {
-            if (written + n > sizes[i]) fail(WUSH_ERR_INTERNAL, "tensor \"" + tensors[i].name + "\" wrote too many bytes");
+            if (written + n > sizes[i])
+                fail(WUSH_ERR_INTERNAL, "tensor \"" + tensors[i].name + "\" wrote too many bytes");
             file.write(data, n);
             written += n;
         });

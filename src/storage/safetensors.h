@@ -31,16 +31,16 @@ inline constexpr std::size_t kMaxDims = 64;
 
 struct TensorInfo {
     std::string name;
-    std::string dtype;                 // safetensors dtype string, e.g. "F32", "U8"
+    std::string dtype;  // safetensors dtype string, e.g. "F32", "U8"
     std::vector<std::uint64_t> shape;
-    std::uint64_t begin = 0;           // byte offsets into the data section
+    std::uint64_t begin = 0;  // byte offsets into the data section
     std::uint64_t end = 0;
 };
 
 struct Header {
-    std::vector<TensorInfo> tensors;   // in file (offset) order
+    std::vector<TensorInfo> tensors;  // in file (offset) order
     std::map<std::string, std::string> metadata;
-    std::uint64_t data_offset = 0;     // 8 + N
+    std::uint64_t data_offset = 0;  // 8 + N
 };
 
 // Bits per element of a safetensors dtype string; 0 for an unknown dtype.

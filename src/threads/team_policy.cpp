@@ -10,16 +10,20 @@ namespace {
 
 // Jobs of one kind whose work differs by more than a factor 2 are timed apart: a kernel's time
 // per unit of work changes with the shape (memory-bound at one token, compute-bound at many).
-int size_class(double work) { return work > 0.0 ? std::ilogb(work) : -1000; }
+int size_class(double work) {
+    return work > 0.0 ? std::ilogb(work) : -1000;
+}
 
 std::size_t hash(std::uintptr_t kind, int size_class) {
-    const std::uint64_t h =
-        (std::uint64_t(kind) >> 4) * 0x9E3779B97F4A7C15ull + std::uint64_t(std::int64_t(size_class)) * 0xC2B2AE3D27D4EB4Full;
+    const std::uint64_t h = (std::uint64_t(kind) >> 4) * 0x9E3779B97F4A7C15ull +
+                            std::uint64_t(std::int64_t(size_class)) * 0xC2B2AE3D27D4EB4Full;
     return std::size_t(h >> 58);  // 64 slots
 }
 
 // A running mean that follows a machine whose load changes within a few dozen calls.
-void update(double& mean, double sample) { mean = mean > 0.0 ? mean + 0.125 * (sample - mean) : sample; }
+void update(double& mean, double sample) {
+    mean = mean > 0.0 ? mean + 0.125 * (sample - mean) : sample;
+}
 
 }  // namespace
 

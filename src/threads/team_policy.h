@@ -46,12 +46,12 @@ public:
     // measured alone if it ever ran alone, else from the caller's chunks on the team.
     double estimate(std::uintptr_t kind, double work) const;
 
-    static constexpr double kTeamFactor = 4.0;       // team when estimate >= kTeamFactor * penalty
-    static constexpr double kMinStraggle = 100e-6;   // shorter waits are ordinary chunk tails
+    static constexpr double kTeamFactor = 4.0;      // team when estimate >= kTeamFactor * penalty
+    static constexpr double kMinStraggle = 100e-6;  // shorter waits are ordinary chunk tails
     static constexpr double kBaseHalfLife = 20e-3;
     static constexpr double kMaxHalfLife = 1.0;
-    static constexpr double kLargeJob = 20e-3;       // from this estimate on, always the team
-    static constexpr double kTeamMargin = 0.95;      // the team must take at most this of alone's time
+    static constexpr double kLargeJob = 20e-3;   // from this estimate on, always the team
+    static constexpr double kTeamMargin = 0.95;  // the team must take at most this of alone's time
     static constexpr unsigned kExplore = 16;
     static constexpr unsigned kSamples = 8;
 

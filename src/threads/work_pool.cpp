@@ -176,7 +176,7 @@ private:
     }
 
     std::mutex busy_;
-    std::size_t helpers_ = 0;  // started (detached; they live as long as the process)
+    std::size_t helpers_ = 0;              // started (detached; they live as long as the process)
     std::atomic<std::uint64_t> state_{0};  // generation << 52 | helpers << 40 | chunks << 20 | next
     std::atomic<std::uint32_t> done_{0};
     std::atomic<std::uint32_t> wake_{0};

@@ -20,9 +20,9 @@ void run_chunks(std::size_t count, std::size_t grain, std::size_t threads, doubl
 // Runs fn(slot, begin, end) over [0, count) in chunks of `grain` on up to `threads` threads.
 template <typename Fn>
 void parallel_chunks(std::size_t count, std::size_t grain, std::size_t threads, double work, Fn&& fn) {
-    run_chunks(count, grain, threads, work,
-               [](void* ctx, std::size_t slot, std::size_t b, std::size_t e) { (*static_cast<Fn*>(ctx))(slot, b, e); },
-               &fn);
+    run_chunks(
+        count, grain, threads, work,
+        [](void* ctx, std::size_t slot, std::size_t b, std::size_t e) { (*static_cast<Fn*>(ctx))(slot, b, e); }, &fn);
 }
 
 }  // namespace wush::threads

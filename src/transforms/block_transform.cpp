@@ -66,8 +66,8 @@ bool is_rank_deficient(std::span<const double> m, std::size_t g) {
 Matrix gemm(const Matrix& a, bool ta, const Matrix& b, bool tb, std::size_t g) {
     Matrix c(g * g);
     const int n = int(g);
-    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, n, n, n, 1.0, a.data(), n,
-                b.data(), n, 0.0, c.data(), n);
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, n, n, n, 1.0, a.data(),
+                n, b.data(), n, 0.0, c.data(), n);
     return c;
 }
 
@@ -127,7 +127,8 @@ std::optional<TransformKind> transform_kind_from_name(std::string_view name) {
 
 BlockSolution solve_block(TransformKind kind, std::span<const double> m_w, std::span<const double> m_x, std::size_t g,
                           double damping) {
-    require(kind == TransformKind::WUS || kind == TransformKind::WUSH, "solve_block: only WUS and WUSH are data-driven");
+    require(kind == TransformKind::WUS || kind == TransformKind::WUSH,
+            "solve_block: only WUS and WUSH are data-driven");
     require(m_w.size() == g * g && m_x.size() == g * g, "solve_block: moments must be G x G");
     require(damping >= 0.0 && std::isfinite(damping), "solve_block: damping must be finite and >= 0");
     const bool deficient = is_rank_deficient(m_w, g) || is_rank_deficient(m_x, g);
@@ -149,7 +150,7 @@ BlockSolution solve_block(TransformKind kind, std::span<const double> m_w, std::
     canonicalize_signs(u, vt, g);
 
     BlockSolution out;
-    out.t_act = finish_side(gemm(u, true, wp, true, g), s, kind, g);      // H S^{-1/2} U^T W'^T
+    out.t_act = finish_side(gemm(u, true, wp, true, g), s, kind, g);       // H S^{-1/2} U^T W'^T
     out.t_weight = finish_side(gemm(vt, false, xp, true, g), s, kind, g);  // H S^{-1/2} V^T X'^T
     out.singular_values = std::move(s);
     out.rank_deficient = deficient;
@@ -168,8 +169,8 @@ std::vector<std::vector<double>> weight_slices(std::span<const float> w, std::si
     return slices;
 }
 
-void fill_weight_slices(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::size_t g,
-                        std::size_t first, std::span<std::vector<double>> slices) {
+void fill_weight_slices(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::size_t g, std::size_t first,
+                        std::span<std::vector<double>> slices) {
     const std::size_t count = slices.size();
     require(g > 0 && d_in % g == 0 && count > 0 && first < d_in / g && count <= d_in / g - first,
             "weight_slice: bad block geometry");
@@ -202,9 +203,10 @@ namespace {
 // Also bounds G (kMaxGroupSize) and the size of all C matrices, d_in x G values, so that no later
 // size product can wrap: an absurd d_in fails here, not as a wrapped allocation.
 void check_layer_geometry(std::size_t d_in, std::size_t group) {
-    require(group > 0 && (group & (group - 1)) == 0, "transform: G = " + std::to_string(group) + " is not a power of two");
-    require(group <= kMaxGroupSize,
-            "transform: G = " + std::to_string(group) + " exceeds the largest block size " + std::to_string(kMaxGroupSize));
+    require(group > 0 && (group & (group - 1)) == 0,
+            "transform: G = " + std::to_string(group) + " is not a power of two");
+    require(group <= kMaxGroupSize, "transform: G = " + std::to_string(group) + " exceeds the largest block size " +
+                                        std::to_string(kMaxGroupSize));
     require(d_in > 0 && d_in % group == 0,
             "transform: G = " + std::to_string(group) + " does not divide d_in = " + std::to_string(d_in));
     // A transform holds d_in x G floats and as many doubles. Beyond the 47-bit user address space
@@ -274,7 +276,8 @@ void parallel_block_chunks(std::size_t count, std::size_t chunk, Body body, Prog
 // body(b) for every block in parallel, as above.
 template <typename Body>
 void parallel_blocks(std::size_t count, Body body, Progress* progress = nullptr) {
-    parallel_block_chunks(count, 1, [&](std::size_t b, std::size_t) { body(b); }, progress);
+    parallel_block_chunks(
+        count, 1, [&](std::size_t b, std::size_t) { body(b); }, progress);
 }
 
 }  // namespace
@@ -296,7 +299,8 @@ float round_for_storage(float v, wush_dtype storage) {
 
 BlockTransform::BlockTransform(std::size_t d_in, std::size_t group, TransformKind kind, std::vector<float> activation,
                                double damping, TransformStats stats)
-    : d_in_(d_in), group_(group), kind_(kind), damping_(damping), act_(std::move(activation)), stats_(std::move(stats)) {
+    : d_in_(d_in), group_(group), kind_(kind), damping_(damping), act_(std::move(activation)),
+      stats_(std::move(stats)) {
     check_layer_geometry(d_in, group);
     const std::size_t per_block = group * group;
     require(act_.size() == checked_mul(blocks(), per_block, "transform size"),
@@ -307,7 +311,8 @@ BlockTransform::BlockTransform(std::size_t d_in, std::size_t group, TransformKin
     weight_.resize(act_.size());
     parallel_blocks(blocks(), [&](std::size_t b) {
         const std::vector<double> tw = inverse_transpose(act_.data() + b * per_block, group_);
-        if (tw.empty()) fail(WUSH_ERR_NUMERICAL, "transform: activation matrix of block " + std::to_string(b) + " is singular");
+        if (tw.empty())
+            fail(WUSH_ERR_NUMERICAL, "transform: activation matrix of block " + std::to_string(b) + " is singular");
         std::copy(tw.begin(), tw.end(), weight_.begin() + b * per_block);
     });
 }
@@ -353,8 +358,9 @@ std::vector<double> data_free_block(TransformKind kind, std::size_t g, std::uint
         case TransformKind::Identity: return identity_matrix(g);
         case TransformKind::Hadamard: return hadamard_matrix(g);
         case TransformKind::Random: return random_rotation(g, rng::mix_seed(seed) + block);
-        default: fail(WUSH_ERR_INVALID_ARGUMENT, std::string("transform kind ") + transform_kind_name(kind) +
-                                                     " needs calibration data and weights");
+        default:
+            fail(WUSH_ERR_INVALID_ARGUMENT,
+                 std::string("transform kind ") + transform_kind_name(kind) + " needs calibration data and weights");
     }
 }
 
@@ -378,11 +384,12 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
     const std::size_t d_in = calibration.d_in(), g = calibration.group(), c = calibration.blocks();
     require(d_out > 0, "build_transform: d_out must be positive");
     require(weight.size() == checked_mul(d_out, d_in, "weight size"),
-            "build_transform: weight has " + std::to_string(weight.size()) + " values, expected d_out x d_in = " +
-                std::to_string(d_out) + " x " + std::to_string(d_in));
+            "build_transform: weight has " + std::to_string(weight.size()) +
+                " values, expected d_out x d_in = " + std::to_string(d_out) + " x " + std::to_string(d_in));
     if (options.kind != TransformKind::WUS && options.kind != TransformKind::WUSH)
         return build_data_free_transform(options, d_in, g);
-    require(options.damping >= 0.0 && std::isfinite(options.damping), "build_transform: damping must be finite and >= 0");
+    require(options.damping >= 0.0 && std::isfinite(options.damping),
+            "build_transform: damping must be finite and >= 0");
     require(calibration.tokens() > 0, "build_transform: the calibrator has no tokens");
     require_finite(WUSH_DTYPE_F32, weight.data(), d_out, d_in, "weight");
     round_for_storage(0.0f, options.storage);  // rejects an unknown storage dtype up front
@@ -417,10 +424,11 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
     if (search) stats.search.resize(c);
     const auto build_block = [&](std::size_t b, const std::vector<double>& slice) {
         const std::vector<double> m_x = calibration.second_moment(b);
-        const BlockSolution s = solve_block(options.kind, slice_second_moment(slice, d_out, g), m_x, g, options.damping);
+        const BlockSolution s =
+            solve_block(options.kind, slice_second_moment(slice, d_out, g), m_x, g, options.damping);
         if (search) {
-            const SearchResult r = search_layer_block(options, *search_format, s, m_x, slice, d_out, sample, n_sample, d_in, b,
-                                                      noise);
+            const SearchResult r =
+                search_layer_block(options, *search_format, s, m_x, slice, d_out, sample, n_sample, d_in, b, noise);
             std::copy(r.t_act.begin(), r.t_act.end(), act.begin() + b * g * g);
             stats.search[b] = r.choice;
             if (!plain_act.empty())
@@ -439,12 +447,15 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
     const std::size_t chunk = slice_chunk(c, g, d_out);
     std::vector<std::vector<std::vector<double>>> thread_slices(std::size_t(std::max(omp_get_max_threads(), 1)),
                                                                 std::vector<std::vector<double>>(chunk));
-    parallel_block_chunks(c, chunk, [&](std::size_t first, std::size_t count) {
-        const std::span<std::vector<double>> slices =
-            std::span(thread_slices[std::size_t(omp_get_thread_num())]).first(count);
-        fill_weight_slices(weight, d_out, d_in, g, first, slices);
-        for (std::size_t i = 0; i < count; ++i) build_block(first + i, slices[i]);
-    }, progress);
+    parallel_block_chunks(
+        c, chunk,
+        [&](std::size_t first, std::size_t count) {
+            const std::span<std::vector<double>> slices =
+                std::span(thread_slices[std::size_t(omp_get_thread_num())]).first(count);
+            fill_weight_slices(weight, d_out, d_in, g, first, slices);
+            for (std::size_t i = 0; i < count; ++i) build_block(first + i, slices[i]);
+        },
+        progress);
     for (std::size_t b = 0; b < c; ++b) {
         if (fell_back[b]) stats.fallback_blocks.push_back(b);
         if (deficient[b]) stats.rank_deficient_blocks.push_back(b);

@@ -77,7 +77,7 @@ struct BlockSolution {
     std::vector<double> t_weight;         // G x G, T_xvsh from its closed form H S^{-1/2} V^T X'^T
     std::vector<double> singular_values;  // S, G values, descending; all zero after a fallback
     bool fell_back = false;
-    bool rank_deficient = false;          // undamped M_X or M_W not numerically positive definite
+    bool rank_deficient = false;  // undamped M_X or M_W not numerically positive definite
 };
 
 // Algorithm 1 on one block's G x G row-major moments. Never throws for numerical trouble:
@@ -90,8 +90,8 @@ struct BlockSolution {
 //   - damping == 0 and M_X or M_W is rank deficient (a Cholesky pivot^2 <= 1e-10 tr(M)/G).
 // Rank-deficient moments are NOT a fallback when damping > 0: damping makes them positive
 // definite, and the block is only flagged rank_deficient for the stats.
-BlockSolution solve_block(TransformKind kind, std::span<const double> m_w, std::span<const double> m_x,
-                          std::size_t g, double damping);
+BlockSolution solve_block(TransformKind kind, std::span<const double> m_w, std::span<const double> m_x, std::size_t g,
+                          double damping);
 
 // S^T S / d_out of a d_out x G row-major float64 slice S (G x G row-major, both triangles).
 std::vector<double> slice_second_moment(std::span<const double> slice, std::size_t d_out, std::size_t g);
@@ -110,13 +110,13 @@ std::vector<std::vector<double>> weight_slices(std::span<const float> w, std::si
 // reuses its vectors from chunk to chunk keeps their memory, where fresh ones of this size are
 // fresh pages from the system each time (page faults were a large part of the plain build's
 // time, docs/PERFORMANCE.md).
-void fill_weight_slices(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::size_t g,
-                        std::size_t first, std::span<std::vector<double>> slices);
+void fill_weight_slices(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::size_t g, std::size_t first,
+                        std::span<std::vector<double>> slices);
 
 // M_W of block b: W_b^T W_b / d_out with W_b the d_out x G column slice of the framework weight
 // (= the paper's W_i W_i^T / d_out). G x G row-major float64.
-std::vector<double> weight_second_moment(std::span<const float> w, std::size_t d_out, std::size_t d_in,
-                                         std::size_t g, std::size_t block);
+std::vector<double> weight_second_moment(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::size_t g,
+                                         std::size_t block);
 
 struct TransformStats {
     std::vector<std::size_t> fallback_blocks;        // ascending block indices (see FALLBACK RULE)

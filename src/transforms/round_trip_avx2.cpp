@@ -52,8 +52,7 @@ int round_trip_errors(const RoundTripTable& table, const float* v, float* e, std
             xv[j] = _mm256_loadu_ps(x + 8 * j);
             const __m256i bits = _mm256_castps_si256(xv[j]);
             amax = _mm256_max_epu32(amax, _mm256_and_si256(bits, magnitude));
-            non_finite = _mm256_or_si256(non_finite,
-                                         _mm256_cmpeq_epi32(_mm256_and_si256(bits, exponent), exponent));
+            non_finite = _mm256_or_si256(non_finite, _mm256_cmpeq_epi32(_mm256_and_si256(bits, exponent), exponent));
         }
         if (!_mm256_testz_si256(non_finite, non_finite)) return 1;
         const float* entry = table.entries + 16 * scale_index(table, horizontal_max(amax));

@@ -34,7 +34,8 @@ void require_layer(const BlockTransform& transform, const formats::PackedMatrix&
     formats::require_group(f, transform.group());
     if (weights.d_in != transform.d_in())
         fail(WUSH_ERR_INVALID_ARGUMENT, "the qweight's d_in (" + std::to_string(weights.d_in) +
-                                            ") differs from the transform's (" + std::to_string(transform.d_in()) + ")");
+                                            ") differs from the transform's (" + std::to_string(transform.d_in()) +
+                                            ")");
     if (f.group != 16 && f.group != 32) fail(WUSH_ERR_UNSUPPORTED, "the runtime supports group sizes 16 and 32");
 }
 

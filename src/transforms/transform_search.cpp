@@ -77,8 +77,8 @@ BlockSample surrogate_sample(std::span<const double> m_x, std::span<const double
     s.n = noise.size() / g;
     std::vector<double> x(noise.size());
     // Row t of X is L z_t: X = Z L^T.
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.n), int(g), int(g), 1.0, noise.data(), int(g),
-                l.data(), int(g), 0.0, x.data(), int(g));
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.n), int(g), int(g), 1.0, noise.data(), int(g), l.data(),
+                int(g), 0.0, x.data(), int(g));
     s.x.assign(x.begin(), x.end());
     return s;
 }
@@ -243,13 +243,14 @@ CandidateCounts search_candidate_counts(const SearchOptions& options, wush_forma
             pick(options.screen_keep, nv ? 2 : 0)};
 }
 
-std::vector<double> transformed_inverse_factor(std::span<const double> t_w, std::span<const double> u_bb, std::size_t g) {
+std::vector<double> transformed_inverse_factor(std::span<const double> t_w, std::span<const double> u_bb,
+                                               std::size_t g) {
     require(t_w.size() == g * g && u_bb.size() == g * g, "transformed_inverse_factor: T_w and U_bb must be G x G");
     std::vector<double> a(g * g), hinv(g * g);
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(g), int(g), int(g), 1.0, t_w.data(), int(g), u_bb.data(),
                 int(g), 0.0, a.data(), int(g));  // T_w U^T
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(g), int(g), int(g), 1.0, a.data(), int(g), a.data(), int(g),
-                0.0, hinv.data(), int(g));  // (T_w U^T)(U T_w^T)
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(g), int(g), int(g), 1.0, a.data(), int(g), a.data(),
+                int(g), 0.0, hinv.data(), int(g));  // (T_w U^T)(U T_w^T)
     if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'U', int(g), hinv.data(), int(g)) != 0) return {};
     for (std::size_t r = 0; r < g; ++r) std::fill_n(hinv.begin() + r * g, r, 0.0);
     return hinv;
@@ -266,7 +267,8 @@ double block_score(const formats::FormatSpec& format, const float* t_act, std::s
 SearchResult search_block(TransformKind kind, const BlockSolution& solution, const formats::FormatSpec& format,
                           const BlockSample& sample, wush_dtype storage, const SearchOptions& options,
                           std::uint64_t seed, std::size_t block) {
-    require(kind == TransformKind::WUS || kind == TransformKind::WUSH, "search: only WUS and WUSH have free parameters");
+    require(kind == TransformKind::WUS || kind == TransformKind::WUSH,
+            "search: only WUS and WUSH have free parameters");
     require(format.group == sample.x.size() / std::max<std::size_t>(1, sample.n),
             std::string("search: format ") + format.name + "'s group size differs from the block size");
     const std::size_t g = format.group, gg = g * g;
@@ -281,8 +283,7 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
     if (kind == TransformKind::WUSH)
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(g), int(g), int(g), 1.0, h.data(), int(g),
                     solution.t_act.data(), int(g), 0.0, a.data(), int(g));
-    else
-        a = solution.t_act;
+    else a = solution.t_act;
     // Every candidate is c P D M with P, D orthogonal and symmetric, so its inverse-transpose is
     // c^{-1} P D M^{-T}: one inversion per block (of A) instead of one LU per candidate, which
     // would dominate the search's cost. (The stored matrix is the storage-rounded c P D A; its

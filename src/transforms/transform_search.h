@@ -48,11 +48,11 @@ namespace wush {
 
 // The scored data of one block.
 struct BlockSample {
-    std::size_t n = 0;       // tokens
+    std::size_t n = 0;         // tokens
     bool real_tokens = false;  // token_sample (true) or surrogate_sample (false)
-    std::size_t rows = 0;    // weight rows
-    std::vector<float> x;    // n x G
-    std::vector<float> w;    // rows x G
+    std::size_t rows = 0;      // weight rows
+    std::vector<float> x;      // n x G
+    std::vector<float> w;      // rows x G
     // GPTQ only (else empty): the G x G upper factor U_bb of the block's inverse Hessian
     // (U^T U = H^{-1}, rows and columns of the block); the weight side is then scored by GPTQ's
     // in-block pass instead of RTN.
@@ -121,6 +121,7 @@ SearchResult search_layer_block(const TransformOptions& options, const formats::
 // GPTQ's error-feedback factor in the transformed space: the upper Cholesky factor of
 // T_w (U_bb^T U_bb) T_w^T (G x G row-major, lower triangle zero); empty if that is not positive
 // definite.
-std::vector<double> transformed_inverse_factor(std::span<const double> t_w, std::span<const double> u_bb, std::size_t g);
+std::vector<double> transformed_inverse_factor(std::span<const double> t_w, std::span<const double> u_bb,
+                                               std::size_t g);
 
 }  // namespace wush

@@ -11,15 +11,14 @@
 static int g_failures = 0;
 static int g_checks = 0;
 
-#define CHECK(cond)                                                                                              \
-    do {                                                                                                         \
-        ++g_checks;                                                                                              \
-        if (!(cond)) {                                                                                           \
-            ++g_failures;                                                                                        \
-            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond,             \
-                    wush_last_error());                                                                          \
-        }                                                                                                        \
-    } while (0)
+#define CHECK(cond)                                                                                                \
+  do {                                                                                                             \
+    ++g_checks;                                                                                                    \
+    if (!(cond)) {                                                                                                 \
+      ++g_failures;                                                                                                \
+      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, wush_last_error()); \
+    }                                                                                                              \
+  } while (0)
 
 #define CHECK_STATUS(call, expected) CHECK((call) == (expected))
 

@@ -16,18 +16,17 @@
 /* The block size the transform tests calibrate with. */
 enum { TG = 32 };
 
-
 /* Like CHECK, with a printed value pair when the comparison fails. */
-#define CHECK_CLOSE(a, b, rel)                                                                       \
-    do {                                                                                             \
-        double ca_ = (a), cb_ = (b);                                                                 \
-        ++g_checks;                                                                                  \
-        if (!rel_close(ca_, cb_, (rel))) {                                                           \
-            ++g_failures;                                                                            \
-            fprintf(stderr, "%s:%d: CHECK_CLOSE failed: %s = %.17g vs %s = %.17g (rel tol %g)\n",    \
-                    __FILE__, __LINE__, #a, ca_, #b, cb_, (double)(rel));                            \
-        }                                                                                            \
-    } while (0)
+#define CHECK_CLOSE(a, b, rel)                                                                                      \
+  do {                                                                                                              \
+    double ca_ = (a), cb_ = (b);                                                                                    \
+    ++g_checks;                                                                                                     \
+    if (!rel_close(ca_, cb_, (rel))) {                                                                              \
+      ++g_failures;                                                                                                 \
+      fprintf(stderr, "%s:%d: CHECK_CLOSE failed: %s = %.17g vs %s = %.17g (rel tol %g)\n", __FILE__, __LINE__, #a, \
+              ca_, #b, cb_, (double)(rel));                                                                         \
+    }                                                                                                               \
+  } while (0)
 
 /* ------------------------------------------------------------------------------------------------
  * Helpers: deterministic data, float64 linear algebra
@@ -35,7 +34,9 @@ enum { TG = 32 };
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 
-static inline void rng_seed(uint64_t s) { g_rng = s * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull; }
+static inline void rng_seed(uint64_t s) {
+    g_rng = s * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+}
 
 static inline uint64_t rng_next(void) { /* xorshift64* */
     g_rng ^= g_rng >> 12;
@@ -44,7 +45,9 @@ static inline uint64_t rng_next(void) { /* xorshift64* */
     return g_rng * 0x2545F4914F6CDD1Dull;
 }
 
-static inline double rng_uniform(void) { return ((double)(rng_next() >> 11) + 0.5) / 9007199254740992.0; }
+static inline double rng_uniform(void) {
+    return ((double)(rng_next() >> 11) + 0.5) / 9007199254740992.0;
+}
 
 static inline double rng_gauss(void) { /* Box-Muller */
     const double u = rng_uniform(), v = rng_uniform();
@@ -230,7 +233,6 @@ static inline int state_equals(const wush_calibrator* c, const double* state, si
     return same;
 }
 
-
 /* ------------------------------------------------------------------------------------------------
  * The small example layer, shared by the transform, progress and loss tests
  * ----------------------------------------------------------------------------------------------*/
@@ -257,7 +259,6 @@ static inline void free_layer(Layer* l) {
     free(l->cal);
     free(l->held);
 }
-
 
 /* A test on a CPU context and the small example layer ("small_256x512", seed 1, 1024 calibration
  * and 256 held-out tokens). */

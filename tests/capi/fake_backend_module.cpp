@@ -4,8 +4,12 @@
 
 namespace {
 
-int no_devices(wush::backend::ModuleError*) { return 0; }
-wush::backend::Backend* no_backend(int, wush::backend::ModuleError*) { return nullptr; }
+int no_devices(wush::backend::ModuleError*) {
+    return 0;
+}
+wush::backend::Backend* no_backend(int, wush::backend::ModuleError*) {
+    return nullptr;
+}
 
 const wush::backend::ModuleApi kApi = {
     wush::backend::kModuleInterfaceVersion,

@@ -16,7 +16,7 @@
 
 #include "check.h"
 #ifdef WUSH_TEST_CUDA
-#include <cuda_runtime_api.h>
+#  include <cuda_runtime_api.h>
 #endif
 
 enum { D_IN = 256, D_OUT = 100, N_CAL = 512 };
@@ -106,8 +106,9 @@ static Layer make_layer(wush_context* cpu, wush_transform_kind kind, wush_format
     } else {
         CHECK_STATUS(wush_transform_create_fixed(kind, D_IN, g, NULL, &l.t), WUSH_OK);
     }
-    CHECK_STATUS(wush_qweight_create(cpu, l.t, format, WUSH_METHOD_RTN, WUSH_DTYPE_F32, weight, D_OUT, D_IN, NULL, &l.w),
-                 WUSH_OK);
+    CHECK_STATUS(
+        wush_qweight_create(cpu, l.t, format, WUSH_METHOD_RTN, WUSH_DTYPE_F32, weight, D_OUT, D_IN, NULL, &l.w),
+        WUSH_OK);
     return l;
 }
 
@@ -152,9 +153,9 @@ static void check_layer(wush_context* ctx, wush_context* ref_ctx, const Layer* l
     size_t cb = 0, sb = 0, ws_bytes = 0;
     CHECK_STATUS(wush_format_buffer_sizes(l->format, m, D_IN, &cb, &sb), WUSH_OK);
     uint8_t *ref_codes = malloc(cb), *ref_scales = malloc(sb), *codes = malloc(cb), *scales = malloc(sb);
-    CHECK_STATUS(wush_quantize_activations(ref_ctx, l->t, l->format, WUSH_DTYPE_F32, x, m, D_IN, ref_codes, cb,
-                                           ref_scales, sb),
-                 WUSH_OK);
+    CHECK_STATUS(
+        wush_quantize_activations(ref_ctx, l->t, l->format, WUSH_DTYPE_F32, x, m, D_IN, ref_codes, cb, ref_scales, sb),
+        WUSH_OK);
 
     void *dx = dev_alloc(sizeof(float) * m * D_IN), *dc = dev_alloc(cb), *ds = dev_alloc(sb);
     void* dy = dev_alloc(sizeof(float) * m * D_OUT);
@@ -184,7 +185,8 @@ static void check_layer(wush_context* ctx, wush_context* ref_ctx, const Layer* l
 
     CHECK_STATUS(wush_linear_workspace_size(ctx, lin, m, &ws_bytes), WUSH_OK);
     void* dws = dev_alloc(ws_bytes);
-    CHECK_STATUS(wush_linear_run(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, dy, m * D_OUT, dws, ws_bytes), WUSH_OK);
+    CHECK_STATUS(wush_linear_run(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, dy, m * D_OUT, dws, ws_bytes),
+                 WUSH_OK);
     CHECK_STATUS(wush_context_synchronize(ctx), WUSH_OK);
     to_host(y, dy, sizeof(float) * m * D_OUT);
     CHECK(close_to(y, yref, mag, m * D_OUT));
@@ -198,8 +200,9 @@ static void check_layer(wush_context* ctx, wush_context* ref_ctx, const Layer* l
     size_t fw_bytes = 0;
     CHECK_STATUS(wush_linear_forward_workspace_size(ctx, l->t, l->w, m, &fw_bytes), WUSH_OK);
     void* dfw = dev_alloc(fw_bytes);
-    CHECK_STATUS(wush_linear_forward(ctx, l->t, l->w, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, dy, m * D_OUT, dfw, fw_bytes),
-                 WUSH_OK);
+    CHECK_STATUS(
+        wush_linear_forward(ctx, l->t, l->w, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, dy, m * D_OUT, dfw, fw_bytes),
+        WUSH_OK);
     to_host(y, dy, sizeof(float) * m * D_OUT);
     CHECK(close_to(y, yref, mag, m * D_OUT));
 
@@ -299,10 +302,10 @@ static void check_overflowing_product(wush_context* ctx, const Layer* l) {
     uint8_t* codes = malloc(cb);
     uint8_t* scales = malloc(sb);
     float* y = malloc(sizeof(float) * m * D_OUT);
-    memset(codes, 0x77, cb);  /* every element +6 */
-    memset(scales, 127, sb);  /* 2^0 */
+    memset(codes, 0x77, cb); /* every element +6 */
+    memset(scales, 127, sb); /* 2^0 */
     CHECK_STATUS(wush_gemm(ctx, l->w, codes, cb, scales, sb, m, WUSH_DTYPE_F32, y, m * D_OUT), WUSH_OK);
-    memset(scales, 254, sb);  /* 2^127: valid, but 6 x 2^127 x weights overflows */
+    memset(scales, 254, sb); /* 2^127: valid, but 6 x 2^127 x weights overflows */
     CHECK_STATUS(wush_gemm(ctx, l->w, codes, cb, scales, sb, m, WUSH_DTYPE_F32, y, m * D_OUT), WUSH_ERR_NON_FINITE);
     CHECK(strstr(wush_last_error(), "overflows float32") != NULL);
     free(codes);
@@ -330,7 +333,8 @@ static void check_misuse(wush_context* ctx, wush_context* other, const Layer* l)
     /* Mismatched transform and weights (another group size). */
     wush_transform* t16 = NULL;
     CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, D_IN, 16, NULL, &t16), WUSH_OK);
-    if (l->format != WUSH_FORMAT_NVFP4) CHECK_STATUS(wush_linear_create(ctx, t16, l->w, &lin), WUSH_ERR_INVALID_ARGUMENT);
+    if (l->format != WUSH_FORMAT_NVFP4)
+        CHECK_STATUS(wush_linear_create(ctx, t16, l->w, &lin), WUSH_ERR_INVALID_ARGUMENT);
     wush_transform_destroy(t16);
     /* Streams: a CPU context takes only NULL. */
     void* s = (void*)1;
@@ -352,7 +356,8 @@ static void check_cuda_specifics(wush_context* ctx, const Layer* l, const float*
     wush_linear* lin = NULL;
     CHECK_STATUS(wush_linear_create(ctx, l->t, l->w, &lin), WUSH_OK);
     CHECK_STATUS(wush_linear_workspace_size(ctx, lin, m, &ws_bytes), WUSH_OK);
-    void *dx = dev_alloc(sizeof(float) * m * D_IN), *dy = dev_alloc(sizeof(float) * m * D_OUT), *dws = dev_alloc(ws_bytes);
+    void *dx = dev_alloc(sizeof(float) * m * D_IN), *dy = dev_alloc(sizeof(float) * m * D_OUT),
+         *dws = dev_alloc(ws_bytes);
     float* host_y = malloc(sizeof(float) * m * D_OUT);
     float* graph_y = malloc(sizeof(float) * m * D_OUT);
     to_dev(dx, x, sizeof(float) * m * D_IN);
@@ -363,7 +368,8 @@ static void check_cuda_specifics(wush_context* ctx, const Layer* l, const float*
     cudaStream_t stream = NULL;
     CHECK(cudaStreamCreate(&stream) == cudaSuccess);
     CHECK_STATUS(wush_context_set_stream(ctx, stream), WUSH_OK);
-    CHECK_STATUS(wush_linear_run(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, dy, m * D_OUT, dws, ws_bytes), WUSH_OK);
+    CHECK_STATUS(wush_linear_run(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, dy, m * D_OUT, dws, ws_bytes),
+                 WUSH_OK);
     CHECK_STATUS(wush_context_synchronize(ctx), WUSH_OK);
     to_host(host_y, dy, sizeof(float) * m * D_OUT);
     CHECK(cudaMemset(dy, 0, sizeof(float) * m * D_OUT) == cudaSuccess);
@@ -371,7 +377,8 @@ static void check_cuda_specifics(wush_context* ctx, const Layer* l, const float*
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
     CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-    CHECK_STATUS(wush_linear_run(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, dy, m * D_OUT, dws, ws_bytes), WUSH_OK);
+    CHECK_STATUS(wush_linear_run(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, dy, m * D_OUT, dws, ws_bytes),
+                 WUSH_OK);
     CHECK(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
     CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
     CHECK(cudaGraphLaunch(exec, stream) == cudaSuccess);

@@ -171,31 +171,30 @@ static void test_quantize_bounds_and_errors(void) {
         /* Too-small buffers: status, and nothing written. */
         memset(codes, 0xCD, sizeof codes);
         memset(scales, 0xCD, sizeof scales);
-        CHECK_STATUS(wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, x, ROWS, COLS, codes, need_codes - 1, scales,
-                                        need_scales),
-                     WUSH_ERR_BUFFER_TOO_SMALL);
-        CHECK_STATUS(wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, x, ROWS, COLS, codes, need_codes, scales,
-                                        need_scales - 1),
-                     WUSH_ERR_BUFFER_TOO_SMALL);
+        CHECK_STATUS(
+            wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, x, ROWS, COLS, codes, need_codes - 1, scales, need_scales),
+            WUSH_ERR_BUFFER_TOO_SMALL);
+        CHECK_STATUS(
+            wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, x, ROWS, COLS, codes, need_codes, scales, need_scales - 1),
+            WUSH_ERR_BUFFER_TOO_SMALL);
         CHECK(all_bytes_are(codes, sizeof codes, 0xCD) && all_bytes_are(scales, sizeof scales, 0xCD));
-        CHECK_STATUS(wush_dequantize_rows(ctx, f, codes, need_codes, scales, need_scales, ROWS, COLS, y,
-                                          ROWS * COLS - 1),
-                     WUSH_ERR_BUFFER_TOO_SMALL);
+        CHECK_STATUS(
+            wush_dequantize_rows(ctx, f, codes, need_codes, scales, need_scales, ROWS, COLS, y, ROWS * COLS - 1),
+            WUSH_ERR_BUFFER_TOO_SMALL);
 
         /* Bad shapes and pointers. */
-        CHECK_STATUS(wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, x, ROWS, COLS - 8, codes, need_codes, scales,
-                                        need_scales),
-                     WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(
+            wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, x, ROWS, COLS - 8, codes, need_codes, scales, need_scales),
+            WUSH_ERR_INVALID_ARGUMENT);
         CHECK(strstr(wush_last_error(), "not a positive multiple") != NULL);
-        CHECK_STATUS(wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, NULL, ROWS, COLS, codes, need_codes, scales,
-                                        need_scales),
-                     WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(
+            wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, NULL, ROWS, COLS, codes, need_codes, scales, need_scales),
+            WUSH_ERR_INVALID_ARGUMENT);
         CHECK_STATUS(wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, x, ROWS, COLS, NULL, need_codes, scales, need_scales),
                      WUSH_ERR_INVALID_ARGUMENT);
         CHECK_STATUS(wush_quantize_rows(ctx, f, (wush_dtype)9, x, ROWS, COLS, codes, need_codes, scales, need_scales),
                      WUSH_ERR_INVALID_ARGUMENT);
-        CHECK_STATUS(wush_quantize_rows(NULL, f, WUSH_DTYPE_F32, x, ROWS, COLS, codes, need_codes, scales,
-                                        need_scales),
+        CHECK_STATUS(wush_quantize_rows(NULL, f, WUSH_DTYPE_F32, x, ROWS, COLS, codes, need_codes, scales, need_scales),
                      WUSH_ERR_INVALID_ARGUMENT);
         /* Zero rows: a no-op, NULL buffers allowed. */
         CHECK_STATUS(wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, NULL, 0, COLS, NULL, 0, NULL, 0), WUSH_OK);
@@ -278,7 +277,7 @@ static void test_checkpoint_copy_mode(void) {
     CHECK(loss_after == loss_before && loss_before > 0.0);
     unlink(path);
     CHECK(wush_checkpoint_load_layer(ck, "layer", &lt2, &lq2) == WUSH_OK); /* the copy is what was opened */
-    wush_checkpoint_destroy(ck); /* the loaded qweights keep the copy */
+    wush_checkpoint_destroy(ck);                                           /* the loaded qweights keep the copy */
     CHECK(wush_layer_loss(ctx, lt2, lq2, WUSH_DTYPE_F32, wt, WUSH_DTYPE_F32, x, N, &loss_after) == WUSH_OK);
     CHECK(loss_after == loss_before);
     wush_qweight_destroy(lq2);
@@ -426,7 +425,8 @@ static void test_largest_finite_inputs(void) {
     for (i = 0; i < G; ++i) x[i] = 0.0f;
     x[0] = edge;
     x[1] = -edge;
-    CHECK(wush_quantize_rows(ctx, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, x, 1, G, codes, sizeof codes, scales, 1) == WUSH_OK);
+    CHECK(wush_quantize_rows(ctx, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, x, 1, G, codes, sizeof codes, scales, 1) ==
+          WUSH_OK);
     CHECK(scales[0] == 0xFE);
     CHECK((codes[0] & 0x0F) == 0x6 && (codes[0] >> 4) == 0xE); /* E2M1 index 6 is 4; bit 3 is the sign */
     CHECK(wush_dequantize_rows(ctx, WUSH_FORMAT_MXFP4, codes, sizeof codes, scales, 1, 1, G, y, G) == WUSH_OK);
@@ -473,26 +473,28 @@ static void test_half_inputs(void) {
         }
         memset(s16, 0, sizeof s16);
         memset(sf, 0, sizeof sf);
-        CHECK_STATUS(wush_quantize_rows(ctx, kFormats[k], WUSH_DTYPE_F16, half, 1, COLS, c16, sizeof c16, s16, sizeof s16),
-                     WUSH_OK);
-        CHECK_STATUS(wush_quantize_rows(ctx, kFormats[k], WUSH_DTYPE_F32, as_float, 1, COLS, cf, sizeof cf, sf, sizeof sf),
-                     WUSH_OK);
+        CHECK_STATUS(
+            wush_quantize_rows(ctx, kFormats[k], WUSH_DTYPE_F16, half, 1, COLS, c16, sizeof c16, s16, sizeof s16),
+            WUSH_OK);
+        CHECK_STATUS(
+            wush_quantize_rows(ctx, kFormats[k], WUSH_DTYPE_F32, as_float, 1, COLS, cf, sizeof cf, sf, sizeof sf),
+            WUSH_OK);
         CHECK(memcmp(c16, cf, sizeof cf) == 0 && memcmp(s16, sf, sizeof sf) == 0);
         memset(s16, 0, sizeof s16);
         memset(sf, 0, sizeof sf);
-        CHECK_STATUS(wush_quantize_rows(ctx, kFormats[k], WUSH_DTYPE_BF16, bhalf, 1, COLS, c16, sizeof c16, s16,
-                                        sizeof s16),
-                     WUSH_OK);
-        CHECK_STATUS(wush_quantize_rows(ctx, kFormats[k], WUSH_DTYPE_F32, bf_as_float, 1, COLS, cf, sizeof cf, sf,
-                                        sizeof sf),
-                     WUSH_OK);
+        CHECK_STATUS(
+            wush_quantize_rows(ctx, kFormats[k], WUSH_DTYPE_BF16, bhalf, 1, COLS, c16, sizeof c16, s16, sizeof s16),
+            WUSH_OK);
+        CHECK_STATUS(
+            wush_quantize_rows(ctx, kFormats[k], WUSH_DTYPE_F32, bf_as_float, 1, COLS, cf, sizeof cf, sf, sizeof sf),
+            WUSH_OK);
         CHECK(memcmp(c16, cf, sizeof cf) == 0 && memcmp(s16, sf, sizeof sf) == 0);
     }
     /* A half infinity is caught too. */
     half[5] = 0x7C00;
-    CHECK_STATUS(wush_quantize_rows(ctx, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F16, half, 1, COLS, c16, sizeof c16, s16,
-                                    sizeof s16),
-                 WUSH_ERR_NON_FINITE);
+    CHECK_STATUS(
+        wush_quantize_rows(ctx, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F16, half, 1, COLS, c16, sizeof c16, s16, sizeof s16),
+        WUSH_ERR_NON_FINITE);
     wush_context_destroy(ctx);
 }
 

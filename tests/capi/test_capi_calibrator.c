@@ -354,7 +354,8 @@ static void test_calibrator_merge_and_state(wush_context* ctx) {
                 CHECK_STATUS(wush_calibrator_add(ctx, geo, WUSH_DTYPE_F32, xg, 8), WUSH_OK);
                 gs = export_all(geo, &gn);
                 CHECK(gs != NULL && gn == sz);
-                if (gs && gn == sz) CHECK_STATUS(wush_calibrator_import_state(fresh, gs, gn), WUSH_ERR_INVALID_ARGUMENT);
+                if (gs && gn == sz)
+                    CHECK_STATUS(wush_calibrator_import_state(fresh, gs, gn), WUSH_ERR_INVALID_ARGUMENT);
                 CHECK(state_equals(fresh, before, bn));
                 free(gs);
                 free(xg);
@@ -394,7 +395,6 @@ static void test_calibrator_merge_and_state(wush_context* ctx) {
     wush_calibrator_destroy(fresh);
     free(x);
 }
-
 
 int main(void) {
     wush_context* ctx = NULL;

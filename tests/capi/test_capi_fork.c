@@ -122,15 +122,16 @@ int main(void) {
     CHECK_STATUS(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx), WUSH_OK);
     CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, 2), WUSH_OK);
     CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, D_IN, G, NULL, &t), WUSH_OK);
-    CHECK_STATUS(wush_qweight_create(ctx, t, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, w, D_OUT, D_IN, NULL, &q),
-                 WUSH_OK);
+    CHECK_STATUS(
+        wush_qweight_create(ctx, t, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, w, D_OUT, D_IN, NULL, &q),
+        WUSH_OK);
     if (g_failures != 0) return 1;
     CHECK(compute(ctx, t, q, x, &parent));
     /* The parent's 2-thread results equal its 1-thread ones (the oracle does not depend on a thread). */
     CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, 1), WUSH_OK);
     CHECK(compute(ctx, t, q, x, &single) && same(&parent, &single));
     CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, 2), WUSH_OK);
-    for (round = 0; round < 2; ++round) {  /* a second fork after the parent's pool ran again */
+    for (round = 0; round < 2; ++round) { /* a second fork after the parent's pool ran again */
         int status = 0;
         pid_t pid;
         fflush(stderr);

@@ -55,7 +55,8 @@ int main(void) {
     /* RTN through wush_layer_quantize == wush_transform_build + wush_qweight_create */
     CHECK(wush_layer_quantize(ctx, block, WUSH_TRANSFORM_WUSH, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, w,
                               d_out, d_in, NULL, &t_rtn, &q_rtn) == WUSH_OK);
-    CHECK(wush_transform_build(ctx, block, WUSH_DTYPE_F32, w, d_out, d_in, WUSH_TRANSFORM_WUSH, NULL, &t_two) == WUSH_OK);
+    CHECK(wush_transform_build(ctx, block, WUSH_DTYPE_F32, w, d_out, d_in, WUSH_TRANSFORM_WUSH, NULL, &t_two) ==
+          WUSH_OK);
     CHECK(wush_qweight_create(ctx, t_two, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, w, d_out, d_in, NULL,
                               &q_two) == WUSH_OK);
     CHECK(same_weights(q_rtn, q_two));
@@ -118,7 +119,8 @@ int main(void) {
         CHECK(wush_calibrator_create(d_in, 32, WUSH_MOMENTS_FULL, &zero) == WUSH_OK);
         CHECK(wush_calibrator_add(ctx, zero, WUSH_DTYPE_F32, zeros, 64) == WUSH_OK);
         CHECK(wush_layer_quantize(ctx, zero, WUSH_TRANSFORM_IDENTITY, WUSH_FORMAT_MXFP4, WUSH_METHOD_GPTQ,
-                                  WUSH_DTYPE_F32, w, d_out, d_in, NULL, &t_untouched, &q_untouched) == WUSH_ERR_NUMERICAL);
+                                  WUSH_DTYPE_F32, w, d_out, d_in, NULL, &t_untouched,
+                                  &q_untouched) == WUSH_ERR_NUMERICAL);
         CHECK(strstr(wush_last_error(), "Hessian") != NULL);
         free(zeros);
     }

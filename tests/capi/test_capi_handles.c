@@ -29,9 +29,9 @@ static void test_handles(wush_context* ctx, const Layer* l) {
 
     CHECK_STATUS(wush_calibrator_create(d, 32, WUSH_MOMENTS_BLOCK_DIAGONAL, &cal), WUSH_OK);
     CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, d, 32, NULL, &t), WUSH_OK);
-    CHECK_STATUS(wush_qweight_create(ctx, t, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, l->w, l->d_out, d, NULL,
-                                     &q),
-                 WUSH_OK);
+    CHECK_STATUS(
+        wush_qweight_create(ctx, t, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, l->w, l->d_out, d, NULL, &q),
+        WUSH_OK);
     CHECK_STATUS(wush_options_create(&o), WUSH_OK);
 
     /* handles of the wrong type are rejected, and wrong-type destroys release nothing */
@@ -41,9 +41,9 @@ static void test_handles(wush_context* ctx, const Layer* l) {
     CHECK_STATUS(wush_calibrator_token_count((const wush_calibrator*)t, &tokens), WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_calibrator_add(ctx, (wush_calibrator*)o, WUSH_DTYPE_F32, l->cal, 1), WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_calibrator_add((wush_context*)cal, cal, WUSH_DTYPE_F32, l->cal, 1), WUSH_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(wush_layer_loss(ctx, (const wush_transform*)q, q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, 1,
-                                 &loss),
-                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(
+        wush_layer_loss(ctx, (const wush_transform*)q, q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, 1, &loss),
+        WUSH_ERR_INVALID_ARGUMENT);
     wush_transform_destroy((wush_transform*)q);
     wush_qweight_destroy((wush_qweight*)t);
     wush_calibrator_destroy((wush_calibrator*)o);
@@ -89,7 +89,8 @@ static void test_handles(wush_context* ctx, const Layer* l) {
             CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_IDENTITY, d, 32, NULL, &fresh[i]), WUSH_OK);
             reused = (const void*)fresh[i] == old_address;
         }
-        if (!reused) printf("capi_core: note: the allocator did not reuse the address; the stale-handle check is weaker\n");
+        if (!reused)
+            printf("capi_core: note: the allocator did not reuse the address; the stale-handle check is weaker\n");
         CHECK_STATUS(wush_checkpoint_write(ck, "wush_test_stale_handle.safetensors", NULL), WUSH_ERR_INVALID_ARGUMENT);
         CHECK(strstr(wush_last_error(), "destroyed") != NULL);
         remove("wush_test_stale_handle.safetensors");
@@ -128,11 +129,20 @@ static int valid_utf8(const char* s) {
     while (*p) {
         size_t n, k;
         unsigned char lo = 0x80, hi = 0xBF;
-        if (*p < 0x80) { ++p; continue; }
+        if (*p < 0x80) {
+            ++p;
+            continue;
+        }
         if (*p >= 0xC2 && *p <= 0xDF) n = 2;
-        else if (*p >= 0xE0 && *p <= 0xEF) { n = 3; if (*p == 0xE0) lo = 0xA0; if (*p == 0xED) hi = 0x9F; }
-        else if (*p >= 0xF0 && *p <= 0xF4) { n = 4; if (*p == 0xF0) lo = 0x90; if (*p == 0xF4) hi = 0x8F; }
-        else return 0;
+        else if (*p >= 0xE0 && *p <= 0xEF) {
+            n = 3;
+            if (*p == 0xE0) lo = 0xA0;
+            if (*p == 0xED) hi = 0x9F;
+        } else if (*p >= 0xF0 && *p <= 0xF4) {
+            n = 4;
+            if (*p == 0xF0) lo = 0x90;
+            if (*p == 0xF4) hi = 0x8F;
+        } else return 0;
         if (p[1] < lo || p[1] > hi) return 0;
         for (k = 2; k < n; ++k)
             if (p[k] < 0x80 || p[k] > 0xBF) return 0;
@@ -152,8 +162,8 @@ static void test_utf8(wush_context* ctx, const Layer* l) {
     static const char header[] = "{\"\xff\xfe\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}";
     FILE* f;
     CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, l->d_in, 32, NULL, &t), WUSH_OK);
-    CHECK_STATUS(wush_qweight_create(ctx, t, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, l->w, l->d_out, l->d_in,
-                                     NULL, &q),
+    CHECK_STATUS(wush_qweight_create(ctx, t, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, l->w, l->d_out,
+                                     l->d_in, NULL, &q),
                  WUSH_OK);
     CHECK_STATUS(wush_checkpoint_create(&ck), WUSH_OK);
     CHECK_STATUS(wush_checkpoint_add_layer(ck, "bad\xff\xfename", t, q), WUSH_ERR_INVALID_ARGUMENT);

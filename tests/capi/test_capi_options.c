@@ -110,7 +110,6 @@ static void test_options(void) {
     wush_options_destroy(o); /* double destroy: no-op */
 }
 
-
 /* ------------------------------------------------------------------------------------------------
  * WUSH_OPTION_SEARCH: the option's bounds, where it applies, and what it produces
  * ----------------------------------------------------------------------------------------------*/
@@ -143,17 +142,18 @@ static void test_search(wush_context* ctx, const Layer* l) {
     CHECK_STATUS(wush_calibrator_add(ctx, cal, WUSH_DTYPE_F32, l->cal, l->n_cal), WUSH_OK);
     /* the search needs the format: wush_transform_build refuses it for WUSH; the data-free kinds
      * have nothing to search, so both entry points refuse a search of them instead of ignoring it */
-    CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, l->d_in, WUSH_TRANSFORM_WUSH, o,
-                                      &untouched),
-                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(
+        wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, l->d_in, WUSH_TRANSFORM_WUSH, o, &untouched),
+        WUSH_ERR_INVALID_ARGUMENT);
     CHECK(untouched == (wush_transform*)0x1);
     {
-        const wush_transform_kind data_free[] = {WUSH_TRANSFORM_IDENTITY, WUSH_TRANSFORM_HADAMARD, WUSH_TRANSFORM_RANDOM};
+        const wush_transform_kind data_free[] = {WUSH_TRANSFORM_IDENTITY, WUSH_TRANSFORM_HADAMARD,
+                                                 WUSH_TRANSFORM_RANDOM};
         size_t k;
         for (k = 0; k < 3; ++k) {
-            CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, l->d_in, data_free[k], o,
-                                              &untouched),
-                         WUSH_ERR_INVALID_ARGUMENT);
+            CHECK_STATUS(
+                wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, l->d_in, data_free[k], o, &untouched),
+                WUSH_ERR_INVALID_ARGUMENT);
             CHECK(strstr(wush_last_error(), "nothing to search") != NULL);
             CHECK_STATUS(wush_layer_quantize(ctx, cal, data_free[k], WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32,
                                              l->w, l->d_out, l->d_in, o, &untouched, &untouched_q),
@@ -163,9 +163,9 @@ static void test_search(wush_context* ctx, const Layer* l) {
                          WUSH_ERR_INVALID_ARGUMENT);
             CHECK(untouched == (wush_transform*)0x1 && untouched_q == (wush_qweight*)0x1);
             /* without the search the same calls succeed */
-            CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, l->d_in, data_free[k], NULL,
-                                              &t),
-                         WUSH_OK);
+            CHECK_STATUS(
+                wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, l->d_in, data_free[k], NULL, &t),
+                WUSH_OK);
             wush_transform_destroy(t);
             t = NULL;
         }
@@ -197,10 +197,11 @@ static void test_search(wush_context* ctx, const Layer* l) {
         CHECK_STATUS(wush_transform_matrices(plain_t, b, l->d_in * TG), WUSH_OK);
         for (i = 0; i < l->d_in * TG; ++i) differ += a[i] != b[i];
         CHECK(differ > 0);
-        CHECK_STATUS(wush_layer_loss(ctx, t, q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, l->n_held, &loss_s), WUSH_OK);
-        CHECK_STATUS(wush_layer_loss(ctx, plain_t, plain_q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, l->n_held,
-                                     &loss_p),
+        CHECK_STATUS(wush_layer_loss(ctx, t, q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, l->n_held, &loss_s),
                      WUSH_OK);
+        CHECK_STATUS(
+            wush_layer_loss(ctx, plain_t, plain_q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, l->n_held, &loss_p),
+            WUSH_OK);
         CHECK(loss_s > 0.0 && loss_s <= 1.02 * loss_p);
         free(a);
         free(b);
@@ -245,12 +246,13 @@ static void test_search(wush_context* ctx, const Layer* l) {
         /* the search scores on the sample: an ordinary, valid result */
         t = NULL;
         q = NULL;
-        CHECK_STATUS(wush_layer_quantize(ctx, sc, WUSH_TRANSFORM_WUSH, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32,
-                                         l->w, l->d_out, l->d_in, o, &t, &q),
+        CHECK_STATUS(wush_layer_quantize(ctx, sc, WUSH_TRANSFORM_WUSH, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN,
+                                         WUSH_DTYPE_F32, l->w, l->d_out, l->d_in, o, &t, &q),
                      WUSH_OK);
         if (t && q) {
             double ls = -1.0;
-            CHECK_STATUS(wush_layer_loss(ctx, t, q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, l->n_held, &ls), WUSH_OK);
+            CHECK_STATUS(wush_layer_loss(ctx, t, q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, l->n_held, &ls),
+                         WUSH_OK);
             CHECK(ls > 0.0 && ls <= 1.05 * loss_p);
         }
         wush_transform_destroy(t);
@@ -266,11 +268,12 @@ static void test_search(wush_context* ctx, const Layer* l) {
     q = NULL;
     CHECK_STATUS(wush_calibrator_create(l->d_in, TG, WUSH_MOMENTS_FULL, &full), WUSH_OK);
     CHECK_STATUS(wush_calibrator_add(ctx, full, WUSH_DTYPE_F32, l->cal, l->n_cal), WUSH_OK);
-    CHECK_STATUS(wush_layer_quantize(ctx, full, WUSH_TRANSFORM_WUSH, WUSH_FORMAT_MXFP4, WUSH_METHOD_GPTQ, WUSH_DTYPE_F32,
-                                     l->w, l->d_out, l->d_in, o, &t, &q),
+    CHECK_STATUS(wush_layer_quantize(ctx, full, WUSH_TRANSFORM_WUSH, WUSH_FORMAT_MXFP4, WUSH_METHOD_GPTQ,
+                                     WUSH_DTYPE_F32, l->w, l->d_out, l->d_in, o, &t, &q),
                  WUSH_OK);
     if (t && q) {
-        CHECK_STATUS(wush_layer_loss(ctx, t, q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, l->n_held, &loss_s), WUSH_OK);
+        CHECK_STATUS(wush_layer_loss(ctx, t, q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, l->n_held, &loss_s),
+                     WUSH_OK);
         CHECK(loss_s > 0.0 && loss_s < loss_p); /* GPTQ+search below RTN WUSH */
     }
     wush_transform_destroy(t);

@@ -54,13 +54,15 @@ static double api_loss(wush_context* ctx, const wush_transform* t, wush_format f
     double loss = -1.0;
     if (wush_qweight_create(ctx, t, f, WUSH_METHOD_RTN, WUSH_DTYPE_F32, l->w, l->d_out, l->d_in, NULL, &q) != WUSH_OK)
         return -1.0;
-    if (wush_layer_loss(ctx, t, q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, l->n_held, &loss) != WUSH_OK) loss = -1.0;
+    if (wush_layer_loss(ctx, t, q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, l->n_held, &loss) != WUSH_OK)
+        loss = -1.0;
     wush_qweight_destroy(q);
     return loss;
 }
 
 static void test_qweight_and_loss(wush_context* ctx, const Layer* l) {
-    static const wush_format formats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4, WUSH_FORMAT_MXFP4_OCP};
+    static const wush_format formats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4,
+                                          WUSH_FORMAT_MXFP4_OCP};
     const size_t d = l->d_in;
     wush_transform *id32 = NULL, *id16 = NULL;
     wush_qweight* untouched = (wush_qweight*)0x1;
@@ -77,14 +79,14 @@ static void test_qweight_and_loss(wush_context* ctx, const Layer* l) {
                                      NULL, &untouched),
                  WUSH_ERR_INVALID_ARGUMENT);
     /* other argument checks */
-    CHECK_STATUS(wush_qweight_create(ctx, id32, WUSH_FORMAT_MXFP4, (wush_method)1, WUSH_DTYPE_F32, l->w, l->d_out, d, NULL,
-                                     &untouched),
-                 WUSH_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(wush_qweight_create(ctx, id32, (wush_format)4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, l->w, l->d_out, d, NULL,
-                                     &untouched),
-                 WUSH_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(wush_qweight_create(ctx, id32, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, l->w, l->d_out, d - 32,
+    CHECK_STATUS(wush_qweight_create(ctx, id32, WUSH_FORMAT_MXFP4, (wush_method)1, WUSH_DTYPE_F32, l->w, l->d_out, d,
                                      NULL, &untouched),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_qweight_create(ctx, id32, (wush_format)4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, l->w, l->d_out, d,
+                                     NULL, &untouched),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_qweight_create(ctx, id32, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, l->w, l->d_out,
+                                     d - 32, NULL, &untouched),
                  WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_qweight_create(ctx, id32, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, l->w, 0, d, NULL,
                                      &untouched),
@@ -120,8 +122,8 @@ static void test_qweight_and_loss(wush_context* ctx, const Layer* l) {
         unsigned char *rc, *rs;
         CHECK_STATUS(wush_format_group_size(f, &g), WUSH_OK);
         CHECK_STATUS(wush_format_buffer_sizes(f, l->d_out, d, &want_c, &want_s), WUSH_OK);
-        CHECK_STATUS(wush_qweight_create(ctx, g == 32 ? id32 : id16, f, WUSH_METHOD_RTN, WUSH_DTYPE_F32, l->w, l->d_out, d,
-                                         NULL, &q),
+        CHECK_STATUS(wush_qweight_create(ctx, g == 32 ? id32 : id16, f, WUSH_METHOD_RTN, WUSH_DTYPE_F32, l->w, l->d_out,
+                                         d, NULL, &q),
                      WUSH_OK);
         CHECK_STATUS(wush_qweight_info(q, &qf, &qm, &qd_out, &qd_in), WUSH_OK);
         CHECK(qf == f && qm == WUSH_METHOD_RTN && qd_out == l->d_out && qd_in == d);
@@ -162,8 +164,9 @@ static void test_qweight_and_loss(wush_context* ctx, const Layer* l) {
         CHECK_STATUS(wush_calibrator_add(ctx, cal, WUSH_DTYPE_F32, l->cal, l->n_cal), WUSH_OK);
         CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, d, WUSH_TRANSFORM_WUSH, NULL, &tw),
                      WUSH_OK);
-        CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, d, WUSH_TRANSFORM_HADAMARD, NULL, &th),
-                     WUSH_OK);
+        CHECK_STATUS(
+            wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, d, WUSH_TRANSFORM_HADAMARD, NULL, &th),
+            WUSH_OK);
         lw = api_loss(ctx, tw, WUSH_FORMAT_MXFP4, l);
         lh = api_loss(ctx, th, WUSH_FORMAT_MXFP4, l);
         li = api_loss(ctx, id32, WUSH_FORMAT_MXFP4, l);
@@ -178,8 +181,8 @@ static void test_qweight_and_loss(wush_context* ctx, const Layer* l) {
         {
             wush_qweight *q = NULL, *q16 = NULL;
             double loss = -9.0;
-            CHECK_STATUS(wush_qweight_create(ctx, tw, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, l->w, l->d_out,
-                                             d, NULL, &q),
+            CHECK_STATUS(wush_qweight_create(ctx, tw, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, l->w,
+                                             l->d_out, d, NULL, &q),
                          WUSH_OK);
             CHECK_STATUS(wush_layer_loss(ctx, tw, q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, 0, &loss),
                          WUSH_ERR_INVALID_ARGUMENT);
@@ -193,8 +196,8 @@ static void test_qweight_and_loss(wush_context* ctx, const Layer* l) {
                          WUSH_ERR_INVALID_ARGUMENT);
             CHECK_STATUS(wush_layer_loss(ctx, NULL, q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, l->n_held, &loss),
                          WUSH_ERR_INVALID_ARGUMENT);
-            CHECK_STATUS(wush_layer_loss(ctx, tw, (const wush_qweight*)tw, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held,
-                                         l->n_held, &loss),
+            CHECK_STATUS(wush_layer_loss(ctx, tw, (const wush_qweight*)tw, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32,
+                                         l->held, l->n_held, &loss),
                          WUSH_ERR_INVALID_ARGUMENT);
             CHECK_STATUS(wush_layer_loss(NULL, tw, q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, l->n_held, &loss),
                          WUSH_ERR_INVALID_ARGUMENT);
@@ -207,15 +210,17 @@ static void test_qweight_and_loss(wush_context* ctx, const Layer* l) {
             {
                 const float saved = l->held[5 * d + 77];
                 l->held[5 * d + 77] = NAN;
-                CHECK_STATUS(wush_layer_loss(ctx, tw, q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, l->n_held, &loss),
-                             WUSH_ERR_NON_FINITE);
+                CHECK_STATUS(
+                    wush_layer_loss(ctx, tw, q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, l->n_held, &loss),
+                    WUSH_ERR_NON_FINITE);
                 l->held[5 * d + 77] = saved;
             }
             {
                 const float saved = l->w[9];
                 l->w[9] = -INFINITY;
-                CHECK_STATUS(wush_layer_loss(ctx, tw, q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, l->n_held, &loss),
-                             WUSH_ERR_NON_FINITE);
+                CHECK_STATUS(
+                    wush_layer_loss(ctx, tw, q, WUSH_DTYPE_F32, l->w, WUSH_DTYPE_F32, l->held, l->n_held, &loss),
+                    WUSH_ERR_NON_FINITE);
                 l->w[9] = saved;
             }
             CHECK(loss == -9.0);

@@ -19,12 +19,13 @@
 #include "wush/wush.h"
 #include "check.h"
 
-
 /* ---- data ------------------------------------------------------------------------------------*/
 
 static uint64_t g_rng = 1;
 
-static void rng_seed(uint64_t s) { g_rng = s * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull; }
+static void rng_seed(uint64_t s) {
+    g_rng = s * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+}
 
 static double rng_gauss(void) { /* sum of uniforms: Gaussian enough for test data */
     double s = 0.0;
@@ -74,7 +75,8 @@ static wush_transform* make_transform(wush_context* ctx, wush_transform_kind kin
 
 static wush_qweight* make_qweight(wush_context* ctx, const wush_transform* t, wush_format f) {
     wush_qweight* q = NULL;
-    CHECK_STATUS(wush_qweight_create(ctx, t, f, WUSH_METHOD_RTN, WUSH_DTYPE_F32, g_layer.w, D_OUT, D_IN, NULL, &q), WUSH_OK);
+    CHECK_STATUS(wush_qweight_create(ctx, t, f, WUSH_METHOD_RTN, WUSH_DTYPE_F32, g_layer.w, D_OUT, D_IN, NULL, &q),
+                 WUSH_OK);
     return q;
 }
 
@@ -158,11 +160,14 @@ static void test_quantize_activations(void) {
         first_scales = (unsigned char*)malloc(sb);
 
         /* identity == quantize_rows, on every ISA */
-        CHECK_STATUS(wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, g_layer.x, N_TOK, D_IN, ref_codes, cb, ref_scales, sb), WUSH_OK);
+        CHECK_STATUS(wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, g_layer.x, N_TOK, D_IN, ref_codes, cb, ref_scales, sb),
+                     WUSH_OK);
         for (ii = 0; ii < n_isas; ++ii) {
             CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_CPU_ISA, isas[ii]), WUSH_OK);
             memset(codes, 0x5A, cb);
-            CHECK_STATUS(wush_quantize_activations(ctx, ident, f, WUSH_DTYPE_F32, g_layer.x, N_TOK, D_IN, codes, cb, scales, sb), WUSH_OK);
+            CHECK_STATUS(
+                wush_quantize_activations(ctx, ident, f, WUSH_DTYPE_F32, g_layer.x, N_TOK, D_IN, codes, cb, scales, sb),
+                WUSH_OK);
             CHECK(memcmp(codes, ref_codes, cb) == 0 && memcmp(scales, ref_scales, sb) == 0);
         }
 
@@ -173,13 +178,17 @@ static void test_quantize_activations(void) {
                 for (j = 0; j < g; ++j) {
                     double s = 0.0;
                     size_t k;
-                    for (k = 0; k < g; ++k) s += (double)mats[(b * g + j) * g + k] * (double)g_layer.x[i * D_IN + b * g + k];
+                    for (k = 0; k < g; ++k)
+                        s += (double)mats[(b * g + j) * g + k] * (double)g_layer.x[i * D_IN + b * g + k];
                     y[i * D_IN + b * g + j] = (float)s;
                 }
-        CHECK_STATUS(wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, y, N_TOK, D_IN, ref_codes, cb, ref_scales, sb), WUSH_OK);
+        CHECK_STATUS(wush_quantize_rows(ctx, f, WUSH_DTYPE_F32, y, N_TOK, D_IN, ref_codes, cb, ref_scales, sb),
+                     WUSH_OK);
         for (ii = 0; ii < n_isas; ++ii) {
             CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_CPU_ISA, isas[ii]), WUSH_OK);
-            CHECK_STATUS(wush_quantize_activations(ctx, wt, f, WUSH_DTYPE_F32, g_layer.x, N_TOK, D_IN, codes, cb, scales, sb), WUSH_OK);
+            CHECK_STATUS(
+                wush_quantize_activations(ctx, wt, f, WUSH_DTYPE_F32, g_layer.x, N_TOK, D_IN, codes, cb, scales, sb),
+                WUSH_OK);
             if (ii == 0) {
                 memcpy(first_codes, codes, cb);
                 memcpy(first_scales, scales, sb);
@@ -249,7 +258,9 @@ static void test_gemm_and_forward(void) {
         scales = (unsigned char*)malloc(sb);
         CHECK_STATUS(wush_qweight_data(q, &wcodes, &wcb, &wscales, &wsb), WUSH_OK);
         CHECK_STATUS(wush_dequantize_rows(ctx, f, wcodes, wcb, wscales, wsb, D_OUT, D_IN, wd, D_OUT * D_IN), WUSH_OK);
-        CHECK_STATUS(wush_quantize_activations(ctx, t, f, WUSH_DTYPE_F32, g_layer.x, N_TOK, D_IN, codes, cb, scales, sb), WUSH_OK);
+        CHECK_STATUS(
+            wush_quantize_activations(ctx, t, f, WUSH_DTYPE_F32, g_layer.x, N_TOK, D_IN, codes, cb, scales, sb),
+            WUSH_OK);
         CHECK_STATUS(wush_dequantize_rows(ctx, f, codes, cb, scales, sb, N_TOK, D_IN, ad, N_TOK * D_IN), WUSH_OK);
         for (r = 0; r < N_TOK; ++r)
             for (c = 0; c < D_OUT; ++c) {
@@ -278,43 +289,60 @@ static void test_gemm_and_forward(void) {
                 for (i = 0; i < m * D_OUT; ++i) CHECK(yh[i] == bf16_rne(y[i]));
                 /* forward == quantize + gemm, in a workspace with one spare byte of misalignment */
                 CHECK_STATUS(wush_linear_forward(ctx, t, q, WUSH_DTYPE_F32, g_layer.x, m, WUSH_DTYPE_F32, y2, m * D_OUT,
-                                                 ws + 1, ws_bytes), WUSH_OK);
+                                                 ws + 1, ws_bytes),
+                             WUSH_OK);
                 CHECK(memcmp(y, y2, sizeof(float) * m * D_OUT) == 0);
             }
             CHECK(rel_frobenius(y, ref, N_TOK * D_OUT) <= 1e-5);
         }
         /* errors: sizes, NULLs, dtypes, handle types, format vs G */
-        CHECK_STATUS(wush_gemm(ctx, q, codes, cb - 1, scales, sb, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT), WUSH_ERR_BUFFER_TOO_SMALL);
-        CHECK_STATUS(wush_gemm(ctx, q, codes, cb, scales, sb - 1, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT), WUSH_ERR_BUFFER_TOO_SMALL);
-        CHECK_STATUS(wush_gemm(ctx, q, codes, cb, scales, sb, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT - 1), WUSH_ERR_BUFFER_TOO_SMALL);
-        CHECK_STATUS(wush_gemm(ctx, q, NULL, cb, scales, sb, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT), WUSH_ERR_INVALID_ARGUMENT);
-        CHECK_STATUS(wush_gemm(ctx, q, codes, cb, scales, sb, N_TOK, WUSH_DTYPE_F16, y, N_TOK * D_OUT), WUSH_ERR_INVALID_ARGUMENT);
-        CHECK_STATUS(wush_gemm(ctx, (const wush_qweight*)t, codes, cb, scales, sb, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT),
+        CHECK_STATUS(wush_gemm(ctx, q, codes, cb - 1, scales, sb, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT),
+                     WUSH_ERR_BUFFER_TOO_SMALL);
+        CHECK_STATUS(wush_gemm(ctx, q, codes, cb, scales, sb - 1, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT),
+                     WUSH_ERR_BUFFER_TOO_SMALL);
+        CHECK_STATUS(wush_gemm(ctx, q, codes, cb, scales, sb, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT - 1),
+                     WUSH_ERR_BUFFER_TOO_SMALL);
+        CHECK_STATUS(wush_gemm(ctx, q, NULL, cb, scales, sb, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT),
                      WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(wush_gemm(ctx, q, codes, cb, scales, sb, N_TOK, WUSH_DTYPE_F16, y, N_TOK * D_OUT),
+                     WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(
+            wush_gemm(ctx, (const wush_qweight*)t, codes, cb, scales, sb, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT),
+            WUSH_ERR_INVALID_ARGUMENT);
         CHECK_STATUS(wush_gemm(ctx, q, NULL, 0, NULL, 0, 0, WUSH_DTYPE_F32, NULL, 0), WUSH_OK);
-        CHECK_STATUS(wush_linear_forward(ctx, t, q, WUSH_DTYPE_F32, g_layer.x, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT, ws, 16),
-                     WUSH_ERR_BUFFER_TOO_SMALL);
-        CHECK_STATUS(wush_linear_forward(ctx, t, q, WUSH_DTYPE_F32, g_layer.x, N_TOK, WUSH_DTYPE_F32, y, 3, ws, ws_bytes),
-                     WUSH_ERR_BUFFER_TOO_SMALL);
-        CHECK_STATUS(wush_linear_forward(ctx, t, q, WUSH_DTYPE_F32, NULL, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT, ws, ws_bytes),
+        CHECK_STATUS(
+            wush_linear_forward(ctx, t, q, WUSH_DTYPE_F32, g_layer.x, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT, ws, 16),
+            WUSH_ERR_BUFFER_TOO_SMALL);
+        CHECK_STATUS(
+            wush_linear_forward(ctx, t, q, WUSH_DTYPE_F32, g_layer.x, N_TOK, WUSH_DTYPE_F32, y, 3, ws, ws_bytes),
+            WUSH_ERR_BUFFER_TOO_SMALL);
+        CHECK_STATUS(
+            wush_linear_forward(ctx, t, q, WUSH_DTYPE_F32, NULL, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT, ws, ws_bytes),
+            WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(wush_linear_forward(ctx, t, q, (wush_dtype)9, g_layer.x, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT,
+                                         ws, ws_bytes),
                      WUSH_ERR_INVALID_ARGUMENT);
-        CHECK_STATUS(wush_linear_forward(ctx, t, q, (wush_dtype)9, g_layer.x, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT, ws, ws_bytes),
+        CHECK_STATUS(wush_linear_forward(ctx, (const wush_transform*)q, q, WUSH_DTYPE_F32, g_layer.x, N_TOK,
+                                         WUSH_DTYPE_F32, y, N_TOK * D_OUT, ws, ws_bytes),
                      WUSH_ERR_INVALID_ARGUMENT);
-        CHECK_STATUS(wush_linear_forward(ctx, (const wush_transform*)q, q, WUSH_DTYPE_F32, g_layer.x, N_TOK, WUSH_DTYPE_F32, y,
-                                         N_TOK * D_OUT, ws, ws_bytes), WUSH_ERR_INVALID_ARGUMENT);
-        CHECK_STATUS(wush_linear_forward(ctx, t, q, WUSH_DTYPE_F32, NULL, 0, WUSH_DTYPE_F32, NULL, 0, NULL, 0), WUSH_OK);
+        CHECK_STATUS(wush_linear_forward(ctx, t, q, WUSH_DTYPE_F32, NULL, 0, WUSH_DTYPE_F32, NULL, 0, NULL, 0),
+                     WUSH_OK);
         CHECK_STATUS(wush_linear_forward_workspace_size(ctx, t, q, N_TOK, NULL), WUSH_ERR_INVALID_ARGUMENT);
-        CHECK_STATUS(wush_quantize_activations(ctx, t, f, WUSH_DTYPE_F32, g_layer.x, N_TOK, D_IN, codes, cb, scales, sb - 1),
-                     WUSH_ERR_BUFFER_TOO_SMALL);
-        CHECK_STATUS(wush_quantize_activations(ctx, t, f, WUSH_DTYPE_F32, g_layer.x, N_TOK, D_IN - g, codes, cb, scales, sb),
+        CHECK_STATUS(
+            wush_quantize_activations(ctx, t, f, WUSH_DTYPE_F32, g_layer.x, N_TOK, D_IN, codes, cb, scales, sb - 1),
+            WUSH_ERR_BUFFER_TOO_SMALL);
+        CHECK_STATUS(
+            wush_quantize_activations(ctx, t, f, WUSH_DTYPE_F32, g_layer.x, N_TOK, D_IN - g, codes, cb, scales, sb),
+            WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(wush_quantize_activations(ctx, t, g == 32 ? WUSH_FORMAT_NVFP4 : WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32,
+                                               g_layer.x, N_TOK, D_IN, codes, cb, scales, sb),
                      WUSH_ERR_INVALID_ARGUMENT);
-        CHECK_STATUS(wush_quantize_activations(ctx, t, g == 32 ? WUSH_FORMAT_NVFP4 : WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, g_layer.x,
-                                               N_TOK, D_IN, codes, cb, scales, sb), WUSH_ERR_INVALID_ARGUMENT);
         CHECK(strstr(wush_last_error(), "group size") != NULL);
         CHECK_STATUS(wush_quantize_activations(ctx, t, f, WUSH_DTYPE_F32, NULL, N_TOK, D_IN, codes, cb, scales, sb),
                      WUSH_ERR_INVALID_ARGUMENT);
-        CHECK_STATUS(wush_quantize_activations(NULL, t, f, WUSH_DTYPE_F32, g_layer.x, N_TOK, D_IN, codes, cb, scales, sb),
-                     WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(
+            wush_quantize_activations(NULL, t, f, WUSH_DTYPE_F32, g_layer.x, N_TOK, D_IN, codes, cb, scales, sb),
+            WUSH_ERR_INVALID_ARGUMENT);
         CHECK_STATUS(wush_quantize_activations(ctx, t, f, WUSH_DTYPE_F32, NULL, 0, D_IN, NULL, 0, NULL, 0), WUSH_OK);
         free(wd);
         free(ad);
@@ -344,8 +372,9 @@ static void test_mismatched_layer(void) {
     CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, D_IN, 16, NULL, &t16), WUSH_OK);
     q16 = make_qweight(ctx, t16, WUSH_FORMAT_NVFP4);
     CHECK_STATUS(wush_linear_forward_workspace_size(ctx, t32, q16, 1, &bytes), WUSH_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(wush_linear_forward(ctx, t32, q16, WUSH_DTYPE_F32, g_layer.x, 1, WUSH_DTYPE_F32, y, D_OUT, y, sizeof y),
-                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(
+        wush_linear_forward(ctx, t32, q16, WUSH_DTYPE_F32, g_layer.x, 1, WUSH_DTYPE_F32, y, D_OUT, y, sizeof y),
+        WUSH_ERR_INVALID_ARGUMENT);
     wush_qweight_destroy(q16);
     wush_transform_destroy(t16);
     wush_transform_destroy(t32);
@@ -366,18 +395,21 @@ static void test_non_finite(void) {
     q = make_qweight(ctx, t, WUSH_FORMAT_MXFP4);
     memcpy(x, g_layer.x, sizeof(float) * N_TOK * D_IN);
     x[7 * D_IN + 100] = (float)NAN;
-    CHECK_STATUS(wush_quantize_activations(ctx, t, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, x, N_TOK, D_IN, codes, sizeof codes, scales,
-                                           sizeof scales), WUSH_ERR_NON_FINITE);
+    CHECK_STATUS(wush_quantize_activations(ctx, t, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, x, N_TOK, D_IN, codes,
+                                           sizeof codes, scales, sizeof scales),
+                 WUSH_ERR_NON_FINITE);
     CHECK(strstr(wush_last_error(), "row 7, column 100") != NULL);
     CHECK_STATUS(wush_linear_forward_workspace_size(ctx, t, q, N_TOK, &ws_bytes), WUSH_OK);
     ws = (unsigned char*)malloc(ws_bytes);
     y[0] = 42.0f;
-    CHECK_STATUS(wush_linear_forward(ctx, t, q, WUSH_DTYPE_F32, x, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT, ws, ws_bytes),
-                 WUSH_ERR_NON_FINITE);
+    CHECK_STATUS(
+        wush_linear_forward(ctx, t, q, WUSH_DTYPE_F32, x, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT, ws, ws_bytes),
+        WUSH_ERR_NON_FINITE);
     CHECK(y[0] == 42.0f); /* y untouched */
     /* a NaN activation scale (E8M0 0xFF) */
-    CHECK_STATUS(wush_quantize_activations(ctx, t, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, g_layer.x, N_TOK, D_IN, codes, sizeof codes,
-                                           scales, sizeof scales), WUSH_OK);
+    CHECK_STATUS(wush_quantize_activations(ctx, t, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, g_layer.x, N_TOK, D_IN, codes,
+                                           sizeof codes, scales, sizeof scales),
+                 WUSH_OK);
     scales[3] = 0xFF;
     CHECK_STATUS(wush_gemm(ctx, q, codes, sizeof codes, scales, sizeof scales, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT),
                  WUSH_ERR_NON_FINITE);
@@ -414,8 +446,8 @@ static void* worker(void* arg) {
               wush_linear_forward_workspace_size(ctx, job->t, job->q, N_TOK, &ws_bytes) == WUSH_OK;
     ws = (unsigned char*)malloc(ws_bytes);
     for (round = 0; round < ROUNDS && job->ok; ++round) {
-        job->ok = wush_linear_forward(ctx, job->t, job->q, WUSH_DTYPE_F32, g_layer.x, N_TOK, WUSH_DTYPE_F32, y, N_TOK * D_OUT, ws,
-                                      ws_bytes) == WUSH_OK &&
+        job->ok = wush_linear_forward(ctx, job->t, job->q, WUSH_DTYPE_F32, g_layer.x, N_TOK, WUSH_DTYPE_F32, y,
+                                      N_TOK * D_OUT, ws, ws_bytes) == WUSH_OK &&
                   memcmp(y, job->expect, sizeof(float) * N_TOK * D_OUT) == 0;
     }
     free(ws);
@@ -446,8 +478,9 @@ static void test_threads(void) {
         CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_CPU_ISA, isas[ii]), WUSH_OK);
         CHECK_STATUS(wush_linear_forward_workspace_size(ctx, t, q, N_TOK, &ws_bytes), WUSH_OK);
         ws = (unsigned char*)malloc(ws_bytes);
-        CHECK_STATUS(wush_linear_forward(ctx, t, q, WUSH_DTYPE_F32, g_layer.x, N_TOK, WUSH_DTYPE_F32, expect, N_TOK * D_OUT, ws,
-                                         ws_bytes), WUSH_OK);
+        CHECK_STATUS(wush_linear_forward(ctx, t, q, WUSH_DTYPE_F32, g_layer.x, N_TOK, WUSH_DTYPE_F32, expect,
+                                         N_TOK * D_OUT, ws, ws_bytes),
+                     WUSH_OK);
         free(ws);
         for (i = 0; i < N_THREADS; ++i) {
             jobs[i].t = t;
@@ -481,12 +514,15 @@ static void test_runtime_loss(void) {
             wush_transform* t = make_transform(ctx, kinds[ki], group_of(f));
             wush_qweight* q = make_qweight(ctx, t, f);
             double ref = -1.0, got = -2.0;
-            CHECK_STATUS(wush_layer_loss(ctx, t, q, WUSH_DTYPE_F32, g_layer.w, WUSH_DTYPE_F32, g_layer.x, N_TOK, &ref), WUSH_OK);
-            CHECK_STATUS(wush_layer_loss_runtime(ctx, t, q, WUSH_DTYPE_F32, g_layer.w, WUSH_DTYPE_F32, g_layer.x, N_TOK, &got),
+            CHECK_STATUS(wush_layer_loss(ctx, t, q, WUSH_DTYPE_F32, g_layer.w, WUSH_DTYPE_F32, g_layer.x, N_TOK, &ref),
                          WUSH_OK);
+            CHECK_STATUS(
+                wush_layer_loss_runtime(ctx, t, q, WUSH_DTYPE_F32, g_layer.w, WUSH_DTYPE_F32, g_layer.x, N_TOK, &got),
+                WUSH_OK);
             CHECK(ref > 0.0 && fabs(got - ref) <= 1e-6 * ref);
-            CHECK_STATUS(wush_layer_loss_runtime(ctx, t, q, WUSH_DTYPE_F32, g_layer.w, WUSH_DTYPE_F32, g_layer.x, 0, &got),
-                         WUSH_ERR_INVALID_ARGUMENT);
+            CHECK_STATUS(
+                wush_layer_loss_runtime(ctx, t, q, WUSH_DTYPE_F32, g_layer.w, WUSH_DTYPE_F32, g_layer.x, 0, &got),
+                WUSH_ERR_INVALID_ARGUMENT);
             wush_qweight_destroy(q);
             wush_transform_destroy(t);
         }

@@ -64,13 +64,13 @@ static void test_transform_spec_names(void) {
         wush_transform_kind kind;
         int search;
     } cases[] = {
-        {"wush", WUSH_OK, WUSH_TRANSFORM_WUSH, 0},          {"wush+s", WUSH_OK, WUSH_TRANSFORM_WUSH, 1},
-        {"WUS+s", WUSH_OK, WUSH_TRANSFORM_WUS, 1},          {"hadamard", WUSH_OK, WUSH_TRANSFORM_HADAMARD, 0},
-        {"i", WUSH_OK, WUSH_TRANSFORM_IDENTITY, 0},         {"r", WUSH_OK, WUSH_TRANSFORM_RANDOM, 0},
-        {"h+s", WUSH_ERR_INVALID_ARGUMENT, 0, 0},           {"identity+s", WUSH_ERR_INVALID_ARGUMENT, 0, 0},
-        {"r+s", WUSH_ERR_INVALID_ARGUMENT, 0, 0},           {"+s", WUSH_ERR_INVALID_ARGUMENT, 0, 0},
-        {"wush+", WUSH_ERR_INVALID_ARGUMENT, 0, 0},         {"wush+s+s", WUSH_ERR_INVALID_ARGUMENT, 0, 0},
-        {"wush+S", WUSH_ERR_INVALID_ARGUMENT, 0, 0},        {"", WUSH_ERR_INVALID_ARGUMENT, 0, 0},
+        {"wush", WUSH_OK, WUSH_TRANSFORM_WUSH, 0},   {"wush+s", WUSH_OK, WUSH_TRANSFORM_WUSH, 1},
+        {"WUS+s", WUSH_OK, WUSH_TRANSFORM_WUS, 1},   {"hadamard", WUSH_OK, WUSH_TRANSFORM_HADAMARD, 0},
+        {"i", WUSH_OK, WUSH_TRANSFORM_IDENTITY, 0},  {"r", WUSH_OK, WUSH_TRANSFORM_RANDOM, 0},
+        {"h+s", WUSH_ERR_INVALID_ARGUMENT, 0, 0},    {"identity+s", WUSH_ERR_INVALID_ARGUMENT, 0, 0},
+        {"r+s", WUSH_ERR_INVALID_ARGUMENT, 0, 0},    {"+s", WUSH_ERR_INVALID_ARGUMENT, 0, 0},
+        {"wush+", WUSH_ERR_INVALID_ARGUMENT, 0, 0},  {"wush+s+s", WUSH_ERR_INVALID_ARGUMENT, 0, 0},
+        {"wush+S", WUSH_ERR_INVALID_ARGUMENT, 0, 0}, {"", WUSH_ERR_INVALID_ARGUMENT, 0, 0},
     };
     size_t i;
     for (i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
@@ -136,7 +136,8 @@ static void test_transforms(wush_context* ctx, const Layer* l) {
     for (k = 0; k < 5; ++k) {
         wush_transform_kind kind = (wush_transform_kind)99;
         size_t td = 0, tg = 0;
-        CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, d, kKinds[k], NULL, &t[k]), WUSH_OK);
+        CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, d, kKinds[k], NULL, &t[k]),
+                     WUSH_OK);
         CHECK_STATUS(wush_transform_info(t[k], &kind, &td, &tg), WUSH_OK);
         CHECK(kind == kKinds[k] && td == d && tg == g);
         CHECK_STATUS(wush_transform_info(t[k], NULL, NULL, NULL), WUSH_OK);
@@ -242,7 +243,8 @@ static void test_transforms(wush_context* ctx, const Layer* l) {
         CHECK(worst_diag <= 1e-4);
         if (is_wush) CHECK(worst_wdiag <= 1e-4);
         else CHECK(worst_off <= 1e-4);
-        if (worst_diag > 1e-4 || worst_wdiag > 1e-4 || worst_off > 1e-4 || worst_s2 > 1e-9 || getenv("WUSH_TEST_VERBOSE"))
+        if (worst_diag > 1e-4 || worst_wdiag > 1e-4 || worst_off > 1e-4 || worst_s2 > 1e-9 ||
+            getenv("WUSH_TEST_VERBOSE"))
             fprintf(stderr, "  %s: diag %.3g, weight diag %.3g, off-diag %.3g, sum S^2 %.3g\n",
                     wush_transform_kind_name(kKinds[k]), worst_diag, worst_wdiag, worst_off, worst_s2);
     }
@@ -337,11 +339,16 @@ static void test_transforms(wush_context* ctx, const Layer* l) {
     /* create_fixed argument checks */
     CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_WUS, d, g, NULL, &untouched), WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_WUSH, d, g, NULL, &untouched), WUSH_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(wush_transform_create_fixed((wush_transform_kind)5, d, g, NULL, &untouched), WUSH_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, 48, 32, NULL, &untouched), WUSH_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, 96, 24, NULL, &untouched), WUSH_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_IDENTITY, 0, 32, NULL, &untouched), WUSH_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_IDENTITY, 64, 0, NULL, &untouched), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_transform_create_fixed((wush_transform_kind)5, d, g, NULL, &untouched),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, 48, 32, NULL, &untouched),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, 96, 24, NULL, &untouched),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_IDENTITY, 0, 32, NULL, &untouched),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_IDENTITY, 64, 0, NULL, &untouched),
+                 WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_IDENTITY, 64, 32, NULL, NULL), WUSH_ERR_INVALID_ARGUMENT);
     /* Absurd sizes: d_in x G overflows size_t, or G is beyond the largest block size (these used
      * to wrap the allocation size and crash). A status, never a crash; nothing is written. */
@@ -349,38 +356,46 @@ static void test_transforms(wush_context* ctx, const Layer* l) {
                  WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_RANDOM, (size_t)1 << 59, 32, NULL, &untouched),
                  WUSH_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, (size_t)1 << 32, (size_t)1 << 32, NULL, &untouched),
+    CHECK_STATUS(
+        wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, (size_t)1 << 32, (size_t)1 << 32, NULL, &untouched),
+        WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, 512, 512, NULL, &untouched),
                  WUSH_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, 512, 512, NULL, &untouched), WUSH_ERR_INVALID_ARGUMENT);
     {
         /* within size_t but far beyond memory: OUT_OF_MEMORY (or INVALID_ARGUMENT), not a crash */
-        const wush_status st = wush_transform_create_fixed(WUSH_TRANSFORM_IDENTITY, (size_t)1 << 50, 32, NULL, &untouched);
+        const wush_status st =
+            wush_transform_create_fixed(WUSH_TRANSFORM_IDENTITY, (size_t)1 << 50, 32, NULL, &untouched);
         CHECK(st == WUSH_ERR_OUT_OF_MEMORY || st == WUSH_ERR_INVALID_ARGUMENT);
     }
     CHECK(untouched == (wush_transform*)0x1);
 
     /* build argument checks */
-    CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, d + 32, WUSH_TRANSFORM_WUSH, NULL,
-                                      &untouched),
-                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(
+        wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, d + 32, WUSH_TRANSFORM_WUSH, NULL, &untouched),
+        WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, d + 32, WUSH_TRANSFORM_HADAMARD, NULL,
                                       &untouched),
                  WUSH_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, NULL, l->d_out, d, WUSH_TRANSFORM_WUSH, NULL, &untouched),
-                 WUSH_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, NULL, l->d_out, d, WUSH_TRANSFORM_WUS, NULL, &untouched),
-                 WUSH_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, d, (wush_transform_kind)5, NULL,
-                                      &untouched),
-                 WUSH_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(wush_transform_build(ctx, cal, (wush_dtype)3, l->w, l->d_out, d, WUSH_TRANSFORM_WUSH, NULL, &untouched),
-                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(
+        wush_transform_build(ctx, cal, WUSH_DTYPE_F32, NULL, l->d_out, d, WUSH_TRANSFORM_WUSH, NULL, &untouched),
+        WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(
+        wush_transform_build(ctx, cal, WUSH_DTYPE_F32, NULL, l->d_out, d, WUSH_TRANSFORM_WUS, NULL, &untouched),
+        WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(
+        wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, d, (wush_transform_kind)5, NULL, &untouched),
+        WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(
+        wush_transform_build(ctx, cal, (wush_dtype)3, l->w, l->d_out, d, WUSH_TRANSFORM_WUSH, NULL, &untouched),
+        WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, 0, d, WUSH_TRANSFORM_WUSH, NULL, &untouched),
                  WUSH_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(wush_transform_build(NULL, cal, WUSH_DTYPE_F32, l->w, l->d_out, d, WUSH_TRANSFORM_WUSH, NULL, &untouched),
-                 WUSH_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(wush_transform_build(ctx, NULL, WUSH_DTYPE_F32, l->w, l->d_out, d, WUSH_TRANSFORM_WUSH, NULL, &untouched),
-                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(
+        wush_transform_build(NULL, cal, WUSH_DTYPE_F32, l->w, l->d_out, d, WUSH_TRANSFORM_WUSH, NULL, &untouched),
+        WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(
+        wush_transform_build(ctx, NULL, WUSH_DTYPE_F32, l->w, l->d_out, d, WUSH_TRANSFORM_WUSH, NULL, &untouched),
+        WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, d, WUSH_TRANSFORM_WUSH, NULL, NULL),
                  WUSH_ERR_INVALID_ARGUMENT);
     CHECK(untouched == (wush_transform*)0x1);
@@ -388,9 +403,9 @@ static void test_transforms(wush_context* ctx, const Layer* l) {
         /* NaN in the weight -> NON_FINITE */
         const float saved = l->w[17 * d + 100];
         l->w[17 * d + 100] = NAN;
-        CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, d, WUSH_TRANSFORM_WUSH, NULL,
-                                          &untouched),
-                     WUSH_ERR_NON_FINITE);
+        CHECK_STATUS(
+            wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, d, WUSH_TRANSFORM_WUSH, NULL, &untouched),
+            WUSH_ERR_NON_FINITE);
         l->w[17 * d + 100] = saved;
         CHECK(untouched == (wush_transform*)0x1);
     }
@@ -399,15 +414,16 @@ static void test_transforms(wush_context* ctx, const Layer* l) {
         wush_calibrator* empty = NULL;
         wush_transform* h = NULL;
         CHECK_STATUS(wush_calibrator_create(d, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &empty), WUSH_OK);
-        CHECK_STATUS(wush_transform_build(ctx, empty, WUSH_DTYPE_F32, l->w, l->d_out, d, WUSH_TRANSFORM_WUSH, NULL,
-                                          &untouched),
-                     WUSH_ERR_INVALID_ARGUMENT);
-        CHECK_STATUS(wush_transform_build(ctx, empty, WUSH_DTYPE_F32, l->w, l->d_out, d, WUSH_TRANSFORM_WUS, NULL,
-                                          &untouched),
-                     WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(
+            wush_transform_build(ctx, empty, WUSH_DTYPE_F32, l->w, l->d_out, d, WUSH_TRANSFORM_WUSH, NULL, &untouched),
+            WUSH_ERR_INVALID_ARGUMENT);
+        CHECK_STATUS(
+            wush_transform_build(ctx, empty, WUSH_DTYPE_F32, l->w, l->d_out, d, WUSH_TRANSFORM_WUS, NULL, &untouched),
+            WUSH_ERR_INVALID_ARGUMENT);
         CHECK(untouched == (wush_transform*)0x1);
-        CHECK_STATUS(wush_transform_build(ctx, empty, WUSH_DTYPE_F32, NULL, l->d_out, d, WUSH_TRANSFORM_HADAMARD, NULL, &h),
-                     WUSH_OK);
+        CHECK_STATUS(
+            wush_transform_build(ctx, empty, WUSH_DTYPE_F32, NULL, l->d_out, d, WUSH_TRANSFORM_HADAMARD, NULL, &h),
+            WUSH_OK);
         wush_transform_destroy(h);
         wush_calibrator_destroy(empty);
     }
@@ -428,7 +444,8 @@ static void test_transforms(wush_context* ctx, const Layer* l) {
             size_t blocks[4] = {99, 99, 99, 99};
             float* ref = (float*)malloc(d * g * sizeof(float));
             nfb = 0;
-            CHECK_STATUS(wush_transform_build(ctx, zc, WUSH_DTYPE_F32, l->w, l->d_out, d, kKinds[k], NULL, &tz), WUSH_OK);
+            CHECK_STATUS(wush_transform_build(ctx, zc, WUSH_DTYPE_F32, l->w, l->d_out, d, kKinds[k], NULL, &tz),
+                         WUSH_OK);
             CHECK_STATUS(wush_transform_fallback_blocks(tz, &nfb, blocks, 4), WUSH_OK);
             CHECK(nfb == 1 && blocks[0] == zb && blocks[1] == 99);
             CHECK_STATUS(wush_transform_fallback_blocks(tz, &nfb, blocks, 0), WUSH_OK); /* count 0: nothing written */
@@ -525,7 +542,8 @@ static void test_progress(wush_context* ctx, const Layer* l) {
 
     /* a callback returning 0: fractions in [0, 1], non-decreasing, ending at 1.0 */
     progress_reset(&log, 0);
-    CHECK_STATUS(wush_transform_build(one, cal, WUSH_DTYPE_F32, l->w, l->d_out, d, WUSH_TRANSFORM_WUSH, o, &t), WUSH_OK);
+    CHECK_STATUS(wush_transform_build(one, cal, WUSH_DTYPE_F32, l->w, l->d_out, d, WUSH_TRANSFORM_WUSH, o, &t),
+                 WUSH_OK);
     CHECK(log.calls >= 1 && log.in_range && log.monotone && log.last == 1.0);
     CHECK(log.calls == (int)(d / TG)); /* one report per block */
     wush_transform_destroy(t);
@@ -568,7 +586,8 @@ static void test_progress(wush_context* ctx, const Layer* l) {
     /* the options still work after a cancelled build, and removing the callback stops the calls */
     CHECK_STATUS(wush_options_set_progress(o, NULL, NULL), WUSH_OK);
     progress_reset(&log, 1);
-    CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, d, WUSH_TRANSFORM_WUSH, o, &t), WUSH_OK);
+    CHECK_STATUS(wush_transform_build(ctx, cal, WUSH_DTYPE_F32, l->w, l->d_out, d, WUSH_TRANSFORM_WUSH, o, &t),
+                 WUSH_OK);
     CHECK(log.calls == 0);
     wush_transform_destroy(t);
 

@@ -19,7 +19,9 @@ enum { D_IN = 64, D_OUT = 48, N_CAL = 512, N_VAL = 256 };
 
 static uint64_t g_rng = 1;
 
-static void rng_seed(uint64_t s) { g_rng = s * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull; }
+static void rng_seed(uint64_t s) {
+    g_rng = s * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+}
 
 static double rng_uniform(void) { /* xorshift64* */
     g_rng ^= g_rng >> 12;
@@ -28,7 +30,9 @@ static double rng_uniform(void) { /* xorshift64* */
     return ((double)((g_rng * 0x2545F4914F6CDD1Dull) >> 11) + 0.5) / 9007199254740992.0;
 }
 
-static double rng_gauss(void) { return sqrt(-2.0 * log(rng_uniform())) * cos(6.283185307179586 * rng_uniform()); }
+static double rng_gauss(void) {
+    return sqrt(-2.0 * log(rng_uniform())) * cos(6.283185307179586 * rng_uniform());
+}
 
 /* Tokens whose channels have standard deviation `loud` where j % 4 == 0 and `quiet` elsewhere:
  * calibration uses (4, 0.05); "shifted" validation documents swap the two, so a transform fitted
@@ -81,9 +85,9 @@ static Built build(wush_context* ctx, wush_calibrator* c, wush_transform_kind ki
     Built b = {NULL, NULL, -1.0};
     const int data_free = kind != WUSH_TRANSFORM_WUS && kind != WUSH_TRANSFORM_WUSH;
     wush_options* plain = data_free ? without_search(o) : NULL;
-    CHECK_STATUS(wush_layer_quantize(ctx, c, kind, f, m, WUSH_DTYPE_F32, w, D_OUT, D_IN, data_free ? plain : o, &b.t,
-                                     &b.q),
-                 WUSH_OK);
+    CHECK_STATUS(
+        wush_layer_quantize(ctx, c, kind, f, m, WUSH_DTYPE_F32, w, D_OUT, D_IN, data_free ? plain : o, &b.t, &b.q),
+        WUSH_OK);
     wush_options_destroy(plain);
     if (b.t != NULL && b.q != NULL && val != NULL)
         CHECK_STATUS(wush_layer_loss(ctx, b.t, b.q, WUSH_DTYPE_F32, w, WUSH_DTYPE_F32, val, N_VAL, &b.loss), WUSH_OK);
@@ -119,7 +123,9 @@ static int same_qweights(const wush_qweight* a, const wush_qweight* b) {
     return nca == ncb && nsa == nsb && memcmp(ca, cb, nca) == 0 && memcmp(sa, sb, nsa) == 0;
 }
 
-static int close_to(double got, double want, double tol) { return fabs(got - want) <= tol; }
+static int close_to(double got, double want, double tol) {
+    return fabs(got - want) <= tol;
+}
 
 static wush_transform_kind kind_of(const wush_transform* t) {
     wush_transform_kind k = (wush_transform_kind)-1;
@@ -215,7 +221,8 @@ static void test_validation_sample(wush_context* ctx, const float* cal, const fl
 
     CHECK_STATUS(wush_calibrator_create(D_IN, 32, WUSH_MOMENTS_BLOCK_DIAGONAL, &c), WUSH_OK);
     if (c == NULL) return;
-    CHECK_STATUS(wush_calibrator_add_validation(ctx, c, WUSH_DTYPE_F32, val, 4), WUSH_ERR_INVALID_ARGUMENT); /* no size */
+    CHECK_STATUS(wush_calibrator_add_validation(ctx, c, WUSH_DTYPE_F32, val, 4),
+                 WUSH_ERR_INVALID_ARGUMENT); /* no size */
     CHECK(strstr(wush_last_error(), "validation") != NULL);
     CHECK_STATUS(wush_calibrator_set_validation_size(c, 65537), WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_calibrator_set_validation_size(NULL, 4), WUSH_ERR_INVALID_ARGUMENT);

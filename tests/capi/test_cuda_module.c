@@ -14,15 +14,15 @@
 
 static int failures = 0;
 
-#define CHECK(cond, ...)                                  \
-    do {                                                  \
-        if (!(cond)) {                                    \
-            fprintf(stderr, "FAILED %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                 \
-            fprintf(stderr, "\n");                        \
-            ++failures;                                   \
-        }                                                 \
-    } while (0)
+#define CHECK(cond, ...)                                     \
+  do {                                                       \
+    if (!(cond)) {                                           \
+      fprintf(stderr, "FAILED %s:%d: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                          \
+      fprintf(stderr, "\n");                                 \
+      ++failures;                                            \
+    }                                                        \
+  } while (0)
 
 /* Whether a file whose name contains `needle` is mapped into this process. */
 static int mapped(const char* needle) {
@@ -64,15 +64,16 @@ int main(int argc, char** argv) {
     setenv("WUSH_CUDA_MODULE", argv[1], 1);
     st = try_cuda();
     CHECK(st == WUSH_ERR_UNSUPPORTED, "foreign module: got %s", wush_status_string(st));
-    CHECK(strstr(wush_last_error(), "not-this-build") != NULL,
-          "foreign module: message does not name its build: %s", wush_last_error());
+    CHECK(strstr(wush_last_error(), "not-this-build") != NULL, "foreign module: message does not name its build: %s",
+          wush_last_error());
     CHECK(mapped("fake_backend_module") == 0, "the refused module stays mapped");
 
     if (argc > 2 && strcmp(argv[2], "real") == 0) {
         unsetenv("WUSH_CUDA_MODULE");
         st = try_cuda();
-        CHECK(st == WUSH_OK || (st == WUSH_ERR_UNSUPPORTED && strstr(wush_last_error(), "no usable CUDA device") != NULL),
-              "real module: got %s: %s", wush_status_string(st), wush_last_error());
+        CHECK(
+            st == WUSH_OK || (st == WUSH_ERR_UNSUPPORTED && strstr(wush_last_error(), "no usable CUDA device") != NULL),
+            "real module: got %s: %s", wush_status_string(st), wush_last_error());
         CHECK(mapped("libwush-cuda.so") == 1, "the real module is not mapped after a CUDA context was asked for");
         printf("real module: %s%s\n", wush_status_string(st), st == WUSH_OK ? "" : " (no GPU here)");
     }

@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "replay: no inputs\n");
         return 1;
     }
-    const std::pair<const char*, int> expectations[] = {{"valid-ck-", 3}, {"valid-st-", 1}, {"bad-ck-", 1}, {"bad-st-", 0}};
+    const std::pair<const char*, int> expectations[] = {
+        {"valid-ck-", 3}, {"valid-st-", 1}, {"bad-ck-", 1}, {"bad-st-", 0}};
     int unmet = 0;
     for (const fs::path& p : inputs) {
         std::ifstream in(p, std::ios::binary);
@@ -53,7 +54,8 @@ int main(int argc, char** argv) {
         const std::string name = p.filename().string();
         for (const auto& [prefix, want] : expectations)
             if (name.rfind(prefix, 0) == 0 && wush_fuzz_last_outcome != want) {
-                std::fprintf(stderr, "replay: %s: outcome %d, its name says %d (bit 0: safetensors, bit 1: checkpoint)\n",
+                std::fprintf(stderr,
+                             "replay: %s: outcome %d, its name says %d (bit 0: safetensors, bit 1: checkpoint)\n",
                              p.c_str(), wush_fuzz_last_outcome, want);
                 ++unmet;
             }

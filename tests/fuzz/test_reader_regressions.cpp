@@ -102,7 +102,8 @@ TEST(ReaderScaling, ACheckpointWithManyLayersOpensInLinearTime) {
     std::vector<TensorSource> tensors;
     std::map<std::string, std::string> meta{{"format_version", "1"}, {"producer", "test"}};
     for (std::size_t i = 0; i < layers; ++i)
-        add_layer("model.layers." + std::to_string(i / 128) + ".experts." + std::to_string(i % 128) + ".w", tensors, meta);
+        add_layer("model.layers." + std::to_string(i / 128) + ".experts." + std::to_string(i % 128) + ".w", tensors,
+                  meta);
     const std::string path = temp_path("many_layers");
     wush::storage::write_file(path, tensors, meta);
     const auto t0 = std::chrono::steady_clock::now();
@@ -188,7 +189,8 @@ TEST(ReaderRules, DampingDoesNotDependOnTheLocale) {
         return t;
     }();
     const wush::BlockTransform transform(64, 32, wush::TransformKind::Identity, eye, 0.01);
-    const wush::formats::PackedMatrix q{WUSH_FORMAT_MXFP4, 2, 64, wush::formats::ByteView(std::vector<std::uint8_t>(64, 0x21)),
+    const wush::formats::PackedMatrix q{WUSH_FORMAT_MXFP4, 2, 64,
+                                        wush::formats::ByteView(std::vector<std::uint8_t>(64, 0x21)),
                                         wush::formats::ByteView(std::vector<std::uint8_t>(4, 127))};
     const std::string path = temp_path("locale");
     wush::storage::write_checkpoint(path, {{"L", &transform, &q, "rtn"}}, nullptr);
@@ -219,8 +221,8 @@ TEST(FpQuantExport, RefusesASharedKindWhoseBlocksDiffer) {
             {"L.tensor_scale", "F32", {1}, [](const auto& k) { k(&factor, 4); }},
             {"L.transform", "F32", {2, 32, 32}, [](const auto& k) { k(t.data(), t.size() * 4); }}};
         const std::map<std::string, std::string> meta = {{"format_version", "1"}, {"L.format", "mxfp4"},
-                                                         {"L.group_size", "32"}, {"L.transform", "hadamard"},
-                                                         {"L.method", "rtn"}, {"L.damping", "0"}};
+                                                         {"L.group_size", "32"},  {"L.transform", "hadamard"},
+                                                         {"L.method", "rtn"},     {"L.damping", "0"}};
         const std::string path = temp_path("export_in");
         wush::storage::write_file(path, tensors, meta);
         return path;

@@ -37,7 +37,7 @@ bool have_gpu() {
 }
 
 #define REQUIRE_GPU() \
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
 
 constexpr std::size_t kDin = 256;
 // The CPU reference runs on the best ISA, one thread.
@@ -84,7 +84,8 @@ struct Packed {
     std::vector<std::uint8_t> codes, scales;
 };
 
-Packed cpu_quantize(const BlockTransform& t, const formats::FormatSpec& f, wush_dtype dtype, const void* x, std::size_t n) {
+Packed cpu_quantize(const BlockTransform& t, const formats::FormatSpec& f, wush_dtype dtype, const void* x,
+                    std::size_t n) {
     const formats::PackedSizes s = formats::packed_sizes(f, n, kDin);
     Packed p{std::vector<std::uint8_t>(s.codes), std::vector<std::uint8_t>(s.scales)};
     const MatrixUse use = classify_matrices(t);
@@ -113,7 +114,8 @@ std::vector<float> cpu_gemm(const formats::PackedMatrix& w, const Packed& a, std
 
 // |y_gpu - y_cpu| within float32 accumulation error (k terms, relative to the output's size);
 // an indexing or scaling bug is off by O(|y|).
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, std::size_t k, const std::string& what) {
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, std::size_t k,
+                  const std::string& what) {
     double ymax = 0.0;
     for (float v : want) ymax = std::max(ymax, double(std::fabs(v)));
     const double tol = 4e-7 * double(k) * (1.0 + ymax);
@@ -176,7 +178,8 @@ TEST_F(CudaKernels, NonFiniteIsReported) {
     // The enqueue-only path: reported by the next synchronize, then cleared.
     const formats::PackedMatrix w = make_weight(f, 64, 1);
     auto layer = be_->prepare(ref, w);
-    layer->quantize(WUSH_DTYPE_F32, xd.get(), 20, {cd.get<std::uint8_t>(), cd.bytes()}, {sd.get<std::uint8_t>(), sd.bytes()});
+    layer->quantize(WUSH_DTYPE_F32, xd.get(), 20, {cd.get<std::uint8_t>(), cd.bytes()},
+                    {sd.get<std::uint8_t>(), sd.bytes()});
     EXPECT_THROW(be_->synchronize(), Error);
     EXPECT_NO_THROW(be_->synchronize());
 }
@@ -228,7 +231,8 @@ TEST_F(CudaKernels, GemmAndForwardMatchCpu) {
             be_->synchronize();
             const std::vector<std::uint16_t> got = download<std::uint16_t>(yb, m * w.d_out);
             for (std::size_t i = 0; i < got.size(); ++i)
-                ASSERT_NEAR(bits::bf16_decode(got[i]), want[i], 1e-2 * (1.0 + std::fabs(want[i]))) << what << " bf16 " << i;
+                ASSERT_NEAR(bits::bf16_decode(got[i]), want[i], 1e-2 * (1.0 + std::fabs(want[i])))
+                    << what << " bf16 " << i;
         }
     }
 }
@@ -243,7 +247,8 @@ TEST_F(CudaKernels, CalibrationMatchesCpu) {
         ASSERT_EQ(gpu.tokens(), cpu.tokens());
         for (std::size_t b = 0; b < cpu.blocks(); ++b) {
             const std::vector<double> a = cpu.second_moment(b), g = gpu.second_moment(b);
-            for (std::size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(g[i], a[i], 1e-12 * (1.0 + std::fabs(a[i]))) << b << " " << i;
+            for (std::size_t i = 0; i < a.size(); ++i)
+                ASSERT_NEAR(g[i], a[i], 1e-12 * (1.0 + std::fabs(a[i]))) << b << " " << i;
         }
     }
 }
@@ -307,7 +312,8 @@ void capture_matches_eager(bool prefill) {
             };
             run();
             be->synchronize();
-            const std::vector<std::uint8_t> y_eager = bytes_of(y.get(), y.bytes()), c_eager = bytes_of(cd.get(), cd.bytes());
+            const std::vector<std::uint8_t> y_eager = bytes_of(y.get(), y.bytes()),
+                                            c_eager = bytes_of(cd.get(), cd.bytes());
             WUSH_CUDA_CHECK(cudaMemsetAsync(y.get(), 0, y.bytes(), stream));
             WUSH_CUDA_CHECK(cudaMemsetAsync(cd.get(), 0, cd.bytes(), stream));
             WUSH_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -357,13 +363,14 @@ TEST(CudaIssue32, QuantizeBitExactAtModelWidths) {
                     Packed want{std::vector<std::uint8_t>(s.codes), std::vector<std::uint8_t>(s.scales)};
                     const MatrixUse use = classify_matrices(t);
                     std::vector<float> scratch(cpu::quantize_scratch_floats(t, use));
-                    cpu::quantize_activations(t, use, f, WUSH_DTYPE_F32, x.data(), m, want.codes, want.scales, kHost.isa,
-                                                  scratch, kHost.threads);
+                    cpu::quantize_activations(t, use, f, WUSH_DTYPE_F32, x.data(), m, want.codes, want.scales,
+                                              kHost.isa, scratch, kHost.threads);
                     const cuda::DeviceBuffer xd = upload(x);
                     cuda::DeviceBuffer cd(s.codes), sd(s.scales);
                     be->quantize_activations(ref, f, WUSH_DTYPE_F32, xd.get(), m, {cd.get<std::uint8_t>(), cd.bytes()},
                                              {sd.get<std::uint8_t>(), sd.bytes()});
-                    const std::string what = std::string(f.name) + " d_in " + std::to_string(d_in) + " m " + std::to_string(m);
+                    const std::string what =
+                        std::string(f.name) + " d_in " + std::to_string(d_in) + " m " + std::to_string(m);
                     EXPECT_EQ(bytes_of(cd.get(), cd.bytes()), want.codes) << what;
                     EXPECT_EQ(bytes_of(sd.get(), sd.bytes()), want.scales) << what;
                 }

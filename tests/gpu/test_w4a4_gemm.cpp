@@ -30,11 +30,11 @@ namespace {
 using wush::cuda::GemmArgs;
 using wush::cuda::GemmKernel;
 
-#define CUDA_OK(expr)                                                                 \
-    do {                                                                              \
-        const cudaError_t e_ = (expr);                                                \
-        ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);        \
-    } while (0)
+#define CUDA_OK(expr)                                                      \
+  do {                                                                     \
+    const cudaError_t e_ = (expr);                                         \
+    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
+  } while (0)
 
 int device_sm() {
     int count = 0;
@@ -48,13 +48,17 @@ int device_sm() {
     return major * 10 + minor;
 }
 
-#define REQUIRE_GPU(sm)                                                  \
-    const int sm = device_sm();                                          \
-    if (sm == 0) GTEST_SKIP() << "no CUDA device";
+#define REQUIRE_GPU(sm)       \
+  const int sm = device_sm(); \
+  if (sm == 0) GTEST_SKIP() << "no CUDA device";
 
 const wush_format kFormats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4, WUSH_FORMAT_MXFP4_OCP};
-int group_of(wush_format f) { return f == WUSH_FORMAT_NVFP4 ? 16 : 32; }
-int scale_bytes(wush_format f) { return f == WUSH_FORMAT_INT4 ? 2 : 1; }
+int group_of(wush_format f) {
+    return f == WUSH_FORMAT_NVFP4 ? 16 : 32;
+}
+int scale_bytes(wush_format f) {
+    return f == WUSH_FORMAT_INT4 ? 2 : 1;
+}
 double tensor_factor(wush_format f) {
     return f == WUSH_FORMAT_MXFP4 ? 1.0 / 3.0 : f == WUSH_FORMAT_NVFP4 ? 0.1 : 1.0;
 }
@@ -99,14 +103,14 @@ Operand random_operand(wush_format f, std::size_t rows, std::size_t k, std::mt19
     for (std::size_t i = 0; i < rows * groups; ++i) {
         std::uint8_t* s = &o.scales[i * sb];
         switch (f) {
-            case WUSH_FORMAT_NVFP4: s[0] = std::uint8_t(0x20 + rng() % 0x40); break;   // 2^-3 .. 2^4 range
+            case WUSH_FORMAT_NVFP4: s[0] = std::uint8_t(0x20 + rng() % 0x40); break;  // 2^-3 .. 2^4 range
             case WUSH_FORMAT_INT4: {
-                const std::uint16_t b = std::uint16_t(0x3E00 + rng() % 0x0200);       // 0.125 .. 1
+                const std::uint16_t b = std::uint16_t(0x3E00 + rng() % 0x0200);  // 0.125 .. 1
                 s[0] = std::uint8_t(b & 0xFF);
                 s[1] = std::uint8_t(b >> 8);
                 break;
             }
-            default: s[0] = std::uint8_t(120 + rng() % 14); break;                      // 2^-7 .. 2^6
+            default: s[0] = std::uint8_t(120 + rng() % 14); break;  // 2^-7 .. 2^6
         }
         if (force_e8m0 >= 0 && sb == 1 && f != WUSH_FORMAT_NVFP4) s[0] = std::uint8_t(force_e8m0);
     }
@@ -114,7 +118,8 @@ Operand random_operand(wush_format f, std::size_t rows, std::size_t k, std::mt19
     for (std::size_t r = 0; r < rows; ++r)
         for (std::size_t i = 0; i < k; ++i) {
             const unsigned nib = wush::formats::get_nibble(&o.codes[r * k / 2], int(i));
-            o.values[r * k + i] = element_value(f, nib) * scale_value(f, &o.scales[(r * groups + i / G) * sb]) * tensor_factor(f);
+            o.values[r * k + i] =
+                element_value(f, nib) * scale_value(f, &o.scales[(r * groups + i / G) * sb]) * tensor_factor(f);
         }
     return o;
 }
@@ -181,10 +186,8 @@ void check_product(GemmKernel kernel, wush_format f, std::size_t m, std::size_t 
     for (int run = 0; run < 2; ++run) {
         CUDA_OK(cudaMemset(dy.p, 0xFF, ybytes));  // NaN poison: every output must be written
         CUDA_OK(cudaMemset(dws.p, 0xFF, dws.n));  // the workspace holds nothing between calls
-        if (kernel == GemmKernel::Decode)
-            wush::cuda::launch_decode_gemm(args, nullptr);
-        else
-            wush::cuda::launch_prefill_gemm(args, nullptr);
+        if (kernel == GemmKernel::Decode) wush::cuda::launch_decode_gemm(args, nullptr);
+        else wush::cuda::launch_prefill_gemm(args, nullptr);
         CUDA_OK(cudaGetLastError());
         CUDA_OK(cudaDeviceSynchronize());
         std::vector<std::uint8_t> out(ybytes);
@@ -218,7 +221,8 @@ void check_product(GemmKernel kernel, wush_format f, std::size_t m, std::size_t 
                 std::memcpy(&got, &first[(i * n + j) * 4], 4);
             }
             if (!(std::fabs(double(got) - ref) <= tol) && bad++ < 5)
-                ADD_FAILURE() << "y[" << i << "][" << j << "] = " << got << ", float64 " << ref << ", tolerance " << tol;
+                ADD_FAILURE() << "y[" << i << "][" << j << "] = " << got << ", float64 " << ref << ", tolerance "
+                              << tol;
         }
     EXPECT_EQ(bad, 0);
 }
@@ -242,7 +246,8 @@ TEST(W4A4GemmGpu, PrefillAllFormatsAndShapes) {
     for (wush_format f : kFormats)
         for (std::size_t m : {1, 3, 16, 17, 128, 130, 257})
             for (std::size_t n : {8, 13, 256})
-                for (std::size_t k : {32, 96, 4096}) check_product(GemmKernel::Prefill, f, m, n, k, WUSH_DTYPE_F32, rng, sm);
+                for (std::size_t k : {32, 96, 4096})
+                    check_product(GemmKernel::Prefill, f, m, n, k, WUSH_DTYPE_F32, rng, sm);
 }
 
 TEST(W4A4GemmGpu, Bf16OutputAndSplitK) {
@@ -342,18 +347,22 @@ float time_us(F&& f, cudaStream_t s) {
 TEST(W4A4GemmGpu, Bench) {
     REQUIRE_GPU(sm);
     if (!std::getenv("WUSH_GEMM_BENCH")) GTEST_SKIP() << "set WUSH_GEMM_BENCH=1";
-    struct Shape { std::size_t m, n, k; };
-    const Shape shapes[] = {{1, 4096, 4096}, {1, 14336, 4096}, {1, 4096, 14336}, {16, 4096, 4096}, {16, 14336, 4096},
-                            {16, 4096, 14336}, {128, 4096, 4096}, {4096, 4096, 4096}};
+    struct Shape {
+        std::size_t m, n, k;
+    };
+    const Shape shapes[] = {{1, 4096, 4096},   {1, 14336, 4096},  {1, 4096, 14336},  {16, 4096, 4096},
+                            {16, 14336, 4096}, {16, 4096, 14336}, {128, 4096, 4096}, {4096, 4096, 4096}};
     cublasHandle_t h;
     ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
     std::mt19937 rng(5);
-    std::printf("%-8s %-18s %10s %10s %10s %8s\n", "format", "m x n x k", "kernel us", "cublas us", "kernel", "speedup");
+    std::printf("%-8s %-18s %10s %10s %10s %8s\n", "format", "m x n x k", "kernel us", "cublas us", "kernel",
+                "speedup");
     for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}) {
         for (const Shape& s : shapes) {
             const int G = group_of(f), sb = scale_bytes(f);
             // Several weight copies rotate so that the weights do not sit in L2 between runs.
-            const std::size_t copies = std::max<std::size_t>(1, std::min<std::size_t>(8, (200u << 20) / (s.n * s.k / 2)));
+            const std::size_t copies =
+                std::max<std::size_t>(1, std::min<std::size_t>(8, (200u << 20) / (s.n * s.k / 2)));
             DeviceBuffer<std::uint8_t> da(s.m * s.k / 2), dsa(s.m * s.k / G * sb), dw(copies * s.n * s.k / 2),
                 dsw(copies * s.n * s.k / G * sb), dy(s.m * s.n * 4);
             std::vector<std::uint8_t> h_codes(std::max(dw.n, da.n)), h_sc(std::max(dsw.n, dsa.n));
@@ -374,7 +383,8 @@ TEST(W4A4GemmGpu, Bench) {
             args.alpha = 1.0f;
             args.y = dy.p;
             args.y_dtype = WUSH_DTYPE_BF16;
-            const GemmKernel kernel = wush::cuda::pick_gemm(args, sm) == GemmKernel::Decode ? GemmKernel::Decode : GemmKernel::Prefill;
+            const GemmKernel kernel =
+                wush::cuda::pick_gemm(args, sm) == GemmKernel::Decode ? GemmKernel::Decode : GemmKernel::Prefill;
             const std::size_t ws = wush::cuda::gemm_workspace_bytes(kernel, f, s.m, s.n, s.k);
             DeviceBuffer<std::uint8_t> dws(std::max<std::size_t>(ws, 16));
             args.workspace = dws.p;
@@ -386,15 +396,14 @@ TEST(W4A4GemmGpu, Bench) {
                     GemmArgs a2 = args;
                     a2.w_codes = dw.p + c * (s.n * s.k / 2);
                     a2.w_scales = dsw.p + c * (s.n * s.k / G * sb);
-                    if (kernel == GemmKernel::Decode)
-                        wush::cuda::launch_decode_gemm(a2, nullptr);
-                    else
-                        wush::cuda::launch_prefill_gemm(a2, nullptr);
+                    if (kernel == GemmKernel::Decode) wush::cuda::launch_decode_gemm(a2, nullptr);
+                    else wush::cuda::launch_prefill_gemm(a2, nullptr);
                 },
                 nullptr);
             CUDA_OK(cudaDeviceSynchronize());
             // cuBLAS BF16: Y^T (n x m, column-major) = W (k x n col-major = n x k row-major)^T X.
-            const std::size_t wcopies = std::max<std::size_t>(1, std::min<std::size_t>(4, (400u << 20) / (s.n * s.k * 2)));
+            const std::size_t wcopies =
+                std::max<std::size_t>(1, std::min<std::size_t>(4, (400u << 20) / (s.n * s.k * 2)));
             DeviceBuffer<__nv_bfloat16> bx(s.m * s.k), bw(wcopies * s.n * s.k), by(s.m * s.n);
             CUDA_OK(cudaMemset(bx.p, 0x3C, bx.n * 2));
             CUDA_OK(cudaMemset(bw.p, 0x3C, bw.n * 2));
@@ -403,15 +412,18 @@ TEST(W4A4GemmGpu, Bench) {
             const float us_blas = time_us(
                 [&] {
                     const std::size_t c = it2++ % wcopies;
-                    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(s.n), int(s.m), int(s.k), &one, bw.p + c * s.n * s.k, CUDA_R_16BF,
-                                 int(s.k), bx.p, CUDA_R_16BF, int(s.k), &zero, by.p, CUDA_R_16BF, int(s.n), CUBLAS_COMPUTE_32F,
-                                 CUBLAS_GEMM_DEFAULT);
+                    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(s.n), int(s.m), int(s.k), &one, bw.p + c * s.n * s.k,
+                                 CUDA_R_16BF, int(s.k), bx.p, CUDA_R_16BF, int(s.k), &zero, by.p, CUDA_R_16BF, int(s.n),
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
                 },
                 nullptr);
             CUDA_OK(cudaDeviceSynchronize());
             char shape[64];
             std::snprintf(shape, sizeof shape, "%zux%zux%zu", s.m, s.n, s.k);
-            std::printf("%-8s %-18s %10.1f %10.1f %10s %7.2fx\n", f == WUSH_FORMAT_MXFP4 ? "mxfp4" : f == WUSH_FORMAT_NVFP4 ? "nvfp4" : "int4",
+            std::printf("%-8s %-18s %10.1f %10.1f %10s %7.2fx\n",
+                        f == WUSH_FORMAT_MXFP4   ? "mxfp4"
+                        : f == WUSH_FORMAT_NVFP4 ? "nvfp4"
+                                                 : "int4",
                         shape, us, us_blas, kernel == GemmKernel::Decode ? "decode" : "prefill", us_blas / us);
         }
     }

@@ -229,7 +229,8 @@ static int cmd_forward(const char* path, const char* layer, const char* x_path, 
     st = wush_quantize_rows(ctx, format, WUSH_DTYPE_F32, xt, n_tokens, d_in, codes, codes_bytes, scales, scales_bytes);
     if (st != WUSH_OK) return failed("wush_quantize_rows", st);
     xq = (float*)xmalloc(n_tokens * d_in * sizeof(float));
-    st = wush_dequantize_rows(ctx, format, codes, codes_bytes, scales, scales_bytes, n_tokens, d_in, xq, n_tokens * d_in);
+    st = wush_dequantize_rows(ctx, format, codes, codes_bytes, scales, scales_bytes, n_tokens, d_in, xq,
+                              n_tokens * d_in);
     if (st != WUSH_OK) return failed("wush_dequantize_rows", st);
     if (dequantize(ctx, q, &wq) != 0) return 1;
     y = (double*)xmalloc(n_tokens * d_out * sizeof(double));
@@ -268,7 +269,6 @@ int main(int argc, char** argv) {
     if (argc == 3 && strcmp(argv[1], "checkpoint") == 0) return cmd_checkpoint(argv[2]);
     if (argc == 6 && strcmp(argv[1], "forward") == 0)
         return cmd_forward(argv[2], argv[3], argv[4], (size_t)strtoull(argv[5], NULL, 10));
-    fprintf(stderr,
-            "usage: wush_interop_dump tensors FILE [KEY...] | checkpoint FILE | forward FILE LAYER X.f32 N\n");
+    fprintf(stderr, "usage: wush_interop_dump tensors FILE [KEY...] | checkpoint FILE | forward FILE LAYER X.f32 N\n");
     return 2;
 }

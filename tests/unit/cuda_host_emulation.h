@@ -48,9 +48,13 @@ inline State g;
 inline thread_local std::vector<std::vector<CopyOp>> t_groups;  // committed groups, oldest first
 inline thread_local std::vector<CopyOp> t_open;                 // not yet committed
 
-inline std::uint8_t* dynamic_smem() { return g.smem.data(); }
+inline std::uint8_t* dynamic_smem() {
+    return g.smem.data();
+}
 
-inline void copy16(void* dst, const void* src, bool valid) { t_open.push_back({dst, src, valid}); }
+inline void copy16(void* dst, const void* src, bool valid) {
+    t_open.push_back({dst, src, valid});
+}
 inline void commit() {
     t_groups.push_back(t_open);
     t_open.clear();
@@ -58,17 +62,19 @@ inline void commit() {
 inline void wait_groups(int keep) {
     while (int(t_groups.size()) > keep) {
         for (const CopyOp& op : t_groups.front()) {
-            if (op.valid)
-                std::memcpy(op.dst, op.src, 16);
-            else
-                std::memset(op.dst, 0, 16);
+            if (op.valid) std::memcpy(op.dst, op.src, 16);
+            else std::memset(op.dst, 0, 16);
         }
         t_groups.erase(t_groups.begin());
     }
 }
 
-inline void syncthreads() { g.block->arrive_and_wait(); }
-inline void syncwarp() { g.warps[t_idx.x / 32]->arrive_and_wait(); }
+inline void syncthreads() {
+    g.block->arrive_and_wait();
+}
+inline void syncwarp() {
+    g.warps[t_idx.x / 32]->arrive_and_wait();
+}
 
 inline unsigned long long atomic_min(unsigned long long* p, unsigned long long v) {
     static std::mutex m;
@@ -99,10 +105,12 @@ inline void mma(int (&d)[4], const std::uint32_t* a, int a_regs, std::uint32_t b
     for (int lane = 0; lane < 32; ++lane) {
         for (int reg = 0; reg < a_regs; ++reg)
             for (int j = 0; j < 4; ++j)
-                A[wush::tile::mma_a_row(lane, reg)][wush::tile::mma_a_col(lane, reg, j)] = wush::tile::lane_s8(g.mslots[w][lane][reg], j);
+                A[wush::tile::mma_a_row(lane, reg)][wush::tile::mma_a_col(lane, reg, j)] =
+                    wush::tile::lane_s8(g.mslots[w][lane][reg], j);
         for (int reg = 0; reg < K / 16; ++reg)
             for (int j = 0; j < 4; ++j)
-                B[wush::tile::mma_b_row(lane, reg, j)][wush::tile::mma_b_col(lane)] = wush::tile::lane_s8(g.mslots[w][lane][4 + reg], j);
+                B[wush::tile::mma_b_row(lane, reg, j)][wush::tile::mma_b_col(lane)] =
+                    wush::tile::lane_s8(g.mslots[w][lane][4 + reg], j);
     }
     g.warps[w]->arrive_and_wait();
     for (int e = 0; e < 4; ++e) {
@@ -123,7 +131,8 @@ inline void launch(Dim grid, unsigned threads, std::size_t smem_bytes, const std
                 g.smem.assign(smem_bytes + 16, 0xCD);  // garbage, as on the device
                 g.block = std::make_unique<std::barrier<>>(threads);
                 g.warps.clear();
-                for (unsigned w = 0; w < (threads + 31) / 32; ++w) g.warps.push_back(std::make_unique<std::barrier<>>(32));
+                for (unsigned w = 0; w < (threads + 31) / 32; ++w)
+                    g.warps.push_back(std::make_unique<std::barrier<>>(32));
                 std::vector<std::thread> ts;
                 for (unsigned i = 0; i < threads; ++i)
                     ts.emplace_back([&, i] {
@@ -158,17 +167,31 @@ struct uint2 {
 struct uint4 {
     unsigned x, y, z, w;
 };
-inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
-inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+inline uint2 make_uint2(unsigned x, unsigned y) {
+    return uint2{x, y};
+}
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
+    return uint4{x, y, z, w};
+}
 template <typename T>
 inline T __ldg(const T* p) {
     return *p;
 }
-inline void __syncthreads() { wush_emu::syncthreads(); }
-inline void __syncwarp(unsigned = 0xFFFFFFFFu) { wush_emu::syncwarp(); }
-inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v) { return wush_emu::atomic_min(p, v); }
-inline float __shfl_xor_sync(unsigned, float v, int o) { return wush_emu::shfl_xor(v, o); }
-inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline void __syncthreads() {
+    wush_emu::syncthreads();
+}
+inline void __syncwarp(unsigned = 0xFFFFFFFFu) {
+    wush_emu::syncwarp();
+}
+inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v) {
+    return wush_emu::atomic_min(p, v);
+}
+inline float __shfl_xor_sync(unsigned, float v, int o) {
+    return wush_emu::shfl_xor(v, o);
+}
+inline long long min(long long a, long long b) {
+    return a < b ? a : b;
+}
 
 struct __nv_bfloat16 {
     unsigned short x;

@@ -80,7 +80,9 @@ inline std::uint16_t bf16_bits(double v) {
 }
 
 // Relative distance test: |x - b| <= 1e-6 |b|.
-inline bool near(double x, double b) { return std::fabs(x - b) <= 1e-6 * std::fabs(b); }
+inline bool near(double x, double b) {
+    return std::fabs(x - b) <= 1e-6 * std::fabs(b);
+}
 
 // Whether a > 0 lies within 1e-6 relative of a midpoint between two neighbours of `grid`.
 inline bool near_midpoint(double a, const std::vector<double>& grid) {

@@ -71,7 +71,8 @@ TEST_P(CalibratorModes, MomentsEqualNaiveSum) {
         const auto m = c.full_second_moment();
         for (std::size_t i = 0; i < kDin; ++i)
             for (std::size_t j = 0; j < kDin; ++j)
-                EXPECT_LE(std::fabs(m[i * kDin + j] - naive_moment(x, kTokens, kDin, i, j)), 1e-12 * natural_scale(x, i, j))
+                EXPECT_LE(std::fabs(m[i * kDin + j] - naive_moment(x, kTokens, kDin, i, j)),
+                          1e-12 * natural_scale(x, i, j))
                     << i << "," << j;
     } else {
         EXPECT_THROW(c.full_second_moment(), Error);

@@ -48,7 +48,8 @@ void check_group(const Fmt& f, const float* t, const std::vector<float>& x, Stat
     bool finite = true;
     for (int i = 0; i < g; ++i) finite = finite && std::isfinite(x[i]);
     if (finite && bound < INFINITY) {
-        for (int i = 0; i < g; ++i) ASSERT_LE(std::fabs(double(y[i]) - y_exact[i]), double(bound)) << what << " i=" << i;
+        for (int i = 0; i < g; ++i)
+            ASSERT_LE(std::fabs(double(y[i]) - y_exact[i]), double(bound)) << what << " i=" << i;
     }
     std::uint8_t codes[16] = {}, scale[2] = {}, rcodes[16] = {}, rscale[2] = {};
     const bool ok = certify_group(f.id, y, g, bound, codes, scale);
@@ -60,8 +61,8 @@ void check_group(const Fmt& f, const float* t, const std::vector<float>& x, Stat
     ASSERT_EQ(0, std::memcmp(scale, rscale, std::size_t(f.scale_bytes))) << what << ": scale";
     for (int i = 0; i < g; ++i) {
         ASSERT_EQ(wush::formats::get_nibble(codes, i), wush::formats::get_nibble(rcodes, i))
-            << what << ": code " << i << " of y = " << std::hexfloat << y[i] << " (exact " << y_exact[i]
-            << "), bound " << bound;
+            << what << ": code " << i << " of y = " << std::hexfloat << y[i] << " (exact " << y_exact[i] << "), bound "
+            << bound;
     }
 }
 
@@ -147,7 +148,8 @@ std::vector<float> boundary_group(std::mt19937_64& rng, const Fmt& f) {
             wush::formats::quantize_group<float>(f.id, x.data(), g, c, s);
             const double sv = wush::formats::decode_scale(f.id, s);
             for (float& v : x)
-                v = on_boundary() ? nudge(std::round(double(v) / sv) * sv) : float((std::floor(double(v) / sv) + 0.5) * sv);
+                v = on_boundary() ? nudge(std::round(double(v) / sv) * sv)
+                                  : float((std::floor(double(v) / sv) + 0.5) * sv);
         }
     }
     return x;

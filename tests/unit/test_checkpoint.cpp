@@ -55,8 +55,8 @@ struct Parts {
             {"L.tensor_scale", "F32", {1}, [this](const auto& s) { s(&factor, 4); }},
             {"L.transform", "F32", {2, 32, 32}, [this](const auto& s) { s(transform.data(), transform.size() * 4); }},
         };
-        meta = {{"format_version", "1"}, {"L.format", "mxfp4"}, {"L.group_size", "32"},
-                {"L.transform", "identity"}, {"L.method", "rtn"}, {"L.damping", "0.01"}};
+        meta = {{"format_version", "1"},     {"L.format", "mxfp4"}, {"L.group_size", "32"},
+                {"L.transform", "identity"}, {"L.method", "rtn"},   {"L.damping", "0.01"}};
     }
 
     TensorSource& tensor(const std::string& name) {
@@ -99,25 +99,75 @@ TEST(CheckpointValidation, TheBaselineFileIsValid) {
 }
 
 TEST(CheckpointValidation, EachRuleHasItsOwnError) {
-    { Parts p; p.meta.erase("format_version"); expect_rejected(p, "no \"format_version\""); }
-    { Parts p; p.meta["format_version"] = "2"; expect_rejected(p, "format_version \"2\" is not supported"); }
-    { Parts p; p.meta["extra"] = "x"; expect_rejected(p, "unexpected metadata key \"extra\""); }
-    { Parts p; p.meta.erase("L.method"); expect_rejected(p, "lacks metadata \"L.method\""); }
-    { Parts p; p.meta["L.format"] = "fp5"; expect_rejected(p, "unknown format \"fp5\""); }
-    { Parts p; p.meta["L.group_size"] = "16"; expect_rejected(p, "group_size 16 does not match"); }
-    { Parts p; p.meta["L.group_size"] = "3x"; expect_rejected(p, "is not a size"); }
-    { Parts p; p.meta["L.transform"] = "fancy"; expect_rejected(p, "unknown transform \"fancy\""); }
-    { Parts p; p.meta["L.method"] = "awq"; expect_rejected(p, "unknown method \"awq\""); }
-    { Parts p; p.meta["L.damping"] = "-1"; expect_rejected(p, "is not a damping"); }
-    { Parts p; p.meta["L.damping"] = "nan"; expect_rejected(p, "is not a damping"); }
     {
         Parts p;
-        p.tensors.push_back({"stray", "U8", {1}, [](const auto& s) { const std::uint8_t b = 0; s(&b, 1); }});
+        p.meta.erase("format_version");
+        expect_rejected(p, "no \"format_version\"");
+    }
+    {
+        Parts p;
+        p.meta["format_version"] = "2";
+        expect_rejected(p, "format_version \"2\" is not supported");
+    }
+    {
+        Parts p;
+        p.meta["extra"] = "x";
+        expect_rejected(p, "unexpected metadata key \"extra\"");
+    }
+    {
+        Parts p;
+        p.meta.erase("L.method");
+        expect_rejected(p, "lacks metadata \"L.method\"");
+    }
+    {
+        Parts p;
+        p.meta["L.format"] = "fp5";
+        expect_rejected(p, "unknown format \"fp5\"");
+    }
+    {
+        Parts p;
+        p.meta["L.group_size"] = "16";
+        expect_rejected(p, "group_size 16 does not match");
+    }
+    {
+        Parts p;
+        p.meta["L.group_size"] = "3x";
+        expect_rejected(p, "is not a size");
+    }
+    {
+        Parts p;
+        p.meta["L.transform"] = "fancy";
+        expect_rejected(p, "unknown transform \"fancy\"");
+    }
+    {
+        Parts p;
+        p.meta["L.method"] = "awq";
+        expect_rejected(p, "unknown method \"awq\"");
+    }
+    {
+        Parts p;
+        p.meta["L.damping"] = "-1";
+        expect_rejected(p, "is not a damping");
+    }
+    {
+        Parts p;
+        p.meta["L.damping"] = "nan";
+        expect_rejected(p, "is not a damping");
+    }
+    {
+        Parts p;
+        p.tensors.push_back({"stray", "U8", {1}, [](const auto& s) {
+                                 const std::uint8_t b = 0;
+                                 s(&b, 1);
+                             }});
         expect_rejected(p, "unexpected tensor \"stray\"");
     }
     {
         Parts p;
-        p.tensors.push_back({"M.scales", "U8", {1}, [](const auto& s) { const std::uint8_t b = 0; s(&b, 1); }});
+        p.tensors.push_back({"M.scales", "U8", {1}, [](const auto& s) {
+                                 const std::uint8_t b = 0;
+                                 s(&b, 1);
+                             }});
         expect_rejected(p, "belongs to no layer");
     }
     {
@@ -125,7 +175,11 @@ TEST(CheckpointValidation, EachRuleHasItsOwnError) {
         p.tensors.erase(p.tensors.begin() + 1);  // L.scales
         expect_rejected(p, "tensor \"L.scales\" is missing");
     }
-    { Parts p; p.tensor("L.codes").dtype = "I8"; expect_rejected(p, "has dtype I8, expected U8"); }
+    {
+        Parts p;
+        p.tensor("L.codes").dtype = "I8";
+        expect_rejected(p, "has dtype I8, expected U8");
+    }
     {
         Parts p;
         p.codes.resize(4 * 16);
@@ -138,15 +192,27 @@ TEST(CheckpointValidation, EachRuleHasItsOwnError) {
         p.tensor("L.codes").shape = {4, 8};  // d_in 16, not a multiple of 32
         expect_rejected(p, "not a positive multiple of G");
     }
-    { Parts p; p.tensor("L.codes").shape = {128}; expect_rejected(p, "is not 2-D"); }
-    { Parts p; p.factor = 0.25f; expect_rejected(p, "is not the mxfp4 factor"); }
+    {
+        Parts p;
+        p.tensor("L.codes").shape = {128};
+        expect_rejected(p, "is not 2-D");
+    }
+    {
+        Parts p;
+        p.factor = 0.25f;
+        expect_rejected(p, "is not the mxfp4 factor");
+    }
     {
         Parts p;
         p.transform.resize(32 * 32);
         p.tensor("L.transform").shape = {1, 32, 32};
         expect_rejected(p, "tensor \"L.transform\" has the wrong shape");
     }
-    { Parts p; p.scales[3] = 0xFF; expect_rejected(p, "row 1, group 1 is NaN or infinite"); }
+    {
+        Parts p;
+        p.scales[3] = 0xFF;
+        expect_rejected(p, "row 1, group 1 is NaN or infinite");
+    }
     {
         // E8M0 2^127 is a valid scale, but MXFP4's element 6 (code 7) under it decodes to 2^128.
         Parts p;
@@ -154,7 +220,11 @@ TEST(CheckpointValidation, EachRuleHasItsOwnError) {
         p.codes[48] = 0x07;
         expect_rejected(p, "row 1, group 1 decodes element 0 beyond the float32 range");
     }
-    { Parts p; p.transform[5] = NAN; expect_rejected(p, "NaN or Inf"); }
+    {
+        Parts p;
+        p.transform[5] = NAN;
+        expect_rejected(p, "NaN or Inf");
+    }
     {
         Parts p;
         std::fill(p.transform.begin() + 32 * 32, p.transform.end(), 0.0f);  // block 1 singular
@@ -238,12 +308,13 @@ TEST(Checkpoint, LoadRefusesAFileChangedAfterOpen) {
 
 TEST(Checkpoint, WriterRejectsBadLayers) {
     const auto t = wush::build_data_free_transform({wush::TransformKind::Hadamard, 0.01, 0}, 64, 16);  // G = 16
-    wush::formats::PackedMatrix q{WUSH_FORMAT_MXFP4, 2, 64, {}, {}};                                 // G = 32
+    wush::formats::PackedMatrix q{WUSH_FORMAT_MXFP4, 2, 64, {}, {}};                                   // G = 32
     const std::string path = temp_path("bad");
     EXPECT_THROW(wush::storage::write_checkpoint(path, {{"a", &t, &q, "rtn"}}, nullptr), wush::Error);
     q.format = WUSH_FORMAT_NVFP4;
     EXPECT_THROW(wush::storage::write_checkpoint(path, {{"a.codes", &t, &q, "rtn"}}, nullptr), wush::Error);
-    EXPECT_THROW(wush::storage::write_checkpoint(path, {{"a", &t, &q, "rtn"}, {"a", &t, &q, "rtn"}}, nullptr), wush::Error);
+    EXPECT_THROW(wush::storage::write_checkpoint(path, {{"a", &t, &q, "rtn"}, {"a", &t, &q, "rtn"}}, nullptr),
+                 wush::Error);
     EXPECT_FALSE(std::filesystem::exists(path));
 }
 

@@ -17,9 +17,15 @@
 
 namespace {
 
-std::uint8_t nv_e2m1(double v) { return std::uint8_t(__nv_cvt_double_to_fp4(v, __NV_E2M1, cudaRoundNearest)); }
-std::uint8_t nv_e4m3(double v) { return std::uint8_t(__nv_cvt_double_to_fp8(v, __NV_SATFINITE, __NV_E4M3)); }
-std::uint8_t nv_e8m0_floor(double v) { return std::uint8_t(__nv_cvt_double_to_e8m0(v, __NV_SATFINITE, cudaRoundZero)); }
+std::uint8_t nv_e2m1(double v) {
+    return std::uint8_t(__nv_cvt_double_to_fp4(v, __NV_E2M1, cudaRoundNearest));
+}
+std::uint8_t nv_e4m3(double v) {
+    return std::uint8_t(__nv_cvt_double_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+std::uint8_t nv_e8m0_floor(double v) {
+    return std::uint8_t(__nv_cvt_double_to_e8m0(v, __NV_SATFINITE, cudaRoundZero));
+}
 
 float nv_e4m3_value(std::uint8_t code) {
     const __half h(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3));

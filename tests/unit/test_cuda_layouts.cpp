@@ -17,7 +17,7 @@ std::vector<int> to_blocked(const std::vector<int>& m, std::size_t rows, std::si
     std::vector<int> out;
     for (std::size_t rb = 0; rb < nrb; ++rb)
         for (std::size_t cb = 0; cb < ncb; ++cb)
-            for (std::size_t j = 0; j < 32; ++j)          // after the transpose: (32, 4, 4)
+            for (std::size_t j = 0; j < 32; ++j)  // after the transpose: (32, 4, 4)
                 for (std::size_t i = 0; i < 4; ++i)
                     for (std::size_t c = 0; c < 4; ++c) out.push_back(at(rb * 128 + i * 32 + j, cb * 4 + c));
     return out;
@@ -32,7 +32,8 @@ TEST(CublasLtScaleLayout, MatchesTheDocumentedConstruction) {
             std::vector<int> got(((rows + 127) / 128) * 128 * ((cols + 3) / 4) * 4, -1);
             ASSERT_EQ(got.size(), want.size());
             for (std::size_t r = 0; r < rows; ++r)
-                for (std::size_t c = 0; c < cols; ++c) got[wush::cuda::tiled_scale_offset(r, c, cols)] = m[r * cols + c];
+                for (std::size_t c = 0; c < cols; ++c)
+                    got[wush::cuda::tiled_scale_offset(r, c, cols)] = m[r * cols + c];
             EXPECT_EQ(got, want) << rows << " x " << cols;
         }
     }

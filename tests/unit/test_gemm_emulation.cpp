@@ -24,8 +24,12 @@ using namespace wush;
 namespace plan = wush::cuda::plan;
 
 const wush_format kFormats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4, WUSH_FORMAT_MXFP4_OCP};
-int group_of(wush_format f) { return f == WUSH_FORMAT_NVFP4 ? 16 : 32; }
-double tensor_factor(wush_format f) { return f == WUSH_FORMAT_MXFP4 ? 1.0 / 3.0 : f == WUSH_FORMAT_NVFP4 ? 0.1 : 1.0; }
+int group_of(wush_format f) {
+    return f == WUSH_FORMAT_NVFP4 ? 16 : 32;
+}
+double tensor_factor(wush_format f) {
+    return f == WUSH_FORMAT_MXFP4 ? 1.0 / 3.0 : f == WUSH_FORMAT_NVFP4 ? 0.1 : 1.0;
+}
 
 struct Operand {
     std::vector<std::uint8_t> codes, scales;
@@ -55,7 +59,8 @@ Operand random_operand(wush_format f, std::size_t rows, std::size_t k, std::mt19
     for (std::size_t r = 0; r < rows; ++r)
         for (std::size_t i = 0; i < k; ++i)
             o.values[r * k + i] = double(formats::decode_element(f, formats::get_nibble(&o.codes[r * k / 2], int(i)))) *
-                                  double(formats::decode_scale(f, &o.scales[(r * groups + i / G) * sb])) * tensor_factor(f);
+                                  double(formats::decode_scale(f, &o.scales[(r * groups + i / G) * sb])) *
+                                  tensor_factor(f);
     return o;
 }
 
@@ -69,7 +74,8 @@ struct Aligned {
     }
 };
 
-void compare(const Operand& a, const Operand& w, std::size_t m, std::size_t n, std::size_t k, const std::vector<float>& y) {
+void compare(const Operand& a, const Operand& w, std::size_t m, std::size_t n, std::size_t k,
+             const std::vector<float>& y) {
     int bad = 0;
     for (std::size_t i = 0; i < m; ++i)
         for (std::size_t j = 0; j < n; ++j) {
@@ -113,14 +119,19 @@ void check_decode(wush_format f, std::size_t m, std::size_t n, std::size_t k, st
     const wush_emu::Dim grid{unsigned(pl.blocks_n), unsigned(pl.splits), unsigned(pl.row_passes)};
     ASSERT_TRUE(pl.mr == 1 || pl.mr == 4 || pl.mr == 16) << pl.mr;  // the instantiations below
     if (group_of(f) == 16) {
-        if (pl.mr == 16) run_decode<16, 16>(p, grid); else if (pl.mr == 4) run_decode<4, 16>(p, grid); else run_decode<1, 16>(p, grid);
+        if (pl.mr == 16) run_decode<16, 16>(p, grid);
+        else if (pl.mr == 4) run_decode<4, 16>(p, grid);
+        else run_decode<1, 16>(p, grid);
     } else {
-        if (pl.mr == 16) run_decode<16, 32>(p, grid); else if (pl.mr == 4) run_decode<4, 32>(p, grid); else run_decode<1, 32>(p, grid);
+        if (pl.mr == 16) run_decode<16, 32>(p, grid);
+        else if (pl.mr == 4) run_decode<4, 32>(p, grid);
+        else run_decode<1, 32>(p, grid);
     }
     if (pl.splits > 1) {
         const std::size_t mn = m * n;
-        wush_emu::launch(wush_emu::Dim{2, 1, 1}, 64, 0,
-                         [&] { cuda::decode_detail::splitk_reduce_kernel(partial.data(), int(pl.splits), mn, y.data(), 0); });
+        wush_emu::launch(wush_emu::Dim{2, 1, 1}, 64, 0, [&] {
+            cuda::decode_detail::splitk_reduce_kernel(partial.data(), int(pl.splits), mn, y.data(), 0);
+        });
     }
     compare(a, w, m, n, k, y);
 }
@@ -138,12 +149,13 @@ void check_prefill(wush_format f, std::size_t m, std::size_t n, std::size_t k, s
     const Aligned ac(a.codes), wc(w.codes);
     const std::size_t stride = plan::prefill_scale_stride(k, G);
     std::vector<float> ws((plan::prefill_workspace_bytes(m, n, k, G) + 3) / 4, NAN);
-    int* flag = reinterpret_cast<int*>(reinterpret_cast<std::uint8_t*>(ws.data()) + plan::prefill_flag_offset(m, n, k, G));
+    int* flag =
+        reinterpret_cast<int*>(reinterpret_cast<std::uint8_t*>(ws.data()) + plan::prefill_flag_offset(m, n, k, G));
     *flag = 0;
     const float alpha_q = float(tensor_factor(f) * tensor_factor(f)) * 0.25f;
     wush_emu::launch(wush_emu::Dim{3, 1, 1}, 64, 0, [&] {
-        cuda::prefill_detail::prefill_scales_kernel(f, int(m), int(n), (long long)(k / G), (long long)stride, a.scales.data(),
-                                                    w.scales.data(), alpha_q, ws.data(), flag);
+        cuda::prefill_detail::prefill_scales_kernel(f, int(m), int(n), (long long)(k / G), (long long)stride,
+                                                    a.scales.data(), w.scales.data(), alpha_q, ws.data(), flag);
     });
     EXPECT_EQ(*flag, force_a > 127 + 99 ? 1 : 0);
     std::vector<float> y(m * n, NAN);
@@ -160,20 +172,19 @@ void check_prefill(wush_format f, std::size_t m, std::size_t n, std::size_t k, s
     p.flag = flag;
     p.y = y.data();
     p.y_bf16 = 0;
-    const wush_emu::Dim grid{unsigned(plan::ceil_div(n, plan::kPrefillBN)), unsigned(plan::ceil_div(m, plan::kPrefillBM)), 1};
-    if (G == 16)
-        run_prefill<16>(p, grid);
-    else
-        run_prefill<32>(p, grid);
+    const wush_emu::Dim grid{unsigned(plan::ceil_div(n, plan::kPrefillBN)),
+                             unsigned(plan::ceil_div(m, plan::kPrefillBM)), 1};
+    if (G == 16) run_prefill<16>(p, grid);
+    else run_prefill<32>(p, grid);
     compare(a, w, m, n, k, y);
 }
 
 TEST(GemmEmulation, DecodeEveryFormat) {
     std::mt19937 rng(21);
     for (wush_format f : kFormats) {
-        check_decode(f, 1, 13, 96, rng);      // one chunk, ragged units, n not a multiple of 16
-        check_decode(f, 3, 40, 2080, rng);    // 3 chunks -> 3 splits, ragged last chunk
-        check_decode(f, 17, 8, 160, rng);     // two row passes (16 + 1)
+        check_decode(f, 1, 13, 96, rng);    // one chunk, ragged units, n not a multiple of 16
+        check_decode(f, 3, 40, 2080, rng);  // 3 chunks -> 3 splits, ragged last chunk
+        check_decode(f, 17, 8, 160, rng);   // two row passes (16 + 1)
     }
     check_decode(WUSH_FORMAT_MXFP4, 3, 9, 96, rng, 127 + 103);  // huge activation scales
 }

@@ -92,13 +92,14 @@ struct Textbook {
     std::vector<double> dequantized;    // d_out x d_in
 };
 
-Textbook textbook_gptq_mxfp4(const std::vector<float>& w, std::size_t d_out, std::size_t d_in, const std::vector<float>& x,
-                             std::size_t n, double lambda) {
+Textbook textbook_gptq_mxfp4(const std::vector<float>& w, std::size_t d_out, std::size_t d_in,
+                             const std::vector<float>& x, std::size_t n, double lambda) {
     constexpr std::size_t g = 32;
     Mat h(d_in * d_in, 0.0);
     for (std::size_t t = 0; t < n; ++t)
         for (std::size_t i = 0; i < d_in; ++i)
-            for (std::size_t j = 0; j < d_in; ++j) h[i * d_in + j] += double(x[t * d_in + i]) * x[t * d_in + j] / double(n);
+            for (std::size_t j = 0; j < d_in; ++j)
+                h[i * d_in + j] += double(x[t * d_in + i]) * x[t * d_in + j] / double(n);
     double tr = 0.0;
     for (std::size_t i = 0; i < d_in; ++i) tr += h[i * d_in + i];
     for (std::size_t i = 0; i < d_in; ++i) h[i * d_in + i] += lambda * tr / double(d_in);
@@ -209,7 +210,8 @@ TEST(Gptq, IdentityTransformIsTextbookGptq) {
             const std::uint8_t nib = j % 2 ? byte >> 4 : byte & 0xF;
             same_codes += nib == ref.nibbles[r * d_in + j];
         }
-    for (std::size_t k = 0; k < ref.exponents.size(); ++k) same_scales += ours.weights.scales.data()[k] == ref.exponents[k] + 127;
+    for (std::size_t k = 0; k < ref.exponents.size(); ++k)
+        same_scales += ours.weights.scales.data()[k] == ref.exponents[k] + 127;
     const double code_agreement = double(same_codes) / double(d_out * d_in);
     std::printf("  identity GPTQ vs textbook: %.5f of codes and %zu/%zu scales agree\n", code_agreement, same_scales,
                 ref.exponents.size());
@@ -264,7 +266,8 @@ TEST(Gptq, LowersTheHessianWeightedErrorForEveryTransform) {
                 for (std::size_t r = 0; r < d_out; ++r)
                     for (std::size_t i = 0; i < d_in; ++i) {
                         const double ei = wq[r * d_in + i] - w[r * d_in + i];
-                        for (std::size_t j = 0; j < d_in; ++j) total += ei * h[i * d_in + j] * (wq[r * d_in + j] - w[r * d_in + j]);
+                        for (std::size_t j = 0; j < d_in; ++j)
+                            total += ei * h[i * d_in + j] * (wq[r * d_in + j] - w[r * d_in + j]);
                     }
                 return total / double(d_out);
             };
@@ -297,12 +300,12 @@ TEST(Gptq, BuiltInLayersBeatRtnAndWushIsBestForMxfp4) {
                 const formats::PackedMatrix rq = prequantize_rtn(rt, fs, layer.weight, s.d_out);
                 const double lg = eval::layer_loss(g.transform, g.weights, layer.weight, layer.heldout, s.n_heldout);
                 const double lr = eval::layer_loss(rt, rq, layer.weight, layer.heldout, s.n_heldout);
-                const double wg = weight_only_loss(original_space_weights(g.transform, g.weights), layer.weight, s.d_out,
-                                                   layer.heldout, s.n_heldout);
-                const double wr = weight_only_loss(original_space_weights(rt, rq), layer.weight, s.d_out, layer.heldout,
-                                                   s.n_heldout);
-                std::printf("  %-14s %-6s %-8s W4A4 rtn %.4e gptq %.4e (%.3f)   W4A16 rtn %.4e gptq %.4e (%.3f)\n", name,
-                            fs.name, transform_kind_name(kind), lr, lg, lg / lr, wr, wg, wg / wr);
+                const double wg = weight_only_loss(original_space_weights(g.transform, g.weights), layer.weight,
+                                                   s.d_out, layer.heldout, s.n_heldout);
+                const double wr =
+                    weight_only_loss(original_space_weights(rt, rq), layer.weight, s.d_out, layer.heldout, s.n_heldout);
+                std::printf("  %-14s %-6s %-8s W4A4 rtn %.4e gptq %.4e (%.3f)   W4A16 rtn %.4e gptq %.4e (%.3f)\n",
+                            name, fs.name, transform_kind_name(kind), lr, lg, lg / lr, wr, wg, wg / wr);
                 EXPECT_LT(wg, wr) << name << " " << fs.name << " " << transform_kind_name(kind);
                 EXPECT_LE(lg, 1.01 * lr) << name << " " << fs.name << " " << transform_kind_name(kind);
                 gptq_loss[kind] = lg;
@@ -321,8 +324,8 @@ TEST(Gptq, TransformDtypeRoundsTheStoredTransform) {
     const std::vector<float> x = correlated_activations(n, d_in, 31);
     const std::vector<float> w = gaussian(d_out * d_in, 32, 0.05);
     const Calibrator cal = full_calibrator(x, n, d_in, 32);
-    const gptq::Result g =
-        gptq::quantize({TransformKind::WUSH, 0.01, 0, WUSH_DTYPE_BF16}, formats::spec(WUSH_FORMAT_MXFP4), cal, w, d_out);
+    const gptq::Result g = gptq::quantize({TransformKind::WUSH, 0.01, 0, WUSH_DTYPE_BF16},
+                                          formats::spec(WUSH_FORMAT_MXFP4), cal, w, d_out);
     for (float v : g.transform.activation_matrices()) ASSERT_EQ(v, round_for_storage(v, WUSH_DTYPE_BF16));
 }
 

@@ -123,7 +123,8 @@ Result run_kernel(const BlockTransform& t, const formats::FormatSpec& f, const I
     const int g = int(f.group);
     const std::size_t count = use == MatrixUse::Shared ? 1 : t.blocks();
     std::vector<float> norms(count);
-    for (std::size_t b = 0; b < count; ++b) norms[b] = formats::max_row_norm_bound(t.activation_matrices().data() + b * g * g, g);
+    for (std::size_t b = 0; b < count; ++b)
+        norms[b] = formats::max_row_norm_bound(t.activation_matrices().data() + b * g * g, g);
     Result r;
     cuda::QuantizeArgs a;
     a.format = f.id;
@@ -157,10 +158,10 @@ Result run_cpu(const BlockTransform& t, const formats::FormatSpec& f, const std:
 
 // The FMA build runs only where the CPU has FMA.
 #if defined(WUSH_TEST_NEEDS_FMA)
-#define REQUIRE_FMA() \
+#  define REQUIRE_FMA() \
     if (!__builtin_cpu_supports("fma")) GTEST_SKIP() << "no FMA on this CPU"
 #else
-#define REQUIRE_FMA()
+#  define REQUIRE_FMA()
 #endif
 
 TEST(QuantizeEmulation, EqualsCpuBytes) {
@@ -221,11 +222,13 @@ TEST(QuantizeEmulation, NonFiniteGroupsAreReportedAndSkipped) {
                     const bool bad = (r == r1 && b == 2) || (r == r2 && b == 0);
                     for (std::size_t i = 0; i < cb; ++i) {
                         const std::size_t at = r * d_in / 2 + b * cb + i;
-                        ASSERT_EQ(got.codes[at], bad ? kSentinel : want.codes[at]) << f.name << " row " << r << " block " << b;
+                        ASSERT_EQ(got.codes[at], bad ? kSentinel : want.codes[at])
+                            << f.name << " row " << r << " block " << b;
                     }
                     for (std::size_t i = 0; i < sb; ++i) {
                         const std::size_t at = (r * 4 + b) * sb + i;
-                        ASSERT_EQ(got.scales[at], bad ? kSentinel : want.scales[at]) << f.name << " row " << r << " block " << b;
+                        ASSERT_EQ(got.scales[at], bad ? kSentinel : want.scales[at])
+                            << f.name << " row " << r << " block " << b;
                     }
                 }
         }

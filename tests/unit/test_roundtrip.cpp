@@ -40,7 +40,9 @@ struct ElementModel {
     double expected;  // model mean square error
 };
 
-double e2m1_spacing(double a) { return a <= 2.0 ? 0.5 : a <= 4.0 ? 1.0 : 2.0; }
+double e2m1_spacing(double a) {
+    return a <= 2.0 ? 0.5 : a <= 4.0 ? 1.0 : 2.0;
+}
 
 ElementModel model(const FormatSpec& f, double x, double scale, bool group_max) {
     double unit = scale;
@@ -54,7 +56,8 @@ ElementModel model(const FormatSpec& f, double x, double scale, bool group_max) 
         if (clipped) return {over * unit, over * over * unit * unit};
         return {0.5 * unit, unit * unit / 12.0};
     }
-    if (v > 6.0 || (f.id == WUSH_FORMAT_NVFP4 && group_max)) return {std::fabs(v - 6.0) * unit, (v - 6.0) * (v - 6.0) * unit * unit};
+    if (v > 6.0 || (f.id == WUSH_FORMAT_NVFP4 && group_max))
+        return {std::fabs(v - 6.0) * unit, (v - 6.0) * (v - 6.0) * unit * unit};
     const double h = e2m1_spacing(v);
     return {0.5 * h * unit, h * h * unit * unit / 12.0};
 }
@@ -90,7 +93,8 @@ TEST_P(RoundTrip, GaussianErrorWithinTheFormatDerivedBand) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, RoundTrip,
-                         ::testing::Values(WUSH_FORMAT_MXFP4, WUSH_FORMAT_MXFP4_OCP, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4),
+                         ::testing::Values(WUSH_FORMAT_MXFP4, WUSH_FORMAT_MXFP4_OCP, WUSH_FORMAT_NVFP4,
+                                           WUSH_FORMAT_INT4),
                          [](const auto& info) { return std::string(wush::formats::spec(info.param).name); });
 
 }  // namespace

@@ -29,8 +29,8 @@
 namespace wush {
 namespace {
 
-using wush::Isa;
 using test::supported_isas;
+using wush::Isa;
 
 struct Packed {
     std::vector<std::uint8_t> codes, scales;
@@ -55,7 +55,7 @@ Packed random_packed(wush_format f, std::size_t rows, std::size_t k, std::mt1993
             p.scales.push_back(std::uint8_t(bits >> 24));
         } else if (f == WUSH_FORMAT_NVFP4) {
             std::uint8_t c = std::uint8_t(u < 5 ? u : 0x28 + u % 40);  // a few subnormals
-            if (u % 17 == 0) c |= 0x80;                                 // and negatives
+            if (u % 17 == 0) c |= 0x80;                                // and negatives
             p.scales.push_back(c);
         } else {
             p.scales.push_back(std::uint8_t(u == 0 ? 0 : 120 + u % 15));
@@ -71,7 +71,8 @@ std::vector<double> dequantize(wush_format f, const Packed& p, std::size_t rows,
     for (std::size_t e = 0; e < rows * k; ++e) {
         const std::uint8_t nib = (p.codes[e / 2] >> (4 * (e % 2))) & 0xF;
         const std::size_t grp = e / s.group;
-        out[e] = test::ref_element(f, nib) * test::ref_scale(f, p.scales.data() + grp * s.scale_bytes) * test::ref_factor(f);
+        out[e] =
+            test::ref_element(f, nib) * test::ref_scale(f, p.scales.data() + grp * s.scale_bytes) * test::ref_factor(f);
     }
     return out;
 }
@@ -143,13 +144,15 @@ TEST_P(GemmOnIsa, MatchesFloat64ProductOfDequantizedOperands) {
                 EXPECT_NE(pack.row_blocks(), nullptr);
             }
             const std::vector<float> yp = run_gemm(isa, w, a, s.m, WUSH_DTYPE_F32, nullptr, &pack);
-            EXPECT_LE(rel_frobenius(yp, ref), 1e-5) << "prepared " << f.name << " m=" << s.m << " n=" << s.n << " k=" << s.k;
+            EXPECT_LE(rel_frobenius(yp, ref), 1e-5)
+                << "prepared " << f.name << " m=" << s.m << " n=" << s.n << " k=" << s.k;
             std::vector<std::uint16_t> hp;
             run_gemm(isa, w, a, s.m, WUSH_DTYPE_BF16, &hp, &pack);
             for (std::size_t i = 0; i < yp.size(); ++i) {
                 const std::uint16_t sign = std::signbit(yp[i]) ? 0x8000 : 0;
                 const double mag = std::fabs(double(yp[i]));
-                const std::uint16_t expect = std::uint16_t(sign | (mag > 0.0 ? test::bf16_bits(test::ref_bf16(mag)) : 0));
+                const std::uint16_t expect =
+                    std::uint16_t(sign | (mag > 0.0 ? test::bf16_bits(test::ref_bf16(mag)) : 0));
                 ASSERT_EQ(hp[i], expect) << "prepared " << f.name << " m=" << s.m << " n=" << s.n << " i=" << i;
             }
             // BF16 output is the RNE of the float32 result.
@@ -158,8 +161,10 @@ TEST_P(GemmOnIsa, MatchesFloat64ProductOfDequantizedOperands) {
             for (std::size_t i = 0; i < y.size(); ++i) {
                 const std::uint16_t sign = std::signbit(y[i]) ? 0x8000 : 0;
                 const double mag = std::fabs(double(y[i]));
-                const std::uint16_t expect = std::uint16_t(sign | (mag > 0.0 ? test::bf16_bits(test::ref_bf16(mag)) : 0));
-                ASSERT_EQ(h[i], expect) << f.name << " m=" << s.m << " n=" << s.n << " k=" << s.k << " i=" << i << " y=" << y[i];
+                const std::uint16_t expect =
+                    std::uint16_t(sign | (mag > 0.0 ? test::bf16_bits(test::ref_bf16(mag)) : 0));
+                ASSERT_EQ(h[i], expect) << f.name << " m=" << s.m << " n=" << s.n << " k=" << s.k << " i=" << i
+                                        << " y=" << y[i];
             }
         }
     }
@@ -222,7 +227,8 @@ TEST_P(GemmOnIsa, ConcurrentCallersGetTheSameResults) {
                 omp_set_num_threads(2);
                 for (int rep = 0; rep < 4; ++rep) {
                     // Odd callers use the prepared layout (another summation order for m <= 4).
-                    const std::vector<float> y = run_gemm(isa, w, a, m, WUSH_DTYPE_F32, nullptr, t % 2 ? &pack : nullptr);
+                    const std::vector<float> y =
+                        run_gemm(isa, w, a, m, WUSH_DTYPE_F32, nullptr, t % 2 ? &pack : nullptr);
                     if (t % 2 ? rel_frobenius(y, expect64) > 1e-6 : y != expect) ++bad[t];
                 }
             });

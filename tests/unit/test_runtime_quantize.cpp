@@ -25,8 +25,8 @@
 namespace wush {
 namespace {
 
-using wush::Isa;
 using test::supported_isas;
+using wush::Isa;
 
 constexpr std::size_t kDin = 256;
 
@@ -50,7 +50,8 @@ std::vector<float> make_activations(std::size_t n_random, std::uint32_t seed) {
         for (std::size_t j = 0; j < kDin; ++j) x.push_back(s * (j % 3 == 0 ? -1.0f : 1.0f) * float(1 + j % 7));
     // Boundaries of the identity transform: amax = 2 (MXFP4 2^e exactly), values on E2M1 midpoints.
     for (std::size_t j = 0; j < kDin; ++j) {
-        const float bounds[] = {2.0f, 0.25f / 1.5f, 0.75f / 1.5f, 1.25f / 1.5f, 1.75f / 1.5f, 2.5f / 1.5f, 3.5f / 1.5f, -0.0f};
+        const float bounds[] = {2.0f,         0.25f / 1.5f, 0.75f / 1.5f, 1.25f / 1.5f,
+                                1.75f / 1.5f, 2.5f / 1.5f,  3.5f / 1.5f,  -0.0f};
         x.push_back(bounds[j % 8]);
     }
     return x;
@@ -93,7 +94,8 @@ Input as_dtype(const std::vector<float>& x, wush_dtype dtype) {
 
 // A data-dependent WUSH transform (the realistic, non-orthogonal case) and the data-free kinds.
 BlockTransform make_transform(TransformKind kind, std::size_t g) {
-    if (kind != TransformKind::WUSH && kind != TransformKind::WUS) return build_data_free_transform({kind, 0.01, 7}, kDin, g);
+    if (kind != TransformKind::WUSH && kind != TransformKind::WUS)
+        return build_data_free_transform({kind, 0.01, 7}, kDin, g);
     const std::vector<float> cal = make_activations(300, 99);
     Calibrator c(kDin, g, MomentMode::BlockDiagonal);
     c.add(WUSH_DTYPE_F32, cal.data(), 300);
@@ -131,7 +133,8 @@ Tally compare(const BlockTransform& t, wush_format format, const std::vector<flo
                     continue;
                 }
                 double s = 0.0;
-                for (std::size_t j = 0; j < g; ++j) s += double(m[(b * g + i) * g + j]) * double(x[tok * kDin + b * g + j]);
+                for (std::size_t j = 0; j < g; ++j)
+                    s += double(m[(b * g + i) * g + j]) * double(x[tok * kDin + b * g + j]);
                 y[i] = s;
             }
             const test::RefGroup ref = test::ref_group(format, y.data(), int(g));
@@ -141,7 +144,8 @@ Tally compare(const BlockTransform& t, wush_format format, const std::vector<flo
             const std::string where = "token " + std::to_string(tok) + " block " + std::to_string(b);
             if (got_scale != ref.scale) {
                 if (ref.scale_near) ++tally.scale_boundary;
-                else fail(where + ": scale " + std::to_string(got_scale) + " vs reference " + std::to_string(ref.scale));
+                else
+                    fail(where + ": scale " + std::to_string(got_scale) + " vs reference " + std::to_string(ref.scale));
                 continue;
             }
             for (std::size_t i = 0; i < g; ++i) {
@@ -149,8 +153,9 @@ Tally compare(const BlockTransform& t, wush_format format, const std::vector<flo
                 const std::uint8_t got = (codes[e / 2] >> (4 * (e % 2))) & 0xF;
                 if (got == ref.codes[i]) continue;
                 if (test::code_boundary(format, ref.scaled[i])) ++tally.code_boundary;
-                else fail(where + " element " + std::to_string(i) + ": code " + std::to_string(got) + " vs reference " +
-                          std::to_string(ref.codes[i]) + " (scaled value " + std::to_string(ref.scaled[i]) + ")");
+                else
+                    fail(where + " element " + std::to_string(i) + ": code " + std::to_string(got) + " vs reference " +
+                         std::to_string(ref.codes[i]) + " (scaled value " + std::to_string(ref.scaled[i]) + ")");
             }
         }
     }
@@ -161,7 +166,8 @@ struct Output {
     std::vector<std::uint8_t> codes, scales;
 };
 
-Output run(Isa isa, const BlockTransform& t, const formats::FormatSpec& f, wush_dtype dtype, const Input& in, std::size_t n) {
+Output run(Isa isa, const BlockTransform& t, const formats::FormatSpec& f, wush_dtype dtype, const Input& in,
+           std::size_t n) {
     const formats::PackedSizes sizes = formats::packed_sizes(f, n, kDin);
     Output out{std::vector<std::uint8_t>(sizes.codes, 0xAA), std::vector<std::uint8_t>(sizes.scales, 0xAA)};
     const MatrixUse use = classify_matrices(t);
@@ -190,9 +196,13 @@ TEST_P(QuantizeOnIsa, MatchesFloat64ReferenceExceptAtBoundaries) {
                 const Output out = run(isa, t, f, dtype, in, n);
                 const Tally tally = compare(t, format, in.values, n, out.codes, out.scales);
                 std::printf("[ tally    ] %-11s %-9s %-8s %-4s groups %zu, boundary cases: scales %zu, codes %zu\n",
-                            isa_name(isa), f.name, transform_kind_name(kind), dtype == WUSH_DTYPE_F32 ? "f32" : dtype == WUSH_DTYPE_F16 ? "f16" : "bf16",
+                            isa_name(isa), f.name, transform_kind_name(kind),
+                            dtype == WUSH_DTYPE_F32   ? "f32"
+                            : dtype == WUSH_DTYPE_F16 ? "f16"
+                                                      : "bf16",
                             tally.groups, tally.scale_boundary, tally.code_boundary);
-                EXPECT_EQ(tally.failures, 0u) << f.name << " " << transform_kind_name(kind) << ": " << tally.first_failure;
+                EXPECT_EQ(tally.failures, 0u)
+                    << f.name << " " << transform_kind_name(kind) << ": " << tally.first_failure;
                 // Boundary cases are rare by construction; many would mean a loose comparison.
                 EXPECT_LE(tally.scale_boundary + tally.code_boundary, tally.groups / 20 + 8);
             }
@@ -238,7 +248,8 @@ TEST_P(QuantizeOnIsa, MatricesDecideNotTheKindsName) {
             // Block 0 is the identity, the others random rotations; then all blocks the same rotation.
             std::vector<float> mixed(r.begin(), r.end()), same(r.size());
             for (std::size_t e = 0; e < g * g; ++e) mixed[e] = e / g == e % g ? 1.0f : 0.0f;
-            for (std::size_t b = 0; b < blocks; ++b) std::copy(r.begin() + g * g, r.begin() + 2 * g * g, same.begin() + b * g * g);
+            for (std::size_t b = 0; b < blocks; ++b)
+                std::copy(r.begin() + g * g, r.begin() + 2 * g * g, same.begin() + b * g * g);
             for (const std::vector<float>* mats : {&mixed, &same}) {
                 const BlockTransform t(kDin, g, label, *mats);
                 EXPECT_EQ(classify_matrices(t), mats == &mixed ? MatrixUse::PerBlock : MatrixUse::Shared);
@@ -246,7 +257,8 @@ TEST_P(QuantizeOnIsa, MatricesDecideNotTheKindsName) {
                 for (std::size_t tokens : {std::size_t(1), n}) {  // lanes = blocks, then lanes = tokens
                     const Output out = run(isa, t, f, WUSH_DTYPE_F32, in, tokens);
                     const Tally tally = compare(t, format, in.values, tokens, out.codes, out.scales);
-                    EXPECT_EQ(tally.failures, 0u) << f.name << " labelled " << transform_kind_name(label) << ": " << tally.first_failure;
+                    EXPECT_EQ(tally.failures, 0u)
+                        << f.name << " labelled " << transform_kind_name(label) << ": " << tally.first_failure;
                 }
             }
         }
@@ -281,7 +293,8 @@ TEST_P(QuantizeOnIsa, Int4TinyNegativeElementFloorsToMinusOne) {
         for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(8 + int(i % 5));  // rms ~ 10: scale ~ 3.3
         for (std::size_t r = 0; r < tokens; ++r) x[r * kDin + 3] = -0x1p-149f;
         const Input in = as_dtype(x, WUSH_DTYPE_F32);
-        const Output out = run(isa, t, f, WUSH_DTYPE_F32, in, tokens), ref = run(Isa::Scalar, t, f, WUSH_DTYPE_F32, in, tokens);
+        const Output out = run(isa, t, f, WUSH_DTYPE_F32, in, tokens),
+                     ref = run(Isa::Scalar, t, f, WUSH_DTYPE_F32, in, tokens);
         EXPECT_EQ(out.codes, ref.codes) << "tokens " << tokens;
         EXPECT_EQ(ref.codes[1] >> 4, 0xF) << "the float64 definition floors -2^-149 / s to -1 (code 0xF)";
     }

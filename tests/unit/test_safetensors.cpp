@@ -65,17 +65,25 @@ TEST(Safetensors, EachValidationRuleHasItsError) {
     }
     expect_corrupt(image("{\"a\":", 0), "not valid JSON");
     expect_corrupt(image("[1,2]", 0), "not a JSON object");
-    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8),
-                   "duplicate key");
+    expect_corrupt(
+        image(
+            R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+            8),
+        "duplicate key");
     expect_corrupt(image(R"({"a":{"dtype":"Q9","shape":[1],"data_offsets":[0,4]}})", 4), "unknown dtype");
     expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4), "non-negative integer");
     expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", 4), "ends before it begins");
     expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4), "unknown field");
-    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "its dtype and shape need 12");
-    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", 8), "overflows");
+    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8),
+                   "its dtype and shape need 12");
+    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", 8),
+                   "overflows");
     expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), "(gap)");
-    expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8),
-                   "(overlap)");
+    expect_corrupt(
+        image(
+            R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+            8),
+        "(overlap)");
     expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 6), "data section holds 6");
     expect_corrupt(image(R"({"__metadata__":{"k":1}})", 0), "is not a string");
     expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[[[[1]]]],"data_offsets":[0,4]}})", 4), "a dimension of");
@@ -99,7 +107,8 @@ TEST(Safetensors, CapsDimensionsAndEntries) {
     expect_corrupt(image(R"({"a":{"dtype":"F32","shape":[)" + dims + R"(],"data_offsets":[0,0]}})", 0),
                    "more than 64 dimensions");
     std::string meta = R"({"__metadata__":{)";
-    for (std::size_t i = 0; i <= wush::storage::kMaxEntries; ++i) meta += (i ? ",\"" : "\"") + std::to_string(i) + "\":\"\"";
+    for (std::size_t i = 0; i <= wush::storage::kMaxEntries; ++i)
+        meta += (i ? ",\"" : "\"") + std::to_string(i) + "\":\"\"";
     meta += "}}";
     expect_corrupt(image(meta, 0), "__metadata__ entries");
 }
@@ -108,11 +117,16 @@ TEST(Safetensors, WriterRoundTripsThroughTheReader) {
     const std::string path = (std::filesystem::temp_directory_path() / "wush_test_roundtrip.safetensors").string();
     const std::vector<float> a = {1.5f, -2.0f, 3.25f, 0.0f, 5.0f, 6.0f};
     const std::vector<std::uint8_t> b = {7, 8, 9};
-    wush::storage::write_file(
-        path,
-        {{"weights", "F32", {2, 3}, [&](const auto& sink) { sink(a.data(), 12); sink(a.data() + 3, 12); }},
-         {"codes", "U8", {3}, [&](const auto& sink) { sink(b.data(), b.size()); }}},
-        {{"format", "mxfp4"}});
+    wush::storage::write_file(path,
+                              {{"weights",
+                                "F32",
+                                {2, 3},
+                                [&](const auto& sink) {
+                                    sink(a.data(), 12);
+                                    sink(a.data() + 3, 12);
+                                }},
+                               {"codes", "U8", {3}, [&](const auto& sink) { sink(b.data(), b.size()); }}},
+                              {{"format", "mxfp4"}});
     wush::storage::Reader r(path);
     EXPECT_EQ(r.header().data_offset % 8, 0u);
     EXPECT_EQ(r.header().metadata.at("format"), "mxfp4");
@@ -147,9 +161,13 @@ TEST(Safetensors, ConcurrentWritersOfOnePathEachWriteAWholeFile) {
     auto writer = [&](unsigned char fill, int rounds) {
         const std::vector<unsigned char> data(kBytes, fill);
         for (int r = 0; r < rounds; ++r)
-            wush::storage::write_file(path, {{"t", "U8", {kBytes}, [&](const auto& sink) {
-                                                  for (std::size_t i = 0; i < kBytes; i += 4096) sink(data.data() + i, 4096);
-                                              }}},
+            wush::storage::write_file(path,
+                                      {{"t",
+                                        "U8",
+                                        {kBytes},
+                                        [&](const auto& sink) {
+                                            for (std::size_t i = 0; i < kBytes; i += 4096) sink(data.data() + i, 4096);
+                                        }}},
                                       {});
     };
     for (int round = 0; round < 10; ++round) {
@@ -226,10 +244,12 @@ mode_t mode_of(const std::string& path) {
 
 // Rewriting a checkpoint used to reset its permissions: a private 0600 file became 0644.
 TEST(Safetensors, RewriteKeepsTheModeOfTheReplacedFile) {
-    const std::string path = (std::filesystem::temp_directory_path() / ("wush_test_mode_" + std::to_string(::getpid()))).string();
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("wush_test_mode_" + std::to_string(::getpid()))).string();
     std::filesystem::remove(path);
     const std::vector<float> a(4, 1.0f);
-    const std::vector<wush::storage::TensorSource> t = {{"t", "F32", {4}, [&](const auto& sink) { sink(a.data(), 16); }}};
+    const std::vector<wush::storage::TensorSource> t = {
+        {"t", "F32", {4}, [&](const auto& sink) { sink(a.data(), 16); }}};
     const mode_t old_mask = ::umask(022);
     wush::storage::write_file(path, t, {});
     EXPECT_EQ(mode_of(path), 0644u) << "a new file: 0666 minus the umask";

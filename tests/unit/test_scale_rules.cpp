@@ -55,7 +55,8 @@ Ref ref_mx(const std::vector<float>& x, bool ocp) {
     int e = amax > 0 ? std::ilogb(amax) - (ocp ? 2 : 0) : -127;
     e = std::min(127, std::max(-127, e));
     Ref r{Codes(x.size()), {std::uint8_t(e + 127)}};
-    for (std::size_t i = 0; i < x.size(); ++i) r.codes[i] = ref_e2m1(double(x[i]) * (ocp ? 1.0 : 3.0) / std::ldexp(1.0, e));
+    for (std::size_t i = 0; i < x.size(); ++i)
+        r.codes[i] = ref_e2m1(double(x[i]) * (ocp ? 1.0 : 3.0) / std::ldexp(1.0, e));
     return r;
 }
 
@@ -66,7 +67,8 @@ Ref ref_nvfp4(const std::vector<float>& x) {
     const int code = nearest_even(grid, std::fmin(amax * 10.0 / 6.0, 448.0));
     const double s = grid[code];
     Ref r{Codes(x.size()), {std::uint8_t(code)}};
-    for (std::size_t i = 0; i < x.size(); ++i) r.codes[i] = ref_e2m1(s > 0 ? double(x[i]) * 10.0 / s : double(x[i]) * 0.0);
+    for (std::size_t i = 0; i < x.size(); ++i)
+        r.codes[i] = ref_e2m1(s > 0 ? double(x[i]) * 10.0 / s : double(x[i]) * 0.0);
     return r;
 }
 
@@ -122,11 +124,11 @@ std::vector<std::vector<float>> test_groups(std::size_t g, unsigned seed) {
         const int kind = k % 6;
         for (std::size_t i = 0; i < g; ++i) {
             double v = normal(rng);
-            if (kind == 1) v = v * v * v;                                       // heavy tails
-            if (kind == 2) v = std::ldexp(std::round(v * 8) / 8, 0);              // many exact ties
-            if (kind == 3 && i % 3 == 0) v = 0.0;                                 // zeros among values
-            if (kind == 4) v = std::round(v * 4) * 0.75;                          // ties after x*3/2^e
-            x[i] = float(kind == 5 ? v * 1e-41 : v * scale);                     // kind 5: subnormals
+            if (kind == 1) v = v * v * v;                             // heavy tails
+            if (kind == 2) v = std::ldexp(std::round(v * 8) / 8, 0);  // many exact ties
+            if (kind == 3 && i % 3 == 0) v = 0.0;                     // zeros among values
+            if (kind == 4) v = std::round(v * 4) * 0.75;              // ties after x*3/2^e
+            x[i] = float(kind == 5 ? v * 1e-41 : v * scale);          // kind 5: subnormals
         }
         groups.push_back(x);
     }
@@ -170,7 +172,8 @@ TEST_P(ScaleRules, ZeroGroupDecodesToZeroAndKeepsSigns) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, ScaleRules,
-                         ::testing::Values(WUSH_FORMAT_MXFP4, WUSH_FORMAT_MXFP4_OCP, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4),
+                         ::testing::Values(WUSH_FORMAT_MXFP4, WUSH_FORMAT_MXFP4_OCP, WUSH_FORMAT_NVFP4,
+                                           WUSH_FORMAT_INT4),
                          [](const auto& info) { return std::string(wush::formats::spec(info.param).name); });
 
 }  // namespace

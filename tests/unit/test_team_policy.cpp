@@ -44,9 +44,9 @@ TEST(RuntimeTeamPolicy, EstimatesOneThreadTimeFromTheCallersChunks) {
     learn(p, kKind, 1e6, 2 * kMs, 0.0);
     EXPECT_NEAR(p.estimate(kKind, 1e6), 2 * kMs, 1e-12);
     EXPECT_NEAR(p.estimate(kKind, 0.9e6), 1.8 * kMs, 1e-12);  // same size class: scales with the work
-    EXPECT_LT(p.estimate(kKind, 1e9), 0.0);                // another size class: unknown
-    EXPECT_LT(p.estimate(kOther, 1e6), 0.0);               // another kind: unknown
-    p.ran_alone(kKind, 1e6, 4 * kMs);                      // a time measured alone takes precedence
+    EXPECT_LT(p.estimate(kKind, 1e9), 0.0);                   // another size class: unknown
+    EXPECT_LT(p.estimate(kOther, 1e6), 0.0);                  // another kind: unknown
+    p.ran_alone(kKind, 1e6, 4 * kMs);                         // a time measured alone takes precedence
     EXPECT_NEAR(p.estimate(kKind, 1e6), 4 * kMs, 1e-12);
 }
 
@@ -59,13 +59,13 @@ TEST(RuntimeTeamPolicy, OrdinaryChunkTailsAreNotStragglers) {
 
 TEST(RuntimeTeamPolicy, AStragglerSendsSmallJobsAloneAndKeepsLargeOnesOnTheTeam) {
     TeamPolicy p;
-    learn(p, kKind, 1e6, 0.6 * kMs, 0.0);        // a small job: 0.6 ms on one thread
-    learn(p, kOther, 1e9, 100 * kMs, 0.0);       // a large one: 100 ms
-    straggle(p, 2.025 * kMs, 1.0);               // waited 2 ms beyond the chunk in flight
+    learn(p, kKind, 1e6, 0.6 * kMs, 0.0);   // a small job: 0.6 ms on one thread
+    learn(p, kOther, 1e9, 100 * kMs, 0.0);  // a large one: 100 ms
+    straggle(p, 2.025 * kMs, 1.0);          // waited 2 ms beyond the chunk in flight
     EXPECT_NEAR(p.penalty(1.0), 2 * kMs, 1e-9);
     EXPECT_FALSE(p.use_team(kKind, 1e6, 1.0));
     EXPECT_TRUE(p.use_team(kOther, 1e9, 1.0));
-    EXPECT_TRUE(p.use_team(kOther, 1e3, 1.0));   // unknown size: tried on the team and timed
+    EXPECT_TRUE(p.use_team(kOther, 1e3, 1.0));  // unknown size: tried on the team and timed
     // The small job probes the team again once 2 ms has halved below 0.6 / 4 ms: after
     // log2(2 / 0.15) = 3.74 half-lives of 20 ms.
     EXPECT_FALSE(p.use_team(kKind, 1e6, 1.0 + 70 * kMs));
@@ -119,7 +119,7 @@ TEST(RuntimeTeamPolicy, OnePreemptedRunAloneDoesNotDecide) {
 TEST(RuntimeTeamPolicy, TheMeasuredTimesFollowTheMachine) {
     TeamPolicy p;
     p.ran_alone(kKind, 1e6, 1.0 * kMs);
-    p.ran_on_team(kKind, 1e6, 2.0 * kMs, 0.45 * kMs, 4, 8, 0.0, 0.0);  // the team lost
+    p.ran_on_team(kKind, 1e6, 2.0 * kMs, 0.45 * kMs, 4, 8, 0.0, 0.0);                              // the team lost
     for (int i = 0; i < 40; ++i) p.ran_on_team(kKind, 1e6, 0.6 * kMs, 0.3 * kMs, 4, 8, 0.0, 0.0);  // now it wins
     EXPECT_EQ(team_calls(p, kKind, 1e6, 64), 64 - 64 / int(TeamPolicy::kExplore));
 }

@@ -56,8 +56,8 @@ constexpr double kC = 0.05, kSigma2 = kC * kC / 3.0;
 
 Mat gemm(const Mat& a, bool ta, const Mat& b, bool tb, std::size_t m, std::size_t n, std::size_t k) {
     Mat c(m * n);
-    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k), 1.0,
-                a.data(), ta ? int(m) : int(k), b.data(), tb ? int(k) : int(n), 0.0, c.data(), int(n));
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
+                1.0, a.data(), ta ? int(m) : int(k), b.data(), tb ? int(k) : int(n), 0.0, c.data(), int(n));
     return c;
 }
 
@@ -88,7 +88,8 @@ Mat known_moment(std::uint64_t seed, double outlier) {
     const std::size_t m = 3 * kD;
     Mat a(kD * m);
     for (std::size_t i = 0; i < kD; ++i)
-        for (std::size_t k = 0; k < m; ++k) a[i * m + k] = r.gaussian() * (i == 3 ? outlier : 1.0 + 0.2 * double(i % 4));
+        for (std::size_t k = 0; k < m; ++k)
+            a[i * m + k] = r.gaussian() * (i == 3 ? outlier : 1.0 + 0.2 * double(i % 4));
     for (std::size_t k = 0; k < m; ++k) {  // a shared factor correlates all channels
         const double f = r.gaussian();
         for (std::size_t i = 0; i < kD; ++i) a[i * m + k] += 0.8 * f;
@@ -236,10 +237,11 @@ TEST_F(FpTheory, MonteCarloReproducesPredictedRatios) {
     EXPECT_NEAR(id / (2 * kSigma2 * diag), 1.0, 0.03);
     const double ratio_id = (tr * tr / kD) / diag, ratio_orth = (tr * tr / kD) / tr2;
     EXPECT_NEAR((wush / id) / ratio_id, 1.0, 0.03) << "predicted WUSH/I " << ratio_id << " measured " << wush / id;
-    EXPECT_NEAR((wush / orth) / ratio_orth, 1.0, 0.03) << "predicted WUSH/QW'^T " << ratio_orth << " measured "
-                                                       << wush / orth;
+    EXPECT_NEAR((wush / orth) / ratio_orth, 1.0, 0.03)
+        << "predicted WUSH/QW'^T " << ratio_orth << " measured " << wush / orth;
     RecordProperty("wush_over_identity", std::to_string(wush / id) + " (predicted " + std::to_string(ratio_id) + ")");
-    RecordProperty("wush_over_orthogonal", std::to_string(wush / orth) + " (predicted " + std::to_string(ratio_orth) + ")");
+    RecordProperty("wush_over_orthogonal",
+                   std::to_string(wush / orth) + " (predicted " + std::to_string(ratio_orth) + ")");
 }
 
 TEST_F(FpTheory, NoRandomInvertibleTransformBeatsWush) {

@@ -40,7 +40,9 @@ double tensor_factor(wush_format f) {
     }
 }
 
-int group_of(wush_format f) { return f == WUSH_FORMAT_NVFP4 ? 16 : 32; }
+int group_of(wush_format f) {
+    return f == WUSH_FORMAT_NVFP4 ? 16 : 32;
+}
 
 bool same_float(float a, float b) {
     if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
@@ -75,7 +77,8 @@ TEST(TileDecode, Decode4AllCodes) {
         for (std::uint32_t c = 0; c < 65536; ++c) {
             const std::uint32_t v = tile::decode4(lut, c | 0xABCD0000u);  // upper half must be ignored
             for (int i = 0; i < 4; ++i)
-                ASSERT_EQ(tile::lane_s8(v, i), tile::doubled_element(f, (c >> (4 * i)) & 0xF)) << f << " " << c << " " << i;
+                ASSERT_EQ(tile::lane_s8(v, i), tile::doubled_element(f, (c >> (4 * i)) & 0xF))
+                    << f << " " << c << " " << i;
         }
     }
 }
@@ -86,7 +89,7 @@ TEST(TileDecode, ScaleValuesEqualDecodeScale) {
         const unsigned count = sb == 2 ? 65536u : 256u;
         for (unsigned c = 0; c < count; ++c) {
             const std::uint8_t bytes[2] = {std::uint8_t(c & 0xFF), std::uint8_t(c >> 8)};
-            ASSERT_TRUE(same_float(tile::scale_value(f, bytes), formats::decode_scale(f, bytes)) || 
+            ASSERT_TRUE(same_float(tile::scale_value(f, bytes), formats::decode_scale(f, bytes)) ||
                         (std::isnan(tile::scale_value(f, bytes)) && std::isnan(formats::decode_scale(f, bytes))))
                 << f << " " << c << " " << tile::scale_value(f, bytes) << " " << formats::decode_scale(f, bytes);
         }
@@ -144,9 +147,10 @@ TEST(TileDecode, GroupPromotionEqualsFloat64Dot) {
             for (auto& b : ca) b = std::uint8_t(rng());
             for (auto& b : cw) b = std::uint8_t(rng());
             for (int i = 0; i < sb; ++i) sa[i] = std::uint8_t(rng()), sw[i] = std::uint8_t(rng());
-            if (f == WUSH_FORMAT_NVFP4) sa[0] &= 0x7E, sw[0] &= 0x7E;       // no NaN codes
+            if (f == WUSH_FORMAT_NVFP4) sa[0] &= 0x7E, sw[0] &= 0x7E;                           // no NaN codes
             if (f == WUSH_FORMAT_INT4) sa[1] = 0x3C + (rng() % 8), sw[1] = 0x3C + (rng() % 8);  // finite bf16
-            if (f == WUSH_FORMAT_MXFP4 || f == WUSH_FORMAT_MXFP4_OCP) sa[0] = 100 + rng() % 50, sw[0] = 100 + rng() % 50;
+            if (f == WUSH_FORMAT_MXFP4 || f == WUSH_FORMAT_MXFP4_OCP)
+                sa[0] = 100 + rng() % 50, sw[0] = 100 + rng() % 50;
             int dot = tile::kPromoteMagicBits;
             for (int w = 0; w < G / 8; ++w) {
                 std::uint32_t a32, w32;
@@ -234,7 +238,9 @@ void emulate_mma_tile(wush_format f) {
         // Slot k holds element group_element_of_slot(k) of both operands.
         for (int r = 0; r < 16; ++r)
             for (int k = 0; k < K; ++k)
-                ASSERT_EQ(A[r * K + k], tile::doubled_element(f, formats::get_nibble(&a[r * row_bytes], tile::group_element_of_slot(G, k))));
+                ASSERT_EQ(A[r * K + k],
+                          tile::doubled_element(
+                              f, formats::get_nibble(&a[r * row_bytes], tile::group_element_of_slot(G, k))));
         // D = A B, read out by the C fragment map, from the magic start.
         for (int lane = 0; lane < 32; ++lane)
             for (int e = 0; e < 4; ++e) {
@@ -324,7 +330,7 @@ TEST(GemmTable, DefaultNeverPicksPrefill) {
     const wush::cuda::GemmTable t = wush::cuda::default_gemm_table();
     for (int sm : {61, 70, 75, 80, 86, 89, 90, 100, 103, 120, 121}) {
         for (std::size_t m = 1; m <= 600; ++m) {
-            const GemmKernel want_lt = m <= 32 ? GemmKernel::Decode
+            const GemmKernel want_lt = m <= 32                            ? GemmKernel::Decode
                                        : (sm / 10 == 10 || sm / 10 == 12) ? GemmKernel::BlockScaledLt
                                                                           : GemmKernel::Reference;
             const GemmKernel want_nolt = m <= 32 ? GemmKernel::Decode : GemmKernel::Reference;
@@ -347,12 +353,13 @@ TEST(GemmTable, PrefillSwitch) {
         EXPECT_EQ(wush::cuda::table_pick(t, 90, m, kAll), want) << m;
         EXPECT_EQ(wush::cuda::table_pick(t, 80, m, kAll), want) << m;
         // cuBLASLt keeps its range on Blackwell; without it, the prefill kernel (sm >= 80).
-        EXPECT_EQ(wush::cuda::table_pick(t, 100, m, kAll),
-                  m <= 32 ? GemmKernel::Decode : GemmKernel::BlockScaledLt) << m;
+        EXPECT_EQ(wush::cuda::table_pick(t, 100, m, kAll), m <= 32 ? GemmKernel::Decode : GemmKernel::BlockScaledLt)
+            << m;
         EXPECT_EQ(wush::cuda::table_pick(t, 120, m, kNoLt), want) << m;
         // A kernel that refuses the product hands over to the next rule.
         EXPECT_EQ(wush::cuda::table_pick(t, 90, m, [](GemmKernel k) { return k != GemmKernel::Prefill; }),
-                  m <= 32 ? GemmKernel::Decode : GemmKernel::Reference) << m;
+                  m <= 32 ? GemmKernel::Decode : GemmKernel::Reference)
+            << m;
     }
     EXPECT_EQ(wush::cuda::table_pick(t, 75, 500, kAll), GemmKernel::Reference);  // no mma.sync s8 before sm_80
     // A value at or below the decode rows starts right above them: decode keeps m <= 32.

@@ -105,7 +105,8 @@ TEST(TransformSearch, ScoreMatchesAnIndependentOracle) {
             const BlockSample s = surrogate_sample(m_x, slice, d_out, g, so, surrogate_noise(so.sample_tokens, g, 7));
             ASSERT_EQ(s.n, 64u);
             ASSERT_EQ(s.rows, 48u);
-            const BlockSolution sol = solve_block(TransformKind::WUSH, slice_second_moment(slice, d_out, g), m_x, g, 0.01);
+            const BlockSolution sol =
+                solve_block(TransformKind::WUSH, slice_second_moment(slice, d_out, g), m_x, g, 0.01);
             const std::vector<float> t(sol.t_act.begin(), sol.t_act.end());
             const double got = block_score(f, t.data(), g, s), want = oracle_score(f, t.data(), g, s);
             EXPECT_NEAR(got, want, 1e-4 * want) << f.name << " block " << b;
@@ -134,12 +135,14 @@ TEST(TransformSearch, RoundTripGroupIsQuantizeThenDequantize) {
         const std::size_t n = 300, g = f.group;
         std::vector<float> v = random_rows(n, g, 11);
         for (std::size_t r = 0; r < n; ++r)  // rows over many scales, down to subnormal ones
-            for (std::size_t j = 0; j < g; ++j) v[r * g + j] *= std::ldexp(1.0f + float(r % 7) / 7.0f, int(r % 61) - 40);
+            for (std::size_t j = 0; j < g; ++j)
+                v[r * g + j] *= std::ldexp(1.0f + float(r % 7) / 7.0f, int(r % 61) - 40);
         for (std::size_t i = 0; i < g; ++i) v[5 * g + i] = 0.0f;  // an all-zero group
         // Exact ties: amax 6 gives NVFP4 the scale 10 (x * 10 / 10 = x) and OCP MXFP4 the
         // multiplier 1, so these values sit on the E2M1 thresholds (even code wins); MXFP4's
         // multiplier 3/4 puts 1 on the threshold 0.75.
-        const float ties[] = {6.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, -0.25f, -0.75f, -1.25f, -1.75f, -2.5f, -3.5f, 1.0f, -0.0f};
+        const float ties[] = {6.0f,   0.25f,  0.75f,  1.25f,  1.75f, 2.5f,  3.5f, 5.0f,
+                              -0.25f, -0.75f, -1.25f, -1.75f, -2.5f, -3.5f, 1.0f, -0.0f};
         for (std::size_t i = 0; i < g; ++i) v[6 * g + i] = ties[i % 16];
         const formats::PackedSizes sz = formats::packed_sizes(f, n, g);
         std::vector<std::uint8_t> c(sz.codes), sc(sz.scales);
@@ -148,7 +151,8 @@ TEST(TransformSearch, RoundTripGroupIsQuantizeThenDequantize) {
         formats::dequantize_rows(f, c, sc, n, g, want);
         for (std::size_t r = 0; r < n; ++r) formats::round_trip_group(f, got.data() + r * g, int(g));
         for (std::size_t i = 0; i < n * g; ++i)
-            ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[i])) << f.name << " " << i;
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[i]))
+                << f.name << " " << i;
     }
 }
 
@@ -199,7 +203,8 @@ std::vector<float> boundary_rows(const formats::FormatSpec& f, std::size_t g) {
                              : f.id == WUSH_FORMAT_INT4
                                  ? nullptr
                                  : mx_entry(formats::mx_scale_exponent(amax, f.id == WUSH_FORMAT_MXFP4_OCP),
-                                            f.id == WUSH_FORMAT_MXFP4_OCP, f.tensor_divisor).t;
+                                            f.id == WUSH_FORMAT_MXFP4_OCP, f.tensor_divisor)
+                                       .t;
             std::vector<float> group(g, 0.0f);
             group[0] = amax;
             for (std::size_t j = 1; j < g; ++j) {
@@ -244,8 +249,7 @@ TEST(TransformSearch, RoundTripErrorsAreTheSameOnEveryIsa) {
                 for (std::size_t j = 0; j < g; ++j) {
                     ASSERT_EQ(std::bit_cast<std::uint32_t>(cat[(2 * r) * g + j]),
                               std::bit_cast<std::uint32_t>(want[r * g + j]))
-                        << isa_name(isa) << " " << f.name << " row " << r << " element " << j << " of "
-                        << v[r * g + j];
+                        << isa_name(isa) << " " << f.name << " row " << r << " element " << j << " of " << v[r * g + j];
                     ASSERT_EQ(cat[(2 * r + 1) * g + j], v[r * g + j]);  // V is left as it was
                 }
             for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
@@ -339,7 +343,7 @@ TEST(TransformSearch, SurrogateHasTheBlockMoment) {
     so.sample_tokens = 4096;
     const auto m_x = fx.cal.second_moment(3);
     const BlockSample s = surrogate_sample(m_x, slice_of(fx.layer.weight, d_out, d, g, 3), d_out, g, so,
-                                            surrogate_noise(so.sample_tokens, g, 1));
+                                           surrogate_noise(so.sample_tokens, g, 1));
     double err = 0.0, norm = 0.0;
     for (std::size_t i = 0; i < g; ++i)
         for (std::size_t j = 0; j < g; ++j) {
@@ -369,7 +373,7 @@ TEST(TransformSearch, ChoiceNeverScoresAbovePlainAndKeepsTheProductExact) {
         // The stored matrix is what the score was computed for.
         const auto slice = slice_of(fx.layer.weight, d_out, d, g, b);
         const BlockSample s = surrogate_sample(fx.cal.second_moment(b), slice, d_out, g, o.search,
-                                                 surrogate_noise(o.search.sample_tokens, g, o.seed));
+                                               surrogate_noise(o.search.sample_tokens, g, o.seed));
         // (to float32-product rounding: BLAS may block the products differently inside the
         // parallel build than here)
         EXPECT_NEAR(block_score(formats::spec(WUSH_FORMAT_MXFP4), t.activation_matrices().data() + b * g * g, g, s),
@@ -417,7 +421,8 @@ TEST(TransformSearch, PlainByProductIsThePlainBuildBitForBit) {
                     searched.search.format = f;
                     searched.search.sample_tokens = 64;
                     std::optional<BlockTransform> plain;
-                    const BlockTransform s = build_transform(searched, *cal, fx.layer.weight, d_out, nullptr, {}, 0, &plain);
+                    const BlockTransform s =
+                        build_transform(searched, *cal, fx.layer.weight, d_out, nullptr, {}, 0, &plain);
                     const BlockTransform s_alone = build_transform(searched, *cal, fx.layer.weight, d_out);
                     const BlockTransform p_alone = build_transform(o, *cal, fx.layer.weight, d_out);
                     ASSERT_TRUE(plain.has_value());
@@ -454,8 +459,8 @@ TEST(TransformSearch, LeavesPlainOnlyWhenBothHalvesOfTheSampleAgree) {
             std::copy_n(fx.layer.calibration.data() + (i * 16) * d + b * g, g, xb.begin() + i * g);
         const auto slice = slice_of(fx.layer.weight, d_out, d, g, b);
         const BlockSample s = token_sample(xb, n, slice, d_out, g, so);
-        const BlockSolution sol = solve_block(TransformKind::WUSH, slice_second_moment(slice, d_out, g),
-                                              fx.cal.second_moment(b), g, 0.01);
+        const BlockSolution sol =
+            solve_block(TransformKind::WUSH, slice_second_moment(slice, d_out, g), fx.cal.second_moment(b), g, 0.01);
         const SearchResult r = search_block(TransformKind::WUSH, sol, f, s, WUSH_DTYPE_F32, so, 5, b);
         const std::vector<float> plain(sol.t_act.begin(), sol.t_act.end());
         if (r.t_act == plain) {
@@ -498,7 +503,8 @@ TEST(TransformSearch, ChoiceNeverScoresAboveTheRandomRotationBlock) {
             const auto slice = slice_of(fx.layer.weight, d_out, d, g, b);
             const auto m_x = fx.cal.second_moment(b);
             const BlockSample s = surrogate_sample(m_x, slice, d_out, g, so, surrogate_noise(so.sample_tokens, g, 9));
-            const BlockSolution sol = solve_block(TransformKind::WUSH, slice_second_moment(slice, d_out, g), m_x, g, 0.01);
+            const BlockSolution sol =
+                solve_block(TransformKind::WUSH, slice_second_moment(slice, d_out, g), m_x, g, 0.01);
             const SearchResult r = search_block(TransformKind::WUSH, sol, f, s, WUSH_DTYPE_F32, so, 9, b);
             const std::vector<float> rb = random_transform_block(g, 9, b);
             const double r_score = block_score(f, rb.data(), g, s);
@@ -525,8 +531,7 @@ TEST(TransformSearch, PicksTheRandomRotationBlockWhereOnlyItIsGood) {
         std::vector<double> out(count * g, 0.0);
         std::vector<double> z(g);
         for (std::size_t t = 0; t < count; ++t) {
-            for (double& v : z)
-                v = (r.uniform() < 0.5 ? -1.0 : 1.0) * kGrid[std::size_t(r.uniform() * 6.0) % 6] / 6.0;
+            for (double& v : z) v = (r.uniform() < 0.5 ? -1.0 : 1.0) * kGrid[std::size_t(r.uniform() * 6.0) % 6] / 6.0;
             z[std::size_t(r.uniform() * double(g)) % g] = r.uniform() < 0.5 ? -1.0 : 1.0;
             for (std::size_t i = 0; i < g; ++i)
                 for (std::size_t j = 0; j < g; ++j) out[t * g + j] += double(rb[i * g + j]) * z[i];
@@ -664,8 +669,8 @@ TEST(TransformSearch, WidensTheSignSetOnALargeSample) {
             TransformOptions o = s;
             o.search.sample_tokens = tokens;
             o.search.sign_patterns = signs;
-            const BlockTransform t = build_transform(o, fx.cal, fx.layer.weight, d_out, nullptr, fx.layer.calibration,
-                                                     surrogate ? 0 : n);
+            const BlockTransform t =
+                build_transform(o, fx.cal, fx.layer.weight, d_out, nullptr, fx.layer.calibration, surrogate ? 0 : n);
             std::size_t widest = 0;
             for (const BlockChoice& c : t.stats().search)
                 if (c.base == SearchBase::Solution) widest = std::max<std::size_t>(widest, c.sign_pattern);

@@ -27,7 +27,8 @@ Mat mul(const Mat& a, const Mat& b, std::size_t n, bool ta = false, bool tb = fa
     for (std::size_t i = 0; i < n; ++i)
         for (std::size_t j = 0; j < n; ++j) {
             double s = 0.0;
-            for (std::size_t k = 0; k < n; ++k) s += (ta ? a[k * n + i] : a[i * n + k]) * (tb ? b[j * n + k] : b[k * n + j]);
+            for (std::size_t k = 0; k < n; ++k)
+                s += (ta ? a[k * n + i] : a[i * n + k]) * (tb ? b[j * n + k] : b[k * n + j]);
             c[i * n + j] = s;
         }
     return c;
@@ -311,7 +312,8 @@ TEST(BuildTransform, StoredFloat32TransformKeepsProductExact) {
         for (std::size_t b = 0; b < d / g; ++b)
             for (std::size_t i = 0; i < g; ++i) {
                 double v = 0.0;
-                for (std::size_t j = 0; j < g; ++j) v += double(t.activation_matrices()[b * g * g + i * g + j]) * x[7 * d + b * g + j];
+                for (std::size_t j = 0; j < g; ++j)
+                    v += double(t.activation_matrices()[b * g * g + i * g + j]) * x[7 * d + b * g + j];
                 EXPECT_NEAR(xt[7 * d + b * g + i], v, 1e-4 * (1.0 + std::fabs(v)));
             }
     }
@@ -379,7 +381,8 @@ TEST(BuildTransform, BuildersRoundToTheStorageType) {
         }
     }
     const BlockTransform fixed = build_data_free_transform({TransformKind::Random, 0.0, 4, WUSH_DTYPE_BF16}, d, g);
-    const BlockTransform fixed_want = build_data_free_transform({TransformKind::Random, 0.0, 4}, d, g).rounded_to(WUSH_DTYPE_BF16);
+    const BlockTransform fixed_want =
+        build_data_free_transform({TransformKind::Random, 0.0, 4}, d, g).rounded_to(WUSH_DTYPE_BF16);
     for (std::size_t i = 0; i < fixed.activation_matrices().size(); ++i)
         EXPECT_EQ(fixed.activation_matrices()[i], fixed_want.activation_matrices()[i]);
     EXPECT_THROW(build_data_free_transform({TransformKind::Hadamard, 0.0, 0, wush_dtype(77)}, d, g), Error);

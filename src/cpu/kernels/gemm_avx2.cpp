@@ -20,8 +20,12 @@ using namespace simd256;
 
 constexpr int kNvfp4 = 1, kInt4 = 2;
 
-bool is_int4(int format) { return format == kInt4; }
-int bias_of(int format) { return is_int4(format) ? 15 : 12; }
+bool is_int4(int format) {
+    return format == kInt4;
+}
+int bias_of(int format) {
+    return is_int4(format) ? 15 : 12;
+}
 
 __m256i weight_lut(int format) {
     const __m128i l = is_int4(format) ? _mm_setr_epi8(16, 18, 20, 22, 24, 26, 28, 30, 0, 2, 4, 6, 8, 10, 12, 14)
@@ -98,7 +102,9 @@ void store8(const GemmOutput& out, std::size_t r, std::size_t n, __m256 v, std::
     }
 }
 
-void store_scalar(const GemmOutput& out, std::size_t r, std::size_t n, float v) { store8(out, r, n, _mm256_set1_ps(v), 1); }
+void store_scalar(const GemmOutput& out, std::size_t r, std::size_t n, float v) {
+    store8(out, r, n, _mm256_set1_ps(v), 1);
+}
 
 // ---- scales ---------------------------------------------------------------------------------
 
@@ -144,8 +150,8 @@ __m256 piece_scales(int format, const std::uint8_t* row_scales, std::size_t piec
 
 // ---- activation preparation -----------------------------------------------------------------
 
-void prepare_rows(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
-                  std::int8_t* x8, std::int32_t* corr) {
+void prepare_rows(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1, std::int8_t* x8,
+                  std::int32_t* corr) {
     const __m256i lut = act_lut(a.format);
     const int bias = bias_of(a.format);
     const std::size_t k = a.k, g = std::size_t(a.group);
@@ -174,8 +180,8 @@ void prepare_rows(const GemmActivations& a, const std::uint8_t* codes, std::size
     }
 }
 
-void prepare_split(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
-                   std::int8_t* xe, std::int8_t* xo, std::int32_t* lane_corr) {
+void prepare_split(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1, std::int8_t* xe,
+                   std::int8_t* xo, std::int32_t* lane_corr) {
     const __m256i lut = act_lut(a.format), low = _mm256_set1_epi8(0x0F);
     const __m256i neg_bias = _mm256_set1_epi32(-bias_of(a.format));
     const std::size_t row_bytes = a.k / 2, half = a.k_pad / 2, lanes = a.k_pad / 8;
@@ -185,11 +191,13 @@ void prepare_split(const GemmActivations& a, const std::uint8_t* codes, std::siz
             const __m256i v = load_partial(codes + r * row_bytes + 32 * p, left);
             const __m256i valid = byte_mask(left);  // padding stays 0, not the value of code 0
             const __m256i e = _mm256_and_si256(_mm256_shuffle_epi8(lut, _mm256_and_si256(v, low)), valid);
-            const __m256i o = _mm256_and_si256(_mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low)), valid);
+            const __m256i o =
+                _mm256_and_si256(_mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low)), valid);
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(xe + r * half + 32 * p), e);
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(xo + r * half + 32 * p), o);
             const __m256i s = _mm256_add_epi32(lane_sums(e), lane_sums(o));
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(lane_corr + r * lanes + 8 * p), _mm256_mullo_epi32(s, neg_bias));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(lane_corr + r * lanes + 8 * p),
+                                _mm256_mullo_epi32(s, neg_bias));
         }
     }
 }
@@ -209,7 +217,7 @@ void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::s
         const std::uint8_t* wr = w.codes + n * row_bytes;
         const std::uint8_t* sr = w.scales + n * scale_row;
         __m256 acc_f[M];
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int r = 0; r < M; ++r) acc_f[r] = _mm256_setzero_ps();
         for (std::size_t p = 0; p < pieces; ++p) {
             const std::size_t left = row_bytes > 32 * p ? row_bytes - 32 * p : 0;
@@ -219,19 +227,20 @@ void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::s
             const __m256i wh = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
             const std::size_t used = p * per_piece;
             const __m256 sb = piece_scales(w.format, sr, p, scale_row > used ? scale_row - used : 0);
-            #pragma GCC unroll 32
+#pragma GCC unroll 32
             for (int r = 0; r < M; ++r) {
                 const std::size_t row = r0 + std::size_t(r);
                 const __m256i xe = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xe + row * half + 32 * p));
                 const __m256i xo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xo + row * half + 32 * p));
                 const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(wl, xe), _mm256_maddubs_epi16(wh, xo));
                 __m256i acc = _mm256_madd_epi16(s16, ones16);
-                acc = _mm256_add_epi32(acc, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.lane_corr + row * lanes + 8 * p)));
+                acc = _mm256_add_epi32(
+                    acc, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.lane_corr + row * lanes + 8 * p)));
                 const __m256 s = _mm256_mul_ps(sb, _mm256_loadu_ps(a.lane_scale + row * lanes + 8 * p));
                 acc_f[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), s, acc_f[r]);
             }
         }
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int r = 0; r < M; ++r) store_scalar(out, r0 + std::size_t(r), n, hsum(acc_f[r]));
     }
 }
@@ -263,7 +272,8 @@ std::size_t row_block_bytes(int format, std::size_t k) {
 void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block) {
     const std::size_t g = w.k / w.groups, per_unit = 32 / g;  // groups per 32-element unit
     const bool to_bf16 = w.format == kNvfp4;
-    const std::size_t src_bytes = is_int4(w.format) ? 2 : 1, sbytes = to_bf16 ? 2 : src_bytes, row_scale = per_unit * sbytes;
+    const std::size_t src_bytes = is_int4(w.format) ? 2 : 1, sbytes = to_bf16 ? 2 : src_bytes,
+                      row_scale = per_unit * sbytes;
     const std::size_t unit_bytes = 128 + kRowBlock * row_scale, row_bytes = w.k / 2;
     const std::size_t valid = w.n - n0 < kRowBlock ? w.n - n0 : kRowBlock;
     for (std::size_t u = 0; u < w.k / 32; ++u) {
@@ -308,14 +318,14 @@ void row_blocks(const GemmActivations& a, const std::uint8_t* blocks, std::size_
     for (std::size_t nb = n0; nb < n1; nb += kRowBlock) {
         const std::uint8_t* blk = blocks + nb / kRowBlock * block_bytes;
         __m256 acc[M][kHalves];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < M; ++r)
-            #pragma GCC unroll 2
+#pragma GCC unroll 2
             for (int h = 0; h < kHalves; ++h) acc[r][h] = _mm256_setzero_ps();
         for (std::size_t u = 0; u < units; ++u) {
             const std::uint8_t* pu = blk + u * unit_bytes;
             __m256i wl[4], wh[4];
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int j = 0; j < 4; ++j) {
                 const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pu + 32 * j));
                 wl[j] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low));
@@ -331,13 +341,15 @@ void row_blocks(const GemmActivations& a, const std::uint8_t* blocks, std::size_
                 ws[0] = int4 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16))
                              : decode_e8m0(_mm256_cvtepu8_epi32(raw));
             }
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int r = 0; r < M; ++r) {
                 const std::size_t off = std::size_t(r) * half + 16 * u;
-                const __m256i xe = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.xe + off)));
-                const __m256i xo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.xo + off)));
+                const __m256i xe =
+                    _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.xe + off)));
+                const __m256i xo =
+                    _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.xo + off)));
                 __m256i p[4];
-                #pragma GCC unroll 4
+#pragma GCC unroll 4
                 for (int j = 0; j < 4; ++j)
                     p[j] = _mm256_add_epi16(_mm256_maddubs_epi16(wl[j], xe), _mm256_maddubs_epi16(wh[j], xo));
                 const __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
@@ -352,20 +364,22 @@ void row_blocks(const GemmActivations& a, const std::uint8_t* blocks, std::size_
                     const __m256i lo = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(h)), corr);
                     const __m256i hi = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(h, 1)), corr);
                     acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), _mm256_mul_ps(ws[0], sa), acc[r][0]);
-                    acc[r][kHalves - 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_mul_ps(ws[kHalves - 1], sa), acc[r][kHalves - 1]);
+                    acc[r][kHalves - 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_mul_ps(ws[kHalves - 1], sa),
+                                                          acc[r][kHalves - 1]);
                 } else {
                     const __m256i d = _mm256_add_epi32(_mm256_madd_epi16(h, ones16), _mm256_set1_epi32(a.corr[gi]));
-                    acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(ws[0], _mm256_set1_ps(a.scale[gi])), acc[r][0]);
+                    acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d),
+                                                _mm256_mul_ps(ws[0], _mm256_set1_ps(a.scale[gi])), acc[r][0]);
                 }
             }
         }
         const std::size_t count = n_total - nb < kRowBlock ? n_total - nb : kRowBlock;
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < M; ++r) {
             __m256 y = acc[r][0];
             if constexpr (G == 16)  // [r0a r0b r1a r1b | r2a ..] + [r4a .. | r6a ..] -> [r0 r1 r4 r5 | r2 r3 r6 r7]
-                y = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_hadd_ps(acc[r][0], acc[r][kHalves - 1])),
-                                                           _MM_SHUFFLE(3, 1, 2, 0)));
+                y = _mm256_castpd_ps(_mm256_permute4x64_pd(
+                    _mm256_castps_pd(_mm256_hadd_ps(acc[r][0], acc[r][kHalves - 1])), _MM_SHUFFLE(3, 1, 2, 0)));
             store8(out, std::size_t(r), nb, y, count);
         }
     }
@@ -403,7 +417,8 @@ __m256i decode_group(const std::uint8_t* src, int elems, __m256i lut) {
         return _mm256_shuffle_epi8(lut, e);
     }
     const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
-    const __m128i e = _mm_or_si128(_mm_and_si128(w, _mm_set1_epi16(0x000F)), _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x00F0)), 4));
+    const __m128i e = _mm_or_si128(_mm_and_si128(w, _mm_set1_epi16(0x000F)),
+                                   _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x00F0)), 4));
     return _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_shuffle_epi8(_mm256_castsi256_si128(lut), e), 0);
 }
 
@@ -413,7 +428,8 @@ __m256 row_scales8(const GemmWeights& w, std::size_t row, std::size_t b0, std::s
     const std::uint8_t* src = w.scales + (row * w.groups + b0) * bytes;
     __m128i v;
     if (count == 8) {  // direct loads: a byte copy here would stall the vector load
-        v = bytes == 2 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)) : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src));
+        v = bytes == 2 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(src))
+                       : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src));
     } else {
         alignas(16) std::uint8_t raw[16] = {};
         std::memcpy(raw, src, count * bytes);
@@ -432,14 +448,15 @@ void pack_scales(const GemmWeights& w, std::size_t n0, std::size_t valid, std::u
         for (std::size_t b0 = 0; b0 < w.groups; b0 += 8) {
             const std::size_t count = w.groups - b0 < 8 ? w.groups - b0 : 8;
             __m256 r[8];
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int i = 0; i < 8; ++i) {
                 const std::size_t row = 8 * part + std::size_t(i);
                 r[i] = row < valid ? row_scales8(w, n0 + row, b0, count) : _mm256_setzero_ps();
             }
             transpose8(r);
             for (std::size_t j = 0; j < count; ++j)
-                _mm256_store_ps(reinterpret_cast<float*>(panel + (b0 + j) * group_bytes + g * kPanelRows + 32 * part), r[j]);
+                _mm256_store_ps(reinterpret_cast<float*>(panel + (b0 + j) * group_bytes + g * kPanelRows + 32 * part),
+                                r[j]);
         }
     }
 }
@@ -453,58 +470,61 @@ void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t
     constexpr std::size_t kGroupBytes = kPanelRows * (G + 4);
     const __m256i ones16 = _mm256_set1_epi16(1);
     __m256 yacc[M][S];
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int r = 0; r < M; ++r)
-        #pragma GCC unroll 2
+#pragma GCC unroll 2
         for (int c = 0; c < S; ++c) yacc[r][c] = _mm256_setzero_ps();
     for (std::size_t g = 0; g < a.groups; ++g) {
         const std::uint8_t* pg = panel + g * kGroupBytes + 32 * sub;
         const std::int8_t* xg = a.x8 + m0 * a.k + g * G;
         __m256i acc16[M][S];
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int r = 0; r < M; ++r)
-            #pragma GCC unroll 2
+#pragma GCC unroll 2
             for (int c = 0; c < S; ++c) acc16[r][c] = _mm256_setzero_si256();
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int s = 0; s < G / 4; ++s) {
             __m256i w[S];
-            #pragma GCC unroll 2
-            for (int c = 0; c < S; ++c) w[c] = _mm256_load_si256(reinterpret_cast<const __m256i*>(pg + s * 128 + 32 * c));
-            #pragma GCC unroll 32
+#pragma GCC unroll 2
+            for (int c = 0; c < S; ++c)
+                w[c] = _mm256_load_si256(reinterpret_cast<const __m256i*>(pg + s * 128 + 32 * c));
+#pragma GCC unroll 32
             for (int r = 0; r < M; ++r) {
                 const __m256i xb = _mm256_set1_epi32(int(load_u32(xg + std::size_t(r) * a.k + 4 * s)));
-                #pragma GCC unroll 2
+#pragma GCC unroll 2
                 for (int c = 0; c < S; ++c) acc16[r][c] = _mm256_add_epi16(acc16[r][c], _mm256_maddubs_epi16(w[c], xb));
             }
-            // Keep the accumulators in registers step by step: left alone, GCC reassociates the
-            // (associative) int16 sums of the unrolled steps into trees over all products of the
-            // group, which spill most of them to the stack.
-            #pragma GCC unroll 32
+// Keep the accumulators in registers step by step: left alone, GCC reassociates the
+// (associative) int16 sums of the unrolled steps into trees over all products of the
+// group, which spill most of them to the stack.
+#pragma GCC unroll 32
             for (int r = 0; r < M; ++r)
-                #pragma GCC unroll 2
+#pragma GCC unroll 2
                 for (int c = 0; c < S; ++c) asm("" : "+x"(acc16[r][c]));
         }
         __m256 sb[S];
-        #pragma GCC unroll 2
-        for (int c = 0; c < S; ++c) sb[c] = _mm256_load_ps(reinterpret_cast<const float*>(pg + G * kPanelRows + 32 * c));
-        #pragma GCC unroll 32
+#pragma GCC unroll 2
+        for (int c = 0; c < S; ++c)
+            sb[c] = _mm256_load_ps(reinterpret_cast<const float*>(pg + G * kPanelRows + 32 * c));
+#pragma GCC unroll 32
         for (int r = 0; r < M; ++r) {
             const std::size_t row = m0 + std::size_t(r);
             const __m256i corr = _mm256_set1_epi32(a.corr[row * a.groups + g]);
             const __m256 sa = _mm256_set1_ps(a.scale[row * a.groups + g]);
-            #pragma GCC unroll 2
+#pragma GCC unroll 2
             for (int c = 0; c < S; ++c) {
                 const __m256i acc = _mm256_add_epi32(_mm256_madd_epi16(acc16[r][c], ones16), corr);
                 yacc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), sb[c]), sa, yacc[r][c]);
             }
         }
     }
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int r = 0; r < M; ++r)
-        #pragma GCC unroll 2
+#pragma GCC unroll 2
         for (int c = 0; c < S; ++c) {
             const std::size_t first = 8 * (sub + std::size_t(c));
-            if (first < valid) store8(out, m0 + std::size_t(r), n0 + first, yacc[r][c], valid - first < 8 ? valid - first : 8);
+            if (first < valid)
+                store8(out, m0 + std::size_t(r), n0 + first, yacc[r][c], valid - first < 8 ? valid - first : 8);
         }
 }
 
@@ -547,7 +567,8 @@ void pack_panel(const GemmWeights& w, std::size_t n0, std::uint8_t* panel) {
             __m256 r[8];
             for (std::size_t i = 0; i < 8; ++i) {
                 const std::size_t row = rb * 8 + i;
-                r[i] = _mm256_castsi256_ps(row < valid ? decode_group(w.codes + (n0 + row) * row_bytes + e0 / 2, elems, lut) : zero_weight);
+                r[i] = _mm256_castsi256_ps(
+                    row < valid ? decode_group(w.codes + (n0 + row) * row_bytes + e0 / 2, elems, lut) : zero_weight);
             }
             transpose8(r);
             // Step s of these 32 elements is step s % (G/4) of group e0/G + s / (G/4).
@@ -562,8 +583,8 @@ void pack_panel(const GemmWeights& w, std::size_t n0, std::uint8_t* panel) {
     pack_scales(w, n0, valid, panel, std::size_t(g));
 }
 
-void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0,
-                    std::size_t m1, const GemmOutput& out, std::size_t n_total) {
+void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0, std::size_t m1,
+                    const GemmOutput& out, std::size_t n_total) {
     if (a.group == 16) panel_rows<16>(a, panel, n0, m0, m1, out, n_total);
     else panel_rows<32>(a, panel, n0, m0, m1, out, n_total);
 }

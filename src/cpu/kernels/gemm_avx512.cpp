@@ -33,8 +33,12 @@ using namespace simd512;
 
 constexpr int kMxfp4 = 0, kNvfp4 = 1, kInt4 = 2;
 
-bool is_int4(int format) { return format == kInt4; }
-int bias_of(int format) { return is_int4(format) ? 15 : 12; }
+bool is_int4(int format) {
+    return format == kInt4;
+}
+int bias_of(int format) {
+    return is_int4(format) ? 15 : 12;
+}
 
 // Code nibble -> doubled value + bias (weights, unsigned).
 __m128i weight_lut(int format) {
@@ -48,7 +52,9 @@ __m128i act_lut(int format) {
     return _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
 }
 
-__mmask64 byte_mask(std::size_t n) { return n >= 64 ? ~__mmask64(0) : (__mmask64(1) << n) - 1; }
+__mmask64 byte_mask(std::size_t n) {
+    return n >= 64 ? ~__mmask64(0) : (__mmask64(1) << n) - 1;
+}
 
 std::uint32_t load_u32(const void* p) {
     std::uint32_t v;
@@ -77,10 +83,8 @@ void store_scalar(const GemmOutput& out, std::size_t r, std::size_t n, float v) 
 }
 
 void store16(const GemmOutput& out, std::size_t r, std::size_t n, __m512 v, __mmask16 mask) {
-    if (out.dtype == 2)
-        _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(out.y) + r * out.ld + n, mask, to_bf16(v));
-    else
-        _mm512_mask_storeu_ps(static_cast<float*>(out.y) + r * out.ld + n, mask, v);
+    if (out.dtype == 2) _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(out.y) + r * out.ld + n, mask, to_bf16(v));
+    else _mm512_mask_storeu_ps(static_cast<float*>(out.y) + r * out.ld + n, mask, v);
 }
 
 // ---- weight scales of a 128-element chunk, one per dword lane ---------------------------------
@@ -95,7 +99,8 @@ __m512 decode_e4m3(__m512i c) {
     const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7F));
     const __m512i normal = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23));
     const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(0x1p-9f));
-    const __mmask16 is_sub = _mm512_cmpeq_epi32_mask(_mm512_and_si512(mag, _mm512_set1_epi32(0x78)), _mm512_setzero_si512());
+    const __mmask16 is_sub =
+        _mm512_cmpeq_epi32_mask(_mm512_and_si512(mag, _mm512_set1_epi32(0x78)), _mm512_setzero_si512());
     const __m512 v = _mm512_mask_mov_ps(_mm512_castsi512_ps(normal), is_sub, sub);
     const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24);
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
@@ -129,7 +134,8 @@ ScaleLanes scale_lanes(int format) {
 __m512 chunk_scales(const ScaleLanes& s, const std::uint8_t* row_scales, std::size_t c, std::size_t avail) {
     const std::size_t per_chunk = s.format == kMxfp4 || s.format == 3 ? 4 : 8;
     // One masked load (a byte-wise copy would stall the broadcast on store forwarding).
-    const __m128i raw = _mm_maskz_loadu_epi8(__mmask16(byte_mask(avail < per_chunk ? avail : per_chunk)), row_scales + c * per_chunk);
+    const __m128i raw =
+        _mm_maskz_loadu_epi8(__mmask16(byte_mask(avail < per_chunk ? avail : per_chunk)), row_scales + c * per_chunk);
     const __m512i c32 = _mm512_shuffle_epi8(_mm512_broadcastq_epi64(raw), s.control);
     if (s.format == kInt4) return _mm512_castsi512_ps(c32);
     if (s.format == kNvfp4) return decode_e4m3(c32);
@@ -140,8 +146,8 @@ __m512 chunk_scales(const ScaleLanes& s, const std::uint8_t* row_scales, std::si
 
 }  // namespace
 
-void prepare_rows(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
-                  std::int8_t* x8, std::int32_t* corr) {
+void prepare_rows(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1, std::int8_t* x8,
+                  std::int32_t* corr) {
     const __m512i lut = _mm512_broadcast_i32x4(act_lut(a.format));
     const __m512i ones = _mm512_set1_epi8(1), lo4 = _mm512_set1_epi16(0x000F), hi4 = _mm512_set1_epi16(0x00F0);
     const int bias = bias_of(a.format);
@@ -164,8 +170,8 @@ void prepare_rows(const GemmActivations& a, const std::uint8_t* codes, std::size
     }
 }
 
-void prepare_split(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
-                   std::int8_t* xe, std::int8_t* xo, std::int32_t* lane_corr) {
+void prepare_split(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1, std::int8_t* xe,
+                   std::int8_t* xo, std::int32_t* lane_corr) {
     const __m512i lut = _mm512_broadcast_i32x4(act_lut(a.format));
     const __m512i ones = _mm512_set1_epi8(1), low = _mm512_set1_epi8(0x0F);
     const __m512i neg_bias = _mm512_set1_epi32(-bias_of(a.format));
@@ -201,15 +207,16 @@ void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::s
         const std::uint8_t* wr = w.codes + n * row_bytes;
         const std::uint8_t* sr = w.scales + n * scale_row;
         __m512 acc_f[M];
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int r = 0; r < M; ++r) acc_f[r] = _mm512_setzero_ps();
         for (std::size_t c = 0; c < chunks; ++c) {
             const std::size_t left = row_bytes - 64 * c;
-            const __m512i v = left >= 64 ? _mm512_loadu_si512(wr + 64 * c) : _mm512_maskz_loadu_epi8(byte_mask(left), wr + 64 * c);
+            const __m512i v =
+                left >= 64 ? _mm512_loadu_si512(wr + 64 * c) : _mm512_maskz_loadu_epi8(byte_mask(left), wr + 64 * c);
             const __m512i wl = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low));
             const __m512i wh = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
             const __m512 sb = chunk_scales(sl, sr, c, scale_row - c * scale_per_chunk);
-            #pragma GCC unroll 32
+#pragma GCC unroll 32
             for (int r = 0; r < M; ++r) {
                 const std::size_t row = r0 + std::size_t(r);
                 __m512i acc = _mm512_loadu_si512(a.lane_corr + row * lanes + 16 * c);
@@ -219,7 +226,7 @@ void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::s
                 acc_f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, acc_f[r]);
             }
         }
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int r = 0; r < M; ++r) store_scalar(out, r0 + std::size_t(r), n, _mm512_reduce_add_ps(acc_f[r]));
     }
 }
@@ -247,18 +254,19 @@ void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t
                 const GemmOutput& out, std::size_t n_total) {
     constexpr std::size_t kGroupBytes = kPanelRows * (G + 4);
     __m512 yacc[M][2];
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int r = 0; r < M; ++r) yacc[r][0] = yacc[r][1] = _mm512_setzero_ps();
     for (std::size_t g = 0; g < a.groups; ++g) {
         const std::uint8_t* pg = panel + g * kGroupBytes;
         const std::int8_t* xg = a.x8 + m0 * a.k + g * G;
         __m512i acc[M][2];
-        #pragma GCC unroll 32
-        for (int r = 0; r < M; ++r) acc[r][0] = acc[r][1] = _mm512_set1_epi32(a.corr[(m0 + std::size_t(r)) * a.groups + g]);
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
+        for (int r = 0; r < M; ++r)
+            acc[r][0] = acc[r][1] = _mm512_set1_epi32(a.corr[(m0 + std::size_t(r)) * a.groups + g]);
+#pragma GCC unroll 32
         for (int s = 0; s < G / 4; ++s) {
             const __m512i w0 = _mm512_load_si512(pg + s * 128), w1 = _mm512_load_si512(pg + s * 128 + 64);
-            #pragma GCC unroll 32
+#pragma GCC unroll 32
             for (int r = 0; r < M; ++r) {
                 const __m512i xb = _mm512_set1_epi32(int(load_u32(xg + std::size_t(r) * a.k + 4 * s)));
                 acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], w0, xb);
@@ -266,7 +274,7 @@ void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t
             }
         }
         const __m512 sb0 = _mm512_load_ps(pg + G * kPanelRows), sb1 = _mm512_load_ps(pg + G * kPanelRows + 64);
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int r = 0; r < M; ++r) {
             const __m512 sa = _mm512_set1_ps(a.scale[(m0 + std::size_t(r)) * a.groups + g]);
             yacc[r][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][0]), sb0), sa, yacc[r][0]);
@@ -275,8 +283,10 @@ void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t
     }
     const std::size_t valid = n_total - n0 < kPanelRows ? n_total - n0 : kPanelRows;
     const __mmask16 m_lo = valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1);
-    const __mmask16 m_hi = valid >= 32 ? __mmask16(0xFFFF) : valid > 16 ? __mmask16((1u << (valid - 16)) - 1) : __mmask16(0);
-    #pragma GCC unroll 32
+    const __mmask16 m_hi = valid >= 32  ? __mmask16(0xFFFF)
+                           : valid > 16 ? __mmask16((1u << (valid - 16)) - 1)
+                                        : __mmask16(0);
+#pragma GCC unroll 32
     for (int r = 0; r < M; ++r) {
         store16(out, m0 + std::size_t(r), n0, yacc[r][0], m_lo);
         if (m_hi) store16(out, m0 + std::size_t(r), n0 + 16, yacc[r][1], m_hi);
@@ -300,10 +310,12 @@ void panel_rows(const GemmActivations& a, const std::uint8_t* panel, std::size_t
 
 // The panel layout is the AVX2 kernels' (32 rows x 4 bytes per step = two 64-byte vectors of 16
 // rows), and packing is memory-bound: the AVX2 code serves (every AVX-512 CPU has AVX2).
-void pack_panel(const GemmWeights& w, std::size_t n0, std::uint8_t* panel) { avx2::pack_panel(w, n0, panel); }
+void pack_panel(const GemmWeights& w, std::size_t n0, std::uint8_t* panel) {
+    avx2::pack_panel(w, n0, panel);
+}
 
-void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0,
-                    std::size_t m1, const GemmOutput& out, std::size_t n_total) {
+void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0, std::size_t m1,
+                    const GemmOutput& out, std::size_t n_total) {
     if (a.group == 16) panel_rows<16>(a, panel, n0, m0, m1, out, n_total);
     else panel_rows<32>(a, panel, n0, m0, m1, out, n_total);
 }

@@ -25,23 +25,23 @@ namespace wush::cpu {
 // which is broadcast from memory), or consecutive blocks of one token (by_block == 1: for one or
 // a few tokens, where token lanes would sit idle).
 struct QuantTile {
-    const void* x;             // n_tokens x d_in activations, row-major
-    int dtype;                 // wush_dtype value: 0 f32, 1 f16, 2 bf16
-    int format;                // wush_format value
-    int group;                 // G: 16 or 32
-    int rows;                  // lanes in use, 1..lane count
-    int by_block;              // 0: lane l = token row0 + l, block `block`; 1: token row0, block block + l
+    const void* x;  // n_tokens x d_in activations, row-major
+    int dtype;      // wush_dtype value: 0 f32, 1 f16, 2 bf16
+    int format;     // wush_format value
+    int group;      // G: 16 or 32
+    int rows;       // lanes in use, 1..lane count
+    int by_block;   // 0: lane l = token row0 + l, block `block`; 1: token row0, block block + l
     std::size_t d_in;
-    std::size_t row0;          // first (or only) token
-    std::size_t block;         // first (or only) block
-    const float* matrix;       // T of block `block`, G x G row-major; nullptr for the identity
-    std::size_t matrix_stride; // floats from one block's matrix to the next (0: one shared matrix)
-    const float* row_norms;    // upper bounds of max_i ||row i of T||_2, one per matrix (same stride
-                               // rule: 1 per block, or 0 when shared); unused for the identity;
-                               // nullptr with by_block: the kernel computes them from the rows it
-                               // loads anyway (one pass over the matrices instead of two)
-    std::uint8_t* codes;       // the whole codes buffer (n_tokens x d_in / 2)
-    std::uint8_t* scales;      // the whole scales buffer (n_tokens x C x scale_bytes)
+    std::size_t row0;           // first (or only) token
+    std::size_t block;          // first (or only) block
+    const float* matrix;        // T of block `block`, G x G row-major; nullptr for the identity
+    std::size_t matrix_stride;  // floats from one block's matrix to the next (0: one shared matrix)
+    const float* row_norms;     // upper bounds of max_i ||row i of T||_2, one per matrix (same stride
+                                // rule: 1 per block, or 0 when shared); unused for the identity;
+                                // nullptr with by_block: the kernel computes them from the rows it
+                                // loads anyway (one pass over the matrices instead of two)
+    std::uint8_t* codes;        // the whole codes buffer (n_tokens x d_in / 2)
+    std::uint8_t* scales;       // the whole scales buffer (n_tokens x C x scale_bytes)
 };
 
 // Each SIMD tile kernel quantizes the tile in float32 and returns a bit mask of the tile rows whose
@@ -71,19 +71,19 @@ float max_row_norm(const float* matrix, int group);
 // The activation operand, decoded once per call by the driver.
 struct GemmActivations {
     int format;
-    int group;                   // G
-    std::size_t m, k, groups;    // groups = k / G
+    int group;                 // G
+    std::size_t m, k, groups;  // groups = k / G
     // Row layout (panel kernels): x8[r * k + i] = doubled code of element i of row r.
     const std::int8_t* x8;
-    const std::int32_t* corr;    // m x groups: -bias * sum of the group's x8
-    const float* scale;          // m x groups: scale_a * alpha
+    const std::int32_t* corr;  // m x groups: -bias * sum of the group's x8
+    const float* scale;        // m x groups: scale_a * alpha
     // Split layout (row-streaming kernels for small m): xe / xo hold the even / odd elements, in
     // the order of the packed bytes (k_pad / 2 per row, k_pad = k rounded up to 128, zero padded);
     // lane L of a 64-byte chunk covers elements 8L .. 8L + 7 of the chunk.
     const std::int8_t* xe;
     const std::int8_t* xo;
-    const std::int32_t* lane_corr;   // m x k_pad / 8
-    const float* lane_scale;         // m x k_pad / 8
+    const std::int32_t* lane_corr;  // m x k_pad / 8
+    const float* lane_scale;        // m x k_pad / 8
     std::size_t k_pad;
 };
 
@@ -95,9 +95,9 @@ struct GemmWeights {
 };
 
 struct GemmOutput {
-    void* y;                     // m x n row-major
-    int dtype;                   // wush_dtype value: 0 f32 or 2 bf16
-    std::size_t ld;              // row stride in elements (n)
+    void* y;         // m x n row-major
+    int dtype;       // wush_dtype value: 0 f32 or 2 bf16
+    std::size_t ld;  // row stride in elements (n)
 };
 
 // Panel geometry shared by every ISA (the AVX2 kernels use panels of 8 rows inside it). A packed
@@ -123,24 +123,24 @@ void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block);
 // weight rows n0..n1 (n0 a multiple of kRowBlock); `blocks` points at block 0.
 void rows_multiply(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
                    std::size_t n1, std::size_t n_total, const GemmOutput& out);
-void prepare_rows(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
-                  std::int8_t* x8, std::int32_t* corr);
-void prepare_split(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
-                   std::int8_t* xe, std::int8_t* xo, std::int32_t* lane_corr);
+void prepare_rows(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1, std::int8_t* x8,
+                  std::int32_t* corr);
+void prepare_split(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1, std::int8_t* xe,
+                   std::int8_t* xo, std::int32_t* lane_corr);
 void gemv_rows(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::size_t n1, const GemmOutput& out);
 void pack_panel(const GemmWeights& w, std::size_t n0, std::uint8_t* panel);
-void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0,
-                    std::size_t m1, const GemmOutput& out, std::size_t n_total);
+void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0, std::size_t m1,
+                    const GemmOutput& out, std::size_t n_total);
 }  // namespace avx2
 namespace avx512 {
-void prepare_rows(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
-                  std::int8_t* x8, std::int32_t* corr);
-void prepare_split(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1,
-                   std::int8_t* xe, std::int8_t* xo, std::int32_t* lane_corr);
+void prepare_rows(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1, std::int8_t* x8,
+                  std::int32_t* corr);
+void prepare_split(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1, std::int8_t* xe,
+                   std::int8_t* xo, std::int32_t* lane_corr);
 void gemv_rows(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::size_t n1, const GemmOutput& out);
 void pack_panel(const GemmWeights& w, std::size_t n0, std::uint8_t* panel);
-void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0,
-                    std::size_t m1, const GemmOutput& out, std::size_t n_total);
+void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0, std::size_t m1,
+                    const GemmOutput& out, std::size_t n_total);
 }  // namespace avx512
 
 }  // namespace wush::cpu

@@ -24,11 +24,13 @@ using namespace formats::certified;  // kU, kTiny, kHuge, kAbsSlack, kGammaRound
 __m256 load8(const void* x, int dtype, std::size_t offset) {
     switch (dtype) {
         case 1: {  // f16
-            const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(x) + offset));
+            const __m128i h =
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(x) + offset));
             return _mm256_cvtph_ps(h);
         }
         case 2: {  // bf16
-            const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(x) + offset));
+            const __m128i h =
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(x) + offset));
             return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
         }
         default: return _mm256_loadu_ps(static_cast<const float*>(x) + offset);
@@ -39,13 +41,14 @@ template <int G>
 void load_columns(const QuantTile& tile, __m256 xc[G]) {
     for (int part = 0; part < G / 8; ++part) {
         __m256 r[8];
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int row = 0; row < 8; ++row)
-            r[row] = row < tile.rows ? load8(tile.x, tile.dtype, (tile.row0 + std::size_t(row)) * tile.d_in +
-                                                                   tile.block * std::size_t(G) + std::size_t(8 * part))
+            r[row] = row < tile.rows ? load8(tile.x, tile.dtype,
+                                             (tile.row0 + std::size_t(row)) * tile.d_in + tile.block * std::size_t(G) +
+                                                 std::size_t(8 * part))
                                      : _mm256_setzero_ps();
         transpose8(r);
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int j = 0; j < 8; ++j) xc[8 * part + j] = r[j];
     }
 }
@@ -54,16 +57,17 @@ template <int G>
 void multiply(const float* t, const __m256 xc[G], __m256 y[G]) {
     for (int i0 = 0; i0 < G; i0 += 8) {
         __m256 acc[8];
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int ii = 0; ii < 8; ++ii) acc[ii] = _mm256_setzero_ps();
-        // Not unrolled: fully unrolled, GCC spills the accumulators.
-        #pragma GCC unroll 1
+// Not unrolled: fully unrolled, GCC spills the accumulators.
+#pragma GCC unroll 1
         for (int j = 0; j < G; ++j) {
             const __m256 xj = xc[j];
-            #pragma GCC unroll 32
-            for (int ii = 0; ii < 8; ++ii) acc[ii] = _mm256_fmadd_ps(_mm256_broadcast_ss(t + (i0 + ii) * G + j), xj, acc[ii]);
+#pragma GCC unroll 32
+            for (int ii = 0; ii < 8; ++ii)
+                acc[ii] = _mm256_fmadd_ps(_mm256_broadcast_ss(t + (i0 + ii) * G + j), xj, acc[ii]);
         }
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int ii = 0; ii < 8; ++ii) y[i0 + ii] = acc[ii];
     }
 }
@@ -73,15 +77,15 @@ void multiply(const float* t, const __m256 xc[G], __m256 y[G]) {
 template <int G>
 void multiply_row(const float* t, const __m256 x[G / 8], __m256 y[G / 8], float* norm) {
     __m256 rows2 = _mm256_setzero_ps();
-    #pragma GCC unroll 1
+#pragma GCC unroll 1
     for (int i0 = 0; i0 < G; i0 += 8) {
         __m256 p[8], q[8];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int ii = 0; ii < 8; ++ii) {
             const __m256 t0 = _mm256_loadu_ps(t + (i0 + ii) * G);
             p[ii] = _mm256_mul_ps(t0, x[0]);
             q[ii] = _mm256_mul_ps(t0, t0);
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int h = 1; h < G / 8; ++h) {
                 const __m256 th = _mm256_loadu_ps(t + (i0 + ii) * G + 8 * h);
                 p[ii] = _mm256_fmadd_ps(th, x[h], p[ii]);
@@ -105,14 +109,15 @@ template <int G>
 void load_blocks(const QuantTile& tile, __m256 y[G], __m256& ss, __m256& norm) {
     __m256 r[G / 8][8];
     alignas(32) float sums[8], norms[8] = {};
-    #pragma GCC unroll 1
+#pragma GCC unroll 1
     for (int lane = 0; lane < 8; ++lane) {
         __m256 x[G / 8], v[G / 8];
         __m256 sq = _mm256_setzero_ps();
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int h = 0; h < G / 8; ++h) {
-            x[h] = lane < tile.rows ? load8(tile.x, tile.dtype, tile.row0 * tile.d_in + (tile.block + std::size_t(lane)) * G + 8 * h)
-                                    : _mm256_setzero_ps();
+            x[h] = lane < tile.rows
+                       ? load8(tile.x, tile.dtype, tile.row0 * tile.d_in + (tile.block + std::size_t(lane)) * G + 8 * h)
+                       : _mm256_setzero_ps();
             sq = _mm256_fmadd_ps(x[h], x[h], sq);
         }
         const __m128 h2 = _mm_add_ps(_mm256_castps256_ps128(sq), _mm256_extractf128_ps(sq, 1));
@@ -121,29 +126,39 @@ void load_blocks(const QuantTile& tile, __m256 y[G], __m256& ss, __m256& norm) {
         if (tile.matrix != nullptr && lane < tile.rows)
             multiply_row<G>(tile.matrix + std::size_t(lane) * tile.matrix_stride, x, v,
                             tile.row_norms == nullptr ? &norms[lane] : nullptr);
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int h = 0; h < G / 8; ++h) r[h][lane] = tile.matrix != nullptr && lane < tile.rows ? v[h] : x[h];
     }
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int h = 0; h < G / 8; ++h) {
         transpose8(r[h]);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int i = 0; i < 8; ++i) y[8 * h + i] = r[h][i];
     }
     ss = _mm256_load_ps(sums);
-    norm = tile.matrix == nullptr ? _mm256_setzero_ps()
-         : tile.row_norms == nullptr ? _mm256_load_ps(norms)
-                                     : _mm256_set1_ps(tile.row_norms[0]);
+    norm = tile.matrix == nullptr      ? _mm256_setzero_ps()
+           : tile.row_norms == nullptr ? _mm256_load_ps(norms)
+                                       : _mm256_set1_ps(tile.row_norms[0]);
 }
 
-__m256 abs_ps(__m256 v) { return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))); }
-__m256 lt(__m256 a, __m256 b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
-__m256i as_int(__m256 v) { return _mm256_castps_si256(v); }
+__m256 abs_ps(__m256 v) {
+    return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)));
+}
+__m256 lt(__m256 a, __m256 b) {
+    return _mm256_cmp_ps(a, b, _CMP_LT_OQ);
+}
+__m256i as_int(__m256 v) {
+    return _mm256_castps_si256(v);
+}
 
 // 2^k for integer-valued float k in [-126, 127], from the bits.
-__m256 pow2(__m256i k) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23)); }
+__m256 pow2(__m256i k) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
+}
 // floor(log2(a)) of normal positive a, from the bits.
-__m256i exponent(__m256 a) { return _mm256_sub_epi32(_mm256_srli_epi32(as_int(a), 23), _mm256_set1_epi32(127)); }
+__m256i exponent(__m256 a) {
+    return _mm256_sub_epi32(_mm256_srli_epi32(as_int(a), 23), _mm256_set1_epi32(127));
+}
 
 __m256i e2m1_encode(__m256 v, __m256 tol, __m256& near) {
     const __m256 a = abs_ps(v);
@@ -156,8 +171,8 @@ __m256i e2m1_encode(__m256 v, __m256 tol, __m256& near) {
     const __m256 b0 = _mm256_cmp_ps(a, t0, _CMP_GT_OQ);
     const __m256i m = _mm256_or_si256(_mm256_slli_epi32(idx, 1), _mm256_and_si256(as_int(b0), _mm256_set1_epi32(1)));
     const __m256 lo = _mm256_permutevar8x32_ps(_mm256_setr_ps(0.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f), m);
-    const __m256 hi = _mm256_permutevar8x32_ps(
-        _mm256_setr_ps(0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, __builtin_inff()), m);
+    const __m256 hi =
+        _mm256_permutevar8x32_ps(_mm256_setr_ps(0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, __builtin_inff()), m);
     near = _mm256_or_ps(near, _mm256_or_ps(lt(_mm256_sub_ps(a, lo), tol), lt(_mm256_sub_ps(hi, a), tol)));
     const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(as_int(v), 28), _mm256_set1_epi32(8));
     return _mm256_or_si256(m, sign);
@@ -173,8 +188,12 @@ void put_code(__m256i d[G / 8], int i, __m256i code) {
     d[i / 8] = _mm256_or_si256(d[i / 8], _mm256_slli_epi32(code, 4 * (i % 8)));
 }
 
-std::size_t lane_token(const QuantTile& t, int l) { return t.by_block ? t.row0 : t.row0 + std::size_t(l); }
-std::size_t lane_block(const QuantTile& t, int l) { return t.by_block ? t.block + std::size_t(l) : t.block; }
+std::size_t lane_token(const QuantTile& t, int l) {
+    return t.by_block ? t.row0 : t.row0 + std::size_t(l);
+}
+std::size_t lane_block(const QuantTile& t, int l) {
+    return t.by_block ? t.block + std::size_t(l) : t.block;
+}
 
 template <int G>
 void store_codes(const QuantTile& tile, const __m256i d[G / 8]) {
@@ -191,7 +210,8 @@ void store_codes(const QuantTile& tile, const __m256i d[G / 8]) {
         _mm256_store_si256(reinterpret_cast<__m256i*>(buf[1]), _mm256_unpackhi_epi32(d[0], d[1]));
     }
     for (int l = 0; l < tile.rows; ++l) {
-        std::uint8_t* dst = tile.codes + lane_token(tile, l) * (tile.d_in / 2) + lane_block(tile, l) * std::size_t(G / 2);
+        std::uint8_t* dst =
+            tile.codes + lane_token(tile, l) * (tile.d_in / 2) + lane_block(tile, l) * std::size_t(G / 2);
         if (G == 32) std::memcpy(dst, buf[l % 4] + 16 * (l / 4), 16);
         else std::memcpy(dst, buf[(l % 4) / 2] + 16 * (l / 4) + 8 * (l % 2), 8);
     }
@@ -211,7 +231,7 @@ void store_scales(const QuantTile& tile, __m256i s, int bytes) {
 template <int G>
 __m256 abs_max(const __m256 y[G]) {
     __m256 m = _mm256_setzero_ps();
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int i = 0; i < G; ++i) m = _mm256_max_ps(m, abs_ps(y[i]));
     return m;
 }
@@ -235,10 +255,10 @@ void quantize_mx(const QuantTile& tile, const __m256 y[G], Lanes& l, bool ocp) {
     const __m256 factor = _mm256_set1_ps(ocp ? 1.0f : 3.0f);
     const __m256 tol_base = _mm256_mul_ps(_mm256_mul_ps(l.bound, factor), scale_down);
     __m256i d[G / 8];
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int q = 0; q < G / 8; ++q) d[q] = _mm256_setzero_si256();
     __m256 near = _mm256_setzero_ps();
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int i = 0; i < G; ++i) {
         const __m256 v = _mm256_mul_ps(_mm256_mul_ps(y[i], scale_down), factor);
         const __m256 tol = _mm256_fmadd_ps(abs_ps(v), _mm256_set1_ps(2.0f * kU), tol_base);
@@ -254,7 +274,8 @@ void quantize_nvfp4(const QuantTile& tile, const __m256 y[G], Lanes& l) {
     const __m256 amax = abs_max<G>(y);
     l.redo = _mm256_or_ps(l.redo, out_of_range(amax));
     const __m256 w = _mm256_mul_ps(_mm256_mul_ps(amax, _mm256_set1_ps(10.0f)), _mm256_set1_ps(1.0f / 6.0f));
-    const __m256 tol_w = _mm256_fmadd_ps(w, _mm256_set1_ps(4.0f * kU), _mm256_mul_ps(l.bound, _mm256_set1_ps(10.0f / 6.0f * 1.01f)));
+    const __m256 tol_w =
+        _mm256_fmadd_ps(w, _mm256_set1_ps(4.0f * kU), _mm256_mul_ps(l.bound, _mm256_set1_ps(10.0f / 6.0f * 1.01f)));
     // w >= 2^-61 here (certified lanes), so the bits give its exponent; E4M3's is at least -6.
     const __m256i ew = _mm256_max_epi32(exponent(w), _mm256_set1_epi32(-6));
     const __m256 step = pow2(_mm256_sub_epi32(ew, _mm256_set1_epi32(3)));
@@ -272,10 +293,10 @@ void quantize_nvfp4(const QuantTile& tile, const __m256 y[G], Lanes& l) {
     const __m256 mult = _mm256_andnot_ps(zero, _mm256_div_ps(_mm256_set1_ps(10.0f), sv));
     const __m256 tol_base = _mm256_mul_ps(l.bound, _mm256_mul_ps(mult, _mm256_set1_ps(1.01f)));
     __m256i d[G / 8];
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int q = 0; q < G / 8; ++q) d[q] = _mm256_setzero_si256();
     __m256 near = _mm256_setzero_ps();
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int i = 0; i < G; ++i) {
         const __m256 v = _mm256_mul_ps(y[i], mult);
         const __m256 tol = _mm256_fmadd_ps(abs_ps(v), _mm256_set1_ps(3.0f * kU), tol_base);
@@ -291,26 +312,27 @@ void quantize_int4(const QuantTile& tile, const __m256 y[G], Lanes& l) {
     const __m256 amax = abs_max<G>(y);
     l.redo = _mm256_or_ps(l.redo, out_of_range(amax));
     __m256 ss = _mm256_setzero_ps();
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int i = 0; i < G; ++i) ss = _mm256_fmadd_ps(y[i], y[i], ss);
-    const __m256 w = _mm256_mul_ps(_mm256_sqrt_ps(_mm256_mul_ps(ss, _mm256_set1_ps(1.0f / G))), _mm256_set1_ps(kInt4ScalePerRmsF));
+    const __m256 w =
+        _mm256_mul_ps(_mm256_sqrt_ps(_mm256_mul_ps(ss, _mm256_set1_ps(1.0f / G))), _mm256_set1_ps(kInt4ScalePerRmsF));
     const __m256 tol_w = _mm256_fmadd_ps(w, _mm256_set1_ps(float(G + 8) * kU),
                                          _mm256_mul_ps(l.bound, _mm256_set1_ps(kInt4ScalePerRmsF * 1.01f)));
     const __m256i wb = as_int(w);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(wb, 16), _mm256_set1_epi32(1));
     const __m256i rb = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(wb, _mm256_set1_epi32(0x7FFF)), lsb),
                                         _mm256_set1_epi32(int(0xFFFF0000u)));
-    const __m256 mid = _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(wb, _mm256_set1_epi32(int(0xFFFF0000u))),
-                                                           _mm256_set1_epi32(0x8000)));
+    const __m256 mid = _mm256_castsi256_ps(
+        _mm256_or_si256(_mm256_and_si256(wb, _mm256_set1_epi32(int(0xFFFF0000u))), _mm256_set1_epi32(0x8000)));
     l.redo = _mm256_or_ps(l.redo, lt(abs_ps(_mm256_sub_ps(w, mid)), tol_w));
     const __m256 sv = _mm256_castsi256_ps(rb);
     const __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), sv);
     const __m256 tol_base = _mm256_mul_ps(l.bound, _mm256_mul_ps(inv, _mm256_set1_ps(1.01f)));
     __m256i d[G / 8];
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int q = 0; q < G / 8; ++q) d[q] = _mm256_setzero_si256();
     __m256 near = _mm256_setzero_ps();
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int i = 0; i < G; ++i) {
         const __m256 t = _mm256_mul_ps(y[i], inv);
         const __m256 tol = _mm256_fmadd_ps(abs_ps(t), _mm256_set1_ps(3.0f * kU), tol_base);
@@ -338,12 +360,12 @@ std::uint32_t quantize_tile_g(const QuantTile& tile) {
         __m256 xc[G];
         load_columns<G>(tile, xc);
         ss = _mm256_setzero_ps();
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int j = 0; j < G; ++j) ss = _mm256_fmadd_ps(xc[j], xc[j], ss);
         if (tile.matrix != nullptr) {
             multiply<G>(tile.matrix, xc, y);
         } else {
-            #pragma GCC unroll 32
+#pragma GCC unroll 32
             for (int i = 0; i < G; ++i) y[i] = xc[i];
         }
         norm = _mm256_set1_ps(tile.matrix ? tile.row_norms[0] : 0.0f);
@@ -353,7 +375,8 @@ std::uint32_t quantize_tile_g(const QuantTile& tile) {
                            _mm256_castsi256_ps(_mm256_set1_epi32(-1)));
     const float c = float(G + 2) * kU * kGammaRoundUp;  // gamma_G, rounded up
     l.bound = tile.matrix == nullptr ? _mm256_setzero_ps()
-                                     : _mm256_fmadd_ps(_mm256_mul_ps(_mm256_sqrt_ps(ss), norm), _mm256_set1_ps(c), _mm256_set1_ps(kAbsSlack));
+                                     : _mm256_fmadd_ps(_mm256_mul_ps(_mm256_sqrt_ps(ss), norm), _mm256_set1_ps(c),
+                                                       _mm256_set1_ps(kAbsSlack));
     switch (tile.format) {
         case 0: quantize_mx<G>(tile, y, l, false); break;
         case 3: quantize_mx<G>(tile, y, l, true); break;

@@ -42,11 +42,13 @@ using namespace formats::certified;  // kU, kTiny, kHuge, kAbsSlack, kGammaRound
 __m512 load16(const void* x, int dtype, std::size_t offset) {
     switch (dtype) {
         case 1: {  // f16
-            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(x) + offset));
+            const __m256i h =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(x) + offset));
             return _mm512_cvtph_ps(h);
         }
         case 2: {  // bf16: the upper half of a float32
-            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(x) + offset));
+            const __m256i h =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(x) + offset));
             return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
         }
         default: return _mm512_loadu_ps(static_cast<const float*>(x) + offset);
@@ -58,13 +60,14 @@ template <int G>
 void load_columns(const QuantTile& tile, __m512 xc[G]) {
     for (int half = 0; half < G / 16; ++half) {
         __m512 r[16];
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int row = 0; row < 16; ++row)
-            r[row] = row < tile.rows ? load16(tile.x, tile.dtype, (tile.row0 + std::size_t(row)) * tile.d_in +
-                                                                    tile.block * std::size_t(G) + std::size_t(16 * half))
+            r[row] = row < tile.rows ? load16(tile.x, tile.dtype,
+                                              (tile.row0 + std::size_t(row)) * tile.d_in + tile.block * std::size_t(G) +
+                                                  std::size_t(16 * half))
                                      : _mm512_setzero_ps();
         transpose16(r);
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int j = 0; j < 16; ++j) xc[16 * half + j] = r[j];
     }
 }
@@ -74,16 +77,17 @@ template <int G>
 void multiply(const float* t, const __m512 xc[G], __m512 y[G]) {
     for (int i0 = 0; i0 < G; i0 += 16) {
         __m512 acc[16];
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int ii = 0; ii < 16; ++ii) acc[ii] = _mm512_setzero_ps();
-        // Not unrolled: fully unrolled, GCC spills the accumulators.
-        #pragma GCC unroll 1
+// Not unrolled: fully unrolled, GCC spills the accumulators.
+#pragma GCC unroll 1
         for (int j = 0; j < G; ++j) {
             const __m512 xj = xc[j];
-            #pragma GCC unroll 32
-            for (int ii = 0; ii < 16; ++ii) acc[ii] = _mm512_fmadd_ps(_mm512_set1_ps(t[(i0 + ii) * G + j]), xj, acc[ii]);
+#pragma GCC unroll 32
+            for (int ii = 0; ii < 16; ++ii)
+                acc[ii] = _mm512_fmadd_ps(_mm512_set1_ps(t[(i0 + ii) * G + j]), xj, acc[ii]);
         }
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int ii = 0; ii < 16; ++ii) y[i0 + ii] = acc[ii];
     }
 }
@@ -94,10 +98,10 @@ void multiply(const float* t, const __m512 xc[G], __m512 y[G]) {
 template <int G>
 void multiply_row(const float* t, const __m512 x[G / 16], __m512 y[G / 16], float* norm) {
     __m512 rows2 = _mm512_setzero_ps();
-    #pragma GCC unroll 1
+#pragma GCC unroll 1
     for (int i0 = 0; i0 < G; i0 += 16) {
         __m512 p[16], q[16];
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int ii = 0; ii < 16; ++ii) {
             const __m512 t0 = _mm512_loadu_ps(t + (i0 + ii) * G);
             p[ii] = _mm512_mul_ps(t0, x[0]);
@@ -120,13 +124,14 @@ template <int G>
 void load_blocks(const QuantTile& tile, __m512 y[G], __m512& ss, __m512& norm) {
     __m512 r[G / 16][16];
     alignas(64) float sums[16], norms[16] = {};
-    #pragma GCC unroll 1
+#pragma GCC unroll 1
     for (int lane = 0; lane < 16; ++lane) {
         __m512 x[G / 16], v[G / 16];
         __m512 sq = _mm512_setzero_ps();
-        #pragma GCC unroll 2
+#pragma GCC unroll 2
         for (int h = 0; h < G / 16; ++h) {
-            x[h] = lane < tile.rows ? load16(tile.x, tile.dtype, tile.row0 * tile.d_in + (tile.block + std::size_t(lane)) * G + 16 * h)
+            x[h] = lane < tile.rows ? load16(tile.x, tile.dtype,
+                                             tile.row0 * tile.d_in + (tile.block + std::size_t(lane)) * G + 16 * h)
                                     : _mm512_setzero_ps();
             sq = _mm512_fmadd_ps(x[h], x[h], sq);
         }
@@ -134,25 +139,27 @@ void load_blocks(const QuantTile& tile, __m512 y[G], __m512& ss, __m512& norm) {
         if (tile.matrix != nullptr && lane < tile.rows)
             multiply_row<G>(tile.matrix + std::size_t(lane) * tile.matrix_stride, x, v,
                             tile.row_norms == nullptr ? &norms[lane] : nullptr);
-        #pragma GCC unroll 2
+#pragma GCC unroll 2
         for (int h = 0; h < G / 16; ++h) r[h][lane] = tile.matrix != nullptr && lane < tile.rows ? v[h] : x[h];
     }
-    #pragma GCC unroll 2
+#pragma GCC unroll 2
     for (int h = 0; h < G / 16; ++h) {
         transpose16(r[h]);
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int i = 0; i < 16; ++i) y[16 * h + i] = r[h][i];
     }
     ss = _mm512_load_ps(sums);
     // Row norms: computed above, or given (one shared matrix), or none (the identity).
-    norm = tile.matrix == nullptr ? _mm512_setzero_ps()
-         : tile.row_norms == nullptr ? _mm512_load_ps(norms)
-                                     : _mm512_set1_ps(tile.row_norms[0]);
+    norm = tile.matrix == nullptr      ? _mm512_setzero_ps()
+           : tile.row_norms == nullptr ? _mm512_load_ps(norms)
+                                       : _mm512_set1_ps(tile.row_norms[0]);
 }
 
 // ---- element encoders with boundary checks ----------------------------------------------------
 
-__m512 abs_ps(__m512 v) { return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF))); }
+__m512 abs_ps(__m512 v) {
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF)));
+}
 
 // E2M1 RNE of v (the same comparisons as codec::e2m1_encode), and the lanes whose |v| lies within
 // tol of a threshold (or of 0, where only the sign would change).
@@ -164,11 +171,13 @@ __m512i e2m1_encode(__m512 v, __m512 tol, __mmask16& near) {
     const __mmask16 b1 = _mm512_cmp_ps_mask(a, t1, _CMP_GE_OQ);
     __m512i idx = _mm512_maskz_mov_epi32(b2, _mm512_set1_epi32(2));
     idx = _mm512_mask_add_epi32(idx, b1, idx, one);
-    const __m512 t0 = _mm512_permutexvar_ps(idx, _mm512_setr_ps(0.25f, 1.25f, 2.5f, 5.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0));
+    const __m512 t0 =
+        _mm512_permutexvar_ps(idx, _mm512_setr_ps(0.25f, 1.25f, 2.5f, 5.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0));
     const __mmask16 b0 = _mm512_cmp_ps_mask(a, t0, _CMP_GT_OQ);
     __m512i m = _mm512_slli_epi32(idx, 1);
     m = _mm512_mask_add_epi32(m, b0, m, one);
-    const __m512 lo = _mm512_permutexvar_ps(m, _mm512_setr_ps(0.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0, 0, 0, 0, 0, 0, 0, 0));
+    const __m512 lo = _mm512_permutexvar_ps(
+        m, _mm512_setr_ps(0.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0, 0, 0, 0, 0, 0, 0, 0));
     const __m512 hi = _mm512_permutexvar_ps(
         m, _mm512_setr_ps(0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, __builtin_inff(), 0, 0, 0, 0, 0, 0, 0, 0));
     near |= _mm512_cmp_ps_mask(_mm512_sub_ps(a, lo), tol, _CMP_LT_OQ) |
@@ -180,8 +189,8 @@ __m512i e2m1_encode(__m512 v, __m512 tol, __mmask16& near) {
 // ---- per-tile state ---------------------------------------------------------------------------
 
 struct Lanes {
-    __m512 bound;      // |y - y_exact| <= bound, per lane
-    __mmask16 redo;    // lanes to recompute in float64
+    __m512 bound;    // |y - y_exact| <= bound, per lane
+    __mmask16 redo;  // lanes to recompute in float64
 };
 
 // Collects the codes of element i into the packed dwords (element 8q + s at bits 4s of dword q).
@@ -191,8 +200,12 @@ void put_code(__m512i d[G / 8], int i, __m512i code) {
 }
 
 // Where lane l's codes and scale go.
-std::size_t lane_token(const QuantTile& t, int l) { return t.by_block ? t.row0 : t.row0 + std::size_t(l); }
-std::size_t lane_block(const QuantTile& t, int l) { return t.by_block ? t.block + std::size_t(l) : t.block; }
+std::size_t lane_token(const QuantTile& t, int l) {
+    return t.by_block ? t.row0 : t.row0 + std::size_t(l);
+}
+std::size_t lane_block(const QuantTile& t, int l) {
+    return t.by_block ? t.block + std::size_t(l) : t.block;
+}
 
 template <int G>
 void store_codes(const QuantTile& tile, const __m512i d[G / 8]) {
@@ -209,7 +222,8 @@ void store_codes(const QuantTile& tile, const __m512i d[G / 8]) {
         _mm512_store_si512(buf[1], _mm512_unpackhi_epi32(d[0], d[1]));
     }
     for (int l = 0; l < tile.rows; ++l) {
-        std::uint8_t* dst = tile.codes + lane_token(tile, l) * (tile.d_in / 2) + lane_block(tile, l) * std::size_t(G / 2);
+        std::uint8_t* dst =
+            tile.codes + lane_token(tile, l) * (tile.d_in / 2) + lane_block(tile, l) * std::size_t(G / 2);
         if (G == 32) std::memcpy(dst, buf[l % 4] + 16 * (l / 4), 16);
         else std::memcpy(dst, buf[(l % 4) / 2] + 16 * (l / 4) + 8 * (l % 2), 8);
     }
@@ -229,7 +243,7 @@ void store_scales(const QuantTile& tile, __m512i s, int bytes) {
 template <int G>
 __m512 abs_max(const __m512 y[G]) {
     __m512 m = _mm512_setzero_ps();
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int i = 0; i < G; ++i) m = _mm512_max_ps(m, abs_ps(y[i]));
     return m;
 }
@@ -246,8 +260,8 @@ template <int G>
 void quantize_mx(const QuantTile& tile, const __m512 y[G], Lanes& l, bool ocp) {
     const __m512 amax = abs_max<G>(y);
     l.redo |= out_of_range(amax);
-    const __m512 e = _mm512_getexp_ps(amax);                         // floor(log2(amax))
-    const __m512 p = _mm512_scalef_ps(_mm512_set1_ps(1.0f), e);     // 2^e
+    const __m512 e = _mm512_getexp_ps(amax);                     // floor(log2(amax))
+    const __m512 p = _mm512_scalef_ps(_mm512_set1_ps(1.0f), e);  // 2^e
     // The exponent changes if amax_exact may lie on the other side of 2^e or 2^(e+1).
     l.redo |= _mm512_cmp_ps_mask(_mm512_sub_ps(amax, p), l.bound, _CMP_LT_OQ) |
               _mm512_cmp_ps_mask(_mm512_sub_ps(_mm512_add_ps(p, p), amax), l.bound, _CMP_LT_OQ);
@@ -256,10 +270,10 @@ void quantize_mx(const QuantTile& tile, const __m512 y[G], Lanes& l, bool ocp) {
     const __m512 factor = _mm512_set1_ps(ocp ? 1.0f : 3.0f);
     const __m512 tol_base = _mm512_scalef_ps(_mm512_mul_ps(l.bound, factor), neg_es);
     __m512i d[G / 8];
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int q = 0; q < G / 8; ++q) d[q] = _mm512_setzero_si512();
     __mmask16 near = 0;
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int i = 0; i < G; ++i) {
         const __m512 v = _mm512_mul_ps(_mm512_scalef_ps(y[i], neg_es), factor);  // one rounding (x3)
         const __m512 tol = _mm512_fmadd_ps(abs_ps(v), _mm512_set1_ps(2.0f * kU), tol_base);
@@ -276,7 +290,8 @@ void quantize_nvfp4(const QuantTile& tile, const __m512 y[G], Lanes& l) {
     l.redo |= out_of_range(amax);
     // s = RNE_e4m3(amax * 10 / 6): round w to 3 mantissa bits, exponent at least -6, saturate.
     const __m512 w = _mm512_mul_ps(_mm512_mul_ps(amax, _mm512_set1_ps(10.0f)), _mm512_set1_ps(1.0f / 6.0f));
-    const __m512 tol_w = _mm512_fmadd_ps(w, _mm512_set1_ps(4.0f * kU), _mm512_mul_ps(l.bound, _mm512_set1_ps(10.0f / 6.0f * 1.01f)));
+    const __m512 tol_w =
+        _mm512_fmadd_ps(w, _mm512_set1_ps(4.0f * kU), _mm512_mul_ps(l.bound, _mm512_set1_ps(10.0f / 6.0f * 1.01f)));
     const __m512 ew = _mm512_max_ps(_mm512_getexp_ps(w), _mm512_set1_ps(-6.0f));
     const __m512 t = _mm512_scalef_ps(w, _mm512_sub_ps(_mm512_set1_ps(3.0f), ew));  // w in units of the step
     const __m512 rt = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -287,7 +302,8 @@ void quantize_nvfp4(const QuantTile& tile, const __m512 y[G], Lanes& l) {
     // The E4M3 byte: normal values keep float32's top exponent/mantissa bits, rebiased.
     const __mmask16 normal = _mm512_cmp_ps_mask(sv, _mm512_set1_ps(0x1p-6f), _CMP_GE_OQ);
     const __m512i byte_sub = _mm512_cvtps_epi32(_mm512_mul_ps(sv, _mm512_set1_ps(512.0f)));
-    const __m512i byte_norm = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_castps_si512(sv), 20), _mm512_set1_epi32(120 << 3));
+    const __m512i byte_norm =
+        _mm512_sub_epi32(_mm512_srli_epi32(_mm512_castps_si512(sv), 20), _mm512_set1_epi32(120 << 3));
     const __m512i sbyte = _mm512_mask_blend_epi32(normal, byte_sub, byte_norm);
     // A zero scale keeps only the signs (y * 0): certify those only when y is exact.
     const __mmask16 zero = _mm512_cmp_ps_mask(sv, _mm512_setzero_ps(), _CMP_EQ_OQ);
@@ -295,10 +311,10 @@ void quantize_nvfp4(const QuantTile& tile, const __m512 y[G], Lanes& l) {
     const __m512 mult = _mm512_maskz_div_ps(_mm512_knot(zero), _mm512_set1_ps(10.0f), sv);
     const __m512 tol_base = _mm512_mul_ps(l.bound, _mm512_mul_ps(mult, _mm512_set1_ps(1.01f)));
     __m512i d[G / 8];
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int q = 0; q < G / 8; ++q) d[q] = _mm512_setzero_si512();
     __mmask16 near = 0;
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int i = 0; i < G; ++i) {
         const __m512 v = _mm512_mul_ps(y[i], mult);
         const __m512 tol = _mm512_fmadd_ps(abs_ps(v), _mm512_set1_ps(3.0f * kU), tol_base);
@@ -314,9 +330,10 @@ void quantize_int4(const QuantTile& tile, const __m512 y[G], Lanes& l) {
     const __m512 amax = abs_max<G>(y);
     l.redo |= out_of_range(amax);
     __m512 ss = _mm512_setzero_ps();
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int i = 0; i < G; ++i) ss = _mm512_fmadd_ps(y[i], y[i], ss);
-    const __m512 w = _mm512_mul_ps(_mm512_sqrt_ps(_mm512_mul_ps(ss, _mm512_set1_ps(1.0f / G))), _mm512_set1_ps(kInt4ScalePerRmsF));
+    const __m512 w =
+        _mm512_mul_ps(_mm512_sqrt_ps(_mm512_mul_ps(ss, _mm512_set1_ps(1.0f / G))), _mm512_set1_ps(kInt4ScalePerRmsF));
     // |rms - rms_exact| <= bound (from y) + the float32 sum of squares (<= G u relative).
     const __m512 tol_w = _mm512_fmadd_ps(w, _mm512_set1_ps(float(G + 8) * kU),
                                          _mm512_mul_ps(l.bound, _mm512_set1_ps(kInt4ScalePerRmsF * 1.01f)));
@@ -325,17 +342,17 @@ void quantize_int4(const QuantTile& tile, const __m512 y[G], Lanes& l) {
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(wb, 16), _mm512_set1_epi32(1));
     const __m512i rb = _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(wb, _mm512_set1_epi32(0x7FFF)), lsb),
                                         _mm512_set1_epi32(int(0xFFFF0000u)));
-    const __m512 mid = _mm512_castsi512_ps(_mm512_or_si512(_mm512_and_si512(wb, _mm512_set1_epi32(int(0xFFFF0000u))),
-                                                           _mm512_set1_epi32(0x8000)));
+    const __m512 mid = _mm512_castsi512_ps(
+        _mm512_or_si512(_mm512_and_si512(wb, _mm512_set1_epi32(int(0xFFFF0000u))), _mm512_set1_epi32(0x8000)));
     l.redo |= _mm512_cmp_ps_mask(abs_ps(_mm512_sub_ps(w, mid)), tol_w, _CMP_LT_OQ);
     const __m512 sv = _mm512_castsi512_ps(rb);
     const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), sv);
     const __m512 tol_base = _mm512_mul_ps(l.bound, _mm512_mul_ps(inv, _mm512_set1_ps(1.01f)));
     __m512i d[G / 8];
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int q = 0; q < G / 8; ++q) d[q] = _mm512_setzero_si512();
     __mmask16 near = 0;
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int i = 0; i < G; ++i) {
         const __m512 t = _mm512_mul_ps(y[i], inv);  // 2 roundings vs y / s: in the tolerance
         const __m512 tol = _mm512_fmadd_ps(abs_ps(t), _mm512_set1_ps(3.0f * kU), tol_base);
@@ -364,12 +381,12 @@ std::uint32_t quantize_tile_g(const QuantTile& tile) {
         __m512 xc[G];
         load_columns<G>(tile, xc);
         ss = _mm512_setzero_ps();
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int j = 0; j < G; ++j) ss = _mm512_fmadd_ps(xc[j], xc[j], ss);
         if (tile.matrix != nullptr) {
             multiply<G>(tile.matrix, xc, y);
         } else {
-            #pragma GCC unroll 32
+#pragma GCC unroll 32
             for (int i = 0; i < G; ++i) y[i] = xc[i];
         }
         norm = _mm512_set1_ps(tile.matrix ? tile.row_norms[0] : 0.0f);
@@ -379,7 +396,8 @@ std::uint32_t quantize_tile_g(const QuantTile& tile) {
     l.redo = _mm512_knot(_mm512_cmp_ps_mask(ss, _mm512_set1_ps(0x1p126f), _CMP_LE_OQ));
     const float c = float(G + 2) * kU * kGammaRoundUp;  // gamma_G, rounded up
     l.bound = tile.matrix == nullptr ? _mm512_setzero_ps()
-                                     : _mm512_fmadd_ps(_mm512_mul_ps(_mm512_sqrt_ps(ss), norm), _mm512_set1_ps(c), _mm512_set1_ps(kAbsSlack));
+                                     : _mm512_fmadd_ps(_mm512_mul_ps(_mm512_sqrt_ps(ss), norm), _mm512_set1_ps(c),
+                                                       _mm512_set1_ps(kAbsSlack));
     switch (tile.format) {
         case 0: quantize_mx<G>(tile, y, l, false); break;  // WUSH_FORMAT_MXFP4
         case 3: quantize_mx<G>(tile, y, l, true); break;   // WUSH_FORMAT_MXFP4_OCP
