@@ -659,7 +659,8 @@ WUSH_API wush_status wush_transform_kind_from_name(const char* name, wush_transf
 
 /*! wush_transform_spec_from_name() :
  *  Parses a transform as the tools spell it: a name accepted by wush_transform_kind_from_name(),
- *  optionally followed by "+s" for the per-block search (WUSH_OPTION_SEARCH), as in "wush+s".
+ *  optionally followed by "+s" (lower-case) for the per-block search (WUSH_OPTION_SEARCH), as in
+ *  "wush+s".
  *  Writes the kind to *kind and 1 (with "+s") or 0 to *search. Only WUS and WUSH have free
  *  parameters to search, so "i+s", "h+s" and "r+s" are refused (wush_layer_quantize() refuses
  *  the same combination). Thread-safe. Both outputs are written only on success.

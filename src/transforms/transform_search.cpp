@@ -264,6 +264,188 @@ double block_score(const formats::FormatSpec& format, const float* t_act, std::s
     return score_pair(format, t_act, t_wf.data(), g, s, ws).total();
 }
 
+namespace {
+
+struct Candidate {
+    std::vector<double> t, t_w;  // activation side and its inverse-transpose
+};
+
+// A stage-1 candidate: its matrices and what search_block reports about it.
+struct Entry {
+    Candidate c;
+    SearchBase base;
+    std::size_t pattern;
+};
+
+// The current winner of one block's search.
+struct Best {
+    Candidate c;
+    Score score;
+    double scale = 1.0;
+    BlockChoice choice;
+};
+
+// One block's candidates and their scores. Every candidate is c P D M with P, D orthogonal and
+// symmetric (P = H for WUSH, I for WUS; D a sign diagonal), so its inverse-transpose is
+// c^{-1} P D M^{-T}: one inversion per block (of A = P^T T_act) instead of one LU per candidate,
+// which would dominate the search's cost. (The stored matrix is the storage-rounded c P D A; its
+// exact inverse differs from this one by the storage rounding, far below what separates
+// candidates; the weight side actually used is always re-derived from the stored matrix.)
+class BlockSearch {
+public:
+    BlockSearch(TransformKind kind, const BlockSolution& solution, const formats::FormatSpec& format,
+                const BlockSample& sample, wush_dtype storage)
+        : kind_(kind), format_(format), sample_(sample), storage_(storage), g_(format.group), h_(hadamard_matrix(g_)),
+          a_(g_ * g_, 0.0), ws_(sample, g_) {
+        const int g = int(g_);
+        if (kind == TransformKind::WUSH)
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g, g, g, 1.0, h_.data(), g, solution.t_act.data(), g,
+                        0.0, a_.data(), g);
+        else a_ = solution.t_act;
+        const std::vector<float> af(a_.begin(), a_.end());
+        a_it_ = inverse_transpose(af.data(), g_);
+        if (a_it_.empty())
+            a_it_.assign(g_ * g_, 0.0);  // singular A (never from Algorithm 1): its candidates score +Inf
+        a_ok_ = std::any_of(a_it_.begin(), a_it_.end(), [](double v) { return v != 0.0; });
+        plain_ = {solution.t_act, a_ok_ ? apply_pd(a_it_, std::vector<double>(g_, 1.0)) : std::vector<double>{}};
+    }
+
+    // The unsearched solution (canonical signs, c = 1).
+    const Candidate& plain() const { return plain_; }
+
+    Score score(const Candidate& c, double scale) { return score_on(c, scale, sample_, ws_); }
+
+    // Stage 1's candidates besides the plain one: seeded sign patterns, seeded rotations Q in place
+    // of H, and the data-free fall-backs.
+    std::vector<Entry> candidates(const CandidateCounts& counts, std::uint64_t seed, std::size_t block) const {
+        std::vector<Entry> entries;
+        rng::Rng r(rng::mix_seed(seed ^ 0x516E5ull) + block);
+        std::vector<double> d(g_);
+        for (std::size_t k = 1; k <= counts.sign_patterns; ++k) {
+            for (double& v : d) v = r.uniform() < 0.5 ? -1.0 : 1.0;
+            if (a_ok_) entries.push_back({{apply_pd(a_, d), apply_pd(a_it_, d)}, SearchBase::Solution, k});
+        }
+        // Q A is as exact as H A (Q orthogonal, so its inverse-transpose is Q A^{-T}), and a
+        // different spread of the block over the group. Each block draws its own: one set shared by
+        // all blocks of a layer, tried to save the QRs, lost badly on a real FFN down-projection
+        // (docs/EVAL.md) — the layer loss has cross terms between blocks, which the same rotation
+        // everywhere correlates.
+        const int g = int(g_);
+        for (std::size_t k = 1; a_ok_ && k <= counts.rotations; ++k) {
+            const std::vector<double> q = random_rotation(g_, rng::mix_seed(seed ^ 0xA07A7Eull) + block * 64 + k);
+            std::vector<double> t(g_ * g_), tw(g_ * g_);
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g, g, g, 1.0, q.data(), g, a_.data(), g, 0.0,
+                        t.data(), g);
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g, g, g, 1.0, q.data(), g, a_it_.data(), g, 0.0,
+                        tw.data(), g);
+            entries.push_back({{std::move(t), std::move(tw)}, SearchBase::Rotated, k});
+        }
+        // Orthogonal (their own inverse-transpose). R is the Random transform's block b for the
+        // same seed, so a block falling back to R stores R's block.
+        for (auto [fallback, base] : {std::pair{TransformKind::Hadamard, SearchBase::Hadamard},
+                                      {TransformKind::Identity, SearchBase::Identity},
+                                      {TransformKind::Random, SearchBase::Random}}) {
+            std::vector<double> m = data_free_block(fallback, g_, seed, block);
+            entries.push_back({{m, m}, base, 0});
+        }
+        return entries;
+    }
+
+    // With more candidates than `keep`, each is first scored on a quarter of the sample (every 4th
+    // token and weight row) and only the best `keep` stay — what makes NVFP4's 8 rotations
+    // affordable (measured to choose about as well, docs/EVAL.md).
+    void screen(std::vector<Entry>& entries, std::size_t keep) const {
+        if (keep == 0 || entries.size() <= keep || sample_.n < 8 || sample_.rows < 8) return;
+        const BlockSample quarter = subsample(sample_, 4, g_);
+        Workspace wq(quarter, g_);
+        std::vector<std::pair<double, std::size_t>> ranked;
+        for (std::size_t i = 0; i < entries.size(); ++i)
+            ranked.push_back({score_on(entries[i].c, 1.0, quarter, wq).total(), i});
+        std::stable_sort(ranked.begin(), ranked.end());
+        std::vector<Entry> kept;
+        for (std::size_t i = 0; i < keep; ++i) kept.push_back(std::move(entries[ranked[i].second]));
+        entries = std::move(kept);
+    }
+
+    // Stage 1: the base matrix and sign pattern at c = 1, in the entries' order (ties keep the earlier).
+    void pick_base(std::vector<Entry>& entries, Best& best) {
+        for (Entry& e : entries) {
+            const Score sc = score(e.c, 1.0);
+            if (sc.total() < best.score.total()) {
+                best.score = sc;
+                best.c = std::move(e.c);
+                best.choice.base = e.base;
+                best.choice.sign_pattern = std::uint8_t(e.pattern);
+            }
+        }
+    }
+
+    // Stage 2: the winner's scale, coarse to fine on the circle of `steps` steps (c and 2c quantize
+    // alike: exactly for MXFP4's power-of-two scales, up to range limits for the floating-point
+    // scales of NVFP4 and INT4, so step K-1 neighbours step 0): the even steps, then the two
+    // neighbours of the best of them. k = 0 is the winner itself, already scored.
+    void pick_scale(std::size_t steps, Best& best) {
+        std::uint64_t scored = 1;  // bit k: step k scored
+        const auto try_step = [&](std::size_t k) {
+            if (scored >> k & 1) return;
+            scored |= std::uint64_t(1) << k;
+            const double c = std::exp2(double(k) / double(steps));
+            const Score sc = score(best.c, c);
+            if (sc.total() < best.score.total()) {
+                best.score = sc;
+                best.scale = c;
+                best.choice.scale_step = std::uint8_t(k);
+            }
+        };
+        for (std::size_t k = 2; k < steps; k += 2) try_step(k);
+        const std::size_t coarse = best.choice.scale_step;
+        try_step((coarse + 1) % steps);
+        try_step((coarse + steps - 1) % steps);
+    }
+
+    std::vector<float> stored(const Best& best) const {
+        std::vector<double> t(best.c.t);
+        for (double& v : t) v *= best.scale;
+        return to_storage(t, storage_);
+    }
+
+private:
+    // P D M for a sign vector d: row i of M scaled by d_i, then P applied.
+    std::vector<double> apply_pd(const std::vector<double>& m, const std::vector<double>& d) const {
+        std::vector<double> dm(m);
+        for (std::size_t i = 0; i < g_; ++i)
+            for (std::size_t j = 0; j < g_; ++j) dm[i * g_ + j] *= d[i];
+        if (kind_ == TransformKind::WUS) return dm;
+        std::vector<double> t(g_ * g_);
+        const int g = int(g_);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g, g, g, 1.0, h_.data(), g, dm.data(), g, 0.0, t.data(),
+                    g);
+        return t;
+    }
+
+    Score score_on(const Candidate& c, double scale, const BlockSample& on, Workspace& w) const {
+        if (c.t_w.empty()) return kInfScore;
+        std::vector<double> t(c.t);
+        for (double& v : t) v *= scale;
+        const std::vector<float> st = to_storage(t, storage_);
+        std::vector<float> tw(g_ * g_);
+        for (std::size_t i = 0; i < g_ * g_; ++i) tw[i] = float(c.t_w[i] / scale);
+        return score_pair(format_, st.data(), tw.data(), g_, on, w);
+    }
+
+    TransformKind kind_;
+    const formats::FormatSpec& format_;
+    const BlockSample& sample_;
+    wush_dtype storage_;
+    std::size_t g_;
+    std::vector<double> h_, a_, a_it_;
+    bool a_ok_ = false;
+    Candidate plain_;
+    Workspace ws_;
+};
+
+}  // namespace
+
 SearchResult search_block(TransformKind kind, const BlockSolution& solution, const formats::FormatSpec& format,
                           const BlockSample& sample, wush_dtype storage, const SearchOptions& options,
                           std::uint64_t seed, std::size_t block) {
@@ -271,158 +453,28 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
             "search: only WUS and WUSH have free parameters");
     require(format.group == sample.x.size() / std::max<std::size_t>(1, sample.n),
             std::string("search: format ") + format.name + "'s group size differs from the block size");
-    const std::size_t g = format.group, gg = g * g;
-    require(solution.t_act.size() == gg, "search: the solution must be G x G");
+    require(solution.t_act.size() == format.group * format.group, "search: the solution must be G x G");
     require(options.scale_steps >= 1 && options.scale_steps <= 64, "search: scale_steps must be in [1, 64]");
     const CandidateCounts counts = search_candidate_counts(options, format.id, sample.real_tokens ? sample.n : 0);
     require(counts.sign_patterns <= 64 && counts.rotations <= 64, "search: at most 64 sign patterns and 64 rotations");
 
-    // A = P^T T_act with P = H (WUSH, H symmetric and orthogonal) or I (WUS).
-    const std::vector<double> h = hadamard_matrix(g);
-    std::vector<double> a(gg, 0.0);
-    if (kind == TransformKind::WUSH)
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(g), int(g), int(g), 1.0, h.data(), int(g),
-                    solution.t_act.data(), int(g), 0.0, a.data(), int(g));
-    else a = solution.t_act;
-    // Every candidate is c P D M with P, D orthogonal and symmetric, so its inverse-transpose is
-    // c^{-1} P D M^{-T}: one inversion per block (of A) instead of one LU per candidate, which
-    // would dominate the search's cost. (The stored matrix is the storage-rounded c P D A; its
-    // exact inverse differs from this one by the storage rounding, far below what separates
-    // candidates; the weight side actually used is always re-derived from the stored matrix.)
-    const std::vector<float> af(a.begin(), a.end());
-    std::vector<double> a_it = inverse_transpose(af.data(), g);
-    if (a_it.empty()) a_it.assign(gg, 0.0);  // singular A (never from Algorithm 1): its candidates score +Inf
-    const bool a_ok = std::any_of(a_it.begin(), a_it.end(), [](double v) { return v != 0.0; });
-    // P D M for a sign vector d: row i of M scaled by d_i, then P applied.
-    const auto apply_pd = [&](const std::vector<double>& m, const std::vector<double>& d) {
-        std::vector<double> dm(m);
-        for (std::size_t i = 0; i < g; ++i)
-            for (std::size_t j = 0; j < g; ++j) dm[i * g + j] *= d[i];
-        if (kind == TransformKind::WUS) return dm;
-        std::vector<double> t(gg);
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(g), int(g), int(g), 1.0, h.data(), int(g), dm.data(),
-                    int(g), 0.0, t.data(), int(g));
-        return t;
-    };
-    Workspace ws(sample, g);
-    struct Candidate {
-        std::vector<double> t, t_w;  // activation side and its inverse-transpose
-    };
-    const auto score_on = [&](const Candidate& c, double scale, const BlockSample& on, Workspace& w) {
-        if (c.t_w.empty()) return kInfScore;
-        std::vector<double> t(c.t);
-        for (double& v : t) v *= scale;
-        const std::vector<float> st = to_storage(t, storage);
-        std::vector<float> tw(gg);
-        for (std::size_t i = 0; i < gg; ++i) tw[i] = float(c.t_w[i] / scale);
-        return score_pair(format, st.data(), tw.data(), g, on, w);
-    };
-    const auto score = [&](const Candidate& c, double scale) { return score_on(c, scale, sample, ws); };
-
-    // Stage 1: base matrix and sign pattern at c = 1.
-    const std::vector<double> ones(g, 1.0);
-    const Candidate plain{solution.t_act, a_ok ? apply_pd(a_it, ones) : std::vector<double>{}};  // canonical signs
-    Candidate best = plain;
-    BlockChoice choice;
-    const Score plain_score = score(plain, 1.0);
-    Score best_score = plain_score;
-    struct Entry {
-        Candidate c;
-        SearchBase base;
-        std::size_t pattern;
-    };
-    std::vector<Entry> entries;
-    rng::Rng r(rng::mix_seed(seed ^ 0x516E5ull) + block);
-    std::vector<double> d(g);
-    for (std::size_t k = 1; k <= counts.sign_patterns; ++k) {
-        for (double& v : d) v = r.uniform() < 0.5 ? -1.0 : 1.0;
-        if (a_ok) entries.push_back({{apply_pd(a, d), apply_pd(a_it, d)}, SearchBase::Solution, k});
-    }
-    // Q A for seeded random rotations Q in place of H: as exact as H A (Q orthogonal, so its
-    // inverse-transpose is Q A^{-T}), and a different spread of the block over the group. Each
-    // block draws its own: one set shared by all blocks of a layer, tried to save the QRs, lost
-    // badly on a real FFN down-projection (docs/EVAL.md) — the layer loss has cross terms
-    // between blocks, which the same rotation everywhere correlates.
-    for (std::size_t k = 1; a_ok && k <= counts.rotations; ++k) {
-        const std::vector<double> q = random_rotation(g, rng::mix_seed(seed ^ 0xA07A7Eull) + block * 64 + k);
-        std::vector<double> t(gg), tw(gg);
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(g), int(g), int(g), 1.0, q.data(), int(g), a.data(),
-                    int(g), 0.0, t.data(), int(g));
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(g), int(g), int(g), 1.0, q.data(), int(g),
-                    a_it.data(), int(g), 0.0, tw.data(), int(g));
-        entries.push_back({{std::move(t), std::move(tw)}, SearchBase::Rotated, k});
-    }
-    // The data-free fall-backs, orthogonal (their own inverse-transpose). R is the Random
-    // transform's block b for the same seed, so a block falling back to R stores R's block.
-    for (auto [fallback, base] : {std::pair{TransformKind::Hadamard, SearchBase::Hadamard},
-                                  {TransformKind::Identity, SearchBase::Identity},
-                                  {TransformKind::Random, SearchBase::Random}}) {
-        std::vector<double> m = data_free_block(fallback, g, seed, block);
-        entries.push_back({{m, m}, base, 0});
-    }
-    // Screening: with more candidates than screen_keep, each is first scored on a quarter of the
-    // sample (every 4th token and weight row) and only the best screen_keep are scored in full —
-    // what makes NVFP4's 8 rotations affordable (measured to choose about as well, docs/EVAL.md).
-    if (counts.screen_keep > 0 && entries.size() > counts.screen_keep && sample.n >= 8 && sample.rows >= 8) {
-        const BlockSample quarter = subsample(sample, 4, g);
-        Workspace wq(quarter, g);
-        std::vector<std::pair<double, std::size_t>> ranked;
-        for (std::size_t i = 0; i < entries.size(); ++i)
-            ranked.push_back({score_on(entries[i].c, 1.0, quarter, wq).total(), i});
-        std::stable_sort(ranked.begin(), ranked.end());
-        std::vector<Entry> kept;
-        for (std::size_t i = 0; i < counts.screen_keep; ++i) kept.push_back(std::move(entries[ranked[i].second]));
-        entries = std::move(kept);
-    }
-    for (Entry& e : entries) {
-        const Score sc = score(e.c, 1.0);
-        if (sc.total() < best_score.total()) {
-            best_score = sc;
-            best = std::move(e.c);
-            choice.base = e.base;
-            choice.sign_pattern = std::uint8_t(e.pattern);
-        }
-    }
-
-    // Stage 2: the scale of the winner, coarse to fine on the circle of steps (c and 2c quantize
-    // alike: exactly for MXFP4's power-of-two scales, up to range limits for the floating-point
-    // scales of NVFP4 and INT4, so step K-1 neighbours step 0): the even steps, then the two
-    // neighbours of the best of them. k = 0 is the winner itself, already scored.
-    const std::size_t steps = options.scale_steps;
-    double best_scale = 1.0;
-    std::uint64_t scored = 1;  // bit k: step k scored
-    const auto try_step = [&](std::size_t k) {
-        if (scored >> k & 1) return;
-        scored |= std::uint64_t(1) << k;
-        const double c = std::exp2(double(k) / double(steps));
-        const Score sc = score(best, c);
-        if (sc.total() < best_score.total()) {
-            best_score = sc;
-            best_scale = c;
-            choice.scale_step = std::uint8_t(k);
-        }
-    };
-    for (std::size_t k = 2; k < steps; k += 2) try_step(k);
-    const std::size_t coarse = choice.scale_step;
-    try_step((coarse + 1) % steps);
-    try_step((coarse + steps - 1) % steps);
-
+    BlockSearch search(kind, solution, format, sample, storage);
+    const Score plain_score = search.score(search.plain(), 1.0);
+    Best best{search.plain(), plain_score, 1.0, BlockChoice{}};
+    std::vector<Entry> entries = search.candidates(counts, seed, block);
+    search.screen(entries, counts.screen_keep);
+    search.pick_base(entries, best);
+    search.pick_scale(options.scale_steps, best);
     // The winner replaces the plain solution only if it scores lower on both halves of the
     // sample. The minimum of a dozen noisy scores is biased low; a lead that one half of the
     // tokens does not share is more likely that half's noise than a better transform (on held-out
     // tokens the unchecked choice can end above plain WUSH: docs/EVAL.md has the comparison).
     // Samples too small to split rank by the total alone.
-    if (sample.n >= 2 && !best_score.below_on_both(plain_score)) {
-        best = plain;
-        best_scale = 1.0;
-        best_score = plain_score;
-        choice = BlockChoice{};
-    }
-    choice.plain_score = plain_score.total();
-    choice.score = best_score.total();
-    std::vector<double> t(best.t);
-    for (double& v : t) v *= best_scale;
-    return {to_storage(t, storage), choice};
+    if (sample.n >= 2 && !best.score.below_on_both(plain_score))
+        best = Best{search.plain(), plain_score, 1.0, BlockChoice{}};
+    best.choice.plain_score = plain_score.total();
+    best.choice.score = best.score.total();
+    return {search.stored(best), best.choice};
 }
 
 SearchResult search_layer_block(const TransformOptions& options, const formats::FormatSpec& format,
