@@ -1434,22 +1434,6 @@ impl<'a> CheckpointWriter<'a> {
         check(unsafe { sys::wush_checkpoint_add_layer(self.raw.as_ptr(), c.as_ptr(), transform.raw.as_ptr(),
                                                       qweight.raw.as_ptr()) })
     }
-    /// `wush_checkpoint_open_mode`: [`Checkpoint::open`] with a choice of how the file's bytes
-    /// are held. [`CheckpointMode::Copy`] reads the whole file into memory owned by the library
-    /// and validates that copy: truncating, rewriting or deleting the file afterwards changes
-    /// nothing that was opened (and cannot raise SIGBUS). [`CheckpointMode::Map`] is
-    /// [`Checkpoint::open`]. Thread-safe.
-    ///
-    /// # Errors
-    /// [`Status::Io`] (including a file that shrinks while it is read), [`Status::OutOfMemory`],
-    /// [`Status::CorruptFile`] naming the first violation, each with the library's message.
-    pub fn open_mode(path: impl AsRef<Path>, mode: CheckpointMode) -> Result<Checkpoint> {
-        let p = c_path(path.as_ref())?;
-        let mut raw = ptr::null_mut();
-        // SAFETY: valid string and output pointer.
-        check(unsafe { sys::wush_checkpoint_open_mode(p.as_ptr(), mode.to_c(), &mut raw) })?;
-        Ok(Checkpoint { raw: NonNull::new(raw).expect("NULL checkpoint") })
-    }
     /// `wush_checkpoint_layer_count`.
     pub fn layer_count(&self) -> Result<usize> {
         layer_count(self.raw.as_ptr())
@@ -1495,6 +1479,22 @@ impl Checkpoint {
         let mut raw = ptr::null_mut();
         // SAFETY: valid string and output pointer.
         check(unsafe { sys::wush_checkpoint_open(p.as_ptr(), &mut raw) })?;
+        Ok(Checkpoint { raw: NonNull::new(raw).expect("NULL checkpoint") })
+    }
+    /// `wush_checkpoint_open_mode`: [`Checkpoint::open`] with a choice of how the file's bytes
+    /// are held. [`CheckpointMode::Copy`] reads the whole file into memory owned by the library
+    /// and validates that copy: truncating, rewriting or deleting the file afterwards changes
+    /// nothing that was opened (and cannot raise SIGBUS). [`CheckpointMode::Map`] is
+    /// [`Checkpoint::open`]. Thread-safe.
+    ///
+    /// # Errors
+    /// [`Status::Io`] (including a file that shrinks while it is read), [`Status::OutOfMemory`],
+    /// [`Status::CorruptFile`] naming the first violation, each with the library's message.
+    pub fn open_mode(path: impl AsRef<Path>, mode: CheckpointMode) -> Result<Checkpoint> {
+        let p = c_path(path.as_ref())?;
+        let mut raw = ptr::null_mut();
+        // SAFETY: valid string and output pointer.
+        check(unsafe { sys::wush_checkpoint_open_mode(p.as_ptr(), mode.to_c(), &mut raw) })?;
         Ok(Checkpoint { raw: NonNull::new(raw).expect("NULL checkpoint") })
     }
     /// `wush_checkpoint_layer_count`.
