@@ -20,6 +20,9 @@
 #               quantize` (bindings/examples/tiny_model.py makes its inputs)
 #   go          bindings/go/wush: `go test` of the package (cgo, `#cgo pkg-config: wush`) and the
 #               model example on the same checkpoint
+#   coverage    tests/bindings/test_bindings_coverage.py: every WUSH_API function of the repository's
+#               include/wush/wush.h is called by the safe Rust crate (sys::wush_*) and by the Go
+#               package (C.wush_*); it names each one a package never calls
 #   abi-upgrade the Rust and Go programs of tests/bindings/abi_upgrade built against the previous
 #               release's header (abi/previous/wush.h) and against the installed one, all run
 #               against the installed library: their checks pass and their reports agree (and
@@ -237,6 +240,13 @@ check_go() {
     env -u LD_LIBRARY_PATH "$work/model_go" $(model_args)
 }
 run_check go check_go
+
+# ---- coverage: the safe packages call every function of the header (docs/BINDINGS.md) ------------
+check_coverage() {
+    need python3
+    python3 "$repo_root/tests/bindings/test_bindings_coverage.py" "$repo_root"
+}
+run_check coverage check_coverage
 
 # ---- ABI upgrade: programs built against the previous release's header, run on this library ------
 # abi/previous/wush.h is the previous release's public header (abi/README.md). The Rust and Go

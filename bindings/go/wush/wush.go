@@ -255,6 +255,54 @@ func TransformKindFromName(name string) (TransformKind, error) {
 	return TransformKind(k), err
 }
 
+// Name is wush_method_name: "rtn" or "gptq" (the name a checkpoint records a layer's method
+// under; "" for a value that is not a method). Safe from any goroutine.
+func (m Method) Name() string { return goStringOrEmpty(C.wush_method_name(C.wush_method(m))) }
+
+// String is Name, so that a Method prints as its name.
+func (m Method) String() string { return m.Name() }
+
+// MethodFromName is wush_method_from_name: parses a name as Name returns it, case-insensitive.
+// Safe from any goroutine. An unknown name is an *Error with ErrInvalidArgument and the
+// library's message.
+func MethodFromName(name string) (Method, error) {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	var m C.wush_method
+	err := call(func() C.wush_status { return C.wush_method_from_name(cs, &m) })
+	return Method(m), err
+}
+
+// TransformSpec is a transform as the tools spell it ("wush", "wush+s", "h", ...): a kind, and
+// whether the per-block search (OptionSearch) is asked for (the "+s" suffix).
+type TransformSpec struct {
+	Kind   TransformKind
+	Search bool
+}
+
+// String is the tools' spelling: the kind's short name, then "+s" with the search.
+func (s TransformSpec) String() string {
+	if s.Search {
+		return s.Kind.Name() + "+s"
+	}
+	return s.Kind.Name()
+}
+
+// TransformSpecFromName is wush_transform_spec_from_name: a name TransformKindFromName accepts
+// (case-insensitive), optionally followed by "+s". Safe from any goroutine. Errors: an *Error
+// with ErrInvalidArgument and the library's message for an unknown name, or for a search of a
+// data-free kind ("i+s", "h+s", "r+s": only WUS and WUSH have free parameters to search).
+func TransformSpecFromName(name string) (TransformSpec, error) {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	var k C.wush_transform_kind
+	var s C.int
+	if err := call(func() C.wush_status { return C.wush_transform_spec_from_name(cs, &k, &s) }); err != nil {
+		return TransformSpec{}, err
+	}
+	return TransformSpec{Kind: TransformKind(k), Search: s != 0}, nil
+}
+
 func goStringOrEmpty(p *C.char) string {
 	if p == nil {
 		return ""
@@ -441,7 +489,13 @@ func NewContext(backend Backend, device int) (*Context, error) {
 	if err := call(func() C.wush_status { return C.wush_context_create(C.wush_backend(backend), C.int(device), &p) }); err != nil {
 		return nil, err
 	}
-	c := &Context{p: p, backend: backend}
+	// The backend as the library reports it (wush_context_backend), kept for Backend().
+	var b C.wush_backend
+	if err := call(func() C.wush_status { return C.wush_context_backend(p, &b) }); err != nil {
+		C.wush_context_destroy(p)
+		return nil, err
+	}
+	c := &Context{p: p, backend: Backend(b)}
 	runtime.SetFinalizer(c, (*Context).Close)
 	return c, nil
 }
@@ -1180,6 +1234,114 @@ func (t *Transform) SingularValues() ([]float64, error) {
 	return s, err
 }
 
+// GuardSource is where the search's per-layer guard took its held-out tokens
+// (wush_guard_source).
+type GuardSource int32
+
+const (
+	// GuardNone: no guard ran (no search, a data-free kind, the default hold-out off or too
+	// small a token sample, or a transform not made by LayerQuantize).
+	GuardNone GuardSource = C.WUSH_GUARD_NONE
+	// GuardValidation: the calibrator's validation tokens.
+	GuardValidation GuardSource = C.WUSH_GUARD_VALIDATION
+	// GuardHoldOut: every second token of the calibrator's token sample.
+	GuardHoldOut GuardSource = C.WUSH_GUARD_HOLD_OUT
+)
+
+// GuardCandidate is one of the guard's candidate layers (wush_guard_candidate), all built by
+// the same method and seed.
+type GuardCandidate int32
+
+const (
+	// GuardSearched: the searched WUS/WUSH layer (the kind asked for, with the search).
+	GuardSearched GuardCandidate = C.WUSH_GUARD_SEARCHED
+	// GuardPlain: the kind asked for without the search (Algorithm 1).
+	GuardPlain    GuardCandidate = C.WUSH_GUARD_PLAIN
+	GuardIdentity GuardCandidate = C.WUSH_GUARD_IDENTITY
+	GuardHadamard GuardCandidate = C.WUSH_GUARD_HADAMARD
+	GuardRandom   GuardCandidate = C.WUSH_GUARD_RANDOM
+)
+
+// GuardCandidates lists every candidate in the header's order (C values 0..4).
+var GuardCandidates = [...]GuardCandidate{GuardSearched, GuardPlain, GuardIdentity, GuardHadamard, GuardRandom}
+
+// GuardScore is one candidate's score in the guard's decision (wush_transform_guard_candidate).
+type GuardScore struct {
+	Candidate GuardCandidate
+	// Loss is the candidate's layer loss on the held-out tokens (as LayerLoss computes it for
+	// that candidate's layer on those tokens).
+	Loss float64
+	// Difference is the mean over tokens of the paired per-token loss differences, searched -
+	// candidate (positive where the candidate is better); 0 for GuardSearched.
+	Difference float64
+	// StdError is the standard error of that mean (sample standard deviation / sqrt(n)); 0 for
+	// GuardSearched.
+	StdError float64
+	// Replaces: the candidate met the rule (loss below 0.99 x the searched loss and Difference >
+	// 2 StdError); never for GuardSearched.
+	Replaces bool
+}
+
+// GuardReport is what the search's per-layer guard decided for a layer (wush_transform_guard
+// and wush_transform_guard_candidate of every candidate).
+type GuardReport struct {
+	Source  GuardSource
+	NTokens int            // held-out tokens scored
+	Kept    GuardCandidate // the lowest loss among those that replace, else GuardSearched
+	// Candidates holds every candidate's score, in GuardCandidates' order.
+	Candidates []GuardScore
+}
+
+// Guard is wush_transform_guard plus wush_transform_guard_candidate of every candidate: what the
+// search's per-layer guard (OptionSearch, OptionSearchGuard) compared and kept when LayerQuantize
+// made this transform, or nil (and no error) when no guard ran: no search, a data-free kind, the
+// default hold-out off or too small a token sample, or a transform LayerQuantize did not make
+// (built, fixed or loaded from a checkpoint). Only reads the transform: safe from several
+// goroutines at once. Errors: a closed transform; otherwise the library's *Error.
+func (t *Transform) Guard() (*GuardReport, error) {
+	if t.p == nil {
+		return nil, errClosed
+	}
+	defer runtime.KeepAlive(t)
+	var source C.wush_guard_source
+	var n C.size_t
+	var kept C.wush_guard_candidate
+	if err := call(func() C.wush_status { return C.wush_transform_guard(t.p, &source, &n, &kept) }); err != nil {
+		return nil, err
+	}
+	if GuardSource(source) == GuardNone {
+		return nil, nil
+	}
+	r := &GuardReport{Source: GuardSource(source), NTokens: int(n), Kept: GuardCandidate(kept)}
+	for _, c := range GuardCandidates {
+		s, err := t.GuardCandidate(c)
+		if err != nil {
+			return nil, err
+		}
+		r.Candidates = append(r.Candidates, s)
+	}
+	return r, nil
+}
+
+// GuardCandidate is wush_transform_guard_candidate for one candidate, as the library answers it:
+// an *Error with ErrInvalidArgument and the library's message when no guard ran for this
+// transform or the candidate is unknown. Safe from several goroutines at once.
+func (t *Transform) GuardCandidate(c GuardCandidate) (GuardScore, error) {
+	if t.p == nil {
+		return GuardScore{}, errClosed
+	}
+	defer runtime.KeepAlive(t)
+	var loss, diff, se C.double
+	var replaces C.int
+	if err := call(func() C.wush_status {
+		return C.wush_transform_guard_candidate(t.p, C.wush_guard_candidate(c), &loss, &diff, &se, &replaces)
+	}); err != nil {
+		return GuardScore{}, err
+	}
+	return GuardScore{Candidate: c, Loss: float64(loss), Difference: float64(diff), StdError: float64(se),
+		Replaces: replaces != 0}, nil
+}
+
 // QWeight is a wush_qweight (read-only after creation; safe to share).
 type QWeight struct{ p *C.wush_qweight }
 
@@ -1504,6 +1666,37 @@ func (w *CheckpointWriter) Write(path string, opts *Options) error {
 // Checkpoint is an opened, validated, memory-mapped checkpoint (safe to share). Loaded
 // qweights keep the file mapped after Close.
 type Checkpoint struct{ p *C.wush_checkpoint }
+
+// CheckpointMode is how OpenCheckpointMode holds a checkpoint's bytes (wush_checkpoint_mode).
+type CheckpointMode int32
+
+const (
+	// CheckpointMap: memory-mapped, read on demand (OpenCheckpoint).
+	CheckpointMap CheckpointMode = C.WUSH_CHECKPOINT_MAP
+	// CheckpointCopy: read whole into memory at the open; the file is not used again.
+	CheckpointCopy CheckpointMode = C.WUSH_CHECKPOINT_COPY
+)
+
+// OpenCheckpointMode is wush_checkpoint_open_mode: OpenCheckpoint with a choice of how the
+// file's bytes are held. CheckpointCopy reads the whole file into memory owned by the library and
+// validates that copy: truncating, rewriting or deleting the file afterwards changes nothing that
+// was opened (and cannot raise SIGBUS). CheckpointMap is OpenCheckpoint. Safe to call from
+// several goroutines. Errors (*Error, the library's message): ErrInvalidArgument (an unknown
+// mode), ErrIO (including a file that shrinks while it is read), ErrOutOfMemory, ErrCorruptFile
+// naming the first violation.
+func OpenCheckpointMode(path string, mode CheckpointMode) (*Checkpoint, error) {
+	cs := C.CString(path)
+	defer C.free(unsafe.Pointer(cs))
+	var p *C.wush_checkpoint
+	if err := call(func() C.wush_status {
+		return C.wush_checkpoint_open_mode(cs, C.wush_checkpoint_mode(mode), &p)
+	}); err != nil {
+		return nil, err
+	}
+	c := &Checkpoint{p: p}
+	runtime.SetFinalizer(c, (*Checkpoint).Close)
+	return c, nil
+}
 
 // OpenCheckpoint is wush_checkpoint_open.
 func OpenCheckpoint(path string) (*Checkpoint, error) {

@@ -914,3 +914,434 @@ func mustCount(t *testing.T, c *Calibrator) int {
 	must(t, err)
 	return n
 }
+
+// ---- names, transform specs, the per-layer guard, checkpoint open modes --------------------------
+//
+// Oracles: the spellings the header documents, written out here; the library's messages, which
+// start with the C function's name (the package's own messages never do); the guard's numbers
+// recomputed from candidate layers built separately without any guard, scored with LayerLoss on
+// the held-out tokens (one token at a time for the paired statistics), and the guard's rule
+// (wush.h, WUSH_OPTION_SEARCH_GUARD) written again here.
+
+// libraryError: err is an *Error with ErrInvalidArgument whose message is the library's for a
+// call of function fn about `name`.
+func libraryError(t *testing.T, err error, fn, name string) {
+	t.Helper()
+	var e *Error
+	if !errors.As(err, &e) || e.Status != ErrInvalidArgument || !strings.HasPrefix(e.Message, fn+": ") ||
+		!strings.Contains(e.Message, "\""+name+"\"") {
+		t.Errorf("%s(%q): want ErrInvalidArgument with the library's message naming it, got %v", fn, name, err)
+	}
+}
+
+func TestMethodNamesAreTheHeadersAndRoundTrip(t *testing.T) {
+	// wush.h: wush_method_name returns "rtn" or "gptq".
+	if RTN.Name() != "rtn" || GPTQ.Name() != "gptq" || GPTQ.String() != "gptq" {
+		t.Errorf("names %q %q", RTN.Name(), GPTQ.Name())
+	}
+	for _, m := range []Method{RTN, GPTQ} {
+		for _, s := range []string{m.Name(), strings.ToUpper(m.Name())} {
+			if got, err := MethodFromName(s); err != nil || got != m {
+				t.Errorf("MethodFromName(%q) = %v, %v", s, got, err)
+			}
+		}
+	}
+	if got, err := MethodFromName("GpTq"); err != nil || got != GPTQ {
+		t.Errorf("GpTq: %v %v", got, err)
+	}
+	for _, bad := range []string{"awq", "rtn ", "gptq+s"} {
+		_, err := MethodFromName(bad)
+		libraryError(t, err, "wush_method_from_name", bad)
+	}
+	if _, err := MethodFromName(""); statusOf(err) != ErrInvalidArgument {
+		t.Errorf("empty name: %v", err)
+	}
+}
+
+func TestTransformSpecsParseAsTheHeaderSays(t *testing.T) {
+	table := []struct {
+		name   string
+		kind   TransformKind
+		search bool
+	}{
+		{"i", Identity, false}, {"h", Hadamard, false}, {"r", Random, false}, {"wus", WUS, false},
+		{"wush", WUSH, false}, {"identity", Identity, false}, {"hadamard", Hadamard, false},
+		{"random", Random, false}, {"WUSH", WUSH, false}, {"Hadamard", Hadamard, false},
+		{"wush+s", WUSH, true}, {"wus+s", WUS, true}, {"WUSH+s", WUSH, true}, {"Wus+s", WUS, true},
+	}
+	for _, c := range table {
+		s, err := TransformSpecFromName(c.name)
+		if err != nil || s.Kind != c.kind || s.Search != c.search {
+			t.Errorf("%q: %+v %v", c.name, s, err)
+			continue
+		}
+		if back, err := TransformSpecFromName(s.String()); err != nil || back != s {
+			t.Errorf("%q: %q parses to %+v %v", c.name, s.String(), back, err)
+		}
+	}
+	if s := (TransformSpec{WUSH, true}).String(); s != "wush+s" {
+		t.Errorf("String: %q", s)
+	}
+	// A search of a data-free kind is refused with the library's message, as are unknown names.
+	for _, bad := range []string{"i+s", "h+s", "r+s", "identity+s", "hadamard+s", "random+s", "x+s", "wush+", "wush+t"} {
+		_, err := TransformSpecFromName(bad)
+		libraryError(t, err, "wush_transform_spec_from_name", bad)
+	}
+	// "the message says which": refusing "h+s" is not the unknown-name message.
+	_, e1 := TransformSpecFromName("h+s")
+	_, e2 := TransformSpecFromName("x+s")
+	if e1 == nil || e2 == nil || strings.Replace(e1.Error(), "h+s", "x+s", 1) == e2.Error() {
+		t.Errorf("h+s and x+s refused alike: %v / %v", e1, e2)
+	}
+}
+
+func TestContextBackendIsTheLibrarys(t *testing.T) {
+	if b := cpu(t).Backend(); b != CPU {
+		t.Errorf("backend %d", b)
+	}
+}
+
+const (
+	gDIn  = 64
+	gDOut = 48
+	gNCal = 512
+	gNVal = 64
+)
+
+type xorshift uint64
+
+func newRng(seed uint64) *xorshift {
+	r := xorshift(seed*0x9E3779B97F4A7C15 + 0x2545F4914F6CDD1D)
+	return &r
+}
+
+func (r *xorshift) uniform() float64 {
+	*r ^= *r >> 12
+	*r ^= *r << 25
+	*r ^= *r >> 27
+	return (float64((uint64(*r)*0x2545F4914F6CDD1D)>>11) + 0.5) / 9007199254740992.0
+}
+
+func (r *xorshift) gauss() float64 {
+	return math.Sqrt(-2*math.Log(r.uniform())) * math.Cos(2*math.Pi*r.uniform())
+}
+
+// guardTokens: channels j % 4 == 0 have standard deviation loud, the others quiet. Calibration
+// uses (4, 0.05); "shifted" documents swap them, so a transform fitted to the calibration moments
+// amplifies exactly the channels that are now loud.
+func guardTokens(n int, loud, quiet float64, seed uint64) []float32 {
+	r := newRng(seed)
+	x := make([]float32, n*gDIn)
+	for i := range x {
+		s := quiet
+		if i%gDIn%4 == 0 {
+			s = loud
+		}
+		x[i] = float32(r.gauss() * s)
+	}
+	return x
+}
+
+func guardWeight() []float32 {
+	r := newRng(7)
+	w := make([]float32, gDOut*gDIn)
+	for i := range w {
+		w[i] = float32(r.gauss() * 0.1)
+	}
+	return w
+}
+
+func guardCalibrator(t *testing.T, ctx *Context, cal, val []float32) *Calibrator {
+	c, err := NewCalibrator(gDIn, 32, MomentsBlockDiagonal)
+	must(t, err)
+	t.Cleanup(c.Close)
+	must(t, c.SetSampleSize(256))
+	if val != nil {
+		must(t, c.SetValidationSize(len(val)/gDIn))
+	}
+	must(t, c.Add(ctx, cal))
+	if val != nil {
+		must(t, c.AddValidation(ctx, val))
+	}
+	return c
+}
+
+// searchedOptions: the search on, 128 tokens of the 256-token sample, guard = OptionSearchGuard.
+func searchedOptions(t *testing.T, guard int64) *Options {
+	o, err := NewOptions()
+	must(t, err)
+	t.Cleanup(o.Close)
+	must(t, o.SetInt(OptionSearch, 1))
+	must(t, o.SetInt(OptionSearchTokens, 128))
+	must(t, o.SetInt(OptionSearchGuard, guard))
+	return o
+}
+
+type builtLayer struct {
+	t *Transform
+	q *QWeight
+}
+
+func quantizeLayer(t *testing.T, ctx *Context, c *Calibrator, kind TransformKind, w []float32, o *Options) builtLayer {
+	tr, q, err := LayerQuantize(ctx, c, kind, MXFP4, RTN, w, gDOut, o)
+	must(t, err)
+	t.Cleanup(tr.Close)
+	t.Cleanup(q.Close)
+	return builtLayer{tr, q}
+}
+
+// guardCandidates: the five candidates in GuardCandidates' order, built separately without any
+// guard: the searched WUSH layer (default hold-out off, no validation tokens), plain WUSH, I, H, R.
+func guardCandidates(t *testing.T, ctx *Context, c *Calibrator, w []float32) []builtLayer {
+	off := searchedOptions(t, 0)
+	out := []builtLayer{quantizeLayer(t, ctx, c, WUSH, w, off), quantizeLayer(t, ctx, c, WUSH, w, nil),
+		quantizeLayer(t, ctx, c, Identity, w, nil), quantizeLayer(t, ctx, c, Hadamard, w, nil),
+		quantizeLayer(t, ctx, c, Random, w, nil)}
+	for i, b := range out {
+		if r, err := b.t.Guard(); err != nil || r != nil {
+			t.Fatalf("candidate %d built without a guard reports %+v, %v", i, r, err)
+		}
+	}
+	return out
+}
+
+func meanOf(v []float64) float64 {
+	s := 0.0
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+// paired: mean and standard error of the paired differences base - alt.
+func paired(base, alt []float64) (float64, float64) {
+	d := make([]float64, len(base))
+	for i := range base {
+		d[i] = base[i] - alt[i]
+	}
+	m, v := meanOf(d), 0.0
+	for _, x := range d {
+		v += (x - m) * (x - m)
+	}
+	v /= float64(len(d) - 1)
+	return m, math.Sqrt(v / float64(len(d)))
+}
+
+// ruleReplaces: the rule of wush.h, an alternative replaces the searched layer only when its loss
+// is lower by more than 1% and by more than two standard errors of the per-token differences.
+func ruleReplaces(searched, alt []float64) bool {
+	md, se := paired(searched, alt)
+	return meanOf(alt) < 0.99*meanOf(searched) && md > 2*se
+}
+
+func sameFloats32(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkGuarded checks a guarded layer and its report against the candidates on the held-out
+// tokens; it returns the kept candidate.
+func checkGuarded(t *testing.T, ctx *Context, got builtLayer, cand []builtLayer, w, held []float32, source GuardSource) GuardCandidate {
+	t.Helper()
+	n := len(held) / gDIn
+	losses := make([][]float64, len(cand))
+	for i, c := range cand {
+		for k := 0; k < n; k++ {
+			l, err := ctx.LayerLoss(c.t, c.q, w, held[k*gDIn:(k+1)*gDIn], false)
+			must(t, err)
+			losses[i] = append(losses[i], l)
+		}
+	}
+	chosen := 0
+	for i := 1; i < 5; i++ {
+		if ruleReplaces(losses[0], losses[i]) && meanOf(losses[i]) < meanOf(losses[chosen]) {
+			chosen = i
+		}
+	}
+	r, err := got.t.Guard()
+	must(t, err)
+	if r == nil {
+		t.Fatal("a searched layer with held-out tokens reports no guard")
+	}
+	if r.Source != source || r.NTokens != n || r.Kept != GuardCandidates[chosen] || len(r.Candidates) != 5 {
+		t.Fatalf("report %+v; want source %d, %d tokens, kept %d (the rule)", r, source, n, chosen)
+	}
+	for i, c := range GuardCandidates {
+		s := r.Candidates[i]
+		if one, err := got.t.GuardCandidate(c); err != nil || one != s || s.Candidate != c {
+			t.Errorf("candidate %d: %+v / %+v %v", c, s, one, err)
+		}
+		want, err := ctx.LayerLoss(cand[i].t, cand[i].q, w, held, false)
+		must(t, err)
+		if math.Abs(s.Loss-want) > 1e-10*want || math.Abs(s.Loss-meanOf(losses[i])) > 1e-9*want {
+			t.Errorf("candidate %d: loss %g, LayerLoss %g, mean of tokens %g", c, s.Loss, want, meanOf(losses[i]))
+		}
+		md, se := paired(losses[0], losses[i])
+		scale := meanOf(losses[0]) + meanOf(losses[i])
+		if math.Abs(s.Difference-md) > 1e-9*scale || math.Abs(s.StdError-se) > 1e-9*scale {
+			t.Errorf("candidate %d: difference %g (want %g), std error %g (want %g)", c, s.Difference, md, s.StdError, se)
+		}
+		if s.Replaces != (i != 0 && ruleReplaces(losses[0], losses[i])) {
+			t.Errorf("candidate %d: replaces %v", c, s.Replaces)
+		}
+	}
+	// The layer returned is the kept candidate's, matrix for matrix and byte for byte.
+	mg, err := got.t.Matrices()
+	must(t, err)
+	mc, err := cand[chosen].t.Matrices()
+	must(t, err)
+	cg, sg, err := got.q.Data()
+	must(t, err)
+	cc, sc, err := cand[chosen].q.Data()
+	must(t, err)
+	kg, _, _, _ := got.t.Info()
+	kc, _, _, _ := cand[chosen].t.Info()
+	if !sameFloats32(mg, mc) || kg != kc || string(cg) != string(cc) || string(sg) != string(sc) {
+		t.Errorf("the guarded layer is not candidate %d's", chosen)
+	}
+	return r.Kept
+}
+
+func TestGuardReportAgreesWithSeparatelyBuiltCandidates(t *testing.T) {
+	ctx := cpu(t)
+	w := guardWeight()
+	cal := guardTokens(gNCal, 4, 0.05, 11)
+	shifted := guardTokens(gNVal, 0.05, 4, 12)
+	same := guardTokens(gNVal, 4, 0.05, 13)
+	cand := guardCandidates(t, ctx, guardCalibrator(t, ctx, cal, nil), w)
+	o := searchedOptions(t, 0) // the default hold-out off: validation tokens still guard
+
+	got := quantizeLayer(t, ctx, guardCalibrator(t, ctx, cal, shifted), WUSH, w, o)
+	if kept := checkGuarded(t, ctx, got, cand, w, shifted, GuardValidation); kept == GuardSearched {
+		t.Error("shifted validation tokens should make the searched layer lose (else nothing is tested)")
+	}
+	got = quantizeLayer(t, ctx, guardCalibrator(t, ctx, cal, same), WUSH, w, o)
+	checkGuarded(t, ctx, got, cand, w, same, GuardValidation)
+
+	// A checkpoint does not carry the report.
+	path := filepath.Join(t.TempDir(), "guarded.safetensors")
+	wr, err := NewCheckpointWriter()
+	must(t, err)
+	must(t, wr.AddLayer("l", got.t, got.q))
+	must(t, wr.Write(path, nil))
+	wr.Close()
+	ck, err := OpenCheckpoint(path)
+	must(t, err)
+	defer ck.Close()
+	lt, lq, err := ck.LoadLayer("l")
+	must(t, err)
+	defer lt.Close()
+	defer lq.Close()
+	if r, err := lt.Guard(); err != nil || r != nil {
+		t.Errorf("a loaded transform reports a guard: %+v %v", r, err)
+	}
+}
+
+// The default guard, without validation tokens, holds out the odd rows of the token sample (read
+// from the exported state, wush.h's layout version 2).
+func TestDefaultGuardHoldsOutTheOddSampleTokens(t *testing.T) {
+	ctx := cpu(t)
+	w := guardWeight()
+	c := guardCalibrator(t, ctx, guardTokens(gNCal, 4, 0.05, 11), nil)
+	on := searchedOptions(t, 1)
+	if n, err := on.SampleSize(); err != nil || n != 256 {
+		t.Fatalf("sample size %d %v", n, err)
+	}
+	cand := guardCandidates(t, ctx, c, w)
+	got := quantizeLayer(t, ctx, c, WUSH, w, on)
+	state, err := c.ExportState()
+	must(t, err)
+	base := 6 + gDIn*32
+	k, rows := int(state[base]), int(state[base+1])
+	if k != 256 || rows != 256 {
+		t.Fatalf("sample k %d rows %d", k, rows)
+	}
+	values := state[base+2+k:]
+	held := make([]float32, 0, 128*gDIn)
+	for r := 0; r < 128; r++ {
+		for _, v := range values[(2*r+1)*gDIn : (2*r+2)*gDIn] {
+			held = append(held, float32(v))
+		}
+	}
+	checkGuarded(t, ctx, got, cand, w, held, GuardHoldOut)
+}
+
+func TestLayersWithoutAGuardReportNone(t *testing.T) {
+	ctx := cpu(t)
+	w := guardWeight()
+	c := guardCalibrator(t, ctx, guardTokens(gNCal, 4, 0.05, 11), nil)
+	noGuard := func(what string, tr *Transform) {
+		if r, err := tr.Guard(); err != nil || r != nil {
+			t.Errorf("%s: reports %+v %v", what, r, err)
+		}
+		_, err := tr.GuardCandidate(GuardPlain)
+		var e *Error
+		if !errors.As(err, &e) || e.Status != ErrInvalidArgument || !strings.HasPrefix(e.Message, "wush_transform_guard_candidate: ") {
+			t.Errorf("%s: candidate query: %v", what, err)
+		}
+	}
+	noGuard("plain wush", quantizeLayer(t, ctx, c, WUSH, w, nil).t)
+	noGuard("search, hold-out off", quantizeLayer(t, ctx, c, WUSH, w, searchedOptions(t, 0)).t)
+	b, err := BuildTransform(ctx, c, w, gDOut, WUSH, nil)
+	must(t, err)
+	defer b.Close()
+	noGuard("built", b)
+	f, err := FixedTransform(Hadamard, gDIn, 32, nil)
+	must(t, err)
+	defer f.Close()
+	noGuard("fixed", f)
+	// An unknown candidate is the library's refusal even with a guard.
+	g := quantizeLayer(t, ctx, c, WUSH, w, searchedOptions(t, 1))
+	if _, err := g.t.GuardCandidate(GuardCandidate(5)); statusOf(err) != ErrInvalidArgument {
+		t.Errorf("candidate 5: %v", err)
+	}
+	// A closed transform.
+	g.t.Close()
+	if _, err := g.t.Guard(); err != errClosed {
+		t.Errorf("closed: %v", err)
+	}
+}
+
+func TestACopiedCheckpointSurvivesItsFile(t *testing.T) {
+	ctx := cpu(t)
+	w := guardWeight()
+	c := guardCalibrator(t, ctx, guardTokens(gNCal, 4, 0.05, 11), nil)
+	l := quantizeLayer(t, ctx, c, WUSH, w, nil)
+	path := filepath.Join(t.TempDir(), "copy.safetensors")
+	wr, err := NewCheckpointWriter()
+	must(t, err)
+	must(t, wr.AddLayer("fc", l.t, l.q))
+	must(t, wr.Write(path, nil))
+	wr.Close()
+	mapped, err := OpenCheckpointMode(path, CheckpointMap)
+	must(t, err)
+	mapped.Close()
+	ck, err := OpenCheckpointMode(path, CheckpointCopy)
+	must(t, err)
+	defer ck.Close()
+	must(t, os.Remove(path)) // the copy does not use the file again
+	lt, lq, err := ck.LoadLayer("fc")
+	must(t, err)
+	defer lt.Close()
+	defer lq.Close()
+	c1, s1, _ := lq.Data()
+	c2, s2, _ := l.q.Data()
+	m1, _ := lt.Matrices()
+	m2, _ := l.t.Matrices()
+	if string(c1) != string(c2) || string(s1) != string(s2) || !sameFloats32(m1, m2) {
+		t.Error("the layer loaded from the copy differs from the one written")
+	}
+	if _, err := OpenCheckpointMode(path, CheckpointCopy); statusOf(err) != ErrIO || !strings.Contains(err.Error(), "copy.safetensors") {
+		t.Errorf("missing file: %v", err)
+	}
+	if _, err := OpenCheckpointMode(path, CheckpointMode(7)); statusOf(err) != ErrInvalidArgument {
+		t.Errorf("unknown mode: %v", err)
+	}
+}

@@ -242,6 +242,38 @@ c_enum! {
     /// Weight quantization methods (`wush_method`).
     Method { Rtn = sys::WUSH_METHOD_RTN, Gptq = sys::WUSH_METHOD_GPTQ }
 }
+c_enum! {
+    /// Where the search's per-layer guard took its held-out tokens (`wush_guard_source`, without
+    /// `WUSH_GUARD_NONE`: no guard is [`Transform::guard`] returning `None`).
+    GuardSource { Validation = sys::WUSH_GUARD_VALIDATION, HoldOut = sys::WUSH_GUARD_HOLD_OUT }
+}
+c_enum! {
+    /// The guard's candidate layers (`wush_guard_candidate`), all built by the same method and seed.
+    GuardCandidate {
+        /// The searched WUS/WUSH layer (the kind asked for, with the search).
+        Searched = sys::WUSH_GUARD_SEARCHED,
+        /// The kind asked for without the search (Algorithm 1).
+        Plain = sys::WUSH_GUARD_PLAIN,
+        Identity = sys::WUSH_GUARD_IDENTITY,
+        Hadamard = sys::WUSH_GUARD_HADAMARD,
+        Random = sys::WUSH_GUARD_RANDOM,
+    }
+}
+c_enum! {
+    /// How [`Checkpoint::open_mode`] holds a checkpoint's bytes (`wush_checkpoint_mode`).
+    CheckpointMode {
+        /// Memory-mapped, read on demand ([`Checkpoint::open`]).
+        Map = sys::WUSH_CHECKPOINT_MAP,
+        /// Read whole into memory at the open; the file is not used again.
+        Copy = sys::WUSH_CHECKPOINT_COPY,
+    }
+}
+
+impl GuardCandidate {
+    /// Every candidate, in the header's order (its C values 0..=4).
+    pub const ALL: [GuardCandidate; 5] = [GuardCandidate::Searched, GuardCandidate::Plain, GuardCandidate::Identity,
+                                          GuardCandidate::Hadamard, GuardCandidate::Random];
+}
 
 fn enum_out<T>(v: std::os::raw::c_int, from: fn(std::os::raw::c_int) -> Option<T>, what: &str) -> Result<T> {
     from(v).ok_or_else(|| Error { status: Status::Unsupported, message: format!("unknown {what} value {v}") })
@@ -327,6 +359,91 @@ impl TransformKind {
         // SAFETY: valid string and output pointer.
         check(unsafe { sys::wush_transform_kind_from_name(c.as_ptr(), &mut k) })?;
         enum_out(k, TransformKind::from_c, "transform kind")
+    }
+}
+
+impl Method {
+    /// `wush_method_name`: the static lower-case name, "rtn" or "gptq" (the name a checkpoint
+    /// records a layer's method under). Thread-safe.
+    pub fn name(self) -> &'static str {
+        // SAFETY: static string or NULL (NULL only for a value that is not a method).
+        unsafe { static_str(sys::wush_method_name(self.to_c())) }.unwrap_or("")
+    }
+    /// `wush_method_from_name`: parses a name as [`Method::name`] returns it, case-insensitive.
+    /// Thread-safe.
+    ///
+    /// # Errors
+    /// [`Status::InvalidArgument`] with the library's message for an unknown name (or one with a
+    /// NUL byte, this crate's check).
+    pub fn from_name(name: &str) -> Result<Method> {
+        let c = c_string(name, "method name")?;
+        let mut m = 0;
+        // SAFETY: valid string and output pointer.
+        check(unsafe { sys::wush_method_from_name(c.as_ptr(), &mut m) })?;
+        enum_out(m, Method::from_c, "method")
+    }
+}
+
+impl std::str::FromStr for Method {
+    type Err = Error;
+    /// [`Method::from_name`].
+    fn from_str(s: &str) -> Result<Method> {
+        Method::from_name(s)
+    }
+}
+
+impl fmt::Display for Method {
+    /// [`Method::name`].
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for TransformKind {
+    type Err = Error;
+    /// [`TransformKind::from_name`].
+    fn from_str(s: &str) -> Result<TransformKind> {
+        TransformKind::from_name(s)
+    }
+}
+
+/// A transform as the tools spell it (`"wush"`, `"wush+s"`, `"h"`, ...): a kind, and whether the
+/// per-block search ([`OptionId::Search`]) is asked for (the `+s` suffix).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TransformSpec {
+    pub kind: TransformKind,
+    pub search: bool,
+}
+
+impl TransformSpec {
+    /// `wush_transform_spec_from_name`: a name [`TransformKind::from_name`] accepts
+    /// (case-insensitive), optionally followed by `"+s"`. Thread-safe.
+    ///
+    /// # Errors
+    /// [`Status::InvalidArgument`] with the library's message for an unknown name, or for a search
+    /// of a data-free kind (`"i+s"`, `"h+s"`, `"r+s"`: only WUS and WUSH have free parameters to
+    /// search; the message says which). A name with a NUL byte is this crate's error.
+    pub fn from_name(name: &str) -> Result<TransformSpec> {
+        let c = c_string(name, "transform name")?;
+        let (mut k, mut s) = (0, 0);
+        // SAFETY: valid string and output pointers; both are written only on success.
+        check(unsafe { sys::wush_transform_spec_from_name(c.as_ptr(), &mut k, &mut s) })?;
+        Ok(TransformSpec { kind: enum_out(k, TransformKind::from_c, "transform kind")?, search: s != 0 })
+    }
+}
+
+impl std::str::FromStr for TransformSpec {
+    type Err = Error;
+    /// [`TransformSpec::from_name`].
+    fn from_str(s: &str) -> Result<TransformSpec> {
+        TransformSpec::from_name(s)
+    }
+}
+
+impl fmt::Display for TransformSpec {
+    /// The tools' spelling: the kind's short name, then `+s` with the search ("wush+s").
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.kind.name(), if self.search { "+s" } else { "" })
     }
 }
 
@@ -436,7 +553,13 @@ impl Context {
         let mut raw = ptr::null_mut();
         // SAFETY: valid output pointer.
         check(unsafe { sys::wush_context_create(backend.to_c(), device, &mut raw) })?;
-        Ok(Context { raw: NonNull::new(raw).expect("wush_context_create returned NULL"), backend })
+        let mut ctx = Context { raw: NonNull::new(raw).expect("wush_context_create returned NULL"), backend };
+        // The backend as the library reports it (`wush_context_backend`), kept for backend().
+        let mut b = 0;
+        // SAFETY: a live handle just created, valid output pointer.
+        check(unsafe { sys::wush_context_backend(ctx.raw.as_ptr(), &mut b) })?;
+        ctx.backend = enum_out(b, Backend::from_c, "backend")?;
+        Ok(ctx)
     }
 
     /// A CPU context.
@@ -449,6 +572,7 @@ impl Context {
         self.raw.as_ptr()
     }
 
+    /// The backend, as `wush_context_backend` reported it when the context was created.
     pub fn backend(&self) -> Backend {
         self.backend
     }
@@ -965,12 +1089,98 @@ impl Transform {
         b.truncate(n);
         Ok(b)
     }
+    /// `wush_transform_guard` + `wush_transform_guard_candidate`: what the search's per-layer guard
+    /// ([`OptionId::Search`], [`OptionId::SearchGuard`]) compared and kept when
+    /// [`layer_quantize`] made this transform, or `None` when no guard ran (no search, a
+    /// data-free kind, the default hold-out off or too small a token sample, or a transform that
+    /// [`layer_quantize`] did not make: built, fixed or loaded from a checkpoint). Only reads the
+    /// transform: callable from several threads at once, as the header allows.
+    ///
+    /// # Errors
+    /// The library's error for a call that fails (a bad handle cannot occur here); a source or
+    /// candidate value this crate does not know (a newer library) is [`Status::Unsupported`].
+    pub fn guard(&self) -> Result<Option<GuardReport>> {
+        let (mut source, mut n, mut kept) = (sys::WUSH_GUARD_NONE, 0usize, sys::WUSH_GUARD_SEARCHED);
+        // SAFETY: live handle, valid output pointers.
+        check(unsafe { sys::wush_transform_guard(self.raw.as_ptr(), &mut source, &mut n, &mut kept) })?;
+        if source == sys::WUSH_GUARD_NONE {
+            return Ok(None);
+        }
+        let mut candidates = Vec::with_capacity(GuardCandidate::ALL.len());
+        for c in GuardCandidate::ALL {
+            let (mut loss, mut difference, mut std_error, mut replaces) = (0.0, 0.0, 0.0, 0);
+            // SAFETY: live handle, a known candidate, valid output pointers.
+            check(unsafe {
+                sys::wush_transform_guard_candidate(self.raw.as_ptr(), c.to_c(), &mut loss, &mut difference,
+                                                    &mut std_error, &mut replaces)
+            })?;
+            candidates.push(GuardScore { candidate: c, loss, difference, std_error, replaces: replaces != 0 });
+        }
+        Ok(Some(GuardReport {
+            source: enum_out(source, GuardSource::from_c, "guard source")?,
+            n_tokens: n,
+            kept: enum_out(kept, GuardCandidate::from_c, "guard candidate")?,
+            candidates,
+        }))
+    }
+    /// `wush_transform_guard_candidate` for one candidate, as the library answers it: an error
+    /// ([`Status::InvalidArgument`], the library's message) when no guard ran for this transform.
+    /// Thread-safe (read only).
+    pub fn guard_candidate(&self, c: GuardCandidate) -> Result<GuardScore> {
+        let (mut loss, mut difference, mut std_error, mut replaces) = (0.0, 0.0, 0.0, 0);
+        // SAFETY: live handle, valid output pointers.
+        check(unsafe {
+            sys::wush_transform_guard_candidate(self.raw.as_ptr(), c.to_c(), &mut loss, &mut difference, &mut std_error,
+                                                &mut replaces)
+        })?;
+        Ok(GuardScore { candidate: c, loss, difference, std_error, replaces: replaces != 0 })
+    }
     /// `wush_transform_singular_values`: C x G doubles, row b = block b.
     pub fn singular_values(&self) -> Result<Vec<f64>> {
         let mut s = vec![0f64; self.d_in];
         // SAFETY: the buffer holds the count passed.
         check(unsafe { sys::wush_transform_singular_values(self.raw.as_ptr(), s.as_mut_ptr(), s.len()) })?;
         Ok(s)
+    }
+}
+
+/// One candidate's score in the per-layer guard's decision ([`GuardReport`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GuardScore {
+    pub candidate: GuardCandidate,
+    /// Its layer loss on the held-out tokens (as [`Context::layer_loss`] computes it for that
+    /// candidate's layer on those tokens).
+    pub loss: f64,
+    /// Mean over tokens of the paired per-token loss differences, searched - candidate (positive
+    /// where the candidate is better); 0 for [`GuardCandidate::Searched`].
+    pub difference: f64,
+    /// Standard error of that mean (sample standard deviation / sqrt(n_tokens)); 0 for
+    /// [`GuardCandidate::Searched`].
+    pub std_error: f64,
+    /// Whether the candidate met the rule: loss below 0.99 x the searched loss and difference
+    /// greater than 2 std_error (never for [`GuardCandidate::Searched`]).
+    pub replaces: bool,
+}
+
+/// What the search's per-layer guard decided for a layer ([`Transform::guard`]):
+/// `wush_transform_guard` and `wush_transform_guard_candidate` of every candidate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GuardReport {
+    /// Where the held-out tokens came from.
+    pub source: GuardSource,
+    /// How many held-out tokens were scored.
+    pub n_tokens: usize,
+    /// The candidate returned: the lowest loss among those that replace, else
+    /// [`GuardCandidate::Searched`].
+    pub kept: GuardCandidate,
+    /// Every candidate's score, in [`GuardCandidate::ALL`]'s order.
+    pub candidates: Vec<GuardScore>,
+}
+
+impl GuardReport {
+    /// The score of one candidate.
+    pub fn candidate(&self, c: GuardCandidate) -> &GuardScore {
+        self.candidates.iter().find(|s| s.candidate == c).expect("every candidate is scored")
     }
 }
 
@@ -1269,6 +1479,22 @@ impl Checkpoint {
         let mut raw = ptr::null_mut();
         // SAFETY: valid string and output pointer.
         check(unsafe { sys::wush_checkpoint_open(p.as_ptr(), &mut raw) })?;
+        Ok(Checkpoint { raw: NonNull::new(raw).expect("NULL checkpoint") })
+    }
+    /// `wush_checkpoint_open_mode`: [`Checkpoint::open`] with a choice of how the file's bytes
+    /// are held. [`CheckpointMode::Copy`] reads the whole file into memory owned by the library
+    /// and validates that copy: truncating, rewriting or deleting the file afterwards changes
+    /// nothing that was opened (and cannot raise SIGBUS). [`CheckpointMode::Map`] is
+    /// [`Checkpoint::open`]. Thread-safe.
+    ///
+    /// # Errors
+    /// [`Status::Io`] (including a file that shrinks while it is read), [`Status::OutOfMemory`],
+    /// [`Status::CorruptFile`] naming the first violation, each with the library's message.
+    pub fn open_mode(path: impl AsRef<Path>, mode: CheckpointMode) -> Result<Checkpoint> {
+        let p = c_path(path.as_ref())?;
+        let mut raw = ptr::null_mut();
+        // SAFETY: valid string and output pointer.
+        check(unsafe { sys::wush_checkpoint_open_mode(p.as_ptr(), mode.to_c(), &mut raw) })?;
         Ok(Checkpoint { raw: NonNull::new(raw).expect("NULL checkpoint") })
     }
     /// `wush_checkpoint_layer_count`.
