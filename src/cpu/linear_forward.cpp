@@ -50,12 +50,10 @@ void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transfor
     Carver carver(workspace.data(), workspace.size());
     const Pieces p = carve(carver, transform, f, n_tokens);
     const std::span<std::uint8_t> codes(p.codes, p.sizes.codes), scales(p.scales, p.sizes.scales);
-    // The quantization runs on the calling thread: split statically over an OpenMP team, which
-    // waits for every member, a member that another process kept off its core held its share for
-    // a scheduler tick, and the spinning members took the cores from the GEMM's threads that
-    // follow; on one thread it is a small part of the forward (docs/PERFORMANCE.md). It could run
-    // on the work pool like the GEMM; not measured yet.
-    quantize_activations(transform, use, f, x_dtype, x, n_tokens, codes, scales, isa, {p.norms, p.norm_count}, 1);
+    // The quantization runs on the work pool like the GEMM (the pool keeps a job small enough
+    // to lose to its helpers on the calling thread: threads/team_policy.h).
+    quantize_activations(transform, use, f, x_dtype, x, n_tokens, codes, scales, isa, {p.norms, p.norm_count},
+                         threads);
     const std::size_t rest = carver.left();
     std::byte* gemm_space = carver.take<std::byte>(rest > 63 ? rest - 63 : 0);
     gemm(isa, threads, weights, codes, scales, n_tokens, y_dtype, y, {gemm_space, rest > 63 ? rest - 63 : 0}, packed);
