@@ -52,8 +52,7 @@ void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transfor
     const std::span<std::uint8_t> codes(p.codes, p.sizes.codes), scales(p.scales, p.sizes.scales);
     // The quantization runs on the work pool like the GEMM (the pool keeps a job small enough
     // to lose to its helpers on the calling thread: threads/team_policy.h).
-    quantize_activations(transform, use, f, x_dtype, x, n_tokens, codes, scales, isa, {p.norms, p.norm_count},
-                         threads);
+    quantize_activations(transform, use, f, x_dtype, x, n_tokens, codes, scales, isa, {p.norms, p.norm_count}, threads);
     const std::size_t rest = carver.left();
     std::byte* gemm_space = carver.take<std::byte>(rest > 63 ? rest - 63 : 0);
     gemm(isa, threads, weights, codes, scales, n_tokens, y_dtype, y, {gemm_space, rest > 63 ? rest - 63 : 0}, packed);

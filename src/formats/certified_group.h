@@ -1,5 +1,5 @@
 // Certified float32 quantization of one group: the scalar (host + device) port of the
-// certification in cpu/quantize_avx512.cpp (read its header comment). The CUDA quantize kernel
+// certification in cpu/kernels/quantize_avx512.cpp (read its header comment). The CUDA quantize kernel
 // runs it per (token, block) group; the unit test checks it against the float64 definition.
 //
 // Contract. y[i] are float32 values with |y_i - y_exact_i| <= bound, where y_exact is the float64
