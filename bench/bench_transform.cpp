@@ -1,5 +1,5 @@
-// Building WUSH transforms and RTN weights for one layer from a ready calibrator (docs/ARCHITECTURE.md, "Verification"),
-// against the data-free Hadamard transform, in the same run.
+// Building WUSH transforms and RTN weights for one layer from a ready calibrator
+// (docs/ARCHITECTURE.md, "Verification"), against the data-free Hadamard transform, in the same run.
 //
 // Layers: the built-in synthetic presets "4096x4096" and "4096x14336" (d_in x d_out), calibrated
 // OUTSIDE the timing on 2048 tokens (block-diagonal moments). Formats: MXFP4 (G = 32) and

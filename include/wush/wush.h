@@ -419,9 +419,10 @@ typedef enum wush_option {
      * winner must also score lower on each half of those tokens. The choice is folded into the
      * stored matrices and is seeded (WUSH_OPTION_SEED). It needs the format, so it applies only
      * through wush_layer_quantize() (wush_transform_build() refuses it; I, H and R have nothing
-     * to search: every function taking options refuses a search of them). With validation tokens (wush_calibrator_set_validation_size) a per-layer guard
-     * keeps the lowest layer loss on them among the searched layer and the I, H and R layers (same
-     * method and seed), so the result may be a data-free transform (its kind says which).
+     * to search: every function taking options refuses a search of them). With validation tokens
+     * (wush_calibrator_set_validation_size) a per-layer guard keeps the lowest layer loss on them
+     * among the searched layer and the I, H and R layers (same method and seed), so the result
+     * may be a data-free transform (its kind says which).
      * Without validation tokens the guard, by default, holds out half of the calibrator's token
      * sample (WUSH_OPTION_SEARCH_GUARD). Candidates, rules and costs: docs/EVAL.md, "The
      * per-block search". */
@@ -1232,8 +1233,8 @@ WUSH_API wush_status wush_checkpoint_load_layer(const wush_checkpoint* checkpoin
  *  and transform_init "wush".
  *  @return WUSH_OK; WUSH_ERR_UNSUPPORTED (INT4 or mixed formats, WUS or random transforms without
  *          a WUSH layer, NVFP4 with a WUSH layer (the per-block export, which no fp_quant consumer
- *          loads for NVFP4: they apply one shared rotation), a transform not exactly representable in bf16 — build with WUSH_OPTION_TRANSFORM_DTYPE =
- *          WUSH_DTYPE_BF16); WUSH_ERR_IO; WUSH_ERR_INVALID_ARGUMENT (e.g. not an opened
+ *          loads for NVFP4: they apply one shared rotation), a transform not exactly
+ *          representable in bf16 — build with WUSH_OPTION_TRANSFORM_DTYPE = WUSH_DTYPE_BF16); WUSH_ERR_IO; WUSH_ERR_INVALID_ARGUMENT (e.g. not an opened
  *          checkpoint, an empty path, `path` or `config_path` naming the checkpoint's own file,
  *          or both naming one file). */
 WUSH_API wush_status wush_checkpoint_export_fp_quant(const wush_checkpoint* checkpoint, const char* path,

@@ -1,5 +1,5 @@
-// The element and scale encodings of the block formats (docs/ARCHITECTURE.md, "Block formats"): E2M1, E4M3 (saturating),
-// E8M0. Shared by the CPU core and the CUDA kernels. Encoders take float64 so that the scaled
+// The element and scale encodings of the block formats (docs/ARCHITECTURE.md, "Block formats"):
+// E2M1, E4M3 (saturating), E8M0. Shared by the CPU core and the CUDA kernels. Encoders take float64 so that the scaled
 // value is rounded once, exactly as the float64 reference defines it.
 #pragma once
 

@@ -1,4 +1,5 @@
-// Per-block transforms of a linear layer (docs/ARCHITECTURE.md: math conventions; the paper's Algorithm 1 and eq. hsuw).
+// Per-block transforms of a linear layer (docs/ARCHITECTURE.md: math conventions; the paper's
+// Algorithm 1 and eq. hsuw).
 //
 // Side convention (paper eq. layer_forward_pass): Y = sum_i q(T_xvsh,i W_i)^T q(T_wush,i X_i), so
 //   - the ACTIVATION side gets T_act = T_wush = H S^{-1/2} U^T W'^T (applied online, stored float32);
