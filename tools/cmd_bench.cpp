@@ -11,8 +11,9 @@
 // --contend [--contend-cpu C] [--contend-process]: while a busy-loop thread (a child process with
 // --contend-process; pinned to CPU C if given) keeps one core busy, wush_gemm and wush_linear_run
 // with --threads threads (default: all) against the same call on 1 thread, samples alternating
-// between the two (kinds contend_gemm / contend_prepared; speedup < 1: the parallel call lost). --paired: the same paired rows with no busy loop (kinds
-// paired_gemm / paired_prepared: what the threads gain on the machine as it is).
+// between the two (kinds contend_gemm / contend_prepared; speedup < 1: the parallel call lost).
+// --paired: the same paired rows with no busy loop (kinds paired_gemm / paired_prepared: what the
+// threads gain on the machine as it is).
 // speedup = baseline_s / ours_s. Default: the three Llama-like layers x MXFP4/NVFP4/INT4 x
 // m in {1, 16, 128, 512, 1024}; --quick drops m = 1024 and repeats less (about a minute on 2
 // cores). The library is used through its public C API only; OpenBLAS is linked here for the

@@ -1234,9 +1234,9 @@ WUSH_API wush_status wush_checkpoint_load_layer(const wush_checkpoint* checkpoin
  *  @return WUSH_OK; WUSH_ERR_UNSUPPORTED (INT4 or mixed formats, WUS or random transforms without
  *          a WUSH layer, NVFP4 with a WUSH layer (the per-block export, which no fp_quant consumer
  *          loads for NVFP4: they apply one shared rotation), a transform not exactly
- *          representable in bf16 — build with WUSH_OPTION_TRANSFORM_DTYPE = WUSH_DTYPE_BF16); WUSH_ERR_IO; WUSH_ERR_INVALID_ARGUMENT (e.g. not an opened
- *          checkpoint, an empty path, `path` or `config_path` naming the checkpoint's own file,
- *          or both naming one file). */
+ *          representable in bf16 — build with WUSH_OPTION_TRANSFORM_DTYPE = WUSH_DTYPE_BF16);
+ *          WUSH_ERR_IO; WUSH_ERR_INVALID_ARGUMENT (e.g. not an opened checkpoint, an empty path,
+ *          `path` or `config_path` naming the checkpoint's own file, or both naming one file). */
 WUSH_API wush_status wush_checkpoint_export_fp_quant(const wush_checkpoint* checkpoint, const char* path,
                                                      const char* config_path, const wush_options* options);
 

@@ -412,8 +412,9 @@ TEST(BuildTransform, AbsurdGeometryIsRejected) {
 // a on X', a on S and a^{-1/2} on T_wush (a^{1/2} on T_wush^{-T}): the transformed activations
 // T_wush (a x) and weights T_wush^{-T} w both scale by sqrt(a). Scaling W by a scales W' and S by
 // a, T_wush by sqrt(a), T_wush^{-T} by a^{-1/2}: again both transformed operands scale by
-// sqrt(a). With a = 4 and MXFP4 (power-of-two scales) the codes must be identical and every scale exponent one higher. Scaling by powers of two is exact in
-// floating point, so this holds bit for bit, not just approximately.
+// sqrt(a). With a = 4 and MXFP4 (power-of-two scales) the codes must be identical and every
+// scale exponent one higher. Scaling by powers of two is exact in floating point, so this holds
+// bit for bit, not just approximately.
 TEST(BuildTransform, ScalingXOrWByFourShiftsEveryMxfp4ExponentByOne) {
     const std::size_t g = 32, d = 128, n = 400, d_out = 64;
     rng::Rng r(77);
