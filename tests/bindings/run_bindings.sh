@@ -56,6 +56,10 @@ prefix=$(cd -- "$1" 2>/dev/null && pwd) || { echo "run_bindings: no such directo
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/wush-bindings.XXXXXX")
 trap 'rm -rf -- "$work"' EXIT
+# A Go build cache of this run only: go's cache key for a cgo package covers neither the
+# pkg-config output nor the C headers, so a cache kept from a run against another prefix links
+# against that prefix's (deleted) library ("cannot find -lwush"), and a changed header is not seen.
+export GOCACHE="$work/go-cache"
 
 passed=0
 failed=0
@@ -231,7 +235,7 @@ check_go() {
     # No network and no module downloads: the package has no dependencies.
     export GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=1 GOFLAGS=-count=1
     if [[ -z "${HOME:-}" || ! -w "${HOME:-/nonexistent}" ]]; then
-        export GOCACHE="$work/go-cache" GOPATH="$work/go-path"
+        export GOPATH="$work/go-path"
     fi
     # Without LD_LIBRARY_PATH: cgo links with wush.pc's rpath.
     env -u LD_LIBRARY_PATH go test ./...
@@ -268,7 +272,7 @@ check_abi_upgrade() {
     mkdir -p "$up/out"
     export GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=1
     if [[ -z "${HOME:-}" || ! -w "${HOME:-/nonexistent}" ]]; then
-        export GOCACHE="$work/go-cache" GOPATH="$work/go-path"
+        export GOPATH="$work/go-path"
     fi
     for which in previous installed; do
         header=$previous
