@@ -14,8 +14,8 @@ namespace wush::capi {
 ContextUse::ContextUse(wush_context* ctx, const char* arg) : ctx_(require_handle(ctx, HandleType::Context, arg)) {
     lock_ = std::unique_lock(ctx_->mutex);
     saved_threads_ = omp_get_max_threads();
-    const std::int64_t threads = ctx_->backend->parameter(WUSH_CONTEXT_NUM_THREADS);
-    if (threads > 0) omp_set_num_threads(int(backend::openmp_threads(threads)));
+    // 0 keeps OpenMP's default, which host_threads() then reads back.
+    if (ctx_->backend->parameter(WUSH_CONTEXT_NUM_THREADS) > 0) omp_set_num_threads(int(host_threads()));
 }
 
 ContextUse::~ContextUse() {

@@ -81,7 +81,7 @@ void reject_search_of_data_free(wush::TransformKind k, const wush_options& o) {
 
 // The search picks per block what a given format quantizes best, so it needs the format: a
 // transform built without one would silently not be the searched transform.
-void reject_search_without_format(wush::TransformKind k, const wush_options& o) {
+void reject_search_in_build(wush::TransformKind k, const wush_options& o) {
     reject_search_of_data_free(k, o);
     if (o.search)
         wush::fail(WUSH_ERR_INVALID_ARGUMENT,
@@ -193,7 +193,7 @@ WUSH_API wush_status wush_transform_build(wush_context* ctx, const wush_calibrat
         if (d_in != cal.d_in())
             wush::fail(WUSH_ERR_INVALID_ARGUMENT, "d_in = " + std::to_string(d_in) +
                                                       " but the calibrator has d_in = " + std::to_string(cal.d_in()));
-        reject_search_without_format(k, o);
+        reject_search_in_build(k, o);
         if (is_data_free(k)) {
             *transform = publish(wush::build_data_free_transform(transform_options(k, o), cal.d_in(), cal.group()));
             return;
