@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The CUDA backend's checks and figures on a lent GPU, in one call (issue #32, section 4).
+# That machine has nvcc, CMake and PyTorch but reaches no package registry, so the Debian
+# libraries travel as .deb files in .gpudeps/ (filled beforehand by the workplace's
+# device-deps.sh). It builds only what the GPU checks need, for sm_90 (what the default build
+# ships for Hopper), then, each under its own time limit, with logs in $OUT:
+#   1. every ctest test labelled gpu                                   -> ctest.log
+#   2. the GEMM kernels' own benchmark (WUSH_GEMM_BENCH)               -> gemm-bench.log
+#   3. `wush bench --device cuda --json` on the default layers         -> bench.json
+#   4. the prefill kernel forced on from m = 33 (selection evidence)   -> bench-prefill.json
+#   5. compute-sanitizer memcheck over the C API's CUDA operations     -> sanitizer.log
+# Usage: bash scripts/device-check.sh [ctest-regex]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+regex=${1:-}
+out=${OUT:-/tmp/wush-device-out}
+mkdir -p "$out"
+log=$out/run.log
+exec > >(tee "$log") 2>&1
+t0=$(date +%s)
+stamp() { echo "[$(($(date +%s) - t0)) s] $*"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+mkdir -p /opt/devdeps && for f in .gpudeps/*.deb; do dpkg -x "$f" /opt/devdeps; done
+D=/opt/devdeps/usr
+L=$D/lib/x86_64-linux-gnu
+export LD_LIBRARY_PATH=$L/openblas-openmp:$L/lapack:$L/blas:$L:${LD_LIBRARY_PATH:-}
+stamp "deps unpacked"
+cmake -S . -B build/device -DCMAKE_BUILD_TYPE=Release -DWUSH_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES="${WUSH_DEVICE_ARCHS:-90}" -DCMAKE_PREFIX_PATH=$D \
+  -DWUSH_OPENBLAS_DIR=$L/openblas-openmp -DWUSH_CBLAS_INCLUDE=$D/include/x86_64-linux-gnu/openblas-openmp \
+  -DWUSH_LAPACKE_INCLUDE=$D/include >"$out/build.log" 2>&1 || {
+  tail -30 "$out/build.log"
+  exit 1
+}
+stamp "configured"
+targets=(wush_cli wush_bench_cuda wush_cuda_module wush_backend_ops_test wush_gpu_context_test
+  wush_gpu_gemm_tests wush_gpu_kernel_tests)
+timeout 200 cmake --build build/device -j"$(nproc)" --target "${targets[@]}" >>"$out/build.log" 2>&1 || {
+  grep -m20 -B2 -A8 'error' "$out/build.log"
+  exit 1
+}
+stamp "built"
+
+if [ -n "$regex" ]; then sel=(-R "$regex"); else sel=(-L gpu); fi
+(cd build/device && timeout 240 ctest "${sel[@]}" --output-on-failure --timeout 200 -j2 >"$out/ctest.log" 2>&1)
+rc=$?
+grep -E "tests passed|tests failed|\*\*\*|Failed|SKIPPED|Skipped" "$out/ctest.log" | tail -30
+stamp "ctest rc=$rc"
+
+WUSH_GEMM_BENCH=1 timeout 90 build/device/tests/wush_gpu_gemm_tests --gtest_filter='*Bench*' >"$out/gemm-bench.log" 2>&1
+stamp "gemm bench rc=$?"
+tail -20 "$out/gemm-bench.log"
+
+bin=build/device/tools/wush
+timeout 200 "$bin" bench --device cuda --json >"$out/bench.json" 2>"$out/bench.err"
+stamp "bench rc=$?"
+WUSH_CUDA_PREFILL_MIN_M=33 timeout 60 "$bin" bench --device cuda --kind forward --layers 4096x4096 \
+  --format mxfp4,nvfp4 --m 33,128,1024,4096 --json >"$out/bench-prefill.json" 2>>"$out/bench.err"
+stamp "prefill bench rc=$?"
+if command -v compute-sanitizer >/dev/null; then
+  timeout 60 compute-sanitizer --tool memcheck build/device/tests/wush_backend_ops_test cuda >"$out/sanitizer.log" 2>&1
+  stamp "memcheck backend_ops_cuda rc=$?"
+  tail -3 "$out/sanitizer.log"
+fi
+python3 - "$out/bench.json" "$out/bench-prefill.json" <<'EOF'
+import json, sys
+for path in sys.argv[1:]:
+    try:
+        rs = json.load(open(path))["results"]
+    except Exception as e:
+        print(path, "unreadable:", e); continue
+    print(path.split("/")[-1])
+    for r in rs:
+        print(f'{r["kind"]:8} {r["layer"]:10} {r["format"]:6} {r["m"]:5} {r["baseline"]:11} '
+              f'{r["ours_us"]:9.2f} {r["baseline_us"]:9.2f} x{r["speedup"]:.2f} {r["ours_gbps"]:7.0f}')
+EOF
+exit "$rc"
