@@ -9,10 +9,14 @@
 #   3. `wush bench --device cuda --json` on the default layers         -> bench.json
 #   4. the prefill kernel forced on from m = 33 (selection evidence)   -> bench-prefill.json
 #   5. compute-sanitizer memcheck over the C API's CUDA operations     -> sanitizer.log
-# Usage: bash scripts/device-check.sh [ctest-regex]
+#   6. (profile) Nsight Compute sections and SASS of the hot kernels   -> profile.log
+# Usage: bash scripts/device-check.sh [stages] [ctest-regex]
+#   stages: comma-separated from tests,gemm,bench,prefill,memcheck,profile (default: all but profile)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-regex=${1:-}
+stages=",${1:-tests,gemm,bench,prefill,memcheck},"
+regex=${2:-}
+want() { [[ $stages == *",$1,"* ]]; }
 out=${OUT:-/tmp/wush-device-out}
 mkdir -p "$out"
 log=$out/run.log
@@ -42,26 +46,50 @@ timeout 200 cmake --build build/device -j"$(nproc)" --target "${targets[@]}" >>"
 }
 stamp "built"
 
-if [ -n "$regex" ]; then sel=(-R "$regex"); else sel=(-L gpu); fi
-(cd build/device && timeout 240 ctest "${sel[@]}" --output-on-failure --timeout 200 -j2 >"$out/ctest.log" 2>&1)
-rc=$?
-grep -E "tests passed|tests failed|\*\*\*|Failed|SKIPPED|Skipped" "$out/ctest.log" | tail -30
-stamp "ctest rc=$rc"
+rc=0
+if want tests; then
+  if [ -n "$regex" ]; then sel=(-R "$regex"); else sel=(-L gpu); fi
+  (cd build/device && timeout 240 ctest "${sel[@]}" --output-on-failure --timeout 200 -j2 >"$out/ctest.log" 2>&1)
+  rc=$?
+  grep -E "tests passed|tests failed|\*\*\*|Failed|SKIPPED|Skipped" "$out/ctest.log" | tail -30
+  stamp "ctest rc=$rc"
+fi
 
-WUSH_GEMM_BENCH=1 timeout 90 build/device/tests/wush_gpu_gemm_tests --gtest_filter='*Bench*' >"$out/gemm-bench.log" 2>&1
-stamp "gemm bench rc=$?"
-tail -20 "$out/gemm-bench.log"
+if want gemm; then
+  WUSH_GEMM_BENCH=1 timeout 90 build/device/tests/wush_gpu_gemm_tests --gtest_filter='*Bench*' >"$out/gemm-bench.log" 2>&1
+  stamp "gemm bench rc=$?"
+  grep -E "^(mxfp4|nvfp4|int4|format)" "$out/gemm-bench.log"
+fi
 
 bin=build/device/tools/wush
-timeout 200 "$bin" bench --device cuda --json >"$out/bench.json" 2>"$out/bench.err"
-stamp "bench rc=$?"
-WUSH_CUDA_PREFILL_MIN_M=33 timeout 60 "$bin" bench --device cuda --kind forward --layers 4096x4096 \
-  --format mxfp4,nvfp4 --m 33,128,1024,4096 --json >"$out/bench-prefill.json" 2>>"$out/bench.err"
-stamp "prefill bench rc=$?"
-if command -v compute-sanitizer >/dev/null; then
+if want bench; then
+  timeout 200 "$bin" bench --device cuda --json ${WUSH_BENCH_ARGS:-} >"$out/bench.json" 2>"$out/bench.err"
+  stamp "bench rc=$?"
+fi
+if want prefill; then
+  WUSH_CUDA_PREFILL_MIN_M=33 timeout 60 "$bin" bench --device cuda --kind forward --layers 4096x4096 \
+    --format mxfp4,nvfp4 --m 33,128,1024,4096 --json >"$out/bench-prefill.json" 2>>"$out/bench.err"
+  stamp "prefill bench rc=$?"
+fi
+if want memcheck && command -v compute-sanitizer >/dev/null; then
   timeout 60 compute-sanitizer --tool memcheck build/device/tests/wush_backend_ops_test cuda >"$out/sanitizer.log" 2>&1
   stamp "memcheck backend_ops_cuda rc=$?"
   tail -3 "$out/sanitizer.log"
+fi
+if want profile; then
+  # Hardware counters of the quantize tile kernel (m = 4096), the small-m kernel and the decode
+  # GEMM (m = 1), and the reference path's dequantization; then the quantize kernel's SASS mix.
+  sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
+    --section Occupancy --section LaunchStats --section WarpStateStats --section InstructionStats)
+  for m in 4096 1; do
+    timeout 120 ncu --clock-control none -k regex:'quantize|decode_gemm|dequantize' --launch-count 4 "${sections[@]}" \
+      "$bin" bench --device cuda --kind forward --layers 4096x4096 --format mxfp4 --m $m >>"$out/profile.log" 2>&1
+    stamp "ncu m=$m rc=$?"
+  done
+  lib=build/device/cuda/libwush-cuda.so
+  cuobjdump --dump-sass --function '_ZN4wush4cuda15quantize_detail19quantize_tile_kernelIL11wush_format0EEEvNS0_12QuantizeArgsEii' \
+    "$lib" >"$out/sass.txt" 2>&1 || cuobjdump --dump-sass "$lib" >"$out/sass.txt" 2>&1
+  stamp "sass rc=$? ($(wc -l <"$out/sass.txt") lines)"
 fi
 python3 - "$out/bench.json" "$out/bench-prefill.json" <<'EOF'
 import json, sys
