@@ -86,7 +86,7 @@ if want profile; then
       "$bin" bench --device cuda --kind forward --layers 4096x4096 --format mxfp4 --m $m >>"$out/profile.log" 2>&1
     stamp "ncu m=$m rc=$?"
   done
-  lib=build/device/cuda/libwush-cuda.so
+  lib=build/device/capi/libwush-cuda.so
   cuobjdump --dump-sass --function '_ZN4wush4cuda15quantize_detail19quantize_tile_kernelIL11wush_format0EEEvNS0_12QuantizeArgsEii' \
     "$lib" >"$out/sass.txt" 2>&1 || cuobjdump --dump-sass "$lib" >"$out/sass.txt" 2>&1
   stamp "sass rc=$? ($(wc -l <"$out/sass.txt") lines)"
