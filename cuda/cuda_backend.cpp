@@ -85,7 +85,8 @@ struct DeviceTransform {
         const float* m = t.core.activation_matrices().data();
         std::vector<float> norms(count);
         for (std::size_t b = 0; b < count; ++b) norms[b] = formats::max_row_norm_bound(m + b * g * g, g);
-        matrices = DeviceBuffer::upload(m, count * g * g * sizeof(float), stream);
+        const std::vector<float> transposed = kernel_matrices(m, count, g);
+        matrices = DeviceBuffer::upload(transposed.data(), transposed.size() * sizeof(float), stream);
         row_norms = DeviceBuffer::upload(norms.data(), count * sizeof(float), stream);
     }
 };

@@ -106,28 +106,39 @@ __device__ __forceinline__ void stage_x(const QuantizeArgs& a, std::size_t tok0,
     }
 }
 
-// Certifies y (the float32 transform of x) or recomputes the group in float64; the codes and the
-// scale are then the float64 definition's. T[i][j] = t[i * ti + j * tj] (unused for the identity).
+// Certifies y (the float32 transform of x): true when the codes and scale written are the float64
+// definition's; false when the group must be recomputed (recompute_group).
 template <wush_format F>
-__device__ __forceinline__ void finish_group(const float (&x)[Fmt<F>::G], const float (&y)[Fmt<F>::G], bool identity,
-                                             float norm, const float* t, int ti, int tj,
-                                             std::uint8_t (&codes)[Fmt<F>::kCodeBytes], std::uint8_t (&scale)[2]) {
+__device__ __forceinline__ bool certify(const float (&x)[Fmt<F>::G], const float (&y)[Fmt<F>::G], bool identity,
+                                        float norm, std::uint8_t (&codes)[Fmt<F>::kCodeBytes],
+                                        std::uint8_t (&scale)[2]) {
     constexpr int G = Fmt<F>::G;
     const float bound = formats::group_error_bound(x, G, identity, norm);
-    if (formats::certify_group(F, y, G, bound, codes, scale)) return;
-    double yd[G];
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-        if (identity) {
-            yd[i] = x[i];
-            continue;
+    return formats::certify_group(F, y, G, bound, codes, scale);
+}
+
+// The float64 definition of one group, by a whole warp (all 32 lanes call it): lane i < G sums
+// output i's products in double, j ascending (products of floats are exact in double, so fma and
+// mul-then-add agree), into yd_s[i]; lane 0 then quantizes by formats::quantize_group<double>.
+// Spread over the lanes, and kept out of the certified path's registers, because a group that
+// fails certification holds up its whole warp. x: the group's inputs; T[i][j] = t[i * ti + j * tj]
+// (unused for the identity); yd_s: G doubles of the warp's own shared memory.
+template <wush_format F>
+__device__ __forceinline__ void recompute_group(const float* x, const float* t, int ti, int tj, bool identity,
+                                                double* yd_s, int lane, std::uint8_t (&codes)[Fmt<F>::kCodeBytes],
+                                                std::uint8_t (&scale)[2]) {
+    constexpr int G = Fmt<F>::G;
+    if (lane < G) {
+        double s = identity ? double(x[lane]) : 0.0;
+        if (!identity) {
+#pragma unroll 8
+            for (int j = 0; j < G; ++j) s = fma(double(t[lane * ti + j * tj]), double(x[j]), s);
         }
-        double s = 0.0;
-#pragma unroll
-        for (int j = 0; j < G; ++j) s = fma(double(t[i * ti + j * tj]), double(x[j]), s);  // exact product: = s + t x
-        yd[i] = s;
+        yd_s[lane] = s;
     }
-    formats::quantize_group<double>(F, yd, G, codes, scale);
+    __syncwarp();
+    if (lane == 0) formats::quantize_group<double>(F, yd_s, G, codes, scale);
+    __syncwarp();  // yd_s is free again for the warp's next group
 }
 
 // One group's codes as 32-bit words (little-endian bytes), for vector stores.
@@ -159,6 +170,7 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const QuantizeA
     __shared__ __align__(16) float x_s[kTileTokens * kStride];
     __shared__ __align__(16) std::uint8_t c_s[kTileTokens * kTileGroups * CB];
     __shared__ std::uint8_t ok_s[kTileTokens * kTileGroups];
+    __shared__ double yd_s[kWarps * G];  // recompute_group's outputs, per warp
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const std::size_t groups_total = a.d_in / std::size_t(G);
@@ -169,18 +181,18 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const QuantizeA
     const bool identity = a.use == MatrixUse::None;
     const bool per_block = a.use == MatrixUse::PerBlock;
 
-    if (!identity) {
+    if (!identity) {  // the matrices arrive transposed (QuantizeArgs): a straight 16-byte copy
         const int count = per_block ? groups : 1;
-        for (int idx = tid; idx < count * G * G; idx += kThreads) {
-            const int w = idx / (G * G), e = idx % (G * G);
-            const std::size_t m = per_block ? g0 + std::size_t(w) : 0;
-            t_s[w * G * G + (e % G) * G + e / G] = a.matrices[m * G * G + std::size_t(e)];
-        }
+        const uint4* src = reinterpret_cast<const uint4*>(a.matrices + (per_block ? g0 : 0) * G * G);
+        for (int idx = tid; idx < count * G * G / 4; idx += kThreads) reinterpret_cast<uint4*>(t_s)[idx] = src[idx];
     }
     stage_x(a, tok0, rows, g0 * G, groups * G, x_s, kStride, vec_x != 0, tid, kThreads);
     __syncthreads();
 
-    bool ok = false;
+    // Certified float32 path, a thread per (token, group); the groups it cannot certify are then
+    // recomputed by the whole warp, one token at a time.
+    bool ok = false, fallback = false;
+    const float* t = t_s + (per_block ? warp : 0) * G * G;
     if (warp < groups && lane < rows) {
         float x[G];
         const float* xr = x_s + lane * kStride + warp * G;
@@ -196,7 +208,6 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const QuantizeA
 #pragma unroll
         for (int j = 0; j < G; ++j) finite = finite && finite_f(x[j]);
         if (finite) {  // else nothing is written for this group (the call reports NON_FINITE)
-            const float* t = t_s + (per_block ? warp : 0) * G * G;
             float y[G];
 #pragma unroll
             for (int i = 0; i < G; ++i) y[i] = identity ? x[i] : 0.0f;
@@ -216,13 +227,33 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const QuantizeA
             const float norm = identity ? 0.0f : a.row_norms[per_block ? g0 + std::size_t(warp) : 0];
             std::uint8_t codes[CB];
             std::uint8_t scale[2] = {0, 0};
-            finish_group<F>(x, y, identity, norm, t, 1, G, codes, scale);
-            std::uint32_t* cw = reinterpret_cast<std::uint32_t*>(c_s + (lane * kTileGroups + warp) * CB);
+            if (certify<F>(x, y, identity, norm, codes, scale)) {
+                std::uint32_t* cw = reinterpret_cast<std::uint32_t*>(c_s + (lane * kTileGroups + warp) * CB);
 #pragma unroll
-            for (int w = 0; w < CB / 4; ++w) cw[w] = code_word<CB>(codes, w);
-            store_scale(a.scales + ((tok0 + std::size_t(lane)) * groups_total + g0 + std::size_t(warp)) * SB, scale,
-                        SB);
+                for (int w = 0; w < CB / 4; ++w) cw[w] = code_word<CB>(codes, w);
+                store_scale(a.scales + ((tok0 + std::size_t(lane)) * groups_total + g0 + std::size_t(warp)) * SB, scale,
+                            SB);
+            } else {
+                fallback = true;
+            }
             ok = true;
+        }
+    }
+    if (warp < groups) {  // warp-uniform
+        unsigned pending = __ballot_sync(0xFFFFFFFFu, fallback);
+        while (pending != 0u) {
+            const int r = __ffs(int(pending)) - 1;
+            pending &= pending - 1u;
+            std::uint8_t codes[CB];
+            std::uint8_t scale[2] = {0, 0};
+            recompute_group<F>(x_s + r * kStride + warp * G, t, 1, G, identity, yd_s + warp * G, lane, codes, scale);
+            if (lane == 0) {
+                std::uint32_t* cw = reinterpret_cast<std::uint32_t*>(c_s + (r * kTileGroups + warp) * CB);
+#pragma unroll
+                for (int w = 0; w < CB / 4; ++w) cw[w] = code_word<CB>(codes, w);
+                store_scale(a.scales + ((tok0 + std::size_t(r)) * groups_total + g0 + std::size_t(warp)) * SB, scale,
+                            SB);
+            }
         }
     }
     ok_s[lane * kTileGroups + warp] = ok ? 1 : 0;
@@ -253,10 +284,10 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const QuantizeA
 template <wush_format F>
 __global__ void __launch_bounds__(kThreads) quantize_small_kernel(const QuantizeArgs a, int vec_codes) {
     constexpr int G = Fmt<F>::G, SB = Fmt<F>::SB, CB = Fmt<F>::kCodeBytes;
-    constexpr int kRow = G + 1;
-    __shared__ float t_s[kWarps * G * kRow];
+    __shared__ float t_s[kWarps * G * G];  // per warp: T transposed, t[j * G + i]
     __shared__ float x_s[kWarps * G];
     __shared__ float y_s[kWarps * G];
+    __shared__ double yd_s[kWarps * G];  // recompute_group's outputs, per warp
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const std::size_t groups_total = a.d_in / std::size_t(G);
@@ -265,12 +296,12 @@ __global__ void __launch_bounds__(kThreads) quantize_small_kernel(const Quantize
     if (group >= groups_total) return;  // whole warps only: no block barrier below
     const bool identity = a.use == MatrixUse::None;
     const std::size_t m = a.use == MatrixUse::PerBlock ? group : 0;
-    float* t = t_s + warp * G * kRow;
+    float* t = t_s + warp * G * G;
     float* xs = x_s + warp * G;
     float* ys = y_s + warp * G;
 
     if (!identity)
-        for (int e = lane; e < G * G; e += 32) t[(e / G) * kRow + e % G] = a.matrices[m * G * G + std::size_t(e)];
+        for (int e = lane; e < G * G; e += 32) t[e] = a.matrices[m * G * G + std::size_t(e)];
     if (lane < G) {
         const float v = load_element(a.x_dtype, a.x, token * a.d_in + group * G + std::size_t(lane));
         if (!finite_f(v)) report_non_finite(a.non_finite, token, group * G + std::size_t(lane));
@@ -281,25 +312,32 @@ __global__ void __launch_bounds__(kThreads) quantize_small_kernel(const Quantize
         float acc = identity ? xs[lane] : 0.0f;
         if (!identity) {
 #pragma unroll
-            for (int j = 0; j < G; ++j) acc = fmaf(t[lane * kRow + j], xs[j], acc);
+            for (int j = 0; j < G; ++j) acc = fmaf(t[j * G + lane], xs[j], acc);
         }
         ys[lane] = acc;
     }
     __syncwarp();
-    if (lane != 0) return;
-    float x[G], y[G];
-    bool finite = true;
-#pragma unroll
-    for (int j = 0; j < G; ++j) {
-        x[j] = xs[j];
-        y[j] = ys[j];
-        finite = finite && finite_f(x[j]);
-    }
-    if (!finite) return;  // nothing written for this group (the call reports NON_FINITE)
-    const float norm = identity ? 0.0f : a.row_norms[m];
     std::uint8_t codes[CB];
     std::uint8_t scale[2] = {0, 0};
-    finish_group<F>(x, y, identity, norm, t, kRow, 1, codes, scale);
+    bool written = false, fallback = false;
+    if (lane == 0) {
+        float x[G], y[G];
+        bool finite = true;
+#pragma unroll
+        for (int j = 0; j < G; ++j) {
+            x[j] = xs[j];
+            y[j] = ys[j];
+            finite = finite && finite_f(x[j]);
+        }
+        // A non-finite group writes nothing (the call reports NON_FINITE).
+        written = finite && certify<F>(x, y, identity, identity ? 0.0f : a.row_norms[m], codes, scale);
+        fallback = finite && !written;
+    }
+    if (__ballot_sync(0xFFFFFFFFu, fallback) != 0u) {
+        recompute_group<F>(xs, t, 1, G, identity, yd_s + warp * G, lane, codes, scale);
+        written = lane == 0;
+    }
+    if (!written) return;
     std::uint8_t* dst = a.codes + token * (a.d_in / 2) + group * CB;
     if (vec_codes) {
         if constexpr (CB == 16)

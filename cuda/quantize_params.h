@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "transforms/matrix_use.h"
 #include "wush/wush.h"
@@ -14,6 +15,17 @@ namespace wush::cuda {
 // seen in x, or kNoNonFinite. Lives in device memory; reset to all ones (0xFF bytes).
 constexpr unsigned long long kNoNonFinite = ~0ull;
 
+// The matrices as the quantize kernels read them: each G x G matrix T transposed (T[i][j] at
+// j * G + i), so that the kernels copy them to shared memory as they are, and a warp's lanes read
+// a column of T (the outputs of one input) from consecutive addresses.
+inline std::vector<float> kernel_matrices(const float* m, std::size_t count, int g) {
+    std::vector<float> t(count * std::size_t(g) * std::size_t(g));
+    for (std::size_t b = 0; b < count; ++b)
+        for (int i = 0; i < g; ++i)
+            for (int j = 0; j < g; ++j) t[(b * g + j) * g + i] = m[(b * g + i) * g + j];
+    return t;
+}
+
 struct QuantizeArgs {
     wush_format format = WUSH_FORMAT_MXFP4;
     int group = 32;                       // G (16 or 32)
@@ -21,7 +33,8 @@ struct QuantizeArgs {
     const void* x = nullptr;              // n_tokens x d_in, row-major
     std::size_t n_tokens = 0, d_in = 0;
     MatrixUse use = MatrixUse::None;
-    const float* matrices = nullptr;           // PerBlock: C x G x G; Shared: G x G; Identity: unused
+    const float* matrices = nullptr;           // PerBlock: C x G x G; Shared: G x G; Identity: unused;
+                                               // each T transposed (kernel_matrices), 16-byte aligned
     const float* row_norms = nullptr;          // one max_row_norm_bound per matrix (same layout rule)
     std::uint8_t* codes = nullptr;             // n_tokens x d_in / 2 (any alignment)
     std::uint8_t* scales = nullptr;            // n_tokens x C x scale bytes (any alignment)

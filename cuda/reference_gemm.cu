@@ -6,6 +6,8 @@
 // rounded to bf16 (RNE, bits::bf16_encode) by a separate kernel when y is BF16.
 #include "kernels.h"
 
+#include <cstring>
+
 #include "common/float_bits.h"
 #include "cuda_check.h"
 #include "dequantize.h"
@@ -20,24 +22,49 @@ std::size_t round_up(std::size_t v, std::size_t a) {
     return (v + a - 1) / a * a;
 }
 
-// One thread per packed byte (two elements).
+// A thread per 16 elements of a row (8 packed bytes, inside one group: G is 16 or 32), a grid row
+// per matrix row (blockIdx.y, striding by gridDim.y past 65535 rows): no 64-bit division per
+// element. `vec`: codes are 8-byte aligned (row pitch k / 2 is a multiple of 8, so every chunk is
+// too) and read as one 8-byte load; out (workspace) is 16-byte aligned and written in 16-byte stores.
 template <class Out>
 __global__ void dequantize_kernel(wush_format format, int group, const std::uint8_t* codes, const std::uint8_t* scales,
-                                  std::size_t rows, std::size_t k, Out* out) {
-    const std::size_t byte = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (byte >= rows * (k / 2)) return;
-    const std::size_t row = byte / (k / 2), e = 2 * (byte % (k / 2));
+                                  std::size_t rows, std::size_t k, Out* out, int vec) {
+    constexpr int kPerVec = 16 / int(sizeof(Out));
+    const std::size_t chunk = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (chunk >= k / 16) return;
     const int sb = format == WUSH_FORMAT_INT4 ? 2 : 1;
-    const std::uint8_t* scale = scales + (row * (k / group) + e / group) * sb;
-    const std::uint8_t c = codes[byte];
-    const float v0 = dequantize_element(format, std::uint8_t(c & 0xF), scale);
-    const float v1 = dequantize_element(format, std::uint8_t(c >> 4), scale);
-    if constexpr (sizeof(Out) == 2) {
-        out[row * k + e] = bf16_bits_of_exact(v0);
-        out[row * k + e + 1] = bf16_bits_of_exact(v1);
-    } else {
-        out[row * k + e] = v0;
-        out[row * k + e + 1] = v1;
+    for (std::size_t row = blockIdx.y; row < rows; row += gridDim.y) {
+        const std::uint8_t* c = codes + row * (k / 2) + chunk * 8;
+        std::uint8_t b[8];
+        if (vec) {
+            const uint2 w = *reinterpret_cast<const uint2*>(c);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) b[i] = std::uint8_t(w.x >> (8 * i)), b[4 + i] = std::uint8_t(w.y >> (8 * i));
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) b[i] = c[i];
+        }
+        const std::uint8_t* scale = scales + (row * (k / std::size_t(group)) + chunk * 16 / std::size_t(group)) * sb;
+        Out v[16];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const float v0 = dequantize_element(format, std::uint8_t(b[i] & 0xF), scale);
+            const float v1 = dequantize_element(format, std::uint8_t(b[i] >> 4), scale);
+            if constexpr (sizeof(Out) == 2) {
+                v[2 * i] = bf16_bits_of_exact(v0);
+                v[2 * i + 1] = bf16_bits_of_exact(v1);
+            } else {
+                v[2 * i] = v0;
+                v[2 * i + 1] = v1;
+            }
+        }
+        uint4* dst = reinterpret_cast<uint4*>(out + row * k + chunk * 16);
+#pragma unroll
+        for (int q = 0; q < 16 / kPerVec; ++q) {
+            uint4 w;
+            std::memcpy(&w, v + q * kPerVec, 16);
+            dst[q] = w;
+        }
     }
 }
 
@@ -58,14 +85,17 @@ std::size_t dequantized_element_bytes(wush_format format) {
 
 void launch_dequantize(wush_format format, int group, const std::uint8_t* codes, const std::uint8_t* scales,
                        std::size_t rows, std::size_t k, void* out, cudaStream_t stream) {
-    const std::size_t bytes = rows * (k / 2);
-    if (bytes == 0) return;
+    if (rows == 0 || k == 0) return;
+    require(k % 16 == 0 && reinterpret_cast<std::uintptr_t>(out) % 16 == 0,
+            "dequantize: k % 16 or workspace alignment");
+    const dim3 grid(unsigned((k / 16 + kThreads - 1) / kThreads), unsigned(rows < 65535 ? rows : 65535));
+    const int vec = reinterpret_cast<std::uintptr_t>(codes) % 8 == 0 ? 1 : 0;
     if (format == WUSH_FORMAT_INT4)
-        dequantize_kernel<float><<<blocks_for(bytes), kThreads, 0, stream>>>(format, group, codes, scales, rows, k,
-                                                                             static_cast<float*>(out));
+        dequantize_kernel<float>
+            <<<grid, kThreads, 0, stream>>>(format, group, codes, scales, rows, k, static_cast<float*>(out), vec);
     else
-        dequantize_kernel<std::uint16_t><<<blocks_for(bytes), kThreads, 0, stream>>>(
-            format, group, codes, scales, rows, k, static_cast<std::uint16_t*>(out));
+        dequantize_kernel<std::uint16_t><<<grid, kThreads, 0, stream>>>(format, group, codes, scales, rows, k,
+                                                                        static_cast<std::uint16_t*>(out), vec);
     check_launch("dequantize_kernel");
 }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "formats/group_quantizer.h"
+#include "kernels.h"
 #include "w4a4_gemm.h"
 
 namespace {
@@ -148,6 +149,15 @@ float bf16_to_float(std::uint16_t b) {
     return v;
 }
 
+// One cuBLAS handle for the reference path's tests (on the legacy stream, as they launch).
+cublasHandle_t blas_handle() {
+    static cublasHandle_t h = [] {
+        cublasHandle_t created = nullptr;
+        return cublasCreate(&created) == CUBLAS_STATUS_SUCCESS ? created : nullptr;
+    }();
+    return h;
+}
+
 // Runs `kernel` on (m, n, k) in `f` and compares every output with the float64 product.
 void check_product(GemmKernel kernel, wush_format f, std::size_t m, std::size_t n, std::size_t k, wush_dtype y_dtype,
                    std::mt19937& rng, int sm, int force_a = -1, int force_w = -1) {
@@ -161,7 +171,9 @@ void check_product(GemmKernel kernel, wush_format f, std::size_t m, std::size_t 
     upload(dsw, w.scales);
     const std::size_t ybytes = m * n * (y_dtype == WUSH_DTYPE_BF16 ? 2 : 4);
     DeviceBuffer<std::uint8_t> dy(ybytes);
-    const std::size_t ws = wush::cuda::gemm_workspace_bytes(kernel, f, m, n, k);
+    const std::size_t ws = kernel == GemmKernel::Reference
+                               ? wush::cuda::reference_gemm_workspace_bytes(f, m, n, k, false, y_dtype)
+                               : wush::cuda::gemm_workspace_bytes(kernel, f, m, n, k);
     DeviceBuffer<std::uint8_t> dws(std::max<std::size_t>(ws, 16));
     ASSERT_TRUE(da.p && dsa.p && dw.p && dsw.p && dy.p && dws.p);
 
@@ -187,7 +199,8 @@ void check_product(GemmKernel kernel, wush_format f, std::size_t m, std::size_t 
         CUDA_OK(cudaMemset(dy.p, 0xFF, ybytes));  // NaN poison: every output must be written
         CUDA_OK(cudaMemset(dws.p, 0xFF, dws.n));  // the workspace holds nothing between calls
         if (kernel == GemmKernel::Decode) wush::cuda::launch_decode_gemm(args, nullptr);
-        else wush::cuda::launch_prefill_gemm(args, nullptr);
+        else if (kernel == GemmKernel::Prefill) wush::cuda::launch_prefill_gemm(args, nullptr);
+        else wush::cuda::launch_reference_gemm(args, nullptr, blas_handle(), nullptr);
         CUDA_OK(cudaGetLastError());
         CUDA_OK(cudaDeviceSynchronize());
         std::vector<std::uint8_t> out(ybytes);
@@ -248,6 +261,19 @@ TEST(W4A4GemmGpu, PrefillAllFormatsAndShapes) {
             for (std::size_t n : {8, 13, 256})
                 for (std::size_t k : {32, 96, 4096})
                     check_product(GemmKernel::Prefill, f, m, n, k, WUSH_DTYPE_F32, rng, sm);
+}
+
+// The reference path (exact dequantization + cuBLAS): what m > 32 runs on sm_80/90 by default.
+TEST(W4A4GemmGpu, ReferenceAllFormatsAndShapes) {
+    REQUIRE_GPU(sm);
+    ASSERT_NE(blas_handle(), nullptr);
+    std::mt19937 rng(4);
+    for (wush_format f : kFormats)
+        for (std::size_t m : {1, 17, 130})
+            for (std::size_t n : {8, 13, 256})
+                for (std::size_t k : {32, 96, 4096})
+                    for (wush_dtype y : {WUSH_DTYPE_F32, WUSH_DTYPE_BF16})
+                        check_product(GemmKernel::Reference, f, m, n, k, y, rng, sm);
 }
 
 TEST(W4A4GemmGpu, Bf16OutputAndSplitK) {

@@ -93,6 +93,16 @@ inline float shfl_xor(float v, int o) {
     return r;
 }
 
+inline unsigned ballot(bool p) {
+    const int t = int(t_idx.x), w = t / 32, l = t % 32;
+    g.mslots[w][l][0] = p ? 1u : 0u;
+    g.warps[w]->arrive_and_wait();
+    unsigned r = 0;
+    for (int lane = 0; lane < 32; ++lane) r |= g.mslots[w][lane][0] << lane;
+    g.warps[w]->arrive_and_wait();
+    return r;
+}
+
 // d += A B for m16n8k32 (a_regs = 4) or m16n8k16 (a_regs = 2), s8 x s8 -> s32 (wrapping).
 inline void mma(int (&d)[4], const std::uint32_t* a, int a_regs, std::uint32_t b0, std::uint32_t b1) {
     const int t = int(t_idx.x), w = t / 32, l = t % 32;
@@ -188,6 +198,12 @@ inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v)
 }
 inline float __shfl_xor_sync(unsigned, float v, int o) {
     return wush_emu::shfl_xor(v, o);
+}
+inline unsigned __ballot_sync(unsigned, int p) {
+    return wush_emu::ballot(p != 0);
+}
+inline int __ffs(int v) {
+    return __builtin_ffs(v);
 }
 inline long long min(long long a, long long b) {
     return a < b ? a : b;

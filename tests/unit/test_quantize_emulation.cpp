@@ -134,7 +134,8 @@ Result run_kernel(const BlockTransform& t, const formats::FormatSpec& f, const I
     a.n_tokens = n;
     a.d_in = d_in;
     a.use = use;
-    a.matrices = t.activation_matrices().data();
+    const std::vector<float> matrices = cuda::kernel_matrices(t.activation_matrices().data(), count, g);
+    a.matrices = matrices.data();
     a.row_norms = norms.data();
     a.codes = codes;
     a.scales = sbuf.data();
