@@ -9,7 +9,7 @@
 #   3. `wush bench --device cuda --json` on the default layers         -> bench.json
 #   4. the prefill kernel forced on from m = 33 (selection evidence)   -> bench-prefill.json
 #   5. compute-sanitizer memcheck over the C API's CUDA operations     -> sanitizer.log
-#   6. (profile) Nsight Compute sections and SASS of the hot kernels   -> profile.log
+#   6. (profile) Nsight Compute sections of the hot kernels            -> profile.log
 # Usage: bash scripts/device-check.sh [stages] [ctest-regex]
 #   stages: comma-separated from tests,gemm,bench,prefill,memcheck,profile (default: all but profile)
 set -uo pipefail
@@ -78,7 +78,7 @@ if want memcheck && command -v compute-sanitizer >/dev/null; then
 fi
 if want profile; then
   # Hardware counters of the quantize tile kernel (m = 4096), the small-m kernel and the decode
-  # GEMM (m = 1), and the reference path's dequantization; then the quantize kernel's SASS mix.
+  # GEMM (m = 1), and the reference path's dequantization (SASS: cuobjdump works off the GPU).
   sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
     --section Occupancy --section LaunchStats --section WarpStateStats --section InstructionStats)
   for m in 4096 1; do
@@ -86,10 +86,6 @@ if want profile; then
       "$bin" bench --device cuda --kind forward --layers 4096x4096 --format mxfp4 --m $m >>"$out/profile.log" 2>&1
     stamp "ncu m=$m rc=$?"
   done
-  lib=build/device/capi/libwush-cuda.so
-  cuobjdump --dump-sass --function '_ZN4wush4cuda15quantize_detail19quantize_tile_kernelIL11wush_format0EEEvNS0_12QuantizeArgsEii' \
-    "$lib" >"$out/sass.txt" 2>&1 || cuobjdump --dump-sass "$lib" >"$out/sass.txt" 2>&1
-  stamp "sass rc=$? ($(wc -l <"$out/sass.txt") lines)"
 fi
 python3 - "$out/bench.json" "$out/bench-prefill.json" <<'EOF'
 import json, sys
