@@ -31,11 +31,17 @@ using std::signbit;
 
 using namespace certified;
 
-// floor(log2(a)) for finite a > 0 (from the exponent bits, as getexp does).
+// floor(log2(a)) for finite a > 0: the exponent bits for normal a, frexpf below.
 WUSH_HD int floor_log2f(float a) {
+    if (a >= 0x1p-126f) return int((bits::bits_from_float(a) >> 23) & 0xFFu) - 127;
     int e = 0;
     frexpf(a, &e);
     return e - 1;
+}
+
+// 2^e for -126 <= e <= 127, exactly (a multiplication by it is then ldexpf's scaling).
+WUSH_HD float pow2f(int e) {
+    return bits::float_from_bits(std::uint32_t(e + 127) << 23);
 }
 
 // Nearest integer of t (|t| < 2^22); which neighbour wins at a tie does not matter to the
@@ -45,22 +51,18 @@ WUSH_HD float nearest_int(float t) {
 }
 
 // E2M1 RNE of v (the comparisons of codec::e2m1_encode), and whether |v| lies within tol of a
-// threshold (or of 0, where only the sign would change).
+// threshold (or of 0, where only the sign would change). Branch-free: on the device every lane
+// holds another value, and an if-chain would split the warp.
 WUSH_HD std::uint8_t e2m1_encode_checked(float v, float tol, bool& near) {
     const float a = fabsf(v);
-    // Each interval's code and bounds in one if-chain (no table: a dynamically indexed array
-    // would live in local memory on the device).
-    int m;
-    float lo, hi;
-    if (a <= 0.25f) m = 0, lo = 0.0f, hi = 0.25f;
-    else if (a < 0.75f) m = 1, lo = 0.25f, hi = 0.75f;
-    else if (a <= 1.25f) m = 2, lo = 0.75f, hi = 1.25f;
-    else if (a < 1.75f) m = 3, lo = 1.25f, hi = 1.75f;
-    else if (a <= 2.5f) m = 4, lo = 1.75f, hi = 2.5f;
-    else if (a < 3.5f) m = 5, lo = 2.5f, hi = 3.5f;
-    else if (a <= 5.0f) m = 6, lo = 3.5f, hi = 5.0f;
-    else m = 7, lo = 5.0f, hi = INFINITY;
-    if (a - lo < tol || hi - a < tol) near = true;
+    // The code counts the thresholds below a (ties: 0.25, 1.25, 2.5 and 5 round down to even).
+    const int m = int(a > 0.25f) + int(a >= 0.75f) + int(a > 1.25f) + int(a >= 1.75f) + int(a > 2.5f) + int(a >= 3.5f) +
+                  int(a > 5.0f);
+    // The nearest threshold is one of the interval's bounds, so the distance to all of them is
+    // the interval's test (|a - t| is the same float as a - t or t - a).
+    const float d = fminf(fminf(fminf(a, fabsf(a - 0.25f)), fminf(fabsf(a - 0.75f), fabsf(a - 1.25f))),
+                          fminf(fminf(fabsf(a - 1.75f), fabsf(a - 2.5f)), fminf(fabsf(a - 3.5f), fabsf(a - 5.0f))));
+    if (d < tol) near = true;
     return std::uint8_t((signbit(v) ? 0x8 : 0x0) | m);
 }
 
@@ -79,16 +81,17 @@ WUSH_HD bool certify_mx(const float* y, int n, float bound, bool ocp, std::uint8
     const float amax = group_amax_f(y, n);
     if (!in_certified_range(amax)) return false;
     const int e = floor_log2f(amax);
-    const float p = ldexpf(1.0f, e);
+    const float p = pow2f(e);  // |e| <= 60: amax is in the certified range
     // The exponent changes if amax_exact may lie on the other side of 2^e or 2^(e+1).
     if (amax - p < bound || (p + p) - amax < bound) return false;
     const int es = ocp ? e - 2 : e;
     const float factor = ocp ? 1.0f : 3.0f;
-    const float tol_base = ldexpf(bound * factor, -es);
+    const float inv = pow2f(-es);  // y * 2^-es is ldexpf(y, -es): exact, or the same rounding
+    const float tol_base = (bound * factor) * inv;
     bool near = false;
     WUSH_UNROLL
     for (int i = 0; i < n; ++i) {
-        const float v = ldexpf(y[i], -es) * factor;  // one rounding (x3)
+        const float v = (y[i] * inv) * factor;  // one rounding (x3)
         const float tol = fmaf(fabsf(v), 2.0f * kU, tol_base);
         put_nibble(codes, i, e2m1_encode_checked(v, tol, near));
     }
@@ -110,9 +113,9 @@ WUSH_HD bool certify_nvfp4(const float* y, int n, float bound, std::uint8_t* cod
     const float w = (amax * 10.0f) * (1.0f / 6.0f);
     const float tol_w = fmaf(w, 4.0f * kU, bound * (10.0f / 6.0f * 1.01f));
     const int ew = floor_log2f(w) > -6 ? floor_log2f(w) : -6;
-    const float t = ldexpf(w, 3 - ew);  // w in units of the step, in [8, 16) (or below 8: subnormal)
+    const float t = w * pow2f(3 - ew);  // w in units of the step, in [8, 16) (or below 8: subnormal)
     const float rt = nearest_int(t);
-    const float step = ldexpf(1.0f, ew - 3);
+    const float step = pow2f(ew - 3);
     const float margin = (0.5f - fabsf(t - rt)) * step;
     if (margin < tol_w) return false;
     const float sv = fminf(rt * step, 448.0f);

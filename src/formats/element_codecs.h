@@ -35,7 +35,9 @@ WUSH_HD std::uint8_t e2m1_encode(double v) {
 WUSH_HD float e2m1_decode(std::uint8_t code) {
     const int m = code & 0x7;
     const int e = m >> 1;
-    const float mag = e == 0 ? 0.5f * float(m & 1) : ldexpf(1.0f + 0.5f * float(m & 1), e - 1);
+    // (1 + 0.5 (m & 1)) 2^(e - 1) built from its bits (no ldexpf: this runs per element on the GPU).
+    const float normal = bits::float_from_bits((std::uint32_t(e + 126) << 23) | (std::uint32_t(m & 1) << 22));
+    const float mag = e == 0 ? 0.5f * float(m & 1) : normal;
     return (code & 0x8) ? -mag : mag;
 }
 
