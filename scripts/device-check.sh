@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# The CUDA backend's checks and figures on a lent GPU, in one call (issue #32, section 4).
-# That machine has nvcc, CMake and PyTorch but reaches no package registry, so the Debian
-# libraries travel as .deb files in .gpudeps/ (filled beforehand by the workplace's
-# device-deps.sh). It builds only what the GPU checks need, for sm_90 (what the default build
-# ships for Hopper), then, each under its own time limit, with logs in $OUT:
+# The CUDA backend's checks and figures on a GPU machine, in one go (issue #32, section 4). It
+# builds only what the GPU checks need, for sm_90 (set WUSH_DEVICE_ARCHS for another GPU), then,
+# each under its own time limit, with logs in $OUT (default /tmp/wush-device-out):
 #   1. every ctest test labelled gpu                                   -> ctest.log
 #   2. the GEMM kernels' own benchmark (WUSH_GEMM_BENCH)               -> gemm-bench.log
 #   3. `wush bench --device cuda --json` on the default layers         -> bench.json
 #   4. the prefill kernel forced on from m = 33 (selection evidence)   -> bench-prefill.json
 #   5. compute-sanitizer memcheck over the C API's CUDA operations     -> sanitizer.log
 #   6. (profile) Nsight Compute sections of the hot kernels            -> profile.log
+# The build needs the Debian libraries of scripts/install-deps.sh. On a machine that reaches no
+# package registry they can travel as .deb files in .gpudeps/ (apt-get download of OpenBLAS,
+# LAPACKE, GoogleTest, Google Benchmark, nlohmann-json): they are then unpacked into /opt/devdeps
+# and the build is pointed at them, leaving the machine's own / untouched.
 # Usage: bash scripts/device-check.sh [stages] [ctest-regex]
 #   stages: comma-separated from tests,gemm,bench,prefill,memcheck,profile (default: all but profile)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 stages=",${1:-tests,gemm,bench,prefill,memcheck},"
 regex=${2:-}
 want() { [[ $stages == *",$1,"* ]]; }
@@ -25,15 +27,18 @@ t0=$(date +%s)
 stamp() { echo "[$(($(date +%s) - t0)) s] $*"; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
-mkdir -p /opt/devdeps && for f in .gpudeps/*.deb; do dpkg -x "$f" /opt/devdeps; done
-D=/opt/devdeps/usr
-L=$D/lib/x86_64-linux-gnu
-export LD_LIBRARY_PATH=$L/openblas-openmp:$L/lapack:$L/blas:$L:${LD_LIBRARY_PATH:-}
-stamp "deps unpacked"
+deps=()
+if compgen -G ".gpudeps/*.deb" >/dev/null; then
+  mkdir -p /opt/devdeps && for f in .gpudeps/*.deb; do dpkg -x "$f" /opt/devdeps; done
+  D=/opt/devdeps/usr
+  L=$D/lib/x86_64-linux-gnu
+  export LD_LIBRARY_PATH=$L/openblas-openmp:$L/lapack:$L/blas:$L:${LD_LIBRARY_PATH:-}
+  deps=("-DCMAKE_PREFIX_PATH=$D" "-DWUSH_OPENBLAS_DIR=$L/openblas-openmp"
+    "-DWUSH_CBLAS_INCLUDE=$D/include/x86_64-linux-gnu/openblas-openmp" "-DWUSH_LAPACKE_INCLUDE=$D/include")
+  stamp "deps unpacked"
+fi
 cmake -S . -B build/device -DCMAKE_BUILD_TYPE=Release -DWUSH_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES="${WUSH_DEVICE_ARCHS:-90}" -DCMAKE_PREFIX_PATH=$D \
-  -DWUSH_OPENBLAS_DIR=$L/openblas-openmp -DWUSH_CBLAS_INCLUDE=$D/include/x86_64-linux-gnu/openblas-openmp \
-  -DWUSH_LAPACKE_INCLUDE=$D/include >"$out/build.log" 2>&1 || {
+  -DCMAKE_CUDA_ARCHITECTURES="${WUSH_DEVICE_ARCHS:-90}" "${deps[@]}" >"$out/build.log" 2>&1 || {
   tail -30 "$out/build.log"
   exit 1
 }
@@ -88,8 +93,10 @@ if want profile; then
   done
 fi
 python3 - "$out/bench.json" "$out/bench-prefill.json" <<'EOF'
-import json, sys
+import json, os, sys
 for path in sys.argv[1:]:
+    if not os.path.exists(path):
+        continue
     try:
         rs = json.load(open(path))["results"]
     except Exception as e:
