@@ -68,6 +68,7 @@ fi
 
 bin=build/device/tools/wush
 if want bench; then
+  # shellcheck disable=SC2086  # WUSH_BENCH_ARGS: several words on purpose
   timeout 200 "$bin" bench --device cuda --json ${WUSH_BENCH_ARGS:-} >"$out/bench.json" 2>"$out/bench.err"
   stamp "bench rc=$?"
 fi
