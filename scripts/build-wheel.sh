@@ -47,6 +47,9 @@ plat=()
 mkdir -p "$out"
 "$PYTHON" -m auditwheel repair "${plat[@]}" --wheel-dir "$tmp/repaired" "$raw" >&2
 whl=$(ls "$tmp"/repaired/wush-*.whl)
+# 3. The bundled libraries' licence texts (auditwheel records their Debian packages, copies no
+#    notices): <dist-info>/licenses/third_party/.
+"$PYTHON" "$root/scripts/wheel_notices.py" "$whl" >&2
 if [ -n "${WUSH_WHEEL_KEEP_RAW:-}" ]; then mkdir -p "$out/raw" && cp "$raw" "$out/raw/"; fi
 rm -f "$out/$(basename "$whl")"
 mv "$whl" "$out/"

@@ -7,6 +7,8 @@ Static checks on the wheel's files:
 - the tag is py3-none-manylinux_2_NN_<arch> (a native library inside: not `any`, and not the
   build-machine-only linux_<arch>), and no ELF file inside needs a glibc newer than 2.NN;
 - one copy of the library (libwush.so.N), no development files, the `wush` console command;
+- RECORD lists every file with its hash; each Debian package the bundled libraries came from
+  (auditwheel's SBOM) has its copyright file in <dist-info>/licenses/third_party/;
 - every DT_NEEDED of every ELF file inside (libraries and the `wush` program) is either on the
   manylinux policy's system list below or found inside the wheel through that file's own RUNPATH;
   every RUNPATH/RPATH entry is $ORIGIN-relative (no path of the build machine).
@@ -23,7 +25,10 @@ still holds.
 
 Exits 1 with every problem found, listed.
 """
+import base64
+import csv
 import glob
+import hashlib
 import json
 import os
 import re
@@ -140,8 +145,46 @@ def check_files(whl, unpacked):
                            f"{runpaths} looks")
         if tag_glibc and glibc and max(glibc) > tag_glibc:
             bad.append(f"{n}: needs GLIBC_{max(glibc)[0]}.{max(glibc)[1]}, newer than the tag's {tag_glibc}")
+    bad += check_record_and_notices(unpacked, names)
     print(f"check_wheel: {len(elves)} ELF files: " + ", ".join(
         f"{os.path.basename(n)} (NEEDED {' '.join(elf_dynamic(os.path.join(unpacked, n))[0])})" for n in elves))
+    return bad
+
+
+def check_record_and_notices(unpacked, names):
+    """RECORD lists every file with its sha256 and size; every Debian package auditwheel's record
+    names has its copyright file in <dist-info>/licenses/third_party/ (scripts/wheel_notices.py)."""
+    bad = []
+    dist_info = next((n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")), None)
+    if dist_info is None:
+        return ["no .dist-info directory"]
+    record = {}
+    with open(os.path.join(unpacked, dist_info, "RECORD"), newline="") as f:
+        for row in csv.reader(f):
+            if row:
+                record[row[0]] = row[1:]
+    for n in names:
+        if n.endswith("/") or n == f"{dist_info}/RECORD":
+            continue
+        with open(os.path.join(unpacked, n), "rb") as f:
+            data = f.read()
+        digest = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        if record.get(n) != [digest, str(len(data))]:
+            bad.append(f"RECORD: {n} is {'missing' if n not in record else 'listed with another hash or size'}")
+    sbom = os.path.join(unpacked, dist_info, "sboms", "auditwheel.cdx.json")
+    if any(n.startswith("wush.libs/") for n in names):
+        if not os.path.isfile(sbom):
+            return bad + ["bundled libraries but no auditwheel SBOM naming their packages"]
+        with open(sbom) as f:
+            pkgs = {c.get("name") for c in json.load(f).get("components", []) if c.get("purl", "").startswith("pkg:deb/")}
+        if not pkgs:
+            bad.append("the SBOM names no Debian package for the bundled libraries")
+        for pkg in sorted(pkgs):
+            p = os.path.join(unpacked, dist_info, "licenses", "third_party", f"{pkg}.copyright")
+            if not os.path.isfile(p) or os.path.getsize(p) == 0:
+                bad.append(f"no licence text of the bundled package {pkg} ({os.path.relpath(p, unpacked)})")
+        if pkgs and not bad:
+            print(f"check_wheel: RECORD complete; licence texts of {len(pkgs)} bundled packages: {' '.join(sorted(pkgs))}")
     return bad
 
 
