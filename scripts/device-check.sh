@@ -5,6 +5,7 @@
 #   1. every ctest test labelled gpu                                   -> ctest.log
 #   2. the GEMM kernels' own benchmark (WUSH_GEMM_BENCH)               -> gemm-bench.log
 #   3. `wush bench --device cuda --json` on the default layers         -> bench.json
+#      and at m = 1, 16 with --timing graph (no host launch cost)     -> bench-graph.json
 #   4. the prefill kernel forced on from m = 33 (selection evidence)   -> bench-prefill.json
 #   5. compute-sanitizer memcheck over the C API's CUDA operations     -> sanitizer.log
 #   6. (profile) Nsight Compute sections of the hot kernels            -> profile.log
@@ -71,6 +72,9 @@ if want bench; then
   # shellcheck disable=SC2086  # WUSH_BENCH_ARGS: several words on purpose
   timeout 200 "$bin" bench --device cuda --json ${WUSH_BENCH_ARGS:-} >"$out/bench.json" 2>"$out/bench.err"
   stamp "bench rc=$?"
+  # The small-m targets without the host's launch cost: each batch replayed from a CUDA graph.
+  timeout 60 "$bin" bench --device cuda --timing graph --m 1,16 --json >"$out/bench-graph.json" 2>>"$out/bench.err"
+  stamp "bench (graph replay, m = 1, 16) rc=$?"
 fi
 if want prefill; then
   WUSH_CUDA_PREFILL_MIN_M=33 timeout 60 "$bin" bench --device cuda --kind forward --layers 4096x4096 \
@@ -93,7 +97,7 @@ if want profile; then
     stamp "ncu m=$m rc=$?"
   done
 fi
-python3 - "$out/bench.json" "$out/bench-prefill.json" <<'EOF'
+python3 - "$out/bench.json" "$out/bench-graph.json" "$out/bench-prefill.json" <<'EOF'
 import json, os, sys
 for path in sys.argv[1:]:
     if not os.path.exists(path):

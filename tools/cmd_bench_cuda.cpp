@@ -4,7 +4,8 @@
 //             shared Hadamard matrix, (b) a device-to-device copy of the activations' bytes
 //   forward   wush_linear_run (quantize + W4A4 GEMM)          vs cuBLAS BF16 GEMM (X W^T, float32
 //                                                               accumulation) on the same shape
-// Activations are BF16. speedup = baseline_s / ours_s. The library is used through its public C
+// Activations are BF16. speedup = baseline_s / ours_s. `--timing graph` replays each batch of
+// calls from a captured CUDA graph (no host launch cost); the default, eager, launches each call. The library is used through its public C
 // API only; the CUDA runtime and cuBLAS are linked here for the baselines.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -45,27 +46,48 @@ private:
     void* p_ = nullptr;
 };
 
-// Median seconds per call of fn() on `stream`: batches of calls timed with events.
+// Median seconds per call of fn() on `stream`: batches of kBatch calls timed with CUDA events,
+// after a warm-up. With `graph` each batch is one replay of a CUDA graph captured once (global
+// mode) from kBatch calls: the host's launch cost drops out, as for a framework that replays
+// graphs, which is what the small-m figures need. Negative when the capture fails.
 template <typename Fn>
-double median_seconds(cudaStream_t stream, Fn&& fn) {
+double median_seconds(cudaStream_t stream, bool graph, Fn&& fn) {
+    constexpr int kBatch = 20;
+    for (int i = 0; i < 3; ++i) fn();  // warm-up
+    cudaStreamSynchronize(stream);
+    cudaGraphExec_t exec = nullptr;
+    if (graph) {
+        cudaGraph_t g = nullptr;
+        if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) return -1.0;
+        for (int i = 0; i < kBatch; ++i) fn();
+        const bool captured = cudaStreamEndCapture(stream, &g) == cudaSuccess && g != nullptr;
+        const bool ready = captured && cudaGraphInstantiate(&exec, g, 0) == cudaSuccess;
+        if (g != nullptr) cudaGraphDestroy(g);
+        if (!ready) {
+            cudaGetLastError();  // clear the capture's error for the next measurement
+            return -1.0;
+        }
+        cudaGraphLaunch(exec, stream);  // warm-up of the graph itself
+        cudaStreamSynchronize(stream);
+    }
     cudaEvent_t a, b;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
-    for (int i = 0; i < 3; ++i) fn();  // warm-up
-    cudaStreamSynchronize(stream);
     std::vector<double> t;
     for (int sample = 0; sample < 7; ++sample) {
-        const int batch = 20;
         cudaEventRecord(a, stream);
-        for (int i = 0; i < batch; ++i) fn();
+        if (exec != nullptr) cudaGraphLaunch(exec, stream);
+        else
+            for (int i = 0; i < kBatch; ++i) fn();
         cudaEventRecord(b, stream);
         cudaEventSynchronize(b);
         float ms = 0.0f;
         cudaEventElapsedTime(&ms, a, b);
-        t.push_back(double(ms) * 1e-3 / batch);
+        t.push_back(double(ms) * 1e-3 / kBatch);
     }
     cudaEventDestroy(a);
     cudaEventDestroy(b);
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
 }
@@ -125,7 +147,14 @@ bool make_case(wush_context* ctx, wush_context* cpu, const std::string& name, wu
            ok(wush_linear_create(ctx, th.p, qh.p, &c->hadamard.p), "prepare");
 }
 
-bool bench_quantize(wush_context* ctx, cudaStream_t stream, const Case& c, std::size_t m, const void* x,
+// A measurement that failed to capture (median_seconds < 0) fails the run, naming it.
+bool timed(double t, const char* what) {
+    if (t >= 0.0) return true;
+    std::fprintf(stderr, "wush bench: %s could not be captured in a CUDA graph\n", what);
+    return false;
+}
+
+bool bench_quantize(wush_context* ctx, cudaStream_t stream, bool graph, const Case& c, std::size_t m, const void* x,
                     std::vector<Result>* out) {
     std::size_t cb = 0, sb = 0;
     wush_format_buffer_sizes(c.format, m, c.d_in, &cb, &sb);
@@ -139,12 +168,15 @@ bool bench_quantize(wush_context* ctx, cudaStream_t stream, const Case& c, std::
             if (s != WUSH_OK) st = s;
         };
     };
-    const double t_wush = median_seconds(stream, run(c.wush.p));
-    const double t_had = median_seconds(stream, run(c.hadamard.p));
+    const double t_wush = median_seconds(stream, graph, run(c.wush.p));
+    const double t_had = median_seconds(stream, graph, run(c.hadamard.p));
     const std::size_t x_bytes = m * c.d_in * 2;
-    const double t_copy =
-        median_seconds(stream, [&] { cudaMemcpyAsync(copy.get(), x, x_bytes, cudaMemcpyDeviceToDevice, stream); });
+    const double t_copy = median_seconds(
+        stream, graph, [&] { cudaMemcpyAsync(copy.get(), x, x_bytes, cudaMemcpyDeviceToDevice, stream); });
     if (!ok(st, "wush_linear_quantize") || !ok(wush_context_synchronize(ctx), "synchronize")) return false;
+    if (!timed(t_wush, "wush_linear_quantize") || !timed(t_had, "the Hadamard quantize") ||
+        !timed(t_copy, "the device copy"))
+        return false;
     const double moved = double(x_bytes + cb + sb);
     out->push_back({"quantize", c.layer, wush_format_name(c.format), "hadamard", m, t_wush, t_had, moved / t_wush / 1e9,
                     moved / t_had / 1e9});
@@ -153,14 +185,14 @@ bool bench_quantize(wush_context* ctx, cudaStream_t stream, const Case& c, std::
     return true;
 }
 
-bool bench_forward(wush_context* ctx, cudaStream_t stream, cublasHandle_t blas, const Case& c, std::size_t m,
-                   const void* x, const void* w_bf16, std::vector<Result>* out) {
+bool bench_forward(wush_context* ctx, cudaStream_t stream, bool graph, cublasHandle_t blas, const Case& c,
+                   std::size_t m, const void* x, const void* w_bf16, std::vector<Result>* out) {
     std::size_t ws = 0;
     if (!ok(wush_linear_workspace_size(ctx, c.wush.p, m, &ws), "workspace size")) return false;
     DeviceBuffer y(m * c.d_out * 2), workspace(ws), y_ref(m * c.d_out * 2);
     if (!y || !workspace || !y_ref) return ok(WUSH_ERR_OUT_OF_MEMORY, "device buffers");
     wush_status st = WUSH_OK;
-    const double t_ours = median_seconds(stream, [&] {
+    const double t_ours = median_seconds(stream, graph, [&] {
         const wush_status s = wush_linear_run(ctx, c.wush.p, WUSH_DTYPE_BF16, x, m, WUSH_DTYPE_BF16, y.get(),
                                               m * c.d_out, workspace.get(), ws);
         if (s != WUSH_OK) st = s;
@@ -168,7 +200,7 @@ bool bench_forward(wush_context* ctx, cudaStream_t stream, cublasHandle_t blas, 
     const float one = 1.0f, zero = 0.0f;
     cublasStatus_t bst = CUBLAS_STATUS_SUCCESS;
     // Y^T (d_out x m, column-major) = W (d_out x d_in, row-major = d_in x d_out column-major)^T X^T.
-    const double t_blas = median_seconds(stream, [&] {
+    const double t_blas = median_seconds(stream, graph, [&] {
         const cublasStatus_t s =
             cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(c.d_out), int(m), int(c.d_in), &one, w_bf16, CUDA_R_16BF,
                          int(c.d_in), x, CUDA_R_16BF, int(c.d_in), &zero, y_ref.get(), CUDA_R_16BF, int(c.d_out),
@@ -180,6 +212,7 @@ bool bench_forward(wush_context* ctx, cudaStream_t stream, cublasHandle_t blas, 
         std::fprintf(stderr, "wush bench: cublasGemmEx failed (%d)\n", int(bst));
         return false;
     }
+    if (!timed(t_ours, "wush_linear_run") || !timed(t_blas, "cublasGemmEx")) return false;
     out->push_back({"forward", c.layer, wush_format_name(c.format), "cublas_bf16", m, t_ours, t_blas});
     return true;
 }
@@ -196,9 +229,10 @@ std::string json_string(const std::string& s) {
     return out;
 }
 
-void print(const std::vector<Result>& rs, const std::string& device, bool json) {
+void print(const std::vector<Result>& rs, const std::string& device, bool graph, bool json) {
+    const char* timing = graph ? "graph" : "eager";
     if (json) {
-        std::printf("{\"device\": \"%s\", \"results\": [", json_string(device).c_str());
+        std::printf("{\"device\": \"%s\", \"timing\": \"%s\", \"results\": [", json_string(device).c_str(), timing);
         for (std::size_t i = 0; i < rs.size(); ++i) {
             const Result& r = rs[i];
             std::printf(
@@ -211,8 +245,8 @@ void print(const std::vector<Result>& rs, const std::string& device, bool json) 
         std::printf("\n]}\n");
         return;
     }
-    std::printf("device: %s\n%-9s %-11s %-7s %6s %-12s %11s %11s %8s %9s %9s\n", device.c_str(), "kind", "layer",
-                "format", "m", "baseline", "ours_us", "base_us", "speedup", "ours_GB/s", "base_GB/s");
+    std::printf("device: %s, timing: %s\n%-9s %-11s %-7s %6s %-12s %11s %11s %8s %9s %9s\n", device.c_str(), timing,
+                "kind", "layer", "format", "m", "baseline", "ours_us", "base_us", "speedup", "ours_GB/s", "base_GB/s");
     for (const Result& r : rs)
         std::printf("%-9s %-11s %-7s %6zu %-12s %11.2f %11.2f %8.3f %9.1f %9.1f\n", r.kind.c_str(), r.layer.c_str(),
                     r.format.c_str(), r.m, r.baseline.c_str(), r.ours_s * 1e6, r.baseline_s * 1e6,
@@ -225,6 +259,7 @@ int bench_cuda(cli::Args& a) {
     // The command line first (cli::Args' rules), before the device is touched.
     const std::vector<std::size_t> ms = a.get_size_list("--m", "1,16,128,1024,4096");
     a.get_choice_list("--kind", "quantize,forward", {"quantize", "forward"});
+    const bool graph = a.get_choice("--timing", "eager", {"eager", "graph"}) == "graph";
     const std::vector<std::string> layers = a.get_list("--layers", "4096x4096,14336x4096,4096x14336");
     const std::vector<std::string> formats = a.get_list("--format", "mxfp4,nvfp4,int4");
     if (!a.ok()) return cli::usage_error("bench", a);
@@ -263,10 +298,10 @@ int bench_cuda(cli::Args& a) {
             cudaMemcpy(w.get(), hw.data(), hw.size() * 2, cudaMemcpyHostToDevice);
             for (std::size_t m : ms) {
                 if (kinds.find("quantize") != std::string::npos &&
-                    !bench_quantize(ctx.p, stream, c, m, x.get(), &results))
+                    !bench_quantize(ctx.p, stream, graph, c, m, x.get(), &results))
                     rc = 1;
                 if (kinds.find("forward") != std::string::npos &&
-                    !bench_forward(ctx.p, stream, blas, c, m, x.get(), w.get(), &results))
+                    !bench_forward(ctx.p, stream, graph, blas, c, m, x.get(), w.get(), &results))
                     rc = 1;
             }
             if (!a.has("--json")) std::fprintf(stderr, "wush bench: %s %s done\n", layer.c_str(), fname.c_str());
@@ -275,6 +310,6 @@ int bench_cuda(cli::Args& a) {
     wush_context_set_stream(ctx.p, nullptr);
     cublasDestroy(blas);
     cudaStreamDestroy(stream);
-    print(results, device, a.has("--json"));
+    print(results, device, graph, a.has("--json"));
     return rc;
 }

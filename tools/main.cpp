@@ -73,7 +73,8 @@ const Command kCommands[] = {
      "  [--kind gemm,quantize,forward] [--threads N] [--isa auto|scalar|avx2|avx512_vnni]\n"
      "  [--repeats R] [--min-time SECONDS]\n"
      "  [--device cpu|cuda]  cuda: the CUDA backend against cuBLAS BF16 (a build\n"
-     "               with nvcc and a GPU; --m, --kind quantize,forward, --layers, --format)\n"
+     "               with nvcc and a GPU; --m, --kind quantize,forward, --layers, --format,\n"
+     "               --timing eager|graph: graph replays each batch from a CUDA graph)\n"
      "  [--contend [--contend-cpu C] [--contend-process] | --paired]: N threads vs 1,\n"
      "  paired samples, next to a busy loop or on the machine as it is\n"},
     {"formats", cmd_formats,

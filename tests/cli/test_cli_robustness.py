@@ -107,6 +107,7 @@ usage_errors = [
     (("bench", "--m", "1,,2"), "--m", "1,,2"),
     (("bench", "--layers", "4096x4096,"), "--layers", "4096x4096,"),
     (("bench", "--device", "gpu"), "--device", "gpu"),
+    (("bench", "--timing", "graph"), "--timing", "--device cuda"),
     (("eval", "--layers", ""), "--layers", "''"),
     (("eval", "--layers", "small_256x512", "--format", "mxfp4,"), "--format", "mxfp4,"),
     (("eval", "--layers", "small_256x512", "--method", "rtn,nope"), "--method", "nope"),
