@@ -68,7 +68,7 @@ bool gemm_supported(GemmKernel kernel, const GemmArgs& args, int sm) {
 
 GemmKernel pick_gemm(const GemmArgs& args, int sm, bool blockscaled_available, const GemmTable* table) {
     static const GemmTable kDefault = default_gemm_table();
-    return table_pick(table ? *table : kDefault, sm, args.m, [&](GemmKernel k) {
+    return table_pick(table ? *table : kDefault, sm, args.m, int(args.format), [&](GemmKernel k) {
         return (k != GemmKernel::BlockScaledLt || blockscaled_available) && shape_supported(k, args, sm);
     });
 }

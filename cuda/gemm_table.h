@@ -9,10 +9,12 @@
 // Default (docs: cuda/GEMM_NOTES.md, "Selection"):
 //   m <= 32, sm >= 61        Decode (weight streaming with dp4a)
 //   sm_100 / sm_120, m > 32  BlockScaledLt (cuBLASLt FP4), where cuBLASLt offers an algorithm
+//   INT4, m >= 128, sm >= 80 Prefill: INT4's reference path multiplies in float32 (exact operands),
+//                            and on an H200 the prefill kernel was faster at m = 128 and 3.2x faster
+//                            at m = 4096 (docs/PERFORMANCE.md, "CUDA backend: first hardware run")
 //   m > 32 otherwise         Reference (exact dequantization to BF16 + cuBLAS). The prefill kernel
-//                            is predicted 2-3x slower than cuBLAS BF16 at 4096^3 and leaves SMs
-//                            idle at m <= 128; it is chosen only when asked for (below) until a
-//                            measurement shows it faster.
+//                            measured 5-7x slower than cuBLAS BF16 for MXFP4/NVFP4 (H200), and
+//                            slower than this path; it is chosen there only when asked for (below).
 // WUSH_CUDA_PREFILL_MIN_M=<m> (environment, read when a CUDA context is created): m >= that value
 // (and above the decode rows) on sm >= 80 takes the prefill kernel, for measurement.
 #pragma once
@@ -22,15 +24,20 @@
 #include <string>
 #include <vector>
 
+#include "wush/wush.h"
+
 namespace wush::cuda {
 
 // Which kernel serves a product (pick_gemm), so tests and benchmarks can force each one.
 enum class GemmKernel { Reference, Decode, Prefill, BlockScaledLt };
 
+constexpr int kAnyFormat = -1;
+
 struct GemmRule {
     int sm_min, sm_max;        // compute capability range (major * 10 + minor), inclusive
     std::size_t m_min, m_max;  // token range, inclusive
     GemmKernel kernel;
+    int format = kAnyFormat;  // a wush_format value: the rule applies to that format only
 };
 
 struct GemmTable {
@@ -39,18 +46,20 @@ struct GemmTable {
 
 constexpr std::size_t kDecodeMaxRows = 32;
 constexpr std::size_t kAnyM = ~std::size_t(0);
+constexpr std::size_t kInt4PrefillMinM = 128;  // measured at 128 and 4096 only (H200): not below
 
 inline GemmTable default_gemm_table() {
     return {{
         {61, 999, 1, kDecodeMaxRows, GemmKernel::Decode},
         {100, 109, kDecodeMaxRows + 1, kAnyM, GemmKernel::BlockScaledLt},
         {120, 129, kDecodeMaxRows + 1, kAnyM, GemmKernel::BlockScaledLt},
+        {80, 999, kInt4PrefillMinM, kAnyM, GemmKernel::Prefill, WUSH_FORMAT_INT4},
         {0, 999, 0, kAnyM, GemmKernel::Reference},
     }};
 }
 
-// The default table with the prefill kernel for m >= prefill_min_m on sm >= 80 (after the decode
-// and cuBLASLt rules: those keep their ranges).
+// The default table with the prefill kernel for m >= prefill_min_m on sm >= 80, every format
+// (after the decode and cuBLASLt rules: those keep their ranges).
 inline GemmTable gemm_table_with_prefill(std::size_t prefill_min_m) {
     GemmTable t = default_gemm_table();
     const std::size_t from = prefill_min_m > kDecodeMaxRows ? prefill_min_m : kDecodeMaxRows + 1;
@@ -58,13 +67,14 @@ inline GemmTable gemm_table_with_prefill(std::size_t prefill_min_m) {
     return t;
 }
 
-// The first rule that matches and whose kernel `usable(kernel)` accepts (Reference when none
-// does). `usable` is pick_gemm's check of the shape and operands (and, for BlockScaledLt, that
-// cuBLASLt offers an algorithm).
+// The first rule that matches (architecture, tokens, and `format` where the rule names one) and
+// whose kernel `usable(kernel)` accepts (Reference when none does). `usable` is pick_gemm's check
+// of the shape and operands (and, for BlockScaledLt, that cuBLASLt offers an algorithm).
 template <class Usable>
-GemmKernel table_pick(const GemmTable& t, int sm, std::size_t m, const Usable& usable) {
+GemmKernel table_pick(const GemmTable& t, int sm, std::size_t m, int format, const Usable& usable) {
     for (const GemmRule& r : t.rules) {
         if (sm < r.sm_min || sm > r.sm_max || m < r.m_min || m > r.m_max) continue;
+        if (r.format != kAnyFormat && r.format != format) continue;
         if (r.kernel == GemmKernel::Reference || usable(r.kernel)) return r.kernel;
     }
     return GemmKernel::Reference;

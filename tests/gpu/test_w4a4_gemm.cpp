@@ -322,9 +322,14 @@ TEST(W4A4GemmSelect, PicksByRowsAndArchitecture) {
     EXPECT_EQ(wush::cuda::pick_gemm(a, 120), GemmKernel::BlockScaledLt);
     EXPECT_EQ(wush::cuda::pick_gemm(a, 100, false), GemmKernel::Reference);
     EXPECT_EQ(wush::cuda::pick_gemm(a, 75), GemmKernel::Reference);
-    a.format = WUSH_FORMAT_INT4;  // no cuBLASLt FP4 path: the next rule
-    EXPECT_EQ(wush::cuda::pick_gemm(a, 100), GemmKernel::Reference);
+    a.format = WUSH_FORMAT_INT4;  // no cuBLASLt FP4 path: the next rule, INT4's prefill from m = 128
+    EXPECT_EQ(wush::cuda::pick_gemm(a, 100), GemmKernel::Prefill);
+    EXPECT_EQ(wush::cuda::pick_gemm(a, 90), GemmKernel::Prefill);
+    EXPECT_EQ(wush::cuda::pick_gemm(a, 75), GemmKernel::Reference);
+    a.m = 127;
+    EXPECT_EQ(wush::cuda::pick_gemm(a, 90), GemmKernel::Reference);
     EXPECT_EQ(wush::cuda::pick_gemm(a, 100, true, &prefill), GemmKernel::Prefill);
+    a.m = 4096;
     a.k = 4112;  // not a multiple of 32
     EXPECT_EQ(wush::cuda::pick_gemm(a, 90, true, &prefill), GemmKernel::Reference);
     a.k = 4096;

@@ -325,24 +325,32 @@ const auto kAll = [](GemmKernel) { return true; };
 const auto kNoLt = [](GemmKernel k) { return k != GemmKernel::BlockScaledLt; };
 
 // The documented policy, written out: decode up to 32 tokens; above, cuBLASLt FP4 on sm_100/120
-// where it has an algorithm; else the reference path. The prefill kernel only when asked for.
-TEST(GemmTable, DefaultNeverPicksPrefill) {
+// where it has an algorithm; INT4 from 128 tokens on sm >= 80: the prefill kernel (measured faster
+// than INT4's float32 reference path); else the reference path.
+TEST(GemmTable, DefaultPicksPrefillOnlyForInt4) {
     const wush::cuda::GemmTable t = wush::cuda::default_gemm_table();
-    for (int sm : {61, 70, 75, 80, 86, 89, 90, 100, 103, 120, 121}) {
-        for (std::size_t m = 1; m <= 600; ++m) {
-            const GemmKernel want_lt = m <= 32                            ? GemmKernel::Decode
-                                       : (sm / 10 == 10 || sm / 10 == 12) ? GemmKernel::BlockScaledLt
-                                                                          : GemmKernel::Reference;
-            const GemmKernel want_nolt = m <= 32 ? GemmKernel::Decode : GemmKernel::Reference;
-            EXPECT_EQ(wush::cuda::table_pick(t, sm, m, kAll), want_lt) << sm << " " << m;
-            EXPECT_EQ(wush::cuda::table_pick(t, sm, m, kNoLt), want_nolt) << sm << " " << m;
+    for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4, WUSH_FORMAT_MXFP4_OCP}) {
+        for (int sm : {61, 70, 75, 80, 86, 89, 90, 100, 103, 120, 121}) {
+            for (std::size_t m = 1; m <= 600; ++m) {
+                const bool lt = sm / 10 == 10 || sm / 10 == 12;
+                const bool int4_prefill = f == WUSH_FORMAT_INT4 && sm >= 80 && m >= 128;
+                const GemmKernel after_lt = int4_prefill ? GemmKernel::Prefill : GemmKernel::Reference;
+                const GemmKernel want_lt = m <= 32 ? GemmKernel::Decode : lt ? GemmKernel::BlockScaledLt : after_lt;
+                const GemmKernel want_nolt = m <= 32 ? GemmKernel::Decode : after_lt;
+                EXPECT_EQ(wush::cuda::table_pick(t, sm, m, f, kAll), want_lt) << f << " " << sm << " " << m;
+                EXPECT_EQ(wush::cuda::table_pick(t, sm, m, f, kNoLt), want_nolt) << f << " " << sm << " " << m;
+            }
         }
     }
     // Below sm_61 (no dp4a) and where the decode kernel refuses the shape: the reference path.
-    EXPECT_EQ(wush::cuda::table_pick(t, 60, 1, kAll), GemmKernel::Reference);
-    EXPECT_EQ(wush::cuda::table_pick(t, 90, 1, [](GemmKernel k) { return k != GemmKernel::Decode; }),
+    EXPECT_EQ(wush::cuda::table_pick(t, 60, 1, WUSH_FORMAT_MXFP4, kAll), GemmKernel::Reference);
+    EXPECT_EQ(wush::cuda::table_pick(t, 90, 1, WUSH_FORMAT_MXFP4, [](GemmKernel k) { return k != GemmKernel::Decode; }),
               GemmKernel::Reference);
-    EXPECT_EQ(wush::cuda::table_pick(t, 90, std::size_t(1) << 40, kAll), GemmKernel::Reference);
+    EXPECT_EQ(wush::cuda::table_pick(t, 90, std::size_t(1) << 40, WUSH_FORMAT_MXFP4, kAll), GemmKernel::Reference);
+    // INT4 where the prefill kernel refuses the product: the reference path.
+    EXPECT_EQ(
+        wush::cuda::table_pick(t, 90, 4096, WUSH_FORMAT_INT4, [](GemmKernel k) { return k != GemmKernel::Prefill; }),
+        GemmKernel::Reference);
 }
 
 TEST(GemmTable, PrefillSwitch) {
@@ -350,30 +358,34 @@ TEST(GemmTable, PrefillSwitch) {
     ASSERT_TRUE(wush::cuda::gemm_table_from_env("100", &t));
     for (std::size_t m = 1; m <= 300; ++m) {
         const GemmKernel want = m <= 32 ? GemmKernel::Decode : m < 100 ? GemmKernel::Reference : GemmKernel::Prefill;
-        EXPECT_EQ(wush::cuda::table_pick(t, 90, m, kAll), want) << m;
-        EXPECT_EQ(wush::cuda::table_pick(t, 80, m, kAll), want) << m;
+        EXPECT_EQ(wush::cuda::table_pick(t, 90, m, WUSH_FORMAT_MXFP4, kAll), want) << m;
+        EXPECT_EQ(wush::cuda::table_pick(t, 80, m, WUSH_FORMAT_MXFP4, kAll), want) << m;
         // cuBLASLt keeps its range on Blackwell; without it, the prefill kernel (sm >= 80).
-        EXPECT_EQ(wush::cuda::table_pick(t, 100, m, kAll), m <= 32 ? GemmKernel::Decode : GemmKernel::BlockScaledLt)
+        EXPECT_EQ(wush::cuda::table_pick(t, 100, m, WUSH_FORMAT_MXFP4, kAll),
+                  m <= 32 ? GemmKernel::Decode : GemmKernel::BlockScaledLt)
             << m;
-        EXPECT_EQ(wush::cuda::table_pick(t, 120, m, kNoLt), want) << m;
+        EXPECT_EQ(wush::cuda::table_pick(t, 120, m, WUSH_FORMAT_MXFP4, kNoLt), want) << m;
         // A kernel that refuses the product hands over to the next rule.
-        EXPECT_EQ(wush::cuda::table_pick(t, 90, m, [](GemmKernel k) { return k != GemmKernel::Prefill; }),
-                  m <= 32 ? GemmKernel::Decode : GemmKernel::Reference)
+        EXPECT_EQ(
+            wush::cuda::table_pick(t, 90, m, WUSH_FORMAT_MXFP4, [](GemmKernel k) { return k != GemmKernel::Prefill; }),
+            m <= 32 ? GemmKernel::Decode : GemmKernel::Reference)
             << m;
     }
-    EXPECT_EQ(wush::cuda::table_pick(t, 75, 500, kAll), GemmKernel::Reference);  // no mma.sync s8 before sm_80
+    EXPECT_EQ(wush::cuda::table_pick(t, 75, 500, WUSH_FORMAT_MXFP4, kAll),
+              GemmKernel::Reference);  // no mma.sync s8 before sm_80
     // A value at or below the decode rows starts right above them: decode keeps m <= 32.
     ASSERT_TRUE(wush::cuda::gemm_table_from_env("1", &t));
-    EXPECT_EQ(wush::cuda::table_pick(t, 90, 32, kAll), GemmKernel::Decode);
-    EXPECT_EQ(wush::cuda::table_pick(t, 90, 33, kAll), GemmKernel::Prefill);
+    EXPECT_EQ(wush::cuda::table_pick(t, 90, 32, WUSH_FORMAT_MXFP4, kAll), GemmKernel::Decode);
+    EXPECT_EQ(wush::cuda::table_pick(t, 90, 33, WUSH_FORMAT_MXFP4, kAll), GemmKernel::Prefill);
     ASSERT_TRUE(wush::cuda::gemm_table_from_env("", &t));
-    EXPECT_EQ(wush::cuda::table_pick(t, 90, 33, kAll), GemmKernel::Reference);
+    EXPECT_EQ(wush::cuda::table_pick(t, 90, 33, WUSH_FORMAT_MXFP4, kAll), GemmKernel::Reference);
     ASSERT_TRUE(wush::cuda::gemm_table_from_env(nullptr, &t));
-    EXPECT_EQ(wush::cuda::table_pick(t, 90, 4096, kAll), GemmKernel::Reference);
+    EXPECT_EQ(wush::cuda::table_pick(t, 90, 4096, WUSH_FORMAT_MXFP4, kAll), GemmKernel::Reference);
     for (const char* bad : {"0", "-5", "12x", " 64", "1e3", "99999999999999999999999"}) {
         t = wush::cuda::gemm_table_with_prefill(40);
         EXPECT_FALSE(wush::cuda::gemm_table_from_env(bad, &t)) << bad;
-        EXPECT_EQ(wush::cuda::table_pick(t, 90, 40, kAll), GemmKernel::Prefill) << bad << ": table changed";
+        EXPECT_EQ(wush::cuda::table_pick(t, 90, 40, WUSH_FORMAT_MXFP4, kAll), GemmKernel::Prefill)
+            << bad << ": table changed";
     }
 }
 
