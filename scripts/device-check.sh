@@ -3,11 +3,12 @@
 # builds only what the GPU checks need, for sm_90 (set WUSH_DEVICE_ARCHS for another GPU), then,
 # each under its own time limit, with logs in $OUT (default /tmp/wush-device-out):
 #   1. every ctest test labelled gpu                                   -> ctest.log
+#      and the Python GPU test with this machine's torch               -> python-cuda.log
 #   2. the GEMM kernels' own benchmark (WUSH_GEMM_BENCH)               -> gemm-bench.log
 #   3. `wush bench --device cuda --json` on the default layers         -> bench.json
 #      and at m = 1, 16 with --timing graph (no host launch cost)     -> bench-graph.json
 #   4. the prefill kernel forced on from m = 33 (selection evidence)   -> bench-prefill.json
-#   5. compute-sanitizer memcheck over the C API's CUDA operations     -> sanitizer.log
+#   5. compute-sanitizer memcheck over the C API's CUDA operations     -> run.log (summary)
 #   6. (profile) Nsight Compute sections of the hot kernels            -> profile.log
 # The build needs the Debian libraries of scripts/install-deps.sh. On a machine that reaches no
 # package registry they can travel as .deb files in .gpudeps/ (apt-get download of OpenBLAS,
@@ -28,6 +29,9 @@ t0=$(date +%s)
 stamp() { echo "[$(($(date +%s) - t0)) s] $*"; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+# At most 8 files come back from a lent machine's $OUT: the build log stays outside unless the build
+# fails, the sanitizer's and bench's stderr go to run.log.
+blog=/tmp/wush-device-build.log
 deps=()
 if compgen -G ".gpudeps/*.deb" >/dev/null; then
   mkdir -p /opt/devdeps && for f in .gpudeps/*.deb; do dpkg -x "$f" /opt/devdeps; done
@@ -39,26 +43,35 @@ if compgen -G ".gpudeps/*.deb" >/dev/null; then
   stamp "deps unpacked"
 fi
 cmake -S . -B build/device -DCMAKE_BUILD_TYPE=Release -DWUSH_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES="${WUSH_DEVICE_ARCHS:-90}" "${deps[@]}" >"$out/build.log" 2>&1 || {
-  tail -30 "$out/build.log"
+  -DCMAKE_CUDA_ARCHITECTURES="${WUSH_DEVICE_ARCHS:-90}" "${deps[@]}" >"$blog" 2>&1 || {
+  tail -30 "$blog"
+  cp "$blog" "$out/build.log"
   exit 1
 }
 stamp "configured"
 targets=(wush_cli wush_bench_cuda wush_cuda_module wush_backend_ops_test wush_gpu_context_test
   wush_gpu_gemm_tests wush_gpu_kernel_tests)
-timeout 200 cmake --build build/device -j"$(nproc)" --target "${targets[@]}" >>"$out/build.log" 2>&1 || {
-  grep -m20 -B2 -A8 'error' "$out/build.log"
+timeout 200 cmake --build build/device -j"$(nproc)" --target "${targets[@]}" >>"$blog" 2>&1 || {
+  grep -m20 -B2 -A8 'error' "$blog"
+  cp "$blog" "$out/build.log"
   exit 1
 }
 stamp "built"
 
 rc=0
 if want tests; then
-  if [ -n "$regex" ]; then sel=(-R "$regex"); else sel=(-L gpu); fi
+  # The Python GPU test runs below with this machine's torch (ctest's would want the dev venv).
+  if [ -n "$regex" ]; then sel=(-R "$regex"); else sel=(-L gpu -E python_test_python_cuda); fi
   (cd build/device && timeout 240 ctest "${sel[@]}" --output-on-failure --timeout 200 -j2 >"$out/ctest.log" 2>&1)
   rc=$?
   grep -E "tests passed|tests failed|\*\*\*|Failed|SKIPPED|Skipped" "$out/ctest.log" | tail -30
   stamp "ctest rc=$rc"
+  PYTHONUNBUFFERED=1 timeout 300 "${PYTHON:-python3}" tests/python/test_python_cuda.py --library build/device/capi/libwush.so \
+    >"$out/python-cuda.log" 2>&1
+  prc=$?
+  grep -E "^FAIL|failures|SKIPPED" "$out/python-cuda.log"
+  stamp "python CUDA test rc=$prc"
+  [ "$rc" -eq 0 ] && [ "$prc" -ne 0 ] && [ "$prc" -ne 77 ] && rc=$prc
 fi
 
 if want gemm; then
@@ -70,21 +83,21 @@ fi
 bin=build/device/tools/wush
 if want bench; then
   # shellcheck disable=SC2086  # WUSH_BENCH_ARGS: several words on purpose
-  timeout 200 "$bin" bench --device cuda --json ${WUSH_BENCH_ARGS:-} >"$out/bench.json" 2>"$out/bench.err"
+  timeout 200 "$bin" bench --device cuda --json ${WUSH_BENCH_ARGS:-} >"$out/bench.json" 
   stamp "bench rc=$?"
   # The small-m targets without the host's launch cost: each batch replayed from a CUDA graph.
-  timeout 60 "$bin" bench --device cuda --timing graph --m 1,16 --json >"$out/bench-graph.json" 2>>"$out/bench.err"
+  timeout 60 "$bin" bench --device cuda --timing graph --m 1,16 --json >"$out/bench-graph.json"
   stamp "bench (graph replay, m = 1, 16) rc=$?"
 fi
 if want prefill; then
   WUSH_CUDA_PREFILL_MIN_M=33 timeout 60 "$bin" bench --device cuda --kind forward --layers 4096x4096 \
-    --format mxfp4,nvfp4 --m 33,128,1024,4096 --json >"$out/bench-prefill.json" 2>>"$out/bench.err"
+    --format mxfp4,nvfp4 --m 33,128,1024,4096 --json >"$out/bench-prefill.json"
   stamp "prefill bench rc=$?"
 fi
 if want memcheck && command -v compute-sanitizer >/dev/null; then
-  timeout 60 compute-sanitizer --tool memcheck build/device/tests/wush_backend_ops_test cuda >"$out/sanitizer.log" 2>&1
+  timeout 60 compute-sanitizer --tool memcheck build/device/tests/wush_backend_ops_test cuda >/tmp/wush-memcheck.log 2>&1
   stamp "memcheck backend_ops_cuda rc=$?"
-  tail -3 "$out/sanitizer.log"
+  tail -3 /tmp/wush-memcheck.log
 fi
 if want profile; then
   # Hardware counters of the quantize tile kernel (m = 4096), the small-m kernel and the decode
