@@ -156,10 +156,12 @@ __device__ __forceinline__ void store_scale(std::uint8_t* dst, const std::uint8_
 // ---------------------------------------------------------------------------------------------
 // Tile kernel (n_tokens > kSmallMaxTokens): a block owns 32 tokens x 4 consecutive column groups;
 // lane = token, warp = group. x is staged through shared memory (coalesced 16-byte loads), each
-// warp's matrix is held transposed in shared memory so that T[i..i+3][j] is one broadcast
-// 16-byte read, and a thread runs its group's G output chains interleaved (j outer, i inner:
-// each chain still j ascending). Codes go through shared memory so that a warp stores whole row
-// segments of 64 (G = 32) or 32 (NVFP4) bytes as 16- (NVFP4: 8-) byte stores.
+// warp's matrix (uploaded transposed) is copied to shared memory so that T[i..i+3][j] is one
+// broadcast 16-byte read, and a thread runs its group's G output chains interleaved (j outer, i
+// inner: each chain still j ascending), then certifies its group. The groups a warp could not
+// certify (a ballot) are recomputed afterwards by the whole warp, token by token. Codes go through
+// shared memory so that a warp stores whole row segments of 64 (G = 32) or 32 (NVFP4) bytes as
+// 16- (NVFP4: 8-) byte stores.
 // grid: (ceil(n / 32), ceil(C / 4)).
 // ---------------------------------------------------------------------------------------------
 template <wush_format F>
@@ -276,9 +278,9 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const QuantizeA
 
 // ---------------------------------------------------------------------------------------------
 // Small-m kernel (n_tokens <= 16): a warp per (token, group), so that one token's groups spread
-// over C warps of the whole GPU. Lane i computes output i's chain (T row-major in shared memory,
-// rows padded by one: conflict-free), the outputs meet in shared memory, and lane 0 certifies
-// (or recomputes) the group and stores its codes as one 16- (NVFP4: 8-) byte store.
+// over C warps of the whole GPU. Lane i computes output i's chain (T transposed in shared
+// memory: lanes read consecutive words), the outputs meet in shared memory, lane 0 certifies the
+// group (or the warp recomputes it) and stores its codes as one 16- (NVFP4: 8-) byte store.
 // grid: (ceil(C / 4), n).
 // ---------------------------------------------------------------------------------------------
 template <wush_format F>
