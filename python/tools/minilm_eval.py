@@ -137,8 +137,12 @@ def write_layer_files(model, acts: Dict[str, "np.ndarray"], outdir: pathlib.Path
 
 
 def run_eval(wush: str, wpath: str, xpath: str, n_held: int, n_val: int, extra: List[str]) -> List[dict]:
-    cmd = [wush, "eval", "--weights", wpath, "--activations", xpath, "--heldout-tokens", str(n_held),
-           "--transform", "i,r,h,wush,wush+s", "--method", "all", "--format", "mxfp4,nvfp4,int4", "--json"]
+    # The defaults below give way to the same options in `extra` (wush refuses an option twice).
+    defaults = {"--transform": "i,r,h,wush,wush+s", "--method": "all", "--format": "mxfp4,nvfp4,int4"}
+    cmd = [wush, "eval", "--weights", wpath, "--activations", xpath, "--heldout-tokens", str(n_held), "--json"]
+    for opt, value in defaults.items():
+        if opt not in extra:
+            cmd += [opt, value]
     cmd += (["--validation-tokens", str(n_val)] if n_val else []) + extra
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout  # progress bar: stderr
     return json.loads(out)["results"]
