@@ -40,6 +40,22 @@ __device__ __forceinline__ bool finite_f(float v) {
     return (bits::bits_from_float(v) & 0x7F800000u) != 0x7F800000u;
 }
 
+constexpr unsigned kFullWarp = 0xFFFFFFFFu;
+
+// The maximum / sum over the warp's 32 lanes by an xor butterfly: every lane adds the same pairs
+// (in swapped order), so every lane ends with the same bits.
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullWarp, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullWarp, v, o);
+    return v;
+}
+
 __device__ __forceinline__ void report_non_finite(unsigned long long* flag, std::size_t token, std::size_t col) {
     // The smallest (row, column) of all NaN/Inf wins: the first in row-major order.
     atomicMin(flag, (static_cast<unsigned long long>(token) << 32) | static_cast<unsigned long long>(col));
@@ -242,7 +258,7 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const QuantizeA
         }
     }
     if (warp < groups) {  // warp-uniform
-        unsigned pending = __ballot_sync(0xFFFFFFFFu, fallback);
+        unsigned pending = __ballot_sync(kFullWarp, fallback);
         while (pending != 0u) {
             const int r = __ffs(int(pending)) - 1;
             pending &= pending - 1u;
@@ -279,8 +295,9 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const QuantizeA
 // ---------------------------------------------------------------------------------------------
 // Small-m kernel (n_tokens <= 16): a warp per (token, group), so that one token's groups spread
 // over C warps of the whole GPU. Lane i computes output i's chain (T transposed in shared
-// memory: lanes read consecutive words), the outputs meet in shared memory, lane 0 certifies the
-// group (or the warp recomputes it) and stores its codes as one 16- (NVFP4: 8-) byte store.
+// memory: lanes read consecutive words) and certifies element i (certify_scaling on the warp's
+// amax, certify_element per lane, a ballot of the near flags); the codes go out as one byte per
+// even lane. A group that is not certified is recomputed by the warp and stored by lane 0.
 // grid: (ceil(C / 4), n).
 // ---------------------------------------------------------------------------------------------
 template <wush_format F>
@@ -319,28 +336,31 @@ __global__ void __launch_bounds__(kThreads) quantize_small_kernel(const Quantize
         ys[lane] = acc;
     }
     __syncwarp();
+    // Certification by the whole warp (lane i < G holds element i; amax and INT4's sum of squares
+    // are reduced over the lanes, the same value in every lane): one token's groups are the whole
+    // launch at small m, so no lane walks a group alone.
+    const float xv = lane < G ? xs[lane] : 0.0f, yv = lane < G ? ys[lane] : 0.0f;
+    if (__ballot_sync(kFullWarp, !finite_f(xv)) != 0u) return;  // writes nothing (NON_FINITE reported)
+    const float bound = formats::group_error_bound(xs, G, identity, identity ? 0.0f : a.row_norms[m]);
+    const float amax = warp_max(fabsf(yv));
+    const float ss = F == WUSH_FORMAT_INT4 ? warp_sum(yv * yv) : 0.0f;  // any order: in the tolerance
+    formats::certify_detail::GroupScaling sc;
+    const bool scaled = formats::certify_scaling(F, amax, ss, G, bound, sc);
+    bool near = false;
+    const int code = scaled && lane < G ? int(formats::certify_element(F, yv, sc, near)) : 0;
+    std::uint8_t* dst = a.codes + token * (a.d_in / 2) + group * CB;
+    std::uint8_t* scale_dst = a.scales + (token * groups_total + group) * SB;
+    if (scaled && __ballot_sync(kFullWarp, near) == 0u) {
+        // Each even lane writes its code and the next lane's as one byte (one coalesced store).
+        const int next = int(__shfl_xor_sync(kFullWarp, float(code), 1));  // 0..15: exact as a float
+        if (lane < G && (lane & 1) == 0) dst[lane >> 1] = std::uint8_t(code | (next << 4));
+        if (lane == 0) store_scale(scale_dst, sc.scale, SB);
+        return;
+    }
     std::uint8_t codes[CB];
     std::uint8_t scale[2] = {0, 0};
-    bool written = false, fallback = false;
-    if (lane == 0) {
-        float x[G], y[G];
-        bool finite = true;
-#pragma unroll
-        for (int j = 0; j < G; ++j) {
-            x[j] = xs[j];
-            y[j] = ys[j];
-            finite = finite && finite_f(x[j]);
-        }
-        // A non-finite group writes nothing (the call reports NON_FINITE).
-        written = finite && certify<F>(x, y, identity, identity ? 0.0f : a.row_norms[m], codes, scale);
-        fallback = finite && !written;
-    }
-    if (__ballot_sync(0xFFFFFFFFu, fallback) != 0u) {
-        recompute_group<F>(xs, t, 1, G, identity, yd_s + warp * G, lane, codes, scale);
-        written = lane == 0;
-    }
-    if (!written) return;
-    std::uint8_t* dst = a.codes + token * (a.d_in / 2) + group * CB;
+    recompute_group<F>(xs, t, 1, G, identity, yd_s + warp * G, lane, codes, scale);
+    if (lane != 0) return;
     if (vec_codes) {
         if constexpr (CB == 16)
             *reinterpret_cast<uint4*>(dst) = make_uint4(code_word<CB>(codes, 0), code_word<CB>(codes, 1),
@@ -350,7 +370,7 @@ __global__ void __launch_bounds__(kThreads) quantize_small_kernel(const Quantize
 #pragma unroll
         for (int b = 0; b < CB; ++b) dst[b] = codes[b];
     }
-    store_scale(a.scales + (token * groups_total + group) * SB, scale, SB);
+    store_scale(scale_dst, scale, SB);
 }
 
 }  // namespace wush::cuda::quantize_detail

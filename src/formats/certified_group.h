@@ -77,26 +77,27 @@ WUSH_HD bool in_certified_range(float amax) {
     return amax >= kTiny && amax <= kHuge;
 }  // false for NaN
 
-WUSH_HD bool certify_mx(const float* y, int n, float bound, bool ocp, std::uint8_t* codes, std::uint8_t* scale) {
-    const float amax = group_amax_f(y, n);
-    if (!in_certified_range(amax)) return false;
+// What a group's certification decides before its elements (from its amax and, for INT4, its
+// sum of squares): an element y is v = (y * pre) * post in code units, its tolerance
+// |v| * rel + base, and the stored scale bytes.
+struct GroupScaling {
+    float pre = 0.0f, post = 1.0f, rel = 0.0f, base = 0.0f;
+    std::uint8_t scale[2] = {0, 0};
+};
+
+// MX: the shared exponent e = floor(log2 amax) (OCP: e - 2) must not change within the bound.
+WUSH_HD bool scaling_mx(float amax, float bound, bool ocp, GroupScaling& s) {
     const int e = floor_log2f(amax);
     const float p = pow2f(e);  // |e| <= 60: amax is in the certified range
     // The exponent changes if amax_exact may lie on the other side of 2^e or 2^(e+1).
     if (amax - p < bound || (p + p) - amax < bound) return false;
     const int es = ocp ? e - 2 : e;
-    const float factor = ocp ? 1.0f : 3.0f;
-    const float inv = pow2f(-es);  // y * 2^-es is ldexpf(y, -es): exact, or the same rounding
-    const float tol_base = (bound * factor) * inv;
-    bool near = false;
-    WUSH_UNROLL
-    for (int i = 0; i < n; ++i) {
-        const float v = (y[i] * inv) * factor;  // one rounding (x3)
-        const float tol = fmaf(fabsf(v), 2.0f * kU, tol_base);
-        put_nibble(codes, i, e2m1_encode_checked(v, tol, near));
-    }
-    *scale = codec::e8m0_from_exponent(es);  // |es| <= 62: inside E8M0's range
-    return !near;
+    s.post = ocp ? 1.0f : 3.0f;
+    s.pre = pow2f(-es);  // y * 2^-es is ldexpf(y, -es): exact, or the same rounding
+    s.base = (bound * s.post) * s.pre;
+    s.rel = 2.0f * kU;                           // one rounding (x3)
+    s.scale[0] = codec::e8m0_from_exponent(es);  // |es| <= 62: inside E8M0's range
+    return true;
 }
 
 // The E4M3 byte of a positive value sv that is exactly representable (normal: float32's top
@@ -106,10 +107,9 @@ WUSH_HD std::uint8_t e4m3_byte_of_exact(float sv) {
     return std::uint8_t((bits::bits_from_float(sv) >> 20) - (120u << 3));
 }
 
-WUSH_HD bool certify_nvfp4(const float* y, int n, float bound, std::uint8_t* codes, std::uint8_t* scale) {
-    const float amax = group_amax_f(y, n);
-    if (!in_certified_range(amax)) return false;
-    // s = RNE_e4m3(amax * 10 / 6): round w to 3 mantissa bits, exponent at least -6, saturate.
+// NVFP4: s = RNE_e4m3(amax * 10 / 6) must not change within the bound.
+WUSH_HD bool scaling_nvfp4(float amax, float bound, GroupScaling& s) {
+    // Round w to 3 mantissa bits, exponent at least -6, saturate.
     const float w = (amax * 10.0f) * (1.0f / 6.0f);
     const float tol_w = fmaf(w, 4.0f * kU, bound * (10.0f / 6.0f * 1.01f));
     const int ew = floor_log2f(w) > -6 ? floor_log2f(w) : -6;
@@ -121,25 +121,16 @@ WUSH_HD bool certify_nvfp4(const float* y, int n, float bound, std::uint8_t* cod
     const float sv = fminf(rt * step, 448.0f);
     // A zero scale keeps only the signs (y * 0): certified only when y is exact.
     if (sv == 0.0f && bound > 0.0f) return false;
-    const float mult = sv > 0.0f ? 10.0f / sv : 0.0f;
-    const float tol_base = bound * (mult * 1.01f);
-    bool near = false;
-    WUSH_UNROLL
-    for (int i = 0; i < n; ++i) {
-        const float v = y[i] * mult;
-        const float tol = fmaf(fabsf(v), 3.0f * kU, tol_base);
-        put_nibble(codes, i, e2m1_encode_checked(v, tol, near));
-    }
-    *scale = e4m3_byte_of_exact(sv);
-    return !near;
+    s.pre = sv > 0.0f ? 10.0f / sv : 0.0f;
+    s.base = bound * (s.pre * 1.01f);
+    s.rel = 3.0f * kU;
+    s.scale[0] = e4m3_byte_of_exact(sv);
+    return true;
 }
 
-WUSH_HD bool certify_int4(const float* y, int n, float bound, std::uint8_t* codes, std::uint8_t* scale) {
-    const float amax = group_amax_f(y, n);
-    if (!in_certified_range(amax)) return false;
-    float ss = 0.0f;
-    WUSH_UNROLL
-    for (int i = 0; i < n; ++i) ss = fmaf(y[i], y[i], ss);
+// INT4: the bf16 scale from the group's rms must not change within the bound. `ss` is the sum
+// of squares in float32, summed in any order (its error, at most n u relative, is covered).
+WUSH_HD bool scaling_int4(float ss, int n, float bound, GroupScaling& s) {
     const float w = sqrtf(ss * (1.0f / float(n))) * kInt4ScalePerRmsF;
     // |rms - rms_exact| <= bound (from y) + the float32 sum of squares (<= G u relative).
     const float tol_w = fmaf(w, float(n + 8) * kU, bound * (kInt4ScalePerRmsF * 1.01f));
@@ -149,27 +140,51 @@ WUSH_HD bool certify_int4(const float* y, int n, float bound, std::uint8_t* code
     const float mid = bits::float_from_bits((wb & 0xFFFF0000u) | 0x8000u);
     if (fabsf(w - mid) < tol_w) return false;
     const float sv = bits::float_from_bits(rb);
-    const float inv = 1.0f / sv;
-    const float tol_base = bound * (inv * 1.01f);
-    bool near = false;
-    WUSH_UNROLL
-    for (int i = 0; i < n; ++i) {
-        const float t = y[i] * inv;  // 2 roundings vs y / s: in the tolerance
-        const float tol = fmaf(fabsf(t), 3.0f * kU, tol_base);
-        const float rnd = nearest_int(t);
-        // Boundaries are the integers -7..7 (below -7 and from 7 on, the clamp decides).
-        if (fabsf(t - rnd) < tol && fabsf(rnd) <= 7.0f) near = true;
-        // y / s underflowing to -0 in float32 would floor to 0; float64 floors it to -1.
-        const float fl = (t == 0.0f && y[i] < 0.0f) ? -1.0f : floorf(t);
-        const float q = fminf(fmaxf(fl, -8.0f), 7.0f);
-        put_nibble(codes, i, std::uint8_t(int(q) & 0xF));
-    }
-    scale[0] = std::uint8_t((rb >> 16) & 0xFF);  // little-endian bf16
-    scale[1] = std::uint8_t(rb >> 24);
-    return !near;
+    s.pre = 1.0f / sv;  // 2 roundings vs y / s: in the tolerance
+    s.base = bound * (s.pre * 1.01f);
+    s.rel = 3.0f * kU;
+    s.scale[0] = std::uint8_t((rb >> 16) & 0xFF);  // little-endian bf16
+    s.scale[1] = std::uint8_t(rb >> 24);
+    return true;
+}
+
+// INT4's code of t = y / s, and whether t lies within tol of a rounding boundary.
+WUSH_HD std::uint8_t int4_encode_checked(float t, float y, float tol, bool& near) {
+    const float rnd = nearest_int(t);
+    // Boundaries are the integers -7..7 (below -7 and from 7 on, the clamp decides).
+    if (fabsf(t - rnd) < tol && fabsf(rnd) <= 7.0f) near = true;
+    // y / s underflowing to -0 in float32 would floor to 0; float64 floors it to -1.
+    const float fl = (t == 0.0f && y < 0.0f) ? -1.0f : floorf(t);
+    const float q = fminf(fmaxf(fl, -8.0f), 7.0f);
+    return std::uint8_t(int(q) & 0xF);
 }
 
 }  // namespace certify_detail
+
+// The group-level step of certify_group: from the group's amax and (INT4) its float32 sum of
+// squares, the scaling of its elements; false when the group must be recomputed in float64 (amax
+// outside the certified range, a scale within the bound of changing, an unknown format).
+WUSH_HD bool certify_scaling(wush_format format, float amax, float ss, int n, float bound,
+                             certify_detail::GroupScaling& s) {
+    if (!(bound < INFINITY) || !certify_detail::in_certified_range(amax)) return false;
+    switch (format) {
+        case WUSH_FORMAT_MXFP4: return certify_detail::scaling_mx(amax, bound, false, s);
+        case WUSH_FORMAT_MXFP4_OCP: return certify_detail::scaling_mx(amax, bound, true, s);
+        case WUSH_FORMAT_NVFP4: return certify_detail::scaling_nvfp4(amax, bound, s);
+        case WUSH_FORMAT_INT4: return certify_detail::scaling_int4(ss, n, bound, s);
+        default: break;  // formats are validated by the callers
+    }
+    return false;
+}
+
+// The element-level step: y's 4-bit code under the scaling; sets `near` when y lies within its
+// tolerance of a rounding boundary (the group is then not certified).
+WUSH_HD std::uint8_t certify_element(wush_format format, float y, const certify_detail::GroupScaling& s, bool& near) {
+    const float v = (y * s.pre) * s.post;
+    const float tol = fmaf(fabsf(v), s.rel, s.base);
+    if (format == WUSH_FORMAT_INT4) return certify_detail::int4_encode_checked(v, y, tol, near);
+    return certify_detail::e2m1_encode_checked(v, tol, near);
+}
 
 // y = T x in float64, j ascending (t == nullptr: the identity). Products of two floats are exact
 // in double, so a fused multiply-add gives the same sum: this is the definition on every device.
@@ -234,15 +249,19 @@ WUSH_HD float group_error_bound(const float* x, int g, bool identity, float row_
 // scale written are certified equal to quantize_group<double>(y_exact).
 WUSH_HD bool certify_group(wush_format format, const float* y, int n, float bound, std::uint8_t* codes,
                            std::uint8_t* scale) {
-    if (!(bound < INFINITY)) return false;
-    switch (format) {
-        case WUSH_FORMAT_MXFP4: return certify_detail::certify_mx(y, n, bound, false, codes, scale);
-        case WUSH_FORMAT_MXFP4_OCP: return certify_detail::certify_mx(y, n, bound, true, codes, scale);
-        case WUSH_FORMAT_NVFP4: return certify_detail::certify_nvfp4(y, n, bound, codes, scale);
-        case WUSH_FORMAT_INT4: return certify_detail::certify_int4(y, n, bound, codes, scale);
-        default: break;  // formats are validated by the callers
+    float ss = 0.0f;
+    if (format == WUSH_FORMAT_INT4) {
+        WUSH_UNROLL
+        for (int i = 0; i < n; ++i) ss = fmaf(y[i], y[i], ss);
     }
-    return false;
+    certify_detail::GroupScaling s;
+    if (!certify_scaling(format, certify_detail::group_amax_f(y, n), ss, n, bound, s)) return false;
+    bool near = false;
+    WUSH_UNROLL
+    for (int i = 0; i < n; ++i) put_nibble(codes, i, certify_element(format, y[i], s, near));
+    scale[0] = s.scale[0];
+    if (format == WUSH_FORMAT_INT4) scale[1] = s.scale[1];
+    return !near;
 }
 
 }  // namespace wush::formats
