@@ -16,19 +16,13 @@ without the library's CUDA backend (the module libwush-cuda.so beside libwush.so
 import contextlib
 import io
 import os
-import pathlib
 import shutil
 import sys
 import tempfile
 
-here = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(here.parents[1] / "python"))
-sys.path.insert(0, str(here))
-for i, a in enumerate(sys.argv):
-    if a == "--library":
-        os.environ["WUSH_LIBRARY"] = sys.argv[i + 1]
-        del sys.argv[i:i + 2]
-        break
+import script_setup
+
+script_setup.setup()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 try:

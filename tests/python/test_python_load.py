@@ -31,21 +31,13 @@ import os
 import pathlib
 import re
 import shutil
-import sys
 import tempfile
 import unittest
 import zipfile
 
-here = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(here.parents[1] / "python"))
-sys.path.insert(0, str(here.parents[1] / "python" / "tools"))
-sys.path.insert(0, str(here))
+import script_setup
 
-for i, a in enumerate(sys.argv):
-    if a == "--library":
-        os.environ["WUSH_LIBRARY"] = sys.argv[i + 1]
-        del sys.argv[i:i + 2]
-        break
+script_setup.setup()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402

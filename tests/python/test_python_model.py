@@ -20,21 +20,13 @@ import contextlib
 import io
 import json
 import os
-import pathlib
 import shutil
-import sys
 import tempfile
 import unittest
 
-here = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(here.parents[1] / "python"))
-sys.path.insert(0, str(here))
+import script_setup
 
-for i, a in enumerate(sys.argv):
-    if a == "--library":
-        os.environ["WUSH_LIBRARY"] = sys.argv[i + 1]
-        del sys.argv[i:i + 2]
-        break
+script_setup.setup()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
