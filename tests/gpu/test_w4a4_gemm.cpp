@@ -159,15 +159,19 @@ cublasHandle_t blas_handle() {
 }
 
 // Runs `kernel` on (m, n, k) in `f` and compares every output with the float64 product.
+// `codes_offset`: both operands' codes start that many bytes past an allocation (the reference
+// path accepts any alignment; the custom kernels want 16 bytes).
 void check_product(GemmKernel kernel, wush_format f, std::size_t m, std::size_t n, std::size_t k, wush_dtype y_dtype,
-                   std::mt19937& rng, int sm, int force_a = -1, int force_w = -1) {
+                   std::mt19937& rng, int sm, int force_a = -1, int force_w = -1, std::size_t codes_offset = 0) {
     SCOPED_TRACE(::testing::Message() << "kernel " << int(kernel) << " format " << int(f) << " m " << m << " n " << n
-                                      << " k " << k << " y " << int(y_dtype));
+                                      << " k " << k << " y " << int(y_dtype) << " codes offset " << codes_offset);
     const Operand a = random_operand(f, m, k, rng, force_a), w = random_operand(f, n, k, rng, force_w);
-    DeviceBuffer<std::uint8_t> da(a.codes.size()), dsa(a.scales.size()), dw(w.codes.size()), dsw(w.scales.size());
-    upload(da, a.codes);
+    DeviceBuffer<std::uint8_t> da(a.codes.size() + codes_offset), dsa(a.scales.size()),
+        dw(w.codes.size() + codes_offset), dsw(w.scales.size());
+    ASSERT_TRUE(da.p && dw.p);
+    ASSERT_EQ(cudaMemcpy(da.p + codes_offset, a.codes.data(), a.codes.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dw.p + codes_offset, w.codes.data(), w.codes.size(), cudaMemcpyHostToDevice), cudaSuccess);
     upload(dsa, a.scales);
-    upload(dw, w.codes);
     upload(dsw, w.scales);
     const std::size_t ybytes = m * n * (y_dtype == WUSH_DTYPE_BF16 ? 2 : 4);
     DeviceBuffer<std::uint8_t> dy(ybytes);
@@ -183,9 +187,9 @@ void check_product(GemmKernel kernel, wush_format f, std::size_t m, std::size_t 
     args.m = m;
     args.n = n;
     args.k = k;
-    args.a_codes = da.p;
+    args.a_codes = da.p + codes_offset;
     args.a_scales = dsa.p;
-    args.w_codes = dw.p;
+    args.w_codes = dw.p + codes_offset;
     args.w_scales = dsw.p;
     args.alpha = float(tensor_factor(f) * tensor_factor(f));
     args.y = dy.p;
@@ -274,6 +278,10 @@ TEST(W4A4GemmGpu, ReferenceAllFormatsAndShapes) {
                 for (std::size_t k : {32, 96, 4096})
                     for (wush_dtype y : {WUSH_DTYPE_F32, WUSH_DTYPE_BF16})
                         check_product(GemmKernel::Reference, f, m, n, k, y, rng, sm);
+    // Codes at odd and 4-byte offsets: the dequantization's byte loads instead of 8-byte ones.
+    for (wush_format f : kFormats)
+        for (std::size_t offset : {1, 4})
+            check_product(GemmKernel::Reference, f, 17, 13, 96, WUSH_DTYPE_F32, rng, sm, -1, -1, offset);
 }
 
 TEST(W4A4GemmGpu, Bf16OutputAndSplitK) {
