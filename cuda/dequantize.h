@@ -18,9 +18,15 @@
 
 namespace wush::cuda {
 
-// code x group scale (without the per-tensor factor), in float32 (exact for every format).
+// code x group scale (without the per-tensor factor), in float32 (exact for every format); the
+// scale already decoded (formats::decode_scale), so that a loop over a group decodes it once.
+WUSH_HD float dequantize_element(wush_format format, std::uint8_t nibble, float scale) {
+    return formats::decode_element(format, nibble) * scale;
+}
+
+// The same from the stored scale bytes.
 WUSH_HD float dequantize_element(wush_format format, std::uint8_t nibble, const std::uint8_t* scale) {
-    return formats::decode_element(format, nibble) * formats::decode_scale(format, scale);
+    return dequantize_element(format, nibble, formats::decode_scale(format, scale));
 }
 
 // The bf16 bits of a float32 that bf16 represents exactly (truncation is then exact; NaN/Inf

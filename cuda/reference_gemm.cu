@@ -48,9 +48,9 @@ __global__ void dequantize_kernel(wush_format format, int group, const std::uint
             format, scales + (row * (k / std::size_t(group)) + chunk * 16 / std::size_t(group)) * sb);
         Out v[16];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {  // dequantize_element, with the scale decoded once
-            const float v0 = formats::decode_element(format, std::uint8_t(b[i] & 0xF)) * s;
-            const float v1 = formats::decode_element(format, std::uint8_t(b[i] >> 4)) * s;
+        for (int i = 0; i < 8; ++i) {
+            const float v0 = dequantize_element(format, std::uint8_t(b[i] & 0xF), s);
+            const float v1 = dequantize_element(format, std::uint8_t(b[i] >> 4), s);
             if constexpr (sizeof(Out) == 2) {
                 v[2 * i] = bf16_bits_of_exact(v0);
                 v[2 * i + 1] = bf16_bits_of_exact(v1);
