@@ -207,6 +207,14 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const QuantizeA
     stage_x(a, tok0, rows, g0 * G, groups * G, x_s, kStride, vec_x != 0, tid, kThreads);
     __syncthreads();
 
+    // Token r's codes of this warp's group into shared memory (stored below), its scale to a.scales.
+    const auto put_group = [&](int r, const std::uint8_t(&codes)[CB], const std::uint8_t(&scale)[2]) {
+        std::uint32_t* cw = reinterpret_cast<std::uint32_t*>(c_s + (r * kTileGroups + warp) * CB);
+#pragma unroll
+        for (int w = 0; w < CB / 4; ++w) cw[w] = code_word<CB>(codes, w);
+        store_scale(a.scales + ((tok0 + std::size_t(r)) * groups_total + g0 + std::size_t(warp)) * SB, scale, SB);
+    };
+
     // Certified float32 path, a thread per (token, group); the groups it cannot certify are then
     // recomputed by the whole warp, one token at a time.
     bool ok = false, fallback = false;
@@ -246,11 +254,7 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const QuantizeA
             std::uint8_t codes[CB];
             std::uint8_t scale[2] = {0, 0};
             if (certify<F>(x, y, identity, norm, codes, scale)) {
-                std::uint32_t* cw = reinterpret_cast<std::uint32_t*>(c_s + (lane * kTileGroups + warp) * CB);
-#pragma unroll
-                for (int w = 0; w < CB / 4; ++w) cw[w] = code_word<CB>(codes, w);
-                store_scale(a.scales + ((tok0 + std::size_t(lane)) * groups_total + g0 + std::size_t(warp)) * SB, scale,
-                            SB);
+                put_group(lane, codes, scale);
             } else {
                 fallback = true;
             }
@@ -265,13 +269,7 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const QuantizeA
             std::uint8_t codes[CB];
             std::uint8_t scale[2] = {0, 0};
             recompute_group<F>(x_s + r * kStride + warp * G, t, 1, G, identity, yd_s + warp * G, lane, codes, scale);
-            if (lane == 0) {
-                std::uint32_t* cw = reinterpret_cast<std::uint32_t*>(c_s + (r * kTileGroups + warp) * CB);
-#pragma unroll
-                for (int w = 0; w < CB / 4; ++w) cw[w] = code_word<CB>(codes, w);
-                store_scale(a.scales + ((tok0 + std::size_t(r)) * groups_total + g0 + std::size_t(warp)) * SB, scale,
-                            SB);
-            }
+            if (lane == 0) put_group(r, codes, scale);
         }
     }
     ok_s[lane * kTileGroups + warp] = ok ? 1 : 0;
