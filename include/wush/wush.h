@@ -446,9 +446,13 @@ typedef enum wush_option {
      * errors of the per-token differences, so noise keeps the searched layer. Needs at least 64
      * sample tokens (else no guard); size the sample with wush_options_sample_size(). 0 turns
      * the default guard off (validation tokens, when given, are still used, by the same rule).
-     * It costs five held-out layer losses and the alternatives' builds (RTN: the plain layer
-     * comes with the search; GPTQ: four more GPTQ builds): on a 4096 x 4096 RTN layer about
-     * 8.5-8.8x the plain layer's time (docs/PERFORMANCE.md). wush_transform_guard() reports
+     * The layer losses compared are over a fixed subset of the output rows when the layer has
+     * 2048 or more (k = d_out / 1024; rows i * k + i % k for i < d_out / k, about 1024 of them),
+     * else over every row; the kept layer is returned whole. It costs five held-out layer losses
+     * and the alternatives' builds (RTN: the plain transform comes with the search, and the
+     * alternatives' weights are quantized on the scored rows, on every row only when kept;
+     * GPTQ: four more GPTQ builds): on a 4096 x 4096 RTN layer about 4x the plain layer's time
+     * (docs/PERFORMANCE.md). wush_transform_guard() reports
      * what it compared and kept. The plain `wush` transform (no search) is Algorithm 1 and
      * never guarded. */
     WUSH_OPTION_SEARCH_GUARD = 5,
@@ -762,7 +766,8 @@ WUSH_API wush_status wush_transform_guard(const wush_transform* transform, wush_
 /*! wush_transform_guard_candidate() :
  *  One candidate's score in the guard's decision (see wush_transform_guard): *loss, its layer
  *  loss on the held-out tokens (as wush_layer_loss() computes it for that candidate's layer on
- *  those tokens); *difference, the mean over tokens of the paired per-token loss differences
+ *  those tokens, over the output rows the guard scores: every row below d_out = 2048, else the
+ *  subset WUSH_OPTION_SEARCH_GUARD describes); *difference, the mean over tokens of the paired per-token loss differences
  *  (searched - candidate: positive where the candidate is better); *std_error, the standard error
  *  of that mean (sample standard deviation / sqrt(n_tokens)); *replaces, 1 when the candidate met
  *  the rule (loss below 0.99 x the searched loss and difference > 2 std_error), else 0. For

@@ -22,7 +22,10 @@ template <class T>
 WUSH_HD double group_amax(const T* x, int n) {
     double m = 0.0;
     WUSH_UNROLL
-    for (int i = 0; i < n; ++i) m = fmax(m, fabs(double(x[i])));
+    for (int i = 0; i < n; ++i) {
+        const double a = fabs(double(x[i]));
+        m = a > m ? a : m;  // fmax's result for every input (m is never NaN), and inlined: no libm call
+    }
     return m;
 }
 
@@ -80,8 +83,11 @@ WUSH_HD std::uint8_t encode_int4(double x, double scale) {
 template <class T>
 WUSH_HD void quantize_group_mx(const T* x, int n, bool ocp, std::uint8_t* codes, std::uint8_t* scale) {
     const int e = mx_scale_exponent(group_amax(x, n), ocp);
+    const double to_element = ldexp(ocp ? 1.0 : 3.0, -e);  // encode_mx's factor, once per group
     WUSH_UNROLL
-    for (int i = 0; i < n; ++i) put_nibble(codes, i, encode_mx(double(x[i]), e, ocp));
+    for (int i = 0; i < n; i += 2)
+        codes[i / 2] = std::uint8_t(codec::e2m1_encode(double(x[i]) * to_element) |
+                                    (codec::e2m1_encode(double(x[i + 1]) * to_element) << 4));
     *scale = codec::e8m0_from_exponent(e);
 }
 
@@ -90,7 +96,8 @@ WUSH_HD void quantize_group_nvfp4(const T* x, int n, std::uint8_t* codes, std::u
     const std::uint8_t s = codec::e4m3_encode(group_amax(x, n) * 10.0 / 6.0);
     const double sv = codec::e4m3_decode(s);
     WUSH_UNROLL
-    for (int i = 0; i < n; ++i) put_nibble(codes, i, encode_nvfp4(double(x[i]), sv));
+    for (int i = 0; i < n; i += 2)
+        codes[i / 2] = std::uint8_t(encode_nvfp4(double(x[i]), sv) | (encode_nvfp4(double(x[i + 1]), sv) << 4));
     *scale = s;
 }
 
@@ -102,12 +109,13 @@ WUSH_HD void quantize_group_int4(const T* x, int n, std::uint8_t* codes, std::ui
     const std::uint16_t s = bits::bf16_encode(kInt4ScalePerRms * sqrt(sum_sq / n));
     const double sv = bits::bf16_decode(s);
     WUSH_UNROLL
-    for (int i = 0; i < n; ++i) put_nibble(codes, i, encode_int4(double(x[i]), sv));
+    for (int i = 0; i < n; i += 2)
+        codes[i / 2] = std::uint8_t(encode_int4(double(x[i]), sv) | (encode_int4(double(x[i + 1]), sv) << 4));
     scale[0] = std::uint8_t(s & 0xFF);  // little-endian bf16
     scale[1] = std::uint8_t(s >> 8);
 }
 
-// Quantizes n = G values into n/2 code bytes and one scale (1 or 2 bytes) in `format`.
+// Quantizes n = G values (n even) into n/2 code bytes and one scale (1 or 2 bytes) in `format`.
 template <class T>
 WUSH_HD void quantize_group(wush_format format, const T* x, int n, std::uint8_t* codes, std::uint8_t* scale) {
     switch (format) {

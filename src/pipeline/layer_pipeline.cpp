@@ -14,24 +14,19 @@ namespace wush::pipeline {
 namespace {
 
 // One layer with an explicit search sample (empty: the calibrator's own). `plain`, if given, gets
-// the unsearched RTN layer when the build computes it anyway (a searched WUS/WUSH RTN build).
+// the unsearched transform when the build computes it anyway (a searched WUS/WUSH RTN build).
 QuantizedLayer build(const TransformOptions& options, const formats::FormatSpec& format, Method method,
                      const Calibrator& calibration, std::span<const float> w, std::size_t d_out, Progress* progress,
-                     std::span<const float> sample, std::optional<QuantizedLayer>* plain = nullptr) {
+                     std::span<const float> sample, std::optional<BlockTransform>* plain = nullptr) {
     if (method == Method::Gptq) {
         gptq::Result r = gptq::quantize(options, format, calibration, w, d_out, progress, sample);
         return {std::move(r.transform), std::move(r.weights), {}};
     }
-    std::optional<BlockTransform> plain_t;
     BlockTransform t = is_data_free(options.kind)
                            ? build_data_free_transform(options, calibration.d_in(), calibration.group())
                            : build_transform(options, calibration, w, d_out, progress, sample,
-                                             sample.size() / calibration.d_in(), plain != nullptr ? &plain_t : nullptr);
+                                             sample.size() / calibration.d_in(), plain);
     formats::PackedMatrix q = prequantize_rtn(t, format, w, d_out);
-    if (plain_t) {
-        formats::PackedMatrix pq = prequantize_rtn(*plain_t, format, w, d_out);
-        plain->emplace(QuantizedLayer{std::move(*plain_t), std::move(pq), {}});
-    }
     return {std::move(t), std::move(q), {}};
 }
 
@@ -69,22 +64,74 @@ GuardTokens guard_tokens(const Calibrator& calibration, const GuardSettings& gua
 // (else each loss computes it again, tile by tile, with the same values).
 inline constexpr std::size_t kReferenceBudgetBytes = std::size_t(256) << 20;
 
-struct Scored {
-    QuantizedLayer layer;
+// The output rows the guard scores (GuardRows in layer_pipeline.h): their indices, and a copy of
+// their weights.
+struct ScoredRows {
+    std::vector<std::size_t> index;
+    std::vector<float> w;  // index.size() x d_in
+    bool all = true;
+};
+
+ScoredRows scored_rows(std::span<const float> w, std::size_t d_out, std::size_t d_in) {
+    ScoredRows r;
+    r.index = guard_rows(d_out);
+    r.all = r.index.size() == d_out;
+    if (r.all) return r;
+    r.w.reserve(r.index.size() * d_in);
+    for (std::size_t o : r.index)
+        r.w.insert(r.w.end(), w.begin() + std::ptrdiff_t(o * d_in), w.begin() + std::ptrdiff_t((o + 1) * d_in));
+    return r;
+}
+
+// The rows `index` of packed weights (quantize_rows' layout: whole rows of codes and scales).
+formats::PackedMatrix select_rows(const formats::FormatSpec& format, const formats::PackedMatrix& q,
+                                  std::span<const std::size_t> index) {
+    const formats::PackedSizes row = formats::packed_sizes(format, 1, q.d_in);
+    std::vector<std::uint8_t> codes, scales;
+    codes.reserve(index.size() * row.codes);
+    scales.reserve(index.size() * row.scales);
+    for (std::size_t o : index) {
+        const auto c = q.codes.span().subspan(o * row.codes, row.codes);
+        const auto s = q.scales.span().subspan(o * row.scales, row.scales);
+        codes.insert(codes.end(), c.begin(), c.end());
+        scales.insert(scales.end(), s.begin(), s.end());
+    }
+    return {q.format, index.size(), q.d_in, formats::ByteView(std::move(codes)), formats::ByteView(std::move(scales))};
+}
+
+// One candidate of the guard: its transform, its weights on the scored rows, and its whole
+// weights when they were built (GPTQ, the searched layer, or every row scored). An RTN
+// alternative is quantized on the scored rows only, and on every row only if it is kept: RTN
+// quantizes each row alone, so those rows are the whole layer's rows, byte for byte.
+struct Candidate {
+    BlockTransform transform;
+    std::optional<formats::PackedMatrix> whole;
+    formats::PackedMatrix scored;
     std::vector<double> token_errors;
     double mean = 0.0;
 };
 
-Scored score(QuantizedLayer layer, std::span<const float> w, const GuardTokens& tokens) {
-    Scored s{std::move(layer), std::vector<double>(tokens.n, 0.0), 0.0};
-    s.mean = eval::layer_loss(s.layer.transform, s.layer.weights, w, tokens.held, tokens.n, s.token_errors,
-                              tokens.reference);
-    return s;
+Candidate candidate(QuantizedLayer layer, const formats::FormatSpec& format, const ScoredRows& rows) {
+    Candidate c{std::move(layer.transform), std::move(layer.weights), {}, {}, 0.0};
+    c.scored = rows.all ? *c.whole : select_rows(format, *c.whole, rows.index);
+    return c;
+}
+
+Candidate rtn_candidate(BlockTransform t, const formats::FormatSpec& format, std::span<const float> w,
+                        std::size_t d_out, const ScoredRows& rows) {
+    if (rows.all) return candidate({t, prequantize_rtn(t, format, w, d_out), {}}, format, rows);
+    formats::PackedMatrix scored = prequantize_rtn(t, format, rows.w, rows.index.size());
+    return {std::move(t), std::nullopt, std::move(scored), {}, 0.0};
+}
+
+void score(Candidate& c, std::span<const float> w_scored, const GuardTokens& tokens) {
+    c.token_errors.assign(tokens.n, 0.0);
+    c.mean = eval::layer_loss(c.transform, c.scored, w_scored, tokens.held, tokens.n, c.token_errors, tokens.reference);
 }
 
 // The paired comparison of `alt` with `base`: the mean of the per-token differences base - alt
 // and its standard error.
-GuardCandidateScore paired(const Scored& alt, const Scored& base) {
+GuardCandidateScore paired(const Candidate& alt, const Candidate& base) {
     const std::size_t n = base.token_errors.size();
     double mean = 0.0;
     for (std::size_t t = 0; t < n; ++t) mean += base.token_errors[t] - alt.token_errors[t];
@@ -105,10 +152,41 @@ GuardCandidateScore paired(const Scored& alt, const Scored& base) {
     return c;
 }
 
+// An RTN layer's transform alone (its weights are quantized where they are needed).
+BlockTransform rtn_transform(const TransformOptions& options, const Calibrator& calibration, std::span<const float> w,
+                             std::size_t d_out, Progress* progress) {
+    if (is_data_free(options.kind)) return build_data_free_transform(options, calibration.d_in(), calibration.group());
+    return build_transform(options, calibration, w, d_out, progress, {}, 0, nullptr);
+}
+
+// The alternatives to the searched layer, in wush_guard_candidate's order: plain WUS/WUSH, I, H, R.
+std::vector<TransformOptions> alternatives(const TransformOptions& options) {
+    TransformOptions plain = options;  // Algorithm 1 itself, unsearched
+    plain.search = {};
+    std::vector<TransformOptions> out{plain};
+    for (TransformKind k : {TransformKind::Identity, TransformKind::Hadamard, TransformKind::Random}) {
+        TransformOptions data_free = plain;
+        data_free.kind = k;
+        out.push_back(data_free);
+    }
+    return out;
+}
+
 }  // namespace
 
 bool is_data_free(TransformKind kind) {
     return kind == TransformKind::Identity || kind == TransformKind::Hadamard || kind == TransformKind::Random;
+}
+
+std::vector<std::size_t> guard_rows(std::size_t d_out) {
+    const std::size_t k = d_out / kGuardRowsTarget;
+    std::vector<std::size_t> rows;
+    if (k < 2) {
+        for (std::size_t o = 0; o < d_out; ++o) rows.push_back(o);
+        return rows;
+    }
+    for (std::size_t i = 0; i < d_out / k; ++i) rows.push_back(i * k + i % k);
+    return rows;
 }
 
 QuantizedLayer guarded_layer(const TransformOptions& options, const formats::FormatSpec& format, Method method,
@@ -118,50 +196,42 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
         options.search.enabled && !is_data_free(options.kind) ? guard_tokens(calibration, guard) : GuardTokens{};
     const bool guarded = tokens.n >= 2;
     // A searched RTN build computes plain WUS/WUSH on the way (the same blocks, the same values).
-    std::optional<QuantizedLayer> plain_layer;
+    std::optional<BlockTransform> plain_transform;
     QuantizedLayer searched = build(options, format, method, calibration, w, d_out, progress, tokens.search,
-                                    guarded && method == Method::Rtn ? &plain_layer : nullptr);
+                                    guarded && method == Method::Rtn ? &plain_transform : nullptr);
     if (!guarded) return searched;
 
     const std::size_t d_in = calibration.d_in();
-    if (tokens.n * d_out <= kReferenceBudgetBytes / sizeof(double))
-        tokens.reference = eval::reference_output(w, d_out, d_in, tokens.held, tokens.n);
+    const ScoredRows rows = scored_rows(w, d_out, d_in);
+    const std::span<const float> w_scored = rows.all ? w : std::span<const float>(rows.w);
+    if (tokens.n * rows.index.size() <= kReferenceBudgetBytes / sizeof(double))
+        tokens.reference = eval::reference_output(w_scored, rows.index.size(), d_in, tokens.held, tokens.n);
     GuardReport report;
     report.source = tokens.source;
     report.n_tokens = tokens.n;
-    Scored searched_scored = score(std::move(searched), w, tokens);
-    report.candidates[0].loss = searched_scored.mean;
-    TransformOptions plain = options;  // Algorithm 1 itself, unsearched
-    plain.search = {};
-    std::vector<TransformOptions> alternatives{plain};
-    for (TransformKind k : {TransformKind::Identity, TransformKind::Hadamard, TransformKind::Random}) {
-        TransformOptions data_free = plain;
-        data_free.kind = k;
-        alternatives.push_back(data_free);
+    std::vector<Candidate> all;
+    all.reserve(kGuardCandidates);
+    all.push_back(candidate(std::move(searched), format, rows));
+    score(all[0], w_scored, tokens);
+    report.candidates[0].loss = all[0].mean;
+    const std::vector<TransformOptions> alts = alternatives(options);
+    for (std::size_t i = 0; i < alts.size(); ++i) {
+        if (method == Method::Gptq)
+            all.push_back(candidate(build(alts[i], format, method, calibration, w, d_out, progress, {}), format, rows));
+        else
+            all.push_back(rtn_candidate(i == 0 && plain_transform
+                                            ? std::move(*plain_transform)
+                                            : rtn_transform(alts[i], calibration, w, d_out, progress),
+                                        format, w, d_out, rows));
+        score(all.back(), w_scored, tokens);
+        report.candidates[i + 1] = paired(all.back(), all[0]);
     }
-    std::vector<Scored> winners;
-    std::vector<std::size_t> winner_index;
-    winners.reserve(alternatives.size());  // `chosen` points into it
-    for (std::size_t i = 0; i < alternatives.size(); ++i) {
-        QuantizedLayer layer = i == 0 && plain_layer
-                                   ? std::move(*plain_layer)
-                                   : build(alternatives[i], format, method, calibration, w, d_out, progress, {});
-        Scored s = score(std::move(layer), w, tokens);
-        report.candidates[i + 1] = paired(s, searched_scored);
-        if (report.candidates[i + 1].clearly_better) {
-            winners.push_back(std::move(s));
-            winner_index.push_back(i + 1);
-        }
-    }
-    Scored* chosen = &searched_scored;
-    for (std::size_t j = 0; j < winners.size(); ++j)
-        if (winners[j].mean < chosen->mean) {
-            chosen = &winners[j];
-            report.kept = winner_index[j];
-        }
-    QuantizedLayer out = std::move(chosen->layer);
-    out.guard = report;
-    return out;
+    for (std::size_t i = 1; i < all.size(); ++i)
+        if (report.candidates[i].clearly_better && all[i].mean < all[report.kept].mean) report.kept = i;
+    Candidate& kept = all[report.kept];
+    formats::PackedMatrix weights =
+        kept.whole ? std::move(*kept.whole) : prequantize_rtn(kept.transform, format, w, d_out);
+    return {std::move(kept.transform), std::move(weights), report};
 }
 
 }  // namespace wush::pipeline

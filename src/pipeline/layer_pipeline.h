@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <limits>
 #include <span>
+#include <vector>
 
 #include "calibration/calibrator.h"
 #include "common/progress.h"
@@ -54,6 +55,16 @@ struct GuardSettings {
 
 // Fewest held-out tokens the guard decides on; a smaller held-out sample keeps the searched layer.
 inline constexpr std::size_t kGuardMinTokens = 32;
+
+// The output rows whose held-out loss the guard compares: every row of a layer with fewer than
+// 2 * kGuardRowsTarget outputs; otherwise about kGuardRowsTarget of them, one from each run of
+// k = d_out / kGuardRowsTarget consecutive rows, at offset i % k in the i-th run (so every
+// residue mod k is scored, and rows interleaved with a period dividing k are all represented):
+// rows i * k + i % k for i < d_out / k. The loss is a mean over outputs; a fixed subset of them
+// estimates it, at a fraction of the cost of the full products. Each candidate is scored on the
+// same rows, and the kept layer is returned whole.
+inline constexpr std::size_t kGuardRowsTarget = 1024;
+std::vector<std::size_t> guard_rows(std::size_t d_out);
 
 // The transform `options` describe (kind, damping, seed, storage, search) for `format`, and the
 // weights w (d_out x d_in, float32, finite) pre-quantized against it by `method` (data-free kinds
