@@ -60,12 +60,30 @@ void to_float(wush_dtype dtype, const void* src, std::size_t offset, std::span<f
 
 namespace {
 
-// Exponent field all ones = Inf or NaN, for each width.
+// Exponent field all ones = Inf or NaN, for each width. Blocks of a fixed size are first tested
+// without an early exit, so the compiler vectorizes the scan (the runtime checks every product
+// it returns): adding the exponent's lowest bit to the masked exponent carries into the bit
+// above it (the sign bit) exactly when the exponent is all ones, and the OR of those sums is one
+// branch-free reduction. Only a block that holds a non-finite value is searched element by
+// element.
 template <typename Bits, Bits kExpMask>
 std::optional<std::size_t> first_all_ones_exponent(const void* src, std::size_t count) {
+    constexpr Bits kLowest = Bits(kExpMask & (~kExpMask + 1));
+    constexpr Bits kCarry = Bits(kExpMask + kLowest);
+    static_assert(kCarry == Bits(Bits(1) << (8 * sizeof(Bits) - 1)), "the exponent sits just below the sign bit");
+    constexpr std::size_t kBlock = 256;
     const Bits* p = static_cast<const Bits*>(src);
-    for (std::size_t i = 0; i < count; ++i)
-        if ((p[i] & kExpMask) == kExpMask) return i;
+    for (std::size_t b = 0; b < count; b += kBlock) {
+        const std::size_t n = count - b < kBlock ? count - b : kBlock;
+        Bits any = 0;
+        if (n == kBlock)
+            for (std::size_t i = 0; i < kBlock; ++i) any |= Bits((p[b + i] & kExpMask) + kLowest);
+        else
+            for (std::size_t i = 0; i < n; ++i) any |= Bits((p[b + i] & kExpMask) + kLowest);
+        if ((any & kCarry) == 0) continue;
+        for (std::size_t i = b; i < b + n; ++i)
+            if ((p[i] & kExpMask) == kExpMask) return i;
+    }
     return std::nullopt;
 }
 
