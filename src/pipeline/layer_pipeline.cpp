@@ -1,7 +1,6 @@
 #include "pipeline/layer_pipeline.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -227,21 +226,8 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
         score(all.back(), w_scored, tokens);
         report.candidates[i + 1] = paired(all.back(), all[0]);
     }
-    // EXPERIMENT (reverted in the next commit; docs/EVAL.md, "Should the search earn its place?"):
-    // with WUSH_EXP_EARN=1 the searched layer stays only when it clearly beats plain WUSH (the
-    // rule's 1% and two standard errors), with 2 when its paired gain exceeds two standard
-    // errors; else plain WUSH is the layer I, H and R must clearly beat.
-    if (const char* exp = std::getenv("WUSH_EXP_EARN"); exp != nullptr && *exp != '\0') {
-        const GuardCandidateScore s = paired(all[0], all[1]);
-        const bool earned = std::atoi(exp) == 2 ? s.difference > 2.0 * s.std_error : s.clearly_better;
-        const std::size_t base = earned ? 0 : 1;
-        report.kept = base;
-        for (std::size_t i = 2; i < all.size(); ++i)
-            if (paired(all[i], all[base]).clearly_better && all[i].mean < all[report.kept].mean) report.kept = i;
-    } else {
-        for (std::size_t i = 1; i < all.size(); ++i)
-            if (report.candidates[i].clearly_better && all[i].mean < all[report.kept].mean) report.kept = i;
-    }
+    for (std::size_t i = 1; i < all.size(); ++i)
+        if (report.candidates[i].clearly_better && all[i].mean < all[report.kept].mean) report.kept = i;
     Candidate& kept = all[report.kept];
     formats::PackedMatrix weights =
         kept.whole ? std::move(*kept.whole) : prequantize_rtn(kept.transform, format, w, d_out);
