@@ -53,11 +53,12 @@ TEST(FiniteScan, FirstNonFiniteAtEveryPositionOfEveryLength) {
     const std::uint32_t sign = 0;
     for (const Width& w : kWidths) {
         const std::uint32_t negative = w.dtype == WUSH_DTYPE_F32 ? 0x80000000u : 0x8000u;
-        for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(255), std::size_t(256), std::size_t(257),
-                              std::size_t(700)}) {
+        for (std::size_t n :
+             {std::size_t(0), std::size_t(1), std::size_t(255), std::size_t(256), std::size_t(257), std::size_t(700)}) {
             // Finite values up to the largest, of both signs: none may be taken for a bad one.
             std::vector<std::uint32_t> bits(n);
-            for (std::size_t i = 0; i < n; ++i) bits[i] = (i % 3 == 0 ? w.largest_finite - i % 7 : i) | (i % 2 ? negative : sign);
+            for (std::size_t i = 0; i < n; ++i)
+                bits[i] = (i % 3 == 0 ? w.largest_finite - i % 7 : i) | (i % 2 ? negative : sign);
             ASSERT_EQ(scan(w.dtype, bits), oracle(w.dtype, bits)) << "all finite, n = " << n;
             ASSERT_FALSE(oracle(w.dtype, bits).has_value());
             for (std::size_t at = 0; at < n; ++at) {
@@ -65,7 +66,8 @@ TEST(FiniteScan, FirstNonFiniteAtEveryPositionOfEveryLength) {
                 std::vector<std::uint32_t> b = bits;
                 b[at] = bad[at % 4];
                 if (at + 300 < n) b[at + 300] = w.quiet_nan;  // a later one must not win
-                ASSERT_EQ(scan(w.dtype, b), oracle(w.dtype, b)) << "dtype " << int(w.dtype) << ", n = " << n << ", at " << at;
+                ASSERT_EQ(scan(w.dtype, b), oracle(w.dtype, b))
+                    << "dtype " << int(w.dtype) << ", n = " << n << ", at " << at;
                 ASSERT_EQ(oracle(w.dtype, b), std::optional<std::size_t>(at));
             }
         }
