@@ -171,6 +171,58 @@ def print_table(table: Dict[Tuple[str, str, str], List[Tuple[str, float, float]]
               f"{statistics.median(b):.3f} | {max(b):.3f} |")
 
 
+def activation_stats(acts, n_cal: int, seq_len: int, group: int = 32) -> List[dict]:
+    """Per layer, how much of the calibration inputs' energy sits in a few channels: the diagnosis
+    the search's fall-backs answer (massive activations: a handful of channels, on a few tokens,
+    orders of magnitude above the rest)."""
+    import numpy as np
+    rows = []
+    for name, a in acts.items():
+        x = np.asarray(a[:n_cal], dtype=np.float64)
+        energy = (x * x).mean(axis=0)  # per channel
+        rms = np.sqrt(energy)
+        med = float(np.median(rms))
+        top = np.argsort(energy)[::-1]
+        c = int(top[0])
+        col = x[:, c] ** 2
+        # The top channel's energy carried by its 1% loudest tokens.
+        k = max(1, len(col) // 100)
+        loud = np.argsort(col)[::-1][:k]
+        positions, counts = np.unique(loud % seq_len, return_counts=True)
+        blocks = energy.reshape(-1, group)
+        rows.append({"layer": name, "d_in": x.shape[1],
+                     "top_rms_over_median": float(rms[c]) / med,
+                     "top4_energy_share": float(energy[top[:4]].sum() / energy.sum()),
+                     "max_abs_over_median_rms": float(np.abs(x).max()) / med,
+                     "top_channel_share_of_1pct_tokens": float(np.sort(col)[::-1][:k].sum() / col.sum()),
+                     "max_block_share_of_one_channel": float((blocks.max(axis=1) / blocks.sum(axis=1)).max()),
+                     "loud_position": int(positions[np.argmax(counts)]),
+                     "loud_position_share": float(counts.max() / k)})
+    return rows
+
+
+def print_activation_stats(stats: List[dict], results: List[dict]) -> None:
+    loss: Dict[Tuple[str, str, str], Dict[str, float]] = {}
+    for r in results:
+        loss.setdefault((r["layer"], r["format"], r["method"]), {})[r["transform"]] = r["loss"]
+
+    def wush_vs_best(layer: str, fmt: str) -> str:
+        t = loss.get((layer, fmt, "rtn"), {})
+        if not all(k in t for k in ("wush", "i", "h", "r")):
+            return "-"
+        return f"{t['wush'] / min(t['i'], t['h'], t['r']):.3f}"
+
+    print("| layer | top channel rms / median | top-4 energy share | max abs / median rms "
+          "| top channel: share of its energy in 1% of tokens | those tokens' commonest position (share) "
+          "| largest one-channel share of a block | WUSH / best(I,H,R), mxfp4 rtn | int4 rtn |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in stats:
+        print(f"| {r['layer']} | {r['top_rms_over_median']:.1f} | {r['top4_energy_share']:.3f} | "
+              f"{r['max_abs_over_median_rms']:.0f} | {r['top_channel_share_of_1pct_tokens']:.2f} | "
+              f"{r['loud_position']} ({r['loud_position_share']:.0%}) | {r['max_block_share_of_one_channel']:.2f} | {wush_vs_best(r['layer'], 'mxfp4')} | "
+              f"{wush_vs_best(r['layer'], 'int4')} |")
+
+
 # The model-level comparison: each transform quantizes every selected linear (RTN, the library's
 # runtime computing the quantized layers), per format; wush+s is the search with its default guard.
 MODEL_TRANSFORMS = [("i", "identity", False), ("h", "hadamard", False), ("r", "random", False),
@@ -275,6 +327,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="skip the model-level table (sentence-embedding cosine of the quantized model, "
                         "RTN, I/H/R/WUSH/wush+s with its default guard, MXFP4 and NVFP4)")
     p.add_argument("--no-layerwise", action="store_true", help="skip `wush eval` (the layerwise table)")
+    p.add_argument("--activation-stats", action="store_true",
+                   help="also print, per layer, how concentrated the calibration inputs are in a few channels "
+                        "and tokens, beside WUSH / best(I,H,R) from the layerwise results")
     return p.parse_args(argv)
 
 
@@ -321,8 +376,11 @@ def main() -> int:
             (outdir / "results.json").write_text(json.dumps({"results": results, "model_level": model_rows}, indent=1))
     print(f"all-MiniLM-L6-v2: {len(acts)} linear layers, {args.calib_tokens} calibration + "
           f"{args.validation_tokens} validation + {args.heldout_tokens} held-out tokens (sequences of {args.seq_len})")
-    if results:
+    if results and any(r["transform"] == "wush+s" for r in results):
         print_table(ratios(results))
+    if args.activation_stats:
+        print()
+        print_activation_stats(activation_stats(acts, args.calib_tokens, args.seq_len), results)
     if model_rows:
         print(f"\nModel level: sentence embeddings of the {len(args.windows['heldout'])} held-out windows, the "
               f"quantized model (RTN, the library's runtime) against the unquantized one")

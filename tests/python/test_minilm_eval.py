@@ -87,6 +87,27 @@ def check_search(results):
     return bad
 
 
+def check_diagnosis(acts, n_cal, seq_len):
+    """The FFN down-projection's massive activation (docs/EVAL.md, "Why WUSH loses the FFN
+    down-projections"): block 0's output.dense input has one channel whose energy sits on the
+    [CLS] tokens, orders of magnitude above the median channel; the query projection's does not."""
+    stats = {r["layer"]: r for r in minilm_eval.activation_stats(acts, n_cal, seq_len)}
+    down, query = stats["encoder.layer.0.output.dense"], stats["encoder.layer.0.attention.self.query"]
+    # The top channel by energy, and its share on the first token of each window, recomputed here.
+    x = acts["encoder.layer.0.output.dense"][:n_cal].astype(np.float64)
+    top = int(np.argmax((x * x).sum(axis=0)))
+    cls_share = float((x[::seq_len, top] ** 2).sum() / (x[:, top] ** 2).sum())
+    checks = [("down: top channel's energy in 1% of tokens >= 0.9", down["top_channel_share_of_1pct_tokens"] >= 0.9),
+              ("down: those tokens sit at position 0 ([CLS])", down["loud_position"] == 0),
+              ("down: the top channel's energy on the [CLS] tokens >= 0.9", cls_share >= 0.9),
+              ("down: max |x| >= 50 median channel rms", down["max_abs_over_median_rms"] >= 50),
+              ("query: no such token concentration (<= 0.5)", query["top_channel_share_of_1pct_tokens"] <= 0.5),
+              ("query: max |x| < 30 median channel rms", query["max_abs_over_median_rms"] < 30)]
+    for what, ok in checks:
+        print(f"diagnosis {what}: {'ok' if ok else 'FAILED'}")
+    return sum(not ok for _, ok in checks)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--wush", required=True)
@@ -97,6 +118,7 @@ def main():
         workdir = pathlib.Path(tmp)
         model, acts = minilm_eval.prepare(args, workdir)
         bad = check_capture(model, acts, args.seq_len)
+        bad += check_diagnosis(acts, args.calib_tokens, args.seq_len)
         wpath, xpath = minilm_eval.write_layer_files(model, acts, workdir)
         results = minilm_eval.run_eval(wush, wpath, xpath, args.heldout_tokens, args.validation_tokens, [])
     bad += check_search(results)
