@@ -7,7 +7,10 @@
 //             calibrator's token sample of 256 tokens (the default WUSH_OPTION_SEARCH_TOKENS);
 //   "guard"   wush+s with the default guard: the calibrator keeps 512 tokens
 //             (wush_options_sample_size()), the search scores the even 256, and the searched layer
-//             competes with plain WUSH, I, H and R on the odd 256 (five layer losses);
+//             competes with plain WUSH, I, H and R on the odd 256 (five layer losses, on the
+//             guard's 1024 scored output rows of the 4096);
+//   "gptq_plain", "gptq_guard": the same two with GPTQ (a full-mode calibrator; the guard's four
+//             alternatives are each a GPTQ build);
 // "guard_before", the same guard as first implemented (commit 4d73e40), written out here: plain
 // WUSH built again after the search, and each of the five layer losses computing its own
 // reference product X W^T (now the searched build hands out the plain layer it computes anyway,
@@ -31,6 +34,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 
 #include "bench_report.h"
 #include "calibration/calibrator.h"
@@ -51,12 +55,12 @@ constexpr std::size_t kCalibrationTokens = 4096;
 constexpr std::size_t kSearchTokens = 256;  // WUSH_OPTION_SEARCH_TOKENS' default
 constexpr const char* kLayer = "4096x4096";
 constexpr wush_format kFormats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4};
-constexpr const char* kVariants[] = {"plain", "search", "guard", "guard_before", "loss256"};
+constexpr const char* kVariants[] = {"plain", "search", "guard", "guard_before", "loss256", "gptq_plain", "gptq_guard"};
 
 struct Layer {
     wush::eval::SyntheticLayer data;
-    // By G and sample size (256: the unguarded search's, 512: the default guard's).
-    std::map<std::pair<std::size_t, std::size_t>, std::unique_ptr<Calibrator>> calibrators;
+    // By G, sample size (256: the unguarded search's, 512: the default guard's) and moment mode.
+    std::map<std::tuple<std::size_t, std::size_t, bool>, std::unique_ptr<Calibrator>> calibrators;
 };
 
 Layer& layer() {
@@ -68,11 +72,12 @@ Layer& layer() {
     return l;
 }
 
-const Calibrator& calibrator(std::size_t g, std::size_t sample) {
+const Calibrator& calibrator(std::size_t g, std::size_t sample, bool full = false) {
     Layer& l = layer();
-    auto& cal = l.calibrators[{g, sample}];
+    auto& cal = l.calibrators[{g, sample, full}];
     if (!cal) {
-        cal = std::make_unique<Calibrator>(l.data.spec.d_in, g, wush::MomentMode::BlockDiagonal);
+        cal = std::make_unique<Calibrator>(l.data.spec.d_in, g,
+                                           full ? wush::MomentMode::Full : wush::MomentMode::BlockDiagonal);
         cal->set_sample_capacity(sample);
         cal->add(WUSH_DTYPE_F32, l.data.calibration.data(), kCalibrationTokens);
     }
@@ -87,9 +92,10 @@ void bm_layer(benchmark::State& state, wush_format f, std::string variant) {
     const wush::formats::FormatSpec& format = wush::formats::spec(f);
     Layer& l = layer();
     const std::size_t d_out = l.data.spec.d_out;
-    const bool search = variant != "plain";
-    const bool guarded = variant == "guard" || variant == "guard_before";
-    const Calibrator& cal = calibrator(format.group, guarded ? 2 * kSearchTokens : kSearchTokens);
+    const bool gptq = variant.rfind("gptq_", 0) == 0;
+    const bool search = variant != "plain" && variant != "gptq_plain";
+    const bool guarded = variant == "guard" || variant == "guard_before" || variant == "gptq_guard";
+    const Calibrator& cal = calibrator(format.group, guarded ? 2 * kSearchTokens : kSearchTokens, gptq);
     TransformOptions options(TransformKind::WUSH, 0.01, 1);
     if (search) {
         options.search.enabled = true;
@@ -138,10 +144,11 @@ void bm_layer(benchmark::State& state, wush_format f, std::string variant) {
         return;
     }
     for (auto _ : state) {
-        wush::pipeline::QuantizedLayer q = wush::pipeline::guarded_layer(options, format, wush::pipeline::Method::Rtn,
-                                                                         cal, l.data.weight, d_out, nullptr, guard);
+        wush::pipeline::QuantizedLayer q = wush::pipeline::guarded_layer(
+            options, format, gptq ? wush::pipeline::Method::Gptq : wush::pipeline::Method::Rtn, cal, l.data.weight,
+            d_out, nullptr, guard);
         benchmark::DoNotOptimize(q.weights.codes.data());
-        if (variant == "guard" && q.guard.source != wush::pipeline::GuardSource::HoldOut)
+        if (guarded && q.guard.source != wush::pipeline::GuardSource::HoldOut)
             state.SkipWithError("the default guard did not run");
     }
 }
@@ -168,9 +175,21 @@ int main(int argc, char** argv) {
                         g * 1e3, g / p, g / s, b * 1e3, b / p, l * 1e3);
         }
     };
+    const auto summary_gptq = [&](const char* what, auto seconds) {
+        std::printf("\nGPTQ (%s, ms; ratio to plain GPTQ-WUSH)\n", what);
+        std::printf("%-16s %10s %10s %6s\n", "layer/format", "gptq_plain", "gptq_guard", "ratio");
+        for (wush_format f : kFormats) {
+            const double p = seconds(case_name(f, "gptq_plain")), g = seconds(case_name(f, "gptq_guard"));
+            if (p <= 0.0 || g <= 0.0) continue;  // filtered out of this run
+            std::printf("%-16s %10.1f %10.1f %6.2f\n",
+                        (std::string(kLayer) + "/" + wush::formats::spec(f).name).c_str(), p * 1e3, g * 1e3, g / p);
+        }
+    };
     summary("median wall time", [&](const std::string& n) { return reporter.median_seconds(n); });
     summary("fastest wall time", [&](const std::string& n) { return reporter.min_seconds(n); });
     summary("median CPU time of the calling thread (all of the work with OMP_NUM_THREADS=1)",
             [&](const std::string& n) { return reporter.median_cpu_seconds(n); });
+    summary_gptq("median CPU time of the calling thread",
+                 [&](const std::string& n) { return reporter.median_cpu_seconds(n); });
     return 0;
 }
