@@ -451,8 +451,9 @@ typedef enum wush_option {
      * else over every row; the kept layer is returned whole. It costs five held-out layer losses
      * and the alternatives' builds (RTN: the plain transform comes with the search, and the
      * alternatives' weights are quantized on the scored rows, on every row only when kept;
-     * GPTQ: four more GPTQ builds): on a 4096 x 4096 RTN layer about 4x the plain layer's time
-     * (docs/PERFORMANCE.md). wush_transform_guard() reports
+     * GPTQ: plain GPTQ-WUSH built whole, I, H and R built on the scored rows): on a
+     * 4096 x 4096 layer about 4x the plain layer's time, RTN or GPTQ (docs/PERFORMANCE.md).
+     * wush_transform_guard() reports
      * what it compared and kept. The plain `wush` transform (no search) is Algorithm 1 and
      * never guarded. */
     WUSH_OPTION_SEARCH_GUARD = 5,

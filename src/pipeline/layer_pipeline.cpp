@@ -100,9 +100,10 @@ formats::PackedMatrix select_rows(const formats::FormatSpec& format, const forma
 }
 
 // One candidate of the guard: its transform, its weights on the scored rows, and its whole
-// weights when they were built (GPTQ, the searched layer, or every row scored). An RTN
-// alternative is quantized on the scored rows only, and on every row only if it is kept: RTN
-// quantizes each row alone, so those rows are the whole layer's rows, byte for byte.
+// weights when they were built (the searched layer, plain GPTQ-WUSH, or every row scored). An
+// RTN alternative is quantized on the scored rows only, and on every row only if it is kept:
+// RTN quantizes each row alone, so those rows are the whole layer's rows, byte for byte; so is a
+// data-free GPTQ alternative (gptq_rows_candidate).
 struct Candidate {
     BlockTransform transform;
     std::optional<formats::PackedMatrix> whole;
@@ -122,6 +123,17 @@ Candidate rtn_candidate(BlockTransform t, const formats::FormatSpec& format, std
     if (rows.all) return candidate({t, prequantize_rtn(t, format, w, d_out), {}}, format, rows);
     formats::PackedMatrix scored = prequantize_rtn(t, format, rows.w, rows.index.size());
     return {std::move(t), std::nullopt, std::move(scored), {}, 0.0};
+}
+
+// A data-free GPTQ alternative on the scored rows only: its transform does not depend on the
+// weights, and GPTQ quantizes each row alone (its error feedback runs along the row, through the
+// shared inverse Hessian), so these are the whole layer's rows, byte for byte
+// (capi_validation checks it); it is built on every row only if kept. (A data-aware layer's
+// transform depends on every row: plain GPTQ-WUSH is built whole.)
+Candidate gptq_rows_candidate(const TransformOptions& options, const formats::FormatSpec& format,
+                              const Calibrator& calibration, const ScoredRows& rows, Progress* progress) {
+    QuantizedLayer layer = build(options, format, Method::Gptq, calibration, rows.w, rows.index.size(), progress, {});
+    return {std::move(layer.transform), std::nullopt, std::move(layer.weights), {}, 0.0};
 }
 
 void score(Candidate& c, std::span<const float> w_scored, const GuardTokens& tokens) {
@@ -216,22 +228,29 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
     report.candidates[0].loss = all[0].mean;
     const std::vector<TransformOptions> alts = alternatives(options);
     for (std::size_t i = 0; i < alts.size(); ++i) {
-        if (method == Method::Gptq)
-            all.push_back(candidate(build(alts[i], format, method, calibration, w, d_out, progress, {}), format, rows));
-        else
+        if (method == Method::Rtn)
             all.push_back(rtn_candidate(i == 0 && plain_transform
                                             ? std::move(*plain_transform)
                                             : rtn_transform(alts[i], calibration, w, d_out, progress),
                                         format, w, d_out, rows));
+        else if (is_data_free(alts[i].kind) && !rows.all)
+            all.push_back(gptq_rows_candidate(alts[i], format, calibration, rows, progress));
+        else
+            all.push_back(candidate(build(alts[i], format, method, calibration, w, d_out, progress, {}), format, rows));
         score(all.back(), w_scored, tokens);
         report.candidates[i + 1] = paired(all.back(), all[0]);
     }
     for (std::size_t i = 1; i < all.size(); ++i)
         if (report.candidates[i].clearly_better && all[i].mean < all[report.kept].mean) report.kept = i;
     Candidate& kept = all[report.kept];
-    formats::PackedMatrix weights =
-        kept.whole ? std::move(*kept.whole) : prequantize_rtn(kept.transform, format, w, d_out);
-    return {std::move(kept.transform), std::move(weights), report};
+    if (kept.whole) return {std::move(kept.transform), std::move(*kept.whole), report};
+    if (method == Method::Rtn) {
+        formats::PackedMatrix weights = prequantize_rtn(kept.transform, format, w, d_out);  // before the move below
+        return {std::move(kept.transform), std::move(weights), report};
+    }
+    QuantizedLayer whole = build(alts[report.kept - 1], format, method, calibration, w, d_out, progress, {});
+    whole.guard = report;
+    return whole;
 }
 
 }  // namespace wush::pipeline

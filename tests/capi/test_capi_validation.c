@@ -547,80 +547,110 @@ static void test_default_guard(wush_context* ctx, wush_format f, wush_method m, 
     wush_options_destroy(off);
 }
 
+/* The rows `rows` (n of them) of a qweight's codes and scales equal `sub`'s, byte for byte. */
+static int same_rows(const wush_qweight* whole, const wush_qweight* sub, const size_t* rows, size_t n) {
+    const unsigned char *cw = NULL, *sw = NULL, *cs = NULL, *ss = NULL;
+    size_t ncw = 0, nsw = 0, ncs = 0, nss = 0, d_out = 0, i;
+    if (wush_qweight_data(whole, (const void**)&cw, &ncw, (const void**)&sw, &nsw) != WUSH_OK ||
+        wush_qweight_data(sub, (const void**)&cs, &ncs, (const void**)&ss, &nss) != WUSH_OK ||
+        wush_qweight_info(whole, NULL, NULL, &d_out, NULL) != WUSH_OK || d_out == 0 || ncs != n * (ncw / d_out) ||
+        nss != n * (nsw / d_out))
+        return 0;
+    for (i = 0; i < n; ++i)
+        if (memcmp(cw + rows[i] * (ncw / d_out), cs + i * (ncw / d_out), ncw / d_out) != 0 ||
+            memcmp(sw + rows[i] * (nsw / d_out), ss + i * (nsw / d_out), nsw / d_out) != 0)
+            return 0;
+    return 1;
+}
+
 /* A wide layer (d_out >= 2048): the guard scores a fixed subset of output rows, rows
  * i * k + i % k for i < d_out / k with k = d_out / 1024 (wush.h, WUSH_OPTION_SEARCH_GUARD),
- * written again here. Each reported loss is wush_layer_loss of the separately built candidate's
- * transform on those rows' weights (RTN quantizes rows alone, so wush_qweight_create on the
- * rows gives the rows of the whole layer); the kept layer comes back whole. Validation tokens
- * from shifted documents make a data-free candidate win, so the rebuild of a kept alternative
- * on every row is what is checked. */
-static void test_guard_wide_layer(wush_context* ctx, wush_format f, const float* cal, const float* shifted) {
+ * written again here. Validation tokens from shifted documents make a data-free candidate win,
+ * so the rebuild of a kept alternative on every row is checked too.
+ * RTN: each reported loss is wush_layer_loss of the separately built candidate's transform on
+ * those rows' weights (RTN quantizes rows alone: wush_qweight_create on the rows gives the rows
+ * of the whole layer), and differs from the whole layer's loss.
+ * GPTQ: the guard builds the data-free candidates on the scored rows alone; that the rows of a
+ * data-free GPTQ layer are the same bytes when built alone is checked here, and their reported
+ * losses against wush_layer_loss of those row builds. The kept layer comes back whole. */
+static void test_guard_wide_layer(wush_context* ctx, wush_format f, wush_method m, const float* cal,
+                                  const float* shifted) {
     enum { WIDE = 2100 };
     static const wush_transform_kind kKinds[N_CANDIDATES] = {WUSH_TRANSFORM_WUSH, WUSH_TRANSFORM_WUSH,
                                                              WUSH_TRANSFORM_IDENTITY, WUSH_TRANSFORM_HADAMARD,
                                                              WUSH_TRANSFORM_RANDOM};
+    const wush_moment_mode mode = m == WUSH_METHOD_GPTQ ? WUSH_MOMENTS_FULL : WUSH_MOMENTS_BLOCK_DIAGONAL;
     const size_t k = WIDE / 1024, n_rows = WIDE / k;
     float* w = malloc(sizeof(float) * WIDE * D_IN);
     float* rows = malloc(sizeof(float) * n_rows * D_IN);
+    size_t* index = malloc(sizeof(size_t) * n_rows);
     wush_options *o = NULL, *plain = NULL;
     wush_calibrator* c = NULL;
     wush_transform* got_t = NULL;
     wush_qweight* got_q = NULL;
     wush_guard_candidate kept = (wush_guard_candidate)-1;
     size_t g = 0, i, j, d_out = 0;
-    int cand_i, differs = 0;
-    if (w == NULL || rows == NULL) return;
+    int cand_i, differs = 0, checked = 0;
+    if (w == NULL || rows == NULL || index == NULL) return;
     rng_seed(21);
     for (i = 0; i < (size_t)WIDE * D_IN; ++i) w[i] = (float)(rng_gauss() * 0.1);
-    for (i = 0; i < n_rows; ++i)
-        for (j = 0; j < D_IN; ++j) rows[i * D_IN + j] = w[(i * k + i % k) * D_IN + j];
+    for (i = 0; i < n_rows; ++i) {
+        index[i] = i * k + i % k;
+        for (j = 0; j < D_IN; ++j) rows[i * D_IN + j] = w[index[i] * D_IN + j];
+    }
     wush_format_group_size(f, &g);
     CHECK_STATUS(wush_options_create(&o), WUSH_OK);
     CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH, 1), WUSH_OK);
     CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH_TOKENS, 128), WUSH_OK);
     plain = without_search(o);
-    CHECK_STATUS(wush_calibrator_create(D_IN, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &c), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_create(D_IN, g, mode, &c), WUSH_OK);
     if (o == NULL || plain == NULL || c == NULL) return;
     CHECK_STATUS(wush_calibrator_set_sample_size(c, 256), WUSH_OK);
     CHECK_STATUS(wush_calibrator_set_validation_size(c, N_VAL), WUSH_OK);
     CHECK_STATUS(wush_calibrator_add(ctx, c, WUSH_DTYPE_F32, cal, N_CAL), WUSH_OK);
     CHECK_STATUS(wush_calibrator_add_validation(ctx, c, WUSH_DTYPE_F32, shifted, N_VAL), WUSH_OK);
-    CHECK_STATUS(wush_layer_quantize(ctx, c, WUSH_TRANSFORM_WUSH, f, WUSH_METHOD_RTN, WUSH_DTYPE_F32, w, WIDE, D_IN, o,
-                                     &got_t, &got_q),
-                 WUSH_OK);
+    CHECK_STATUS(
+        wush_layer_quantize(ctx, c, WUSH_TRANSFORM_WUSH, f, m, WUSH_DTYPE_F32, w, WIDE, D_IN, o, &got_t, &got_q),
+        WUSH_OK);
     if (got_t == NULL || got_q == NULL) return;
     CHECK_STATUS(wush_transform_guard(got_t, NULL, NULL, &kept), WUSH_OK);
     CHECK(kept >= WUSH_GUARD_IDENTITY); /* the shifted documents make WUSH lose */
     CHECK_STATUS(wush_qweight_info(got_q, NULL, NULL, &d_out, NULL), WUSH_OK);
     CHECK(d_out == WIDE);
     for (cand_i = 0; cand_i < N_CANDIDATES; ++cand_i) {
-        wush_transform* t = NULL;
+        const int data_free = cand_i >= WUSH_GUARD_IDENTITY;
+        wush_transform *t = NULL, *t_rows = NULL;
         wush_qweight *q = NULL, *q_rows = NULL;
         double loss = -1.0, want = -2.0, whole = -3.0;
-        const wush_options* opts = cand_i == 0 ? o : plain;
         CHECK_STATUS(wush_transform_guard_candidate(got_t, (wush_guard_candidate)cand_i, &loss, NULL, NULL, NULL),
                      WUSH_OK);
         if (cand_i == 0) { /* the searched layer as the guard saw it: the unguarded search on the same tokens */
             wush_calibrator* unguarded = NULL;
-            CHECK_STATUS(wush_calibrator_create(D_IN, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &unguarded), WUSH_OK);
+            CHECK_STATUS(wush_calibrator_create(D_IN, g, mode, &unguarded), WUSH_OK);
             if (unguarded == NULL) continue;
             CHECK_STATUS(wush_calibrator_set_sample_size(unguarded, 256), WUSH_OK);
             CHECK_STATUS(wush_calibrator_add(ctx, unguarded, WUSH_DTYPE_F32, cal, N_CAL), WUSH_OK);
             CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH_GUARD, 0), WUSH_OK);
-            CHECK_STATUS(wush_layer_quantize(ctx, unguarded, WUSH_TRANSFORM_WUSH, f, WUSH_METHOD_RTN, WUSH_DTYPE_F32, w,
-                                             WIDE, D_IN, o, &t, &q),
+            CHECK_STATUS(wush_layer_quantize(ctx, unguarded, WUSH_TRANSFORM_WUSH, f, m, WUSH_DTYPE_F32, w, WIDE, D_IN,
+                                             o, &t, &q),
                          WUSH_OK);
             CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH_GUARD, 1), WUSH_OK);
             wush_calibrator_destroy(unguarded);
         } else {
-            CHECK_STATUS(wush_layer_quantize(ctx, c, kKinds[cand_i], f, WUSH_METHOD_RTN, WUSH_DTYPE_F32, w, WIDE, D_IN,
-                                             opts, &t, &q),
-                         WUSH_OK);
+            CHECK_STATUS(
+                wush_layer_quantize(ctx, c, kKinds[cand_i], f, m, WUSH_DTYPE_F32, w, WIDE, D_IN, plain, &t, &q),
+                WUSH_OK);
         }
-        if (t != NULL)
+        if (t != NULL && m == WUSH_METHOD_RTN)
             CHECK_STATUS(
                 wush_qweight_create(ctx, t, f, WUSH_METHOD_RTN, WUSH_DTYPE_F32, rows, n_rows, D_IN, NULL, &q_rows),
                 WUSH_OK);
+        if (t != NULL && m == WUSH_METHOD_GPTQ && data_free) {
+            CHECK_STATUS(wush_layer_quantize(ctx, c, kKinds[cand_i], f, m, WUSH_DTYPE_F32, rows, n_rows, D_IN, plain,
+                                             &t_rows, &q_rows),
+                         WUSH_OK);
+            CHECK(q != NULL && q_rows != NULL && same_rows(q, q_rows, index, n_rows));
+        }
         if (q_rows != NULL) {
             CHECK_STATUS(wush_layer_loss(ctx, t, q_rows, WUSH_DTYPE_F32, rows, WUSH_DTYPE_F32, shifted, N_VAL, &want),
                          WUSH_OK);
@@ -628,16 +658,19 @@ static void test_guard_wide_layer(wush_context* ctx, wush_format f, const float*
                          WUSH_OK);
             CHECK(close_to(loss, want, 1e-12 * want));
             differs += !close_to(whole, want, 1e-6 * want); /* the subset is not the whole layer */
+            ++checked;
         }
         if (cand_i == (int)kept) { /* the returned layer is this candidate's, on every row */
             CHECK(t != NULL && same_matrices(got_t, t));
             CHECK(q != NULL && same_qweights(got_q, q));
         }
         wush_qweight_destroy(q_rows);
+        wush_transform_destroy(t_rows);
         wush_qweight_destroy(q);
         wush_transform_destroy(t);
     }
-    CHECK(differs == N_CANDIDATES);
+    CHECK(checked == (m == WUSH_METHOD_RTN ? N_CANDIDATES : 3));
+    CHECK(differs == checked);
     wush_transform_destroy(got_t);
     wush_qweight_destroy(got_q);
     wush_calibrator_destroy(c);
@@ -645,6 +678,7 @@ static void test_guard_wide_layer(wush_context* ctx, wush_format f, const float*
     wush_options_destroy(plain);
     free(w);
     free(rows);
+    free(index);
 }
 
 int main(void) {
@@ -672,8 +706,10 @@ int main(void) {
         test_guard_small_slices(ctx, WUSH_FORMAT_NVFP4, WUSH_METHOD_RTN, w, cal, same);
         test_default_guard(ctx, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, w, cal);
         test_default_guard(ctx, WUSH_FORMAT_NVFP4, WUSH_METHOD_GPTQ, w, cal);
-        test_guard_wide_layer(ctx, WUSH_FORMAT_MXFP4, cal, shifted);
-        test_guard_wide_layer(ctx, WUSH_FORMAT_NVFP4, cal, shifted);
+        test_guard_wide_layer(ctx, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, cal, shifted);
+        test_guard_wide_layer(ctx, WUSH_FORMAT_NVFP4, WUSH_METHOD_RTN, cal, shifted);
+        test_guard_wide_layer(ctx, WUSH_FORMAT_MXFP4, WUSH_METHOD_GPTQ, cal, shifted);
+        test_guard_wide_layer(ctx, WUSH_FORMAT_NVFP4, WUSH_METHOD_GPTQ, cal, shifted);
     }
     wush_context_destroy(ctx);
     free(w);
