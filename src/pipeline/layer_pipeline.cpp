@@ -64,8 +64,8 @@ GuardTokens guard_tokens(const Calibrator& calibration, const GuardSettings& gua
 // (else each loss computes it again, tile by tile, with the same values).
 inline constexpr std::size_t kReferenceBudgetBytes = std::size_t(256) << 20;
 
-// The output rows the guard scores (GuardRows in layer_pipeline.h): their indices, and a copy of
-// their weights.
+// The output rows the guard scores (guard_rows in layer_pipeline.h): their indices, and a copy of
+// their weights (none when every row is scored).
 struct ScoredRows {
     std::vector<std::size_t> index;
     std::vector<float> w;  // index.size() x d_in
@@ -120,7 +120,10 @@ Candidate candidate(QuantizedLayer layer, const formats::FormatSpec& format, con
 
 Candidate rtn_candidate(BlockTransform t, const formats::FormatSpec& format, std::span<const float> w,
                         std::size_t d_out, const ScoredRows& rows) {
-    if (rows.all) return candidate({t, prequantize_rtn(t, format, w, d_out), {}}, format, rows);
+    if (rows.all) {
+        formats::PackedMatrix q = prequantize_rtn(t, format, w, d_out);
+        return candidate({std::move(t), std::move(q), {}}, format, rows);
+    }
     formats::PackedMatrix scored = prequantize_rtn(t, format, rows.w, rows.index.size());
     return {std::move(t), std::nullopt, std::move(scored), {}, 0.0};
 }
