@@ -453,9 +453,8 @@ typedef enum wush_option {
      * alternatives' weights are quantized on the scored rows, on every row only when kept;
      * GPTQ: plain GPTQ-WUSH built whole, I, H and R built on the scored rows): on a
      * 4096 x 4096 layer about 4x the plain layer's time, RTN or GPTQ (docs/PERFORMANCE.md).
-     * wush_transform_guard() reports
-     * what it compared and kept. The plain `wush` transform (no search) is Algorithm 1 and
-     * never guarded. */
+     * wush_transform_guard() reports what it compared and kept. The plain `wush` transform (no
+     * search) is Algorithm 1 and never guarded. */
     WUSH_OPTION_SEARCH_GUARD = 5,
     WUSH_OPTION_ENUM_MIN_ = -2147483647 - 1,
     WUSH_OPTION_ENUM_MAX_ = 2147483647
@@ -768,10 +767,11 @@ WUSH_API wush_status wush_transform_guard(const wush_transform* transform, wush_
  *  One candidate's score in the guard's decision (see wush_transform_guard): *loss, its layer
  *  loss on the held-out tokens (as wush_layer_loss() computes it for that candidate's layer on
  *  those tokens, over the output rows the guard scores: every row below d_out = 2048, else the
- *  subset WUSH_OPTION_SEARCH_GUARD describes); *difference, the mean over tokens of the paired per-token loss differences
- *  (searched - candidate: positive where the candidate is better); *std_error, the standard error
- *  of that mean (sample standard deviation / sqrt(n_tokens)); *replaces, 1 when the candidate met
- *  the rule (loss below 0.99 x the searched loss and difference > 2 std_error), else 0. For
+ *  subset WUSH_OPTION_SEARCH_GUARD describes); *difference, the mean over tokens of the paired
+ *  per-token loss differences (searched - candidate: positive where the candidate is better);
+ *  *std_error, the standard error of that mean (sample standard deviation / sqrt(n_tokens));
+ *  *replaces, 1 when the candidate met the rule (loss below 0.99 x the searched loss and
+ *  difference > 2 std_error), else 0. For
  *  WUSH_GUARD_SEARCHED: its loss, 0, 0, 0. The kept candidate is the lowest loss among those with
  *  *replaces = 1, or the searched layer when there is none. Any output pointer may be NULL.
  *  Thread-safe (read only).
