@@ -148,13 +148,18 @@ def run_eval(wush: str, wpath: str, xpath: str, n_held: int, n_val: int, extra: 
     return json.loads(out)["results"]
 
 
+def losses(results: List[dict]) -> Dict[Tuple[str, str, str], Dict[str, float]]:
+    """(layer, format, method) -> {transform: held-out loss}."""
+    out: Dict[Tuple[str, str, str], Dict[str, float]] = {}
+    for r in results:
+        out.setdefault((r["layer"], r["format"], r["method"]), {})[r["transform"]] = r["loss"]
+    return out
+
+
 def ratios(results: List[dict]) -> Dict[Tuple[str, str, str], List[Tuple[str, float, float]]]:
     """(layer type, format, method) -> [(layer, wush+s / WUSH, wush+s / min(I, H, R))]."""
-    loss: Dict[Tuple[str, str, str], Dict[str, float]] = {}
-    for r in results:
-        loss.setdefault((r["layer"], r["format"], r["method"]), {})[r["transform"]] = r["loss"]
     out: Dict[Tuple[str, str, str], List[Tuple[str, float, float]]] = {}
-    for (layer, fmt, method), t in sorted(loss.items()):
+    for (layer, fmt, method), t in sorted(losses(results).items()):
         kind = BLOCK.sub("", layer)
         best = min(t["i"], t["h"], t["r"])
         out.setdefault((kind, fmt, method), []).append((layer, t["wush+s"] / t["wush"], t["wush+s"] / best))
@@ -190,11 +195,11 @@ def activation_stats(acts, n_cal: int, seq_len: int, group: int = 32) -> List[di
         loud = np.argsort(col)[::-1][:k]
         positions, counts = np.unique(loud % seq_len, return_counts=True)
         blocks = energy.reshape(-1, group)
-        rows.append({"layer": name, "d_in": x.shape[1],
+        rows.append({"layer": name,
                      "top_rms_over_median": float(rms[c]) / med,
                      "top4_energy_share": float(energy[top[:4]].sum() / energy.sum()),
                      "max_abs_over_median_rms": float(np.abs(x).max()) / med,
-                     "top_channel_share_of_1pct_tokens": float(np.sort(col)[::-1][:k].sum() / col.sum()),
+                     "top_channel_share_of_1pct_tokens": float(col[loud].sum() / col.sum()),
                      "max_block_share_of_one_channel": float((blocks.max(axis=1) / blocks.sum(axis=1)).max()),
                      "loud_position": int(positions[np.argmax(counts)]),
                      "loud_position_share": float(counts.max() / k)})
@@ -202,9 +207,7 @@ def activation_stats(acts, n_cal: int, seq_len: int, group: int = 32) -> List[di
 
 
 def print_activation_stats(stats: List[dict], results: List[dict]) -> None:
-    loss: Dict[Tuple[str, str, str], Dict[str, float]] = {}
-    for r in results:
-        loss.setdefault((r["layer"], r["format"], r["method"]), {})[r["transform"]] = r["loss"]
+    loss = losses(results)
 
     def wush_vs_best(layer: str, fmt: str) -> str:
         t = loss.get((layer, fmt, "rtn"), {})
@@ -219,7 +222,8 @@ def print_activation_stats(stats: List[dict], results: List[dict]) -> None:
     for r in stats:
         print(f"| {r['layer']} | {r['top_rms_over_median']:.1f} | {r['top4_energy_share']:.3f} | "
               f"{r['max_abs_over_median_rms']:.0f} | {r['top_channel_share_of_1pct_tokens']:.2f} | "
-              f"{r['loud_position']} ({r['loud_position_share']:.0%}) | {r['max_block_share_of_one_channel']:.2f} | {wush_vs_best(r['layer'], 'mxfp4')} | "
+              f"{r['loud_position']} ({r['loud_position_share']:.0%}) | "
+              f"{r['max_block_share_of_one_channel']:.2f} | {wush_vs_best(r['layer'], 'mxfp4')} | "
               f"{wush_vs_best(r['layer'], 'int4')} |")
 
 

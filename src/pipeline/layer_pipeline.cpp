@@ -1,6 +1,7 @@
 #include "pipeline/layer_pipeline.h"
 
 #include <cmath>
+#include <numeric>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -13,8 +14,17 @@ namespace wush::pipeline {
 
 namespace {
 
-// One layer with an explicit search sample (empty: the calibrator's own). `plain`, if given, gets
-// the unsearched transform when the build computes it anyway (a searched WUS/WUSH RTN build).
+// An RTN layer's transform alone, with an explicit search sample (empty: the calibrator's own).
+// `plain`, if given, gets the unsearched transform when the build computes it anyway (a searched
+// WUS/WUSH build).
+BlockTransform rtn_transform(const TransformOptions& options, const Calibrator& calibration, std::span<const float> w,
+                             std::size_t d_out, Progress* progress, std::span<const float> sample = {},
+                             std::optional<BlockTransform>* plain = nullptr) {
+    if (is_data_free(options.kind)) return build_data_free_transform(options, calibration.d_in(), calibration.group());
+    return build_transform(options, calibration, w, d_out, progress, sample, sample.size() / calibration.d_in(), plain);
+}
+
+// One layer with an explicit search sample (empty: the calibrator's own); `plain` as above, RTN only.
 QuantizedLayer build(const TransformOptions& options, const formats::FormatSpec& format, Method method,
                      const Calibrator& calibration, std::span<const float> w, std::size_t d_out, Progress* progress,
                      std::span<const float> sample, std::optional<BlockTransform>* plain = nullptr) {
@@ -22,10 +32,7 @@ QuantizedLayer build(const TransformOptions& options, const formats::FormatSpec&
         gptq::Result r = gptq::quantize(options, format, calibration, w, d_out, progress, sample);
         return {std::move(r.transform), std::move(r.weights), {}};
     }
-    BlockTransform t = is_data_free(options.kind)
-                           ? build_data_free_transform(options, calibration.d_in(), calibration.group())
-                           : build_transform(options, calibration, w, d_out, progress, sample,
-                                             sample.size() / calibration.d_in(), plain);
+    BlockTransform t = rtn_transform(options, calibration, w, d_out, progress, sample, plain);
     formats::PackedMatrix q = prequantize_rtn(t, format, w, d_out);
     return {std::move(t), std::move(q), {}};
 }
@@ -167,13 +174,6 @@ GuardCandidateScore paired(const Candidate& alt, const Candidate& base) {
     return c;
 }
 
-// An RTN layer's transform alone (its weights are quantized where they are needed).
-BlockTransform rtn_transform(const TransformOptions& options, const Calibrator& calibration, std::span<const float> w,
-                             std::size_t d_out, Progress* progress) {
-    if (is_data_free(options.kind)) return build_data_free_transform(options, calibration.d_in(), calibration.group());
-    return build_transform(options, calibration, w, d_out, progress, {}, 0, nullptr);
-}
-
 // The alternatives to the searched layer, in wush_guard_candidate's order: plain WUS/WUSH, I, H, R.
 std::vector<TransformOptions> alternatives(const TransformOptions& options) {
     TransformOptions plain = options;  // Algorithm 1 itself, unsearched
@@ -195,12 +195,13 @@ bool is_data_free(TransformKind kind) {
 
 std::vector<std::size_t> guard_rows(std::size_t d_out) {
     const std::size_t k = d_out / kGuardRowsTarget;
-    std::vector<std::size_t> rows;
     if (k < 2) {
-        for (std::size_t o = 0; o < d_out; ++o) rows.push_back(o);
-        return rows;
+        std::vector<std::size_t> all(d_out);
+        std::iota(all.begin(), all.end(), std::size_t(0));
+        return all;
     }
-    for (std::size_t i = 0; i < d_out / k; ++i) rows.push_back(i * k + i % k);
+    std::vector<std::size_t> rows(d_out / k);
+    for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = i * k + i % k;
     return rows;
 }
 
