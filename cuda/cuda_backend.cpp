@@ -254,12 +254,21 @@ WeightPlan plan_weight(const formats::FormatSpec& f, std::size_t d_in, std::size
     return p;
 }
 
-// forward()'s workspace: the activations' codes and scales, then the GEMM's scratch.
+// forward()'s workspace at exactly m tokens: the activations' codes and scales, then the GEMM's
+// scratch.
+std::size_t layer_workspace_bytes_at(const formats::FormatSpec& f, std::size_t d_in, std::size_t d_out, std::size_t m,
+                                     const WeightPlan& plan, const Device& dev) {
+    const formats::PackedSizes s = formats::packed_sizes(f, m, d_in);
+    return round_up(s.codes, 256) + round_up(s.scales, 256) +
+           gemm_bytes(shape_args(f, m, d_out, d_in), plan.dequantized, plan.lt_possible, dev);
+}
+
+// ... and for up to n tokens, what the workspace queries answer: the m <= n that needs the most
+// (max_bytes_up_to: the kernel changes with m).
 std::size_t layer_workspace_bytes(const formats::FormatSpec& f, std::size_t d_in, std::size_t d_out, std::size_t n,
                                   const WeightPlan& plan, const Device& dev) {
-    const formats::PackedSizes s = formats::packed_sizes(f, n, d_in);
-    return round_up(s.codes, 256) + round_up(s.scales, 256) +
-           gemm_bytes(shape_args(f, n, d_out, d_in), plan.dequantized, plan.lt_possible, dev);
+    return max_bytes_up_to(dev.gemm_table, n,
+                           [&](std::size_t m) { return layer_workspace_bytes_at(f, d_in, d_out, m, plan, dev); });
 }
 
 // ---- the prepared layer ------------------------------------------------------------------------
@@ -297,7 +306,10 @@ public:
     std::size_t workspace_bytes(std::size_t n) const override {
         return layer_workspace_bytes(spec_, d_in_, d_out_, n, plan_, *dev_);
     }
-    std::size_t minimum_workspace_bytes(std::size_t n) const override { return workspace_bytes(n); }
+    // What one call of n tokens needs (a workspace sized for more tokens may hold less: see above).
+    std::size_t minimum_workspace_bytes(std::size_t n) const override {
+        return layer_workspace_bytes_at(spec_, d_in_, d_out_, n, plan_, *dev_);
+    }
 
     void quantize(wush_dtype x_dtype, const void* x, std::size_t n, std::span<std::uint8_t> codes,
                   std::span<std::uint8_t> scales) override {
@@ -315,7 +327,7 @@ public:
     void forward(wush_dtype x_dtype, const void* x, std::size_t n, wush_dtype y_dtype, void* y,
                  std::span<std::byte> workspace) override {
         require_output_dtype(y_dtype);
-        require(workspace.size() >= workspace_bytes(n), "forward: workspace too small");
+        require(workspace.size() >= minimum_workspace_bytes(n), "forward: workspace too small");
         // Sub-buffers start at 256-byte offsets: with an aligned base every operand is aligned
         // as cuBLAS / cuBLASLt want it (cudaMalloc gives 256 bytes).
         require(reinterpret_cast<std::uintptr_t>(workspace.data()) % 256 == 0,
@@ -431,9 +443,10 @@ public:
         const formats::FormatSpec& f = formats::spec(w.format);
         return layer_workspace_bytes(f, w.d_in, w.d_out, n, plan_weight(f, w.d_in, w.d_out, *dev_), *dev_);
     }
-    std::size_t linear_forward_minimum_workspace_bytes(backend::TransformRef t, const formats::PackedMatrix& w,
+    std::size_t linear_forward_minimum_workspace_bytes(backend::TransformRef, const formats::PackedMatrix& w,
                                                        std::size_t n) override {
-        return linear_forward_workspace_bytes(t, w, n);
+        const formats::FormatSpec& f = formats::spec(w.format);
+        return layer_workspace_bytes_at(f, w.d_in, w.d_out, n, plan_weight(f, w.d_in, w.d_out, *dev_), *dev_);
     }
 
     void linear_forward(backend::TransformRef t, const formats::PackedMatrix& w, wush_dtype x_dtype, const void* x,

@@ -19,6 +19,7 @@
 // (and above the decode rows) on sm >= 80 takes the prefill kernel, for measurement.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdlib>
 #include <string>
@@ -78,6 +79,29 @@ GemmKernel table_pick(const GemmTable& t, int sm, std::size_t m, int format, con
         if (r.kernel == GemmKernel::Reference || usable(r.kernel)) return r.kernel;
     }
     return GemmKernel::Reference;
+}
+
+// The largest of bytes_at(m) over 1 <= m <= n: the workspace "for up to n tokens" that
+// wush_linear_workspace_size promises. The kernel chosen changes with m, and one kernel's scratch
+// can be smaller at a larger m (the decode kernel splits K less once a second row pass fills the
+// GPU; the prefill kernel needs less than the reference path it replaces), so the size at n alone
+// does not cover smaller batches. Up to kExactWorkspaceTokens every m is evaluated; above it every
+// kernel's scratch grows with m, so within one rule's token range the range's last m (or n) is the
+// largest, and only those ends are evaluated.
+constexpr std::size_t kExactWorkspaceTokens = 64;
+
+template <class BytesAt>
+std::size_t max_bytes_up_to(const GemmTable& t, std::size_t n, const BytesAt& bytes_at) {
+    std::size_t most = n > 0 ? bytes_at(n) : 0;
+    const auto probe = [&](std::size_t m) {
+        if (m >= 1 && m < n) most = std::max(most, bytes_at(m));
+    };
+    for (std::size_t m = 1; m <= kExactWorkspaceTokens; ++m) probe(m);
+    for (const GemmRule& r : t.rules) {
+        probe(r.m_max);
+        probe(r.m_min - 1);
+    }
+    return most;
 }
 
 // The table a CUDA context uses, from the environment value of WUSH_CUDA_PREFILL_MIN_M (null or

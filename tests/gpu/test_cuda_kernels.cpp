@@ -379,6 +379,35 @@ TEST(CudaIssue32, QuantizeBitExactAtModelWidths) {
     }
 }
 
+// A workspace sized for n tokens serves every smaller batch (wush_linear_workspace_size: "for up
+// to n_tokens"): the kernel changes with m, and the first GPU run found a 300-token workspace too
+// small for 64 tokens (INT4: the prefill kernel at 300, the reference path at 64).
+TEST(CudaIssue32, WorkspaceForUpToNServesEverySmallerBatch) {
+    REQUIRE_GPU();
+    auto be = cuda::make_backend(0);
+    const std::size_t d_in = 256, d_out = 192, most = 300;
+    for (wush_format format : kFormats) {
+        const formats::FormatSpec& f = formats::spec(format);
+        const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, d_in, f.group);
+        auto layer = be->prepare({t, classify_matrices(t)}, weight(f, d_out, d_in, 5));
+        std::size_t previous = 0;
+        for (std::size_t m = 1; m <= 600; ++m) {
+            EXPECT_GE(layer->workspace_bytes(m), previous) << f.name << " m " << m;
+            EXPECT_GE(layer->workspace_bytes(m), layer->minimum_workspace_bytes(m)) << f.name << " m " << m;
+            previous = layer->workspace_bytes(m);
+        }
+        cuda::DeviceBuffer ws(layer->workspace_bytes(most)), y(most * d_out * 4);
+        for (std::size_t m :
+             {std::size_t(1), std::size_t(17), std::size_t(64), std::size_t(127), std::size_t(128), most}) {
+            const cuda::DeviceBuffer xd = upload(gaussian(m * d_in, unsigned(m)));
+            EXPECT_NO_THROW(layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_BF16, y.get(),
+                                           {ws.get<std::byte>(), ws.bytes()}))
+                << f.name << " m " << m;
+        }
+        be->synchronize();
+    }
+}
+
 // The caller's current device is restored by every entry point; a misaligned typed tensor is refused.
 TEST(CudaIssue32, CurrentDeviceRestoredAndMisalignedRefused) {
     REQUIRE_GPU();

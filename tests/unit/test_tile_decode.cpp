@@ -4,10 +4,12 @@
 // partition (cuda/gemm_plan.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "formats/group_quantizer.h"
@@ -351,6 +353,41 @@ TEST(GemmTable, DefaultPicksPrefillOnlyForInt4) {
     EXPECT_EQ(
         wush::cuda::table_pick(t, 90, 4096, WUSH_FORMAT_INT4, [](GemmKernel k) { return k != GemmKernel::Prefill; }),
         GemmKernel::Reference);
+}
+
+// wush_linear_workspace_size promises a workspace "for up to n tokens". With the kernels' own
+// scratch formulas (the reference path's: its m x k and n x k BF16 copies and an m x n float
+// output, as in reference_gemm.cu), max_bytes_up_to must equal the brute-force maximum over every
+// m <= n; the size at n alone must fall short somewhere (the decode kernel's split partials and
+// INT4's switch to the prefill kernel), or this test checks nothing.
+TEST(GemmTable, WorkspaceForUpToNCoversEverySmallerBatch) {
+    namespace c = wush::cuda;
+    std::size_t naive_short = 0;
+    for (const char* env : {"", "33", "200"}) {
+        c::GemmTable t;
+        ASSERT_TRUE(c::gemm_table_from_env(env, &t));
+        for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}) {
+            const int group = f == WUSH_FORMAT_NVFP4 ? 16 : 32;
+            for (auto [n, k] : {std::pair<std::size_t, std::size_t>{192, 256}, {4096, 4096}, {14336, 4096}}) {
+                const auto bytes_at = [&](std::size_t m) -> std::size_t {
+                    switch (c::table_pick(t, 90, m, f, kNoLt)) {
+                        case GemmKernel::Decode: return c::plan::decode_workspace_bytes(m, n, k);
+                        case GemmKernel::Prefill: return c::plan::prefill_workspace_bytes(m, n, k, group);
+                        default: return (m * k + n * k) * 2 + m * n * 4;
+                    }
+                };
+                std::size_t brute = 0;
+                for (std::size_t up_to = 1; up_to <= 700; ++up_to) {
+                    brute = std::max(brute, bytes_at(up_to));
+                    ASSERT_EQ(c::max_bytes_up_to(t, up_to, bytes_at), brute)
+                        << env << " " << f << " " << n << " " << up_to;
+                    naive_short += bytes_at(up_to) < brute;
+                }
+                EXPECT_EQ(c::max_bytes_up_to(t, 0, bytes_at), 0u);
+            }
+        }
+    }
+    EXPECT_GT(naive_short, 0u);
 }
 
 TEST(GemmTable, PrefillSwitch) {
