@@ -1011,8 +1011,9 @@ WUSH_API wush_status wush_gemm(wush_context* ctx, const wush_qweight* qweight, c
 /*! wush_linear_forward_workspace_size() :
  *  Writes to *bytes the workspace wush_linear_forward needs for n_tokens tokens with this
  *  context's current thread count (WUSH_CONTEXT_NUM_THREADS, or OpenMP's default when 0). It
- *  grows about linearly with n_tokens, so a workspace sized for the largest batch serves all
- *  smaller ones. Any alignment is fine.
+ *  grows about linearly with n_tokens and never shrinks as n_tokens grows (the kernels chosen
+ *  change with n_tokens; the answer is the largest need of any count up to n_tokens), so a
+ *  workspace sized for the largest batch serves all smaller ones. Any alignment is fine.
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for bad handles, NULL `bytes`, or a transform and
  *          qweight that do not belong together (d_in, G). */
 WUSH_API wush_status wush_linear_forward_workspace_size(wush_context* ctx, const wush_transform* transform,
@@ -1087,7 +1088,9 @@ WUSH_API wush_status wush_linear_info(const wush_linear* layer, size_t* d_out, s
 
 /*! wush_linear_workspace_size() :
  *  Writes to *bytes the workspace wush_linear_run needs for up to n_tokens tokens on `ctx` (the
- *  context the layer was prepared on), with its current thread count on a CPU context. Host
+ *  context the layer was prepared on), with its current thread count on a CPU context: the largest
+ *  need of any count up to n_tokens (the kernels chosen change with the count), so the answer
+ *  never shrinks as n_tokens grows and one workspace serves every smaller batch. Host
  *  memory for a CPU context, device memory (any alignment; 256-byte aligned is fastest) for CUDA.
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, another context, NULL `bytes`). */
 WUSH_API wush_status wush_linear_workspace_size(wush_context* ctx, const wush_linear* layer, size_t n_tokens,

@@ -2,6 +2,7 @@
 // Tensor arguments are host memory; there is no queue, so every call completes before it returns.
 #include "cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <memory>
@@ -64,6 +65,13 @@ struct LayerView {
         return linear_forward_workspace_bytes(transform, weights, n_tokens, threads);
     }
 
+    // For up to n_tokens tokens (what the workspace queries promise): the GEMM's split layout
+    // needs more at kSplitMaxRows tokens than at a few more (gemm.h).
+    std::size_t workspace_bytes_up_to(std::size_t n_tokens, std::size_t threads) const {
+        const std::size_t at_n = workspace_bytes(n_tokens, threads);
+        return n_tokens > kSplitMaxRows ? std::max(at_n, workspace_bytes(kSplitMaxRows, threads)) : at_n;
+    }
+
     void forward(const ContextParameters& run, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
                  wush_dtype y_dtype, void* y, std::span<std::byte> workspace) const {
         linear_forward(run.isa(), run.threads(), transform, use, weights, x_dtype, x, n_tokens, y_dtype, y, workspace,
@@ -88,7 +96,7 @@ public:
     wush_format format() const override { return weights_.format; }
 
     std::size_t workspace_bytes(std::size_t n_tokens) const override {
-        return view().workspace_bytes(n_tokens, parameters_->threads());
+        return view().workspace_bytes_up_to(n_tokens, parameters_->threads());
     }
     std::size_t minimum_workspace_bytes(std::size_t n_tokens) const override {
         return view().workspace_bytes(n_tokens, 1);
@@ -155,7 +163,7 @@ public:
     // The per-call forward is the prepared layer's, over the caller's objects (no packed panels).
     std::size_t linear_forward_workspace_bytes(TransformRef t, const formats::PackedMatrix& w,
                                                std::size_t n_tokens) override {
-        return LayerView{t.core, t.use, w, nullptr}.workspace_bytes(n_tokens, parameters_->threads());
+        return LayerView{t.core, t.use, w, nullptr}.workspace_bytes_up_to(n_tokens, parameters_->threads());
     }
     std::size_t linear_forward_minimum_workspace_bytes(TransformRef t, const formats::PackedMatrix& w,
                                                        std::size_t n_tokens) override {

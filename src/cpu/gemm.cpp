@@ -18,10 +18,6 @@ namespace wush::cpu {
 
 namespace {
 
-// Activations with at most this many rows stream the weights row by row (the split layout);
-// more rows amortize packing weight panels that the register-blocked kernels reuse.
-constexpr std::size_t kSplitMaxRows = 4;
-
 // Below this many multiply-adds a call stays on the calling thread: waking OpenMP workers costs
 // more, and on a busy machine a descheduled worker can stall a tiny call for a scheduler tick.
 constexpr double kParallelMacs = double(1 << 22);

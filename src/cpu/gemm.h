@@ -14,6 +14,12 @@
 
 namespace wush::cpu {
 
+// Activations with at most this many rows stream the weights row by row (the split layout, with
+// buffers of its own); more rows amortize packing weight panels that the register-blocked kernels
+// reuse. gemm_scratch_bytes() can therefore be smaller at kSplitMaxRows + 1 rows than at
+// kSplitMaxRows.
+constexpr std::size_t kSplitMaxRows = 4;
+
 // Bytes of scratch gemm() needs for m activation rows against n x k weights in `format` when it
 // runs with `threads` threads (each packs its own weight panels). The result does not depend on
 // the ISA.

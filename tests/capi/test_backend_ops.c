@@ -232,6 +232,40 @@ static void check_layer(wush_context* ctx, wush_context* ref_ctx, const Layer* l
     free(y);
 }
 
+/* A workspace sized for n tokens serves every smaller batch ("for up to n_tokens tokens"): the
+ * sizes never shrink as n grows, though the kernels change with n (CPU: the GEMM's split layout up
+ * to 4 rows; CUDA: decode, reference path, prefill kernel), and one workspace runs them all. */
+static void check_workspace_up_to(wush_context* ctx, const Layer* l, const float* x) {
+    wush_linear* lin = NULL;
+    CHECK_STATUS(wush_linear_create(ctx, l->t, l->w, &lin), WUSH_OK);
+    size_t prev_layer = 0, prev_call = 0, shrinks = 0;
+    for (size_t n = 1; n <= 600; ++n) {
+        size_t layer_bytes = 0, call_bytes = 0;
+        CHECK_STATUS(wush_linear_workspace_size(ctx, lin, n, &layer_bytes), WUSH_OK);
+        CHECK_STATUS(wush_linear_forward_workspace_size(ctx, l->t, l->w, n, &call_bytes), WUSH_OK);
+        shrinks += layer_bytes < prev_layer || call_bytes < prev_call;
+        prev_layer = layer_bytes;
+        prev_call = call_bytes;
+    }
+    CHECK(shrinks == 0);
+    const size_t most = 130;
+    size_t ws_bytes = 0;
+    CHECK_STATUS(wush_linear_workspace_size(ctx, lin, most, &ws_bytes), WUSH_OK);
+    void *dx = dev_alloc(sizeof(float) * most * D_IN), *dy = dev_alloc(sizeof(float) * most * D_OUT);
+    void* dws = dev_alloc(ws_bytes);
+    to_dev(dx, x, sizeof(float) * most * D_IN);
+    const size_t counts[] = {1, 4, 5, 16, 17, 33, 64, 127, 128, most};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; ++i)
+        CHECK_STATUS(wush_linear_run(ctx, lin, WUSH_DTYPE_F32, dx, counts[i], WUSH_DTYPE_BF16, dy, counts[i] * D_OUT,
+                                     dws, ws_bytes),
+                     WUSH_OK);
+    CHECK_STATUS(wush_context_synchronize(ctx), WUSH_OK);
+    wush_linear_destroy(lin);
+    dev_free(dx);
+    dev_free(dy);
+    dev_free(dws);
+}
+
 /* A NaN in the activations: NON_FINITE from the launch (CPU) or the next synchronize (CUDA). */
 static void check_non_finite(wush_context* ctx, const Layer* l, float* x) {
     const size_t m = 3;
@@ -435,6 +469,7 @@ int main(int argc, char** argv) {
             for (size_t i = 0; i < 4; ++i) check_layer(ctx, ref_ctx, &l, x, token_counts[i]);
             if (k == 0) {
                 check_non_finite(ctx, &l, x);
+                check_workspace_up_to(ctx, &l, x);
                 check_misuse(ctx, other, &l);
                 check_overflowing_product(ctx, &l);
 #ifdef WUSH_TEST_CUDA
