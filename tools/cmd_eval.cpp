@@ -267,8 +267,9 @@ int cmd_eval(int argc, char** argv) {
     // A run too large for the memory this process may still use says so before it starts (not
     // with the kernel's OOM killer after minutes of work). What one built-in layer holds at once:
     // its tokens and weight as float32 here (the generator writes into them in place, with
-    // float64 temporaries of one weight and 1024 tokens), the loss's float64 copies of the weight
-    // and of its dequantization plus the float32 dequantization (20 bytes per weight), and for
+    // float64 temporaries of one weight and 1024 tokens), the loss's float64 copy of the weight
+    // and its product's layout of the quantized weight (eval/quantized_product.h: a byte per
+    // weight and at most 0.75 per weight of group scales and sums; 10 bytes per weight), and for
     // GPTQ about four float64 d_in x d_in matrices (Hessian, its sums, inverse, factor). Tiles of
     // tokens add a few MiB.
     if (!a.has("--weights")) {
@@ -280,7 +281,7 @@ int cmd_eval(int argc, char** argv) {
             const std::size_t tokens = add_or_max(add_or_max(n_cal, n_val), n_held);
             const std::size_t weights = mul_or_max(d_out, d_in);
             std::size_t bytes = mul_or_max(add_or_max(mul_or_max(tokens, d_in), weights), sizeof(float));
-            bytes = add_or_max(bytes, mul_or_max(weights, 20));
+            bytes = add_or_max(bytes, mul_or_max(weights, 10));
             if (gptq) bytes = add_or_max(bytes, mul_or_max(mul_or_max(d_in, d_in), 4 * sizeof(double)));
             if (!cli::fits_in_memory("eval", "layer " + name + " with " + std::to_string(tokens) + " tokens", bytes))
                 return 1;

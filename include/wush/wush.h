@@ -871,8 +871,10 @@ WUSH_API wush_status wush_qweight_data(const wush_qweight* qweight, const void**
 /*! wush_layer_loss() :
  *  The layerwise output loss ||Y_q - Y||_F^2 / (d_out * n_tokens) on held-out activations `x`
  *  (n_tokens x d_in, `x_dtype`): the activations are transformed with the transform and
- *  quantized (RTN) in the qweight's format, multiplied with the dequantized qweight, and compared
- *  with the float64 product Y = X W^T of the original weight `weight` (d_out x d_in, `w_dtype`).
+ *  quantized (RTN) in the qweight's format, multiplied with the dequantized qweight (the exact
+ *  dequantized values, element x scale / per-tensor divisor, summed group by group in float64:
+ *  Y_q is the same bits on every ISA), and compared with the float64 product Y = X W^T of the
+ *  original weight `weight` (d_out x d_in, `w_dtype`).
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (handles, shapes, n_tokens == 0);
  *          WUSH_ERR_NON_FINITE. */
 WUSH_API wush_status wush_layer_loss(wush_context* ctx, const wush_transform* transform, const wush_qweight* qweight,

@@ -9,6 +9,7 @@
 #include "common/checked_math.h"
 #include "common/dtype.h"
 #include "common/error.h"
+#include "eval/quantized_product.h"
 #include "prequant/rtn.h"
 
 namespace wush::eval {
@@ -19,14 +20,15 @@ std::vector<double> to_double(std::span<const float> v) {
     return std::vector<double>(v.begin(), v.end());
 }
 
-// RTN round trip of n rows of transformed activations, in place.
-void quantize_dequantize(const formats::FormatSpec& format, std::span<float> rows, std::size_t n, std::size_t d_in) {
+// RTN quantization of n rows of transformed activations.
+void quantize(const formats::FormatSpec& format, std::span<const float> rows, std::size_t n, std::size_t d_in,
+              std::vector<std::uint8_t>& codes, std::vector<std::uint8_t>& scales) {
     // quantize_rows requires finite input; a transform can overflow float32 on extreme inputs.
     require_finite(WUSH_DTYPE_F32, rows.data(), n, d_in, "transformed activations");
     const formats::PackedSizes sizes = formats::packed_sizes(format, n, d_in);
-    std::vector<std::uint8_t> codes(sizes.codes), scales(sizes.scales);
+    codes.resize(sizes.codes);
+    scales.resize(sizes.scales);
     formats::quantize_rows(format, rows, n, d_in, codes, scales);
-    formats::dequantize_rows(format, codes, scales, n, d_in, rows);
 }
 
 }  // namespace
@@ -111,18 +113,17 @@ double layer_loss(const BlockTransform& transform, const QuantizedWeights& q, st
     const std::size_t d_in = transform.d_in(), d_out = q.d_out;
     require(q.d_in == d_in, "layer_loss: quantized weights have d_in = " + std::to_string(q.d_in) + ", the transform " +
                                 std::to_string(d_in));
-    // Y_q = Xq Wq^T in float64, in the transformed domain.
-    const std::vector<double> wq = to_double(dequantize(q));
+    // Y_q = Xq Wq^T in the transformed domain, exact group by group (quantized_product.h).
+    formats::require_decodable(format, q.codes.span(), q.scales.span(), q.d_out, q.d_in);
+    const QuantizedProduct product(q);
     std::vector<float> xt(std::min(kTileTokens, n_tokens) * d_in);
-    std::vector<double> xq(xt.size());
+    std::vector<std::uint8_t> codes, scales;
     return tiled_loss(
         w, d_out, d_in, x, n_tokens,
         [&](const float* tile, std::size_t rows, std::span<double> yq) {
             transform.apply_activations({tile, rows * d_in}, rows, std::span<float>(xt).first(rows * d_in));
-            quantize_dequantize(format, std::span<float>(xt).first(rows * d_in), rows, d_in);
-            std::copy(xt.begin(), xt.begin() + rows * d_in, xq.begin());
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(d_out), int(d_in), 1.0, xq.data(),
-                        int(d_in), wq.data(), int(d_in), 0.0, yq.data(), int(d_out));
+            quantize(format, std::span<const float>(xt).first(rows * d_in), rows, d_in, codes, scales);
+            product.multiply(codes, scales, rows, yq);
         },
         token_errors, reference);
 }

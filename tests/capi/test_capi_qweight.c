@@ -152,7 +152,10 @@ static void test_qweight_and_loss(wush_context* ctx, const Layer* l) {
         got = api_loss(ctx, g == 32 ? id32 : id16, f, l);
         want = reference_identity_loss(ctx, f, l);
         CHECK(got > 0.0 && want > 0.0);
-        CHECK_CLOSE(got, want, 1e-9);
+        /* The library multiplies the exact dequantized values (element x scale / divisor); this
+         * path rounds them to float32 first (wush_dequantize_rows), about 1e-7 apart in the loss
+         * where the divisor is 3 or 10. */
+        CHECK_CLOSE(got, want, 1e-6);
     }
 
     /* WUSH beats identity and Hadamard for MXFP4 (and INT4) on the small layer */

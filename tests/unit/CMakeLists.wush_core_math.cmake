@@ -9,6 +9,7 @@ add_executable(wush_core_math_tests
   ${CMAKE_CURRENT_LIST_DIR}/test_transforms.cpp
   ${CMAKE_CURRENT_LIST_DIR}/test_theory.cpp
   ${CMAKE_CURRENT_LIST_DIR}/test_eval.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/test_quantized_product.cpp
   ${CMAKE_CURRENT_LIST_DIR}/test_gptq.cpp
   ${CMAKE_CURRENT_LIST_DIR}/test_transform_search.cpp
   ${CMAKE_CURRENT_LIST_DIR}/test_calibration_sample.cpp

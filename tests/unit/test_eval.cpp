@@ -17,6 +17,7 @@
 #include "prequant/rtn.h"
 #include "eval/synthetic_layer.h"
 #include "formats/block_format.h"
+#include "formats/group_quantizer.h"
 #include "transforms/block_transform.h"
 
 namespace wush {
@@ -72,12 +73,19 @@ TEST(LayerLoss, IdentityEqualsDirectComputation) {
     const eval::SyntheticLayer layer = eval::generate_layer(spec);
     for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}) {
         const formats::FormatSpec& format = formats::spec(f);
+        // The dequantized values exactly (element x scale / divisor in float64; dequantize_rows
+        // rounds them to float32, which moves the loss by about 1e-7).
         auto roundtrip = [&](const std::vector<float>& m, std::size_t rows) {
             const auto sz = formats::packed_sizes(format, rows, spec.d_in);
             std::vector<std::uint8_t> codes(sz.codes), scales(sz.scales);
-            std::vector<float> out(m.size());
+            std::vector<double> out(m.size());
             formats::quantize_rows(format, m, rows, spec.d_in, codes, scales);
-            formats::dequantize_rows(format, codes, scales, rows, spec.d_in, out);
+            for (std::size_t i = 0; i < m.size(); ++i) {
+                const double scale =
+                    formats::decode_scale(format.id, scales.data() + i / format.group * format.scale_bytes);
+                out[i] = double(formats::decode_element(format.id, formats::get_nibble(codes.data(), int(i)))) * scale /
+                         format.tensor_divisor;
+            }
             return out;
         };
         const auto wq = roundtrip(layer.weight, spec.d_out);
@@ -97,7 +105,9 @@ TEST(LayerLoss, IdentityEqualsDirectComputation) {
         const double got = layer_loss(id, format, layer.weight, spec.d_out, layer.heldout, spec.n_heldout);
         EXPECT_NEAR(got, expected, 1e-10 * expected) << format.name;
         // Pre-quantized weights of the identity transform are the plain RTN weights.
-        EXPECT_EQ(eval::dequantize(prequantize_rtn(id, format, layer.weight, spec.d_out)), wq);
+        const std::vector<float> w_rtn = eval::dequantize(prequantize_rtn(id, format, layer.weight, spec.d_out));
+        ASSERT_EQ(w_rtn.size(), wq.size());
+        for (std::size_t i = 0; i < wq.size(); ++i) ASSERT_EQ(w_rtn[i], float(wq[i])) << format.name << " " << i;
     }
 }
 

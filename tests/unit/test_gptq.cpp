@@ -243,7 +243,9 @@ TEST(Gptq, IdentityTransformIsTextbookGptq) {
     };
     const double ours_loss = eval::layer_loss(identity, ours.weights, w, held, n_held);
     const double ref_loss = loss(ref_w);
-    EXPECT_NEAR(loss(ours_w), ours_loss, 1e-9 * ours_loss);  // the library's loss is this loss
+    // The library's loss is this loss, up to the float32 rounding of the dequantized values here
+    // (the library multiplies them exactly: eval/quantized_product.h).
+    EXPECT_NEAR(loss(ours_w), ours_loss, 1e-6 * ours_loss);
     EXPECT_NEAR(ours_loss, ref_loss, 1e-6 * ref_loss) << "ours " << ours_loss << " textbook " << ref_loss;
 }
 
