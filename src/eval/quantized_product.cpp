@@ -19,7 +19,8 @@ struct DoubledPairs {
     std::int8_t sum[256];
     explicit DoubledPairs(wush_format f) {
         int doubled[16];
-        for (int c = 0; c < 16; ++c) doubled[c] = int(std::lround(2.0 * double(formats::decode_element(f, std::uint8_t(c)))));
+        for (int c = 0; c < 16; ++c)
+            doubled[c] = int(std::lround(2.0 * double(formats::decode_element(f, std::uint8_t(c)))));
         for (int b = 0; b < 256; ++b) {
             const std::uint8_t byte = std::uint8_t(b);
             value[b][0] = std::int8_t(doubled[formats::get_nibble(&byte, 0)]);
@@ -35,7 +36,7 @@ double group_scale(const formats::FormatSpec& f, const std::uint8_t* scales, std
     return s;
 }
 
-// The portable kernel: the AVX2 kernel's arithmetic, one row at a time (quantized_product_kernel.h).
+// The portable kernel: the SIMD kernels' arithmetic, one row at a time (quantized_product_kernel.h).
 void portable(const ProductWeights& w, const ProductActivations& a, std::size_t b0, std::size_t b1, std::size_t n,
               double* y, std::size_t ld) {
     const std::size_t quads = std::size_t(w.quads), group_bytes = quads * kProductRows * 4;
@@ -109,12 +110,14 @@ void QuantizedProduct::multiply(std::span<const std::uint8_t> a_codes, std::span
     for (std::size_t i = 0; i < m * groups_; ++i) a_scale[i] = group_scale(f, a_scales.data(), i);
     const ProductWeights w{codes_.data(), offset_sum_.data(), scale_.data(), groups_, int(f.group / 4)};
     const ProductActivations act{a.data(), a_scale.data(), m, d_in_};
-    const bool simd = isa != Isa::Scalar;
     // Blocks of weight rows are independent: any split gives the same bits.
-#pragma omp parallel for schedule(dynamic, 4)
+#pragma omp parallel for schedule(dynamic, 2)
     for (std::size_t b = 0; b < blocks_; ++b) {
-        if (simd) avx2::quantized_product(w, act, b, b + 1, d_out_, y.data(), d_out_);
-        else portable(w, act, b, b + 1, d_out_, y.data(), d_out_);
+        switch (isa) {
+            case Isa::Avx512Vnni: avx512::quantized_product(w, act, b, b + 1, d_out_, y.data(), d_out_); break;
+            case Isa::Avx2: avx2::quantized_product(w, act, b, b + 1, d_out_, y.data(), d_out_); break;
+            default: portable(w, act, b, b + 1, d_out_, y.data(), d_out_); break;
+        }
     }
     // Elements were doubled on both sides; the per-tensor divisor applies once per side.
     const double divisor = 4.0 * f.tensor_divisor * f.tensor_divisor;

@@ -1,5 +1,6 @@
 // The interface between the exact quantized product's driver (quantized_product.cpp) and its AVX2
-// kernel (quantized_product_avx2.cpp), which is compiled with AVX2 target flags. As for the CPU
+// and AVX-512 VNNI kernels (quantized_product_avx2.cpp, quantized_product_avx512.cpp), each
+// compiled with its ISA's target flags. As for the CPU
 // runtime's kernels (src/cpu/kernels/kernels.h): this header defines no function, inline or
 // implicit (an inline copy emitted with AVX2 flags could be the one the linker keeps for callers
 // on CPUs without AVX2), so plain aggregates and declarations only.
@@ -15,7 +16,7 @@ namespace wush::eval {
 // value of row block * kProductRows + row, column g * G + 4q + i (a signed integer, |v| <= 15;
 // rows past the matrix are 0). offset_sum[(block * groups + g) * kProductRows + row] is
 // kProductOffset times the sum of that row's group, scale[...same index...] its group scale.
-inline constexpr int kProductRows = 8;
+inline constexpr int kProductRows = 16;
 inline constexpr int kProductOffset = 16;
 
 struct ProductWeights {
@@ -35,11 +36,15 @@ struct ProductActivations {
     std::size_t k;
 };
 
-namespace avx2 {
 // y[t * ld + block * kProductRows + row] (t < m, every row of blocks [b0, b1), rows past n
 // skipped) = sum over groups g, in order, of (a.scale * w.scale) * (integer dot of the group).
+namespace avx2 {
 void quantized_product(const ProductWeights& w, const ProductActivations& a, std::size_t b0, std::size_t b1,
                        std::size_t n, double* y, std::size_t ld);
 }  // namespace avx2
+namespace avx512 {
+void quantized_product(const ProductWeights& w, const ProductActivations& a, std::size_t b0, std::size_t b1,
+                       std::size_t n, double* y, std::size_t ld);
+}  // namespace avx512
 
 }  // namespace wush::eval

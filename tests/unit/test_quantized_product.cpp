@@ -1,6 +1,6 @@
 // The layer loss's quantized product (src/eval/quantized_product.h): against a direct sum in long
 // double of the dequantized values (element * scale / divisor, each exact), the same bits from the
-// portable and the AVX2 kernel and for any thread count, and a non-finite scale refused.
+// portable, AVX2 and AVX-512 VNNI kernels and for any thread count, and a non-finite scale refused.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -57,7 +57,7 @@ long double value(const formats::FormatSpec& f, const Packed& p, std::size_t row
 }
 
 TEST(QuantizedProduct, EqualsTheDirectSumOfDequantizedValues) {
-    const std::size_t m = 37, n = 21, d = 96;  // n: two blocks of 8 rows and a partial one
+    const std::size_t m = 37, n = 21, d = 96;  // n: a block of 16 rows and a partial one
     for (wush_format id : kFormats) {
         const formats::FormatSpec& f = formats::spec(id);
         const Packed a = quantize(f, spread_rows(m, d, f.group, 1), m, d);
@@ -84,15 +84,19 @@ TEST(QuantizedProduct, EqualsTheDirectSumOfDequantizedValues) {
 
 TEST(QuantizedProduct, SameBitsOnEveryKernelAndThreadCount) {
     if (!isa_supported(Isa::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU: only the portable kernel runs";
-    const std::size_t m = 19, n = 45, d = 512;
+    const std::size_t m = 19, n = 45, d = 512;  // n: two blocks of 16 rows and a partial one
     for (wush_format id : kFormats) {
         const formats::FormatSpec& f = formats::spec(id);
         const Packed a = quantize(f, spread_rows(m, d, f.group, 3), m, d);
         const Packed w = quantize(f, spread_rows(n, d, f.group, 4), n, d);
         const eval::QuantizedProduct product({id, n, d, formats::ByteView(w.codes), formats::ByteView(w.scales)});
-        std::vector<double> portable(m * n), simd(m * n), one_thread(m * n);
+        std::vector<double> portable(m * n), simd(m * n), one_thread(m * n), vnni(m * n);
         product.multiply(a.codes, a.scales, m, portable, Isa::Scalar);
         product.multiply(a.codes, a.scales, m, simd, Isa::Avx2);
+        if (isa_supported(Isa::Avx512Vnni)) {
+            product.multiply(a.codes, a.scales, m, vnni, Isa::Avx512Vnni);
+            EXPECT_EQ(std::memcmp(portable.data(), vnni.data(), sizeof(double) * m * n), 0) << f.name << " AVX-512";
+        }
         const int threads = omp_get_max_threads();
         omp_set_num_threads(1);
         product.multiply(a.codes, a.scales, m, one_thread, Isa::Avx2);
