@@ -26,17 +26,40 @@ WUSH_HD std::uint32_t bits_from_float(float f) {
     return u;
 }
 
+WUSH_HD double double_from_bits(std::uint64_t u) {
+    double d;
+    std::memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+WUSH_HD std::uint64_t bits_from_double(double d) {
+    std::uint64_t u;
+    std::memcpy(&u, &d, sizeof u);
+    return u;
+}
+
+// 2^e exactly: built from the exponent bits in the normal range (the group quantizers call this
+// per group, where ldexp was a libm call), ldexp outside it.
+WUSH_HD double pow2(int e) {
+    if (e >= -1022 && e <= 1023) return double_from_bits(std::uint64_t(e + 1023) << 52);
+    return ldexp(1.0, e);
+}
+
 // Round-half-to-even of t >= 0 to an integer, independent of the FPU rounding mode (a host
-// application may have changed it). Exact for t < 2^52.
+// application may have changed it). Exact for t < 2^52 (the integer part is converted exactly).
 WUSH_HD double round_half_even(double t) {
-    double r = floor(t);
+    const std::int64_t i = std::int64_t(t);  // floor, for t >= 0
+    double r = double(i);
     const double d = t - r;
-    if (d > 0.5 || (d == 0.5 && fmod(r, 2.0) != 0.0)) r += 1.0;
+    if (d > 0.5 || (d == 0.5 && (i & 1) != 0)) r += 1.0;
     return r;
 }
 
-// floor(log2(a)) for finite a > 0, taken from the exponent bits (frexp), never from log2.
+// floor(log2(a)) for finite a > 0, taken from the exponent bits (frexp for subnormals), never
+// from log2.
 WUSH_HD int floor_log2(double a) {
+    const int biased = int((bits_from_double(a) >> 52) & 0x7FF);
+    if (biased != 0) return biased - 1023;
     int e = 0;
     frexp(a, &e);
     return e - 1;
@@ -49,7 +72,7 @@ WUSH_HD double round_to_format(double a, int mant_bits, int emin) {
     if (a == 0.0) return 0.0;
     int e = floor_log2(a);
     if (e < emin) e = emin;
-    const double quantum = ldexp(1.0, e - mant_bits);
+    const double quantum = pow2(e - mant_bits);
     return round_half_even(a / quantum) * quantum;
 }
 

@@ -41,7 +41,8 @@ void tokens_block(const ProductWeights& w, const std::uint8_t* const* a, const d
             const __m512i d = _mm512_sub_epi32(dot[u], offset);
             const __m512d sa = _mm512_set1_pd(a_scale[u][g]);
             lo[u] = _mm512_fmadd_pd(_mm512_mul_pd(sa, w_lo), _mm512_cvtepi32_pd(_mm512_castsi512_si256(d)), lo[u]);
-            hi[u] = _mm512_fmadd_pd(_mm512_mul_pd(sa, w_hi), _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(d, 1)), hi[u]);
+            hi[u] =
+                _mm512_fmadd_pd(_mm512_mul_pd(sa, w_hi), _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(d, 1)), hi[u]);
         }
     }
     for (int u = 0; u < kTokens; ++u) {

@@ -46,7 +46,7 @@ WUSH_HD std::uint8_t e4m3_encode(double v) {
     if (r > kE4M3Max) r = kE4M3Max;
     if (r < 0x1p-6) return sign | std::uint8_t(r * 512.0);  // subnormal: r = m * 2^-9
     const int e = bits::floor_log2(r);
-    const int m = int((r / ldexp(1.0, e) - 1.0) * 8.0);
+    const int m = int((r / bits::pow2(e) - 1.0) * 8.0);
     return sign | std::uint8_t(((e + 7) << 3) | m);
 }
 
@@ -54,7 +54,9 @@ WUSH_HD float e4m3_decode(std::uint8_t code) {
     if ((code & 0x7F) == 0x7F) return NAN;
     const int exp = (code >> 3) & 0xF;
     const int man = code & 0x7;
-    const float mag = exp == 0 ? ldexpf(float(man), -9) : ldexpf(float(8 + man), exp - 10);
+    // m 2^-9 or (8 + m) 2^(exp - 10): exact products by powers of two built from their bits.
+    const float mag =
+        exp == 0 ? float(man) * 0x1p-9f : float(8 + man) * bits::float_from_bits(std::uint32_t(exp - 10 + 127) << 23);
     return (code & 0x80) ? -mag : mag;
 }
 
@@ -70,7 +72,9 @@ WUSH_HD int e8m0_exponent(std::uint8_t code) {
 }
 
 WUSH_HD float e8m0_decode(std::uint8_t code) {
-    return code == 0xFF ? NAN : ldexpf(1.0f, int(code) - 127);
+    // 2^(code - 127) from its bits: a normal float from code 1 up, 2^-127 (subnormal) at 0.
+    if (code == 0xFF) return NAN;
+    return bits::float_from_bits(code == 0 ? 0x00400000u : std::uint32_t(code) << 23);
 }
 
 }  // namespace wush::codec

@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "common/float_bits.h"
 #include "formats/block_format.h"
 
 namespace {
@@ -177,3 +178,39 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, ScaleRules,
                          [](const auto& info) { return std::string(wush::formats::spec(info.param).name); });
 
 }  // namespace
+
+// The bit-built helpers of common/float_bits.h that the group quantizers call per group, against
+// the libm functions they replaced: 2^e (ldexp), floor(log2) (frexp, subnormals included) and
+// round-half-to-even (floor and fmod's parity).
+TEST(FloatBits, BitBuiltHelpersEqualLibm) {
+    for (int e = -1100; e <= 1100; ++e) EXPECT_EQ(wush::bits::pow2(e), std::ldexp(1.0, e)) << e;
+    std::mt19937_64 rng(11);
+    std::vector<double> values = {std::numeric_limits<double>::denorm_min(),
+                                  std::numeric_limits<double>::min(),
+                                  std::numeric_limits<double>::max(),
+                                  1.0,
+                                  0.75,
+                                  3.0,
+                                  0x1p-1030,
+                                  0x1.fffffp-1023};
+    for (int i = 0; i < 20000; ++i) {
+        std::uint64_t u = rng() & 0x7FEFFFFFFFFFFFFFull;  // positive, finite
+        double d;
+        std::memcpy(&d, &u, sizeof d);
+        if (d > 0.0) values.push_back(d);
+    }
+    for (double a : values) {
+        int e = 0;
+        std::frexp(a, &e);
+        EXPECT_EQ(wush::bits::floor_log2(a), e - 1) << a;
+    }
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    for (int i = 0; i < 20000; ++i) {
+        // Halves (the ties), small values and values up to 2^52.
+        const double t = i % 3 == 0 ? double(i / 3) + 0.5 : i % 3 == 1 ? unit(rng) * 8.0 : std::ldexp(unit(rng), 52);
+        double want = std::floor(t);
+        const double frac = t - want;
+        if (frac > 0.5 || (frac == 0.5 && std::fmod(want, 2.0) != 0.0)) want += 1.0;
+        EXPECT_EQ(wush::bits::round_half_even(t), want) << t;
+    }
+}
