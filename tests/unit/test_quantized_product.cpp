@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/cpu_isa.h"
@@ -56,13 +57,26 @@ long double value(const formats::FormatSpec& f, const Packed& p, std::size_t row
     return (long double)element * scale / f.tensor_divisor;
 }
 
+// Packed activations (m x d) and weights (n x d) of spread rows, and the weights' product.
+struct Case {
+    Packed a, w;
+    eval::QuantizedProduct product;
+};
+
+Case make_case(const formats::FormatSpec& f, std::size_t m, std::size_t n, std::size_t d, unsigned seed) {
+    Packed a = quantize(f, spread_rows(m, d, f.group, seed), m, d);
+    Packed w = quantize(f, spread_rows(n, d, f.group, seed + 1), n, d);
+    eval::QuantizedProduct product({f.id, n, d, formats::ByteView(w.codes), formats::ByteView(w.scales)});
+    return {std::move(a), std::move(w), std::move(product)};
+}
+
 TEST(QuantizedProduct, EqualsTheDirectSumOfDequantizedValues) {
     const std::size_t m = 37, n = 21, d = 96;  // n: a block of 16 rows and a partial one
     for (wush_format id : kFormats) {
         const formats::FormatSpec& f = formats::spec(id);
-        const Packed a = quantize(f, spread_rows(m, d, f.group, 1), m, d);
-        const Packed w = quantize(f, spread_rows(n, d, f.group, 2), n, d);
-        const eval::QuantizedProduct product({id, n, d, formats::ByteView(w.codes), formats::ByteView(w.scales)});
+        const Case c = make_case(f, m, n, d, 1);
+        const Packed &a = c.a, &w = c.w;
+        const eval::QuantizedProduct& product = c.product;
         std::vector<double> y(m * n, -1.0);
         product.multiply(a.codes, a.scales, m, y);
         std::size_t nonzero = 0;
@@ -87,9 +101,9 @@ TEST(QuantizedProduct, SameBitsOnEveryKernelAndThreadCount) {
     const std::size_t m = 19, n = 45, d = 512;  // n: two blocks of 16 rows and a partial one
     for (wush_format id : kFormats) {
         const formats::FormatSpec& f = formats::spec(id);
-        const Packed a = quantize(f, spread_rows(m, d, f.group, 3), m, d);
-        const Packed w = quantize(f, spread_rows(n, d, f.group, 4), n, d);
-        const eval::QuantizedProduct product({id, n, d, formats::ByteView(w.codes), formats::ByteView(w.scales)});
+        const Case c = make_case(f, m, n, d, 3);
+        const Packed& a = c.a;
+        const eval::QuantizedProduct& product = c.product;
         std::vector<double> portable(m * n), simd(m * n), one_thread(m * n), vnni(m * n);
         product.multiply(a.codes, a.scales, m, portable, Isa::Scalar);
         product.multiply(a.codes, a.scales, m, simd, Isa::Avx2);
