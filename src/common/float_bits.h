@@ -38,6 +38,11 @@ WUSH_HD std::uint64_t bits_from_double(double d) {
     return u;
 }
 
+// 2^e for -126 <= e <= 127, exactly (a multiplication by it is then ldexpf's scaling).
+WUSH_HD float pow2f(int e) {
+    return float_from_bits(std::uint32_t(e + 127) << 23);
+}
+
 // 2^e exactly: built from the exponent bits in the normal range (the group quantizers call this
 // per group, where ldexp was a libm call), ldexp outside it.
 WUSH_HD double pow2(int e) {

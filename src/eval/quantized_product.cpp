@@ -12,24 +12,6 @@ namespace wush::eval {
 
 namespace {
 
-// Twice the element values of a byte's two codes (low nibble first, as quantize_rows packs them):
-// integers (E2M1: 0..12, INT4: odd, -15..15), with their sum.
-struct DoubledPairs {
-    std::int8_t value[256][2];
-    std::int8_t sum[256];
-    explicit DoubledPairs(wush_format f) {
-        int doubled[16];
-        for (int c = 0; c < 16; ++c)
-            doubled[c] = int(std::lround(2.0 * double(formats::decode_element(f, std::uint8_t(c)))));
-        for (int b = 0; b < 256; ++b) {
-            const std::uint8_t byte = std::uint8_t(b);
-            value[b][0] = std::int8_t(doubled[formats::get_nibble(&byte, 0)]);
-            value[b][1] = std::int8_t(doubled[formats::get_nibble(&byte, 1)]);
-            sum[b] = std::int8_t(value[b][0] + value[b][1]);
-        }
-    }
-};
-
 double group_scale(const formats::FormatSpec& f, const std::uint8_t* scales, std::size_t index) {
     const double s = formats::decode_scale(f.id, scales + index * f.scale_bytes);
     if (!std::isfinite(s)) fail(WUSH_ERR_NON_FINITE, "quantized product: a group scale is NaN or infinite");
@@ -60,8 +42,20 @@ void portable(const ProductWeights& w, const ProductActivations& a, std::size_t 
 
 }  // namespace
 
+QuantizedProduct::DoubledPairs::DoubledPairs(wush_format f) {
+    int doubled[16];
+    for (int c = 0; c < 16; ++c)
+        doubled[c] = int(std::lround(2.0 * double(formats::decode_element(f, std::uint8_t(c)))));
+    for (int b = 0; b < 256; ++b) {
+        const std::uint8_t byte = std::uint8_t(b);
+        value[b][0] = std::int8_t(doubled[formats::get_nibble(&byte, 0)]);
+        value[b][1] = std::int8_t(doubled[formats::get_nibble(&byte, 1)]);
+        sum[b] = std::int8_t(value[b][0] + value[b][1]);
+    }
+}
+
 QuantizedProduct::QuantizedProduct(const formats::PackedMatrix& w)
-    : format_(formats::spec(w.format)), d_out_(w.d_out), d_in_(w.d_in) {
+    : format_(formats::spec(w.format)), d_out_(w.d_out), d_in_(w.d_in), pairs_(w.format) {
     const formats::FormatSpec& f = format_;
     require(f.group % 4 == 0 && d_in_ % f.group == 0, "quantized product: d_in must be a multiple of G");
     groups_ = d_in_ / f.group;
@@ -71,7 +65,7 @@ QuantizedProduct::QuantizedProduct(const formats::PackedMatrix& w)
     codes_.assign(checked_mul(blocks_ * kProductRows, d_in_, "product weights"), 0);
     offset_sum_.assign(blocks_ * groups_ * kProductRows, 0);
     scale_.assign(blocks_ * groups_ * kProductRows, 0.0);
-    const DoubledPairs pairs(f.id);
+    const DoubledPairs& pairs = pairs_;
     for (std::size_t o = 0; o < d_out_; ++o) {
         const std::size_t b = o / kProductRows, r = o % kProductRows;
         const std::uint8_t* codes = w.codes.span().data() + o * row.codes;
@@ -100,7 +94,7 @@ void QuantizedProduct::multiply(std::span<const std::uint8_t> a_codes, std::span
     const formats::PackedSizes need = formats::packed_sizes(f, m, d_in_);
     require(a_codes.size() >= need.codes && a_scales.size() >= need.scales && y.size() >= m * d_out_,
             "quantized product: buffers smaller than the shape requires");
-    const DoubledPairs pairs(f.id);
+    const DoubledPairs& pairs = pairs_;
     std::vector<std::uint8_t> a(m * d_in_);
     std::vector<double> a_scale(m * groups_);
     for (std::size_t i = 0; i < m * d_in_ / 2; ++i) {

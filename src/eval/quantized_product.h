@@ -1,7 +1,8 @@
 // The product of quantized activations and quantized weights, Y_q = A_q W_q^T, for the layer loss:
 // each group's dot product in integers (exact), the groups summed in float64 in column order with
 // exact terms, so the result is the same bits on every ISA and thread count (which OpenBLAS's
-// float64 GEMM of the dequantized values is not) and about as exact (docs/EVAL.md, "Loss").
+// float64 GEMM of the dequantized values is not) and about as exact (docs/EVAL.md's opening
+// section defines the loss).
 #pragma once
 
 #include <cstddef>
@@ -36,6 +37,15 @@ private:
     std::vector<std::int8_t> codes_;
     std::vector<std::int32_t> offset_sum_;
     std::vector<double> scale_;
+
+    // Twice the element values of a byte's two codes (low nibble first, as quantize_rows packs
+    // them): integers (E2M1: 0..12, INT4: odd, -15..15), with their sum.
+    struct DoubledPairs {
+        std::int8_t value[256][2];
+        std::int8_t sum[256];
+        explicit DoubledPairs(wush_format f);
+    };
+    DoubledPairs pairs_;
 };
 
 }  // namespace wush::eval

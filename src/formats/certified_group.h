@@ -39,10 +39,7 @@ WUSH_HD int floor_log2f(float a) {
     return e - 1;
 }
 
-// 2^e for -126 <= e <= 127, exactly (a multiplication by it is then ldexpf's scaling).
-WUSH_HD float pow2f(int e) {
-    return bits::float_from_bits(std::uint32_t(e + 127) << 23);
-}
+using bits::pow2f;
 
 // Nearest integer of t (|t| < 2^22); which neighbour wins at a tie does not matter to the
 // distance checks below, and floorf keeps it independent of the host's rounding mode.

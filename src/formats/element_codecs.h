@@ -55,8 +55,7 @@ WUSH_HD float e4m3_decode(std::uint8_t code) {
     const int exp = (code >> 3) & 0xF;
     const int man = code & 0x7;
     // m 2^-9 or (8 + m) 2^(exp - 10): exact products by powers of two built from their bits.
-    const float mag =
-        exp == 0 ? float(man) * 0x1p-9f : float(8 + man) * bits::float_from_bits(std::uint32_t(exp - 10 + 127) << 23);
+    const float mag = exp == 0 ? float(man) * 0x1p-9f : float(8 + man) * bits::pow2f(exp - 10);
     return (code & 0x80) ? -mag : mag;
 }
 
@@ -74,7 +73,7 @@ WUSH_HD int e8m0_exponent(std::uint8_t code) {
 WUSH_HD float e8m0_decode(std::uint8_t code) {
     // 2^(code - 127) from its bits: a normal float from code 1 up, 2^-127 (subnormal) at 0.
     if (code == 0xFF) return NAN;
-    return bits::float_from_bits(code == 0 ? 0x00400000u : std::uint32_t(code) << 23);
+    return code == 0 ? 0x1p-127f : bits::pow2f(int(code) - 127);
 }
 
 }  // namespace wush::codec

@@ -61,8 +61,14 @@ WUSH_HD int mx_scale_exponent(double amax, bool ocp) {
 
 // Element encoders under a fixed group scale (used by the group quantizers below, and by GPTQ,
 // which fixes a group's scale before its error feedback moves the values).
+// What an MX value is multiplied by to give its E2M1 element under the scale exponent e: an exact
+// power-of-two multiple of 3 (1 for the OCP rule).
+WUSH_HD double mx_to_element(int e, bool ocp) {
+    return (ocp ? 1.0 : 3.0) * bits::pow2(-e);
+}
+
 WUSH_HD std::uint8_t encode_mx(double x, int e, bool ocp) {
-    return codec::e2m1_encode(x * (ocp ? 1.0 : 3.0) * bits::pow2(-e));  // exact power-of-two multiple
+    return codec::e2m1_encode(x * mx_to_element(e, ocp));
 }
 
 WUSH_HD std::uint8_t encode_nvfp4(double x, double scale) {
@@ -83,7 +89,7 @@ WUSH_HD std::uint8_t encode_int4(double x, double scale) {
 template <class T>
 WUSH_HD void quantize_group_mx(const T* x, int n, bool ocp, std::uint8_t* codes, std::uint8_t* scale) {
     const int e = mx_scale_exponent(group_amax(x, n), ocp);
-    const double to_element = (ocp ? 1.0 : 3.0) * bits::pow2(-e);  // encode_mx's factor, once per group
+    const double to_element = mx_to_element(e, ocp);  // once per group
     WUSH_UNROLL
     for (int i = 0; i < n; i += 2)
         codes[i / 2] = std::uint8_t(codec::e2m1_encode(double(x[i]) * to_element) |
