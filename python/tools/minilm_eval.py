@@ -105,6 +105,24 @@ def token_windows(tok, texts: List[str], n_tokens: int, seq_len: int, exclude: s
     return torch.tensor(rows, dtype=torch.long)
 
 
+def spread_windows(tok, modules: List[str], n_tokens: int, seq_len: int) -> "torch.Tensor":
+    """token_windows over each module's docstrings alone, taken in turn (the first window of every
+    module, then the second, ...): n_tokens from all the modules instead of the first ones."""
+    import torch
+    per_module = []
+    for name in modules:
+        docs = docstrings([name])
+        n_ids = sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in docs)
+        n_win = n_ids // (seq_len - 2)
+        if n_win:
+            per_module.append(token_windows(tok, docs, n_win * seq_len, seq_len, set()))
+    rows = [w[i] for i in range(max(len(w) for w in per_module)) for w in per_module if i < len(w)]
+    n_seq = n_tokens // seq_len
+    if n_tokens % seq_len or len(rows) < n_seq:
+        sys.exit(f"minilm_eval: need a multiple of {seq_len} tokens, at most {len(rows) * seq_len} here")
+    return torch.stack(rows[:n_seq])
+
+
 def capture(model, batches: List["torch.Tensor"], pattern: str) -> Dict[str, "np.ndarray"]:
     """Each selected linear's inputs over the batches, in order (rows: sequence-major tokens)."""
     import numpy as np
@@ -327,6 +345,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="modules whose docstrings are the validation text, taken out of --calib-modules "
                         "(default: the calibration list's later modules, which 2048 calibration tokens do "
                         "not reach)")
+    p.add_argument("--calib-spread", action="store_true",
+                   help="calibration windows taken in turn from each calibration module (by default they are "
+                        "cut from the front of the modules' concatenated text, so 2048 tokens are argparse's)")
     p.add_argument("--no-model-level", action="store_true",
                    help="skip the model-level table (sentence-embedding cosine of the quantized model, "
                         "RTN, I/H/R/WUSH/wush+s with its default guard, MXFP4 and NVFP4)")
@@ -345,7 +366,11 @@ def prepare(args: argparse.Namespace, workdir: pathlib.Path):
     val_modules = args.validation_modules.split(",") if args.validation_tokens else []
     # The validation modules leave the calibration list: its text is then the documents before them.
     cal_docs = docstrings([m for m in args.calib_modules.split(",") if m not in val_modules])
-    cal = token_windows(tok, cal_docs, args.calib_tokens, args.seq_len, set())
+    if args.calib_spread:
+        cal = spread_windows(tok, [m for m in args.calib_modules.split(",") if m not in val_modules],
+                             args.calib_tokens, args.seq_len)
+    else:
+        cal = token_windows(tok, cal_docs, args.calib_tokens, args.seq_len, set())
     held_docs = docstrings(args.heldout_modules.split(","))
     held = token_windows(tok, held_docs, args.heldout_tokens, args.seq_len, set(cal_docs))
     batches = [cal, held]

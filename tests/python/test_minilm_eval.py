@@ -108,6 +108,36 @@ def check_diagnosis(acts, n_cal, seq_len):
     return sum(not ok for _, ok in checks)
 
 
+class CharTokenizer:
+    """A stand-in tokenizer for spread_windows' check: one id per character, so a window's text
+    can be found again in the module it came from."""
+    cls_token_id, sep_token_id = -1, -2
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [ord(c) for c in text]}
+
+
+def check_spread() -> int:
+    """--calib-spread: window i of n comes from module i mod k while every module has windows
+    left, each a contiguous piece of that module's own docstrings, starting at the module's
+    (i div k)-th window; the default cut takes every window from the first module."""
+    tok, seq_len, modules = CharTokenizer(), 64, ["textwrap", "fractions", "ipaddress"]
+    streams = {m: "".join(minilm_eval.docstrings([m])) for m in modules}
+    spread = minilm_eval.spread_windows(tok, modules, 9 * seq_len, seq_len).tolist()
+    front = minilm_eval.token_windows(tok, minilm_eval.docstrings(modules), 9 * seq_len, seq_len, set()).tolist()
+    body = seq_len - 2
+    bad = 0
+    for i, w in enumerate(spread):
+        m, j = modules[i % len(modules)], i // len(modules)
+        text = "".join(map(chr, w[1:-1]))
+        ok = w[0] == tok.cls_token_id and w[-1] == tok.sep_token_id and text == streams[m][j * body:(j + 1) * body]
+        bad += not ok
+    first = streams[modules[0]]
+    bad += not all("".join(map(chr, w[1:-1])) in first for w in front)  # the default: one module
+    print(f"spread windows ({len(spread)} from {len(modules)} modules in turn): {'ok' if not bad else 'FAILED'}")
+    return bad
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--wush", required=True)
@@ -117,7 +147,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         workdir = pathlib.Path(tmp)
         model, acts = minilm_eval.prepare(args, workdir)
-        bad = check_capture(model, acts, args.seq_len)
+        bad = check_spread()
+        bad += check_capture(model, acts, args.seq_len)
         bad += check_diagnosis(acts, args.calib_tokens, args.seq_len)
         wpath, xpath = minilm_eval.write_layer_files(model, acts, workdir)
         results = minilm_eval.run_eval(wush, wpath, xpath, args.heldout_tokens, args.validation_tokens, [])
