@@ -28,6 +28,7 @@ def _load(model_dir: str):
     import torch
     from transformers import AutoTokenizer
     from . import torch as wt
+    wt.require_model_folder(model_dir)
     tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     return wt.load_float_model(model_dir, torch.float32), tok
 
@@ -122,6 +123,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     from . import torch as wt
     if (a.prompt is None) == (a.sentences is None):
         raise ValueError("give one of --prompt (a causal model) or --sentences FILE (an encoder)")
+    wt.require_model_folder(a.folder, quantized=True)
     tok = AutoTokenizer.from_pretrained(a.folder, local_files_only=True)
     model = wt.load_quantized(a.folder, device=a.device)
     causal = wt.is_causal(model)

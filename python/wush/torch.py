@@ -694,10 +694,24 @@ def model_class(config: Any) -> Any:
     return transformers.AutoModel
 
 
+def require_model_folder(path: str, quantized: bool = False) -> None:
+    """Raises FileNotFoundError naming ``path`` when it is not a local model folder (with
+    ``quantized``: one written by :func:`save_quantized`). transformers, given a path that does
+    not exist, takes it for a Hub name and reports a failed download instead."""
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path}: no such folder (a local Hugging Face model folder is expected)")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise FileNotFoundError(f"{path}: no config.json, so not a Hugging Face model folder")
+    if quantized and not os.path.isfile(os.path.join(path, CHECKPOINT_FILE)):
+        raise FileNotFoundError(f"{path}: no {CHECKPOINT_FILE}, so not a folder written by quantize-model "
+                                f"or save_quantized")
+
+
 def load_float_model(model_dir: str, dtype: Any = torch.float32, config: Any = None) -> nn.Module:
     """A local Hugging Face folder as the class its config names, in ``dtype``, eval mode;
-    nothing downloaded."""
+    nothing downloaded. Raises FileNotFoundError when the folder or its config.json is missing."""
     from transformers import AutoConfig
+    require_model_folder(model_dir)
     config = config or AutoConfig.from_pretrained(model_dir, local_files_only=True)
     cls = model_class(config)
     return cls.from_pretrained(model_dir, config=config, local_files_only=True, **_dtype_kwarg(dtype)).eval()
@@ -710,9 +724,11 @@ def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None) -> nn.M
     :class:`QuantizedLinear` prepared on ``device`` ("cpu", or "cuda[:i]" when libwush's CUDA
     backend is present: its layers then run on torch's current stream). ``dtype``: the
     non-quantized parameters' dtype (default the config's ``torch_dtype``, else float32).
-    Nothing is downloaded. Raises ValueError when the folder lacks a tensor the model needs."""
+    Nothing is downloaded. Raises FileNotFoundError when the folder, its config.json or its
+    checkpoint is missing, ValueError when it lacks a tensor the model needs."""
     from transformers import AutoConfig
     from transformers.utils import logging as hf_logging
+    require_model_folder(out_dir, quantized=True)
     ctx, dev = _context_for(device)
     config = AutoConfig.from_pretrained(out_dir, local_files_only=True)
     if hasattr(config, "quantization_config"):

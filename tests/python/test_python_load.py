@@ -259,9 +259,24 @@ class Flow(unittest.TestCase):
         self.assertEqual(len(err.strip().splitlines()), 1, err)
         self.assertIn("'^nothing$'", err)
         self.assertIn("model.layers.0.self_attn.q_proj", err)
-        rc, _, err = cli_run("run", os.path.join(TMP, "no-such-folder"), "--prompt", "x")
-        self.assertEqual(rc, 2)
-        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        # Folders that are missing or not what the command needs: named as such, not taken for a
+        # Hub name (transformers would report a failed download).
+        missing = os.path.join(TMP, "no-such-folder")
+        for args, says in [(("run", missing, "--prompt", "x"), "no-such-folder: no such folder"),
+                           (("quantize-model", missing, "--calib", CALIB, "--out", os.path.join(TMP, "z")),
+                            "no-such-folder: no such folder"),
+                           (("eval-model", missing, "--text", CALIB), "no-such-folder: no such folder"),
+                           (("eval-model", TINY, "--text", CALIB, "--quantized", missing), "no-such-folder: no such folder"),
+                           (("eval-model", TINY, "--text", CALIB, "--quantized", TINY),
+                            "no wush_checkpoint.safetensors, so not a folder written by quantize-model"),
+                           (("run", TMP, "--prompt", "x"), "no config.json")]:
+            rc, _, err = cli_run(*args)
+            self.assertEqual(rc, 2, args)
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+            self.assertIn(says, err)
+            self.assertNotIn("huggingface.co", err)
+        with self.assertRaisesRegex(FileNotFoundError, "no such folder"):
+            wush.load_quantized(missing)
 
     def test_guard_fallback_is_written_and_runs(self):
         """A search whose guard keeps data-free layers on some layers: the checkpoint and the
