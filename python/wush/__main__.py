@@ -208,7 +208,8 @@ def _table(out: Dict[str, Any]) -> str:
         lines.append("| unquantized | - | - | - | 1 | 1 |")
     for r in out.get("quantized", []):
         vals = f"{r['ppl']:.4f} |" if "ppl" in r else f"{r['cosine_mean']:.4f} | {r['cosine_min']:.4f} |"
-        lines.append(f"| {os.path.basename(r['folder'].rstrip('/'))} | {r['method']} | {r['transform']} | {r['format']} | {vals}")
+        transform = f"{r['transform']}+s" if r.get("search") else r["transform"]  # as quantize-model names it
+        lines.append(f"| {os.path.basename(r['folder'].rstrip('/'))} | {r['method']} | {transform} | {r['format']} | {vals}")
     return "\n".join(lines)
 
 

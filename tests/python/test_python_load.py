@@ -318,6 +318,13 @@ class Flow(unittest.TestCase):
             err = np.linalg.norm(got - want) / np.linalg.norm(want)
             self.assertLess(err, 1e-5, f"{n} ({kind}): runtime vs fp_quant oracle {err:.2e}")
         print(f"guard: layer kinds {sorted(set(kinds.values()))}")
+        # eval-model's table names the searched folder's transform as the CLI does (wush+s).
+        rc, ev, err = cli_run("eval-model", TINY, "--text", HELD, "--quantized", out, "--seq-len", "64",
+                              "--max-samples", "2", "--table")
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(ev["quantized"][0]["search"])
+        rows = [line.split("|") for line in err.splitlines() if line.startswith("| guarded |")]
+        self.assertEqual([r[3].strip() for r in rows], ["wush+s"], err)
 
     def test_default_selection_across_architectures(self):
         import transformers as tf
