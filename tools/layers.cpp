@@ -66,8 +66,40 @@ int split_validation(std::size_t n_val, Layer* l) {
     return 0;
 }
 
-// Every 2-D tensor of the weights file, paired with the activation tensor of the same name; the
-// last `n_held` tokens (default: a quarter) are held out.
+namespace {
+
+// The activation tensor of weight `name`: the same name, or (a model's own file, whose linear
+// weights are "<module>.weight") the name without ".weight". Sets *layer_name to the name found.
+bool find_activations(const wush_tensor_file* xf, const std::string& name, std::size_t* index,
+                      std::string* layer_name) {
+    static const std::string suffix = ".weight";
+    if (wush_tensor_file_find(xf, name.c_str(), index) == WUSH_OK) {
+        *layer_name = name;
+        return true;
+    }
+    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+        return false;
+    const std::string module = name.substr(0, name.size() - suffix.size());
+    if (wush_tensor_file_find(xf, module.c_str(), index) != WUSH_OK) return false;
+    *layer_name = module;
+    return true;
+}
+
+// One stderr line naming the weights left out (at most the first four).
+void report_left_out(const std::vector<std::string>& names, const std::string& wpath) {
+    if (names.empty()) return;
+    std::string list;
+    for (std::size_t i = 0; i < names.size() && i < 4; ++i) list += (i ? ", '" : "'") + names[i] + "'";
+    if (names.size() > 4) list += ", ...";
+    std::fprintf(stderr, "wush: %zu tensor(s) of %s have no activations and are left out: %s\n", names.size(),
+                 wpath.c_str(), list.c_str());
+}
+
+}  // namespace
+
+// Every tensor of the weights file with an activation tensor (find_activations); the last
+// `n_held` tokens (default: a quarter) are held out. Tensors without one are left out and named
+// on stderr, so that a model's own file (embeddings, norms, biases) can be given as it is.
 int load_layer_files(const std::string& wpath, const std::string& xpath, std::size_t n_held_opt,
                      std::vector<Layer>* layers, bool all_heldout) {
     Handle<wush_tensor_file, wush_tensor_file_destroy> wf, xf;
@@ -77,15 +109,15 @@ int load_layer_files(const std::string& wpath, const std::string& xpath, std::si
     if (st != WUSH_OK) return cli::report("opening the activations file", st);
     std::size_t count = 0;
     wush_tensor_file_count(wf.p, &count);
+    std::vector<std::string> left_out;
     for (std::size_t i = 0; i < count; ++i) {
         const char* name = nullptr;
         wush_tensor_file_tensor(wf.p, i, &name, nullptr, nullptr, nullptr, nullptr, nullptr);
         Layer l;
-        l.name = name;
         std::size_t xi = 0, n_tokens = 0, x_cols = 0;
-        if (wush_tensor_file_find(xf.p, name, &xi) != WUSH_OK) {
-            std::fprintf(stderr, "wush: the activations file has no tensor '%s'\n", name);
-            return 1;
+        if (!find_activations(xf.p, name, &xi, &l.name)) {
+            left_out.emplace_back(name);
+            continue;
         }
         if (read_matrix(wf.p, i, wpath.c_str(), &l.d_out, &l.d_in, &l.w_dtype, &l.weight) != 0) return 1;
         if (read_matrix(xf.p, xi, xpath.c_str(), &n_tokens, &x_cols, &l.x_dtype, &l.x) != 0) return 1;
@@ -104,8 +136,12 @@ int load_layer_files(const std::string& wpath, const std::string& xpath, std::si
         layers->push_back(std::move(l));
     }
     if (layers->empty()) {
-        std::fprintf(stderr, "wush: %s holds no tensors\n", wpath.c_str());
+        std::fprintf(stderr,
+                     "wush: no tensor of %s has activations in %s (looked up by the weight's name, or by it "
+                     "without '.weight')\n",
+                     wpath.c_str(), xpath.c_str());
         return 1;
     }
+    report_left_out(left_out, wpath);
     return 0;
 }

@@ -43,8 +43,10 @@ int split_validation(std::size_t n_val, Layer* layer);
 // Generates built-in layer `name` (wush_example_layer_generate). Returns an exit code.
 int load_builtin(const std::string& name, std::uint64_t seed, std::size_t n_cal, std::size_t n_held, Layer* out);
 
-// Every 2-D F32/F16/BF16 tensor of the weights file, paired with the activation tensor of the same
-// name; the last n_held tokens (0: a quarter of them) are held out, or all of them with
-// `all_heldout` (nothing to calibrate). Returns an exit code.
+// Every tensor of the weights file that has an activation tensor of the same name, or of its name
+// without ".weight" (then the layer's name), each a 2-D F32/F16/BF16 pair; the other tensors are
+// left out and named in one stderr line, so a model's own safetensors file can be given as it is.
+// The last n_held tokens (0: a quarter of them) are held out, or all of them with `all_heldout`
+// (nothing to calibrate). Returns an exit code (1 also when no tensor has activations).
 int load_layer_files(const std::string& weights_path, const std::string& activations_path, std::size_t n_held,
                      std::vector<Layer>* layers, bool all_heldout = false);

@@ -167,6 +167,30 @@ with tempfile.TemporaryDirectory() as tmp:
     except (ValueError, KeyError) as e:
         check(False, f"eval --json is not valid JSON ({e}): {out!r}")
 
+    # A model's own file: "<module>.weight" pairs with activations named "<module>"; embeddings,
+    # biases and norms have none and are left out, named in one line (a missing activation tensor
+    # used to end the run). The layer is named by its module, so eval --checkpoint finds it again.
+    model_file = os.path.join(tmp, "model.safetensors")
+    write_f32(model_file, {"emb.weight": ((16, d_in), gauss(16 * d_in, rng)),
+                           name + ".weight": ((d_out, d_in), gauss(d_out * d_in, rng)),
+                           name + ".bias": ((d_out,), gauss(d_out, rng)),
+                           "norm.weight": ((d_in,), gauss(d_in, rng))})
+    ck_model = os.path.join(tmp, "ck-model.safetensors")
+    rc, out, err, _ = run("quantize", "--weights", model_file, "--activations", acts, "--format", "mxfp4",
+                          "--transform", "wush", "--out", ck_model)
+    left = [line for line in err.splitlines() if "left out" in line]
+    check(rc == 0 and len(left) == 1 and "3 tensor(s)" in left[0] and "'emb.weight'" in left[0]
+          and "'norm.weight'" in left[0] and ".bias'" in left[0], f"quantize a model's file: rc {rc}, {err!r}")
+    rc, out, err, _ = run("eval", "--checkpoint", ck_model, "--weights", model_file, "--activations", acts, "--json")
+    check(rc == 0 and [r["layer"] for r in json.loads(out or "{}").get("results", [])] == [name],
+          f"eval --checkpoint of a model's file: rc {rc}, {out!r} {err!r}")
+    # No tensor with activations: an error that says how they are looked up.
+    other_acts = os.path.join(tmp, "other-x.safetensors")
+    write_f32(other_acts, {"other": ((n, d_in), gauss(n * d_in, rng))})
+    rc, out, err, _ = run("quantize", "--weights", model_file, "--activations", other_acts, "--format", "mxfp4",
+                          "--transform", "wush", "--out", os.path.join(tmp, "none.safetensors"))
+    check(rc == 1 and "has activations" in err and "without '.weight'" in err, f"no pairs: rc {rc}, {err!r}")
+
     # A weights file of another shape than the checkpoint's layer: a clear error, not a crash.
     rc, out, err, _ = run("eval", "--checkpoint", ck, "--weights", wrong, "--activations", acts)
     check(rc == 1 and "16 x 64" in err and "8 x 64" in err, f"eval --checkpoint, wrong shape: rc {rc}, {err!r}")
