@@ -24,12 +24,15 @@ BlockTransform rtn_transform(const TransformOptions& options, const Calibrator& 
     return build_transform(options, calibration, w, d_out, progress, sample, sample.size() / calibration.d_in(), plain);
 }
 
-// One layer with an explicit search sample (empty: the calibrator's own); `plain` as above, RTN only.
+// One layer with an explicit search sample (empty: the calibrator's own); `plain` as above, RTN
+// only; `inverse`, GPTQ only: the calibrator's inverse Hessian factor when computed already.
 QuantizedLayer build(const TransformOptions& options, const formats::FormatSpec& format, Method method,
                      const Calibrator& calibration, std::span<const float> w, std::size_t d_out, Progress* progress,
-                     std::span<const float> sample, std::optional<BlockTransform>* plain = nullptr) {
+                     std::span<const float> sample, const gptq::InverseHessian* inverse = nullptr,
+                     std::optional<BlockTransform>* plain = nullptr) {
     if (method == Method::Gptq) {
-        gptq::Result r = gptq::quantize(options, format, calibration, w, d_out, progress, sample);
+        gptq::Result r = inverse ? gptq::quantize(options, format, calibration, *inverse, w, d_out, progress, sample)
+                                 : gptq::quantize(options, format, calibration, w, d_out, progress, sample);
         return {std::move(r.transform), std::move(r.weights), {}};
     }
     BlockTransform t = rtn_transform(options, calibration, w, d_out, progress, sample, plain);
@@ -141,8 +144,10 @@ Candidate rtn_candidate(BlockTransform t, const formats::FormatSpec& format, std
 // (capi_validation checks it); it is built on every row only if kept. (A data-aware layer's
 // transform depends on every row: plain GPTQ-WUSH is built whole.)
 Candidate gptq_rows_candidate(const TransformOptions& options, const formats::FormatSpec& format,
-                              const Calibrator& calibration, const ScoredRows& rows, Progress* progress) {
-    QuantizedLayer layer = build(options, format, Method::Gptq, calibration, rows.w, rows.index.size(), progress, {});
+                              const Calibrator& calibration, const gptq::InverseHessian& inverse,
+                              const ScoredRows& rows, Progress* progress) {
+    QuantizedLayer layer =
+        build(options, format, Method::Gptq, calibration, rows.w, rows.index.size(), progress, {}, &inverse);
     return {std::move(layer.transform), std::nullopt, std::move(layer.weights), {}, 0.0};
 }
 
@@ -211,9 +216,14 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
     GuardTokens tokens =
         options.search.enabled && !is_data_free(options.kind) ? guard_tokens(calibration, guard) : GuardTokens{};
     const bool guarded = tokens.n >= 2;
+    // GPTQ's inverse Hessian factor depends on the calibrator and the damping alone, not on the
+    // transform: the guard's up to six builds share one (factoring it is O(d_in^3) each time).
+    std::optional<gptq::InverseHessian> inverse;
+    if (guarded && method == Method::Gptq) inverse = gptq::inverse_hessian(calibration, options.damping);
+    const gptq::InverseHessian* shared = inverse ? &*inverse : nullptr;
     // A searched RTN build computes plain WUS/WUSH on the way (the same blocks, the same values).
     std::optional<BlockTransform> plain_transform;
-    QuantizedLayer searched = build(options, format, method, calibration, w, d_out, progress, tokens.search,
+    QuantizedLayer searched = build(options, format, method, calibration, w, d_out, progress, tokens.search, shared,
                                     guarded && method == Method::Rtn ? &plain_transform : nullptr);
     if (!guarded) return searched;
 
@@ -238,9 +248,10 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
                                             : rtn_transform(alts[i], calibration, w, d_out, progress),
                                         format, w, d_out, rows));
         else if (is_data_free(alts[i].kind) && !rows.all)
-            all.push_back(gptq_rows_candidate(alts[i], format, calibration, rows, progress));
+            all.push_back(gptq_rows_candidate(alts[i], format, calibration, *inverse, rows, progress));
         else
-            all.push_back(candidate(build(alts[i], format, method, calibration, w, d_out, progress, {}), format, rows));
+            all.push_back(
+                candidate(build(alts[i], format, method, calibration, w, d_out, progress, {}, shared), format, rows));
         score(all.back(), w_scored, tokens);
         report.candidates[i + 1] = paired(all.back(), all[0]);
     }
@@ -252,7 +263,7 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
         formats::PackedMatrix weights = prequantize_rtn(kept.transform, format, w, d_out);  // before the move below
         return {std::move(kept.transform), std::move(weights), report};
     }
-    QuantizedLayer whole = build(alts[report.kept - 1], format, method, calibration, w, d_out, progress, {});
+    QuantizedLayer whole = build(alts[report.kept - 1], format, method, calibration, w, d_out, progress, {}, shared);
     whole.guard = report;
     return whole;
 }

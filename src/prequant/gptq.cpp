@@ -22,6 +22,15 @@ namespace {
 // Columns per lazy batch: the later blocks are updated once per batch with one BLAS-3 call
 // (the GPTQ paper's choice of 128).
 constexpr std::size_t kBatchColumns = 128;
+// A calibrator GPTQ can use: full moments (its error propagation uses the off-diagonal blocks of
+// the Hessian) and at least one token.
+void require_hessian(const Calibrator& hessian) {
+    require(hessian.mode() == MomentMode::Full,
+            "GPTQ needs a full-mode calibrator (WUSH_MOMENTS_FULL): its error propagation uses the off-diagonal "
+            "blocks of the Hessian, which a block-diagonal calibrator does not keep");
+    require(hessian.tokens() > 0, "GPTQ: the calibrator has no tokens");
+}
+
 // Hessian damping escalation when the damped Hessian is still not positive definite.
 constexpr int kDampingEscalations = 3;
 constexpr double kDampingStep = 10.0;
@@ -44,12 +53,11 @@ Matrix inverse_hessian_factor(Matrix h, std::size_t n, double lambda) {
     return h;
 }
 
-struct Factor {
-    Matrix u;
-    double lambda;
-};
+}  // namespace
 
-Factor factor_with_escalation(const Calibrator& hessian, double damping) {
+InverseHessian inverse_hessian(const Calibrator& hessian, double damping) {
+    require_hessian(hessian);
+    require(damping >= 0.0 && std::isfinite(damping), "GPTQ: damping must be finite and >= 0");
     const std::size_t n = hessian.d_in();
     double lambda = damping;
     for (int attempt = 0; attempt <= kDampingEscalations; ++attempt) {
@@ -63,13 +71,15 @@ Factor factor_with_escalation(const Calibrator& hessian, double damping) {
                      "GPTQ: the Hessian X^T X / n is zero or not finite (all calibration activations zero?)");
         }
         Matrix u = inverse_hessian_factor(std::move(h), n, lambda);
-        if (!u.empty()) return {std::move(u), lambda};
+        if (!u.empty()) return {std::move(u), damping, lambda};
         lambda = (lambda > 0.0 ? lambda : 1e-6) * kDampingStep;
     }
     fail(WUSH_ERR_NUMERICAL, "GPTQ: the Hessian is not positive definite even with damping " +
                                  std::to_string(lambda / kDampingStep) + " (requested " + std::to_string(damping) +
                                  "; " + std::to_string(kDampingEscalations) + " tenfold escalations)");
 }
+
+namespace {
 
 // c (m x n, ldc) = alpha a (m x k, lda) b (k x n, ldb) + beta c, row-major, optional transposes.
 void dgemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, double alpha, const double* a,
@@ -88,8 +98,9 @@ struct Output {
 class BlockLoop {
 public:
     BlockLoop(const TransformOptions& options, const formats::FormatSpec& format, const Calibrator& hessian,
-              std::span<const float> weight, std::size_t d_out, Matrix u, std::span<const float> sample)
-        : opt_(options), format_(format), d_in_(hessian.d_in()), g_(hessian.group()), d_out_(d_out), u_(std::move(u)),
+              std::span<const float> weight, std::size_t d_out, std::span<const double> u,
+              std::span<const float> sample)
+        : opt_(options), format_(format), d_in_(hessian.d_in()), g_(hessian.group()), d_out_(d_out), u_(u),
           w_(weight.begin(), weight.end()) {
         const std::size_t c = d_in_ / g_;
         if (options.kind == TransformKind::WUS || options.kind == TransformKind::WUSH) {
@@ -233,23 +244,19 @@ private:
     const TransformOptions opt_;
     const formats::FormatSpec& format_;
     const std::size_t d_in_, g_, d_out_;
-    const Matrix u_;
-    Matrix w_;                   // d_out x d_in, updated in place by the error propagation
-    Matrix m_x_;                 // C x G x G diagonal blocks of H (WUS/WUSH)
-    std::vector<float> fixed_;   // C x G x G matrices of a data-free kind
-    std::vector<float> sample_;  // the calibrator's token sample (search only; may be empty)
-    std::vector<double> noise_;  // the surrogate's white noise, without a token sample (search only)
+    const std::span<const double> u_;  // the shared inverse factor (InverseHessian::u)
+    Matrix w_;                         // d_out x d_in, updated in place by the error propagation
+    Matrix m_x_;                       // C x G x G diagonal blocks of H (WUS/WUSH)
+    std::vector<float> fixed_;         // C x G x G matrices of a data-free kind
+    std::vector<float> sample_;        // the calibrator's token sample (search only; may be empty)
+    std::vector<double> noise_;        // the surrogate's white noise, without a token sample (search only)
     Output out_;
 };
 
-}  // namespace
-
-Result quantize(const TransformOptions& options, const formats::FormatSpec& format, const Calibrator& hessian,
-                std::span<const float> weight, std::size_t d_out, Progress* progress, std::span<const float> sample) {
-    require(hessian.mode() == MomentMode::Full,
-            "GPTQ needs a full-mode calibrator (WUSH_MOMENTS_FULL): its error propagation uses the off-diagonal "
-            "blocks of the Hessian, which a block-diagonal calibrator does not keep");
-    require(hessian.tokens() > 0, "GPTQ: the calibrator has no tokens");
+// quantize()'s argument checks, before any work.
+void check_inputs(const TransformOptions& options, const formats::FormatSpec& format, const Calibrator& hessian,
+                  std::span<const float> weight, std::size_t d_out, std::span<const float> sample) {
+    require_hessian(hessian);
     const std::size_t d_in = hessian.d_in(), g = hessian.group();
     require(format.group == g, "GPTQ: format " + std::string(format.name) + " has group size " +
                                    std::to_string(format.group) + ", the calibrator G = " + std::to_string(g));
@@ -261,17 +268,39 @@ Result quantize(const TransformOptions& options, const formats::FormatSpec& form
     require(options.damping >= 0.0 && std::isfinite(options.damping), "GPTQ: damping must be finite and >= 0");
     require_finite(WUSH_DTYPE_F32, weight.data(), d_out, d_in, "weight");
     round_for_storage(0.0f, options.storage);  // rejects an unknown storage dtype up front
+    require(sample.size() % d_in == 0, "GPTQ: the token sample must be rows x d_in");
+}
 
+// The checked quantize() with its factor.
+Result run(const TransformOptions& options, const formats::FormatSpec& format, const Calibrator& hessian,
+           const InverseHessian& inverse, std::span<const float> weight, std::size_t d_out, Progress* progress,
+           std::span<const float> sample) {
+    const std::size_t d_in = hessian.d_in(), g = hessian.group();
     TransformOptions opts = options;
     opts.search.format = format.id;  // the search scores candidates in the format being quantized
-    Factor factor = factor_with_escalation(hessian, options.damping);
-    require(sample.size() % d_in == 0, "GPTQ: the token sample must be rows x d_in");
-    Output out = BlockLoop(opts, format, hessian, weight, d_out, std::move(factor.u), sample).run(progress);
+    Output out = BlockLoop(opts, format, hessian, weight, d_out, inverse.u, sample).run(progress);
     BlockTransform transform(d_in, g, options.kind, std::move(out.act), options.damping, std::move(out.stats));
     formats::require_decodable(format, out.codes, out.scales, d_out, d_in);  // as RTN (eval/layer_loss.h)
     formats::PackedMatrix weights{format.id, d_out, d_in, formats::ByteView(std::move(out.codes)),
                                   formats::ByteView(std::move(out.scales))};
-    return {std::move(transform), std::move(weights), factor.lambda};
+    return {std::move(transform), std::move(weights), inverse.lambda};
+}
+
+}  // namespace
+
+Result quantize(const TransformOptions& options, const formats::FormatSpec& format, const Calibrator& hessian,
+                std::span<const float> weight, std::size_t d_out, Progress* progress, std::span<const float> sample) {
+    check_inputs(options, format, hessian, weight, d_out, sample);
+    return run(options, format, hessian, inverse_hessian(hessian, options.damping), weight, d_out, progress, sample);
+}
+
+Result quantize(const TransformOptions& options, const formats::FormatSpec& format, const Calibrator& hessian,
+                const InverseHessian& inverse, std::span<const float> weight, std::size_t d_out, Progress* progress,
+                std::span<const float> sample) {
+    check_inputs(options, format, hessian, weight, d_out, sample);
+    require(inverse.u.size() == hessian.d_in() * hessian.d_in() && inverse.requested == options.damping,
+            "GPTQ: the inverse Hessian factor was computed for another layer or damping");
+    return run(options, format, hessian, inverse, weight, d_out, progress, sample);
 }
 
 }  // namespace wush::gptq

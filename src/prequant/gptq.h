@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <span>
+#include <vector>
 
 #include "calibration/calibrator.h"
 #include "common/progress.h"
@@ -34,6 +35,18 @@ struct Result {
     double damping_used = 0.0;  // the Hessian damping that made it positive definite (>= requested)
 };
 
+// The damped Hessian's inverse factor: U (d_in x d_in, row-major upper triangle) with
+// (H + lambda tr(H)/d_in I)^{-1} = U^T U, lambda the requested damping raised tenfold up to 3
+// times until the damped Hessian is positive definite (else NUMERICAL). It depends on the
+// calibrator and the damping alone, not on the transform: several builds on one calibrator (the
+// search's guard builds up to six) share it instead of factoring the d_in x d_in matrix each time.
+struct InverseHessian {
+    std::vector<double> u;
+    double requested = 0.0;  // the damping asked for
+    double lambda = 0.0;     // the damping that made it positive definite (>= requested)
+};
+InverseHessian inverse_hessian(const Calibrator& hessian, double damping);
+
 // Runs Algorithm 2 (GPTQ case) for one layer: `hessian` must be a Full-mode calibrator with at least
 // one token, `weight` the d_out x d_in float32 layer weight (finite), `format`'s group size equal to
 // the calibrator's G. `options.damping` is both Algorithm 1's lambda and the Hessian's; when the
@@ -45,5 +58,11 @@ struct Result {
 Result quantize(const TransformOptions& options, const formats::FormatSpec& format, const Calibrator& hessian,
                 std::span<const float> weight, std::size_t d_out, Progress* progress = nullptr,
                 std::span<const float> sample = {});
+
+// The same with the inverse factor computed beforehand by inverse_hessian(hessian,
+// options.damping): the same result, bit for bit.
+Result quantize(const TransformOptions& options, const formats::FormatSpec& format, const Calibrator& hessian,
+                const InverseHessian& inverse, std::span<const float> weight, std::size_t d_out,
+                Progress* progress = nullptr, std::span<const float> sample = {});
 
 }  // namespace wush::gptq

@@ -331,6 +331,52 @@ TEST(Gptq, TransformDtypeRoundsTheStoredTransform) {
     for (float v : g.transform.activation_matrices()) ASSERT_EQ(v, round_for_storage(v, WUSH_DTYPE_BF16));
 }
 
+// The inverse Hessian factor computed once and shared (as the search's guard shares it between its
+// builds) gives every transform kind the very layer quantize() computes alone — also when the
+// damping had to be escalated — and a factor of another damping or layer is refused.
+TEST(Gptq, SharedInverseHessianGivesTheSameLayerBitForBit) {
+    const std::size_t d_out = 24, d_in = 128, n = 384;
+    const std::vector<float> x = correlated_activations(n, d_in, 51);
+    const std::vector<float> w = gaussian(d_out * d_in, 52, 0.05);
+    const formats::FormatSpec& mx = formats::spec(WUSH_FORMAT_MXFP4);
+    const auto same = [](const gptq::Result& a, const gptq::Result& b) {
+        const auto eq = [](auto p, auto q) { return std::equal(p.begin(), p.end(), q.begin(), q.end()); };
+        return eq(a.weights.codes.span(), b.weights.codes.span()) &&
+               eq(a.weights.scales.span(), b.weights.scales.span()) &&
+               eq(a.transform.activation_matrices(), b.transform.activation_matrices()) &&
+               a.damping_used == b.damping_used;
+    };
+    const Calibrator cal = full_calibrator(x, n, d_in, mx.group);
+    const gptq::InverseHessian inv = gptq::inverse_hessian(cal, 0.01);
+    TransformOptions searched{TransformKind::WUSH, 0.01, 5};
+    searched.search.enabled = true;
+    for (const TransformOptions& o :
+         {TransformOptions{TransformKind::WUSH, 0.01, 5}, searched, TransformOptions{TransformKind::Identity, 0.01, 5},
+          TransformOptions{TransformKind::Hadamard, 0.01, 5}, TransformOptions{TransformKind::Random, 0.01, 5}}) {
+        const gptq::Result alone = gptq::quantize(o, mx, cal, w, d_out);
+        EXPECT_TRUE(same(gptq::quantize(o, mx, cal, inv, w, d_out), alone)) << transform_kind_name(o.kind);
+        // The factor does not depend on the rows quantized either (the guard's scored rows).
+        const std::span<const float> first_rows = std::span(w).first(8 * d_in);
+        EXPECT_TRUE(same(gptq::quantize(o, mx, cal, inv, first_rows, 8), gptq::quantize(o, mx, cal, first_rows, 8)));
+    }
+    // Undamped on too few tokens: the shared factor carries the escalated damping.
+    const Calibrator few = full_calibrator(x, 16, d_in, mx.group);
+    const TransformOptions undamped{TransformKind::Hadamard, 0.0, 0};
+    const gptq::InverseHessian escalated = gptq::inverse_hessian(few, 0.0);
+    EXPECT_GT(escalated.lambda, 0.0);
+    EXPECT_TRUE(
+        same(gptq::quantize(undamped, mx, few, escalated, w, d_out), gptq::quantize(undamped, mx, few, w, d_out)));
+    // Another damping, or another layer's factor: refused.
+    EXPECT_THROW(gptq::quantize({TransformKind::WUSH, 0.02, 5}, mx, cal, inv, w, d_out), Error);
+    const Calibrator narrow = full_calibrator(x, n, d_in / 2, mx.group);
+    EXPECT_THROW(
+        gptq::quantize({TransformKind::WUSH, 0.01, 5}, mx, narrow, inv, std::span(w).first(d_out * d_in / 2), d_out),
+        Error);
+    Calibrator block(d_in, 32, MomentMode::BlockDiagonal);
+    block.add(WUSH_DTYPE_F32, x.data(), n);
+    EXPECT_THROW(gptq::inverse_hessian(block, 0.01), Error);
+}
+
 TEST(Gptq, BadInput) {
     const std::size_t d_out = 8, d_in = 64, n = 128;
     const std::vector<float> x = correlated_activations(n, d_in, 41);
