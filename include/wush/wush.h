@@ -452,8 +452,8 @@ typedef enum wush_option {
      * and the alternatives' builds (RTN: the plain transform comes with the search, and the
      * alternatives' weights are quantized on the scored rows, on every row only when kept;
      * GPTQ: plain GPTQ-WUSH built whole, I, H and R built on the scored rows): on a
-     * 4096 x 4096 layer about 2.8x the plain layer's time with RTN, 4x with GPTQ
-     * (docs/PERFORMANCE.md).
+     * 4096 x 4096 layer about 2.8-3.1x the plain layer's time with RTN, 2.1x with GPTQ (whose
+     * builds share one inverse Hessian factor) (docs/PERFORMANCE.md).
      * wush_transform_guard() reports what it compared and kept. The plain `wush` transform (no
      * search) is Algorithm 1 and never guarded. */
     WUSH_OPTION_SEARCH_GUARD = 5,
