@@ -398,7 +398,7 @@ void ProgressBar::step(const std::string& label) {
     const int width = 30;
     const int filled = total_ ? int(width * done_ / total_) : width;
     std::fprintf(stderr, "\r[%.*s%*s] %3d%% %-40.40s", filled, "##############################", width - filled, "",
-                 total_ ? int(100 * done_ / total_) : 100, label.c_str());
+                 total_ ? int(100 * done_ / total_) : 100, printable(label).c_str());  // labels hold layer names
     std::fflush(stderr);
     open_ = true;
 }

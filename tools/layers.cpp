@@ -26,7 +26,8 @@ int read_matrix(const wush_tensor_file* f, std::size_t index, const char* file_n
     const wush_status st = wush_tensor_file_tensor(f, index, &name, &dt, &ndim, &shape, &data, &nbytes);
     if (st != WUSH_OK) return cli::report("wush_tensor_file_tensor", st);
     if (ndim != 2 || !dtype_of(dt, dtype)) {
-        std::fprintf(stderr, "wush: tensor '%s' of %s is not a 2-D F32/F16/BF16 tensor\n", name, file_name);
+        std::fprintf(stderr, "wush: tensor '%s' of %s is not a 2-D F32/F16/BF16 tensor\n", cli::printable(name).c_str(),
+                     file_name);
         return 1;
     }
     *rows = std::size_t(shape[0]);
@@ -58,7 +59,7 @@ int load_builtin(const std::string& name, std::uint64_t seed, std::size_t n_cal,
 int split_validation(std::size_t n_val, Layer* l) {
     if (n_val >= l->n_calibration) {
         std::fprintf(stderr, "wush: '%s': %zu calibration tokens leave none after %zu validation tokens\n",
-                     l->name.c_str(), l->n_calibration, n_val);
+                     cli::printable(l->name).c_str(), l->n_calibration, n_val);
         return 1;
     }
     l->n_calibration -= n_val;
@@ -89,7 +90,7 @@ bool find_activations(const wush_tensor_file* xf, const std::string& name, std::
 void report_left_out(const std::vector<std::string>& names, const std::string& wpath) {
     if (names.empty()) return;
     std::string list;
-    for (std::size_t i = 0; i < names.size() && i < 4; ++i) list += (i ? ", '" : "'") + names[i] + "'";
+    for (std::size_t i = 0; i < names.size() && i < 4; ++i) list += (i ? ", '" : "'") + cli::printable(names[i]) + "'";
     if (names.size() > 4) list += ", ...";
     std::fprintf(stderr, "wush: %zu tensor(s) of %s have no activations and are left out: %s\n", names.size(),
                  wpath.c_str(), list.c_str());
@@ -122,14 +123,14 @@ int load_layer_files(const std::string& wpath, const std::string& xpath, std::si
         if (read_matrix(wf.p, i, wpath.c_str(), &l.d_out, &l.d_in, &l.w_dtype, &l.weight) != 0) return 1;
         if (read_matrix(xf.p, xi, xpath.c_str(), &n_tokens, &x_cols, &l.x_dtype, &l.x) != 0) return 1;
         if (x_cols != l.d_in) {
-            std::fprintf(stderr, "wush: '%s': weight has d_in %zu but activations have %zu columns\n", name, l.d_in,
-                         x_cols);
+            std::fprintf(stderr, "wush: '%s': weight has d_in %zu but activations have %zu columns\n",
+                         cli::printable(name).c_str(), l.d_in, x_cols);
             return 1;
         }
         l.n_heldout = all_heldout ? n_tokens : n_held_opt ? n_held_opt : n_tokens / 4;
         if (l.n_heldout == 0 || l.n_heldout > n_tokens || (l.n_heldout == n_tokens && !all_heldout)) {
             std::fprintf(stderr, "wush: '%s': %zu tokens cannot be split into calibration and %zu held-out tokens\n",
-                         name, n_tokens, l.n_heldout);
+                         cli::printable(name).c_str(), n_tokens, l.n_heldout);
             return 1;
         }
         l.n_calibration = n_tokens - l.n_heldout;

@@ -180,7 +180,8 @@ with tempfile.TemporaryDirectory() as tmp:
                           "--transform", "wush", "--out", ck_model)
     left = [line for line in err.splitlines() if "left out" in line]
     check(rc == 0 and len(left) == 1 and "3 tensor(s)" in left[0] and "'emb.weight'" in left[0]
-          and "'norm.weight'" in left[0] and ".bias'" in left[0], f"quantize a model's file: rc {rc}, {err!r}")
+          and "'norm.weight'" in left[0] and ".bias'" in left[0] and "\x1b" not in err,
+          f"quantize a model's file: rc {rc}, {err!r}")
     rc, out, err, _ = run("eval", "--checkpoint", ck_model, "--weights", model_file, "--activations", acts, "--json")
     check(rc == 0 and [r["layer"] for r in json.loads(out or "{}").get("results", [])] == [name],
           f"eval --checkpoint of a model's file: rc {rc}, {out!r} {err!r}")
