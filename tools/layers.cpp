@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <string_view>
 
 #include "cli.h"
 
@@ -37,6 +38,32 @@ int read_matrix(const wush_tensor_file* f, std::size_t index, const char* file_n
     return 0;
 }
 
+// The activation tensor of weight `name`: the same name, or (a model's own file, whose linear
+// weights are "<module>.weight") the name without ".weight". Sets *layer_name to the name found.
+bool find_activations(const wush_tensor_file* xf, const std::string& name, std::size_t* index,
+                      std::string* layer_name) {
+    constexpr std::string_view suffix = ".weight";
+    if (wush_tensor_file_find(xf, name.c_str(), index) == WUSH_OK) {
+        *layer_name = name;
+        return true;
+    }
+    if (name.size() <= suffix.size() || !name.ends_with(suffix)) return false;
+    const std::string module = name.substr(0, name.size() - suffix.size());
+    if (wush_tensor_file_find(xf, module.c_str(), index) != WUSH_OK) return false;
+    *layer_name = module;
+    return true;
+}
+
+// One stderr line naming the weights left out (at most the first four).
+void report_left_out(const std::vector<std::string>& names, const std::string& wpath) {
+    if (names.empty()) return;
+    std::string list;
+    for (std::size_t i = 0; i < names.size() && i < 4; ++i) list += (i ? ", '" : "'") + cli::printable(names[i]) + "'";
+    if (names.size() > 4) list += ", ...";
+    std::fprintf(stderr, "wush: %zu tensor(s) of %s have no activations and are left out: %s\n", names.size(),
+                 wpath.c_str(), list.c_str());
+}
+
 }  // namespace
 
 int load_builtin(const std::string& name, std::uint64_t seed, std::size_t n_cal, std::size_t n_held, Layer* out) {
@@ -66,37 +93,6 @@ int split_validation(std::size_t n_val, Layer* l) {
     l->n_validation = n_val;
     return 0;
 }
-
-namespace {
-
-// The activation tensor of weight `name`: the same name, or (a model's own file, whose linear
-// weights are "<module>.weight") the name without ".weight". Sets *layer_name to the name found.
-bool find_activations(const wush_tensor_file* xf, const std::string& name, std::size_t* index,
-                      std::string* layer_name) {
-    static const std::string suffix = ".weight";
-    if (wush_tensor_file_find(xf, name.c_str(), index) == WUSH_OK) {
-        *layer_name = name;
-        return true;
-    }
-    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-        return false;
-    const std::string module = name.substr(0, name.size() - suffix.size());
-    if (wush_tensor_file_find(xf, module.c_str(), index) != WUSH_OK) return false;
-    *layer_name = module;
-    return true;
-}
-
-// One stderr line naming the weights left out (at most the first four).
-void report_left_out(const std::vector<std::string>& names, const std::string& wpath) {
-    if (names.empty()) return;
-    std::string list;
-    for (std::size_t i = 0; i < names.size() && i < 4; ++i) list += (i ? ", '" : "'") + cli::printable(names[i]) + "'";
-    if (names.size() > 4) list += ", ...";
-    std::fprintf(stderr, "wush: %zu tensor(s) of %s have no activations and are left out: %s\n", names.size(),
-                 wpath.c_str(), list.c_str());
-}
-
-}  // namespace
 
 // Every tensor of the weights file with an activation tensor (find_activations); the last
 // `n_held` tokens (default: a quarter) are held out. Tensors without one are left out and named

@@ -90,37 +90,43 @@ def docstrings(modules: List[str]) -> List[str]:
     return docs
 
 
-def token_windows(tok, texts: List[str], n_tokens: int, seq_len: int, exclude: set) -> "torch.Tensor":
-    """n_tokens // seq_len full windows [CLS] text... [SEP] cut from the concatenated texts (no
-    padding, so every captured row is a real token)."""
-    import torch
+def token_ids(tok, texts: List[str], exclude: set) -> List[int]:
+    """The texts' WordPiece ids, concatenated (texts in `exclude` skipped)."""
     ids: List[int] = []
     for t in texts:
         if t not in exclude:
             ids.extend(tok(t, add_special_tokens=False)["input_ids"])
-    n_seq, body = n_tokens // seq_len, seq_len - 2
-    if n_tokens % seq_len or len(ids) < n_seq * body:
-        sys.exit(f"minilm_eval: need a multiple of {seq_len} tokens, at most {len(ids) // body * seq_len} here")
-    rows = [[tok.cls_token_id] + ids[i * body:(i + 1) * body] + [tok.sep_token_id] for i in range(n_seq)]
-    return torch.tensor(rows, dtype=torch.long)
+    return ids
+
+
+def windows_of(tok, ids: List[int], seq_len: int) -> List[List[int]]:
+    """Every full window [CLS] + seq_len - 2 ids + [SEP] cut from the front of `ids`."""
+    body = seq_len - 2
+    return [[tok.cls_token_id] + ids[i * body:(i + 1) * body] + [tok.sep_token_id] for i in range(len(ids) // body)]
+
+
+def take_windows(rows: List[List[int]], n_tokens: int, seq_len: int) -> "torch.Tensor":
+    """The first n_tokens // seq_len of `rows`; exits when n_tokens is not a multiple of seq_len or
+    there are too few."""
+    import torch
+    n_seq = n_tokens // seq_len
+    if n_tokens % seq_len or len(rows) < n_seq:
+        sys.exit(f"minilm_eval: need a multiple of {seq_len} tokens, at most {len(rows) * seq_len} here")
+    return torch.tensor(rows[:n_seq], dtype=torch.long)
+
+
+def token_windows(tok, texts: List[str], n_tokens: int, seq_len: int, exclude: set) -> "torch.Tensor":
+    """n_tokens // seq_len full windows [CLS] text... [SEP] cut from the concatenated texts (no
+    padding, so every captured row is a real token)."""
+    return take_windows(windows_of(tok, token_ids(tok, texts, exclude), seq_len), n_tokens, seq_len)
 
 
 def spread_windows(tok, modules: List[str], n_tokens: int, seq_len: int) -> "torch.Tensor":
     """token_windows over each module's docstrings alone, taken in turn (the first window of every
     module, then the second, ...): n_tokens from all the modules instead of the first ones."""
-    import torch
-    per_module = []
-    for name in modules:
-        docs = docstrings([name])
-        n_ids = sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in docs)
-        n_win = n_ids // (seq_len - 2)
-        if n_win:
-            per_module.append(token_windows(tok, docs, n_win * seq_len, seq_len, set()))
-    rows = [w[i] for i in range(max(len(w) for w in per_module)) for w in per_module if i < len(w)]
-    n_seq = n_tokens // seq_len
-    if n_tokens % seq_len or len(rows) < n_seq:
-        sys.exit(f"minilm_eval: need a multiple of {seq_len} tokens, at most {len(rows) * seq_len} here")
-    return torch.stack(rows[:n_seq])
+    per_module = [windows_of(tok, token_ids(tok, docstrings([m]), set()), seq_len) for m in modules]
+    rows = [w[i] for i in range(max(map(len, per_module))) for w in per_module if i < len(w)]
+    return take_windows(rows, n_tokens, seq_len)
 
 
 def capture(model, batches: List["torch.Tensor"], pattern: str) -> Dict[str, "np.ndarray"]:

@@ -28,9 +28,8 @@ def _load(model_dir: str):
     import torch
     from transformers import AutoTokenizer
     from . import torch as wt
-    wt.require_model_folder(model_dir)
-    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-    return wt.load_float_model(model_dir, torch.float32), tok
+    model = wt.load_float_model(model_dir, torch.float32)  # first: it names a missing folder as such
+    return model, AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
 
 
 def token_batches(tok, path: str, seq_len: int, max_samples: int, batch_size: int = 4) -> List:
@@ -123,9 +122,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     from . import torch as wt
     if (a.prompt is None) == (a.sentences is None):
         raise ValueError("give one of --prompt (a causal model) or --sentences FILE (an encoder)")
-    wt.require_model_folder(a.folder, quantized=True)
+    model = wt.load_quantized(a.folder, device=a.device)  # first: it names a missing folder as such
     tok = AutoTokenizer.from_pretrained(a.folder, local_files_only=True)
-    model = wt.load_quantized(a.folder, device=a.device)
     causal = wt.is_causal(model)
     if a.prompt is not None:
         if not causal:
