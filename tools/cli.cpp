@@ -1,5 +1,6 @@
 #include "cli.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -365,6 +366,50 @@ std::size_t mul_or_max(std::size_t a, std::size_t b) {
 std::size_t add_or_max(std::size_t a, std::size_t b) {
     std::size_t r;
     return __builtin_add_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
+namespace {
+
+const char* file_kind(mode_t mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a regular file";
+}
+
+// Whether a file can be created in `dir`: an anonymous one where the file system has them, else a
+// named one, removed at once.
+int can_create_in(const std::string& dir) {
+    int fd = ::open(dir.c_str(), O_WRONLY | O_TMPFILE | O_CLOEXEC, 0600);
+    if (fd < 0 && errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) return errno;
+    if (fd < 0) {
+        std::string name = dir + "/.wush-probe-XXXXXX";
+        fd = ::mkstemp(name.data());
+        if (fd < 0) return errno;
+        ::unlink(name.c_str());
+    }
+    ::close(fd);
+    return 0;
+}
+
+}  // namespace
+
+bool writable_destination(const char* command, const std::string& option, const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+        usage_error(command, option + " " + printable(path) + " is " + file_kind(st.st_mode) +
+                                 "; wush writes only regular files");
+        return false;
+    }
+    const auto [dir, name] = split_path(path);
+    if (const int err = can_create_in(dir); err != 0) {
+        usage_error(command, "cannot write into " + printable(dir) + " (" + option + " " + printable(path) +
+                                 "): " + std::strerror(err));
+        return false;
+    }
+    return true;
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {

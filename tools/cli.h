@@ -70,6 +70,12 @@ int usage_error(const char* command, const std::string& message);
 bool output_is_not_an_input(const char* command, const std::string& option, const std::string& path,
                             const std::vector<std::pair<std::string, std::string>>& inputs);
 
+// Whether a file can be written to `path` (option `option`), checked before any work: `path` is
+// absent or a regular file (through symbolic links; the library refuses anything else too, but
+// only once the work is done), and a new file can be created in its directory (tried, not guessed
+// from permission bits: root passes access() on /proc). Prints why not (a usage error).
+bool writable_destination(const char* command, const std::string& option, const std::string& path);
+
 std::vector<std::string> split(const std::string& s, char sep);
 
 // `s` as a quoted JSON string: quotes, backslashes and control characters escaped, bytes that are

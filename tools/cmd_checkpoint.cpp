@@ -32,24 +32,6 @@ bool dtype_from_name(const std::string& s, wush_dtype* d) {
     return true;
 }
 
-// Whether `path` can be created or replaced: its directory exists and is writable, and `path` is
-// not a directory. Prints why not.
-bool writable_destination(const std::string& path) {
-    const std::size_t slash = path.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-        std::fprintf(stderr, "wush quantize: --out %s is a directory\n", cli::printable(path).c_str());
-        return false;
-    }
-    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-        std::fprintf(stderr, "wush quantize: cannot write into %s (--out %s): %s\n", cli::printable(dir).c_str(),
-                     cli::printable(path).c_str(), std::strerror(errno));
-        return false;
-    }
-    return true;
-}
-
 // What the search's per-layer guard decided for one layer (wush_transform_guard).
 struct GuardLine {
     std::string layer;
@@ -171,7 +153,7 @@ int cmd_quantize(int argc, char** argv) {
             {{"--weights", a.get("--weights")}, {"--activations", a.get("--activations")}, {"--out", a.get("--out")}}))
         return cli::kUsageError;
     // The output's directory is checked before the work, not after it.
-    if (!writable_destination(a.get("--out"))) return 1;
+    if (!cli::writable_destination("quantize", "--out", a.get("--out"))) return cli::kUsageError;
     std::vector<Layer> layers;
     if (load_layer_files(a.get("--weights"), a.get("--activations"), 0, &layers, /*all_heldout=*/true) != 0) return 1;
     for (Layer& l : layers) {
@@ -304,6 +286,9 @@ int cmd_export(int argc, char** argv) {
     if (!cli::output_is_not_an_input("export", "--out", out, {{"--checkpoint", a.get("--checkpoint")}}) ||
         (a.has("--config") && !cli::output_is_not_an_input("export", "--config", config,
                                                            {{"--checkpoint", a.get("--checkpoint")}, {"--out", out}})))
+        return cli::kUsageError;
+    if (!cli::writable_destination("export", "--out", out) ||
+        (a.has("--config") && !cli::writable_destination("export", "--config", config)))
         return cli::kUsageError;
     Handle<wush_checkpoint, wush_checkpoint_destroy> ck;
     wush_status st = wush_checkpoint_open(a.get("--checkpoint").c_str(), &ck.p);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <random>
 
@@ -34,9 +35,43 @@ std::string random_temp_name(const std::string& path) {
     fail(WUSH_ERR_IO, what + " \"" + path + "\": " + std::strerror(err));
 }
 
+const char* kind_of(mode_t mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "a special file";
+}
+
+[[noreturn]] void refuse_destination(const std::string& path, const std::string& what) {
+    fail(WUSH_ERR_INVALID_ARGUMENT, "cannot write \"" + path + "\": it is " + what +
+                                        ", not a regular file; libwush writes only regular files (nothing was "
+                                        "written)");
+}
+
 }  // namespace
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), dir_(directory_of(path_)) {
+std::string resolve_destination(const std::string& path) {
+    struct stat st {};
+    // Absent, or not reachable for another reason: creating the temporary reports the real one.
+    if (::lstat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return path;
+    if (!S_ISLNK(st.st_mode)) refuse_destination(path, kind_of(st.st_mode));
+    char resolved[PATH_MAX];
+    if (::realpath(path.c_str(), resolved) == nullptr)
+        refuse_destination(path, std::string("a symbolic link that cannot be followed (") + std::strerror(errno) + ")");
+    if (::stat(resolved, &st) != 0 || !S_ISREG(st.st_mode))
+        refuse_destination(path, std::string("a symbolic link to ") + resolved + ", which is " + kind_of(st.st_mode));
+    return resolved;
+}
+
+void AtomicFile::check_destination() const {
+    // Checked again just before the rename: what sits at the name may have changed since.
+    struct stat st {};
+    if (::lstat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) refuse_destination(path_, kind_of(st.st_mode));
+}
+
+AtomicFile::AtomicFile(std::string path) : path_(resolve_destination(path)), dir_(directory_of(path_)) {
     // 0666 is reduced by the umask: a new file gets the permissions the user asked for; prepare()
     // gives a replacement those of the file it replaces.
     // An anonymous temporary leaves nothing behind if the process is killed before commit();
@@ -119,6 +154,7 @@ void sync_directory(const std::string& dir) {
 
 void AtomicFile::commit() {
     prepare();
+    check_destination();
     if (::rename(temp_name_.c_str(), path_.c_str()) != 0) io_error("cannot rename to", path_, errno);
     committed_ = true;
     sync_directory(dir_);
@@ -127,6 +163,8 @@ void AtomicFile::commit() {
 void commit_both(AtomicFile& first, AtomicFile& second) {
     first.prepare();
     second.prepare();
+    first.check_destination();
+    second.check_destination();
     // Keep what `first` replaces reachable (a hard link beside it), so that it can be put back if
     // `second` cannot be committed. A file system without hard links gets no backup; a
     // destination that does not exist yet is removed instead.

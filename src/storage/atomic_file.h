@@ -6,6 +6,11 @@
 // never followed. Replacing a file keeps its permission bits (and its owner and group where the
 // process may set them), so rewriting a private 0600 checkpoint does not publish it; a new file
 // gets 0666 minus the umask, like any file the user creates.
+// The destination must be absent or a regular file: a rename replaces whatever the name holds, so
+// a device, FIFO, socket or directory is refused (wush::Error(INVALID_ARGUMENT)) before anything
+// is written, and checked again just before the rename. A symbolic link to a regular file is
+// written through: the file it names is replaced and the link kept; a link to anything else, or
+// one that cannot be followed, is refused.
 #pragma once
 
 #include <cstddef>
@@ -28,7 +33,10 @@ public:
     void prepare();
     // Makes the written bytes the content of `path` (prepare(), then rename). Throws wush::Error(IO).
     void commit();
+    // The file replaced: `path`, or the regular file a symbolic link at `path` names.
     const std::string& path() const noexcept { return path_; }
+    // Throws wush::Error(INVALID_ARGUMENT) if something other than a regular file now sits at path().
+    void check_destination() const;
 
 private:
     std::string path_;
@@ -43,6 +51,11 @@ private:
 // back as it was (its old content kept through a hard link, or removed if it did not exist).
 // Only a crash between the two renames can leave one replaced. Throws wush::Error(IO).
 void commit_both(AtomicFile& first, AtomicFile& second);
+
+// The file a write to `path` replaces: `path` itself when it is absent or a regular file, the
+// target of a symbolic link to a regular file. Throws wush::Error(INVALID_ARGUMENT) for anything
+// else (a device, FIFO, socket, directory, or a link to one of them or to nothing).
+std::string resolve_destination(const std::string& path);
 
 // Whether two destination paths name the same file: the same device and inode when both exist,
 // otherwise the same name in the same directory (device and inode of the directory).

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "wush/wush.h"
@@ -290,6 +291,48 @@ static void test_checkpoint_copy_mode(void) {
     wush_context_destroy(ctx);
 }
 
+/* A writer refuses a destination that is not a regular file and leaves it as it was (issue 43):
+ * the atomic rename used to replace a FIFO, a device or a socket with the new file. The FIFO is
+ * made here, in a folder of the test's own. */
+static void test_write_refuses_non_regular(void) {
+    enum { D_OUT = 4, D_IN = 32 };
+    wush_transform* t = NULL;
+    wush_qweight* q = NULL;
+    wush_checkpoint *w = NULL, *ck = NULL;
+    wush_context* ctx = NULL;
+    float wt[D_OUT * D_IN];
+    char dir[64], fifo[96], good[96];
+    struct stat st;
+    size_t i;
+    unsigned seed = 9;
+    snprintf(dir, sizeof dir, "/tmp/wush_capi_nonregular_%ld", (long)getpid());
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    snprintf(good, sizeof good, "%s/good.safetensors", dir);
+    CHECK(mkdir(dir, 0700) == 0);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    for (i = 0; i < D_OUT * D_IN; ++i) wt[i] = gauss(&seed);
+    CHECK(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx) == WUSH_OK);
+    CHECK(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, D_IN, 32, NULL, &t) == WUSH_OK);
+    CHECK(wush_qweight_create(ctx, t, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, wt, D_OUT, D_IN, NULL, &q) ==
+          WUSH_OK);
+    CHECK(wush_checkpoint_create(&w) == WUSH_OK);
+    CHECK(wush_checkpoint_add_layer(w, "layer", t, q) == WUSH_OK);
+    CHECK_STATUS(wush_checkpoint_write(w, fifo, NULL), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(wush_last_error(), "not a regular file") != NULL);
+    CHECK(wush_checkpoint_write(w, good, NULL) == WUSH_OK);
+    CHECK(wush_checkpoint_open(good, &ck) == WUSH_OK);
+    CHECK_STATUS(wush_checkpoint_export_fp_quant(ck, fifo, NULL, NULL), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+    wush_checkpoint_destroy(ck);
+    wush_checkpoint_destroy(w);
+    wush_qweight_destroy(q);
+    wush_transform_destroy(t);
+    wush_context_destroy(ctx);
+    unlink(fifo);
+    unlink(good);
+    rmdir(dir);
+}
+
 /* A destroyed handle stays refused when a new object takes its address (issue 29, F6): handles
  * used to be the bare addresses, so wush_transform_info on a destroyed transform whose memory a
  * new transform reused returned WUSH_OK, and a wush_linear whose context was destroyed ran through
@@ -554,6 +597,7 @@ int main(void) {
     test_describe_follows_isa();
     test_reused_addresses();
     test_checkpoint_copy_mode();
+    test_write_refuses_non_regular();
     test_threads();
     printf("capi: %d checks, %d failed\n", g_checks, g_failures);
     return g_failures == 0 ? 0 : 1;

@@ -14,6 +14,8 @@ Usage: test_cli_robustness.py PATH/TO/wush
 import json
 import os
 import random
+import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -145,10 +147,34 @@ with tempfile.TemporaryDirectory() as tmp:
     start = time.monotonic()
     rc, out, err, _ = run("quantize", "--weights", weights, "--activations", acts, "--format", "mxfp4",
                           "--transform", "wush", "--out", os.path.join(tmp, "missing-dir", "ck.safetensors"))
-    check(rc == 1 and "cannot write into" in err, f"quantize into a missing directory: rc {rc}, {err!r}")
+    check(rc == 2 and "cannot write into" in err, f"quantize into a missing directory: rc {rc}, {err!r}")
     rc, out, err, _ = run("quantize", "--weights", weights, "--activations", acts, "--format", "mxfp4",
                           "--transform", "wush", "--out", tmp)
-    check(rc == 1 and "is a directory" in err, f"quantize onto a directory: rc {rc}, {err!r}")
+    check(rc == 2 and "is a directory" in err, f"quantize onto a directory: rc {rc}, {err!r}")
+    # Nothing that is not a regular file is replaced (as root, --out /dev/null once made the null
+    # device a regular file): a FIFO, a socket, a device node made here (where this user may), a
+    # link to the FIFO, and a regular file in a folder where nothing can be created (/proc).
+    specials = {"fifo": os.path.join(tmp, "fifo"), "sock": os.path.join(tmp, "sock"),
+                "link": os.path.join(tmp, "link-to-fifo")}
+    os.mkfifo(specials["fifo"])
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(specials["sock"])
+    os.symlink(specials["fifo"], specials["link"])
+    try:
+        os.mknod(os.path.join(tmp, "null"), 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        specials["null"] = os.path.join(tmp, "null")
+    except PermissionError:
+        print("cli_robustness: not allowed to make a device node here; the device case is left out")
+    kinds = {k: stat.S_IFMT(os.lstat(p).st_mode) for k, p in specials.items()}
+    for kind, path in list(specials.items()) + [("proc", "/proc/version")]:
+        rc, out, err, _ = run("quantize", "--weights", weights, "--activations", acts, "--format", "mxfp4",
+                              "--transform", "wush", "--out", path, timeout=20)
+        check(rc == 2 and ("not a regular file" in err or "is a FIFO" in err or "is a socket" in err or
+                           "is a character device" in err or "cannot write into" in err),
+              f"quantize --out {kind}: rc {rc}, {err!r}")
+    for kind, path in specials.items():
+        check(stat.S_IFMT(os.lstat(path).st_mode) == kinds[kind], f"quantize --out {kind} replaced it")
+    sock.close()
 
     rc, out, err, _ = run("quantize", "--weights", weights, "--activations", acts, "--format", "mxfp4",
                           "--transform", "wush", "--out", ck)
@@ -228,7 +254,13 @@ with tempfile.TemporaryDirectory() as tmp:
     fresh = os.path.join(tmp, "fresh.safetensors")
     rc, out, err, _ = run("export", "--fp-quant", "--checkpoint", ck16, "--out", fresh,
                           "--config", os.path.join(tmp, "nonexistent", "c.json"))
-    check(rc == 1 and not os.path.exists(fresh), f"failed export: rc {rc}, model left: {os.path.exists(fresh)}, {err!r}")
+    check(rc == 2 and not os.path.exists(fresh), f"failed export: rc {rc}, model left: {os.path.exists(fresh)}, {err!r}")
+    for option in ("--out", "--config"):
+        args = {"--out": fresh, "--config": os.path.join(tmp, "c2.json")}
+        args[option] = specials["fifo"]
+        rc, out, err, _ = run("export", "--fp-quant", "--checkpoint", ck16, *[x for kv in args.items() for x in kv])
+        check(rc == 2 and "is a FIFO" in err and stat.S_ISFIFO(os.lstat(specials["fifo"]).st_mode),
+              f"export {option} FIFO: rc {rc}, {err!r}")
     rc, out, err, _ = run("export", "--fp-quant", "--checkpoint", ck16, "--out", fresh,
                           "--config", os.path.join(tmp, "c.json"))
     check(rc == 0 and os.path.exists(fresh) and os.path.exists(os.path.join(tmp, "c.json")), f"export: rc {rc}, {err!r}")

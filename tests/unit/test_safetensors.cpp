@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "common/error.h"
@@ -202,6 +203,69 @@ TEST(Safetensors, WriterDoesNotFollowAPlantedSymlink) {
     EXPECT_EQ(content, "keep");
     EXPECT_FALSE(std::filesystem::is_symlink(path));
     wush::storage::Reader r(path);
+    EXPECT_NE(r.find("t"), nullptr);
+    std::filesystem::remove_all(dir);
+}
+
+// A write replaces what sits at its name, so a name that is not a regular file must be refused
+// before anything is written, and left as it was: as root, `--out /dev/null` once turned the null
+// device into a regular file. Each kind is made by the test itself in its own folder.
+namespace {
+
+std::string write_error(const std::string& path) {
+    const std::vector<float> a(4, 1.0f);
+    try {
+        wush::storage::write_file(path, {{"t", "F32", {4}, [&](const auto& sink) { sink(a.data(), 16); }}}, {});
+    } catch (const wush::Error& e) {
+        EXPECT_EQ(e.status(), WUSH_ERR_INVALID_ARGUMENT);
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST(Safetensors, WriterRefusesWhatIsNotARegularFile) {
+    const auto dir = std::filesystem::temp_directory_path() / ("wush_test_nonregular_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::string fifo = (dir / "fifo").string(), sub = (dir / "sub").string(), sock = (dir / "sock").string();
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    std::filesystem::create_directories(sub);
+    ASSERT_EQ(::mknod(sock.c_str(), S_IFSOCK | 0600, 0), 0);
+    std::vector<std::pair<std::string, mode_t>> cases = {{fifo, S_IFIFO}, {sub, S_IFDIR}, {sock, S_IFSOCK}};
+    // A character device like /dev/null (1, 3) where this process may make one (root).
+    const std::string dev = (dir / "null").string();
+    if (::mknod(dev.c_str(), S_IFCHR | 0600, makedev(1, 3)) == 0) cases.push_back({dev, S_IFCHR});
+    // Links to them: replacing the link would be harmless, but the caller meant the target.
+    const std::string link = (dir / "link_to_fifo").string();
+    std::filesystem::create_symlink(fifo, link);
+    cases.push_back({link, S_IFLNK});
+    for (const auto& [path, kind] : cases) {
+        const std::string message = write_error(path);
+        EXPECT_NE(message.find("not a regular file"), std::string::npos) << path << ": " << message;
+        struct stat st {};
+        ASSERT_EQ(::lstat(path.c_str(), &st), 0) << path;
+        EXPECT_EQ(st.st_mode & S_IFMT, kind) << path << " was replaced";
+    }
+    std::size_t entries = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++entries;
+    EXPECT_EQ(entries, cases.size()) << "a temporary was left behind";
+    std::filesystem::remove_all(dir);
+}
+
+// A link to a regular file is written through: the file it names gets the content, the link stays.
+TEST(Safetensors, WriterWritesThroughALinkToARegularFile) {
+    const auto dir = std::filesystem::temp_directory_path() / ("wush_test_linkout_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir / "store");
+    const auto target = dir / "store" / "model.safetensors";
+    { std::ofstream(target) << "old"; }
+    const std::string link = (dir / "model.safetensors").string();
+    std::filesystem::create_symlink(target, link);
+    EXPECT_EQ(write_error(link), "");
+    EXPECT_TRUE(std::filesystem::is_symlink(link));
+    wush::storage::Reader r(target.string());
     EXPECT_NE(r.find("t"), nullptr);
     std::filesystem::remove_all(dir);
 }
