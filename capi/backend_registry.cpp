@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/module_api.h"
+#include "backend/module_file.h"
 #include "common/error.h"
 #include "cpu/cpu_backend.h"
 
@@ -52,8 +53,16 @@ std::string incompatibility(const ModuleApi* api) {
     return {};
 }
 
-// Opens `path` and returns its interface, or appends why not to `why`.
+// Opens `path` and returns its interface, or appends why not to `why`. A path is checked before
+// the loader sees it (backend/module_file.h); a bare name is the loader's to find, by its own
+// search rules, and cannot be checked before it is opened.
 const ModuleApi* open_module(const std::string& path, std::string& why) {
+    if (path.find('/') != std::string::npos) {
+        if (const std::string bad = module_file_problem(path); !bad.empty()) {
+            why += "\n  " + path + ": not loaded: " + bad;
+            return nullptr;
+        }
+    }
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
         why += "\n  " + path + ": " + loader_error();
@@ -77,7 +86,8 @@ const ModuleApi* open_module(const std::string& path, std::string& why) {
 }
 
 const ModuleApi* find_cuda_module(std::string& why) {
-    if (const char* forced = std::getenv(kCudaModuleVariable); forced != nullptr && *forced != '\0')
+    // secure_getenv: a set-user-ID host must not load a library named by whoever started it.
+    if (const char* forced = ::secure_getenv(kCudaModuleVariable); forced != nullptr && *forced != '\0')
         return open_module(forced, why);
     if (const std::string dir = own_directory(); !dir.empty())
         if (const ModuleApi* api = open_module(dir + "/" + kCudaModuleFile, why)) return api;

@@ -41,6 +41,14 @@ install(TARGETS wush_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # links it (it is not in wush.pc): libwush opens it when a CUDA context is created.
 if(WUSH_HAVE_CUDA)
   install(TARGETS wush_cuda_module LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  # Its digest, of the installed bytes (the install rewrote its RPATH).
+  install(CODE "
+    set(_lib \"${CMAKE_INSTALL_LIBDIR}\")
+    if(NOT IS_ABSOLUTE \"\${_lib}\")
+      set(_lib \"\${CMAKE_INSTALL_PREFIX}/\${_lib}\")
+    endif()
+    execute_process(COMMAND \"${CMAKE_COMMAND}\" \"-DFILE=\$ENV{DESTDIR}\${_lib}/$<TARGET_FILE_NAME:wush_cuda_module>\"
+                            -P \"${PROJECT_SOURCE_DIR}/cmake/WriteDigest.cmake\" COMMAND_ERROR_IS_FATAL ANY)")
   install(TARGETS wush_bench_cuda RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 

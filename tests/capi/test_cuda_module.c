@@ -3,12 +3,18 @@
  *   2. WUSH_CUDA_MODULE naming a missing file: WUSH_ERR_UNSUPPORTED naming the path and the loader's
  *      reason;
  *   3. a module from another build (argv[1], the fake module): refused, with the reason;
- *   4. argv[2] = "real" (builds with the CUDA backend): the default search finds libwush-cuda.so
+ *   4. damaged copies of it, made here: truncated, random header bytes, one flipped byte, no
+ *      digest beside it, a FIFO in its place: each refused with WUSH_ERR_UNSUPPORTED before the
+ *      loader sees it, and the process lives (a truncated module used to die with SIGBUS inside
+ *      the loader, a FIFO to hang every CUDA context creation);
+ *   5. argv[2] = "real" (builds with the CUDA backend): the default search finds libwush-cuda.so
  *      beside libwush.so; the context is created (GPU) or refused for want of a device, never for
  *      want of the module; only now is the module mapped. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "wush/wush.h"
 
@@ -42,6 +48,90 @@ static wush_status try_cuda(void) {
     return st;
 }
 
+/* Reads a whole file; *size receives its length. NULL on failure. */
+static unsigned char* slurp(const char* path, long* size) {
+    FILE* f = fopen(path, "rb");
+    unsigned char* data = NULL;
+    if (f == NULL) return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (*size = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0) {
+        data = malloc((size_t)*size);
+        if (data != NULL && fread(data, 1, (size_t)*size, f) != (size_t)*size) {
+            free(data);
+            data = NULL;
+        }
+    }
+    fclose(f);
+    return data;
+}
+
+static int spill(const char* path, const unsigned char* data, long size) {
+    FILE* f = fopen(path, "wb");
+    int ok = f != NULL && fwrite(data, 1, (size_t)size, f) == (size_t)size;
+    if (f != NULL) ok = fclose(f) == 0 && ok;
+    return ok;
+}
+
+/* Writes `size` bytes of `data` to DIR/name and, when `digest` is not NULL, copies the original's
+ * recorded digest beside it; points WUSH_CUDA_MODULE at it and asks for a CUDA context, which must
+ * be refused (UNSUPPORTED) with `reason` (NULL: any) in the message. */
+static void expect_refused(const char* dir, const char* name, const unsigned char* data, long size,
+                           const unsigned char* digest, long digest_size, const char* reason) {
+    char path[512], side[540];
+    wush_status st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(side, sizeof side, "%s.sha256", path);
+    CHECK(spill(path, data, size), "%s: cannot write the copy", name);
+    if (digest != NULL) CHECK(spill(side, digest, digest_size), "%s: cannot write the digest", name);
+    setenv("WUSH_CUDA_MODULE", path, 1);
+    st = try_cuda();
+    CHECK(st == WUSH_ERR_UNSUPPORTED, "%s: got %s", name, wush_status_string(st));
+    CHECK(strstr(wush_last_error(), "not loaded") != NULL && (reason == NULL || strstr(wush_last_error(), reason)),
+          "%s: not refused before loading, or for another reason than '%s': %s", name, reason ? reason : "",
+          wush_last_error());
+    unlink(path);
+    unlink(side);
+}
+
+/* Damaged copies of the module at `module`, each refused before the loader sees it. */
+static void test_damaged_copies(const char* module) {
+    char dir[64], side[4096], fifo[128];
+    long size = 0, digest_size = 0, i;
+    unsigned char *data, *digest, *copy;
+    unsigned seed = 12345;
+    int round;
+    snprintf(dir, sizeof dir, "/tmp/wush_module_test_%ld", (long)getpid());
+    snprintf(side, sizeof side, "%s.sha256", module);
+    data = slurp(module, &size);
+    digest = slurp(side, &digest_size);
+    CHECK(data != NULL && digest != NULL, "cannot read %s and its digest", module);
+    CHECK(mkdir(dir, 0700) == 0, "cannot make %s", dir);
+    if (data == NULL || digest == NULL) return;
+    copy = malloc((size_t)size);
+    alarm(60); /* a FIFO used to hang the creation: fail instead of waiting for ctest's timeout */
+    expect_refused(dir, "truncated.so", data, size / 2, digest, digest_size, "truncated");
+    expect_refused(dir, "nodigest.so", data, size, NULL, 0, "no digest");
+    memcpy(copy, data, (size_t)size);
+    copy[size / 2] ^= 0x10; /* inside the code, where the ELF checks cannot see it */
+    expect_refused(dir, "flipped.so", copy, size, digest, digest_size, "SHA-256");
+    for (round = 0; round < 5; ++round) { /* random bytes in the ELF header, past its identification, type and machine */
+        memcpy(copy, data, (size_t)size);
+        for (i = 24; i < 64; ++i) copy[i] = (unsigned char)((seed = seed * 1103515245u + 12345u) >> 16);
+        expect_refused(dir, "random_header.so", copy, size, digest, digest_size, NULL);
+    }
+    snprintf(fifo, sizeof fifo, "%s/fifo.so", dir);
+    CHECK(mkfifo(fifo, 0600) == 0, "cannot make a FIFO");
+    setenv("WUSH_CUDA_MODULE", fifo, 1);
+    CHECK(try_cuda() == WUSH_ERR_UNSUPPORTED && strstr(wush_last_error(), "not a regular file") != NULL,
+          "FIFO: %s", wush_last_error());
+    alarm(0);
+    unlink(fifo);
+    rmdir(dir);
+    free(copy);
+    free(data);
+    free(digest);
+    CHECK(mapped("random_header") == 0 && mapped("truncated") == 0, "a refused copy is mapped");
+}
+
 int main(int argc, char** argv) {
     wush_context* cpu = NULL;
     wush_status st;
@@ -67,6 +157,7 @@ int main(int argc, char** argv) {
     CHECK(strstr(wush_last_error(), "not-this-build") != NULL, "foreign module: message does not name its build: %s",
           wush_last_error());
     CHECK(mapped("fake_backend_module") == 0, "the refused module stays mapped");
+    test_damaged_copies(argv[1]);
 
     if (argc > 2 && strcmp(argv[2], "real") == 0) {
         unsetenv("WUSH_CUDA_MODULE");

@@ -1,0 +1,127 @@
+#include "backend/module_file.h"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "common/sha256.h"
+
+namespace wush::backend {
+
+namespace {
+
+// An open file descriptor, closed on every path out.
+struct Fd {
+    int fd;
+    explicit Fd(int f) : fd(f) {}
+    ~Fd() {
+        if (fd >= 0) ::close(fd);
+    }
+    Fd(const Fd&) = delete;
+    Fd& operator=(const Fd&) = delete;
+};
+
+bool read_at(int fd, void* out, std::size_t n, off_t offset) {
+    auto* p = static_cast<char*>(out);
+    while (n > 0) {
+        const ssize_t r = ::pread(fd, p, n, offset);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return false;
+        p += r, n -= std::size_t(r), offset += r;
+    }
+    return true;
+}
+
+// Whether [offset, offset + size) lies inside a file of `file_size` bytes, without overflow.
+bool inside(std::uint64_t offset, std::uint64_t size, std::uint64_t file_size) {
+    return offset <= file_size && size <= file_size - offset;
+}
+
+#if defined(__x86_64__)
+constexpr int kMachine = EM_X86_64;
+#elif defined(__aarch64__)
+constexpr int kMachine = EM_AARCH64;
+#else
+constexpr int kMachine = EM_NONE;  // any: other hosts are not built for
+#endif
+
+std::string elf_problem(int fd, std::uint64_t size) {
+    ElfW(Ehdr) eh{};
+    if (!read_at(fd, &eh, sizeof eh, 0) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0)
+        return "not an ELF file";
+    const bool native_class = eh.e_ident[EI_CLASS] == (sizeof(void*) == 8 ? ELFCLASS64 : ELFCLASS32);
+    const bool native_order = eh.e_ident[EI_DATA] == (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB
+                                                                                               : ELFDATA2MSB);
+    if (!native_class || !native_order || eh.e_type != ET_DYN || (kMachine != EM_NONE && eh.e_machine != kMachine))
+        return "not a shared object for this machine";
+    if (eh.e_phentsize != sizeof(ElfW(Phdr)) || eh.e_phnum == 0 ||
+        !inside(eh.e_phoff, std::uint64_t(eh.e_phnum) * sizeof(ElfW(Phdr)), size))
+        return "its program headers lie outside the file (truncated or damaged)";
+    if (eh.e_shoff != 0 &&
+        (eh.e_shentsize != sizeof(ElfW(Shdr)) || !inside(eh.e_shoff, std::uint64_t(eh.e_shnum) * eh.e_shentsize, size)))
+        return "its section headers lie outside the file (truncated or damaged)";
+    std::vector<ElfW(Phdr)> ph(eh.e_phnum);
+    if (!read_at(fd, ph.data(), ph.size() * sizeof(ElfW(Phdr)), off_t(eh.e_phoff))) return "cannot read its program headers";
+    for (const ElfW(Phdr)& p : ph) {
+        if ((p.p_type == PT_LOAD || p.p_type == PT_DYNAMIC) && !inside(p.p_offset, p.p_filesz, size))
+            return "a segment extends past the end of the file (truncated or damaged)";
+        if (p.p_type == PT_LOAD && p.p_filesz > p.p_memsz) return "a segment is larger on disk than in memory";
+    }
+    return {};
+}
+
+// The digest recorded beside the module: the first 64 characters of `<path>.sha256`, in
+// sha256sum's format ("<hex>  <name>").
+std::string recorded_digest(const std::string& path) {
+    std::ifstream in(path + kModuleDigestSuffix);
+    std::string hex;
+    if (!(in >> hex) || hex.size() != 64) return {};
+    for (char& c : hex) {
+        if (!std::isxdigit(static_cast<unsigned char>(c))) return {};
+        c = char(std::tolower(static_cast<unsigned char>(c)));
+    }
+    return hex;
+}
+
+std::string file_digest(int fd, std::uint64_t size) {
+    Sha256 h;
+    std::vector<std::byte> chunk(1 << 20);
+    for (std::uint64_t at = 0; at < size;) {
+        const std::size_t n = std::size_t(std::min<std::uint64_t>(chunk.size(), size - at));
+        if (!read_at(fd, chunk.data(), n, off_t(at))) return {};
+        h.update(std::span(chunk.data(), n));
+        at += n;
+    }
+    return to_hex(h.finish());
+}
+
+}  // namespace
+
+std::string module_file_problem(const std::string& path) {
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+    const Fd file(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+    if (file.fd < 0) return std::strerror(errno);
+    struct stat st {};
+    if (::fstat(file.fd, &st) != 0) return std::strerror(errno);
+    if (!S_ISREG(st.st_mode)) return "not a regular file";
+    const auto size = std::uint64_t(st.st_size);
+    if (std::string bad = elf_problem(file.fd, size); !bad.empty()) return bad;
+    const std::string recorded = recorded_digest(path);
+    if (recorded.empty())
+        return std::string("no digest beside it (") + kModuleDigestSuffix +
+               " file missing or malformed; the build and the install write it)";
+    const std::string actual = file_digest(file.fd, size);
+    if (actual != recorded) return "its SHA-256 differs from the one its build recorded (damaged or replaced)";
+    return {};
+}
+
+}  // namespace wush::backend
