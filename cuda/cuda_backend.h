@@ -1,5 +1,6 @@
 // The CUDA backend's entry points as the rest of the library sees them: plain C++ (no CUDA
-// headers), so that src/backend/registry.cpp can name them without nvcc.
+// headers), so that cuda/module_entry.cpp (the module's one exported symbol, which the core's
+// capi/backend_registry.cpp opens at run time) can name them without nvcc.
 #pragma once
 
 #include <memory>

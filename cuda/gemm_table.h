@@ -6,12 +6,12 @@
 // holds m, and whose kernel supports the product (shape, format, operand alignment; for
 // BlockScaledLt: cuBLASLt offers an algorithm) names the kernel.
 //
-// Default (docs: cuda/GEMM_NOTES.md, "Selection"):
+// Default (docs: docs/record/cuda-gemm-notes.md, "Selection"):
 //   m <= 32, sm >= 61        Decode (weight streaming with dp4a)
 //   sm_100 / sm_120, m > 32  BlockScaledLt (cuBLASLt FP4), where cuBLASLt offers an algorithm
 //   INT4, m >= 128, sm >= 80 Prefill: INT4's reference path multiplies in float32 (exact operands),
 //                            and on an H200 the prefill kernel was faster at m = 128 and 3.2x faster
-//                            at m = 4096 (docs/PERFORMANCE.md, "CUDA backend: first hardware run")
+//                            at m = 4096 (docs/record/performance-record.md, "CUDA backend: first hardware run")
 //   m > 32 otherwise         Reference (exact dequantization to BF16 + cuBLAS). The prefill kernel
 //                            measured 5-7x slower than cuBLAS BF16 for MXFP4/NVFP4 (H200), and
 //                            slower than this path; it is chosen there only when asked for (below).

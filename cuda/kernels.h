@@ -1,5 +1,5 @@
 // The CUDA backend's own kernels (quantize, reference GEMM, block-scaled cuBLASLt GEMM,
-// calibration), as cuda_backend.cu and tests/gpu/ call them. Device pointers throughout; every
+// calibration), as cuda_backend.cpp and tests/gpu/ call them. Device pointers throughout; every
 // launch_* enqueues on `stream` without synchronizing or allocating (graph-capturable).
 #pragma once
 

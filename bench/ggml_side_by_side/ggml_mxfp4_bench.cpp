@@ -1,5 +1,5 @@
 // ggml's MXFP4 x float32 MUL_MAT on its CPU backend, timed two ways for the side-by-side table
-// in docs/PERFORMANCE.md (run through run.sh; not part of libwush's build or of ctest):
+// in docs/record/performance-record.md (run through run.sh; not part of libwush's build or of ctest):
 //   repacked  the weight lives in the CPU device's extra buffer type "CPU_REPACK", so ggml-cpu
 //             repacks it once at upload and runs its interleaved mxfp4 x q8_0 kernels
 //   plain     the same weight in an ordinary CPU buffer (row-wise mxfp4 x q8_0 dot products)

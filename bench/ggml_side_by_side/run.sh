@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ggml's MXFP4 matmul (repacked and plain) beside libwush's MXFP4 W4A4 layer, both timed in the
 # same run on the same shapes and thread counts; the "Side by side with ggml" table of
-# docs/PERFORMANCE.md.
+# docs/record/performance-record.md.
 #
 # NOT part of libwush's build, install or ctest: ggml is not a dependency of libwush. This script
 # builds ggml (from a checkout you give it) together with ggml_mxfp4_bench.cpp in a build

@@ -41,6 +41,32 @@
  * Layouts (framework conventions, as PyTorch's nn.Linear): a weight W is d_out x d_in row-major,
  * activations X are n_tokens x d_in row-major, the layer output is Y = X W^T. Quantization groups
  * run along d_in; the group size G divides d_in.
+ *
+ * ------------------------------------------------------------------------------------------------
+ * Stability
+ * ------------------------------------------------------------------------------------------------
+ * Stable, covered by the ABI promise (docs/API.md): everything in this header not marked
+ * "Experimental". Within one SONAME major version (libwush.so.<WUSH_VERSION_MAJOR>) no function
+ * is removed or changes its signature, no enumerator changes its value (enums only grow), and a
+ * documented behaviour changes only to fix a defect.
+ *
+ * Experimental: the parts marked "Experimental:" in their comment. Their declarations are held
+ * by the same ABI check (a program built against them keeps linking and running within a major
+ * version), but what they do may change in any release: defaults, the candidates and the rules
+ * they choose by, the layer they return, their cost. A later major version may remove them.
+ *   - the per-block search and its guard: WUSH_OPTION_SEARCH, WUSH_OPTION_SEARCH_TOKENS,
+ *     WUSH_OPTION_SEARCH_GUARD, wush_options_sample_size(), the calibrator's token and validation
+ *     samples (wush_calibrator_set_sample_size(), _sample_count(), _set_validation_size(),
+ *     _add_validation(), _validation_count()), the "+s" of wush_transform_spec_from_name(),
+ *     and the guard's report (wush_guard_source, wush_guard_candidate, wush_transform_guard(),
+ *     wush_transform_guard_candidate());
+ *   - the CUDA backend's own parts: WUSH_BACKEND_CUDA contexts (the module, its kernels and
+ *     their selection), wush_context_set_stream() / wush_context_get_stream() with a CUDA
+ *     stream, and the environment variables WUSH_CUDA_MODULE and WUSH_CUDA_PREFILL_MIN_M.
+ *
+ * This header states contracts: behaviour, errors, ownership, costs in O-terms. Measured figures
+ * (times, ratios, bandwidths) are in docs/PERFORMANCE.md and docs/EVAL.md;
+ * tests/repo/check_header_figures.py keeps them out of this header.
  */
 #ifndef WUSH_WUSH_H
 #define WUSH_WUSH_H
@@ -237,7 +263,8 @@ WUSH_API wush_status wush_format_buffer_sizes(wush_format format, size_t n_rows,
  * Contexts
  * ==============================================================================================*/
 
-/* Where a context runs its work. Values are pinned. */
+/* Where a context runs its work. Values are pinned. Experimental: WUSH_BACKEND_CUDA (see
+ * "Stability" at the top). */
 typedef enum wush_backend {
     WUSH_BACKEND_CPU = 0,
     WUSH_BACKEND_CUDA = 1,
@@ -252,7 +279,8 @@ typedef struct wush_context wush_context;
 
 /*! wush_context_create() :
  *  Creates a context for `backend`. For WUSH_BACKEND_CPU `device` must be 0. For
- *  WUSH_BACKEND_CUDA `device` is the CUDA device index.
+ *  WUSH_BACKEND_CUDA `device` is the CUDA device index. Experimental: the CUDA backend, its
+ *  module lookup and its environment variables (see "Stability").
  *  The CUDA backend is a separate shared object, libwush-cuda.so, which libwush opens the first
  *  time a CUDA context is asked for (libwush itself links no CUDA library, so it loads on machines
  *  without one). It is looked for at the path in the environment variable WUSH_CUDA_MODULE when
@@ -313,6 +341,7 @@ WUSH_API wush_status wush_context_set_parameter(wush_context* ctx, wush_context_
 WUSH_API wush_status wush_context_get_parameter(const wush_context* ctx, wush_context_parameter param, int64_t* value);
 
 /*! wush_context_set_stream() :
+ *  Experimental (the CUDA backend, see "Stability").
  *  Sets the queue the context's launches go to. For a CUDA context `stream` is a cudaStream_t
  *  (passed as void*; NULL = the CUDA default stream), which the caller creates and must keep
  *  alive while the context uses it; the context never destroys it. A CPU context has no queue and
@@ -322,7 +351,8 @@ WUSH_API wush_status wush_context_get_parameter(const wush_context* ctx, wush_co
 WUSH_API wush_status wush_context_set_stream(wush_context* ctx, void* stream);
 
 /*! wush_context_get_stream() : writes the context's stream (NULL for a CPU context or the CUDA
- *  default stream) to *stream. @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. */
+ *  default stream) to *stream. @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT. Experimental, as
+ *  wush_context_set_stream(). */
 WUSH_API wush_status wush_context_get_stream(const wush_context* ctx, void** stream);
 
 /*! wush_context_synchronize() :
@@ -408,7 +438,8 @@ typedef enum wush_option {
      * from the rounded matrices, so the unquantized product stays exact. Use BF16 for transforms
      * that a bf16 runtime (or the fp_quant export) will apply. */
     WUSH_OPTION_TRANSFORM_DTYPE = 2,
-    /* int, default 0, bounds {0, 1}: 1 = per-block search over WUSH's free parameters (the CLI's
+    /* Experimental (see "Stability").
+     * int, default 0, bounds {0, 1}: 1 = per-block search over WUSH's free parameters (the CLI's
      * transform `wush+s`). Algorithm 1 fixes a block's transform only up to a positive scale, the
      * signs of its singular vectors and an orthogonal mixing, which leave the exact product
      * unchanged but not what a 4-bit quantizer does. The search gives each WUS/WUSH block the
@@ -419,41 +450,42 @@ typedef enum wush_option {
      * winner must also score lower on each half of those tokens. The choice is folded into the
      * stored matrices and is seeded (WUSH_OPTION_SEED). It needs the format, so it applies only
      * through wush_layer_quantize() (wush_transform_build() refuses it; I, H and R have nothing
-     * to search: every function taking options refuses a search of them). With validation tokens
-     * (wush_calibrator_set_validation_size) a per-layer guard keeps the lowest layer loss on them
-     * among the searched layer and the I, H and R layers (same method and seed), so the result
-     * may be a data-free transform (its kind says which).
-     * Without validation tokens the guard, by default, holds out half of the calibrator's token
-     * sample (WUSH_OPTION_SEARCH_GUARD). Candidates, rules and costs: docs/EVAL.md, "The
-     * per-block search". */
+     * to search: every function taking options refuses a search of them). A per-layer guard
+     * then compares the searched layer with plain WUSH and the I, H and R layers (same method
+     * and seed) on held-out tokens, by the rule WUSH_OPTION_SEARCH_GUARD states: the validation
+     * tokens (wush_calibrator_set_validation_size) when there are any, else, by default, half of
+     * the calibrator's token sample. So the result may be plain WUSH or a data-free transform
+     * (its kind says which). Candidates and rules: docs/EVAL.md, "The per-block search". */
     WUSH_OPTION_SEARCH = 3,
-    /* int, default 256, bounds [16, 65536]: the search's sample size, in tokens per block (at most
+    /* Experimental (see "Stability").
+     * int, default 256, bounds [16, 65536]: the search's sample size, in tokens per block (at most
      * as many as the calibrator's token sample holds, when it keeps one). Cost and noise trade
-     * here: on a 4096 x 4096 layer, without the default guard (WUSH_OPTION_SEARCH_GUARD = 0), 64
-     * makes the build about 1.8-2.4x the plain build's time and 256 (default) 1.9-2.7x; the
-     * search's cost grows with the tokens. From 4096 real tokens up
-     * (the calibrator's token sample holding that many), MXFP4 and INT4 also search 16 sign
-     * patterns instead of 2, which pays on held-out tokens only with that many (docs/EVAL.md,
-     * "Larger samples") and makes such a build about 16-20x the plain one (NVFP4 8-10x;
-     * docs/PERFORMANCE.md). The Gaussian surrogate keeps 2 sign patterns at any size. */
+     * here: each candidate's score costs O((tokens + 256) G^2) per block (256 weight rows), so the
+     * search's time grows linearly with the tokens, and fewer tokens make its choices noisier.
+     * From 4096 real tokens up (the calibrator's token sample holding that many), MXFP4 and INT4
+     * also search 16 sign patterns instead of 2 (25 scored candidates per block instead of 11),
+     * which pays on held-out tokens only with that many. The Gaussian surrogate keeps 2 sign
+     * patterns at any size. Measured gains: docs/EVAL.md; build times: docs/PERFORMANCE.md. */
     WUSH_OPTION_SEARCH_TOKENS = 4,
-    /* int, default 1, bounds {0, 1}: the search's per-layer guard (WUSH_OPTION_SEARCH) when the
+    /* Experimental (see "Stability").
+     * int, default 1, bounds {0, 1}: the search's per-layer guard (WUSH_OPTION_SEARCH) when the
      * calibrator holds no validation tokens. With 1, every second token of the calibrator's token
      * sample (a random half) is held out: the search scores the other half, and the searched
      * layer competes on the held-out half with plain WUSH (Algorithm 1, unsearched) and the
      * identity, Hadamard and random layers built by the same method. An alternative replaces it
-     * only when its layer loss there is lower by more than 1% and by more than two standard
-     * errors of the per-token differences, so noise keeps the searched layer. Needs at least 64
-     * sample tokens (else no guard); size the sample with wush_options_sample_size(). 0 turns
+     * only when its layer loss there is below 0.99 times the searched layer's and lower by more
+     * than two standard errors of the per-token differences, so noise keeps the searched layer.
+     * Needs at least 64 sample tokens (else no guard); size the sample with
+     * wush_options_sample_size(). 0 turns
      * the default guard off (validation tokens, when given, are still used, by the same rule).
      * The layer losses compared are over a fixed subset of the output rows when the layer has
      * 2048 or more (k = d_out / 1024; rows i * k + i % k for i < d_out / k, about 1024 of them),
      * else over every row; the kept layer is returned whole. It costs five held-out layer losses
      * and the alternatives' builds (RTN: the plain transform comes with the search, and the
      * alternatives' weights are quantized on the scored rows, on every row only when kept;
-     * GPTQ: plain GPTQ-WUSH built whole, I, H and R built on the scored rows): on a
-     * 4096 x 4096 layer about 2.8-3.1x the plain layer's time with RTN, 2.1x with GPTQ (whose
-     * builds share one inverse Hessian factor) (docs/PERFORMANCE.md).
+     * GPTQ: plain GPTQ-WUSH built whole, I, H and R built on the scored rows, all sharing one
+     * inverse Hessian factor, so the O(d_in^3) factorization is paid once); build times:
+     * docs/PERFORMANCE.md.
      * wush_transform_guard() reports what it compared and kept. The plain `wush` transform (no
      * search) is Algorithm 1 and never guarded. */
     WUSH_OPTION_SEARCH_GUARD = 5,
@@ -486,6 +518,7 @@ WUSH_API wush_status wush_options_get_int(const wush_options* options, wush_opti
 WUSH_API wush_status wush_options_set_progress(wush_options* options, wush_progress_fn fn, void* user_data);
 
 /*! wush_options_sample_size() :
+ *  Experimental (the search, see "Stability").
  *  Writes to *tokens the token sample a calibrator needs for wush_layer_quantize() with these
  *  options (wush_calibrator_set_sample_size): 0 without WUSH_OPTION_SEARCH; else
  *  WUSH_OPTION_SEARCH_TOKENS, doubled when the default guard (WUSH_OPTION_SEARCH_GUARD) holds out
@@ -582,6 +615,7 @@ WUSH_API wush_status wush_calibrator_export_state(const wush_calibrator* calibra
 WUSH_API wush_status wush_calibrator_import_state(wush_calibrator* calibrator, const double* state, size_t n_doubles);
 
 /*! wush_calibrator_set_sample_size() :
+ *  Experimental (the search, see "Stability"), as are the four functions after it.
  *  Makes the calibrator keep a bounded sample of up to n_tokens of its calibration tokens
  *  (n_tokens x d_in floats of memory; 0 keeps none, the default), which WUSH_OPTION_SEARCH then
  *  scores its candidates on instead of a Gaussian surrogate drawn from the moments. Bottom-k
@@ -606,16 +640,15 @@ WUSH_API wush_status wush_calibrator_sample_count(const wush_calibrator* calibra
  *  Makes the calibrator keep a bounded sample of up to n_tokens *validation* tokens
  *  (n_tokens x d_in floats of memory; 0 keeps none, the default): tokens of documents held out
  *  from calibration, given with wush_calibrator_add_validation(). They never enter the moments or
- *  the token count. With them, WUSH_OPTION_SEARCH adds a per-layer guard to
- *  wush_layer_quantize(): the searched transform is compared with the data-free identity,
- *  Hadamard and random transforms on the validation tokens and the lowest layer loss wins — a
- *  check the search's own token sample cannot make, since it comes from the documents the
- *  transform was fitted to. Sampled by the same bottom-k rule as the token sample (independent of
- *  batch order and sharding). With a validation sample the exported state is layout version 3:
- *  version 2's layout (with [1] = 3 and the token sample's [k, m, ...] block present even for
- *  k = 0, as [0, 0]) followed by the validation sample's [k, m, k priorities, k x d_in values];
- *  like version 2 it must not be SUM-all-reduced. Version-1 and -2 states still import, with an
- *  empty validation sample.
+ *  the token count. With them, the per-layer guard of WUSH_OPTION_SEARCH in
+ *  wush_layer_quantize() scores its candidates on the validation tokens (the rule is
+ *  WUSH_OPTION_SEARCH_GUARD's) — a check the search's own token sample cannot make, since it
+ *  comes from the documents the transform was fitted to. Sampled by the same bottom-k rule as
+ *  the token sample (independent of batch order and sharding). With a validation sample the
+ *  exported state is layout version 3: version 2's layout (with [1] = 3 and the token sample's
+ *  [k, m, ...] block present even for k = 0, as [0, 0]) followed by the validation sample's
+ *  [k, m, k priorities, k x d_in values]; like version 2 it must not be SUM-all-reduced.
+ *  Version-1 and -2 states still import, with an empty validation sample.
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handle, validation tokens already added,
  *          n_tokens > 65536); WUSH_ERR_OUT_OF_MEMORY.
  *  Thread safety: modifies `calibrator`. */
@@ -664,6 +697,7 @@ WUSH_API const char* wush_transform_kind_name(wush_transform_kind kind);
 WUSH_API wush_status wush_transform_kind_from_name(const char* name, wush_transform_kind* kind);
 
 /*! wush_transform_spec_from_name() :
+ *  Experimental: the "+s" suffix (the search, see "Stability").
  *  Parses a transform as the tools spell it: a name accepted by wush_transform_kind_from_name(),
  *  optionally followed by "+s" (lower-case) for the per-block search (WUSH_OPTION_SEARCH), as in
  *  "wush+s".
@@ -730,7 +764,7 @@ WUSH_API wush_status wush_transform_fallback_blocks(const wush_transform* transf
 WUSH_API wush_status wush_transform_singular_values(const wush_transform* transform, double* out, size_t count);
 
 /* Where the search's per-layer guard (WUSH_OPTION_SEARCH) took its held-out tokens. Values are
- * pinned. */
+ * pinned. Experimental, as is wush_guard_candidate (see "Stability"). */
 typedef enum wush_guard_source {
     WUSH_GUARD_NONE = 0,       /* no guard ran: no search, a data-free kind, the default hold-out
                                 * off (WUSH_OPTION_SEARCH_GUARD = 0) or too small a token sample,
@@ -753,6 +787,7 @@ typedef enum wush_guard_candidate {
 } wush_guard_candidate;
 
 /*! wush_transform_guard() :
+ *  Experimental (the search's guard, see "Stability").
  *  What the search's per-layer guard decided for the layer whose transform this is, as
  *  wush_layer_quantize() recorded it on the transform: *source (WUSH_GUARD_NONE when no guard
  *  ran), *n_tokens (held-out tokens scored; 0 without a guard) and *kept (the candidate returned;
@@ -765,6 +800,7 @@ WUSH_API wush_status wush_transform_guard(const wush_transform* transform, wush_
                                           wush_guard_candidate* kept);
 
 /*! wush_transform_guard_candidate() :
+ *  Experimental (the search's guard, see "Stability").
  *  One candidate's score in the guard's decision (see wush_transform_guard): *loss, its layer
  *  loss on the held-out tokens (as wush_layer_loss() computes it for that candidate's layer on
  *  those tokens, over the output rows the guard scores: every row below d_out = 2048, else the
@@ -1062,7 +1098,8 @@ WUSH_API wush_status wush_layer_loss_runtime(wush_context* ctx, const wush_trans
 
 /* A wush_linear holds what the context's backend needs to run one layer, prepared once: on the
  * CPU a copy of the transform and the weights' GEMM panels packed once (wush_gemm packs them on
- * every call; the pack is about 2.25x the packed weight bytes); on CUDA device copies of the
+ * every call; the pack takes O(d_out * d_in) bytes, a small multiple of the packed weight bytes:
+ * docs/RUNTIME.md, "Memory"); on CUDA device copies of the
  * transform matrices, their error-bound row norms, and the codes and scales in the layout the
  * GEMM kernels read. It does not reference the transform or the qweight afterwards: they may be
  * destroyed. Memory rules: "Runtime" above (device pointers and stream-ordered, allocation-free

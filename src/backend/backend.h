@@ -1,7 +1,7 @@
 // The private interface between the C API and the places that run a layer: the CPU backend
 // (src/cpu/cpu_backend.*) and the CUDA backend (cuda/cuda_backend.*). A wush_context owns one
 // Backend; capi/ calls these operations and never names a backend's own types, so a new backend
-// adds files (and one line in registry.cpp), not branches in C API functions.
+// adds files (and one line in capi/backend_registry.cpp), not branches in C API functions.
 //
 // Memory: every tensor argument (x, codes, scales, y, workspace) lives where the backend computes
 // (host memory for the CPU backend, device memory for CUDA). Objects (transforms, packed weights,

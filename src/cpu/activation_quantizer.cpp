@@ -29,7 +29,7 @@ std::size_t tile_lanes(Isa isa) {
 }
 
 // Below this many tokens a tile's lanes hold blocks of one token instead of one block of many
-// tokens (whose lanes would mostly idle). Measured crossover on Zen 4 (docs/PERFORMANCE.md).
+// tokens (whose lanes would mostly idle). Measured crossover on Zen 4 (docs/record/performance-record.md).
 std::size_t by_block_below(Isa isa) {
     return isa == Isa::Avx512Vnni ? 6 : isa == Isa::Avx2 ? 4 : 0;
 }

@@ -1,8 +1,8 @@
 // The product of quantized activations and quantized weights, Y_q = A_q W_q^T, for the layer loss:
 // each group's dot product in integers (exact), the groups summed in float64 in column order with
 // exact terms, so the result is the same bits on every ISA and thread count (which OpenBLAS's
-// float64 GEMM of the dequantized values is not) and about as exact (docs/EVAL.md's opening
-// section defines the loss).
+// float64 GEMM of the dequantized values is not) and about as exact (docs/EVAL.md, "What it
+// computes", defines the loss).
 #pragma once
 
 #include <cstddef>

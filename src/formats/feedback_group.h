@@ -1,5 +1,5 @@
 // GPTQ's pass over one group of G weights with error feedback (the intra-block step of
-// gptq/gptq.cpp, also run by the transform search to score candidates by the error GPTQ leaves).
+// src/prequant/gptq.cpp, also run by the transform search to score candidates by the error GPTQ leaves).
 // The group's scale is fixed first by RTN of the float values (quantize_group); then column by
 // column each value is encoded under that scale and its error is fed forward to the later
 // columns through the upper-triangular factor u (G x G row-major, U^T U = the inverse Hessian):

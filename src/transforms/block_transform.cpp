@@ -237,7 +237,8 @@ namespace {
 // How many blocks build_transform reads per pass over the weight rows (fill_weight_slices). A
 // block's columns are G floats of every row, and every row lies on its own memory pages, so a
 // pass costs about one TLB miss per row however many columns it takes: 256 columns (1 KiB of each
-// row) make those a small part of the read (the A/B against 64 columns is in docs/PERFORMANCE.md).
+// row) make those a small part of the read (the A/B against 64 columns is in
+// docs/record/performance-record.md).
 // Bounded so that a chunk's float64 slices
 // stay within 8 MiB per thread and every thread still gets a chunk of a small layer.
 std::size_t slice_chunk(std::size_t blocks, std::size_t g, std::size_t d_out) {

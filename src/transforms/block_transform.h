@@ -30,7 +30,8 @@ std::optional<TransformKind> transform_kind_from_name(std::string_view name);
 // The per-block search over WUSH's free parameters (transforms/transform_search.h).
 struct SearchOptions {
     // The candidate counts below default to kByFormat: resolved per format by
-    // search_candidate_counts() (transform_search.h), as measured in docs/EVAL.md.
+    // search_candidate_counts() (transform_search.h), as measured in
+    // docs/record/eval-record.md.
     static constexpr std::size_t kByFormat = static_cast<std::size_t>(-1);
     bool enabled = false;                    // WUS / WUSH only; the data-free kinds ignore it
     wush_format format = WUSH_FORMAT_MXFP4;  // the quantizer the candidates are scored with
@@ -110,7 +111,7 @@ std::vector<std::vector<double>> weight_slices(std::span<const float> w, std::si
 // The same into `slices` (one per block from `first`, each resized to d_out x G): a caller that
 // reuses its vectors from chunk to chunk keeps their memory, where fresh ones of this size are
 // fresh pages from the system each time (page faults were a large part of the plain build's
-// time, docs/PERFORMANCE.md).
+// time, docs/record/performance-record.md).
 void fill_weight_slices(std::span<const float> w, std::size_t d_out, std::size_t d_in, std::size_t g, std::size_t first,
                         std::span<std::vector<double>> slices);
 

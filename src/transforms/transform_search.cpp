@@ -328,7 +328,7 @@ public:
         // Q A is as exact as H A (Q orthogonal, so its inverse-transpose is Q A^{-T}), and a
         // different spread of the block over the group. Each block draws its own: one set shared by
         // all blocks of a layer, tried to save the QRs, lost badly on a real FFN down-projection
-        // (docs/EVAL.md) — the layer loss has cross terms between blocks, which the same rotation
+        // (docs/record/eval-record.md) — the layer loss has cross terms between blocks, which the same rotation
         // everywhere correlates.
         const int g = int(g_);
         for (std::size_t k = 1; a_ok_ && k <= counts.rotations; ++k) {
@@ -353,7 +353,7 @@ public:
 
     // With more candidates than `keep`, each is first scored on a quarter of the sample (every 4th
     // token and weight row) and only the best `keep` stay — what makes NVFP4's 8 rotations
-    // affordable (measured to choose about as well, docs/EVAL.md).
+    // affordable (measured to choose about as well, docs/record/eval-record.md).
     void screen(std::vector<Entry>& entries, std::size_t keep) const {
         if (keep == 0 || entries.size() <= keep || sample_.n < 8 || sample_.rows < 8) return;
         const BlockSample quarter = subsample(sample_, 4, g_);
@@ -468,7 +468,7 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
     // The winner replaces the plain solution only if it scores lower on both halves of the
     // sample. The minimum of a dozen noisy scores is biased low; a lead that one half of the
     // tokens does not share is more likely that half's noise than a better transform (on held-out
-    // tokens the unchecked choice can end above plain WUSH: docs/EVAL.md has the comparison).
+    // tokens the unchecked choice can end above plain WUSH: docs/record/eval-record.md has the comparison).
     // Samples too small to split rank by the total alone.
     if (sample.n >= 2 && !best.score.below_on_both(plain_score))
         best = Best{search.plain(), plain_score, 1.0, BlockChoice{}};

@@ -29,7 +29,7 @@
 // sample and only the best few in full; (2) the scale c = 2^(k/K)
 // of the stage-1 winner, coarse to fine on the circle k = 0..K-1 (c and 2c quantize alike): the
 // even k, then the two neighbours of the best of them (K/2 + 1 scores instead of K - 1; measured
-// no worse than the full grid within held-out noise, docs/EVAL.md). The winner replaces the
+// no worse than the full grid within held-out noise, docs/record/eval-record.md). The winner replaces the
 // plain solution (canonical signs, c = 1) only if it also scores lower on each half of the token
 // sample: a guard against picking the sample's noise (the minimum of a dozen noisy scores is
 // biased low). Every candidate is rounded to the storage dtype before it is
@@ -83,7 +83,7 @@ double block_score(const formats::FormatSpec& format, const float* t_act, std::s
 
 // The stage-1 candidate counts a search scoring `real_tokens` real tokens runs with (0 for the
 // Gaussian surrogate): the options' own where set, else the format's measured defaults
-// (docs/EVAL.md, "Candidate sets" and "Larger samples"): MXFP4 and INT4 2 sign patterns, or 16
+// (docs/record/eval-record.md, "Candidate sets" and "Larger samples"): MXFP4 and INT4 2 sign patterns, or 16
 // when at least kWideSignSetTokens real tokens are scored (more patterns pay only once the sample
 // can tell them apart; the surrogate, which lacks the real tokens' tails, keeps 2), no rotations
 // (they never won for MXFP4), no screening; NVFP4 8 rotations, no sign patterns, the best 2 of

@@ -1,5 +1,5 @@
-/* Helpers shared by the core C API tests (test_capi_options.c, _calibrator.c, _transforms.c,
- * _qweight.c, _handles.c): deterministic data, float64 linear algebra written here as the oracles,
+/* Helpers shared by the core C API tests (test_capi_options.c, test_capi_calibrator.c,
+ * test_capi_transforms.c, test_capi_qweight.c, test_capi_handles.c): deterministic data, float64 linear algebra written here as the oracles,
  * and the small built-in example layer. Included once per test program, after check.h. */
 #ifndef WUSH_TESTS_CAPI_CORE_COMMON_H
 #define WUSH_TESTS_CAPI_CORE_COMMON_H

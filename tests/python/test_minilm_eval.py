@@ -10,7 +10,7 @@ tokens (the validation tokens, from other documents, feed the search's per-layer
 - on the held-out tokens, per layer, format and method, wush+s is no worse than WUSH and than the
   best of I/H/R by more than the noise allowance below — the FFN down-projections
   (`output.dense`, inputs with a few dominant channels) included, since the search has the
-  random rotation among its fall-backs (docs/EVAL.md, "A real transformer").
+  random rotation among its fall-backs (docs/record/eval-record.md, "A real transformer").
   The guard runs on every wush+s layer here, so this is also its end-to-end check on real text.
 
 Usage: test_minilm_eval.py --wush PATH/wush. Exit 77 (skip) without the model package.
@@ -88,7 +88,7 @@ def check_search(results):
 
 
 def check_diagnosis(acts, n_cal, seq_len):
-    """The FFN down-projection's massive activation (docs/EVAL.md, "Why WUSH loses the FFN
+    """The FFN down-projection's massive activation (docs/record/eval-record.md, "Why WUSH loses the FFN
     down-projections"): block 0's output.dense input has one channel whose energy sits on the
     [CLS] tokens, orders of magnitude above the median channel; the query projection's does not."""
     stats = {r["layer"]: r for r in minilm_eval.activation_stats(acts, n_cal, seq_len)}

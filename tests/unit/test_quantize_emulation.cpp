@@ -8,7 +8,7 @@
 // Built twice: as is, and with the host compiler contracting a * b + c into FMAs
 // (-mfma -ffp-contract=fast, target wush_quantize_emulation_fma_tests), which stands for nvcc's
 // default --fmad=true: equal bytes there are the evidence that quantize_kernel.cu needs no
-// --fmad=false (cuda/GEMM_NOTES.md).
+// --fmad=false (docs/record/cuda-gemm-notes.md).
 #include "cuda_host_emulation.h"  // first: defines the CUDA spellings
 
 #include <gtest/gtest.h>

@@ -654,7 +654,7 @@ TEST(TransformSearch, Nvfp4BlocksPickRotatedSolutionsThatKeepTheGram) {
 // MXFP4 and INT4 search 16 sign patterns once kWideSignSetTokens real tokens are scored, 2
 // below: on 4096 real tokens some block picks a pattern beyond the second, and the build is the
 // one asked for with 16 explicitly; on 2048 none does, nor on a 4096-token Gaussian surrogate.
-// (Whether the wider set pays is measured on held-out tokens in docs/EVAL.md, "Larger samples";
+// (Whether the wider set pays is measured on held-out tokens in docs/record/eval-record.md, "Larger samples";
 // here, that the rule is what runs.)
 TEST(TransformSearch, WidensTheSignSetOnALargeSample) {
     for (wush_format fmt : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_INT4}) {

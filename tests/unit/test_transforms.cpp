@@ -407,7 +407,7 @@ TEST(BuildTransform, AbsurdGeometryIsRejected) {
     EXPECT_THROW(Calibrator(1024, 512, MomentMode::BlockDiagonal), Error);
 }
 
-// The normalization convention, pinned by a theorem (docs/EVAL.md "Convention"): M_X = X^T X / n,
+// The normalization convention, pinned by a theorem (docs/record/eval-record.md "Convention"): M_X = X^T X / n,
 // M_W = W^T W / d_out, damping lambda tr(M)/G on each moment, so scaling X by a puts a^2 on M_X,
 // a on X', a on S and a^{-1/2} on T_wush (a^{1/2} on T_wush^{-T}): the transformed activations
 // T_wush (a x) and weights T_wush^{-T} w both scale by sqrt(a). Scaling W by a scales W' and S by

@@ -1,5 +1,6 @@
 // The interface between the runtime drivers (activation_quantizer.cpp, gemm.cpp) and the per-ISA
-// kernels (kernels_scalar.cpp, *_avx2.cpp, *_avx512.cpp).
+// kernels (quantize_avx2.cpp, gemm_avx512.cpp, ...; the portable path for other CPUs stays in the
+// drivers, e.g. gemm.cpp's scalar_multiply).
 //
 // The per-ISA files are compiled with their own target flags (-mavx2 / -mavx512*), so this header
 // must not define a single function, inline or implicit: an inline function emitted by an AVX-512
