@@ -56,11 +56,10 @@ constexpr int kMachine = EM_NONE;  // any: other hosts are not built for
 
 std::string elf_problem(int fd, std::uint64_t size) {
     ElfW(Ehdr) eh{};
-    if (!read_at(fd, &eh, sizeof eh, 0) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0)
-        return "not an ELF file";
+    if (!read_at(fd, &eh, sizeof eh, 0) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) return "not an ELF file";
     const bool native_class = eh.e_ident[EI_CLASS] == (sizeof(void*) == 8 ? ELFCLASS64 : ELFCLASS32);
-    const bool native_order = eh.e_ident[EI_DATA] == (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB
-                                                                                               : ELFDATA2MSB);
+    const bool native_order =
+        eh.e_ident[EI_DATA] == (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB : ELFDATA2MSB);
     if (!native_class || !native_order || eh.e_type != ET_DYN || (kMachine != EM_NONE && eh.e_machine != kMachine))
         return "not a shared object for this machine";
     if (eh.e_phentsize != sizeof(ElfW(Phdr)) || eh.e_phnum == 0 ||
@@ -70,8 +69,9 @@ std::string elf_problem(int fd, std::uint64_t size) {
         (eh.e_shentsize != sizeof(ElfW(Shdr)) || !inside(eh.e_shoff, std::uint64_t(eh.e_shnum) * eh.e_shentsize, size)))
         return "its section headers lie outside the file (truncated or damaged)";
     std::vector<ElfW(Phdr)> ph(eh.e_phnum);
-    if (!read_at(fd, ph.data(), ph.size() * sizeof(ElfW(Phdr)), off_t(eh.e_phoff))) return "cannot read its program headers";
-    for (const ElfW(Phdr)& p : ph) {
+    if (!read_at(fd, ph.data(), ph.size() * sizeof(ElfW(Phdr)), off_t(eh.e_phoff)))
+        return "cannot read its program headers";
+    for (const ElfW(Phdr) & p : ph) {
         if ((p.p_type == PT_LOAD || p.p_type == PT_DYNAMIC) && !inside(p.p_offset, p.p_filesz, size))
             return "a segment extends past the end of the file (truncated or damaged)";
         if (p.p_type == PT_LOAD && p.p_filesz > p.p_memsz) return "a segment is larger on disk than in memory";

@@ -113,7 +113,8 @@ static void test_damaged_copies(const char* module) {
     memcpy(copy, data, (size_t)size);
     copy[size / 2] ^= 0x10; /* inside the code, where the ELF checks cannot see it */
     expect_refused(dir, "flipped.so", copy, size, digest, digest_size, "SHA-256");
-    for (round = 0; round < 5; ++round) { /* random bytes in the ELF header, past its identification, type and machine */
+    for (round = 0; round < 5;
+         ++round) { /* random bytes in the ELF header, past its identification, type and machine */
         memcpy(copy, data, (size_t)size);
         for (i = 24; i < 64; ++i) copy[i] = (unsigned char)((seed = seed * 1103515245u + 12345u) >> 16);
         expect_refused(dir, "random_header.so", copy, size, digest, digest_size, NULL);
@@ -121,8 +122,8 @@ static void test_damaged_copies(const char* module) {
     snprintf(fifo, sizeof fifo, "%s/fifo.so", dir);
     CHECK(mkfifo(fifo, 0600) == 0, "cannot make a FIFO");
     setenv("WUSH_CUDA_MODULE", fifo, 1);
-    CHECK(try_cuda() == WUSH_ERR_UNSUPPORTED && strstr(wush_last_error(), "not a regular file") != NULL,
-          "FIFO: %s", wush_last_error());
+    CHECK(try_cuda() == WUSH_ERR_UNSUPPORTED && strstr(wush_last_error(), "not a regular file") != NULL, "FIFO: %s",
+          wush_last_error());
     alarm(0);
     unlink(fifo);
     rmdir(dir);

@@ -116,7 +116,7 @@ def candidates(line):
     line = URL.sub(" ", line)
     for m in TOKEN.finditer(line):
         start, token = m.start(), m.group(0).rstrip(".-")
-        if start > 0 and line[start - 1] in "/$~<*{[":  # an absolute path's tail, or a placeholder's
+        if start > 0 and line[start - 1] in "/$~<*{[%":  # an absolute path's tail, a placeholder's, a printf format's
             continue
         yield token, line[m.end():m.end() + 1]
 

@@ -68,9 +68,9 @@ def check(repo):
 
 def self_test():
     bad = {
-        "no_flag.sh": "scripts/build.sh build/x -DWUSH_BUILD_TESTS=ON\nctest --test-dir build/x\n",
-        "cache.sh": "scripts/build.sh build/x -DCMAKE_BUILD_TYPE=Release\nctest --test-dir build/x --no-tests=error\n",
-        "cont.sh": "cmake -S . -B build/y \\\n  -DWUSH_CUDA=ON\n(cd build/y && ctest --no-tests=error -L gpu)\n",
+        "no_flag": "scripts/build.sh build/x -DWUSH_BUILD_TESTS=ON\nctest --test-dir build/x\n",
+        "cache": "scripts/build.sh build/x -DCMAKE_BUILD_TYPE=Release\nctest --test-dir build/x --no-tests=error\n",
+        "continued": "cmake -S . -B build/y \\\n  -DWUSH_CUDA=ON\n(cd build/y && ctest --no-tests=error -L gpu)\n",
     }
     good = "scripts/build.sh build/x -DWUSH_BUILD_TESTS=ON\nctest --test-dir build/x --no-tests=error -j2\n"
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,7 +81,7 @@ def self_test():
             if not problems_in(p):
                 print(f"check_test_scripts: self-test FAIL: {name} was not caught")
                 ok = False
-        p = pathlib.Path(tmp) / "good.sh"
+        p = pathlib.Path(tmp) / "good"
         p.write_text(good)
         if problems_in(p):
             print("check_test_scripts: self-test FAIL: a good script was refused:", problems_in(p))

@@ -12,7 +12,8 @@ namespace {
 std::string digest_of(const std::string& s, std::size_t piece) {
     wush::Sha256 h;
     const auto bytes = std::as_bytes(std::span(s.data(), s.size()));
-    for (std::size_t at = 0; at < bytes.size(); at += piece) h.update(bytes.subspan(at, std::min(piece, bytes.size() - at)));
+    for (std::size_t at = 0; at < bytes.size(); at += piece)
+        h.update(bytes.subspan(at, std::min(piece, bytes.size() - at)));
     return wush::to_hex(h.finish());
 }
 
