@@ -259,17 +259,32 @@ unsigned dtype_bits(std::string_view d) {
     return 0;
 }
 
-Header parse_header(std::span<const std::byte> file) {
-    if (file.size() < 8) corrupt("shorter than the 8-byte header length");
-    const std::uint64_t n = read_u64_le(file.data());
+namespace {
+
+// The header length of a file starting with `start`, checked against the limit and the file size.
+std::uint64_t header_length(std::span<const std::byte> start, std::uint64_t file_size) {
+    if (file_size < 8 || start.size() < 8) corrupt("shorter than the 8-byte header length");
+    const std::uint64_t n = read_u64_le(start.data());
     if (n > kMaxHeaderBytes) corrupt("header length " + std::to_string(n) + " exceeds the 100,000,000-byte limit");
-    if (n > file.size() - 8) corrupt("header length " + std::to_string(n) + " runs past the end of the file");
-    const std::string_view text(reinterpret_cast<const char*>(file.data() + 8), n);
+    if (n > file_size - 8) corrupt("header length " + std::to_string(n) + " runs past the end of the file");
+    return n;
+}
+
+}  // namespace
+
+Header parse_header(std::span<const std::byte> start, std::uint64_t file_size) {
+    const std::uint64_t n = header_length(start, file_size);
+    if (start.size() < 8 + n) corrupt("header runs past the bytes read");
+    const std::string_view text(reinterpret_cast<const char*>(start.data() + 8), n);
     Header h;
     h.data_offset = 8 + n;
     parse_json(text, h);
-    check_tiling(h.tensors, file.size() - h.data_offset);
+    check_tiling(h.tensors, file_size - h.data_offset);
     return h;
+}
+
+Header parse_header(std::span<const std::byte> file) {
+    return parse_header(file, file.size());
 }
 
 namespace {
@@ -294,16 +309,12 @@ Reader::Reader(const std::string& path, Load load) : path_(path), copied_(load =
         device_ = std::uint64_t(st.st_dev);
         inode_ = std::uint64_t(st.st_ino);
         if (size_ > 0 && copied_) {
+            // The header first: a file that is not safetensors is refused before its whole size is
+            // read (a 4 GB file with a garbage header took seconds and gigabytes to reject).
+            parse_header(read_header(), size_);
             // Read into memory of our own: a later change of the file cannot reach this process.
             copy_ = std::make_unique<std::byte[]>(size_);
-            for (std::size_t done = 0; done < size_;) {
-                const ssize_t r = ::pread(fd_, copy_.get() + done, size_ - done, off_t(done));
-                if (r < 0 && errno == EINTR) continue;
-                if (r <= 0)
-                    fail(WUSH_ERR_IO,
-                         "cannot read \"" + path + "\": " + (r < 0 ? std::strerror(errno) : "it was truncated"));
-                done += std::size_t(r);
-            }
+            read_exactly(copy_.get(), size_, 0);
             map_ = copy_.get();
         } else if (size_ > 0) {
             void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
@@ -318,6 +329,24 @@ Reader::Reader(const std::string& path, Load load) : path_(path), copied_(load =
         ::close(fd_);
         throw;
     }
+}
+
+void Reader::read_exactly(std::byte* out, std::size_t n, std::size_t offset) const {
+    for (std::size_t done = 0; done < n;) {
+        const ssize_t r = ::pread(fd_, out + done, n - done, off_t(offset + done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            fail(WUSH_ERR_IO, "cannot read \"" + path_ + "\": " + (r < 0 ? std::strerror(errno) : "it was truncated"));
+        done += std::size_t(r);
+    }
+}
+
+std::vector<std::byte> Reader::read_header() const {
+    std::vector<std::byte> start(std::min<std::size_t>(size_, 8));
+    read_exactly(start.data(), start.size(), 0);
+    start.resize(std::size_t(8 + header_length(start, size_)));
+    read_exactly(start.data() + 8, start.size() - 8, 8);
+    return start;
 }
 
 Reader::~Reader() {

@@ -52,6 +52,8 @@ unsigned dtype_bits(std::string_view dtype);
 // dtype size, tensors tiling the data section exactly (no gap, no overlap) up to end of file.
 // Throws wush::Error(CORRUPT_FILE) naming the first violation. Never reads outside `file`.
 Header parse_header(std::span<const std::byte> file);
+// The same from the file's first bytes (at least its 8-byte length and header) and its size.
+Header parse_header(std::span<const std::byte> start, std::uint64_t file_size);
 
 // A read-only, memory-mapped, validated safetensors file.
 class Reader {
@@ -79,6 +81,11 @@ public:
     bool is_file(const std::string& path) const noexcept;
 
 private:
+    // pread of exactly n bytes at offset; throws IO on an error or a file that ends early.
+    void read_exactly(std::byte* out, std::size_t n, std::size_t offset) const;
+    // The file's 8-byte length and JSON header, read without reading the rest.
+    std::vector<std::byte> read_header() const;
+
     std::string path_;
     int fd_ = -1;  // kept open so that check_unchanged() sees the file that is mapped
     bool copied_ = false;

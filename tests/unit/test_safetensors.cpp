@@ -270,6 +270,26 @@ TEST(Safetensors, WriterWritesThroughALinkToARegularFile) {
     std::filesystem::remove_all(dir);
 }
 
+// Copy mode reads the header before the file: a 64 GB sparse file with a garbage header was read
+// whole (or refused as OUT_OF_MEMORY) before its header was looked at.
+TEST(Safetensors, CopyModeRefusesAGarbageHeaderBeforeReadingTheFile) {
+    const auto path =
+        (std::filesystem::temp_directory_path() / ("wush_test_sparse_" + std::to_string(::getpid()))).string();
+    {
+        std::ofstream out(path, std::ios::binary);
+        const char garbage[16] = {8, 0, 0, 0, 0, 0, 0, 0, '{', '{', '{', '{', '{', '{', '{', '{'};
+        out.write(garbage, sizeof garbage);
+    }
+    ASSERT_EQ(::truncate(path.c_str(), off_t(64) << 30), 0);
+    try {
+        wush::storage::Reader r(path, wush::storage::Reader::Load::Copy);
+        ADD_FAILURE() << "a garbage header was accepted";
+    } catch (const wush::Error& e) {
+        EXPECT_EQ(e.status(), WUSH_ERR_CORRUPT_FILE) << e.what();
+    }
+    std::filesystem::remove(path);
+}
+
 // Opening a FIFO used to block forever waiting for a writer.
 TEST(Safetensors, ReaderRefusesAFifoWithoutWaiting) {
     const auto fifo = std::filesystem::temp_directory_path() / ("wush_test_fifo_" + std::to_string(::getpid()));
