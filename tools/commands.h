@@ -8,6 +8,7 @@ int cmd_formats(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_quantize(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
+int cmd_verify(int argc, char** argv);
 int cmd_export(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 

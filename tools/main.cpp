@@ -65,6 +65,8 @@ const Command kCommands[] = {
      "               of each candidate, the paired difference in standard errors);\n"
      "               [--guard-json FILE] records the same as JSON\n"},
     {"inspect", cmd_inspect, "validate a checkpoint and list its layers\n  CK.safetensors\n"},
+    {"verify", cmd_verify,
+     "check every byte of a checkpoint against the digests its writer recorded\n  CK.safetensors\n"},
     {"export", cmd_export,
      "write the FP-Quant / HF-transformers fp_quant layout (mxfp4, nvfp4)\n"
      "  --fp-quant --checkpoint CK --out MODEL.safetensors [--config CONFIG.json]\n"},

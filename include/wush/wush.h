@@ -284,8 +284,15 @@ typedef struct wush_context wush_context;
  *  The CUDA backend is a separate shared object, libwush-cuda.so, which libwush opens the first
  *  time a CUDA context is asked for (libwush itself links no CUDA library, so it loads on machines
  *  without one). It is looked for at the path in the environment variable WUSH_CUDA_MODULE when
- *  that is set and not empty (there only), else beside libwush.so, else on the loader's search
- *  path; it must come from the same build as libwush. Once loaded it stays loaded.
+ *  that is set and not empty (there only; ignored in a set-user-ID or set-group-ID process), else
+ *  beside libwush.so, else on the loader's search path; it must come from the same build as
+ *  libwush. A value without a '/' is a bare file name, which the dynamic loader resolves by its
+ *  own rules (LD_LIBRARY_PATH, the loader cache, the default folders), as dlopen() does. Before a
+ *  path is handed to the loader it is checked: a regular file, an ELF shared object for this
+ *  machine whose headers and segments lie inside the file, and whose SHA-256 equals the one its
+ *  build or install recorded beside it in `<module>.sha256`; a truncated, damaged or replaced
+ *  module, or a FIFO, is refused with WUSH_ERR_UNSUPPORTED and the reason (a bare file name
+ *  cannot be checked before the loader opens it). Once loaded it stays loaded.
  *  Ownership: on success *ctx receives a new context that the caller releases with
  *  wush_context_destroy().
  *  Thread safety: may be called from any thread; loading the module is serialized internally.
@@ -1192,9 +1199,13 @@ WUSH_API wush_status wush_checkpoint_add_layer(wush_checkpoint* checkpoint, cons
 /*! wush_checkpoint_write() :
  *  Writes all added layers to `path` atomically: a temporary file in the same directory, fsync,
  *  then rename, so an interrupted write never leaves a truncated file under `path`. The data is
- *  streamed from the layers' objects (no second copy in memory). The progress callback of
+ *  streamed from the layers' objects (no second copy in memory); each layer's SHA-256 digest is
+ *  recorded in the file's metadata (docs/FORMAT.md, format version 2). `path` must be absent or a
+ *  regular file (a symbolic link to one is written through); anything else is refused before
+ *  anything is written and left as it was. The progress callback of
  *  `options` (may be NULL) is called after each layer.
- *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT; WUSH_ERR_IO (the message has the system's reason);
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (including a `path` that is a device, FIFO, socket
+ *          or directory); WUSH_ERR_IO (the message has the system's reason);
  *          WUSH_ERR_CANCELLED (no file is left behind). */
 WUSH_API wush_status wush_checkpoint_write(wush_checkpoint* checkpoint, const char* path, const wush_options* options);
 
@@ -1232,8 +1243,11 @@ typedef enum wush_checkpoint_mode {
  *  reads the whole file into memory owned by the library (as much memory as the file is large,
  *  released with the checkpoint and the last qweight loaded from it) and validates that copy:
  *  nothing is mapped, so truncating, rewriting or deleting the file afterwards never reaches the
- *  host (no SIGBUS) and changes nothing that was opened. WUSH_CHECKPOINT_MAP is
- *  wush_checkpoint_open().
+ *  host (no SIGBUS) and changes nothing that was opened. The header is checked before the rest
+ *  of the file is read, and every layer digest the writer recorded (format version 2) is
+ *  recomputed from the copy: a changed byte is WUSH_ERR_CORRUPT_FILE naming its layer.
+ *  WUSH_CHECKPOINT_MAP is wush_checkpoint_open(), which does not read the data and so does not
+ *  verify digests.
  *  Ownership: release *checkpoint with wush_checkpoint_destroy(). Thread-safe.
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (NULL pointers, an unknown mode); WUSH_ERR_IO
  *          (including a file that shrinks while it is read); WUSH_ERR_OUT_OF_MEMORY;

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/utf8.h"
 #include "common/float_bits.h"
+#include "common/sha256.h"
 #include "formats/block_format.h"
 #include "formats/group_quantizer.h"
 #include "storage/atomic_file.h"
@@ -28,6 +29,9 @@ constexpr const char* kTensorScale = ".tensor_scale";
 constexpr const char* kTransform = ".transform";
 constexpr const char* kSuffixes[] = {kCodes, kScales, kTensorScale, kTransform};
 constexpr const char* kLayerKeys[] = {"format", "group_size", "transform", "method", "damping"};
+// Optional from format version "2": SHA-256 of the layer's four tensors' bytes, in kSuffixes order.
+constexpr const char* kDigestKey = "sha256";
+constexpr const char* kFirstVersion = "1";
 
 [[noreturn]] void corrupt(const std::string& what) {
     fail(WUSH_ERR_CORRUPT_FILE, "invalid libwush checkpoint: " + what);
@@ -51,6 +55,14 @@ std::string format_double(double v) {
     char buf[64];
     const auto r = std::to_chars(buf, buf + sizeof buf, v);
     return std::string(buf, r.ptr);
+}
+
+// SHA-256 over a layer's tensors as stored, in kSuffixes order: what a reader recomputes from
+// the file. Swapping two layers' bytes, or changing one, changes it.
+std::string layer_digest(std::span<const std::span<const std::byte>> tensors) {
+    Sha256 h;
+    for (const auto& t : tensors) h.update(t);
+    return to_hex(h.finish());
 }
 
 }  // namespace
@@ -96,6 +108,10 @@ void write_checkpoint(const std::string& path, const std::vector<LayerRef>& laye
         tensors.push_back(
             {l.name + kTensorScale, "F32", {1}, [factor = f.tensor_factor()](const auto& sink) { sink(&factor, 4); }});
         const auto act = l.transform->activation_matrices();
+        const float factor = f.tensor_factor();
+        const std::span<const std::byte> parts[] = {std::as_bytes(codes), std::as_bytes(scales),
+                                                    std::as_bytes(std::span(&factor, 1)), std::as_bytes(act)};
+        meta[l.name + "." + kDigestKey] = layer_digest(parts);
         tensors.push_back({l.name + kTransform, "F32", {d_in / g, g, g}, [act, progress, i, total](const auto& sink) {
                                sink(act.data(), act.size() * sizeof(float));
                                if (progress && !progress->report(double(i + 1), total)) progress->throw_if_cancelled();
@@ -187,9 +203,10 @@ std::vector<std::string> collect_layers(const Reader& r) {
     const Header& h = r.header();
     const auto version = h.metadata.find("format_version");
     if (version == h.metadata.end()) corrupt("no \"format_version\" metadata: not a libwush checkpoint");
-    if (version->second != kCheckpointFormatVersion)
-        corrupt("format_version \"" + version->second + "\" is not supported (this library reads " +
-                kCheckpointFormatVersion + ")");
+    if (version->second != kCheckpointFormatVersion && version->second != kFirstVersion)
+        corrupt("format_version \"" + version->second + "\" is not supported (this library reads " + kFirstVersion +
+                " and " + kCheckpointFormatVersion + ")");
+    const bool digests = version->second != kFirstVersion;
     std::vector<std::string> names;
     for (const TensorInfo& t : h.tensors) {
         if (!ends_with(t.name, kCodes)) {
@@ -217,8 +234,14 @@ std::vector<std::string> collect_layers(const Reader& r) {
         // "<layer>.<key>": the key names have no dot, so the layer is what precedes the last one.
         const std::size_t dot = key.rfind('.');
         bool known = false;
-        if (dot != std::string::npos && layer_set.count(key.substr(0, dot)))
+        if (dot != std::string::npos && layer_set.count(key.substr(0, dot))) {
             for (const char* k : kLayerKeys) known = known || key.compare(dot + 1, std::string::npos, k) == 0;
+            if (digests && key.compare(dot + 1, std::string::npos, kDigestKey) == 0) {
+                known = true;
+                if (value.size() != 64 || value.find_first_not_of("0123456789abcdef") != std::string::npos)
+                    corrupt("metadata \"" + key + "\" is not 64 lower-case hexadecimal digits");
+            }
+        }
         if (!known) corrupt("unexpected metadata key \"" + key + "\"");
     }
     return names;
@@ -230,6 +253,26 @@ CheckpointReader::CheckpointReader(const std::string& path, Reader::Load load)
     : file_(std::make_shared<const Reader>(path, load)) {
     names_ = collect_layers(*file_);
     for (const std::string& n : names_) check_layer_tensors(*file_, n, layer_meta(file_->header(), n));
+    // The copy is what every later call reads, so checking it once here covers them all.
+    if (load == Reader::Load::Copy) verify();
+}
+
+std::size_t CheckpointReader::verify() const {
+    file_->check_unchanged();
+    std::size_t verified = 0;
+    for (const std::string& n : names_) {
+        const auto recorded = file_->header().metadata.find(n + "." + kDigestKey);
+        if (recorded == file_->header().metadata.end()) continue;
+        std::span<const std::byte> parts[std::size(kSuffixes)];
+        for (std::size_t k = 0; k < std::size(kSuffixes); ++k)
+            parts[k] = file_->bytes(tensor_of(*file_, n + kSuffixes[k]));
+        if (layer_digest(parts) != recorded->second)
+            corrupt("layer \"" + n +
+                    "\": its bytes differ from the digest its writer recorded (the file was changed "
+                    "or damaged after it was written)");
+        ++verified;
+    }
+    return verified;
 }
 
 CheckpointLayer CheckpointReader::load(std::string_view name) const {

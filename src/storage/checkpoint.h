@@ -17,7 +17,9 @@
 
 namespace wush::storage {
 
-inline constexpr const char* kCheckpointFormatVersion = "1";
+// The version written. Version "2" added the optional per-layer digest `<layer>.sha256`; files
+// of version "1" (no digests) are still read.
+inline constexpr const char* kCheckpointFormatVersion = "2";
 
 // One layer to write; the referenced objects must outlive write_checkpoint().
 struct LayerRef {
@@ -43,9 +45,9 @@ struct CheckpointLayer {
 };
 
 // A checkpoint opened read-only (memory-mapped, or copied into memory: Reader::Load). The
-// constructor validates the safetensors
-// structure and every libwush rule (docs/FORMAT.md) before returning: CORRUPT_FILE names the
-// first violation.
+// constructor validates the safetensors structure and every libwush rule (docs/FORMAT.md) before
+// returning, and in copy mode every recorded digest (verify()): CORRUPT_FILE names the first
+// violation.
 class CheckpointReader {
 public:
     explicit CheckpointReader(const std::string& path, Reader::Load load = Reader::Load::Map);
@@ -55,6 +57,11 @@ public:
     // scale.
     CheckpointLayer load(std::string_view name) const;
     const Header& header() const noexcept { return file_->header(); }
+    // Recomputes the digest of every layer that has one and compares it with the recorded one;
+    // throws CORRUPT_FILE naming the first layer whose bytes differ. Returns the number of
+    // layers verified (0 for a version "1" file). Reads the whole file. A checkpoint opened in
+    // copy mode was verified by its constructor.
+    std::size_t verify() const;
     // Whether `path` names this checkpoint's file (Reader::is_file).
     bool is_file(const std::string& path) const noexcept { return file_->is_file(path); }
 

@@ -184,6 +184,25 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, out, err, raw = run("inspect", ck)
     check(rc == 0 and b"\x1b" not in raw and "blk" in out, f"inspect: rc {rc}, {raw[:300]!r}")
 
+    # verify: every byte against the writer's digests; one changed scale byte is caught (it loads
+    # and runs otherwise).
+    rc, out, err, _ = run("verify", ck)
+    check(rc == 0 and "every layer's bytes match" in out, f"verify: rc {rc}, {out!r} {err!r}")
+    with open(ck, "rb") as f:
+        blob = bytearray(f.read())
+    n_header = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n_header])
+    scales = next(v for k, v in header.items() if k.endswith(".scales"))
+    at = 8 + n_header + scales["data_offsets"][0]
+    blob[at] ^= 1
+    damaged = os.path.join(tmp, "damaged.safetensors")
+    with open(damaged, "wb") as f:
+        f.write(blob)
+    rc, out, err, _ = run("inspect", damaged)
+    check(rc == 0, f"inspect (structure only) of a changed scale byte: rc {rc}, {err!r}")
+    rc, out, err, raw = run("verify", damaged)
+    check(rc == 1 and "differ from the digest" in err and b"\x1b" not in raw, f"verify a changed byte: rc {rc}, {err!r}")
+
     # eval --checkpoint --json: valid JSON with the exact name.
     rc, out, err, _ = run("eval", "--checkpoint", ck, "--weights", weights, "--activations", acts, "--json")
     try:

@@ -10,6 +10,7 @@ For MXFP4, NVFP4 and INT4 with the Hadamard and WUSH transforms:
     activation transform (an oracle independent of the writer), and libwush's decoding of them
     matches the numpy decoding.
 """
+import hashlib
 import re
 
 from interop_common import (FACTOR, GROUP, TempDirTest, bf16_decode, decode_reference, hadamard, layer_data, main,
@@ -49,12 +50,19 @@ class WrittenCheckpoints(TempDirTest):
         with safetensors.safe_open(path, framework="numpy") as f:
             meta = f.metadata()
             self.assertEqual(set(f.keys()), expected_names)
-        self.assertEqual(meta["format_version"], "1")
+        self.assertEqual(meta["format_version"], "2")
         self.assertRegex(meta["producer"], r"^libwush \d+\.\d+\.\d+$")
         expected_keys = {"format_version", "producer"} | {n + "." + k for n in LAYERS
                                                           for k in ("format", "group_size", "transform", "method",
-                                                                    "damping")}
+                                                                    "damping", "sha256")}
         self.assertEqual(set(meta), expected_keys)
+        # Each layer's digest is SHA-256 over its four tensors' bytes in the order of docs/FORMAT.md,
+        # as hashlib computes it from the reference reader's bytes.
+        for n in LAYERS:
+            h = hashlib.sha256()
+            for suffix in (".codes", ".scales", ".tensor_scale", ".transform"):
+                h.update(raw[n + suffix][2])
+            self.assertEqual(meta[n + ".sha256"], h.hexdigest(), n)
         if fmt != "int4":  # numpy has no bfloat16: load_file cannot hold INT4's BF16 scales
             arrays = safetensors.numpy.load_file(path)
         header = raw_header(path)

@@ -3,10 +3,12 @@
 // writer under test).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <random>
@@ -106,8 +108,19 @@ TEST(CheckpointValidation, EachRuleHasItsOwnError) {
     }
     {
         Parts p;
+        p.meta["format_version"] = "3";
+        expect_rejected(p, "format_version \"3\" is not supported");
+    }
+    {
+        Parts p;  // digests came with version 2
+        p.meta["L.sha256"] = std::string(64, '0');
+        expect_rejected(p, "unexpected metadata key \"L.sha256\"");
+    }
+    {
+        Parts p;
         p.meta["format_version"] = "2";
-        expect_rejected(p, "format_version \"2\" is not supported");
+        p.meta["L.sha256"] = std::string(64, 'G');
+        expect_rejected(p, "is not 64 lower-case hexadecimal digits");
     }
     {
         Parts p;
@@ -303,6 +316,108 @@ TEST(Checkpoint, LoadRefusesAFileChangedAfterOpen) {
         std::filesystem::last_write_time(path, when + std::chrono::seconds(1));
         expect_refused(r, "modified");
     }
+    std::filesystem::remove(path);
+}
+
+// The digest catches what loads as valid: one changed scale byte (perplexity 2.65 -> 260 in the
+// report), a flipped code byte, and two same-shape layers whose bytes were swapped. Copy mode
+// verifies at the open; a mapped checkpoint when asked (verify()).
+namespace {
+
+struct TwoLayers {
+    std::vector<float> identity;
+    wush::BlockTransform t;
+    wush::formats::PackedMatrix a, b;
+    static std::vector<float> eye(std::size_t d_in) {
+        std::vector<float> m(d_in * 32, 0.0f);
+        for (std::size_t blk = 0; blk < d_in / 32; ++blk)
+            for (std::size_t i = 0; i < 32; ++i) m[blk * 32 * 32 + i * 32 + i] = 1.0f;
+        return m;
+    }
+    static std::vector<float> weights(int seed) {
+        std::vector<float> w(8 * 64);
+        for (std::size_t i = 0; i < w.size(); ++i) w[i] = float(int((i * 7 + seed) % 11) - 5);
+        return w;
+    }
+    TwoLayers()
+        : t(64, 32, wush::TransformKind::Identity, eye(64), 0.0),
+          a(wush::prequantize_rtn(t, wush::formats::spec(WUSH_FORMAT_MXFP4), weights(1), 8)),
+          b(wush::prequantize_rtn(t, wush::formats::spec(WUSH_FORMAT_MXFP4), weights(4), 8)) {}
+    std::string write(const std::string& name) const {
+        const std::string path = temp_path(name);
+        wush::storage::write_checkpoint(path, {{"a", &t, &a, "rtn"}, {"b", &t, &b, "rtn"}}, nullptr);
+        return path;
+    }
+};
+
+std::vector<char> slurp(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void spill(const std::string& path, const std::vector<char>& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+// Where tensor `name`'s bytes start in the file.
+std::size_t file_offset(const std::string& path, const std::string& name) {
+    const wush::storage::Reader r(path);
+    return std::size_t(r.header().data_offset + r.find(name)->begin);
+}
+
+// A damaged file opens mapped (its structure is valid), and fails verify() and a copy-mode open
+// naming `layer`.
+void expect_caught(const std::string& path, const std::string& layer) {
+    const CheckpointReader mapped(path);
+    for (const auto& open : {std::function<void()>([&] { mapped.verify(); }), std::function<void()>([&] {
+                                 CheckpointReader(path, wush::storage::Reader::Load::Copy);
+                             })}) {
+        try {
+            open();
+            ADD_FAILURE() << "a damaged file verified";
+        } catch (const wush::Error& e) {
+            EXPECT_EQ(e.status(), WUSH_ERR_CORRUPT_FILE);
+            EXPECT_NE(std::string(e.what()).find("layer \"" + layer + "\""), std::string::npos) << e.what();
+        }
+    }
+}
+
+}  // namespace
+
+TEST(CheckpointDigest, CatchesAChangedByteAndSwappedLayers) {
+    const TwoLayers layers;
+    const std::string path = layers.write("digest");
+    EXPECT_EQ(CheckpointReader(path).verify(), 2u);
+    EXPECT_EQ(CheckpointReader(path, wush::storage::Reader::Load::Copy).layer_names().size(), 2u);
+    const std::vector<char> good = slurp(path);
+    for (const char* tensor : {"b.scales", "b.codes", "b.transform"}) {
+        std::vector<char> bad = good;
+        bad[file_offset(path, tensor)] ^= 1;
+        spill(path, bad);
+        expect_caught(path, "b");
+        spill(path, good);
+    }
+    // The two layers' codes and scales swapped: each layer is still valid, the digests are not.
+    std::vector<char> swapped = good;
+    for (const char* suffix : {".codes", ".scales"}) {
+        const std::size_t oa = file_offset(path, std::string("a") + suffix),
+                          ob = file_offset(path, std::string("b") + suffix);
+        const std::size_t n = suffix == std::string(".codes") ? 8 * 32 : 8 * 2;
+        std::swap_ranges(swapped.begin() + std::ptrdiff_t(oa), swapped.begin() + std::ptrdiff_t(oa + n),
+                         swapped.begin() + std::ptrdiff_t(ob));
+    }
+    ASSERT_NE(swapped, good);
+    spill(path, swapped);
+    expect_caught(path, "a");
+    std::filesystem::remove(path);
+}
+
+// Files of format version 1 (no digests) still open; they have nothing to verify.
+TEST(CheckpointDigest, VersionOneFilesStillOpen) {
+    Parts p;
+    const std::string path = p.write("version1");
+    EXPECT_EQ(CheckpointReader(path).verify(), 0u);
+    EXPECT_EQ(CheckpointReader(path, wush::storage::Reader::Load::Copy).layer_names().size(), 1u);
     std::filesystem::remove(path);
 }
 
