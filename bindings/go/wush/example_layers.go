@@ -1,0 +1,54 @@
+package wush
+
+// Built-in example layers (wush.h: "Built-in example layers"), the default data of `wush eval`.
+
+// #include <stdint.h>
+// #include <stdlib.h>
+// #include <wush/wush.h>
+import "C"
+
+import "unsafe"
+
+// ExampleLayer is a built-in layer's weight (DOut x DIn) and activations (tokens x DIn).
+type ExampleLayer struct {
+	DOut, DIn           int
+	Weight, Calibration []float32
+	Heldout             []float32
+}
+
+// ExampleLayerNames is wush_example_layer_count + wush_example_layer_name.
+func ExampleLayerNames() []string {
+	n := int(C.wush_example_layer_count())
+	names := make([]string, 0, n)
+	for i := 0; i < n; i++ {
+		names = append(names, goStringOrEmpty(C.wush_example_layer_name(C.size_t(i))))
+	}
+	return names
+}
+
+// ExampleLayerShape is wush_example_layer_shape: (d_out, d_in).
+func ExampleLayerShape(name string) (dOut, dIn int, err error) {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	var o, i C.size_t
+	err = call(func() C.wush_status { return C.wush_example_layer_shape(cs, &o, &i) })
+	return int(o), int(i), err
+}
+
+// GenerateExampleLayer is wush_example_layer_generate.
+func GenerateExampleLayer(name string, seed uint64, nCalibration, nHeldout int) (*ExampleLayer, error) {
+	dOut, dIn, err := ExampleLayerShape(name)
+	if err != nil {
+		return nil, err
+	}
+	l := &ExampleLayer{DOut: dOut, DIn: dIn, Weight: make([]float32, dOut*dIn),
+		Calibration: make([]float32, nCalibration*dIn), Heldout: make([]float32, nHeldout*dIn)}
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	err = call(func() C.wush_status {
+		return C.wush_example_layer_generate(cs, C.uint64_t(seed), C.size_t(nCalibration), C.size_t(nHeldout),
+			(*C.float)(ptrOf(l.Weight)), C.size_t(len(l.Weight)), (*C.float)(ptrOf(l.Calibration)),
+			C.size_t(len(l.Calibration)), (*C.float)(ptrOf(l.Heldout)), C.size_t(len(l.Heldout)))
+	})
+	return l, err
+}
