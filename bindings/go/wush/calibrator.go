@@ -126,8 +126,12 @@ func (c *Calibrator) SecondMoment(block int) ([]float64, error) {
 		return nil, errClosed
 	}
 	defer runtime.KeepAlive(c)
-	m := make([]float64, c.g*c.g)
-	err := call(func() C.wush_status {
+	n, err := elemCount(c.g, c.g, "G x G")
+	if err != nil {
+		return nil, err
+	}
+	m := make([]float64, n)
+	err = call(func() C.wush_status {
 		return C.wush_calibrator_second_moment(c.p, C.size_t(block), (*C.double)(ptrOf(m)), C.size_t(len(m)))
 	})
 	return m, err

@@ -41,8 +41,20 @@ func GenerateExampleLayer(name string, seed uint64, nCalibration, nHeldout int) 
 	if err != nil {
 		return nil, err
 	}
-	l := &ExampleLayer{DOut: dOut, DIn: dIn, Weight: make([]float32, dOut*dIn),
-		Calibration: make([]float32, nCalibration*dIn), Heldout: make([]float32, nHeldout*dIn)}
+	nw, err := elemCount(dOut, dIn, "weight")
+	if err != nil {
+		return nil, err
+	}
+	nc, err := elemCount(nCalibration, dIn, "calibration tokens")
+	if err != nil {
+		return nil, err
+	}
+	nh, err := elemCount(nHeldout, dIn, "held-out tokens")
+	if err != nil {
+		return nil, err
+	}
+	l := &ExampleLayer{DOut: dOut, DIn: dIn, Weight: make([]float32, nw),
+		Calibration: make([]float32, nc), Heldout: make([]float32, nh)}
 	cs := C.CString(name)
 	defer C.free(unsafe.Pointer(cs))
 	err = call(func() C.wush_status {

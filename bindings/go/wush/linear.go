@@ -82,8 +82,10 @@ func (l *Linear) WorkspaceSize(nTokens int) (int, error) {
 	}
 	defer runtime.KeepAlive(l)
 	var b C.size_t
-	err = call(func() C.wush_status { return C.wush_linear_workspace_size(cp, l.p, C.size_t(nTokens), &b) })
-	return int(b), err
+	if err := call(func() C.wush_status { return C.wush_linear_workspace_size(cp, l.p, C.size_t(nTokens), &b) }); err != nil {
+		return 0, err
+	}
+	return goLen(uint64(b), "workspace bytes")
 }
 
 // Quantize is wush_linear_quantize: the activation side alone (CPU contexts), of float32
@@ -140,7 +142,11 @@ func LinearForward[Y OutputElement, X Element](l *Linear, x []X) ([]Y, error) {
 	if err != nil {
 		return nil, err
 	}
-	y := make([]Y, n*l.DOut)
+	ny, err := elemCount(n, l.DOut, "y")
+	if err != nil {
+		return nil, err
+	}
+	y := make([]Y, ny)
 	return y, LinearRun(l, x, y, make([]byte, wb))
 }
 

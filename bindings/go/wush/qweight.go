@@ -69,8 +69,8 @@ func NewQWeight[W Element](ctx *Context, t *Transform, format Format, method Met
 	if p == nil || t.p == nil {
 		return nil, errClosed
 	}
-	if len(weight) != dOut*t.dIn {
-		return nil, invalid("weight holds %d elements, expected %d", len(weight), dOut*t.dIn)
+	if err := expectElems(len(weight), dOut, t.dIn, "weight"); err != nil {
+		return nil, err
 	}
 	defer runtime.KeepAlive(ctx)
 	defer runtime.KeepAlive(t)
@@ -93,8 +93,8 @@ func LayerQuantize[W Element](ctx *Context, cal *Calibrator, kind TransformKind,
 	if p == nil || cal.p == nil {
 		return nil, nil, errClosed
 	}
-	if len(weight) != dOut*cal.dIn {
-		return nil, nil, invalid("weight holds %d elements, expected %d", len(weight), dOut*cal.dIn)
+	if err := expectElems(len(weight), dOut, cal.dIn, "weight"); err != nil {
+		return nil, nil, err
 	}
 	defer runtime.KeepAlive(ctx)
 	defer runtime.KeepAlive(cal)
@@ -134,7 +134,13 @@ func (q *QWeight) Data() (codes, scales []byte, err error) {
 	if err := call(func() C.wush_status { return C.wush_qweight_data(q.p, &c, &cb, &s, &sb) }); err != nil {
 		return nil, nil, err
 	}
-	return C.GoBytes(c, C.int(cb)), C.GoBytes(s, C.int(sb)), nil
+	if codes, err = goBytes(c, uint64(cb), "qweight codes"); err != nil {
+		return nil, nil, err
+	}
+	if scales, err = goBytes(s, uint64(sb), "qweight scales"); err != nil {
+		return nil, nil, err
+	}
+	return codes, scales, nil
 }
 
 // LayerLoss is wush_layer_loss (runtime false) or wush_layer_loss_runtime (true), on float32
@@ -155,8 +161,8 @@ func ContextLayerLoss[W Element, X Element](c *Context, t *Transform, q *QWeight
 	if err != nil {
 		return 0, err
 	}
-	if len(weight) != info.DOut*info.DIn {
-		return 0, invalid("weight holds %d elements, expected %d", len(weight), info.DOut*info.DIn)
+	if err := expectElems(len(weight), info.DOut, info.DIn, "weight"); err != nil {
+		return 0, err
 	}
 	n, err := rowsOf(len(x), info.DIn, "x")
 	if err != nil {

@@ -54,9 +54,13 @@ func (c *Context) DequantizeRows(format Format, codes, scales []byte, nRows, dIn
 	if p == nil {
 		return nil, errClosed
 	}
-	y := make([]float32, nRows*dIn)
+	n, err := elemCount(nRows, dIn, "nRows x dIn")
+	if err != nil {
+		return nil, err
+	}
+	y := make([]float32, n)
 	defer runtime.KeepAlive(c)
-	err := call(func() C.wush_status {
+	err = call(func() C.wush_status {
 		return C.wush_dequantize_rows(p, C.wush_format(format), ptrOf(codes), C.size_t(len(codes)), ptrOf(scales),
 			C.size_t(len(scales)), C.size_t(nRows), C.size_t(dIn), (*C.float)(ptrOf(y)), C.size_t(len(y)))
 	})

@@ -109,8 +109,16 @@ func ContextLinearForward[Y OutputElement, X Element](c *Context, t *Transform, 
 	}); err != nil {
 		return nil, err
 	}
-	ws := make([]byte, wsBytes)
-	y := make([]Y, n*info.DOut)
+	wb, err := goLen(uint64(wsBytes), "workspace bytes")
+	if err != nil {
+		return nil, err
+	}
+	ny, err := elemCount(n, info.DOut, "y")
+	if err != nil {
+		return nil, err
+	}
+	ws := make([]byte, wb)
+	y := make([]Y, ny)
 	err = call(func() C.wush_status {
 		return C.wush_linear_forward(p, t.p, q.p, C.wush_dtype(DTypeOf[X]()), ptrOf(x), C.size_t(n),
 			C.wush_dtype(DTypeOf[Y]()), ptrOf(y), C.size_t(len(y)), ptrOf(ws), C.size_t(len(ws)))

@@ -70,8 +70,16 @@ func (f *TensorFile) Tensor(index int) (Tensor, error) {
 	}); err != nil {
 		return Tensor{}, err
 	}
-	t := Tensor{Name: C.GoString(name), DType: C.GoString(dtype), Data: C.GoBytes(data, C.int(nbytes))}
-	for _, d := range unsafe.Slice(shape, int(ndim)) {
+	nd, err := goLen(uint64(ndim), "tensor dimensions")
+	if err != nil {
+		return Tensor{}, err
+	}
+	bytes, err := goBytes(data, uint64(nbytes), "tensor data")
+	if err != nil {
+		return Tensor{}, err
+	}
+	t := Tensor{Name: C.GoString(name), DType: C.GoString(dtype), Data: bytes}
+	for _, d := range unsafe.Slice(shape, nd) {
 		t.Shape = append(t.Shape, uint64(d))
 	}
 	return t, nil

@@ -96,8 +96,8 @@ func BuildTransform[W Element](ctx *Context, cal *Calibrator, weight []W, dOut i
 	if p == nil || cal.p == nil {
 		return nil, errClosed
 	}
-	if len(weight) != dOut*cal.dIn {
-		return nil, invalid("weight holds %d elements, expected %d", len(weight), dOut*cal.dIn)
+	if err := expectElems(len(weight), dOut, cal.dIn, "weight"); err != nil {
+		return nil, err
 	}
 	defer runtime.KeepAlive(ctx)
 	defer runtime.KeepAlive(cal)
@@ -143,7 +143,11 @@ func (t *Transform) Matrices() ([]float32, error) {
 		return nil, err
 	}
 	defer runtime.KeepAlive(t)
-	m := make([]float32, d*g)
+	n, err := elemCount(d, g, "C x G x G")
+	if err != nil {
+		return nil, err
+	}
+	m := make([]float32, n)
 	err = call(func() C.wush_status { return C.wush_transform_matrices(t.p, (*C.float)(ptrOf(m)), C.size_t(len(m))) })
 	return m, err
 }

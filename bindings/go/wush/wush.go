@@ -34,8 +34,9 @@ package wush
 // The files of the package follow the sections of include/wush/wush.h: errors.go (status and
 // errors), types.go (element types and block formats), context.go, rows.go, options.go (and
 // progress.go), calibrator.go, transform.go, qweight.go, runtime.go, linear.go (prepared layers),
-// checkpoint.go, example_layers.go, tensorfile.go and version.go. This file holds the package's
-// cgo flags: cgo applies them to every file of the package.
+// checkpoint.go, example_layers.go, tensorfile.go and version.go; sizes.go converts sizes between
+// the library (size_t) and Go (int). This file holds the package's cgo flags: cgo applies them to
+// every file of the package.
 
 // #cgo pkg-config: wush
 // #include <wush/wush.h>
