@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use std::ptr::{self, NonNull};
 
 use crate::context::Context;
-use crate::error::{check, rows_of, Result};
+use crate::error::{check, checked_alloc, rows_of, Result};
 use crate::sys;
 use crate::types::{DType, Element};
 
@@ -94,7 +94,7 @@ impl Calibrator {
     }
     /// `wush_calibrator_second_moment`: block `block`'s G x G moment, row-major.
     pub fn second_moment(&self, block: usize) -> Result<Vec<f64>> {
-        let mut m = vec![0f64; self.group_size * self.group_size];
+        let mut m = vec![0f64; checked_alloc::<f64>(self.group_size, self.group_size, "G x G moment")?];
         // SAFETY: the buffer holds the count passed.
         check(unsafe { sys::wush_calibrator_second_moment(self.raw.as_ptr(), block, m.as_mut_ptr(), m.len()) })?;
         Ok(m)

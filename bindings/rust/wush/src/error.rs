@@ -167,12 +167,104 @@ pub(crate) fn enum_out<T>(v: std::os::raw::c_int, from: fn(std::os::raw::c_int) 
     from(v).ok_or_else(|| Error { status: Status::Unsupported, message: format!("unknown {what} value {v}") })
 }
 
+// Sizes: a product of two sizes panics on overflow in a debug build and wraps in a release build,
+// and a slice longer than isize::MAX bytes is undefined behaviour; these return this crate's error
+// instead, before anything is allocated or read.
+
+/// `a * b`, the element count of an a x b matrix, or an error naming `what` when it overflows usize.
+pub(crate) fn checked_elems(a: usize, b: usize, what: &str) -> Result<usize> {
+    a.checked_mul(b).ok_or_else(|| Error::invalid(format!("{what}: {a} x {b} elements overflow usize")))
+}
+
+/// The element count of a new `Vec<T>` of a x b elements: [`checked_elems`], and an error where
+/// its bytes would exceed isize::MAX (`vec!` panics there with "capacity overflow").
+pub(crate) fn checked_alloc<T>(a: usize, b: usize, what: &str) -> Result<usize> {
+    let n = checked_elems(a, b, what)?;
+    match n.checked_mul(std::mem::size_of::<T>()) {
+        Some(bytes) if bytes <= isize::MAX as usize => Ok(n),
+        _ => Err(Error::invalid(format!("{what}: {a} x {b} elements of {} bytes exceed isize::MAX bytes",
+                                        std::mem::size_of::<T>()))),
+    }
+}
+
+/// `n`, a count of elements of `elem_size` bytes that the library reported, as a slice length:
+/// an error where they span more than isize::MAX bytes, which no Rust slice may
+/// (`std::slice::from_raw_parts` requires it).
+pub(crate) fn slice_len(n: usize, elem_size: usize, what: &str) -> Result<usize> {
+    match n.checked_mul(elem_size) {
+        Some(bytes) if bytes <= isize::MAX as usize => Ok(n),
+        _ => Err(Error {
+            status: Status::Unsupported,
+            message: format!("{what}: {n} elements of {elem_size} bytes exceed isize::MAX bytes, the largest slice"),
+        }),
+    }
+}
+
 /// # Safety
 /// `p` points to `n` readable bytes for `'a` (or n == 0).
-pub(crate) unsafe fn bytes<'a>(p: *const c_void, n: usize) -> &'a [u8] {
+pub(crate) unsafe fn bytes<'a>(p: *const c_void, n: usize, what: &str) -> Result<&'a [u8]> {
     if n == 0 || p.is_null() {
-        &[]
+        Ok(&[])
     } else {
-        std::slice::from_raw_parts(p.cast(), n)
+        Ok(std::slice::from_raw_parts(p.cast(), slice_len(n, 1, what)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Sizes at and past 2^31, 2^32 and the top of usize (the library's size_t).
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn checked_elems_is_the_product_or_an_error() {
+        let ok = [(0, usize::MAX, 0), ((1 << 31) + 16, 1, (1 << 31) + 16), ((1 << 32) + 16, 1, (1 << 32) + 16),
+                  ((1 << 31) + 16, 2, (1 << 32) + 32), ((1 << 32) - 1, (1 << 32) + 1, usize::MAX),
+                  (usize::MAX, 1, usize::MAX)];
+        for (a, b, want) in ok {
+            assert_eq!(checked_elems(a, b, "m").unwrap(), want, "{a} x {b}");
+        }
+        for (a, b) in [((1usize << 32) + 16, 1usize << 32), (1 << 32, 1 << 32), (usize::MAX, 2), (usize::MAX, usize::MAX),
+                       ((1 << 58) + 1, 64)] {
+            let e = checked_elems(a, b, "weight").unwrap_err();
+            assert_eq!(e.status(), Status::InvalidArgument, "{a} x {b}");
+            assert!(e.message().contains("weight") && e.message().contains("overflow"), "{}", e.message());
+        }
+    }
+
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn checked_alloc_refuses_more_than_isize_max_bytes() {
+        assert_eq!(checked_alloc::<f32>((1 << 32) + 16, 1, "y").unwrap(), (1 << 32) + 16);
+        assert_eq!(checked_alloc::<f32>(1 << 61, 1, "y").unwrap_err().status(), Status::InvalidArgument); // 2^63 bytes
+        assert_eq!(checked_alloc::<f32>((1 << 61) - 1, 1, "y").unwrap(), (1 << 61) - 1);
+        assert_eq!(checked_alloc::<f64>(1 << 32, 1 << 32, "m").unwrap_err().status(), Status::InvalidArgument);
+        assert_eq!(checked_alloc::<u8>(isize::MAX as usize, 1, "b").unwrap(), isize::MAX as usize);
+        assert!(checked_alloc::<u8>(isize::MAX as usize + 1, 1, "b").is_err());
+    }
+
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn slice_len_refuses_what_no_slice_can_hold() {
+        for (n, size) in [((1usize << 31) + 16, 1usize), ((1 << 32) + 16, 1), ((1 << 32) + 16, 8), (isize::MAX as usize, 1),
+                          ((1 << 60) - 1, 8)] {
+            assert_eq!(slice_len(n, size, "data").unwrap(), n);
+        }
+        for (n, size) in [(isize::MAX as usize + 1, 1usize), (usize::MAX, 1), (1 << 60, 8), (1 << 61, 8), (usize::MAX, 8)] {
+            assert_eq!(slice_len(n, size, "data").unwrap_err().status(), Status::Unsupported, "{n} x {size}");
+        }
+    }
+
+    #[test]
+    fn bytes_of_an_impossible_length_are_an_error_not_a_slice() {
+        let data = [1u8, 2, 3];
+        let p = data.as_ptr().cast::<c_void>();
+        // SAFETY: p points to 3 bytes; the lengths past isize::MAX are refused before any read.
+        unsafe {
+            assert_eq!(bytes(p, 3, "data").unwrap(), &data[..]);
+            assert_eq!(bytes(p, 0, "data").unwrap(), &[] as &[u8]);
+            assert!(bytes(p, isize::MAX as usize + 1, "data").is_err());
+            assert!(bytes(p, usize::MAX, "data").is_err());
+        }
     }
 }

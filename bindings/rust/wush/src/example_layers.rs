@@ -1,6 +1,6 @@
 //! Built-in example layers (`wush.h`: "Built-in example layers"), the default data of `wush eval`.
 
-use crate::error::{c_string, check, static_str, Result};
+use crate::error::{c_string, check, checked_alloc, static_str, Result};
 use crate::sys;
 
 /// A built-in example layer ([`example_layer`]).
@@ -35,8 +35,12 @@ pub fn example_layer_shape(name: &str) -> Result<(usize, usize)> {
 pub fn example_layer(name: &str, seed: u64, n_calibration: usize, n_heldout: usize) -> Result<ExampleLayer> {
     let (d_out, d_in) = example_layer_shape(name)?;
     let c = c_string(name, "layer name")?;
-    let mut l = ExampleLayer { d_out, d_in, weight: vec![0.0; d_out * d_in], calibration: vec![0.0; n_calibration * d_in],
-                               heldout: vec![0.0; n_heldout * d_in] };
+    // Every size checked before anything is allocated.
+    let n_weight = checked_alloc::<f32>(d_out, d_in, "weight")?;
+    let n_calibration_elems = checked_alloc::<f32>(n_calibration, d_in, "calibration tokens")?;
+    let n_heldout_elems = checked_alloc::<f32>(n_heldout, d_in, "held-out tokens")?;
+    let mut l = ExampleLayer { d_out, d_in, weight: vec![0.0; n_weight], calibration: vec![0.0; n_calibration_elems],
+                               heldout: vec![0.0; n_heldout_elems] };
     // SAFETY: every buffer holds the count passed.
     check(unsafe {
         sys::wush_example_layer_generate(c.as_ptr(), seed, n_calibration, n_heldout, l.weight.as_mut_ptr(),

@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use std::ptr::{self, NonNull};
 
 use crate::context::Context;
-use crate::error::{check, enum_out, rows_of, Result};
+use crate::error::{check, checked_alloc, enum_out, rows_of, Result};
 use crate::qweight::QWeight;
 use crate::sys;
 use crate::transform::Transform;
@@ -82,7 +82,7 @@ impl<'ctx> Linear<'ctx> {
     pub fn forward<T: Element>(&self, x: &[T]) -> Result<Vec<f32>> {
         let n = rows_of(x.len(), self.d_in, "x")?;
         let mut ws = vec![0u8; self.workspace_size(n)?];
-        let mut y = vec![0f32; n * self.d_out];
+        let mut y = vec![0f32; checked_alloc::<f32>(n, self.d_out, "y")?];
         self.run(x, &mut y, &mut ws)?;
         Ok(y)
     }

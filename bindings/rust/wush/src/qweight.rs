@@ -6,7 +6,7 @@ use std::ptr::{self, NonNull};
 
 use crate::calibrator::Calibrator;
 use crate::context::Context;
-use crate::error::{bytes, c_string, check, enum_out, expect_len, rows_of, static_str, Error, Result};
+use crate::error::{bytes, c_string, check, checked_elems, enum_out, expect_len, rows_of, static_str, Error, Result};
 use crate::options::{opt_ptr, Options};
 use crate::sys;
 use crate::transform::{Transform, TransformKind};
@@ -87,7 +87,7 @@ impl QWeight {
     /// `wush_qweight_create`: quantizes `weight` (d_out x d_in) after the transform's weight side.
     pub fn new<T: Element>(ctx: &Context, transform: &Transform, format: Format, method: Method, weight: &[T],
                            d_out: usize, options: Option<&Options>) -> Result<QWeight> {
-        expect_len(weight.len(), d_out * transform.d_in, "weight")?;
+        expect_len(weight.len(), checked_elems(d_out, transform.d_in, "weight")?, "weight")?;
         let mut raw = ptr::null_mut();
         // SAFETY: weight holds d_out * d_in elements; valid output pointer.
         check(unsafe {
@@ -111,7 +111,7 @@ impl QWeight {
         // SAFETY: live handle; the pointers stay valid until the qweight is destroyed, which the
         // returned borrows of self prevent.
         check(unsafe { sys::wush_qweight_data(self.raw.as_ptr(), &mut c, &mut cb, &mut s, &mut sb) })?;
-        unsafe { Ok((bytes(c, cb), bytes(s, sb))) }
+        unsafe { Ok((bytes(c, cb, "qweight codes")?, bytes(s, sb, "qweight scales")?)) }
     }
 }
 
@@ -127,7 +127,7 @@ impl Drop for QWeight {
 pub fn layer_quantize<T: Element>(ctx: &Context, calibrator: &Calibrator, kind: TransformKind, format: Format,
                                   method: Method, weight: &[T], d_out: usize, options: Option<&Options>)
                                   -> Result<(Transform, QWeight)> {
-    expect_len(weight.len(), d_out * calibrator.d_in, "weight")?;
+    expect_len(weight.len(), checked_elems(d_out, calibrator.d_in, "weight")?, "weight")?;
     let (mut t, mut q) = (ptr::null_mut(), ptr::null_mut());
     // SAFETY: weight holds d_out * d_in elements; valid output pointers.
     check(unsafe {
@@ -156,7 +156,7 @@ impl Context {
     fn loss<W: Element, X: Element>(&self, runtime: bool, transform: &Transform, qweight: &QWeight, weight: &[W],
                                     x: &[X]) -> Result<f64> {
         let info = qweight.info()?;
-        expect_len(weight.len(), info.d_out * info.d_in, "weight")?;
+        expect_len(weight.len(), checked_elems(info.d_out, info.d_in, "weight")?, "weight")?;
         let n_tokens = rows_of(x.len(), info.d_in, "x")?;
         let f = if runtime { sys::wush_layer_loss_runtime } else { sys::wush_layer_loss };
         let mut loss = 0.0;

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::ptr::{self, NonNull};
 
-use crate::error::{borrowed_str, bytes, c_path, c_string, check, Result, Status};
+use crate::error::{borrowed_str, bytes, c_path, c_string, check, slice_len, Result, Status};
 use crate::sys;
 
 /// One tensor of a [`TensorFile`], borrowed from its mapping.
@@ -54,8 +54,12 @@ impl TensorFile {
                                          &mut data, &mut nbytes)
         })?;
         unsafe {
-            let shape = if ndim == 0 { &[][..] } else { std::slice::from_raw_parts(shape, ndim) };
-            Ok(Tensor { name: borrowed_str(name), dtype: borrowed_str(dtype), shape, data: bytes(data, nbytes) })
+            let shape = if ndim == 0 {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(shape, slice_len(ndim, std::mem::size_of::<u64>(), "tensor shape")?)
+            };
+            Ok(Tensor { name: borrowed_str(name), dtype: borrowed_str(dtype), shape, data: bytes(data, nbytes, "tensor data")? })
         }
     }
     /// `wush_tensor_file_find`: the tensor called `name`, or None.

@@ -6,7 +6,7 @@ use std::ptr::{self, NonNull};
 
 use crate::calibrator::Calibrator;
 use crate::context::Context;
-use crate::error::{c_string, check, enum_out, expect_len, static_str, Error, Result};
+use crate::error::{c_string, check, checked_alloc, checked_elems, enum_out, expect_len, static_str, Error, Result};
 use crate::options::{opt_ptr, Options};
 use crate::sys;
 use crate::types::Element;
@@ -136,7 +136,7 @@ impl Transform {
     /// `wush_transform_build`: `weight` is d_out x d_in (d_in the calibrator's).
     pub fn build<T: Element>(ctx: &Context, calibrator: &Calibrator, weight: &[T], d_out: usize, kind: TransformKind,
                              options: Option<&Options>) -> Result<Transform> {
-        expect_len(weight.len(), d_out * calibrator.d_in, "weight")?;
+        expect_len(weight.len(), checked_elems(d_out, calibrator.d_in, "weight")?, "weight")?;
         let mut raw = ptr::null_mut();
         // SAFETY: weight holds d_out * d_in elements; valid output pointer.
         check(unsafe {
@@ -165,7 +165,7 @@ impl Transform {
     /// `wush_transform_matrices`: (C, G, G) float32 activation-side matrices.
     pub fn matrices(&self) -> Result<Vec<f32>> {
         let (_, d, g) = self.info()?;
-        let mut m = vec![0f32; d * g];
+        let mut m = vec![0f32; checked_alloc::<f32>(d, g, "C x G x G matrices")?];
         // SAFETY: the buffer holds the count passed.
         check(unsafe { sys::wush_transform_matrices(self.raw.as_ptr(), m.as_mut_ptr(), m.len()) })?;
         Ok(m)
