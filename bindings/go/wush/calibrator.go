@@ -28,6 +28,9 @@ type Calibrator struct {
 
 // NewCalibrator is wush_calibrator_create.
 func NewCalibrator(dIn, groupSize int, mode MomentMode) (*Calibrator, error) {
+	if err := nonNegative("dIn, groupSize", dIn, groupSize); err != nil {
+		return nil, err
+	}
 	var p *C.wush_calibrator
 	if err := call(func() C.wush_status {
 		return C.wush_calibrator_create(C.size_t(dIn), C.size_t(groupSize), C.wush_moment_mode(mode), &p)
@@ -94,6 +97,9 @@ func (c *Calibrator) AddDevice(ctx *Context, dtype DType, x unsafe.Pointer, nTok
 	if p == nil || c.p == nil {
 		return errClosed
 	}
+	if err := nonNegative("nTokens", nTokens); err != nil {
+		return err
+	}
 	defer runtime.KeepAlive(ctx)
 	defer runtime.KeepAlive(c)
 	return call(func() C.wush_status { return C.wush_calibrator_add(p, c.p, C.wush_dtype(dtype), x, C.size_t(nTokens)) })
@@ -124,6 +130,9 @@ func (c *Calibrator) TokenCount() (uint64, error) {
 func (c *Calibrator) SecondMoment(block int) ([]float64, error) {
 	if c.p == nil {
 		return nil, errClosed
+	}
+	if err := nonNegative("block", block); err != nil {
+		return nil, err
 	}
 	defer runtime.KeepAlive(c)
 	n, err := elemCount(c.g, c.g, "G x G")
@@ -168,6 +177,9 @@ func (c *Calibrator) SetSampleSize(n int) error {
 	if c.p == nil {
 		return errClosed
 	}
+	if err := nonNegative("n", n); err != nil {
+		return err
+	}
 	defer runtime.KeepAlive(c)
 	return call(func() C.wush_status { return C.wush_calibrator_set_sample_size(c.p, C.size_t(n)) })
 }
@@ -187,6 +199,9 @@ func (c *Calibrator) SampleCount() (int, error) {
 func (c *Calibrator) SetValidationSize(n int) error {
 	if c.p == nil {
 		return errClosed
+	}
+	if err := nonNegative("n", n); err != nil {
+		return err
 	}
 	defer runtime.KeepAlive(c)
 	return call(func() C.wush_status { return C.wush_calibrator_set_validation_size(c.p, C.size_t(n)) })

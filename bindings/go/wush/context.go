@@ -42,6 +42,9 @@ func NewContext(backend Backend, device int) (*Context, error) {
 	if err := CheckVersion(); err != nil {
 		return nil, err
 	}
+	if err := int32Arg("device", device); err != nil {
+		return nil, err
+	}
 	var p *C.wush_context
 	if err := call(func() C.wush_status { return C.wush_context_create(C.wush_backend(backend), C.int(device), &p) }); err != nil {
 		return nil, err

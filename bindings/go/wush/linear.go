@@ -80,6 +80,9 @@ func (l *Linear) WorkspaceSize(nTokens int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if err := nonNegative("nTokens", nTokens); err != nil {
+		return 0, err
+	}
 	defer runtime.KeepAlive(l)
 	var b C.size_t
 	if err := call(func() C.wush_status { return C.wush_linear_workspace_size(cp, l.p, C.size_t(nTokens), &b) }); err != nil {
@@ -158,6 +161,9 @@ func (l *Linear) QuantizeDevice(dtype DType, x unsafe.Pointer, nTokens int, code
 	if err != nil {
 		return err
 	}
+	if err := nonNegative("nTokens, codesBytes, scalesBytes", nTokens, codesBytes, scalesBytes); err != nil {
+		return err
+	}
 	defer runtime.KeepAlive(l)
 	return call(func() C.wush_status {
 		return C.wush_linear_quantize(cp, l.p, C.wush_dtype(dtype), x, C.size_t(nTokens), codes, C.size_t(codesBytes),
@@ -171,6 +177,9 @@ func (l *Linear) RunDevice(xDtype DType, x unsafe.Pointer, nTokens int, yDtype D
 	workspace unsafe.Pointer, workspaceBytes int) error {
 	cp, err := l.live()
 	if err != nil {
+		return err
+	}
+	if err := nonNegative("nTokens, yCount, workspaceBytes", nTokens, yCount, workspaceBytes); err != nil {
 		return err
 	}
 	defer runtime.KeepAlive(l)

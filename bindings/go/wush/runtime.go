@@ -67,6 +67,9 @@ func ContextGemm[Y OutputElement](c *Context, q *QWeight, aCodes, aScales []byte
 	if q.p == nil {
 		return errClosed
 	}
+	if err := nonNegative("m", m); err != nil {
+		return err
+	}
 	defer runtime.KeepAlive(c)
 	defer runtime.KeepAlive(q)
 	return call(func() C.wush_status {

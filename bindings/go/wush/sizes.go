@@ -8,6 +8,7 @@ package wush
 import (
 	"fmt"
 	"math"
+	"strings"
 	"unsafe"
 )
 
@@ -69,6 +70,26 @@ func expectElems(n, rows, width int, what string) error {
 	}
 	if n != want {
 		return invalid("%s holds %d elements, expected %d", what, n, want)
+	}
+	return nil
+}
+
+// nonNegative checks sizes and indices the caller passes before they become a C size_t, where a
+// negative int would wrap to a count near 2^64. names are theirs, comma-separated, in ns's order.
+func nonNegative(names string, ns ...int) error {
+	for i, n := range ns {
+		if n < 0 {
+			return invalid("%s is negative (%d)", strings.Split(names, ", ")[i], n)
+		}
+	}
+	return nil
+}
+
+// int32Arg checks an int the caller passes before it becomes a C int (32 bits), which would
+// truncate it to another value.
+func int32Arg(what string, n int) error {
+	if n < math.MinInt32 || n > math.MaxInt32 {
+		return invalid("%s %d does not fit a C int", what, n)
 	}
 	return nil
 }

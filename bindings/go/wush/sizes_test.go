@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math"
 	"math/bits"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -167,4 +168,96 @@ func TestSizeProductsPastMaxIntAreErrors(t *testing.T) {
 		_, _, err := LayerQuantize(ctx, cal, Hadamard, MXFP4, RTN, w, dOut, nil)
 		return err
 	})
+}
+
+func TestNonNegativeAndInt32Arg(t *testing.T) {
+	if err := nonNegative("a, b", 0, math.MaxInt); err != nil {
+		t.Errorf("nonNegative(0, MaxInt): %v", err)
+	}
+	err := nonNegative("a, b", 1, -1)
+	if err == nil || !strings.Contains(err.Error(), "b is negative") {
+		t.Errorf("nonNegative(1, -1) = %v; want b named", err)
+	}
+	wantStatus(t, "nonNegative", err, ErrInvalidArgument)
+	for _, n := range []int{0, -1, math.MaxInt32, math.MinInt32} {
+		if err := int32Arg("device", n); err != nil {
+			t.Errorf("int32Arg(%d): %v", n, err)
+		}
+	}
+	if strconv.IntSize == 64 {
+		for _, v := range []int64{math.MaxInt32 + 1, 1 << 32, math.MinInt32 - 1, math.MaxInt64} {
+			if err := int32Arg("device", int(v)); err == nil {
+				t.Errorf("int32Arg(%d): no error (a C int would hold %d)", v, int32(v))
+			}
+		}
+	}
+}
+
+// Negative sizes and indices are refused before they reach a C size_t (where -1 is 2^64 - 1), and
+// an int that a C int would truncate is refused before it names another device.
+func TestNegativeSizesAreRefusedBeforeTheLibrary(t *testing.T) {
+	refused := func(what string, err error) {
+		t.Helper()
+		if err == nil {
+			t.Errorf("%s: no error", what)
+			return
+		}
+		wantStatus(t, what, err, ErrInvalidArgument)
+		if !strings.Contains(err.Error(), "negative") && !strings.Contains(err.Error(), "C int") {
+			t.Errorf("%s: %v; want the negative size named", what, err)
+		}
+	}
+	const g = 32
+	ctx := cpu(t)
+	defer ctx.Close()
+	_, err := NewCalibrator(-2*g, g, MomentsBlockDiagonal)
+	refused("NewCalibrator(dIn -64)", err)
+	_, err = NewCalibrator(2*g, -g, MomentsBlockDiagonal)
+	refused("NewCalibrator(groupSize -32)", err)
+	cal, err := NewCalibrator(2*g, g, MomentsBlockDiagonal)
+	must(t, err)
+	defer cal.Close()
+	_, err = cal.SecondMoment(-1)
+	refused("SecondMoment(-1)", err)
+	refused("SetSampleSize(-1)", cal.SetSampleSize(-1))
+	refused("SetValidationSize(-1)", cal.SetValidationSize(-1))
+	refused("AddDevice(nTokens -1)", cal.AddDevice(ctx, F32, nil, -1))
+	_, err = FixedTransform(Hadamard, -2*g, g, nil)
+	refused("FixedTransform(dIn -64)", err)
+	_, err = FixedTransform(Hadamard, 2*g, -g, nil)
+	refused("FixedTransform(groupSize -32)", err)
+	_, _, err = MXFP4.BufferSizes(-1, 2*g)
+	refused("BufferSizes(nRows -1)", err)
+	tr, err := FixedTransform(Hadamard, 2*g, g, nil)
+	must(t, err)
+	defer tr.Close()
+	q, err := NewQWeight(ctx, tr, MXFP4, RTN, make([]float32, 2*2*g), 2, nil)
+	must(t, err)
+	defer q.Close()
+	refused("Gemm(m -1)", ctx.Gemm(q, nil, nil, -1, nil))
+	lin, err := NewLinear(ctx, tr, q)
+	must(t, err)
+	defer lin.Close()
+	_, err = lin.WorkspaceSize(-1)
+	refused("WorkspaceSize(-1)", err)
+	refused("QuantizeDevice(nTokens -1)", lin.QuantizeDevice(F32, nil, -1, nil, 0, nil, 0))
+	refused("RunDevice(yCount -1)", lin.RunDevice(F32, nil, 0, F32, nil, -1, nil, 0))
+	path := filepath.Join(t.TempDir(), "sizes.safetensors")
+	w, err := NewCheckpointWriter()
+	must(t, err)
+	defer w.Close()
+	must(t, w.AddLayer("l", tr, q))
+	must(t, w.Write(path, nil))
+	f, err := OpenTensorFile(path)
+	must(t, err)
+	defer f.Close()
+	_, err = f.Tensor(-1)
+	refused("Tensor(-1)", err)
+	if strconv.IntSize == 64 {
+		c, err := NewContext(CPU, int(int64(1)<<32)) // a C int would make it device 0
+		if err == nil {
+			c.Close()
+		}
+		refused("NewContext(CPU, 2^32)", err)
+	}
 }

@@ -60,6 +60,9 @@ func (f *TensorFile) Tensor(index int) (Tensor, error) {
 	if f.p == nil {
 		return Tensor{}, errClosed
 	}
+	if err := nonNegative("index", index); err != nil {
+		return Tensor{}, err
+	}
 	defer runtime.KeepAlive(f)
 	var name, dtype *C.char
 	var ndim, nbytes C.size_t

@@ -114,6 +114,9 @@ func BuildTransform[W Element](ctx *Context, cal *Calibrator, weight []W, dOut i
 
 // FixedTransform is wush_transform_create_fixed (identity, Hadamard, random).
 func FixedTransform(kind TransformKind, dIn, groupSize int, opts *Options) (*Transform, error) {
+	if err := nonNegative("dIn, groupSize", dIn, groupSize); err != nil {
+		return nil, err
+	}
 	defer runtime.KeepAlive(opts)
 	var t *C.wush_transform
 	if err := call(func() C.wush_status {

@@ -66,11 +66,22 @@ func (f Format) ScaleBytes() (int, error) {
 
 // BufferSizes is wush_format_buffer_sizes: code and scale bytes of an nRows x dIn matrix.
 func (f Format) BufferSizes(nRows, dIn int) (codes, scales int, err error) {
+	if err := nonNegative("nRows, dIn", nRows, dIn); err != nil {
+		return 0, 0, err
+	}
 	var c, s C.size_t
-	err = call(func() C.wush_status {
+	if err := call(func() C.wush_status {
 		return C.wush_format_buffer_sizes(C.wush_format(f), C.size_t(nRows), C.size_t(dIn), &c, &s)
-	})
-	return int(c), int(s), err
+	}); err != nil {
+		return 0, 0, err
+	}
+	if codes, err = goLen(uint64(c), "codes bytes"); err != nil {
+		return 0, 0, err
+	}
+	if scales, err = goLen(uint64(s), "scales bytes"); err != nil {
+		return 0, 0, err
+	}
+	return codes, scales, nil
 }
 
 // Size is wush_dtype_size.
