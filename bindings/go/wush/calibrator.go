@@ -192,7 +192,7 @@ func (c *Calibrator) SampleCount() (int, error) {
 	defer runtime.KeepAlive(c)
 	var n C.size_t
 	err := call(func() C.wush_status { return C.wush_calibrator_sample_count(c.p, &n) })
-	return int(n), err
+	return lenAfter(uint64(n), err, "sample count")
 }
 
 // SetValidationSize is wush_calibrator_set_validation_size.
@@ -215,5 +215,5 @@ func (c *Calibrator) ValidationCount() (int, error) {
 	defer runtime.KeepAlive(c)
 	var n C.size_t
 	err := call(func() C.wush_status { return C.wush_calibrator_validation_count(c.p, &n) })
-	return int(n), err
+	return lenAfter(uint64(n), err, "validation count")
 }

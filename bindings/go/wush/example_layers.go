@@ -31,8 +31,16 @@ func ExampleLayerShape(name string) (dOut, dIn int, err error) {
 	cs := C.CString(name)
 	defer C.free(unsafe.Pointer(cs))
 	var o, i C.size_t
-	err = call(func() C.wush_status { return C.wush_example_layer_shape(cs, &o, &i) })
-	return int(o), int(i), err
+	if err = call(func() C.wush_status { return C.wush_example_layer_shape(cs, &o, &i) }); err != nil {
+		return 0, 0, err
+	}
+	if dOut, err = goLen(uint64(o), "d_out"); err != nil {
+		return 0, 0, err
+	}
+	if dIn, err = goLen(uint64(i), "d_in"); err != nil {
+		return 0, 0, err
+	}
+	return dOut, dIn, nil
 }
 
 // GenerateExampleLayer is wush_example_layer_generate.

@@ -114,7 +114,7 @@ func (o *Options) SampleSize() (int, error) {
 	defer runtime.KeepAlive(o)
 	var n C.size_t
 	err := call(func() C.wush_status { return C.wush_options_sample_size(o.p, &n) })
-	return int(n), err
+	return lenAfter(uint64(n), err, "sample size")
 }
 
 // SetProgress is wush_options_set_progress: f(fraction) returns false to cancel (the operation

@@ -119,8 +119,18 @@ func (q *QWeight) Info() (QWeightInfo, error) {
 	var f C.wush_format
 	var m C.wush_method
 	var o, i C.size_t
-	err := call(func() C.wush_status { return C.wush_qweight_info(q.p, &f, &m, &o, &i) })
-	return QWeightInfo{Format(f), Method(m), int(o), int(i)}, err
+	if err := call(func() C.wush_status { return C.wush_qweight_info(q.p, &f, &m, &o, &i) }); err != nil {
+		return QWeightInfo{}, err
+	}
+	dOut, err := goLen(uint64(o), "d_out")
+	if err != nil {
+		return QWeightInfo{}, err
+	}
+	dIn, err := goLen(uint64(i), "d_in")
+	if err != nil {
+		return QWeightInfo{}, err
+	}
+	return QWeightInfo{Format(f), Method(m), dOut, dIn}, nil
 }
 
 // Data is wush_qweight_data: copies of the packed codes and scales.

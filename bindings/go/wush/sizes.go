@@ -93,3 +93,11 @@ func int32Arg(what string, n int) error {
 	}
 	return nil
 }
+
+// lenAfter is goLen of a count a call wrote, once the call succeeded.
+func lenAfter(n uint64, err error, what string) (int, error) {
+	if err != nil {
+		return 0, err
+	}
+	return goLen(n, what)
+}

@@ -96,7 +96,8 @@ func TestElemCountIsExactOrAnError(t *testing.T) {
 	}
 	// A product that wraps to the slice's length must not pass the check (1<<58+1) x 64 = 2^64 + 64.
 	if strconv.IntSize == 64 {
-		if err := expectElems(64, int(uint64(1)<<58+1), 64, "weight"); err == nil {
+		rows := uint64(1)<<58 + 1 // a variable: int(constant) would not compile where int has 32 bits
+		if err := expectElems(64, int(rows), 64, "weight"); err == nil {
 			t.Error("expectElems accepted 64 elements for a (2^58+1) x 64 matrix")
 		}
 	}
@@ -254,10 +255,23 @@ func TestNegativeSizesAreRefusedBeforeTheLibrary(t *testing.T) {
 	_, err = f.Tensor(-1)
 	refused("Tensor(-1)", err)
 	if strconv.IntSize == 64 {
-		c, err := NewContext(CPU, int(int64(1)<<32)) // a C int would make it device 0
+		device := int64(1) << 32 // a C int would make it device 0
+		c, err := NewContext(CPU, int(device))
 		if err == nil {
 			c.Close()
 		}
 		refused("NewContext(CPU, 2^32)", err)
 	}
+}
+
+func TestLenAfterKeepsTheCallsErrorFirst(t *testing.T) {
+	if n, err := lenAfter(math.MaxInt, nil, "n"); err != nil || n != math.MaxInt {
+		t.Errorf("lenAfter(MaxInt) = %d, %v", n, err)
+	}
+	callErr := invalid("the call failed")
+	if n, err := lenAfter(7, callErr, "n"); n != 0 || err != callErr {
+		t.Errorf("lenAfter after a failed call = %d, %v; want 0 and the call's error", n, err)
+	}
+	_, err := lenAfter(math.MaxUint64, nil, "n")
+	wantStatus(t, "lenAfter(2^64-1)", err, ErrUnsupported)
 }

@@ -52,7 +52,7 @@ func (f *TensorFile) Count() (int, error) {
 	defer runtime.KeepAlive(f)
 	var n C.size_t
 	err := call(func() C.wush_status { return C.wush_tensor_file_count(f.p, &n) })
-	return int(n), err
+	return lenAfter(uint64(n), err, "tensor count")
 }
 
 // Tensor is wush_tensor_file_tensor (the data copied out of the mapping).
@@ -103,7 +103,11 @@ func (f *TensorFile) Find(name string) (t Tensor, ok bool, err error) {
 	} else if err != nil {
 		return Tensor{}, false, err
 	}
-	t, err = f.Tensor(int(i))
+	index, err := goLen(uint64(i), "tensor index")
+	if err != nil {
+		return Tensor{}, false, err
+	}
+	t, err = f.Tensor(index)
 	return t, err == nil, err
 }
 

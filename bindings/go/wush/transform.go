@@ -135,8 +135,16 @@ func (t *Transform) Info() (kind TransformKind, dIn, groupSize int, err error) {
 	defer runtime.KeepAlive(t)
 	var k C.wush_transform_kind
 	var d, g C.size_t
-	err = call(func() C.wush_status { return C.wush_transform_info(t.p, &k, &d, &g) })
-	return TransformKind(k), int(d), int(g), err
+	if err = call(func() C.wush_status { return C.wush_transform_info(t.p, &k, &d, &g) }); err != nil {
+		return 0, 0, 0, err
+	}
+	if dIn, err = goLen(uint64(d), "d_in"); err != nil {
+		return 0, 0, 0, err
+	}
+	if groupSize, err = goLen(uint64(g), "group size"); err != nil {
+		return 0, 0, 0, err
+	}
+	return TransformKind(k), dIn, groupSize, nil
 }
 
 // Matrices is wush_transform_matrices: (C, G, G) float32.
@@ -165,7 +173,11 @@ func (t *Transform) FallbackBlocks() ([]int, error) {
 	if err := call(func() C.wush_status { return C.wush_transform_fallback_blocks(t.p, &n, nil, 0) }); err != nil {
 		return nil, err
 	}
-	b := make([]C.size_t, n)
+	nb, err := goLen(uint64(n), "fallback blocks")
+	if err != nil {
+		return nil, err
+	}
+	b := make([]C.size_t, nb)
 	if err := call(func() C.wush_status {
 		return C.wush_transform_fallback_blocks(t.p, &n, (*C.size_t)(ptrOf(b)), C.size_t(len(b)))
 	}); err != nil {
@@ -269,7 +281,11 @@ func (t *Transform) Guard() (*GuardReport, error) {
 	if GuardSource(source) == GuardNone {
 		return nil, nil
 	}
-	r := &GuardReport{Source: GuardSource(source), NTokens: int(n), Kept: GuardCandidate(kept)}
+	nTokens, err := goLen(uint64(n), "guard tokens")
+	if err != nil {
+		return nil, err
+	}
+	r := &GuardReport{Source: GuardSource(source), NTokens: nTokens, Kept: GuardCandidate(kept)}
 	for _, c := range GuardCandidates {
 		s, err := t.GuardCandidate(c)
 		if err != nil {

@@ -47,7 +47,7 @@ func FormatFromName(name string) (Format, error) {
 func (f Format) GroupSize() (int, error) {
 	var g C.size_t
 	err := call(func() C.wush_status { return C.wush_format_group_size(C.wush_format(f), &g) })
-	return int(g), err
+	return lenAfter(uint64(g), err, "group size")
 }
 
 // TensorFactor is wush_format_tensor_factor.
@@ -61,7 +61,7 @@ func (f Format) TensorFactor() (float32, error) {
 func (f Format) ScaleBytes() (int, error) {
 	var v C.size_t
 	err := call(func() C.wush_status { return C.wush_format_scale_bytes(C.wush_format(f), &v) })
-	return int(v), err
+	return lenAfter(uint64(v), err, "scale bytes")
 }
 
 // BufferSizes is wush_format_buffer_sizes: code and scale bytes of an nRows x dIn matrix.
@@ -88,7 +88,7 @@ func (f Format) BufferSizes(nRows, dIn int) (codes, scales int, err error) {
 func (d DType) Size() (int, error) {
 	var v C.size_t
 	err := call(func() C.wush_status { return C.wush_dtype_size(C.wush_dtype(d), &v) })
-	return int(v), err
+	return lenAfter(uint64(v), err, "element size")
 }
 
 // Half is a 16-bit float element (binary16 or bfloat16) as its bits; which one is said by the
