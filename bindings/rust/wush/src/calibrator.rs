@@ -104,7 +104,7 @@ impl Calibrator {
         let mut n = 0;
         // SAFETY: live handle, valid output pointer; then a buffer of the size returned.
         check(unsafe { sys::wush_calibrator_state_size(self.raw.as_ptr(), &mut n) })?;
-        let mut s = vec![0f64; n];
+        let mut s = vec![0f64; checked_alloc::<f64>(n, 1, "calibrator state")?];
         check(unsafe { sys::wush_calibrator_export_state(self.raw.as_ptr(), s.as_mut_ptr(), s.len()) })?;
         Ok(s)
     }

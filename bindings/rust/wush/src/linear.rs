@@ -81,7 +81,7 @@ impl<'ctx> Linear<'ctx> {
     /// [`Linear::run`] with new f32 output and workspace (convenient, allocates).
     pub fn forward<T: Element>(&self, x: &[T]) -> Result<Vec<f32>> {
         let n = rows_of(x.len(), self.d_in, "x")?;
-        let mut ws = vec![0u8; self.workspace_size(n)?];
+        let mut ws = vec![0u8; checked_alloc::<u8>(self.workspace_size(n)?, 1, "workspace")?];
         let mut y = vec![0f32; checked_alloc::<f32>(n, self.d_out, "y")?];
         self.run(x, &mut y, &mut ws)?;
         Ok(y)

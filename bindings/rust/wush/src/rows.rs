@@ -2,7 +2,7 @@
 //! methods of [`Context`].
 
 use crate::context::Context;
-use crate::error::{check, rows_of, Error, Result};
+use crate::error::{check, checked_alloc, rows_of, Result};
 use crate::sys;
 use crate::types::{Element, Format};
 
@@ -23,7 +23,8 @@ impl Context {
     pub fn quantize_rows<T: Element>(&self, format: Format, x: &[T], d_in: usize) -> Result<(Vec<u8>, Vec<u8>)> {
         let n_rows = rows_of(x.len(), d_in, "x")?;
         let (cb, sb) = format.buffer_sizes(n_rows, d_in)?;
-        let (mut codes, mut scales) = (vec![0u8; cb], vec![0u8; sb]);
+        let (mut codes, mut scales) =
+            (vec![0u8; checked_alloc::<u8>(cb, 1, "codes")?], vec![0u8; checked_alloc::<u8>(sb, 1, "scales")?]);
         self.quantize_rows_into(format, x, d_in, &mut codes, &mut scales)?;
         Ok((codes, scales))
     }
@@ -41,8 +42,7 @@ impl Context {
     /// [`Context::dequantize_rows_into`] into a new vector of n_rows * d_in floats.
     pub fn dequantize_rows(&self, format: Format, codes: &[u8], scales: &[u8], n_rows: usize, d_in: usize)
                            -> Result<Vec<f32>> {
-        let n = n_rows.checked_mul(d_in).ok_or_else(|| Error::invalid("n_rows * d_in overflows"))?;
-        let mut y = vec![0f32; n];
+        let mut y = vec![0f32; checked_alloc::<f32>(n_rows, d_in, "n_rows x d_in")?];
         self.dequantize_rows_into(format, codes, scales, n_rows, d_in, &mut y)?;
         Ok(y)
     }

@@ -175,7 +175,7 @@ impl Transform {
         let mut n = 0;
         // SAFETY: live handle; the first call only counts, the second fills a buffer of that size.
         check(unsafe { sys::wush_transform_fallback_blocks(self.raw.as_ptr(), &mut n, ptr::null_mut(), 0) })?;
-        let mut b = vec![0usize; n];
+        let mut b = vec![0usize; checked_alloc::<usize>(n, 1, "fallback blocks")?];
         check(unsafe { sys::wush_transform_fallback_blocks(self.raw.as_ptr(), &mut n, b.as_mut_ptr(), b.len()) })?;
         b.truncate(n);
         Ok(b)
@@ -228,7 +228,7 @@ impl Transform {
     }
     /// `wush_transform_singular_values`: C x G doubles, row b = block b.
     pub fn singular_values(&self) -> Result<Vec<f64>> {
-        let mut s = vec![0f64; self.d_in];
+        let mut s = vec![0f64; checked_alloc::<f64>(self.d_in, 1, "singular values")?];
         // SAFETY: the buffer holds the count passed.
         check(unsafe { sys::wush_transform_singular_values(self.raw.as_ptr(), s.as_mut_ptr(), s.len()) })?;
         Ok(s)

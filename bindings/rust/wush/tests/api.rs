@@ -522,5 +522,7 @@ fn size_products_overflowing_usize_are_errors() {
     overflow("example_layer, n_heldout usize::MAX / d_in + 1".into(), &|| example_layer(name, 1, 0, usize::MAX / d + 1).err());
     // A product that fits usize but not in isize::MAX bytes of f32 (vec! would panic).
     overflow("example_layer, n_calibration usize::MAX / d_in".into(), &|| example_layer(name, 1, usize::MAX / d, 0).err());
+    overflow("dequantize_rows, 2^57 x 32".into(), &|| ctx.dequantize_rows(Format::Mxfp4, &[], &[], 1 << 57, 32).err());
+    overflow("dequantize_rows, usize::MAX x 2".into(), &|| ctx.dequantize_rows(Format::Mxfp4, &[], &[], usize::MAX, 2).err());
     assert!(failures.is_empty(), "{} calls failed:\n{}", failures.len(), failures.join("\n"));
 }
