@@ -484,3 +484,45 @@ fn sample_size_follows_the_search_and_its_guard() {
     assert_eq!(o.sample_size().unwrap(), 96);
     assert!(o.set_int(OptionId::SearchGuard, 2).is_err());
 }
+
+// Sizes whose product overflows usize (d_out x d_in, tokens x d_in): this crate's error naming the
+// product, never a panic (a debug build's overflow check) nor a wrapped product (a release build:
+// (2^58 + 1) x 64 wraps to the 64 elements given), and nothing allocated for it. Every call is
+// tried and every failure listed.
+#[test]
+fn size_products_overflowing_usize_are_errors() {
+    let mut failures = Vec::new();
+    let mut overflow = |what: String, f: &dyn Fn() -> Option<Error>| {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            Err(_) => failures.push(format!("{what}: panicked")),
+            Ok(None) => failures.push(format!("{what}: no error")),
+            Ok(Some(e)) if e.status() != Status::InvalidArgument
+                            || !(e.message().contains("overflow") || e.message().contains("exceed")) =>
+                failures.push(format!("{what}: {e}")),
+            Ok(Some(_)) => {}
+        }
+    };
+    let ctx = Context::cpu().unwrap();
+    let d_in = 64;
+    let cal = Calibrator::new(d_in, 32, MomentMode::BlockDiagonal).unwrap();
+    let t = Transform::fixed(TransformKind::Hadamard, d_in, 32, None).unwrap();
+    let w = vec![0f32; d_in];
+    for d_out in [usize::MAX, (1usize << 58) + 1, (usize::MAX / d_in) + 1] {
+        overflow(format!("Transform::build, d_out {d_out}"),
+                 &|| Transform::build(&ctx, &cal, &w, d_out, TransformKind::Wush, None).err());
+        overflow(format!("QWeight::new, d_out {d_out}"),
+                 &|| QWeight::new(&ctx, &t, Format::Mxfp4, Method::Rtn, &w, d_out, None).err());
+        overflow(format!("layer_quantize, d_out {d_out}"), &|| {
+            layer_quantize(&ctx, &cal, TransformKind::Hadamard, Format::Mxfp4, Method::Rtn, &w, d_out, None).err()
+        });
+    }
+    let name = example_layer_names()[0];
+    let (_, d) = example_layer_shape(name).unwrap();
+    overflow("example_layer, n_calibration usize::MAX".into(), &|| example_layer(name, 1, usize::MAX, 0).err());
+    overflow("example_layer, n_heldout usize::MAX / d_in + 1".into(), &|| example_layer(name, 1, 0, usize::MAX / d + 1).err());
+    // A product that fits usize but not in isize::MAX bytes of f32 (vec! would panic).
+    overflow("example_layer, n_calibration usize::MAX / d_in".into(), &|| example_layer(name, 1, usize::MAX / d, 0).err());
+    overflow("dequantize_rows, 2^57 x 32".into(), &|| ctx.dequantize_rows(Format::Mxfp4, &[], &[], 1 << 57, 32).err());
+    overflow("dequantize_rows, usize::MAX x 2".into(), &|| ctx.dequantize_rows(Format::Mxfp4, &[], &[], usize::MAX, 2).err());
+    assert!(failures.is_empty(), "{} calls failed:\n{}", failures.len(), failures.join("\n"));
+}
