@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <exception>
 #include <new>
+#include <stdexcept>
 #include <string>
 
 #include "common/dtype.h"
@@ -24,6 +25,11 @@ wush_status guarded(const char* function, Body&& body) noexcept {
         return e.status();
     } catch (const std::bad_alloc&) {
         set_last_error(function, "out of memory");
+        return WUSH_ERR_OUT_OF_MEMORY;
+    } catch (const std::length_error&) {
+        // A container asked for more than it can ever hold: sizes that pass every overflow check
+        // but no machine could allocate (a calibrator of d_in = 2^31 used to report INTERNAL).
+        set_last_error(function, "out of memory: a requested size exceeds what can be allocated");
         return WUSH_ERR_OUT_OF_MEMORY;
     } catch (const std::exception& e) {
         set_last_error(function, e.what());

@@ -210,7 +210,9 @@ WUSH_API wush_status wush_dtype_size(wush_dtype dtype, size_t* size);
  *    with |x| > 5/3 * 2^127 (about 2.836e38, up to +-FLT_MAX): under the largest scale 2^127
  *    (byte 0xFE) it would get E2M1 code 6, whose value 6 * 2^127 / 3 = 2^128 no float holds, so
  *    dequantizing it would fail. Elements up to 5/3 * 2^127 get code 4 (a tie at 5/3 * 2^127
- *    rounds to even, 4) and decode to +-4 * 2^127 / 3. MXFP4_OCP, NVFP4 and INT4 accept every
+ *    rounds to even, 4) and decode to +-4 * 2^127 / 3. wush_quantize_activations() applies the
+ *    same rule to the transformed values on a CPU context (WUSH_ERR_NON_FINITE; the buffers may
+ *    have been written); a CUDA context does not yet check it. MXFP4_OCP, NVFP4 and INT4 accept every
  *    finite input, and what they write dequantizes to finite values (+-FLT_MAX decodes to
  *    +-6 * 2^125 in MXFP4_OCP and saturates at +-6 * 448 / 10 in NVFP4).
  */

@@ -11,6 +11,7 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "cpu/exact_quantizer.h"
+#include "formats/block_format.h"
 #include "cpu/kernels/kernels.h"
 #include "threads/work_pool.h"
 
@@ -166,6 +167,17 @@ void quantize_activations(const BlockTransform& transform, MatrixUse use, const 
                 if (const auto bad = quantize_block_exact(tile, r)) non_finite.note(*bad);
     });
     non_finite.raise_if_any(d_in);
+    // MXFP4's overflow is decided by the transformed values, which only the kernels see: a value
+    // with |y| * 3 > 5 * 2^127 gets code 6 under scale 2^127, which decodes to 2^128. Refused as
+    // quantize_rows refuses such inputs, so that what this writes, dequantize_rows accepts. Only
+    // groups whose scale is near the top are looked at.
+    if (format.id == WUSH_FORMAT_MXFP4) {
+        try {
+            formats::require_decodable(format, codes, scales, n_tokens, d_in);
+        } catch (const Error& e) {
+            fail(WUSH_ERR_NON_FINITE, std::string("the transformed activations leave MXFP4's range: ") + e.what());
+        }
+    }
 }
 
 }  // namespace wush::cpu

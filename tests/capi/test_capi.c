@@ -333,6 +333,21 @@ static void test_write_refuses_non_regular(void) {
     rmdir(dir);
 }
 
+/* Paths and names quoted in wush_last_error() reach a terminal when a host prints the message:
+ * their control bytes are written as \xNN (issue 43), line breaks excepted. */
+static void test_error_messages_hold_no_control_bytes(void) {
+    wush_checkpoint* ck = NULL;
+    const char* message;
+    const unsigned char* p;
+    int clean = 1;
+    CHECK(wush_checkpoint_open("/nonexistent/\x1b[31mred\a\r.safetensors", &ck) == WUSH_ERR_IO);
+    message = wush_last_error();
+    for (p = (const unsigned char*)message; *p != '\0'; ++p)
+        if ((*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7F) clean = 0;
+    CHECK(clean);
+    CHECK(strstr(message, "\\x1b[31mred\\x07\\x0d") != NULL);
+}
+
 /* A destroyed handle stays refused when a new object takes its address (issue 29, F6): handles
  * used to be the bare addresses, so wush_transform_info on a destroyed transform whose memory a
  * new transform reused returned WUSH_OK, and a wush_linear whose context was destroyed ran through
@@ -486,6 +501,23 @@ static void test_largest_finite_inputs(void) {
         CHECK(wush_quantize_rows(ctx, WUSH_FORMAT_INT4, WUSH_DTYPE_BF16, b, 1, G, codes, sizeof codes, scales, 2) ==
               WUSH_OK);
     }
+    /* The activation path follows the same rule (issue 43: it wrote scale 0xFE and code 6 for
+     * +-FLT_MAX, which wush_dequantize_rows then refused): through the identity transform the
+     * edge value is accepted and decodes, the next float up is refused. */
+    {
+        wush_transform* t = NULL;
+        CHECK(wush_transform_create_fixed(WUSH_TRANSFORM_IDENTITY, G, G, NULL, &t) == WUSH_OK);
+        for (i = 0; i < G; ++i) x[i] = 0.0f;
+        x[0] = edge;
+        CHECK(wush_quantize_activations(ctx, t, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, x, 1, G, codes, sizeof codes, scales,
+                                        1) == WUSH_OK);
+        CHECK(wush_dequantize_rows(ctx, WUSH_FORMAT_MXFP4, codes, sizeof codes, scales, 1, 1, G, y, G) == WUSH_OK);
+        x[0] = -FLT_MAX;
+        CHECK(wush_quantize_activations(ctx, t, WUSH_FORMAT_MXFP4, WUSH_DTYPE_F32, x, 1, G, codes, sizeof codes, scales,
+                                        1) == WUSH_ERR_NON_FINITE);
+        CHECK(strstr(wush_last_error(), "float32 range") != NULL);
+        wush_transform_destroy(t);
+    }
     wush_context_destroy(ctx);
 }
 
@@ -598,6 +630,7 @@ int main(void) {
     test_reused_addresses();
     test_checkpoint_copy_mode();
     test_write_refuses_non_regular();
+    test_error_messages_hold_no_control_bytes();
     test_threads();
     printf("capi: %d checks, %d failed\n", g_checks, g_failures);
     return g_failures == 0 ? 0 : 1;

@@ -31,6 +31,10 @@ static void test_calibrator_basics(wush_context* ctx) {
     CHECK_STATUS(wush_calibrator_create(64, 0, WUSH_MOMENTS_BLOCK_DIAGONAL, &untouched), WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_calibrator_create(64, 32, (wush_moment_mode)0, &untouched), WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_calibrator_create(64, 32, (wush_moment_mode)3, &untouched), WUSH_ERR_INVALID_ARGUMENT);
+    /* A size no machine can hold (d_in^2 doubles past what a vector can address): out of memory,
+     * said so, not WUSH_ERR_INTERNAL (issue 43). No allocation is attempted. */
+    CHECK_STATUS(wush_calibrator_create((size_t)1 << 31, 32, WUSH_MOMENTS_FULL, &untouched), WUSH_ERR_OUT_OF_MEMORY);
+    CHECK(strstr(wush_last_error(), "out of memory") != NULL);
     CHECK(untouched == (wush_calibrator*)0x1);
     CHECK_STATUS(wush_calibrator_create(64, 32, WUSH_MOMENTS_BLOCK_DIAGONAL, NULL), WUSH_ERR_INVALID_ARGUMENT);
 
