@@ -210,6 +210,16 @@ int make_case(wush_context* ctx, const std::string& layer, const std::vector<flo
     return st == WUSH_OK ? 0 : cli::report("wush_dequantize_rows", st);
 }
 
+// What one layer's case holds at once, about: the weights and their dequantized copy, the
+// calibration and activation rows, two outputs (ours and the baseline's), all float32, plus the
+// quantized operands (under a byte per element). Saturates instead of wrapping.
+std::size_t bench_bytes(std::size_t d_out, std::size_t d_in, std::size_t m) {
+    const double floats = 2.0 * double(d_out) * double(d_in) + (256.0 + double(m)) * double(d_in) +
+                          2.0 * double(m) * double(d_out);
+    const double bytes = 4.0 * floats + double(d_out) * double(d_in) + double(m) * double(d_in);
+    return bytes >= 1.8e19 ? SIZE_MAX : std::size_t(bytes);
+}
+
 // Runs every kind for m tokens (the first m rows of x) of one case.
 int bench_m(wush_context* ctx, const Settings& s, const Case& c, const std::vector<float>& x, std::size_t m,
             std::vector<Result>* out) {
@@ -383,11 +393,16 @@ int cmd_bench(int argc, char** argv) {
                                     "unknown format '" + cli::printable(f) + "' (mxfp4, nvfp4, int4, mxfp4_ocp)");
         formats.push_back(fmt);
     }
-    // Layers are checked before any work: an unknown one used to be found after the first ran.
+    // Layers are checked before any work: an unknown one used to be found after the first ran,
+    // and a batch too large for the machine after minutes of set-up.
+    const std::size_t max_m = *std::max_element(ms.begin(), ms.end());
     for (const std::string& layer : layers) {
         std::size_t d_out = 0, d_in = 0;
         if (wush_example_layer_shape(layer.c_str(), &d_out, &d_in) != WUSH_OK)
             return cli::usage_error("bench", "unknown layer '" + cli::printable(layer) + "' (see wush eval --help)");
+        if (!cli::fits_in_memory("bench", "layer " + layer + " at m = " + std::to_string(max_m),
+                                 bench_bytes(d_out, d_in, max_m)))
+            return 1;
     }
     wush_cpu_isa isa = WUSH_CPU_ISA_AUTO;
     for (int i = 0; i <= 3; ++i)

@@ -132,6 +132,9 @@ rc, out, err, _ = run("eval", "--layers", "small_256x512", "--calib-tokens", "30
 check(rc == 0, f"eval --seed 0: rc {rc}, {err[-300:]!r}")
 rc, out, err, _ = run("bench", "--help")
 check(rc == 0 and "--device" in out, f"bench --help does not mention --device: {out!r}")
+# A batch no machine holds is refused before any set-up, naming memory.
+rc, out, err, _ = run("bench", "--layers", "4096x4096", "--format", "mxfp4", "--m", "1,4000000000", timeout=20)
+check(rc == 1 and "memory" in err and "m = 4000000000" in err, f"bench with a huge --m: rc {rc}, {err!r}")
 
 with tempfile.TemporaryDirectory() as tmp:
     # A layer name with a quote, a backslash and an escape sequence.
