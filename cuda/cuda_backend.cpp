@@ -96,6 +96,22 @@ float tensor_alpha(wush_format format) {
     return float(1.0 / (d * d));
 }
 
+// The GEMM table of a new context: the default, changed by WUSH_CUDA_PREFILL_MIN_M and
+// WUSH_CUDA_BLOCKSCALED (gemm_table.h).
+GemmTable gemm_table_of_environment() {
+    GemmTable t;
+    const char* prefill = std::getenv("WUSH_CUDA_PREFILL_MIN_M");
+    if (!gemm_table_from_env(prefill, &t))
+        fail(WUSH_ERR_INVALID_ARGUMENT,
+             std::string("WUSH_CUDA_PREFILL_MIN_M must be a positive integer (got '") + prefill + "')");
+    const char* blockscaled = std::getenv("WUSH_CUDA_BLOCKSCALED");
+    bool lt = false;
+    if (!blockscaled_opt_in_from_env(blockscaled, &lt))
+        fail(WUSH_ERR_INVALID_ARGUMENT,
+             std::string("WUSH_CUDA_BLOCKSCALED must be 0 or 1 (got '") + blockscaled + "')");
+    return lt ? gemm_table_with_blockscaled(std::move(t)) : t;
+}
+
 // The state every launch needs: device, stream, handles, the non-finite flag, the GEMM table.
 // Every entry point holds a DeviceGuard for `index` (the caller's current device is restored).
 struct Device {
@@ -110,17 +126,13 @@ struct Device {
     PinnedHost<unsigned long long> non_finite_host;  // its stream-ordered copy at synchronize
     GemmTable gemm_table;
 
-    explicit Device(int dev) : index(dev) {
+    explicit Device(int dev) : index(dev), gemm_table(gemm_table_of_environment()) {
         const DeviceGuard guard(dev);
         cudaDeviceProp prop{};
         WUSH_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
         sm = prop.major * 10 + prop.minor;
         name = prop.name;
         if (!compute_capability_supported(sm)) fail(WUSH_ERR_UNSUPPORTED, unsupported_device_message(dev, name, sm));
-        const char* prefill = std::getenv("WUSH_CUDA_PREFILL_MIN_M");
-        if (!gemm_table_from_env(prefill, &gemm_table))
-            fail(WUSH_ERR_INVALID_ARGUMENT,
-                 std::string("WUSH_CUDA_PREFILL_MIN_M must be a positive integer (got '") + prefill + "')");
         WUSH_CUBLAS_CHECK(cublasCreate(&blas));
         WUSH_CUBLAS_CHECK(cublasLtCreate(&lt));
         blas_workspace = DeviceBuffer(kCublasWorkspaceBytes);
@@ -237,6 +249,13 @@ GemmArgs shape_args(const formats::FormatSpec& f, std::size_t m, std::size_t d_o
     return g;
 }
 
+// The block-scaled path can serve this product: the architecture and shape allow it, and the
+// context's table names it (opt-in: WUSH_CUDA_BLOCKSCALED).
+bool blockscaled_possible(const GemmArgs& g, const Device& dev) {
+    return blockscaled_gemm_supported(g, dev.sm) &&
+           table_names_kernel(dev.gemm_table, dev.sm, GemmKernel::BlockScaledLt);
+}
+
 // Which precomputed forms of a layer's weight its products read: decided by host-only rules, so
 // that workspace sizes can be computed without building the layer.
 struct WeightPlan {
@@ -249,7 +268,7 @@ struct WeightPlan {
 WeightPlan plan_weight(const formats::FormatSpec& f, std::size_t d_in, std::size_t d_out, const Device& dev) {
     const GemmArgs probe = shape_args(f, 1, d_out, d_in);
     WeightPlan p;
-    p.lt_possible = blockscaled_gemm_supported(probe, dev.sm);
+    p.lt_possible = blockscaled_possible(probe, dev);
     p.dequantized = pick_gemm(probe, dev.sm, p.lt_possible, &dev.gemm_table) == GemmKernel::Reference;
     return p;
 }
@@ -429,7 +448,7 @@ public:
         g.y_dtype = y_dtype;
         BlockScaledCache lt_cache;
         WeightExtras extras;
-        extras.lt_possible = blockscaled_gemm_supported(g, dev_->sm);
+        extras.lt_possible = blockscaled_possible(g, *dev_);
         extras.lt_cache = &lt_cache;
         const DeviceBuffer work(gemm_bytes(g, false, extras.lt_possible, *dev_));
         g.workspace = work.get();

@@ -270,7 +270,9 @@ typedef struct wush_context wush_context;
  *          WUSH_ERR_CUDA when the device cannot be initialized;
  *          WUSH_ERR_INVALID_ARGUMENT also when the environment variable WUSH_CUDA_PREFILL_MIN_M
  *          (a measurement switch: token counts from which sm_80+ GPUs use the prefill GEMM
- *          kernel) is set to anything but a positive integer;
+ *          kernel) is set to anything but a positive integer, or WUSH_CUDA_BLOCKSCALED (1: sm_100 /
+ *          sm_120 GPUs use cuBLASLt's block-scaled FP4 GEMM, not yet run on hardware; 0 or unset:
+ *          the exact reference path) to anything but 0 or 1;
  *          WUSH_ERR_OUT_OF_MEMORY. */
 WUSH_API wush_status wush_context_create(wush_backend backend, int device, wush_context** ctx);
 

@@ -469,3 +469,37 @@ TEST(CudaIssue32, AnotherDevicesPointerIsRefused) {
 }
 
 }  // namespace capture_test
+
+// ---- issue 41: integration defects of the host code ---------------------------------------------
+
+namespace issue41_test {
+
+using namespace wush;
+
+// Item 6: cuBLASLt's block-scaled FP4 path runs only where a context opts in
+// (WUSH_CUDA_BLOCKSCALED=1); on sm_100 / sm_120 it must then equal the CPU runtime (m > 32).
+TEST(CudaIssue41, BlockScaledOptInMatchesCpuOnBlackwell) {
+    REQUIRE_GPU();
+    int major = 0;
+    WUSH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    if (major != 10 && major != 12) GTEST_SKIP() << "not a Blackwell part (sm_100 / sm_120)";
+    setenv("WUSH_CUDA_BLOCKSCALED", "1", 1);
+    auto be = cuda::make_backend(0);
+    unsetenv("WUSH_CUDA_BLOCKSCALED");
+    const std::size_t m = 200, d_out = 128;
+    for (wush_format format : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4}) {
+        const formats::FormatSpec& f = formats::spec(format);
+        const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, kDin, f.group);
+        const formats::PackedMatrix w = make_weight(f, d_out, 9);
+        const std::vector<float> x = make_x(m, 6);
+        const std::vector<float> want = cpu_gemm(w, cpu_quantize(t, f, WUSH_DTYPE_F32, x.data(), m), m);
+        auto layer = be->prepare({t, classify_matrices(t)}, w);
+        const cuda::DeviceBuffer xd = upload(x);
+        cuda::DeviceBuffer ws(layer->workspace_bytes(m)), y(m * d_out * sizeof(float));
+        layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+        be->synchronize();
+        expect_close(download<float>(y, m * d_out), want, kDin, std::string(f.name) + " block-scaled");
+    }
+}
+
+}  // namespace issue41_test

@@ -1,5 +1,6 @@
 // Host-only rules of the CUDA backend (cuda/device_rules.h, cuda/gemm_table.h), on the CPU: the
-// int range of cuBLAS sizes (issue 41: the reference GEMM cast size_t to int unchecked).
+// int range of cuBLAS sizes (issue 41: the reference GEMM cast size_t to int unchecked) and the
+// block-scaled FP4 path being opt-in.
 #include <gtest/gtest.h>
 
 #include <climits>
@@ -8,8 +9,11 @@
 
 #include "common/error.h"
 #include "device_rules.h"
+#include "gemm_table.h"
 
 namespace {
+
+using wush::cuda::GemmKernel;
 
 TEST(CudaHostRules, CheckedIntPassesTheIntRange) {
     EXPECT_EQ(wush::cuda::checked_int(0, "m", "test"), 0);
@@ -29,6 +33,43 @@ TEST(CudaHostRules, CheckedIntRefusesWhatWouldWrap) {
             EXPECT_NE(what.find("reference GEMM: n (d_out) = " + std::to_string(v)), std::string::npos) << what;
             EXPECT_NE(what.find("int range"), std::string::npos) << what;
         }
+    }
+}
+
+// Blackwell's cuBLASLt FP4 path has never run on hardware: the default table never names it, on
+// any architecture; WUSH_CUDA_BLOCKSCALED=1 adds it for m > 32 on sm_100 / sm_120.
+TEST(CudaHostRules, BlockScaledPathIsOptIn) {
+    const auto all = [](GemmKernel) { return true; };
+    wush::cuda::GemmTable t;
+    ASSERT_TRUE(wush::cuda::gemm_table_from_env(nullptr, &t));
+    for (int sm : {80, 90, 100, 103, 120, 121}) {
+        EXPECT_FALSE(wush::cuda::table_names_kernel(t, sm, GemmKernel::BlockScaledLt)) << sm;
+        for (std::size_t m : {std::size_t(1), std::size_t(33), std::size_t(4096)})
+            EXPECT_NE(wush::cuda::table_pick(t, sm, m, WUSH_FORMAT_NVFP4, all), GemmKernel::BlockScaledLt) << sm;
+    }
+    const wush::cuda::GemmTable lt = wush::cuda::gemm_table_with_blockscaled(t);
+    for (int sm : {100, 103, 120, 121}) {
+        EXPECT_TRUE(wush::cuda::table_names_kernel(lt, sm, GemmKernel::BlockScaledLt)) << sm;
+        EXPECT_EQ(wush::cuda::table_pick(lt, sm, 32, WUSH_FORMAT_NVFP4, all), GemmKernel::Decode) << sm;
+        EXPECT_EQ(wush::cuda::table_pick(lt, sm, 33, WUSH_FORMAT_NVFP4, all), GemmKernel::BlockScaledLt) << sm;
+    }
+    EXPECT_FALSE(wush::cuda::table_names_kernel(lt, 90, GemmKernel::BlockScaledLt));
+    EXPECT_EQ(wush::cuda::table_pick(lt, 90, 4096, WUSH_FORMAT_NVFP4, all), GemmKernel::Reference);
+}
+
+TEST(CudaHostRules, BlockScaledEnvironmentValues) {
+    bool on = true;
+    for (const char* off : {static_cast<const char*>(nullptr), "", "0"}) {
+        on = true;
+        ASSERT_TRUE(wush::cuda::blockscaled_opt_in_from_env(off, &on));
+        EXPECT_FALSE(on);
+    }
+    ASSERT_TRUE(wush::cuda::blockscaled_opt_in_from_env("1", &on));
+    EXPECT_TRUE(on);
+    for (const char* bad : {"yes", "2", " 1", "true"}) {
+        on = true;
+        EXPECT_FALSE(wush::cuda::blockscaled_opt_in_from_env(bad, &on)) << bad;
+        EXPECT_TRUE(on) << bad;  // unchanged
     }
 }
 
