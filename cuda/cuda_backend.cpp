@@ -116,8 +116,9 @@ GemmTable gemm_table_of_environment() {
 // Every entry point holds a DeviceGuard for `index` (the caller's current device is restored).
 struct Device {
     int index = 0;
-    int sm = 0;
     std::string name;
+    GemmDevice gemm;                // compute capability, prefill attribute set: queried once, here
+    int sm = 0;                     // = gemm.sm
     cudaStream_t stream = nullptr;  // the legacy default stream until set_stream
     cublasHandle_t blas = nullptr;
     cublasLtHandle_t lt = nullptr;
@@ -133,6 +134,8 @@ struct Device {
         sm = prop.major * 10 + prop.minor;
         name = prop.name;
         if (!compute_capability_supported(sm)) fail(WUSH_ERR_UNSUPPORTED, unsupported_device_message(dev, name, sm));
+        configure_prefill_gemm();  // once per context, not per launch
+        gemm = GemmDevice{sm, true};
         WUSH_CUBLAS_CHECK(cublasCreate(&blas));
         WUSH_CUBLAS_CHECK(cublasLtCreate(&lt));
         blas_workspace = DeviceBuffer(kCublasWorkspaceBytes);
@@ -212,8 +215,8 @@ void run_reference(const GemmArgs& g, const WeightExtras& w, const Device& dev) 
 
 void run_gemm(const GemmArgs& g, const WeightExtras& w, const Device& dev) {
     switch (pick_gemm(g, dev.sm, w.lt_possible, &dev.gemm_table)) {
-        case GemmKernel::Decode: launch_decode_gemm(g, dev.stream); return;
-        case GemmKernel::Prefill: launch_prefill_gemm(g, dev.stream); return;
+        case GemmKernel::Decode: launch_decode_gemm(g, dev.stream, dev.gemm); return;
+        case GemmKernel::Prefill: launch_prefill_gemm(g, dev.stream, dev.gemm); return;
         case GemmKernel::BlockScaledLt:
             // cuBLASLt may offer no algorithm for this m or refuse the launch: the reference path
             // then (its workspace is part of the layer's, see gemm_bytes).
@@ -339,12 +342,12 @@ public:
         require_device_tensor(x, x_dtype, "x", dev_->index);
         require_device_pointer(codes.data(), "codes", dev_->index);
         require_device_pointer(scales.data(), "scales", dev_->index);
-        launch_quantize(quantize_args(t_, spec_, d_in_, x_dtype, x, n, codes.data(), scales.data(), *dev_),
-                        dev_->stream);
+        enqueue_quantize(x_dtype, x, n, codes.data(), scales.data());
     }
 
     void forward(wush_dtype x_dtype, const void* x, std::size_t n, wush_dtype y_dtype, void* y,
                  std::span<std::byte> workspace) override {
+        require_dtype(x_dtype);
         require_output_dtype(y_dtype);
         require(workspace.size() >= minimum_workspace_bytes(n), "forward: workspace too small");
         // Sub-buffers start at 256-byte offsets: with an aligned base every operand is aligned
@@ -352,18 +355,26 @@ public:
         require(reinterpret_cast<std::uintptr_t>(workspace.data()) % 256 == 0,
                 "forward: the workspace must be 256-byte aligned");
         const DeviceGuard guard(dev_->index);
+        // Three pointer queries per forward: the activations' codes and scales lie in the workspace,
+        // checked once here (quantize() would query them again).
+        require_device_tensor(x, x_dtype, "x", dev_->index);
         require_device_tensor(y, y_dtype, "y", dev_->index);
         require_device_pointer(workspace.data(), "workspace", dev_->index);
         const formats::PackedSizes s = formats::packed_sizes(spec_, n, d_in_);
         auto* codes = reinterpret_cast<std::uint8_t*>(workspace.data());
         auto* scales = codes + round_up(s.codes, 256);
         std::byte* rest = workspace.data() + round_up(s.codes, 256) + round_up(s.scales, 256);
-        quantize(x_dtype, x, n, {codes, s.codes}, {scales, s.scales});
+        enqueue_quantize(x_dtype, x, n, codes, scales);
         const std::span<std::byte> gemm_ws(rest, workspace.size() - std::size_t(rest - workspace.data()));
         run_gemm(gemm_args(n, y_dtype, y, codes, scales, gemm_ws), extras_, *dev_);
     }
 
 private:
+    // The quantize launch on checked arguments (dtype, sizes and pointers).
+    void enqueue_quantize(wush_dtype x_dtype, const void* x, std::size_t n, std::uint8_t* codes, std::uint8_t* scales) {
+        launch_quantize(quantize_args(t_, spec_, d_in_, x_dtype, x, n, codes, scales, *dev_), dev_->stream);
+    }
+
     GemmArgs gemm_args(std::size_t m, wush_dtype y_dtype, void* y, const std::uint8_t* a_codes,
                        const std::uint8_t* a_scales, std::span<std::byte> ws) const {
         GemmArgs g = shape_args(spec_, m, d_out_, d_in_);

@@ -476,6 +476,49 @@ namespace issue41_test {
 
 using namespace wush;
 
+struct Streams {
+    cudaStream_t a = nullptr, b = nullptr;
+    Streams() {
+        WUSH_CUDA_CHECK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+        WUSH_CUDA_CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    }
+    ~Streams() {
+        cudaStreamDestroy(a);
+        cudaStreamDestroy(b);
+    }
+};
+
+// Item 3: the prefill kernels' shared-memory attribute is set once per context (at creation), not
+// per launch; a second context on the same device, and a launch after a stream switch, still run
+// it, equal to the CPU runtime.
+TEST(CudaIssue41, PrefillConfiguredOncePerContextRuns) {
+    REQUIRE_GPU();
+    setenv("WUSH_CUDA_PREFILL_MIN_M", "33", 1);
+    auto first = cuda::make_backend(0);
+    auto second = cuda::make_backend(0);
+    unsetenv("WUSH_CUDA_PREFILL_MIN_M");
+    const Streams s;
+    const std::size_t m = 200, d_out = 128;
+    for (wush_format format : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4}) {
+        const formats::FormatSpec& f = formats::spec(format);
+        const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, kDin, f.group);
+        const formats::PackedMatrix w = make_weight(f, d_out, 9);
+        const std::vector<float> x = make_x(m, 6);
+        const std::vector<float> want = cpu_gemm(w, cpu_quantize(t, f, WUSH_DTYPE_F32, x.data(), m), m);
+        const cuda::DeviceBuffer xd = upload(x);
+        for (backend::Backend* be : {first.get(), second.get()}) {
+            be->set_stream(s.a);
+            auto layer = be->prepare({t, classify_matrices(t)}, w);
+            cuda::DeviceBuffer ws(layer->workspace_bytes(m)), y(m * d_out * sizeof(float));
+            layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+            be->set_stream(s.b);
+            be->synchronize();
+            expect_close(download<float>(y, m * d_out), want, kDin, std::string(f.name) + " prefill");
+            be->set_stream(nullptr);
+        }
+    }
+}
+
 // Item 6: cuBLASLt's block-scaled FP4 path runs only where a context opts in
 // (WUSH_CUDA_BLOCKSCALED=1); on sm_100 / sm_120 it must then equal the CPU runtime (m > 32).
 TEST(CudaIssue41, BlockScaledOptInMatchesCpuOnBlackwell) {
