@@ -114,12 +114,17 @@ GemmTable gemm_table_of_environment() {
 
 // The state every launch needs: device, stream, handles, the non-finite flag, the GEMM table.
 // Every entry point holds a DeviceGuard for `index` (the caller's current device is restored).
+// Created under a RelaxedCaptureMode (make_device).
 struct Device {
     int index = 0;
     std::string name;
     GemmDevice gemm;                // compute capability, prefill attribute set: queried once, here
     int sm = 0;                     // = gemm.sm
     cudaStream_t stream = nullptr;  // the legacy default stream until set_stream
+    // prepare()'s own non-blocking stream: its uploads never touch the legacy stream, which would
+    // wait on (and so invalidate) another thread's capture of a blocking stream. Its work is
+    // synchronized before prepare returns, so it needs no order with `stream`.
+    cudaStream_t setup = nullptr;
     cublasHandle_t blas = nullptr;
     cublasLtHandle_t lt = nullptr;
     DeviceBuffer blas_workspace;
@@ -128,7 +133,6 @@ struct Device {
     GemmTable gemm_table;
 
     explicit Device(int dev) : index(dev), gemm_table(gemm_table_of_environment()) {
-        const DeviceGuard guard(dev);
         cudaDeviceProp prop{};
         WUSH_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
         sm = prop.major * 10 + prop.minor;
@@ -136,17 +140,19 @@ struct Device {
         if (!compute_capability_supported(sm)) fail(WUSH_ERR_UNSUPPORTED, unsupported_device_message(dev, name, sm));
         configure_prefill_gemm();  // once per context, not per launch
         gemm = GemmDevice{sm, true};
+        WUSH_CUDA_CHECK(cudaStreamCreateWithFlags(&setup, cudaStreamNonBlocking));
         WUSH_CUBLAS_CHECK(cublasCreate(&blas));
         WUSH_CUBLAS_CHECK(cublasLtCreate(&lt));
         blas_workspace = DeviceBuffer(kCublasWorkspaceBytes);
         non_finite = DeviceBuffer(sizeof(unsigned long long));
-        WUSH_CUDA_CHECK(
-            cudaMemset(non_finite.get(), 0xFF, sizeof(unsigned long long)));  // creation: not capturable anyway
+        WUSH_CUDA_CHECK(cudaMemsetAsync(non_finite.get(), 0xFF, sizeof(unsigned long long), setup));
+        WUSH_CUDA_CHECK(cudaStreamSynchronize(setup));
     }
     ~Device() {
         const DeviceGuard guard(index);  // the handles belong to this device whatever the caller selected
         if (blas) cublasDestroy(blas);
         if (lt) cublasLtDestroy(lt);
+        if (setup) cudaStreamDestroy(setup);
     }
     Device(const Device&) = delete;
     Device& operator=(const Device&) = delete;
@@ -297,11 +303,13 @@ std::size_t layer_workspace_bytes(const formats::FormatSpec& f, std::size_t d_in
 
 class CudaLayer final : public backend::PreparedLayer {
 public:
-    // The caller holds a DeviceGuard for the layer's device (members allocate before this body).
+    // The caller holds a DeviceGuard for the layer's device (members allocate before this body;
+    // prepare() also holds a RelaxedCaptureMode). Everything is enqueued on the device's setup
+    // stream and waited for.
     CudaLayer(std::shared_ptr<Device> dev, backend::TransformRef t, const formats::PackedMatrix& w)
-        : dev_(std::move(dev)), spec_(formats::spec(w.format)), d_in_(w.d_in), d_out_(w.d_out), t_(t, dev_->stream) {
-        w_codes_ = DeviceBuffer::upload(w.codes.data(), w.codes.size(), dev_->stream);
-        w_scales_ = DeviceBuffer::upload(w.scales.data(), w.scales.size(), dev_->stream);
+        : dev_(std::move(dev)), spec_(formats::spec(w.format)), d_in_(w.d_in), d_out_(w.d_out), t_(t, dev_->setup) {
+        w_codes_ = DeviceBuffer::upload(w.codes.data(), w.codes.size(), dev_->setup);
+        w_scales_ = DeviceBuffer::upload(w.scales.data(), w.scales.size(), dev_->setup);
         const int g = int(spec_.group);
         plan_ = plan_weight(spec_, d_in_, d_out_, *dev_);
         if (plan_.lt_possible) {
@@ -309,16 +317,16 @@ public:
             extras_.lt_cache = &lt_cache_;
             w_swizzled_ = DeviceBuffer(blockscaled_scale_bytes(d_out_, d_in_, g));
             launch_swizzle_scales(w_scales_.get<std::uint8_t>(), d_out_, d_in_, g, w_swizzled_.get<std::uint8_t>(),
-                                  dev_->stream);
+                                  dev_->setup);
             extras_.swizzled = w_swizzled_.get<std::uint8_t>();
         }
         if (plan_.dequantized) {
             w_deq_ = DeviceBuffer(d_out_ * d_in_ * dequantized_element_bytes(spec_.id));
             launch_dequantize(spec_.id, g, w_codes_.get<std::uint8_t>(), w_scales_.get<std::uint8_t>(), d_out_, d_in_,
-                              w_deq_.get(), dev_->stream);
+                              w_deq_.get(), dev_->setup);
             extras_.dequantized = w_deq_.get();
         }
-        WUSH_CUDA_CHECK(cudaStreamSynchronize(dev_->stream));
+        WUSH_CUDA_CHECK(cudaStreamSynchronize(dev_->setup));
     }
 
     std::size_t d_in() const override { return d_in_; }
@@ -401,9 +409,17 @@ private:
 
 // ---- the backend ---------------------------------------------------------------------------------
 
+// A context's Device, made on its device and harmless to another thread's global-mode capture:
+// cudaMalloc, cudaMallocHost, stream and handle creation are capture-unsafe calls.
+std::shared_ptr<Device> make_device(int device) {
+    const DeviceGuard guard(device);
+    const RelaxedCaptureMode relaxed;
+    return std::make_shared<Device>(device);
+}
+
 class CudaBackend final : public backend::Backend {
 public:
-    explicit CudaBackend(int device) : dev_(std::make_shared<Device>(device)) {}
+    explicit CudaBackend(int device) : dev_(make_device(device)) {}
 
     wush_backend kind() const override { return WUSH_BACKEND_CUDA; }
     std::string describe() const override {
@@ -541,8 +557,11 @@ public:
         return host;
     }
 
+    // Allocates and uploads outside any capture of the caller's (wush.h: prepare outside captures),
+    // and harmless to another thread's global-mode capture (RelaxedCaptureMode, the setup stream).
     std::unique_ptr<backend::PreparedLayer> prepare(backend::TransformRef t, const formats::PackedMatrix& w) override {
         const DeviceGuard guard(dev_->index);
+        const RelaxedCaptureMode relaxed;
         return std::make_unique<CudaLayer>(dev_, t, w);
     }
 

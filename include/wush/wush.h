@@ -1074,7 +1074,10 @@ typedef struct wush_linear wush_linear;
 /*! wush_linear_create() :
  *  Prepares the layer made of `transform` and `qweight` (same d_in, the qweight's format group
  *  equal to the transform's G) on the backend of `ctx`. On a CUDA context this allocates device
- *  memory and copies synchronously.
+ *  memory and copies synchronously: call it outside a graph capture of the context's stream
+ *  (prepare before capturing). It is safe while another thread captures in global mode (as
+ *  PyTorch does): its allocations run in relaxed capture mode and its copies on a private
+ *  non-blocking stream, never on the legacy default stream; wush_context_create does the same.
  *  Ownership: release *layer with wush_linear_destroy() before destroying `ctx`.
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, NULL `layer`, mismatched objects);
  *          WUSH_ERR_UNSUPPORTED (a group size the runtime does not support);
