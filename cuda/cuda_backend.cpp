@@ -112,6 +112,17 @@ GemmTable gemm_table_of_environment() {
     return lt ? gemm_table_with_blockscaled(std::move(t)) : t;
 }
 
+// A stream's capture state for order_stream_switch; a failed query (the legacy stream while
+// another thread captures in global mode) is Unknown and leaves no error behind.
+CaptureState capture_state(cudaStream_t s) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &status) != cudaSuccess) {
+        cudaGetLastError();
+        return CaptureState::Unknown;
+    }
+    return status == cudaStreamCaptureStatusNone ? CaptureState::None : CaptureState::Capturing;
+}
+
 // The state every launch needs: device, stream, handles, the non-finite flag, the GEMM table.
 // Every entry point holds a DeviceGuard for `index` (the caller's current device is restored).
 // Created under a RelaxedCaptureMode (make_device).
@@ -125,6 +136,7 @@ struct Device {
     // wait on (and so invalidate) another thread's capture of a blocking stream. Its work is
     // synchronized before prepare returns, so it needs no order with `stream`.
     cudaStream_t setup = nullptr;
+    cudaEvent_t stream_switch = nullptr;  // set_stream: the new stream waits for the old one here
     cublasHandle_t blas = nullptr;
     cublasLtHandle_t lt = nullptr;
     DeviceBuffer blas_workspace;
@@ -141,6 +153,7 @@ struct Device {
         configure_prefill_gemm();  // once per context, not per launch
         gemm = GemmDevice{sm, true};
         WUSH_CUDA_CHECK(cudaStreamCreateWithFlags(&setup, cudaStreamNonBlocking));
+        WUSH_CUDA_CHECK(cudaEventCreateWithFlags(&stream_switch, cudaEventDisableTiming));
         WUSH_CUBLAS_CHECK(cublasCreate(&blas));
         WUSH_CUBLAS_CHECK(cublasLtCreate(&lt));
         blas_workspace = DeviceBuffer(kCublasWorkspaceBytes);
@@ -152,6 +165,7 @@ struct Device {
         const DeviceGuard guard(index);  // the handles belong to this device whatever the caller selected
         if (blas) cublasDestroy(blas);
         if (lt) cublasLtDestroy(lt);
+        if (stream_switch) cudaEventDestroy(stream_switch);
         if (setup) cudaStreamDestroy(setup);
     }
     Device(const Device&) = delete;
@@ -166,6 +180,16 @@ struct Device {
         return blas;
     }
     unsigned long long* flag() const { return non_finite.get<unsigned long long>(); }
+
+    // Makes `next` the stream, ordered after the current one where order_stream_switch says so:
+    // work still running on the old stream uses the same cuBLAS workspace and non-finite flag.
+    void switch_stream(cudaStream_t next) {
+        if (order_stream_switch(next == stream, capture_state(stream), capture_state(next))) {
+            WUSH_CUDA_CHECK(cudaEventRecord(stream_switch, stream));
+            WUSH_CUDA_CHECK(cudaStreamWaitEvent(next, stream_switch, 0));
+        }
+        stream = next;
+    }
 
     // Waits for the stream, then reports (and clears) a NaN/Inf the quantize kernels saw. Only
     // operations on the context's stream (an async copy into pinned memory, an async reset): no
@@ -433,7 +457,10 @@ public:
     }
     std::int64_t parameter(wush_context_parameter parameter) const override { return parameters_.get(parameter); }
 
-    void set_stream(void* stream) override { dev_->stream = static_cast<cudaStream_t>(stream); }
+    void set_stream(void* stream) override {
+        const DeviceGuard guard(dev_->index);
+        dev_->switch_stream(static_cast<cudaStream_t>(stream));
+    }
     void* stream() const override { return dev_->stream; }
     void synchronize() override {
         const DeviceGuard guard(dev_->index);

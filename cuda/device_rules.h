@@ -1,6 +1,6 @@
 // What the CUDA backend accepts before it launches anything: the device's architecture, the
-// alignment of typed device tensors and the int range of cuBLAS sizes. Plain C++ (no CUDA
-// headers): checked on the CPU by tests/unit/test_cuda_host_rules.cpp.
+// alignment of typed device tensors, the int range of cuBLAS sizes, and when a stream switch is
+// ordered. Plain C++ (no CUDA headers): checked on the CPU by tests/unit/test_cuda_host_rules.cpp.
 #pragma once
 
 #include <climits>
@@ -52,6 +52,19 @@ inline int checked_int(std::size_t v, const char* what, const char* who) {
         fail(WUSH_ERR_UNSUPPORTED, std::string(who) + ": " + what + " = " + std::to_string(v) +
                                        " exceeds the int range of cuBLAS (" + std::to_string(INT_MAX) + ")");
     return int(v);
+}
+
+// A stream's capture state as the backend reads it (cudaStreamIsCapturing): Unknown where the query
+// itself failed (e.g. the legacy stream while another thread captures in global mode).
+enum class CaptureState { None, Capturing, Unknown };
+
+// Whether set_stream makes the new stream wait for the old one (an event recorded on the old
+// stream): the shared cuBLAS workspace and non-finite flag are then never used by both at once.
+// Not when either stream is capturing (a captured event cannot order an eager stream, and an
+// eager event must not become a graph dependency) or its state is unknown: that is the caller's
+// to order, as RUNTIME.md says.
+inline bool order_stream_switch(bool same_stream, CaptureState old_stream, CaptureState new_stream) {
+    return !same_stream && old_stream == CaptureState::None && new_stream == CaptureState::None;
 }
 
 }  // namespace wush::cuda

@@ -319,7 +319,15 @@ WUSH_API wush_status wush_context_get_parameter(const wush_context* ctx, wush_co
  *  (passed as void*; NULL = the CUDA default stream), which the caller creates and must keep
  *  alive while the context uses it; the context never destroys it. A CPU context has no queue and
  *  accepts only NULL. Launches already enqueued are not moved.
- *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handle, non-NULL stream on a CPU context).
+ *  Order across a switch (CUDA): the context's launches share device state (cuBLAS's workspace,
+ *  the NaN/Inf flag), so switching from one stream to another makes the new stream wait for
+ *  everything enqueued on the old one so far (an event recorded on the old stream; no host wait).
+ *  Not when either stream is capturing a graph (a wait on an event from outside the capture would
+ *  break it): a caller that moves a context into or out of a capture orders the streams itself,
+ *  e.g. captures on a stream forked from the old one by an event. Work the caller enqueues on the
+ *  old stream after the switch is not ordered.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handle, non-NULL stream on a CPU context);
+ *          WUSH_ERR_CUDA (the event could not be recorded or waited on).
  *  Thread safety: serialized per context. */
 WUSH_API wush_status wush_context_set_stream(wush_context* ctx, void* stream);
 

@@ -1,6 +1,6 @@
 // Host-only rules of the CUDA backend (cuda/device_rules.h, cuda/gemm_table.h), on the CPU: the
-// int range of cuBLAS sizes (issue 41: the reference GEMM cast size_t to int unchecked) and the
-// block-scaled FP4 path being opt-in.
+// int range of cuBLAS sizes (issue 41: the reference GEMM cast size_t to int unchecked), when a
+// stream switch is ordered after the old stream, and the block-scaled FP4 path being opt-in.
 #include <gtest/gtest.h>
 
 #include <climits>
@@ -13,6 +13,7 @@
 
 namespace {
 
+using wush::cuda::CaptureState;
 using wush::cuda::GemmKernel;
 
 TEST(CudaHostRules, CheckedIntPassesTheIntRange) {
@@ -34,6 +35,17 @@ TEST(CudaHostRules, CheckedIntRefusesWhatWouldWrap) {
             EXPECT_NE(what.find("int range"), std::string::npos) << what;
         }
     }
+}
+
+// set_stream orders the new stream after the old one exactly when both are eager and distinct.
+TEST(CudaHostRules, StreamSwitchOrderedOnlyBetweenEagerStreams) {
+    const CaptureState states[] = {CaptureState::None, CaptureState::Capturing, CaptureState::Unknown};
+    for (CaptureState from : states)
+        for (CaptureState to : states) {
+            const bool eager = from == CaptureState::None && to == CaptureState::None;
+            EXPECT_EQ(wush::cuda::order_stream_switch(false, from, to), eager) << int(from) << " " << int(to);
+            EXPECT_FALSE(wush::cuda::order_stream_switch(true, from, to)) << int(from) << " " << int(to);
+        }
 }
 
 // Blackwell's cuBLASLt FP4 path has never run on hardware: the default table never names it, on
