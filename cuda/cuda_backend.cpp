@@ -458,8 +458,10 @@ public:
     std::int64_t parameter(wush_context_parameter parameter) const override { return parameters_.get(parameter); }
 
     void set_stream(void* stream) override {
+        const auto next = static_cast<cudaStream_t>(stream);
+        if (next == dev_->stream) return;  // python/wush/torch.py sets the stream before every forward
         const DeviceGuard guard(dev_->index);
-        dev_->switch_stream(static_cast<cudaStream_t>(stream));
+        dev_->switch_stream(next);
     }
     void* stream() const override { return dev_->stream; }
     void synchronize() override {
