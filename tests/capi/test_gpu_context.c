@@ -58,44 +58,56 @@ static void* capture_thread(void* arg) {
     return NULL;
 }
 
+/* What this thread makes during the other thread's capture. Released only after the capture has
+ * ended: destruction frees device memory, which is not what this test is about. */
+typedef struct {
+    wush_context *cpu, *gpu;
+    wush_transform* t;
+    wush_qweight* w;
+    wush_linear* lin;
+} Objects;
+
+static void release(Objects* o) {
+    wush_linear_destroy(o->lin);
+    wush_qweight_destroy(o->w);
+    wush_transform_destroy(o->t);
+    wush_context_destroy(o->gpu);
+    wush_context_destroy(o->cpu);
+}
+
 /* Creates a context and prepares one layer while the other thread captures; 0 on success. */
-static int context_work_during_capture(void) {
+static int context_work_during_capture(Objects* o) {
     static float weight[D_OUT * D_IN];
-    wush_context *cpu = NULL, *gpu = NULL;
-    wush_transform* t = NULL;
-    wush_qweight* w = NULL;
-    wush_linear* lin = NULL;
     size_t i;
     int ok;
     for (i = 0; i < D_OUT * D_IN; ++i) weight[i] = (float)((int)(i * 37u % 101u) - 50) / 25.0f;
-    ok = wush_context_create(WUSH_BACKEND_CPU, 0, &cpu) == WUSH_OK &&
-         wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, D_IN, 32, NULL, &t) == WUSH_OK &&
-         wush_qweight_create(cpu, t, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, weight, D_OUT, D_IN, NULL,
-                             &w) == WUSH_OK &&
-         wush_context_create(WUSH_BACKEND_CUDA, 0, &gpu) == WUSH_OK && wush_linear_create(gpu, t, w, &lin) == WUSH_OK;
+    ok = wush_context_create(WUSH_BACKEND_CPU, 0, &o->cpu) == WUSH_OK &&
+         wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, D_IN, 32, NULL, &o->t) == WUSH_OK &&
+         wush_qweight_create(o->cpu, o->t, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, weight, D_OUT, D_IN,
+                             NULL, &o->w) == WUSH_OK &&
+         wush_context_create(WUSH_BACKEND_CUDA, 0, &o->gpu) == WUSH_OK &&
+         wush_linear_create(o->gpu, o->t, o->w, &o->lin) == WUSH_OK;
     if (!ok) fprintf(stderr, "context work during a capture failed: %s\n", wush_last_error());
-    wush_linear_destroy(lin);
-    wush_qweight_destroy(w);
-    wush_transform_destroy(t);
-    wush_context_destroy(gpu);
-    wush_context_destroy(cpu);
     return ok ? 0 : 1;
 }
 
 static int capture_survives_context_work(void) {
     Capture c;
+    Objects o;
     pthread_t th;
     int failed;
     memset(&c, 0, sizeof c);
+    memset(&o, 0, sizeof o);
     pthread_mutex_init(&c.mu, NULL);
     pthread_cond_init(&c.cv, NULL);
     if (pthread_create(&th, NULL, capture_thread, &c) != 0) return 1;
     wait_phase(&c, 1);
     failed = c.begin != cudaSuccess ? 1 : 0;
     if (failed) fprintf(stderr, "the capture did not begin: %s\n", cudaGetErrorString(c.begin));
-    if (!failed) failed = context_work_during_capture();
+    if (!failed) failed = context_work_during_capture(&o);
     set_phase(&c, 2);
     pthread_join(th, NULL);
+    release(&o);
     if (!failed && (c.end != cudaSuccess || !c.graph_made)) {
         fprintf(stderr, "the other thread's global capture was invalidated: %s\n", cudaGetErrorString(c.end));
         failed = 1;
