@@ -139,7 +139,9 @@ TEST_F(CudaKernels, QuantizeMatchesCpuBitForBit) {
             const formats::FormatSpec& f = formats::spec(format);
             const BlockTransform t = build_data_free_transform({kind, 0.01, 7}, kDin, f.group);
             const backend::TransformRef ref{t, classify_matrices(t)};
-            for (std::size_t n : {std::size_t(1), std::size_t(37), std::size_t(300)}) {
+            // 1, 2, 5, 16: the small-m kernel with 4, 2 and 1 groups per block (issue 41); 37, 300: tiles
+            for (std::size_t n :
+                 {std::size_t(1), std::size_t(2), std::size_t(5), std::size_t(16), std::size_t(37), std::size_t(300)}) {
                 const std::vector<float> x = make_x(n, unsigned(n));
                 const std::vector<std::uint16_t> xb = to_bf16(x);
                 for (wush_dtype dt : {WUSH_DTYPE_F32, WUSH_DTYPE_BF16}) {
