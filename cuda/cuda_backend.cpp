@@ -96,13 +96,47 @@ float tensor_alpha(wush_format format) {
     return float(1.0 / (d * d));
 }
 
+// The GEMM table of a new context: the default, changed by WUSH_CUDA_PREFILL_MIN_M and
+// WUSH_CUDA_BLOCKSCALED (gemm_table.h).
+GemmTable gemm_table_of_environment() {
+    GemmTable t;
+    const char* prefill = std::getenv("WUSH_CUDA_PREFILL_MIN_M");
+    if (!gemm_table_from_env(prefill, &t))
+        fail(WUSH_ERR_INVALID_ARGUMENT,
+             std::string("WUSH_CUDA_PREFILL_MIN_M must be a positive integer (got '") + prefill + "')");
+    const char* blockscaled = std::getenv("WUSH_CUDA_BLOCKSCALED");
+    bool lt = false;
+    if (!blockscaled_opt_in_from_env(blockscaled, &lt))
+        fail(WUSH_ERR_INVALID_ARGUMENT,
+             std::string("WUSH_CUDA_BLOCKSCALED must be 0 or 1 (got '") + blockscaled + "')");
+    return lt ? gemm_table_with_blockscaled(std::move(t)) : t;
+}
+
+// A stream's capture state for order_stream_switch; a failed query (the legacy stream while
+// another thread captures in global mode) is Unknown and leaves no error behind.
+CaptureState capture_state(cudaStream_t s) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &status) != cudaSuccess) {
+        cudaGetLastError();
+        return CaptureState::Unknown;
+    }
+    return status == cudaStreamCaptureStatusNone ? CaptureState::None : CaptureState::Capturing;
+}
+
 // The state every launch needs: device, stream, handles, the non-finite flag, the GEMM table.
 // Every entry point holds a DeviceGuard for `index` (the caller's current device is restored).
+// Created under a RelaxedCaptureMode (make_device).
 struct Device {
     int index = 0;
-    int sm = 0;
     std::string name;
+    GemmDevice gemm;                // compute capability, prefill attribute set: queried once, here
+    int sm = 0;                     // = gemm.sm
     cudaStream_t stream = nullptr;  // the legacy default stream until set_stream
+    // prepare()'s own non-blocking stream: its uploads never touch the legacy stream, which would
+    // wait on (and so invalidate) another thread's capture of a blocking stream. Its work is
+    // synchronized before prepare returns, so it needs no order with `stream`.
+    cudaStream_t setup = nullptr;
+    cudaEvent_t stream_switch = nullptr;  // set_stream: the new stream waits for the old one here
     cublasHandle_t blas = nullptr;
     cublasLtHandle_t lt = nullptr;
     DeviceBuffer blas_workspace;
@@ -110,28 +144,29 @@ struct Device {
     PinnedHost<unsigned long long> non_finite_host;  // its stream-ordered copy at synchronize
     GemmTable gemm_table;
 
-    explicit Device(int dev) : index(dev) {
-        const DeviceGuard guard(dev);
+    explicit Device(int dev) : index(dev), gemm_table(gemm_table_of_environment()) {
         cudaDeviceProp prop{};
         WUSH_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
         sm = prop.major * 10 + prop.minor;
         name = prop.name;
         if (!compute_capability_supported(sm)) fail(WUSH_ERR_UNSUPPORTED, unsupported_device_message(dev, name, sm));
-        const char* prefill = std::getenv("WUSH_CUDA_PREFILL_MIN_M");
-        if (!gemm_table_from_env(prefill, &gemm_table))
-            fail(WUSH_ERR_INVALID_ARGUMENT,
-                 std::string("WUSH_CUDA_PREFILL_MIN_M must be a positive integer (got '") + prefill + "')");
+        configure_prefill_gemm();  // once per context, not per launch
+        gemm = GemmDevice{sm, true};
+        WUSH_CUDA_CHECK(cudaStreamCreateWithFlags(&setup, cudaStreamNonBlocking));
+        WUSH_CUDA_CHECK(cudaEventCreateWithFlags(&stream_switch, cudaEventDisableTiming));
         WUSH_CUBLAS_CHECK(cublasCreate(&blas));
         WUSH_CUBLAS_CHECK(cublasLtCreate(&lt));
         blas_workspace = DeviceBuffer(kCublasWorkspaceBytes);
         non_finite = DeviceBuffer(sizeof(unsigned long long));
-        WUSH_CUDA_CHECK(
-            cudaMemset(non_finite.get(), 0xFF, sizeof(unsigned long long)));  // creation: not capturable anyway
+        WUSH_CUDA_CHECK(cudaMemsetAsync(non_finite.get(), 0xFF, sizeof(unsigned long long), setup));
+        WUSH_CUDA_CHECK(cudaStreamSynchronize(setup));
     }
     ~Device() {
         const DeviceGuard guard(index);  // the handles belong to this device whatever the caller selected
         if (blas) cublasDestroy(blas);
         if (lt) cublasLtDestroy(lt);
+        if (stream_switch) cudaEventDestroy(stream_switch);
+        if (setup) cudaStreamDestroy(setup);
     }
     Device(const Device&) = delete;
     Device& operator=(const Device&) = delete;
@@ -145,6 +180,16 @@ struct Device {
         return blas;
     }
     unsigned long long* flag() const { return non_finite.get<unsigned long long>(); }
+
+    // Makes `next` the stream, ordered after the current one where order_stream_switch says so:
+    // work still running on the old stream uses the same cuBLAS workspace and non-finite flag.
+    void switch_stream(cudaStream_t next) {
+        if (order_stream_switch(next == stream, capture_state(stream), capture_state(next))) {
+            WUSH_CUDA_CHECK(cudaEventRecord(stream_switch, stream));
+            WUSH_CUDA_CHECK(cudaStreamWaitEvent(next, stream_switch, 0));
+        }
+        stream = next;
+    }
 
     // Waits for the stream, then reports (and clears) a NaN/Inf the quantize kernels saw. Only
     // operations on the context's stream (an async copy into pinned memory, an async reset): no
@@ -200,8 +245,8 @@ void run_reference(const GemmArgs& g, const WeightExtras& w, const Device& dev) 
 
 void run_gemm(const GemmArgs& g, const WeightExtras& w, const Device& dev) {
     switch (pick_gemm(g, dev.sm, w.lt_possible, &dev.gemm_table)) {
-        case GemmKernel::Decode: launch_decode_gemm(g, dev.stream); return;
-        case GemmKernel::Prefill: launch_prefill_gemm(g, dev.stream); return;
+        case GemmKernel::Decode: launch_decode_gemm(g, dev.stream, dev.gemm); return;
+        case GemmKernel::Prefill: launch_prefill_gemm(g, dev.stream, dev.gemm); return;
         case GemmKernel::BlockScaledLt:
             // cuBLASLt may offer no algorithm for this m or refuse the launch: the reference path
             // then (its workspace is part of the layer's, see gemm_bytes).
@@ -237,6 +282,13 @@ GemmArgs shape_args(const formats::FormatSpec& f, std::size_t m, std::size_t d_o
     return g;
 }
 
+// The block-scaled path can serve this product: the architecture and shape allow it, and the
+// context's table names it (opt-in: WUSH_CUDA_BLOCKSCALED).
+bool blockscaled_possible(const GemmArgs& g, const Device& dev) {
+    return blockscaled_gemm_supported(g, dev.sm) &&
+           table_names_kernel(dev.gemm_table, dev.sm, GemmKernel::BlockScaledLt);
+}
+
 // Which precomputed forms of a layer's weight its products read: decided by host-only rules, so
 // that workspace sizes can be computed without building the layer.
 struct WeightPlan {
@@ -249,7 +301,7 @@ struct WeightPlan {
 WeightPlan plan_weight(const formats::FormatSpec& f, std::size_t d_in, std::size_t d_out, const Device& dev) {
     const GemmArgs probe = shape_args(f, 1, d_out, d_in);
     WeightPlan p;
-    p.lt_possible = blockscaled_gemm_supported(probe, dev.sm);
+    p.lt_possible = blockscaled_possible(probe, dev);
     p.dequantized = pick_gemm(probe, dev.sm, p.lt_possible, &dev.gemm_table) == GemmKernel::Reference;
     return p;
 }
@@ -275,11 +327,13 @@ std::size_t layer_workspace_bytes(const formats::FormatSpec& f, std::size_t d_in
 
 class CudaLayer final : public backend::PreparedLayer {
 public:
-    // The caller holds a DeviceGuard for the layer's device (members allocate before this body).
+    // The caller holds a DeviceGuard for the layer's device (members allocate before this body;
+    // prepare() also holds a RelaxedCaptureMode). Everything is enqueued on the device's setup
+    // stream and waited for.
     CudaLayer(std::shared_ptr<Device> dev, backend::TransformRef t, const formats::PackedMatrix& w)
-        : dev_(std::move(dev)), spec_(formats::spec(w.format)), d_in_(w.d_in), d_out_(w.d_out), t_(t, dev_->stream) {
-        w_codes_ = DeviceBuffer::upload(w.codes.data(), w.codes.size(), dev_->stream);
-        w_scales_ = DeviceBuffer::upload(w.scales.data(), w.scales.size(), dev_->stream);
+        : dev_(std::move(dev)), spec_(formats::spec(w.format)), d_in_(w.d_in), d_out_(w.d_out), t_(t, dev_->setup) {
+        w_codes_ = DeviceBuffer::upload(w.codes.data(), w.codes.size(), dev_->setup);
+        w_scales_ = DeviceBuffer::upload(w.scales.data(), w.scales.size(), dev_->setup);
         const int g = int(spec_.group);
         plan_ = plan_weight(spec_, d_in_, d_out_, *dev_);
         if (plan_.lt_possible) {
@@ -287,16 +341,16 @@ public:
             extras_.lt_cache = &lt_cache_;
             w_swizzled_ = DeviceBuffer(blockscaled_scale_bytes(d_out_, d_in_, g));
             launch_swizzle_scales(w_scales_.get<std::uint8_t>(), d_out_, d_in_, g, w_swizzled_.get<std::uint8_t>(),
-                                  dev_->stream);
+                                  dev_->setup);
             extras_.swizzled = w_swizzled_.get<std::uint8_t>();
         }
         if (plan_.dequantized) {
             w_deq_ = DeviceBuffer(d_out_ * d_in_ * dequantized_element_bytes(spec_.id));
             launch_dequantize(spec_.id, g, w_codes_.get<std::uint8_t>(), w_scales_.get<std::uint8_t>(), d_out_, d_in_,
-                              w_deq_.get(), dev_->stream);
+                              w_deq_.get(), dev_->setup);
             extras_.dequantized = w_deq_.get();
         }
-        WUSH_CUDA_CHECK(cudaStreamSynchronize(dev_->stream));
+        WUSH_CUDA_CHECK(cudaStreamSynchronize(dev_->setup));
     }
 
     std::size_t d_in() const override { return d_in_; }
@@ -320,12 +374,12 @@ public:
         require_device_tensor(x, x_dtype, "x", dev_->index);
         require_device_pointer(codes.data(), "codes", dev_->index);
         require_device_pointer(scales.data(), "scales", dev_->index);
-        launch_quantize(quantize_args(t_, spec_, d_in_, x_dtype, x, n, codes.data(), scales.data(), *dev_),
-                        dev_->stream);
+        enqueue_quantize(x_dtype, x, n, codes.data(), scales.data());
     }
 
     void forward(wush_dtype x_dtype, const void* x, std::size_t n, wush_dtype y_dtype, void* y,
                  std::span<std::byte> workspace) override {
+        require_dtype(x_dtype);
         require_output_dtype(y_dtype);
         require(workspace.size() >= minimum_workspace_bytes(n), "forward: workspace too small");
         // Sub-buffers start at 256-byte offsets: with an aligned base every operand is aligned
@@ -333,18 +387,26 @@ public:
         require(reinterpret_cast<std::uintptr_t>(workspace.data()) % 256 == 0,
                 "forward: the workspace must be 256-byte aligned");
         const DeviceGuard guard(dev_->index);
+        // Three pointer queries per forward: the activations' codes and scales lie in the workspace,
+        // checked once here (quantize() would query them again).
+        require_device_tensor(x, x_dtype, "x", dev_->index);
         require_device_tensor(y, y_dtype, "y", dev_->index);
         require_device_pointer(workspace.data(), "workspace", dev_->index);
         const formats::PackedSizes s = formats::packed_sizes(spec_, n, d_in_);
         auto* codes = reinterpret_cast<std::uint8_t*>(workspace.data());
         auto* scales = codes + round_up(s.codes, 256);
         std::byte* rest = workspace.data() + round_up(s.codes, 256) + round_up(s.scales, 256);
-        quantize(x_dtype, x, n, {codes, s.codes}, {scales, s.scales});
+        enqueue_quantize(x_dtype, x, n, codes, scales);
         const std::span<std::byte> gemm_ws(rest, workspace.size() - std::size_t(rest - workspace.data()));
         run_gemm(gemm_args(n, y_dtype, y, codes, scales, gemm_ws), extras_, *dev_);
     }
 
 private:
+    // The quantize launch on checked arguments (dtype, sizes and pointers).
+    void enqueue_quantize(wush_dtype x_dtype, const void* x, std::size_t n, std::uint8_t* codes, std::uint8_t* scales) {
+        launch_quantize(quantize_args(t_, spec_, d_in_, x_dtype, x, n, codes, scales, *dev_), dev_->stream);
+    }
+
     GemmArgs gemm_args(std::size_t m, wush_dtype y_dtype, void* y, const std::uint8_t* a_codes,
                        const std::uint8_t* a_scales, std::span<std::byte> ws) const {
         GemmArgs g = shape_args(spec_, m, d_out_, d_in_);
@@ -371,9 +433,17 @@ private:
 
 // ---- the backend ---------------------------------------------------------------------------------
 
+// A context's Device, made on its device and harmless to another thread's global-mode capture:
+// cudaMalloc, cudaMallocHost, stream and handle creation are capture-unsafe calls.
+std::shared_ptr<Device> make_device(int device) {
+    const DeviceGuard guard(device);
+    const RelaxedCaptureMode relaxed;
+    return std::make_shared<Device>(device);
+}
+
 class CudaBackend final : public backend::Backend {
 public:
-    explicit CudaBackend(int device) : dev_(std::make_shared<Device>(device)) {}
+    explicit CudaBackend(int device) : dev_(make_device(device)) {}
 
     wush_backend kind() const override { return WUSH_BACKEND_CUDA; }
     std::string describe() const override {
@@ -387,7 +457,12 @@ public:
     }
     std::int64_t parameter(wush_context_parameter parameter) const override { return parameters_.get(parameter); }
 
-    void set_stream(void* stream) override { dev_->stream = static_cast<cudaStream_t>(stream); }
+    void set_stream(void* stream) override {
+        const auto next = static_cast<cudaStream_t>(stream);
+        if (next == dev_->stream) return;  // python/wush/torch.py sets the stream before every forward
+        const DeviceGuard guard(dev_->index);
+        dev_->switch_stream(next);
+    }
     void* stream() const override { return dev_->stream; }
     void synchronize() override {
         const DeviceGuard guard(dev_->index);
@@ -429,7 +504,7 @@ public:
         g.y_dtype = y_dtype;
         BlockScaledCache lt_cache;
         WeightExtras extras;
-        extras.lt_possible = blockscaled_gemm_supported(g, dev_->sm);
+        extras.lt_possible = blockscaled_possible(g, *dev_);
         extras.lt_cache = &lt_cache;
         const DeviceBuffer work(gemm_bytes(g, false, extras.lt_possible, *dev_));
         g.workspace = work.get();
@@ -511,8 +586,11 @@ public:
         return host;
     }
 
+    // Allocates and uploads outside any capture of the caller's (wush.h: prepare outside captures),
+    // and harmless to another thread's global-mode capture (RelaxedCaptureMode, the setup stream).
     std::unique_ptr<backend::PreparedLayer> prepare(backend::TransformRef t, const formats::PackedMatrix& w) override {
         const DeviceGuard guard(dev_->index);
+        const RelaxedCaptureMode relaxed;
         return std::make_unique<CudaLayer>(dev_, t, w);
     }
 

@@ -67,6 +67,22 @@ private:
     bool switched_ = false;
 };
 
+// Lets this thread make the CUDA calls a graph capture forbids (cudaMalloc, cudaMallocHost,
+// cudaStreamCreate, ...) while another thread captures in global mode, as PyTorch does: in this
+// thread's default (global) mode such a call fails and invalidates that other capture. Context
+// creation and prepare() hold one; the thread's previous mode is restored at the end of the scope.
+// Nothing they do touches the capturing stream, so relaxed is safe for them.
+class RelaxedCaptureMode {
+public:
+    RelaxedCaptureMode() { WUSH_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_)); }
+    ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }  // cannot fail for a valid mode
+    RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+    RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+private:
+    cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;  // the caller's mode after the exchange
+};
+
 // Owned device memory (cudaMalloc / cudaFree on the device current at allocation, restored
 // afterwards); move-only.
 class DeviceBuffer {

@@ -41,8 +41,9 @@ void launch_mr(int mr, dim3 grid, const DecodeParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-void launch_decode_gemm(const GemmArgs& a, cudaStream_t stream) {
-    if (!gemm_supported(GemmKernel::Decode, a, current_sm("launch_decode_gemm")))
+void launch_decode_gemm(const GemmArgs& a, cudaStream_t stream, const GemmDevice& device) {
+    const int sm = device.sm != 0 ? device.sm : current_sm("launch_decode_gemm");
+    if (!gemm_supported(GemmKernel::Decode, a, sm))
         fail(WUSH_ERR_UNSUPPORTED, "launch_decode_gemm: unsupported format, shape, alignment or workspace");
     const plan::DecodePlan pl = plan::plan_decode(a.m, a.n, a.k);
     if (pl.blocks_n > 0x7FFFFFFFu || pl.splits > 65535 || pl.row_passes > 65535 || a.m > 0x7FFFFFFFu ||

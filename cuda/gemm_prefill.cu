@@ -35,20 +35,32 @@ namespace {
 
 using namespace wush::cuda::prefill_detail;
 
+// Raising the dynamic shared-memory limit is a per-function, per-device attribute: set once per
+// context (configure_prefill_gemm) or, for a caller that did not, before each launch.
 template <int G>
-void launch_tiles(const PrefillParams& p, dim3 grid, cudaStream_t stream) {
-    // Raising the dynamic shared-memory limit is a per-function attribute, cheap to repeat (no sync).
+void set_smem_limit() {
     const cudaError_t e =
         cudaFuncSetAttribute(prefill_gemm_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<G>::kSmem);
     if (e != cudaSuccess)
         fail(WUSH_ERR_CUDA, std::string("cudaFuncSetAttribute(prefill_gemm_kernel): ") + cudaGetErrorString(e));
+}
+
+template <int G>
+void launch_tiles(const PrefillParams& p, dim3 grid, bool configured, cudaStream_t stream) {
+    if (!configured) set_smem_limit<G>();
     prefill_gemm_kernel<G><<<grid, kThreads, Layout<G>::kSmem, stream>>>(p);
 }
 
 }  // namespace
 
-void launch_prefill_gemm(const GemmArgs& a, cudaStream_t stream) {
-    if (!gemm_supported(GemmKernel::Prefill, a, current_sm("launch_prefill_gemm")))
+void configure_prefill_gemm() {
+    set_smem_limit<16>();
+    set_smem_limit<32>();
+}
+
+void launch_prefill_gemm(const GemmArgs& a, cudaStream_t stream, const GemmDevice& device) {
+    const int sm = device.sm != 0 ? device.sm : current_sm("launch_prefill_gemm");
+    if (!gemm_supported(GemmKernel::Prefill, a, sm))
         fail(WUSH_ERR_UNSUPPORTED, "launch_prefill_gemm: unsupported format, shape, alignment or workspace");
     const std::size_t grid_m = plan::ceil_div(a.m, BM), grid_n = plan::ceil_div(a.n, BN);
     if (grid_m > 65535 || grid_n > 0x7FFFFFFFu || a.m > 0x3FFFFFFFu || a.n > 0x3FFFFFFFu)
@@ -82,8 +94,8 @@ void launch_prefill_gemm(const GemmArgs& a, cudaStream_t stream) {
     p.y = a.y;
     p.y_bf16 = a.y_dtype == WUSH_DTYPE_BF16;
     const dim3 grid{unsigned(grid_n), unsigned(grid_m), 1u};
-    if (a.group == 16) launch_tiles<16>(p, grid, stream);
-    else launch_tiles<32>(p, grid, stream);
+    if (a.group == 16) launch_tiles<16>(p, grid, device.prefill_configured, stream);
+    else launch_tiles<32>(p, grid, device.prefill_configured, stream);
     check_launch("prefill_gemm_kernel");
 }
 

@@ -8,7 +8,6 @@
 //
 // Default (docs: docs/record/cuda-gemm-notes.md, "Selection"):
 //   m <= 32, sm >= 61        Decode (weight streaming with dp4a)
-//   sm_100 / sm_120, m > 32  BlockScaledLt (cuBLASLt FP4), where cuBLASLt offers an algorithm
 //   INT4, m >= 128, sm >= 80 Prefill: INT4's reference path multiplies in float32 (exact operands),
 //                            and on an H200 the prefill kernel was faster at m = 128 and 3.2x faster
 //                            at m = 4096 (docs/record/performance-record.md, "CUDA backend: first hardware run")
@@ -17,6 +16,10 @@
 //                            slower than this path; it is chosen there only when asked for (below).
 // WUSH_CUDA_PREFILL_MIN_M=<m> (environment, read when a CUDA context is created): m >= that value
 // (and above the decode rows) on sm >= 80 takes the prefill kernel, for measurement.
+// WUSH_CUDA_BLOCKSCALED=1 (same): sm_100 / sm_120, m > 32 take cuBLASLt's block-scaled FP4 GEMM
+// (BlockScaledLt) where cuBLASLt offers an algorithm. Opt-in only: that path has never run on
+// hardware (cuda/blockscaled_gemm.cu), and an untested default would decide every Blackwell
+// prefill; the reference path is exact and has run.
 #pragma once
 
 #include <algorithm>
@@ -52,8 +55,6 @@ constexpr std::size_t kInt4PrefillMinM = 128;  // measured at 128 and 4096 only 
 inline GemmTable default_gemm_table() {
     return {{
         {61, 999, 1, kDecodeMaxRows, GemmKernel::Decode},
-        {100, 109, kDecodeMaxRows + 1, kAnyM, GemmKernel::BlockScaledLt},
-        {120, 129, kDecodeMaxRows + 1, kAnyM, GemmKernel::BlockScaledLt},
         {80, 999, kInt4PrefillMinM, kAnyM, GemmKernel::Prefill, WUSH_FORMAT_INT4},
         {0, 999, 0, kAnyM, GemmKernel::Reference},
     }};
@@ -66,6 +67,22 @@ inline GemmTable gemm_table_with_prefill(std::size_t prefill_min_m) {
     const std::size_t from = prefill_min_m > kDecodeMaxRows ? prefill_min_m : kDecodeMaxRows + 1;
     t.rules.insert(t.rules.end() - 1, GemmRule{80, 999, from, kAnyM, GemmKernel::Prefill});
     return t;
+}
+
+// `t` with cuBLASLt's block-scaled FP4 GEMM for m > 32 on sm_100 / sm_120, right after the decode
+// rule (before the INT4 prefill rule: BlockScaledLt takes no INT4, so INT4 keeps its kernel).
+inline GemmTable gemm_table_with_blockscaled(GemmTable t) {
+    const auto at = t.rules.begin() + (t.rules.empty() ? 0 : 1);
+    t.rules.insert(at, {GemmRule{100, 109, kDecodeMaxRows + 1, kAnyM, GemmKernel::BlockScaledLt},
+                        GemmRule{120, 129, kDecodeMaxRows + 1, kAnyM, GemmKernel::BlockScaledLt}});
+    return t;
+}
+
+// Whether any rule of `t` names `kernel` on architecture `sm` (a prepared layer keeps the
+// block-scaled path's swizzled weight scales only where it can be chosen).
+inline bool table_names_kernel(const GemmTable& t, int sm, GemmKernel kernel) {
+    return std::any_of(t.rules.begin(), t.rules.end(),
+                       [&](const GemmRule& r) { return r.kernel == kernel && sm >= r.sm_min && sm <= r.sm_max; });
 }
 
 // The first rule that matches (architecture, tokens, and `format` where the rule names one) and
@@ -119,6 +136,15 @@ inline bool gemm_table_from_env(const char* prefill_min_m, GemmTable* out) {
     }
     if (v == 0) return false;
     *out = gemm_table_with_prefill(v);
+    return true;
+}
+
+// WUSH_CUDA_BLOCKSCALED's value (null, empty or "0": off; "1": on) into *on; false (and *on
+// unchanged) for any other value, which the caller reports.
+inline bool blockscaled_opt_in_from_env(const char* value, bool* on) {
+    const std::string v = value == nullptr ? "" : value;
+    if (v != "" && v != "0" && v != "1") return false;
+    *on = v == "1";
     return true;
 }
 

@@ -1,7 +1,8 @@
 // The fused transform + quantization on CUDA cores (device code: cuda/quantize_kernel.cuh, which
 // says how the bytes equal the CPU's and how the kernels are laid out). Two kernels: the tile
 // kernel (32 tokens x 4 groups per block) and, for at most 16 tokens, the small-m kernel (a warp
-// per token and group, so that one token spreads over the GPU).
+// per token and group, so that one token spreads over the GPU; a block's group matrices are
+// loaded once for all its tokens).
 //
 // Not yet done: the G x G product on tensor cores (3xTF32 with an error bound that covers it).
 #include "kernels.h"
@@ -24,8 +25,9 @@ void launch(const QuantizeArgs& a, cudaStream_t stream) {
     const std::size_t groups = a.d_in / std::size_t(Fmt<F>::G);
     const int vec_codes = aligned(a.codes, std::size_t(Fmt<F>::kCodeBytes)) ? 1 : 0;
     if (a.n_tokens <= kSmallMaxTokens) {
-        const dim3 grid(unsigned((groups + kWarps - 1) / kWarps), unsigned(a.n_tokens));
-        quantize_small_kernel<F><<<grid, kThreads, 0, stream>>>(a, vec_codes);
+        const int per_block = small_groups_per_block(a.n_tokens);
+        const unsigned grid = unsigned((groups + std::size_t(per_block) - 1) / std::size_t(per_block));
+        quantize_small_kernel<F><<<grid, kThreads, 0, stream>>>(a, per_block, vec_codes);
     } else {
         const dim3 grid(unsigned((a.n_tokens + kTileTokens - 1) / kTileTokens),
                         unsigned((groups + kTileGroups - 1) / kTileGroups));

@@ -291,34 +291,35 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(const QuantizeA
 }
 
 // ---------------------------------------------------------------------------------------------
-// Small-m kernel (n_tokens <= 16): a warp per (token, group), so that one token's groups spread
-// over C warps of the whole GPU. Lane i computes output i's chain (T transposed in shared
-// memory: lanes read consecutive words) and certifies element i (certify_scaling on the warp's
-// amax, certify_element per lane, a ballot of the near flags); the codes go out as one byte per
-// even lane. A group that is not certified is recomputed by the warp and stored by lane 0.
-// grid: (ceil(C / 4), n).
+// Small-m kernel (n_tokens <= 16): a warp per (token, group), so that a few tokens' groups spread
+// over the whole GPU. Lane i computes output i's chain (T transposed in shared memory: lanes read
+// consecutive words) and certifies element i (certify_scaling on the warp's amax, certify_element
+// per lane, a ballot of the near flags); the codes go out as one byte per even lane. A group that
+// is not certified is recomputed by the warp and stored by lane 0.
+// A block owns small_groups_per_block(n) consecutive groups and every token of them: each group's
+// 4 KB matrix (G = 32) is copied to shared memory once and serves all n tokens (a block per token
+// read it n times). Its 4 warps split as kWarps / groups_per_block warps per group, warp w taking
+// group w / per_group of the block and tokens w % per_group, + per_group, ...
+// grid: ceil(C / groups_per_block).
 // ---------------------------------------------------------------------------------------------
-template <wush_format F>
-__global__ void __launch_bounds__(kThreads) quantize_small_kernel(const QuantizeArgs a, int vec_codes) {
-    constexpr int G = Fmt<F>::G, SB = Fmt<F>::SB, CB = Fmt<F>::kCodeBytes;
-    __shared__ float t_s[kWarps * G * G];  // per warp: T transposed, t[j * G + i]
-    __shared__ float x_s[kWarps * G];
-    __shared__ float y_s[kWarps * G];
-    __shared__ double yd_s[kWarps * G];  // recompute_group's outputs, per warp
 
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+// Groups per block for n tokens: 4 for one token (a warp per group, as many warps as groups), 2
+// for two, else 1 (the 4 warps share one group's tokens; 3 tokens leave one warp idle).
+__host__ __device__ constexpr int small_groups_per_block(std::size_t n_tokens) {
+    return n_tokens >= 3 ? 1 : n_tokens == 2 ? 2 : kWarps;
+}
+
+// One (token, group) by the whole warp: t is the group's matrix (transposed, shared memory), xs,
+// ys and yd_s the warp's own shared scratch, reused token after token.
+template <wush_format F>
+__device__ __forceinline__ void quantize_small_token(const QuantizeArgs& a, std::size_t token, std::size_t group,
+                                                     const float* t, float* xs, float* ys, double* yd_s, int lane,
+                                                     int vec_codes) {
+    constexpr int G = Fmt<F>::G, SB = Fmt<F>::SB, CB = Fmt<F>::kCodeBytes;
     const std::size_t groups_total = a.d_in / std::size_t(G);
-    const std::size_t group = std::size_t(blockIdx.x) * kWarps + std::size_t(warp);
-    const std::size_t token = blockIdx.y;
-    if (group >= groups_total) return;  // whole warps only: no block barrier below
     const bool identity = a.use == MatrixUse::None;
     const std::size_t m = a.use == MatrixUse::PerBlock ? group : 0;
-    float* t = t_s + warp * G * G;
-    float* xs = x_s + warp * G;
-    float* ys = y_s + warp * G;
-
-    if (!identity)
-        for (int e = lane; e < G * G; e += 32) t[e] = a.matrices[m * G * G + std::size_t(e)];
+    __syncwarp();  // the previous token's reads of xs / ys are done
     if (lane < G) {
         const float v = load_element(a.x_dtype, a.x, token * a.d_in + group * G + std::size_t(lane));
         if (!finite_f(v)) report_non_finite(a.non_finite, token, group * G + std::size_t(lane));
@@ -335,7 +336,7 @@ __global__ void __launch_bounds__(kThreads) quantize_small_kernel(const Quantize
     }
     __syncwarp();
     // Certification by the whole warp (lane i < G holds element i; amax and INT4's sum of squares
-    // are reduced over the lanes, the same value in every lane): one token's groups are the whole
+    // are reduced over the lanes, the same value in every lane): a few tokens' groups are the whole
     // launch at small m, so no lane walks a group alone.
     const float xv = lane < G ? xs[lane] : 0.0f, yv = lane < G ? ys[lane] : 0.0f;
     if (__ballot_sync(kFullWarp, !finite_f(xv)) != 0u) return;  // writes nothing (NON_FINITE reported)
@@ -357,7 +358,7 @@ __global__ void __launch_bounds__(kThreads) quantize_small_kernel(const Quantize
     }
     std::uint8_t codes[CB];
     std::uint8_t scale[2] = {0, 0};
-    recompute_group<F>(xs, t, 1, G, identity, yd_s + warp * G, lane, codes, scale);
+    recompute_group<F>(xs, t, 1, G, identity, yd_s, lane, codes, scale);
     if (lane != 0) return;
     if (vec_codes) {
         if constexpr (CB == 16)
@@ -369,6 +370,35 @@ __global__ void __launch_bounds__(kThreads) quantize_small_kernel(const Quantize
         for (int b = 0; b < CB; ++b) dst[b] = codes[b];
     }
     store_scale(scale_dst, scale, SB);
+}
+
+template <wush_format F>
+__global__ void __launch_bounds__(kThreads)
+    quantize_small_kernel(const QuantizeArgs a, int groups_per_block, int vec_codes) {
+    constexpr int G = Fmt<F>::G;
+    __shared__ float t_s[kWarps * G * G];  // per group of the block: T transposed, t[j * G + i]
+    __shared__ float x_s[kWarps * G];      // per warp
+    __shared__ float y_s[kWarps * G];
+    __shared__ double yd_s[kWarps * G];  // recompute_group's outputs, per warp
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int per_group = kWarps / groups_per_block;  // warps per group
+    const std::size_t groups_total = a.d_in / std::size_t(G);
+    const std::size_t g0 = std::size_t(blockIdx.x) * std::size_t(groups_per_block);
+    const bool per_block = a.use == MatrixUse::PerBlock;
+    if (a.use != MatrixUse::None) {  // the block's matrices, once for all tokens
+        const std::size_t left = groups_total - g0;
+        const int count = per_block ? (left < std::size_t(groups_per_block) ? int(left) : groups_per_block) : 1;
+        const float* src = a.matrices + (per_block ? g0 : 0) * std::size_t(G * G);
+        for (int e = tid; e < count * G * G; e += kThreads) t_s[e] = src[e];
+    }
+    __syncthreads();
+    const int local = warp / per_group;
+    const std::size_t group = g0 + std::size_t(local);
+    if (group >= groups_total) return;  // whole warps, after the block's only barrier
+    const float* t = t_s + (per_block ? local : 0) * G * G;
+    for (std::size_t token = std::size_t(warp % per_group); token < a.n_tokens; token += std::size_t(per_group))
+        quantize_small_token<F>(a, token, group, t, x_s + warp * G, y_s + warp * G, yd_s + warp * G, lane, vec_codes);
 }
 
 }  // namespace wush::cuda::quantize_detail

@@ -11,6 +11,7 @@
 #include "common/float_bits.h"
 #include "cuda_check.h"
 #include "dequantize.h"
+#include "device_rules.h"
 
 namespace wush::cuda {
 
@@ -74,8 +75,8 @@ __global__ void to_bf16_kernel(const float* in, std::uint16_t* out, std::size_t 
     if (i < count) out[i] = bits::bf16_encode(double(in[i]));
 }
 
-unsigned blocks_for(std::size_t count) {
-    return unsigned((count + kThreads - 1) / kThreads);
+std::size_t blocks_for(std::size_t count) {
+    return (count + kThreads - 1) / kThreads;
 }
 
 }  // namespace
@@ -111,6 +112,13 @@ std::size_t reference_gemm_workspace_bytes(wush_format format, std::size_t m, st
 
 void launch_reference_gemm(const GemmArgs& g, const void* w_dequantized, cublasHandle_t handle, cudaStream_t stream) {
     if (g.m == 0 || g.n == 0) return;
+    // cuBLAS's sizes are int (n is also Y's leading dimension, k both operands'); checked before
+    // anything is enqueued.
+    const char* who = "reference GEMM";
+    const int m = checked_int(g.m, "m (tokens)", who), n = checked_int(g.n, "n (d_out)", who),
+              k = checked_int(g.k, "k (d_in)", who);
+    const unsigned bf16_blocks = unsigned(checked_int(g.y_dtype == WUSH_DTYPE_BF16 ? blocks_for(g.m * g.n) : 0,
+                                                      "m x n / 256 (BF16 conversion blocks)", who));
     const std::size_t e = dequantized_element_bytes(g.format);
     require(g.workspace_bytes >=
                 reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w_dequantized != nullptr, g.y_dtype),
@@ -130,11 +138,10 @@ void launch_reference_gemm(const GemmArgs& g, const void* w_dequantized, cublasH
     const cudaDataType_t in = g.format == WUSH_FORMAT_INT4 ? CUDA_R_32F : CUDA_R_16BF;
     const cublasComputeType_t compute = g.format == WUSH_FORMAT_INT4 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
     const float alpha = g.alpha, beta = 0.0f;
-    WUSH_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(g.n), int(g.m), int(g.k), &alpha, w, in,
-                                   int(g.k), a, in, int(g.k), &beta, yf, CUDA_R_32F, int(g.n), compute,
-                                   CUBLAS_GEMM_DEFAULT));
+    WUSH_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, in, k, a, in, k, &beta, yf,
+                                   CUDA_R_32F, n, compute, CUBLAS_GEMM_DEFAULT));
     if (g.y_dtype == WUSH_DTYPE_BF16) {
-        to_bf16_kernel<<<blocks_for(g.m * g.n), kThreads, 0, stream>>>(yf, static_cast<std::uint16_t*>(g.y), g.m * g.n);
+        to_bf16_kernel<<<bf16_blocks, kThreads, 0, stream>>>(yf, static_cast<std::uint16_t*>(g.y), g.m * g.n);
         check_launch("to_bf16_kernel");
     }
 }

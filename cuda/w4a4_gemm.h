@@ -46,9 +46,21 @@ bool gemm_supported(GemmKernel kernel, const GemmArgs& args, int sm);
 // rows) or Reference is chosen.
 GemmKernel pick_gemm(const GemmArgs& args, int sm, bool blockscaled_available = true, const GemmTable* table = nullptr);
 
+// What a caller that launches often (the backend's per-context Device) knows of the current
+// device, so that a launch makes no device query: its compute capability (0: queried per launch)
+// and whether configure_prefill_gemm() ran on it (false: every prefill launch sets the attribute).
+struct GemmDevice {
+    int sm = 0;
+    bool prefill_configured = false;
+};
+
+// Raises the prefill kernels' dynamic shared-memory limit on the current device (a function
+// attribute of each instantiation, per device); throws wush::Error(CUDA) if refused.
+void configure_prefill_gemm();
+
 // Enqueues the product on `stream`: no host synchronization, no allocation (graph-capturable).
 // Throws wush::Error(CUDA) if a launch fails, UNSUPPORTED if !gemm_supported().
-void launch_decode_gemm(const GemmArgs& args, cudaStream_t stream);
-void launch_prefill_gemm(const GemmArgs& args, cudaStream_t stream);
+void launch_decode_gemm(const GemmArgs& args, cudaStream_t stream, const GemmDevice& device = {});
+void launch_prefill_gemm(const GemmArgs& args, cudaStream_t stream, const GemmDevice& device = {});
 
 }  // namespace wush::cuda

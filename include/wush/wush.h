@@ -307,7 +307,9 @@ typedef struct wush_context wush_context;
  *          WUSH_ERR_CUDA when the device cannot be initialized;
  *          WUSH_ERR_INVALID_ARGUMENT also when the environment variable WUSH_CUDA_PREFILL_MIN_M
  *          (a measurement switch: token counts from which sm_80+ GPUs use the prefill GEMM
- *          kernel) is set to anything but a positive integer;
+ *          kernel) is set to anything but a positive integer, or WUSH_CUDA_BLOCKSCALED (1: sm_100 /
+ *          sm_120 GPUs use cuBLASLt's block-scaled FP4 GEMM, not yet run on hardware; 0 or unset:
+ *          the exact reference path) to anything but 0 or 1;
  *          WUSH_ERR_OUT_OF_MEMORY. */
 WUSH_API wush_status wush_context_create(wush_backend backend, int device, wush_context** ctx);
 
@@ -355,7 +357,15 @@ WUSH_API wush_status wush_context_get_parameter(const wush_context* ctx, wush_co
  *  (passed as void*; NULL = the CUDA default stream), which the caller creates and must keep
  *  alive while the context uses it; the context never destroys it. A CPU context has no queue and
  *  accepts only NULL. Launches already enqueued are not moved.
- *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handle, non-NULL stream on a CPU context).
+ *  Order across a switch (CUDA): the context's launches share device state (cuBLAS's workspace,
+ *  the NaN/Inf flag), so switching from one stream to another makes the new stream wait for
+ *  everything enqueued on the old one so far (an event recorded on the old stream; no host wait).
+ *  Not when either stream is capturing a graph (a wait on an event from outside the capture would
+ *  break it): a caller that moves a context into or out of a capture orders the streams itself,
+ *  e.g. captures on a stream forked from the old one by an event. Work the caller enqueues on the
+ *  old stream after the switch is not ordered.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handle, non-NULL stream on a CPU context);
+ *          WUSH_ERR_CUDA (the event could not be recorded or waited on).
  *  Thread safety: serialized per context. */
 WUSH_API wush_status wush_context_set_stream(wush_context* ctx, void* stream);
 
@@ -1118,7 +1128,10 @@ typedef struct wush_linear wush_linear;
 /*! wush_linear_create() :
  *  Prepares the layer made of `transform` and `qweight` (same d_in, the qweight's format group
  *  equal to the transform's G) on the backend of `ctx`. On a CUDA context this allocates device
- *  memory and copies synchronously.
+ *  memory and copies synchronously: call it outside a graph capture of the context's stream
+ *  (prepare before capturing). It is safe while another thread captures in global mode (as
+ *  PyTorch does): its allocations run in relaxed capture mode and its copies on a private
+ *  non-blocking stream, never on the legacy default stream; wush_context_create does the same.
  *  Ownership: release *layer with wush_linear_destroy() before destroying `ctx`.
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, NULL `layer`, mismatched objects);
  *          WUSH_ERR_UNSUPPORTED (a group size the runtime does not support);

@@ -7,11 +7,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
@@ -137,7 +139,9 @@ TEST_F(CudaKernels, QuantizeMatchesCpuBitForBit) {
             const formats::FormatSpec& f = formats::spec(format);
             const BlockTransform t = build_data_free_transform({kind, 0.01, 7}, kDin, f.group);
             const backend::TransformRef ref{t, classify_matrices(t)};
-            for (std::size_t n : {std::size_t(1), std::size_t(37), std::size_t(300)}) {
+            // 1, 2, 5, 16: the small-m kernel with 4, 2 and 1 groups per block (issue 41); 37, 300: tiles
+            for (std::size_t n :
+                 {std::size_t(1), std::size_t(2), std::size_t(5), std::size_t(16), std::size_t(37), std::size_t(300)}) {
                 const std::vector<float> x = make_x(n, unsigned(n));
                 const std::vector<std::uint16_t> xb = to_bf16(x);
                 for (wush_dtype dt : {WUSH_DTYPE_F32, WUSH_DTYPE_BF16}) {
@@ -469,3 +473,169 @@ TEST(CudaIssue32, AnotherDevicesPointerIsRefused) {
 }
 
 }  // namespace capture_test
+
+// ---- issue 41: integration defects of the host code ---------------------------------------------
+
+namespace issue41_test {
+
+using namespace wush;
+
+// Keeps a stream busy from the host (300 ms) without touching the device: what follows it on that
+// stream starts only afterwards, deterministically.
+void CUDART_CB hold_stream(void*) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+}
+
+struct Streams {
+    cudaStream_t a = nullptr, b = nullptr;
+    Streams() {
+        WUSH_CUDA_CHECK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+        WUSH_CUDA_CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    }
+    ~Streams() {
+        cudaStreamDestroy(a);
+        cudaStreamDestroy(b);
+    }
+};
+
+// Item 1: switching streams between calls orders the new stream after the old one. Stream A holds
+// a forward (m = 64: the reference path, cuBLAS and its shared workspace) behind a 300 ms host
+// hold; the context switches to B and runs another forward there: B's must not finish before A's,
+// both must equal the CPU runtime, and a NaN seen by A's launch must be reported by the
+// synchronize on B (the shared non-finite flag read after A's kernel wrote it).
+TEST(CudaIssue41, StreamSwitchWaitsForTheOldStream) {
+    REQUIRE_GPU();
+    auto be = cuda::make_backend(0);
+    const Streams s;
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
+    const std::size_t m = 64, d_out = 96;
+    const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, kDin, f.group);
+    const backend::TransformRef ref{t, classify_matrices(t)};
+    const formats::PackedMatrix w = make_weight(f, d_out, 11);
+    auto layer = be->prepare(ref, w);
+    const std::vector<float> x0 = make_x(m, 1), x1 = make_x(m, 2);
+    const cuda::DeviceBuffer xd0 = upload(x0), xd1 = upload(x1);
+    cuda::DeviceBuffer ws0(layer->workspace_bytes(m)), ws1(layer->workspace_bytes(m));
+    cuda::DeviceBuffer y0(m * d_out * sizeof(float)), y1(m * d_out * sizeof(float));
+    be->set_stream(s.a);
+    WUSH_CUDA_CHECK(cudaLaunchHostFunc(s.a, hold_stream, nullptr));
+    layer->forward(WUSH_DTYPE_F32, xd0.get(), m, WUSH_DTYPE_F32, y0.get(), {ws0.get<std::byte>(), ws0.bytes()});
+    be->set_stream(s.b);
+    layer->forward(WUSH_DTYPE_F32, xd1.get(), m, WUSH_DTYPE_F32, y1.get(), {ws1.get<std::byte>(), ws1.bytes()});
+    WUSH_CUDA_CHECK(cudaStreamSynchronize(s.b));
+    EXPECT_EQ(cudaStreamQuery(s.a), cudaSuccess) << "stream B's forward finished before stream A's";
+    be->synchronize();
+    expect_close(download<float>(y0, m * d_out), cpu_gemm(w, cpu_quantize(t, f, WUSH_DTYPE_F32, x0.data(), m), m), kDin,
+                 "stream A");
+    expect_close(download<float>(y1, m * d_out), cpu_gemm(w, cpu_quantize(t, f, WUSH_DTYPE_F32, x1.data(), m), m), kDin,
+                 "stream B");
+
+    std::vector<float> bad = x0;
+    bad[5 * kDin + 7] = NAN;
+    const cuda::DeviceBuffer xbad = upload(bad);
+    be->set_stream(s.a);
+    WUSH_CUDA_CHECK(cudaLaunchHostFunc(s.a, hold_stream, nullptr));
+    layer->forward(WUSH_DTYPE_F32, xbad.get(), m, WUSH_DTYPE_F32, y0.get(), {ws0.get<std::byte>(), ws0.bytes()});
+    be->set_stream(s.b);
+    try {
+        be->synchronize();
+        ADD_FAILURE() << "the NaN of stream A's forward was not reported by the synchronize on stream B";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.status(), WUSH_ERR_NON_FINITE);
+        EXPECT_NE(std::string(e.what()).find("row 5, column 7"), std::string::npos) << e.what();
+    }
+    be->set_stream(nullptr);
+    WUSH_CUDA_CHECK(cudaStreamSynchronize(s.a));
+}
+
+// Item 1, captures: switching to a stream that is capturing adds no wait on an eager event (that
+// would break the capture); the captured forward replays like the eager one.
+TEST(CudaIssue41, StreamSwitchIntoACaptureKeepsItValid) {
+    REQUIRE_GPU();
+    auto be = cuda::make_backend(0);
+    const Streams s;
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_NVFP4);
+    const std::size_t m = 40, d_out = 64;
+    const BlockTransform t = build_data_free_transform({TransformKind::Hadamard, 0.01, 7}, kDin, f.group);
+    auto layer = be->prepare({t, classify_matrices(t)}, make_weight(f, d_out, 4));
+    const cuda::DeviceBuffer xd = upload(make_x(m, 3));
+    cuda::DeviceBuffer ws(layer->workspace_bytes(m)), y(m * d_out * sizeof(float));
+    be->set_stream(s.a);
+    layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+    be->synchronize();
+    const std::vector<float> eager = download<float>(y, m * d_out);
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(s.b, cudaStreamCaptureModeGlobal), cudaSuccess);
+    be->set_stream(s.b);
+    layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+    be->set_stream(s.a);  // leaving the capture: no event recorded into it either
+    ASSERT_EQ(cudaStreamEndCapture(s.b, &graph), cudaSuccess) << "capture invalidated by set_stream";
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    WUSH_CUDA_CHECK(cudaMemsetAsync(y.get(), 0, y.bytes(), s.b));
+    ASSERT_EQ(cudaGraphLaunch(exec, s.b), cudaSuccess);
+    WUSH_CUDA_CHECK(cudaStreamSynchronize(s.b));
+    EXPECT_EQ(download<float>(y, m * d_out), eager);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    be->set_stream(nullptr);
+}
+
+// Item 3: the prefill kernels' shared-memory attribute is set once per context (at creation), not
+// per launch; a second context on the same device, and a launch after a stream switch, still run
+// it, equal to the CPU runtime.
+TEST(CudaIssue41, PrefillConfiguredOncePerContextRuns) {
+    REQUIRE_GPU();
+    setenv("WUSH_CUDA_PREFILL_MIN_M", "33", 1);
+    auto first = cuda::make_backend(0);
+    auto second = cuda::make_backend(0);
+    unsetenv("WUSH_CUDA_PREFILL_MIN_M");
+    const Streams s;
+    const std::size_t m = 200, d_out = 128;
+    for (wush_format format : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4}) {
+        const formats::FormatSpec& f = formats::spec(format);
+        const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, kDin, f.group);
+        const formats::PackedMatrix w = make_weight(f, d_out, 9);
+        const std::vector<float> x = make_x(m, 6);
+        const std::vector<float> want = cpu_gemm(w, cpu_quantize(t, f, WUSH_DTYPE_F32, x.data(), m), m);
+        const cuda::DeviceBuffer xd = upload(x);
+        for (backend::Backend* be : {first.get(), second.get()}) {
+            be->set_stream(s.a);
+            auto layer = be->prepare({t, classify_matrices(t)}, w);
+            cuda::DeviceBuffer ws(layer->workspace_bytes(m)), y(m * d_out * sizeof(float));
+            layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+            be->set_stream(s.b);
+            be->synchronize();
+            expect_close(download<float>(y, m * d_out), want, kDin, std::string(f.name) + " prefill");
+            be->set_stream(nullptr);
+        }
+    }
+}
+
+// Item 6: cuBLASLt's block-scaled FP4 path runs only where a context opts in
+// (WUSH_CUDA_BLOCKSCALED=1); on sm_100 / sm_120 it must then equal the CPU runtime (m > 32).
+TEST(CudaIssue41, BlockScaledOptInMatchesCpuOnBlackwell) {
+    REQUIRE_GPU();
+    int major = 0;
+    WUSH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    if (major != 10 && major != 12) GTEST_SKIP() << "not a Blackwell part (sm_100 / sm_120)";
+    setenv("WUSH_CUDA_BLOCKSCALED", "1", 1);
+    auto be = cuda::make_backend(0);
+    unsetenv("WUSH_CUDA_BLOCKSCALED");
+    const std::size_t m = 200, d_out = 128;
+    for (wush_format format : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4}) {
+        const formats::FormatSpec& f = formats::spec(format);
+        const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, kDin, f.group);
+        const formats::PackedMatrix w = make_weight(f, d_out, 9);
+        const std::vector<float> x = make_x(m, 6);
+        const std::vector<float> want = cpu_gemm(w, cpu_quantize(t, f, WUSH_DTYPE_F32, x.data(), m), m);
+        auto layer = be->prepare({t, classify_matrices(t)}, w);
+        const cuda::DeviceBuffer xd = upload(x);
+        cuda::DeviceBuffer ws(layer->workspace_bytes(m)), y(m * d_out * sizeof(float));
+        layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+        be->synchronize();
+        expect_close(download<float>(y, m * d_out), want, kDin, std::string(f.name) + " block-scaled");
+    }
+}
+
+}  // namespace issue41_test

@@ -326,9 +326,13 @@ TEST(W4A4GemmSelect, PicksByRowsAndArchitecture) {
     EXPECT_EQ(wush::cuda::pick_gemm(a, 90), GemmKernel::Reference);
     EXPECT_EQ(wush::cuda::pick_gemm(a, 90, true, &prefill), GemmKernel::Prefill);
     EXPECT_EQ(wush::cuda::pick_gemm(a, 80, true, &prefill), GemmKernel::Prefill);
-    EXPECT_EQ(wush::cuda::pick_gemm(a, 100), GemmKernel::BlockScaledLt);
-    EXPECT_EQ(wush::cuda::pick_gemm(a, 120), GemmKernel::BlockScaledLt);
-    EXPECT_EQ(wush::cuda::pick_gemm(a, 100, false), GemmKernel::Reference);
+    // Blackwell's cuBLASLt FP4 path only where the context opted in (WUSH_CUDA_BLOCKSCALED=1).
+    const wush::cuda::GemmTable lt = wush::cuda::gemm_table_with_blockscaled(wush::cuda::default_gemm_table());
+    EXPECT_EQ(wush::cuda::pick_gemm(a, 100), GemmKernel::Reference);
+    EXPECT_EQ(wush::cuda::pick_gemm(a, 120), GemmKernel::Reference);
+    EXPECT_EQ(wush::cuda::pick_gemm(a, 100, true, &lt), GemmKernel::BlockScaledLt);
+    EXPECT_EQ(wush::cuda::pick_gemm(a, 120, true, &lt), GemmKernel::BlockScaledLt);
+    EXPECT_EQ(wush::cuda::pick_gemm(a, 100, false, &lt), GemmKernel::Reference);
     EXPECT_EQ(wush::cuda::pick_gemm(a, 75), GemmKernel::Reference);
     a.format = WUSH_FORMAT_INT4;  // no cuBLASLt FP4 path: the next rule, INT4's prefill from m = 128
     EXPECT_EQ(wush::cuda::pick_gemm(a, 100), GemmKernel::Prefill);

@@ -39,8 +39,9 @@ void emulate(const cuda::QuantizeArgs& a) {
     const std::size_t groups = a.d_in / std::size_t(qd::Fmt<F>::G);
     const int vec_codes = reinterpret_cast<std::uintptr_t>(a.codes) % qd::Fmt<F>::kCodeBytes == 0;
     if (a.n_tokens <= qd::kSmallMaxTokens) {
-        const wush_emu::Dim grid{unsigned((groups + qd::kWarps - 1) / qd::kWarps), unsigned(a.n_tokens), 1};
-        wush_emu::launch(grid, qd::kThreads, 0, [&] { qd::quantize_small_kernel<F>(a, vec_codes); });
+        const int per_block = qd::small_groups_per_block(a.n_tokens);
+        const wush_emu::Dim grid{unsigned((groups + std::size_t(per_block) - 1) / std::size_t(per_block)), 1, 1};
+        wush_emu::launch(grid, qd::kThreads, 0, [&] { qd::quantize_small_kernel<F>(a, per_block, vec_codes); });
     } else {
         const int vec_x = reinterpret_cast<std::uintptr_t>(a.x) % 16 == 0;
         const wush_emu::Dim grid{unsigned((a.n_tokens + qd::kTileTokens - 1) / qd::kTileTokens),
@@ -171,8 +172,11 @@ TEST(QuantizeEmulation, EqualsCpuBytes) {
     struct Shape {
         std::size_t n, d_in;
     };
-    // small-m kernel: n <= 16; tile kernel: ragged tokens and a partial last column tile.
-    const Shape shapes[] = {{1, 96}, {16, 64}, {17, 96}, {40, 256}};
+    // small-m kernel: n <= 16, each way of sharing a block's groups among its warps (1, 2 or 4
+    // warps per group; group counts that leave the last block partial: 3 or 5 groups of 32, 6 or
+    // 10 of 16; tokens not a multiple of the warps per group); tile kernel: ragged tokens and a
+    // partial last column tile.
+    const Shape shapes[] = {{1, 96}, {2, 96}, {3, 160}, {5, 96}, {16, 64}, {17, 96}, {40, 256}};
     for (wush_format format : kFormats) {
         const formats::FormatSpec& f = formats::spec(format);
         for (TransformKind kind : kinds) {
@@ -205,7 +209,8 @@ TEST(QuantizeEmulation, NonFiniteGroupsAreReportedAndSkipped) {
     for (wush_format format : kFormats) {
         const formats::FormatSpec& f = formats::spec(format);
         const std::size_t g = f.group, d_in = 4 * g;
-        for (std::size_t n : {std::size_t(3), std::size_t(20)}) {
+        // n = 9: the small-m kernel's warps take several tokens each, one after a skipped group
+        for (std::size_t n : {std::size_t(3), std::size_t(9), std::size_t(20)}) {
             const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, d_in, g);
             std::vector<float> x = make_x(n, d_in, 9);
             const std::size_t r1 = 1, c1 = 2 * g + 3, r2 = 2, c2 = 1;

@@ -327,14 +327,14 @@ const auto kAll = [](GemmKernel) { return true; };
 const auto kNoLt = [](GemmKernel k) { return k != GemmKernel::BlockScaledLt; };
 
 // The documented policy, written out: decode up to 32 tokens; above, cuBLASLt FP4 on sm_100/120
-// where it has an algorithm; INT4 from 128 tokens on sm >= 80: the prefill kernel (measured faster
-// than INT4's float32 reference path); else the reference path.
-TEST(GemmTable, DefaultPicksPrefillOnlyForInt4) {
-    const wush::cuda::GemmTable t = wush::cuda::default_gemm_table();
+// where it has an algorithm and the context opted in (WUSH_CUDA_BLOCKSCALED=1); INT4 from 128
+// tokens on sm >= 80: the prefill kernel (measured faster than INT4's float32 reference path);
+// else the reference path.
+void expect_documented_policy(const wush::cuda::GemmTable& t, bool blockscaled_opt_in) {
     for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4, WUSH_FORMAT_MXFP4_OCP}) {
         for (int sm : {61, 70, 75, 80, 86, 89, 90, 100, 103, 120, 121}) {
             for (std::size_t m = 1; m <= 600; ++m) {
-                const bool lt = sm / 10 == 10 || sm / 10 == 12;
+                const bool lt = blockscaled_opt_in && (sm / 10 == 10 || sm / 10 == 12);
                 const bool int4_prefill = f == WUSH_FORMAT_INT4 && sm >= 80 && m >= 128;
                 const GemmKernel after_lt = int4_prefill ? GemmKernel::Prefill : GemmKernel::Reference;
                 const GemmKernel want_lt = m <= 32 ? GemmKernel::Decode : lt ? GemmKernel::BlockScaledLt : after_lt;
@@ -344,6 +344,12 @@ TEST(GemmTable, DefaultPicksPrefillOnlyForInt4) {
             }
         }
     }
+}
+
+TEST(GemmTable, DefaultPicksPrefillOnlyForInt4) {
+    const wush::cuda::GemmTable t = wush::cuda::default_gemm_table();
+    expect_documented_policy(t, false);
+    expect_documented_policy(wush::cuda::gemm_table_with_blockscaled(t), true);
     // Below sm_61 (no dp4a) and where the decode kernel refuses the shape: the reference path.
     EXPECT_EQ(wush::cuda::table_pick(t, 60, 1, WUSH_FORMAT_MXFP4, kAll), GemmKernel::Reference);
     EXPECT_EQ(wush::cuda::table_pick(t, 90, 1, WUSH_FORMAT_MXFP4, [](GemmKernel k) { return k != GemmKernel::Decode; }),
@@ -397,10 +403,11 @@ TEST(GemmTable, PrefillSwitch) {
         const GemmKernel want = m <= 32 ? GemmKernel::Decode : m < 100 ? GemmKernel::Reference : GemmKernel::Prefill;
         EXPECT_EQ(wush::cuda::table_pick(t, 90, m, WUSH_FORMAT_MXFP4, kAll), want) << m;
         EXPECT_EQ(wush::cuda::table_pick(t, 80, m, WUSH_FORMAT_MXFP4, kAll), want) << m;
-        // cuBLASLt keeps its range on Blackwell; without it, the prefill kernel (sm >= 80).
-        EXPECT_EQ(wush::cuda::table_pick(t, 100, m, WUSH_FORMAT_MXFP4, kAll),
+        // Opted in, cuBLASLt keeps its range on Blackwell; without it, the prefill kernel (sm >= 80).
+        EXPECT_EQ(wush::cuda::table_pick(wush::cuda::gemm_table_with_blockscaled(t), 100, m, WUSH_FORMAT_MXFP4, kAll),
                   m <= 32 ? GemmKernel::Decode : GemmKernel::BlockScaledLt)
             << m;
+        EXPECT_EQ(wush::cuda::table_pick(t, 100, m, WUSH_FORMAT_MXFP4, kAll), want) << m;
         EXPECT_EQ(wush::cuda::table_pick(t, 120, m, WUSH_FORMAT_MXFP4, kNoLt), want) << m;
         // A kernel that refuses the product hands over to the next rule.
         EXPECT_EQ(
