@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -310,116 +311,148 @@ CheckpointLayer CheckpointReader::load(std::string_view name) const {
     }
 }
 
-std::string export_fp_quant(const CheckpointReader& ck, const std::string& path, Progress* progress,
-                            const std::string& config_path) {
+namespace {
+
+// What the fp_quant layout says of a whole checkpoint: one format, one transform_init, one group.
+struct FpQuantPlan {
+    std::string forward_dtype, init;
+    std::size_t group = 0;
+};
+
+// The fp_quant name of a layer's transform ("wush" for a per-block export, else "identity" or
+// "hadamard"), or an UNSUPPORTED refusal naming the layer.
+std::string fp_quant_init(const CheckpointLayer& l, bool per_block) {
+    if (per_block) return "wush";
+    const TransformKind k = l.transform.kind();
+    if (k != TransformKind::Identity && k != TransformKind::Hadamard)
+        fail(WUSH_ERR_UNSUPPORTED,
+             "layer \"" + l.name + "\": fp_quant has no transform_init for " + transform_kind_name(k));
+    return transform_kind_name(k);
+}
+
+// One layer against the layout's rules; UNSUPPORTED names the layer and the rule.
+void check_fp_quant_layer(const CheckpointLayer& l, const std::string& init) {
+    const std::string& n = l.name;
+    const formats::FormatSpec& f = formats::spec(l.weights.format);
+    if (f.id != WUSH_FORMAT_MXFP4 && f.id != WUSH_FORMAT_NVFP4)
+        fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n + "\": fp_quant holds only mxfp4 and nvfp4, not " + f.name);
+    // The layout could hold it, but its consumers (QuTLASS / fp_quant) apply one shared (G, G)
+    // rotation for NVFP4 and would misread per-block matrices: a file none of them loads
+    // correctly is refused rather than written.
+    if (init == "wush" && f.id == WUSH_FORMAT_NVFP4)
+        fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n +
+                                       "\": no fp_quant consumer loads NVFP4 with per-block (WUSH) "
+                                       "matrices (QuTLASS / fp_quant apply one shared (G, G) rotation for NVFP4)");
+    const auto act = l.transform.activation_matrices();
+    for (float v : act)
+        if (bits::bf16_decode(bits::bf16_encode(v)) != v)
+            fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n +
+                                           "\": its transform is not exactly representable in bf16 "
+                                           "(build it with WUSH_OPTION_TRANSFORM_DTYPE = WUSH_DTYPE_BF16)");
+    if (init == "wush") return;
+    // Exported as one shared (G, G) matrix: every block must be block 0's.
+    const std::size_t gg = std::size_t(f.group) * f.group;
+    for (std::size_t b = 1; b < act.size() / gg; ++b)
+        if (!std::equal(act.begin(), act.begin() + gg, act.begin() + b * gg))
+            fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n + "\": its " + init +
+                                           " transform differs between blocks (block " + std::to_string(b) +
+                                           "), fp_quant shares one matrix");
+}
+
+// Every refusal of the export, before anything is written (ZSTD_checkCParams' place): the
+// outputs against the input and each other, then each layer, then their agreement.
+FpQuantPlan check_fp_quant_export(const CheckpointReader& ck, const std::vector<CheckpointLayer>& layers,
+                                  const std::string& path, const std::string& config_path) {
     // Writing over the checkpoint being read would replace it with the export.
     for (const std::string* out : {&path, &config_path})
         if (!out->empty() && ck.is_file(*out))
             fail(WUSH_ERR_INVALID_ARGUMENT, "the output \"" + *out + "\" is the checkpoint being exported");
     if (!config_path.empty() && same_destination(path, config_path))
         fail(WUSH_ERR_INVALID_ARGUMENT, "the model and the config would both be written to \"" + path + "\"");
-    // Both temporaries exist before any work: an unwritable destination fails first, and neither
-    // file is committed unless both are written.
-    AtomicFile model(path);
-    std::optional<AtomicFile> config_file;
-    if (!config_path.empty()) config_file.emplace(config_path);
-    std::vector<CheckpointLayer> layers;
-    for (const std::string& n : ck.layer_names()) layers.push_back(ck.load(n));
+    require(!layers.empty(), "the checkpoint has no layers");
     // One WUSH layer makes the export per-block ((G, d_in) matrices, transform_init "wush"); the
     // other layers of such a checkpoint (a search's guard may keep I, H or R on some) are then
     // written as their explicit per-block matrices, which that layout represents exactly.
     const bool per_block = std::any_of(layers.begin(), layers.end(), [](const CheckpointLayer& l) {
         return l.transform.kind() == TransformKind::WUSH;
     });
-    std::string forward_dtype, init;
-    std::size_t group = 0;
+    FpQuantPlan plan;
     for (const CheckpointLayer& l : layers) {
-        const std::string& n = l.name;
+        const std::string init = fp_quant_init(l, per_block);
+        check_fp_quant_layer(l, init);
         const formats::FormatSpec& f = formats::spec(l.weights.format);
-        if (f.id != WUSH_FORMAT_MXFP4 && f.id != WUSH_FORMAT_NVFP4)
-            fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n + "\": fp_quant holds only mxfp4 and nvfp4, not " + f.name);
-        // The layout could hold it, but its consumers (QuTLASS / fp_quant) apply one shared (G, G)
-        // rotation for NVFP4 and would misread per-block matrices: a file none of them loads
-        // correctly is refused rather than written.
-        if (per_block && f.id == WUSH_FORMAT_NVFP4)
-            fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n +
-                                           "\": no fp_quant consumer loads NVFP4 with per-block (WUSH) "
-                                           "matrices (QuTLASS / fp_quant apply one shared (G, G) rotation for NVFP4)");
-        for (float v : l.transform.activation_matrices())
-            if (bits::bf16_decode(bits::bf16_encode(v)) != v)
-                fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n +
-                                               "\": its transform is not exactly representable in bf16 "
-                                               "(build it with WUSH_OPTION_TRANSFORM_DTYPE = WUSH_DTYPE_BF16)");
-        const std::string kind = per_block                                       ? "wush"
-                                 : l.transform.kind() == TransformKind::Identity ? "identity"
-                                 : l.transform.kind() == TransformKind::Hadamard ? "hadamard"
-                                                                                 : "";
-        if (kind.empty())
-            fail(WUSH_ERR_UNSUPPORTED, std::string("layer \"") + n + "\": fp_quant has no transform_init for " +
-                                           transform_kind_name(l.transform.kind()));
-        if (kind != "wush") {  // exported as one shared (G, G) matrix: every block must be block 0's
-            const auto act = l.transform.activation_matrices();
-            const std::size_t gg = std::size_t(f.group) * f.group;
-            for (std::size_t b = 1; b < act.size() / gg; ++b)
-                if (!std::equal(act.begin(), act.begin() + gg, act.begin() + b * gg))
-                    fail(WUSH_ERR_UNSUPPORTED, "layer \"" + n + "\": its " + kind +
-                                                   " transform differs between blocks (block " + std::to_string(b) +
-                                                   "), fp_quant shares one matrix");
-        }
-        if (!forward_dtype.empty() && (forward_dtype != f.name || init != kind))
+        if (!plan.forward_dtype.empty() && (plan.forward_dtype != f.name || plan.init != init))
             fail(WUSH_ERR_UNSUPPORTED, "fp_quant needs one format and one transform kind for all layers");
-        forward_dtype = f.name;
-        init = kind;
-        group = f.group;
+        plan = {f.name, init, f.group};
     }
-    require(!layers.empty(), "the checkpoint has no layers");
+    return plan;
+}
 
-    std::vector<TensorSource> tensors;
-    for (std::size_t i = 0; i < layers.size(); ++i) {
-        const CheckpointLayer& l = layers[i];
-        const std::size_t d_out = l.weights.d_out, d_in = l.weights.d_in, g = group;
-        const auto codes = l.weights.codes.span(), scales = l.weights.scales.span();
-        const float global = float(formats::spec(l.weights.format).tensor_divisor);
-        tensors.push_back(
-            {l.name + ".qweight", "U8", {d_out, d_in / 2}, [codes](const auto& s) { s(codes.data(), codes.size()); }});
-        tensors.push_back({l.name + ".scales", "U8", {d_out, d_in / g}, [scales](const auto& s) {
-                               s(scales.data(), scales.size());
-                           }});
-        // WUSH: (G, d_in), column block j holds T_j^T, so a token's block x_j (a row) times it is
-        // (T_j x_j)^T. Identity/Hadamard: the one shared (G, G) matrix.
-        const auto act = l.transform.activation_matrices();
-        const std::size_t width = init == "wush" ? d_in : g;
-        auto matrix = [act, g, width](const auto& sink) {
-            std::vector<std::uint16_t> row(width);
-            for (std::size_t r = 0; r < g; ++r) {
-                for (std::size_t c = 0; c < width; ++c) {
-                    const std::size_t block = c / g, col = c % g;  // entry (r, col) of T_block^T = T_block(col, r)
-                    row[c] = bits::bf16_encode(act[block * g * g + col * g + r]);
-                }
-                sink(row.data(), row.size() * 2);
+// The fp_quant tensors of one layer, streamed from its objects.
+void add_fp_quant_tensors(std::vector<TensorSource>& tensors, const CheckpointLayer& l, const FpQuantPlan& plan,
+                          std::function<void()> after) {
+    const std::size_t d_out = l.weights.d_out, d_in = l.weights.d_in, g = plan.group;
+    const auto codes = l.weights.codes.span(), scales = l.weights.scales.span();
+    const float global = float(formats::spec(l.weights.format).tensor_divisor);
+    tensors.push_back(
+        {l.name + ".qweight", "U8", {d_out, d_in / 2}, [codes](const auto& s) { s(codes.data(), codes.size()); }});
+    tensors.push_back(
+        {l.name + ".scales", "U8", {d_out, d_in / g}, [scales](const auto& s) { s(scales.data(), scales.size()); }});
+    // WUSH: (G, d_in), column block j holds T_j^T, so a token's block x_j (a row) times it is
+    // (T_j x_j)^T. Identity/Hadamard: the one shared (G, G) matrix.
+    const auto act = l.transform.activation_matrices();
+    const std::size_t width = plan.init == "wush" ? d_in : g;
+    auto matrix = [act, g, width](const auto& sink) {
+        std::vector<std::uint16_t> row(width);
+        for (std::size_t r = 0; r < g; ++r) {
+            for (std::size_t c = 0; c < width; ++c) {
+                const std::size_t block = c / g, col = c % g;  // entry (r, col) of T_block^T = T_block(col, r)
+                row[c] = bits::bf16_encode(act[block * g * g + col * g + r]);
             }
-        };
-        tensors.push_back({l.name + ".forward_hadamard_matrix", "BF16", {g, width}, matrix});
-        tensors.push_back({l.name + ".backward_hadamard_matrix", "BF16", {g, width}, matrix});
-        tensors.push_back({l.name + ".weight_global_scale", "F32", {1}, [global](const auto& s) { s(&global, 4); }});
-        tensors.push_back(
-            {l.name + ".act_global_scale", "F32", {1}, [global, progress, i, n = layers.size()](const auto& s) {
-                 s(&global, 4);
-                 if (progress && !progress->report(double(i + 1), double(n))) progress->throw_if_cancelled();
-             }});
-    }
+            sink(row.data(), row.size() * 2);
+        }
+    };
+    tensors.push_back({l.name + ".forward_hadamard_matrix", "BF16", {g, width}, matrix});
+    tensors.push_back({l.name + ".backward_hadamard_matrix", "BF16", {g, width}, matrix});
+    tensors.push_back({l.name + ".weight_global_scale", "F32", {1}, [global](const auto& s) { s(&global, 4); }});
+    tensors.push_back({l.name + ".act_global_scale", "F32", {1}, [global, after](const auto& s) {
+                           s(&global, 4);
+                           after();
+                       }});
+}
+
+nlohmann::json fp_quant_config(const FpQuantPlan& plan) {
+    return {{"quantization_config",
+             {{"quant_method", "fp_quant"},
+              {"forward_dtype", plan.forward_dtype},
+              {"forward_method", "abs_max"},
+              {"hadamard_group_size", plan.group},
+              {"transform_init", plan.init},
+              {"backward_dtype", "bf16"},
+              {"store_master_weights", false},
+              {"pseudoquantization", false},
+              {"modules_to_not_convert", {"lm_head"}}}}};
+}
+
+}  // namespace
+
+std::string export_fp_quant(const CheckpointReader& ck, const std::string& path, Progress* progress,
+                            const std::string& config_path) {
+    // Both temporaries exist before any work: an unwritable destination fails first, and neither
+    // file is committed unless both are written (a refusal below discards them).
+    AtomicFile model(path);
+    std::optional<AtomicFile> config_file;
+    if (!config_path.empty()) config_file.emplace(config_path);
+    std::vector<CheckpointLayer> layers;
+    for (const std::string& n : ck.layer_names()) layers.push_back(ck.load(n));
+    const FpQuantPlan plan = check_fp_quant_export(ck, layers, path, config_path);
+    std::vector<TensorSource> tensors;
+    for (std::size_t i = 0; i < layers.size(); ++i)
+        add_fp_quant_tensors(tensors, layers[i], plan, [progress, i, n = layers.size()] {
+            if (progress && !progress->report(double(i + 1), double(n))) progress->throw_if_cancelled();
+        });
     write_tensors(model, tensors, {});
-    const nlohmann::json config = {{"quantization_config",
-                                    {{"quant_method", "fp_quant"},
-                                     {"forward_dtype", forward_dtype},
-                                     {"forward_method", "abs_max"},
-                                     {"hadamard_group_size", group},
-                                     {"transform_init", init},
-                                     {"backward_dtype", "bf16"},
-                                     {"store_master_weights", false},
-                                     {"pseudoquantization", false},
-                                     {"modules_to_not_convert", {"lm_head"}}}}};
-    std::string text = config.dump(2);
+    const std::string text = fp_quant_config(plan).dump(2);
     if (config_file) {
         const std::string line = text + "\n";
         config_file->write(line.data(), line.size());
