@@ -7,6 +7,7 @@
 #include "common/dtype.h"
 #include "context.h"
 #include "dense_input.h"
+#include "enum_mirrors.h"
 #include "guard.h"
 #include "objects.h"
 #include "packed_output.h"
@@ -42,7 +43,7 @@ WUSH_API int wush_cpu_isa_supported(wush_cpu_isa isa) {
         case WUSH_CPU_ISA_AUTO: return 1;
         case WUSH_CPU_ISA_SCALAR:
         case WUSH_CPU_ISA_AVX2:
-        case WUSH_CPU_ISA_AVX512_VNNI: return wush::isa_supported(wush::Isa(int(isa))) ? 1 : 0;
+        case WUSH_CPU_ISA_AVX512_VNNI: return wush::isa_supported(mirror<wush::Isa>(isa)) ? 1 : 0;
         default: break;  // out-of-range values are handled after the switch
     }
     return 0;
@@ -52,7 +53,7 @@ WUSH_API wush_status wush_context_cpu_isa(const wush_context* ctx, wush_cpu_isa*
     return guarded(__func__, [&] {
         ContextUse use(const_cast<wush_context*>(ctx), "ctx");
         require_pointer(isa, "isa");
-        *isa = wush_cpu_isa(int(use.host_isa()));
+        *isa = mirror<wush_cpu_isa>(use.host_isa());
     });
 }
 

@@ -2,12 +2,14 @@
 // (src/transforms), weight pre-quantization (src/prequant), the layer pipeline (src/pipeline) and
 // the layerwise loss (src/eval).
 #include <algorithm>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <strings.h>
 
 #include "context.h"
 #include "dense_input.h"
+#include "enum_mirrors.h"
 #include "eval/layer_loss.h"
 #include "guard.h"
 #include "objects.h"
@@ -38,14 +40,8 @@ wush_method method_from_name(const std::string& name) {
 namespace {
 
 wush::TransformKind transform_kind(wush_transform_kind kind) {
-    switch (kind) {
-        case WUSH_TRANSFORM_IDENTITY: return wush::TransformKind::Identity;
-        case WUSH_TRANSFORM_HADAMARD: return wush::TransformKind::Hadamard;
-        case WUSH_TRANSFORM_RANDOM: return wush::TransformKind::Random;
-        case WUSH_TRANSFORM_WUS: return wush::TransformKind::WUS;
-        case WUSH_TRANSFORM_WUSH: return wush::TransformKind::WUSH;
-        default: break;
-    }
+    for (const wush::TransformKind k : wush::kTransformKinds)
+        if (mirror<wush_transform_kind>(k) == kind) return k;
     wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_transform_kind " + std::to_string(int(kind)));
 }
 
@@ -68,8 +64,10 @@ wush::TransformOptions transform_options(wush::TransformKind kind, const wush_op
     return t;
 }
 
+// The CLI's short names, in wush_transform_kind's order; the long ones are the core's
+// (transform_kind_name, the names checkpoints store).
 const char* const kKindNames[] = {"i", "h", "r", "wus", "wush"};
-const char* const kKindLongNames[] = {"identity", "hadamard", "random", "wus", "wush"};
+static_assert(std::size(kKindNames) == std::size(wush::kTransformKinds));
 
 // I, H and R have no free parameters: a search asked of them would silently be the plain
 // transform, so it is refused rather than ignored.
@@ -124,16 +122,16 @@ extern "C" {
 
 WUSH_API const char* wush_transform_kind_name(wush_transform_kind kind) {
     const int k = int(kind);
-    return k >= 0 && k < 5 ? kKindNames[k] : nullptr;
+    return k >= 0 && std::size_t(k) < std::size(kKindNames) ? kKindNames[k] : nullptr;
 }
 
 WUSH_API wush_status wush_transform_kind_from_name(const char* name, wush_transform_kind* kind) {
     return guarded(__func__, [&] {
         require_pointer(name, "name");
         require_pointer(kind, "kind");
-        for (int k = 0; k < 5; ++k) {
-            if (strcasecmp(name, kKindNames[k]) == 0 || strcasecmp(name, kKindLongNames[k]) == 0) {
-                *kind = wush_transform_kind(k);
+        for (const wush::TransformKind k : wush::kTransformKinds) {
+            if (strcasecmp(name, kKindNames[int(k)]) == 0 || strcasecmp(name, wush::transform_kind_name(k)) == 0) {
+                *kind = mirror<wush_transform_kind>(k);
                 return;
             }
         }
@@ -226,7 +224,7 @@ WUSH_API wush_status wush_transform_info(const wush_transform* transform, wush_t
                                          size_t* group_size) {
     return guarded(__func__, [&] {
         transform = require_handle(transform, HandleType::Transform, "transform");
-        if (kind) *kind = wush_transform_kind(int(transform->core.kind()));
+        if (kind) *kind = mirror<wush_transform_kind>(transform->core.kind());
         if (d_in) *d_in = transform->core.d_in();
         if (group_size) *group_size = transform->core.group();
     });
@@ -270,9 +268,9 @@ WUSH_API wush_status wush_transform_guard(const wush_transform* transform, wush_
     return guarded(__func__, [&] {
         transform = require_handle(transform, HandleType::Transform, "transform");
         const wush::pipeline::GuardReport& r = transform->guard;
-        if (source) *source = wush_guard_source(int(r.source));
+        if (source) *source = mirror<wush_guard_source>(r.source);
         if (n_tokens) *n_tokens = r.n_tokens;
-        if (kept) *kept = wush_guard_candidate(int(r.kept));
+        if (kept) *kept = wush_guard_candidate(r.kept);  // an index in the C enum's order (enum_mirrors.h)
     });
 }
 

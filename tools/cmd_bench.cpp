@@ -214,8 +214,8 @@ int make_case(wush_context* ctx, const std::string& layer, const std::vector<flo
 // calibration and activation rows, two outputs (ours and the baseline's), all float32, plus the
 // quantized operands (under a byte per element). Saturates instead of wrapping.
 std::size_t bench_bytes(std::size_t d_out, std::size_t d_in, std::size_t m) {
-    const double floats = 2.0 * double(d_out) * double(d_in) + (256.0 + double(m)) * double(d_in) +
-                          2.0 * double(m) * double(d_out);
+    const double floats =
+        2.0 * double(d_out) * double(d_in) + (256.0 + double(m)) * double(d_in) + 2.0 * double(m) * double(d_out);
     const double bytes = 4.0 * floats + double(d_out) * double(d_in) + double(m) * double(d_in);
     return bytes >= 1.8e19 ? SIZE_MAX : std::size_t(bytes);
 }

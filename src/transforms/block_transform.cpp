@@ -119,8 +119,7 @@ const char* transform_kind_name(TransformKind kind) {
 }
 
 std::optional<TransformKind> transform_kind_from_name(std::string_view name) {
-    for (TransformKind k : {TransformKind::Identity, TransformKind::Hadamard, TransformKind::Random, TransformKind::WUS,
-                            TransformKind::WUSH})
+    for (TransformKind k : kTransformKinds)
         if (name == transform_kind_name(k)) return k;
     return std::nullopt;
 }

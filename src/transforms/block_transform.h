@@ -23,6 +23,9 @@
 namespace wush {
 
 enum class TransformKind : int { Identity = 0, Hadamard = 1, Random = 2, WUS = 3, WUSH = 4 };
+// Every kind, in value order: the one list that loops and name tables are sized from.
+inline constexpr TransformKind kTransformKinds[] = {TransformKind::Identity, TransformKind::Hadamard,
+                                                    TransformKind::Random, TransformKind::WUS, TransformKind::WUSH};
 const char* transform_kind_name(TransformKind kind);
 // Inverse of transform_kind_name ("identity", "hadamard", "random", "wus", "wush").
 std::optional<TransformKind> transform_kind_from_name(std::string_view name);
