@@ -1,7 +1,10 @@
 // The runtime's C API: fused transform + quantization, the W4A4 GEMM, the linear forward and its
 // workspace on the context's backend; the runtime loss and ISA queries (CPU). Argument checks
 // only; no numerics, and no backend named: the work goes through backend::Backend.
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "common/checked_math.h"
 #include "common/dtype.h"
@@ -142,15 +145,22 @@ WUSH_API wush_status wush_layer_loss_runtime(wush_context* ctx, const wush_trans
         transform = require_handle(transform, HandleType::Transform, "transform");
         qweight = require_handle(qweight, HandleType::QWeight, "qweight");
         require_pointer(loss, "loss");
-        // Host memory and the CPU kernels on any context: this measures, it does not launch.
-        const wush::Isa isa = use.host_isa();
         const fmt::PackedMatrix& q = qweight->core;
         wush::require_layer(transform->core, q);
         if (n_tokens == 0) wush::fail(WUSH_ERR_INVALID_ARGUMENT, "n_tokens is 0");
         const FloatMatrix w(w_dtype, weight, q.d_out, q.d_in, "weight");
         const FloatMatrix xs(x_dtype, x, n_tokens, q.d_in, "x");
-        *loss =
-            wush::eval::runtime_layer_loss(isa, use.host_threads(), transform->core, q, w.span(), xs.span(), n_tokens);
+        // Host memory and the CPU runtime on any context (this measures, it does not launch): a
+        // CPU backend with this context's ISA and threads, through the backend interface.
+        const std::unique_ptr<wush::backend::Backend> host = wush::backend::make_backend(WUSH_BACKEND_CPU, 0);
+        host->set_parameter(WUSH_CONTEXT_CPU_ISA, std::int64_t(use.host_isa()));
+        host->set_parameter(WUSH_CONTEXT_NUM_THREADS, std::int64_t(use.host_threads()));
+        const std::size_t tile = wush::eval::runtime_loss_tile_tokens(n_tokens);
+        std::vector<std::byte> workspace(host->linear_forward_workspace_bytes(ref(transform), q, tile));
+        const auto forward = [&](const float* xt, std::size_t rows, float* y) {
+            host->linear_forward(ref(transform), q, WUSH_DTYPE_F32, xt, rows, WUSH_DTYPE_F32, y, workspace);
+        };
+        *loss = wush::eval::runtime_layer_loss(forward, w.span(), q.d_out, q.d_in, xs.span(), n_tokens);
     });
 }
 

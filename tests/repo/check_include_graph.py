@@ -3,11 +3,15 @@
 
 Rules (each include `#include "folder/file"` is an arrow from the including file's folder):
   - src/ folders in their documented order: a folder includes only itself and folders listed
-    before it (ORDER below, the same list as ARCHITECTURE.md's table);
+    before it, in the order of ARCHITECTURE.md's table of src/ folders (read from it, so the
+    page and the check cannot disagree; every src/ folder must be in it). cpu/ comes last: the
+    CPU backend is a leaf, which eval/ and pipeline/ never include;
   - nothing in src/ includes cuda/, capi/ or tools/ (src/ is the bottom of the house);
   - capi/ includes src/ folders other than cpu/, except its backend registry, the one place
     that names every backend (and cuda/ never: it opens the CUDA module at run time);
   - cuda/ (a backend) does not include cpu/ (another backend), nor capi/;
+  - tools/ (the `wush` program, a client of the C API) includes only the public header and its
+    own files;
   - include/wush/wush.h includes no project header.
 Usage: check_include_graph.py [REPO_ROOT]; prints each violation, exits 1 if there is one.
 """
@@ -15,8 +19,18 @@ import os
 import re
 import sys
 
-ORDER = ["common", "threads", "formats", "calibration", "transforms", "storage", "prequant", "backend", "cpu",
-         "eval", "pipeline"]
+ROW = re.compile(r"^\| `([a-z_]+)/` \|", re.M)
+
+
+def documented_order(root):
+    """The src/ folders of ARCHITECTURE.md's table, bottom up."""
+    with open(os.path.join(root, "docs", "ARCHITECTURE.md"), encoding="utf-8") as f:
+        text = f.read()
+    table = text[text.index("| folder | concern |"):]
+    table = table[:table.index("\n\n")]
+    return ROW.findall(table)
+
+
 REGISTRY = "capi/backend_registry.cpp"
 SOURCE = re.compile(r"\.(h|hpp|cpp|cc|cu|cuh)$")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -53,7 +67,11 @@ def target_folder(root, inc, including):
 
 def violations(root):
     out = []
-    for top in ("src", "capi", "cuda", "include"):
+    ORDER = documented_order(root)
+    for folder in sorted(os.listdir(os.path.join(root, "src"))):
+        if os.path.isdir(os.path.join(root, "src", folder)) and folder not in ORDER:
+            out.append("src/%s/: not in ARCHITECTURE.md's table of src/ folders" % folder)
+    for top in ("src", "capi", "cuda", "include", "tools"):
         for path in files(root, top):
             parts = path.split("/")
             origin = "src/" + parts[1] if top == "src" else top
@@ -81,6 +99,8 @@ def violations(root):
                         bad = "a backend (cuda/) includes another (cpu/)"
                     elif to in ("capi", "tools"):
                         bad = "cuda/ includes " + to + "/"
+                elif top == "tools" and to != "include":
+                    bad = "tools/ (a client of the C API) includes " + to + "/"
                 elif top == "include" and to != "include":
                     bad = "the public header includes a project header"
                 if bad:
@@ -88,7 +108,35 @@ def violations(root):
     return out
 
 
+def self_test(repo):
+    """A small tree with ARCHITECTURE.md's table and three violations; each must be reported."""
+    import shutil
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        os.makedirs(os.path.join(tmp, "docs"))
+        shutil.copy(os.path.join(repo, "docs", "ARCHITECTURE.md"), os.path.join(tmp, "docs"))
+        bad = {
+            "src/cpu/kernel.h": "",
+            "src/eval/loss.cpp": '#include "cpu/kernel.h"\n',          # eval/ reaching into the leaf
+            "src/attic/old.h": "",                                     # a folder the table lacks
+            "tools/cmd.cpp": '#include "wush/wush.h"\n#include "eval/loss.cpp"\n',  # tools/ past the C API
+        }
+        for rel, text in bad.items():
+            os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
+            with open(os.path.join(tmp, rel), "w") as f:
+                f.write(text)
+        found = violations(tmp)
+    wanted = ["src/eval/loss.cpp", "src/attic/", "tools/cmd.cpp"]
+    missed = [w for w in wanted if not any(v.startswith(w) for v in found)]
+    print("check_include_graph: self-test %s (%d violations found%s)" %
+          ("FAILED" if missed else "passed", len(found), ", missed " + ", ".join(missed) if missed else ""))
+    return 1 if missed else 0
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--self-test":
+        return self_test(os.path.abspath(sys.argv[2] if len(sys.argv) > 2 else
+                                         os.path.join(os.path.dirname(__file__), "..", "..")))
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
     found = violations(os.path.abspath(root))
     for v in found:
