@@ -20,10 +20,10 @@
 #include "bench_report.h"
 #include "calibration/calibrator.h"
 #include "eval/layer_loss.h"
-#include "prequant/rtn.h"
 #include "eval/synthetic_layer.h"
 #include "formats/block_format.h"
 #include "prequant/gptq.h"
+#include "prequant/rtn.h"
 #include "transforms/block_transform.h"
 
 namespace {

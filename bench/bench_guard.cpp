@@ -29,12 +29,12 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <vector>
 #include <map>
 #include <memory>
 #include <span>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "bench_report.h"
 #include "calibration/calibrator.h"

@@ -25,9 +25,9 @@
 #include "bench_report.h"
 #include "calibration/calibrator.h"
 #include "eval/layer_loss.h"
-#include "prequant/rtn.h"
 #include "eval/synthetic_layer.h"
 #include "formats/block_format.h"
+#include "prequant/rtn.h"
 #include "transforms/block_transform.h"
 
 namespace {

@@ -2,9 +2,9 @@
 #include <memory>
 #include <string>
 
-#include "objects.h"
 #include "context.h"
 #include "guard.h"
+#include "objects.h"
 
 using namespace wush::capi;
 

@@ -8,8 +8,8 @@
 #include "calibration/calibrator.h"
 #include "eval/layer_loss.h"
 #include "pipeline/layer_pipeline.h"
-#include "transforms/runtime_layer.h"
 #include "transforms/block_transform.h"
+#include "transforms/runtime_layer.h"
 #include "wush/wush.h"
 
 struct wush_calibrator {

@@ -7,15 +7,15 @@
 #include <vector>
 
 #include "common/checked_math.h"
+#include "common/cpu_isa.h"
 #include "common/dtype.h"
 #include "context.h"
 #include "dense_input.h"
 #include "enum_mirrors.h"
+#include "eval/runtime_loss.h"
 #include "guard.h"
 #include "objects.h"
 #include "packed_output.h"
-#include "common/cpu_isa.h"
-#include "eval/runtime_loss.h"
 
 using namespace wush::capi;
 namespace fmt = wush::formats;

@@ -1,11 +1,11 @@
 // wush_transform and wush_qweight: argument checks and handles around the per-block transforms
 // (src/transforms), weight pre-quantization (src/prequant), the layer pipeline (src/pipeline) and
 // the layerwise loss (src/eval).
+#include <strings.h>
 #include <algorithm>
 #include <iterator>
 #include <memory>
 #include <string>
-#include <strings.h>
 
 #include "context.h"
 #include "dense_input.h"

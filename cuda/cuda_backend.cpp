@@ -22,20 +22,20 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "backend/context_parameters.h"
 #include "common/checked_math.h"
 #include "common/dtype.h"
-#include "backend/context_parameters.h"
-#include "transforms/runtime_layer.h"
 #include "cuda_check.h"
 #include "device_rules.h"
 #include "formats/certified_group.h"
 #include "kernels.h"
+#include "transforms/runtime_layer.h"
 
 namespace wush::cuda {
 

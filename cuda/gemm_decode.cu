@@ -17,9 +17,9 @@
 #include <string>
 
 #include "common/error.h"
+#include "cuda_check.h"
 #include "gemm_decode_kernel.cuh"
 #include "gemm_plan.h"
-#include "cuda_check.h"
 #include "w4a4_gemm.h"
 
 namespace wush::cuda {

@@ -24,9 +24,9 @@
 #include <string>
 
 #include "common/error.h"
+#include "cuda_check.h"
 #include "gemm_plan.h"
 #include "gemm_prefill_kernel.cuh"
-#include "cuda_check.h"
 #include "w4a4_gemm.h"
 
 namespace wush::cuda {

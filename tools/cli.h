@@ -2,8 +2,8 @@
 // A client of the public C API only.
 #pragma once
 
-#include <cstddef>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <map>

@@ -11,8 +11,8 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "cpu/exact_quantizer.h"
-#include "formats/block_format.h"
 #include "cpu/kernels/kernels.h"
+#include "formats/block_format.h"
 #include "threads/work_pool.h"
 
 namespace wush::cpu {

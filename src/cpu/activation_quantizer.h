@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <span>
 
-#include "formats/block_format.h"
 #include "common/cpu_isa.h"
+#include "formats/block_format.h"
 #include "transforms/block_transform.h"
 #include "transforms/runtime_layer.h"
 

@@ -8,8 +8,8 @@
 #include <memory>
 #include <vector>
 
-#include "common/dtype.h"
 #include "backend/context_parameters.h"
+#include "common/dtype.h"
 #include "common/error.h"
 #include "cpu/gemm.h"
 #include "cpu/linear_forward.h"

@@ -9,10 +9,10 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "common/float_bits.h"
-#include "formats/group_quantizer.h"
 #include "cpu/kernels/kernels.h"
-#include "threads/work_pool.h"
 #include "cpu/workspace.h"
+#include "formats/group_quantizer.h"
+#include "threads/work_pool.h"
 
 namespace wush::cpu {
 

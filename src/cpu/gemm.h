@@ -7,9 +7,9 @@
 #include <span>
 #include <vector>
 
+#include "common/cpu_isa.h"
 #include "formats/block_format.h"
 #include "formats/packed_matrix.h"
-#include "common/cpu_isa.h"
 #include "wush/wush.h"
 
 namespace wush::cpu {

@@ -6,10 +6,10 @@
 #include <cstddef>
 #include <span>
 
-#include "formats/packed_matrix.h"
-#include "cpu/activation_quantizer.h"
 #include "common/cpu_isa.h"
+#include "cpu/activation_quantizer.h"
 #include "cpu/gemm.h"
+#include "formats/packed_matrix.h"
 #include "transforms/block_transform.h"
 #include "wush/wush.h"
 

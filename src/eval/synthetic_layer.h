@@ -18,8 +18,8 @@
 #pragma once
 
 #include <cstddef>
-#include <span>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 

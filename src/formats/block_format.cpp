@@ -1,9 +1,9 @@
 #include "formats/block_format.h"
 
+#include <strings.h>
 #include <cmath>
 #include <limits>
 #include <string>
-#include <strings.h>
 #include <vector>
 
 #include "common/checked_math.h"

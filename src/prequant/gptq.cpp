@@ -11,8 +11,8 @@
 #include "common/checked_math.h"
 #include "common/dtype.h"
 #include "common/error.h"
-#include "formats/group_quantizer.h"
 #include "formats/feedback_group.h"
+#include "formats/group_quantizer.h"
 #include "transforms/transform_search.h"
 
 namespace wush::gptq {

@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "common/utf8.h"
 #include "common/float_bits.h"
 #include "common/sha256.h"
+#include "common/utf8.h"
 #include "formats/block_format.h"
 #include "formats/group_quantizer.h"
 #include "storage/atomic_file.h"

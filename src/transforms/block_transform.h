@@ -13,8 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <string_view>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "calibration/calibrator.h"

@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "transforms/round_trip_kernel.h"
 #include "formats/round_trip.h"
+#include "transforms/round_trip_kernel.h"
 
 namespace wush {
 

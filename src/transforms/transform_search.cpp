@@ -10,10 +10,10 @@
 
 #include "common/checked_math.h"
 #include "common/error.h"
-#include "transforms/round_trip_errors.h"
 #include "formats/feedback_group.h"
 #include "transforms/basis.h"
 #include "transforms/rng.h"
+#include "transforms/round_trip_errors.h"
 
 namespace wush {
 

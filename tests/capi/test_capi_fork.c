@@ -18,8 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "wush/wush.h"
 #include "check.h"
+#include "wush/wush.h"
 
 /* Large enough that every call runs on the work pool's threads (above the runtime's thresholds). */
 enum { D_IN = 1024, D_OUT = 1024, M = 32, G = 32, WATCHDOG_S = 30 };

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "wush/wush.h"
 #include "check.h"
+#include "wush/wush.h"
 
 #define LAYER "small_256x512"
 #define N_CAL 1024

@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "wush/wush.h"
 #include "check.h"
+#include "wush/wush.h"
 
 /* ---- data ------------------------------------------------------------------------------------*/
 

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "wush/wush.h"
 #include "check.h"
+#include "wush/wush.h"
 
 enum { D_IN = 64, D_OUT = 48, N_CAL = 512, N_VAL = 256 };
 

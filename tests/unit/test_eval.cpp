@@ -3,9 +3,9 @@
 // synthetic generator's determinism.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <algorithm>
 #include <functional>
 #include <map>
 #include <string>
@@ -14,10 +14,10 @@
 #include "calibration/calibrator.h"
 #include "common/error.h"
 #include "eval/layer_loss.h"
-#include "prequant/rtn.h"
 #include "eval/synthetic_layer.h"
 #include "formats/block_format.h"
 #include "formats/group_quantizer.h"
+#include "prequant/rtn.h"
 #include "transforms/block_transform.h"
 
 namespace wush {

@@ -17,10 +17,10 @@
 #include "calibration/calibrator.h"
 #include "common/error.h"
 #include "eval/layer_loss.h"
-#include "prequant/rtn.h"
 #include "eval/synthetic_layer.h"
 #include "formats/block_format.h"
 #include "prequant/gptq.h"
+#include "prequant/rtn.h"
 #include "transforms/block_transform.h"
 
 namespace wush {

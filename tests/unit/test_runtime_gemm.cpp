@@ -14,15 +14,15 @@
 #include <vector>
 
 #include "calibration/calibrator.h"
-#include "common/error.h"
-#include "eval/layer_loss.h"
-#include "prequant/rtn.h"
-#include "formats/block_format.h"
-#include "cpu/activation_quantizer.h"
 #include "common/cpu_isa.h"
+#include "common/error.h"
+#include "cpu/activation_quantizer.h"
 #include "cpu/gemm.h"
 #include "cpu/linear_forward.h"
+#include "eval/layer_loss.h"
 #include "eval/runtime_loss.h"
+#include "formats/block_format.h"
+#include "prequant/rtn.h"
 #include "runtime_reference.h"
 #include "transforms/block_transform.h"
 

@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "calibration/calibrator.h"
-#include "common/error.h"
-#include "formats/block_format.h"
-#include "cpu/activation_quantizer.h"
 #include "common/cpu_isa.h"
+#include "common/error.h"
+#include "cpu/activation_quantizer.h"
+#include "formats/block_format.h"
 #include "runtime_reference.h"
 #include "transforms/block_transform.h"
 

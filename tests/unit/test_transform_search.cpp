@@ -10,12 +10,12 @@
 #include <lapacke.h>
 
 #include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <bit>
-#include <cmath>
-#include <chrono>
-#include <cstdio>
 #include <limits>
 #include <optional>
 #include <string>
@@ -23,7 +23,6 @@
 
 #include "calibration/calibrator.h"
 #include "common/cpu_isa.h"
-#include "transforms/round_trip_errors.h"
 #include "eval/layer_loss.h"
 #include "eval/synthetic_layer.h"
 #include "formats/block_format.h"
@@ -33,6 +32,7 @@
 #include "transforms/basis.h"
 #include "transforms/block_transform.h"
 #include "transforms/rng.h"
+#include "transforms/round_trip_errors.h"
 #include "transforms/transform_search.h"
 
 namespace wush {

@@ -10,8 +10,8 @@
 #include <cstring>
 
 #include "cpu/kernels/kernels.h"
-#include "formats/certified_constants.h"
 #include "cpu/kernels/transpose_avx2.h"
+#include "formats/certified_constants.h"
 
 namespace wush::cpu::avx2 {
 

@@ -24,9 +24,9 @@
 #include <cstring>
 
 #include "cpu/kernels/kernels.h"
-#include "formats/certified_constants.h"
 #include "cpu/kernels/transpose_avx2.h"
 #include "cpu/kernels/transpose_avx512.h"
+#include "formats/certified_constants.h"
 
 namespace wush::cpu::avx512 {
 
