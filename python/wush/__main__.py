@@ -77,6 +77,9 @@ def _peak_rss_mib() -> float:
 
 def cmd_quantize(a: argparse.Namespace) -> int:
     from . import torch as wt
+    # Everything that can be refused from the arguments alone, before the model is read and
+    # before anything is written.
+    wt.check_out_dir(a.out, a.model_dir)  # not the model folder, inside it or around it
     kind, search = _core.parse_transform_spec(a.transform)  # wush+s: the per-block search
     transform = kind.name.lower()
     if a.validation and not search:

