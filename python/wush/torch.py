@@ -689,16 +689,25 @@ def save_quantized(model: nn.Module, result: QuantizationResult, out_dir: str, m
     return info
 
 
-def load_quantized_layers(model: nn.Module, checkpoint_path: str, ctx: Optional[_core.Context] = None) -> List[str]:
+def load_quantized_layers(model: nn.Module, checkpoint_path: str, ctx: Optional[_core.Context] = None,
+                          mmap: bool = False) -> List[str]:
     """Replaces the layers named in a libwush checkpoint by :class:`QuantizedLinear` (prepared on
-    ``ctx``, default the CPU); biases are taken from the model. Returns the replaced names."""
-    with Checkpoint.open(checkpoint_path) as ck:
+    ``ctx``, default the CPU); biases are taken from the model. Returns the replaced names.
+
+    By default the file is read into memory once (``WUSH_CHECKPOINT_COPY``) and the layers never
+    touch it again. ``mmap=True`` maps it instead (``wush_checkpoint_open``): no copy of the file
+    in memory, but a layer prepared on the CPU keeps reading its codes from the mapping, so
+    truncating the file under a running model kills the process (SIGBUS) and rewriting it in
+    place changes the model's outputs (replace such a file by rename)."""
+    with Checkpoint.open(checkpoint_path, copy=not mmap) as ck:
         names = ck.layer_names()
         for name in names:
             t, q = ck.load_layer(name)
             old = model.get_submodule(name)
             _replace(model, name, QuantizedLinear(t, q, getattr(old, "bias", None), ctx))
-            t.close()  # the prepared layer holds its own copy
+            # The prepared layer copies the transform; its weights' bytes stay shared with the
+            # checkpoint's memory (the copy, or the mapping with mmap=True), kept alive by it.
+            t.close()
             q.close()
     return names
 
@@ -759,7 +768,7 @@ def load_float_model(model_dir: str, dtype: Any = torch.float32, config: Any = N
     return cls.from_pretrained(model_dir, config=config, local_files_only=True, **_dtype_kwarg(dtype)).eval()
 
 
-def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None) -> nn.Module:
+def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None, mmap: bool = False) -> nn.Module:
     """Loads a folder written by :func:`save_quantized` to run on libwush's runtime: the model
     class named by the folder's config, every tensor but the quantized weights from the folder's
     safetensors, and each quantized layer (``wush_checkpoint.safetensors``) as a
@@ -767,7 +776,12 @@ def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None) -> nn.M
     backend is present: its layers then run on torch's current stream). ``dtype``: the
     non-quantized parameters' dtype (default the config's ``torch_dtype``, else float32).
     Nothing is downloaded. Raises FileNotFoundError when the folder, its config.json or its
-    checkpoint is missing, ValueError when it lacks a tensor the model needs."""
+    checkpoint is missing, ValueError when it lacks a tensor the model needs.
+
+    The checkpoint is read into memory (the model does not depend on the file afterwards: it may
+    be deleted, truncated or rewritten). ``mmap=True`` maps it instead, saving that copy, at a
+    risk: truncating the file under the running model kills the process (SIGBUS) and rewriting it
+    in place silently changes the outputs (:func:`load_quantized_layers`)."""
     from transformers import AutoConfig
     from transformers.utils import logging as hf_logging
     require_model_folder(out_dir, quantized=True)
@@ -797,7 +811,7 @@ def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None) -> nn.M
     missing = [k for k in info.get("missing_keys", []) if not any(k == e or k.endswith("." + e) for e in expected)]
     if missing:
         raise ValueError(f"{out_dir}: tensors missing from the folder: {', '.join(sorted(missing)[:10])}")
-    load_quantized_layers(model, os.path.join(out_dir, CHECKPOINT_FILE), ctx)
+    load_quantized_layers(model, os.path.join(out_dir, CHECKPOINT_FILE), ctx, mmap=mmap)
     return model.to(dev).eval()
 
 

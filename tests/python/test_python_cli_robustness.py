@@ -133,6 +133,42 @@ class Robustness(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertEqual(snapshot(box), before)
 
+    # ---- 2. a loaded model and its file --------------------------------------------------------
+
+    CHILD = r"""
+import os, sys, torch, wush
+folder, n_tokens, how = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+m = wush.load_quantized(folder)
+ids = (torch.arange(n_tokens)[None] * 7 + 5) % 300
+with torch.no_grad():
+    before = m(ids).logits.clone()
+ck = os.path.join(folder, "wush_checkpoint.safetensors")
+data = open(ck, "rb").read()
+with open(ck, "r+b") as f:  # the same inode: what a mapping of the file sees
+    f.truncate(len(data) // 4 if how == "truncate" else 0)
+    if how == "rewrite":
+        f.write(bytes(b ^ 0x5A for b in data))
+with torch.no_grad():
+    after = m(ids).logits
+print("identical" if torch.equal(before, after) else "differs")
+"""
+
+    def test_loaded_model_does_not_depend_on_its_file(self):
+        src = os.path.join(TMP, "q-file")
+        rc, _, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", src, "--seq-len", "32",
+                         "--max-samples", "4")
+        self.assertEqual(rc, 0, err)
+        for n_tokens in (1, 40):
+            for how in ("truncate", "rewrite"):
+                with self.subTest(n_tokens=n_tokens, how=how):
+                    folder = os.path.join(TMP, f"q-file-{n_tokens}-{how}")
+                    shutil.copytree(src, folder)
+                    r = subprocess.run([sys.executable, "-c", self.CHILD, folder, str(n_tokens), how], env=ENV,
+                                       capture_output=True, text=True, timeout=300)
+                    self.assertEqual(r.returncode, 0, f"the child died (signal {-r.returncode} if negative; "
+                                                      f"SIGBUS is 7): {r.stderr[-2000:]}")
+                    self.assertEqual(r.stdout.strip().splitlines()[-1], "identical", r.stderr[-2000:])
+
 
 def stat_is_fifo(path):
     import stat
