@@ -32,8 +32,16 @@ def _load(model_dir: str):
     return model, AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
 
 
+def _positive(v: int, what: str) -> int:
+    if v < 1:
+        raise ValueError(f"{what} must be a positive number, got {v}")
+    return v
+
+
 def token_batches(tok, path: str, seq_len: int, max_samples: int, batch_size: int = 4) -> List:
     """Consecutive windows of ``seq_len`` tokens of the file, at most ``max_samples`` of them."""
+    _positive(seq_len, "the sequence length (--seq-len)")
+    _positive(max_samples, "the number of samples (--max-samples)")
     with open(path, encoding="utf-8") as f:
         ids = tok(f.read(), return_tensors="pt", add_special_tokens=False)["input_ids"][0]
     n = min(len(ids) // seq_len, max_samples)
@@ -46,6 +54,8 @@ def token_batches(tok, path: str, seq_len: int, max_samples: int, batch_size: in
 def sentence_batches(tok, path: str, seq_len: int, max_samples: int, batch_size: int = 8) -> List[Dict[str, Any]]:
     """Encoders: the file's non-empty lines, tokenized in padded batches (dicts of keyword
     arguments for the model), at most ``max_samples`` lines of at most ``seq_len`` tokens."""
+    _positive(seq_len, "the sequence length (--seq-len)")
+    _positive(max_samples, "the number of samples (--max-samples)")
     lines = read_sentences(path)[:max_samples]
     return [dict(tok(lines[i:i + batch_size], padding=True, truncation=True, max_length=seq_len, return_tensors="pt"))
             for i in range(0, len(lines), batch_size)]
@@ -86,6 +96,11 @@ def cmd_quantize(a: argparse.Namespace) -> int:
         raise ValueError("--validation needs --transform wush+s")
     if a.fp_quant_pseudo and a.export != "fp_quant":
         raise ValueError("--fp-quant-pseudo writes the fp_quant layout: it needs --export fp_quant")
+    _positive(a.seq_len, "the sequence length (--seq-len)")
+    _positive(a.max_samples, "the number of samples (--max-samples)")
+    _positive(a.search_tokens, "the search's tokens (--search-tokens)")
+    if a.layers:
+        wt.compile_pattern(a.layers)
     wt.check_export(a.format, transform, a.export)  # before the model is even read
     model, tok = _load(a.model_dir)
     causal = wt.is_causal(model)
@@ -125,6 +140,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     from . import torch as wt
     if (a.prompt is None) == (a.sentences is None):
         raise ValueError("give one of --prompt (a causal model) or --sentences FILE (an encoder)")
+    _positive(a.max_new_tokens, "--max-new-tokens")
+    wt.parse_device(a.device)  # an unknown device, before the folder is read
     model = wt.load_quantized(a.folder, device=a.device)  # first: it names a missing folder as such
     tok = AutoTokenizer.from_pretrained(a.folder, local_files_only=True)
     causal = wt.is_causal(model)
@@ -159,6 +176,8 @@ def cmd_run(a: argparse.Namespace) -> int:
 def cmd_eval(a: argparse.Namespace) -> int:
     import torch
     from . import torch as wt
+    _positive(a.seq_len, "the sequence length (--seq-len)")
+    _positive(a.max_samples, "the number of samples (--max-samples)")
     model, tok = _load(a.model_dir)
     causal = wt.is_causal(model)
     out: Dict[str, Any] = {"model": type(model).__name__}
@@ -214,9 +233,16 @@ def _table(out: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line, ``PROG: error: MESSAGE`` (exit status 2), like the command's
+    other errors; ``--help`` shows the usage."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m wush", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="python -m wush", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     q = sub.add_parser("quantize-model", help="quantize a local Hugging Face model folder")
     q.add_argument("model_dir")

@@ -76,8 +76,16 @@ DEFAULT_PATTERN = r"(^|\.)(layers|h|blocks)\.\d+\."
 def select_linears(model: nn.Module, pattern: Optional[str] = None) -> Dict[str, nn.Module]:
     """The linear layers (:func:`is_linear`) whose qualified name matches ``pattern`` (regex,
     searched; default :func:`default_pattern`)."""
-    rx = re.compile(pattern or default_pattern(model))
+    rx = compile_pattern(pattern) if pattern else re.compile(default_pattern(model))
     return {n: m for n, m in model.named_modules() if is_linear(m) and rx.search(n)}
+
+
+def compile_pattern(pattern: str) -> "re.Pattern[str]":
+    """``pattern`` compiled; ValueError (one line) for one that is not a regular expression."""
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise ValueError(f"the layer selection {pattern!r} is not a regular expression: {e}") from None
 
 
 def selection_error(model: nn.Module, pattern: Optional[str]) -> str:
@@ -712,8 +720,19 @@ def load_quantized_layers(model: nn.Module, checkpoint_path: str, ctx: Optional[
     return names
 
 
+def parse_device(device: Any) -> torch.device:
+    """``device`` as a torch.device; ValueError (one line) for one libwush cannot run on."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"device {device!r}: not a device; libwush runs on 'cpu' or 'cuda[:i]'") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {device}: libwush runs on 'cpu' or 'cuda[:i]'")
+    return dev
+
+
 def _context_for(device: Any) -> Tuple[_core.Context, torch.device]:
-    dev = torch.device(device)
+    dev = parse_device(device)
     if dev.type == "cpu":
         return _core.default_context(), dev
     if dev.type == "cuda":
@@ -732,6 +751,105 @@ def _dtype_kwarg(dtype: Any) -> Dict[str, Any]:
     import transformers
     major, minor = (int(v) for v in transformers.__version__.split(".")[:2])
     return {"dtype" if (major, minor) >= (4, 56) else "torch_dtype": dtype}
+
+
+def _safetensors_shapes(path: str) -> Dict[str, Tuple[int, ...]]:
+    """The tensor names and shapes of a safetensors file from its header, after checking that the
+    file is complete (ValueError naming the file otherwise: truncated, not safetensors)."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if n < 2 or 8 + n > size:
+                raise ValueError(f"{path}: not a complete safetensors file (its header does not fit its "
+                                 f"{size} bytes: truncated?)")
+            header = json.loads(f.read(n))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: cannot read a safetensors header: {e}") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: not a safetensors file (its header is not a JSON object)")
+    shapes, end = {}, 0
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        try:
+            shapes[k] = tuple(int(d) for d in v["shape"])
+            end = max(end, int(v["data_offsets"][1]))
+        except (TypeError, KeyError, IndexError, ValueError):
+            raise ValueError(f"{path}: not a safetensors file (bad header entry {k!r})") from None
+    if 8 + n + end > size:
+        raise ValueError(f"{path}: truncated: its tensors need {8 + n + end} bytes, the file has {size}")
+    return shapes
+
+
+def stored_tensor_shapes(model_dir: str) -> Optional[Dict[str, Tuple[int, ...]]]:
+    """Name -> shape of every tensor stored in a model folder, without reading the data (the
+    safetensors headers; pytorch_model.bin is memory-mapped). None when the folder holds neither
+    format. ValueError naming the file for a shard that is missing, truncated or not readable."""
+    def files(single: str, index: str) -> List[str]:
+        ipath = os.path.join(model_dir, index)
+        if os.path.exists(ipath):
+            try:
+                with open(ipath) as f:
+                    return sorted(set(json.load(f)["weight_map"].values()))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+                raise ValueError(f"{ipath}: not a weight index ({e})") from None
+        return [single] if os.path.exists(os.path.join(model_dir, single)) else []
+
+    out: Dict[str, Tuple[int, ...]] = {}
+    st = files("model.safetensors", "model.safetensors.index.json")
+    for fn in st:
+        out.update(_safetensors_shapes(os.path.join(model_dir, fn)))
+    if st:
+        return out
+    bins = files("pytorch_model.bin", "pytorch_model.bin.index.json")
+    for fn in bins:
+        path = os.path.join(model_dir, fn)
+        try:
+            sd = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except Exception as e:  # noqa: BLE001 - torch raises many kinds for a damaged file
+            raise ValueError(f"{path}: cannot read it: {' '.join(str(e).split())[:300]}") from None
+        out.update({k: tuple(v.shape) for k, v in sd.items()})
+    return out if bins else None
+
+
+def _meta_model(cls: Any, config: Any) -> nn.Module:
+    """``cls`` built from ``config`` on the meta device (shapes only, no memory, milliseconds)."""
+    import transformers
+    if cls is transformers.AutoModel:
+        with torch.device("meta"):
+            return transformers.AutoModel.from_config(config)
+    with torch.device("meta"):
+        return cls(config)
+
+
+def _stored_key(key: str, prefix: str, stored: Dict[str, Any]) -> Optional[str]:
+    """The stored name of the model's state_dict ``key``: itself, or with the base model's
+    ``prefix`` added or removed (a bare model from a folder of the full model, or the reverse)."""
+    if key in stored:
+        return key
+    if prefix:
+        if prefix + "." + key in stored:
+            return prefix + "." + key
+        if key.startswith(prefix + ".") and key[len(prefix) + 1:] in stored:
+            return key[len(prefix) + 1:]
+    return None
+
+
+def check_weights_match(model_dir: str, cls: Any, config: Any, stored: Dict[str, Tuple[int, ...]]) -> None:
+    """Raises ValueError (one line) when a stored tensor's shape differs from the one the config
+    gives the model's tensor of that name (e.g. config.json's hidden size edited)."""
+    meta = _meta_model(cls, config)
+    prefix = getattr(meta, "base_model_prefix", "") or ""
+    bad = []
+    for k, t in meta.state_dict().items():
+        sk = _stored_key(k, prefix, stored)
+        if sk is not None and tuple(stored[sk]) != tuple(t.shape):
+            bad.append(f"{sk} is stored {list(stored[sk])}, the config makes it {list(t.shape)}")
+    if bad:
+        more = f" (and {len(bad) - 2} more)" if len(bad) > 2 else ""
+        raise ValueError(f"{model_dir}: the weights do not match config.json: {'; '.join(bad[:2])}{more}")
 
 
 def model_class(config: Any) -> Any:
@@ -758,14 +876,36 @@ def require_model_folder(path: str, quantized: bool = False) -> None:
                                 f"or save_quantized")
 
 
-def load_float_model(model_dir: str, dtype: Any = torch.float32, config: Any = None) -> nn.Module:
-    """A local Hugging Face folder as the class its config names, in ``dtype``, eval mode;
-    nothing downloaded. Raises FileNotFoundError when the folder or its config.json is missing."""
+def _read_config(folder: str) -> Any:
     from transformers import AutoConfig
+    try:
+        return AutoConfig.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{folder}/config.json: {' '.join(str(e).split())[:300]}") from None
+
+
+def load_float_model(model_dir: str, dtype: Any = torch.float32, config: Any = None) -> nn.Module:
+    """A local Hugging Face folder as the class its config names, in ``dtype``, eval mode; nothing
+    downloaded. Raises FileNotFoundError when the folder or its config.json is missing,
+    ValueError (naming the file) for a weight file that is missing, truncated or unreadable and
+    for stored shapes that differ from the config's. The model's ``wush_missing_keys`` lists
+    what transformers initialized at random (tensors the folder lacks)."""
+    from transformers.utils import logging as hf_logging
     require_model_folder(model_dir)
-    config = config or AutoConfig.from_pretrained(model_dir, local_files_only=True)
+    config = config or _read_config(model_dir)
+    stored = stored_tensor_shapes(model_dir)
     cls = model_class(config)
-    return cls.from_pretrained(model_dir, config=config, local_files_only=True, **_dtype_kwarg(dtype)).eval()
+    if stored:
+        check_weights_match(model_dir, cls, config, stored)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # missing tensors are reported by the caller (wush_missing_keys)
+    try:
+        model, info = cls.from_pretrained(model_dir, config=config, local_files_only=True, output_loading_info=True,
+                                          **_dtype_kwarg(dtype))
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    model.wush_missing_keys = sorted(info.get("missing_keys", []))
+    return model.eval()
 
 
 def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None, mmap: bool = False) -> nn.Module:
@@ -782,11 +922,10 @@ def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None, mmap: b
     be deleted, truncated or rewritten). ``mmap=True`` maps it instead, saving that copy, at a
     risk: truncating the file under the running model kills the process (SIGBUS) and rewriting it
     in place silently changes the outputs (:func:`load_quantized_layers`)."""
-    from transformers import AutoConfig
     from transformers.utils import logging as hf_logging
     require_model_folder(out_dir, quantized=True)
     ctx, dev = _context_for(device)
-    config = AutoConfig.from_pretrained(out_dir, local_files_only=True)
+    config = _read_config(out_dir)
     if hasattr(config, "quantization_config"):
         # The folder's fp_quant config would send transformers to its own quantizer (GPU-only);
         # the quantized layers are loaded from the libwush checkpoint instead.
@@ -802,8 +941,12 @@ def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None, mmap: b
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the quantized weights are "missing" on purpose
     try:
-        model, info = model_class(config).from_pretrained(out_dir, config=config, local_files_only=True,
-                                                          output_loading_info=True, **_dtype_kwarg(dtype))
+        stored = stored_tensor_shapes(out_dir)
+        cls = model_class(config)
+        if stored:
+            check_weights_match(out_dir, cls, config, stored)
+        model, info = cls.from_pretrained(out_dir, config=config, local_files_only=True,
+                                          output_loading_info=True, **_dtype_kwarg(dtype))
     finally:
         hf_logging.set_verbosity(verbosity)
     # transformers reports keys in the model's namespace: only the quantized weights may miss.

@@ -169,6 +169,61 @@ print("identical" if torch.equal(before, after) else "differs")
                                                       f"SIGBUS is 7): {r.stderr[-2000:]}")
                     self.assertEqual(r.stdout.strip().splitlines()[-1], "identical", r.stderr[-2000:])
 
+    # ---- 3. one-line errors --------------------------------------------------------------------
+
+    def test_one_line_errors(self):
+        q = os.path.join(TMP, "q-errors")
+        rc, _, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", q, "--seq-len", "32", "--max-samples", "2")
+        self.assertEqual(rc, 0, err)
+        hidden = os.path.join(TMP, "tiny-hidden")
+        shutil.copytree(TINY, hidden)
+        cfg = json.loads(pathlib.Path(hidden, "config.json").read_text())
+        cfg["hidden_size"] *= 2
+        pathlib.Path(hidden, "config.json").write_text(json.dumps(cfg))
+        trunc = os.path.join(TMP, "tiny-trunc")
+        shutil.copytree(TINY, trunc)
+        shard = os.path.join(trunc, "model.safetensors")
+        os.truncate(shard, os.path.getsize(shard) // 2)
+        header_cut = os.path.join(TMP, "tiny-header-cut")
+        shutil.copytree(TINY, header_cut)
+        os.truncate(os.path.join(header_cut, "model.safetensors"), 100)
+        out = os.path.join(TMP, "never")
+        common = ("--calib", CALIB, "--out", out)
+        cases = [
+            (("quantize-model", hidden, *common), ["do not match config.json", "is stored [", "config makes it"]),
+            (("eval-model", hidden, "--text", CALIB), ["do not match config.json"]),
+            (("quantize-model", trunc, *common), [shard, "truncated"]),
+            (("quantize-model", header_cut, *common), [os.path.join(header_cut, "model.safetensors")]),
+            (("quantize-model", TINY, *common, "--seq-len", "0"), ["--seq-len", "positive"]),
+            (("quantize-model", TINY, *common, "--seq-len", "-5"), ["--seq-len", "positive", "-5"]),
+            (("quantize-model", TINY, *common, "--max-samples", "0"), ["--max-samples"]),
+            (("quantize-model", TINY, *common, "--seq-len", "x"), ["--seq-len", "invalid int value"]),
+            (("eval-model", TINY, "--text", CALIB, "--seq-len", "0"), ["--seq-len"]),
+            (("quantize-model", TINY, *common, "--layers", "mlp.(up"), ["not a regular expression", "mlp.(up"]),
+            (("quantize-model", TINY, *common, "--layers", "*"), ["not a regular expression"]),
+            (("run", q, "--prompt", "x", "--device", "gpu7"), ["device 'gpu7'"]),
+            (("run", q, "--prompt", "x", "--device", "mps"), ["device mps"]),
+            (("quantize-model", TINY, *common, "--format", "fp8"), ["invalid choice"]),
+        ]
+        for args, says in cases:
+            with self.subTest(args=args[:1] + args[2:]):
+                rc, _, err = cli(*args)
+                self.assert_one_line_error(rc, err, *says)
+        self.assertFalse(os.path.exists(out))
+
+    def test_one_hidden_layer(self):
+        one = make_tiny_llama(os.path.join(TMP, "tiny-one"), n_layers=1, train_steps=0)
+        for method in ("rtn", "gptq"):
+            with self.subTest(method=method):
+                out = os.path.join(TMP, f"one-{method}")
+                rc, so, err = cli("quantize-model", one, "--calib", CALIB, "--out", out, "--method", method,
+                                  "--seq-len", "32", "--max-samples", "4")
+                self.assertEqual(rc, 0, err)
+                self.assertEqual(json.loads(so.splitlines()[-1])["layers"], 7)
+                rc, so, err = cli("run", out, "--prompt", "the model", "--max-new-tokens", "3")
+                self.assertEqual(rc, 0, err)
+                self.assertEqual(json.loads(so.splitlines()[-1])["new_tokens"], 3)
+
 
 def stat_is_fifo(path):
     import stat
