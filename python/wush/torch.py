@@ -509,9 +509,10 @@ def check_export(fmt: str, transform: str, export: str = "fp_quant") -> None:
         return
     refusal = _probe_export(fmt, transform)  # the C library owns every rule of the export
     if refusal is not None:
+        others = ", mxfp4, or transform hadamard/identity" if _probe_export(fmt, "hadamard") is None else ""
         raise ValueError(f"{fmt} with {transform} transforms cannot be written in the fp_quant layout: {refusal}; "
-                         f"use export 'wush' (--export wush: the libwush checkpoint, loaded by wush.load_quantized), "
-                         f"mxfp4, or transform hadamard/identity")
+                         f"use export 'wush' (--export wush: the libwush checkpoint, loaded by wush.load_quantized)"
+                         f"{others}")
 
 
 def _shard_and_save(tensors: Dict[str, torch.Tensor], out_dir: str, max_shard_bytes: int) -> List[str]:

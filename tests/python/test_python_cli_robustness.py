@@ -302,6 +302,81 @@ print("identical" if torch.equal(before, after) else "differs")
                          "--max-samples", "2", "--layers", r"self_attn")
         self.assertEqual(rc, 0, err)
 
+    # ---- 5. formats, the calibration used, --help, the guard -----------------------------------
+
+    def test_int4_and_mxfp4_ocp(self):
+        for fmt in ("int4", "mxfp4_ocp"):
+            with self.subTest(fmt=fmt):
+                # The fp_quant layout (the default export) cannot hold them: refused with the way out.
+                rc, _, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", os.path.join(TMP, "never"),
+                                 "--format", fmt)
+                self.assert_one_line_error(rc, err, "fp_quant layout", "--export wush")
+                self.assertNotIn("transform hadamard", err)
+                out = os.path.join(TMP, f"q-{fmt}")
+                rc, so, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", out, "--format", fmt,
+                                  "--export", "wush", "--seq-len", "32", "--max-samples", "4")
+                self.assertEqual(rc, 0, err)
+                self.assertEqual(json.loads(so.splitlines()[-1])["format"], fmt)
+                model = wush.load_quantized(out)
+                layers = [m for m in model.modules() if isinstance(m, wt.QuantizedLinear)]
+                self.assertEqual({m.format for m in layers}, {fmt})
+                with torch.no_grad():
+                    self.assertTrue(torch.isfinite(model(torch.tensor([[3, 4, 5, 6]])).logits).all())
+
+    def test_calibration_used_is_printed(self):
+        out = os.path.join(TMP, "q-calib")
+        rc, so, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", out, "--seq-len", "32",
+                          "--max-samples", "3")
+        self.assertEqual(rc, 0, err)
+        res = json.loads(so.splitlines()[-1])
+        from transformers import AutoTokenizer
+        n_file = len(AutoTokenizer.from_pretrained(TINY)(pathlib.Path(CALIB).read_text(),
+                                                         add_special_tokens=False)["input_ids"])
+        self.assertEqual(res["calibration"], {"file": CALIB, "unit": "windows", "samples": 3,
+                                              "available": n_file // 32, "tokens": 96})
+        self.assertEqual(res["calibration_tokens"], 96)
+        self.assertIn(f"calibration: 3 windows of 32 tokens (96 tokens) of the {n_file} tokens of {CALIB}, "
+                      f"capped by --max-samples 3", err)
+        # An encoder (MiniLM, --max-samples 12): the first lines of the file.
+        runs = self.minilm_runs()
+        _, _, rc, so, err = runs["minilm"]
+        self.assertEqual(rc, 0, err)
+        res, n, path = json.loads(so.splitlines()[-1]), len(runs["lines"]), runs["sentences"]
+        self.assertIn(f"calibration: the first 12 of the {n} non-empty lines of {path}", err)
+        self.assertIn("capped by --max-samples 12", err)
+        self.assertEqual((res["calibration"]["samples"], res["calibration"]["available"]), (12, n))
+
+    def test_help_shows_defaults(self):
+        rc, so, err = cli("quantize-model", "--help")
+        self.assertEqual(rc, 0, err)
+        text = " ".join(so.split())
+        for opt, default in (("--seq-len", "128"), ("--max-samples", "128"), ("--format", "mxfp4"),
+                             ("--transform", "wush"), ("--method", "rtn"), ("--search-tokens", "1024")):
+            self.assertRegex(text, opt + r"\b.*?\(default: " + default + r"\)", opt)
+        self.assertIn("int4", text)
+        rc, so, err = cli("eval-model", "--help")
+        self.assertIn("(default: 64)", " ".join(so.split()))
+        rc, so, err = cli("run", "--help")
+        self.assertIn("(default: cpu)", " ".join(so.split()))
+
+    def test_guard_is_printed_per_layer(self):
+        out = os.path.join(TMP, "q-guard")
+        rc, so, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", out, "--transform", "wush+s",
+                          "--search-tokens", "64", "--seq-len", "32", "--max-samples", "8")
+        self.assertEqual(rc, 0, err)
+        res = json.loads(so.splitlines()[-1])
+        rows = [ln.split() for ln in err.splitlines() if ln.startswith("model.layers.")]
+        self.assertEqual(len(rows), res["layers"], err)
+        self.assertTrue(any(ln.split()[:4] == ["layer", "source", "tokens", "kept"] for ln in err.splitlines()), err)
+        kept = {}
+        for r in rows:
+            kept[r[3]] = kept.get(r[3], 0) + 1
+        self.assertEqual(res["guard_kept"], kept)
+        rc, so, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", out + "-off", "--transform", "wush+s",
+                          "--search-tokens", "64", "--seq-len", "32", "--max-samples", "8", "--no-search-guard")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("no guard ran on 14 searched layers (--no-search-guard)", err)
+
 
 def stat_is_fifo(path):
     import stat
