@@ -808,7 +808,11 @@ def stored_tensor_shapes(model_dir: str) -> Optional[Dict[str, Tuple[int, ...]]]
     for fn in bins:
         path = os.path.join(model_dir, fn)
         try:
-            sd = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            try:
+                sd = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError:
+                # Files of the legacy (pre-zip) serialization cannot be mapped: read them whole.
+                sd = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001 - torch raises many kinds for a damaged file
             raise ValueError(f"{path}: cannot read it: {' '.join(str(e).split())[:300]}") from None
         out.update({k: tuple(v.shape) for k, v in sd.items()})
