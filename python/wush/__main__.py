@@ -20,7 +20,7 @@ import os
 import resource
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 from . import _core
 
 
@@ -32,23 +32,54 @@ def _load(model_dir: str):
     return model, AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
 
 
-def token_batches(tok, path: str, seq_len: int, max_samples: int, batch_size: int = 4) -> List:
-    """Consecutive windows of ``seq_len`` tokens of the file, at most ``max_samples`` of them."""
+def _positive(v: int, what: str) -> int:
+    if v < 1:
+        raise ValueError(f"{what} must be a positive number, got {v}")
+    return v
+
+
+def token_batches(tok, path: str, seq_len: int, max_samples: int, batch_size: int = 4, stats: Optional[Dict] = None) -> List:
+    """Consecutive windows of ``seq_len`` tokens of the file, at most ``max_samples`` of them.
+    ``stats``, when given, receives what was used: windows, tokens, and the file's tokens."""
+    _positive(seq_len, "the sequence length (--seq-len)")
+    _positive(max_samples, "the number of samples (--max-samples)")
     with open(path, encoding="utf-8") as f:
         ids = tok(f.read(), return_tensors="pt", add_special_tokens=False)["input_ids"][0]
     n = min(len(ids) // seq_len, max_samples)
     if n == 0:
         raise ValueError(f"{path}: fewer than {seq_len} tokens")
     windows = ids[: n * seq_len].reshape(n, seq_len)
+    if stats is not None:
+        stats.update({"file": path, "unit": "windows", "samples": n, "available": len(ids) // seq_len,
+                      "tokens": n * seq_len, "file_tokens": len(ids)})
     return [windows[i:i + batch_size] for i in range(0, n, batch_size)]
 
 
-def sentence_batches(tok, path: str, seq_len: int, max_samples: int, batch_size: int = 8) -> List[Dict[str, Any]]:
+def sentence_batches(tok, path: str, seq_len: int, max_samples: int, batch_size: int = 8,
+                     stats: Optional[Dict] = None) -> List[Dict[str, Any]]:
     """Encoders: the file's non-empty lines, tokenized in padded batches (dicts of keyword
-    arguments for the model), at most ``max_samples`` lines of at most ``seq_len`` tokens."""
-    lines = read_sentences(path)[:max_samples]
-    return [dict(tok(lines[i:i + batch_size], padding=True, truncation=True, max_length=seq_len, return_tensors="pt"))
-            for i in range(0, len(lines), batch_size)]
+    arguments for the model), at most ``max_samples`` lines of at most ``seq_len`` tokens.
+    ``stats``, when given, receives what was used: lines, tokens, and the file's lines."""
+    _positive(seq_len, "the sequence length (--seq-len)")
+    _positive(max_samples, "the number of samples (--max-samples)")
+    all_lines = read_sentences(path)
+    lines = all_lines[:max_samples]
+    batches = [dict(tok(lines[i:i + batch_size], padding=True, truncation=True, max_length=seq_len,
+                        return_tensors="pt")) for i in range(0, len(lines), batch_size)]
+    if stats is not None:
+        stats.update({"file": path, "unit": "lines", "samples": len(lines), "available": len(all_lines),
+                      "tokens": sum(int(b["attention_mask"].sum()) for b in batches)})
+    return batches
+
+
+def _calibration_line(kind: str, st: Dict[str, Any], a: argparse.Namespace) -> str:
+    """One line saying which part of a text file the command used (the --max-samples cap)."""
+    capped = f", capped by --max-samples {a.max_samples}" if st["samples"] < st["available"] else ""
+    if st["unit"] == "windows":
+        return (f"{kind}: {st['samples']} windows of {a.seq_len} tokens ({st['tokens']} tokens) of the "
+                f"{st['file_tokens']} tokens of {st['file']}{capped}")
+    return (f"{kind}: the first {st['samples']} of the {st['available']} non-empty lines of {st['file']}, "
+            f"{st['tokens']} tokens (at most {a.seq_len} per line){capped}")
 
 
 def read_sentences(path: str) -> List[str]:
@@ -75,20 +106,46 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def _note(cmd: str, text: str) -> None:
+    print(f"python -m wush {cmd}: {text}", file=sys.stderr)
+
+
 def cmd_quantize(a: argparse.Namespace) -> int:
     from . import torch as wt
+    # Everything that can be refused from the arguments alone, before the model is read and
+    # before anything is written.
+    wt.check_out_dir(a.out, a.model_dir)  # not the model folder, inside it or around it
     kind, search = _core.parse_transform_spec(a.transform)  # wush+s: the per-block search
     transform = kind.name.lower()
     if a.validation and not search:
         raise ValueError("--validation needs --transform wush+s")
     if a.fp_quant_pseudo and a.export != "fp_quant":
         raise ValueError("--fp-quant-pseudo writes the fp_quant layout: it needs --export fp_quant")
+    _positive(a.seq_len, "the sequence length (--seq-len)")
+    _positive(a.max_samples, "the number of samples (--max-samples)")
+    _positive(a.search_tokens, "the search's tokens (--search-tokens)")
+    if a.layers:
+        wt.compile_pattern(a.layers)
     wt.check_export(a.format, transform, a.export)  # before the model is even read
     model, tok = _load(a.model_dir)
+    if getattr(model, "wush_missing_keys", None):
+        _note("quantize-model", f"note: tensors not in {a.model_dir}, initialized at random by transformers: "
+                                f"{', '.join(model.wush_missing_keys[:6])}"
+                                f"{' ...' if len(model.wush_missing_keys) > 6 else ''}")
+    selected = wt.select_linears(model, a.layers)
+    if not selected:
+        raise ValueError(wt.selection_error(model, a.layers))
+    wt.check_stored_layers(a.model_dir, selected)  # in seconds, not after the calibration
     causal = wt.is_causal(model)
     make = token_batches if causal else sentence_batches
-    batches = make(tok, a.calib, a.seq_len, a.max_samples)
-    validation = make(tok, a.validation, a.seq_len, a.max_samples) if a.validation else None
+    cal_stats: Dict[str, Any] = {}
+    batches = make(tok, a.calib, a.seq_len, a.max_samples, stats=cal_stats)
+    _note("quantize-model", _calibration_line("calibration", cal_stats, a))
+    validation = None
+    if a.validation:
+        val_stats: Dict[str, Any] = {}
+        validation = make(tok, a.validation, a.seq_len, a.max_samples, stats=val_stats)
+        _note("quantize-model", _calibration_line("validation", val_stats, a))
     t0 = time.time()
     res = wt.quantize_model(model, batches, format=a.format, transform=transform, method=a.method, layers=a.layers,
                             damping=a.damping, progress=a.progress, search=search, search_tokens=a.search_tokens,
@@ -99,10 +156,22 @@ def cmd_quantize(a: argparse.Namespace) -> int:
         print(f"python -m wush quantize-model: note: the fp_quant layout was not written ({info['fp_quant_refused']}); "
               f"the folder holds the libwush checkpoint, which wush.load_quantized runs", file=sys.stderr)
     kinds = sorted(set(info["layers"].values()))
+    guarded = {n: g for n, g in res.guard.items() if g is not None}
+    if guarded:
+        # What the search's per-layer guard compared and kept, one line per layer (as `wush quantize`).
+        print(res.guard_table(), file=sys.stderr)
+    unguarded = [n for n, g in res.guard.items() if g is None] if search else []
+    if unguarded:
+        _note("quantize-model", f"note: no guard ran on {len(unguarded)} searched layers "
+                                f"({'--no-search-guard' if a.no_search_guard else 'no held-out tokens'})")
+    kept: Dict[str, int] = {}
+    for g in guarded.values():
+        kept[g["kept"]] = kept.get(g["kept"], 0) + 1
     print(json.dumps({"layers": len(res.layers), "format": a.format, "transform": a.transform, "method": a.method,
                       "layer_transforms": kinds, "export": info["export"],
-                      "calibration_tokens": sum(int(b["attention_mask"].sum()) if isinstance(b, dict) else b.numel()
-                                                for b in batches),
+                      "calibration_tokens": cal_stats["tokens"],
+                      "calibration": {k: cal_stats[k] for k in ("file", "unit", "samples", "available", "tokens")},
+                      "guard_kept": kept if search else None,
                       "quantize_s": round(t1 - t0, 3), "peak_rss_mib": round(_peak_rss_mib(), 1), "out": a.out}))
     return 0
 
@@ -122,6 +191,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     from . import torch as wt
     if (a.prompt is None) == (a.sentences is None):
         raise ValueError("give one of --prompt (a causal model) or --sentences FILE (an encoder)")
+    _positive(a.max_new_tokens, "--max-new-tokens")
+    wt.parse_device(a.device)  # an unknown device, before the folder is read
     model = wt.load_quantized(a.folder, device=a.device)  # first: it names a missing folder as such
     tok = AutoTokenizer.from_pretrained(a.folder, local_files_only=True)
     causal = wt.is_causal(model)
@@ -156,6 +227,8 @@ def cmd_run(a: argparse.Namespace) -> int:
 def cmd_eval(a: argparse.Namespace) -> int:
     import torch
     from . import torch as wt
+    _positive(a.seq_len, "the sequence length (--seq-len)")
+    _positive(a.max_samples, "the number of samples (--max-samples)")
     model, tok = _load(a.model_dir)
     causal = wt.is_causal(model)
     out: Dict[str, Any] = {"model": type(model).__name__}
@@ -211,15 +284,38 @@ def _table(out: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line, ``PROG: error: MESSAGE`` (exit status 2), like the command's
+    other errors; ``--help`` shows the usage."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see --help)\n")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default in its help, ``(default: ...)``; none for flags and missing values."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        h = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "(default" in h or action.required:
+            return h
+        return h + " (default: %(default)s)"
+
+
+FORMATS = ["mxfp4", "nvfp4", "int4", "mxfp4_ocp"]
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m wush", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="python -m wush", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    q = sub.add_parser("quantize-model", help="quantize a local Hugging Face model folder")
-    q.add_argument("model_dir")
+    q = sub.add_parser("quantize-model", help="quantize a local Hugging Face model folder",
+                       formatter_class=_HelpFormatter)
+    q.add_argument("model_dir", help="a local Hugging Face model folder (read only)")
     q.add_argument("--calib", required=True,
-                   help="calibration text file (causal: tokenized as one stream; encoders: one sentence per line)")
-    q.add_argument("--format", default="mxfp4", choices=["mxfp4", "nvfp4"])
+                   help="calibration text file (causal: tokenized as one stream, cut into --max-samples windows of "
+                        "--seq-len tokens; encoders: one sentence per line, the first --max-samples lines)")
+    q.add_argument("--format", default="mxfp4", choices=FORMATS,
+                   help="4-bit format (int4 and mxfp4_ocp: the fp_quant layout cannot hold them, use --export wush)")
     q.add_argument("--transform", default="wush", choices=["identity", "hadamard", "wush", "wush+s"],
                    help="wush+s: WUSH with the per-block search (scale, signs, fall-backs)")
     q.add_argument("--search-tokens", type=int, default=1024,
@@ -229,8 +325,9 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--no-search-guard", action="store_true",
                    help="wush+s without --validation: no per-layer guard (by default it holds out half of each "
                         "layer's token sample)")
-    q.add_argument("--method", default="rtn", choices=["rtn", "gptq"])
-    q.add_argument("--out", required=True)
+    q.add_argument("--method", default="rtn", choices=["rtn", "gptq"], help="how the weights are rounded")
+    q.add_argument("--out", required=True,
+                   help="the output folder: new, or an existing folder outside MODEL_DIR (files in it are replaced)")
     q.add_argument("--export", default="fp_quant", choices=["fp_quant", "wush"],
                    help="fp_quant: the quantized layers also in the fp_quant layout (default); wush: in the libwush "
                         "checkpoint alone (any format x transform)")
@@ -238,25 +335,30 @@ def parser() -> argparse.ArgumentParser:
                    help="write bf16 dqweight (transformers' pseudo-quantized fp_quant path) instead of packed codes")
     q.add_argument("--layers", default=None,
                    help="regex of linear layer names (default: every linear layer inside the repeated blocks)")
-    q.add_argument("--damping", type=float, default=None)
-    q.add_argument("--seq-len", type=int, default=128)
-    q.add_argument("--max-samples", type=int, default=128)
-    q.add_argument("--progress", action="store_true")
+    q.add_argument("--damping", type=float, default=None, help="GPTQ's damping (default: the library's)")
+    q.add_argument("--seq-len", type=int, default=128,
+                   help="tokens per calibration window (causal) or at most per sentence (encoders)")
+    q.add_argument("--max-samples", type=int, default=128,
+                   help="calibration windows (causal) or lines (encoders) used, at most; the rest of the file is "
+                        "not read (the command prints what it used)")
+    q.add_argument("--progress", action="store_true", help="progress bars (tqdm)")
     q.set_defaults(fn=cmd_quantize)
-    r = sub.add_parser("run", help="load a quantized folder (wush.load_quantized) and run it")
-    r.add_argument("folder")
+    r = sub.add_parser("run", help="load a quantized folder (wush.load_quantized) and run it",
+                       formatter_class=_HelpFormatter)
+    r.add_argument("folder", help="a folder written by quantize-model")
     r.add_argument("--prompt", default=None, help="causal models: the prompt to continue (greedy)")
-    r.add_argument("--max-new-tokens", type=int, default=32)
+    r.add_argument("--max-new-tokens", type=int, default=32, help="causal models: tokens generated")
     r.add_argument("--sentences", default=None, help="encoders: a file of sentences, one per line")
     r.add_argument("--device", default="cpu", help="cpu, or cuda[:i] with libwush's CUDA backend")
     r.set_defaults(fn=cmd_run)
-    e = sub.add_parser("eval-model", help="a model and its quantized folders, side by side, through the runtime")
-    e.add_argument("model_dir")
+    e = sub.add_parser("eval-model", help="a model and its quantized folders, side by side, through the runtime",
+                       formatter_class=_HelpFormatter)
+    e.add_argument("model_dir", help="the unquantized model folder")
     e.add_argument("--text", required=True,
                    help="held-out text (causal: perplexity over its tokens; encoders: one sentence per line)")
     e.add_argument("--quantized", action="append", default=None, help="an output folder of quantize-model (repeatable)")
-    e.add_argument("--seq-len", type=int, default=128)
-    e.add_argument("--max-samples", type=int, default=64)
+    e.add_argument("--seq-len", type=int, default=128, help="tokens per window (causal) or at most per sentence")
+    e.add_argument("--max-samples", type=int, default=64, help="windows (causal) or lines (encoders) used, at most")
     e.add_argument("--table", action="store_true", help="also print a markdown table to stderr")
     e.set_defaults(fn=cmd_eval)
     return p

@@ -76,8 +76,16 @@ DEFAULT_PATTERN = r"(^|\.)(layers|h|blocks)\.\d+\."
 def select_linears(model: nn.Module, pattern: Optional[str] = None) -> Dict[str, nn.Module]:
     """The linear layers (:func:`is_linear`) whose qualified name matches ``pattern`` (regex,
     searched; default :func:`default_pattern`)."""
-    rx = re.compile(pattern or default_pattern(model))
+    rx = compile_pattern(pattern) if pattern else re.compile(default_pattern(model))
     return {n: m for n, m in model.named_modules() if is_linear(m) and rx.search(n)}
+
+
+def compile_pattern(pattern: str) -> "re.Pattern[str]":
+    """``pattern`` compiled; ValueError (one line) for one that is not a regular expression."""
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise ValueError(f"the layer selection {pattern!r} is not a regular expression: {e}") from None
 
 
 def selection_error(model: nn.Module, pattern: Optional[str]) -> str:
@@ -425,6 +433,46 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 EXPORTS = ("fp_quant", "wush")
 
 
+def _ancestors(path: str) -> List[str]:
+    """``path`` (absolute, symlinks resolved) and every folder above it."""
+    out, p = [], os.path.realpath(path)
+    while True:
+        out.append(p)
+        parent = os.path.dirname(p)
+        if parent == p:
+            return out
+        p = parent
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)  # also a bind mount or another path to the same folder
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_out_dir(out_dir: str, model_dir: Optional[str] = None) -> None:
+    """Raises ValueError, before anything is read or written, for an output folder that cannot
+    be written without damaging something: one that exists and is not a folder (a file, a FIFO,
+    /proc/version, a dangling link), or, with ``model_dir``, one that is the model folder, lies
+    inside it or contains it, symlinks and other paths to the same folder included."""
+    if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
+        what = "a dangling symbolic link" if not os.path.exists(out_dir) else "not a folder"
+        raise ValueError(f"the output folder {out_dir} exists and is {what}; give a new or existing folder")
+    if not model_dir or not os.path.exists(model_dir):
+        return
+    for a in _ancestors(out_dir):
+        if os.path.exists(a) and _same(a, model_dir):
+            where = "is the model folder" if a == os.path.realpath(out_dir) else "is inside the model folder"
+            raise ValueError(f"the output folder {out_dir} {where} {model_dir}: writing it would change the "
+                             f"model being read; give a folder outside it")
+    if os.path.exists(out_dir):
+        for a in _ancestors(model_dir):
+            if _same(a, out_dir):
+                raise ValueError(f"the output folder {out_dir} contains the model folder {model_dir}: writing it "
+                                 f"would change the model being read; give a folder outside it")
+
+
 def _probe_export(fmt: str, transform: str) -> Optional[str]:
     """Asks the C library whether it exports a model of ``fmt`` and ``transform`` layers in the
     fp_quant layout, by exporting a one-layer model of that kind (milliseconds): None if it does,
@@ -461,9 +509,10 @@ def check_export(fmt: str, transform: str, export: str = "fp_quant") -> None:
         return
     refusal = _probe_export(fmt, transform)  # the C library owns every rule of the export
     if refusal is not None:
+        others = ", mxfp4, or transform hadamard/identity" if _probe_export(fmt, "hadamard") is None else ""
         raise ValueError(f"{fmt} with {transform} transforms cannot be written in the fp_quant layout: {refusal}; "
-                         f"use export 'wush' (--export wush: the libwush checkpoint, loaded by wush.load_quantized), "
-                         f"mxfp4, or transform hadamard/identity")
+                         f"use export 'wush' (--export wush: the libwush checkpoint, loaded by wush.load_quantized)"
+                         f"{others}")
 
 
 def _shard_and_save(tensors: Dict[str, torch.Tensor], out_dir: str, max_shard_bytes: int) -> List[str]:
@@ -572,9 +621,11 @@ def save_quantized(model: nn.Module, result: QuantizationResult, out_dir: str, m
       the weights (``WEIGHT_FILES``, ``WEIGHT_DIRS``);
     - ``wush_quantization.json``: what was done (format, transform, method, layers, the export).
 
-    Returns that last file's content. Refuses, before writing, what :func:`check_export` refuses.
+    Returns that last file's content. Refuses, before writing, what :func:`check_export` and
+    :func:`check_out_dir` refuse (``out_dir`` the model folder, inside it or containing it).
     """
     from safetensors.torch import load_file
+    check_out_dir(out_dir, model_dir)
     check_export(result.format, result.transform, export)
     os.makedirs(out_dir, exist_ok=True)
     ck_path = os.path.join(out_dir, CHECKPOINT_FILE)
@@ -647,22 +698,42 @@ def save_quantized(model: nn.Module, result: QuantizationResult, out_dir: str, m
     return info
 
 
-def load_quantized_layers(model: nn.Module, checkpoint_path: str, ctx: Optional[_core.Context] = None) -> List[str]:
+def load_quantized_layers(model: nn.Module, checkpoint_path: str, ctx: Optional[_core.Context] = None,
+                          mmap: bool = False) -> List[str]:
     """Replaces the layers named in a libwush checkpoint by :class:`QuantizedLinear` (prepared on
-    ``ctx``, default the CPU); biases are taken from the model. Returns the replaced names."""
-    with Checkpoint.open(checkpoint_path) as ck:
+    ``ctx``, default the CPU); biases are taken from the model. Returns the replaced names.
+
+    By default the file is read into memory once (``WUSH_CHECKPOINT_COPY``) and the layers never
+    touch it again. ``mmap=True`` maps it instead (``wush_checkpoint_open``): no copy of the file
+    in memory, but a layer prepared on the CPU keeps reading its codes from the mapping, so
+    truncating the file under a running model kills the process (SIGBUS) and rewriting it in
+    place changes the model's outputs (replace such a file by rename)."""
+    with Checkpoint.open(checkpoint_path, copy=not mmap) as ck:
         names = ck.layer_names()
         for name in names:
             t, q = ck.load_layer(name)
             old = model.get_submodule(name)
             _replace(model, name, QuantizedLinear(t, q, getattr(old, "bias", None), ctx))
-            t.close()  # the prepared layer holds its own copy
+            # The prepared layer copies the transform; its weights' bytes stay shared with the
+            # checkpoint's memory (the copy, or the mapping with mmap=True), kept alive by it.
+            t.close()
             q.close()
     return names
 
 
+def parse_device(device: Any) -> torch.device:
+    """``device`` as a torch.device; ValueError (one line) for one libwush cannot run on."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"device {device!r}: not a device; libwush runs on 'cpu' or 'cuda[:i]'") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {device}: libwush runs on 'cpu' or 'cuda[:i]'")
+    return dev
+
+
 def _context_for(device: Any) -> Tuple[_core.Context, torch.device]:
-    dev = torch.device(device)
+    dev = parse_device(device)
     if dev.type == "cpu":
         return _core.default_context(), dev
     if dev.type == "cuda":
@@ -681,6 +752,166 @@ def _dtype_kwarg(dtype: Any) -> Dict[str, Any]:
     import transformers
     major, minor = (int(v) for v in transformers.__version__.split(".")[:2])
     return {"dtype" if (major, minor) >= (4, 56) else "torch_dtype": dtype}
+
+
+def _safetensors_shapes(path: str) -> Dict[str, Tuple[int, ...]]:
+    """The tensor names and shapes of a safetensors file from its header, after checking that the
+    file is complete (ValueError naming the file otherwise: truncated, not safetensors)."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if n < 2 or 8 + n > size:
+                raise ValueError(f"{path}: not a complete safetensors file (its header does not fit its "
+                                 f"{size} bytes: truncated?)")
+            header = json.loads(f.read(n))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: cannot read a safetensors header: {e}") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: not a safetensors file (its header is not a JSON object)")
+    shapes, end = {}, 0
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        try:
+            shapes[k] = tuple(int(d) for d in v["shape"])
+            end = max(end, int(v["data_offsets"][1]))
+        except (TypeError, KeyError, IndexError, ValueError):
+            raise ValueError(f"{path}: not a safetensors file (bad header entry {k!r})") from None
+    if 8 + n + end > size:
+        raise ValueError(f"{path}: truncated: its tensors need {8 + n + end} bytes, the file has {size}")
+    return shapes
+
+
+def stored_tensor_shapes(model_dir: str) -> Optional[Dict[str, Tuple[int, ...]]]:
+    """Name -> shape of every tensor stored in a model folder, without reading the data (the
+    safetensors headers; pytorch_model.bin is memory-mapped). None when the folder holds neither
+    format. ValueError naming the file for a shard that is missing, truncated or not readable."""
+    def files(single: str, index: str) -> List[str]:
+        ipath = os.path.join(model_dir, index)
+        if os.path.exists(ipath):
+            try:
+                with open(ipath) as f:
+                    return sorted(set(json.load(f)["weight_map"].values()))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+                raise ValueError(f"{ipath}: not a weight index ({e})") from None
+        return [single] if os.path.exists(os.path.join(model_dir, single)) else []
+
+    out: Dict[str, Tuple[int, ...]] = {}
+    st = files("model.safetensors", "model.safetensors.index.json")
+    for fn in st:
+        out.update(_safetensors_shapes(os.path.join(model_dir, fn)))
+    if st:
+        return out
+    bins = files("pytorch_model.bin", "pytorch_model.bin.index.json")
+    for fn in bins:
+        path = os.path.join(model_dir, fn)
+        try:
+            try:
+                sd = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError:
+                # Files of the legacy (pre-zip) serialization cannot be mapped: read them whole.
+                sd = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - torch raises many kinds for a damaged file
+            raise ValueError(f"{path}: cannot read it: {' '.join(str(e).split())[:300]}") from None
+        out.update({k: tuple(v.shape) for k, v in sd.items()})
+    return out if bins else None
+
+
+def _meta_model(cls: Any, config: Any) -> nn.Module:
+    """``cls`` built from ``config`` on the meta device (shapes only, no memory, milliseconds)."""
+    import transformers
+    if cls is transformers.AutoModel:
+        with torch.device("meta"):
+            return transformers.AutoModel.from_config(config)
+    with torch.device("meta"):
+        return cls(config)
+
+
+def _stored_key(key: str, prefix: str, stored: Dict[str, Any]) -> Optional[str]:
+    """The stored name of the model's state_dict ``key``: itself, or with the base model's
+    ``prefix`` added or removed (a bare model from a folder of the full model, or the reverse)."""
+    if key in stored:
+        return key
+    if prefix:
+        if prefix + "." + key in stored:
+            return prefix + "." + key
+        if key.startswith(prefix + ".") and key[len(prefix) + 1:] in stored:
+            return key[len(prefix) + 1:]
+    return None
+
+
+def _head_keys(model: nn.Module) -> List[str]:
+    """The state_dict keys of ``model`` outside its base model (the task head), less those tied
+    to a base model parameter (an output embedding tied to the input one is not stored)."""
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    if not prefix or not isinstance(getattr(model, prefix, None), nn.Module):
+        return []
+    base_ids = {id(p) for n, p in model.named_parameters(remove_duplicate=False) if n.startswith(prefix + ".")}
+    tied = {n for n, p in model.named_parameters(remove_duplicate=False) if id(p) in base_ids}
+    return [k for k in model.state_dict() if not k.startswith(prefix + ".") and k not in tied]
+
+
+def folder_model_class(model_dir: str, config: Any, stored: Optional[Dict[str, Any]] = None) -> Any:
+    """The class to build a folder's model as: the one its config's ``architectures`` names
+    (:func:`model_class`), unless the folder holds the bare model: a sentence-transformers folder
+    (``modules.json``: its Transformer module is the bare model, whatever config.json names) or
+    stored weights without any of that class's head tensors (e.g. ``BertForMaskedLM`` named,
+    ``cls.predictions.*`` absent). Then AutoModel's bare model for the config."""
+    import transformers
+    cls = model_class(config)
+    if cls is transformers.AutoModel:
+        return cls
+    if os.path.isfile(os.path.join(model_dir, "modules.json")):
+        return transformers.AutoModel
+    if stored is None:
+        stored = stored_tensor_shapes(model_dir)
+    if not stored:
+        return cls
+    meta = _meta_model(cls, config)
+    head = _head_keys(meta)
+    prefix = getattr(meta, "base_model_prefix", "") or ""
+    if head and not any(_stored_key(k, prefix, stored) for k in head):
+        return transformers.AutoModel
+    return cls
+
+
+def check_weights_match(model_dir: str, cls: Any, config: Any, stored: Dict[str, Tuple[int, ...]]) -> None:
+    """Raises ValueError (one line) when a stored tensor's shape differs from the one the config
+    gives the model's tensor of that name (e.g. config.json's hidden size edited)."""
+    meta = _meta_model(cls, config)
+    prefix = getattr(meta, "base_model_prefix", "") or ""
+    bad = []
+    for k, t in meta.state_dict().items():
+        sk = _stored_key(k, prefix, stored)
+        if sk is not None and tuple(stored[sk]) != tuple(t.shape):
+            bad.append(f"{sk} is stored {list(stored[sk])}, the config makes it {list(t.shape)}")
+    if bad:
+        more = f" (and {len(bad) - 2} more)" if len(bad) > 2 else ""
+        raise ValueError(f"{model_dir}: the weights do not match config.json: {'; '.join(bad[:2])}{more}")
+
+
+def check_stored_layers(model_dir: str, layers: Dict[str, nn.Module],
+                        stored: Optional[Dict[str, Tuple[int, ...]]] = None) -> None:
+    """Raises ValueError naming every selected layer (name -> module) whose weight the folder
+    does not store under the module's name (a base model prefix such as ``bert.`` allowed) with
+    the module's shape: such a layer would be quantized from transformers' random initialization,
+    and :func:`save_quantized` could not place it. Call it before calibrating (seconds)."""
+    if stored is None:
+        stored = stored_tensor_shapes(model_dir)
+    if stored is None:
+        return  # no readable weight files: from_pretrained has already said so
+    unmapped = []
+    for name, m in layers.items():
+        cands = [k for k in stored if k == name + ".weight" or k.endswith("." + name + ".weight")]
+        if len(cands) != 1 or tuple(stored[cands[0]]) != tuple(m.weight.shape):
+            unmapped.append(name if len(cands) != 1 else f"{name} (stored {list(stored[cands[0]])}, "
+                            f"the model's {list(m.weight.shape)})")
+    if unmapped:
+        shown = ", ".join(unmapped[:8]) + (f", ... ({len(unmapped)} in all)" if len(unmapped) > 8 else "")
+        raise ValueError(f"{model_dir}: the selected layers {shown} have no stored weight of their shape "
+                         f"in the folder; select others with --layers (layers=)")
 
 
 def model_class(config: Any) -> Any:
@@ -707,17 +938,40 @@ def require_model_folder(path: str, quantized: bool = False) -> None:
                                 f"or save_quantized")
 
 
-def load_float_model(model_dir: str, dtype: Any = torch.float32, config: Any = None) -> nn.Module:
-    """A local Hugging Face folder as the class its config names, in ``dtype``, eval mode;
-    nothing downloaded. Raises FileNotFoundError when the folder or its config.json is missing."""
+def _read_config(folder: str) -> Any:
     from transformers import AutoConfig
+    try:
+        return AutoConfig.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{folder}/config.json: {' '.join(str(e).split())[:300]}") from None
+
+
+def load_float_model(model_dir: str, dtype: Any = torch.float32, config: Any = None) -> nn.Module:
+    """A local Hugging Face folder as :func:`folder_model_class` says (the class its config
+    names, or the bare model for a folder that stores no head), in ``dtype``, eval mode; nothing
+    downloaded. Raises FileNotFoundError when the folder or its config.json is missing,
+    ValueError (naming the file) for a weight file that is missing, truncated or unreadable and
+    for stored shapes that differ from the config's. The model's ``wush_missing_keys`` lists
+    what transformers initialized at random (tensors the folder lacks)."""
+    from transformers.utils import logging as hf_logging
     require_model_folder(model_dir)
-    config = config or AutoConfig.from_pretrained(model_dir, local_files_only=True)
-    cls = model_class(config)
-    return cls.from_pretrained(model_dir, config=config, local_files_only=True, **_dtype_kwarg(dtype)).eval()
+    config = config or _read_config(model_dir)
+    stored = stored_tensor_shapes(model_dir)
+    cls = folder_model_class(model_dir, config, stored)
+    if stored:
+        check_weights_match(model_dir, cls, config, stored)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # missing tensors are reported by the caller (wush_missing_keys)
+    try:
+        model, info = cls.from_pretrained(model_dir, config=config, local_files_only=True, output_loading_info=True,
+                                          **_dtype_kwarg(dtype))
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    model.wush_missing_keys = sorted(info.get("missing_keys", []))
+    return model.eval()
 
 
-def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None) -> nn.Module:
+def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None, mmap: bool = False) -> nn.Module:
     """Loads a folder written by :func:`save_quantized` to run on libwush's runtime: the model
     class named by the folder's config, every tensor but the quantized weights from the folder's
     safetensors, and each quantized layer (``wush_checkpoint.safetensors``) as a
@@ -725,12 +979,16 @@ def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None) -> nn.M
     backend is present: its layers then run on torch's current stream). ``dtype``: the
     non-quantized parameters' dtype (default the config's ``torch_dtype``, else float32).
     Nothing is downloaded. Raises FileNotFoundError when the folder, its config.json or its
-    checkpoint is missing, ValueError when it lacks a tensor the model needs."""
-    from transformers import AutoConfig
+    checkpoint is missing, ValueError when it lacks a tensor the model needs.
+
+    The checkpoint is read into memory (the model does not depend on the file afterwards: it may
+    be deleted, truncated or rewritten). ``mmap=True`` maps it instead, saving that copy, at a
+    risk: truncating the file under the running model kills the process (SIGBUS) and rewriting it
+    in place silently changes the outputs (:func:`load_quantized_layers`)."""
     from transformers.utils import logging as hf_logging
     require_model_folder(out_dir, quantized=True)
     ctx, dev = _context_for(device)
-    config = AutoConfig.from_pretrained(out_dir, local_files_only=True)
+    config = _read_config(out_dir)
     if hasattr(config, "quantization_config"):
         # The folder's fp_quant config would send transformers to its own quantizer (GPU-only);
         # the quantized layers are loaded from the libwush checkpoint instead.
@@ -746,8 +1004,12 @@ def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None) -> nn.M
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the quantized weights are "missing" on purpose
     try:
-        model, info = model_class(config).from_pretrained(out_dir, config=config, local_files_only=True,
-                                                          output_loading_info=True, **_dtype_kwarg(dtype))
+        stored = stored_tensor_shapes(out_dir)
+        cls = folder_model_class(out_dir, config, stored)  # as quantize-model built it
+        if stored:
+            check_weights_match(out_dir, cls, config, stored)
+        model, info = cls.from_pretrained(out_dir, config=config, local_files_only=True,
+                                          output_loading_info=True, **_dtype_kwarg(dtype))
     finally:
         hf_logging.set_verbosity(verbosity)
     # transformers reports keys in the model's namespace: only the quantized weights may miss.
@@ -755,7 +1017,7 @@ def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None) -> nn.M
     missing = [k for k in info.get("missing_keys", []) if not any(k == e or k.endswith("." + e) for e in expected)]
     if missing:
         raise ValueError(f"{out_dir}: tensors missing from the folder: {', '.join(sorted(missing)[:10])}")
-    load_quantized_layers(model, os.path.join(out_dir, CHECKPOINT_FILE), ctx)
+    load_quantized_layers(model, os.path.join(out_dir, CHECKPOINT_FILE), ctx, mmap=mmap)
     return model.to(dev).eval()
 
 

@@ -31,6 +31,7 @@ import glob
 import hashlib
 import json
 import os
+import pathlib
 import re
 import shutil
 import struct
@@ -171,6 +172,16 @@ def check_record_and_notices(unpacked, names):
         digest = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         if record.get(n) != [digest, str(len(data))]:
             bad.append(f"RECORD: {n} is {'missing' if n not in record else 'listed with another hash or size'}")
+    # The package's own licence: the SPDX expression in METADATA (PEP 639) and the repository's
+    # LICENSE text in <dist-info>/licenses/.
+    with open(os.path.join(unpacked, dist_info, "METADATA"), encoding="utf-8") as f:
+        meta = f.read().split("\n\n", 1)[0].splitlines()
+    if "License-Expression: Apache-2.0" not in meta:
+        bad.append("METADATA has no License-Expression: Apache-2.0")
+    lic = os.path.join(unpacked, dist_info, "licenses", "LICENSE")
+    repo_license = pathlib.Path(__file__).resolve().parents[2] / "LICENSE"
+    if not os.path.isfile(lic) or (repo_license.is_file() and pathlib.Path(lic).read_bytes() != repo_license.read_bytes()):
+        bad.append(f"{dist_info}/licenses/LICENSE is missing or is not the repository's LICENSE")
     sbom = os.path.join(unpacked, dist_info, "sboms", "auditwheel.cdx.json")
     if any(n.startswith("wush.libs/") for n in names):
         if not os.path.isfile(sbom):

