@@ -978,8 +978,9 @@ WUSH_API wush_status wush_layer_loss(wush_context* ctx, const wush_transform* tr
  * threads at once, each with its own context and buffers; results do not depend on that. Calls
  * on one context are serialized. Results are deterministic and do not depend on the thread count;
  * the activation codes and scales do not depend on the ISA or the backend either (Y may differ
- * between ISAs and backends in the last bits, from the float32 summation order). docs/RUNTIME.md
- * describes the kernels. */
+ * between ISAs and backends in the last bits, from the float32 summation order, and on a CPU
+ * context a token's Y between a batch of at most 4 tokens and a larger one, which sum in another
+ * order). docs/RUNTIME.md describes the kernels. */
 
 /* SIMD kernel sets of the CPU runtime, for WUSH_CONTEXT_CPU_ISA. Values are pinned. */
 typedef enum wush_cpu_isa {
