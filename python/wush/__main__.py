@@ -185,6 +185,31 @@ def _folder_info(folder: str) -> Dict[str, Any]:
         return json.load(f)
 
 
+def _checkpoint_labels(folder: str, info: Dict[str, Any]) -> Dict[str, Any]:
+    """What the folder's checkpoint holds, read from its layers (not from wush_quantization.json,
+    which a copied or edited folder may contradict): the format and method of its layers, the
+    transform kind most of them use (a searched folder's guard may keep others on some; all are
+    counted in "transforms"), and the search flag of the info file when that file describes this
+    checkpoint."""
+    from collections import Counter
+    from .torch import CHECKPOINT_FILE
+    formats, methods, kinds = Counter(), Counter(), Counter()
+    with _core.Checkpoint.open(os.path.join(folder, CHECKPOINT_FILE)) as ck:
+        for name in ck.layer_names():
+            t, q = ck.load_layer(name)
+            with t, q:
+                fmt, method, _, _ = q.info()
+                kinds[t.info()[0].name.lower()] += 1
+                formats[fmt.name.lower()] += 1
+                methods[method.name.lower()] += 1
+    label = lambda c: "/".join(sorted(c)) if len(c) > 1 else next(iter(c), None)  # noqa: E731
+    transform = kinds.most_common(1)[0][0] if kinds else None
+    same = (info.get("format"), info.get("transform"), info.get("method")) == (label(formats), transform,
+                                                                              label(methods))
+    return {"format": label(formats), "transform": transform, "method": label(methods),
+            "transforms": dict(kinds), "search": bool(info.get("search")) and same}
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     import torch
     from transformers import AutoTokenizer
@@ -244,9 +269,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
     rows = []
     for folder in a.quantized or []:
         qm = wt.load_quantized(folder)
-        info = _folder_info(folder)
-        row: Dict[str, Any] = {"folder": folder, "format": info.get("format"), "transform": info.get("transform"),
-                               "method": info.get("method"), "search": info.get("search"),
+        row: Dict[str, Any] = {"folder": folder, **_checkpoint_labels(folder, _folder_info(folder)),
                                "quantized_layers": sum(isinstance(m, wt.QuantizedLinear) for m in qm.modules())}
         if causal:
             row["ppl"] = perplexity(qm, batches)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import os
 import weakref
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
@@ -13,6 +14,12 @@ from . import _ffi
 from ._ffi_table import ENUMS
 
 c_size_p = ctypes.POINTER(ctypes.c_size_t)
+
+
+def _path(path: Any) -> bytes:
+    """A file name as the C API takes it: the bytes the OS uses, so names that are not valid UTF-8
+    (os.fsencode's surrogateescape round trip), bytes and os.PathLike objects all work."""
+    return os.fsencode(os.fspath(path))
 
 
 def _enum(cname: str, prefix: str) -> Any:
@@ -547,15 +554,15 @@ class Checkpoint(_Handle):
         """``wush_checkpoint_open``; with ``copy=True`` ``wush_checkpoint_open_mode`` with
         ``WUSH_CHECKPOINT_COPY``: the file is read into memory, nothing stays mapped."""
         if copy:
-            return cls(_new("wush_checkpoint_open_mode", str(path).encode(), ENUMS["wush_checkpoint_mode"]["WUSH_CHECKPOINT_COPY"]))
-        return cls(_new("wush_checkpoint_open", str(path).encode()))
+            return cls(_new("wush_checkpoint_open_mode", _path(path), ENUMS["wush_checkpoint_mode"]["WUSH_CHECKPOINT_COPY"]))
+        return cls(_new("wush_checkpoint_open", _path(path)))
 
     def add_layer(self, name: str, transform: Transform, qweight: QWeight) -> None:
         _call("wush_checkpoint_add_layer", self.ptr, name.encode(), transform.ptr, qweight.ptr)
         self._refs.append((transform, qweight))
 
     def write(self, path: str, options: Optional[Options] = None) -> None:
-        _call("wush_checkpoint_write", self.ptr, str(path).encode(), options.ptr if options else None)
+        _call("wush_checkpoint_write", self.ptr, _path(path), options.ptr if options else None)
 
     def layer_names(self) -> List[str]:
         n = ctypes.c_size_t()
@@ -574,5 +581,5 @@ class Checkpoint(_Handle):
 
     def export_fp_quant(self, path: str, config_path: Optional[str] = None, options: Optional[Options] = None) -> None:
         """``wush_checkpoint_export_fp_quant`` (an opened checkpoint only)."""
-        _call("wush_checkpoint_export_fp_quant", self.ptr, str(path).encode(),
-              str(config_path).encode() if config_path else None, options.ptr if options else None)
+        _call("wush_checkpoint_export_fp_quant", self.ptr, _path(path),
+              _path(config_path) if config_path else None, options.ptr if options else None)

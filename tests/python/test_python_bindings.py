@@ -166,6 +166,23 @@ class Bindings(unittest.TestCase):
                 for a, b in zip(q.data(), q3.data()):
                     np.testing.assert_array_equal(a, b)
 
+    def test_file_names_that_are_not_utf8(self):
+        # Linux file names are bytes: one with 0xff in it reaches Python as a str with a surrogate
+        # escape (os.fsdecode), which str.encode() refused (issue 43). str, bytes and pathlib work.
+        import tempfile
+        t = wush.Transform.fixed("hadamard", 64, 32)
+        q = wush.QWeight.create(t, np.ones((4, 64), np.float32), "mxfp4")
+        with tempfile.TemporaryDirectory() as d:
+            raw = os.path.join(os.fsencode(d), b"ck-\xff\xfe.safetensors")
+            for name in (os.fsdecode(raw), raw, pathlib.Path(os.fsdecode(raw))):
+                ck = wush.Checkpoint()
+                ck.add_layer("l", t, q)
+                ck.write(name)
+                self.assertTrue(os.path.exists(raw))
+                with wush.Checkpoint.open(name, copy=True) as rd:
+                    self.assertEqual(rd.layer_names(), ["l"])
+                os.unlink(raw)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -216,6 +216,24 @@ class Flow(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertEqual(res["new_tokens"], 5)
 
+    def test_eval_model_labels_come_from_the_checkpoint(self):
+        # A folder whose wush_quantization.json says something else (copied, edited) is labelled
+        # by what its checkpoint holds (issue 43: an NVFP4/Hadamard checkpoint read "mxfp4 wush").
+        out = os.path.join(TMP, "tiny-labels")
+        rc, _, err = cli_run("quantize-model", TINY, "--calib", CALIB, "--format", "nvfp4", "--transform", "hadamard",
+                             "--out", out, "--seq-len", "64", "--max-samples", "4")
+        self.assertEqual(rc, 0, err)
+        info_path = pathlib.Path(out, wt.INFO_FILE)
+        info = json.loads(info_path.read_text())
+        info.update({"format": "mxfp4", "transform": "wush", "method": "gptq", "search": True})
+        info_path.write_text(json.dumps(info))
+        rc, ev, err = cli_run("eval-model", TINY, "--text", HELD, "--quantized", out, "--seq-len", "64",
+                              "--max-samples", "2")
+        self.assertEqual(rc, 0, err)
+        q = ev["quantized"][0]
+        self.assertEqual((q["format"], q["transform"], q["method"], q["search"]), ("nvfp4", "hadamard", "rtn", False))
+        self.assertEqual(sum(q["transforms"].values()), q["quantized_layers"])
+
     def test_bf16_in_bf16_out(self):
         out = os.path.join(TMP, "tiny-bf16")
         self.assertEqual(cli_run("quantize-model", TINY, "--calib", CALIB, "--out", out, "--seq-len", "64",
