@@ -5,8 +5,9 @@
 #   1. every ctest test labelled gpu                                   -> ctest.log
 #      and the Python GPU test with this machine's torch               -> python-cuda.log
 #   2. the GEMM kernels' own benchmark (WUSH_GEMM_BENCH)               -> gemm-bench.log
-#   3. `wush bench --device cuda --json` on the default layers         -> bench.json
-#      and at m = 1, 16 with --timing graph (no host launch cost)     -> bench-graph.json
+#   3. `wush bench --device cuda --json` on the default layers (L2-cold,
+#      eager and graph-replayed: the defaults)                       -> bench.json
+#      and at m = 1, 16 with --l2 warm (the weights left in L2)       -> bench-warm.json
 #   4. the prefill kernel forced on from m = 33 (selection evidence)   -> bench-prefill.json
 #   5. compute-sanitizer memcheck over the C API's CUDA operations     -> run.log (summary)
 #   6. (profile) Nsight Compute sections of the hot kernels            -> profile.log
@@ -83,14 +84,16 @@ fi
 bin=build/device/tools/wush
 if want bench; then
   # shellcheck disable=SC2086  # WUSH_BENCH_ARGS: several words on purpose
-  timeout 200 "$bin" bench --device cuda --json ${WUSH_BENCH_ARGS:-} >"$out/bench.json" 
+  # The defaults: --l2 cold (each call on the next of several weight copies that overflow L2)
+  # and --timing both (eager and replayed from a CUDA graph, in the same run).
+  timeout 300 "$bin" bench --device cuda --json ${WUSH_BENCH_ARGS:-} >"$out/bench.json"
   stamp "bench rc=$?"
-  # The small-m targets without the host's launch cost: each batch replayed from a CUDA graph.
-  timeout 60 "$bin" bench --device cuda --timing graph --m 1,16 --json >"$out/bench-graph.json"
-  stamp "bench (graph replay, m = 1, 16) rc=$?"
+  # The small-m figures with the weights left in L2, as measured before: how much L2 flattered them.
+  timeout 90 "$bin" bench --device cuda --l2 warm --m 1,16 --json >"$out/bench-warm.json"
+  stamp "bench (L2-warm, m = 1, 16) rc=$?"
 fi
 if want prefill; then
-  WUSH_CUDA_PREFILL_MIN_M=33 timeout 60 "$bin" bench --device cuda --kind forward --layers 4096x4096 \
+  WUSH_CUDA_PREFILL_MIN_M=33 timeout 90 "$bin" bench --device cuda --kind forward --layers 4096x4096 \
     --format mxfp4,nvfp4 --m 33,128,1024,4096 --json >"$out/bench-prefill.json"
   stamp "prefill bench rc=$?"
 fi
@@ -110,18 +113,25 @@ if want profile; then
     stamp "ncu m=$m rc=$?"
   done
 fi
-python3 - "$out/bench.json" "$out/bench-graph.json" "$out/bench-prefill.json" <<'EOF'
+python3 - "$out/bench.json" "$out/bench-warm.json" "$out/bench-prefill.json" <<'EOF'
 import json, os, sys
+def f(v, spec):
+    return "-" if v is None else format(v, spec)
 for path in sys.argv[1:]:
     if not os.path.exists(path):
         continue
     try:
-        rs = json.load(open(path))["results"]
+        doc = json.load(open(path))
+        rs = doc["results"]
     except Exception as e:
         print(path, "unreadable:", e); continue
-    print(path.split("/")[-1])
+    print(path.split("/")[-1], "timing", doc.get("timing"), "l2", doc.get("l2"), "L2 bytes", doc.get("l2_bytes"))
+    print("kind     layer      format     m baseline    copies   eager: ours      base  speedup   graph: ours      base  speedup")
     for r in rs:
-        print(f'{r["kind"]:8} {r["layer"]:10} {r["format"]:6} {r["m"]:5} {r["baseline"]:11} '
-              f'{r["ours_us"]:9.2f} {r["baseline_us"]:9.2f} x{r["speedup"]:.2f} {r["ours_gbps"]:7.0f}')
+        copies = f'{r.get("copies_ours", 1)}/{r.get("copies_baseline", 1)}'
+        print(f'{r["kind"]:8} {r["layer"]:10} {r["format"]:6} {r["m"]:5} {r["baseline"]:11} {copies:>6} '
+              f'{f(r.get("ours_eager_us"), "9.2f"):>15} {f(r.get("baseline_eager_us"), "9.2f"):>9} '
+              f'{f(r.get("speedup_eager"), ".2f"):>8} {f(r.get("ours_graph_us"), "9.2f"):>15} '
+              f'{f(r.get("baseline_graph_us"), "9.2f"):>9} {f(r.get("speedup_graph"), ".2f"):>8}')
 EOF
 exit "$rc"

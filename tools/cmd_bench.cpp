@@ -361,7 +361,9 @@ int cmd_bench(int argc, char** argv) {
     cli::Args a = bench_args(argc, argv);
     const std::string device = a.get_choice("--device", "cpu", {"cpu", "cuda"});
     if (a.ok() && device == "cuda") return run_cuda_bench(argc, argv);
-    if (a.has("--timing")) return cli::usage_error("bench", "--timing applies to --device cuda only");
+    // After a.ok(): a malformed command line is reported as such, whatever device it names.
+    if (a.ok() && a.has("--timing")) return cli::usage_error("bench", "--timing applies to --device cuda only");
+    if (a.ok() && a.has("--l2")) return cli::usage_error("bench", "--l2 applies to --device cuda only");
     const bool quick = a.has("--quick");
     Settings s;
     s.min_repeats = a.get_size("--repeats", quick ? 3 : 5);

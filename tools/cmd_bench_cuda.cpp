@@ -4,17 +4,26 @@
 //             shared Hadamard matrix, (b) a device-to-device copy of the activations' bytes
 //   forward   wush_linear_run (quantize + W4A4 GEMM)          vs cuBLAS BF16 GEMM (X W^T, float32
 //                                                               accumulation) on the same shape
-// Activations are BF16. speedup = baseline_s / ours_s. `--timing graph` replays each batch of
-// calls from a captured CUDA graph (no host launch cost); the default, eager, launches each call. The library is used through its public C
-// API only; the CUDA runtime and cuBLAS are linked here for the baselines.
+// Activations are BF16. speedup = baseline_s / ours_s. `--timing both` (the default) measures every
+// call twice: eager (each call launched from the host) and replayed from a captured CUDA graph (no
+// host launch cost, as a framework that replays graphs sees it); `eager` or `graph` measure one.
+// `--l2 cold` (the default) rotates each side through copies of its weights that overflow the L2
+// twice over, as in a model where the other layers' weights pass through L2 between two calls of
+// one layer; `--l2 warm` reuses one copy, which a 4-bit weight smaller than L2 never leaves. The
+// library is used through its public C API only; the CUDA runtime and cuBLAS are linked here for
+// the baselines.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli.h"
@@ -23,22 +32,40 @@
 
 namespace {
 
+constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();
+
+// Seconds per call, eager and graph-replayed: kNotMeasured where that timing was not asked for,
+// negative where the graph could not be captured.
+struct Times {
+    double eager = kNotMeasured, graph = kNotMeasured;
+};
+
+// What the run measures.
+struct Settings {
+    bool eager = true, graph = true;
+    bool cold = true;          // rotate through copies of the weights (--l2 cold)
+    std::size_t l2_bytes = 0;  // the device's L2 size (cudaDevAttrL2CacheSize)
+};
+
 struct Result {
     std::string kind, layer, format, baseline;
     std::size_t m;
-    double ours_s, baseline_s;
-    double ours_gbps = 0.0, baseline_gbps = 0.0;  // quantize only: bytes moved per second
+    Times ours, base;
+    std::size_t copies_ours = 1, copies_base = 1;  // the copies each side's calls rotate through
+    double ours_bytes = 0.0, base_bytes = 0.0;     // quantize only: bytes moved per call (GB/s)
 };
 
-// Device memory owned for the length of one measurement.
+// Device memory owned for the length of one measurement, or of one layer's copies.
 class DeviceBuffer {
 public:
     explicit DeviceBuffer(std::size_t bytes) {
         if (cudaMalloc(&p_, bytes ? bytes : 1) != cudaSuccess) p_ = nullptr;
     }
+    DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
     ~DeviceBuffer() { cudaFree(p_); }
     DeviceBuffer(const DeviceBuffer&) = delete;
     DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(DeviceBuffer&&) = delete;
     void* get() const { return p_; }
     explicit operator bool() const { return p_ != nullptr; }
 
@@ -46,50 +73,89 @@ private:
     void* p_ = nullptr;
 };
 
-// Median seconds per call of fn() on `stream`: batches of kBatch calls timed with CUDA events,
-// after a warm-up. With `graph` each batch is one replay of a CUDA graph captured once (global
-// mode) from kBatch calls: the host's launch cost drops out, as for a framework that replays
-// graphs, which is what the small-m figures need. Negative when the capture fails.
-template <typename Fn>
-double median_seconds(cudaStream_t stream, bool graph, Fn&& fn) {
-    constexpr int kBatch = 20;
-    for (int i = 0; i < 3; ++i) fn();  // warm-up
-    cudaStreamSynchronize(stream);
-    cudaGraphExec_t exec = nullptr;
-    if (graph) {
-        cudaGraph_t g = nullptr;
-        if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) return -1.0;
-        for (int i = 0; i < kBatch; ++i) fn();
-        const bool captured = cudaStreamEndCapture(stream, &g) == cudaSuccess && g != nullptr;
-        const bool ready = captured && cudaGraphInstantiate(&exec, g, 0) == cudaSuccess;
-        if (g != nullptr) cudaGraphDestroy(g);
-        if (!ready) {
-            cudaGetLastError();  // clear the capture's error for the next measurement
-            return -1.0;
-        }
-        cudaGraphLaunch(exec, stream);  // warm-up of the graph itself
-        cudaStreamSynchronize(stream);
-    }
+struct LinearDeleter {
+    void operator()(wush_linear* l) const { wush_linear_destroy(l); }
+};
+using Linear = std::unique_ptr<wush_linear, LinearDeleter>;
+
+// Median seconds per call over 7 samples, each one launch() of `calls` calls between two CUDA
+// events on `stream`.
+template <typename Launch>
+double median_per_call(cudaStream_t stream, std::size_t calls, Launch&& launch) {
     cudaEvent_t a, b;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
     std::vector<double> t;
     for (int sample = 0; sample < 7; ++sample) {
         cudaEventRecord(a, stream);
-        if (exec != nullptr) cudaGraphLaunch(exec, stream);
-        else
-            for (int i = 0; i < kBatch; ++i) fn();
+        launch();
         cudaEventRecord(b, stream);
         cudaEventSynchronize(b);
         float ms = 0.0f;
         cudaEventElapsedTime(&ms, a, b);
-        t.push_back(double(ms) * 1e-3 / kBatch);
+        t.push_back(double(ms) * 1e-3 / double(calls));
     }
     cudaEventDestroy(a);
     cudaEventDestroy(b);
-    if (exec != nullptr) cudaGraphExecDestroy(exec);
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
+}
+
+// The calls of one batch: at least 20 and a multiple of the copies, so that every batch, eager or
+// replayed, walks whole rounds (call i uses copy i % copies) and the next batch starts where the
+// last one left off: each copy comes back only after all the others, the least recently used.
+std::size_t batch_size(std::size_t copies) {
+    constexpr std::size_t kMinBatch = 20;
+    return (kMinBatch + copies - 1) / copies * copies;
+}
+
+template <typename Fn>
+void run_batch(std::size_t copies, Fn& fn) {
+    const std::size_t batch = batch_size(copies);
+    for (std::size_t i = 0; i < batch; ++i) fn(i % copies);
+}
+
+// Eager: every call launched from the host. The warm-up round also uses every copy once (first
+// launches, lazy set-up) before the samples, and before any capture.
+template <typename Fn>
+double eager_seconds(cudaStream_t stream, std::size_t copies, Fn& fn) {
+    run_batch(copies, fn);
+    cudaStreamSynchronize(stream);
+    return median_per_call(stream, batch_size(copies), [&] { run_batch(copies, fn); });
+}
+
+// Graph: one batch captured once (global mode) and replayed for each sample, so the host's launch
+// cost drops out. The captured batch cycles through the copies as the eager one does. Negative
+// when the capture fails.
+template <typename Fn>
+double graph_seconds(cudaStream_t stream, std::size_t copies, Fn& fn) {
+    run_batch(copies, fn);  // eager warm-up: nothing lazy may happen inside the capture
+    cudaStreamSynchronize(stream);
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) return -1.0;
+    run_batch(copies, fn);
+    const bool captured = cudaStreamEndCapture(stream, &g) == cudaSuccess && g != nullptr;
+    const bool ready = captured && cudaGraphInstantiate(&exec, g, 0) == cudaSuccess;
+    if (g != nullptr) cudaGraphDestroy(g);
+    if (!ready) {
+        cudaGetLastError();  // clear the capture's error for the next measurement
+        return -1.0;
+    }
+    cudaGraphLaunch(exec, stream);  // warm-up of the graph itself (its upload)
+    cudaStreamSynchronize(stream);
+    const double t = median_per_call(stream, batch_size(copies), [&] { cudaGraphLaunch(exec, stream); });
+    cudaGraphExecDestroy(exec);
+    return t;
+}
+
+// fn(copy) enqueues one call on `stream` using weight copy `copy` (< copies).
+template <typename Fn>
+Times measure(cudaStream_t stream, const Settings& s, std::size_t copies, Fn&& fn) {
+    Times t;
+    if (s.eager) t.eager = eager_seconds(stream, copies, fn);
+    if (s.graph) t.graph = graph_seconds(stream, copies, fn);
+    return t;
 }
 
 std::vector<std::uint16_t> random_bf16(std::size_t count, std::uint64_t seed) {
@@ -111,15 +177,25 @@ bool ok(wush_status st, const char* what) {
     return false;
 }
 
-// One layer and format: prepared WUSH and Hadamard layers on `ctx`.
+// The transforms and quantized weights of one layer and format, which every prepared copy is
+// made from.
+struct Sources {
+    Handle<wush_transform, wush_transform_destroy> tw, th;
+    Handle<wush_qweight, wush_qweight_destroy> qw, qh;
+};
+
+// One layer and format: the prepared WUSH and Hadamard layers on the CUDA context, in as many
+// copies as the run rotates through (wush_linear_create uploads its own copy each time), and
+// cuBLAS's BF16 weight in its own number of device copies.
 struct Case {
     std::string layer;
     std::size_t d_out = 0, d_in = 0;
     wush_format format = WUSH_FORMAT_MXFP4;
-    Handle<wush_linear, wush_linear_destroy> wush, hadamard;
+    std::vector<Linear> wush, hadamard;
+    std::vector<DeviceBuffer> w_bf16;
 };
 
-bool make_case(wush_context* ctx, wush_context* cpu, const std::string& name, wush_format format, Case* c) {
+bool make_sources(wush_context* cpu, const std::string& name, wush_format format, Sources* s, Case* c) {
     Layer l;
     if (load_builtin(name, 1, 256, 0, &l) != 0) return false;
     c->layer = name;
@@ -129,83 +205,183 @@ bool make_case(wush_context* ctx, wush_context* cpu, const std::string& name, wu
     std::size_t g = 0;
     wush_format_group_size(format, &g);
     Handle<wush_calibrator, wush_calibrator_destroy> cal;
-    Handle<wush_transform, wush_transform_destroy> tw, th;
-    Handle<wush_qweight, wush_qweight_destroy> qw, qh;
     return ok(wush_calibrator_create(l.d_in, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &cal.p), "calibrator") &&
            ok(wush_calibrator_add(cpu, cal.p, l.x_dtype, l.x.data(), l.n_calibration), "calibrate") &&
            ok(wush_transform_build(cpu, cal.p, l.w_dtype, l.weight.data(), l.d_out, l.d_in, WUSH_TRANSFORM_WUSH,
-                                   nullptr, &tw.p),
+                                   nullptr, &s->tw.p),
               "wush transform") &&
-           ok(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, l.d_in, g, nullptr, &th.p), "hadamard") &&
-           ok(wush_qweight_create(cpu, tw.p, format, WUSH_METHOD_RTN, l.w_dtype, l.weight.data(), l.d_out, l.d_in,
-                                  nullptr, &qw.p),
+           ok(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, l.d_in, g, nullptr, &s->th.p), "hadamard") &&
+           ok(wush_qweight_create(cpu, s->tw.p, format, WUSH_METHOD_RTN, l.w_dtype, l.weight.data(), l.d_out, l.d_in,
+                                  nullptr, &s->qw.p),
               "qweight") &&
-           ok(wush_qweight_create(cpu, th.p, format, WUSH_METHOD_RTN, l.w_dtype, l.weight.data(), l.d_out, l.d_in,
-                                  nullptr, &qh.p),
-              "qweight") &&
-           ok(wush_linear_create(ctx, tw.p, qw.p, &c->wush.p), "prepare") &&
-           ok(wush_linear_create(ctx, th.p, qh.p, &c->hadamard.p), "prepare");
+           ok(wush_qweight_create(cpu, s->th.p, format, WUSH_METHOD_RTN, l.w_dtype, l.weight.data(), l.d_out, l.d_in,
+                                  nullptr, &s->qh.p),
+              "qweight");
 }
 
-// A measurement that failed to capture (median_seconds < 0) fails the run, naming it.
-bool timed(double t, const char* what) {
-    if (t >= 0.0) return true;
+// One more copy of the prepared WUSH and Hadamard layers.
+bool add_copy(wush_context* ctx, const Sources& s, Case* c) {
+    wush_linear *w = nullptr, *h = nullptr;
+    const bool made = ok(wush_linear_create(ctx, s.tw.p, s.qw.p, &w), "prepare") &&
+                      ok(wush_linear_create(ctx, s.th.p, s.qh.p, &h), "prepare");
+    c->wush.emplace_back(w);  // owned (and destroyed) even when the other failed
+    c->hadamard.emplace_back(h);
+    return made;
+}
+
+std::size_t free_device_bytes() {
+    std::size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    return free;
+}
+
+// Copies whose round overflows L2 twice over, so that a copy is evicted before it comes back
+// whatever L2's replacement policy; at least 4, and at most 64 (a tiny layer would want
+// thousands; its row in the output then shows how few copies it had).
+std::size_t cold_copies(std::size_t bytes, std::size_t l2_bytes) {
+    constexpr std::size_t kMinCopies = 4, kMaxCopies = 64;
+    return std::clamp(2 * l2_bytes / std::max<std::size_t>(bytes, 1) + 1, kMinCopies, kMaxCopies);
+}
+
+struct Copies {
+    std::size_t ours = 1, base = 1;
+};
+
+// Fits the copies into `free` bytes beside `reserve`: the side whose copies take more gives up
+// one at a time, down to `floor` each (2 for L2-cold: a single copy would stay warm). False when
+// even that does not fit.
+bool fit_copies(std::size_t free, std::size_t reserve, std::size_t ours_bytes, std::size_t base_bytes,
+                std::size_t floor, Copies* n) {
+    auto need = [&] { return n->ours * ours_bytes + n->base * base_bytes + reserve; };
+    while (need() > free && (n->ours > floor || n->base > floor)) {
+        const bool ours_larger = n->ours * ours_bytes >= n->base * base_bytes;
+        if ((ours_larger && n->ours > floor) || n->base == floor) --n->ours;
+        else --n->base;
+    }
+    return need() <= free;
+}
+
+// What the measurements of up to m_max tokens allocate besides the weights' copies (all at once,
+// an upper bound), and room for cuBLAS's workspace and the graphs.
+std::size_t buffer_bytes(wush_context* ctx, const Case& c, std::size_t m_max) {
+    std::size_t cb = 0, sb = 0, ws = 0;
+    wush_format_buffer_sizes(c.format, m_max, c.d_in, &cb, &sb);
+    wush_linear_workspace_size(ctx, c.wush.front().get(), m_max, &ws);
+    const std::size_t x = m_max * c.d_in * 2, y = m_max * c.d_out * 2;
+    return 2 * x + cb + sb + 2 * y + ws + (std::size_t(256) << 20);
+}
+
+// The number of copies of each side: cold_copies of the bytes a call reads (our packed 4-bit
+// weight; cuBLAS's BF16 weight), one each for --l2 warm, reduced to what device memory holds.
+// Refuses (false, with a message) where not even the floor fits.
+bool plan_copies(wush_context* ctx, const Settings& s, const Case& c, std::size_t m_max, std::size_t free,
+                 std::size_t ours_device_bytes, Copies* n) {
+    std::size_t cb = 0, sb = 0;
+    wush_format_buffer_sizes(c.format, c.d_out, c.d_in, &cb, &sb);
+    const std::size_t w_bf16 = c.d_out * c.d_in * 2;
+    if (s.cold) *n = {cold_copies(cb + sb, s.l2_bytes), cold_copies(w_bf16, s.l2_bytes)};
+    const Copies wanted = *n;
+    const std::size_t reserve = buffer_bytes(ctx, c, m_max);
+    if (!fit_copies(free, reserve, ours_device_bytes, w_bf16, s.cold ? 2 : 1, n)) {
+        std::fprintf(stderr,
+                     "wush bench: %s %s: not enough device memory: %zu MiB free, %zu MiB needed for %s of each "
+                     "weight and the buffers of m = %zu%s\n",
+                     c.layer.c_str(), wush_format_name(c.format), free >> 20,
+                     (n->ours * ours_device_bytes + n->base * w_bf16 + reserve) >> 20, s.cold ? "2 copies" : "one copy",
+                     m_max, s.cold ? " (--l2 warm needs one copy)" : "");
+        return false;
+    }
+    if (n->ours != wanted.ours || n->base != wanted.base)
+        std::fprintf(stderr, "wush bench: %s %s: device memory holds %zu + %zu weight copies, not %zu + %zu\n",
+                     c.layer.c_str(), wush_format_name(c.format), n->ours, n->base, wanted.ours, wanted.base);
+    return true;
+}
+
+// Builds the case: the first copy of our layers (its device footprint measured around it), the
+// plan, then the other copies, and cuBLAS's copies of a random BF16 weight of the same shape.
+bool make_case(wush_context* ctx, wush_context* cpu, const std::string& name, wush_format format, const Settings& s,
+               std::size_t m_max, Case* c, Copies* n) {
+    Sources src;
+    if (!make_sources(cpu, name, format, &src, c)) return false;
+    const std::size_t before = free_device_bytes();
+    if (!add_copy(ctx, src, c)) return false;
+    const std::size_t free = free_device_bytes();
+    std::size_t cb = 0, sb = 0;
+    wush_format_buffer_sizes(format, c->d_out, c->d_in, &cb, &sb);
+    // cudaMemGetInfo counts whole pages; the packed weights of both layers are a floor.
+    const std::size_t ours = std::max(before > free ? before - free : 0, 2 * (cb + sb));
+    if (!plan_copies(ctx, s, *c, m_max, free + ours, ours, n)) return false;
+    while (c->wush.size() < n->ours)
+        if (!add_copy(ctx, src, c)) return false;
+    const std::vector<std::uint16_t> hw = random_bf16(c->d_out * c->d_in, 11);
+    for (std::size_t i = 0; i < n->base; ++i) {
+        c->w_bf16.emplace_back(hw.size() * 2);
+        if (!c->w_bf16.back()) return ok(WUSH_ERR_OUT_OF_MEMORY, "device copies of the BF16 weight");
+        cudaMemcpy(c->w_bf16.back().get(), hw.data(), hw.size() * 2, cudaMemcpyHostToDevice);
+    }
+    return true;
+}
+
+// A graph that failed to capture (graph_seconds < 0) fails the run, naming the call.
+bool timed(const Times& t, const char* what) {
+    if (!(t.graph < 0.0)) return true;
     std::fprintf(stderr, "wush bench: %s could not be captured in a CUDA graph\n", what);
     return false;
 }
 
-bool bench_quantize(wush_context* ctx, cudaStream_t stream, bool graph, const Case& c, std::size_t m, const void* x,
-                    std::vector<Result>* out) {
+bool bench_quantize(wush_context* ctx, cudaStream_t stream, const Settings& s, const Case& c, std::size_t m,
+                    const void* x, std::vector<Result>* out) {
     std::size_t cb = 0, sb = 0;
     wush_format_buffer_sizes(c.format, m, c.d_in, &cb, &sb);
     DeviceBuffer codes(cb), scales(sb), copy(m * c.d_in * 2);
     if (!codes || !scales || !copy) return ok(WUSH_ERR_OUT_OF_MEMORY, "device buffers");
     wush_status st = WUSH_OK;
-    auto run = [&](wush_linear* l) {
-        return [&, l] {
-            const wush_status s =
-                wush_linear_quantize(ctx, l, WUSH_DTYPE_BF16, x, m, codes.get(), cb, scales.get(), sb);
-            if (s != WUSH_OK) st = s;
+    auto run = [&](const std::vector<Linear>* copies) {
+        return [&, copies](std::size_t i) {
+            const wush_status r =
+                wush_linear_quantize(ctx, (*copies)[i].get(), WUSH_DTYPE_BF16, x, m, codes.get(), cb, scales.get(), sb);
+            if (r != WUSH_OK) st = r;
         };
     };
-    const double t_wush = median_seconds(stream, graph, run(c.wush.p));
-    const double t_had = median_seconds(stream, graph, run(c.hadamard.p));
+    const std::size_t n = c.wush.size();
+    const Times t_wush = measure(stream, s, n, run(&c.wush));
+    const Times t_had = measure(stream, s, n, run(&c.hadamard));
     const std::size_t x_bytes = m * c.d_in * 2;
-    const double t_copy = median_seconds(
-        stream, graph, [&] { cudaMemcpyAsync(copy.get(), x, x_bytes, cudaMemcpyDeviceToDevice, stream); });
+    // The activations are the same on every side (warm: a model's previous layer just wrote them).
+    const Times t_copy = measure(
+        stream, s, 1, [&](std::size_t) { cudaMemcpyAsync(copy.get(), x, x_bytes, cudaMemcpyDeviceToDevice, stream); });
     if (!ok(st, "wush_linear_quantize") || !ok(wush_context_synchronize(ctx), "synchronize")) return false;
     if (!timed(t_wush, "wush_linear_quantize") || !timed(t_had, "the Hadamard quantize") ||
         !timed(t_copy, "the device copy"))
         return false;
     const double moved = double(x_bytes + cb + sb);
-    out->push_back({"quantize", c.layer, wush_format_name(c.format), "hadamard", m, t_wush, t_had, moved / t_wush / 1e9,
-                    moved / t_had / 1e9});
-    out->push_back({"quantize", c.layer, wush_format_name(c.format), "d2d_copy", m, t_wush, t_copy,
-                    moved / t_wush / 1e9, 2.0 * double(x_bytes) / t_copy / 1e9});
+    const std::string f = wush_format_name(c.format);
+    out->push_back({"quantize", c.layer, f, "hadamard", m, t_wush, t_had, n, n, moved, moved});
+    out->push_back({"quantize", c.layer, f, "d2d_copy", m, t_wush, t_copy, n, 1, moved, 2.0 * double(x_bytes)});
     return true;
 }
 
-bool bench_forward(wush_context* ctx, cudaStream_t stream, bool graph, cublasHandle_t blas, const Case& c,
-                   std::size_t m, const void* x, const void* w_bf16, std::vector<Result>* out) {
+bool bench_forward(wush_context* ctx, cudaStream_t stream, const Settings& s, cublasHandle_t blas, const Case& c,
+                   std::size_t m, const void* x, std::vector<Result>* out) {
     std::size_t ws = 0;
-    if (!ok(wush_linear_workspace_size(ctx, c.wush.p, m, &ws), "workspace size")) return false;
+    if (!ok(wush_linear_workspace_size(ctx, c.wush.front().get(), m, &ws), "workspace size")) return false;
     DeviceBuffer y(m * c.d_out * 2), workspace(ws), y_ref(m * c.d_out * 2);
     if (!y || !workspace || !y_ref) return ok(WUSH_ERR_OUT_OF_MEMORY, "device buffers");
     wush_status st = WUSH_OK;
-    const double t_ours = median_seconds(stream, graph, [&] {
-        const wush_status s = wush_linear_run(ctx, c.wush.p, WUSH_DTYPE_BF16, x, m, WUSH_DTYPE_BF16, y.get(),
+    const Times t_ours = measure(stream, s, c.wush.size(), [&](std::size_t i) {
+        const wush_status r = wush_linear_run(ctx, c.wush[i].get(), WUSH_DTYPE_BF16, x, m, WUSH_DTYPE_BF16, y.get(),
                                               m * c.d_out, workspace.get(), ws);
-        if (s != WUSH_OK) st = s;
+        if (r != WUSH_OK) st = r;
     });
     const float one = 1.0f, zero = 0.0f;
     cublasStatus_t bst = CUBLAS_STATUS_SUCCESS;
     // Y^T (d_out x m, column-major) = W (d_out x d_in, row-major = d_in x d_out column-major)^T X^T.
-    const double t_blas = median_seconds(stream, graph, [&] {
-        const cublasStatus_t s =
-            cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(c.d_out), int(m), int(c.d_in), &one, w_bf16, CUDA_R_16BF,
-                         int(c.d_in), x, CUDA_R_16BF, int(c.d_in), &zero, y_ref.get(), CUDA_R_16BF, int(c.d_out),
-                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        if (s != CUBLAS_STATUS_SUCCESS) bst = s;
+    const Times t_blas = measure(stream, s, c.w_bf16.size(), [&](std::size_t i) {
+        const cublasStatus_t r =
+            cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(c.d_out), int(m), int(c.d_in), &one, c.w_bf16[i].get(),
+                         CUDA_R_16BF, int(c.d_in), x, CUDA_R_16BF, int(c.d_in), &zero, y_ref.get(), CUDA_R_16BF,
+                         int(c.d_out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (r != CUBLAS_STATUS_SUCCESS) bst = r;
     });
     if (!ok(st, "wush_linear_run") || !ok(wush_context_synchronize(ctx), "synchronize")) return false;
     if (bst != CUBLAS_STATUS_SUCCESS) {
@@ -213,7 +389,8 @@ bool bench_forward(wush_context* ctx, cudaStream_t stream, bool graph, cublasHan
         return false;
     }
     if (!timed(t_ours, "wush_linear_run") || !timed(t_blas, "cublasGemmEx")) return false;
-    out->push_back({"forward", c.layer, wush_format_name(c.format), "cublas_bf16", m, t_ours, t_blas});
+    out->push_back({"forward", c.layer, wush_format_name(c.format), "cublas_bf16", m, t_ours, t_blas, c.wush.size(),
+                    c.w_bf16.size()});
     return true;
 }
 
@@ -229,28 +406,77 @@ std::string json_string(const std::string& s) {
     return out;
 }
 
-void print(const std::vector<Result>& rs, const std::string& device, bool graph, bool json) {
-    const char* timing = graph ? "graph" : "eager";
-    if (json) {
-        std::printf("{\"device\": \"%s\", \"timing\": \"%s\", \"results\": [", json_string(device).c_str(), timing);
-        for (std::size_t i = 0; i < rs.size(); ++i) {
-            const Result& r = rs[i];
-            std::printf(
-                "%s\n  {\"kind\": \"%s\", \"layer\": \"%s\", \"format\": \"%s\", \"m\": %zu, \"baseline\": \"%s\", "
-                "\"ours_us\": %.3f, \"baseline_us\": %.3f, \"speedup\": %.4f, \"ours_gbps\": %.1f, "
-                "\"baseline_gbps\": %.1f}",
-                i ? "," : "", r.kind.c_str(), r.layer.c_str(), r.format.c_str(), r.m, r.baseline.c_str(),
-                r.ours_s * 1e6, r.baseline_s * 1e6, r.baseline_s / r.ours_s, r.ours_gbps, r.baseline_gbps);
-        }
-        std::printf("\n]}\n");
-        return;
+// The time the fields of the earlier output (ours_us, baseline_us, speedup, *_gbps) report:
+// eager where measured (the earlier default), else the graph's.
+double primary(const Times& t) {
+    return std::isnan(t.eager) ? t.graph : t.eager;
+}
+
+// `format` applied to v, or `missing` for a timing that was not measured.
+std::string number(const char* format, double v, const char* missing) {
+    if (!std::isfinite(v)) return missing;
+    char buf[32];
+    std::snprintf(buf, sizeof buf, format, v);
+    return buf;
+}
+
+// One row: the earlier output's fields first (unchanged), then both timings and the copies.
+std::string json_row(const Result& r) {
+    const double ours = primary(r.ours), base = primary(r.base);
+    auto us = [](double s) { return number("%.3f", s * 1e6, "null"); };
+    auto x = [](double b, double o) { return number("%.4f", b / o, "null"); };
+    auto gbps = [](double bytes, double s) { return number("%.1f", bytes / s / 1e9, "null"); };
+    auto q = [](const std::string& v) { return "\"" + v + "\""; };
+    const std::pair<const char*, std::string> fields[] = {
+        {"kind", q(r.kind)},
+        {"layer", q(r.layer)},
+        {"format", q(r.format)},
+        {"m", std::to_string(r.m)},
+        {"baseline", q(r.baseline)},
+        {"ours_us", us(ours)},
+        {"baseline_us", us(base)},
+        {"speedup", x(base, ours)},
+        {"ours_gbps", gbps(r.ours_bytes, ours)},
+        {"baseline_gbps", gbps(r.base_bytes, base)},
+        {"ours_eager_us", us(r.ours.eager)},
+        {"baseline_eager_us", us(r.base.eager)},
+        {"speedup_eager", x(r.base.eager, r.ours.eager)},
+        {"ours_graph_us", us(r.ours.graph)},
+        {"baseline_graph_us", us(r.base.graph)},
+        {"speedup_graph", x(r.base.graph, r.ours.graph)},
+        {"copies_ours", std::to_string(r.copies_ours)},
+        {"copies_baseline", std::to_string(r.copies_base)},
+    };
+    std::string out = "{";
+    for (const auto& [name, value] : fields)
+        out += (out.size() > 1 ? ", \"" : "\"") + std::string(name) + "\": " + value;
+    return out + "}";
+}
+
+void print_json(const std::vector<Result>& rs, const std::string& device, const char* timing, const Settings& s) {
+    std::printf("{\"device\": \"%s\", \"timing\": \"%s\", \"l2\": \"%s\", \"l2_bytes\": %zu, \"results\": [",
+                json_string(device).c_str(), timing, s.cold ? "cold" : "warm", s.l2_bytes);
+    for (std::size_t i = 0; i < rs.size(); ++i) std::printf("%s\n  %s", i ? "," : "", json_row(rs[i]).c_str());
+    std::printf("\n]}\n");
+}
+
+void print_table(const std::vector<Result>& rs, const std::string& device, const char* timing, const Settings& s) {
+    std::printf("device: %s, timing: %s, l2: %s (L2 %.1f MiB; copies: ours/baseline)\n", device.c_str(), timing,
+                s.cold ? "cold" : "warm", double(s.l2_bytes) / 1048576.0);
+    std::printf("%-9s %-11s %-7s %6s %-12s %6s %10s %10s %7s %10s %10s %7s %9s %9s\n", "kind", "layer", "format", "m",
+                "baseline", "copies", "eager_us", "base_us", "speedup", "graph_us", "base_us", "speedup", "ours_GB/s",
+                "base_GB/s");
+    for (const Result& r : rs) {
+        const std::string copies = std::to_string(r.copies_ours) + "/" + std::to_string(r.copies_base);
+        std::printf("%-9s %-11s %-7s %6zu %-12s %6s %10s %10s %7s %10s %10s %7s %9s %9s\n", r.kind.c_str(),
+                    r.layer.c_str(), r.format.c_str(), r.m, r.baseline.c_str(), copies.c_str(),
+                    number("%.2f", r.ours.eager * 1e6, "-").c_str(), number("%.2f", r.base.eager * 1e6, "-").c_str(),
+                    number("%.3f", r.base.eager / r.ours.eager, "-").c_str(),
+                    number("%.2f", r.ours.graph * 1e6, "-").c_str(), number("%.2f", r.base.graph * 1e6, "-").c_str(),
+                    number("%.3f", r.base.graph / r.ours.graph, "-").c_str(),
+                    number("%.1f", r.ours_bytes / primary(r.ours) / 1e9, "-").c_str(),
+                    number("%.1f", r.base_bytes / primary(r.base) / 1e9, "-").c_str());
     }
-    std::printf("device: %s, timing: %s\n%-9s %-11s %-7s %6s %-12s %11s %11s %8s %9s %9s\n", device.c_str(), timing,
-                "kind", "layer", "format", "m", "baseline", "ours_us", "base_us", "speedup", "ours_GB/s", "base_GB/s");
-    for (const Result& r : rs)
-        std::printf("%-9s %-11s %-7s %6zu %-12s %11.2f %11.2f %8.3f %9.1f %9.1f\n", r.kind.c_str(), r.layer.c_str(),
-                    r.format.c_str(), r.m, r.baseline.c_str(), r.ours_s * 1e6, r.baseline_s * 1e6,
-                    r.baseline_s / r.ours_s, r.ours_gbps, r.baseline_gbps);
 }
 
 }  // namespace
@@ -259,7 +485,11 @@ int bench_cuda(cli::Args& a) {
     // The command line first (cli::Args' rules), before the device is touched.
     const std::vector<std::size_t> ms = a.get_size_list("--m", "1,16,128,1024,4096");
     a.get_choice_list("--kind", "quantize,forward", {"quantize", "forward"});
-    const bool graph = a.get_choice("--timing", "eager", {"eager", "graph"}) == "graph";
+    const std::string timing = a.get_choice("--timing", "both", {"both", "eager", "graph"});
+    Settings s;
+    s.eager = timing != "graph";
+    s.graph = timing != "eager";
+    s.cold = a.get_choice("--l2", "cold", {"cold", "warm"}) == "cold";
     const std::vector<std::string> layers = a.get_list("--layers", "4096x4096,14336x4096,4096x14336");
     const std::vector<std::string> formats = a.get_list("--format", "mxfp4,nvfp4,int4");
     if (!a.ok()) return cli::usage_error("bench", a);
@@ -269,14 +499,17 @@ int bench_cuda(cli::Args& a) {
         return 1;
     char device[256] = "";
     wush_context_describe(ctx.p, device, sizeof device);
+    int l2 = 0;
     cudaStream_t stream = nullptr;
     cublasHandle_t blas = nullptr;
-    if (cudaStreamCreate(&stream) != cudaSuccess || cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS ||
+    if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0) != cudaSuccess ||
+        cudaStreamCreate(&stream) != cudaSuccess || cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(blas, stream) != CUBLAS_STATUS_SUCCESS ||
         !ok(wush_context_set_stream(ctx.p, stream), "stream")) {
         std::fprintf(stderr, "wush bench: cannot set up a CUDA stream and cuBLAS\n");
         return 1;
     }
+    s.l2_bytes = std::size_t(l2);
     const std::size_t m_max = *std::max_element(ms.begin(), ms.end());
     const std::string kinds = a.get("--kind", "quantize,forward");
     std::vector<Result> results;
@@ -289,19 +522,18 @@ int bench_cuda(cli::Args& a) {
                 return 2;
             }
             Case c;
-            if (!make_case(ctx.p, cpu.p, layer, f, &c)) return 1;
+            Copies n;
+            if (!make_case(ctx.p, cpu.p, layer, f, s, m_max, &c, &n)) return 1;
             const std::vector<std::uint16_t> hx = random_bf16(m_max * c.d_in, 7);
-            const std::vector<std::uint16_t> hw = random_bf16(c.d_out * c.d_in, 11);
-            DeviceBuffer x(hx.size() * 2), w(hw.size() * 2);
-            if (!x || !w) return ok(WUSH_ERR_OUT_OF_MEMORY, "device buffers") ? 0 : 1;
+            DeviceBuffer x(hx.size() * 2);
+            if (!x) return ok(WUSH_ERR_OUT_OF_MEMORY, "device buffers") ? 0 : 1;
             cudaMemcpy(x.get(), hx.data(), hx.size() * 2, cudaMemcpyHostToDevice);
-            cudaMemcpy(w.get(), hw.data(), hw.size() * 2, cudaMemcpyHostToDevice);
             for (std::size_t m : ms) {
                 if (kinds.find("quantize") != std::string::npos &&
-                    !bench_quantize(ctx.p, stream, graph, c, m, x.get(), &results))
+                    !bench_quantize(ctx.p, stream, s, c, m, x.get(), &results))
                     rc = 1;
                 if (kinds.find("forward") != std::string::npos &&
-                    !bench_forward(ctx.p, stream, graph, blas, c, m, x.get(), w.get(), &results))
+                    !bench_forward(ctx.p, stream, s, blas, c, m, x.get(), &results))
                     rc = 1;
             }
             if (!a.has("--json")) std::fprintf(stderr, "wush bench: %s %s done\n", layer.c_str(), fname.c_str());
@@ -310,6 +542,7 @@ int bench_cuda(cli::Args& a) {
     wush_context_set_stream(ctx.p, nullptr);
     cublasDestroy(blas);
     cudaStreamDestroy(stream);
-    print(results, device, graph, a.has("--json"));
+    if (a.has("--json")) print_json(results, device, timing.c_str(), s);
+    else print_table(results, device, timing.c_str(), s);
     return rc;
 }

@@ -78,7 +78,9 @@ const Command kCommands[] = {
      "  [--repeats R] [--min-time SECONDS]\n"
      "  [--device cpu|cuda]  cuda: the CUDA backend against cuBLAS BF16 (a build\n"
      "               with nvcc and a GPU; --m, --kind quantize,forward, --layers, --format,\n"
-     "               --timing eager|graph: graph replays each batch from a CUDA graph)\n"
+     "               --timing both|eager|graph: graph replays each batch from a CUDA graph,\n"
+     "               both (default) measures each way; --l2 cold|warm: cold (default) rotates\n"
+     "               through copies of the weights that overflow L2, warm reuses one)\n"
      "  [--contend [--contend-cpu C] [--contend-process] | --paired]: N threads vs 1,\n"
      "  paired samples, next to a busy loop or on the machine as it is\n"},
     {"formats", cmd_formats,

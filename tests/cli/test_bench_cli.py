@@ -1,10 +1,63 @@
 #!/usr/bin/env python3
 """`wush bench --json` on a small layer: every kind and baseline is reported for every m and
 format, with the documented fields, positive times and speedup = baseline_s / ours_s; the usage
-errors exit with status 2. Usage: test_bench_cli.py PATH_TO_WUSH"""
+errors exit with status 2. `--device cuda`: its options are parsed before any device is touched
+(bad values exit with 2), and a run either fails cleanly where there is no GPU (exit 1, a message
+naming CUDA) or reports both timings, L2-cold, with the documented fields.
+Usage: test_bench_cli.py PATH_TO_WUSH"""
 import json
+import os
 import subprocess
 import sys
+
+
+def check_cuda_row(r, failures):
+    """A row of `wush bench --device cuda --json` (--timing both, --l2 cold)."""
+    for field in ("ours_us", "baseline_us", "speedup", "ours_eager_us", "baseline_eager_us", "speedup_eager",
+                  "ours_graph_us", "baseline_graph_us", "speedup_graph"):
+        if not isinstance(r.get(field), float) or r[field] <= 0:
+            failures.append(f"cuda {r}: field {field} is not a positive number")
+            return
+    for mode in ("eager", "graph"):
+        ratio = r[f"baseline_{mode}_us"] / r[f"ours_{mode}_us"]
+        if abs(r[f"speedup_{mode}"] - ratio) > 1e-2 * ratio:
+            failures.append(f"cuda {r}: speedup_{mode} is not baseline_{mode}_us / ours_{mode}_us")
+    if r["ours_us"] != r["ours_eager_us"] or r["baseline_us"] != r["baseline_eager_us"]:
+        failures.append(f"cuda {r}: ours_us / baseline_us are not the eager figures")
+    if not isinstance(r.get("copies_ours"), int) or r["copies_ours"] < 2 or not isinstance(r.get("copies_baseline"), int):
+        failures.append(f"cuda {r}: copies_ours / copies_baseline missing or too few for L2-cold")
+
+
+def check_cuda(wush, failures):
+    """`wush bench --device cuda`: usage errors exit with 2; a run succeeds (GPU) or fails cleanly."""
+    cuda_program = os.path.join(os.path.dirname(os.path.abspath(wush)), "wush-bench-cuda")
+    for bad, option in ((["--l2", "lukewarm"], "--l2"), (["--timing", "sometimes"], "--timing"),
+                        (["--m", "0"], "--m"), (["--kind", "gemm"], "--kind")):
+        p = subprocess.run([wush, "bench", "--device", "cuda"] + bad, capture_output=True, text=True, timeout=60)
+        # Without the CUDA program (a build without nvcc) `wush` refuses with 2 as well, naming it.
+        if p.returncode != 2 or (os.path.exists(cuda_program) and option not in p.stderr):
+            failures.append(f"bench --device cuda {bad}: rc {p.returncode}, {p.stderr!r} (wanted 2, naming {option})")
+    for bad in (["--l2", "warm"], ["--timing", "both"]):
+        if subprocess.run([wush, "bench"] + bad, capture_output=True).returncode != 2:
+            failures.append(f"bench {bad} without --device cuda does not exit with 2")
+    if not os.path.exists(cuda_program):
+        print("no wush-bench-cuda beside wush: the CUDA run is not checked")
+        return
+    p = subprocess.run([wush, "bench", "--device", "cuda", "--layers", "small_256x512", "--format", "mxfp4",
+                        "--m", "1", "--json"], capture_output=True, text=True, timeout=600)
+    if p.returncode == 1 and "CUDA" in p.stderr and not p.stdout:
+        print("no usable GPU: wush bench --device cuda failed cleanly:", p.stderr.strip())
+        return
+    if p.returncode != 0:
+        failures.append(f"bench --device cuda: rc {p.returncode}, {p.stderr!r}")
+        return
+    doc = json.loads(p.stdout)
+    if doc.get("timing") != "both" or doc.get("l2") != "cold" or not doc.get("l2_bytes", 0) > 0:
+        failures.append(f"bench --device cuda: timing / l2 / l2_bytes not the defaults: {doc}")
+    if len(doc["results"]) != 3:
+        failures.append(f"bench --device cuda: {len(doc['results'])} rows, not 3 (2 quantize, 1 forward)")
+    for r in doc["results"]:
+        check_cuda_row(r, failures)
 
 
 def main():
@@ -33,6 +86,7 @@ def main():
     for bad in (["--m", "0"], ["--format", "fp8"], ["--isa", "sse9"], ["--bogus"]):
         if subprocess.run([wush, "bench"] + bad, capture_output=True).returncode != 2:
             failures.append(f"bench {bad} does not exit with 2")
+    check_cuda(wush, failures)
     for f in failures:
         print("FAIL", f)
     print(f"{len(res)} results, {len(failures)} failures")
