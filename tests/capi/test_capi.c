@@ -232,6 +232,18 @@ static void test_quantize_bounds_and_errors(void) {
     wush_context_destroy(ctx);
 }
 
+/* A CPU context, a Hadamard transform, its MXFP4 qweight of wt (d_out x d_in) and a checkpoint
+ * being written that holds them as layer "layer". */
+static void one_layer_checkpoint(const float* wt, size_t d_out, size_t d_in, wush_context** ctx, wush_transform** t,
+                                 wush_qweight** q, wush_checkpoint** w) {
+    CHECK(wush_context_create(WUSH_BACKEND_CPU, 0, ctx) == WUSH_OK);
+    CHECK(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, d_in, 32, NULL, t) == WUSH_OK);
+    CHECK(wush_qweight_create(*ctx, *t, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, wt, d_out, d_in, NULL, q) ==
+          WUSH_OK);
+    CHECK(wush_checkpoint_create(w) == WUSH_OK);
+    CHECK(wush_checkpoint_add_layer(*w, "layer", *t, *q) == WUSH_OK);
+}
+
 /* A checkpoint opened in copy mode never touches its file again (issue 29, F4): truncating a
  * mapped checkpoint after the load raised SIGBUS in the host. Here the file is truncated, then
  * deleted, after the load; the loaded qweight's bytes, a loss through it and a second load all
@@ -252,12 +264,7 @@ static void test_checkpoint_copy_mode(void) {
     snprintf(path, sizeof path, "/tmp/wush_capi_copy_%ld.safetensors", (long)getpid());
     for (i = 0; i < D_OUT * D_IN; ++i) wt[i] = gauss(&seed);
     for (i = 0; i < N * D_IN; ++i) x[i] = gauss(&seed);
-    CHECK(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx) == WUSH_OK);
-    CHECK(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, D_IN, 32, NULL, &t) == WUSH_OK);
-    CHECK(wush_qweight_create(ctx, t, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, wt, D_OUT, D_IN, NULL, &q) ==
-          WUSH_OK);
-    CHECK(wush_checkpoint_create(&w) == WUSH_OK);
-    CHECK(wush_checkpoint_add_layer(w, "layer", t, q) == WUSH_OK);
+    one_layer_checkpoint(wt, D_OUT, D_IN, &ctx, &t, &q, &w);
     CHECK(wush_checkpoint_write(w, path, NULL) == WUSH_OK);
     CHECK_STATUS(wush_checkpoint_open_mode(path, (wush_checkpoint_mode)7, &ck), WUSH_ERR_INVALID_ARGUMENT);
     CHECK(ck == NULL);
@@ -311,12 +318,7 @@ static void test_write_refuses_non_regular(void) {
     CHECK(mkdir(dir, 0700) == 0);
     CHECK(mkfifo(fifo, 0600) == 0);
     for (i = 0; i < D_OUT * D_IN; ++i) wt[i] = gauss(&seed);
-    CHECK(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx) == WUSH_OK);
-    CHECK(wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, D_IN, 32, NULL, &t) == WUSH_OK);
-    CHECK(wush_qweight_create(ctx, t, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, WUSH_DTYPE_F32, wt, D_OUT, D_IN, NULL, &q) ==
-          WUSH_OK);
-    CHECK(wush_checkpoint_create(&w) == WUSH_OK);
-    CHECK(wush_checkpoint_add_layer(w, "layer", t, q) == WUSH_OK);
+    one_layer_checkpoint(wt, D_OUT, D_IN, &ctx, &t, &q, &w);
     CHECK_STATUS(wush_checkpoint_write(w, fifo, NULL), WUSH_ERR_INVALID_ARGUMENT);
     CHECK(strstr(wush_last_error(), "not a regular file") != NULL);
     CHECK(wush_checkpoint_write(w, good, NULL) == WUSH_OK);
