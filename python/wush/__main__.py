@@ -1,7 +1,7 @@
 """``python -m wush``: whole Hugging Face models from local folders.
 
   python -m wush quantize-model MODEL_DIR --calib FILE --format mxfp4 --transform wush \
-      --method gptq --out OUT_DIR [--export fp_quant|wush] [--fp-quant-pseudo]
+      --method gptq --out OUT_DIR [--export auto|fp_quant|wush] [--fp-quant-pseudo]
   python -m wush run OUT_DIR --prompt TEXT            # a causal model: generated text
   python -m wush run OUT_DIR --sentences FILE         # an encoder: sentence embeddings
   python -m wush eval-model MODEL_DIR --text FILE --quantized OUT_DIR [--quantized OUT_DIR2 ...]
@@ -119,15 +119,21 @@ def cmd_quantize(a: argparse.Namespace) -> int:
     transform = kind.name.lower()
     if a.validation and not search:
         raise ValueError("--validation needs --transform wush+s")
-    if a.fp_quant_pseudo and a.export != "fp_quant":
-        raise ValueError("--fp-quant-pseudo writes the fp_quant layout: it needs --export fp_quant")
+    export, passed_over = wt.resolve_export(a.format, transform, a.export)
+    if a.fp_quant_pseudo and export != "fp_quant":
+        raise ValueError("--fp-quant-pseudo writes the fp_quant layout: it needs --export fp_quant"
+                         + (f" ({passed_over})" if passed_over else ""))
     _positive(a.seq_len, "the sequence length (--seq-len)")
     _positive(a.max_samples, "the number of samples (--max-samples)")
     _positive(a.search_tokens, "the search's tokens (--search-tokens)")
     if a.layers:
         wt.compile_pattern(a.layers)
-    wt.check_export(a.format, transform, a.export)  # before the model is even read
+    wt.check_export(a.format, transform, export)  # before the model is even read
     model, tok = _load(a.model_dir)
+    if passed_over:  # said once the arguments and the folder passed, so that a refusal stays one line
+        _note("quantize-model", f"{a.format} with {transform} transforms: the fp_quant layout does not fit "
+                                f"({passed_over}); writing the libwush checkpoint alone (--export wush), "
+                                f"which wush.load_quantized loads")
     if getattr(model, "wush_missing_keys", None):
         _note("quantize-model", f"note: tensors not in {a.model_dir}, initialized at random by transformers: "
                                 f"{', '.join(model.wush_missing_keys[:6])}"
@@ -151,7 +157,7 @@ def cmd_quantize(a: argparse.Namespace) -> int:
                             damping=a.damping, progress=a.progress, search=search, search_tokens=a.search_tokens,
                             validation_batches=validation, search_guard=not a.no_search_guard)
     t1 = time.time()
-    info = wt.save_quantized(model, res, a.out, model_dir=a.model_dir, pseudo=a.fp_quant_pseudo, export=a.export)
+    info = wt.save_quantized(model, res, a.out, model_dir=a.model_dir, pseudo=a.fp_quant_pseudo, export=export)
     if info["fp_quant_refused"]:
         print(f"python -m wush quantize-model: note: the fp_quant layout was not written ({info['fp_quant_refused']}); "
               f"the folder holds the libwush checkpoint, which wush.load_quantized runs", file=sys.stderr)
@@ -338,7 +344,8 @@ def parser() -> argparse.ArgumentParser:
                    help="calibration text file (causal: tokenized as one stream, cut into --max-samples windows of "
                         "--seq-len tokens; encoders: one sentence per line, the first --max-samples lines)")
     q.add_argument("--format", default="mxfp4", choices=FORMATS,
-                   help="4-bit format (int4 and mxfp4_ocp: the fp_quant layout cannot hold them, use --export wush)")
+                   help="4-bit format (int4, mxfp4_ocp, and nvfp4 with wush transforms: no fp_quant layout, "
+                        "so --export auto writes the libwush checkpoint alone)")
     q.add_argument("--transform", default="wush", choices=["identity", "hadamard", "wush", "wush+s"],
                    help="wush+s: WUSH with the per-block search (scale, signs, fall-backs)")
     q.add_argument("--search-tokens", type=int, default=1024,
@@ -351,9 +358,10 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--method", default="rtn", choices=["rtn", "gptq"], help="how the weights are rounded")
     q.add_argument("--out", required=True,
                    help="the output folder: new, or an existing folder outside MODEL_DIR (files in it are replaced)")
-    q.add_argument("--export", default="fp_quant", choices=["fp_quant", "wush"],
-                   help="fp_quant: the quantized layers also in the fp_quant layout (default); wush: in the libwush "
-                        "checkpoint alone (any format x transform)")
+    q.add_argument("--export", default="auto", choices=["auto", "fp_quant", "wush"],
+                   help="fp_quant: the quantized layers also in the fp_quant layout; wush: in the libwush "
+                        "checkpoint alone (any format x transform); auto: fp_quant where that layout holds the "
+                        "format and transform, else wush (said on stderr)")
     q.add_argument("--fp-quant-pseudo", action="store_true",
                    help="write bf16 dqweight (transformers' pseudo-quantized fp_quant path) instead of packed codes")
     q.add_argument("--layers", default=None,

@@ -498,6 +498,17 @@ def _probe_export(fmt: str, transform: str) -> Optional[str]:
     return None
 
 
+def resolve_export(fmt: str, transform: str, export: str = "auto") -> Tuple[str, Optional[str]]:
+    """The export to write and, when "auto" passed over fp_quant, why: "auto" is fp_quant where
+    the library writes that layout for ``fmt`` and ``transform`` (and a consumer of it loads the
+    result), else "wush", which holds every format x transform. Other values are returned as
+    they are (check_export judges them)."""
+    if export != "auto":
+        return export, None
+    refusal = _probe_export(fmt, transform)
+    return ("fp_quant", None) if refusal is None else ("wush", refusal)
+
+
 def check_export(fmt: str, transform: str, export: str = "fp_quant") -> None:
     """Raises ValueError, before any work, when a model quantized with ``fmt`` and ``transform``
     cannot be written with ``export``: "wush" (the libwush checkpoint and the model's other

@@ -17,7 +17,8 @@ at its exit status and stderr:
 - a sentence-transformers folder whose config names BertForMaskedLM over the bare model's
   weights (MiniLM, with and without modules.json) is quantized as the bare model and gives
   384-wide embeddings; a selected layer the weights lack is refused in seconds, named;
-- --format int4 (and mxfp4_ocp) with --export wush; the calibration actually used is printed
+- --format int4, mxfp4_ocp and nvfp4 alone (--export auto picks wush, and says so; --export fp_quant
+  refuses them); the calibration actually used is printed
   (and the --max-samples cap); --help shows the defaults; the search's guard is printed per
   layer.
 """
@@ -305,18 +306,23 @@ print("identical" if torch.equal(before, after) else "differs")
     # ---- 5. formats, the calibration used, --help, the guard -----------------------------------
 
     def test_int4_and_mxfp4_ocp(self):
-        for fmt in ("int4", "mxfp4_ocp"):
+        for fmt in ("int4", "mxfp4_ocp", "nvfp4"):
             with self.subTest(fmt=fmt):
-                # The fp_quant layout (the default export) cannot hold them: refused with the way out.
+                # The fp_quant layout cannot hold them (nvfp4: not with wush transforms): asked for
+                # explicitly, refused with the way out.
                 rc, _, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", os.path.join(TMP, "never"),
-                                 "--format", fmt)
+                                 "--format", fmt, "--export", "fp_quant")
                 self.assert_one_line_error(rc, err, "fp_quant layout", "--export wush")
-                self.assertNotIn("transform hadamard", err)
+                if fmt != "nvfp4":
+                    self.assertNotIn("transform hadamard", err)
+                # By default (--export auto) the format alone works: the libwush checkpoint, said so.
                 out = os.path.join(TMP, f"q-{fmt}")
                 rc, so, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", out, "--format", fmt,
-                                  "--export", "wush", "--seq-len", "32", "--max-samples", "4")
+                                  "--seq-len", "32", "--max-samples", "4")
                 self.assertEqual(rc, 0, err)
-                self.assertEqual(json.loads(so.splitlines()[-1])["format"], fmt)
+                self.assertIn("writing the libwush checkpoint alone (--export wush)", err)
+                result = json.loads(so.splitlines()[-1])
+                self.assertEqual((result["format"], result["export"]), (fmt, "wush"))
                 model = wush.load_quantized(out)
                 layers = [m for m in model.modules() if isinstance(m, wt.QuantizedLinear)]
                 self.assertEqual({m.format for m in layers}, {fmt})

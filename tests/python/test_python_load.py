@@ -258,10 +258,11 @@ class Flow(unittest.TestCase):
             self.assertEqual(model(torch.tensor([[2, 3, 4]])).logits.dtype, torch.bfloat16)
 
     def test_refusals_before_the_work_and_one_line_errors(self):
-        # NVFP4 + per-block matrices in the fp_quant layout: refused before the model is read
-        # (the model folder does not even exist).
+        # NVFP4 + per-block matrices asked for in the fp_quant layout: refused before the model is
+        # read (the model folder does not even exist).
         rc, _, err = cli_run("quantize-model", os.path.join(TMP, "no-such-model"), "--calib", CALIB,
-                             "--format", "nvfp4", "--transform", "wush", "--out", os.path.join(TMP, "x"))
+                             "--format", "nvfp4", "--transform", "wush", "--out", os.path.join(TMP, "x"),
+                             "--export", "fp_quant")
         self.assertEqual(rc, 2)
         self.assertEqual(len(err.strip().splitlines()), 1, err)
         self.assertIn("cannot be written in the fp_quant layout", err)
@@ -270,6 +271,12 @@ class Flow(unittest.TestCase):
             wt.check_export("nvfp4", "wush", "fp_quant")
         wt.check_export("nvfp4", "wush", "wush")
         wt.check_export("nvfp4", "hadamard", "fp_quant")
+        # --export auto (the default) picks what fits, and says why it passed fp_quant over.
+        self.assertEqual(wt.resolve_export("nvfp4", "hadamard"), ("fp_quant", None))
+        export, why = wt.resolve_export("nvfp4", "wush")
+        self.assertEqual(export, "wush")
+        self.assertIn("NVFP4", why)
+        self.assertEqual(wt.resolve_export("int4", "wush", "fp_quant"), ("fp_quant", None))
         # An empty selection: the pattern and the layers there are.
         rc, _, err = cli_run("quantize-model", TINY, "--calib", CALIB, "--layers", "^nothing$", "--out",
                              os.path.join(TMP, "y"), "--seq-len", "64", "--max-samples", "2")
