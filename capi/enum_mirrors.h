@@ -5,7 +5,6 @@
 
 #include <iterator>
 
-#include "calibration/calibrator.h"
 #include "common/cpu_isa.h"
 #include "pipeline/layer_pipeline.h"
 #include "transforms/block_transform.h"

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <vector>
 
+#include "common/read_at.h"
 #include "common/sha256.h"
 
 namespace wush::backend {
@@ -30,17 +31,6 @@ struct Fd {
     Fd& operator=(const Fd&) = delete;
 };
 
-bool read_at(int fd, void* out, std::size_t n, off_t offset) {
-    auto* p = static_cast<char*>(out);
-    while (n > 0) {
-        const ssize_t r = ::pread(fd, p, n, offset);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        p += r, n -= std::size_t(r), offset += r;
-    }
-    return true;
-}
-
 // Whether [offset, offset + size) lies inside a file of `file_size` bytes, without overflow.
 bool inside(std::uint64_t offset, std::uint64_t size, std::uint64_t file_size) {
     return offset <= file_size && size <= file_size - offset;
@@ -56,7 +46,7 @@ constexpr int kMachine = EM_NONE;  // any: other hosts are not built for
 
 std::string elf_problem(int fd, std::uint64_t size) {
     ElfW(Ehdr) eh{};
-    if (!read_at(fd, &eh, sizeof eh, 0) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) return "not an ELF file";
+    if (read_at(fd, &eh, sizeof eh, 0) != 0 || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) return "not an ELF file";
     const bool native_class = eh.e_ident[EI_CLASS] == (sizeof(void*) == 8 ? ELFCLASS64 : ELFCLASS32);
     const bool native_order =
         eh.e_ident[EI_DATA] == (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB : ELFDATA2MSB);
@@ -69,7 +59,7 @@ std::string elf_problem(int fd, std::uint64_t size) {
         (eh.e_shentsize != sizeof(ElfW(Shdr)) || !inside(eh.e_shoff, std::uint64_t(eh.e_shnum) * eh.e_shentsize, size)))
         return "its section headers lie outside the file (truncated or damaged)";
     std::vector<ElfW(Phdr)> ph(eh.e_phnum);
-    if (!read_at(fd, ph.data(), ph.size() * sizeof(ElfW(Phdr)), off_t(eh.e_phoff)))
+    if (read_at(fd, ph.data(), ph.size() * sizeof(ElfW(Phdr)), off_t(eh.e_phoff)) != 0)
         return "cannot read its program headers";
     for (const ElfW(Phdr) & p : ph) {
         if ((p.p_type == PT_LOAD || p.p_type == PT_DYNAMIC) && !inside(p.p_offset, p.p_filesz, size))
@@ -97,7 +87,7 @@ std::string file_digest(int fd, std::uint64_t size) {
     std::vector<std::byte> chunk(1 << 20);
     for (std::uint64_t at = 0; at < size;) {
         const std::size_t n = std::size_t(std::min<std::uint64_t>(chunk.size(), size - at));
-        if (!read_at(fd, chunk.data(), n, off_t(at))) return {};
+        if (read_at(fd, chunk.data(), n, off_t(at)) != 0) return {};
         h.update(std::span(chunk.data(), n));
         at += n;
     }

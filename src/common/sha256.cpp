@@ -84,10 +84,4 @@ std::string to_hex(const std::array<std::uint8_t, 32>& digest) {
     return s;
 }
 
-std::string sha256_hex(std::span<const std::byte> data) {
-    Sha256 h;
-    h.update(data);
-    return to_hex(h.finish());
-}
-
 }  // namespace wush

@@ -30,7 +30,4 @@ private:
 // Lower-case hexadecimal, 64 characters.
 std::string to_hex(const std::array<std::uint8_t, 32>& digest);
 
-// The digest of one buffer, as hexadecimal.
-std::string sha256_hex(std::span<const std::byte> data);
-
 }  // namespace wush

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/read_at.h"
 #include "storage/atomic_file.h"
 
 namespace wush::storage {
@@ -332,13 +333,9 @@ Reader::Reader(const std::string& path, Load load) : path_(path), copied_(load =
 }
 
 void Reader::read_exactly(std::byte* out, std::size_t n, std::size_t offset) const {
-    for (std::size_t done = 0; done < n;) {
-        const ssize_t r = ::pread(fd_, out + done, n - done, off_t(offset + done));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0)
-            fail(WUSH_ERR_IO, "cannot read \"" + path_ + "\": " + (r < 0 ? std::strerror(errno) : "it was truncated"));
-        done += std::size_t(r);
-    }
+    if (const int err = read_at(fd_, out, n, off_t(offset)); err != 0)
+        fail(WUSH_ERR_IO,
+             "cannot read \"" + path_ + "\": " + (err == ENODATA ? "it was truncated" : std::strerror(err)));
 }
 
 std::vector<std::byte> Reader::read_header() const {
