@@ -28,6 +28,37 @@ wush::backend::PreparedLayer& layer_of(const ContextUse& use, const wush_linear*
     return *layer->layer;
 }
 
+// wush_linear_run and wush_linear_run_bias: the argument checks, then the backend's forward.
+struct BiasArgument {
+    wush_dtype dtype = WUSH_DTYPE_F32;
+    const void* data = nullptr;  // nullptr: no bias (dtype and count are not read)
+    size_t count = 0;
+};
+
+void run_layer(wush_context* ctx, wush_linear* layer, wush_dtype x_dtype, const void* x, size_t n_tokens,
+               const BiasArgument& bias, wush_dtype y_dtype, void* y, size_t y_count, void* workspace,
+               size_t workspace_bytes) {
+    ContextUse use(ctx, "ctx");
+    wush::backend::PreparedLayer& l = layer_of(use, layer);
+    wush::dtype_size(x_dtype);  // validates
+    require_output_dtype(y_dtype);
+    if (bias.data != nullptr) {
+        wush::dtype_size(bias.dtype);  // validates
+        if (bias.count != l.d_out())
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "bias has " + std::to_string(bias.count) +
+                                                      " elements; the layer's d_out is " + std::to_string(l.d_out()));
+    }
+    if (n_tokens == 0) return;
+    require_pointer(x, "x");
+    require_pointer(y, "y");
+    require_size(y_count, wush::checked_mul(n_tokens, l.d_out(), "n_tokens * d_out"), "y", "elements");
+    // The smallest workspace that works is the one for a single thread.
+    require_size(workspace_bytes, l.minimum_workspace_bytes(n_tokens), "workspace", "bytes");
+    require_pointer(workspace, "workspace");
+    l.forward(x_dtype, x, n_tokens, {bias.dtype, bias.data}, y_dtype, y,
+              {static_cast<std::byte*>(workspace), workspace_bytes});
+}
+
 }  // namespace
 
 extern "C" {
@@ -91,18 +122,17 @@ WUSH_API wush_status wush_linear_run(wush_context* ctx, wush_linear* layer, wush
                                      size_t n_tokens, wush_dtype y_dtype, void* y, size_t y_count, void* workspace,
                                      size_t workspace_bytes) {
     return guarded(__func__, [&] {
-        ContextUse use(ctx, "ctx");
-        wush::backend::PreparedLayer& l = layer_of(use, layer);
-        wush::dtype_size(x_dtype);  // validates
-        require_output_dtype(y_dtype);
-        if (n_tokens == 0) return;
-        require_pointer(x, "x");
-        require_pointer(y, "y");
-        require_size(y_count, wush::checked_mul(n_tokens, l.d_out(), "n_tokens * d_out"), "y", "elements");
-        // The smallest workspace that works is the one for a single thread.
-        require_size(workspace_bytes, l.minimum_workspace_bytes(n_tokens), "workspace", "bytes");
-        require_pointer(workspace, "workspace");
-        l.forward(x_dtype, x, n_tokens, y_dtype, y, {static_cast<std::byte*>(workspace), workspace_bytes});
+        run_layer(ctx, layer, x_dtype, x, n_tokens, {}, y_dtype, y, y_count, workspace, workspace_bytes);
+    });
+}
+
+WUSH_API wush_status wush_linear_run_bias(wush_context* ctx, wush_linear* layer, wush_dtype x_dtype, const void* x,
+                                          size_t n_tokens, wush_dtype bias_dtype, const void* bias, size_t bias_count,
+                                          wush_dtype y_dtype, void* y, size_t y_count, void* workspace,
+                                          size_t workspace_bytes) {
+    return guarded(__func__, [&] {
+        run_layer(ctx, layer, x_dtype, x, n_tokens, {bias_dtype, bias, bias_count}, y_dtype, y, y_count, workspace,
+                  workspace_bytes);
     });
 }
 

@@ -16,7 +16,9 @@
 //   cannot know before the kernel runs: their call returns WUSH_OK, and the error is reported
 //   (and the flag cleared) by the next synchronizing call on the context: wush_synchronize
 //   (Backend::synchronize) or any convenience-path call. The outputs of the launch that saw the
-//   NaN/Inf, and of launches enqueued after it until that report, are unspecified.
+//   NaN/Inf, and of launches enqueued after it until that report, are unspecified. A NaN/Inf in a
+//   forward's bias is found by the GEMM's store and reported the same way ("bias holds ... at
+//   column c"; output_bias.h).
 #include "cuda_backend.h"
 
 #include <cuda_runtime_api.h>
@@ -203,6 +205,9 @@ struct Device {
         const unsigned long long v = *host;
         if (v == kNoNonFinite) return;
         WUSH_CUDA_CHECK(cudaMemsetAsync(flag(), 0xFF, sizeof v, stream));
+        if ((v >> 32) == kBiasReportRow)
+            fail(WUSH_ERR_NON_FINITE,
+                 "bias holds a NaN or infinite value at column " + std::to_string(v & 0xFFFFFFFFull));
         fail(WUSH_ERR_NON_FINITE, std::string(what) + " holds a NaN or infinite value at row " +
                                       std::to_string(v >> 32) + ", column " + std::to_string(v & 0xFFFFFFFFull));
     }
@@ -226,9 +231,9 @@ QuantizeArgs quantize_args(const DeviceTransform& t, const formats::FormatSpec& 
     return a;
 }
 
-void require_dtype(wush_dtype x_dtype) {
-    require(x_dtype == WUSH_DTYPE_F32 || x_dtype == WUSH_DTYPE_F16 || x_dtype == WUSH_DTYPE_BF16,
-            "x dtype must be F32, F16 or BF16");
+void require_dtype(wush_dtype dtype, const char* what = "x") {
+    require(dtype == WUSH_DTYPE_F32 || dtype == WUSH_DTYPE_F16 || dtype == WUSH_DTYPE_BF16,
+            std::string(what) + " dtype must be F32, F16 or BF16");
 }
 
 // What a prepared layer precomputed for its weight (null / false where not).
@@ -249,8 +254,11 @@ void run_gemm(const GemmArgs& g, const WeightExtras& w, const Device& dev) {
         case GemmKernel::Prefill: launch_prefill_gemm(g, dev.stream, dev.gemm); return;
         case GemmKernel::BlockScaledLt:
             // cuBLASLt may offer no algorithm for this m or refuse the launch: the reference path
-            // then (its workspace is part of the layer's, see gemm_bytes).
-            if (w.lt_cache != nullptr && w.lt_cache->launch(g, w.swizzled, dev.lt, dev.stream)) return;
+            // then (its workspace is part of the layer's, see gemm_bytes). A bias takes the
+            // reference path too (this opt-in path has no bias epilogue).
+            if (g.bias.data == nullptr && w.lt_cache != nullptr &&
+                w.lt_cache->launch(g, w.swizzled, dev.lt, dev.stream))
+                return;
             run_reference(g, w, dev);
             return;
         default: run_reference(g, w, dev); return;
@@ -377,9 +385,10 @@ public:
         enqueue_quantize(x_dtype, x, n, codes.data(), scales.data());
     }
 
-    void forward(wush_dtype x_dtype, const void* x, std::size_t n, wush_dtype y_dtype, void* y,
-                 std::span<std::byte> workspace) override {
+    void forward(wush_dtype x_dtype, const void* x, std::size_t n, const backend::Bias& bias, wush_dtype y_dtype,
+                 void* y, std::span<std::byte> workspace) override {
         require_dtype(x_dtype);
+        if (bias.data != nullptr) require_dtype(bias.dtype, "bias");
         require_output_dtype(y_dtype);
         require(workspace.size() >= minimum_workspace_bytes(n), "forward: workspace too small");
         // Sub-buffers start at 256-byte offsets: with an aligned base every operand is aligned
@@ -391,6 +400,7 @@ public:
         // checked once here (quantize() would query them again).
         require_device_tensor(x, x_dtype, "x", dev_->index);
         require_device_tensor(y, y_dtype, "y", dev_->index);
+        require_device_tensor(bias.data, bias.dtype, "bias", dev_->index);
         require_device_pointer(workspace.data(), "workspace", dev_->index);
         const formats::PackedSizes s = formats::packed_sizes(spec_, n, d_in_);
         auto* codes = reinterpret_cast<std::uint8_t*>(workspace.data());
@@ -398,7 +408,9 @@ public:
         std::byte* rest = workspace.data() + round_up(s.codes, 256) + round_up(s.scales, 256);
         enqueue_quantize(x_dtype, x, n, codes, scales);
         const std::span<std::byte> gemm_ws(rest, workspace.size() - std::size_t(rest - workspace.data()));
-        run_gemm(gemm_args(n, y_dtype, y, codes, scales, gemm_ws), extras_, *dev_);
+        GemmArgs g = gemm_args(n, y_dtype, y, codes, scales, gemm_ws);
+        if (bias.data != nullptr) g.bias = OutputBias{bias.data, bias.dtype, dev_->flag()};
+        run_gemm(g, extras_, *dev_);
     }
 
 private:
@@ -528,7 +540,7 @@ public:
                         std::size_t n, wush_dtype y_dtype, void* y, std::span<std::byte> workspace) override {
         const DeviceGuard guard(dev_->index);
         CudaLayer layer(dev_, t, w);
-        layer.forward(x_dtype, x, n, y_dtype, y, workspace);
+        layer.forward(x_dtype, x, n, {}, y_dtype, y, workspace);
         dev_->synchronize_and_report("x");  // the layer's device copies are freed on return
     }
 

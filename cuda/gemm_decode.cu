@@ -63,6 +63,7 @@ void launch_decode_gemm(const GemmArgs& a, cudaStream_t stream, const GemmDevice
     p.y_bf16 = a.y_dtype == WUSH_DTYPE_BF16;
     p.partial = pl.splits > 1 ? static_cast<float*>(a.workspace) : nullptr;
     p.split_len = (long long)(pl.chunks_per_split * plan::kDecodeChunk);
+    p.bias = a.bias;
     const dim3 grid(unsigned(pl.blocks_n), unsigned(pl.splits), unsigned(pl.row_passes));
     if (a.group == 16) launch_mr<16>(pl.mr, grid, p, stream);
     else launch_mr<32>(pl.mr, grid, p, stream);
@@ -70,7 +71,7 @@ void launch_decode_gemm(const GemmArgs& a, cudaStream_t stream, const GemmDevice
     if (pl.splits > 1) {
         const std::size_t mn = a.m * a.n;
         const unsigned blocks = unsigned(std::min<std::size_t>(plan::ceil_div(mn, 256), 4096));
-        splitk_reduce_kernel<<<blocks, 256, 0, stream>>>(p.partial, int(pl.splits), mn, a.y, p.y_bf16);
+        splitk_reduce_kernel<<<blocks, 256, 0, stream>>>(p.partial, int(pl.splits), mn, a.n, a.y, p.y_bf16, a.bias);
         check_launch("splitk_reduce_kernel");
     }
 }

@@ -11,6 +11,7 @@
 
 #include "formats/tile_decode.h"
 #include "gemm_plan.h"
+#include "output_bias.cuh"
 
 namespace wush::cuda::decode_detail {
 
@@ -40,6 +41,7 @@ struct DecodeParams {
     int y_bf16;
     float* partial;       // splits x m x n, or null when the block writes y
     long long split_len;  // elements per split (a multiple of kChunk)
+    OutputBias bias;      // added where y is written (here or in splitk_reduce_kernel)
 };
 
 __device__ __forceinline__ void store_out(void* y, int bf16, std::size_t idx, float v) {
@@ -158,19 +160,20 @@ __global__ void __launch_bounds__(kThreads, 2) decode_gemm_kernel(const DecodePa
             if (lane == 0 && r < rows_a && col < p.n) {
                 const std::size_t idx = std::size_t(row_a0 + r) * p.n + col;
                 if (p.partial) p.partial[std::size_t(blockIdx.y) * std::size_t(p.m) * p.n + idx] = v;
-                else store_out(p.y, p.y_bf16, idx, v);
+                else store_out(p.y, p.y_bf16, idx, add_bias(p.bias, std::size_t(col), v));
             }
         }
     }
 }
 
-// y = sum over splits of the partials, in split order.
-__global__ void splitk_reduce_kernel(const float* partial, int splits, std::size_t mn, void* y, int bf16) {
+// y = sum over splits of the partials, in split order (+ the bias of column i % n).
+__global__ void splitk_reduce_kernel(const float* partial, int splits, std::size_t mn, std::size_t n, void* y, int bf16,
+                                     OutputBias bias) {
     for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < mn;
          i += std::size_t(gridDim.x) * blockDim.x) {
         float s = 0.0f;
         for (int sp = 0; sp < splits; ++sp) s += partial[std::size_t(sp) * mn + i];
-        store_out(y, bf16, i, s);
+        store_out(y, bf16, i, add_bias(bias, i % n, s));
     }
 }
 

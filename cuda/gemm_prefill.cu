@@ -93,6 +93,7 @@ void launch_prefill_gemm(const GemmArgs& a, cudaStream_t stream, const GemmDevic
     p.flag = flag;
     p.y = a.y;
     p.y_bf16 = a.y_dtype == WUSH_DTYPE_BF16;
+    p.bias = a.bias;
     const dim3 grid{unsigned(grid_n), unsigned(grid_m), 1u};
     if (a.group == 16) launch_tiles<16>(p, grid, device.prefill_configured, stream);
     else launch_tiles<32>(p, grid, device.prefill_configured, stream);

@@ -11,6 +11,7 @@
 
 #include "formats/tile_decode.h"
 #include "gemm_plan.h"
+#include "output_bias.cuh"
 
 namespace wush::cuda::prefill_detail {
 
@@ -42,6 +43,7 @@ struct PrefillParams {
     const int* flag;  // set by prefill_scales_kernel: some |scale_a| >= tile::kScaledDotMaxScale
     void* y;
     int y_bf16;
+    OutputBias bias;  // added in the epilogue
 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
@@ -251,8 +253,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_gemm_kernel(const Prefill
                 const int col = bn + wn * 32 + nt * 8 + mma_c_col(lane, e);
                 if (row < p.m && col < p.n) {
                     const std::size_t idx = std::size_t(row) * p.n + col;
-                    if (p.y_bf16) static_cast<__nv_bfloat16*>(p.y)[idx] = __float2bfloat16_rn(acc[mt][nt][e]);
-                    else static_cast<float*>(p.y)[idx] = acc[mt][nt][e];
+                    const float v = add_bias(p.bias, std::size_t(col), acc[mt][nt][e]);
+                    if (p.y_bf16) static_cast<__nv_bfloat16*>(p.y)[idx] = __float2bfloat16_rn(v);
+                    else static_cast<float*>(p.y)[idx] = v;
                 }
             }
 }

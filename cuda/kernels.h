@@ -32,7 +32,7 @@ void launch_dequantize(wush_format format, int group, const std::uint8_t* codes,
                        std::size_t rows, std::size_t k, void* out, cudaStream_t stream);
 
 // Workspace of launch_reference_gemm: A dequantized, W dequantized unless given, and a float32
-// product when y is BF16.
+// product when y is BF16 (also needed with a bias: then ask with y_dtype BF16).
 std::size_t reference_gemm_workspace_bytes(wush_format format, std::size_t m, std::size_t n, std::size_t k,
                                            bool w_dequantized_given, wush_dtype y_dtype);
 

@@ -2,8 +2,9 @@
 // workspace, then one cuBLAS GEMM with the per-tensor factors as alpha. MXFP4 / NVFP4 /
 // MXFP4_OCP go through bf16 (exact) with float32 accumulation; INT4 levels times bf16 scales are
 // not exact in bf16, so INT4 goes through float32 with CUBLAS_COMPUTE_32F_PEDANTIC (no TF32
-// downgrade, also not through NVIDIA_TF32_OVERRIDE). The product is computed into float32 and
-// rounded to bf16 (RNE, bits::bf16_encode) by a separate kernel when y is BF16.
+// downgrade, also not through NVIDIA_TF32_OVERRIDE). The product is computed into float32; when y
+// is BF16 or a bias is given it goes to the workspace, and a finishing kernel adds the bias and
+// rounds to bf16 (RNE, bits::bf16_encode) as it writes y: cuBLAS's own store cannot add a bias.
 #include "kernels.h"
 
 #include <cstring>
@@ -12,6 +13,7 @@
 #include "cuda_check.h"
 #include "dequantize.h"
 #include "device_rules.h"
+#include "output_bias.cuh"
 
 namespace wush::cuda {
 
@@ -70,9 +72,13 @@ __global__ void dequantize_kernel(wush_format format, int group, const std::uint
     }
 }
 
-__global__ void to_bf16_kernel(const float* in, std::uint16_t* out, std::size_t count) {
+// y (count = m x n elements, F32 or BF16) = the float32 product + the bias of column i % n.
+__global__ void finish_kernel(const float* in, void* out, int bf16, std::size_t count, std::size_t n, OutputBias bias) {
     const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < count) out[i] = bits::bf16_encode(double(in[i]));
+    if (i >= count) return;
+    const float v = add_bias(bias, i % n, in[i]);
+    if (bf16) static_cast<std::uint16_t*>(out)[i] = bits::bf16_encode(double(v));
+    else static_cast<float*>(out)[i] = v;
 }
 
 std::size_t blocks_for(std::size_t count) {
@@ -117,11 +123,13 @@ void launch_reference_gemm(const GemmArgs& g, const void* w_dequantized, cublasH
     const char* who = "reference GEMM";
     const int m = checked_int(g.m, "m (tokens)", who), n = checked_int(g.n, "n (d_out)", who),
               k = checked_int(g.k, "k (d_in)", who);
-    const unsigned bf16_blocks = unsigned(checked_int(g.y_dtype == WUSH_DTYPE_BF16 ? blocks_for(g.m * g.n) : 0,
-                                                      "m x n / 256 (BF16 conversion blocks)", who));
+    // A staged product (BF16 y, or a bias) needs the float32 product's room: the BF16 size.
+    const bool staged = g.y_dtype == WUSH_DTYPE_BF16 || g.bias.data != nullptr;
+    const unsigned finish_blocks =
+        unsigned(checked_int(staged ? blocks_for(g.m * g.n) : 0, "m x n / 256 (finishing blocks)", who));
     const std::size_t e = dequantized_element_bytes(g.format);
-    require(g.workspace_bytes >=
-                reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w_dequantized != nullptr, g.y_dtype),
+    require(g.workspace_bytes >= reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w_dequantized != nullptr,
+                                                                staged ? WUSH_DTYPE_BF16 : WUSH_DTYPE_F32),
             "reference GEMM: workspace too small");
     auto* ws = static_cast<unsigned char*>(g.workspace);
     void* a = ws;
@@ -133,16 +141,17 @@ void launch_reference_gemm(const GemmArgs& g, const void* w_dequantized, cublasH
         ws += round_up(g.n * g.k * e, 256);
     }
     launch_dequantize(g.format, g.group, g.a_codes, g.a_scales, g.m, g.k, a, stream);
-    float* yf = g.y_dtype == WUSH_DTYPE_BF16 ? reinterpret_cast<float*>(ws) : static_cast<float*>(g.y);
+    float* yf = staged ? reinterpret_cast<float*>(ws) : static_cast<float*>(g.y);
     // Row-major Y (m x n) = A W^T is column-major Y^T (n x m) = W^T' A': op(W) = T, op(A) = N.
     const cudaDataType_t in = g.format == WUSH_FORMAT_INT4 ? CUDA_R_32F : CUDA_R_16BF;
     const cublasComputeType_t compute = g.format == WUSH_FORMAT_INT4 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
     const float alpha = g.alpha, beta = 0.0f;
     WUSH_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, in, k, a, in, k, &beta, yf,
                                    CUDA_R_32F, n, compute, CUBLAS_GEMM_DEFAULT));
-    if (g.y_dtype == WUSH_DTYPE_BF16) {
-        to_bf16_kernel<<<bf16_blocks, kThreads, 0, stream>>>(yf, static_cast<std::uint16_t*>(g.y), g.m * g.n);
-        check_launch("to_bf16_kernel");
+    if (staged) {
+        finish_kernel<<<finish_blocks, kThreads, 0, stream>>>(yf, g.y, g.y_dtype == WUSH_DTYPE_BF16 ? 1 : 0, g.m * g.n,
+                                                              g.n, g.bias);
+        check_launch("finish_kernel");
     }
 }
 

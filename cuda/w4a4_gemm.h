@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "gemm_table.h"
+#include "output_bias.h"
 #include "wush/wush.h"
 
 namespace wush::cuda {
@@ -29,6 +30,7 @@ struct GemmArgs {
     float alpha = 1.0f;
     void* y = nullptr;                    // m x n
     wush_dtype y_dtype = WUSH_DTYPE_F32;  // F32 or BF16
+    OutputBias bias;                      // added to every row in float32 before the rounding to y_dtype
     void* workspace = nullptr;            // device scratch of workspace_bytes (split-K partials, ...)
     std::size_t workspace_bytes = 0;
 };

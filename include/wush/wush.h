@@ -1189,6 +1189,34 @@ WUSH_API wush_status wush_linear_run(wush_context* ctx, wush_linear* layer, wush
                                      size_t n_tokens, wush_dtype y_dtype, void* y, size_t y_count, void* workspace,
                                      size_t workspace_bytes);
 
+/*! wush_linear_run_bias() :
+ *  wush_linear_run with a bias, as a linear layer of an engine has one: y = q(T_wush x)
+ *  q(T_xvsh W)^T + b, b added to every row. The bias is added in float32 to the float32 product,
+ *  in the GEMM's final store (no second pass over y), before the rounding to BF16 when y_dtype is
+ *  BF16: y[r][j] = round_y(float(acc[r][j] + b[j])). With bias == NULL the call is
+ *  wush_linear_run, bit for bit (bias_dtype and bias_count are not read).
+ *  @param bias_dtype   the element type of `bias`: F32, F16 or BF16 (independent of x_dtype and
+ *                      y_dtype).
+ *  @param bias         d_out values, or NULL. Memory as `x` (host on a CPU context, device on a
+ *                      CUDA context, aligned to its element size); only read, and not kept after
+ *                      the call (on CUDA: after the enqueued work has run).
+ *  @param bias_count   elements of `bias`: must equal the layer's d_out.
+ *  Everything else as wush_linear_run (workspace sizes are the same; nothing is allocated; on a
+ *  CUDA context the launch is stream-ordered and graph-capturable).
+ *  n_tokens == 0 is a valid no-op (the bias arguments are still checked).
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT as wush_linear_run, and for a bad bias_dtype or
+ *          bias_count != d_out (with a non-NULL bias);
+ *          WUSH_ERR_BUFFER_TOO_SMALL as wush_linear_run;
+ *          WUSH_ERR_NON_FINITE if `bias` holds NaN or +-Inf (the message names "bias" and the
+ *          column; CPU: now, y untouched; CUDA: from the next wush_context_synchronize, y
+ *          unspecified), for NaN/Inf in `x` as wush_linear_run, or (CPU) if the sum overflows
+ *          float32 although the inputs are finite; WUSH_ERR_CUDA.
+ *  Thread safety: serialized per context; the layer and `bias` are only read. */
+WUSH_API wush_status wush_linear_run_bias(wush_context* ctx, wush_linear* layer, wush_dtype x_dtype, const void* x,
+                                          size_t n_tokens, wush_dtype bias_dtype, const void* bias, size_t bias_count,
+                                          wush_dtype y_dtype, void* y, size_t y_count, void* workspace,
+                                          size_t workspace_bytes);
+
 /* ================================================================================================
  * Checkpoints: transforms and pre-quantized weights in a safetensors file (docs/FORMAT.md)
  * ==============================================================================================*/

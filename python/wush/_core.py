@@ -498,10 +498,11 @@ def layer_loss(transform: Transform, qweight: QWeight, weight: Any, x: Any, runt
 
 
 class Linear(_Handle):
-    """A quantized linear layer prepared once on a context (``wush_linear``): y = x W^T with the
-    activations transformed and quantized on the fly. The transform and qweight are copied into
-    the prepared layer (the CPU backend also packs the weight panels once). Bias is not applied
-    here. Close it (or let it be collected) before closing its context."""
+    """A quantized linear layer prepared once on a context (``wush_linear``): y = x W^T (+ b) with
+    the activations transformed and quantized on the fly. The transform and qweight are copied into
+    the prepared layer (the CPU backend also packs the weight panels once). A bias, if given to a
+    call, is added by the library in float32 before the output's rounding
+    (``wush_linear_run_bias``). Close it (or let it be collected) before closing its context."""
 
     _destroy = "wush_linear_destroy"
 
@@ -519,14 +520,22 @@ class Linear(_Handle):
         return need.value
 
     def run_raw(self, x_dtype: Any, x_ptr: int, n_tokens: int, y_dtype: Any, y_ptr: int, y_count: int,
-                ws_ptr: int, ws_bytes: int) -> None:
+                ws_ptr: int, ws_bytes: int, bias_dtype: Any = DType.F32, bias_ptr: int = 0) -> None:
         """``wush_linear_run`` on raw pointers (host pointers on a CPU context, device pointers on
-        a CUDA context, where the work is enqueued on the context's stream). The caller keeps the
-        buffers alive for the call (CPU) or until the stream has run it (CUDA)."""
+        a CUDA context, where the work is enqueued on the context's stream). With ``bias_ptr``
+        (d_out values of ``bias_dtype``, in the same memory as x): ``wush_linear_run_bias``. The
+        caller keeps the buffers alive for the call (CPU) or until the stream has run it (CUDA)."""
+        if bias_ptr:
+            _call("wush_linear_run_bias", self.ctx.ptr, self.ptr, int(x_dtype), ctypes.c_void_p(x_ptr),
+                  int(n_tokens), int(bias_dtype), ctypes.c_void_p(bias_ptr), self.d_out, int(y_dtype),
+                  ctypes.c_void_p(y_ptr), int(y_count), ctypes.c_void_p(ws_ptr or None), int(ws_bytes))
+            return
         _call("wush_linear_run", self.ctx.ptr, self.ptr, int(x_dtype), ctypes.c_void_p(x_ptr), int(n_tokens),
               int(y_dtype), ctypes.c_void_p(y_ptr), int(y_count), ctypes.c_void_p(ws_ptr or None), int(ws_bytes))
 
-    def __call__(self, x: Any, out_dtype: str = "f32") -> Any:
+    def __call__(self, x: Any, out_dtype: str = "f32", bias: Any = None) -> Any:
+        """y (n, d_out) float32 for host activations x (n, d_in); ``bias`` (d_out values, float32
+        or float16, or a torch tensor of those or bfloat16) is added by the library."""
         b = _Buf(x)
         if b.cols != self.d_in:
             raise ValueError(f"input width {b.cols} != d_in {self.d_in}")
@@ -535,8 +544,14 @@ class Linear(_Handle):
         if self._ws.size < need.value:
             self._ws = np.empty(need.value, np.uint8)  # grown once for the largest batch seen
         y = np.empty((b.rows, self.d_out), np.float32)
-        _call("wush_linear_run", self.ctx.ptr, self.ptr, int(b.dtype), ctypes.c_void_p(b.ptr), b.rows,
-              int(DType.F32), y.ctypes.data, y.size, self._ws.ctypes.data, self._ws.size)
+        if bias is None:
+            _call("wush_linear_run", self.ctx.ptr, self.ptr, int(b.dtype), ctypes.c_void_p(b.ptr), b.rows,
+                  int(DType.F32), y.ctypes.data, y.size, self._ws.ctypes.data, self._ws.size)
+            return y
+        bb = _Buf(bias, "bias")  # its length is checked by the library (bias_count == d_out)
+        _call("wush_linear_run_bias", self.ctx.ptr, self.ptr, int(b.dtype), ctypes.c_void_p(b.ptr), b.rows,
+              int(bb.dtype), ctypes.c_void_p(bb.ptr), bb.rows * bb.cols, int(DType.F32), y.ctypes.data, y.size,
+              self._ws.ctypes.data, self._ws.size)
         return y
 
 

@@ -70,6 +70,7 @@ FUNCTIONS = {
     'wush_linear_info': ('wush_status', ('const wush_linear*', 'size_t*', 'size_t*', 'wush_format*')),
     'wush_linear_quantize': ('wush_status', ('wush_context*', 'wush_linear*', 'wush_dtype', 'const void*', 'size_t', 'void*', 'size_t', 'void*', 'size_t')),
     'wush_linear_run': ('wush_status', ('wush_context*', 'wush_linear*', 'wush_dtype', 'const void*', 'size_t', 'wush_dtype', 'void*', 'size_t', 'void*', 'size_t')),
+    'wush_linear_run_bias': ('wush_status', ('wush_context*', 'wush_linear*', 'wush_dtype', 'const void*', 'size_t', 'wush_dtype', 'const void*', 'size_t', 'wush_dtype', 'void*', 'size_t', 'void*', 'size_t')),
     'wush_linear_workspace_size': ('wush_status', ('wush_context*', 'const wush_linear*', 'size_t', 'size_t*')),
     'wush_method_from_name': ('wush_status', ('const char*', 'wush_method*')),
     'wush_method_name': ('const char*', ('wush_method',)),

@@ -197,7 +197,8 @@ class QuantizedLinear(nn.Module):
     On a CPU context it takes CPU tensors; on a CUDA context (``Context("cuda", i)``) CUDA
     tensors of that device, and the work is enqueued on torch's current stream. Input float32,
     float16 or bfloat16 (others are converted to float32); the output has the input's dtype. The
-    library accumulates in float32; the bias is added in float32 before the cast."""
+    library accumulates in float32 and adds the bias (``wush_linear_run_bias``, fused into its
+    store) in float32 before the rounding to the output dtype."""
 
     def __init__(self, transform: Transform, qweight: QWeight, bias: Optional[torch.Tensor],
                  ctx: Optional[_core.Context] = None):
@@ -238,19 +239,29 @@ class QuantizedLinear(nn.Module):
             x2 = x2.float()
         x2 = x2.contiguous()
         n = x2.shape[0]
-        # bf16 in, no bias: the library writes bf16 (its F32 result rounded to nearest even, the
-        # same bits as converting afterwards) and the conversion pass is saved.
-        y_dtype = torch.bfloat16 if x2.dtype == torch.bfloat16 and self.bias is None else torch.float32
+        # bf16 in: the library writes bf16 (its F32 result, bias included, rounded to nearest
+        # even: the same bits as converting afterwards) and the conversion pass is saved.
+        y_dtype = torch.bfloat16 if x2.dtype == torch.bfloat16 else torch.float32
         y = torch.empty((n, self.out_features), dtype=y_dtype, device=x.device)
         if n:
             ws = self._workspace(n, x.device)
+            bias = self._library_bias()
             if self._cuda:
                 self.ctx.set_stream(torch.cuda.current_stream(x.device).cuda_stream)
             self.runtime.run_raw(_TORCH_DTYPES[x2.dtype], x2.data_ptr(), n, _TORCH_DTYPES[y_dtype], y.data_ptr(),
-                                 y.numel(), ws.data_ptr(), ws.numel())
-        if self.bias is not None:
-            y += self.bias.float()
+                                 y.numel(), ws.data_ptr(), ws.numel(),
+                                 *((_TORCH_DTYPES[bias.dtype], bias.data_ptr()) if bias is not None else ()))
         return y.to(x.dtype).reshape(*shape[:-1], self.out_features)
+
+    def _library_bias(self) -> Optional[torch.Tensor]:
+        """The bias as the library takes it: contiguous, float32, float16 or bfloat16 (as stored:
+        no copy for an nn.Linear's bias of those dtypes)."""
+        if self.bias is None:
+            return None
+        b = self.bias.detach()
+        if b.dtype not in _TORCH_DTYPES:
+            b = b.float()
+        return b.contiguous()
 
 
 _TORCH_DTYPES = {torch.float32: _core.DType.F32, torch.float16: _core.DType.F16, torch.bfloat16: _core.DType.BF16}

@@ -32,6 +32,14 @@ struct TransformRef {
     MatrixUse use;
 };
 
+// The optional bias of a forward (wush_linear_run_bias): d_out values of `dtype` (F32, F16 or
+// BF16) in backend memory, added to every row of y in float32 before the rounding to y's dtype.
+// data == nullptr: no bias (the result is the bias-free forward's, bit for bit).
+struct Bias {
+    wush_dtype dtype = WUSH_DTYPE_F32;
+    const void* data = nullptr;
+};
+
 // A transform and a quantized weight bound to one backend (wush_linear). Created by
 // Backend::prepare(); used only through the context that created it (the C API checks).
 class PreparedLayer {
@@ -50,9 +58,10 @@ public:
     virtual void quantize(wush_dtype x_dtype, const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
                           std::span<std::uint8_t> scales) = 0;
 
-    // y (n_tokens x d_out, F32 or BF16) = q(T_wush x) q(T_xvsh W)^T, intermediates in `workspace`.
-    virtual void forward(wush_dtype x_dtype, const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y,
-                         std::span<std::byte> workspace) = 0;
+    // y (n_tokens x d_out, F32 or BF16) = q(T_wush x) q(T_xvsh W)^T (+ bias), intermediates in
+    // `workspace`. A non-finite bias is NON_FINITE (as a NaN in x: at once or at the next synchronize).
+    virtual void forward(wush_dtype x_dtype, const void* x, std::size_t n_tokens, const Bias& bias, wush_dtype y_dtype,
+                         void* y, std::span<std::byte> workspace) = 0;
 };
 
 class Backend {

@@ -17,8 +17,9 @@
 
 namespace wush::backend {
 
-// Bumped whenever ModuleApi or the meaning of its fields changes.
-inline constexpr int kModuleInterfaceVersion = 1;
+// Bumped whenever ModuleApi or the meaning of its fields changes, or the Backend / PreparedLayer
+// interface the module implements (backend.h). 2: PreparedLayer::forward takes a Bias.
+inline constexpr int kModuleInterfaceVersion = 2;
 
 inline constexpr const char* kModuleEntrySymbol = "wush_backend_module_entry";
 

@@ -73,9 +73,9 @@ struct LayerView {
     }
 
     void forward(const ContextParameters& run, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
-                 wush_dtype y_dtype, void* y, std::span<std::byte> workspace) const {
+                 wush_dtype y_dtype, void* y, std::span<std::byte> workspace, const backend::Bias& bias = {}) const {
         linear_forward(run.isa(), run.threads(), transform, use, weights, x_dtype, x, n_tokens, y_dtype, y, workspace,
-                       panels);
+                       panels, bias);
         require_finite_product(run, y_dtype, y, n_tokens, weights.d_out);
     }
 };
@@ -108,9 +108,9 @@ public:
                       scales);
     }
 
-    void forward(wush_dtype x_dtype, const void* x, std::size_t n_tokens, wush_dtype y_dtype, void* y,
-                 std::span<std::byte> workspace) override {
-        view().forward(*parameters_, x_dtype, x, n_tokens, y_dtype, y, workspace);
+    void forward(wush_dtype x_dtype, const void* x, std::size_t n_tokens, const backend::Bias& bias, wush_dtype y_dtype,
+                 void* y, std::span<std::byte> workspace) override {
+        view().forward(*parameters_, x_dtype, x, n_tokens, y_dtype, y, workspace, bias);
     }
 
 private:

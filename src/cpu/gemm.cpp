@@ -96,6 +96,7 @@ void scalar_prepare(const formats::FormatSpec& f, const std::uint8_t* codes, std
 }
 
 void store(const GemmOutput& out, std::size_t r, std::size_t n, float v) {
+    if (out.bias != nullptr) v += out.bias[n];
     if (out.dtype == WUSH_DTYPE_BF16) static_cast<std::uint16_t*>(out.y)[r * out.ld + n] = bits::bf16_encode(double(v));
     else static_cast<float*>(out.y)[r * out.ld + n] = v;
 }
@@ -188,7 +189,7 @@ struct Operands {
 };
 
 Operands operands(const formats::FormatSpec& f, const formats::PackedMatrix& w, const Plan& p, std::size_t m, void* y,
-                  wush_dtype y_dtype) {
+                  wush_dtype y_dtype, const float* bias) {
     Operands o{};
     const std::size_t k = w.d_in, groups = k / f.group;
     o.a.format = int(f.id);
@@ -213,6 +214,7 @@ Operands operands(const formats::FormatSpec& f, const formats::PackedMatrix& w, 
     o.out.y = y;
     o.out.dtype = int(y_dtype);
     o.out.ld = w.d_out;
+    o.out.bias = bias;
     return o;
 }
 
@@ -305,7 +307,7 @@ void run_panels(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* c
 
 void gemm(Isa isa, std::size_t threads, const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
           std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y,
-          std::span<std::byte> scratch, const PanelPack* packed) {
+          std::span<std::byte> scratch, const PanelPack* packed, const float* bias) {
     const formats::FormatSpec& f = formats::spec(w.format);
     const std::size_t k = w.d_in, n = w.d_out;
     const formats::PackedSizes need = formats::packed_sizes(f, m, k);
@@ -320,7 +322,7 @@ void gemm(Isa isa, std::size_t threads, const formats::PackedMatrix& w, std::spa
     require(p.slots >= 1, "gemm: scratch too small");
     p.panels = carver.take<std::uint8_t>(p.slots * p.slot_bytes);
     decode_activation_scales(f, a_scales.data(), m, k, p);
-    const Operands o = operands(f, w, p, m, y, y_dtype);
+    const Operands o = operands(f, w, p, m, y, y_dtype, bias);
     // Small products stay on the calling thread (see kParallelMacs).
     const std::size_t team = double(m) * double(n) * double(k) >= kParallelMacs ? p.slots : 1;
     const PanelPack* pack = packed != nullptr && packed->isa() == isa && !packed->empty() ? packed : nullptr;

@@ -65,9 +65,10 @@ void check_activation_scales(const formats::FormatSpec& format, std::span<const 
 // runtime's work pool (threads/work_pool.h), fewer if `scratch` (sized by gemm_scratch_bytes) has
 // room for fewer panels; the result does not depend on the count. Activation scales must be
 // finite (check_activation_scales). `packed`, if given, holds w's panels packed for `isa` (a
-// pack made for another ISA is ignored).
+// pack made for another ISA is ignored). `bias`, if given (n floats), is added to every row in
+// the store: y = round_y(acc + bias[j]) in float32 (GemmOutput, kernels.h).
 void gemm(Isa isa, std::size_t threads, const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
           std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y,
-          std::span<std::byte> scratch, const PanelPack* packed = nullptr);
+          std::span<std::byte> scratch, const PanelPack* packed = nullptr, const float* bias = nullptr);
 
 }  // namespace wush::cpu

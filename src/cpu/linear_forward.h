@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <span>
 
+#include "backend/backend.h"
 #include "common/cpu_isa.h"
 #include "cpu/activation_quantizer.h"
 #include "cpu/gemm.h"
@@ -22,9 +23,11 @@ std::size_t linear_forward_workspace_bytes(const BlockTransform& transform, cons
 // y (n_tokens x d_out, `y_dtype` F32 or BF16) for the activations x (n_tokens x d_in, `x_dtype`);
 // `use` is classify_matrices(transform); `packed`, if given, holds the weights' GEMM panels (a
 // prepared layer). The GEMM runs on up to `threads` threads, as many as `workspace` has room for.
-// Throws NON_FINITE (y untouched) for NaN/Inf in x.
+// `bias`, if given, is added in the GEMM's store (gemm()). Throws NON_FINITE (y untouched) for
+// NaN/Inf in the bias or in x.
 void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transform, MatrixUse use,
                     const formats::PackedMatrix& weights, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
-                    wush_dtype y_dtype, void* y, std::span<std::byte> workspace, const PanelPack* packed = nullptr);
+                    wush_dtype y_dtype, void* y, std::span<std::byte> workspace, const PanelPack* packed = nullptr,
+                    const backend::Bias& bias = {});
 
 }  // namespace wush::cpu

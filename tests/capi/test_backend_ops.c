@@ -232,6 +232,194 @@ static void check_layer(wush_context* ctx, wush_context* ref_ctx, const Layer* l
     free(y);
 }
 
+/* ---- the bias of wush_linear_run_bias ------------------------------------------------------- */
+
+/* Bias values k / 64 with |k| <= 255: exact in F32, F16 and BF16, so the three dtypes carry the
+ * same values. One is -0.0 (its sign must not matter to the sum). */
+static void make_bias(float* b, uint16_t* b_bf16, uint16_t* b_f16, size_t n) {
+    for (size_t j = 0; j < n; ++j) {
+        const int k = (int)(uniform() * 511.0) - 255;
+        b[j] = j == 3 ? -0.0f : (float)k / 64.0f;
+        uint32_t u;
+        memcpy(&u, &b[j], 4);
+        b_bf16[j] = (uint16_t)(u >> 16); /* exact: at most 8 significant bits */
+        /* binary16 from the value's exponent and 10 mantissa bits (exact, normal or zero) */
+        const double a = fabs((double)b[j]);
+        uint16_t h = (uint16_t)(signbit(b[j]) ? 0x8000u : 0u);
+        if (a != 0.0) {
+            int e = 0;
+            const double f = frexp(a, &e); /* a = f 2^e, f in [0.5, 1): 1.m x 2^(e - 1) */
+            h |= (uint16_t)((unsigned)(e - 1 + 15) << 10 | (unsigned)((2.0 * f - 1.0) * 1024.0));
+        }
+        b_f16[j] = h;
+    }
+}
+
+/* Round-to-nearest-even float32 -> bf16 bits, written here from the definition (finite values). */
+static uint16_t bf16_rne(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* y = product + bias, added in float32 before the rounding. Oracles: the bias-free forward of the
+ * same layer, plus the bias, rounded here (bit for bit: the bias is added to the very float32 the
+ * bias-free forward stores); the float64 product of the dequantized operands plus the bias (to
+ * float32 accumulation tolerance); a NULL bias gives wush_linear_run's bytes. */
+static void check_bias(wush_context* ctx, wush_context* ref_ctx, const Layer* l, const float* x, size_t m) {
+    size_t cb = 0, sb = 0, ws_bytes = 0;
+    CHECK_STATUS(wush_format_buffer_sizes(l->format, m, D_IN, &cb, &sb), WUSH_OK);
+    uint8_t *codes = malloc(cb), *scales = malloc(sb);
+    CHECK_STATUS(wush_quantize_activations(ref_ctx, l->t, l->format, WUSH_DTYPE_F32, x, m, D_IN, codes, cb, scales, sb),
+                 WUSH_OK);
+    double* yref = malloc(sizeof(double) * m * D_OUT);
+    double* mag = malloc(sizeof(double) * m * D_OUT);
+    reference(ref_ctx, l, codes, scales, m, yref, mag);
+
+    float b[D_OUT];
+    uint16_t b_bf16[D_OUT], b_f16[D_OUT];
+    make_bias(b, b_bf16, b_f16, D_OUT);
+    wush_linear* lin = NULL;
+    CHECK_STATUS(wush_linear_create(ctx, l->t, l->w, &lin), WUSH_OK);
+    CHECK_STATUS(wush_linear_workspace_size(ctx, lin, m, &ws_bytes), WUSH_OK);
+    void *dx = dev_alloc(sizeof(float) * m * D_IN), *dy = dev_alloc(sizeof(float) * m * D_OUT);
+    void *dws = dev_alloc(ws_bytes), *db = dev_alloc(sizeof b), *db16 = dev_alloc(sizeof b_bf16),
+         *dh16 = dev_alloc(sizeof b_f16);
+    to_dev(dx, x, sizeof(float) * m * D_IN);
+    to_dev(db, b, sizeof b);
+    to_dev(db16, b_bf16, sizeof b_bf16);
+    to_dev(dh16, b_f16, sizeof b_f16);
+    float* y0 = malloc(sizeof(float) * m * D_OUT);
+    float* y = malloc(sizeof(float) * m * D_OUT);
+    float* want = malloc(sizeof(float) * m * D_OUT);
+    double* ref_b = malloc(sizeof(double) * m * D_OUT);
+    double* mag_b = malloc(sizeof(double) * m * D_OUT);
+    uint16_t* yh0 = malloc(sizeof(uint16_t) * m * D_OUT);
+    uint16_t* yh = malloc(sizeof(uint16_t) * m * D_OUT);
+
+    CHECK_STATUS(wush_linear_run(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, dy, m * D_OUT, dws, ws_bytes),
+                 WUSH_OK);
+    CHECK_STATUS(wush_context_synchronize(ctx), WUSH_OK);
+    to_host(y0, dy, sizeof(float) * m * D_OUT);
+    CHECK_STATUS(wush_linear_run(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_BF16, dy, m * D_OUT, dws, ws_bytes),
+                 WUSH_OK);
+    CHECK_STATUS(wush_context_synchronize(ctx), WUSH_OK);
+    to_host(yh0, dy, sizeof(uint16_t) * m * D_OUT);
+    for (size_t i = 0; i < m * D_OUT; ++i) {
+        want[i] = y0[i] + b[i % D_OUT];
+        ref_b[i] = yref[i] + (double)b[i % D_OUT];
+        mag_b[i] = mag[i] + fabs((double)b[i % D_OUT]);
+    }
+
+    /* NULL bias: wush_linear_run's bytes (the bias arguments are not read). */
+    CHECK_STATUS(wush_linear_run_bias(ctx, lin, WUSH_DTYPE_F32, dx, m, (wush_dtype)9, NULL, 0, WUSH_DTYPE_F32, dy,
+                                      m * D_OUT, dws, ws_bytes),
+                 WUSH_OK);
+    CHECK_STATUS(wush_context_synchronize(ctx), WUSH_OK);
+    to_host(y, dy, sizeof(float) * m * D_OUT);
+    CHECK(memcmp(y, y0, sizeof(float) * m * D_OUT) == 0);
+    CHECK_STATUS(wush_linear_run_bias(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, NULL, D_OUT, WUSH_DTYPE_BF16, dy,
+                                      m * D_OUT, dws, ws_bytes),
+                 WUSH_OK);
+    CHECK_STATUS(wush_context_synchronize(ctx), WUSH_OK);
+    to_host(yh, dy, sizeof(uint16_t) * m * D_OUT);
+    CHECK(memcmp(yh, yh0, sizeof(uint16_t) * m * D_OUT) == 0);
+
+    /* Each bias dtype, each output dtype. */
+    const wush_dtype dtypes[] = {WUSH_DTYPE_F32, WUSH_DTYPE_F16, WUSH_DTYPE_BF16};
+    const void* biases[] = {db, dh16, db16};
+    for (int d = 0; d < 3; ++d) {
+        memset(y, 0, sizeof(float) * m * D_OUT);
+        to_dev(dy, y, sizeof(float) * m * D_OUT);
+        CHECK_STATUS(wush_linear_run_bias(ctx, lin, WUSH_DTYPE_F32, dx, m, dtypes[d], biases[d], D_OUT, WUSH_DTYPE_F32,
+                                          dy, m * D_OUT, dws, ws_bytes),
+                     WUSH_OK);
+        CHECK_STATUS(wush_context_synchronize(ctx), WUSH_OK);
+        to_host(y, dy, sizeof(float) * m * D_OUT);
+        CHECK(memcmp(y, want, sizeof(float) * m * D_OUT) == 0);
+        CHECK(close_to(y, ref_b, mag_b, m * D_OUT));
+        CHECK_STATUS(wush_linear_run_bias(ctx, lin, WUSH_DTYPE_F32, dx, m, dtypes[d], biases[d], D_OUT, WUSH_DTYPE_BF16,
+                                          dy, m * D_OUT, dws, ws_bytes),
+                     WUSH_OK);
+        CHECK_STATUS(wush_context_synchronize(ctx), WUSH_OK);
+        to_host(yh, dy, sizeof(uint16_t) * m * D_OUT);
+        size_t bad = 0;
+        for (size_t i = 0; i < m * D_OUT; ++i) bad += yh[i] != bf16_rne(want[i]);
+        CHECK(bad == 0);
+    }
+
+    /* Errors: the bias's length and dtype (also with no tokens), a NaN or infinity in it. */
+    CHECK_STATUS(wush_linear_run_bias(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, db, D_OUT - 1, WUSH_DTYPE_F32,
+                                      dy, m * D_OUT, dws, ws_bytes),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(wush_last_error(), "d_out") != NULL);
+    CHECK_STATUS(wush_linear_run_bias(ctx, lin, WUSH_DTYPE_F32, NULL, 0, WUSH_DTYPE_F32, db, D_OUT + 1, WUSH_DTYPE_F32,
+                                      NULL, 0, NULL, 0),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_linear_run_bias(ctx, lin, WUSH_DTYPE_F32, NULL, 0, WUSH_DTYPE_F32, db, D_OUT, WUSH_DTYPE_F32,
+                                      NULL, 0, NULL, 0),
+                 WUSH_OK);
+    CHECK_STATUS(wush_linear_run_bias(ctx, lin, WUSH_DTYPE_F32, dx, m, (wush_dtype)9, db, D_OUT, WUSH_DTYPE_F32, dy,
+                                      m * D_OUT, dws, ws_bytes),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    const float specials[] = {NAN, -INFINITY};
+    for (int s = 0; s < 2; ++s) {
+        float bad_b[D_OUT];
+        memcpy(bad_b, b, sizeof b);
+        bad_b[57] = specials[s];
+        to_dev(db, bad_b, sizeof bad_b);
+        for (size_t i = 0; i < m * D_OUT; ++i) y[i] = 1.5f;
+        to_dev(dy, y, sizeof(float) * m * D_OUT);
+        wush_status st = wush_linear_run_bias(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, db, D_OUT,
+                                              WUSH_DTYPE_F32, dy, m * D_OUT, dws, ws_bytes);
+        if (g_backend == WUSH_BACKEND_CUDA) {
+            CHECK(st == WUSH_OK);
+            st = wush_context_synchronize(ctx);
+        }
+        CHECK(st == WUSH_ERR_NON_FINITE);
+        CHECK(strstr(wush_last_error(), "bias holds a NaN or infinite value at column 57") != NULL);
+        CHECK_STATUS(wush_context_synchronize(ctx), WUSH_OK); /* reported once */
+        if (g_backend == WUSH_BACKEND_CPU) {                  /* y untouched */
+            size_t changed = 0;
+            to_host(y, dy, sizeof(float) * m * D_OUT);
+            for (size_t i = 0; i < m * D_OUT; ++i) changed += y[i] != 1.5f;
+            CHECK(changed == 0);
+        }
+    }
+    to_dev(db, b, sizeof b);
+#ifdef WUSH_TEST_CUDA
+    if (g_backend == WUSH_BACKEND_CUDA) {
+        CHECK_STATUS(wush_linear_run_bias(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, b, D_OUT, WUSH_DTYPE_F32, dy,
+                                          m * D_OUT, dws, ws_bytes),
+                     WUSH_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(wush_last_error(), "host pointer") != NULL);
+        CHECK_STATUS(wush_linear_run_bias(ctx, lin, WUSH_DTYPE_F32, dx, m, WUSH_DTYPE_F32, (char*)db + 2, D_OUT,
+                                          WUSH_DTYPE_F32, dy, m * D_OUT, dws, ws_bytes),
+                     WUSH_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(wush_last_error(), "bias (F32) is not 4-byte aligned") != NULL);
+    }
+#endif
+
+    wush_linear_destroy(lin);
+    dev_free(dx);
+    dev_free(dy);
+    dev_free(dws);
+    dev_free(db);
+    dev_free(db16);
+    dev_free(dh16);
+    free(codes);
+    free(scales);
+    free(yref);
+    free(mag);
+    free(y0);
+    free(y);
+    free(want);
+    free(ref_b);
+    free(mag_b);
+    free(yh0);
+    free(yh);
+}
+
 /* A workspace sized for n tokens serves every smaller batch ("for up to n_tokens tokens"): the
  * sizes never shrink as n grows, though the kernels change with n (CPU: the GEMM's split layout up
  * to 4 rows; CUDA: decode, reference path, prefill kernel), and one workspace runs them all. */
@@ -468,6 +656,7 @@ int main(int argc, char** argv) {
             Layer l = make_layer(ref_ctx, kinds[k], formats[f], weight, cal);
             for (size_t i = 0; i < 4; ++i) check_layer(ctx, ref_ctx, &l, x, token_counts[i]);
             if (k == 0) {
+                for (size_t i = 0; i < 4; ++i) check_bias(ctx, ref_ctx, &l, x, token_counts[i]);
                 check_non_finite(ctx, &l, x);
                 check_workspace_up_to(ctx, &l, x);
                 check_misuse(ctx, other, &l);

@@ -1,7 +1,7 @@
 /* Tests of the CPU runtime's C API, in plain C99 against the shared library: ISA queries and the
  * WUSH_CONTEXT_CPU_ISA parameter, wush_quantize_activations, wush_gemm, wush_linear_forward and
- * its workspace, wush_layer_loss_runtime, argument checks, and one transform + qweight shared by
- * several threads (each with its own context).
+ * its workspace, wush_linear_run_bias's bias on every ISA, wush_layer_loss_runtime, argument
+ * checks, and one transform + qweight shared by several threads (each with its own context).
  *
  * Oracles are independent of the code under test: the float64 product of operands dequantized
  * with wush_dequantize_rows, wush_quantize_rows on the same values (identity transform; a float64
@@ -529,11 +529,76 @@ static void test_runtime_loss(void) {
     wush_context_destroy(ctx);
 }
 
+/* wush_linear_run_bias on every ISA's kernels (the layer prepared after the ISA is set, so that
+ * its packed panels and row blocks are that ISA's), d_out = 45 so that the last stores are partial
+ * vectors: y equals the bias-free forward plus the bias, added here in float32 (bit for bit) and
+ * rounded here to bf16 for a BF16 y. */
+static void test_bias_every_isa(void) {
+    enum { N_OUT = 45 };
+    wush_cpu_isa isas[3];
+    const size_t n_isas = supported_isas(isas);
+    static const size_t ms[] = {1, 3, 5, N_TOK};
+    float b[N_OUT], y0[N_TOK * N_OUT], y[N_TOK * N_OUT];
+    uint16_t b16[N_OUT], yh[N_TOK * N_OUT];
+    size_t ii, fi, mi, i;
+    wush_context* ctx = NULL;
+    for (i = 0; i < N_OUT; ++i) {
+        uint32_t u;
+        b[i] = (float)(0.25 * rng_gauss());
+        memcpy(&u, &b[i], 4);
+        b16[i] = (uint16_t)(u >> 16);
+        u = (uint32_t)b16[i] << 16; /* the F32 bias holds the BF16 bias's values: one expectation */
+        memcpy(&b[i], &u, 4);
+    }
+    CHECK_STATUS(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx), WUSH_OK);
+    for (ii = 0; ii < n_isas; ++ii) {
+        CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_CPU_ISA, isas[ii]), WUSH_OK);
+        for (fi = 0; fi < 4; ++fi) {
+            wush_transform* t = make_transform(ctx, WUSH_TRANSFORM_WUSH, group_of(kFormats[fi]));
+            wush_qweight* q = NULL;
+            wush_linear* lin = NULL;
+            size_t ws_bytes = 0;
+            void* ws;
+            CHECK_STATUS(wush_qweight_create(ctx, t, kFormats[fi], WUSH_METHOD_RTN, WUSH_DTYPE_F32, g_layer.w, N_OUT,
+                                             D_IN, NULL, &q),
+                         WUSH_OK);
+            CHECK_STATUS(wush_linear_create(ctx, t, q, &lin), WUSH_OK);
+            CHECK_STATUS(wush_linear_workspace_size(ctx, lin, N_TOK, &ws_bytes), WUSH_OK);
+            ws = malloc(ws_bytes);
+            for (mi = 0; mi < 4; ++mi) {
+                const size_t m = ms[mi];
+                size_t bad = 0;
+                CHECK_STATUS(wush_linear_run(ctx, lin, WUSH_DTYPE_F32, g_layer.x, m, WUSH_DTYPE_F32, y0, m * N_OUT, ws,
+                                             ws_bytes),
+                             WUSH_OK);
+                CHECK_STATUS(wush_linear_run_bias(ctx, lin, WUSH_DTYPE_F32, g_layer.x, m, WUSH_DTYPE_F32, b, N_OUT,
+                                                  WUSH_DTYPE_F32, y, m * N_OUT, ws, ws_bytes),
+                             WUSH_OK);
+                for (i = 0; i < m * N_OUT; ++i) {
+                    const float want = y0[i] + b[i % N_OUT];
+                    bad += memcmp(&y[i], &want, 4) != 0;
+                }
+                CHECK_STATUS(wush_linear_run_bias(ctx, lin, WUSH_DTYPE_F32, g_layer.x, m, WUSH_DTYPE_BF16, b16, N_OUT,
+                                                  WUSH_DTYPE_BF16, yh, m * N_OUT, ws, ws_bytes),
+                             WUSH_OK);
+                for (i = 0; i < m * N_OUT; ++i) bad += yh[i] != bf16_rne(y0[i] + b[i % N_OUT]);
+                CHECK(bad == 0);
+            }
+            free(ws);
+            wush_linear_destroy(lin);
+            wush_qweight_destroy(q);
+            wush_transform_destroy(t);
+        }
+    }
+    wush_context_destroy(ctx);
+}
+
 int main(void) {
     make_layer();
     test_isa_parameter();
     test_quantize_activations();
     test_gemm_and_forward();
+    test_bias_every_isa();
     test_mismatched_layer();
     test_non_finite();
     test_threads();

@@ -226,12 +226,14 @@ TEST_F(CudaKernels, GemmAndForwardMatchCpu) {
             auto layer = be_->prepare(ref, w);
             cuda::DeviceBuffer ws(layer->workspace_bytes(m));
             const cuda::DeviceBuffer xd = upload(x);
-            layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, yd.get(), {ws.get<std::byte>(), ws.bytes()});
+            layer->forward(WUSH_DTYPE_F32, xd.get(), m, {}, WUSH_DTYPE_F32, yd.get(),
+                           {ws.get<std::byte>(), ws.bytes()});
             be_->synchronize();
             expect_close(download<float>(yd, m * w.d_out), want, kDin, what + " forward");
             // BF16 output: the F32 result rounded once
             cuda::DeviceBuffer yb(m * w.d_out * 2);
-            layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_BF16, yb.get(), {ws.get<std::byte>(), ws.bytes()});
+            layer->forward(WUSH_DTYPE_F32, xd.get(), m, {}, WUSH_DTYPE_BF16, yb.get(),
+                           {ws.get<std::byte>(), ws.bytes()});
             be_->synchronize();
             const std::vector<std::uint16_t> got = download<std::uint16_t>(yb, m * w.d_out);
             for (std::size_t i = 0; i < got.size(); ++i)
@@ -312,7 +314,8 @@ void capture_matches_eager(bool prefill) {
             const auto run = [&] {
                 layer->quantize(WUSH_DTYPE_F32, xd.get(), m, {cd.get<std::uint8_t>(), cd.bytes()},
                                 {sd.get<std::uint8_t>(), sd.bytes()});
-                layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+                layer->forward(WUSH_DTYPE_F32, xd.get(), m, {}, WUSH_DTYPE_F32, y.get(),
+                               {ws.get<std::byte>(), ws.bytes()});
             };
             run();
             be->synchronize();
@@ -404,7 +407,7 @@ TEST(CudaIssue32, WorkspaceForUpToNServesEverySmallerBatch) {
         for (std::size_t m :
              {std::size_t(1), std::size_t(17), std::size_t(64), std::size_t(127), std::size_t(128), most}) {
             const cuda::DeviceBuffer xd = upload(gaussian(m * d_in, unsigned(m)));
-            EXPECT_NO_THROW(layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_BF16, y.get(),
+            EXPECT_NO_THROW(layer->forward(WUSH_DTYPE_F32, xd.get(), m, {}, WUSH_DTYPE_BF16, y.get(),
                                            {ws.get<std::byte>(), ws.bytes()}))
                 << f.name << " m " << m;
         }
@@ -519,9 +522,9 @@ TEST(CudaIssue41, StreamSwitchWaitsForTheOldStream) {
     cuda::DeviceBuffer y0(m * d_out * sizeof(float)), y1(m * d_out * sizeof(float));
     be->set_stream(s.a);
     WUSH_CUDA_CHECK(cudaLaunchHostFunc(s.a, hold_stream, nullptr));
-    layer->forward(WUSH_DTYPE_F32, xd0.get(), m, WUSH_DTYPE_F32, y0.get(), {ws0.get<std::byte>(), ws0.bytes()});
+    layer->forward(WUSH_DTYPE_F32, xd0.get(), m, {}, WUSH_DTYPE_F32, y0.get(), {ws0.get<std::byte>(), ws0.bytes()});
     be->set_stream(s.b);
-    layer->forward(WUSH_DTYPE_F32, xd1.get(), m, WUSH_DTYPE_F32, y1.get(), {ws1.get<std::byte>(), ws1.bytes()});
+    layer->forward(WUSH_DTYPE_F32, xd1.get(), m, {}, WUSH_DTYPE_F32, y1.get(), {ws1.get<std::byte>(), ws1.bytes()});
     WUSH_CUDA_CHECK(cudaStreamSynchronize(s.b));
     EXPECT_EQ(cudaStreamQuery(s.a), cudaSuccess) << "stream B's forward finished before stream A's";
     be->synchronize();
@@ -535,7 +538,7 @@ TEST(CudaIssue41, StreamSwitchWaitsForTheOldStream) {
     const cuda::DeviceBuffer xbad = upload(bad);
     be->set_stream(s.a);
     WUSH_CUDA_CHECK(cudaLaunchHostFunc(s.a, hold_stream, nullptr));
-    layer->forward(WUSH_DTYPE_F32, xbad.get(), m, WUSH_DTYPE_F32, y0.get(), {ws0.get<std::byte>(), ws0.bytes()});
+    layer->forward(WUSH_DTYPE_F32, xbad.get(), m, {}, WUSH_DTYPE_F32, y0.get(), {ws0.get<std::byte>(), ws0.bytes()});
     be->set_stream(s.b);
     try {
         be->synchronize();
@@ -561,13 +564,13 @@ TEST(CudaIssue41, StreamSwitchIntoACaptureKeepsItValid) {
     const cuda::DeviceBuffer xd = upload(make_x(m, 3));
     cuda::DeviceBuffer ws(layer->workspace_bytes(m)), y(m * d_out * sizeof(float));
     be->set_stream(s.a);
-    layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+    layer->forward(WUSH_DTYPE_F32, xd.get(), m, {}, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
     be->synchronize();
     const std::vector<float> eager = download<float>(y, m * d_out);
     cudaGraph_t graph = nullptr;
     ASSERT_EQ(cudaStreamBeginCapture(s.b, cudaStreamCaptureModeGlobal), cudaSuccess);
     be->set_stream(s.b);
-    layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+    layer->forward(WUSH_DTYPE_F32, xd.get(), m, {}, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
     be->set_stream(s.a);  // leaving the capture: no event recorded into it either
     ASSERT_EQ(cudaStreamEndCapture(s.b, &graph), cudaSuccess) << "capture invalidated by set_stream";
     cudaGraphExec_t exec = nullptr;
@@ -603,7 +606,7 @@ TEST(CudaIssue41, PrefillConfiguredOncePerContextRuns) {
             be->set_stream(s.a);
             auto layer = be->prepare({t, classify_matrices(t)}, w);
             cuda::DeviceBuffer ws(layer->workspace_bytes(m)), y(m * d_out * sizeof(float));
-            layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+            layer->forward(WUSH_DTYPE_F32, xd.get(), m, {}, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
             be->set_stream(s.b);
             be->synchronize();
             expect_close(download<float>(y, m * d_out), want, kDin, std::string(f.name) + " prefill");
@@ -632,7 +635,7 @@ TEST(CudaIssue41, BlockScaledOptInMatchesCpuOnBlackwell) {
         auto layer = be->prepare({t, classify_matrices(t)}, w);
         const cuda::DeviceBuffer xd = upload(x);
         cuda::DeviceBuffer ws(layer->workspace_bytes(m)), y(m * d_out * sizeof(float));
-        layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+        layer->forward(WUSH_DTYPE_F32, xd.get(), m, {}, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
         be->synchronize();
         expect_close(download<float>(y, m * d_out), want, kDin, std::string(f.name) + " block-scaled");
     }

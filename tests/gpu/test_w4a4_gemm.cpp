@@ -1,7 +1,8 @@
 // The CUDA W4A4 GEMM kernels (cuda/gemm_decode.cu, cuda/gemm_prefill.cu) on random packed
 // operands of every format, against a float64 CPU product of the dequantized values written here
 // (element values and scales decoded independently of the library's codecs where practical).
-// Without a usable GPU every device test reports SKIPPED; the selection test runs anywhere.
+// The bias of the final store in every kernel. Without a usable GPU every device test reports
+// SKIPPED; the selection test runs anywhere.
 //
 // Benchmark (not run by default): WUSH_GEMM_BENCH=1 ./wush_gpu_gemm_tests --gtest_filter='*Bench*'
 // times the design points against cuBLAS BF16 (cublasGemmEx, float32 accumulation) with events,
@@ -292,6 +293,121 @@ TEST(W4A4GemmGpu, Bf16OutputAndSplitK) {
         check_product(GemmKernel::Decode, f, 5, 40, 14336, WUSH_DTYPE_F32, rng, sm);   // 14 splits, ragged
         if (sm >= 80) check_product(GemmKernel::Prefill, f, 200, 136, 480, WUSH_DTYPE_BF16, rng, sm);
     }
+}
+
+// The bias of the final store (cuda/output_bias.cuh) in every kernel's store: the decode kernel
+// (one split, and split-K's reduction), the prefill epilogue, the reference path's finishing
+// kernel. y with a bias equals the bias-free F32 y plus the bias, added and (BF16 y) rounded to
+// nearest even here, bit for bit, for F32, F16 and BF16 biases; a NaN/Inf bias element is
+// reported through the flag with the bias row and the smallest bad column.
+void run_kernel(GemmKernel kernel, const GemmArgs& args) {
+    if (kernel == GemmKernel::Decode) wush::cuda::launch_decode_gemm(args, nullptr);
+    else if (kernel == GemmKernel::Prefill) wush::cuda::launch_prefill_gemm(args, nullptr);
+    else wush::cuda::launch_reference_gemm(args, nullptr, blas_handle(), nullptr);
+}
+
+void check_bias(GemmKernel kernel, wush_format f, std::size_t m, std::size_t n, std::size_t k, std::mt19937& rng,
+                int sm) {
+    SCOPED_TRACE(::testing::Message() << "kernel " << int(kernel) << " format " << int(f) << " m " << m << " n " << n
+                                      << " k " << k);
+    const Operand a = random_operand(f, m, k, rng), w = random_operand(f, n, k, rng);
+    DeviceBuffer<std::uint8_t> da(a.codes.size()), dsa(a.scales.size()), dw(w.codes.size()), dsw(w.scales.size());
+    DeviceBuffer<float> dy(m * n), db(n);
+    DeviceBuffer<std::uint16_t> db16(n), dh16(n);
+    DeviceBuffer<unsigned long long> dflag(1);
+    const std::size_t ws = kernel == GemmKernel::Reference
+                               ? wush::cuda::reference_gemm_workspace_bytes(f, m, n, k, false, WUSH_DTYPE_BF16)
+                               : wush::cuda::gemm_workspace_bytes(kernel, f, m, n, k);
+    DeviceBuffer<std::uint8_t> dws(std::max<std::size_t>(ws, 16));
+    ASSERT_TRUE(da.p && dsa.p && dw.p && dsw.p && dy.p && db.p && db16.p && dh16.p && dflag.p && dws.p);
+    upload(da, a.codes);
+    upload(dsa, a.scales);
+    upload(dw, w.codes);
+    upload(dsw, w.scales);
+    // q / 64 with |q| < 2^8: exact in F32, F16 and BF16 (the F16 bits built from the value's exponent)
+    std::vector<float> b(n);
+    std::vector<std::uint16_t> b16(n), h16(n);
+    for (std::size_t j = 0; j < n; ++j) {
+        const int q = int(rng() % 511) - 255;
+        b[j] = j == 2 ? -0.0f : float(q) / 64.0f;
+        std::uint32_t u;
+        std::memcpy(&u, &b[j], 4);
+        b16[j] = std::uint16_t(u >> 16);
+        int e = 0;
+        const double fr = std::frexp(std::fabs(double(b[j])), &e);
+        h16[j] = std::uint16_t((std::signbit(b[j]) ? 0x8000u : 0u) |
+                               (b[j] == 0.0f ? 0u : (unsigned(e - 1 + 15) << 10 | unsigned((2 * fr - 1) * 1024))));
+    }
+    upload(db, b);
+    upload(db16, b16);
+    upload(dh16, h16);
+    const unsigned long long clear = ~0ull;
+    CUDA_OK(cudaMemcpy(dflag.p, &clear, 8, cudaMemcpyHostToDevice));
+
+    GemmArgs args;
+    args.format = f;
+    args.group = group_of(f);
+    args.m = m;
+    args.n = n;
+    args.k = k;
+    args.a_codes = da.p;
+    args.a_scales = dsa.p;
+    args.w_codes = dw.p;
+    args.w_scales = dsw.p;
+    args.alpha = float(tensor_factor(f) * tensor_factor(f));
+    args.y = dy.p;
+    args.workspace = dws.p;
+    args.workspace_bytes = dws.n;
+    ASSERT_TRUE(wush::cuda::gemm_supported(kernel, args, sm));
+    auto run = [&](wush_dtype y_dtype, const wush::cuda::OutputBias& bias, void* out) {
+        args.y_dtype = y_dtype;
+        args.bias = bias;
+        run_kernel(kernel, args);
+        CUDA_OK(cudaGetLastError());
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(out, dy.p, m * n * (y_dtype == WUSH_DTYPE_BF16 ? 2 : 4), cudaMemcpyDeviceToHost));
+    };
+    std::vector<float> y0(m * n), y(m * n);
+    std::vector<std::uint16_t> yh(m * n);
+    run(WUSH_DTYPE_F32, {}, y0.data());
+    const void* biases[] = {db.p, dh16.p, db16.p};
+    const wush_dtype dtypes[] = {WUSH_DTYPE_F32, WUSH_DTYPE_F16, WUSH_DTYPE_BF16};
+    for (int d = 0; d < 3; ++d) {
+        const wush::cuda::OutputBias bias{biases[d], dtypes[d], dflag.p};
+        run(WUSH_DTYPE_F32, bias, y.data());
+        run(WUSH_DTYPE_BF16, bias, yh.data());
+        int bad = 0;
+        for (std::size_t i = 0; i < m * n; ++i) {
+            const float want = y0[i] + b[i % n];
+            std::uint32_t u;
+            std::memcpy(&u, &want, 4);
+            const std::uint16_t want16 = std::uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+            if ((std::memcmp(&y[i], &want, 4) != 0 || yh[i] != want16) && bad++ < 5)
+                ADD_FAILURE() << "bias dtype " << int(dtypes[d]) << ": y[" << i << "] = " << y[i] << " (bf16 " << yh[i]
+                              << "), want " << want;
+        }
+        EXPECT_EQ(bad, 0);
+    }
+    unsigned long long flag = 0;
+    CUDA_OK(cudaMemcpy(&flag, dflag.p, 8, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(flag, clear);
+    b[n - 1] = INFINITY;
+    b[n / 2] = NAN;
+    upload(db, b);
+    run(WUSH_DTYPE_F32, {db.p, WUSH_DTYPE_F32, dflag.p}, y.data());
+    CUDA_OK(cudaMemcpy(&flag, dflag.p, 8, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(flag, (wush::cuda::kBiasReportRow << 32) | (n / 2));
+}
+
+TEST(W4A4GemmGpu, BiasInEveryKernelsStore) {
+    REQUIRE_GPU(sm);
+    ASSERT_NE(blas_handle(), nullptr);
+    std::mt19937 rng(5);
+    check_bias(GemmKernel::Decode, WUSH_FORMAT_MXFP4, 3, 40, 96, rng, sm);     // the kernel's own store
+    check_bias(GemmKernel::Decode, WUSH_FORMAT_NVFP4, 1, 256, 4096, rng, sm);  // split-K: the reduction
+    if (sm >= 80) check_bias(GemmKernel::Prefill, WUSH_FORMAT_INT4, 200, 136, 480, rng, sm);
+    check_bias(GemmKernel::Reference, WUSH_FORMAT_MXFP4, 17, 13, 96, rng, sm);  // the finishing kernel
+    check_bias(GemmKernel::Reference, WUSH_FORMAT_INT4, 130, 256, 512, rng, sm);
 }
 
 // Activation scales of 2^103 (past the exact range of the prefill kernel's 2-op promotion: its

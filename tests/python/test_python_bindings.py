@@ -140,6 +140,23 @@ class Bindings(unittest.TestCase):
             rel = np.linalg.norm(got - x @ w.T) / np.linalg.norm(x @ w.T)
             self.assertLess(rel, 0.35, method)
 
+    def test_linear_bias_is_added_by_the_library(self):
+        """Linear(x, bias=b): the bias-free output plus b, added in float32 (numpy), bit for bit,
+        for a float32 and a float16 bias; a bias of another length is the library's error."""
+        rng = np.random.default_rng(14)
+        w = rng.standard_normal((45, 64)).astype(np.float32)
+        x = rng.standard_normal((7, 64)).astype(np.float32)
+        t = wush.Transform.fixed("hadamard", 64, 32)
+        lin = wush.Linear(t, wush.QWeight.create(t, w, "mxfp4"))
+        y0 = lin(x)
+        b16 = (rng.standard_normal(45) * 3).astype(np.float16)
+        for b in (b16.astype(np.float32), b16):
+            got = lin(x, bias=b)
+            np.testing.assert_array_equal(got.view(np.uint32), (y0 + b.astype(np.float32)).view(np.uint32))
+        with self.assertRaises(wush.WushError) as cm:
+            lin(x, bias=b16[:44])
+        self.assertEqual(cm.exception.status_name, "WUSH_ERR_INVALID_ARGUMENT")
+
     def test_checkpoint_roundtrip(self):
         import tempfile
         rng = np.random.default_rng(5)

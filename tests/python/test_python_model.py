@@ -344,5 +344,34 @@ class ModelFlow(unittest.TestCase):
         self.assertEqual(sizes[0], sizes[1])
 
 
+class QuantizedLinearBias(unittest.TestCase):
+    """QuantizedLinear hands nn.Linear's bias to the library (wush_linear_run_bias, added in
+    float32 before the output's rounding): the bias tensor itself reaches the C call, and the
+    output equals the bias-free layer's float32 output plus the bias, added and cast by torch, bit
+    for bit, for every input and bias dtype."""
+
+    def test_bias_goes_to_the_library(self):
+        g = torch.Generator().manual_seed(11)
+        d_in, d_out = 128, 45
+        w = torch.randn(d_out, d_in, generator=g) / d_in ** 0.5
+        t = wush.Transform.fixed("hadamard", d_in, 32)
+        q = wush.QWeight.create(t, w.numpy(), "mxfp4")
+        plain = wt.QuantizedLinear(t, q, None)
+        for b_dtype in (torch.float32, torch.bfloat16, torch.float16):
+            bias = (torch.randn(d_out, generator=g) * 4).to(b_dtype)
+            ql = wt.QuantizedLinear(t, q, bias)
+            seen = []
+            run_raw = ql.runtime.run_raw
+            ql.runtime.run_raw = lambda *a, **k: (seen.append(a[8:]), run_raw(*a, **k))[1]
+            for x_dtype in (torch.float32, torch.bfloat16, torch.float16):
+                for m in (1, 5, 33):
+                    x = torch.randn(2, m, d_in, generator=g).to(x_dtype)
+                    want = (plain(x.float()) + bias.float()).to(x_dtype)
+                    got = ql(x)
+                    self.assertEqual(got.dtype, x_dtype)
+                    self.assertTrue(torch.equal(got, want), f"bias {b_dtype}, x {x_dtype}, m {m}")
+            # the bias itself (dtype and storage) reached the C call
+            self.assertTrue(seen and all(s == (wt._TORCH_DTYPES[b_dtype], ql.bias.data_ptr()) for s in seen), seen[:1])
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

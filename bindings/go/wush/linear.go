@@ -131,6 +131,37 @@ func LinearRun[X Element, Y OutputElement](l *Linear, x []X, y []Y, workspace []
 	return l.RunDevice(DTypeOf[X](), ptrOf(x), n, DTypeOf[Y](), ptrOf(y), len(y), ptrOf(workspace), len(workspace))
 }
 
+// RunBias is wush_linear_run_bias: Run with a bias of d_out values, added in float32 before y is
+// written (a nil bias is Run). LinearRunBias takes the other element types.
+func (l *Linear) RunBias(x, bias, y []float32, workspace []byte) error {
+	return LinearRunBias(l, x, bias, y, workspace)
+}
+
+// LinearRunBias is wush_linear_run_bias (CPU contexts): LinearRun with a bias (float32, Float16
+// or BFloat16; d_out values, else ErrInvalidArgument) added in float32 before the rounding to y's
+// type. A nil bias is LinearRun, bit for bit.
+func LinearRunBias[X Element, B Element, Y OutputElement](l *Linear, x []X, bias []B, y []Y, workspace []byte) error {
+	if err := l.requireHost("Linear.RunBias"); err != nil {
+		return err
+	}
+	if bias == nil {
+		return LinearRun(l, x, y, workspace)
+	}
+	n, err := rowsOf(len(x), l.DIn, "x")
+	if err != nil {
+		return err
+	}
+	if len(bias) == 0 { // not nil but empty: a bias of the wrong length, not "no bias"
+		return invalid("bias has 0 elements; the layer's d_out is %d", l.DOut)
+	}
+	defer runtime.KeepAlive(x)
+	defer runtime.KeepAlive(bias)
+	defer runtime.KeepAlive(y)
+	defer runtime.KeepAlive(workspace)
+	return l.RunBiasDevice(DTypeOf[X](), ptrOf(x), n, DTypeOf[B](), ptrOf(bias), len(bias), DTypeOf[Y](), ptrOf(y),
+		len(y), ptrOf(workspace), len(workspace))
+}
+
 // Forward is Run with a new output and workspace.
 func (l *Linear) Forward(x []float32) ([]float32, error) { return LinearForward[float32](l, x) }
 
@@ -168,6 +199,25 @@ func (l *Linear) QuantizeDevice(dtype DType, x unsafe.Pointer, nTokens int, code
 	return call(func() C.wush_status {
 		return C.wush_linear_quantize(cp, l.p, C.wush_dtype(dtype), x, C.size_t(nTokens), codes, C.size_t(codesBytes),
 			scales, C.size_t(scalesBytes))
+	})
+}
+
+// RunBiasDevice is wush_linear_run_bias with raw pointers: device pointers on a CUDA context
+// (stream-ordered, allocation-free, graph-capturable); a nil bias is RunDevice.
+func (l *Linear) RunBiasDevice(xDtype DType, x unsafe.Pointer, nTokens int, biasDtype DType, bias unsafe.Pointer,
+	biasCount int, yDtype DType, y unsafe.Pointer, yCount int, workspace unsafe.Pointer, workspaceBytes int) error {
+	cp, err := l.live()
+	if err != nil {
+		return err
+	}
+	if err := nonNegative("nTokens, biasCount, yCount, workspaceBytes", nTokens, biasCount, yCount,
+		workspaceBytes); err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(l)
+	return call(func() C.wush_status {
+		return C.wush_linear_run_bias(cp, l.p, C.wush_dtype(xDtype), x, C.size_t(nTokens), C.wush_dtype(biasDtype), bias,
+			C.size_t(biasCount), C.wush_dtype(yDtype), y, C.size_t(yCount), workspace, C.size_t(workspaceBytes))
 	})
 }
 

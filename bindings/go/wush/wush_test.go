@@ -1345,3 +1345,50 @@ func TestACopiedCheckpointSurvivesItsFile(t *testing.T) {
 		t.Errorf("unknown mode: %v", err)
 	}
 }
+
+// LinearRunBias: y is the bias-free output plus the bias, added here in float32 (bit for bit),
+// and for a BFloat16 y that sum rounded to nearest even; a nil bias is Run; a bias of the wrong
+// length or with a NaN is refused.
+func TestLinearRunBias(t *testing.T) {
+	ctx := cpu(t)
+	l := calibrated(t, ctx)
+	tr, q, err := LayerQuantize(ctx, l.cal, WUSH, MXFP4, RTN, l.weight, l.dOut, nil)
+	must(t, err)
+	lin, err := NewLinear(ctx, tr, q)
+	must(t, err)
+	defer lin.Close()
+	x := l.heldout[:5*l.dIn]
+	n := len(x) / l.dIn
+	wb, err := lin.WorkspaceSize(n)
+	must(t, err)
+	ws := make([]byte, wb)
+	y0, err := lin.Forward(x)
+	must(t, err)
+	raw := make([]float32, l.dOut)
+	for i := range raw {
+		raw[i] = float32(i%13)*0.37 - 2
+	}
+	b16, b := toBF16(raw) // b holds the BFloat16 bias's values: one expectation for both
+	want := make([]float32, len(y0))
+	for i := range y0 {
+		want[i] = y0[i] + b[i%l.dOut]
+	}
+	y := make([]float32, len(y0))
+	must(t, lin.RunBias(x, b, y, ws))
+	equalF32(t, "RunBias(float32 bias)", y, want)
+	yb := make([]BFloat16, len(y0))
+	must(t, LinearRunBias(lin, x, b16, yb, ws))
+	checkBF16Output(t, "LinearRunBias(BFloat16 bias -> BFloat16)", yb, want)
+	must(t, LinearRunBias[float32, float32, float32](lin, x, nil, y, ws))
+	equalF32(t, "RunBias(nil bias)", y, y0)
+	if err := lin.RunBias(x, b[1:], y, ws); statusOf(err) != ErrInvalidArgument {
+		t.Error("a short bias:", err)
+	}
+	if err := lin.RunBias(x, b[:0], y, ws); statusOf(err) != ErrInvalidArgument {
+		t.Error("an empty bias:", err)
+	}
+	b[3] = float32(math.NaN())
+	if err := lin.RunBias(x, b, y, ws); statusOf(err) != ErrNonFinite || !strings.Contains(err.Error(), "bias") {
+		t.Error("a NaN bias:", err)
+	}
+}

@@ -91,6 +91,11 @@ __m128i to_bf16(__m256 v) {
 }
 
 void store8(const GemmOutput& out, std::size_t r, std::size_t n, __m256 v, std::size_t count) {
+    if (out.bias != nullptr) {  // bias[n .. n + count), added before the rounding (kernels.h)
+        alignas(32) float b[8] = {};
+        std::memcpy(b, out.bias + n, 4 * count);
+        v = _mm256_add_ps(v, _mm256_load_ps(b));
+    }
     if (out.dtype == 2) {
         alignas(16) std::uint16_t h[8];
         _mm_store_si128(reinterpret_cast<__m128i*>(h), to_bf16(v));

@@ -73,7 +73,9 @@ __m256i to_bf16(__m512 v) {  // RNE; NaN stays a quiet NaN
     return _mm512_cvtepi32_epi16(r);
 }
 
+// Both stores add the bias, if any, before the rounding (kernels.h).
 void store_scalar(const GemmOutput& out, std::size_t r, std::size_t n, float v) {
+    if (out.bias != nullptr) v += out.bias[n];
     if (out.dtype == 2) {
         const __m256i h = to_bf16(_mm512_set1_ps(v));
         static_cast<std::uint16_t*>(out.y)[r * out.ld + n] = std::uint16_t(_mm256_extract_epi16(h, 0));
@@ -83,6 +85,7 @@ void store_scalar(const GemmOutput& out, std::size_t r, std::size_t n, float v) 
 }
 
 void store16(const GemmOutput& out, std::size_t r, std::size_t n, __m512 v, __mmask16 mask) {
+    if (out.bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, out.bias + n));
     if (out.dtype == 2) _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(out.y) + r * out.ld + n, mask, to_bf16(v));
     else _mm512_mask_storeu_ps(static_cast<float*>(out.y) + r * out.ld + n, mask, v);
 }

@@ -96,9 +96,12 @@ struct GemmWeights {
 };
 
 struct GemmOutput {
-    void* y;         // m x n row-major
-    int dtype;       // wush_dtype value: 0 f32 or 2 bf16
-    std::size_t ld;  // row stride in elements (n)
+    void* y;            // m x n row-major
+    int dtype;          // wush_dtype value: 0 f32 or 2 bf16
+    std::size_t ld;     // row stride in elements (n)
+    const float* bias;  // n values added to every row in float32 before the rounding to `dtype`;
+                        // nullptr: none (the value is stored as it is: no + 0.0, which would
+                        // turn -0.0 into +0.0)
 };
 
 // Panel geometry shared by every ISA (the AVX2 kernels use panels of 8 rows inside it). A packed

@@ -78,6 +78,19 @@ impl<'ctx> Linear<'ctx> {
         unsafe { self.run_raw(T::DTYPE, x.as_ptr().cast(), n, O::DTYPE, y.as_mut_ptr().cast(), y.len(),
                               workspace.as_mut_ptr().cast(), workspace.len()) }
     }
+    /// `wush_linear_run_bias`: [`Linear::run`] plus `bias` (d_out values of any [`Element`] type,
+    /// else `InvalidArgument`), added in float32 before the rounding to y's type. CPU contexts.
+    pub fn run_bias<T: Element, B: Element, O: OutputElement>(&self, x: &[T], bias: &[B], y: &mut [O],
+                                                              workspace: &mut [u8]) -> Result<()> {
+        self.ctx.require_host("wush_linear_run_bias")?;
+        let n = rows_of(x.len(), self.d_in, "x")?;
+        // SAFETY: host context; x holds n * d_in elements, bias bias.len() (checked against d_out by
+        // the library before it is read); outputs are sized by their lengths.
+        unsafe {
+            self.run_bias_raw(T::DTYPE, x.as_ptr().cast(), n, B::DTYPE, bias.as_ptr().cast(), bias.len(), O::DTYPE,
+                              y.as_mut_ptr().cast(), y.len(), workspace.as_mut_ptr().cast(), workspace.len())
+        }
+    }
     /// [`Linear::run`] with new f32 output and workspace (convenient, allocates).
     pub fn forward<T: Element>(&self, x: &[T]) -> Result<Vec<f32>> {
         let n = rows_of(x.len(), self.d_in, "x")?;
@@ -108,6 +121,18 @@ impl<'ctx> Linear<'ctx> {
                              y_count: usize, workspace: *mut c_void, workspace_bytes: usize) -> Result<()> {
         self.run_raw(x_dtype, x, n_tokens, y_dtype, y, y_count, workspace, workspace_bytes)
     }
+    /// `wush_linear_run_bias` on a CUDA context (stream-ordered, allocation-free, graph-capturable).
+    ///
+    /// # Safety
+    /// As [`Linear::run_device`]; `bias` is a device pointer to `bias_count` (= d_out) elements of
+    /// `bias_dtype`, or null for no bias, valid until the enqueued work has finished.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn run_bias_device(&self, x_dtype: DType, x: *const c_void, n_tokens: usize, bias_dtype: DType,
+                                  bias: *const c_void, bias_count: usize, y_dtype: DType, y: *mut c_void,
+                                  y_count: usize, workspace: *mut c_void, workspace_bytes: usize) -> Result<()> {
+        self.run_bias_raw(x_dtype, x, n_tokens, bias_dtype, bias, bias_count, y_dtype, y, y_count, workspace,
+                          workspace_bytes)
+    }
     #[allow(clippy::too_many_arguments)]
     unsafe fn quantize_raw(&self, dtype: DType, x: *const c_void, n: usize, codes: *mut c_void, cb: usize,
                            scales: *mut c_void, sb: usize) -> Result<()> {
@@ -117,6 +142,12 @@ impl<'ctx> Linear<'ctx> {
     unsafe fn run_raw(&self, xd: DType, x: *const c_void, n: usize, yd: DType, y: *mut c_void, yc: usize,
                       ws: *mut c_void, wb: usize) -> Result<()> {
         check(sys::wush_linear_run(self.ctx.as_ptr(), self.raw.as_ptr(), xd.to_c(), x, n, yd.to_c(), y, yc, ws, wb))
+    }
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run_bias_raw(&self, xd: DType, x: *const c_void, n: usize, bd: DType, b: *const c_void, bc: usize,
+                           yd: DType, y: *mut c_void, yc: usize, ws: *mut c_void, wb: usize) -> Result<()> {
+        check(sys::wush_linear_run_bias(self.ctx.as_ptr(), self.raw.as_ptr(), xd.to_c(), x, n, bd.to_c(), b, bc,
+                                        yd.to_c(), y, yc, ws, wb))
     }
 }
 

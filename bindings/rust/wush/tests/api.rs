@@ -366,6 +366,39 @@ fn prepared_layer_equals_per_call_forward_and_the_float64_product() {
     assert_eq!(lin.run(x, &mut y_call, &mut small).unwrap_err().status(), Status::BufferTooSmall);
 }
 
+/// `run_bias`: y is the bias-free output plus the bias, added here in f32 (bit for bit), and for a
+/// Bf16 y that sum rounded; a bias of the wrong length or with a NaN is refused.
+#[test]
+fn run_bias_adds_the_bias_before_the_rounding() {
+    let ctx = Context::cpu().unwrap();
+    let (l, cal) = calibrated(&ctx);
+    let (t, q) = layer_quantize(&ctx, &cal, TransformKind::Wush, Format::Int4, Method::Rtn, &l.weight, l.d_out, None)
+        .unwrap();
+    let lin = Linear::new(&ctx, &t, &q).unwrap();
+    let x = &l.heldout[..3 * l.d_in];
+    let y0 = lin.forward(x).unwrap();
+    // values exact in bf16, so the f32 and Bf16 biases carry the same numbers
+    let b16: Vec<Bf16> = (0..l.d_out).map(|j| Bf16::from_f32((j % 11) as f32 * 0.75 - 3.0)).collect();
+    let b: Vec<f32> = b16.iter().map(|v| f32::from_bits((v.0 as u32) << 16)).collect();
+    let want: Vec<f32> = y0.iter().enumerate().map(|(i, v)| v + b[i % l.d_out]).collect();
+    let mut ws = vec![0u8; lin.workspace_size(3).unwrap()];
+    let mut y = vec![0f32; y0.len()];
+    lin.run_bias(x, &b, &mut y, &mut ws).unwrap();
+    assert!(y.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "f32 bias");
+    let mut yb = vec![Bf16::default(); y0.len()];
+    lin.run_bias(x, &b16, &mut yb, &mut ws).unwrap();
+    for i in 0..yb.len() {
+        assert_eq!(yb[i], Bf16::from_f32(want[i]), "bf16 element {i}");
+    }
+    assert_eq!(lin.run_bias(x, &b[1..], &mut y, &mut ws).unwrap_err().status(), Status::InvalidArgument);
+    assert_eq!(lin.run_bias(x, &b[..0], &mut y, &mut ws).unwrap_err().status(), Status::InvalidArgument);
+    let mut bad = b.clone();
+    bad[5] = f32::NAN;
+    let e = lin.run_bias(x, &bad, &mut y, &mut ws).unwrap_err();
+    assert_eq!(e.status(), Status::NonFinite);
+    assert!(e.to_string().contains("bias"), "{e}");
+}
+
 #[test]
 fn a_layer_shared_between_threads_gives_the_same_output() {
     let ctx = Context::cpu().unwrap();
