@@ -37,6 +37,8 @@
 #include "device_rules.h"
 #include "formats/certified_group.h"
 #include "kernels.h"
+#include "stream_decode.h"
+#include "stream_decode_plan.h"
 #include "transforms/runtime_layer.h"
 
 namespace wush::cuda {
@@ -114,6 +116,16 @@ GemmTable gemm_table_of_environment() {
     return lt ? gemm_table_with_blockscaled(std::move(t)) : t;
 }
 
+// WUSH_CUDA_STREAM_DECODE=1 (read when a context is created): m <= 32 takes the streaming decode
+// kernel (cuda/stream_decode.h) where the decode kernel would run; opt-in until a GPU measures it.
+bool stream_decode_of_environment() {
+    const char* v = std::getenv("WUSH_CUDA_STREAM_DECODE");
+    bool on = false;
+    if (!stream::opt_in_from_env(v, &on))
+        fail(WUSH_ERR_INVALID_ARGUMENT, std::string("WUSH_CUDA_STREAM_DECODE must be 0 or 1 (got '") + v + "')");
+    return on;
+}
+
 // A stream's capture state for order_stream_switch; a failed query (the legacy stream while
 // another thread captures in global mode) is Unknown and leaves no error behind.
 CaptureState capture_state(cudaStream_t s) {
@@ -145,6 +157,8 @@ struct Device {
     DeviceBuffer non_finite;                         // one unsigned long long (kNoNonFinite when clear)
     PinnedHost<unsigned long long> non_finite_host;  // its stream-ordered copy at synchronize
     GemmTable gemm_table;
+    bool stream_decode = false;      // WUSH_CUDA_STREAM_DECODE=1 on an sm_80+ device
+    StreamDecodeDevice stream_info;  // its occupancy, read once here (when on)
 
     explicit Device(int dev) : index(dev), gemm_table(gemm_table_of_environment()) {
         cudaDeviceProp prop{};
@@ -154,6 +168,10 @@ struct Device {
         if (!compute_capability_supported(sm)) fail(WUSH_ERR_UNSUPPORTED, unsupported_device_message(dev, name, sm));
         configure_prefill_gemm();  // once per context, not per launch
         gemm = GemmDevice{sm, true};
+        if (stream_decode_of_environment() && sm >= 80) {
+            stream_info = configure_stream_decode();
+            stream_decode = true;
+        }
         WUSH_CUDA_CHECK(cudaStreamCreateWithFlags(&setup, cudaStreamNonBlocking));
         WUSH_CUDA_CHECK(cudaEventCreateWithFlags(&stream_switch, cudaEventDisableTiming));
         WUSH_CUBLAS_CHECK(cublasCreate(&blas));
@@ -242,6 +260,7 @@ struct WeightExtras {
     const std::uint8_t* swizzled = nullptr;  // the block-scaled path's W scales
     bool lt_possible = false;                // sm_100/120 FP4: cuBLASLt is tried first for m > 32
     BlockScaledCache* lt_cache = nullptr;    // its descriptors and algorithms per m
+    StreamDecodeWeights stream;              // the streaming decode kernel's staged W (opt-in)
 };
 
 void run_reference(const GemmArgs& g, const WeightExtras& w, const Device& dev) {
@@ -250,7 +269,11 @@ void run_reference(const GemmArgs& g, const WeightExtras& w, const Device& dev) 
 
 void run_gemm(const GemmArgs& g, const WeightExtras& w, const Device& dev) {
     switch (pick_gemm(g, dev.sm, w.lt_possible, &dev.gemm_table)) {
-        case GemmKernel::Decode: launch_decode_gemm(g, dev.stream, dev.gemm); return;
+        case GemmKernel::Decode:
+            if (stream_decode_supported(g, w.stream, dev.stream_info))
+                launch_stream_decode_gemm(g, w.stream, dev.stream, dev.stream_info);
+            else launch_decode_gemm(g, dev.stream, dev.gemm);
+            return;
         case GemmKernel::Prefill: launch_prefill_gemm(g, dev.stream, dev.gemm); return;
         case GemmKernel::BlockScaledLt:
             // cuBLASLt may offer no algorithm for this m or refuse the launch: the reference path
@@ -352,6 +375,7 @@ public:
                                   dev_->setup);
             extras_.swizzled = w_swizzled_.get<std::uint8_t>();
         }
+        if (dev_->stream_decode && (d_in_ % 32) == 0) stage_for_streaming(w);
         if (plan_.dequantized) {
             w_deq_ = DeviceBuffer(d_out_ * d_in_ * dequantized_element_bytes(spec_.id));
             launch_dequantize(spec_.id, g, w_codes_.get<std::uint8_t>(), w_scales_.get<std::uint8_t>(), d_out_, d_in_,
@@ -414,6 +438,16 @@ public:
     }
 
 private:
+    // The streaming decode kernel's copy of W (staged on the host, uploaded) and its tile counters.
+    void stage_for_streaming(const formats::PackedMatrix& w) {
+        const std::vector<std::uint8_t> staged =
+            stream::stage_weights(spec_.id, d_out_, d_in_, w.codes.data(), w.scales.data());
+        w_staged_ = DeviceBuffer::upload(staged.data(), staged.size(), dev_->setup);
+        w_counters_ = DeviceBuffer(stream::counter_bytes(d_out_));
+        WUSH_CUDA_CHECK(cudaMemsetAsync(w_counters_.get(), 0, w_counters_.bytes(), dev_->setup));
+        extras_.stream = StreamDecodeWeights{w_staged_.get<std::uint8_t>(), w_counters_.get<unsigned>()};
+    }
+
     // The quantize launch on checked arguments (dtype, sizes and pointers).
     void enqueue_quantize(wush_dtype x_dtype, const void* x, std::size_t n, std::uint8_t* codes, std::uint8_t* scales) {
         launch_quantize(quantize_args(t_, spec_, d_in_, x_dtype, x, n, codes, scales, *dev_), dev_->stream);
@@ -437,7 +471,7 @@ private:
     const formats::FormatSpec& spec_;
     std::size_t d_in_, d_out_;
     DeviceTransform t_;
-    DeviceBuffer w_codes_, w_scales_, w_deq_, w_swizzled_;
+    DeviceBuffer w_codes_, w_scales_, w_deq_, w_swizzled_, w_staged_, w_counters_;
     WeightPlan plan_;
     BlockScaledCache lt_cache_;
     WeightExtras extras_;

@@ -9,6 +9,9 @@
 #      eager and graph-replayed: the defaults)                       -> bench.json
 #      and at m = 1, 16 with --l2 warm (the weights left in L2)       -> bench-warm.json
 #   4. the prefill kernel forced on from m = 33 (selection evidence)   -> bench-prefill.json
+#      the streaming decode kernel (m <= 32) with WUSH_CUDA_STREAM_DECODE=1 and without, back to
+#      back on the same layers (L2-cold, eager and graph)             -> bench-stream.json
+#      ({"off": ..., "on": ...}; its gpu tests run in stage 1: wush_gpu_stream_decode_tests)
 #   5. compute-sanitizer memcheck over the C API's CUDA operations     -> run.log (summary)
 #   6. (profile) Nsight Compute sections of the hot kernels            -> profile.log
 # The build needs the Debian libraries of scripts/install-deps.sh. On a machine that reaches no
@@ -16,10 +19,10 @@
 # LAPACKE, GoogleTest, Google Benchmark, nlohmann-json): they are then unpacked into /opt/devdeps
 # and the build is pointed at them, leaving the machine's own / untouched.
 # Usage: bash scripts/device-check.sh [stages] [ctest-regex]
-#   stages: comma-separated from tests,gemm,bench,prefill,memcheck,profile (default: all but profile)
+#   stages: comma-separated from tests,gemm,bench,prefill,stream,memcheck,profile (default: all but profile)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-stages=",${1:-tests,gemm,bench,prefill,memcheck},"
+stages=",${1:-tests,gemm,bench,prefill,stream,memcheck},"
 regex=${2:-}
 want() { [[ $stages == *",$1,"* ]]; }
 out=${OUT:-/tmp/wush-device-out}
@@ -51,7 +54,7 @@ cmake -S . -B build/device -DCMAKE_BUILD_TYPE=Release -DWUSH_CUDA=ON -DWUSH_BUIL
 }
 stamp "configured"
 targets=(wush_cli wush_bench_cuda wush_cuda_module wush_backend_ops_test wush_gpu_context_test
-  wush_gpu_gemm_tests wush_gpu_kernel_tests)
+  wush_gpu_gemm_tests wush_gpu_kernel_tests wush_gpu_stream_decode_tests)
 timeout 200 cmake --build build/device -j"$(nproc)" --target "${targets[@]}" >>"$blog" 2>&1 || {
   grep -m20 -B2 -A8 'error' "$blog"
   cp "$blog" "$out/build.log"
@@ -97,6 +100,21 @@ if want prefill; then
     --format mxfp4,nvfp4 --m 33,128,1024,4096 --json >"$out/bench-prefill.json"
   stamp "prefill bench rc=$?"
 fi
+if want stream; then
+  # The same forward products with the existing decode kernel (off) and the streaming one (on), in
+  # separate processes back to back; cuBLAS BF16 is measured in each, so each carries its baseline.
+  sargs=(bench --device cuda --kind forward --layers 4096x4096,14336x4096,4096x14336 --m 1,4,16,32 --json)
+  timeout 120 "$bin" "${sargs[@]}" >/tmp/wush-stream-off.json
+  stamp "stream decode off rc=$?"
+  WUSH_CUDA_STREAM_DECODE=1 timeout 120 "$bin" "${sargs[@]}" >/tmp/wush-stream-on.json
+  stamp "stream decode on rc=$?"
+  python3 -c 'import json, sys
+def load(p):
+    try: return json.load(open(p))
+    except Exception as e: return {"error": str(e)}
+json.dump({"off": load(sys.argv[1]), "on": load(sys.argv[2])}, open(sys.argv[3], "w"), indent=1)' \
+    /tmp/wush-stream-off.json /tmp/wush-stream-on.json "$out/bench-stream.json"
+fi
 if want memcheck && command -v compute-sanitizer >/dev/null; then
   timeout 60 compute-sanitizer --tool memcheck build/device/tests/wush_backend_ops_test cuda >/tmp/wush-memcheck.log 2>&1
   stamp "memcheck backend_ops_cuda rc=$?"
@@ -112,20 +130,34 @@ if want profile; then
       "$bin" bench --device cuda --kind forward --layers 4096x4096 --format mxfp4 --m $m >>"$out/profile.log" 2>&1
     stamp "ncu m=$m rc=$?"
   done
+  # The streaming decode kernel (opt-in), m = 1 and 16.
+  WUSH_CUDA_STREAM_DECODE=1 timeout 120 ncu --clock-control none -k regex:'stream_decode' --launch-count 2 \
+    "${sections[@]}" "$bin" bench --device cuda --kind forward --layers 4096x4096 --format mxfp4 --m 1,16 \
+    >>"$out/profile.log" 2>&1
+  stamp "ncu stream decode rc=$?"
 fi
-python3 - "$out/bench.json" "$out/bench-warm.json" "$out/bench-prefill.json" <<'EOF'
+python3 - "$out/bench.json" "$out/bench-warm.json" "$out/bench-prefill.json" "$out/bench-stream.json" <<'EOF'
 import json, os, sys
 def f(v, spec):
     return "-" if v is None else format(v, spec)
+docs = []
 for path in sys.argv[1:]:
     if not os.path.exists(path):
         continue
     try:
         doc = json.load(open(path))
-        rs = doc["results"]
     except Exception as e:
         print(path, "unreadable:", e); continue
-    print(path.split("/")[-1], "timing", doc.get("timing"), "l2", doc.get("l2"), "L2 bytes", doc.get("l2_bytes"))
+    name = path.split("/")[-1]
+    if "off" in doc and "on" in doc:  # bench-stream.json: the decode kernels off and on
+        docs += [(name + " (stream decode off)", doc["off"]), (name + " (stream decode on)", doc["on"])]
+    else:
+        docs.append((name, doc))
+for name, doc in docs:
+    rs = doc.get("results")
+    if rs is None:
+        print(name, "has no results:", doc.get("error")); continue
+    print(name, "timing", doc.get("timing"), "l2", doc.get("l2"), "L2 bytes", doc.get("l2_bytes"))
     print("kind     layer      format     m baseline    copies   eager: ours      base  speedup   graph: ours      base  speedup")
     for r in rs:
         copies = f'{r.get("copies_ours", 1)}/{r.get("copies_baseline", 1)}'

