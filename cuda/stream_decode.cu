@@ -100,6 +100,7 @@ void launch_stream_decode_gemm(const GemmArgs& a, const StreamDecodeWeights& w, 
     p.alpha_q = a.alpha * 0.25f;
     p.y = a.y;
     p.y_bf16 = a.y_dtype == WUSH_DTYPE_BF16;
+    p.bias = a.bias;
     p.partial = sc.splits > 1 ? static_cast<float*>(a.workspace) : nullptr;
     p.counters = w.counters;
     p.chunks = int(sc.chunks);

@@ -23,6 +23,7 @@
 #endif
 
 #include "formats/tile_decode.h"
+#include "output_bias.cuh"
 #include "stream_decode_plan.h"
 
 namespace wush::cuda::stream_detail {
@@ -51,6 +52,7 @@ struct StreamParams {
     float alpha_q;               // alpha / 4 (doubled values on both sides)
     void* y;
     int y_bf16;
+    OutputBias bias;     // added where y is written (finish_item)
     float* partial;      // splits x m x n (splits > 1)
     unsigned* counters;  // one per tile, zero between launches (splits > 1)
     int chunks, splits, chunks_per_split, stage_bytes;
@@ -228,7 +230,7 @@ __device__ __forceinline__ void finish_item(const StreamParams& p, long long ite
             if (lane == 0 && r < p.m && col < p.n) {
                 const std::size_t idx = std::size_t(r) * p.n + std::size_t(col);
                 if (p.splits > 1) p.partial[std::size_t(split) * mn + idx] = v;
-                else store_out(p.y, p.y_bf16, idx, v);
+                else store_out(p.y, p.y_bf16, idx, add_bias(p.bias, std::size_t(col), v));
             }
         }
     }
@@ -246,7 +248,7 @@ __device__ __forceinline__ void finish_item(const StreamParams& p, long long ite
         const std::size_t idx = std::size_t(r) * p.n + std::size_t(col);
         float s = 0.0f;
         for (int sp = 0; sp < p.splits; ++sp) s += __ldcg(p.partial + std::size_t(sp) * mn + idx);
-        store_out(p.y, p.y_bf16, idx, s);
+        store_out(p.y, p.y_bf16, idx, add_bias(p.bias, std::size_t(col), s));
     }
     if (tid == 0) p.counters[tile] = 0u;  // ready for the next launch (stream-ordered after this one)
 }

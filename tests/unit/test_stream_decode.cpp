@@ -227,7 +227,7 @@ void run_old(const cuda::decode_detail::DecodeParams& p, wush_emu::Dim grid) {
 
 // The existing decode path's output bytes (decode kernel, then its split-K reduce).
 std::vector<std::uint8_t> old_decode(wush_format f, std::size_t m, std::size_t n, std::size_t k, const Packed& a,
-                                     const Packed& w, bool bf16) {
+                                     const Packed& w, bool bf16, const cuda::OutputBias& bias) {
     const Aligned ac(a.codes), wc(w.codes);
     const plan::DecodePlan pl = plan::plan_decode(m, n, k);
     const std::size_t ybytes = m * n * (bf16 ? 2 : 4);
@@ -245,6 +245,7 @@ std::vector<std::uint8_t> old_decode(wush_format f, std::size_t m, std::size_t n
     p.alpha_q = alpha_q_of(f);
     p.y = y.data();
     p.y_bf16 = bf16;
+    p.bias = bias;
     p.partial = pl.splits > 1 ? partial.data() : nullptr;
     p.split_len = (long long)(pl.chunks_per_split * plan::kDecodeChunk);
     const wush_emu::Dim grid{unsigned(pl.blocks_n), unsigned(pl.splits), unsigned(pl.row_passes)};
@@ -265,7 +266,7 @@ std::vector<std::uint8_t> old_decode(wush_format f, std::size_t m, std::size_t n
 #undef WUSH_OLD
     if (pl.splits > 1)
         wush_emu::launch(wush_emu::Dim{2, 1, 1}, 64, 0, [&] {
-            cuda::decode_detail::splitk_reduce_kernel(partial.data(), int(pl.splits), m * n, y.data(), bf16);
+            cuda::decode_detail::splitk_reduce_kernel(partial.data(), int(pl.splits), m * n, n, y.data(), bf16, bias);
         });
     return y;
 }
@@ -277,7 +278,7 @@ void run_new(const cuda::stream_detail::StreamParams& p, unsigned grid) {
 }
 
 std::vector<std::uint8_t> stream_decode(wush_format f, std::size_t m, std::size_t n, std::size_t k, const Packed& a,
-                                        const Packed& w, bool bf16, unsigned grid) {
+                                        const Packed& w, bool bf16, unsigned grid, const cuda::OutputBias& bias) {
     const Aligned ac(a.codes);
     const std::vector<std::uint8_t> staged_v = st::stage_weights(f, n, k, w.codes.data(), w.scales.data());
     const Aligned staged(staged_v);
@@ -296,6 +297,7 @@ std::vector<std::uint8_t> stream_decode(wush_format f, std::size_t m, std::size_
     p.alpha_q = alpha_q_of(f);
     p.y = y.data();
     p.y_bf16 = bf16;
+    p.bias = bias;
     p.partial = s.splits > 1 ? partial.data() : nullptr;
     p.counters = counters.data();
     p.chunks = int(s.chunks);
@@ -325,13 +327,13 @@ std::vector<std::uint8_t> stream_decode(wush_format f, std::size_t m, std::size_
 }
 
 void check_equal(wush_format f, std::size_t m, std::size_t n, std::size_t k, std::mt19937& rng,
-                 std::initializer_list<unsigned> grids, int force_a = -1) {
+                 std::initializer_list<unsigned> grids, int force_a = -1, const cuda::OutputBias& bias = {}) {
     SCOPED_TRACE(::testing::Message() << "format " << int(f) << " m " << m << " n " << n << " k " << k);
     const Packed a = random_packed(f, m, k, rng, force_a), w = random_packed(f, n, k, rng);
     for (bool bf16 : {false, true}) {
-        const std::vector<std::uint8_t> want = old_decode(f, m, n, k, a, w, bf16);
+        const std::vector<std::uint8_t> want = old_decode(f, m, n, k, a, w, bf16, bias);
         for (unsigned grid : grids) {
-            const std::vector<std::uint8_t> got = stream_decode(f, m, n, k, a, w, bf16, grid);
+            const std::vector<std::uint8_t> got = stream_decode(f, m, n, k, a, w, bf16, grid, bias);
             std::size_t diff = 0;
             for (std::size_t i = 0; i < want.size(); ++i) diff += got[i] != want[i];
             EXPECT_EQ(diff, 0u) << "bytes differ from the decode kernel's (grid " << grid << ", bf16 " << bf16 << ")";
@@ -349,6 +351,24 @@ TEST(StreamDecodeEmulation, BytesEqualTheDecodeKernelsOnAnyGrid) {
     check_equal(WUSH_FORMAT_NVFP4, 32, 20, 2048, rng, {3});         // 32 rows in one pass, 2 chunks
     check_equal(WUSH_FORMAT_MXFP4, 2, 17, 9248, rng, {2});          // 10 stages per block: the ring wraps
     check_equal(WUSH_FORMAT_MXFP4, 3, 9, 96, rng, {2}, 127 + 103);  // huge activation scales
+}
+
+// A bias (wush_linear_run_bias) is added in both kernels' final stores: on the direct store (one
+// split) and in the fix-up (several), so the two paths still agree byte for byte. The bias-free
+// run beside it must differ, or the bias never reached y.
+TEST(StreamDecodeEmulation, BiasAddedInTheFinalStoreAsTheDecodeKernels) {
+    std::mt19937 rng(44);
+    std::vector<float> b(40);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = 0.37f * float(i) - 5.0f;
+    unsigned long long flag = ~0ull;
+    const cuda::OutputBias bias{b.data(), WUSH_DTYPE_F32, &flag};
+    check_equal(WUSH_FORMAT_NVFP4, 1, 13, 96, rng, {1, 3}, -1, bias);    // one split: the direct store
+    check_equal(WUSH_FORMAT_MXFP4, 3, 40, 2080, rng, {1, 2}, -1, bias);  // 3 splits: the fix-up
+    const Packed a = random_packed(WUSH_FORMAT_MXFP4, 3, 2080, rng),
+                 w = random_packed(WUSH_FORMAT_MXFP4, 40, 2080, rng);
+    EXPECT_NE(stream_decode(WUSH_FORMAT_MXFP4, 3, 40, 2080, a, w, false, 2, bias),
+              stream_decode(WUSH_FORMAT_MXFP4, 3, 40, 2080, a, w, false, 2, cuda::OutputBias{}));
+    EXPECT_EQ(flag, ~0ull) << "a finite bias was reported";
 }
 
 }  // namespace
