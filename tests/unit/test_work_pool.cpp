@@ -60,7 +60,7 @@ TEST(WorkPool, OpenMpTeamInsideTheScope) {
     expect_each_ran_once(seen);
     EXPECT_EQ(seen.outside_openmp.load(), 0);
     EXPECT_EQ(seen.inside_openmp.load(), 64);
-    EXPECT_LT(seen.max_slot.load(), 2u);  // slots stay below the thread count
+    EXPECT_LT(seen.max_slot.load(), 2u);            // slots stay below the thread count
     EXPECT_FALSE(wush::threads::on_openmp_team());  // restored
 
     Seen off(16);
