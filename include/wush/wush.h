@@ -343,8 +343,11 @@ typedef enum wush_context_parameter {
      * libwush's own threads. The runtime looks up the OpenMP runtime already in the process
      * (the global symbol GOMP_parallel, which GNU, LLVM and Intel OpenMP export), so it joins
      * the host's copy. It uses its own pool instead inside an OpenMP parallel region, in a child
-     * fork()ed after the first such call, and where no OpenMP runtime is loaded. 0 (the
-     * default): libwush's own pool. Results are the same bits either way. Bounds: [0, 1]. */
+     * fork()ed after the first such call, and where no OpenMP runtime is loaded; and per kind
+     * and size of job it keeps timing both ways (each tried now and then) and runs a job on its
+     * own pool while that is the faster (a machine busy with other processes, where an OpenMP
+     * team waits for members the OS does not run). 0 (the default): libwush's own pool.
+     * Results are the same bits either way. Bounds: [0, 1]. */
     WUSH_CONTEXT_OPENMP_TEAM = 2,
     /* Not values: these pin the type to the whole range of int, so that any int a caller
      * passes is a valid object of the type (and is checked and rejected by the library). */

@@ -96,11 +96,13 @@ public:
             policy_.ran_alone(kind, work, seconds() - start);
             return;
         }
-        if (t_openmp_team && OpenMpRuntime::get().usable()) {
+        const bool openmp_asked = t_openmp_team && OpenMpRuntime::get().usable();
+        if (openmp_asked && choice_.use_openmp(kind, work)) {
             double own_end = start;
             const std::size_t own = run_on_openmp(chunks, threads, body, ctx, count, grain, own_end);
             const double end = seconds();
             policy_.ran_on_team(kind, work, end - start, own_end - start, own, chunks, end - own_end, end);
+            choice_.ran(kind, work, true, end - start);
             return;
         }
         const std::size_t own = run_on_team(chunks, threads, body, ctx, count, grain);
@@ -113,6 +115,7 @@ public:
         }
         const double end = seconds();
         policy_.ran_on_team(kind, work, end - start, own_end - start, own, chunks, end - own_end, end);
+        if (openmp_asked) choice_.ran(kind, work, false, end - start);
     }
 
 private:
@@ -131,6 +134,7 @@ private:
         state_.store(0, std::memory_order_relaxed);
         done_.store(0, std::memory_order_relaxed);
         policy_ = TeamPolicy{};
+        choice_ = PoolChoice{};
     }
 
     static double seconds() {
@@ -259,6 +263,7 @@ private:
     void* ctx_ = nullptr;
     std::size_t count_ = 0, grain_ = 1;
     TeamPolicy policy_;
+    PoolChoice choice_;
 };
 
 }  // namespace
