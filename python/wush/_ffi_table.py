@@ -123,6 +123,7 @@ ENUMS = {
     'wush_context_parameter': {
         'WUSH_CONTEXT_NUM_THREADS': 0,
         'WUSH_CONTEXT_CPU_ISA': 1,
+        'WUSH_CONTEXT_OPENMP_TEAM': 2,
     },
     'wush_cpu_isa': {
         'WUSH_CPU_ISA_AUTO': 0,

@@ -203,7 +203,7 @@ class QuantizedLinear(nn.Module):
     def __init__(self, transform: Transform, qweight: QWeight, bias: Optional[torch.Tensor],
                  ctx: Optional[_core.Context] = None):
         super().__init__()
-        self.ctx = ctx or _core.default_context()
+        self.ctx = ctx or cpu_context()
         self.runtime = _core.Linear(transform, qweight, self.ctx)
         self.in_features, self.out_features = self.runtime.d_in, self.runtime.d_out
         self.format = qweight.info()[0].name.lower()
@@ -754,14 +754,36 @@ def parse_device(device: Any) -> torch.device:
     return dev
 
 
-def _context_for(device: Any) -> Tuple[_core.Context, torch.device]:
+def torch_runs_openmp() -> bool:
+    """Whether torch's CPU operations run on OpenMP threads (its default parallel backend)."""
+    return "parallel backend: OpenMP" in torch.__config__.parallel_info()
+
+
+_cpu_contexts: Dict[Optional[int], _core.Context] = {}
+
+
+def cpu_context(threads: Optional[int] = None) -> _core.Context:
+    """The CPU context the layers of this module run on by default, one per ``threads`` value
+    (None: OpenMP's default, which follows ``torch.set_num_threads``). When torch runs its
+    operations on OpenMP threads, the context runs the library's parallel work on them too
+    (``WUSH_CONTEXT_OPENMP_TEAM``): torch's workers keep spinning for a while after each of its
+    operations, and beside them a pool of the library's own lost its cores (docs/PYTHON.md)."""
+    if threads is not None and threads < 0:
+        raise ValueError(f"threads={threads}: must be >= 0 (0: OpenMP's default)")
+    ctx = _cpu_contexts.get(threads)
+    if ctx is None:
+        ctx = _cpu_contexts[threads] = _core.Context("cpu", threads=threads, openmp_team=torch_runs_openmp())
+    return ctx
+
+
+def _context_for(device: Any, threads: Optional[int] = None) -> Tuple[_core.Context, torch.device]:
     dev = parse_device(device)
     if dev.type == "cpu":
-        return _core.default_context(), dev
+        return cpu_context(threads), dev
     if dev.type == "cuda":
         index = dev.index if dev.index is not None else torch.cuda.current_device()
         try:
-            return _core.Context("cuda", index), torch.device("cuda", index)
+            return _core.Context("cuda", index, threads=threads), torch.device("cuda", index)
         except _core.WushError as e:
             raise ValueError(f"device {device}: libwush has no CUDA backend here ({e.message}); "
                              f"the CUDA module libwush-cuda.so is looked for next to libwush.so or at "
@@ -993,7 +1015,8 @@ def load_float_model(model_dir: str, dtype: Any = torch.float32, config: Any = N
     return model.eval()
 
 
-def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None, mmap: bool = False) -> nn.Module:
+def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None, mmap: bool = False,
+                   threads: Optional[int] = None) -> nn.Module:
     """Loads a folder written by :func:`save_quantized` to run on libwush's runtime: the model
     class named by the folder's config, every tensor but the quantized weights from the folder's
     safetensors, and each quantized layer (``wush_checkpoint.safetensors``) as a
@@ -1006,10 +1029,14 @@ def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None, mmap: b
     The checkpoint is read into memory (the model does not depend on the file afterwards: it may
     be deleted, truncated or rewritten). ``mmap=True`` maps it instead, saving that copy, at a
     risk: truncating the file under the running model kills the process (SIGBUS) and rewriting it
-    in place silently changes the outputs (:func:`load_quantized_layers`)."""
+    in place silently changes the outputs (:func:`load_quantized_layers`).
+
+    ``threads``: the CPU threads of the quantized layers (``WUSH_CONTEXT_NUM_THREADS``; default
+    None: OpenMP's default, which follows ``torch.set_num_threads``). On the CPU the layers run
+    their parallel work on torch's OpenMP threads (:func:`cpu_context`)."""
     from transformers.utils import logging as hf_logging
     require_model_folder(out_dir, quantized=True)
-    ctx, dev = _context_for(device)
+    ctx, dev = _context_for(device, threads)
     config = _read_config(out_dir)
     if hasattr(config, "quantization_config"):
         # The folder's fp_quant config would send transformers to its own quantizer (GPU-only);

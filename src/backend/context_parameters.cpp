@@ -17,6 +17,12 @@ void ContextParameters::set(wush_context_parameter parameter, std::int64_t value
                      "WUSH_CONTEXT_NUM_THREADS must be in [0, 4096], got " + std::to_string(value));
             num_threads_ = value;
             return;
+        case WUSH_CONTEXT_OPENMP_TEAM:
+            if (value != 0 && value != 1)
+                fail(WUSH_ERR_INVALID_ARGUMENT,
+                     "WUSH_CONTEXT_OPENMP_TEAM must be 0 or 1, got " + std::to_string(value));
+            openmp_team_ = value;
+            return;
         case WUSH_CONTEXT_CPU_ISA:
             resolve_isa(value);  // INVALID_ARGUMENT / UNSUPPORTED before any change
             cpu_isa_ = value;
@@ -30,6 +36,7 @@ std::int64_t ContextParameters::get(wush_context_parameter parameter) const {
     switch (parameter) {
         case WUSH_CONTEXT_NUM_THREADS: return num_threads_;
         case WUSH_CONTEXT_CPU_ISA: return cpu_isa_;
+        case WUSH_CONTEXT_OPENMP_TEAM: return openmp_team_;
         default: break;
     }
     fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_context_parameter " + std::to_string(int(parameter)));

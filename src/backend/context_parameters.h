@@ -1,7 +1,9 @@
 // The parameters of a context (wush_context_set_parameter) as its backend keeps them: the backend
 // owns them, as ggml's CPU backend owns its thread count; the C API only forwards the calls.
 //   WUSH_CONTEXT_NUM_THREADS  threads of the context's host-side work (0 = OpenMP's default);
-//   WUSH_CONTEXT_CPU_ISA      the SIMD kernels of its CPU runtime calls (0 = the best the CPU has).
+//   WUSH_CONTEXT_CPU_ISA      the SIMD kernels of its CPU runtime calls (0 = the best the CPU has);
+//   WUSH_CONTEXT_OPENMP_TEAM  whether its CPU runtime calls run on the process's OpenMP team (1)
+//                             or on libwush's own pool (0).
 // Every backend keeps both: a CUDA context still calibrates, builds transforms and evaluates on
 // the host, with these settings.
 #pragma once
@@ -30,10 +32,13 @@ public:
     Isa isa() const { return resolve_isa(cpu_isa_); }
     // Threads of this context's host-side work: openmp_threads(the setting).
     std::size_t threads() const { return openmp_threads(num_threads_); }
+    // Whether the CPU runtime's parallel work runs on the process's OpenMP team.
+    bool openmp_team() const { return openmp_team_ != 0; }
 
 private:
     std::int64_t num_threads_ = 0;
     std::int64_t cpu_isa_ = 0;
+    std::int64_t openmp_team_ = 0;
 };
 
 }  // namespace wush::backend

@@ -47,6 +47,7 @@ void require_runtime_group(const formats::FormatSpec& f) {
 // The fused transform + quantization (wush_quantize_activations, a prepared layer's quantize).
 void quantize_with(const ContextParameters& run, TransformRef t, const formats::FormatSpec& format, wush_dtype x_dtype,
                    const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes, std::span<std::uint8_t> scales) {
+    const threads::OpenMpTeamScope team(run.openmp_team());
     std::vector<float> scratch(quantize_scratch_floats(t.core, t.use));
     quantize_activations(t.core, t.use, format, x_dtype, x, n_tokens, codes, scales, run.isa(), scratch, run.threads());
 }
@@ -74,6 +75,7 @@ struct LayerView {
 
     void forward(const ContextParameters& run, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
                  wush_dtype y_dtype, void* y, std::span<std::byte> workspace, const backend::Bias& bias = {}) const {
+        const threads::OpenMpTeamScope team(run.openmp_team());
         linear_forward(run.isa(), run.threads(), transform, use, weights, x_dtype, x, n_tokens, y_dtype, y, workspace,
                        panels, bias);
         require_finite_product(run, y_dtype, y, n_tokens, weights.d_out);
@@ -153,6 +155,7 @@ public:
         check_activation_scales(f, a_scales, m, w.d_in);
         // Not value-initialized: zeroing the (mostly untouched) panel space would cost more than
         // a small product.
+        const threads::OpenMpTeamScope team(parameters_->openmp_team());
         const std::size_t bytes = gemm_scratch_bytes(f, m, w.d_out, w.d_in, parameters_->threads());
         const std::unique_ptr<std::byte[]> scratch(new std::byte[bytes]);
         cpu::gemm(parameters_->isa(), parameters_->threads(), w, a_codes, a_scales, m, y_dtype, y,

@@ -112,4 +112,29 @@ void TeamPolicy::straggled(double wait, double now) {
     penalty_at_ = now;
 }
 
+PoolChoice::Rate& PoolChoice::slot(std::uintptr_t kind, double work) {
+    const int cls = size_class(work);
+    Rate& r = rates_[hash(kind, cls)];
+    if (r.kind != kind || r.size_class != cls) {
+        r = Rate{};
+        r.kind = kind;
+        r.size_class = cls;
+    }
+    return r;
+}
+
+bool PoolChoice::use_openmp(std::uintptr_t kind, double work) {
+    Rate& r = slot(kind, work);
+    const bool explore = ++r.calls % TeamPolicy::kExplore == 0;
+    if (r.openmp.n == 0) return true;
+    if (r.own.n == 0) return !explore;
+    return (r.openmp.median() <= r.own.median()) != explore;
+}
+
+void PoolChoice::ran(std::uintptr_t kind, double work, bool openmp, double seconds) {
+    if (!(work > 0.0) || !(seconds > 0.0)) return;
+    Rate& r = slot(kind, work);
+    (openmp ? r.openmp : r.own).add(seconds / work);
+}
+
 }  // namespace wush::threads

@@ -55,7 +55,6 @@ public:
     static constexpr unsigned kExplore = 16;
     static constexpr unsigned kSamples = 8;
 
-private:
     // The last kSamples values of a measured time.
     struct Samples {
         std::array<double, kSamples> v{};
@@ -63,6 +62,8 @@ private:
         void add(double x) { v[n++ % kSamples] = x; }
         double median() const;  // 0 when empty
     };
+
+private:
     struct Rate {
         std::uintptr_t kind = 0;
         int size_class = 0;
@@ -78,6 +79,31 @@ private:
 
     std::array<Rate, 64> rates_{};
     double penalty_ = 0.0, penalty_at_ = 0.0, half_life_ = kBaseHalfLife;
+};
+
+// Where a job that takes the team runs when the caller asked for the process's OpenMP team
+// (OpenMpTeamScope): on that team or on the pool's own helpers. The team wins where the host's
+// OpenMP workers spin on the cores after their own work (they run the chunks at once, where the
+// own helpers would share cores with them); the own pool wins on a machine busy with other
+// processes, where an OpenMP team waits at its barrier for members the OS does not run. So, per
+// kind and size of job as in TeamPolicy, the median wall time per unit of work of each way over
+// its last kSamples runs; the job takes the faster (the team until both are measured), trying the
+// other way every kExplore-th call so that both stay current. Not thread-safe (the job lock).
+class PoolChoice {
+public:
+    bool use_openmp(std::uintptr_t kind, double work);
+    // The job ran in `seconds` on the OpenMP team (`openmp`) or on the own helpers.
+    void ran(std::uintptr_t kind, double work, bool openmp, double seconds);
+
+private:
+    struct Rate {
+        std::uintptr_t kind = 0;
+        int size_class = 0;
+        TeamPolicy::Samples openmp, own;  // wall seconds per work
+        unsigned calls = 0;
+    };
+    Rate& slot(std::uintptr_t kind, double work);
+    std::array<Rate, 64> rates_{};
 };
 
 }  // namespace wush::threads

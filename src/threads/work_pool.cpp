@@ -1,6 +1,8 @@
 #include "threads/work_pool.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +19,36 @@ namespace wush::threads {
 
 namespace {
 
+// The thread's OpenMpTeamScope setting (set and restored by the scope; read by the pool).
+thread_local bool t_openmp_team = false;
+
+// The process's OpenMP runtime, looked up by name in the global scope first (dlsym RTLD_DEFAULT),
+// so that in a process where a host (PyTorch) loaded its own copy of libgomp the library runs on
+// the host's threads, not on a second pool of its own copy (a wheel bundles one). GOMP_parallel is
+// GNU libgomp's entry point for `#pragma omp parallel`; LLVM's and Intel's runtimes export it too.
+struct OpenMpRuntime {
+    using Parallel = void (*)(void (*)(void*), void*, unsigned, unsigned);
+    using Level = int (*)();
+    Parallel parallel = nullptr;
+    Level level = nullptr;
+    pid_t pid = 0;  // the process that looked it up: a fork()ed child must not start teams
+
+    static const OpenMpRuntime& get() {
+        static const OpenMpRuntime runtime = [] {
+            OpenMpRuntime r;
+            r.parallel = reinterpret_cast<Parallel>(dlsym(RTLD_DEFAULT, "GOMP_parallel"));
+            r.level = reinterpret_cast<Level>(dlsym(RTLD_DEFAULT, "omp_get_level"));
+            r.pid = getpid();
+            return r;
+        }();
+        return runtime;
+    }
+
+    // Outside any OpenMP region (a nested region would get one thread), in the process that
+    // looked the runtime up (libgomp's pool does not survive fork(): a child must not start teams).
+    bool usable() const { return parallel != nullptr && level != nullptr && level() == 0 && getpid() == pid; }
+};
+
 // Why not OpenMP for the GEMM: a `parallel` region splits the work before it knows which threads
 // will run, and its join waits (spinning first) for every member. On a machine where another
 // process keeps a core busy, a worker that is not scheduled holds its static share for a
@@ -30,7 +62,10 @@ namespace {
 // the process in its own GEMM) runs alone. A helper preempted in the middle of a chunk still holds
 // the caller until it runs again: TeamPolicy (team_policy.h) notices such waits and keeps small
 // jobs on the calling thread while they recur. Which thread runs which chunk varies, never what a
-// chunk computes: results stay independent of the thread count.
+// chunk computes: results stay independent of the thread count. The exception, by request
+// (OpenMpTeamScope, a context's WUSH_CONTEXT_OPENMP_TEAM): in a process whose host already runs
+// OpenMP on every core (PyTorch), the chunks run on the host's OpenMP team, the same counter
+// claimed by its members, because a second pool beside the host's spinning workers loses.
 //
 // fork(): the child has only the thread that forked. The pool takes its job lock around fork()
 // (so no job is half-posted), and the child starts with no helpers, spawning new ones on its
@@ -61,6 +96,15 @@ public:
             policy_.ran_alone(kind, work, seconds() - start);
             return;
         }
+        const bool openmp_asked = t_openmp_team && OpenMpRuntime::get().usable();
+        if (openmp_asked && choice_.use_openmp(kind, work)) {
+            double own_end = start;
+            const std::size_t own = run_on_openmp(chunks, threads, body, ctx, count, grain, own_end);
+            const double end = seconds();
+            policy_.ran_on_team(kind, work, end - start, own_end - start, own, chunks, end - own_end, end);
+            choice_.ran(kind, work, true, end - start);
+            return;
+        }
         const std::size_t own = run_on_team(chunks, threads, body, ctx, count, grain);
         const double own_end = seconds();
         // Wait for chunks still running on helpers (they are short), then block.
@@ -71,6 +115,7 @@ public:
         }
         const double end = seconds();
         policy_.ran_on_team(kind, work, end - start, own_end - start, own, chunks, end - own_end, end);
+        if (openmp_asked) choice_.ran(kind, work, false, end - start);
     }
 
 private:
@@ -89,10 +134,43 @@ private:
         state_.store(0, std::memory_order_relaxed);
         done_.store(0, std::memory_order_relaxed);
         policy_ = TeamPolicy{};
+        choice_ = PoolChoice{};
     }
 
     static double seconds() {
         return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    }
+
+    // The job on an OpenMP team of up to `threads` (the caller included), chunks claimed from a
+    // counter as on the own pool; returns how many the caller ran, and when it ran out of chunks
+    // in `own_end`. The team's end is OpenMP's barrier.
+    std::size_t run_on_openmp(std::size_t chunks, std::size_t threads, Body body, void* ctx, std::size_t count,
+                              std::size_t grain, double& own_end) {
+        struct Job {
+            Body body;
+            void* ctx;
+            std::size_t count, grain, chunks, own = 0;
+            std::thread::id caller = std::this_thread::get_id();
+            std::atomic<std::size_t> next{0}, slots{1};
+            double own_end = 0.0;
+        } job{body, ctx, count, grain, chunks};
+        auto member = [](void* p) {
+            Job& j = *static_cast<Job*>(p);
+            const bool caller = std::this_thread::get_id() == j.caller;
+            const std::size_t slot = caller ? 0 : j.slots.fetch_add(1, std::memory_order_relaxed);
+            std::size_t ran = 0;
+            for (std::size_t c; (c = j.next.fetch_add(1, std::memory_order_relaxed)) < j.chunks; ++ran) {
+                const std::size_t begin = c * j.grain;
+                j.body(j.ctx, slot, begin, std::min(j.count, begin + j.grain));
+            }
+            if (caller) {
+                j.own = ran;
+                j.own_end = seconds();
+            }
+        };
+        OpenMpRuntime::get().parallel(member, &job, unsigned(std::min<std::size_t>(threads, kHelperMask + 1)), 0);
+        own_end = job.own_end;
+        return job.own;
     }
 
     // Posts the job, runs chunks on the calling thread until none is left to claim; returns how
@@ -185,9 +263,22 @@ private:
     void* ctx_ = nullptr;
     std::size_t count_ = 0, grain_ = 1;
     TeamPolicy policy_;
+    PoolChoice choice_;
 };
 
 }  // namespace
+
+OpenMpTeamScope::OpenMpTeamScope(bool on) : previous_(t_openmp_team) {
+    t_openmp_team = on;
+}
+
+OpenMpTeamScope::~OpenMpTeamScope() {
+    t_openmp_team = previous_;
+}
+
+bool on_openmp_team() {
+    return t_openmp_team && OpenMpRuntime::get().usable();
+}
 
 void run_chunks(std::size_t count, std::size_t grain, std::size_t threads, double work, ChunkBody body, void* ctx) {
     WorkPool::instance().run(count, grain, threads, work, body, ctx);

@@ -17,6 +17,28 @@ using ChunkBody = void (*)(void* ctx, std::size_t slot, std::size_t begin, std::
 // job's cost in a unit proportional to time for this body (e.g. multiply-adds).
 void run_chunks(std::size_t count, std::size_t grain, std::size_t threads, double work, ChunkBody body, void* ctx);
 
+// While one of these lives on a thread, that thread's parallel calls run their chunks on the
+// process's OpenMP threads (the caller and the members of an OpenMP team it starts) instead of
+// libwush's own helpers, where the process has an OpenMP runtime: a host that runs OpenMP itself
+// (PyTorch) keeps its workers spinning for a while after each of its operations, on the very
+// cores the library's helpers would want; on its team they run the library's chunks instead.
+// Falls back to the own pool inside an OpenMP region, in a fork()ed child, and where no OpenMP
+// runtime is found. The scope sets the thread's setting to `on` and restores the previous one.
+class OpenMpTeamScope {
+public:
+    explicit OpenMpTeamScope(bool on);
+    ~OpenMpTeamScope();
+    OpenMpTeamScope(const OpenMpTeamScope&) = delete;
+    OpenMpTeamScope& operator=(const OpenMpTeamScope&) = delete;
+
+private:
+    bool previous_;
+};
+
+// Whether a call on this thread now would run on an OpenMP team (an OpenMpTeamScope is active and
+// an OpenMP runtime is usable here); for tests and diagnostics.
+bool on_openmp_team();
+
 // Runs fn(slot, begin, end) over [0, count) in chunks of `grain` on up to `threads` threads.
 template <typename Fn>
 void parallel_chunks(std::size_t count, std::size_t grain, std::size_t threads, double work, Fn&& fn) {

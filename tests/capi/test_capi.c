@@ -78,6 +78,14 @@ static void test_contexts(void) {
     CHECK_STATUS(wush_context_set_parameter(ctx, (wush_context_parameter)42, 1), WUSH_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(wush_context_get_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, &value), WUSH_OK);
     CHECK(value == 2); /* rejected values left the context unchanged */
+    CHECK_STATUS(wush_context_get_parameter(ctx, WUSH_CONTEXT_OPENMP_TEAM, &value), WUSH_OK);
+    CHECK(value == 0); /* the library's own pool by default */
+    CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_OPENMP_TEAM, 1), WUSH_OK);
+    CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_OPENMP_TEAM, 2), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_OPENMP_TEAM, -1), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_context_get_parameter(ctx, WUSH_CONTEXT_OPENMP_TEAM, &value), WUSH_OK);
+    CHECK(value == 1);
+    CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_OPENMP_TEAM, 0), WUSH_OK);
 
     /* A pointer that is not a handle, and a destroyed handle, are reported, not dereferenced. */
     {

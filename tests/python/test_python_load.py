@@ -257,6 +257,36 @@ class Flow(unittest.TestCase):
         with torch.no_grad():
             self.assertEqual(model(torch.tensor([[2, 3, 4]])).logits.dtype, torch.bfloat16)
 
+    def test_threads_reach_the_context_and_layers_run_on_torchs_openmp_team(self):
+        out = os.path.join(TMP, "tiny-threads")
+        self.assertEqual(cli_run("quantize-model", TINY, "--calib", CALIB, "--out", out, "--seq-len", "64",
+                                 "--max-samples", "4")[0], 0)
+        # Whether torch runs OpenMP, read from torch's own report, not from wush.torch.
+        omp = "ATen parallel backend: OpenMP" in torch.__config__.parallel_info()
+        ids = torch.tensor([[2, 3, 4, 5, 6, 7]])
+        outputs = {}
+        for threads in (None, 1):
+            model = wush.load_quantized(out, threads=threads)
+            layers = [m for m in model.modules() if isinstance(m, wt.QuantizedLinear)]
+            self.assertTrue(layers)
+            for ql in layers:
+                self.assertEqual(ql.ctx.get_parameter("num_threads"), threads or 0)
+                self.assertEqual(ql.ctx.get_parameter("openmp_team"), int(omp))
+            with torch.no_grad():
+                outputs[threads] = model(ids).logits
+        # The same bits on one thread, on torch's team and on the library's own pool (a second
+        # path through the pool: the team's chunks compute what the own pool's do).
+        own = wush.Context("cpu", threads=2, openmp_team=False)
+        model = wush.load_quantized(out)
+        wt.load_quantized_layers(model, os.path.join(out, wt.CHECKPOINT_FILE), own)
+        self.assertTrue(all(m.ctx is own for m in model.modules() if isinstance(m, wt.QuantizedLinear)))
+        with torch.no_grad():
+            outputs["own"] = model(ids).logits
+        self.assertTrue(torch.equal(outputs[None], outputs[1]))
+        self.assertTrue(torch.equal(outputs[None], outputs["own"]))
+        with self.assertRaises(ValueError):
+            wush.load_quantized(out, threads=-1)
+
     def test_refusals_before_the_work_and_one_line_errors(self):
         # NVFP4 + per-block matrices asked for in the fp_quant layout: refused before the model is
         # read (the model folder does not even exist).

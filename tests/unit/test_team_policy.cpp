@@ -124,4 +124,37 @@ TEST(RuntimeTeamPolicy, TheMeasuredTimesFollowTheMachine) {
     EXPECT_EQ(team_calls(p, kKind, 1e6, 64), 64 - 64 / int(TeamPolicy::kExplore));
 }
 
+// PoolChoice: the host's OpenMP team until the own helpers are measured faster; each way tried
+// every sixteenth call against the other.
+int openmp_calls(wush::threads::PoolChoice& c, std::uintptr_t kind, double work, int calls) {
+    int n = 0;
+    for (int i = 0; i < calls; ++i) n += c.use_openmp(kind, work) ? 1 : 0;
+    return n;
+}
+
+TEST(RuntimePoolChoice, TheTeamFirstAndTheOwnPoolTriedEverySixteenthCall) {
+    wush::threads::PoolChoice c;
+    const std::uintptr_t kind = 0x1000;
+    EXPECT_TRUE(c.use_openmp(kind, 1e6));
+    c.ran(kind, 1e6, true, 1e-3);
+    EXPECT_EQ(openmp_calls(c, kind, 1e6, 64), 64 - 64 / int(TeamPolicy::kExplore));
+}
+
+TEST(RuntimePoolChoice, TheFasterWayWinsBothWays) {
+    wush::threads::PoolChoice c;
+    const std::uintptr_t kind = 0x2000;
+    for (int i = 0; i < 8; ++i) {
+        c.ran(kind, 1e6, true, 2e-3);  // the team slower (a busy machine)
+        c.ran(kind, 1e6, false, 1e-3);
+    }
+    EXPECT_EQ(openmp_calls(c, kind, 1e6, 64), 64 / int(TeamPolicy::kExplore));
+    for (int i = 0; i < 8; ++i) {
+        c.ran(kind, 1e6, true, 0.5e-3);  // now the team wins (the host's workers spin)
+        c.ran(kind, 1e6, false, 1e-3);
+    }
+    EXPECT_EQ(openmp_calls(c, kind, 1e6, 64), 64 - 64 / int(TeamPolicy::kExplore));
+    // Another size class is timed apart: unmeasured, it takes the team.
+    EXPECT_TRUE(c.use_openmp(kind, 1e3));
+}
+
 }  // namespace

@@ -26,6 +26,8 @@ type ContextParameter int32
 const (
 	NumThreads    ContextParameter = C.WUSH_CONTEXT_NUM_THREADS
 	CPUISASetting ContextParameter = C.WUSH_CONTEXT_CPU_ISA
+	// OpenMPTeam: 1 runs the CPU runtime on the process's OpenMP threads (see wush.h).
+	OpenMPTeam ContextParameter = C.WUSH_CONTEXT_OPENMP_TEAM
 )
 
 // Context is a wush_context: a backend and its settings. Safe for concurrent use.

@@ -61,6 +61,7 @@ pub const WUSH_CHECKPOINT_COPY: wush_checkpoint_mode = 1;
 pub type wush_context_parameter = c_int;
 pub const WUSH_CONTEXT_NUM_THREADS: wush_context_parameter = 0;
 pub const WUSH_CONTEXT_CPU_ISA: wush_context_parameter = 1;
+pub const WUSH_CONTEXT_OPENMP_TEAM: wush_context_parameter = 2;
 pub type wush_cpu_isa = c_int;
 pub const WUSH_CPU_ISA_AUTO: wush_cpu_isa = 0;
 pub const WUSH_CPU_ISA_SCALAR: wush_cpu_isa = 1;

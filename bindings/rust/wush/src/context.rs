@@ -14,7 +14,11 @@ c_enum! {
 }
 c_enum! {
     /// Context parameters (`wush_context_parameter`).
-    ContextParameter { NumThreads = sys::WUSH_CONTEXT_NUM_THREADS, CpuIsa = sys::WUSH_CONTEXT_CPU_ISA }
+    ContextParameter {
+        NumThreads = sys::WUSH_CONTEXT_NUM_THREADS,
+        CpuIsa = sys::WUSH_CONTEXT_CPU_ISA,
+        OpenmpTeam = sys::WUSH_CONTEXT_OPENMP_TEAM
+    }
 }
 
 /// A context (`wush_context`): a backend, its device and execution settings.
