@@ -315,10 +315,10 @@ print("identical" if torch.equal(before, after) else "differs")
                 self.assert_one_line_error(rc, err, "fp_quant layout", "--export wush")
                 if fmt != "nvfp4":
                     self.assertNotIn("transform hadamard", err)
-                # By default (--export auto) the format alone works: the libwush checkpoint, said so.
+                # With --export auto the format alone works: the libwush checkpoint, said so.
                 out = os.path.join(TMP, f"q-{fmt}")
                 rc, so, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", out, "--format", fmt,
-                                  "--seq-len", "32", "--max-samples", "4")
+                                  "--seq-len", "32", "--max-samples", "4", "--export", "auto")
                 self.assertEqual(rc, 0, err)
                 self.assertIn("writing the libwush checkpoint alone (--export wush)", err)
                 result = json.loads(so.splitlines()[-1])
