@@ -241,8 +241,9 @@ class SentenceTransformers(unittest.TestCase):
 
     def test_every_sentence_transformers_file_kept(self):
         src_files = files_under(self.src)
-        for name in ("modules.json", "sentence_bert_config.json", "1_Pooling/config.json", "tokenizer.json",
-                     "tokenizer_config.json", "special_tokens_map.json", "config_sentence_transformers.json"):
+        for name in ("modules.json", "sentence_bert_config.json", os.path.join("1_Pooling", "config.json"),
+                     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                     "config_sentence_transformers.json"):
             self.assertIn(name, src_files)
         for out in self.outs.values():
             for rel in src_files - {"config.json", "model.safetensors", "pytorch_model.bin"}:
