@@ -357,7 +357,8 @@ print("identical" if torch.equal(before, after) else "differs")
         self.assertEqual(rc, 0, err)
         text = " ".join(so.split())
         for opt, default in (("--seq-len", "128"), ("--max-samples", "128"), ("--format", "mxfp4"),
-                             ("--transform", "wush"), ("--method", "rtn"), ("--search-tokens", "1024")):
+                             ("--transform", "wush"), ("--method", "rtn"), ("--search-tokens", "1024"),
+                             ("--export", "wush"), ("--embeddings", "keep")):
             self.assertRegex(text, opt + r"\b.*?\(default: " + default + r"\)", opt)
         self.assertIn("int4", text)
         rc, so, err = cli("eval-model", "--help")
