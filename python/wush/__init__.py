@@ -15,7 +15,7 @@ __all__ = ["Backend", "Calibrator", "Checkpoint", "Context", "CpuIsa", "DType", 
            "GuardSource", "Linear", "Method",
            "MomentMode", "Options", "QWeight", "Status", "Transform", "TransformKind", "WushError",
            "default_context", "dequantize_rows", "format_group_size", "layer_loss", "layer_quantize",
-           "quantize_rows", "version", "quantize_model", "load_quantized"]
+           "quantize_rows", "version", "quantize_model", "load_quantized", "load_sentence_transformer"]
 __version__ = "0.3.0"
 
 
@@ -30,3 +30,17 @@ def load_quantized(*args, **kwargs):  # noqa: D401 - thin lazy forwarder, torch 
     ``quantize-model`` / :func:`wush.torch.save_quantized`, its quantized layers on libwush's runtime."""
     from .torch import load_quantized as _lq
     return _lq(*args, **kwargs)
+
+
+def load_sentence_transformer(*args, **kwargs):  # noqa: D401 - thin lazy forwarder
+    """See :func:`wush.hf.load_sentence_transformer`: a quantized sentence-transformers folder as a
+    ``SentenceTransformer`` whose transformer runs on libwush's runtime."""
+    from .hf import load_sentence_transformer as _lst
+    return _lst(*args, **kwargs)
+
+
+# transformers learns the quantization method "wush" (wush.hf) once it loads its quantizers, so
+# that AutoModel.from_pretrained / SentenceTransformer load a quantized folder on the runtime.
+from . import hf as _hf  # noqa: E402 - imports neither torch nor transformers
+
+_hf.register_on_import()

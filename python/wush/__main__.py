@@ -1,14 +1,16 @@
 """``python -m wush``: whole Hugging Face models from local folders.
 
   python -m wush quantize-model MODEL_DIR --calib FILE --format mxfp4 --transform wush \
-      --method gptq --out OUT_DIR [--export auto|fp_quant|wush] [--fp-quant-pseudo]
+      --method gptq --out OUT_DIR [--export wush|fp_quant|auto] [--embeddings keep|bf16]
   python -m wush run OUT_DIR --prompt TEXT            # a causal model: generated text
   python -m wush run OUT_DIR --sentences FILE         # an encoder: sentence embeddings
   python -m wush eval-model MODEL_DIR --text FILE --quantized OUT_DIR [--quantized OUT_DIR2 ...]
 
 MODEL_DIR is a local folder (config.json, weights, tokenizer); nothing is downloaded. OUT_DIR is
-loaded with wush.load_quantized: its quantized layers run on libwush's runtime. Errors are
-reported as one line (exit status 2).
+loaded with wush.load_quantized, or, after `import wush`, with transformers' own
+AutoModel.from_pretrained(OUT_DIR) / SentenceTransformer(OUT_DIR): its quantized layers run on
+libwush's runtime (without `import wush`, transformers refuses the folder). Errors are reported
+as one line (exit status 2).
 """
 
 from __future__ import annotations
@@ -157,7 +159,8 @@ def cmd_quantize(a: argparse.Namespace) -> int:
                             damping=a.damping, progress=a.progress, search=search, search_tokens=a.search_tokens,
                             validation_batches=validation, search_guard=not a.no_search_guard)
     t1 = time.time()
-    info = wt.save_quantized(model, res, a.out, model_dir=a.model_dir, pseudo=a.fp_quant_pseudo, export=export)
+    info = wt.save_quantized(model, res, a.out, model_dir=a.model_dir, pseudo=a.fp_quant_pseudo, export=export,
+                             embeddings=a.embeddings)
     if info["fp_quant_refused"]:
         print(f"python -m wush quantize-model: note: the fp_quant layout was not written ({info['fp_quant_refused']}); "
               f"the folder holds the libwush checkpoint, which wush.load_quantized runs", file=sys.stderr)
@@ -344,8 +347,7 @@ def parser() -> argparse.ArgumentParser:
                    help="calibration text file (causal: tokenized as one stream, cut into --max-samples windows of "
                         "--seq-len tokens; encoders: one sentence per line, the first --max-samples lines)")
     q.add_argument("--format", default="mxfp4", choices=FORMATS,
-                   help="4-bit format (int4, mxfp4_ocp, and nvfp4 with wush transforms: no fp_quant layout, "
-                        "so --export auto writes the libwush checkpoint alone)")
+                   help="4-bit format (the fp_quant layout holds mxfp4, and nvfp4 with identity/hadamard)")
     q.add_argument("--transform", default="wush", choices=["identity", "hadamard", "wush", "wush+s"],
                    help="wush+s: WUSH with the per-block search (scale, signs, fall-backs)")
     q.add_argument("--search-tokens", type=int, default=1024,
@@ -358,10 +360,15 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--method", default="rtn", choices=["rtn", "gptq"], help="how the weights are rounded")
     q.add_argument("--out", required=True,
                    help="the output folder: new, or an existing folder outside MODEL_DIR (files in it are replaced)")
-    q.add_argument("--export", default="auto", choices=["auto", "fp_quant", "wush"],
-                   help="fp_quant: the quantized layers also in the fp_quant layout; wush: in the libwush "
-                        "checkpoint alone (any format x transform); auto: fp_quant where that layout holds the "
-                        "format and transform, else wush (said on stderr)")
+    q.add_argument("--export", default="wush", choices=["wush", "fp_quant", "auto"],
+                   help="wush: the quantized layers once, in the libwush checkpoint (any format x transform; "
+                        "quantization_config names quant_method 'wush': AutoModel/SentenceTransformer load it after "
+                        "`import wush`, transformers refuses it without); fp_quant: also in the fp_quant layout, "
+                        "for transformers' GPU fp_quant loader (mxfp4, nvfp4 with identity/hadamard); auto: fp_quant "
+                        "where that layout holds the format and transform, else wush (said on stderr)")
+    q.add_argument("--embeddings", default="keep", choices=["keep", "bf16"],
+                   help="the input embedding table as MODEL_DIR stores it, or in bfloat16 (half of float32's "
+                        "size, on disk and, when not tied to the output layer, in memory)")
     q.add_argument("--fp-quant-pseudo", action="store_true",
                    help="write bf16 dqweight (transformers' pseudo-quantized fp_quant path) instead of packed codes")
     q.add_argument("--layers", default=None,

@@ -442,6 +442,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "vocab.json", "merges.txt", "vocab.txt", "added_tokens.json", "generation_config.json")
 
 EXPORTS = ("fp_quant", "wush")
+EMBEDDINGS = ("keep", "bf16")  # the input embedding table as stored, or in bfloat16
 
 
 def _ancestors(path: str) -> List[str]:
@@ -617,12 +618,25 @@ def _copy_other_files(model_dir: str, out_dir: str) -> List[str]:
     return copied
 
 
+def _embeddings_to_bf16(model: nn.Module, tensors: Dict[str, torch.Tensor]) -> None:
+    """The stored input embedding table of ``model`` (among ``tensors``, the folder's names) in
+    bfloat16; ValueError when it cannot be found."""
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    name = next((n for n, m in model.named_modules() if m is emb), None) if emb is not None else None
+    key = _stored_key(name + ".weight", getattr(model, "base_model_prefix", "") or "", tensors) if name else None
+    if key is None:
+        raise ValueError("--embeddings bf16: the model's input embedding table is not among its stored tensors")
+    if tensors[key].is_floating_point():
+        tensors[key] = tensors[key].to(torch.bfloat16)
+
+
 def linear_names(model: nn.Module) -> List[str]:
     return [n for n, m in model.named_modules() if is_linear(m) or isinstance(m, QuantizedLinear)]
 
 
 def save_quantized(model: nn.Module, result: QuantizationResult, out_dir: str, model_dir: Optional[str] = None,
-                   pseudo: bool = False, max_shard_bytes: int = 2 << 30, export: str = "fp_quant") -> Dict[str, Any]:
+                   pseudo: bool = False, max_shard_bytes: int = 2 << 30, export: str = "wush",
+                   embeddings: str = "keep") -> Dict[str, Any]:
     """Writes the complete output folder:
 
     - ``wush_checkpoint.safetensors``: the libwush checkpoint (transforms + packed weights),
@@ -630,14 +644,18 @@ def save_quantized(model: nn.Module, result: QuantizationResult, out_dir: str, m
     - ``model-0000i-of-0000n.safetensors`` + ``model.safetensors.index.json``: with
       ``model_dir``, every tensor stored in that folder, under its stored name and dtype, bit for
       bit, except the quantized layers' weights; without it, the model's state_dict. With
-      ``export="fp_quant"`` the quantized layers in the fp_quant layout named after their modules
-      (``<module>.qweight``, ``.scales``, ``.forward_hadamard_matrix``,
-      ``.backward_hadamard_matrix``, ``.weight_global_scale``, ``.act_global_scale``), or with
-      ``pseudo`` the bf16 ``<module>.dqweight`` instead of qweight/scales. With ``export="wush"``
-      (or when the library's fp_quant export refuses this model) none of those: the quantized
-      layers live in the checkpoint alone;
-    - ``config.json``: ``model_dir``'s (else the model's config) with ``quantization_config``
-      (fp_quant's, ``modules_to_not_convert`` = exactly the linear layers left unquantized);
+      ``export="wush"`` (the default, and where the library's fp_quant export refuses this
+      model) each quantized layer's ``weight`` is a two-element int64 tensor ``[d_out, d_in]``:
+      the layer lives in the checkpoint alone (the weights are stored once), and transformers
+      without ``wush`` refuses the folder (a size mismatch) instead of building random layers
+      (:mod:`wush.hf`). With ``export="fp_quant"`` the quantized layers in the fp_quant layout
+      named after their modules (``<module>.qweight``, ``.scales``,
+      ``.forward_hadamard_matrix``, ``.backward_hadamard_matrix``, ``.weight_global_scale``,
+      ``.act_global_scale``), or with ``pseudo`` the bf16 ``<module>.dqweight`` instead of
+      qweight/scales. ``embeddings="bf16"`` stores the input embedding table in bfloat16;
+    - ``config.json``: ``model_dir``'s (else the model's config) with ``quantization_config``:
+      ``quant_method`` ``"wush"`` (:func:`wush.hf.folder_config`), or fp_quant's with
+      ``modules_to_not_convert`` = exactly the linear layers left unquantized;
     - every other file of ``model_dir`` (tokenizer, generation config, sentence-transformers
       modules such as ``modules.json`` and ``1_Pooling/``), copied; not other serializations of
       the weights (``WEIGHT_FILES``, ``WEIGHT_DIRS``);
@@ -647,8 +665,11 @@ def save_quantized(model: nn.Module, result: QuantizationResult, out_dir: str, m
     :func:`check_out_dir` refuse (``out_dir`` the model folder, inside it or containing it).
     """
     from safetensors.torch import load_file
+    from . import hf
     check_out_dir(out_dir, model_dir)
     check_export(result.format, result.transform, export)
+    if embeddings not in EMBEDDINGS:
+        raise ValueError(f"unknown embeddings {embeddings!r}; choose one of {', '.join(EMBEDDINGS)}")
     os.makedirs(out_dir, exist_ok=True)
     ck_path = os.path.join(out_dir, CHECKPOINT_FILE)
     result.checkpoint().write(ck_path)
@@ -689,6 +710,12 @@ def save_quantized(model: nn.Module, result: QuantizationResult, out_dir: str, m
     for k, v in fpq.items():
         layer = k.rsplit(".", 1)[0]
         tensors[prefixes.get(layer, "") + k] = v
+    if export == "wush":
+        for name, (_, q) in result.layers.items():
+            tensors[prefixes[name] + name + ".weight"] = torch.tensor(q.info()[2:4], dtype=torch.int64)
+        qcfg = hf.folder_config(result, embeddings)
+    if embeddings == "bf16":
+        _embeddings_to_bf16(model, tensors)
     if pseudo and fpq:
         qcfg["pseudoquantization"] = True
         for name, (_, q) in result.layers.items():
@@ -705,14 +732,15 @@ def save_quantized(model: nn.Module, result: QuantizationResult, out_dir: str, m
         config = model.config.to_dict()
     else:
         config = {}
-    if qcfg:
+    if export == "fp_quant":
         qcfg["modules_to_not_convert"] = unconverted
-        config["quantization_config"] = qcfg
+    config["quantization_config"] = qcfg
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=2, sort_keys=True)
     copied = _copy_other_files(model_dir, out_dir) if model_dir else []
     info = {"format": result.format, "transform": result.transform, "method": result.method,
             "search": getattr(result, "search", False), "export": export, "fp_quant_refused": refused,
+            "embeddings": embeddings,
             "layers": {n: t.info()[0].name.lower() for n, (t, _) in result.layers.items()},
             "modules_to_not_convert": unconverted, "copied_files": copied}
     with open(os.path.join(out_dir, INFO_FILE), "w") as f:
@@ -1038,7 +1066,14 @@ def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None, mmap: b
     require_model_folder(out_dir, quantized=True)
     ctx, dev = _context_for(device, threads)
     config = _read_config(out_dir)
-    if hasattr(config, "quantization_config"):
+    qc = getattr(config, "quantization_config", None)
+    wush_folder = _quant_method(qc) == "wush"
+    if wush_folder:
+        # wush.hf's quantizer builds the quantized layers while transformers loads the folder.
+        from . import hf
+        hf.register()
+        config.quantization_config = dict(_as_dict(qc), device=str(dev), mmap=mmap, threads=threads)
+    elif qc is not None:
         # The folder's fp_quant config would send transformers to its own quantizer (GPU-only);
         # the quantized layers are loaded from the libwush checkpoint instead.
         delattr(config, "quantization_config")
@@ -1054,6 +1089,9 @@ def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None, mmap: b
     hf_logging.set_verbosity_error()  # the quantized weights are "missing" on purpose
     try:
         stored = stored_tensor_shapes(out_dir)
+        if stored and wush_folder:  # the quantized layers' [d_out, d_in] stand-ins are the quantizer's
+            stored = {k: v for k, v in stored.items()
+                      if not any(k == n + ".weight" or k.endswith("." + n + ".weight") for n in qnames)}
         cls = folder_model_class(out_dir, config, stored)  # as quantize-model built it
         if stored:
             check_weights_match(out_dir, cls, config, stored)
@@ -1063,11 +1101,26 @@ def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None, mmap: b
         hf_logging.set_verbosity(verbosity)
     # transformers reports keys in the model's namespace: only the quantized weights may miss.
     expected = {n + ".weight" for n in qnames}
+    if wush_folder:
+        expected = set()  # every tensor, the quantized layers' [d_out, d_in] included, is stored
     missing = [k for k in info.get("missing_keys", []) if not any(k == e or k.endswith("." + e) for e in expected)]
     if missing:
         raise ValueError(f"{out_dir}: tensors missing from the folder: {', '.join(sorted(missing)[:10])}")
-    load_quantized_layers(model, os.path.join(out_dir, CHECKPOINT_FILE), ctx, mmap=mmap)
+    if not wush_folder:
+        load_quantized_layers(model, os.path.join(out_dir, CHECKPOINT_FILE), ctx, mmap=mmap)
     return model.to(dev).eval()
+
+
+def _as_dict(qc: Any) -> Dict[str, Any]:
+    return dict(qc) if isinstance(qc, dict) else qc.to_dict()
+
+
+def _quant_method(qc: Any) -> Optional[str]:
+    """The ``quant_method`` of a config's quantization_config (a dict or transformers' object)."""
+    if qc is None:
+        return None
+    m = qc.get("quant_method") if isinstance(qc, dict) else getattr(qc, "quant_method", None)
+    return getattr(m, "value", m)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -315,10 +315,10 @@ print("identical" if torch.equal(before, after) else "differs")
                 self.assert_one_line_error(rc, err, "fp_quant layout", "--export wush")
                 if fmt != "nvfp4":
                     self.assertNotIn("transform hadamard", err)
-                # By default (--export auto) the format alone works: the libwush checkpoint, said so.
+                # With --export auto the format alone works: the libwush checkpoint, said so.
                 out = os.path.join(TMP, f"q-{fmt}")
                 rc, so, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", out, "--format", fmt,
-                                  "--seq-len", "32", "--max-samples", "4")
+                                  "--seq-len", "32", "--max-samples", "4", "--export", "auto")
                 self.assertEqual(rc, 0, err)
                 self.assertIn("writing the libwush checkpoint alone (--export wush)", err)
                 result = json.loads(so.splitlines()[-1])
@@ -357,7 +357,8 @@ print("identical" if torch.equal(before, after) else "differs")
         self.assertEqual(rc, 0, err)
         text = " ".join(so.split())
         for opt, default in (("--seq-len", "128"), ("--max-samples", "128"), ("--format", "mxfp4"),
-                             ("--transform", "wush"), ("--method", "rtn"), ("--search-tokens", "1024")):
+                             ("--transform", "wush"), ("--method", "rtn"), ("--search-tokens", "1024"),
+                             ("--export", "wush"), ("--embeddings", "keep")):
             self.assertRegex(text, opt + r"\b.*?\(default: " + default + r"\)", opt)
         self.assertIn("int4", text)
         rc, so, err = cli("eval-model", "--help")

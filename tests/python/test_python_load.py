@@ -128,7 +128,13 @@ class Flow(unittest.TestCase):
         self.assertEqual(len(quantized_weights), len(qnames), "a quantized layer's weight is not in the input")
         for k, v in stored.items():
             if k in quantized_weights:
-                self.assertNotIn(k, got)
+                if export == "wush":  # the weight's [d_out, d_in] in its place (wush.hf's refusal)
+                    self.assertEqual(got[k].dtype, torch.int64, k)
+                    m = float_model.get_submodule(k[:-len(".weight")])
+                    d_out_d_in = list(v.shape) if isinstance(m, torch.nn.Linear) else list(v.shape)[::-1]  # Conv1D
+                    self.assertEqual(got[k].tolist(), d_out_d_in, k)
+                else:
+                    self.assertNotIn(k, got)
                 continue
             self.assertIn(k, got, f"{k} dropped")
             self.assertEqual((got[k].dtype, tuple(got[k].shape)), (v.dtype, tuple(v.shape)), k)
@@ -149,6 +155,9 @@ class Flow(unittest.TestCase):
                              if isinstance(m, torch.nn.Linear) and n not in qnames)
         if export == "fp_quant":
             self.assertEqual(qc["modules_to_not_convert"], unconverted)
+        else:
+            self.assertEqual(qc["quant_method"], "wush")
+            self.assertEqual(qc["checkpoint"], "wush_checkpoint.safetensors")
         info = json.loads(pathlib.Path(out, "wush_quantization.json").read_text())
         self.assertEqual(info["modules_to_not_convert"], unconverted)
         return qnames
@@ -301,7 +310,7 @@ class Flow(unittest.TestCase):
             wt.check_export("nvfp4", "wush", "fp_quant")
         wt.check_export("nvfp4", "wush", "wush")
         wt.check_export("nvfp4", "hadamard", "fp_quant")
-        # --export auto (the default) picks what fits, and says why it passed fp_quant over.
+        # --export auto picks what fits, and says why it passed fp_quant over.
         self.assertEqual(wt.resolve_export("nvfp4", "hadamard"), ("fp_quant", None))
         export, why = wt.resolve_export("nvfp4", "wush")
         self.assertEqual(export, "wush")
@@ -351,7 +360,7 @@ class Flow(unittest.TestCase):
         kinds = {n: t.info()[0].name.lower() for n, (t, _) in res.layers.items()}
         self.assertGreater(len(set(kinds.values())), 1, f"the guard kept every layer's kind: {kinds}")
         out = os.path.join(TMP, "guarded")
-        info = wt.save_quantized(model, res, out, model_dir=TINY)
+        info = wt.save_quantized(model, res, out, model_dir=TINY, export="fp_quant")
         self.assertEqual(info["export"], "fp_quant")
         self.assertIsNone(info["fp_quant_refused"])
         self.assert_faithful(TINY, out, wt.load_float_model(TINY))
@@ -421,7 +430,7 @@ class Flow(unittest.TestCase):
         res = wt.quantize_model(float_model, batches, format="mxfp4", transform="wush", method="gptq")
         out = os.path.join(TMP, "gpt2-q")
         wt.save_quantized(float_model, res, out, model_dir=src)
-        self.assert_faithful(src, out, wt.load_float_model(src))
+        self.assert_faithful(src, out, wt.load_float_model(src), export="wush")
         self.assert_runtime_matches_emulation(out, lambda m: m(batches[0]))
 
     # ---- MiniLM, a real sentence-transformers encoder --------------------------------------

@@ -125,10 +125,11 @@ class ModelFlow(unittest.TestCase):
                 for tr in ("identity", "hadamard", "wush"):
                     out = os.path.join(TMP, f"out-{method}-{fmt}-{tr}")
                     args = ["quantize-model", MODEL, "--calib", CALIB, "--format", fmt, "--transform", tr,
-                            "--method", method, "--out", out, "--seq-len", "64", "--max-samples", "16"]
+                            "--method", method, "--out", out, "--seq-len", "64", "--max-samples", "16",
+                            "--export", "fp_quant"]
                     if fmt == "nvfp4" and tr == "wush":
                         # the fp_quant layout asked for: refused when the arguments are read, as one
-                        # line (exit status 2); --export auto (the default) writes wush instead
+                        # line (exit status 2); --export wush (the default) writes it
                         err = io.StringIO()
                         with contextlib.redirect_stderr(err):
                             self.assertEqual(cli(args + ["--export", "fp_quant"]), 2)
@@ -155,7 +156,7 @@ class ModelFlow(unittest.TestCase):
                 model = base_model()
                 res = wt.quantize_model(model, batches, format=fmt, transform=tr, method=method)
                 out = os.path.join(TMP, f"oracle-{fmt}-{tr}-{method}")
-                wt.save_quantized(model, res, out, model_dir=MODEL)
+                wt.save_quantized(model, res, out, model_dir=MODEL, export="fp_quant")
                 t, cfg, qnames = self.check_folder(out)
                 seen = {}
                 hooks = [model.get_submodule(n).register_forward_hook(
@@ -189,7 +190,8 @@ class ModelFlow(unittest.TestCase):
         from fp_quant.module import FPQuantLinear
         out = os.path.join(TMP, "pseudo-mxfp4-hadamard")
         run_cli("quantize-model", MODEL, "--calib", CALIB, "--format", "mxfp4", "--transform", "hadamard",
-                "--method", "rtn", "--out", out, "--seq-len", "64", "--max-samples", "8", "--fp-quant-pseudo")
+                "--method", "rtn", "--out", out, "--seq-len", "64", "--max-samples", "8", "--fp-quant-pseudo",
+                "--export", "fp_quant")
         t, cfg, qnames = self.check_folder(out, pseudo=True)
         self.assertTrue(cfg["quantization_config"]["pseudoquantization"])
         # The real consumer's module: every tensor we write for a layer is one of its state_dict
@@ -235,7 +237,7 @@ class ModelFlow(unittest.TestCase):
         # WUSH: per-block matrices (G, d_in) do not fit released fp-quant's (G, G) buffer.
         out_w = os.path.join(TMP, "wush-mxfp4")
         run_cli("quantize-model", MODEL, "--calib", CALIB, "--format", "mxfp4", "--transform", "wush",
-                "--method", "rtn", "--out", out_w, "--seq-len", "64", "--max-samples", "8")
+                "--method", "rtn", "--out", out_w, "--seq-len", "64", "--max-samples", "8", "--export", "fp_quant")
         tw, _, _ = self.check_folder(out_w)
         n = qnames[0]
         self.assertEqual(tuple(tw[n + ".forward_hadamard_matrix"].shape), (32, 64))
@@ -322,7 +324,8 @@ class ModelFlow(unittest.TestCase):
         # Through the CLI, with GPTQ (the guard then builds GPTQ layers), and the refusals.
         out = os.path.join(TMP, "search-gptq")
         run_cli("quantize-model", MODEL, "--calib", CALIB, "--validation", HELD, "--format", "mxfp4",
-                "--transform", "wush+s", "--method", "gptq", "--out", out, "--seq-len", "64", "--max-samples", "4")
+                "--transform", "wush+s", "--method", "gptq", "--out", out, "--seq-len", "64", "--max-samples", "4",
+                "--export", "fp_quant")
         self.check_folder(out)
         with self.assertRaisesRegex(ValueError, "only wus and wush have a search"):
             wt.quantize_model(base_model(), batches, transform="hadamard", search=True)
