@@ -290,7 +290,7 @@ def main():
     except (ValueError, KeyError, IndexError) as e:
         check(False, "eval --sequence-length: %r (%r)" % (e, p.stdout))
     p = run("quantize", "--weights", wpath, "--activations", cal, "--format", "mxfp4", "--transform", "wush+s",
-            "--out", ck_q, "--sequence-length", "17")
+            "--out", ck_q, "--sequence-length", "17", expect_ok=False)
     check(p.returncode != 0 and "sequence" in p.stderr, "--sequence-length 17 of 144 rows: %r" % p.stderr)
 
     # 8. bad input: clear message on stderr, non-zero exit, nothing on stdout.
