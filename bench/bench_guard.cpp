@@ -9,6 +9,8 @@
 //             (wush_options_sample_size()), the search scores the even 256, and the searched layer
 //             competes with plain WUSH, I, H and R on the odd 256 (five layer losses, on the
 //             guard's 1024 scored output rows of the 4096);
+//   "guard_seq" the same with the calibration tokens added as 32 sequences of 128
+//             (wush_calibrator_add_sequences): the guard holds out whole sequences of the sample;
 //   "gptq_plain", "gptq_guard": the same two with GPTQ (a full-mode calibrator; the guard's four
 //             alternatives are each a GPTQ build);
 // "guard_before", the same guard as first implemented (commit 4d73e40), written out here: plain
@@ -55,12 +57,15 @@ constexpr std::size_t kCalibrationTokens = 4096;
 constexpr std::size_t kSearchTokens = 256;  // WUSH_OPTION_SEARCH_TOKENS' default
 constexpr const char* kLayer = "4096x4096";
 constexpr wush_format kFormats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4};
-constexpr const char* kVariants[] = {"plain", "search", "guard", "guard_before", "loss256", "gptq_plain", "gptq_guard"};
+constexpr const char* kVariants[] = {"plain",        "search",  "guard",      "guard_seq",
+                                     "guard_before", "loss256", "gptq_plain", "gptq_guard"};
+constexpr std::size_t kSequenceLength = 128;  // "guard_seq": the calibration tokens as 32 sequences
 
 struct Layer {
     wush::eval::SyntheticLayer data;
-    // By G, sample size (256: the unguarded search's, 512: the default guard's) and moment mode.
-    std::map<std::tuple<std::size_t, std::size_t, bool>, std::unique_ptr<Calibrator>> calibrators;
+    // By G, sample size (256: the unguarded search's, 512: the default guard's), moment mode and
+    // sequence length (0: tokens added without sequences).
+    std::map<std::tuple<std::size_t, std::size_t, bool, std::size_t>, std::unique_ptr<Calibrator>> calibrators;
 };
 
 Layer& layer() {
@@ -72,14 +77,14 @@ Layer& layer() {
     return l;
 }
 
-const Calibrator& calibrator(std::size_t g, std::size_t sample, bool full = false) {
+const Calibrator& calibrator(std::size_t g, std::size_t sample, bool full = false, std::size_t sequence_length = 0) {
     Layer& l = layer();
-    auto& cal = l.calibrators[{g, sample, full}];
+    auto& cal = l.calibrators[{g, sample, full, sequence_length}];
     if (!cal) {
         cal = std::make_unique<Calibrator>(l.data.spec.d_in, g,
                                            full ? wush::MomentMode::Full : wush::MomentMode::BlockDiagonal);
         cal->set_sample_capacity(sample);
-        cal->add(WUSH_DTYPE_F32, l.data.calibration.data(), kCalibrationTokens);
+        cal->add(WUSH_DTYPE_F32, l.data.calibration.data(), kCalibrationTokens, sequence_length);
     }
     return *cal;
 }
@@ -94,8 +99,10 @@ void bm_layer(benchmark::State& state, wush_format f, std::string variant) {
     const std::size_t d_out = l.data.spec.d_out;
     const bool gptq = variant.rfind("gptq_", 0) == 0;
     const bool search = variant != "plain" && variant != "gptq_plain";
-    const bool guarded = variant == "guard" || variant == "guard_before" || variant == "gptq_guard";
-    const Calibrator& cal = calibrator(format.group, guarded ? 2 * kSearchTokens : kSearchTokens, gptq);
+    const bool sequences = variant == "guard_seq";
+    const bool guarded = variant == "guard" || sequences || variant == "guard_before" || variant == "gptq_guard";
+    const Calibrator& cal =
+        calibrator(format.group, guarded ? 2 * kSearchTokens : kSearchTokens, gptq, sequences ? kSequenceLength : 0);
     TransformOptions options(TransformKind::WUSH, 0.01, 1);
     if (search) {
         options.search.enabled = true;
@@ -148,8 +155,9 @@ void bm_layer(benchmark::State& state, wush_format f, std::string variant) {
             options, format, gptq ? wush::pipeline::Method::Gptq : wush::pipeline::Method::Rtn, cal, l.data.weight,
             d_out, nullptr, guard);
         benchmark::DoNotOptimize(q.weights.codes.data());
-        if (guarded && q.guard.source != wush::pipeline::GuardSource::HoldOut)
-            state.SkipWithError("the default guard did not run");
+        const auto want =
+            sequences ? wush::pipeline::GuardSource::HoldOutSequences : wush::pipeline::GuardSource::HoldOut;
+        if (guarded && q.guard.source != want) state.SkipWithError("the default guard did not run as asked");
     }
 }
 
@@ -163,16 +171,16 @@ int main(int argc, char** argv) {
 
     const auto summary = [&](const char* what, auto seconds) {
         std::printf("\nSummary (%s of one layer's transform + RTN weights, ms; ratios to plain)\n", what);
-        std::printf("%-16s %8s %8s %6s %8s %6s %12s %13s %6s %8s\n", "layer/format", "plain", "search", "ratio",
-                    "guard", "ratio", "guard/search", "guard_before", "ratio", "loss256");
+        std::printf("%-16s %8s %8s %6s %8s %6s %9s %6s %12s %13s %6s %8s\n", "layer/format", "plain", "search", "ratio",
+                    "guard", "ratio", "guard_seq", "ratio", "guard/search", "guard_before", "ratio", "loss256");
         for (wush_format f : kFormats) {
             const double p = seconds(case_name(f, "plain")), s = seconds(case_name(f, "search")),
-                         g = seconds(case_name(f, "guard")), b = seconds(case_name(f, "guard_before")),
-                         l = seconds(case_name(f, "loss256"));
+                         g = seconds(case_name(f, "guard")), q = seconds(case_name(f, "guard_seq")),
+                         b = seconds(case_name(f, "guard_before")), l = seconds(case_name(f, "loss256"));
             if (p <= 0.0 || s <= 0.0 || g <= 0.0) continue;  // filtered out of this run
-            std::printf("%-16s %8.1f %8.1f %6.2f %8.1f %6.2f %12.2f %13.1f %6.2f %8.1f\n",
+            std::printf("%-16s %8.1f %8.1f %6.2f %8.1f %6.2f %9.1f %6.2f %12.2f %13.1f %6.2f %8.1f\n",
                         (std::string(kLayer) + "/" + wush::formats::spec(f).name).c_str(), p * 1e3, s * 1e3, s / p,
-                        g * 1e3, g / p, g / s, b * 1e3, b / p, l * 1e3);
+                        g * 1e3, g / p, q * 1e3, q / p, g / s, b * 1e3, b / p, l * 1e3);
         }
     };
     const auto summary_gptq = [&](const char* what, auto seconds) {

@@ -53,7 +53,20 @@ WUSH_API wush_status wush_calibrator_add(wush_context* ctx, wush_calibrator* cal
         ContextUse use(ctx, "ctx");
         calibrator = require_handle(calibrator, HandleType::Calibrator, "calibrator");
         require_pointer(x, "x");
-        use.backend().calibrate(calibrator->core, dtype, x, n_tokens);
+        use.backend().calibrate(calibrator->core, dtype, x, n_tokens, 0);
+    });
+}
+
+WUSH_API wush_status wush_calibrator_add_sequences(wush_context* ctx, wush_calibrator* calibrator, wush_dtype dtype,
+                                                   const void* x, size_t n_tokens, size_t sequence_length) {
+    return guarded(__func__, [&] {
+        ContextUse use(ctx, "ctx");
+        calibrator = require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        require_pointer(x, "x");
+        if (sequence_length == 0 || n_tokens % sequence_length != 0)
+            wush::fail(WUSH_ERR_INVALID_ARGUMENT, "sequence_length " + std::to_string(sequence_length) +
+                                                      " does not divide n_tokens " + std::to_string(n_tokens));
+        use.backend().calibrate(calibrator->core, dtype, x, n_tokens, sequence_length);
     });
 }
 

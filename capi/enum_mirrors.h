@@ -28,6 +28,7 @@ static_assert(std::size(kTransformKinds) == WUSH_TRANSFORM_WUSH + 1, "a transfor
 static_assert(int(pipeline::GuardSource::None) == WUSH_GUARD_NONE);
 static_assert(int(pipeline::GuardSource::Validation) == WUSH_GUARD_VALIDATION);
 static_assert(int(pipeline::GuardSource::HoldOut) == WUSH_GUARD_HOLD_OUT);
+static_assert(int(pipeline::GuardSource::HoldOutSequences) == WUSH_GUARD_HOLD_OUT_SEQUENCES);
 
 // The guard's candidates are an index into GuardReport::candidates, in the C enum's order.
 static_assert(pipeline::kGuardCandidates == WUSH_GUARD_RANDOM + 1, "a guard candidate without a C value");

@@ -294,6 +294,17 @@ WUSH_API wush_status wush_transform_guard_candidate(const wush_transform* transf
     });
 }
 
+WUSH_API wush_status wush_transform_guard_undecided(const wush_transform* transform, int* undecided,
+                                                    wush_guard_candidate* candidate, size_t* n_sequences) {
+    return guarded(__func__, [&] {
+        transform = require_handle(transform, HandleType::Transform, "transform");
+        const wush::pipeline::GuardReport& r = transform->guard;
+        if (undecided) *undecided = r.undecided ? 1 : 0;
+        if (candidate) *candidate = wush_guard_candidate(r.undecided_candidate);  // the C enum's order
+        if (n_sequences) *n_sequences = r.n_sequences;
+    });
+}
+
 WUSH_API wush_status wush_qweight_create(wush_context* ctx, const wush_transform* transform, wush_format format,
                                          wush_method method, wush_dtype dtype, const void* weight, size_t d_out,
                                          size_t d_in, const wush_options* options, wush_qweight** qweight) {

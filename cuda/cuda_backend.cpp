@@ -578,10 +578,13 @@ public:
         dev_->synchronize_and_report("x");  // the layer's device copies are freed on return
     }
 
-    void calibrate(Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n) override {
+    void calibrate(Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n,
+                   std::size_t sequence_length) override {
         const DeviceGuard guard(dev_->index);
         check_device_batch(x_dtype, x, n, "calibration");
-        if (cal.sample_capacity() > 0) return calibrate_on_host(cal, x_dtype, x, n);
+        require(sequence_length == 0 || n % sequence_length == 0, "calibration: tokens are not whole sequences");
+        // Sequences matter only to the token sample, which the host keeps.
+        if (cal.sample_capacity() > 0) return calibrate_on_host(cal, x_dtype, x, n, sequence_length);
         const bool full = cal.mode() == MomentMode::Full;
         const std::size_t side = full ? cal.d_in() : cal.group();
         const std::size_t count = (full ? 1 : cal.blocks()) * side * side;
@@ -609,9 +612,10 @@ public:
 
     // A calibrator that keeps a token sample needs the tokens themselves on the host: the batch is
     // copied there and takes the CPU path (sums and sample), which is slower but the same result.
-    void calibrate_on_host(Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n) {
+    void calibrate_on_host(Calibrator& cal, wush_dtype x_dtype, const void* x, std::size_t n,
+                           std::size_t sequence_length) {
         const std::vector<std::byte> host = copy_tokens_to_host(cal, x_dtype, x, n);
-        cal.add(x_dtype, host.data(), n);
+        cal.add(x_dtype, host.data(), n, sequence_length);
     }
 
     // Validation tokens only feed a host-side sample: copied to the host, then the CPU path.

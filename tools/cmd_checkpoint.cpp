@@ -40,13 +40,26 @@ struct GuardLine {
     wush_guard_candidate kept = WUSH_GUARD_SEARCHED;
     double loss[5] = {0, 0, 0, 0, 0}, difference[5] = {0, 0, 0, 0, 0}, std_error[5] = {0, 0, 0, 0, 0};
     int replaces[5] = {0, 0, 0, 0, 0};
+    int undecided = 0;  // wush_transform_guard_undecided
+    wush_guard_candidate undecided_candidate = WUSH_GUARD_SEARCHED;
+    std::size_t n_sequences = 0;
 };
+
+const char* source_name(wush_guard_source s, bool json) {
+    switch (s) {
+        case WUSH_GUARD_VALIDATION: return "validation";
+        case WUSH_GUARD_HOLD_OUT: return json ? "hold_out" : "hold-out";
+        case WUSH_GUARD_HOLD_OUT_SEQUENCES: return json ? "hold_out_sequences" : "sequences";
+        default: return "none";
+    }
+}
 
 const char* const kCandidateNames[5] = {"searched", "plain", "i", "h", "r"};
 
 wush_status read_guard(const std::string& name, const wush_transform* t, GuardLine* g) {
     g->layer = name;
     wush_status st = wush_transform_guard(t, &g->source, &g->n_tokens, &g->kept);
+    if (st == WUSH_OK) st = wush_transform_guard_undecided(t, &g->undecided, &g->undecided_candidate, &g->n_sequences);
     for (int c = 0; st == WUSH_OK && g->source != WUSH_GUARD_NONE && c < 5; ++c)
         st = wush_transform_guard_candidate(t, wush_guard_candidate(c), &g->loss[c], &g->difference[c],
                                             &g->std_error[c], &g->replaces[c]);
@@ -61,11 +74,8 @@ void print_guard_table(const std::vector<GuardLine>& lines) {
     for (const char* n : kCandidateNames) std::printf(" %11s", n);
     std::printf(" %9s\n", "diff/se");
     for (const GuardLine& g : lines) {
-        std::printf("%-40s %-10s %6zu %-8s", cli::printable(g.layer).c_str(),
-                    g.source == WUSH_GUARD_VALIDATION ? "validation"
-                    : g.source == WUSH_GUARD_HOLD_OUT ? "hold-out"
-                                                      : "none",
-                    g.n_tokens, g.source == WUSH_GUARD_NONE ? "-" : kCandidateNames[int(g.kept)]);
+        std::printf("%-40s %-10s %6zu %-8s", cli::printable(g.layer).c_str(), source_name(g.source, false), g.n_tokens,
+                    g.source == WUSH_GUARD_NONE ? "-" : kCandidateNames[int(g.kept)]);
         if (g.source == WUSH_GUARD_NONE) {
             std::printf("\n");
             continue;
@@ -79,6 +89,24 @@ void print_guard_table(const std::vector<GuardLine>& lines) {
     }
 }
 
+// One line naming the layers the guard could not decide on (where validation documents would
+// help), or saying there are none.
+void print_undecided(const std::vector<GuardLine>& lines) {
+    std::string names;
+    std::size_t n = 0;
+    for (const GuardLine& g : lines) {
+        if (!g.undecided) continue;
+        names +=
+            (n++ ? ", " : " ") + cli::printable(g.layer) + " (" + kCandidateNames[int(g.undecided_candidate)] + ")";
+    }
+    if (n == 0) std::printf("undecided: none\n");
+    else
+        std::printf(
+            "undecided: %zu layer%s (a candidate lower by more than 1%% but within the noise; add "
+            "--validation-tokens):%s\n",
+            n, n == 1 ? "" : "s", names.c_str());
+}
+
 bool write_guard_json(const std::string& path, const std::vector<GuardLine>& lines) {
     FILE* f = std::fopen(path.c_str(), "w");
     if (f == nullptr) {
@@ -90,11 +118,10 @@ bool write_guard_json(const std::string& path, const std::vector<GuardLine>& lin
     for (std::size_t i = 0; i < lines.size(); ++i) {
         const GuardLine& g = lines[i];
         std::fprintf(f, "%s\n  {\"layer\": %s, \"guard\": \"%s\", \"tokens\": %zu", i ? "," : "",
-                     cli::json_string(g.layer).c_str(),
-                     g.source == WUSH_GUARD_VALIDATION ? "validation"
-                     : g.source == WUSH_GUARD_HOLD_OUT ? "hold_out"
-                                                       : "none",
-                     g.n_tokens);
+                     cli::json_string(g.layer).c_str(), source_name(g.source, true), g.n_tokens);
+        std::fprintf(f, ", \"sequences\": %zu, \"undecided\": %s", g.n_sequences, g.undecided ? "true" : "false");
+        if (g.undecided)
+            std::fprintf(f, ", \"undecided_candidate\": \"%s\"", kCandidateNames[int(g.undecided_candidate)]);
         if (g.source != WUSH_GUARD_NONE) {
             std::fprintf(f, ", \"kept\": \"%s\", \"candidates\": {", kCandidateNames[int(g.kept)]);
             for (int c = 0; c < 5; ++c)
@@ -117,10 +144,12 @@ bool write_guard_json(const std::string& path, const std::vector<GuardLine>& lin
 int cmd_quantize(int argc, char** argv) {
     cli::Args a(argc, argv, {"--no-search-guard"},
                 {"--weights", "--activations", "--format", "--transform", "--method", "--out", "--damping", "--seed",
-                 "--transform-dtype", "--threads", "--search-tokens", "--validation-tokens", "--guard-json"});
+                 "--transform-dtype", "--threads", "--search-tokens", "--validation-tokens", "--guard-json",
+                 "--sequence-length"});
     const std::size_t seed = a.get_size("--seed", 1, 0, cli::kMaxSeed), threads = a.get_size("--threads", 0);
     const std::size_t n_search = a.get_size("--search-tokens", cli::kSearchTokens);
     const std::size_t n_val = a.get_size("--validation-tokens", 0);
+    const std::size_t seq_len = a.get_size("--sequence-length", 0);
     const double damping = a.get_double("--damping", 0.0);
     const std::string method_name = a.get_choice("--method", "rtn", {"rtn", "gptq"});
     const std::string dtype_name = a.get_choice("--transform-dtype", "f32", {"f32", "bf16", "f16"});
@@ -197,7 +226,9 @@ int cmd_quantize(int argc, char** argv) {
         // The search scores its candidates on a sample of the real tokens, and its per-layer
         // guard on the validation tokens.
         if (st == WUSH_OK && search) st = wush_calibrator_set_sample_size(cal.p, sample_tokens);
-        if (st == WUSH_OK) st = wush_calibrator_add(ctx.p, cal.p, l.x_dtype, l.x.data(), l.n_calibration);
+        if (st == WUSH_OK)
+            st = seq_len ? wush_calibrator_add_sequences(ctx.p, cal.p, l.x_dtype, l.x.data(), l.n_calibration, seq_len)
+                         : wush_calibrator_add(ctx.p, cal.p, l.x_dtype, l.x.data(), l.n_calibration);
         if (st == WUSH_OK && l.n_validation > 0) st = wush_calibrator_set_validation_size(cal.p, l.n_validation);
         if (st == WUSH_OK && l.n_validation > 0)
             st = wush_calibrator_add_validation(ctx.p, cal.p, l.x_dtype, l.validation(), l.n_validation);
@@ -225,6 +256,7 @@ int cmd_quantize(int argc, char** argv) {
     if (st != WUSH_OK) return cli::report("wush_checkpoint_write", st);
     std::fprintf(stderr, "wrote %zu layers to %s\n", layers.size(), a.get("--out").c_str());
     if (search) print_guard_table(guard_lines);
+    if (search) print_undecided(guard_lines);
     if (a.has("--guard-json") && !write_guard_json(a.get("--guard-json"), guard_lines)) return 1;
     return 0;
 }

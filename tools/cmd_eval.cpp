@@ -37,7 +37,14 @@ struct Result {
     Column kind;
     wush_method method;
     double loss;
+    // The search's guard (`+s` columns; source WUSH_GUARD_NONE otherwise or when none ran).
+    wush_guard_source guard = WUSH_GUARD_NONE;
+    wush_guard_candidate kept = WUSH_GUARD_SEARCHED;
+    int undecided = 0;
 };
+
+const char* const kGuardCandidateNames[5] = {"searched", "plain", "i", "h", "r"};
+const char* const kGuardSourceNames[4] = {"none", "validation", "hold_out", "hold_out_sequences"};
 
 struct Plan {
     std::vector<wush_format> formats;
@@ -47,6 +54,7 @@ struct Plan {
     bool searching = false;                          // some column has the `+s` search
     std::size_t search_tokens = cli::kSearchTokens;  // --search-tokens: the `+s` columns' sample
     std::size_t sample_tokens = 0;                   // the calibrators' token sample (wush_options_sample_size)
+    std::size_t sequence_length = 0;                 // --sequence-length: calibration tokens are whole sequences
 };
 
 bool wants(const Plan& plan, wush_method m) {
@@ -64,7 +72,13 @@ int record_loss(wush_context* ctx, const Layer& l, wush_transform* t, wush_qweig
     if (st != WUSH_OK)
         return cli::report(
             ("layer '" + l.name + "': " + (runtime ? "wush_layer_loss_runtime" : "wush_layer_loss")).c_str(), st);
-    results->push_back({l.name, f, kind, m, loss});
+    Result r{l.name, f, kind, m, loss};
+    if (kind.search) {
+        wush_status gs = wush_transform_guard(t, &r.guard, nullptr, &r.kept);
+        if (gs == WUSH_OK) gs = wush_transform_guard_undecided(t, &r.undecided, nullptr, nullptr);
+        if (gs != WUSH_OK) return cli::report(("layer '" + l.name + "': wush_transform_guard").c_str(), gs);
+    }
+    results->push_back(r);
     bar.step(l.name + " " + wush_format_name(f) + " " + column_name(kind));
     return 0;
 }
@@ -92,7 +106,10 @@ int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_o
             st = wush_calibrator_set_sample_size(cal.p, plan.sample_tokens);
             if (st != WUSH_OK) return cli::report((where + "wush_calibrator_set_sample_size").c_str(), st);
         }
-        st = wush_calibrator_add(ctx, cal.p, l.x_dtype, l.x.data(), l.n_calibration);
+        // Sequences of the calibration text let the `+s` columns' guard hold out whole ones.
+        st = plan.sequence_length ? wush_calibrator_add_sequences(ctx, cal.p, l.x_dtype, l.x.data(), l.n_calibration,
+                                                                  plan.sequence_length)
+                                  : wush_calibrator_add(ctx, cal.p, l.x_dtype, l.x.data(), l.n_calibration);
         if (st != WUSH_OK) return cli::report((where + "wush_calibrator_add").c_str(), st);
         // Validation tokens (--validation-tokens) feed the search's per-layer guard: `+s` columns only.
         if (plan.searching && l.n_validation > 0) {
@@ -145,10 +162,14 @@ void print_json(const std::vector<Result>& results) {
     std::printf("{\"results\": [");
     for (std::size_t i = 0; i < results.size(); ++i) {
         const Result& r = results[i];
-        std::printf(
-            "%s\n  {\"layer\": %s, \"format\": \"%s\", \"transform\": \"%s\", \"method\": \"%s\", \"loss\": %s}",
-            i ? "," : "", cli::json_string(r.layer).c_str(), wush_format_name(r.format), column_name(r.kind).c_str(),
-            wush_method_name(r.method), cli::json_number(r.loss).c_str());
+        std::printf("%s\n  {\"layer\": %s, \"format\": \"%s\", \"transform\": \"%s\", \"method\": \"%s\", \"loss\": %s",
+                    i ? "," : "", cli::json_string(r.layer).c_str(), wush_format_name(r.format),
+                    column_name(r.kind).c_str(), wush_method_name(r.method), cli::json_number(r.loss).c_str());
+        if (r.kind.search && r.guard != WUSH_GUARD_NONE)  // a `+s` column's guard: what it held out and kept
+            std::printf(", \"guard\": {\"source\": \"%s\", \"kept\": \"%s\", \"undecided\": %s}",
+                        kGuardSourceNames[int(r.guard)], kGuardCandidateNames[int(r.kept)],
+                        r.undecided ? "true" : "false");
+        std::printf("}");
     }
     std::printf("\n]}\n");
 }
@@ -216,7 +237,7 @@ int cmd_eval(int argc, char** argv) {
     cli::Args a(argc, argv, {"--json", "--runtime", "--no-search-guard"},
                 {"--layers", "--seed", "--calib-tokens", "--heldout-tokens", "--validation-tokens", "--weights",
                  "--activations", "--format", "--transform", "--method", "--damping", "--threads", "--checkpoint",
-                 "--search-tokens"});
+                 "--search-tokens", "--sequence-length"});
     const std::size_t seed = a.get_size("--seed", 1, 0, cli::kMaxSeed);
     const std::size_t n_cal = a.get_size("--calib-tokens", 2048);
     const std::size_t n_held = a.get_size("--heldout-tokens", a.has("--weights") ? 0 : 256);
@@ -244,6 +265,7 @@ int cmd_eval(int argc, char** argv) {
     Plan plan;
     if (parse_plan(a, &plan) != 0) return cli::kUsageError;
     plan.search_tokens = n_search;
+    plan.sequence_length = a.get_size("--sequence-length", 0);
     plan.runtime = a.has("--runtime");
 
     Handle<wush_context, wush_context_destroy> ctx;

@@ -46,6 +46,8 @@ const Command kCommands[] = {
      "               tokens: the `+s` columns' per-layer guard scores on them\n"
      "               (without them it holds out half of the token sample;\n"
      "               [--no-search-guard] turns that off)\n"
+     "  [--sequence-length N]  the calibration tokens are whole sequences of N\n"
+     "               tokens each: the guard then holds out whole sequences\n"
      "  [--threads N] [--json]\n"
      "  [--runtime]  compute Y_q with the CPU runtime (fused quantization + W4A4\n"
      "               GEMM) instead of the float64 reference product\n"
@@ -63,7 +65,10 @@ const Command kCommands[] = {
      "               half of the token sample; [--no-search-guard] turns that off)\n"
      "               and prints per layer what it compared and kept (held-out losses\n"
      "               of each candidate, the paired difference in standard errors);\n"
-     "               [--guard-json FILE] records the same as JSON\n"},
+     "               [--guard-json FILE] records the same as JSON; the layers it\n"
+     "               could not decide on are named in one line at the end\n"
+     "  [--sequence-length N]  the calibration tokens are whole sequences of N\n"
+     "               tokens each: the guard then holds out whole sequences\n"},
     {"inspect", cmd_inspect, "validate a checkpoint and list its layers\n  CK.safetensors\n"},
     {"verify", cmd_verify,
      "check every byte of a checkpoint against the digests its writer recorded\n  CK.safetensors\n"},

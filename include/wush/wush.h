@@ -58,9 +58,10 @@
  *   - the per-block search and its guard: WUSH_OPTION_SEARCH, WUSH_OPTION_SEARCH_TOKENS,
  *     WUSH_OPTION_SEARCH_GUARD, wush_options_sample_size(), the calibrator's token and validation
  *     samples (wush_calibrator_set_sample_size(), _sample_count(), _set_validation_size(),
- *     _add_validation(), _validation_count()), the "+s" of wush_transform_spec_from_name(),
- *     and the guard's report (wush_guard_source, wush_guard_candidate, wush_transform_guard(),
- *     wush_transform_guard_candidate());
+ *     _add_validation(), _validation_count()) and the sequence marks
+ *     (wush_calibrator_add_sequences()), the "+s" of wush_transform_spec_from_name(), and the
+ *     guard's report (wush_guard_source, wush_guard_candidate, wush_transform_guard(),
+ *     wush_transform_guard_candidate(), wush_transform_guard_undecided());
  *   - the CUDA backend's own parts: WUSH_BACKEND_CUDA contexts (the module, its kernels and
  *     their selection), wush_context_set_stream() / wush_context_get_stream() with a CUDA
  *     stream, and the environment variables WUSH_CUDA_MODULE and WUSH_CUDA_PREFILL_MIN_M.
@@ -505,12 +506,20 @@ typedef enum wush_option {
     WUSH_OPTION_SEARCH_TOKENS = 4,
     /* Experimental (see "Stability").
      * int, default 1, bounds {0, 1}: the search's per-layer guard (WUSH_OPTION_SEARCH) when the
-     * calibrator holds no validation tokens. With 1, every second token of the calibrator's token
-     * sample (a random half) is held out: the search scores the other half, and the searched
+     * calibrator holds no validation tokens. With 1, half of the calibrator's token sample is
+     * held out: whole sequences when the tokens were added as sequences
+     * (wush_calibrator_add_sequences) and the sample holds at least two, each at least 32 tokens
+     * a side (the sequences in an order seeded by WUSH_OPTION_SEED, each going to the half with
+     * fewer tokens so far; WUSH_GUARD_HOLD_OUT_SEQUENCES), else every second token of the sample
+     * (a random half; WUSH_GUARD_HOLD_OUT). The search scores the other half, and the searched
      * layer competes on the held-out half with plain WUSH (Algorithm 1, unsearched) and the
      * identity, Hadamard and random layers built by the same method. An alternative replaces it
      * only when its layer loss there is below 0.99 times the searched layer's and lower by more
-     * than two standard errors of the per-token differences, so noise keeps the searched layer.
+     * than two standard errors of the per-token differences (or, under the sequence hold-out with
+     * at least 8 held-out sequences, of the per-sequence sums of those differences, which a few
+     * heavy tokens per sequence do not swamp), so noise keeps the searched layer;
+     * a candidate lower by the margin but inside the noise makes the layer undecided
+     * (wush_transform_guard_undecided), which is reported, not hidden.
      * Needs at least 64 sample tokens (else no guard); size the sample with
      * wush_options_sample_size(). 0 turns
      * the default guard off (validation tokens, when given, are still used, by the same rule).
@@ -602,6 +611,25 @@ WUSH_API void wush_calibrator_destroy(wush_calibrator* calibrator);
  *  Thread safety: modifies `calibrator`; do not share it between threads without a lock. */
 WUSH_API wush_status wush_calibrator_add(wush_context* ctx, wush_calibrator* calibrator, wush_dtype dtype,
                                          const void* x, size_t n_tokens);
+
+/*! wush_calibrator_add_sequences() :
+ *  Experimental (the search, see "Stability").
+ *  wush_calibrator_add() of n_tokens tokens that are n_tokens / sequence_length whole sequences
+ *  (documents, or a forward's batch rows) of sequence_length tokens each, back to back: the same
+ *  sums and count, and the token sample (wush_calibrator_set_sample_size) remembers which
+ *  sequence each sampled token came from. A sequence's id is a hash of its tokens in order, so
+ *  it does not depend on batch order or sharding either; it travels inside the sampled token's
+ *  priority (bit 20 set, bits 0-19 the sequence hash, the top 32 bits the token's own hash), so
+ *  merges and exported states (any layout version) keep it. The search's default guard
+ *  (WUSH_OPTION_SEARCH_GUARD) then holds out whole sequences (WUSH_GUARD_HOLD_OUT_SEQUENCES)
+ *  when every sampled token carries an id and there are at least two sequences. A batch whose
+ *  rows are sequences of different lengths takes one call per sequence.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for wush_calibrator_add()'s reasons, or a
+ *          sequence_length of 0 or one that does not divide n_tokens; WUSH_ERR_NON_FINITE as
+ *          wush_calibrator_add(). The calibrator is unchanged on any error.
+ *  Thread safety: modifies `calibrator`; do not share it between threads without a lock. */
+WUSH_API wush_status wush_calibrator_add_sequences(wush_context* ctx, wush_calibrator* calibrator, wush_dtype dtype,
+                                                   const void* x, size_t n_tokens, size_t sequence_length);
 
 /*! wush_calibrator_merge() :
  *  Adds the sums and token count of `from` into `into` (same d_in, group size and mode): the
@@ -802,11 +830,13 @@ WUSH_API wush_status wush_transform_singular_values(const wush_transform* transf
 /* Where the search's per-layer guard (WUSH_OPTION_SEARCH) took its held-out tokens. Values are
  * pinned. Experimental, as is wush_guard_candidate (see "Stability"). */
 typedef enum wush_guard_source {
-    WUSH_GUARD_NONE = 0,       /* no guard ran: no search, a data-free kind, the default hold-out
+    WUSH_GUARD_NONE = 0,               /* no guard ran: no search, a data-free kind, the default hold-out
                                 * off (WUSH_OPTION_SEARCH_GUARD = 0) or too small a token sample,
                                 * or a transform not made by wush_layer_quantize()              */
-    WUSH_GUARD_VALIDATION = 1, /* the calibrator's validation tokens                             */
-    WUSH_GUARD_HOLD_OUT = 2,   /* every second token of the calibrator's token sample            */
+    WUSH_GUARD_VALIDATION = 1,         /* the calibrator's validation tokens                             */
+    WUSH_GUARD_HOLD_OUT = 2,           /* every second token of the calibrator's token sample            */
+    WUSH_GUARD_HOLD_OUT_SEQUENCES = 3, /* whole sequences of the token sample, about half its
+                                        * tokens (wush_calibrator_add_sequences)               */
     WUSH_GUARD_SOURCE_ENUM_MIN_ = -2147483647 - 1,
     WUSH_GUARD_SOURCE_ENUM_MAX_ = 2147483647
 } wush_guard_source;
@@ -844,7 +874,8 @@ WUSH_API wush_status wush_transform_guard(const wush_transform* transform, wush_
  *  per-token loss differences (searched - candidate: positive where the candidate is better);
  *  *std_error, the standard error of that mean (sample standard deviation / sqrt(n_tokens));
  *  *replaces, 1 when the candidate met the rule (loss below 0.99 x the searched loss and
- *  difference > 2 std_error), else 0. For
+ *  difference > 2 std_error, or under WUSH_GUARD_HOLD_OUT_SEQUENCES with at least 8 held-out
+ *  sequences the same test on the per-sequence sums of the differences), else 0. For
  *  WUSH_GUARD_SEARCHED: its loss, 0, 0, 0. The kept candidate is the lowest loss among those with
  *  *replaces = 1, or the searched layer when there is none. Any output pointer may be NULL.
  *  Thread-safe (read only).
@@ -852,6 +883,19 @@ WUSH_API wush_status wush_transform_guard(const wush_transform* transform, wush_
  *          this transform). */
 WUSH_API wush_status wush_transform_guard_candidate(const wush_transform* transform, wush_guard_candidate candidate,
                                                     double* loss, double* difference, double* std_error, int* replaces);
+
+/*! wush_transform_guard_undecided() :
+ *  Experimental (the search's guard, see "Stability").
+ *  Whether the guard could not decide (see wush_transform_guard): *undecided is 1 when some
+ *  candidate's held-out loss is below 0.99 times the kept candidate's but it did not meet the
+ *  rule against the searched layer (the difference inside two standard errors), i.e. the
+ *  held-out tokens cannot tell; more held-out documents (wush_calibrator_add_validation) would.
+ *  *candidate is the lowest-loss such candidate (WUSH_GUARD_SEARCHED when *undecided is 0).
+ *  *n_sequences is the number of held-out sequences under WUSH_GUARD_HOLD_OUT_SEQUENCES, else 0.
+ *  Without a guard: 0, WUSH_GUARD_SEARCHED, 0. Any pointer may be NULL. Thread-safe (read only).
+ *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT (bad handle). */
+WUSH_API wush_status wush_transform_guard_undecided(const wush_transform* transform, int* undecided,
+                                                    wush_guard_candidate* candidate, size_t* n_sequences);
 
 /* ================================================================================================
  * Pre-quantized weights and the layerwise loss

@@ -160,12 +160,15 @@ def write_layer_files(model, acts: Dict[str, "np.ndarray"], outdir: pathlib.Path
     return str(wpath), str(xpath)
 
 
-def run_eval(wush: str, wpath: str, xpath: str, n_held: int, n_val: int, extra: List[str]) -> List[dict]:
+def run_eval(wush: str, wpath: str, xpath: str, n_held: int, n_val: int, extra: List[str],
+             seq_len: int = 0) -> List[dict]:
     # The defaults below give way to the same options in `extra` (wush refuses an option twice).
-    defaults = {"--transform": "i,r,h,wush,wush+s", "--method": "all", "--format": "mxfp4,nvfp4,int4"}
+    # seq_len: the calibration rows are whole windows of that many tokens (the guard's sequence hold-out).
+    defaults = {"--transform": "i,r,h,wush,wush+s", "--method": "all", "--format": "mxfp4,nvfp4,int4",
+                "--sequence-length": str(seq_len) if seq_len else None}
     cmd = [wush, "eval", "--weights", wpath, "--activations", xpath, "--heldout-tokens", str(n_held), "--json"]
     for opt, value in defaults.items():
-        if opt not in extra:
+        if opt not in extra and value is not None:
             cmd += [opt, value]
     cmd += (["--validation-tokens", str(n_val)] if n_val else []) + extra
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout  # progress bar: stderr
@@ -358,6 +361,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="skip the model-level table (sentence-embedding cosine of the quantized model, "
                         "RTN, I/H/R/WUSH/wush+s with its default guard, MXFP4 and NVFP4)")
     p.add_argument("--no-layerwise", action="store_true", help="skip `wush eval` (the layerwise table)")
+    p.add_argument("--token-hold-out", action="store_true",
+                   help="do not tell `wush eval` where the calibration windows begin (--sequence-length), so "
+                        "the wush+s guard holds out tokens instead of whole windows")
     p.add_argument("--activation-stats", action="store_true",
                    help="also print, per layer, how concentrated the calibration inputs are in a few channels "
                         "and tokens, beside WUSH / best(I,H,R) from the layerwise results")
@@ -404,7 +410,7 @@ def main() -> int:
         if not args.no_layerwise:
             wpath, xpath = write_layer_files(model, acts, outdir)
             results = run_eval(args.wush, wpath, xpath, args.heldout_tokens, args.validation_tokens,
-                               args.eval_args.split())
+                               args.eval_args.split(), 0 if args.token_hold_out else args.seq_len)
         model_rows = [] if args.no_model_level else model_level(model, args.windows["calibration"],
                                                                 args.windows["heldout"], args.layers)
         if args.keep:

@@ -173,6 +173,12 @@ def cmd_quantize(a: argparse.Namespace) -> int:
     if unguarded:
         _note("quantize-model", f"note: no guard ran on {len(unguarded)} searched layers "
                                 f"({'--no-search-guard' if a.no_search_guard else 'no held-out tokens'})")
+    if guarded:
+        # The layers the guard could not decide on, in one line (as `wush quantize`).
+        undecided = res.undecided
+        print("undecided: " + (f"{len(undecided)} layer{'s' if len(undecided) != 1 else ''} (a candidate lower by "
+                               f"more than 1% but within the noise; add validation text): " + ", ".join(undecided)
+                               if undecided else "none"), file=sys.stderr)
     kept: Dict[str, int] = {}
     for g in guarded.values():
         kept[g["kept"]] = kept.get(g["kept"], 0) + 1
@@ -181,6 +187,7 @@ def cmd_quantize(a: argparse.Namespace) -> int:
                       "calibration_tokens": cal_stats["tokens"],
                       "calibration": {k: cal_stats[k] for k in ("file", "unit", "samples", "available", "tokens")},
                       "guard_kept": kept if search else None,
+                      "guard_undecided": res.undecided if search else None,
                       "quantize_s": round(t1 - t0, 3), "peak_rss_mib": round(_peak_rss_mib(), 1), "out": a.out}))
     return 0
 

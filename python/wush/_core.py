@@ -342,17 +342,23 @@ class Calibrator(_Handle):
         if validation_size:
             _call("wush_calibrator_set_validation_size", self.ptr, int(validation_size))
 
-    def _offer(self, fn: str, x: Any, ctx: Optional[Context]) -> None:
+    def _offer(self, fn: str, x: Any, ctx: Optional[Context], *extra: int) -> None:
         b = _Buf(x)
         if b.cols != self.d_in:
             raise ValueError(f"activations have width {b.cols}, calibrator expects {self.d_in}")
         if b.rows == 0:
             return
-        _call(fn, (ctx or default_context()).ptr, self.ptr, int(b.dtype), ctypes.c_void_p(b.ptr), b.rows)
+        _call(fn, (ctx or default_context()).ptr, self.ptr, int(b.dtype), ctypes.c_void_p(b.ptr), b.rows, *extra)
 
-    def add(self, x: Any, ctx: Optional[Context] = None) -> None:
-        """Adds activations (numpy/torch, ``(..., d_in)``); a torch CPU tensor is read in place."""
-        self._offer("wush_calibrator_add", x, ctx)
+    def add(self, x: Any, ctx: Optional[Context] = None, sequence_length: Optional[int] = None) -> None:
+        """Adds activations (numpy/torch, ``(..., d_in)``); a torch CPU tensor is read in place.
+        ``sequence_length``: the rows are whole sequences of that many tokens, back to back
+        (``wush_calibrator_add_sequences``; e.g. ``x.shape[1]`` of a batch x seq x d_in input), so
+        that the search's guard can hold out whole sequences."""
+        if sequence_length:
+            self._offer("wush_calibrator_add_sequences", x, ctx, int(sequence_length))
+        else:
+            self._offer("wush_calibrator_add", x, ctx)
 
     def add_validation(self, x: Any, ctx: Optional[Context] = None) -> None:
         """Offers tokens of held-out documents to the validation sample (not to the moments)."""
@@ -424,8 +430,11 @@ class Transform(_Handle):
 
     def guard(self) -> Optional[dict]:
         """What the search's per-layer guard decided for the layer (``wush_transform_guard``):
-        None when no guard ran, else a dict with ``source`` ("validation" or "hold_out"),
-        ``n_tokens`` (held-out tokens), ``kept`` (the candidate returned: "searched", "plain",
+        None when no guard ran, else a dict with ``source`` ("validation", "hold_out" or
+        "hold_out_sequences"), ``n_tokens`` (held-out tokens), ``n_sequences`` (held-out sequences
+        under "hold_out_sequences", else 0), ``undecided`` (a candidate lower by more than 1% that
+        the held-out tokens could not confirm: ``wush_transform_guard_undecided``) and
+        ``undecided_candidate`` (that candidate, else None), ``kept`` (the candidate returned: "searched", "plain",
         "identity", "hadamard" or "random") and ``candidates``: per candidate name a dict with
         ``loss`` (held-out layer loss), ``difference`` and ``std_error`` (mean and standard error
         of the paired per-token differences searched - candidate) and ``replaces`` (met the rule)."""
@@ -441,8 +450,13 @@ class Transform(_Handle):
                   ctypes.byref(se), ctypes.byref(rep))
             candidates[c.name.lower()] = {"loss": loss.value, "difference": diff.value, "std_error": se.value,
                                           "replaces": bool(rep.value)}
-        return {"source": GuardSource(src.value).name.lower(), "n_tokens": n.value,
-                "kept": GuardCandidate(kept.value).name.lower(), "candidates": candidates}
+        undecided, which, n_seq = ctypes.c_int(), ctypes.c_int(), ctypes.c_size_t()
+        _call("wush_transform_guard_undecided", self.ptr, ctypes.byref(undecided), ctypes.byref(which),
+              ctypes.byref(n_seq))
+        return {"source": GuardSource(src.value).name.lower(), "n_tokens": n.value, "n_sequences": n_seq.value,
+                "kept": GuardCandidate(kept.value).name.lower(), "candidates": candidates,
+                "undecided": bool(undecided.value),
+                "undecided_candidate": GuardCandidate(which.value).name.lower() if undecided.value else None}
 
     def fallback_blocks(self) -> List[int]:
         n = ctypes.c_size_t()

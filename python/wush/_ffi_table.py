@@ -11,6 +11,7 @@ HANDLES = ['wush_calibrator', 'wush_checkpoint', 'wush_context', 'wush_linear', 
 # name: (return type, (parameter types...)) in C spelling; _ffi.py maps them to ctypes.
 FUNCTIONS = {
     'wush_calibrator_add': ('wush_status', ('wush_context*', 'wush_calibrator*', 'wush_dtype', 'const void*', 'size_t')),
+    'wush_calibrator_add_sequences': ('wush_status', ('wush_context*', 'wush_calibrator*', 'wush_dtype', 'const void*', 'size_t', 'size_t')),
     'wush_calibrator_add_validation': ('wush_status', ('wush_context*', 'wush_calibrator*', 'wush_dtype', 'const void*', 'size_t')),
     'wush_calibrator_create': ('wush_status', ('size_t', 'size_t', 'wush_moment_mode', 'wush_calibrator**')),
     'wush_calibrator_destroy': ('void', ('wush_calibrator*',)),
@@ -101,6 +102,7 @@ FUNCTIONS = {
     'wush_transform_fallback_blocks': ('wush_status', ('const wush_transform*', 'size_t*', 'size_t*', 'size_t')),
     'wush_transform_guard': ('wush_status', ('const wush_transform*', 'wush_guard_source*', 'size_t*', 'wush_guard_candidate*')),
     'wush_transform_guard_candidate': ('wush_status', ('const wush_transform*', 'wush_guard_candidate', 'double*', 'double*', 'double*', 'int*')),
+    'wush_transform_guard_undecided': ('wush_status', ('const wush_transform*', 'int*', 'wush_guard_candidate*', 'size_t*')),
     'wush_transform_info': ('wush_status', ('const wush_transform*', 'wush_transform_kind*', 'size_t*', 'size_t*')),
     'wush_transform_kind_from_name': ('wush_status', ('const char*', 'wush_transform_kind*')),
     'wush_transform_kind_name': ('const char*', ('wush_transform_kind',)),
@@ -153,6 +155,7 @@ ENUMS = {
         'WUSH_GUARD_NONE': 0,
         'WUSH_GUARD_VALIDATION': 1,
         'WUSH_GUARD_HOLD_OUT': 2,
+        'WUSH_GUARD_HOLD_OUT_SEQUENCES': 3,
     },
     'wush_method': {
         'WUSH_METHOD_RTN': 0,

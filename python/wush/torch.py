@@ -156,7 +156,8 @@ class HookCalibration:
             if self.validation:
                 cal.add_validation(rows)
             else:
-                cal.add(rows)
+                # A batch x seq x d_in input is batch whole sequences: the guard holds them out whole.
+                cal.add(rows, sequence_length=x.shape[1] if x.dim() == 3 and x.shape[1] > 0 else None)
         return hook
 
     def __enter__(self) -> "HookCalibration":
@@ -315,6 +316,12 @@ class QuantizationResult:
             lines.append(f"{layer:40s} {g['source']:10s} {g['n_tokens']:6d} {g['kept']:9s} " +
                          " ".join(f"{c[n]['loss']:10.4e}" for n in names) + f" {ratio:8.2f}")
         return "\n".join(lines)
+
+    @property
+    def undecided(self) -> List[str]:
+        """The layers whose guard could not decide (a candidate lower by more than 1% but within
+        the noise of the held-out tokens): where validation documents would help."""
+        return [layer for layer, g in self.guard.items() if g is not None and g["undecided"]]
 
     def checkpoint(self) -> Checkpoint:
         ck = Checkpoint()

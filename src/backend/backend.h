@@ -102,8 +102,10 @@ public:
     virtual void linear_forward(TransformRef t, const formats::PackedMatrix& w, wush_dtype x_dtype, const void* x,
                                 std::size_t n_tokens, wush_dtype y_dtype, void* y, std::span<std::byte> workspace) = 0;
 
-    // Adds n_tokens x d_in activations (backend memory) to a host calibrator's float64 sums.
-    virtual void calibrate(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens) = 0;
+    // Adds n_tokens x d_in activations (backend memory) to a host calibrator's float64 sums;
+    // sequence_length as Calibrator::add's (0: no sequences marked).
+    virtual void calibrate(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
+                           std::size_t sequence_length) = 0;
     // Offers n_tokens x d_in activations (backend memory) to a host calibrator's validation sample.
     virtual void add_validation(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens) = 0;
 

@@ -193,12 +193,15 @@ void accumulate_blocks(std::size_t d_in_, std::size_t g, double* sums, wush_dtyp
 
 }  // namespace
 
-void Calibrator::add(wush_dtype dtype, const void* x, std::size_t n_tokens) {
+void Calibrator::add(wush_dtype dtype, const void* x, std::size_t n_tokens, std::size_t sequence_length) {
     require_batch(dtype, x, n_tokens, "calibrator add");
+    require(sequence_length == 0 || n_tokens % sequence_length == 0, "calibrator add: " + std::to_string(n_tokens) +
+                                                                         " tokens are not whole sequences of " +
+                                                                         std::to_string(sequence_length));
     require(double(tokens_) + double(n_tokens) <= kMaxExactCount, "calibrator add: token count would exceed 2^53");
     // Validate the whole batch first: a rejected batch must leave the state untouched.
     require_finite_batch(dtype, x, n_tokens, d_in_);
-    sample_.offer_rows(dtype, x, n_tokens);
+    sample_.offer_rows(dtype, x, n_tokens, sequence_length);
     if (mode_ == MomentMode::Full) accumulate_full(d_in_, sums_.data(), dtype, x, n_tokens);
     else accumulate_blocks(d_in_, group_, sums_.data(), dtype, x, n_tokens);
     tokens_ += n_tokens;

@@ -59,7 +59,10 @@ public:
 
     // Streams n_tokens x d_in row-major activations of `dtype`. Rejects a batch holding NaN/Inf
     // (NON_FINITE) or with zero tokens / null data (INVALID_ARGUMENT) before changing any state.
-    void add(wush_dtype dtype, const void* x, std::size_t n_tokens);
+    // sequence_length > 0: the tokens are whole sequences (documents) of that many tokens, back
+    // to back (INVALID_ARGUMENT unless it divides n_tokens); the token sample then remembers each
+    // sampled token's sequence (TokenSample), which the search's guard holds out whole.
+    void add(wush_dtype dtype, const void* x, std::size_t n_tokens, std::size_t sequence_length = 0);
 
     // Adds another calibrator's sums and count (same d_in, G and mode, else INVALID_ARGUMENT),
     // and unites the token samples and the validation samples (keeping this one's capacities).
@@ -73,6 +76,8 @@ public:
     std::size_t sample_count() const noexcept { return sample_.count(); }
     // The sample, sample_count() x d_in row-major, in ascending priority (a deterministic order).
     std::vector<float> sample() const { return sample_.rows(); }
+    // The sequence id of each sample() row (TokenSample::sequence_ids).
+    std::vector<std::uint32_t> sample_sequences() const { return sample_.sequence_ids(); }
 
     // VALIDATION SAMPLE. Tokens of held-out documents (add_validation), kept in a second bounded
     // sample and never added to the sums or the token count: the search's per-layer guard scores

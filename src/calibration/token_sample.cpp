@@ -37,6 +37,14 @@ std::uint64_t token_priority(const float* row, std::size_t d_in) {
     return h >> 11;
 }
 
+// The sequence part of a priority (see token_sample.h).
+constexpr std::uint64_t kSequenceFlag = std::uint64_t(1) << 20;
+constexpr std::uint64_t kSequenceMask = kSequenceFlag - 1;
+
+std::uint64_t sequence_priority(std::uint64_t token, std::uint64_t sequence) {
+    return (token & ~(2 * kSequenceFlag - 1)) | kSequenceFlag | (sequence & kSequenceMask);
+}
+
 bool heap_less(const std::pair<std::uint64_t, std::size_t>& a, const std::pair<std::uint64_t, std::size_t>& b) {
     return a.first < b.first;
 }
@@ -70,17 +78,24 @@ void TokenSample::offer(std::uint64_t key, const float* row) {
     std::push_heap(heap_.begin(), heap_.end(), heap_less);
 }
 
-void TokenSample::offer_rows(wush_dtype dtype, const void* x, std::size_t n) {
+void TokenSample::offer_rows(wush_dtype dtype, const void* x, std::size_t n, std::size_t sequence_length) {
     if (capacity_ == 0) return;
     std::vector<float> row(dtype == WUSH_DTYPE_F32 ? 0 : d_in_);
-    for (std::size_t t = 0; t < n; ++t) {
-        const float* r = static_cast<const float*>(x) + t * d_in_;
-        if (dtype != WUSH_DTYPE_F32) {
-            to_float(dtype, x, t * d_in_, row);
-            r = row.data();
-        }
-        offer(token_priority(r, d_in_), r);
+    const auto row_of = [&](std::size_t t) {
+        if (dtype == WUSH_DTYPE_F32) return static_cast<const float*>(x) + t * d_in_;
+        to_float(dtype, x, t * d_in_, row);
+        return static_cast<const float*>(row.data());
+    };
+    std::vector<std::uint64_t> keys(n);
+    for (std::size_t t = 0; t < n; ++t) keys[t] = token_priority(row_of(t), d_in_);
+    // A sequence's id hashes its tokens' hashes in order: the content alone decides it.
+    for (std::size_t s = 0; sequence_length > 0 && s < n / sequence_length; ++s) {
+        std::uint64_t h = 0x51ED270Bull ^ sequence_length;
+        for (std::size_t t = s * sequence_length; t < (s + 1) * sequence_length; ++t) h = mix64(h ^ keys[t]);
+        for (std::size_t t = s * sequence_length; t < (s + 1) * sequence_length; ++t)
+            keys[t] = sequence_priority(keys[t], h);
     }
+    for (std::size_t t = 0; t < n; ++t) offer(keys[t], row_of(t));
 }
 
 void TokenSample::merge(const TokenSample& other) {
@@ -98,6 +113,15 @@ std::vector<float> TokenSample::rows() const {
     for (std::size_t i = 0; i < order.size(); ++i)
         std::copy_n(rows_.begin() + order[i].second * d_in_, d_in_, out.begin() + i * d_in_);
     return out;
+}
+
+std::vector<std::uint32_t> TokenSample::sequence_ids() const {
+    std::vector<std::pair<std::uint64_t, std::size_t>> order(heap_);
+    std::sort(order.begin(), order.end());
+    std::vector<std::uint32_t> ids(order.size());
+    for (std::size_t i = 0; i < order.size(); ++i)
+        ids[i] = order[i].first & kSequenceFlag ? std::uint32_t(order[i].first & kSequenceMask) + 1 : 0;
+    return ids;
 }
 
 std::size_t TokenSample::state_size(std::size_t capacity, std::size_t d_in) {

@@ -20,6 +20,13 @@ inline constexpr std::size_t kMaxSampleTokens = 65536;
 // k tokens of lowest priority offered. So it is a uniform sample without replacement of the
 // distinct tokens, independent of batch order and of how the stream was split: merging samples
 // gives exactly the sample of one that saw every stream. Capacity 0 keeps nothing.
+//
+// A token offered as part of a sequence (offer_rows with a sequence length) carries its
+// sequence's id inside its priority, so that ids travel with the sample through merges and
+// exported states without a change of layout: the priority's top 32 bits are the token's hash
+// (which still orders the sample), bit 20 is set, and bits 0-19 are a hash of the whole
+// sequence's tokens in order (the same sequence gives the same id in any batch or shard).
+// A token offered alone keeps its 53-bit hash, whose bit 20 is then set by chance only.
 class TokenSample {
 public:
     TokenSample() = default;
@@ -30,11 +37,17 @@ public:
     std::size_t count() const noexcept { return heap_.size(); }
 
     // Offers n rows of `dtype` activations (n x d_in row-major; finite, checked by the caller).
-    void offer_rows(wush_dtype dtype, const void* x, std::size_t n);
+    // sequence_length > 0 (dividing n, checked by the caller): the rows are n / sequence_length
+    // whole sequences of that many tokens each, back to back.
+    void offer_rows(wush_dtype dtype, const void* x, std::size_t n, std::size_t sequence_length = 0);
     // Unites `other`'s tokens into this sample (same d_in), keeping this capacity.
     void merge(const TokenSample& other);
     // count() x d_in row-major, in ascending priority (a deterministic order).
     std::vector<float> rows() const;
+    // The sequence id of each row of rows(), in the same order: 1 + the 20-bit sequence hash for
+    // a token offered in a sequence, 0 for one offered alone (but see the note above: a lone
+    // token's id is nonzero with probability 1/2, so only "every token has an id" is meaningful).
+    std::vector<std::uint32_t> sequence_ids() const;
 
     // State block of a sample of `capacity` tokens: [k, m, k priorities, k x d_in values] (the
     // first m entries used, ascending priority; the rest 0).

@@ -178,8 +178,9 @@ public:
         LayerView{t.core, t.use, w, nullptr}.forward(*parameters_, x_dtype, x, n_tokens, y_dtype, y, workspace);
     }
 
-    void calibrate(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens) override {
-        calibrator.add(x_dtype, x, n_tokens);
+    void calibrate(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
+                   std::size_t sequence_length) override {
+        calibrator.add(x_dtype, x, n_tokens, sequence_length);
     }
 
     void add_validation(Calibrator& calibrator, wush_dtype x_dtype, const void* x, std::size_t n_tokens) override {

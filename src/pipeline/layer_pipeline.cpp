@@ -1,8 +1,11 @@
 #include "pipeline/layer_pipeline.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -13,6 +16,14 @@
 namespace wush::pipeline {
 
 namespace {
+
+// splitmix64's finalizer: the sequence hold-out's seeded order.
+std::uint64_t mix64(std::uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
 
 // An RTN layer's transform alone, with an explicit search sample (empty: the calibrator's own).
 // `plain`, if given, gets the unsearched transform when the build computes it anyway (a searched
@@ -45,11 +56,42 @@ struct GuardTokens {
     GuardSource source = GuardSource::None;
     std::vector<float> held;  // n x d_in
     std::size_t n = 0;
-    std::vector<float> search;      // the rest of the token sample (empty: the search's default)
-    std::vector<double> reference;  // Y = X W^T on `held` (eval::reference_output), when small enough
+    std::vector<float> search;               // the rest of the token sample (empty: the search's default)
+    std::vector<double> reference;           // Y = X W^T on `held` (eval::reference_output), when small enough
+    std::size_t n_sequences = 0;             // HoldOutSequences: how many sequences `held` comes from
+    std::vector<std::size_t> held_sequence;  // HoldOutSequences: each held token's sequence, 0..n_sequences-1
 };
 
-GuardTokens guard_tokens(const Calibrator& calibration, const GuardSettings& guard) {
+void append_row(std::vector<float>& to, const std::vector<float>& all, std::size_t t, std::size_t d) {
+    to.insert(to.end(), all.begin() + std::ptrdiff_t(t * d), all.begin() + std::ptrdiff_t((t + 1) * d));
+}
+
+// The sequence hold-out when the sample allows it (both halves at least kGuardMinTokens).
+bool hold_out_sequences(const Calibrator& calibration, std::uint64_t seed, GuardTokens& g) {
+    const std::vector<std::uint32_t> ids = calibration.sample_sequences();
+    const std::vector<bool> held = guard_sequence_split(ids, seed);
+    const std::size_t n_held = std::size_t(std::count(held.begin(), held.end(), true));
+    if (held.empty() || n_held < kGuardMinTokens || ids.size() - n_held < kGuardMinTokens) return false;
+    const std::vector<float> all = calibration.sample();
+    const std::size_t d = calibration.d_in();
+    std::vector<std::uint32_t> held_ids;
+    for (std::size_t t = 0; t < ids.size(); ++t) {
+        append_row(held[t] ? g.held : g.search, all, t, d);
+        if (held[t]) held_ids.push_back(ids[t]);
+    }
+    std::vector<std::uint32_t> distinct = held_ids;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    g.n_sequences = distinct.size();
+    for (std::uint32_t id : held_ids)
+        g.held_sequence.push_back(
+            std::size_t(std::lower_bound(distinct.begin(), distinct.end(), id) - distinct.begin()));
+    g.n = n_held;
+    g.source = GuardSource::HoldOutSequences;
+    return true;
+}
+
+GuardTokens guard_tokens(const Calibrator& calibration, const GuardSettings& guard, std::uint64_t seed) {
     GuardTokens g;
     if (calibration.validation_count() > 0) {
         g.held = calibration.validation();
@@ -59,12 +101,12 @@ GuardTokens guard_tokens(const Calibrator& calibration, const GuardSettings& gua
     }
     const std::size_t n = calibration.sample_count(), d = calibration.d_in();
     if (!guard.hold_out_sample || n / 2 < kGuardMinTokens) return g;
+    // Tokens held out from the documents the search fits cannot show a transform that fits those
+    // documents only; whole documents held out can.
+    if (hold_out_sequences(calibration, seed, g)) return g;
     // The sample is in the order of random priorities, so every second token is a random half.
     const std::vector<float> all = calibration.sample();
-    for (std::size_t t = 0; t < n; ++t) {
-        std::vector<float>& to = t % 2 == 1 ? g.held : g.search;
-        to.insert(to.end(), all.begin() + std::ptrdiff_t(t * d), all.begin() + std::ptrdiff_t((t + 1) * d));
-    }
+    for (std::size_t t = 0; t < n; ++t) append_row(t % 2 == 1 ? g.held : g.search, all, t, d);
     g.n = n / 2;
     g.source = GuardSource::HoldOut;
     return g;
@@ -156,27 +198,52 @@ void score(Candidate& c, std::span<const float> w_scored, const GuardTokens& tok
     c.mean = eval::layer_loss(c.transform, c.scored, w_scored, tokens.held, tokens.n, c.token_errors, tokens.reference);
 }
 
+// The mean and standard error of paired differences d (sample variance with n - 1).
+std::pair<double, double> mean_and_error(std::span<const double> d) {
+    const double n = double(d.size());
+    double mean = 0.0, var = 0.0;
+    for (double v : d) mean += v;
+    mean /= n;
+    for (double v : d) var += (v - mean) * (v - mean);
+    var /= n - 1.0;
+    return {mean, std::sqrt(var / n)};
+}
+
 // The paired comparison of `alt` with `base`: the mean of the per-token differences base - alt
-// and its standard error.
-GuardCandidateScore paired(const Candidate& alt, const Candidate& base) {
+// and its standard error; under the sequence hold-out also that of the per-sequence sums.
+GuardCandidateScore paired(const Candidate& alt, const Candidate& base, const GuardTokens& tokens) {
     const std::size_t n = base.token_errors.size();
-    double mean = 0.0;
-    for (std::size_t t = 0; t < n; ++t) mean += base.token_errors[t] - alt.token_errors[t];
-    mean /= double(n);
-    double var = 0.0;
-    for (std::size_t t = 0; t < n; ++t) {
-        const double d = base.token_errors[t] - alt.token_errors[t] - mean;
-        var += d * d;
-    }
-    var /= double(n - 1);
+    std::vector<double> d(n);
+    for (std::size_t t = 0; t < n; ++t) d[t] = base.token_errors[t] - alt.token_errors[t];
     GuardCandidateScore c;
     c.loss = alt.mean;
-    c.difference = mean;
-    c.std_error = std::sqrt(var / double(n));
+    std::tie(c.difference, c.std_error) = mean_and_error(d);
+    const bool lower = alt.mean < kGuardMargin * base.mean;
     // `alt` beats `base` by a margin the held-out sample supports: its mean lower by more than
     // 1%, and the mean of the paired differences above two of its standard errors.
-    c.clearly_better = alt.mean < 0.99 * base.mean && mean > 2.0 * c.std_error;
+    c.clearly_better = lower && c.difference > kGuardStandardErrors * c.std_error;
+    // Whole held-out sequences: a sequence's few heavy tokens (its first, with massive
+    // activations) carry most of a layer's loss and make the per-token differences' spread wide;
+    // summed per sequence, every unit holds its own, and the sums are the statistic that
+    // matches how the documents were drawn. Either statistic may confirm the margin.
+    if (kGuardSequenceStatistic && tokens.n_sequences >= kGuardMinSequences) {
+        std::vector<double> sums(tokens.n_sequences, 0.0);
+        for (std::size_t t = 0; t < n; ++t) sums[tokens.held_sequence[t]] += d[t];
+        const auto [mean, error] = mean_and_error(sums);
+        c.clearly_better |= lower && mean > kGuardStandardErrors * error;
+    }
     return c;
+}
+
+// Candidates lower than the kept layer by the margin that the rule could not confirm: the
+// held-out tokens cannot tell them apart from the kept layer (said, not silently kept).
+void mark_undecided(GuardReport& report, const std::vector<Candidate>& all) {
+    for (std::size_t i = 0; i < all.size(); ++i) {
+        if (i == report.kept || !(all[i].mean < kGuardMargin * all[report.kept].mean)) continue;
+        report.candidates[i].undecided = true;
+        if (!report.undecided || all[i].mean < all[report.undecided_candidate].mean) report.undecided_candidate = i;
+        report.undecided = true;
+    }
 }
 
 // The alternatives to the searched layer, in wush_guard_candidate's order: plain WUS/WUSH, I, H, R.
@@ -198,6 +265,28 @@ bool is_data_free(TransformKind kind) {
     return kind == TransformKind::Identity || kind == TransformKind::Hadamard || kind == TransformKind::Random;
 }
 
+std::vector<bool> guard_sequence_split(std::span<const std::uint32_t> ids, std::uint64_t seed) {
+    std::vector<std::uint32_t> distinct(ids.begin(), ids.end());
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    if (distinct.size() < 2 || distinct.front() == 0) return {};
+    // A seeded random order of the sequences, spread over the calibration set.
+    const auto order_key = [&](std::uint32_t id) { return mix64(mix64(seed) ^ id); };
+    std::sort(distinct.begin(), distinct.end(),
+              [&](std::uint32_t a, std::uint32_t b) { return order_key(a) < order_key(b); });
+    std::vector<bool> held(ids.size(), false);
+    std::size_t n_held = 0, n_search = 0;
+    for (std::uint32_t id : distinct) {
+        const bool to_held = n_held <= n_search;
+        for (std::size_t t = 0; t < ids.size(); ++t) {
+            if (ids[t] != id) continue;
+            held[t] = to_held;
+            ++(to_held ? n_held : n_search);
+        }
+    }
+    return held;
+}
+
 std::vector<std::size_t> guard_rows(std::size_t d_out) {
     const std::size_t k = d_out / kGuardRowsTarget;
     if (k < 2) {
@@ -213,8 +302,9 @@ std::vector<std::size_t> guard_rows(std::size_t d_out) {
 QuantizedLayer guarded_layer(const TransformOptions& options, const formats::FormatSpec& format, Method method,
                              const Calibrator& calibration, std::span<const float> w, std::size_t d_out,
                              Progress* progress, const GuardSettings& guard) {
-    GuardTokens tokens =
-        options.search.enabled && !is_data_free(options.kind) ? guard_tokens(calibration, guard) : GuardTokens{};
+    GuardTokens tokens = options.search.enabled && !is_data_free(options.kind)
+                             ? guard_tokens(calibration, guard, options.seed)
+                             : GuardTokens{};
     const bool guarded = tokens.n >= 2;
     // GPTQ's inverse Hessian factor depends on the calibrator and the damping alone, not on the
     // transform: the guard's up to six builds share one (factoring it is O(d_in^3) each time).
@@ -235,6 +325,7 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
     GuardReport report;
     report.source = tokens.source;
     report.n_tokens = tokens.n;
+    report.n_sequences = tokens.n_sequences;
     std::vector<Candidate> all;
     all.reserve(kGuardCandidates);
     all.push_back(candidate(std::move(searched), format, rows));
@@ -253,10 +344,11 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
             all.push_back(
                 candidate(build(alts[i], format, method, calibration, w, d_out, progress, {}, shared), format, rows));
         score(all.back(), w_scored, tokens);
-        report.candidates[i + 1] = paired(all.back(), all[0]);
+        report.candidates[i + 1] = paired(all.back(), all[0], tokens);
     }
     for (std::size_t i = 1; i < all.size(); ++i)
         if (report.candidates[i].clearly_better && all[i].mean < all[report.kept].mean) report.kept = i;
+    mark_undecided(report, all);
     Candidate& kept = all[report.kept];
     if (kept.whole) return {std::move(kept.transform), std::move(*kept.whole), report};
     if (method == Method::Rtn) {

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <span>
 #include <vector>
@@ -22,18 +23,24 @@ enum class Method { Rtn, Gptq };
 // What the search's per-layer guard (guarded_layer) saw and decided; wush_transform_guard()
 // reports it. Candidates in this order (wush_guard_candidate's values): the searched layer, plain
 // (unsearched) WUS/WUSH, I, H, R.
-enum class GuardSource { None = 0, Validation = 1, HoldOut = 2 };
+enum class GuardSource { None = 0, Validation = 1, HoldOut = 2, HoldOutSequences = 3 };
 inline constexpr std::size_t kGuardCandidates = 5;
 struct GuardCandidateScore {
     double loss = std::numeric_limits<double>::quiet_NaN();  // mean held-out layer loss
     double difference = 0.0;      // mean of the paired per-token differences searched - candidate
     double std_error = 0.0;       // their standard error, sqrt(var / n) (var with n - 1)
     bool clearly_better = false;  // passed the rule against the searched layer
+    bool undecided = false;       // lower than the kept layer by the margin, but inside the noise
 };
 struct GuardReport {
     GuardSource source = GuardSource::None;  // None: no guard ran (the rest is then empty)
     std::size_t n_tokens = 0;                // held-out tokens scored
     std::size_t kept = 0;                    // index of the candidate returned
+    std::size_t n_sequences = 0;             // held-out sequences (HoldOutSequences), else 0
+    // Some candidate's held-out loss is below kGuardMargin times the kept layer's, yet it did not
+    // pass the rule: the held-out tokens cannot tell (more validation documents would).
+    bool undecided = false;
+    std::size_t undecided_candidate = 0;  // the lowest such candidate (0 when not undecided)
     std::array<GuardCandidateScore, kGuardCandidates> candidates{};
 };
 
@@ -48,10 +55,28 @@ bool is_data_free(TransformKind kind);
 
 // The search's per-layer guard (guarded_layer).
 struct GuardSettings {
-    // Without validation tokens in the calibrator, hold out half of its token sample (every second
-    // token in the sample's random order) for the guard, and search on the other half.
+    // Without validation tokens in the calibrator, hold out half of its token sample for the
+    // guard, and search on the other half: whole sequences (guard_sequence_split) when the sample
+    // knows its tokens' sequences and has at least two, else every second token in the sample's
+    // random order.
     bool hold_out_sample = true;
 };
+
+// An alternative must be lower than the searched layer by more than this factor (and by more
+// than kGuardStandardErrors standard errors of the paired differences) to replace it.
+inline constexpr double kGuardMargin = 0.99;
+inline constexpr double kGuardStandardErrors = 2.0;
+// Under the sequence hold-out with at least kGuardMinSequences held-out sequences, the paired
+// per-sequence sums may confirm the margin too (guarded_layer).
+inline constexpr bool kGuardSequenceStatistic = true;
+inline constexpr std::size_t kGuardMinSequences = 8;
+
+// The sequence hold-out: given each sample token's sequence id (Calibrator::sample_sequences),
+// which tokens are held out (true) — whole sequences, each sequence in a seeded random order of
+// the distinct ids going to the side with fewer tokens so far (the held-out side on a tie), so
+// the two halves are spread over the calibration set and balanced in tokens. Empty when some
+// token has no id (0) or there are fewer than two sequences.
+std::vector<bool> guard_sequence_split(std::span<const std::uint32_t> ids, std::uint64_t seed);
 
 // Fewest held-out tokens the guard decides on; a smaller held-out sample keeps the searched layer.
 inline constexpr std::size_t kGuardMinTokens = 32;

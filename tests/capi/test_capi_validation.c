@@ -401,6 +401,19 @@ static void check_report(wush_context* ctx, const Built cand[N_CANDIDATES], cons
         CHECK(close_to(se, sqrt(var / (double)n), 1e-9 * scale));
         CHECK(replaces == (i == 0 ? 0 : clearly_better(losses[i], losses[0], n)));
     }
+    { /* undecided: some candidate below 0.99 x the kept one's loss that the rule did not take */
+        int undecided = -1, want = 0, want_which = 0;
+        wush_guard_candidate which = (wush_guard_candidate)-1;
+        size_t n_seq = 99;
+        for (i = 0; i < N_CANDIDATES; ++i) {
+            if (i == chosen || !(mean_of(losses[i], n) < 0.99 * mean_of(losses[chosen], n))) continue;
+            if (!want || mean_of(losses[i], n) < mean_of(losses[want_which], n)) want_which = i;
+            want = 1;
+        }
+        CHECK_STATUS(wush_transform_guard_undecided(got->t, &undecided, &which, &n_seq), WUSH_OK);
+        CHECK(undecided == want && (int)which == want_which);
+        CHECK(want_source == WUSH_GUARD_HOLD_OUT_SEQUENCES ? n_seq > 0 : n_seq == 0);
+    }
 }
 
 /* Checks a guarded layer against the rule on `n` held-out tokens, and its report
@@ -545,6 +558,102 @@ static void test_default_guard(wush_context* ctx, wush_format f, wush_method m, 
     wush_calibrator_destroy(c);
     wush_options_destroy(o);
     wush_options_destroy(off);
+}
+
+/* The sequence hold-out (wush_calibrator_add_sequences): the calibration tokens as 16 sequences
+ * of 32. The report says WUSH_GUARD_HOLD_OUT_SEQUENCES; the held-out tokens are the sampled
+ * tokens of whole sequences (their count is a sum of whole sequences' sampled counts, found
+ * here from the exported sample by matching rows to the data), about half the sample; the same
+ * layer comes from the sequences added in reverse order over two merged calibrators and from an
+ * imported state; one sequence alone, or plain wush_calibrator_add, holds out tokens. */
+static void test_sequence_guard(wush_context* ctx, wush_format f, const float* w, const float* cal) {
+    enum { SEQ = 32, N_SEQ = N_CAL / SEQ };
+    wush_options* o = NULL;
+    wush_calibrator *c = NULL, *a = NULL, *b = NULL, *imported = NULL, *one = NULL;
+    size_t g = 0, n_held = 0, n_seq = 0, n_state = 0, k, t, j, s, counts[N_SEQ] = {0};
+    wush_guard_source source = WUSH_GUARD_NONE;
+    wush_guard_candidate kept;
+    Built got, again, from_state, single;
+    double* state = NULL;
+    int sub, found = 0;
+    wush_format_group_size(f, &g);
+    CHECK_STATUS(wush_options_create(&o), WUSH_OK);
+    CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH, 1), WUSH_OK);
+    CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH_TOKENS, 128), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_create(D_IN, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &c), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_create(D_IN, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &a), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_create(D_IN, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &b), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_create(D_IN, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &imported), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_create(D_IN, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &one), WUSH_OK);
+    if (o == NULL || c == NULL || a == NULL || b == NULL || imported == NULL || one == NULL) return;
+    CHECK_STATUS(wush_calibrator_set_sample_size(c, 256), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_set_sample_size(a, 256), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_set_sample_size(b, 256), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_set_sample_size(imported, 256), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_set_sample_size(one, 256), WUSH_OK);
+    /* Errors: no length, a length that does not divide the tokens (the calibrator unchanged). */
+    CHECK_STATUS(wush_calibrator_add_sequences(ctx, c, WUSH_DTYPE_F32, cal, N_CAL, 0), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_calibrator_add_sequences(ctx, c, WUSH_DTYPE_F32, cal, N_CAL - 1, SEQ), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(wush_last_error(), "does not divide") != NULL);
+    CHECK_STATUS(wush_calibrator_add_sequences(ctx, NULL, WUSH_DTYPE_F32, cal, N_CAL, SEQ), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_calibrator_add_sequences(ctx, c, WUSH_DTYPE_F32, cal, N_CAL, SEQ), WUSH_OK);
+    for (s = N_SEQ; s-- > 0;)
+        CHECK_STATUS(wush_calibrator_add_sequences(ctx, s % 2 ? a : b, WUSH_DTYPE_F32, cal + s * SEQ * D_IN, SEQ, SEQ),
+                     WUSH_OK);
+    CHECK_STATUS(wush_calibrator_merge(a, b), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_add_sequences(ctx, one, WUSH_DTYPE_F32, cal, N_CAL, N_CAL), WUSH_OK);
+    got = build(ctx, c, WUSH_TRANSFORM_WUSH, f, WUSH_METHOD_RTN, w, o, NULL);
+    again = build(ctx, a, WUSH_TRANSFORM_WUSH, f, WUSH_METHOD_RTN, w, o, NULL);
+    single = build(ctx, one, WUSH_TRANSFORM_WUSH, f, WUSH_METHOD_RTN, w, o, NULL);
+    CHECK_STATUS(wush_transform_guard(got.t, &source, &n_held, &kept), WUSH_OK);
+    CHECK(source == WUSH_GUARD_HOLD_OUT_SEQUENCES);
+    CHECK_STATUS(wush_transform_guard_undecided(got.t, NULL, NULL, &n_seq), WUSH_OK);
+    CHECK(n_seq >= 1 && n_seq < N_SEQ);
+    /* Which sequence each sampled token is (the sample's rows in the exported state, version 2). */
+    CHECK_STATUS(wush_calibrator_state_size(c, &n_state), WUSH_OK);
+    state = malloc(n_state * sizeof(double));
+    if (state != NULL && wush_calibrator_export_state(c, state, n_state) == WUSH_OK) {
+        const size_t base = 6 + (size_t)D_IN * g;
+        k = (size_t)state[base];
+        CHECK(k == 256 && (size_t)state[base + 1] == 256);
+        for (t = 0; t < k; ++t)
+            for (s = 0; s < (size_t)N_CAL; ++s) {
+                for (j = 0; j < D_IN && (float)state[base + 2 + k + t * D_IN + j] == cal[s * D_IN + j]; ++j) {
+                }
+                if (j == D_IN) {
+                    ++counts[s / SEQ];
+                    break;
+                }
+            }
+        /* n_held is the sampled count of some n_seq whole sequences (a subset sum over 16). */
+        for (sub = 0; sub < (1 << N_SEQ) && !found; ++sub) {
+            size_t sum = 0, bits = 0;
+            for (s = 0; s < N_SEQ; ++s)
+                if (sub >> s & 1) sum += counts[s], ++bits;
+            found = sum == n_held && bits == n_seq;
+        }
+        CHECK(found);
+        CHECK(n_held >= 96 && n_held <= 160); /* about half of 256: balanced within a sequence or so */
+        CHECK_STATUS(wush_calibrator_import_state(imported, state, n_state), WUSH_OK);
+        from_state = build(ctx, imported, WUSH_TRANSFORM_WUSH, f, WUSH_METHOD_RTN, w, o, NULL);
+        CHECK(from_state.t != NULL && got.t != NULL && same_matrices(from_state.t, got.t));
+        CHECK_STATUS(wush_transform_guard(from_state.t, &source, NULL, NULL), WUSH_OK);
+        CHECK(source == WUSH_GUARD_HOLD_OUT_SEQUENCES);
+        release(&from_state);
+    }
+    free(state);
+    CHECK(again.t != NULL && got.t != NULL && same_matrices(again.t, got.t) && same_qweights(again.q, got.q));
+    CHECK_STATUS(wush_transform_guard(single.t, &source, NULL, NULL), WUSH_OK);
+    CHECK(source == WUSH_GUARD_HOLD_OUT);
+    release(&got);
+    release(&again);
+    release(&single);
+    wush_calibrator_destroy(c);
+    wush_calibrator_destroy(a);
+    wush_calibrator_destroy(b);
+    wush_calibrator_destroy(imported);
+    wush_calibrator_destroy(one);
+    wush_options_destroy(o);
 }
 
 /* The rows `rows` (n of them) of a qweight's codes and scales equal `sub`'s, byte for byte. */
@@ -705,6 +814,8 @@ int main(void) {
         test_guard_small_slices(ctx, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, w, cal, same);
         test_guard_small_slices(ctx, WUSH_FORMAT_NVFP4, WUSH_METHOD_RTN, w, cal, same);
         test_default_guard(ctx, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, w, cal);
+        test_sequence_guard(ctx, WUSH_FORMAT_MXFP4, w, cal);
+        test_sequence_guard(ctx, WUSH_FORMAT_NVFP4, w, cal);
         test_default_guard(ctx, WUSH_FORMAT_NVFP4, WUSH_METHOD_GPTQ, w, cal);
         test_guard_wide_layer(ctx, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, cal, shifted);
         test_guard_wide_layer(ctx, WUSH_FORMAT_NVFP4, WUSH_METHOD_RTN, cal, shifted);

@@ -258,6 +258,41 @@ def main():
     check(searched_by_case["mxfp4rtn16"] != searched_by_case["mxfp4rtn"],
           "--search-tokens 16 chose as the default sample did: %r" % searched_by_case)
 
+    # 7b. --sequence-length: the calibration rows are whole sequences (9 of 16 here), and the
+    #     guard holds out whole ones (about half the rows); quantize names the undecided layers
+    #     in one line at the end, as its JSON records them (the rule from the recorded losses:
+    #     some candidate below 0.99 x the kept one's loss that did not replace); eval's JSON
+    #     says what the `+s` column's guard held out; a length that does not divide the rows fails.
+    full, cal = files["same"]
+    ck_q = os.path.join(tmp, "ck_seq.safetensors")
+    gj = os.path.join(tmp, "guard_seq.json")
+    p = run("quantize", "--weights", wpath, "--activations", cal, "--format", "mxfp4", "--transform", "wush+s",
+            "--out", ck_q, "--guard-json", gj, "--sequence-length", "16")
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("undecided: ")]
+    check(p.returncode == 0 and len(lines) == 1 and p.stdout.splitlines()[-1] == lines[0],
+          "quantize --sequence-length: one undecided line at the end: %r" % p.stdout)
+    try:
+        with open(gj) as f:
+            r = json.load(f)["layers"][0]
+        c = r["candidates"]
+        lower = [k for k in c if k != r["kept"] and c[k]["loss"] < 0.99 * c[r["kept"]]["loss"]]
+        check(r["guard"] == "hold_out_sequences" and 1 <= r["sequences"] < 9 and 32 <= r["tokens"] <= 112,
+              "sequence hold-out report %r" % r)
+        check(r["undecided"] == bool(lower) and (lines[0] == "undecided: none") == (not lower),
+              "undecided %r vs the rule %r, line %r" % (r["undecided"], lower, lines))
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        check(False, "--guard-json with --sequence-length: %r" % e)
+    p = run("eval", "--weights", wpath, "--activations", full, "--format", "mxfp4", "--transform", "wush+s",
+            "--method", "rtn", "--heldout-tokens", str(N_HELD), "--json", "--sequence-length", "16")
+    try:
+        rows = json.loads(p.stdout)["results"]
+        check(rows[0]["guard"]["source"] == "hold_out_sequences", "eval's guard field %r" % rows[0])
+    except (ValueError, KeyError, IndexError) as e:
+        check(False, "eval --sequence-length: %r (%r)" % (e, p.stdout))
+    p = run("quantize", "--weights", wpath, "--activations", cal, "--format", "mxfp4", "--transform", "wush+s",
+            "--out", ck_q, "--sequence-length", "17", expect_ok=False)
+    check(p.returncode != 0 and "sequence" in p.stderr, "--sequence-length 17 of 144 rows: %r" % p.stderr)
+
     # 8. bad input: clear message on stderr, non-zero exit, nothing on stdout.
     bad = os.path.join(tmp, "truncated.safetensors")
     with open(ck, "rb") as f:

@@ -249,7 +249,7 @@ TEST_F(CudaKernels, CalibrationMatchesCpu) {
         Calibrator cpu(kDin, 32, mode), gpu(kDin, 32, mode);
         cpu.add(WUSH_DTYPE_F32, x.data(), 333);
         const cuda::DeviceBuffer xd = upload(x);
-        be_->calibrate(gpu, WUSH_DTYPE_F32, xd.get(), 333);
+        be_->calibrate(gpu, WUSH_DTYPE_F32, xd.get(), 333, 0);
         ASSERT_EQ(gpu.tokens(), cpu.tokens());
         for (std::size_t b = 0; b < cpu.blocks(); ++b) {
             const std::vector<double> a = cpu.second_moment(b), g = gpu.second_moment(b);

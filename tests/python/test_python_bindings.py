@@ -117,6 +117,31 @@ class Bindings(unittest.TestCase):
         with self.assertRaises(wush.WushError):
             plain.add_validation(val_x)  # no validation sample
 
+    def test_sequence_hold_out_and_undecided(self):
+        # Calibration tokens added as 16 sequences of 32 (Calibrator.add(sequence_length=...)):
+        # the default guard holds out whole sequences and says so; its undecided flag follows the
+        # rule written again here from the reported losses (a candidate below 0.99 x the kept
+        # loss that did not replace). Added plainly, the same tokens are held out token-wise.
+        rng = np.random.default_rng(6)
+        loud = np.where(np.arange(64) % 4 == 0, 4.0, 0.05)
+        x = (rng.standard_normal((512, 64)) * loud).astype(np.float32)
+        w = (rng.standard_normal((48, 64)) * 0.1).astype(np.float32)
+        opts = wush.Options(search=True, search_tokens=128)
+        for seq, source in ((32, "hold_out_sequences"), (None, "hold_out")):
+            cal = wush.Calibrator(64, 32, sample_size=256)
+            cal.add(x, sequence_length=seq)
+            t, _ = wush.layer_quantize(cal, w, "wush", "mxfp4", "rtn", opts)
+            g = t.guard()
+            self.assertEqual(g["source"], source)
+            self.assertEqual(g["n_sequences"] > 0, seq is not None)
+            kept = g["candidates"][g["kept"]]["loss"]
+            lower = [c for c, v in g["candidates"].items() if c != g["kept"] and v["loss"] < 0.99 * kept]
+            self.assertEqual(g["undecided"], bool(lower))
+            self.assertEqual(g["undecided_candidate"],
+                             min(lower, key=lambda c: g["candidates"][c]["loss"]) if lower else None)
+        with self.assertRaises(wush.WushError):
+            wush.Calibrator(64, 32, sample_size=256).add(x[:100], sequence_length=32)  # 100 is not whole sequences
+
     def test_linear_forward_equals_dequantized_product(self):
         rng = np.random.default_rng(4)
         w = rng.standard_normal((48, 128)).astype(np.float32)

@@ -379,6 +379,14 @@ print("identical" if torch.equal(before, after) else "differs")
         for r in rows:
             kept[r[3]] = kept.get(r[3], 0) + 1
         self.assertEqual(res["guard_kept"], kept)
+        # The hooks see batch x seq inputs: the guard holds out whole sequences.
+        self.assertEqual({r[1] for r in rows}, {"hold_out_sequences"}, err)
+        # The undecided layers, in one line at the end and in the JSON.
+        line = [ln for ln in err.splitlines() if ln.startswith("undecided: ")]
+        self.assertEqual(len(line), 1, err)
+        self.assertEqual(res["guard_undecided"] == [], line[0] == "undecided: none", line)
+        for name in res["guard_undecided"]:
+            self.assertIn(name, line[0])
         rc, so, err = cli("quantize-model", TINY, "--calib", CALIB, "--out", out + "-off", "--transform", "wush+s",
                           "--search-tokens", "64", "--seq-len", "32", "--max-samples", "8", "--no-search-guard")
         self.assertEqual(rc, 0, err)

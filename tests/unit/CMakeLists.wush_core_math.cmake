@@ -13,6 +13,7 @@ add_executable(wush_core_math_tests
   ${CMAKE_CURRENT_LIST_DIR}/test_gptq.cpp
   ${CMAKE_CURRENT_LIST_DIR}/test_transform_search.cpp
   ${CMAKE_CURRENT_LIST_DIR}/test_calibration_sample.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/test_guard_hold_out.cpp
 )
 target_link_libraries(wush_core_math_tests PRIVATE wush_core GTest::gtest_main)
 # Discovery at test time, not build time: under sanitizers a build-time run can time out.

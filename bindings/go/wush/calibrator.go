@@ -58,6 +58,32 @@ func (c *Calibrator) Add(ctx *Context, x []float32) error { return offer(c, ctx,
 // AddValidation is wush_calibrator_add_validation on a CPU context.
 func (c *Calibrator) AddValidation(ctx *Context, x []float32) error { return offer(c, ctx, x, true) }
 
+// AddSequences is wush_calibrator_add_sequences on a CPU context: x holds whole sequences of
+// sequenceLength tokens (rows of d_in float32) back to back, and the token sample remembers each
+// sampled token's sequence, so that the search's guard can hold out whole sequences.
+func (c *Calibrator) AddSequences(ctx *Context, x []float32, sequenceLength int) error {
+	p, err := ctx.host("Calibrator.AddSequences")
+	if err != nil {
+		return err
+	}
+	if c.p == nil {
+		return errClosed
+	}
+	if err := nonNegative("sequenceLength", sequenceLength); err != nil {
+		return err
+	}
+	n, err := rowsOf(len(x), c.dIn, "x")
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(ctx)
+	defer runtime.KeepAlive(c)
+	return call(func() C.wush_status {
+		return C.wush_calibrator_add_sequences(p, c.p, C.wush_dtype(F32), ptrOf(x), C.size_t(n),
+			C.size_t(sequenceLength))
+	})
+}
+
 // CalibratorAdd is wush_calibrator_add on a CPU context: x is float32, Float16 or BFloat16.
 func CalibratorAdd[X Element](c *Calibrator, ctx *Context, x []X) error {
 	return offer(c, ctx, x, false)

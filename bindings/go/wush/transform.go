@@ -215,6 +215,8 @@ const (
 	GuardValidation GuardSource = C.WUSH_GUARD_VALIDATION
 	// GuardHoldOut: every second token of the calibrator's token sample.
 	GuardHoldOut GuardSource = C.WUSH_GUARD_HOLD_OUT
+	// GuardHoldOutSequences: whole sequences of the token sample (Calibrator.AddSequences).
+	GuardHoldOutSequences GuardSource = C.WUSH_GUARD_HOLD_OUT_SEQUENCES
 )
 
 // GuardCandidate is one of the guard's candidate layers (wush_guard_candidate), all built by
@@ -259,6 +261,11 @@ type GuardReport struct {
 	Kept    GuardCandidate // the lowest loss among those that replace, else GuardSearched
 	// Candidates holds every candidate's score, in GuardCandidates' order.
 	Candidates []GuardScore
+	// Undecided: some candidate is lower than the kept one by more than 1% but the rule could
+	// not confirm it (wush_transform_guard_undecided); UndecidedCandidate is the lowest such.
+	Undecided          bool
+	UndecidedCandidate GuardCandidate
+	NSequences         int // held-out sequences under GuardHoldOutSequences, else 0
 }
 
 // Guard is wush_transform_guard plus wush_transform_guard_candidate of every candidate: what the
@@ -285,7 +292,20 @@ func (t *Transform) Guard() (*GuardReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &GuardReport{Source: GuardSource(source), NTokens: nTokens, Kept: GuardCandidate(kept)}
+	var undecided C.int
+	var which C.wush_guard_candidate
+	var nSeq C.size_t
+	if err := call(func() C.wush_status {
+		return C.wush_transform_guard_undecided(t.p, &undecided, &which, &nSeq)
+	}); err != nil {
+		return nil, err
+	}
+	nSequences, err := goLen(uint64(nSeq), "guard sequences")
+	if err != nil {
+		return nil, err
+	}
+	r := &GuardReport{Source: GuardSource(source), NTokens: nTokens, Kept: GuardCandidate(kept),
+		Undecided: undecided != 0, UndecidedCandidate: GuardCandidate(which), NSequences: nSequences}
 	for _, c := range GuardCandidates {
 		s, err := t.GuardCandidate(c)
 		if err != nil {

@@ -86,6 +86,7 @@ pub type wush_guard_source = c_int;
 pub const WUSH_GUARD_NONE: wush_guard_source = 0;
 pub const WUSH_GUARD_VALIDATION: wush_guard_source = 1;
 pub const WUSH_GUARD_HOLD_OUT: wush_guard_source = 2;
+pub const WUSH_GUARD_HOLD_OUT_SEQUENCES: wush_guard_source = 3;
 pub type wush_method = c_int;
 pub const WUSH_METHOD_RTN: wush_method = 0;
 pub const WUSH_METHOD_GPTQ: wush_method = 1;
@@ -125,6 +126,7 @@ pub type wush_progress_fn = Option<unsafe extern "C" fn(*mut c_void, f64) -> c_i
 
 extern "C" {
     pub fn wush_calibrator_add(_: *mut wush_context, _: *mut wush_calibrator, _: wush_dtype, _: *const c_void, _: usize) -> wush_status;
+    pub fn wush_calibrator_add_sequences(_: *mut wush_context, _: *mut wush_calibrator, _: wush_dtype, _: *const c_void, _: usize, _: usize) -> wush_status;
     pub fn wush_calibrator_add_validation(_: *mut wush_context, _: *mut wush_calibrator, _: wush_dtype, _: *const c_void, _: usize) -> wush_status;
     pub fn wush_calibrator_create(_: usize, _: usize, _: wush_moment_mode, _: *mut *mut wush_calibrator) -> wush_status;
     pub fn wush_calibrator_destroy(_: *mut wush_calibrator);
@@ -215,6 +217,7 @@ extern "C" {
     pub fn wush_transform_fallback_blocks(_: *const wush_transform, _: *mut usize, _: *mut usize, _: usize) -> wush_status;
     pub fn wush_transform_guard(_: *const wush_transform, _: *mut wush_guard_source, _: *mut usize, _: *mut wush_guard_candidate) -> wush_status;
     pub fn wush_transform_guard_candidate(_: *const wush_transform, _: wush_guard_candidate, _: *mut f64, _: *mut f64, _: *mut f64, _: *mut c_int) -> wush_status;
+    pub fn wush_transform_guard_undecided(_: *const wush_transform, _: *mut c_int, _: *mut wush_guard_candidate, _: *mut usize) -> wush_status;
     pub fn wush_transform_info(_: *const wush_transform, _: *mut wush_transform_kind, _: *mut usize, _: *mut usize) -> wush_status;
     pub fn wush_transform_kind_from_name(_: *const c_char, _: *mut wush_transform_kind) -> wush_status;
     pub fn wush_transform_kind_name(_: wush_transform_kind) -> *const c_char;
@@ -227,9 +230,10 @@ extern "C" {
 
 /// Every function of the header with its address: taking each one's address makes a test
 /// binary link all of them, so a symbol the library does not export fails the build.
-pub fn all_functions() -> [(&'static str, usize); 99] {
+pub fn all_functions() -> [(&'static str, usize); 101] {
     [
         ("wush_calibrator_add", wush_calibrator_add as *const () as usize),
+        ("wush_calibrator_add_sequences", wush_calibrator_add_sequences as *const () as usize),
         ("wush_calibrator_add_validation", wush_calibrator_add_validation as *const () as usize),
         ("wush_calibrator_create", wush_calibrator_create as *const () as usize),
         ("wush_calibrator_destroy", wush_calibrator_destroy as *const () as usize),
@@ -320,6 +324,7 @@ pub fn all_functions() -> [(&'static str, usize); 99] {
         ("wush_transform_fallback_blocks", wush_transform_fallback_blocks as *const () as usize),
         ("wush_transform_guard", wush_transform_guard as *const () as usize),
         ("wush_transform_guard_candidate", wush_transform_guard_candidate as *const () as usize),
+        ("wush_transform_guard_undecided", wush_transform_guard_undecided as *const () as usize),
         ("wush_transform_info", wush_transform_info as *const () as usize),
         ("wush_transform_kind_from_name", wush_transform_kind_from_name as *const () as usize),
         ("wush_transform_kind_name", wush_transform_kind_name as *const () as usize),

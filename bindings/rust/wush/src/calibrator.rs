@@ -56,6 +56,18 @@ impl Calibrator {
             sys::wush_calibrator_add(ctx.as_ptr(), self.raw.as_ptr(), T::DTYPE.to_c(), x.as_ptr().cast(), n)
         })
     }
+    /// `wush_calibrator_add_sequences`: adds `x`, whole sequences of `sequence_length` tokens (rows
+    /// of d_in) back to back; the token sample remembers each sampled token's sequence, so the
+    /// search's guard can hold out whole sequences. CPU contexts.
+    pub fn add_sequences<T: Element>(&mut self, ctx: &Context, x: &[T], sequence_length: usize) -> Result<()> {
+        ctx.require_host("wush_calibrator_add_sequences")?;
+        let n = rows_of(x.len(), self.d_in, "x")?;
+        // SAFETY: host context; x holds n * d_in elements.
+        check(unsafe {
+            sys::wush_calibrator_add_sequences(ctx.as_ptr(), self.raw.as_ptr(), T::DTYPE.to_c(), x.as_ptr().cast(), n,
+                                               sequence_length)
+        })
+    }
     /// `wush_calibrator_add` on a CUDA context.
     ///
     /// # Safety

@@ -22,7 +22,8 @@ c_enum! {
 c_enum! {
     /// Where the search's per-layer guard took its held-out tokens (`wush_guard_source`, without
     /// `WUSH_GUARD_NONE`: no guard is [`Transform::guard`] returning `None`).
-    GuardSource { Validation = sys::WUSH_GUARD_VALIDATION, HoldOut = sys::WUSH_GUARD_HOLD_OUT }
+    GuardSource { Validation = sys::WUSH_GUARD_VALIDATION, HoldOut = sys::WUSH_GUARD_HOLD_OUT,
+                  HoldOutSequences = sys::WUSH_GUARD_HOLD_OUT_SEQUENCES }
 }
 c_enum! {
     /// The guard's candidate layers (`wush_guard_candidate`), all built by the same method and seed.
@@ -207,11 +208,18 @@ impl Transform {
             })?;
             candidates.push(GuardScore { candidate: c, loss, difference, std_error, replaces: replaces != 0 });
         }
+        let (mut undecided, mut which, mut n_sequences) = (0, sys::WUSH_GUARD_SEARCHED, 0usize);
+        // SAFETY: live handle, valid output pointers.
+        check(unsafe {
+            sys::wush_transform_guard_undecided(self.raw.as_ptr(), &mut undecided, &mut which, &mut n_sequences)
+        })?;
         Ok(Some(GuardReport {
             source: enum_out(source, GuardSource::from_c, "guard source")?,
             n_tokens: n,
+            n_sequences,
             kept: enum_out(kept, GuardCandidate::from_c, "guard candidate")?,
             candidates,
+            undecided: if undecided != 0 { Some(enum_out(which, GuardCandidate::from_c, "guard candidate")?) } else { None },
         }))
     }
     /// `wush_transform_guard_candidate` for one candidate, as the library answers it: an error
@@ -261,11 +269,16 @@ pub struct GuardReport {
     pub source: GuardSource,
     /// How many held-out tokens were scored.
     pub n_tokens: usize,
+    /// How many held-out sequences they came from ([`GuardSource::HoldOutSequences`]; else 0).
+    pub n_sequences: usize,
     /// The candidate returned: the lowest loss among those that replace, else
     /// [`GuardCandidate::Searched`].
     pub kept: GuardCandidate,
     /// Every candidate's score, in [`GuardCandidate::ALL`]'s order.
     pub candidates: Vec<GuardScore>,
+    /// `wush_transform_guard_undecided`: the lowest candidate whose held-out loss is below 0.99 x
+    /// the kept one's but that the rule could not confirm (the held-out tokens cannot tell), if any.
+    pub undecided: Option<GuardCandidate>,
 }
 
 impl GuardReport {
