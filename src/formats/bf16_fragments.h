@@ -73,7 +73,9 @@ WUSH_HD constexpr std::size_t fragment_words(int g) {
 // 16-byte loads; G = 16: 4 words, one).
 WUSH_HD std::size_t fragment_index(int g, int part, int ks, int lane, int nt, int reg) {
     return ((std::size_t(part * k_steps(g) + ks) * 32 + std::size_t(lane)) * std::size_t(n_tiles(g)) +
-            std::size_t(nt)) * 2 + std::size_t(reg);
+            std::size_t(nt)) *
+               2 +
+           std::size_t(reg);
 }
 
 // RNE of a finite float to BF16 (overflow gives +-Inf), and back.

@@ -48,8 +48,8 @@
 
 namespace wush::tc {
 
-constexpr int kMmaK = 16;         // products per output of one m16n8k16 instruction
-constexpr int kMmaMinBlock = 4;   // (M2): the smallest fused block assumed
+constexpr int kMmaK = 16;            // products per output of one m16n8k16 instruction
+constexpr int kMmaMinBlock = 4;      // (M2): the smallest fused block assumed
 constexpr float kMmaUlp = 0x1p-23f;  // (M3), (M4): one unit of the 24th bit, relative
 // Units of kMmaUlp x M one instruction may be off (K products + K/B running values + K/B sums).
 constexpr int kMmaErrorUnits = kMmaK + 2 * (kMmaK / kMmaMinBlock);

@@ -75,8 +75,9 @@ TEST(Bf16Fragments, RoundTrip) {
             double ss[tc::kParts] = {};
             for (int j = 0; j < g; ++j) {
                 const std::size_t at = std::size_t(i * g + j);
-                ASSERT_EQ(double(parts[tc::kPartHi][at]) + double(parts[tc::kPartMid][at]) + double(parts[tc::kPartLo][at]),
-                          double(t[at]))
+                ASSERT_EQ(
+                    double(parts[tc::kPartHi][at]) + double(parts[tc::kPartMid][at]) + double(parts[tc::kPartLo][at]),
+                    double(t[at]))
                     << "g " << g << " (" << i << ", " << j << ")";
                 for (int p = 0; p < tc::kParts; ++p) ss[p] += double(parts[p][at]) * parts[p][at];
             }

@@ -90,7 +90,8 @@ TEST(MmaErrorBound, CoversTheBlockFmaModel) {
             }
             // Cancellation: one row sums to almost nothing.
             if (trial % 4 == 0)
-                for (int j = 1; j < g; j += 2) c.t[std::size_t(j)] = -c.t[std::size_t(j - 1)] * c.x[std::size_t(j - 1)] / c.x[std::size_t(j)];
+                for (int j = 1; j < g; j += 2)
+                    c.t[std::size_t(j)] = -c.t[std::size_t(j - 1)] * c.x[std::size_t(j - 1)] / c.x[std::size_t(j)];
             std::vector<std::uint32_t> w(tc::fragment_words(g));
             const tc::PartNorms n = tc::pack_fragments(c.t.data(), g, w.data());
             float ss = 0.0f;
@@ -99,7 +100,8 @@ TEST(MmaErrorBound, CoversTheBlockFmaModel) {
             for (int nb : {4, 8, 16})
                 for (int i = 0; i < g; ++i) {
                     double exact = 0.0;
-                    for (int j = 0; j < g; ++j) exact += double(c.t[std::size_t(i * g + j)]) * double(c.x[std::size_t(j)]);
+                    for (int j = 0; j < g; ++j)
+                        exact += double(c.t[std::size_t(i * g + j)]) * double(c.x[std::size_t(j)]);
                     const double err = std::fabs(double(model_product(c, g, i, x_split, nb)) - exact);
                     ASSERT_LE(err, double(bound)) << "g " << g << " trial " << trial << " nb " << nb << " i " << i;
                     worst = std::max(worst, err / double(bound));
