@@ -13,7 +13,8 @@
 // The rule that keeps the bytes the CPU's float64 definition's: per (token, group), the group's
 // scale is certified from the FP32 values (formats::certify_scaling with that bound); if it is not,
 // the whole warp recomputes the group in float64 (recompute_group). If it is, every element is
-// certified on its own (formats::certify_element); an element within its tolerance of a rounding
+// certified on its own (formats::certify_element_grid: E2M1 by its integer grid, one rounding
+// and one distance test); an element within its tolerance of a rounding
 // boundary is recomputed in float64 by the lane that owns it and encoded under the certified
 // scale (formats::encode_element): the scale is the float64 definition's, so the element's code is.
 //
@@ -34,8 +35,8 @@ namespace wush::cuda::quantize_detail {
 
 // d += A B, m16n8k16, BF16 inputs, FP32 accumulator. (row0, col0): where the tile's outputs go in
 // Y (tokens, columns), read only by the emulation's adversarial mode.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                         std::uint32_t b1, std::size_t row0, std::size_t col0) {
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1,
+                                         std::size_t row0, std::size_t col0) {
 #if defined(WUSH_CUDA_HOST_EMULATION)
     wush_emu::mma_bf16(d, a, b0, b1, row0, col0);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -89,16 +90,16 @@ __global__ void __launch_bounds__(kThreads) quantize_tc_kernel(const QuantizeArg
     std::uint32_t ahi[2][KS][4], alo[2][KS][4];
     float xss[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     bool bad[4] = {false, false, false, false};
-#pragma unroll
+#  pragma unroll
     for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
+#  pragma unroll
         for (int ks = 0; ks < KS; ++ks)
-#pragma unroll
+#  pragma unroll
             for (int r = 0; r < 4; ++r) {
                 const int slot = mt * 2 + (r & 1);
                 const std::size_t token = tok0 + std::size_t(mt * 16 + tc::a_row(lane, r));
                 std::uint32_t hi = 0, lo = 0;
-#pragma unroll
+#  pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const std::size_t col = col0 + std::size_t(ks * 16 + tc::a_col(lane, r, h));
                     const std::uint16_t raw = x_bits(a, token, col);
@@ -119,21 +120,21 @@ __global__ void __launch_bounds__(kThreads) quantize_tc_kernel(const QuantizeArg
 
     // The product, passes smallest first: (x_lo,) then x_hi; within each T_lo, T_mid, T_hi.
     float acc[2][NT][4];
-#pragma unroll
+#  pragma unroll
     for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
+#  pragma unroll
         for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
+#  pragma unroll
             for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
     const std::uint32_t* frag = a.tc_fragments + m * tc::fragment_words(G);
     for (int q = split_x ? 0 : 1; q < 2; ++q)
-#pragma unroll
+#  pragma unroll
         for (int p = 0; p < tc::kParts; ++p)
-#pragma unroll
+#  pragma unroll
             for (int ks = 0; ks < KS; ++ks) {
                 std::uint32_t b[NT][2];
                 const uint4* src = reinterpret_cast<const uint4*>(frag + tc::fragment_index(G, p, ks, lane, 0, 0));
-#pragma unroll
+#  pragma unroll
                 for (int v = 0; v < NT / 2; ++v) {
                     const uint4 w = __ldg(src + v);
                     b[2 * v][0] = w.x;
@@ -141,9 +142,9 @@ __global__ void __launch_bounds__(kThreads) quantize_tc_kernel(const QuantizeArg
                     b[2 * v + 1][0] = w.z;
                     b[2 * v + 1][1] = w.w;
                 }
-#pragma unroll
+#  pragma unroll
                 for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
+#  pragma unroll
                     for (int nt = 0; nt < NT; ++nt)
                         mma_bf16(acc[mt][nt], q == 0 ? alo[mt][ks] : ahi[mt][ks], b[nt][0], b[nt][1],
                                  tok0 + std::size_t(mt * 16), col0 + std::size_t(nt * 8));
@@ -153,7 +154,7 @@ __global__ void __launch_bounds__(kThreads) quantize_tc_kernel(const QuantizeArg
     const float* t = a.matrices + m * std::size_t(G * G);
     const tc::PartNorms norms = a.tc_norms[m];
     bool regroup[4] = {false, false, false, false};
-#pragma unroll
+#  pragma unroll
     for (int slot = 0; slot < 4; ++slot) {
         const int mt = slot >> 1, half = slot & 1;
         const std::size_t token = tok0 + std::size_t(mt * 16 + gid + 8 * half);
@@ -162,9 +163,9 @@ __global__ void __launch_bounds__(kThreads) quantize_tc_kernel(const QuantizeArg
         ss += __shfl_xor_sync(kFullWarp, ss, 1);
         ss += __shfl_xor_sync(kFullWarp, ss, 2);
         float amax = 0.0f, yss = 0.0f;
-#pragma unroll
+#  pragma unroll
         for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
+#  pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const float y = acc[mt][nt][2 * half + e];
                 amax = fmaxf(amax, fabsf(y));
@@ -183,14 +184,14 @@ __global__ void __launch_bounds__(kThreads) quantize_tc_kernel(const QuantizeArg
             continue;
         }
         std::uint8_t* dst = a.codes + token * (a.d_in / 2) + group * CB;
-#pragma unroll
+#  pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             std::uint8_t byte = 0;
-#pragma unroll
+#  pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int i = nt * 8 + 2 * tig + e;
                 bool near = false;
-                std::uint8_t code = formats::certify_element(F, acc[mt][nt][2 * half + e], sc, near);
+                std::uint8_t code = formats::certify_element_grid(F, acc[mt][nt][2 * half + e], sc, near);
                 if (near) code = formats::encode_element(F, element_f64(a, t, G, token, col0, i), sc.scale);
                 byte |= std::uint8_t(code << (4 * e));
             }
@@ -200,7 +201,7 @@ __global__ void __launch_bounds__(kThreads) quantize_tc_kernel(const QuantizeArg
     }
 
     // Groups whose scale was not certified: the whole warp recomputes them in float64, one by one.
-#pragma unroll
+#  pragma unroll
     for (int slot = 0; slot < 4; ++slot) {
         unsigned pending = __ballot_sync(kFullWarp, regroup[slot] && tig == 0);
         while (pending != 0u) {
@@ -215,7 +216,7 @@ __global__ void __launch_bounds__(kThreads) quantize_tc_kernel(const QuantizeArg
             recompute_group<F>(xs, t, 1, G, false, yd_s + warp * 32, lane, codes, scale);
             if (lane == 0) {
                 std::uint8_t* dst = a.codes + token * (a.d_in / 2) + group * CB;
-#pragma unroll
+#  pragma unroll
                 for (int b = 0; b < CB; ++b) dst[b] = codes[b];
                 store_scale(a.scales + (token * groups_total + group) * SB, scale, SB);
             }
