@@ -127,7 +127,9 @@ __global__ void __launch_bounds__(kThreads) quantize_tc_kernel(const QuantizeArg
 #  pragma unroll
             for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
     const std::uint32_t* frag = a.tc_fragments + m * tc::fragment_words(G);
-    for (int q = split_x ? 0 : 1; q < 2; ++q)
+#  pragma unroll
+    for (int q = 0; q < 2; ++q) {  // unrolled, so that the fragments stay in registers
+        if (q == 0 && !split_x) continue;
 #  pragma unroll
         for (int p = 0; p < tc::kParts; ++p)
 #  pragma unroll
@@ -149,6 +151,7 @@ __global__ void __launch_bounds__(kThreads) quantize_tc_kernel(const QuantizeArg
                         mma_bf16(acc[mt][nt], q == 0 ? alo[mt][ks] : ahi[mt][ks], b[nt][0], b[nt][1],
                                  tok0 + std::size_t(mt * 16), col0 + std::size_t(nt * 8));
             }
+    }
 
     // Certification, per token slot. The quad's 4 lanes hold the same token: reduce over them.
     const float* t = a.matrices + m * std::size_t(G * G);

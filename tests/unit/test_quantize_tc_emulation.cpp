@@ -59,9 +59,7 @@ struct Problem {
 struct Bytes {
     std::vector<std::uint8_t> codes, scales;
     unsigned long long flag = cuda::kNoNonFinite;
-    bool operator==(const Bytes& o) const {
-        return codes == o.codes && scales == o.scales;
-    }
+    bool operator==(const Bytes& o) const { return codes == o.codes && scales == o.scales; }
 };
 
 constexpr std::uint8_t kSentinel = 0xA5;
@@ -204,7 +202,8 @@ std::uint16_t encode_x(float v, wush_dtype dt) {
 }
 
 // Gaussian values with an outlier, and every 5th token on E2M1 thresholds (many float64 fall-backs).
-Problem random_problem(wush_format f, wush_dtype dt, TransformKind kind, std::size_t n, std::size_t d_in, unsigned seed) {
+Problem random_problem(wush_format f, wush_dtype dt, TransformKind kind, std::size_t n, std::size_t d_in,
+                       unsigned seed) {
     Problem p;
     p.format = f;
     p.dtype = dt;
@@ -267,8 +266,11 @@ Problem near_boundary_problem(double at, unsigned seed, std::size_t n) {
     for (float& v : p.t) v = gauss(rng);
     for (std::size_t row = 0; row < 4 * std::size_t(g); ++row) {  // unit rows: every row has the max norm
         double ss = 0.0;
-        for (int j = 0; j < g; ++j) ss += double(p.t[row * std::size_t(g) + std::size_t(j)]) * p.t[row * std::size_t(g) + std::size_t(j)];
-        for (int j = 0; j < g; ++j) p.t[row * std::size_t(g) + std::size_t(j)] = float(p.t[row * std::size_t(g) + std::size_t(j)] / std::sqrt(ss));
+        for (int j = 0; j < g; ++j)
+            ss += double(p.t[row * std::size_t(g) + std::size_t(j)]) * p.t[row * std::size_t(g) + std::size_t(j)];
+        for (int j = 0; j < g; ++j)
+            p.t[row * std::size_t(g) + std::size_t(j)] =
+                float(p.t[row * std::size_t(g) + std::size_t(j)] / std::sqrt(ss));
     }
     p.x.resize(n * p.d_in);
     for (std::size_t r = 0; r < n; ++r)
