@@ -353,7 +353,8 @@ public:
     // prepare() also holds a RelaxedCaptureMode). Everything is enqueued on the device's setup
     // stream and waited for.
     CudaLayer(std::shared_ptr<Device> dev, backend::TransformRef t, const formats::PackedMatrix& w)
-        : dev_(std::move(dev)), spec_(formats::spec(w.format)), d_in_(w.d_in), d_out_(w.d_out), t_(t, dev_->setup, dev_->tc_quantize) {
+        : dev_(std::move(dev)), spec_(formats::spec(w.format)), d_in_(w.d_in), d_out_(w.d_out),
+          t_(t, dev_->setup, dev_->tc_quantize) {
         w_codes_ = DeviceBuffer::upload(w.codes.data(), w.codes.size(), dev_->setup);
         w_scales_ = DeviceBuffer::upload(w.scales.data(), w.scales.size(), dev_->setup);
         const int g = int(spec_.group);

@@ -111,7 +111,7 @@ TcProbeResult run_tc_accumulator_probe(cudaStream_t stream) {
     const DeviceBuffer dc = DeviceBuffer::upload(C.data(), C.size() * 4, stream);
     DeviceBuffer dd(D.size() * 4);
     tc_probe_kernel<<<kCases, 32, 0, stream>>>(da.get<std::uint16_t>(), db.get<std::uint16_t>(), dc.get<float>(),
-                                                dd.get<float>());
+                                               dd.get<float>());
     check_launch("tensor-core accumulator probe");
     WUSH_CUDA_CHECK(cudaMemcpyAsync(D.data(), dd.get(), D.size() * 4, cudaMemcpyDeviceToHost, stream));
     WUSH_CUDA_CHECK(cudaStreamSynchronize(stream));

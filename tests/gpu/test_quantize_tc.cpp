@@ -40,8 +40,8 @@ int compute_capability() {
     return p.major * 10 + p.minor;
 }
 
-#define REQUIRE_SM80()                                              \
-    if (compute_capability() < 80) GTEST_SKIP() << "no CUDA device of sm_80 or newer"
+#define REQUIRE_SM80() \
+  if (compute_capability() < 80) GTEST_SKIP() << "no CUDA device of sm_80 or newer"
 
 TEST(QuantizeTc, AccumulatorProbe) {
     REQUIRE_SM80();
@@ -139,7 +139,8 @@ Bytes run_device(const Problem& p) {
     return b;
 }
 
-Problem random_problem(wush_format f, wush_dtype dt, TransformKind kind, std::size_t n, std::size_t d_in, unsigned seed) {
+Problem random_problem(wush_format f, wush_dtype dt, TransformKind kind, std::size_t n, std::size_t d_in,
+                       unsigned seed) {
     Problem p;
     p.format = f;
     p.dtype = dt;
@@ -169,9 +170,8 @@ TEST(QuantizeTc, MatchesDefinitionBitForBit) {
                 for (std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(40), std::size_t(300)}) {
                     const Problem p = random_problem(f, dt, kind, n, 4096, unsigned(n));
                     const Bytes want = definition(p), got = run_device(p);
-                    const std::string what = std::string(formats::spec(f).name) + " kind " +
-                                             std::to_string(int(kind)) + " dtype " + std::to_string(int(dt)) +
-                                             " n " + std::to_string(n);
+                    const std::string what = std::string(formats::spec(f).name) + " kind " + std::to_string(int(kind)) +
+                                             " dtype " + std::to_string(int(dt)) + " n " + std::to_string(n);
                     ASSERT_EQ(got.codes, want.codes) << what;
                     ASSERT_EQ(got.scales, want.scales) << what;
                 }
