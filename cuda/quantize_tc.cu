@@ -26,7 +26,8 @@ void launch_tc(const QuantizeArgs& a, cudaStream_t stream) {
     const std::size_t groups = a.d_in / std::size_t(Fmt<F>::G);
     const dim3 grid(unsigned((a.n_tokens + kTileTokens - 1) / kTileTokens),
                     unsigned((groups + kTileGroups - 1) / kTileGroups));
-    quantize_tc_kernel<F><<<grid, kThreads, 0, stream>>>(a);
+    if (a.x_dtype == WUSH_DTYPE_F16) quantize_tc_kernel<F, true><<<grid, kThreads, 0, stream>>>(a);
+    else quantize_tc_kernel<F, false><<<grid, kThreads, 0, stream>>>(a);
 }
 
 // One m16n8k16 per case: a warp loads A (16 x 16), B (16 x 8) BF16 and C (16 x 8) float row-major

@@ -68,7 +68,9 @@ __device__ __forceinline__ double element_f64(const QuantizeArgs& a, const float
     return s;
 }
 
-template <wush_format F>
+// kSplitX: x is F16 (split in two BF16 parts); else BF16. A template parameter, so that the BF16
+// instantiation holds one set of A fragments in registers.
+template <wush_format F, bool kSplitX>
 __global__ void __launch_bounds__(kThreads) quantize_tc_kernel(const QuantizeArgs a) {
 #if defined(WUSH_CUDA_HOST_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800)
     constexpr int G = Fmt<F>::G, SB = Fmt<F>::SB, CB = Fmt<F>::kCodeBytes;
@@ -83,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) quantize_tc_kernel(const QuantizeArg
     if (group >= groups_total) return;  // whole warps; the kernel has no block barrier
     const std::size_t tok0 = std::size_t(blockIdx.x) * kTileTokens, col0 = group * std::size_t(G);
     const std::size_t m = a.use == MatrixUse::PerBlock ? group : 0;
-    const bool split_x = a.x_dtype == WUSH_DTYPE_F16;
+    constexpr bool split_x = kSplitX;
 
     // A fragments (hi; lo for F16) and, per token slot s = (m-tile, row half), the lane's sum of
     // squares of x and whether it saw a NaN/Inf.

@@ -172,17 +172,24 @@ Bytes run_tc(const Problem& p, const std::vector<int>* dir, float bound_scale) {
     }
     const wush_emu::Dim grid{unsigned((p.n + qd::kTileTokens - 1) / qd::kTileTokens),
                              unsigned((p.d_in / std::size_t(g) + qd::kTileGroups - 1) / qd::kTileGroups), 1};
+    const bool split = p.dtype == WUSH_DTYPE_F16;
+    const auto run = [&](auto kernel) { wush_emu::launch(grid, qd::kThreads, 0, [&] { kernel(a); }); };
     switch (p.format) {
         case WUSH_FORMAT_MXFP4:
-            wush_emu::launch(grid, qd::kThreads, 0, [&] { qd::quantize_tc_kernel<WUSH_FORMAT_MXFP4>(a); });
+            split ? run(qd::quantize_tc_kernel<WUSH_FORMAT_MXFP4, true>)
+                  : run(qd::quantize_tc_kernel<WUSH_FORMAT_MXFP4, false>);
             break;
         case WUSH_FORMAT_NVFP4:
-            wush_emu::launch(grid, qd::kThreads, 0, [&] { qd::quantize_tc_kernel<WUSH_FORMAT_NVFP4>(a); });
+            split ? run(qd::quantize_tc_kernel<WUSH_FORMAT_NVFP4, true>)
+                  : run(qd::quantize_tc_kernel<WUSH_FORMAT_NVFP4, false>);
             break;
         case WUSH_FORMAT_INT4:
-            wush_emu::launch(grid, qd::kThreads, 0, [&] { qd::quantize_tc_kernel<WUSH_FORMAT_INT4>(a); });
+            split ? run(qd::quantize_tc_kernel<WUSH_FORMAT_INT4, true>)
+                  : run(qd::quantize_tc_kernel<WUSH_FORMAT_INT4, false>);
             break;
-        default: wush_emu::launch(grid, qd::kThreads, 0, [&] { qd::quantize_tc_kernel<WUSH_FORMAT_MXFP4_OCP>(a); });
+        default:
+            split ? run(qd::quantize_tc_kernel<WUSH_FORMAT_MXFP4_OCP, true>)
+                  : run(qd::quantize_tc_kernel<WUSH_FORMAT_MXFP4_OCP, false>);
     }
     wush_emu::g_mma_direction = nullptr;
     return b;

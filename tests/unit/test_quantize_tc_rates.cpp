@@ -54,7 +54,8 @@ Rates measure(wush_format f, TransformKind kind, const std::vector<float>& x, st
             const float* tm = t.activation_matrices().data() + m * std::size_t(g * g);
             float xv[32], y[32], y32[32], ss = 0.0f;
             for (int j = 0; j < g; ++j) {
-                xv[j] = bits::bf16_decode(bits::bf16_encode(double(x[row * cols + grp * std::size_t(g) + std::size_t(j)])));
+                xv[j] =
+                    bits::bf16_decode(bits::bf16_encode(double(x[row * cols + grp * std::size_t(g) + std::size_t(j)])));
                 ss = std::fma(xv[j], xv[j], ss);
             }
             double yd[32];
@@ -92,10 +93,11 @@ Rates measure(wush_format f, TransformKind kind, const std::vector<float>& x, st
 }
 
 void print(const std::string& what, const Rates& r) {
-    std::printf("%-46s groups %8zu | tc: group %.4f%%  element %.5f%% (groups touched %.3f%%) | cuda-core: group %.3f%%\n",
-                what.c_str(), r.groups, 100.0 * double(r.tc_group) / double(r.groups),
-                100.0 * double(r.tc_element) / double(r.elements), 100.0 * double(r.tc_groups_touched) / double(r.groups),
-                100.0 * double(r.core_group) / double(r.groups));
+    std::printf(
+        "%-46s groups %8zu | tc: group %.4f%%  element %.5f%% (groups touched %.3f%%) | cuda-core: group %.3f%%\n",
+        what.c_str(), r.groups, 100.0 * double(r.tc_group) / double(r.groups),
+        100.0 * double(r.tc_element) / double(r.elements), 100.0 * double(r.tc_groups_touched) / double(r.groups),
+        100.0 * double(r.core_group) / double(r.groups));
 }
 
 const wush_format kFormats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4};
@@ -109,7 +111,8 @@ TEST(QuantizeTcRates, SyntheticGaussian) {
     for (wush_format f : kFormats)
         for (TransformKind kind : {TransformKind::Hadamard, TransformKind::Random}) {
             const Rates r = measure(f, kind, x, rows, cols);
-            print(std::string("gaussian ") + formats::spec(f).name + (kind == TransformKind::Hadamard ? " H" : " R"), r);
+            print(std::string("gaussian ") + formats::spec(f).name + (kind == TransformKind::Hadamard ? " H" : " R"),
+                  r);
             // Loose ceilings: a bound off by orders of magnitude shows here.
             EXPECT_LT(double(r.tc_element) / double(r.elements), 1e-3);
             // INT4's scale (the BF16 rounding of the rms) is the bound's most sensitive decision.
@@ -130,8 +133,9 @@ TEST(QuantizeTcRates, RealActivations) {
         in.read(reinterpret_cast<char*>(x.data()), std::streamsize(x.size() * sizeof(float)));
         for (wush_format f : kFormats)
             for (TransformKind kind : {TransformKind::Hadamard, TransformKind::Random})
-                print(name.substr(0, dot) + " " + formats::spec(f).name + (kind == TransformKind::Hadamard ? " H" : " R"),
-                      measure(f, kind, x, rows, cols));
+                print(
+                    name.substr(0, dot) + " " + formats::spec(f).name + (kind == TransformKind::Hadamard ? " H" : " R"),
+                    measure(f, kind, x, rows, cols));
     }
 }
 
