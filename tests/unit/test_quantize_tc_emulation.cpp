@@ -1,5 +1,5 @@
 // The tensor-core quantize kernel's own device source (cuda/quantize_tc_kernel.cuh) run on the CPU
-// through tests/unit/cuda_host_emulation.h, launched as cuda/quantize_kernel.cu launches it,
+// through tests/unit/cuda_host_emulation.h, launched as cuda/quantize_tc.cu launches it,
 // against the float64 definition of the formats (formats::transform_group_f64 +
 // quantize_group<double>, which the CPU runtime equals): every format, shared and per-block
 // matrices, BF16 and F16 input, ragged token counts; the MMA in its exact mode and in its
@@ -139,7 +139,7 @@ std::vector<int> directions(const Problem& p, const Bytes& want, const std::vect
     return dir;
 }
 
-// The kernel, launched as quantize_kernel.cu launches it, in the emulation.
+// The kernel, launched as quantize_tc.cu launches it, in the emulation.
 Bytes run_tc(const Problem& p, const std::vector<int>* dir, float bound_scale) {
     const int g = group_of(p.format);
     const std::size_t count = p.per_block ? p.d_in / std::size_t(g) : 1;
