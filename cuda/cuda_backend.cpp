@@ -77,12 +77,13 @@ void require_device_tensor(const void* p, wush_dtype dtype, const char* what, in
     if (p != nullptr && !element_aligned(p, dtype)) fail(WUSH_ERR_INVALID_ARGUMENT, misaligned_message(what, dtype));
 }
 
-// A transform's matrices and row-norm bounds on the device (as the quantize kernel reads them).
+// A transform's matrices and row-norm bounds on the device (as the quantize kernel reads them);
+// with `tc`, also their exact BF16 split in fragment order for the tensor-core quantize.
 struct DeviceTransform {
     MatrixUse use = MatrixUse::None;
-    DeviceBuffer matrices, row_norms;
+    DeviceBuffer matrices, row_norms, tc_fragments, tc_norms;
 
-    DeviceTransform(const backend::TransformRef& t, cudaStream_t stream) : use(t.use) {
+    DeviceTransform(const backend::TransformRef& t, cudaStream_t stream, bool tc) : use(t.use) {
         if (use == MatrixUse::None) return;
         const int g = int(t.core.group());
         const std::size_t count = use == MatrixUse::Shared ? 1 : t.core.blocks();
@@ -92,8 +93,25 @@ struct DeviceTransform {
         const std::vector<float> transposed = kernel_matrices(m, count, g);
         matrices = DeviceBuffer::upload(transposed.data(), transposed.size() * sizeof(float), stream);
         row_norms = DeviceBuffer::upload(norms.data(), count * sizeof(float), stream);
+        if (!tc) return;
+        std::vector<std::uint32_t> frags(count * tc::fragment_words(g));
+        std::vector<tc::PartNorms> parts(count);
+        for (std::size_t b = 0; b < count; ++b)
+            parts[b] = tc::pack_fragments(m + b * g * g, g, frags.data() + b * tc::fragment_words(g));
+        tc_fragments = DeviceBuffer::upload(frags.data(), frags.size() * sizeof(std::uint32_t), stream);
+        tc_norms = DeviceBuffer::upload(parts.data(), parts.size() * sizeof(tc::PartNorms), stream);
     }
 };
+
+// WUSH_CUDA_TC_QUANTIZE=1 asks for the tensor-core quantize (cuda/quantize_tc.cu); it is used only
+// on sm_80+ and after its accumulator probe passed on this device.
+bool tc_quantize_requested() {
+    const char* v = std::getenv("WUSH_CUDA_TC_QUANTIZE");
+    bool on = false;
+    if (!blockscaled_opt_in_from_env(v, &on))  // the same "0" / "1" rule
+        fail(WUSH_ERR_INVALID_ARGUMENT, std::string("WUSH_CUDA_TC_QUANTIZE must be 0 or 1 (got '") + v + "')");
+    return on;
+}
 
 float tensor_alpha(wush_format format) {
     const double d = formats::spec(format).tensor_divisor;
@@ -159,6 +177,7 @@ struct Device {
     GemmTable gemm_table;
     bool stream_decode = false;      // WUSH_CUDA_STREAM_DECODE=1 on an sm_80+ device
     StreamDecodeDevice stream_info;  // its occupancy, read once here (when on)
+    bool tc_quantize = false;  // the tensor-core quantize: requested, sm_80+, probe passed
 
     explicit Device(int dev) : index(dev), gemm_table(gemm_table_of_environment()) {
         cudaDeviceProp prop{};
@@ -180,6 +199,7 @@ struct Device {
         non_finite = DeviceBuffer(sizeof(unsigned long long));
         WUSH_CUDA_CHECK(cudaMemsetAsync(non_finite.get(), 0xFF, sizeof(unsigned long long), setup));
         WUSH_CUDA_CHECK(cudaStreamSynchronize(setup));
+        if (tc_quantize_requested() && sm >= 80) tc_quantize = run_tc_accumulator_probe(setup).passed;
     }
     ~Device() {
         const DeviceGuard guard(index);  // the handles belong to this device whatever the caller selected
@@ -243,6 +263,8 @@ QuantizeArgs quantize_args(const DeviceTransform& t, const formats::FormatSpec& 
     a.use = t.use;
     a.matrices = t.matrices.get<float>();
     a.row_norms = t.row_norms.get<float>();
+    a.tc_fragments = t.tc_fragments.get<std::uint32_t>();
+    a.tc_norms = t.tc_norms.get<tc::PartNorms>();
     a.codes = codes;
     a.scales = scales;
     a.non_finite = dev.flag();
@@ -362,7 +384,8 @@ public:
     // prepare() also holds a RelaxedCaptureMode). Everything is enqueued on the device's setup
     // stream and waited for.
     CudaLayer(std::shared_ptr<Device> dev, backend::TransformRef t, const formats::PackedMatrix& w)
-        : dev_(std::move(dev)), spec_(formats::spec(w.format)), d_in_(w.d_in), d_out_(w.d_out), t_(t, dev_->setup) {
+        : dev_(std::move(dev)), spec_(formats::spec(w.format)), d_in_(w.d_in), d_out_(w.d_out),
+          t_(t, dev_->setup, dev_->tc_quantize) {
         w_codes_ = DeviceBuffer::upload(w.codes.data(), w.codes.size(), dev_->setup);
         w_scales_ = DeviceBuffer::upload(w.scales.data(), w.scales.size(), dev_->setup);
         const int g = int(spec_.group);
@@ -525,7 +548,7 @@ public:
         require_device_tensor(x, x_dtype, "x", dev_->index);
         require_device_pointer(codes.data(), "codes", dev_->index);
         require_device_pointer(scales.data(), "scales", dev_->index);
-        const DeviceTransform dt(t, dev_->stream);
+        const DeviceTransform dt(t, dev_->stream, dev_->tc_quantize);
         launch_quantize(quantize_args(dt, format, t.core.d_in(), x_dtype, x, n, codes.data(), scales.data(), *dev_),
                         dev_->stream);
         dev_->synchronize_and_report("x");

@@ -21,6 +21,20 @@ namespace wush::cuda {
 // QuantizeArgs, kNoNonFinite: quantize_params.h (shared with the CPU emulation test).
 void launch_quantize(const QuantizeArgs& args, cudaStream_t stream);
 
+// ---- the tensor-core quantize (quantize_tc.cu; sm_80+, BF16 / F16 x, a matrix transform) ------
+// launch_quantize runs it when quantize_tc_applies(args): the caller gave the split matrices
+// (tc_fragments, tc_norms), which the backend does only after a passed accumulator probe.
+bool quantize_tc_applies(const QuantizeArgs& args);
+void launch_quantize_tc(const QuantizeArgs& args, cudaStream_t stream);
+// One m16n8k16 BF16 MMA per probe case against the exact sum: the largest error as a fraction of
+// the accumulator model's bound (tc::mma_instruction_error); passed when no output exceeds it.
+struct TcProbeResult {
+    bool passed = false;
+    double worst_ratio = 0.0;
+    std::size_t outputs = 0, inexact = 0;
+};
+TcProbeResult run_tc_accumulator_probe(cudaStream_t stream);
+
 // ---- reference GEMM (reference_gemm.cu) ------------------------------------------------------
 
 // Bytes per dequantized element: 2 (bf16, MXFP4 / NVFP4 / MXFP4_OCP) or 4 (float32, INT4).

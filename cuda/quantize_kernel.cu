@@ -4,7 +4,8 @@
 // per token and group, so that one token spreads over the GPU; a block's group matrices are
 // loaded once for all its tokens).
 //
-// Not yet done: the G x G product on tensor cores (3xTF32 with an error bound that covers it).
+// The G x G product on tensor cores: cuda/quantize_tc.cu, which launch_quantize hands over to when
+// the caller gave the split matrices (BF16 / F16 input).
 #include "kernels.h"
 
 #include "cuda_check.h"
@@ -41,6 +42,7 @@ void launch_quantize(const QuantizeArgs& a, cudaStream_t stream) {
     if (a.n_tokens == 0 || a.d_in == 0) return;
     if (a.n_tokens > 0x7FFFFFFFu * std::size_t(kTileTokens) || a.d_in / std::size_t(a.group) > 65535u * kTileGroups)
         fail(WUSH_ERR_UNSUPPORTED, "launch_quantize: shape too large for the grid");
+    if (quantize_tc_applies(a)) return launch_quantize_tc(a, stream);
     switch (a.format) {
         case WUSH_FORMAT_MXFP4: launch<WUSH_FORMAT_MXFP4>(a, stream); break;
         case WUSH_FORMAT_MXFP4_OCP: launch<WUSH_FORMAT_MXFP4_OCP>(a, stream); break;

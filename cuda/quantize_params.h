@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "formats/bf16_fragments.h"
 #include "transforms/matrix_use.h"
 #include "wush/wush.h"
 
@@ -39,6 +40,11 @@ struct QuantizeArgs {
     std::uint8_t* codes = nullptr;             // n_tokens x d_in / 2 (any alignment)
     std::uint8_t* scales = nullptr;            // n_tokens x C x scale bytes (any alignment)
     unsigned long long* non_finite = nullptr;  // see kNoNonFinite (atomicMin)
+    // The tensor-core kernel's operands (cuda/quantize_tc_kernel.cuh), same layout rule as
+    // `matrices`: tc::fragment_words(G) words per matrix (tc::pack_fragments) and its part norms.
+    const std::uint32_t* tc_fragments = nullptr;
+    const tc::PartNorms* tc_norms = nullptr;
+    float tc_bound_scale = 1.0f;  // 1 always; tests set 0.5 to show that a halved bound fails
 };
 
 }  // namespace wush::cuda

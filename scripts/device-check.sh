@@ -2,6 +2,7 @@
 # The CUDA backend's checks and figures on a GPU machine, in one go (issue #32, section 4). It
 # builds only what the GPU checks need, for sm_90 (set WUSH_DEVICE_ARCHS for another GPU), then,
 # each under its own time limit, with logs in $OUT (default /tmp/wush-device-out):
+#   0. the tensor-core accumulator probe (cuda/quantize_tc.cu)          -> run.log
 #   1. every ctest test labelled gpu                                   -> ctest.log
 #      and the Python GPU test with this machine's torch               -> python-cuda.log
 #   2. the GEMM kernels' own benchmark (WUSH_GEMM_BENCH)               -> gemm-bench.log
@@ -54,7 +55,7 @@ cmake -S . -B build/device -DCMAKE_BUILD_TYPE=Release -DWUSH_CUDA=ON -DWUSH_BUIL
 }
 stamp "configured"
 targets=(wush_cli wush_bench_cuda wush_cuda_module wush_backend_ops_test wush_gpu_context_test
-  wush_gpu_gemm_tests wush_gpu_kernel_tests wush_gpu_stream_decode_tests)
+  wush_gpu_gemm_tests wush_gpu_kernel_tests wush_gpu_stream_decode_tests wush_gpu_quantize_tc_tests)
 timeout 200 cmake --build build/device -j"$(nproc)" --target "${targets[@]}" >>"$blog" 2>&1 || {
   grep -m20 -B2 -A8 'error' "$blog"
   cp "$blog" "$out/build.log"
@@ -63,6 +64,11 @@ timeout 200 cmake --build build/device -j"$(nproc)" --target "${targets[@]}" >>"
 stamp "built"
 
 rc=0
+# The tensor-core accumulator probe (the model under the tensor-core quantize's bound; the backend
+# keeps the CUDA-core quantize where it fails), into run.log.
+timeout 60 build/device/tests/wush_gpu_quantize_tc_tests --gtest_filter='QuantizeTc.AccumulatorProbe' 2>&1 |
+  grep -E 'tc accumulator probe|OK|FAILED'
+stamp "tc probe"
 if want tests; then
   # The Python GPU test runs below with this machine's torch (ctest's would want the dev venv).
   if [ -n "$regex" ]; then sel=(-R "$regex"); else sel=(-L gpu -E python_test_python_cuda); fi

@@ -63,6 +63,29 @@ WUSH_HD std::uint8_t e2m1_encode_checked(float v, float tol, bool& near) {
     return std::uint8_t((signbit(v) ? 0x8 : 0x0) | m);
 }
 
+// The same code as e2m1_encode_checked, by E2M1's grid as integers: a piecewise-linear map (x 2
+// below 2, x 1 in [2, 4), x 1/2 from 4 on: exact powers of two) puts the grid {0, .5, 1, 1.5, 2 |
+// 2, 3, 4 | 4, 6} on consecutive integers and every threshold on a half-integer, and ties to the
+// even code are ties to the even integer: one FADD of 1.5 x 2^23 rounds (RNE), its low bits are the
+// integer, one distance test |w - n| against the half-integer. The distance is measured within
+// the value's segment only, so it is exact up to a quarter of a code unit (the segments' ends are
+// grid points at least 0.25 from every threshold); larger tolerances are flagged near outright
+// (no group with such a tolerance certifies anyway). tests/unit/test_e2m1_grid.cpp checks codes and
+// flags against e2m1_encode_checked on every float of a window of exponents.
+WUSH_HD std::uint8_t e2m1_encode_grid(float v, float tol, bool& near) {
+    const float a = fminf(fabsf(v), 6.0f);  // from 5 up the code is 7: clamped, w stays <= 3
+    const bool mid = a >= 2.0f, top = a >= 4.0f;
+    const float scale = top ? 0.5f : mid ? 1.0f : 2.0f;
+    const float w = a * scale;      // grid spacing 1
+    const float f = w + 0x1.8p23f;  // RNE to an integer: the one rounding
+    const float n = f - 0x1.8p23f;  // exact
+    const int code = int(bits::bits_from_float(f) - 0x4B400000u) + (top ? 4 : mid ? 2 : 0);
+    // Distance to the nearest threshold in grid units (0.5 - |w - n|: exact near a threshold, by
+    // Sterbenz), against tol in grid units; and the sign's boundary at 0.
+    if (0.5f - fabsf(w - n) < tol * scale || a < tol || tol > 0.25f) near = true;
+    return std::uint8_t((signbit(v) ? 0x8 : 0x0) | code);
+}
+
 WUSH_HD float group_amax_f(const float* y, int n) {
     float m = 0.0f;
     WUSH_UNROLL
@@ -181,6 +204,16 @@ WUSH_HD std::uint8_t certify_element(wush_format format, float y, const certify_
     const float tol = fmaf(fabsf(v), s.rel, s.base);
     if (format == WUSH_FORMAT_INT4) return certify_detail::int4_encode_checked(v, y, tol, near);
     return certify_detail::e2m1_encode_checked(v, tol, near);
+}
+
+// certify_element with E2M1's grid encoder (e2m1_encode_grid): the same codes and, for every
+// tolerance a certified group can have, the same near flags. The tensor-core kernel's.
+WUSH_HD std::uint8_t certify_element_grid(wush_format format, float y, const certify_detail::GroupScaling& s,
+                                          bool& near) {
+    const float v = (y * s.pre) * s.post;
+    const float tol = fmaf(fabsf(v), s.rel, s.base);
+    if (format == WUSH_FORMAT_INT4) return certify_detail::int4_encode_checked(v, y, tol, near);
+    return certify_detail::e2m1_encode_grid(v, tol, near);
 }
 
 // y = T x in float64, j ascending (t == nullptr: the identity). Products of two floats are exact

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "formats/bf16_fragments.h"
+#include "formats/mma_error_bound.h"
 #include "formats/tile_decode.h"
 
 namespace wush_emu {
@@ -128,6 +130,54 @@ inline void mma(int (&d)[4], const std::uint32_t* a, int a_regs, std::uint32_t b
         std::int64_t s = 0;
         for (int k = 0; k < K; ++k) s += A[r][k] * B[k][c];
         d[e] = int(std::uint32_t(d[e]) + std::uint32_t(s));
+    }
+}
+
+// The BF16 MMA's two modes. Exact (no direction set): each output is c + sum of the exact
+// products, rounded once to FP32. Adversarial: `direction(row, col)` (row, col: where the output
+// goes in the kernel's result, from the tile origin the kernel passes) gives +1 / -1, and the output
+// is moved that way by as much as the accumulator model allows (tc::mma_instruction_error of
+// M = |c| + sum |p_k|): the largest error the certified bound claims to cover, aimed at the
+// nearest rounding boundary by the test.
+inline std::function<int(std::size_t, std::size_t)> g_mma_direction;
+
+// d += A B for m16n8k16 with BF16 A, B (PTX fragment maps of src/formats/bf16_fragments.h), FP32 d.
+inline void mma_bf16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1, std::size_t row0,
+                     std::size_t col0) {
+    const int t = int(t_idx.x), w = t / 32, l = t % 32;
+    for (int i = 0; i < 4; ++i) g.mslots[w][l][i] = a[i];
+    g.mslots[w][l][4] = b0;
+    g.mslots[w][l][5] = b1;
+    g.warps[w]->arrive_and_wait();
+    double A[16][16] = {}, B[16][8] = {};
+    for (int lane = 0; lane < 32; ++lane) {
+        for (int reg = 0; reg < 4; ++reg)
+            for (int h = 0; h < 2; ++h)
+                A[wush::tc::a_row(lane, reg)][wush::tc::a_col(lane, reg, h)] =
+                    wush::tc::bf16_value(std::uint16_t(g.mslots[w][lane][reg] >> (16 * h)));
+        for (int reg = 0; reg < 2; ++reg)
+            for (int h = 0; h < 2; ++h)
+                B[wush::tc::b_row(lane, reg, h)][wush::tc::b_col(lane)] =
+                    wush::tc::bf16_value(std::uint16_t(g.mslots[w][lane][4 + reg] >> (16 * h)));
+    }
+    g.warps[w]->arrive_and_wait();
+    for (int e = 0; e < 4; ++e) {
+        const int r = wush::tc::c_row(l, e), c = wush::tc::c_col(l, e);
+        long double s = d[e], m = std::fabs(double(d[e]));
+        for (int k = 0; k < 16; ++k) {
+            const double p = A[r][k] * B[k][c];  // exact: 8 x 8 significant bits
+            s += p;
+            m += std::fabs(p);
+        }
+        if (!g_mma_direction) {
+            d[e] = float(s);
+            continue;
+        }
+        const long double err = wush::tc::mma_instruction_error(float(m * (1 - 0x1p-20L)));
+        const int dir = g_mma_direction(row0 + std::size_t(r), col0 + std::size_t(c));
+        float f = float(s + dir * err);
+        while (std::fabs((long double)f - s) > err) f = std::nextafter(f, float(s));
+        d[e] = f;
     }
 }
 
