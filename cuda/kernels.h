@@ -31,8 +31,8 @@ std::size_t dequantized_element_bytes(wush_format format);
 void launch_dequantize(wush_format format, int group, const std::uint8_t* codes, const std::uint8_t* scales,
                        std::size_t rows, std::size_t k, void* out, cudaStream_t stream);
 
-// Workspace of launch_reference_gemm: A dequantized, W dequantized unless given, and a float32
-// product when y is BF16.
+// Workspace of launch_reference_gemm: A dequantized, W dequantized unless given, and (INT4 only)
+// a float32 product when y is BF16: the bf16 formats have cuBLAS write BF16 itself.
 std::size_t reference_gemm_workspace_bytes(wush_format format, std::size_t m, std::size_t n, std::size_t k,
                                            bool w_dequantized_given, wush_dtype y_dtype);
 

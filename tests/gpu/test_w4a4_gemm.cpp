@@ -309,6 +309,79 @@ TEST(W4A4GemmGpu, ExtremeMxScales) {
     }
 }
 
+// The reference path's BF16 y is written by cuBLAS itself (issue 41, 3(b)); until then it was
+// cuBLAS's float32 y rounded to nearest even by a separate kernel. Same operands, both outputs:
+// the bits must equal the float32 output rounded RNE here (an independent rounding). cuBLAS may
+// choose another algorithm (tiling, split-K) for a bf16 output, whose float32 accumulator then
+// differs before the rounding: any difference is reported with its count and largest distance
+// in bf16 ulps, so that the record says which shapes differ.
+std::uint16_t rne_bf16(float v) {
+    std::uint32_t u;
+    std::memcpy(&u, &v, 4);
+    if ((u & 0x7F800000u) == 0x7F800000u) return std::uint16_t((u >> 16) | ((u & 0xFFFFu) ? 0x40u : 0u));
+    return std::uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+void check_bf16_equals_rounded_f32(wush_format f, std::size_t m, std::size_t n, std::size_t k, std::mt19937& rng) {
+    SCOPED_TRACE(::testing::Message() << "format " << int(f) << " m " << m << " n " << n << " k " << k);
+    const Operand a = random_operand(f, m, k, rng), w = random_operand(f, n, k, rng);
+    DeviceBuffer<std::uint8_t> da(a.codes.size()), dsa(a.scales.size()), dw(w.codes.size()), dsw(w.scales.size()),
+        y32(m * n * 4), y16(m * n * 2),
+        ws(wush::cuda::reference_gemm_workspace_bytes(f, m, n, k, false, WUSH_DTYPE_F32));
+    ASSERT_TRUE(da.p && dsa.p && dw.p && dsw.p && y32.p && y16.p && ws.p);
+    upload(da, a.codes);
+    upload(dsa, a.scales);
+    upload(dw, w.codes);
+    upload(dsw, w.scales);
+    GemmArgs args;
+    args.format = f;
+    args.group = group_of(f);
+    args.m = m;
+    args.n = n;
+    args.k = k;
+    args.a_codes = da.p;
+    args.a_scales = dsa.p;
+    args.w_codes = dw.p;
+    args.w_scales = dsw.p;
+    args.alpha = float(tensor_factor(f) * tensor_factor(f));
+    args.workspace = ws.p;
+    args.workspace_bytes = ws.n;
+    args.y = y32.p;
+    args.y_dtype = WUSH_DTYPE_F32;
+    wush::cuda::launch_reference_gemm(args, nullptr, blas_handle(), nullptr);
+    args.y = y16.p;
+    args.y_dtype = WUSH_DTYPE_BF16;
+    wush::cuda::launch_reference_gemm(args, nullptr, blas_handle(), nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> f32(m * n);
+    std::vector<std::uint16_t> b16(m * n);
+    CUDA_OK(cudaMemcpy(f32.data(), y32.p, m * n * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(b16.data(), y16.p, m * n * 2, cudaMemcpyDeviceToHost));
+    std::size_t differ = 0;
+    int worst = 0;
+    for (std::size_t i = 0; i < m * n; ++i) {
+        const int d = std::abs(int(std::int16_t(rne_bf16(f32[i]))) - int(std::int16_t(b16[i])));
+        if (d != 0) ++differ, worst = std::max(worst, d);
+    }
+    std::printf("[ bf16 out ] format %d m %zu n %zu k %zu: %zu of %zu differ from RNE(float32 out), largest %d ulp\n",
+                int(f), m, n, k, differ, m * n, worst);
+    EXPECT_EQ(differ, 0u) << "cuBLAS's bf16 output is not its float32 output rounded RNE (largest " << worst
+                          << " ulp)";
+}
+
+TEST(W4A4GemmGpu, ReferenceBf16OutputEqualsRoundedF32) {
+    REQUIRE_GPU(sm);
+    ASSERT_NE(blas_handle(), nullptr);
+    (void)sm;
+    std::mt19937 rng(5);
+    for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_MXFP4_OCP}) {
+        check_bf16_equals_rounded_f32(f, 33, 13, 96, rng);
+        check_bf16_equals_rounded_f32(f, 130, 256, 4096, rng);
+        check_bf16_equals_rounded_f32(f, 64, 64, 14336, rng);  // small m x n, long k: where split-K is likely
+        check_bf16_equals_rounded_f32(f, 1024, 1024, 1024, rng);
+    }
+}
+
 // Selection runs without a device.
 TEST(W4A4GemmSelect, PicksByRowsAndArchitecture) {
     GemmArgs a;
@@ -355,6 +428,19 @@ TEST(W4A4GemmSelect, PicksByRowsAndArchitecture) {
     EXPECT_EQ(wush::cuda::gemm_workspace_bytes(GemmKernel::Decode, a.format, 1, 4096, 4096), 2u * 4096 * 4);
     EXPECT_EQ(wush::cuda::gemm_workspace_bytes(GemmKernel::Decode, a.format, 1, 14336, 4096), 0u);
     EXPECT_EQ(wush::cuda::gemm_workspace_bytes(GemmKernel::Reference, a.format, 1, 14336, 4096), 0u);
+}
+
+// The reference path's workspace (issue 41, 3(b)): a BF16 y of the bf16 formats needs no float32
+// scratch (cuBLAS writes BF16); INT4 still rounds a float32 product in a second kernel.
+TEST(W4A4GemmSelect, ReferenceBf16OutputNeedsNoFloatScratch) {
+    const std::size_t m = 300, n = 200, k = 64;
+    for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_MXFP4_OCP})
+        EXPECT_EQ(wush::cuda::reference_gemm_workspace_bytes(f, m, n, k, true, WUSH_DTYPE_BF16),
+                  wush::cuda::reference_gemm_workspace_bytes(f, m, n, k, true, WUSH_DTYPE_F32));
+    const std::size_t int4_f32 = wush::cuda::reference_gemm_workspace_bytes(WUSH_FORMAT_INT4, m, n, k, true,
+                                                                            WUSH_DTYPE_F32);
+    EXPECT_GE(wush::cuda::reference_gemm_workspace_bytes(WUSH_FORMAT_INT4, m, n, k, true, WUSH_DTYPE_BF16),
+              int4_f32 + m * n * sizeof(float));
 }
 
 // ---------------------------------------------------------------------------------------------
