@@ -34,6 +34,7 @@
 #include "cuda_check.h"
 #include "device_rules.h"
 #include "formats/certified_group.h"
+#include "gemm_bf16_prefill.h"
 #include "kernels.h"
 #include "transforms/runtime_layer.h"
 
@@ -112,6 +113,16 @@ GemmTable gemm_table_of_environment() {
     return lt ? gemm_table_with_blockscaled(std::move(t)) : t;
 }
 
+// WUSH_CUDA_BF16_PREFILL=1: the reference path's products (m > 32) take the BF16 prefill kernel
+// where it supports them (cuda/gemm_bf16_prefill.h). Opt-in until a GPU measures it.
+bool bf16_prefill_of_environment() {
+    const char* v = std::getenv("WUSH_CUDA_BF16_PREFILL");
+    bool on = false;
+    if (!blockscaled_opt_in_from_env(v, &on))  // the same "", "0" or "1" rule
+        fail(WUSH_ERR_INVALID_ARGUMENT, std::string("WUSH_CUDA_BF16_PREFILL must be 0 or 1 (got '") + v + "')");
+    return on;
+}
+
 // A stream's capture state for order_stream_switch; a failed query (the legacy stream while
 // another thread captures in global mode) is Unknown and leaves no error behind.
 CaptureState capture_state(cudaStream_t s) {
@@ -143,8 +154,10 @@ struct Device {
     DeviceBuffer non_finite;                         // one unsigned long long (kNoNonFinite when clear)
     PinnedHost<unsigned long long> non_finite_host;  // its stream-ordered copy at synchronize
     GemmTable gemm_table;
+    bool bf16_prefill = false;  // WUSH_CUDA_BF16_PREFILL=1
 
-    explicit Device(int dev) : index(dev), gemm_table(gemm_table_of_environment()) {
+    explicit Device(int dev)
+        : index(dev), gemm_table(gemm_table_of_environment()), bf16_prefill(bf16_prefill_of_environment()) {
         cudaDeviceProp prop{};
         WUSH_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
         sm = prop.major * 10 + prop.minor;
@@ -253,7 +266,13 @@ void run_gemm(const GemmArgs& g, const WeightExtras& w, const Device& dev) {
             if (w.lt_cache != nullptr && w.lt_cache->launch(g, w.swizzled, dev.lt, dev.stream)) return;
             run_reference(g, w, dev);
             return;
-        default: run_reference(g, w, dev); return;
+        default:
+            // The opt-in BF16 kernel fits in the reference path's workspace where W is dequantized
+            // per forward (its scratch is smaller); elsewhere bf16_prefill_supported refuses.
+            if (dev.bf16_prefill && g.m > kDecodeMaxRows && bf16_prefill_supported(g, dev.sm))
+                return launch_bf16_prefill_gemm(g, dev.sm, dev.stream);
+            run_reference(g, w, dev);
+            return;
     }
 }
 

@@ -130,8 +130,8 @@ void launch_reference_gemm(const GemmArgs& g, const void* w_dequantized, cublasH
     const int m = checked_int(g.m, "m (tokens)", who), n = checked_int(g.n, "n (d_out)", who),
               k = checked_int(g.k, "k (d_in)", who);
     const bool separate = rounds_separately(g.format, g.y_dtype);
-    const unsigned bf16_blocks = unsigned(checked_int(separate ? blocks_for(g.m * g.n) : 0,
-                                                      "m x n / 256 (BF16 conversion blocks)", who));
+    const unsigned bf16_blocks =
+        unsigned(checked_int(separate ? blocks_for(g.m * g.n) : 0, "m x n / 256 (BF16 conversion blocks)", who));
     const std::size_t e = dequantized_element_bytes(g.format);
     require(g.workspace_bytes >=
                 reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w_dequantized != nullptr, g.y_dtype),

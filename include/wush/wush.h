@@ -62,7 +62,8 @@
  *     wush_transform_guard_candidate());
  *   - the CUDA backend's own parts: WUSH_BACKEND_CUDA contexts (the module, its kernels and
  *     their selection), wush_context_set_stream() / wush_context_get_stream() with a CUDA
- *     stream, and the environment variables WUSH_CUDA_MODULE and WUSH_CUDA_PREFILL_MIN_M.
+ *     stream, and the environment variables WUSH_CUDA_MODULE, WUSH_CUDA_PREFILL_MIN_M and
+ *     WUSH_CUDA_BF16_PREFILL.
  *
  * This header states contracts: behaviour, errors, ownership, costs in O-terms. Measured figures
  * (times, ratios, bandwidths) are in docs/PERFORMANCE.md and docs/EVAL.md;
@@ -309,7 +310,10 @@ typedef struct wush_context wush_context;
  *          (a measurement switch: token counts from which sm_80+ GPUs use the prefill GEMM
  *          kernel) is set to anything but a positive integer, or WUSH_CUDA_BLOCKSCALED (1: sm_100 /
  *          sm_120 GPUs use cuBLASLt's block-scaled FP4 GEMM, not yet run on hardware; 0 or unset:
- *          the exact reference path) to anything but 0 or 1;
+ *          the exact reference path) or WUSH_CUDA_BF16_PREFILL (1: above 32 tokens, the E2M1
+ *          formats on sm_80+ take a BF16 tensor-core GEMM that converts the weight codes in
+ *          registers, not yet run on hardware; 0 or unset: the reference path) to anything but
+ *          0 or 1;
  *          WUSH_ERR_OUT_OF_MEMORY. */
 WUSH_API wush_status wush_context_create(wush_backend backend, int device, wush_context** ctx);
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "formats/group_quantizer.h"
+#include "gemm_bf16_prefill.h"
 #include "kernels.h"
 #include "w4a4_gemm.h"
 
@@ -161,8 +162,10 @@ cublasHandle_t blas_handle() {
 // Runs `kernel` on (m, n, k) in `f` and compares every output with the float64 product.
 // `codes_offset`: both operands' codes start that many bytes past an allocation (the reference
 // path accepts any alignment; the custom kernels want 16 bytes).
+// `bf16_prefill`: the opt-in BF16 prefill kernel (cuda/gemm_bf16_prefill.h) instead of `kernel`.
 void check_product(GemmKernel kernel, wush_format f, std::size_t m, std::size_t n, std::size_t k, wush_dtype y_dtype,
-                   std::mt19937& rng, int sm, int force_a = -1, int force_w = -1, std::size_t codes_offset = 0) {
+                   std::mt19937& rng, int sm, int force_a = -1, int force_w = -1, std::size_t codes_offset = 0,
+                   bool bf16_prefill = false) {
     SCOPED_TRACE(::testing::Message() << "kernel " << int(kernel) << " format " << int(f) << " m " << m << " n " << n
                                       << " k " << k << " y " << int(y_dtype) << " codes offset " << codes_offset);
     const Operand a = random_operand(f, m, k, rng, force_a), w = random_operand(f, n, k, rng, force_w);
@@ -175,7 +178,8 @@ void check_product(GemmKernel kernel, wush_format f, std::size_t m, std::size_t 
     upload(dsw, w.scales);
     const std::size_t ybytes = m * n * (y_dtype == WUSH_DTYPE_BF16 ? 2 : 4);
     DeviceBuffer<std::uint8_t> dy(ybytes);
-    const std::size_t ws = kernel == GemmKernel::Reference
+    const std::size_t ws = bf16_prefill ? wush::cuda::bf16_prefill_workspace_bytes(f, m, n, k)
+                           : kernel == GemmKernel::Reference
                                ? wush::cuda::reference_gemm_workspace_bytes(f, m, n, k, false, y_dtype)
                                : wush::cuda::gemm_workspace_bytes(kernel, f, m, n, k);
     DeviceBuffer<std::uint8_t> dws(std::max<std::size_t>(ws, 16));
@@ -196,13 +200,15 @@ void check_product(GemmKernel kernel, wush_format f, std::size_t m, std::size_t 
     args.y_dtype = y_dtype;
     args.workspace = dws.p;
     args.workspace_bytes = dws.n;
-    ASSERT_TRUE(wush::cuda::gemm_supported(kernel, args, sm));
+    if (bf16_prefill) ASSERT_TRUE(wush::cuda::bf16_prefill_supported(args, sm));
+    else ASSERT_TRUE(wush::cuda::gemm_supported(kernel, args, sm));
 
     std::vector<std::uint8_t> first;
     for (int run = 0; run < 2; ++run) {
         CUDA_OK(cudaMemset(dy.p, 0xFF, ybytes));  // NaN poison: every output must be written
         CUDA_OK(cudaMemset(dws.p, 0xFF, dws.n));  // the workspace holds nothing between calls
-        if (kernel == GemmKernel::Decode) wush::cuda::launch_decode_gemm(args, nullptr);
+        if (bf16_prefill) wush::cuda::launch_bf16_prefill_gemm(args, sm, nullptr);
+        else if (kernel == GemmKernel::Decode) wush::cuda::launch_decode_gemm(args, nullptr);
         else if (kernel == GemmKernel::Prefill) wush::cuda::launch_prefill_gemm(args, nullptr);
         else wush::cuda::launch_reference_gemm(args, nullptr, blas_handle(), nullptr);
         CUDA_OK(cudaGetLastError());
@@ -309,6 +315,27 @@ TEST(W4A4GemmGpu, ExtremeMxScales) {
     }
 }
 
+// The BF16 prefill kernel (opt-in, WUSH_CUDA_BF16_PREFILL=1) on the reference path's shapes and
+// more, against the same float64 product and tolerance the reference path meets above; extreme MX
+// scales: activations of 2^-126 (BF16 subnormal products: the tensor core must not flush them)
+// and of 2^103 with compensating weights.
+TEST(W4A4GemmGpu, Bf16PrefillAgainstFloat64) {
+    REQUIRE_GPU(sm);
+    if (sm < 80) GTEST_SKIP() << "BF16 mma.sync needs sm_80";
+    std::mt19937 rng(6);
+    for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_MXFP4_OCP}) {
+        for (std::size_t m : {33, 130, 257})
+            for (std::size_t n : {8, 13, 256})
+                for (std::size_t k : {32, 96, 4096})
+                    check_product(GemmKernel::Reference, f, m, n, k, WUSH_DTYPE_F32, rng, sm, -1, -1, 0, true);
+        check_product(GemmKernel::Reference, f, 200, 136, 480, WUSH_DTYPE_BF16, rng, sm, -1, -1, 0, true);
+    }
+    for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_MXFP4_OCP}) {
+        check_product(GemmKernel::Reference, f, 130, 24, 96, WUSH_DTYPE_F32, rng, sm, 127 + 103, 127 - 100, 0, true);
+        check_product(GemmKernel::Reference, f, 130, 24, 96, WUSH_DTYPE_F32, rng, sm, 127 - 126, 127 + 110, 0, true);
+    }
+}
+
 // The reference path's BF16 y is written by cuBLAS itself (issue 41, 3(b)); until then it was
 // cuBLAS's float32 y rounded to nearest even by a separate kernel. Same operands, both outputs:
 // the bits must equal the float32 output rounded RNE here (an independent rounding). cuBLAS may
@@ -365,8 +392,7 @@ void check_bf16_equals_rounded_f32(wush_format f, std::size_t m, std::size_t n, 
     }
     std::printf("[ bf16 out ] format %d m %zu n %zu k %zu: %zu of %zu differ from RNE(float32 out), largest %d ulp\n",
                 int(f), m, n, k, differ, m * n, worst);
-    EXPECT_EQ(differ, 0u) << "cuBLAS's bf16 output is not its float32 output rounded RNE (largest " << worst
-                          << " ulp)";
+    EXPECT_EQ(differ, 0u) << "cuBLAS's bf16 output is not its float32 output rounded RNE (largest " << worst << " ulp)";
 }
 
 TEST(W4A4GemmGpu, ReferenceBf16OutputEqualsRoundedF32) {
@@ -437,8 +463,8 @@ TEST(W4A4GemmSelect, ReferenceBf16OutputNeedsNoFloatScratch) {
     for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_MXFP4_OCP})
         EXPECT_EQ(wush::cuda::reference_gemm_workspace_bytes(f, m, n, k, true, WUSH_DTYPE_BF16),
                   wush::cuda::reference_gemm_workspace_bytes(f, m, n, k, true, WUSH_DTYPE_F32));
-    const std::size_t int4_f32 = wush::cuda::reference_gemm_workspace_bytes(WUSH_FORMAT_INT4, m, n, k, true,
-                                                                            WUSH_DTYPE_F32);
+    const std::size_t int4_f32 =
+        wush::cuda::reference_gemm_workspace_bytes(WUSH_FORMAT_INT4, m, n, k, true, WUSH_DTYPE_F32);
     EXPECT_GE(wush::cuda::reference_gemm_workspace_bytes(WUSH_FORMAT_INT4, m, n, k, true, WUSH_DTYPE_BF16),
               int4_f32 + m * n * sizeof(float));
 }
