@@ -456,6 +456,51 @@ TEST(W4A4GemmSelect, PicksByRowsAndArchitecture) {
     EXPECT_EQ(wush::cuda::gemm_workspace_bytes(GemmKernel::Reference, a.format, 1, 14336, 4096), 0u);
 }
 
+// The BF16 prefill kernel's host rules (no device needed): the E2M1 formats on sm_80+ only, k a
+// multiple of 32, operands and enough aligned workspace; and its workspace never exceeds what the
+// reference path it replaces was given (W dequantized per forward), so that the backend's hook
+// needs no larger layer workspace.
+TEST(W4A4GemmSelect, Bf16PrefillRulesAndWorkspace) {
+    std::vector<std::uint8_t> buf(1 << 16);
+    GemmArgs a;
+    a.format = WUSH_FORMAT_MXFP4;
+    a.group = 32;
+    a.m = 64;
+    a.n = 40;
+    a.k = 96;
+    a.a_codes = a.w_codes = a.a_scales = a.w_scales =
+        buf.data() + (16 - reinterpret_cast<std::uintptr_t>(buf.data()) % 16) % 16;
+    a.y = buf.data();
+    a.workspace = const_cast<std::uint8_t*>(a.a_codes);
+    a.workspace_bytes = wush::cuda::bf16_prefill_workspace_bytes(a.format, a.m, a.n, a.k);
+    EXPECT_TRUE(wush::cuda::bf16_prefill_supported(a, 80));
+    EXPECT_TRUE(wush::cuda::bf16_prefill_supported(a, 90));
+    EXPECT_FALSE(wush::cuda::bf16_prefill_supported(a, 75));
+    a.workspace_bytes -= 1;
+    EXPECT_FALSE(wush::cuda::bf16_prefill_supported(a, 90));
+    a.workspace_bytes += 1;
+    a.k = 80;  // not a multiple of 32
+    EXPECT_FALSE(wush::cuda::bf16_prefill_supported(a, 90));
+    a.k = 96;
+    a.w_codes = a.w_codes + 8;  // code rows not 16-byte aligned
+    EXPECT_FALSE(wush::cuda::bf16_prefill_supported(a, 90));
+    a.w_codes = a.a_codes;
+    a.format = WUSH_FORMAT_INT4;  // not exact in BF16
+    EXPECT_FALSE(wush::cuda::bf16_prefill_supported(a, 90));
+    a.format = WUSH_FORMAT_NVFP4;  // G must be 16
+    EXPECT_FALSE(wush::cuda::bf16_prefill_supported(a, 90));
+    a.group = 16;
+    a.workspace_bytes = wush::cuda::bf16_prefill_workspace_bytes(a.format, a.m, a.n, a.k);
+    EXPECT_TRUE(wush::cuda::bf16_prefill_supported(a, 90));
+    for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_MXFP4_OCP})
+        for (std::size_t m : {33, 200, 4096})
+            for (std::size_t n : {1, 3, 8, 13, 4096})
+                for (std::size_t k : {32, 96, 4096, 14336})
+                    EXPECT_LE(wush::cuda::bf16_prefill_workspace_bytes(f, m, n, k),
+                              wush::cuda::reference_gemm_workspace_bytes(f, m, n, k, false, WUSH_DTYPE_F32))
+                        << "format " << int(f) << " m " << m << " n " << n << " k " << k;
+}
+
 // The reference path's workspace (issue 41, 3(b)): a BF16 y of the bf16 formats needs no float32
 // scratch (cuBLAS writes BF16); INT4 still rounds a float32 product in a second kernel.
 TEST(W4A4GemmSelect, ReferenceBf16OutputNeedsNoFloatScratch) {
