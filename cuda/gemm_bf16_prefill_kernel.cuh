@@ -156,7 +156,7 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #elif defined(WUSH_CUDA_HOST_EMULATION)
-    wush_emu::mma_bf16(d, a, b0, b1);
+    wush_emu::mma_bf16_exact(d, a, b0, b1);
 #endif
 }
 

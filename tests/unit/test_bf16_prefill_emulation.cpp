@@ -25,7 +25,8 @@ namespace wush_emu {
 //   B 16 x 8:  b0 (k 2t..2t+1, n g), b1 (k 2t+8..2t+9, n g)
 //   C 16 x 8:  c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)
 // The products are exact in float64 and summed there, then added to the accumulator once (an
-// exact model: the hardware's float32 accumulation differs by rounding only).
+// exact model: the hardware's float32 accumulation differs by rounding only, which the float64
+// comparison's tolerance covers). Named apart from any BF16 MMA of the shared emulation header.
 inline double bf16_value(std::uint32_t reg, int half) {
     const std::uint32_t u = ((reg >> (16 * half)) & 0xFFFFu) << 16;
     float f;
@@ -33,7 +34,7 @@ inline double bf16_value(std::uint32_t reg, int half) {
     return double(f);
 }
 
-inline void mma_bf16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+inline void mma_bf16_exact(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
     const int t = int(t_idx.x), w = t / 32, l = t % 32;
     for (int i = 0; i < 4; ++i) g.mslots[w][l][i] = a[i];
     g.mslots[w][l][4] = b0;
