@@ -36,6 +36,7 @@
 #include "cuda_check.h"
 #include "device_rules.h"
 #include "formats/certified_group.h"
+#include "gemm_bf16_prefill.h"
 #include "kernels.h"
 #include "stream_decode.h"
 #include "stream_decode_plan.h"
@@ -144,6 +145,16 @@ bool stream_decode_of_environment() {
     return on;
 }
 
+// WUSH_CUDA_BF16_PREFILL=1: the reference path's products (m > 32) take the BF16 prefill kernel
+// where it supports them (cuda/gemm_bf16_prefill.h). Opt-in until a GPU measures it.
+bool bf16_prefill_of_environment() {
+    const char* v = std::getenv("WUSH_CUDA_BF16_PREFILL");
+    bool on = false;
+    if (!blockscaled_opt_in_from_env(v, &on))  // the same "", "0" or "1" rule
+        fail(WUSH_ERR_INVALID_ARGUMENT, std::string("WUSH_CUDA_BF16_PREFILL must be 0 or 1 (got '") + v + "')");
+    return on;
+}
+
 // A stream's capture state for order_stream_switch; a failed query (the legacy stream while
 // another thread captures in global mode) is Unknown and leaves no error behind.
 CaptureState capture_state(cudaStream_t s) {
@@ -177,9 +188,11 @@ struct Device {
     GemmTable gemm_table;
     bool stream_decode = false;      // WUSH_CUDA_STREAM_DECODE=1 on an sm_80+ device
     StreamDecodeDevice stream_info;  // its occupancy, read once here (when on)
-    bool tc_quantize = false;  // the tensor-core quantize: requested, sm_80+, probe passed
+    bool tc_quantize = false;        // the tensor-core quantize: requested, sm_80+, probe passed
+    bool bf16_prefill = false;       // WUSH_CUDA_BF16_PREFILL=1
 
-    explicit Device(int dev) : index(dev), gemm_table(gemm_table_of_environment()) {
+    explicit Device(int dev)
+        : index(dev), gemm_table(gemm_table_of_environment()), bf16_prefill(bf16_prefill_of_environment()) {
         cudaDeviceProp prop{};
         WUSH_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
         sm = prop.major * 10 + prop.minor;
@@ -306,7 +319,14 @@ void run_gemm(const GemmArgs& g, const WeightExtras& w, const Device& dev) {
                 return;
             run_reference(g, w, dev);
             return;
-        default: run_reference(g, w, dev); return;
+        default:
+            // The opt-in BF16 kernel fits in the reference path's workspace where W is dequantized
+            // per forward (its scratch is smaller); elsewhere bf16_prefill_supported refuses. It has
+            // no bias epilogue yet: a bias takes the reference path.
+            if (dev.bf16_prefill && g.bias.data == nullptr && g.m > kDecodeMaxRows && bf16_prefill_supported(g, dev.sm))
+                return launch_bf16_prefill_gemm(g, dev.sm, dev.stream);
+            run_reference(g, w, dev);
+            return;
     }
 }
 
@@ -314,7 +334,7 @@ void run_gemm(const GemmArgs& g, const WeightExtras& w, const Device& dev) {
 std::size_t gemm_bytes(const GemmArgs& g, bool w_dequantized_given, bool lt_possible, const Device& dev) {
     const GemmKernel kernel = pick_gemm(g, dev.sm, lt_possible, &dev.gemm_table);
     const std::size_t reference =
-        reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w_dequantized_given, WUSH_DTYPE_BF16);
+        reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w_dequantized_given, WUSH_DTYPE_BF16, true);
     switch (kernel) {
         case GemmKernel::Reference: return reference;
         case GemmKernel::BlockScaledLt:

@@ -46,9 +46,10 @@ void launch_dequantize(wush_format format, int group, const std::uint8_t* codes,
                        std::size_t rows, std::size_t k, void* out, cudaStream_t stream);
 
 // Workspace of launch_reference_gemm: A dequantized, W dequantized unless given, and a float32
-// product when y is BF16 (also needed with a bias: then ask with y_dtype BF16).
+// product when the finishing kernel writes y: with a bias, or for INT4 with a BF16 y (the bf16
+// formats without a bias have cuBLAS write BF16 itself).
 std::size_t reference_gemm_workspace_bytes(wush_format format, std::size_t m, std::size_t n, std::size_t k,
-                                           bool w_dequantized_given, wush_dtype y_dtype);
+                                           bool w_dequantized_given, wush_dtype y_dtype, bool bias = false);
 
 // Y = alpha * deq(A) deq(W)^T with cuBLAS (bf16 x bf16 -> float32 accumulate, or float32
 // pedantic for INT4). `w_dequantized` (n x k, from launch_dequantize) may be null: then W is

@@ -2,9 +2,13 @@
 // workspace, then one cuBLAS GEMM with the per-tensor factors as alpha. MXFP4 / NVFP4 /
 // MXFP4_OCP go through bf16 (exact) with float32 accumulation; INT4 levels times bf16 scales are
 // not exact in bf16, so INT4 goes through float32 with CUBLAS_COMPUTE_32F_PEDANTIC (no TF32
-// downgrade, also not through NVIDIA_TF32_OVERRIDE). The product is computed into float32; when y
-// is BF16 or a bias is given it goes to the workspace, and a finishing kernel adds the bias and
-// rounds to bf16 (RNE, bits::bf16_encode) as it writes y: cuBLAS's own store cannot add a bias.
+// downgrade, also not through NVIDIA_TF32_OVERRIDE). Without a bias, a BF16 y is written by cuBLAS
+// itself for the bf16 formats (its float32 accumulator rounded to nearest even in its epilogue:
+// no float32 scratch, no second kernel; tests/gpu/test_w4a4_gemm.cpp compares the bits with
+// float32 output rounded RNE). INT4 with a BF16 y, and any product with a bias, is computed into
+// float32 scratch and a finishing kernel adds the bias and rounds to bf16 (RNE,
+// bits::bf16_encode) as it writes y: cuBLAS's own store cannot add a bias, and cuBLAS offers no
+// float32-input, bf16-output GEMM.
 #include "kernels.h"
 
 #include <cstring>
@@ -107,12 +111,22 @@ void launch_dequantize(wush_format format, int group, const std::uint8_t* codes,
     check_launch("dequantize_kernel");
 }
 
+namespace {
+
+// Whether the product goes through float32 scratch and the finishing kernel: a bias (cuBLAS's
+// store cannot add it), or a BF16 y of INT4 (no float32-input, bf16-output GEMM in cuBLAS).
+bool rounds_separately(wush_format format, wush_dtype y_dtype, bool bias) {
+    return bias || (y_dtype == WUSH_DTYPE_BF16 && format == WUSH_FORMAT_INT4);
+}
+
+}  // namespace
+
 std::size_t reference_gemm_workspace_bytes(wush_format format, std::size_t m, std::size_t n, std::size_t k,
-                                           bool w_dequantized_given, wush_dtype y_dtype) {
+                                           bool w_dequantized_given, wush_dtype y_dtype, bool bias) {
     const std::size_t e = dequantized_element_bytes(format);
     std::size_t bytes = round_up(m * k * e, 256);
     if (!w_dequantized_given) bytes += round_up(n * k * e, 256);
-    if (y_dtype == WUSH_DTYPE_BF16) bytes += round_up(m * n * sizeof(float), 256);
+    if (rounds_separately(format, y_dtype, bias)) bytes += round_up(m * n * sizeof(float), 256);
     return bytes;
 }
 
@@ -123,13 +137,12 @@ void launch_reference_gemm(const GemmArgs& g, const void* w_dequantized, cublasH
     const char* who = "reference GEMM";
     const int m = checked_int(g.m, "m (tokens)", who), n = checked_int(g.n, "n (d_out)", who),
               k = checked_int(g.k, "k (d_in)", who);
-    // A staged product (BF16 y, or a bias) needs the float32 product's room: the BF16 size.
-    const bool staged = g.y_dtype == WUSH_DTYPE_BF16 || g.bias.data != nullptr;
+    const bool staged = rounds_separately(g.format, g.y_dtype, g.bias.data != nullptr);
     const unsigned finish_blocks =
         unsigned(checked_int(staged ? blocks_for(g.m * g.n) : 0, "m x n / 256 (finishing blocks)", who));
     const std::size_t e = dequantized_element_bytes(g.format);
     require(g.workspace_bytes >= reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w_dequantized != nullptr,
-                                                                staged ? WUSH_DTYPE_BF16 : WUSH_DTYPE_F32),
+                                                                g.y_dtype, g.bias.data != nullptr),
             "reference GEMM: workspace too small");
     auto* ws = static_cast<unsigned char*>(g.workspace);
     void* a = ws;
@@ -141,16 +154,17 @@ void launch_reference_gemm(const GemmArgs& g, const void* w_dequantized, cublasH
         ws += round_up(g.n * g.k * e, 256);
     }
     launch_dequantize(g.format, g.group, g.a_codes, g.a_scales, g.m, g.k, a, stream);
-    float* yf = staged ? reinterpret_cast<float*>(ws) : static_cast<float*>(g.y);
+    void* out = staged ? static_cast<void*>(ws) : g.y;
+    const cudaDataType_t out_type = g.y_dtype == WUSH_DTYPE_BF16 && !staged ? CUDA_R_16BF : CUDA_R_32F;
     // Row-major Y (m x n) = A W^T is column-major Y^T (n x m) = W^T' A': op(W) = T, op(A) = N.
     const cudaDataType_t in = g.format == WUSH_FORMAT_INT4 ? CUDA_R_32F : CUDA_R_16BF;
     const cublasComputeType_t compute = g.format == WUSH_FORMAT_INT4 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
     const float alpha = g.alpha, beta = 0.0f;
-    WUSH_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, in, k, a, in, k, &beta, yf,
-                                   CUDA_R_32F, n, compute, CUBLAS_GEMM_DEFAULT));
+    WUSH_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, in, k, a, in, k, &beta, out,
+                                   out_type, n, compute, CUBLAS_GEMM_DEFAULT));
     if (staged) {
-        finish_kernel<<<finish_blocks, kThreads, 0, stream>>>(yf, g.y, g.y_dtype == WUSH_DTYPE_BF16 ? 1 : 0, g.m * g.n,
-                                                              g.n, g.bias);
+        finish_kernel<<<finish_blocks, kThreads, 0, stream>>>(
+            static_cast<const float*>(out), g.y, g.y_dtype == WUSH_DTYPE_BF16 ? 1 : 0, g.m * g.n, g.n, g.bias);
         check_launch("finish_kernel");
     }
 }

@@ -13,6 +13,9 @@
 #      the streaming decode kernel (m <= 32) with WUSH_CUDA_STREAM_DECODE=1 and without, back to
 #      back on the same layers (L2-cold, eager and graph)             -> bench-stream.json
 #      ({"off": ..., "on": ...}; its gpu tests run in stage 1: wush_gpu_stream_decode_tests)
+#   4b. m = 4096 forwards (4096 x 4096, MXFP4 / NVFP4) on the default path and with the opt-in
+#      BF16 prefill kernel (WUSH_CUDA_BF16_PREFILL=1), in one file (the opt-in run's layers
+#      tagged "/bf16"; the BF16 kernel's own tests run in step 1)     -> bench-bf16-prefill.json
 #   5. compute-sanitizer memcheck over the C API's CUDA operations     -> run.log (summary)
 #   6. (profile) Nsight Compute sections of the hot kernels            -> profile.log
 # The build needs the Debian libraries of scripts/install-deps.sh. On a machine that reaches no
@@ -20,10 +23,10 @@
 # LAPACKE, GoogleTest, Google Benchmark, nlohmann-json): they are then unpacked into /opt/devdeps
 # and the build is pointed at them, leaving the machine's own / untouched.
 # Usage: bash scripts/device-check.sh [stages] [ctest-regex]
-#   stages: comma-separated from tests,gemm,bench,prefill,stream,memcheck,profile (default: all but profile)
+#   stages: comma-separated from tests,gemm,bench,prefill,stream,bf16,memcheck,profile (default: all but profile)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-stages=",${1:-tests,gemm,bench,prefill,stream,memcheck},"
+stages=",${1:-tests,gemm,bench,prefill,stream,bf16,memcheck},"
 regex=${2:-}
 want() { [[ $stages == *",$1,"* ]]; }
 out=${OUT:-/tmp/wush-device-out}
@@ -121,6 +124,27 @@ def load(p):
 json.dump({"off": load(sys.argv[1]), "on": load(sys.argv[2])}, open(sys.argv[3], "w"), indent=1)' \
     /tmp/wush-stream-off.json /tmp/wush-stream-on.json "$out/bench-stream.json"
 fi
+if want bf16; then
+  for v in 0 1; do
+    WUSH_CUDA_BF16_PREFILL=$v timeout 90 "$bin" bench --device cuda --kind forward --layers 4096x4096 \
+      --format mxfp4,nvfp4 --m 4096 --json >"/tmp/wush-bf16-prefill-$v.json"
+    stamp "BF16 prefill bench (WUSH_CUDA_BF16_PREFILL=$v) rc=$?"
+  done
+  python3 - "$out/bench-bf16-prefill.json" /tmp/wush-bf16-prefill-0.json /tmp/wush-bf16-prefill-1.json <<'EOF'
+import json, sys
+docs = []
+for path in sys.argv[2:]:
+    try:
+        docs.append(json.load(open(path)))
+    except Exception as e:
+        print(path, "unreadable:", e)
+if docs:
+    merged = dict(docs[0], results=list(docs[0]["results"]))
+    for r in (docs[1]["results"] if len(docs) > 1 else []):
+        merged["results"].append(dict(r, layer=r["layer"] + "/bf16"))
+    json.dump(merged, open(sys.argv[1], "w"), indent=1)
+EOF
+fi
 if want memcheck && command -v compute-sanitizer >/dev/null; then
   timeout 60 compute-sanitizer --tool memcheck build/device/tests/wush_backend_ops_test cuda >/tmp/wush-memcheck.log 2>&1
   stamp "memcheck backend_ops_cuda rc=$?"
@@ -142,7 +166,7 @@ if want profile; then
     >>"$out/profile.log" 2>&1
   stamp "ncu stream decode rc=$?"
 fi
-python3 - "$out/bench.json" "$out/bench-warm.json" "$out/bench-prefill.json" "$out/bench-stream.json" <<'EOF'
+python3 - "$out/bench.json" "$out/bench-warm.json" "$out/bench-prefill.json" "$out/bench-stream.json" "$out/bench-bf16-prefill.json" <<'EOF'
 import json, os, sys
 def f(v, spec):
     return "-" if v is None else format(v, spec)

@@ -64,7 +64,9 @@
  *     wush_transform_guard_candidate(), wush_transform_guard_undecided());
  *   - the CUDA backend's own parts: WUSH_BACKEND_CUDA contexts (the module, its kernels and
  *     their selection), wush_context_set_stream() / wush_context_get_stream() with a CUDA
- *     stream, and the environment variables WUSH_CUDA_MODULE and WUSH_CUDA_PREFILL_MIN_M.
+ *     stream, and the environment variables WUSH_CUDA_MODULE, WUSH_CUDA_PREFILL_MIN_M,
+ *     WUSH_CUDA_BLOCKSCALED, WUSH_CUDA_STREAM_DECODE, WUSH_CUDA_BF16_PREFILL and
+ *     WUSH_CUDA_TC_QUANTIZE.
  *
  * This header states contracts: behaviour, errors, ownership, costs in O-terms. Measured figures
  * (times, ratios, bandwidths) are in docs/PERFORMANCE.md and docs/EVAL.md;
@@ -313,7 +315,13 @@ typedef struct wush_context wush_context;
  *          sm_120 GPUs use cuBLASLt's block-scaled FP4 GEMM, not yet run on hardware; 0 or unset:
  *          the exact reference path) to anything but 0 or 1, or WUSH_CUDA_STREAM_DECODE (1:
  *          sm_80+ GPUs use the streaming decode kernel for up to 32 tokens, same bits as the
- *          default decode kernel, not yet measured; 0 or unset: the default) to anything but 0 or 1;
+ *          default decode kernel, not yet measured; 0 or unset: the default) or
+ *          WUSH_CUDA_BF16_PREFILL (1: above 32 tokens, the E2M1 formats on sm_80+ take a BF16
+ *          tensor-core GEMM that converts the weight codes in registers, not yet run on hardware;
+ *          0 or unset: the reference path) or WUSH_CUDA_TC_QUANTIZE (1: sm_80+ GPUs quantize BF16
+ *          and F16 activations with the tensor-core kernel, same bytes, once an accumulator
+ *          probe at context creation passes, not yet run on hardware; 0 or unset: the CUDA-core
+ *          kernel) to anything but 0 or 1;
  *          WUSH_ERR_OUT_OF_MEMORY. */
 WUSH_API wush_status wush_context_create(wush_backend backend, int device, wush_context** ctx);
 

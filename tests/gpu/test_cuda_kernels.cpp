@@ -675,4 +675,49 @@ TEST(CudaIssue41, StreamDecodeOptInSameBytesAsDecode) {
     }
 }
 
+// Ask 3(c): with WUSH_CUDA_BF16_PREFILL=1 the products above 32 tokens of the E2M1 formats take
+// the BF16 prefill kernel (cuda/gemm_bf16_prefill.h) where the reference path ran: equal to the
+// CPU runtime, eager and replayed from a graph alike; any other value than 0 / 1 is refused.
+TEST(CudaIssue41, Bf16PrefillOptInMatchesCpu) {
+    REQUIRE_GPU();
+    int major = 0;
+    WUSH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    if (major < 8) GTEST_SKIP() << "BF16 mma.sync needs sm_80";
+    setenv("WUSH_CUDA_BF16_PREFILL", "2", 1);
+    EXPECT_THROW(cuda::make_backend(0), wush::Error);
+    setenv("WUSH_CUDA_BF16_PREFILL", "1", 1);
+    auto be = cuda::make_backend(0);
+    unsetenv("WUSH_CUDA_BF16_PREFILL");
+    const Streams s;
+    const std::size_t m = 200, d_out = 136;
+    for (wush_format format : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_MXFP4_OCP}) {
+        const formats::FormatSpec& f = formats::spec(format);
+        const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, kDin, f.group);
+        const formats::PackedMatrix w = make_weight(f, d_out, 9);
+        const std::vector<float> x = make_x(m, 6);
+        const std::vector<float> want = cpu_gemm(w, cpu_quantize(t, f, WUSH_DTYPE_F32, x.data(), m), m);
+        auto layer = be->prepare({t, classify_matrices(t)}, w);
+        const cuda::DeviceBuffer xd = upload(x);
+        cuda::DeviceBuffer ws(layer->workspace_bytes(m)), y(m * d_out * sizeof(float));
+        be->set_stream(s.a);
+        layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+        be->synchronize();
+        const std::vector<float> eager = download<float>(y, m * d_out);
+        expect_close(eager, want, kDin, std::string(f.name) + " BF16 prefill");
+        cudaGraph_t graph = nullptr;
+        ASSERT_EQ(cudaStreamBeginCapture(s.a, cudaStreamCaptureModeGlobal), cudaSuccess);
+        layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+        ASSERT_EQ(cudaStreamEndCapture(s.a, &graph), cudaSuccess);
+        cudaGraphExec_t exec = nullptr;
+        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+        WUSH_CUDA_CHECK(cudaMemsetAsync(y.get(), 0, y.bytes(), s.a));
+        ASSERT_EQ(cudaGraphLaunch(exec, s.a), cudaSuccess);
+        WUSH_CUDA_CHECK(cudaStreamSynchronize(s.a));
+        EXPECT_EQ(download<float>(y, m * d_out), eager) << f.name << ": graph replay differs from eager";
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        be->set_stream(nullptr);
+    }
+}
+
 }  // namespace issue41_test

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "formats/group_quantizer.h"
+#include "gemm_bf16_prefill.h"
 #include "kernels.h"
 #include "w4a4_gemm.h"
 
@@ -162,8 +163,10 @@ cublasHandle_t blas_handle() {
 // Runs `kernel` on (m, n, k) in `f` and compares every output with the float64 product.
 // `codes_offset`: both operands' codes start that many bytes past an allocation (the reference
 // path accepts any alignment; the custom kernels want 16 bytes).
+// `bf16_prefill`: the opt-in BF16 prefill kernel (cuda/gemm_bf16_prefill.h) instead of `kernel`.
 void check_product(GemmKernel kernel, wush_format f, std::size_t m, std::size_t n, std::size_t k, wush_dtype y_dtype,
-                   std::mt19937& rng, int sm, int force_a = -1, int force_w = -1, std::size_t codes_offset = 0) {
+                   std::mt19937& rng, int sm, int force_a = -1, int force_w = -1, std::size_t codes_offset = 0,
+                   bool bf16_prefill = false) {
     SCOPED_TRACE(::testing::Message() << "kernel " << int(kernel) << " format " << int(f) << " m " << m << " n " << n
                                       << " k " << k << " y " << int(y_dtype) << " codes offset " << codes_offset);
     const Operand a = random_operand(f, m, k, rng, force_a), w = random_operand(f, n, k, rng, force_w);
@@ -176,7 +179,8 @@ void check_product(GemmKernel kernel, wush_format f, std::size_t m, std::size_t 
     upload(dsw, w.scales);
     const std::size_t ybytes = m * n * (y_dtype == WUSH_DTYPE_BF16 ? 2 : 4);
     DeviceBuffer<std::uint8_t> dy(ybytes);
-    const std::size_t ws = kernel == GemmKernel::Reference
+    const std::size_t ws = bf16_prefill ? wush::cuda::bf16_prefill_workspace_bytes(f, m, n, k)
+                           : kernel == GemmKernel::Reference
                                ? wush::cuda::reference_gemm_workspace_bytes(f, m, n, k, false, y_dtype)
                                : wush::cuda::gemm_workspace_bytes(kernel, f, m, n, k);
     DeviceBuffer<std::uint8_t> dws(std::max<std::size_t>(ws, 16));
@@ -197,13 +201,15 @@ void check_product(GemmKernel kernel, wush_format f, std::size_t m, std::size_t 
     args.y_dtype = y_dtype;
     args.workspace = dws.p;
     args.workspace_bytes = dws.n;
-    ASSERT_TRUE(wush::cuda::gemm_supported(kernel, args, sm));
+    if (bf16_prefill) ASSERT_TRUE(wush::cuda::bf16_prefill_supported(args, sm));
+    else ASSERT_TRUE(wush::cuda::gemm_supported(kernel, args, sm));
 
     std::vector<std::uint8_t> first;
     for (int run = 0; run < 2; ++run) {
         CUDA_OK(cudaMemset(dy.p, 0xFF, ybytes));  // NaN poison: every output must be written
         CUDA_OK(cudaMemset(dws.p, 0xFF, dws.n));  // the workspace holds nothing between calls
-        if (kernel == GemmKernel::Decode) wush::cuda::launch_decode_gemm(args, nullptr);
+        if (bf16_prefill) wush::cuda::launch_bf16_prefill_gemm(args, sm, nullptr);
+        else if (kernel == GemmKernel::Decode) wush::cuda::launch_decode_gemm(args, nullptr);
         else if (kernel == GemmKernel::Prefill) wush::cuda::launch_prefill_gemm(args, nullptr);
         else wush::cuda::launch_reference_gemm(args, nullptr, blas_handle(), nullptr);
         CUDA_OK(cudaGetLastError());
@@ -425,6 +431,99 @@ TEST(W4A4GemmGpu, ExtremeMxScales) {
     }
 }
 
+// The BF16 prefill kernel (opt-in, WUSH_CUDA_BF16_PREFILL=1) on the reference path's shapes and
+// more, against the same float64 product and tolerance the reference path meets above; extreme MX
+// scales: activations of 2^-126 (BF16 subnormal products: the tensor core must not flush them)
+// and of 2^103 with compensating weights.
+TEST(W4A4GemmGpu, Bf16PrefillAgainstFloat64) {
+    REQUIRE_GPU(sm);
+    if (sm < 80) GTEST_SKIP() << "BF16 mma.sync needs sm_80";
+    std::mt19937 rng(6);
+    for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_MXFP4_OCP}) {
+        for (std::size_t m : {33, 130, 257})
+            for (std::size_t n : {8, 13, 256})
+                for (std::size_t k : {32, 96, 4096})
+                    check_product(GemmKernel::Reference, f, m, n, k, WUSH_DTYPE_F32, rng, sm, -1, -1, 0, true);
+        check_product(GemmKernel::Reference, f, 200, 136, 480, WUSH_DTYPE_BF16, rng, sm, -1, -1, 0, true);
+    }
+    for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_MXFP4_OCP}) {
+        check_product(GemmKernel::Reference, f, 130, 24, 96, WUSH_DTYPE_F32, rng, sm, 127 + 103, 127 - 100, 0, true);
+        check_product(GemmKernel::Reference, f, 130, 24, 96, WUSH_DTYPE_F32, rng, sm, 127 - 126, 127 + 110, 0, true);
+    }
+}
+
+// The reference path's BF16 y is written by cuBLAS itself (issue 41, 3(b)); until then it was
+// cuBLAS's float32 y rounded to nearest even by a separate kernel. Same operands, both outputs:
+// the bits must equal the float32 output rounded RNE here (an independent rounding). cuBLAS may
+// choose another algorithm (tiling, split-K) for a bf16 output, whose float32 accumulator then
+// differs before the rounding: any difference is reported with its count and largest distance
+// in bf16 ulps, so that the record says which shapes differ.
+std::uint16_t rne_bf16(float v) {
+    std::uint32_t u;
+    std::memcpy(&u, &v, 4);
+    if ((u & 0x7F800000u) == 0x7F800000u) return std::uint16_t((u >> 16) | ((u & 0xFFFFu) ? 0x40u : 0u));
+    return std::uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+void check_bf16_equals_rounded_f32(wush_format f, std::size_t m, std::size_t n, std::size_t k, std::mt19937& rng) {
+    SCOPED_TRACE(::testing::Message() << "format " << int(f) << " m " << m << " n " << n << " k " << k);
+    const Operand a = random_operand(f, m, k, rng), w = random_operand(f, n, k, rng);
+    DeviceBuffer<std::uint8_t> da(a.codes.size()), dsa(a.scales.size()), dw(w.codes.size()), dsw(w.scales.size()),
+        y32(m * n * 4), y16(m * n * 2),
+        ws(wush::cuda::reference_gemm_workspace_bytes(f, m, n, k, false, WUSH_DTYPE_F32));
+    ASSERT_TRUE(da.p && dsa.p && dw.p && dsw.p && y32.p && y16.p && ws.p);
+    upload(da, a.codes);
+    upload(dsa, a.scales);
+    upload(dw, w.codes);
+    upload(dsw, w.scales);
+    GemmArgs args;
+    args.format = f;
+    args.group = group_of(f);
+    args.m = m;
+    args.n = n;
+    args.k = k;
+    args.a_codes = da.p;
+    args.a_scales = dsa.p;
+    args.w_codes = dw.p;
+    args.w_scales = dsw.p;
+    args.alpha = float(tensor_factor(f) * tensor_factor(f));
+    args.workspace = ws.p;
+    args.workspace_bytes = ws.n;
+    args.y = y32.p;
+    args.y_dtype = WUSH_DTYPE_F32;
+    wush::cuda::launch_reference_gemm(args, nullptr, blas_handle(), nullptr);
+    args.y = y16.p;
+    args.y_dtype = WUSH_DTYPE_BF16;
+    wush::cuda::launch_reference_gemm(args, nullptr, blas_handle(), nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> f32(m * n);
+    std::vector<std::uint16_t> b16(m * n);
+    CUDA_OK(cudaMemcpy(f32.data(), y32.p, m * n * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(b16.data(), y16.p, m * n * 2, cudaMemcpyDeviceToHost));
+    std::size_t differ = 0;
+    int worst = 0;
+    for (std::size_t i = 0; i < m * n; ++i) {
+        const int d = std::abs(int(std::int16_t(rne_bf16(f32[i]))) - int(std::int16_t(b16[i])));
+        if (d != 0) ++differ, worst = std::max(worst, d);
+    }
+    std::printf("[ bf16 out ] format %d m %zu n %zu k %zu: %zu of %zu differ from RNE(float32 out), largest %d ulp\n",
+                int(f), m, n, k, differ, m * n, worst);
+    EXPECT_EQ(differ, 0u) << "cuBLAS's bf16 output is not its float32 output rounded RNE (largest " << worst << " ulp)";
+}
+
+TEST(W4A4GemmGpu, ReferenceBf16OutputEqualsRoundedF32) {
+    REQUIRE_GPU(sm);
+    ASSERT_NE(blas_handle(), nullptr);
+    (void)sm;
+    std::mt19937 rng(5);
+    for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_MXFP4_OCP}) {
+        check_bf16_equals_rounded_f32(f, 33, 13, 96, rng);
+        check_bf16_equals_rounded_f32(f, 130, 256, 4096, rng);
+        check_bf16_equals_rounded_f32(f, 64, 64, 14336, rng);  // small m x n, long k: where split-K is likely
+        check_bf16_equals_rounded_f32(f, 1024, 1024, 1024, rng);
+    }
+}
+
 // Selection runs without a device.
 TEST(W4A4GemmSelect, PicksByRowsAndArchitecture) {
     GemmArgs a;
@@ -471,6 +570,64 @@ TEST(W4A4GemmSelect, PicksByRowsAndArchitecture) {
     EXPECT_EQ(wush::cuda::gemm_workspace_bytes(GemmKernel::Decode, a.format, 1, 4096, 4096), 2u * 4096 * 4);
     EXPECT_EQ(wush::cuda::gemm_workspace_bytes(GemmKernel::Decode, a.format, 1, 14336, 4096), 0u);
     EXPECT_EQ(wush::cuda::gemm_workspace_bytes(GemmKernel::Reference, a.format, 1, 14336, 4096), 0u);
+}
+
+// The BF16 prefill kernel's host rules (no device needed): the E2M1 formats on sm_80+ only, k a
+// multiple of 32, operands and enough aligned workspace; and its workspace never exceeds what the
+// reference path it replaces was given (W dequantized per forward), so that the backend's hook
+// needs no larger layer workspace.
+TEST(W4A4GemmSelect, Bf16PrefillRulesAndWorkspace) {
+    std::vector<std::uint8_t> buf(1 << 16);
+    GemmArgs a;
+    a.format = WUSH_FORMAT_MXFP4;
+    a.group = 32;
+    a.m = 64;
+    a.n = 40;
+    a.k = 96;
+    a.a_codes = a.w_codes = a.a_scales = a.w_scales =
+        buf.data() + (16 - reinterpret_cast<std::uintptr_t>(buf.data()) % 16) % 16;
+    a.y = buf.data();
+    a.workspace = const_cast<std::uint8_t*>(a.a_codes);
+    a.workspace_bytes = wush::cuda::bf16_prefill_workspace_bytes(a.format, a.m, a.n, a.k);
+    EXPECT_TRUE(wush::cuda::bf16_prefill_supported(a, 80));
+    EXPECT_TRUE(wush::cuda::bf16_prefill_supported(a, 90));
+    EXPECT_FALSE(wush::cuda::bf16_prefill_supported(a, 75));
+    a.workspace_bytes -= 1;
+    EXPECT_FALSE(wush::cuda::bf16_prefill_supported(a, 90));
+    a.workspace_bytes += 1;
+    a.k = 80;  // not a multiple of 32
+    EXPECT_FALSE(wush::cuda::bf16_prefill_supported(a, 90));
+    a.k = 96;
+    a.w_codes = a.w_codes + 8;  // code rows not 16-byte aligned
+    EXPECT_FALSE(wush::cuda::bf16_prefill_supported(a, 90));
+    a.w_codes = a.a_codes;
+    a.format = WUSH_FORMAT_INT4;  // not exact in BF16
+    EXPECT_FALSE(wush::cuda::bf16_prefill_supported(a, 90));
+    a.format = WUSH_FORMAT_NVFP4;  // G must be 16
+    EXPECT_FALSE(wush::cuda::bf16_prefill_supported(a, 90));
+    a.group = 16;
+    a.workspace_bytes = wush::cuda::bf16_prefill_workspace_bytes(a.format, a.m, a.n, a.k);
+    EXPECT_TRUE(wush::cuda::bf16_prefill_supported(a, 90));
+    for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_MXFP4_OCP})
+        for (std::size_t m : {33, 200, 4096})
+            for (std::size_t n : {1, 3, 8, 13, 4096})
+                for (std::size_t k : {32, 96, 4096, 14336})
+                    EXPECT_LE(wush::cuda::bf16_prefill_workspace_bytes(f, m, n, k),
+                              wush::cuda::reference_gemm_workspace_bytes(f, m, n, k, false, WUSH_DTYPE_F32))
+                        << "format " << int(f) << " m " << m << " n " << n << " k " << k;
+}
+
+// The reference path's workspace (issue 41, 3(b)): a BF16 y of the bf16 formats needs no float32
+// scratch (cuBLAS writes BF16); INT4 still rounds a float32 product in a second kernel.
+TEST(W4A4GemmSelect, ReferenceBf16OutputNeedsNoFloatScratch) {
+    const std::size_t m = 300, n = 200, k = 64;
+    for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_MXFP4_OCP})
+        EXPECT_EQ(wush::cuda::reference_gemm_workspace_bytes(f, m, n, k, true, WUSH_DTYPE_BF16),
+                  wush::cuda::reference_gemm_workspace_bytes(f, m, n, k, true, WUSH_DTYPE_F32));
+    const std::size_t int4_f32 =
+        wush::cuda::reference_gemm_workspace_bytes(WUSH_FORMAT_INT4, m, n, k, true, WUSH_DTYPE_F32);
+    EXPECT_GE(wush::cuda::reference_gemm_workspace_bytes(WUSH_FORMAT_INT4, m, n, k, true, WUSH_DTYPE_BF16),
+              int4_f32 + m * n * sizeof(float));
 }
 
 // ---------------------------------------------------------------------------------------------
