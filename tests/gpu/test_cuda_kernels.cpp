@@ -665,7 +665,7 @@ TEST(CudaIssue41, StreamDecodeOptInSameBytesAsDecode) {
             for (backend::Backend* be : {plain.get(), streaming.get()}) {
                 auto layer = be->prepare({t, classify_matrices(t)}, w);
                 cuda::DeviceBuffer ws(layer->workspace_bytes(m)), y(m * d_out * sizeof(float));
-                layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+                layer->forward(WUSH_DTYPE_F32, xd.get(), m, {}, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
                 be->synchronize();
                 got[i++] = download<float>(y, m * d_out);
             }
@@ -700,13 +700,13 @@ TEST(CudaIssue41, Bf16PrefillOptInMatchesCpu) {
         const cuda::DeviceBuffer xd = upload(x);
         cuda::DeviceBuffer ws(layer->workspace_bytes(m)), y(m * d_out * sizeof(float));
         be->set_stream(s.a);
-        layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+        layer->forward(WUSH_DTYPE_F32, xd.get(), m, {}, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
         be->synchronize();
         const std::vector<float> eager = download<float>(y, m * d_out);
         expect_close(eager, want, kDin, std::string(f.name) + " BF16 prefill");
         cudaGraph_t graph = nullptr;
         ASSERT_EQ(cudaStreamBeginCapture(s.a, cudaStreamCaptureModeGlobal), cudaSuccess);
-        layer->forward(WUSH_DTYPE_F32, xd.get(), m, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+        layer->forward(WUSH_DTYPE_F32, xd.get(), m, {}, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
         ASSERT_EQ(cudaStreamEndCapture(s.a, &graph), cudaSuccess);
         cudaGraphExec_t exec = nullptr;
         ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
