@@ -33,6 +33,7 @@
 
 #include "common/float_bits.h"
 #include "common/host_device.h"
+#include "cp_async.cuh"
 #include "formats/group_quantizer.h"
 #include "formats/tile_decode.h"
 
@@ -121,31 +122,6 @@ struct Bf16PrefillParams {
     void* y;
     int y_bf16;
 };
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-    const int bytes = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-#elif defined(WUSH_CUDA_HOST_EMULATION)
-    wush_emu::copy16(smem, gmem, valid);
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::);
-#elif defined(WUSH_CUDA_HOST_EMULATION)
-    wush_emu::commit();
-#endif
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#elif defined(WUSH_CUDA_HOST_EMULATION)
-    wush_emu::wait_groups(N);
-#endif
-}
 
 // d += A B, m16n8k16, BF16 inputs, float32 accumulators.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,

@@ -9,6 +9,7 @@
 #  include <cuda_bf16.h>
 #endif
 
+#include "cp_async.cuh"
 #include "formats/tile_decode.h"
 #include "gemm_plan.h"
 #include "output_bias.cuh"
@@ -45,31 +46,6 @@ struct PrefillParams {
     int y_bf16;
     OutputBias bias;  // added in the epilogue
 };
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-    const int bytes = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-#elif defined(WUSH_CUDA_HOST_EMULATION)
-    wush_emu::copy16(smem, gmem, valid);
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::);
-#elif defined(WUSH_CUDA_HOST_EMULATION)
-    wush_emu::commit();
-#endif
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#elif defined(WUSH_CUDA_HOST_EMULATION)
-    wush_emu::wait_groups(N);
-#endif
-}
 
 // d = A B + magic (tile::kPromoteMagicBits in all four C registers): the C operand is one register
 // read by every MMA, so the 64 accumulators of a group need no per-MMA initialization moves.

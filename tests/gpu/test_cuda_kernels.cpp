@@ -665,7 +665,8 @@ TEST(CudaIssue41, StreamDecodeOptInSameBytesAsDecode) {
             for (backend::Backend* be : {plain.get(), streaming.get()}) {
                 auto layer = be->prepare({t, classify_matrices(t)}, w);
                 cuda::DeviceBuffer ws(layer->workspace_bytes(m)), y(m * d_out * sizeof(float));
-                layer->forward(WUSH_DTYPE_F32, xd.get(), m, {}, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+                layer->forward(WUSH_DTYPE_F32, xd.get(), m, {}, WUSH_DTYPE_F32, y.get(),
+                               {ws.get<std::byte>(), ws.bytes()});
                 be->synchronize();
                 got[i++] = download<float>(y, m * d_out);
             }
