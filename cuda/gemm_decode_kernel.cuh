@@ -9,6 +9,7 @@
 #  include <cuda_bf16.h>
 #endif
 
+#include "decode_group_dot.cuh"
 #include "formats/tile_decode.h"
 #include "gemm_plan.h"
 #include "output_bias.cuh"
@@ -21,12 +22,6 @@ constexpr int kThreads = plan::kDecodeWarps * 32;
 constexpr int kChunk = int(plan::kDecodeChunk);
 constexpr int kUnitsPerChunk = kChunk / 32;                     // one per lane
 constexpr int kARowBytes = kChunk + (kUnitsPerChunk / 4) * 16;  // 16 bytes of padding per 4 units
-
-// Byte offset of unit u's 32 int8 values inside a staged activation row: 16 bytes of padding after
-// every 4 units make a quarter-warp's 16-byte reads (8 lanes, 32 bytes apart) hit 32 distinct banks.
-__device__ __forceinline__ int a_unit_offset(int u) {
-    return u * 32 + (u >> 2) * 16;
-}
 
 struct DecodeParams {
     wush_format format;
@@ -128,24 +123,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_gemm_kernel(const DecodePa
                 wd[j][2 * i + 1] = decode4(lut, words[i] >> 16);
             }
         }
-#pragma unroll
-        for (int r = 0; r < MR; ++r) {
-            const uint4* ap = reinterpret_cast<const uint4*>(s_a + r * kARowBytes + a_unit_offset(lane));
-            const uint4 a0 = ap[0], a1 = ap[1];
-            const std::uint32_t av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-#pragma unroll
-            for (int h = 0; h < kGroupsPerUnit; ++h) {
-                const float sa = s_sa[r * kGroupsPerChunk + lane * kGroupsPerUnit + h];
-#pragma unroll
-                for (int j = 0; j < R; ++j) {
-                    int d = kPromoteMagicBits;
-#pragma unroll
-                    for (int i = 0; i < 8 / kGroupsPerUnit; ++i)
-                        d = dp4a(av[h * (8 / kGroupsPerUnit) + i], wd[j][h * (8 / kGroupsPerUnit) + i], d);
-                    acc[j][r] = fmaf(promoted_dot(d), sa * sw[j][h], acc[j][r]);
-                }
-            }
-        }
+        accumulate_group_dots<MR, R, G, kARowBytes, kGroupsPerChunk>(s_a, s_sa, lane, wd, sw, acc);
     }
 
     // 4. Warp reduction; lane 0 writes (y, or this split's partial).

@@ -22,6 +22,7 @@
 #  include <cuda_bf16.h>
 #endif
 
+#include "decode_group_dot.cuh"
 #include "formats/tile_decode.h"
 #include "output_bias.cuh"
 #include "stream_decode_plan.h"
@@ -30,12 +31,6 @@ namespace wush::cuda::stream_detail {
 
 using namespace wush::tile;
 using namespace wush::cuda::stream;
-
-// Byte offset of unit u's 32 int8 values in a staged activation row: 16 bytes of padding after
-// every 4 units (as in the existing decode kernel) make a quarter-warp's LDS.128 conflict-free.
-__device__ __forceinline__ int a_unit_offset(int u) {
-    return u * 32 + (u >> 2) * 16;
-}
 
 __device__ __forceinline__ void store_out(void* y, int bf16, std::size_t idx, float v) {
     if (bf16) static_cast<__nv_bfloat16*>(y)[idx] = __float2bfloat16_rn(v);
@@ -190,24 +185,7 @@ __device__ __forceinline__ void multiply_stage(const StreamParams& p, const std:
             wd[j][2 * i + 1] = decode4(lut, words[i] >> 16);
         }
     }
-#pragma unroll
-    for (int r = 0; r < MR; ++r) {
-        const uint4* ap = reinterpret_cast<const uint4*>(s_a + r * kARowBytes + a_unit_offset(lane));
-        const uint4 a0 = ap[0], a1 = ap[1];
-        const std::uint32_t av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-#pragma unroll
-        for (int h = 0; h < kGroupsPerUnit; ++h) {
-            const float sa = s_sa[r * kGroupsPerChunk + lane * kGroupsPerUnit + h];
-#pragma unroll
-            for (int j = 0; j < R; ++j) {
-                int d = kPromoteMagicBits;
-#pragma unroll
-                for (int i = 0; i < 8 / kGroupsPerUnit; ++i)
-                    d = dp4a(av[h * (8 / kGroupsPerUnit) + i], wd[j][h * (8 / kGroupsPerUnit) + i], d);
-                acc[j][r] = fmaf(promoted_dot(d), sa * sw[j][h], acc[j][r]);
-            }
-        }
-    }
+    accumulate_group_dots<MR, R, G, kARowBytes, kGroupsPerChunk>(s_a, s_sa, lane, wd, sw, acc);
 }
 
 // The end of a work item: warp reduction; y directly (one split), or this split's partial, and
