@@ -22,6 +22,7 @@
 #  include <cuda_bf16.h>
 #endif
 
+#include "cp_async.cuh"
 #include "decode_group_dot.cuh"
 #include "formats/tile_decode.h"
 #include "output_bias.cuh"
@@ -77,23 +78,6 @@ __device__ __forceinline__ void copy16_async(void* smem, const void* gmem, std::
 #elif defined(WUSH_CUDA_HOST_EMULATION)
     (void)policy;
     wush_emu::copy16(smem, gmem, true);
-#endif
-}
-
-__device__ __forceinline__ void copy_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::);
-#elif defined(WUSH_CUDA_HOST_EMULATION)
-    wush_emu::commit();
-#endif
-}
-
-template <int N>
-__device__ __forceinline__ void copy_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#elif defined(WUSH_CUDA_HOST_EMULATION)
-    wush_emu::wait_groups(N);
 #endif
 }
 
@@ -254,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, MR <= 8 ? 2 : 1) stream_decode_kerne
             fetch_stage(p, fill, ring + s * kSlotBytes, policy, tid);
             fill = next_stage(p, fill);
         }
-        copy_commit();
+        cp_async_commit();
     }
 
     float acc[kRowsPerWarp][MR];
@@ -264,13 +248,13 @@ __global__ void __launch_bounds__(kThreads, MR <= 8 ? 2 : 1) stream_decode_kerne
         for (int r = 0; r < MR; ++r) acc[j][r] = 0.0f;
 
     for (int slot = 0; cur.item < p.items; slot = slot + 1 == kStages ? 0 : slot + 1) {
-        copy_wait<kStages - 2>();  // this thread's copies of stage `cur` have landed
-        __syncthreads();           // everyone's have, and the previous stage's slot and s_a are free
+        cp_async_wait<kStages - 2>();  // this thread's copies of stage `cur` have landed
+        __syncthreads();               // everyone's have, and the previous stage's slot and s_a are free
         if (fill.item < p.items) {
             fetch_stage(p, fill, ring + (slot == 0 ? kStages - 1 : slot - 1) * kSlotBytes, policy, tid);
             fill = next_stage(p, fill);
         }
-        copy_commit();
+        cp_async_commit();
         const long long tile = cur.item / p.splits, kc = (long long)cur.chunk * kChunk;
         stage_activations<MR, G>(p, kc, s_a, s_sa, lut, tid);
         __syncthreads();
@@ -278,7 +262,7 @@ __global__ void __launch_bounds__(kThreads, MR <= 8 ? 2 : 1) stream_decode_kerne
         if (cur.chunk + 1 == cur.end) finish_item<MR>(p, cur.item, s_last, tid, warp, lane, acc);
         cur = next_stage(p, cur);
     }
-    copy_wait<0>();
+    cp_async_wait<0>();
 }
 
 }  // namespace wush::cuda::stream_detail
