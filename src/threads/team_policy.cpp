@@ -1,6 +1,7 @@
 #include "threads/team_policy.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <utility>
 
@@ -18,6 +19,20 @@ std::size_t hash(std::uintptr_t kind, int size_class) {
     const std::uint64_t h = (std::uint64_t(kind) >> 4) * 0x9E3779B97F4A7C15ull +
                             std::uint64_t(std::int64_t(size_class)) * 0xC2B2AE3D27D4EB4Full;
     return std::size_t(h >> 58);  // 64 slots
+}
+
+// The slot of (kind, size class) in a table of Rates (TeamPolicy's, PoolChoice's): found, or
+// reclaimed from whatever kind held it (a collision forgets the other kind's times).
+template <class Rate, std::size_t N>
+Rate& claim_slot(std::array<Rate, N>& rates, std::uintptr_t kind, double work) {
+    const int cls = size_class(work);
+    Rate& r = rates[hash(kind, cls)];
+    if (r.kind != kind || r.size_class != cls) {
+        r = Rate{};
+        r.kind = kind;
+        r.size_class = cls;
+    }
+    return r;
 }
 
 // A running mean that follows a machine whose load changes within a few dozen calls.
@@ -47,14 +62,7 @@ TeamPolicy::Rate* TeamPolicy::find(std::uintptr_t kind, double work) {
 }
 
 TeamPolicy::Rate& TeamPolicy::slot(std::uintptr_t kind, double work) {
-    const int cls = size_class(work);
-    Rate& r = rates_[hash(kind, cls)];
-    if (r.kind != kind || r.size_class != cls) {
-        r = Rate{};
-        r.kind = kind;
-        r.size_class = cls;
-    }
-    return r;
+    return claim_slot(rates_, kind, work);
 }
 
 double TeamPolicy::estimate(std::uintptr_t kind, double work) const {
@@ -113,14 +121,7 @@ void TeamPolicy::straggled(double wait, double now) {
 }
 
 PoolChoice::Rate& PoolChoice::slot(std::uintptr_t kind, double work) {
-    const int cls = size_class(work);
-    Rate& r = rates_[hash(kind, cls)];
-    if (r.kind != kind || r.size_class != cls) {
-        r = Rate{};
-        r.kind = kind;
-        r.size_class = cls;
-    }
-    return r;
+    return claim_slot(rates_, kind, work);
 }
 
 bool PoolChoice::use_openmp(std::uintptr_t kind, double work) {
