@@ -8,6 +8,9 @@
 //   forward   wush_linear_forward (quantize + GEMM)        vs OpenBLAS SGEMM (float32 X W^T)
 //   prepared  wush_linear_run (a prepared layer: weight    vs wush_linear_forward (packs the
 //             panels packed once)                            weight panels on every call)
+//   decode    wush_linear_run, one token (prepared)        vs a streaming read of as many bytes as
+//                                                            the weights, same threads (GB/s of
+//                                                            weight bytes; stream_read.h)
 // --contend [--contend-cpu C] [--contend-process]: while a busy-loop thread (a child process with
 // --contend-process; pinned to CPU C if given) keeps one core busy, wush_gemm and wush_linear_run
 // with --threads threads (default: all) against the same call on 1 thread, samples alternating
@@ -29,6 +32,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -41,6 +45,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "layers.h"
+#include "stream_read.h"
 
 namespace {
 
@@ -55,7 +60,7 @@ struct Result {
 struct Settings {
     std::size_t min_repeats = 5;
     double min_seconds = 0.3;
-    bool gemm = true, quantize = true, forward = true;
+    bool gemm = true, quantize = true, forward = true, decode = true;
     bool contend = false;
     int contend_cpu = -1;          // pin the busy loop there (-1: leave it to the scheduler)
     bool contend_process = false;  // the busy loop is a child process (else a thread)
@@ -130,27 +135,24 @@ double median_seconds(const Settings& s, Fn&& fn) {
     return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
 }
 
-// Medians of fn() run with `a` and with `b` threads, samples taken alternately (a b, b a, ...) so
-// that both see the same background load: under contention the machine changes from one moment
-// to the next, and separate measurements would compare two different machines.
-template <typename Fn>
-std::pair<double, double> paired_medians(const Settings& s, wush_context* ctx, std::size_t a, std::size_t b,
-                                         wush_status* st, Fn&& fn) {
+// Medians of fa() and fb(), samples taken alternately (a b, b a, ...) so that both see the same
+// background load: under contention the machine changes from one moment to the next, and separate
+// measurements would compare two different machines. set_a() / set_b() run untimed before each
+// sample of fa() / fb().
+template <typename SetA, typename FnA, typename SetB, typename FnB>
+std::pair<double, double> alternating_medians(const Settings& s, SetA&& set_a, FnA&& fa, SetB&& set_b, FnB&& fb) {
     using clock = std::chrono::steady_clock;
-    auto threads = [&](std::size_t t) {
-        if (*st == WUSH_OK) *st = wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, int64_t(t));
-    };
-    threads(a);
-    fn();
-    threads(b);
+    set_a();
+    fa();
+    set_b();
     const auto t0 = clock::now();
-    fn();
+    fb();
     const double once = std::chrono::duration<double>(clock::now() - t0).count();
     const int batch = once >= 50e-6 ? 1 : int(std::min(1000.0, 50e-6 / std::max(once, 1e-8))) + 1;
     std::vector<double> ta, tb;
     double total = 0.0;
-    auto sample = [&](std::size_t t, std::vector<double>* into) {
-        threads(t);
+    auto sample = [&](auto& set, auto& fn, std::vector<double>* into) {
+        set();
         const auto start = clock::now();
         for (int i = 0; i < batch; ++i) fn();
         const double d = std::chrono::duration<double>(clock::now() - start).count();
@@ -159,11 +161,11 @@ std::pair<double, double> paired_medians(const Settings& s, wush_context* ctx, s
     };
     while ((ta.size() < std::max<std::size_t>(s.min_repeats, 11) || total < 2 * s.min_seconds) && ta.size() < 400) {
         if (ta.size() % 2) {
-            sample(b, &tb);
-            sample(a, &ta);
+            sample(set_b, fb, &tb);
+            sample(set_a, fa, &ta);
         } else {
-            sample(a, &ta);
-            sample(b, &tb);
+            sample(set_a, fa, &ta);
+            sample(set_b, fb, &tb);
         }
     }
     auto median = [](std::vector<double>& t) {
@@ -171,6 +173,17 @@ std::pair<double, double> paired_medians(const Settings& s, wush_context* ctx, s
         return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
     };
     return {median(ta), median(tb)};
+}
+
+// Medians of fn() run with `a` and with `b` threads, samples alternating (alternating_medians).
+template <typename Fn>
+std::pair<double, double> paired_medians(const Settings& s, wush_context* ctx, std::size_t a, std::size_t b,
+                                         wush_status* st, Fn&& fn) {
+    auto threads = [&](std::size_t t) {
+        if (*st == WUSH_OK) *st = wush_context_set_parameter(ctx, WUSH_CONTEXT_NUM_THREADS, int64_t(t));
+    };
+    return alternating_medians(
+        s, [&] { threads(a); }, fn, [&] { threads(b); }, fn);
 }
 
 // One layer shape's data and objects for one format.
@@ -307,6 +320,49 @@ int bench_m(wush_context* ctx, const Settings& s, const Case& c, const std::vect
     return st == WUSH_OK ? 0 : cli::report("the runtime", st);
 }
 
+// Copies of a layer's weights that together overflow the last-level cache twice, so that every
+// call reads its weights from memory, as a model's decode step does (its layers together are far
+// larger than any cache).
+std::size_t cold_copies(std::size_t weight_bytes) {
+    const long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+    const double cache = l3 > 0 ? double(l3) : 32.0 * 1024 * 1024;
+    return std::max<std::size_t>(1,
+                                 std::size_t(std::ceil(2.0 * cache / double(std::max<std::size_t>(weight_bytes, 1)))));
+}
+
+// One token through the prepared layer against a streaming read of as many bytes as the layer's
+// weights (codes and scales) on the same number of threads, samples alternating: a one-token
+// product is bound by reading the weights, so the ratio says how close it comes to that bound.
+// Both rotate through cold_copies() copies (prepared layers; slices of one read buffer).
+int bench_decode(wush_context* ctx, const Settings& s, const Case& c, const std::vector<float>& x,
+                 std::vector<Result>* out) {
+    const void *codes = nullptr, *scales = nullptr;
+    std::size_t codes_bytes = 0, scales_bytes = 0, lw_bytes = 0;
+    wush_status st = wush_qweight_data(c.q.p, &codes, &codes_bytes, &scales, &scales_bytes);
+    const std::size_t weight_bytes = codes_bytes + scales_bytes, copies = cold_copies(weight_bytes);
+    std::vector<Handle<wush_linear, wush_linear_destroy>> layers(copies);
+    for (auto& layer : layers)
+        if (st == WUSH_OK) st = wush_linear_create(ctx, c.wush.p, c.q.p, &layer.p);
+    if (st == WUSH_OK) st = wush_linear_workspace_size(ctx, layers[0].p, 1, &lw_bytes);
+    if (st != WUSH_OK) return cli::report("preparing the decode layers", st);
+    std::vector<unsigned char> lw(lw_bytes);
+    std::vector<float> y(c.n);
+    StreamRead read(s.threads, weight_bytes, copies);
+    std::size_t next_layer = 0;
+    auto run = [&] {
+        if (st == WUSH_OK)
+            st = wush_linear_run(ctx, layers[next_layer].p, WUSH_DTYPE_F32, x.data(), 1, WUSH_DTYPE_F32, y.data(),
+                                 y.size(), lw.data(), lw.size());
+        next_layer = (next_layer + 1) % copies;
+    };
+    const auto none = [] {};
+    const auto [ours, baseline] = alternating_medians(s, none, run, none, [&] { read.run(); });
+    if (st != WUSH_OK) return cli::report("the runtime", st);
+    out->push_back({"decode", 1, c.n, c.k, wush_format_name(c.format), "stream_read", ours, baseline,
+                    double(weight_bytes) / ours * 1e-9, double(read.bytes()) / baseline * 1e-9});
+    return 0;
+}
+
 void print_json(const std::vector<Result>& results, const char* isa, std::size_t threads) {
     std::printf("{\"results\": [");
     for (std::size_t i = 0; i < results.size(); ++i) {
@@ -377,7 +433,7 @@ int cmd_bench(int argc, char** argv) {
     if (a.has("--contend-cpu"))
         s.contend_cpu = int(a.get_size("--contend-cpu", 0, 0, n_cpus > 0 ? std::size_t(n_cpus - 1) : 0));
     const std::vector<std::string> kinds =
-        a.get_choice_list("--kind", "gemm,quantize,forward", {"gemm", "quantize", "forward"});
+        a.get_choice_list("--kind", "gemm,quantize,forward,decode", {"gemm", "quantize", "forward", "decode"});
     const std::vector<std::size_t> ms = a.get_size_list("--m", quick ? "1,16,128,512" : "1,16,128,512,1024");
     const std::vector<std::string> layers = a.get_list("--layers", "4096x4096,4096x14336,14336x4096");
     const std::vector<std::string> format_names = a.get_list("--format", "mxfp4,nvfp4,int4");
@@ -387,6 +443,7 @@ int cmd_bench(int argc, char** argv) {
     s.gemm = wanted("gemm");
     s.quantize = wanted("quantize");
     s.forward = wanted("forward");
+    s.decode = wanted("decode");
     std::vector<wush_format> formats;
     for (const std::string& f : format_names) {
         wush_format fmt;
@@ -436,6 +493,7 @@ int cmd_bench(int argc, char** argv) {
             if (make_case(ctx.p, layer, weight, calib, n_calib, f, &c) != 0) return 1;
             for (std::size_t m : ms)
                 if (bench_m(ctx.p, s, c, x, m, &results) != 0) return 1;
+            if (s.decode && bench_decode(ctx.p, s, c, x, &results) != 0) return 1;
         }
     }
     if (a.has("--json")) print_json(results, wush_cpu_isa_name(used), n_threads);

@@ -77,9 +77,10 @@ const Command kCommands[] = {
      "  --fp-quant --checkpoint CK --out MODEL.safetensors [--config CONFIG.json]\n"},
     {"bench", cmd_bench,
      "the CPU runtime against its baselines (OpenBLAS SGEMM, shared-Hadamard\n"
-     "quantization, memcpy), measured in the same run\n"
+     "quantization, memcpy; one token against a streaming read of the weights'\n"
+     "bytes), measured in the same run\n"
      "  [--quick] [--json] [--layers L1,L2] [--format mxfp4,nvfp4,int4] [--m 1,16,...]\n"
-     "  [--kind gemm,quantize,forward] [--threads N] [--isa auto|scalar|avx2|avx512_vnni]\n"
+     "  [--kind gemm,quantize,forward,decode] [--threads N] [--isa auto|scalar|avx2|avx512_vnni]\n"
      "  [--repeats R] [--min-time SECONDS]\n"
      "  [--device cpu|cuda]  cuda: the CUDA backend against cuBLAS BF16 (a build\n"
      "               with nvcc and a GPU; --m, --kind quantize,forward, --layers, --format,\n"

@@ -260,24 +260,28 @@ void run_split(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* co
     });
 }
 
-// Few activation rows against a prepared layer's row blocks (AVX2): chunks of blocks.
+// Few activation rows against a prepared layer's row blocks: chunks of blocks.
 void run_row_blocks(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* codes, std::size_t threads,
                     const PanelPack& packed) {
     prepare_split(isa, o.a, codes, 0, o.a.m, p.xe, p.xo, p.lane_corr);
-    // The kernel wants one correction per group: the sum of the group's G / 8 lane corrections.
-    const std::size_t lanes = p.k_pad / 8, per_group = std::size_t(o.a.group) / 8;
-    for (std::size_t r = 0; r < o.a.m; ++r)
-        for (std::size_t b = 0; b < o.a.groups; ++b) {
-            std::int32_t c = 0;
-            for (std::size_t i = 0; i < per_group; ++i) c += p.lane_corr[r * lanes + b * per_group + i];
-            p.corr[r * o.a.groups + b] = c;
-        }
+    if (isa == Isa::Avx2) {
+        // The AVX2 kernel wants one correction per group: the sum of the group's G / 8 lane ones.
+        const std::size_t lanes = p.k_pad / 8, per_group = std::size_t(o.a.group) / 8;
+        for (std::size_t r = 0; r < o.a.m; ++r)
+            for (std::size_t b = 0; b < o.a.groups; ++b) {
+                std::int32_t c = 0;
+                for (std::size_t i = 0; i < per_group; ++i) c += p.lane_corr[r * lanes + b * per_group + i];
+                p.corr[r * o.a.groups + b] = c;
+            }
+    }
     const std::size_t blocks = (o.w.n + kRowBlock - 1) / kRowBlock;
-    threads::parallel_chunks(blocks, kRowsPerChunk / kRowBlock, threads, macs(o),
-                             [&](std::size_t, std::size_t b0, std::size_t b1) {
-                                 avx2::rows_multiply(o.a, packed.row_blocks(), packed.block_bytes(), b0 * kRowBlock,
-                                                     std::min(o.w.n, b1 * kRowBlock), o.w.n, o.out);
-                             });
+    threads::parallel_chunks(
+        blocks, kRowsPerChunk / kRowBlock, threads, macs(o), [&](std::size_t, std::size_t b0, std::size_t b1) {
+            const std::size_t n0 = b0 * kRowBlock, n1 = std::min(o.w.n, b1 * kRowBlock);
+            if (isa == Isa::Avx2)
+                avx2::rows_multiply(o.a, packed.row_blocks(), packed.block_bytes(), n0, n1, o.w.n, o.out);
+            else avx512::rows_multiply(o.a, packed.row_blocks(), packed.block_bytes(), n0, n1, o.out);
+        });
 }
 
 // More rows: the threads share the activation decoding, then each packs (unless a prepared layer
@@ -354,16 +358,18 @@ PanelPack::PanelPack(Isa isa, std::size_t threads, const formats::PackedMatrix& 
         for (std::size_t panel = b; panel < e; ++panel)
             pack_panel(isa, gw, panel * kPanelRows, bytes_.data() + offset_ + panel * stride_);
     });
-    // The small-m layout: AVX2 only. The AVX-512 row-streaming kernel reads the plain codes at
-    // 64 bytes per instruction pair and was measured near the memory bandwidth already.
-    if (isa != Isa::Avx2 || w.d_in % 32 != 0) return;
+    // The small-m layout: row blocks, which one token's product reads as a single stream.
+    if (w.d_in % 32 != 0) return;
     const std::size_t blocks = (w.d_out + kRowBlock - 1) / kRowBlock;
-    block_bytes_ = avx2::row_block_bytes(int(f.id), w.d_in);
+    block_bytes_ =
+        isa == Isa::Avx2 ? avx2::row_block_bytes(int(f.id), w.d_in) : avx512::row_block_bytes(int(f.id), w.d_in);
     blocks_.resize(checked_add(checked_mul(blocks, block_bytes_, "row blocks"), 63, "row blocks"));
     blocks_offset_ = (64 - reinterpret_cast<std::uintptr_t>(blocks_.data()) % 64) % 64;
     threads::parallel_chunks(blocks, 1, threads, bytes, [&](std::size_t, std::size_t b0, std::size_t b1) {
         for (std::size_t b = b0; b < b1; ++b)
-            avx2::pack_row_block(gw, b * kRowBlock, blocks_.data() + blocks_offset_ + b * block_bytes_);
+            if (isa == Isa::Avx2)
+                avx2::pack_row_block(gw, b * kRowBlock, blocks_.data() + blocks_offset_ + b * block_bytes_);
+            else avx512::pack_row_block(gw, b * kRowBlock, blocks_.data() + blocks_offset_ + b * block_bytes_);
     });
 }
 

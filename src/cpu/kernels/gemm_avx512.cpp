@@ -6,7 +6,9 @@
 //    elements; its low nibbles (even elements) and high nibbles (odd ones) are looked up into
 //    biased bytes and multiplied (vpdpbusd) with the activations' even / odd elements, laid out
 //    the same way. Dword lane L then sums 8 elements of one group, so the group scales apply per
-//    lane, and the lanes are summed once per output.
+//    lane, and the lanes are summed once per output. One token's product only reads each weight
+//    byte once, so the work per byte decides its speed: 4 weight rows at a time share the
+//    activation loads, and the scales are decoded 16 groups at a time.
 //  - panel_multiply (m > 4): a packed panel of 32 weight rows (for each group, G/4 steps of
 //    32 rows x 4 bytes) against 4 activation rows at a time: each step broadcasts 4 activation
 //    bytes per row and accumulates 4 x 2 vectors of 16 int32 dot products, which are scaled into
@@ -109,40 +111,43 @@ __m512 decode_e4m3(__m512i c) {
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
 }
 
-struct ScaleLanes {
-    __m512i control;  // pshufb control spreading a chunk's scale bytes over the lanes
-    int format;
-};
+// ---- group scales of a span: 16 consecutive groups of a row -----------------------------------
+//
+// The row-streaming kernel decodes a row's weight scales 16 groups at a time (a span: 4 chunks of
+// 128 elements for G = 32, 2 for G = 16), multiplies them by the activation row's group scales
+// once, and hands each chunk its lanes with one permute: decoding each chunk's few scales on its
+// own took as many instructions as the chunk's products.
 
-ScaleLanes scale_lanes(int format) {
-    ScaleLanes s;
-    s.format = format;
-    const int z = int(0x80808080u);
-    if (format == kNvfp4) {  // G = 16: lane i -> group i / 2
-        s.control = _mm512_setr_epi32(z & ~0xFF, z & ~0xFF, (z & ~0xFF) | 1, (z & ~0xFF) | 1,  //
-                                      (z & ~0xFF) | 2, (z & ~0xFF) | 2, (z & ~0xFF) | 3, (z & ~0xFF) | 3,
-                                      (z & ~0xFF) | 4, (z & ~0xFF) | 4, (z & ~0xFF) | 5, (z & ~0xFF) | 5,
-                                      (z & ~0xFF) | 6, (z & ~0xFF) | 6, (z & ~0xFF) | 7, (z & ~0xFF) | 7);
-    } else if (format == kInt4) {  // G = 32, bf16 scales: lane i -> bytes 2(i/4), 2(i/4)+1 on top
-        const int c0 = 0x01008080, c1 = 0x03028080, c2 = 0x05048080, c3 = 0x07068080;
-        s.control = _mm512_setr_epi32(c0, c0, c0, c0, c1, c1, c1, c1, c2, c2, c2, c2, c3, c3, c3, c3);
-    } else {  // MXFP4 / OCP, G = 32: lane i -> group i / 4
-        const int c0 = z & ~0xFF, c1 = c0 | 1, c2 = c0 | 2, c3 = c0 | 3;
-        s.control = _mm512_setr_epi32(c0, c0, c0, c0, c1, c1, c1, c1, c2, c2, c2, c2, c3, c3, c3, c3);
-    }
-    return s;
+__mmask16 lane_mask(std::size_t n) {
+    return __mmask16(n >= 16 ? 0xFFFFu : (1u << n) - 1u);
 }
 
-// Scales of chunk `c` of a weight row (`avail` scale bytes left in the row from the chunk start).
-__m512 chunk_scales(const ScaleLanes& s, const std::uint8_t* row_scales, std::size_t c, std::size_t avail) {
-    const std::size_t per_chunk = s.format == kMxfp4 || s.format == 3 ? 4 : 8;
-    // One masked load (a byte-wise copy would stall the broadcast on store forwarding).
-    const __m128i raw =
-        _mm_maskz_loadu_epi8(__mmask16(byte_mask(avail < per_chunk ? avail : per_chunk)), row_scales + c * per_chunk);
-    const __m512i c32 = _mm512_shuffle_epi8(_mm512_broadcastq_epi64(raw), s.control);
-    if (s.format == kInt4) return _mm512_castsi512_ps(c32);
-    if (s.format == kNvfp4) return decode_e4m3(c32);
-    return decode_e8m0(c32);
+// The 16 weight scales of a span (1 byte each, INT4 2) at `span`; groups past `left` read as code 0.
+__m512 weight_span_scales(int format, const std::uint8_t* span, std::size_t left) {
+    if (format == kInt4) {  // BF16: the upper half of a float
+        const __m256i h = _mm256_maskz_loadu_epi16(lane_mask(left), span);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    const __m512i c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lane_mask(left), span));
+    return format == kNvfp4 ? decode_e4m3(c) : decode_e8m0(c);
+}
+
+// Permute indices: lane i of chunk j of a span covers elements 128 j + 8 i .. + 7, which lie in
+// group (128 j + 8 i) / G of the span.
+struct SpanLanes {
+    __m512i index[4];
+    std::size_t chunks;  // chunks per span: G / 8
+};
+
+SpanLanes span_lanes(int group) {
+    SpanLanes s;
+    s.chunks = std::size_t(group) / 8;
+    for (int j = 0; j < 4; ++j) {
+        alignas(64) std::int32_t idx[16];
+        for (int i = 0; i < 16; ++i) idx[i] = (128 * j + 8 * i) / group % 16;
+        s.index[j] = _mm512_load_si512(idx);
+    }
+    return s;
 }
 
 // ---- activation preparation ---------------------------------------------------------------------
@@ -198,52 +203,202 @@ void prepare_split(const GemmActivations& a, const std::uint8_t* codes, std::siz
 
 namespace {
 
-template <int M>
-void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::size_t n1, std::size_t r0,
-          const GemmOutput& out) {
-    const __m512i lut = _mm512_broadcast_i32x4(weight_lut(w.format)), low = _mm512_set1_epi8(0x0F);
-    const ScaleLanes sl = scale_lanes(w.format);
-    const std::size_t row_bytes = w.k / 2, chunks = a.k_pad / 128, half = a.k_pad / 2, lanes = a.k_pad / 8;
-    const std::size_t scale_row = w.groups * (is_int4(w.format) ? 2 : 1);
-    const std::size_t scale_per_chunk = scale_row * 128 / w.k;  // k_pad/128 chunks cover the row
-    for (std::size_t n = n0; n < n1; ++n) {
-        const std::uint8_t* wr = w.codes + n * row_bytes;
-        const std::uint8_t* sr = w.scales + n * scale_row;
-        __m512 acc_f[M];
+// How far ahead of its reads the kernel asks for weight bytes. The hardware prefetchers alone left
+// a one-token product at about half the speed of a plain read of the same bytes: this kernel does
+// enough work per line that the core's own look-ahead covers too few lines to hide the memory's
+// latency. (Prefetches past the end of the weights are harmless: they never fault.)
+constexpr std::size_t kPrefetchBytes = 4096;
+
+// Where R weight rows' chunks and scale spans lie: the packed matrix row after row, or a prepared
+// layer's row block (the rows interleaved span by span, so that the R rows are one stream).
+// Chunk jj of span s of row j is at codes + s code_span_step + jj chunk_step + j row_step.
+struct RowView {
+    const std::uint8_t* codes;   // chunk 0 of the first row
+    std::size_t row_step;        // bytes from a row's chunk to the next row's same chunk
+    std::size_t chunk_step;      // bytes from a chunk of a span to the span's next chunk
+    std::size_t code_span_step;  // bytes from a span's first chunk to the next span's
+    const std::uint8_t* scales;  // span 0 of the first row
+    std::size_t scale_row_step;  // bytes from a row's span to the next row's same span
+    std::size_t span_step;       // bytes from a row's span to its next span
+};
+
+std::size_t scale_bytes_of(int format) {
+    return is_int4(format) ? 2 : 1;
+}
+
+RowView plain_rows(const GemmWeights& w, std::size_t n) {
+    const std::size_t row_bytes = w.k / 2, sb = scale_bytes_of(w.format), scale_row = w.groups * sb;
+    const std::size_t span_chunks = w.k / w.groups / 8;
+    return {w.codes + n * row_bytes, row_bytes, 64, 64 * span_chunks, w.scales + n * scale_row, scale_row, 16 * sb};
+}
+
+// Weight rows `v` (R of them) against activation rows r0 .. r0 + M - 1 (the split layout), rows
+// from the view's j0: the rows share every activation load, and each weight chunk is decoded
+// once for the M activation rows. A lane's value is what one row at a time would give: (weight
+// scale x activation scale) x its integer dot, accumulated chunk by chunk, the lanes summed at the
+// end. Outputs n .. n + stored - 1 are stored.
+
+template <int M, int R>
+void gemv_block(const GemmActivations& a, int format, const SpanLanes& sl, const RowView& v, std::size_t n,
+                std::size_t stored, std::size_t r0, const GemmOutput& out) {
+    const __m512i lut = _mm512_broadcast_i32x4(weight_lut(format)), low = _mm512_set1_epi8(0x0F);
+    const std::size_t row_bytes = a.k / 2, chunks = a.k_pad / 128, half = a.k_pad / 2, lanes = a.k_pad / 8;
+    __m512 acc_f[R][M];
 #pragma GCC unroll 32
-        for (int r = 0; r < M; ++r) acc_f[r] = _mm512_setzero_ps();
-        for (std::size_t c = 0; c < chunks; ++c) {
-            const std::size_t left = row_bytes - 64 * c;
-            const __m512i v =
-                left >= 64 ? _mm512_loadu_si512(wr + 64 * c) : _mm512_maskz_loadu_epi8(byte_mask(left), wr + 64 * c);
-            const __m512i wl = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low));
-            const __m512i wh = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
-            const __m512 sb = chunk_scales(sl, sr, c, scale_row - c * scale_per_chunk);
+    for (int j = 0; j < R; ++j)
+#pragma GCC unroll 32
+        for (int r = 0; r < M; ++r) acc_f[j][r] = _mm512_setzero_ps();
+    for (std::size_t c0 = 0, g0 = 0, span = 0; c0 < chunks; c0 += sl.chunks, g0 += 16, ++span) {
+        const std::size_t left = a.groups - g0;
+        __m512 cs[R][M];
+#pragma GCC unroll 32
+        for (int j = 0; j < R; ++j) {
+            const __m512 ws =
+                weight_span_scales(format, v.scales + std::size_t(j) * v.scale_row_step + span * v.span_step, left);
+#pragma GCC unroll 32
+            for (int r = 0; r < M; ++r)
+                cs[j][r] = _mm512_mul_ps(
+                    ws, _mm512_maskz_loadu_ps(lane_mask(left), a.scale + (r0 + std::size_t(r)) * a.groups + g0));
+        }
+        const std::size_t c1 = c0 + sl.chunks < chunks ? c0 + sl.chunks : chunks;
+        const std::uint8_t* span_codes = v.codes + span * v.code_span_step;
+        for (std::size_t c = c0; c < c1; ++c) {
+            const __m512i idx = sl.index[c - c0];
+            const std::size_t left_bytes = row_bytes - 64 * c;
+            __m512i xe[M], xo[M], corr[M];
 #pragma GCC unroll 32
             for (int r = 0; r < M; ++r) {
                 const std::size_t row = r0 + std::size_t(r);
-                __m512i acc = _mm512_loadu_si512(a.lane_corr + row * lanes + 16 * c);
-                acc = _mm512_dpbusd_epi32(acc, wl, _mm512_loadu_si512(a.xe + row * half + 64 * c));
-                acc = _mm512_dpbusd_epi32(acc, wh, _mm512_loadu_si512(a.xo + row * half + 64 * c));
-                const __m512 s = _mm512_mul_ps(sb, _mm512_loadu_ps(a.lane_scale + row * lanes + 16 * c));
-                acc_f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, acc_f[r]);
+                xe[r] = _mm512_loadu_si512(a.xe + row * half + 64 * c);
+                xo[r] = _mm512_loadu_si512(a.xo + row * half + 64 * c);
+                corr[r] = _mm512_loadu_si512(a.lane_corr + row * lanes + 16 * c);
+            }
+#pragma GCC unroll 32
+            for (int j = 0; j < R; ++j) {
+                const std::uint8_t* wr = span_codes + (c - c0) * v.chunk_step + std::size_t(j) * v.row_step;
+                _mm_prefetch(reinterpret_cast<const char*>(wr + kPrefetchBytes), _MM_HINT_T0);
+                const __m512i wv =
+                    left_bytes >= 64 ? _mm512_loadu_si512(wr) : _mm512_maskz_loadu_epi8(byte_mask(left_bytes), wr);
+                const __m512i wl = _mm512_shuffle_epi8(lut, _mm512_and_si512(wv, low));
+                const __m512i wh = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(wv, 4), low));
+#pragma GCC unroll 32
+                for (int r = 0; r < M; ++r) {
+                    const __m512i acc = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(corr[r], wl, xe[r]), wh, xo[r]);
+                    acc_f[j][r] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_permutexvar_ps(idx, cs[j][r]), acc_f[j][r]);
+                }
             }
         }
-#pragma GCC unroll 32
-        for (int r = 0; r < M; ++r) store_scalar(out, r0 + std::size_t(r), n, _mm512_reduce_add_ps(acc_f[r]));
     }
+#pragma GCC unroll 32
+    for (int j = 0; j < R; ++j)
+        if (std::size_t(j) < stored)
+#pragma GCC unroll 32
+            for (int r = 0; r < M; ++r)
+                store_scalar(out, r0 + std::size_t(r), n + std::size_t(j), _mm512_reduce_add_ps(acc_f[j][r]));
+}
+
+// Weight rows n0 .. n1 of the packed matrix: R rows at a time, then the rest one at a time.
+template <int M, int R>
+void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::size_t n1, std::size_t r0,
+          const GemmOutput& out) {
+    const SpanLanes sl = span_lanes(a.group);
+    std::size_t n = n0;
+    for (; n + R <= n1; n += R) gemv_block<M, R>(a, w.format, sl, plain_rows(w, n), n, R, r0, out);
+    for (; n < n1; ++n) gemv_block<M, 1>(a, w.format, sl, plain_rows(w, n), n, 1, r0, out);
+}
+
+// Row block layout (kRowBlock rows): span after span (16 groups, G / 8 chunks), each holding the
+// rows' 16 scales (row j at 16 scale_bytes j), then its chunks (chunk jj of row j at
+// 64 (kRowBlock jj + j)): one sequential stream. Rows past the matrix, and bytes past k, are zero.
+std::size_t span_bytes(int format) {
+    const std::size_t chunks = format == kNvfp4 ? 2 : 4;
+    return kRowBlock * (16 * scale_bytes_of(format) + 64 * chunks);
+}
+
+std::size_t span_scales_bytes(int format) {
+    return kRowBlock * 16 * scale_bytes_of(format);
+}
+
+RowView block_rows(int format, const std::uint8_t* block, std::size_t j0) {
+    const std::size_t sb = scale_bytes_of(format);
+    return {block + span_scales_bytes(format) + 64 * j0,
+            64,
+            64 * kRowBlock,
+            span_bytes(format),
+            block + 16 * sb * j0,
+            16 * sb,
+            span_bytes(format)};
+}
+
+// One row block: all its rows for one token (R = kRowBlock), halves of it for more.
+template <int M>
+void block_multiply(const GemmActivations& a, const SpanLanes& sl, const std::uint8_t* block, std::size_t n,
+                    std::size_t valid, std::size_t r0, const GemmOutput& out) {
+    if constexpr (M == 1) {
+        gemv_block<1, kRowBlock>(a, a.format, sl, block_rows(a.format, block, 0), n, valid, r0, out);
+    } else {
+        constexpr std::size_t H = kRowBlock / 2;
+        gemv_block<M, H>(a, a.format, sl, block_rows(a.format, block, 0), n, valid < H ? valid : H, r0, out);
+        if (valid > H) gemv_block<M, H>(a, a.format, sl, block_rows(a.format, block, H), n + H, valid - H, r0, out);
+    }
+}
+
+template <int M>
+void blocks_multiply(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
+                     std::size_t n1, std::size_t r0, const GemmOutput& out) {
+    const SpanLanes sl = span_lanes(a.group);
+    for (std::size_t n = n0; n < n1; n += kRowBlock)
+        block_multiply<M>(a, sl, blocks + n / kRowBlock * block_bytes, n, n1 - n < kRowBlock ? n1 - n : kRowBlock, r0,
+                          out);
 }
 
 }  // namespace
 
 void gemv_rows(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::size_t n1, const GemmOutput& out) {
     switch (a.m) {
-        case 1: gemv<1>(a, w, n0, n1, 0, out); break;
-        case 2: gemv<2>(a, w, n0, n1, 0, out); break;
-        case 3: gemv<3>(a, w, n0, n1, 0, out); break;
+        case 1: gemv<1, 4>(a, w, n0, n1, 0, out); break;
+        case 2: gemv<2, 2>(a, w, n0, n1, 0, out); break;
+        case 3: gemv<3, 2>(a, w, n0, n1, 0, out); break;
         default:  // 4 rows' operands would not fit in L1 next to the streamed weights: 2 + 2
-            gemv<2>(a, w, n0, n1, 0, out);
-            gemv<2>(a, w, n0, n1, 2, out);
+            gemv<2, 2>(a, w, n0, n1, 0, out);
+            gemv<2, 2>(a, w, n0, n1, 2, out);
+            break;
+    }
+}
+
+std::size_t row_block_bytes(int format, std::size_t k) {
+    const std::size_t groups = k / (format == kNvfp4 ? 16 : 32);
+    return (groups + 15) / 16 * span_bytes(format);  // a multiple of 64
+}
+
+void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block) {
+    std::memset(block, 0, row_block_bytes(w.format, w.k));
+    const std::size_t row_bytes = w.k / 2, sb = scale_bytes_of(w.format), scale_row = w.groups * sb;
+    const std::size_t span_chunks = w.k / w.groups / 8, valid = w.n - n0 < kRowBlock ? w.n - n0 : kRowBlock;
+    for (std::size_t j = 0; j < valid; ++j) {
+        const std::uint8_t* codes = w.codes + (n0 + j) * row_bytes;
+        for (std::size_t c = 0; 64 * c < row_bytes; ++c) {
+            std::uint8_t* span = block + c / span_chunks * span_bytes(w.format);
+            std::memcpy(span + span_scales_bytes(w.format) + 64 * (kRowBlock * (c % span_chunks) + j), codes + 64 * c,
+                        row_bytes - 64 * c < 64 ? row_bytes - 64 * c : 64);
+        }
+        const std::uint8_t* scales = w.scales + (n0 + j) * scale_row;
+        for (std::size_t s = 0; 16 * sb * s < scale_row; ++s)
+            std::memcpy(block + s * span_bytes(w.format) + 16 * sb * j, scales + 16 * sb * s,
+                        scale_row - 16 * sb * s < 16 * sb ? scale_row - 16 * sb * s : 16 * sb);
+    }
+}
+
+void rows_multiply(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
+                   std::size_t n1, const GemmOutput& out) {
+    switch (a.m) {
+        case 1: blocks_multiply<1>(a, blocks, block_bytes, n0, n1, 0, out); break;
+        case 2: blocks_multiply<2>(a, blocks, block_bytes, n0, n1, 0, out); break;
+        case 3: blocks_multiply<3>(a, blocks, block_bytes, n0, n1, 0, out); break;
+        default:  // as gemv_rows: 2 + 2
+            blocks_multiply<2>(a, blocks, block_bytes, n0, n1, 0, out);
+            blocks_multiply<2>(a, blocks, block_bytes, n0, n1, 2, out);
             break;
     }
 }

@@ -137,6 +137,15 @@ void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::si
                     const GemmOutput& out, std::size_t n_total);
 }  // namespace avx2
 namespace avx512 {
+// Row blocks of kRowBlock rows for small m (prepared layers): each 128-element chunk of the block's
+// rows one after another (64 bytes each, zero past k), then the rows' scales 16 groups at a time,
+// so one token's product reads the block as a single stream.
+std::size_t row_block_bytes(int format, std::size_t k);  // a multiple of 64
+void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block);
+// Y rows 0..m-1 (m <= 4, the split layout of `a`) for weight rows n0..n1 (n0 a multiple of
+// kRowBlock); `blocks` points at block 0.
+void rows_multiply(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
+                   std::size_t n1, const GemmOutput& out);
 void prepare_rows(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1, std::int8_t* x8,
                   std::int32_t* corr);
 void prepare_split(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1, std::int8_t* xe,
