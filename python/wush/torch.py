@@ -116,6 +116,11 @@ class HookCalibration:
     ``sample_size``, ``validation_size``). While ``validation`` is set, the hooks offer the inputs
     to the existing calibrators' validation samples (:meth:`Calibrator.add_validation`) instead of
     their moments.
+
+    A forward pass given an ``attention_mask`` keyword of shape (batch, seq) (the padded
+    sentence batches of an encoder) adds only the rows of real tokens: a padded position's
+    activations reach no real token's output, and in a batch of sentences of unequal lengths
+    they can be half of the rows, which would then weigh as much as the text in the moments.
     """
 
     def __init__(self, model: nn.Module, layers: Dict[str, nn.Module], group_size: int,
@@ -129,10 +134,33 @@ class HookCalibration:
         self._seen: Dict[Tuple, Tuple[Calibrator, torch.Tensor]] = {}
         self._added: set = set()
         self._handles: List[Any] = []
+        self._mask: Optional[torch.Tensor] = None  # this pass's (batch, seq) token mask
 
     def _reset(self, *_: Any) -> None:
         self._seen.clear()
         self._added.clear()
+        self._mask = None
+
+    def _start(self, _module: nn.Module, _args: Tuple, kwargs: Dict[str, Any]) -> None:
+        self._reset()
+        mask = kwargs.get("attention_mask")
+        if isinstance(mask, torch.Tensor) and mask.dim() == 2 and not bool(mask.bool().all()):
+            self._mask = mask.bool()
+
+    def _add(self, cal: Calibrator, x: torch.Tensor, d_in: int) -> None:
+        """Adds ``x``'s rows without the padded positions of this pass's attention mask; a
+        batch x seq x d_in input as whole sequences (the guard's hold-out unit)."""
+        x = x.detach()
+        mask = self._mask
+        padded = mask is not None and x.dim() == 3 and tuple(mask.shape) == tuple(x.shape[:2])
+        if self.validation:
+            cal.add_validation(x[mask.to(x.device)] if padded else x.reshape(-1, d_in))
+        elif padded:  # each sentence's real tokens: one sequence of its own length
+            for b, n in enumerate(mask.sum(dim=1).tolist()):
+                if n:
+                    cal.add(x[b][mask[b].to(x.device)], sequence_length=n)
+        else:
+            cal.add(x.reshape(-1, d_in), sequence_length=x.shape[1] if x.dim() == 3 and x.shape[1] > 0 else None)
 
     def _hook(self, name: str) -> Any:
         def hook(module: nn.Module, inputs: Tuple) -> None:
@@ -152,16 +180,11 @@ class HookCalibration:
             if (id(cal), key) in self._added:
                 return  # a layer sharing this calibrator already added this very tensor
             self._added.add((id(cal), key))
-            rows = x.detach().reshape(-1, in_features(module))
-            if self.validation:
-                cal.add_validation(rows)
-            else:
-                # A batch x seq x d_in input is batch whole sequences: the guard holds them out whole.
-                cal.add(rows, sequence_length=x.shape[1] if x.dim() == 3 and x.shape[1] > 0 else None)
+            self._add(cal, x, in_features(module))
         return hook
 
     def __enter__(self) -> "HookCalibration":
-        self._handles.append(self.model.register_forward_pre_hook(self._reset))
+        self._handles.append(self.model.register_forward_pre_hook(self._start, with_kwargs=True))
         self._handles.append(self.model.register_forward_hook(self._reset))  # drop the held inputs
         for n, m in self.layers.items():
             self._handles.append(m.register_forward_pre_hook(self._hook(n)))

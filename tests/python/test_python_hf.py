@@ -253,9 +253,10 @@ class SentenceTransformers(unittest.TestCase):
         from sentence_transformers import SentenceTransformer
         from transformers import AutoTokenizer
         tok = AutoTokenizer.from_pretrained(self.src, local_files_only=True)
-        # Measured 0.951 and 0.967 on these sentences (the issue's table, on its own sentences:
-        # 0.957 and 0.971); the floors leave room for the thread count's last bits only.
-        floor = {"mxfp4": 0.948, "nvfp4": 0.964}
+        # Measured 0.955 and 0.970 on these sentences (0.951 and 0.967 while the calibration
+        # took the padded positions too; the issue's table, on its own sentences: 0.957 and
+        # 0.971); the floors leave room for the thread count's last bits only.
+        floor = {"mxfp4": 0.953, "nvfp4": 0.968}
         for fmt, out in self.outs.items():
             with self.subTest(fmt=fmt):
                 st = wush.load_sentence_transformer(out)
@@ -283,7 +284,7 @@ class SentenceTransformers(unittest.TestCase):
         self.assertEqual(st[0].auto_model.embeddings.word_embeddings.weight.dtype, torch.bfloat16)
         cos = self.cosine(st)
         print(f"MiniLM mxfp4 WUSH RTN, bf16 embeddings: cosine {cos:.4f}")
-        self.assertGreaterEqual(cos, 0.948)
+        self.assertGreaterEqual(cos, 0.953)  # measured 0.956 (0.950 with padded calibration rows)
 
     def test_refused_without_import_wush(self):
         rc, so, err = child(f"""
