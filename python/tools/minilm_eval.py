@@ -130,18 +130,16 @@ def spread_windows(tok, modules: List[str], n_tokens: int, seq_len: int) -> "tor
 
 
 def document_windows(tok, modules: List[str], n_tokens: int, seq_len: int) -> Tuple["torch.Tensor", List[int]]:
-    """n_tokens of calibration text as documents: one document per module (its docstrings), each
-    the same number of whole windows from its front (as few modules as that takes, in order), the
-    last one shorter if need be. Returns the windows, document by document, and each document's
-    length in tokens (what `wush eval --documents` reads)."""
+    """n_tokens of calibration text as documents: one document per module (its docstrings), the
+    whole windows spread as evenly as they go over all the modules (each module's first windows;
+    the first modules one more when they do not divide), document after document. Returns the
+    windows and each document's length in tokens (what `wush eval --documents` reads)."""
     n_windows = n_tokens // seq_len
-    per_doc = -(-n_windows // len(modules)) if modules else 0
     rows: List[List[int]] = []
     lengths: List[int] = []
-    for m in modules:
-        if len(rows) >= n_windows:
-            break
-        w = windows_of(tok, token_ids(tok, docstrings([m]), set()), seq_len)[:min(per_doc, n_windows - len(rows))]
+    for i, m in enumerate(modules):
+        want = n_windows // len(modules) + (1 if i < n_windows % len(modules) else 0)
+        w = windows_of(tok, token_ids(tok, docstrings([m]), set()), seq_len)[:want] if want else []
         if w:
             rows.extend(w)
             lengths.append(len(w) * seq_len)
@@ -388,8 +386,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "not reach)")
     p.add_argument("--calib-layout", choices=["documents", "spread", "front"], default="documents",
                    help="how the calibration windows are cut from the calibration modules: 'documents' (the "
-                        "default): each module is one document, the same number of whole windows from each "
-                        "(2048 tokens: 2 windows from each of the first 8 modules); 'spread': one window from "
+                        "default): each module is one document, the windows spread evenly over the modules "
+                        "(2048 tokens: 2 windows from each of the first 4 modules, 1 from each of the other 8); "
+                        "'spread': one window from "
                         "each module in turn; 'front': from the front of the modules' concatenated text (2048 "
                         "tokens are argparse's)")
     p.add_argument("--calib-spread", dest="calib_layout", action="store_const", const="spread",

@@ -340,17 +340,20 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
     if (guarded && method == Method::Gptq) inverse = gptq::inverse_hessian(calibration, options.damping);
     const gptq::InverseHessian* shared = inverse ? &*inverse : nullptr;
     // A searched RTN build computes plain WUS/WUSH on the way (the same blocks, the same values).
-    std::optional<BlockTransform> plain_transform;
-    QuantizedLayer searched = build(options, format, method, calibration, w, d_out, progress, tokens.search, shared,
-                                    guarded && method == Method::Rtn ? &plain_transform : nullptr);
-    if (!guarded) return searched;
     // Held-out documents that are in the moments cannot show a transform that fits the
     // calibration documents only (it was fit on them too). So under the document hold-out the
     // data-aware candidates (searched, plain) are scored as built from the other documents'
-    // sampled tokens alone: a cross-fit. The one kept is returned as built on every token.
+    // sampled tokens alone: a cross-fit. The one kept is then built on every token, after the
+    // decision (so a data-free layer kept costs no full search).
     std::optional<CrossFit> cross;
-    if (tokens.source == GuardSource::HoldOutDocuments)
+    if (guarded && tokens.source == GuardSource::HoldOutDocuments)
         cross.emplace(cross_fit(options, format, method, calibration, w, d_out, progress, tokens));
+    std::optional<BlockTransform> plain_transform;
+    std::optional<QuantizedLayer> searched;
+    if (!cross)
+        searched = build(options, format, method, calibration, w, d_out, progress, tokens.search, shared,
+                         guarded && method == Method::Rtn ? &plain_transform : nullptr);
+    if (!guarded) return std::move(*searched);
 
     const std::size_t d_in = calibration.d_in();
     const ScoredRows rows = scored_rows(w, d_out, d_in);
@@ -363,7 +366,7 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
     report.n_sequences = tokens.n_sequences;
     std::vector<Candidate> all;
     all.reserve(kGuardCandidates);
-    all.push_back(candidate(cross ? std::move(cross->searched) : std::move(searched), format, rows));
+    all.push_back(candidate(cross ? std::move(cross->searched) : std::move(*searched), format, rows));
     score(all[0], w_scored, tokens);
     report.candidates[0].loss = all[0].mean;
     const std::vector<TransformOptions> alts = alternatives(options);
@@ -385,16 +388,10 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
     for (std::size_t i = 1; i < all.size(); ++i)
         if (report.candidates[i].clearly_better && all[i].mean < all[report.kept].mean) report.kept = i;
     mark_undecided(report, all);
-    if (cross && report.kept == 0) {
-        searched.guard = report;
-        return searched;
-    }
-    if (cross && report.kept == 1) {
-        if (method == Method::Rtn && plain_transform) {
-            formats::PackedMatrix weights = prequantize_rtn(*plain_transform, format, w, d_out);
-            return {std::move(*plain_transform), std::move(weights), report};
-        }
-        QuantizedLayer whole = build(alts[0], format, method, calibration, w, d_out, progress, {}, shared);
+    if (cross && report.kept <= 1) {
+        QuantizedLayer whole =
+            report.kept == 0 ? build(options, format, method, calibration, w, d_out, progress, tokens.search, shared)
+                             : build(alts[0], format, method, calibration, w, d_out, progress, {}, shared);
         whole.guard = report;
         return whole;
     }
