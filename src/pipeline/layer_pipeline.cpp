@@ -249,29 +249,30 @@ void mark_undecided(GuardReport& report, const std::vector<Candidate>& all) {
 
 // The data-aware candidates built from the search half of the token sample alone (its moments
 // and its search sample): under the document hold-out, that half is the other documents' tokens.
+// Scored only, never returned, so RTN quantizes just the scored rows.
 struct CrossFit {
-    QuantizedLayer searched;
-    QuantizedLayer plain;
+    Candidate searched;
+    Candidate plain;
 };
 
 CrossFit cross_fit(const TransformOptions& options, const formats::FormatSpec& format, Method method,
                    const Calibrator& calibration, std::span<const float> w, std::size_t d_out, Progress* progress,
-                   const GuardTokens& tokens) {
+                   const GuardTokens& tokens, const ScoredRows& rows) {
     Calibrator fit(calibration.d_in(), calibration.group(), calibration.mode());
     fit.add(WUSH_DTYPE_F32, tokens.search.data(), tokens.search.size() / calibration.d_in());
-    std::optional<gptq::InverseHessian> inverse;
-    if (method == Method::Gptq) inverse = gptq::inverse_hessian(fit, options.damping);
-    const gptq::InverseHessian* shared = inverse ? &*inverse : nullptr;
-    std::optional<BlockTransform> plain_transform;
-    QuantizedLayer searched = build(options, format, method, fit, w, d_out, progress, tokens.search, shared,
-                                    method == Method::Rtn ? &plain_transform : nullptr);
     TransformOptions plain = options;
     plain.search = {};
-    if (method == Method::Rtn && plain_transform) {
-        formats::PackedMatrix q = prequantize_rtn(*plain_transform, format, w, d_out);
-        return {std::move(searched), {std::move(*plain_transform), std::move(q), {}}};
+    if (method == Method::Rtn) {
+        std::optional<BlockTransform> plain_transform;  // comes with the searched build
+        BlockTransform searched = rtn_transform(options, fit, w, d_out, progress, tokens.search, &plain_transform);
+        BlockTransform unsearched =
+            plain_transform ? std::move(*plain_transform) : rtn_transform(plain, fit, w, d_out, progress);
+        return {rtn_candidate(std::move(searched), format, w, d_out, rows),
+                rtn_candidate(std::move(unsearched), format, w, d_out, rows)};
     }
-    return {std::move(searched), build(plain, format, method, fit, w, d_out, progress, {}, shared)};
+    const gptq::InverseHessian inverse = gptq::inverse_hessian(fit, options.damping);
+    return {candidate(build(options, format, method, fit, w, d_out, progress, tokens.search, &inverse), format, rows),
+            candidate(build(plain, format, method, fit, w, d_out, progress, {}, &inverse), format, rows)};
 }
 
 // The alternatives to the searched layer, in wush_guard_candidate's order: plain WUS/WUSH, I, H, R.
@@ -339,18 +340,16 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
     std::optional<gptq::InverseHessian> inverse;
     if (guarded && method == Method::Gptq) inverse = gptq::inverse_hessian(calibration, options.damping);
     const gptq::InverseHessian* shared = inverse ? &*inverse : nullptr;
-    // A searched RTN build computes plain WUS/WUSH on the way (the same blocks, the same values).
     // Held-out documents that are in the moments cannot show a transform that fits the
     // calibration documents only (it was fit on them too). So under the document hold-out the
     // data-aware candidates (searched, plain) are scored as built from the other documents'
-    // sampled tokens alone: a cross-fit. The one kept is then built on every token, after the
-    // decision (so a data-free layer kept costs no full search).
-    std::optional<CrossFit> cross;
-    if (guarded && tokens.source == GuardSource::HoldOutDocuments)
-        cross.emplace(cross_fit(options, format, method, calibration, w, d_out, progress, tokens));
+    // sampled tokens alone: a cross-fit (cross_fit). The one kept is then built on every token,
+    // after the decision (so a data-free layer kept costs no full search).
+    const bool cross_fitted = guarded && tokens.source == GuardSource::HoldOutDocuments;
+    // A searched RTN build computes plain WUS/WUSH on the way (the same blocks, the same values).
     std::optional<BlockTransform> plain_transform;
     std::optional<QuantizedLayer> searched;
-    if (!cross)
+    if (!cross_fitted)
         searched = build(options, format, method, calibration, w, d_out, progress, tokens.search, shared,
                          guarded && method == Method::Rtn ? &plain_transform : nullptr);
     if (!guarded) return std::move(*searched);
@@ -366,12 +365,14 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
     report.n_sequences = tokens.n_sequences;
     std::vector<Candidate> all;
     all.reserve(kGuardCandidates);
-    all.push_back(candidate(cross ? std::move(cross->searched) : std::move(*searched), format, rows));
+    std::optional<CrossFit> cross;
+    if (cross_fitted) cross.emplace(cross_fit(options, format, method, calibration, w, d_out, progress, tokens, rows));
+    all.push_back(cross ? std::move(cross->searched) : candidate(std::move(*searched), format, rows));
     score(all[0], w_scored, tokens);
     report.candidates[0].loss = all[0].mean;
     const std::vector<TransformOptions> alts = alternatives(options);
     for (std::size_t i = 0; i < alts.size(); ++i) {
-        if (i == 0 && cross) all.push_back(candidate(std::move(cross->plain), format, rows));
+        if (i == 0 && cross) all.push_back(std::move(cross->plain));
         else if (method == Method::Rtn)
             all.push_back(rtn_candidate(i == 0 && plain_transform
                                             ? std::move(*plain_transform)
