@@ -11,6 +11,10 @@
 //             guard's 1024 scored output rows of the 4096);
 //   "guard_seq" the same with the calibration tokens added as 32 sequences of 128
 //             (wush_calibrator_add_sequences): the guard holds out whole sequences of the sample;
+//   "guard_doc" the same with the calibration tokens added as 8 documents of 512
+//             (wush_calibrator_add_document): the guard holds out whole documents and scores the
+//             searched and plain layers as built without them (a cross-fit: the search runs on
+//             the other documents' sample, then once more on every token when it is kept);
 //   "gptq_plain", "gptq_guard": the same two with GPTQ (a full-mode calibrator; the guard's four
 //             alternatives are each a GPTQ build);
 // "guard_before", the same guard as first implemented (commit 4d73e40), written out here: plain
@@ -57,15 +61,17 @@ constexpr std::size_t kCalibrationTokens = 4096;
 constexpr std::size_t kSearchTokens = 256;  // WUSH_OPTION_SEARCH_TOKENS' default
 constexpr const char* kLayer = "4096x4096";
 constexpr wush_format kFormats[] = {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4};
-constexpr const char* kVariants[] = {"plain",        "search",  "guard",      "guard_seq",
+constexpr const char* kVariants[] = {"plain",        "search",  "guard",      "guard_seq", "guard_doc",
                                      "guard_before", "loss256", "gptq_plain", "gptq_guard"};
 constexpr std::size_t kSequenceLength = 128;  // "guard_seq": the calibration tokens as 32 sequences
+constexpr std::size_t kDocumentLength = 512;  // "guard_doc": the calibration tokens as 8 documents
 
 struct Layer {
     wush::eval::SyntheticLayer data;
     // By G, sample size (256: the unguarded search's, 512: the default guard's), moment mode and
-    // sequence length (0: tokens added without sequences).
-    std::map<std::tuple<std::size_t, std::size_t, bool, std::size_t>, std::unique_ptr<Calibrator>> calibrators;
+    // sequence length (0: tokens added without sequences) and document length (0: no documents).
+    std::map<std::tuple<std::size_t, std::size_t, bool, std::size_t, std::size_t>, std::unique_ptr<Calibrator>>
+        calibrators;
 };
 
 Layer& layer() {
@@ -77,14 +83,23 @@ Layer& layer() {
     return l;
 }
 
-const Calibrator& calibrator(std::size_t g, std::size_t sample, bool full = false, std::size_t sequence_length = 0) {
+const Calibrator& calibrator(std::size_t g, std::size_t sample, bool full = false, std::size_t sequence_length = 0,
+                             std::size_t document_length = 0) {
     Layer& l = layer();
-    auto& cal = l.calibrators[{g, sample, full, sequence_length}];
+    auto& cal = l.calibrators[{g, sample, full, sequence_length, document_length}];
     if (!cal) {
         cal = std::make_unique<Calibrator>(l.data.spec.d_in, g,
                                            full ? wush::MomentMode::Full : wush::MomentMode::BlockDiagonal);
         cal->set_sample_capacity(sample);
-        cal->add(WUSH_DTYPE_F32, l.data.calibration.data(), kCalibrationTokens, sequence_length);
+        if (document_length == 0) {
+            cal->add(WUSH_DTYPE_F32, l.data.calibration.data(), kCalibrationTokens, sequence_length);
+            return *cal;
+        }
+        const std::size_t d = l.data.spec.d_in;
+        for (std::size_t start = 0; start < kCalibrationTokens; start += document_length) {
+            const Calibrator::DocumentScope scope(*cal, start / document_length);
+            cal->add(WUSH_DTYPE_F32, l.data.calibration.data() + start * d, document_length);
+        }
     }
     return *cal;
 }
@@ -99,10 +114,11 @@ void bm_layer(benchmark::State& state, wush_format f, std::string variant) {
     const std::size_t d_out = l.data.spec.d_out;
     const bool gptq = variant.rfind("gptq_", 0) == 0;
     const bool search = variant != "plain" && variant != "gptq_plain";
-    const bool sequences = variant == "guard_seq";
-    const bool guarded = variant == "guard" || sequences || variant == "guard_before" || variant == "gptq_guard";
-    const Calibrator& cal =
-        calibrator(format.group, guarded ? 2 * kSearchTokens : kSearchTokens, gptq, sequences ? kSequenceLength : 0);
+    const bool sequences = variant == "guard_seq", documents = variant == "guard_doc";
+    const bool guarded =
+        variant == "guard" || sequences || documents || variant == "guard_before" || variant == "gptq_guard";
+    const Calibrator& cal = calibrator(format.group, guarded ? 2 * kSearchTokens : kSearchTokens, gptq,
+                                       sequences ? kSequenceLength : 0, documents ? kDocumentLength : 0);
     TransformOptions options(TransformKind::WUSH, 0.01, 1);
     if (search) {
         options.search.enabled = true;
@@ -155,8 +171,9 @@ void bm_layer(benchmark::State& state, wush_format f, std::string variant) {
             options, format, gptq ? wush::pipeline::Method::Gptq : wush::pipeline::Method::Rtn, cal, l.data.weight,
             d_out, nullptr, guard);
         benchmark::DoNotOptimize(q.weights.codes.data());
-        const auto want =
-            sequences ? wush::pipeline::GuardSource::HoldOutSequences : wush::pipeline::GuardSource::HoldOut;
+        const auto want = sequences   ? wush::pipeline::GuardSource::HoldOutSequences
+                          : documents ? wush::pipeline::GuardSource::HoldOutDocuments
+                                      : wush::pipeline::GuardSource::HoldOut;
         if (guarded && q.guard.source != want) state.SkipWithError("the default guard did not run as asked");
     }
 }
@@ -171,16 +188,18 @@ int main(int argc, char** argv) {
 
     const auto summary = [&](const char* what, auto seconds) {
         std::printf("\nSummary (%s of one layer's transform + RTN weights, ms; ratios to plain)\n", what);
-        std::printf("%-16s %8s %8s %6s %8s %6s %9s %6s %12s %13s %6s %8s\n", "layer/format", "plain", "search", "ratio",
-                    "guard", "ratio", "guard_seq", "ratio", "guard/search", "guard_before", "ratio", "loss256");
+        std::printf("%-16s %8s %8s %6s %8s %6s %9s %6s %9s %6s %12s %13s %6s %8s\n", "layer/format", "plain", "search",
+                    "ratio", "guard", "ratio", "guard_seq", "ratio", "guard_doc", "ratio", "guard/search",
+                    "guard_before", "ratio", "loss256");
         for (wush_format f : kFormats) {
             const double p = seconds(case_name(f, "plain")), s = seconds(case_name(f, "search")),
                          g = seconds(case_name(f, "guard")), q = seconds(case_name(f, "guard_seq")),
-                         b = seconds(case_name(f, "guard_before")), l = seconds(case_name(f, "loss256"));
+                         dq = seconds(case_name(f, "guard_doc")), b = seconds(case_name(f, "guard_before")),
+                         l = seconds(case_name(f, "loss256"));
             if (p <= 0.0 || s <= 0.0 || g <= 0.0) continue;  // filtered out of this run
-            std::printf("%-16s %8.1f %8.1f %6.2f %8.1f %6.2f %9.1f %6.2f %12.2f %13.1f %6.2f %8.1f\n",
+            std::printf("%-16s %8.1f %8.1f %6.2f %8.1f %6.2f %9.1f %6.2f %9.1f %6.2f %12.2f %13.1f %6.2f %8.1f\n",
                         (std::string(kLayer) + "/" + wush::formats::spec(f).name).c_str(), p * 1e3, s * 1e3, s / p,
-                        g * 1e3, g / p, q * 1e3, q / p, g / s, b * 1e3, b / p, l * 1e3);
+                        g * 1e3, g / p, q * 1e3, q / p, dq * 1e3, dq / p, g / s, b * 1e3, b / p, l * 1e3);
         }
     };
     const auto summary_gptq = [&](const char* what, auto seconds) {

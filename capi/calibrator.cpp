@@ -70,6 +70,18 @@ WUSH_API wush_status wush_calibrator_add_sequences(wush_context* ctx, wush_calib
     });
 }
 
+WUSH_API wush_status wush_calibrator_add_document(wush_context* ctx, wush_calibrator* calibrator, wush_dtype dtype,
+                                                  const void* x, size_t n_tokens, uint64_t document) {
+    return guarded(__func__, [&] {
+        ContextUse use(ctx, "ctx");
+        calibrator = require_handle(calibrator, HandleType::Calibrator, "calibrator");
+        require_pointer(x, "x");
+        // The backends add through Calibrator::add, which marks the tokens while the scope lives.
+        wush::Calibrator::DocumentScope scope(calibrator->core, document);
+        use.backend().calibrate(calibrator->core, dtype, x, n_tokens, 0);
+    });
+}
+
 WUSH_API wush_status wush_calibrator_merge(wush_calibrator* into, const wush_calibrator* from) {
     return guarded(__func__, [&] {
         into = require_handle(into, HandleType::Calibrator, "into");

@@ -29,6 +29,7 @@ static_assert(int(pipeline::GuardSource::None) == WUSH_GUARD_NONE);
 static_assert(int(pipeline::GuardSource::Validation) == WUSH_GUARD_VALIDATION);
 static_assert(int(pipeline::GuardSource::HoldOut) == WUSH_GUARD_HOLD_OUT);
 static_assert(int(pipeline::GuardSource::HoldOutSequences) == WUSH_GUARD_HOLD_OUT_SEQUENCES);
+static_assert(int(pipeline::GuardSource::HoldOutDocuments) == WUSH_GUARD_HOLD_OUT_DOCUMENTS);
 
 // The guard's candidates are an index into GuardReport::candidates, in the C enum's order.
 static_assert(pipeline::kGuardCandidates == WUSH_GUARD_RANDOM + 1, "a guard candidate without a C value");

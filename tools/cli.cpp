@@ -453,4 +453,58 @@ void ProgressBar::finish() {
     open_ = false;
 }
 
+CalibrationMarks calibration_marks(Args& a) {
+    CalibrationMarks m;
+    if (a.has("--documents") && a.has("--sequence-length"))
+        a.set_error(
+            "--documents and --sequence-length: give one (the guard holds out whole documents, or whole "
+            "sequences)");
+    m.documents = a.has("--documents") ? a.get_size_list("--documents", "") : std::vector<std::size_t>{};
+    m.sequence_length = a.get_size("--sequence-length", 0);
+    return m;
+}
+
+bool document_lengths(const CalibrationMarks& marks, std::size_t n_tokens, std::vector<std::size_t>* lengths,
+                      std::string* error) {
+    lengths->clear();
+    if (marks.documents.empty()) return true;
+    if (marks.documents.size() == 1) {
+        const std::size_t len = marks.documents[0];
+        if (n_tokens % len != 0) {
+            *error = "--documents " + std::to_string(len) + " does not divide the " + std::to_string(n_tokens) +
+                     " calibration tokens";
+            return false;
+        }
+        lengths->assign(n_tokens / len, len);
+        return true;
+    }
+    std::size_t sum = 0;
+    for (std::size_t len : marks.documents) sum = add_or_max(sum, len);
+    if (sum != n_tokens) {
+        *error = "--documents adds up to " + std::to_string(sum) + " tokens, not the " + std::to_string(n_tokens) +
+                 " calibration tokens";
+        return false;
+    }
+    *lengths = marks.documents;
+    return true;
+}
+
+wush_status add_calibration(wush_context* ctx, wush_calibrator* cal, wush_dtype dtype, const void* x,
+                            std::size_t n_tokens, std::size_t d_in, const CalibrationMarks& marks,
+                            const std::vector<std::size_t>& lengths) {
+    if (lengths.empty())
+        return marks.sequence_length
+                   ? wush_calibrator_add_sequences(ctx, cal, dtype, x, n_tokens, marks.sequence_length)
+                   : wush_calibrator_add(ctx, cal, dtype, x, n_tokens);
+    std::size_t elem = 0;
+    wush_status st = wush_dtype_size(dtype, &elem);
+    const auto* bytes = static_cast<const unsigned char*>(x);
+    std::size_t start = 0;
+    for (std::size_t i = 0; st == WUSH_OK && i < lengths.size(); ++i) {
+        st = wush_calibrator_add_document(ctx, cal, dtype, bytes + start * d_in * elem, lengths[i], std::uint64_t(i));
+        start += lengths[i];
+    }
+    return st;
+}
+
 }  // namespace cli

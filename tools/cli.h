@@ -117,6 +117,26 @@ inline constexpr std::size_t kSearchTokens = 1024;
 // The largest WUSH_OPTION_SEED (wush.h).
 inline constexpr std::size_t kMaxSeed = std::size_t(1) << 62;
 
+// How the calibration tokens are marked for the search's guard: --documents N[,N...] (the
+// documents' lengths in tokens, back to back; one length: every document that long) or
+// --sequence-length N (whole sequences of N). Neither: plain tokens.
+struct CalibrationMarks {
+    std::vector<std::size_t> documents;
+    std::size_t sequence_length = 0;
+};
+// Reads --documents and --sequence-length (at most one of them: a usage error otherwise).
+CalibrationMarks calibration_marks(Args& a);
+// The document lengths of `n_tokens` calibration tokens under `marks` (empty without documents);
+// false (with `error` set) when they do not add up to n_tokens.
+bool document_lengths(const CalibrationMarks& marks, std::size_t n_tokens, std::vector<std::size_t>* lengths,
+                      std::string* error);
+// Adds n_tokens rows of `x` to `cal`: one wush_calibrator_add_document per document (its index
+// the id), else wush_calibrator_add_sequences, else wush_calibrator_add. `lengths` from
+// document_lengths.
+wush_status add_calibration(wush_context* ctx, wush_calibrator* cal, wush_dtype dtype, const void* x,
+                            std::size_t n_tokens, std::size_t d_in, const CalibrationMarks& marks,
+                            const std::vector<std::size_t>& lengths);
+
 // A one-line progress bar on stderr, redrawn in place.
 class ProgressBar {
 public:

@@ -50,6 +50,7 @@ const char* source_name(wush_guard_source s, bool json) {
         case WUSH_GUARD_VALIDATION: return "validation";
         case WUSH_GUARD_HOLD_OUT: return json ? "hold_out" : "hold-out";
         case WUSH_GUARD_HOLD_OUT_SEQUENCES: return json ? "hold_out_sequences" : "sequences";
+        case WUSH_GUARD_HOLD_OUT_DOCUMENTS: return json ? "hold_out_documents" : "documents";
         default: return "none";
     }
 }
@@ -145,11 +146,11 @@ int cmd_quantize(int argc, char** argv) {
     cli::Args a(argc, argv, {"--no-search-guard"},
                 {"--weights", "--activations", "--format", "--transform", "--method", "--out", "--damping", "--seed",
                  "--transform-dtype", "--threads", "--search-tokens", "--validation-tokens", "--guard-json",
-                 "--sequence-length"});
+                 "--sequence-length", "--documents"});
     const std::size_t seed = a.get_size("--seed", 1, 0, cli::kMaxSeed), threads = a.get_size("--threads", 0);
     const std::size_t n_search = a.get_size("--search-tokens", cli::kSearchTokens);
     const std::size_t n_val = a.get_size("--validation-tokens", 0);
-    const std::size_t seq_len = a.get_size("--sequence-length", 0);
+    const cli::CalibrationMarks marks = cli::calibration_marks(a);
     const double damping = a.get_double("--damping", 0.0);
     const std::string method_name = a.get_choice("--method", "rtn", {"rtn", "gptq"});
     const std::string dtype_name = a.get_choice("--transform-dtype", "f32", {"f32", "bf16", "f16"});
@@ -226,9 +227,12 @@ int cmd_quantize(int argc, char** argv) {
         // The search scores its candidates on a sample of the real tokens, and its per-layer
         // guard on the validation tokens.
         if (st == WUSH_OK && search) st = wush_calibrator_set_sample_size(cal.p, sample_tokens);
+        std::vector<std::size_t> lengths;
+        std::string why;
+        if (!cli::document_lengths(marks, l.n_calibration, &lengths, &why))
+            return cli::usage_error("quantize", "layer '" + l.name + "': " + why);
         if (st == WUSH_OK)
-            st = seq_len ? wush_calibrator_add_sequences(ctx.p, cal.p, l.x_dtype, l.x.data(), l.n_calibration, seq_len)
-                         : wush_calibrator_add(ctx.p, cal.p, l.x_dtype, l.x.data(), l.n_calibration);
+            st = cli::add_calibration(ctx.p, cal.p, l.x_dtype, l.x.data(), l.n_calibration, l.d_in, marks, lengths);
         if (st == WUSH_OK && l.n_validation > 0) st = wush_calibrator_set_validation_size(cal.p, l.n_validation);
         if (st == WUSH_OK && l.n_validation > 0)
             st = wush_calibrator_add_validation(ctx.p, cal.p, l.x_dtype, l.validation(), l.n_validation);

@@ -44,7 +44,7 @@ struct Result {
 };
 
 const char* const kGuardCandidateNames[5] = {"searched", "plain", "i", "h", "r"};
-const char* const kGuardSourceNames[4] = {"none", "validation", "hold_out", "hold_out_sequences"};
+const char* const kGuardSourceNames[5] = {"none", "validation", "hold_out", "hold_out_sequences", "hold_out_documents"};
 
 struct Plan {
     std::vector<wush_format> formats;
@@ -54,7 +54,7 @@ struct Plan {
     bool searching = false;                          // some column has the `+s` search
     std::size_t search_tokens = cli::kSearchTokens;  // --search-tokens: the `+s` columns' sample
     std::size_t sample_tokens = 0;                   // the calibrators' token sample (wush_options_sample_size)
-    std::size_t sequence_length = 0;                 // --sequence-length: calibration tokens are whole sequences
+    cli::CalibrationMarks marks;                     // --documents / --sequence-length: the guard's hold-out units
 };
 
 bool wants(const Plan& plan, wush_method m) {
@@ -106,10 +106,12 @@ int eval_layer(wush_context* ctx, const Layer& l, const Plan& plan, const wush_o
             st = wush_calibrator_set_sample_size(cal.p, plan.sample_tokens);
             if (st != WUSH_OK) return cli::report((where + "wush_calibrator_set_sample_size").c_str(), st);
         }
-        // Sequences of the calibration text let the `+s` columns' guard hold out whole ones.
-        st = plan.sequence_length ? wush_calibrator_add_sequences(ctx, cal.p, l.x_dtype, l.x.data(), l.n_calibration,
-                                                                  plan.sequence_length)
-                                  : wush_calibrator_add(ctx, cal.p, l.x_dtype, l.x.data(), l.n_calibration);
+        // Documents or sequences of the calibration text let the `+s` columns' guard hold out whole ones.
+        std::vector<std::size_t> lengths;
+        std::string why;
+        if (!cli::document_lengths(plan.marks, l.n_calibration, &lengths, &why))
+            return cli::usage_error("eval", where + why);
+        st = cli::add_calibration(ctx, cal.p, l.x_dtype, l.x.data(), l.n_calibration, l.d_in, plan.marks, lengths);
         if (st != WUSH_OK) return cli::report((where + "wush_calibrator_add").c_str(), st);
         // Validation tokens (--validation-tokens) feed the search's per-layer guard: `+s` columns only.
         if (plan.searching && l.n_validation > 0) {
@@ -237,7 +239,7 @@ int cmd_eval(int argc, char** argv) {
     cli::Args a(argc, argv, {"--json", "--runtime", "--no-search-guard"},
                 {"--layers", "--seed", "--calib-tokens", "--heldout-tokens", "--validation-tokens", "--weights",
                  "--activations", "--format", "--transform", "--method", "--damping", "--threads", "--checkpoint",
-                 "--search-tokens", "--sequence-length"});
+                 "--search-tokens", "--sequence-length", "--documents"});
     const std::size_t seed = a.get_size("--seed", 1, 0, cli::kMaxSeed);
     const std::size_t n_cal = a.get_size("--calib-tokens", 2048);
     const std::size_t n_held = a.get_size("--heldout-tokens", a.has("--weights") ? 0 : 256);
@@ -265,7 +267,8 @@ int cmd_eval(int argc, char** argv) {
     Plan plan;
     if (parse_plan(a, &plan) != 0) return cli::kUsageError;
     plan.search_tokens = n_search;
-    plan.sequence_length = a.get_size("--sequence-length", 0);
+    plan.marks = cli::calibration_marks(a);
+    if (!a.ok()) return cli::usage_error("eval", a);
     plan.runtime = a.has("--runtime");
 
     Handle<wush_context, wush_context_destroy> ctx;

@@ -48,6 +48,10 @@ const Command kCommands[] = {
      "               [--no-search-guard] turns that off)\n"
      "  [--sequence-length N]  the calibration tokens are whole sequences of N\n"
      "               tokens each: the guard then holds out whole sequences\n"
+     "  [--documents N[,N...]]  the calibration tokens are documents of these\n"
+     "               lengths, back to back (one N: every document that long; not\n"
+     "               with --sequence-length): the guard then holds out whole\n"
+     "               documents and scores the WUSH layers fit without them\n"
      "  [--threads N] [--json]\n"
      "  [--runtime]  compute Y_q with the CPU runtime (fused quantization + W4A4\n"
      "               GEMM) instead of the float64 reference product\n"
@@ -68,7 +72,11 @@ const Command kCommands[] = {
      "               [--guard-json FILE] records the same as JSON; the layers it\n"
      "               could not decide on are named in one line at the end\n"
      "  [--sequence-length N]  the calibration tokens are whole sequences of N\n"
-     "               tokens each: the guard then holds out whole sequences\n"},
+     "               tokens each: the guard then holds out whole sequences\n"
+     "  [--documents N[,N...]]  the calibration tokens are documents of these\n"
+     "               lengths, back to back (one N: every document that long; not\n"
+     "               with --sequence-length): the guard then holds out whole\n"
+     "               documents and scores the WUSH layers fit without them\n"},
     {"inspect", cmd_inspect, "validate a checkpoint and list its layers\n  CK.safetensors\n"},
     {"verify", cmd_verify,
      "check every byte of a checkpoint against the digests its writer recorded\n  CK.safetensors\n"},

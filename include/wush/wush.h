@@ -58,8 +58,8 @@
  *   - the per-block search and its guard: WUSH_OPTION_SEARCH, WUSH_OPTION_SEARCH_TOKENS,
  *     WUSH_OPTION_SEARCH_GUARD, wush_options_sample_size(), the calibrator's token and validation
  *     samples (wush_calibrator_set_sample_size(), _sample_count(), _set_validation_size(),
- *     _add_validation(), _validation_count()) and the sequence marks
- *     (wush_calibrator_add_sequences()), the "+s" of wush_transform_spec_from_name(), and the
+ *     _add_validation(), _validation_count()), the sequence and document marks
+ *     (wush_calibrator_add_sequences(), wush_calibrator_add_document()), the "+s" of wush_transform_spec_from_name(), and the
  *     guard's report (wush_guard_source, wush_guard_candidate, wush_transform_guard(),
  *     wush_transform_guard_candidate(), wush_transform_guard_undecided());
  *   - the CUDA backend's own parts: WUSH_BACKEND_CUDA contexts (the module, its kernels and
@@ -518,7 +518,10 @@ typedef enum wush_option {
      * held out: whole sequences when the tokens were added as sequences
      * (wush_calibrator_add_sequences) and the sample holds at least two, each at least 32 tokens
      * a side (the sequences in an order seeded by WUSH_OPTION_SEED, each going to the half with
-     * fewer tokens so far; WUSH_GUARD_HOLD_OUT_SEQUENCES), else every second token of the sample
+     * fewer tokens so far; WUSH_GUARD_HOLD_OUT_SEQUENCES), whole documents the same way when
+     * they were added as documents (wush_calibrator_add_document; WUSH_GUARD_HOLD_OUT_DOCUMENTS,
+     * where the searched and plain layers are scored as built from the other documents' sampled
+     * tokens alone), else every second token of the sample
      * (a random half; WUSH_GUARD_HOLD_OUT). The search scores the other half, and the searched
      * layer competes on the held-out half with plain WUSH (Algorithm 1, unsearched) and the
      * identity, Hadamard and random layers built by the same method. An alternative replaces it
@@ -627,7 +630,8 @@ WUSH_API wush_status wush_calibrator_add(wush_context* ctx, wush_calibrator* cal
  *  sums and count, and the token sample (wush_calibrator_set_sample_size) remembers which
  *  sequence each sampled token came from. A sequence's id is a hash of its tokens in order, so
  *  it does not depend on batch order or sharding either; it travels inside the sampled token's
- *  priority (bit 20 set, bits 0-19 the sequence hash, the top 32 bits the token's own hash), so
+ *  priority (bit 20 set, bit 19 clear, bits 0-18 the sequence hash, the top 32 bits the token's
+ *  own hash), so
  *  merges and exported states (any layout version) keep it. The search's default guard
  *  (WUSH_OPTION_SEARCH_GUARD) then holds out whole sequences (WUSH_GUARD_HOLD_OUT_SEQUENCES)
  *  when every sampled token carries an id and there are at least two sequences. A batch whose
@@ -638,6 +642,26 @@ WUSH_API wush_status wush_calibrator_add(wush_context* ctx, wush_calibrator* cal
  *  Thread safety: modifies `calibrator`; do not share it between threads without a lock. */
 WUSH_API wush_status wush_calibrator_add_sequences(wush_context* ctx, wush_calibrator* calibrator, wush_dtype dtype,
                                                    const void* x, size_t n_tokens, size_t sequence_length);
+
+/*! wush_calibrator_add_document() :
+ *  Experimental (the search, see "Stability").
+ *  wush_calibrator_add() of n_tokens tokens that all belong to one document (text from one
+ *  source: a file, a page, a conversation), which the caller names by `document`, any 64-bit
+ *  id: the same sums and count, and the token sample remembers each sampled token's document.
+ *  The windows of one document may come in several calls (batches, shards, in any order) with
+ *  the same id: they are then one document. The id travels inside the sampled token's priority
+ *  like wush_calibrator_add_sequences()'s (bit 20 set, bit 19 set, bits 0-18 a hash of
+ *  `document`), so merges and exported states keep it. The search's default guard
+ *  (WUSH_OPTION_SEARCH_GUARD) then holds out whole documents (WUSH_GUARD_HOLD_OUT_DOCUMENTS)
+ *  when every sampled token was added this way and there are at least two documents; and since
+ *  documents the moments saw cannot show a transform that fits the calibration documents only,
+ *  the guard scores the searched and plain layers as built from the other documents' sampled
+ *  tokens alone (a cross-fit; the layer kept is built from every token).
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for wush_calibrator_add()'s reasons;
+ *          WUSH_ERR_NON_FINITE as wush_calibrator_add(). The calibrator is unchanged on any error.
+ *  Thread safety: modifies `calibrator`; do not share it between threads without a lock. */
+WUSH_API wush_status wush_calibrator_add_document(wush_context* ctx, wush_calibrator* calibrator, wush_dtype dtype,
+                                                  const void* x, size_t n_tokens, uint64_t document);
 
 /*! wush_calibrator_merge() :
  *  Adds the sums and token count of `from` into `into` (same d_in, group size and mode): the
@@ -845,6 +869,9 @@ typedef enum wush_guard_source {
     WUSH_GUARD_HOLD_OUT = 2,           /* every second token of the calibrator's token sample            */
     WUSH_GUARD_HOLD_OUT_SEQUENCES = 3, /* whole sequences of the token sample, about half its
                                         * tokens (wush_calibrator_add_sequences)               */
+    WUSH_GUARD_HOLD_OUT_DOCUMENTS = 4, /* whole documents of the token sample, about half its
+                                        * tokens, left out of the data-aware candidates' fit
+                                        * too (wush_calibrator_add_document)                   */
     WUSH_GUARD_SOURCE_ENUM_MIN_ = -2147483647 - 1,
     WUSH_GUARD_SOURCE_ENUM_MAX_ = 2147483647
 } wush_guard_source;
@@ -882,9 +909,10 @@ WUSH_API wush_status wush_transform_guard(const wush_transform* transform, wush_
  *  per-token loss differences (searched - candidate: positive where the candidate is better);
  *  *std_error, the standard error of that mean (sample standard deviation / sqrt(n_tokens));
  *  *replaces, 1 when the candidate met the rule (loss below 0.99 x the searched loss and
- *  difference > 2 std_error, or under WUSH_GUARD_HOLD_OUT_SEQUENCES with at least 8 held-out
- *  sequences the same test on the per-sequence sums of the differences), else 0. For
- *  WUSH_GUARD_SEARCHED: its loss, 0, 0, 0. The kept candidate is the lowest loss among those with
+ *  difference > 2 std_error, or under WUSH_GUARD_HOLD_OUT_SEQUENCES or _DOCUMENTS with at least
+ *  8 held-out sequences or documents the same test on their sums of the differences), else 0.
+ *  For WUSH_GUARD_SEARCHED: its loss, 0, 0, 0. Under WUSH_GUARD_HOLD_OUT_DOCUMENTS the searched
+ *  and plain candidates' scores are those of their builds without the held-out documents. The kept candidate is the lowest loss among those with
  *  *replaces = 1, or the searched layer when there is none. Any output pointer may be NULL.
  *  Thread-safe (read only).
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handle, unknown candidate, or no guard ran for
@@ -899,7 +927,8 @@ WUSH_API wush_status wush_transform_guard_candidate(const wush_transform* transf
  *  rule against the searched layer (the difference inside two standard errors), i.e. the
  *  held-out tokens cannot tell; more held-out documents (wush_calibrator_add_validation) would.
  *  *candidate is the lowest-loss such candidate (WUSH_GUARD_SEARCHED when *undecided is 0).
- *  *n_sequences is the number of held-out sequences under WUSH_GUARD_HOLD_OUT_SEQUENCES, else 0.
+ *  *n_sequences is the number of held-out sequences under WUSH_GUARD_HOLD_OUT_SEQUENCES (of
+ *  documents under WUSH_GUARD_HOLD_OUT_DOCUMENTS), else 0.
  *  Without a guard: 0, WUSH_GUARD_SEARCHED, 0. Any pointer may be NULL. Thread-safe (read only).
  *  @return WUSH_OK or WUSH_ERR_INVALID_ARGUMENT (bad handle). */
 WUSH_API wush_status wush_transform_guard_undecided(const wush_transform* transform, int* undecided,

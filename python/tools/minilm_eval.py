@@ -129,6 +129,23 @@ def spread_windows(tok, modules: List[str], n_tokens: int, seq_len: int) -> "tor
     return take_windows(rows, n_tokens, seq_len)
 
 
+def document_windows(tok, modules: List[str], n_tokens: int, seq_len: int) -> Tuple["torch.Tensor", List[int]]:
+    """n_tokens of calibration text as documents: one document per module (its docstrings), the
+    whole windows spread as evenly as they go over all the modules (each module's first windows;
+    the first modules one more when they do not divide), document after document. Returns the
+    windows and each document's length in tokens (what `wush eval --documents` reads)."""
+    n_windows = n_tokens // seq_len
+    rows: List[List[int]] = []
+    lengths: List[int] = []
+    for i, m in enumerate(modules):
+        want = n_windows // len(modules) + (1 if i < n_windows % len(modules) else 0)
+        w = windows_of(tok, token_ids(tok, docstrings([m]), set()), seq_len)[:want] if want else []
+        if w:
+            rows.extend(w)
+            lengths.append(len(w) * seq_len)
+    return take_windows(rows, n_tokens, seq_len), lengths
+
+
 def capture(model, batches: List["torch.Tensor"], pattern: str) -> Dict[str, "np.ndarray"]:
     """Each selected linear's inputs over the batches, in order (rows: sequence-major tokens)."""
     import numpy as np
@@ -161,11 +178,14 @@ def write_layer_files(model, acts: Dict[str, "np.ndarray"], outdir: pathlib.Path
 
 
 def run_eval(wush: str, wpath: str, xpath: str, n_held: int, n_val: int, extra: List[str],
-             seq_len: int = 0) -> List[dict]:
+             seq_len: int = 0, documents: List[int] = ()) -> List[dict]:
     # The defaults below give way to the same options in `extra` (wush refuses an option twice).
-    # seq_len: the calibration rows are whole windows of that many tokens (the guard's sequence hold-out).
+    # documents: the calibration rows are these documents, back to back (their lengths in tokens;
+    # the guard's document hold-out); else seq_len: they are whole windows of that many tokens
+    # (the guard's sequence hold-out).
     defaults = {"--transform": "i,r,h,wush,wush+s", "--method": "all", "--format": "mxfp4,nvfp4,int4",
-                "--sequence-length": str(seq_len) if seq_len else None}
+                "--documents": ",".join(map(str, documents)) if documents else None,
+                "--sequence-length": str(seq_len) if seq_len and not documents else None}
     cmd = [wush, "eval", "--weights", wpath, "--activations", xpath, "--heldout-tokens", str(n_held), "--json"]
     for opt, value in defaults.items():
         if opt not in extra and value is not None:
@@ -278,32 +298,42 @@ def sentence_embeddings(model, windows: "torch.Tensor", batch: int = 4) -> Tuple
     return np.concatenate(embs), np.concatenate(states)
 
 
-def model_level(model, cal: "torch.Tensor", held: "torch.Tensor", layers: str,
-                formats: List[str] = MODEL_FORMATS) -> List[dict]:
-    """Per format and transform: quantize a copy of the model (wush.torch.quantize_model, RTN,
-    calibrated on `cal`'s windows), run it on `held`'s windows with the library's runtime and
-    compare with the unquantized model: sentence-embedding cosine (mean, worst) and the last
+def model_level(model, cal: "torch.Tensor", held: "torch.Tensor", layers: str, model_dir: pathlib.Path,
+                workdir: pathlib.Path, formats: List[str] = MODEL_FORMATS, transforms: List[str] = ()) -> List[dict]:
+    """Per format and transform (those of `transforms` only, if given): quantize a copy of the
+    model (wush.torch.quantize_model, RTN, calibrated on `cal`'s windows), write it
+    (save_quantized) and load it back as a user would (wush.load_quantized: the quantized layers
+    on the library's runtime), run it on `held`'s windows and compare with the unquantized model:
+    sentence-embedding cosine (mean, its standard error over the windows, worst) and the last
     hidden states' per-token cosine (mean). For wush+s also the guard's choices per layer."""
     import copy
     import numpy as np
     import torch
-    from wush.torch import quantize_model
+    import wush
+    from wush.torch import quantize_model, save_quantized
     ref_emb, ref_states = sentence_embeddings(model, held)
     batches = [{"input_ids": cal[i:i + 4], "attention_mask": torch.ones_like(cal[i:i + 4])}
                for i in range(0, len(cal), 4)]
     rows = []
     for fmt in formats:
         for name, kind, search in MODEL_TRANSFORMS:
+            if transforms and name not in transforms:
+                continue
             m = copy.deepcopy(model)
             res = quantize_model(m, batches, format=fmt, transform=kind, method="rtn", layers=layers, search=search)
-            emb, states = sentence_embeddings(m, held)
+            out = workdir / f"q-{fmt}-{name}"
+            save_quantized(m, res, str(out), model_dir=str(model_dir))
+            del m
+            loaded = wush.load_quantized(str(out)).eval()
+            emb, states = sentence_embeddings(loaded, held)
             cos = (emb * ref_emb).sum(axis=1)
             tok = (states * ref_states).sum(axis=1) / (np.linalg.norm(states, axis=1) * np.linalg.norm(ref_states, axis=1))
             kept: Dict[str, int] = {}
             for g in res.guard.values():
                 if g is not None:
                     kept[g["kept"]] = kept.get(g["kept"], 0) + 1
-            rows.append({"format": fmt, "transform": name, "cos_mean": float(cos.mean()), "cos_min": float(cos.min()),
+            rows.append({"format": fmt, "transform": name, "cos_mean": float(cos.mean()),
+                         "cos_se": float(cos.std(ddof=1) / np.sqrt(len(cos))), "cos_min": float(cos.min()),
                          "token_cos_mean": float(tok.mean()), "layers": len(res.layers), "guard_kept": kept,
                          "cos": cos.tolist(), "token_cos": tok.tolist()})
     return rows
@@ -326,12 +356,12 @@ def paired(rows: List[dict], a: str, b: str) -> List[Tuple[str, str, float, floa
 
 
 def print_model_table(rows: List[dict]) -> None:
-    print("| format | transform | sentence cosine mean | 1 - mean | worst | token cosine mean | guard kept |")
-    print("|---|---|---|---|---|---|---|")
+    print("| format | transform | sentence cosine mean | its SE | 1 - mean | worst | token cosine mean | guard kept |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         kept = ", ".join(f"{k} {v}" for k, v in sorted(r["guard_kept"].items())) or "-"
-        print(f"| {r['format']} | {r['transform']} | {r['cos_mean']:.6f} | {1 - r['cos_mean']:.2e} | "
-              f"{r['cos_min']:.6f} | {r['token_cos_mean']:.6f} | {kept} |")
+        print(f"| {r['format']} | {r['transform']} | {r['cos_mean']:.6f} | {r['cos_se']:.6f} | "
+              f"{1 - r['cos_mean']:.2e} | {r['cos_min']:.6f} | {r['token_cos_mean']:.6f} | {kept} |")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -354,16 +384,28 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="modules whose docstrings are the validation text, taken out of --calib-modules "
                         "(default: the calibration list's later modules, which 2048 calibration tokens do "
                         "not reach)")
-    p.add_argument("--calib-spread", action="store_true",
-                   help="calibration windows taken in turn from each calibration module (by default they are "
-                        "cut from the front of the modules' concatenated text, so 2048 tokens are argparse's)")
+    p.add_argument("--calib-layout", choices=["documents", "spread", "front"], default="documents",
+                   help="how the calibration windows are cut from the calibration modules: 'documents' (the "
+                        "default): each module is one document, the windows spread evenly over the modules "
+                        "(2048 tokens: 2 windows from each of the first 4 modules, 1 from each of the other 8); "
+                        "'spread': one window from "
+                        "each module in turn; 'front': from the front of the modules' concatenated text (2048 "
+                        "tokens are argparse's)")
+    p.add_argument("--calib-spread", dest="calib_layout", action="store_const", const="spread",
+                   help="the same as --calib-layout spread")
     p.add_argument("--no-model-level", action="store_true",
                    help="skip the model-level table (sentence-embedding cosine of the quantized model, "
                         "RTN, I/H/R/WUSH/wush+s with its default guard, MXFP4 and NVFP4)")
+    p.add_argument("--model-formats", default=",".join(MODEL_FORMATS), help="the model-level table's formats")
+    p.add_argument("--model-transforms", default=",".join(t[0] for t in MODEL_TRANSFORMS),
+                   help="the model-level table's transforms (of " + ",".join(t[0] for t in MODEL_TRANSFORMS) + ")")
     p.add_argument("--no-layerwise", action="store_true", help="skip `wush eval` (the layerwise table)")
-    p.add_argument("--token-hold-out", action="store_true",
-                   help="do not tell `wush eval` where the calibration windows begin (--sequence-length), so "
-                        "the wush+s guard holds out tokens instead of whole windows")
+    p.add_argument("--hold-out", choices=["documents", "windows", "tokens"], default="documents",
+                   help="what `wush eval` is told of the calibration text, and so what the wush+s guard holds "
+                        "out: 'documents' (the default; --documents, under --calib-layout documents, else as "
+                        "'windows'), 'windows' (--sequence-length) or 'tokens' (neither)")
+    p.add_argument("--token-hold-out", dest="hold_out", action="store_const", const="tokens",
+                   help="the same as --hold-out tokens")
     p.add_argument("--activation-stats", action="store_true",
                    help="also print, per layer, how concentrated the calibration inputs are in a few channels "
                         "and tokens, beside WUSH / best(I,H,R) from the layerwise results")
@@ -378,9 +420,12 @@ def prepare(args: argparse.Namespace, workdir: pathlib.Path):
     val_modules = args.validation_modules.split(",") if args.validation_tokens else []
     # The validation modules leave the calibration list: its text is then the documents before them.
     cal_docs = docstrings([m for m in args.calib_modules.split(",") if m not in val_modules])
-    if args.calib_spread:
-        cal = spread_windows(tok, [m for m in args.calib_modules.split(",") if m not in val_modules],
-                             args.calib_tokens, args.seq_len)
+    cal_modules = [m for m in args.calib_modules.split(",") if m not in val_modules]
+    args.documents = []  # the calibration documents' lengths, under --calib-layout documents
+    if args.calib_layout == "documents":
+        cal, args.documents = document_windows(tok, cal_modules, args.calib_tokens, args.seq_len)
+    elif args.calib_layout == "spread":
+        cal = spread_windows(tok, cal_modules, args.calib_tokens, args.seq_len)
     else:
         cal = token_windows(tok, cal_docs, args.calib_tokens, args.seq_len, set())
     held_docs = docstrings(args.heldout_modules.split(","))
@@ -410,12 +455,16 @@ def main() -> int:
         if not args.no_layerwise:
             wpath, xpath = write_layer_files(model, acts, outdir)
             results = run_eval(args.wush, wpath, xpath, args.heldout_tokens, args.validation_tokens,
-                               args.eval_args.split(), 0 if args.token_hold_out else args.seq_len)
-        model_rows = [] if args.no_model_level else model_level(model, args.windows["calibration"],
-                                                                args.windows["heldout"], args.layers)
+                               args.eval_args.split(), 0 if args.hold_out == "tokens" else args.seq_len,
+                               args.documents if args.hold_out == "documents" else [])
+        model_rows = [] if args.no_model_level else model_level(
+            model, args.windows["calibration"], args.windows["heldout"], args.layers, workdir / "model", workdir,
+            [f for f in args.model_formats.split(",") if f], [t for t in args.model_transforms.split(",") if t])
         if args.keep:
             (outdir / "results.json").write_text(json.dumps({"results": results, "model_level": model_rows}, indent=1))
-    print(f"all-MiniLM-L6-v2: {len(acts)} linear layers, {args.calib_tokens} calibration + "
+    layout = (f"{len(args.documents)} documents" if args.documents else args.calib_layout)
+    print(f"all-MiniLM-L6-v2: {len(acts)} linear layers, {args.calib_tokens} calibration ({layout}; guard hold-out: "
+          f"{args.hold_out if args.documents or args.hold_out == 'tokens' else 'windows'}) + "
           f"{args.validation_tokens} validation + {args.heldout_tokens} held-out tokens (sequences of {args.seq_len})")
     if results and any(r["transform"] == "wush+s" for r in results):
         print_table(ratios(results))

@@ -350,12 +350,19 @@ class Calibrator(_Handle):
             return
         _call(fn, (ctx or default_context()).ptr, self.ptr, int(b.dtype), ctypes.c_void_p(b.ptr), b.rows, *extra)
 
-    def add(self, x: Any, ctx: Optional[Context] = None, sequence_length: Optional[int] = None) -> None:
+    def add(self, x: Any, ctx: Optional[Context] = None, sequence_length: Optional[int] = None,
+            document: Optional[int] = None) -> None:
         """Adds activations (numpy/torch, ``(..., d_in)``); a torch CPU tensor is read in place.
         ``sequence_length``: the rows are whole sequences of that many tokens, back to back
         (``wush_calibrator_add_sequences``; e.g. ``x.shape[1]`` of a batch x seq x d_in input), so
-        that the search's guard can hold out whole sequences."""
-        if sequence_length:
+        that the search's guard can hold out whole sequences. ``document``: the rows all belong to
+        the caller's document of this id (an int in [0, 2**64); ``wush_calibrator_add_document``:
+        one document's windows, added in several calls, share it), so that the guard holds out
+        whole documents and scores the WUSH layers fit without them (``sequence_length`` is then
+        ignored)."""
+        if document is not None:
+            self._offer("wush_calibrator_add_document", x, ctx, int(document))
+        elif sequence_length:
             self._offer("wush_calibrator_add_sequences", x, ctx, int(sequence_length))
         else:
             self._offer("wush_calibrator_add", x, ctx)
@@ -430,9 +437,10 @@ class Transform(_Handle):
 
     def guard(self) -> Optional[dict]:
         """What the search's per-layer guard decided for the layer (``wush_transform_guard``):
-        None when no guard ran, else a dict with ``source`` ("validation", "hold_out" or
-        "hold_out_sequences"), ``n_tokens`` (held-out tokens), ``n_sequences`` (held-out sequences
-        under "hold_out_sequences", else 0), ``undecided`` (a candidate lower by more than 1% that
+        None when no guard ran, else a dict with ``source`` ("validation", "hold_out",
+        "hold_out_sequences" or "hold_out_documents"), ``n_tokens`` (held-out tokens),
+        ``n_sequences`` (held-out sequences or documents under "hold_out_sequences" or
+        "hold_out_documents", else 0), ``undecided`` (a candidate lower by more than 1% that
         the held-out tokens could not confirm: ``wush_transform_guard_undecided``) and
         ``undecided_candidate`` (that candidate, else None), ``kept`` (the candidate returned: "searched", "plain",
         "identity", "hadamard" or "random") and ``candidates``: per candidate name a dict with

@@ -11,6 +11,7 @@ HANDLES = ['wush_calibrator', 'wush_checkpoint', 'wush_context', 'wush_linear', 
 # name: (return type, (parameter types...)) in C spelling; _ffi.py maps them to ctypes.
 FUNCTIONS = {
     'wush_calibrator_add': ('wush_status', ('wush_context*', 'wush_calibrator*', 'wush_dtype', 'const void*', 'size_t')),
+    'wush_calibrator_add_document': ('wush_status', ('wush_context*', 'wush_calibrator*', 'wush_dtype', 'const void*', 'size_t', 'uint64_t')),
     'wush_calibrator_add_sequences': ('wush_status', ('wush_context*', 'wush_calibrator*', 'wush_dtype', 'const void*', 'size_t', 'size_t')),
     'wush_calibrator_add_validation': ('wush_status', ('wush_context*', 'wush_calibrator*', 'wush_dtype', 'const void*', 'size_t')),
     'wush_calibrator_create': ('wush_status', ('size_t', 'size_t', 'wush_moment_mode', 'wush_calibrator**')),
@@ -156,6 +157,7 @@ ENUMS = {
         'WUSH_GUARD_VALIDATION': 1,
         'WUSH_GUARD_HOLD_OUT': 2,
         'WUSH_GUARD_HOLD_OUT_SEQUENCES': 3,
+        'WUSH_GUARD_HOLD_OUT_DOCUMENTS': 4,
     },
     'wush_method': {
         'WUSH_METHOD_RTN': 0,

@@ -201,7 +201,8 @@ void Calibrator::add(wush_dtype dtype, const void* x, std::size_t n_tokens, std:
     require(double(tokens_) + double(n_tokens) <= kMaxExactCount, "calibrator add: token count would exceed 2^53");
     // Validate the whole batch first: a rejected batch must leave the state untouched.
     require_finite_batch(dtype, x, n_tokens, d_in_);
-    sample_.offer_rows(dtype, x, n_tokens, sequence_length);
+    if (document_) sample_.offer_document(dtype, x, n_tokens, *document_);
+    else sample_.offer_rows(dtype, x, n_tokens, sequence_length);
     if (mode_ == MomentMode::Full) accumulate_full(d_in_, sums_.data(), dtype, x, n_tokens);
     else accumulate_blocks(d_in_, group_, sums_.data(), dtype, x, n_tokens);
     tokens_ += n_tokens;

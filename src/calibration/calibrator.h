@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -62,7 +63,24 @@ public:
     // sequence_length > 0: the tokens are whole sequences (documents) of that many tokens, back
     // to back (INVALID_ARGUMENT unless it divides n_tokens); the token sample then remembers each
     // sampled token's sequence (TokenSample), which the search's guard holds out whole.
+    // Inside a DocumentScope the tokens all belong to its document instead (sequence_length is
+    // then ignored).
     void add(wush_dtype dtype, const void* x, std::size_t n_tokens, std::size_t sequence_length = 0);
+
+    // While one lives, add() marks its tokens as the caller's document `document` (any 64-bit
+    // id; the windows of one document, added in several calls, share it): the token sample keeps
+    // each sampled token's document, which the search's guard holds out whole. Scoped so that
+    // the backends, which call add(), need not know of documents (wush_calibrator_add_document).
+    class DocumentScope {
+    public:
+        DocumentScope(Calibrator& c, std::uint64_t document) : c_(c) { c_.document_ = document; }
+        ~DocumentScope() { c_.document_.reset(); }
+        DocumentScope(const DocumentScope&) = delete;
+        DocumentScope& operator=(const DocumentScope&) = delete;
+
+    private:
+        Calibrator& c_;
+    };
 
     // Adds another calibrator's sums and count (same d_in, G and mode, else INVALID_ARGUMENT),
     // and unites the token samples and the validation samples (keeping this one's capacities).
@@ -131,9 +149,10 @@ private:
     std::size_t group_;
     MomentMode mode_;
     std::uint64_t tokens_ = 0;
-    std::vector<double> sums_;  // accumulators() square matrices, upper triangle valid
-    TokenSample sample_;        // of the calibration tokens
-    TokenSample validation_;    // of held-out documents' tokens (not in the sums)
+    std::vector<double> sums_;               // accumulators() square matrices, upper triangle valid
+    TokenSample sample_;                     // of the calibration tokens
+    TokenSample validation_;                 // of held-out documents' tokens (not in the sums)
+    std::optional<std::uint64_t> document_;  // set by a live DocumentScope
 };
 
 }  // namespace wush

@@ -40,6 +40,10 @@ std::uint64_t token_priority(const float* row, std::size_t d_in) {
 // The sequence part of a priority (see token_sample.h).
 constexpr std::uint64_t kSequenceFlag = std::uint64_t(1) << 20;
 constexpr std::uint64_t kSequenceMask = kSequenceFlag - 1;
+// The id's top bit says what marked it: 0 a sequence (a hash of its tokens), 1 a document (a hash
+// of the caller's document id), so the guard can say which it held out.
+constexpr std::uint64_t kDocumentBit = kSequenceFlag >> 1;
+constexpr std::uint64_t kIdHashMask = kDocumentBit - 1;
 
 std::uint64_t sequence_priority(std::uint64_t token, std::uint64_t sequence) {
     return (token & ~(2 * kSequenceFlag - 1)) | kSequenceFlag | (sequence & kSequenceMask);
@@ -93,9 +97,29 @@ void TokenSample::offer_rows(wush_dtype dtype, const void* x, std::size_t n, std
         std::uint64_t h = 0x51ED270Bull ^ sequence_length;
         for (std::size_t t = s * sequence_length; t < (s + 1) * sequence_length; ++t) h = mix64(h ^ keys[t]);
         for (std::size_t t = s * sequence_length; t < (s + 1) * sequence_length; ++t)
-            keys[t] = sequence_priority(keys[t], h);
+            keys[t] = sequence_priority(keys[t], h & kIdHashMask);
     }
     for (std::size_t t = 0; t < n; ++t) offer(keys[t], row_of(t));
+}
+
+void TokenSample::offer_document(wush_dtype dtype, const void* x, std::size_t n, std::uint64_t document) {
+    if (capacity_ == 0) return;
+    std::vector<float> row(dtype == WUSH_DTYPE_F32 ? 0 : d_in_);
+    const auto row_of = [&](std::size_t t) {
+        if (dtype == WUSH_DTYPE_F32) return static_cast<const float*>(x) + t * d_in_;
+        to_float(dtype, x, t * d_in_, row);
+        return static_cast<const float*>(row.data());
+    };
+    // The caller's id alone decides the document's: its windows may come in any calls or shards.
+    const std::uint64_t id = kDocumentBit | (mix64(0xD0C5EEDull ^ document) & kIdHashMask);
+    for (std::size_t t = 0; t < n; ++t) {
+        const float* r = row_of(t);
+        offer(sequence_priority(token_priority(r, d_in_), id), r);
+    }
+}
+
+bool TokenSample::is_document_id(std::uint32_t id) {
+    return id != 0 && ((id - 1) & kDocumentBit) != 0;
 }
 
 void TokenSample::merge(const TokenSample& other) {

@@ -24,9 +24,13 @@ inline constexpr std::size_t kMaxSampleTokens = 65536;
 // A token offered as part of a sequence (offer_rows with a sequence length) carries its
 // sequence's id inside its priority, so that ids travel with the sample through merges and
 // exported states without a change of layout: the priority's top 32 bits are the token's hash
-// (which still orders the sample), bit 20 is set, and bits 0-19 are a hash of the whole
-// sequence's tokens in order (the same sequence gives the same id in any batch or shard).
-// A token offered alone keeps its 53-bit hash, whose bit 20 is then set by chance only.
+// (which still orders the sample), bit 20 is set, bit 19 is 0 and bits 0-18 are a hash of the
+// whole sequence's tokens in order (the same sequence gives the same id in any batch or shard).
+// A token offered as part of a document (offer_document) carries the same, except that bit 19
+// is 1 and bits 0-18 hash the caller's document id (so one document's windows, offered in
+// several calls, share it). A token offered alone keeps its 53-bit hash, whose bit 20 is then
+// set by chance only. (A state exported before documents existed may have bit 19 set in a
+// sequence's id: its sequences then read as documents, grouped the same.)
 class TokenSample {
 public:
     TokenSample() = default;
@@ -40,6 +44,8 @@ public:
     // sequence_length > 0 (dividing n, checked by the caller): the rows are n / sequence_length
     // whole sequences of that many tokens each, back to back.
     void offer_rows(wush_dtype dtype, const void* x, std::size_t n, std::size_t sequence_length = 0);
+    // Offers n rows that all belong to the caller's document `document` (any 64-bit id).
+    void offer_document(wush_dtype dtype, const void* x, std::size_t n, std::uint64_t document);
     // Unites `other`'s tokens into this sample (same d_in), keeping this capacity.
     void merge(const TokenSample& other);
     // count() x d_in row-major, in ascending priority (a deterministic order).
@@ -48,6 +54,8 @@ public:
     // a token offered in a sequence, 0 for one offered alone (but see the note above: a lone
     // token's id is nonzero with probability 1/2, so only "every token has an id" is meaningful).
     std::vector<std::uint32_t> sequence_ids() const;
+    // Whether a sequence_ids() value marks a document (offer_document) rather than a sequence.
+    static bool is_document_id(std::uint32_t id);
 
     // State block of a sample of `capacity` tokens: [k, m, k priorities, k x d_in values] (the
     // first m entries used, ascending priority; the rest 0).

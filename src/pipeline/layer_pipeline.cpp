@@ -58,8 +58,8 @@ struct GuardTokens {
     std::size_t n = 0;
     std::vector<float> search;               // the rest of the token sample (empty: the search's default)
     std::vector<double> reference;           // Y = X W^T on `held` (eval::reference_output), when small enough
-    std::size_t n_sequences = 0;             // HoldOutSequences: how many sequences `held` comes from
-    std::vector<std::size_t> held_sequence;  // HoldOutSequences: each held token's sequence, 0..n_sequences-1
+    std::size_t n_sequences = 0;             // HoldOutSequences/Documents: how many `held` comes from
+    std::vector<std::size_t> held_sequence;  // HoldOutSequences/Documents: each held token's, 0..n_sequences-1
 };
 
 void append_row(std::vector<float>& to, const std::vector<float>& all, std::size_t t, std::size_t d) {
@@ -87,7 +87,8 @@ bool hold_out_sequences(const Calibrator& calibration, std::uint64_t seed, Guard
         g.held_sequence.push_back(
             std::size_t(std::lower_bound(distinct.begin(), distinct.end(), id) - distinct.begin()));
     g.n = n_held;
-    g.source = GuardSource::HoldOutSequences;
+    const bool documents = std::all_of(ids.begin(), ids.end(), TokenSample::is_document_id);
+    g.source = documents ? GuardSource::HoldOutDocuments : GuardSource::HoldOutSequences;
     return true;
 }
 
@@ -246,6 +247,34 @@ void mark_undecided(GuardReport& report, const std::vector<Candidate>& all) {
     }
 }
 
+// The data-aware candidates built from the search half of the token sample alone (its moments
+// and its search sample): under the document hold-out, that half is the other documents' tokens.
+// Scored only, never returned, so RTN quantizes just the scored rows.
+struct CrossFit {
+    Candidate searched;
+    Candidate plain;
+};
+
+CrossFit cross_fit(const TransformOptions& options, const formats::FormatSpec& format, Method method,
+                   const Calibrator& calibration, std::span<const float> w, std::size_t d_out, Progress* progress,
+                   const GuardTokens& tokens, const ScoredRows& rows) {
+    Calibrator fit(calibration.d_in(), calibration.group(), calibration.mode());
+    fit.add(WUSH_DTYPE_F32, tokens.search.data(), tokens.search.size() / calibration.d_in());
+    TransformOptions plain = options;
+    plain.search = {};
+    if (method == Method::Rtn) {
+        std::optional<BlockTransform> plain_transform;  // comes with the searched build
+        BlockTransform searched = rtn_transform(options, fit, w, d_out, progress, tokens.search, &plain_transform);
+        BlockTransform unsearched =
+            plain_transform ? std::move(*plain_transform) : rtn_transform(plain, fit, w, d_out, progress);
+        return {rtn_candidate(std::move(searched), format, w, d_out, rows),
+                rtn_candidate(std::move(unsearched), format, w, d_out, rows)};
+    }
+    const gptq::InverseHessian inverse = gptq::inverse_hessian(fit, options.damping);
+    return {candidate(build(options, format, method, fit, w, d_out, progress, tokens.search, &inverse), format, rows),
+            candidate(build(plain, format, method, fit, w, d_out, progress, {}, &inverse), format, rows)};
+}
+
 // The alternatives to the searched layer, in wush_guard_candidate's order: plain WUS/WUSH, I, H, R.
 std::vector<TransformOptions> alternatives(const TransformOptions& options) {
     TransformOptions plain = options;  // Algorithm 1 itself, unsearched
@@ -311,11 +340,19 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
     std::optional<gptq::InverseHessian> inverse;
     if (guarded && method == Method::Gptq) inverse = gptq::inverse_hessian(calibration, options.damping);
     const gptq::InverseHessian* shared = inverse ? &*inverse : nullptr;
+    // Held-out documents that are in the moments cannot show a transform that fits the
+    // calibration documents only (it was fit on them too). So under the document hold-out the
+    // data-aware candidates (searched, plain) are scored as built from the other documents'
+    // sampled tokens alone: a cross-fit (cross_fit). The one kept is then built on every token,
+    // after the decision (so a data-free layer kept costs no full search).
+    const bool cross_fitted = guarded && tokens.source == GuardSource::HoldOutDocuments;
     // A searched RTN build computes plain WUS/WUSH on the way (the same blocks, the same values).
     std::optional<BlockTransform> plain_transform;
-    QuantizedLayer searched = build(options, format, method, calibration, w, d_out, progress, tokens.search, shared,
-                                    guarded && method == Method::Rtn ? &plain_transform : nullptr);
-    if (!guarded) return searched;
+    std::optional<QuantizedLayer> searched;
+    if (!cross_fitted)
+        searched = build(options, format, method, calibration, w, d_out, progress, tokens.search, shared,
+                         guarded && method == Method::Rtn ? &plain_transform : nullptr);
+    if (!guarded) return std::move(*searched);
 
     const std::size_t d_in = calibration.d_in();
     const ScoredRows rows = scored_rows(w, d_out, d_in);
@@ -328,12 +365,15 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
     report.n_sequences = tokens.n_sequences;
     std::vector<Candidate> all;
     all.reserve(kGuardCandidates);
-    all.push_back(candidate(std::move(searched), format, rows));
+    std::optional<CrossFit> cross;
+    if (cross_fitted) cross.emplace(cross_fit(options, format, method, calibration, w, d_out, progress, tokens, rows));
+    all.push_back(cross ? std::move(cross->searched) : candidate(std::move(*searched), format, rows));
     score(all[0], w_scored, tokens);
     report.candidates[0].loss = all[0].mean;
     const std::vector<TransformOptions> alts = alternatives(options);
     for (std::size_t i = 0; i < alts.size(); ++i) {
-        if (method == Method::Rtn)
+        if (i == 0 && cross) all.push_back(std::move(cross->plain));
+        else if (method == Method::Rtn)
             all.push_back(rtn_candidate(i == 0 && plain_transform
                                             ? std::move(*plain_transform)
                                             : rtn_transform(alts[i], calibration, w, d_out, progress),
@@ -349,6 +389,13 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
     for (std::size_t i = 1; i < all.size(); ++i)
         if (report.candidates[i].clearly_better && all[i].mean < all[report.kept].mean) report.kept = i;
     mark_undecided(report, all);
+    if (cross && report.kept <= 1) {
+        QuantizedLayer whole =
+            report.kept == 0 ? build(options, format, method, calibration, w, d_out, progress, tokens.search, shared)
+                             : build(alts[0], format, method, calibration, w, d_out, progress, {}, shared);
+        whole.guard = report;
+        return whole;
+    }
     Candidate& kept = all[report.kept];
     if (kept.whole) return {std::move(kept.transform), std::move(*kept.whole), report};
     if (method == Method::Rtn) {

@@ -23,7 +23,7 @@ enum class Method { Rtn, Gptq };
 // What the search's per-layer guard (guarded_layer) saw and decided; wush_transform_guard()
 // reports it. Candidates in this order (wush_guard_candidate's values): the searched layer, plain
 // (unsearched) WUS/WUSH, I, H, R.
-enum class GuardSource { None = 0, Validation = 1, HoldOut = 2, HoldOutSequences = 3 };
+enum class GuardSource { None = 0, Validation = 1, HoldOut = 2, HoldOutSequences = 3, HoldOutDocuments = 4 };
 inline constexpr std::size_t kGuardCandidates = 5;
 struct GuardCandidateScore {
     double loss = std::numeric_limits<double>::quiet_NaN();  // mean held-out layer loss
@@ -36,7 +36,7 @@ struct GuardReport {
     GuardSource source = GuardSource::None;  // None: no guard ran (the rest is then empty)
     std::size_t n_tokens = 0;                // held-out tokens scored
     std::size_t kept = 0;                    // index of the candidate returned
-    std::size_t n_sequences = 0;             // held-out sequences (HoldOutSequences), else 0
+    std::size_t n_sequences = 0;             // held-out sequences or documents (HoldOutSequences/Documents), else 0
     // Some candidate's held-out loss is below kGuardMargin times the kept layer's, yet it did not
     // pass the rule: the held-out tokens cannot tell (more validation documents would).
     bool undecided = false;
@@ -58,7 +58,8 @@ struct GuardSettings {
     // Without validation tokens in the calibrator, hold out half of its token sample for the
     // guard, and search on the other half: whole sequences (guard_sequence_split) when the sample
     // knows its tokens' sequences and has at least two, else every second token in the sample's
-    // random order.
+    // random order. When the marks are documents (Calibrator::DocumentScope) the held-out
+    // documents are left out of the data-aware candidates' fit as well (guarded_layer).
     bool hold_out_sample = true;
 };
 

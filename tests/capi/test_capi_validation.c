@@ -656,6 +656,101 @@ static void test_sequence_guard(wush_context* ctx, wush_format f, const float* w
     wush_options_destroy(o);
 }
 
+/* The document hold-out (wush_calibrator_add_document): 4 documents of 1, 2, 4 and 9 windows of
+ * 32 tokens, each window added in its own call with its document's id, each document loud on its
+ * own quarter of the channels. The sample holds every token, so the held-out count names the
+ * held-out documents (the sizes' subset sums are distinct). The report says
+ * WUSH_GUARD_HOLD_OUT_DOCUMENTS with whole documents held out (not windows); the plain and
+ * identity candidates' losses equal, to rounding, wush_layer_loss on the held-out documents'
+ * tokens of plain WUSH built from a calibrator that saw only the other documents (the cross-fit)
+ * and of the identity layer; the same tokens added as windows (sequences) say
+ * WUSH_GUARD_HOLD_OUT_SEQUENCES, where the plain candidate was fit on every token. */
+static void test_document_guard(wush_context* ctx, wush_format f, const float* w) {
+    enum { WIN = 32, N_DOC = 4 };
+    static const size_t kWindows[N_DOC] = {1, 2, 4, 9}; /* 16 windows: N_CAL tokens */
+    float* x = malloc(sizeof(float) * N_CAL * D_IN);
+    float* held = malloc(sizeof(float) * N_CAL * D_IN);
+    float* rest = malloc(sizeof(float) * N_CAL * D_IN);
+    size_t start[N_DOC], g = 0, n_held = 0, n_doc = 0, t, j, d, win, n_h = 0, n_r = 0;
+    wush_options *o = NULL, *plain = NULL;
+    wush_calibrator *c = NULL, *windows = NULL, *fit = NULL;
+    wush_guard_source source = WUSH_GUARD_NONE;
+    int sub, found = -1;
+    Built got, by_window, oracle, ident;
+    double want = -1.0, reported = -1.0;
+    if (x == NULL || held == NULL || rest == NULL) return;
+    rng_seed(21);
+    for (d = 0, t = 0; d < N_DOC; ++d) {
+        start[d] = t;
+        for (; t < start[d] + kWindows[d] * WIN; ++t)
+            for (j = 0; j < D_IN; ++j) x[t * D_IN + j] = (float)(rng_gauss() * (j % 4 == d ? 4.0 : 0.05));
+    }
+    wush_format_group_size(f, &g);
+    CHECK_STATUS(wush_options_create(&o), WUSH_OK);
+    CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH, 1), WUSH_OK);
+    CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH_TOKENS, 128), WUSH_OK);
+    plain = without_search(o);
+    CHECK_STATUS(wush_calibrator_create(D_IN, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &c), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_create(D_IN, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &windows), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_create(D_IN, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &fit), WUSH_OK);
+    if (o == NULL || plain == NULL || c == NULL || windows == NULL || fit == NULL) return;
+    CHECK_STATUS(wush_calibrator_set_sample_size(c, N_CAL), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_set_sample_size(windows, N_CAL), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_add_document(NULL, c, WUSH_DTYPE_F32, x, WIN, 0), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_calibrator_add_document(ctx, c, WUSH_DTYPE_F32, NULL, WIN, 0), WUSH_ERR_INVALID_ARGUMENT);
+    for (d = 0; d < N_DOC; ++d)
+        for (win = 0; win < kWindows[d]; ++win) {
+            const float* at = x + (start[d] + win * WIN) * D_IN;
+            CHECK_STATUS(wush_calibrator_add_document(ctx, c, WUSH_DTYPE_F32, at, WIN, 1000 + d), WUSH_OK);
+            CHECK_STATUS(wush_calibrator_add_sequences(ctx, windows, WUSH_DTYPE_F32, at, WIN, WIN), WUSH_OK);
+        }
+    got = build(ctx, c, WUSH_TRANSFORM_WUSH, f, WUSH_METHOD_RTN, w, o, NULL);
+    by_window = build(ctx, windows, WUSH_TRANSFORM_WUSH, f, WUSH_METHOD_RTN, w, o, NULL);
+    CHECK_STATUS(wush_transform_guard(by_window.t, &source, NULL, NULL), WUSH_OK);
+    CHECK(source == WUSH_GUARD_HOLD_OUT_SEQUENCES);
+    CHECK_STATUS(wush_transform_guard(got.t, &source, &n_held, NULL), WUSH_OK);
+    CHECK(source == WUSH_GUARD_HOLD_OUT_DOCUMENTS);
+    CHECK_STATUS(wush_transform_guard_undecided(got.t, NULL, NULL, &n_doc), WUSH_OK);
+    /* The held-out documents: the one subset of whole documents with n_held tokens. */
+    for (sub = 1; sub < (1 << N_DOC) - 1; ++sub) {
+        size_t sum = 0, bits = 0;
+        for (d = 0; d < N_DOC; ++d)
+            if (sub >> d & 1) sum += kWindows[d] * WIN, ++bits;
+        if (sum == n_held && bits == n_doc) found = sub;
+    }
+    CHECK(found > 0);
+    if (found > 0) {
+        for (d = 0; d < N_DOC; ++d) {
+            const int is_held = found >> d & 1;
+            for (t = start[d]; t < start[d] + kWindows[d] * WIN; ++t)
+                memcpy(is_held ? held + n_h++ * D_IN : rest + n_r++ * D_IN, x + t * D_IN, sizeof(float) * D_IN);
+        }
+        CHECK_STATUS(wush_calibrator_add(ctx, fit, WUSH_DTYPE_F32, rest, n_r), WUSH_OK);
+        oracle = build(ctx, fit, WUSH_TRANSFORM_WUSH, f, WUSH_METHOD_RTN, w, plain, NULL);
+        ident = build(ctx, fit, WUSH_TRANSFORM_IDENTITY, f, WUSH_METHOD_RTN, w, plain, NULL);
+        CHECK_STATUS(wush_layer_loss(ctx, oracle.t, oracle.q, WUSH_DTYPE_F32, w, WUSH_DTYPE_F32, held, n_h, &want),
+                     WUSH_OK);
+        CHECK_STATUS(wush_transform_guard_candidate(got.t, WUSH_GUARD_PLAIN, &reported, NULL, NULL, NULL), WUSH_OK);
+        CHECK(close_to(reported, want, 1e-6 * want));
+        CHECK_STATUS(wush_layer_loss(ctx, ident.t, ident.q, WUSH_DTYPE_F32, w, WUSH_DTYPE_F32, held, n_h, &want),
+                     WUSH_OK);
+        CHECK_STATUS(wush_transform_guard_candidate(got.t, WUSH_GUARD_IDENTITY, &reported, NULL, NULL, NULL), WUSH_OK);
+        CHECK(close_to(reported, want, 1e-6 * want));
+        release(&oracle);
+        release(&ident);
+    }
+    release(&got);
+    release(&by_window);
+    wush_calibrator_destroy(c);
+    wush_calibrator_destroy(windows);
+    wush_calibrator_destroy(fit);
+    wush_options_destroy(o);
+    wush_options_destroy(plain);
+    free(x);
+    free(held);
+    free(rest);
+}
+
 /* The rows `rows` (n of them) of a qweight's codes and scales equal `sub`'s, byte for byte. */
 static int same_rows(const wush_qweight* whole, const wush_qweight* sub, const size_t* rows, size_t n) {
     const unsigned char *cw = NULL, *sw = NULL, *cs = NULL, *ss = NULL;
@@ -816,6 +911,8 @@ int main(void) {
         test_default_guard(ctx, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, w, cal);
         test_sequence_guard(ctx, WUSH_FORMAT_MXFP4, w, cal);
         test_sequence_guard(ctx, WUSH_FORMAT_NVFP4, w, cal);
+        test_document_guard(ctx, WUSH_FORMAT_MXFP4, w);
+        test_document_guard(ctx, WUSH_FORMAT_NVFP4, w);
         test_default_guard(ctx, WUSH_FORMAT_NVFP4, WUSH_METHOD_GPTQ, w, cal);
         test_guard_wide_layer(ctx, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, cal, shifted);
         test_guard_wide_layer(ctx, WUSH_FORMAT_NVFP4, WUSH_METHOD_RTN, cal, shifted);

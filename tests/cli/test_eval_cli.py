@@ -293,6 +293,26 @@ def main():
             "--out", ck_q, "--sequence-length", "17", expect_ok=False)
     check(p.returncode != 0 and "sequence" in p.stderr, "--sequence-length 17 of 144 rows: %r" % p.stderr)
 
+    # 7c. --documents: the calibration rows are documents of these lengths (3 of 48 here, and one
+    #     list that adds up to the rows), and the guard holds out whole documents and says so;
+    #     lengths that do not add up, or --documents with --sequence-length, are usage errors.
+    for docs, n_docs in (("48", 3), ("16,32,96", 3)):
+        p = run("quantize", "--weights", wpath, "--activations", cal, "--format", "mxfp4", "--transform", "wush+s",
+                "--out", ck_q, "--guard-json", gj, "--documents", docs)
+        try:
+            with open(gj) as f:
+                r = json.load(f)["layers"][0]
+            check(p.returncode == 0 and r["guard"] == "hold_out_documents" and 1 <= r["sequences"] < n_docs,
+                  "document hold-out report (--documents %s) %r" % (docs, r))
+            check(" documents " in p.stdout, "quantize's guard table names the documents: %r" % p.stdout)
+        except (OSError, ValueError, KeyError, IndexError) as e:
+            check(False, "--guard-json with --documents %s: %r" % (docs, e))
+    for bad_args in (["--documents", "50"], ["--documents", "48,48"], ["--documents", "48", "--sequence-length", "16"]):
+        p = run("quantize", "--weights", wpath, "--activations", cal, "--format", "mxfp4", "--transform", "wush+s",
+                "--out", ck_q, *bad_args, expect_ok=False)
+        check(p.returncode == 2 and "--documents" in p.stderr, "%r: a usage error naming --documents: %r"
+              % (bad_args, p.stderr))
+
     # 8. bad input: clear message on stderr, non-zero exit, nothing on stdout.
     bad = os.path.join(tmp, "truncated.safetensors")
     with open(ck, "rb") as f:

@@ -138,6 +138,22 @@ def check_spread() -> int:
     return bad
 
 
+def check_documents() -> int:
+    """The default calibration layout (--calib-layout documents): 4 windows over 3 modules are
+    2, 1 and 1 windows (every module a document), document after document, each window the module's own j-th window, and
+    the lengths `wush eval --documents` gets are those documents' token counts."""
+    tok, seq_len, modules = CharTokenizer(), 64, ["textwrap", "fractions", "ipaddress"]
+    streams = {m: "".join(minilm_eval.docstrings([m])) for m in modules}
+    windows, lengths = minilm_eval.document_windows(tok, modules, 4 * seq_len, seq_len)
+    body, want = seq_len - 2, [(m, j) for m, k in zip(modules, (2, 1, 1)) for j in range(k)]
+    bad = int(lengths != [2 * seq_len, seq_len, seq_len] or len(windows) != len(want))
+    for w, (m, j) in zip(windows.tolist(), want):
+        bad += not (w[0] == tok.cls_token_id and w[-1] == tok.sep_token_id
+                    and "".join(map(chr, w[1:-1])) == streams[m][j * body:(j + 1) * body])
+    print(f"document windows ({len(windows)} in {len(lengths)} documents): {'ok' if not bad else 'FAILED'}")
+    return bad
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--wush", required=True)
@@ -148,6 +164,7 @@ def main():
         workdir = pathlib.Path(tmp)
         model, acts = minilm_eval.prepare(args, workdir)
         bad = check_spread()
+        bad += check_documents()
         bad += check_capture(model, acts, args.seq_len)
         bad += check_diagnosis(acts, args.calib_tokens, args.seq_len)
         wpath, xpath = minilm_eval.write_layer_files(model, acts, workdir)

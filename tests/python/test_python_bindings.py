@@ -141,6 +141,14 @@ class Bindings(unittest.TestCase):
                              min(lower, key=lambda c: g["candidates"][c]["loss"]) if lower else None)
         with self.assertRaises(wush.WushError):
             wush.Calibrator(64, 32, sample_size=256).add(x[:100], sequence_length=32)  # 100 is not whole sequences
+        # As 4 documents of 4 windows each, every window its own call (add(document=...)): whole
+        # documents held out, fewer than 4 of them.
+        cal = wush.Calibrator(64, 32, sample_size=256)
+        for i in range(16):
+            cal.add(x[i * 32:(i + 1) * 32], document=i // 4)
+        g = wush.layer_quantize(cal, w, "wush", "mxfp4", "rtn", opts)[0].guard()
+        self.assertEqual(g["source"], "hold_out_documents")
+        self.assertTrue(1 <= g["n_sequences"] < 4, g)
 
     def test_linear_forward_equals_dequantized_product(self):
         rng = np.random.default_rng(4)

@@ -84,6 +84,28 @@ func (c *Calibrator) AddSequences(ctx *Context, x []float32, sequenceLength int)
 	})
 }
 
+// AddDocument is wush_calibrator_add_document on a CPU context: every row of x (d_in float32
+// each) belongs to the caller's document `document` (one document's windows, added in several
+// calls, share the id), so that the search's guard can hold out whole documents.
+func (c *Calibrator) AddDocument(ctx *Context, x []float32, document uint64) error {
+	p, err := ctx.host("Calibrator.AddDocument")
+	if err != nil {
+		return err
+	}
+	if c.p == nil {
+		return errClosed
+	}
+	n, err := rowsOf(len(x), c.dIn, "x")
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(ctx)
+	defer runtime.KeepAlive(c)
+	return call(func() C.wush_status {
+		return C.wush_calibrator_add_document(p, c.p, C.wush_dtype(F32), ptrOf(x), C.size_t(n), C.uint64_t(document))
+	})
+}
+
 // CalibratorAdd is wush_calibrator_add on a CPU context: x is float32, Float16 or BFloat16.
 func CalibratorAdd[X Element](c *Calibrator, ctx *Context, x []X) error {
 	return offer(c, ctx, x, false)

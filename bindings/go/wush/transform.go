@@ -217,6 +217,9 @@ const (
 	GuardHoldOut GuardSource = C.WUSH_GUARD_HOLD_OUT
 	// GuardHoldOutSequences: whole sequences of the token sample (Calibrator.AddSequences).
 	GuardHoldOutSequences GuardSource = C.WUSH_GUARD_HOLD_OUT_SEQUENCES
+	// GuardHoldOutDocuments: whole documents of the token sample, left out of the WUSH
+	// candidates' fit too (Calibrator.AddDocument).
+	GuardHoldOutDocuments GuardSource = C.WUSH_GUARD_HOLD_OUT_DOCUMENTS
 )
 
 // GuardCandidate is one of the guard's candidate layers (wush_guard_candidate), all built by
@@ -265,7 +268,7 @@ type GuardReport struct {
 	// not confirm it (wush_transform_guard_undecided); UndecidedCandidate is the lowest such.
 	Undecided          bool
 	UndecidedCandidate GuardCandidate
-	NSequences         int // held-out sequences under GuardHoldOutSequences, else 0
+	NSequences         int // held-out sequences (documents) under GuardHoldOutSequences (GuardHoldOutDocuments), else 0
 }
 
 // Guard is wush_transform_guard plus wush_transform_guard_candidate of every candidate: what the

@@ -87,6 +87,7 @@ pub const WUSH_GUARD_NONE: wush_guard_source = 0;
 pub const WUSH_GUARD_VALIDATION: wush_guard_source = 1;
 pub const WUSH_GUARD_HOLD_OUT: wush_guard_source = 2;
 pub const WUSH_GUARD_HOLD_OUT_SEQUENCES: wush_guard_source = 3;
+pub const WUSH_GUARD_HOLD_OUT_DOCUMENTS: wush_guard_source = 4;
 pub type wush_method = c_int;
 pub const WUSH_METHOD_RTN: wush_method = 0;
 pub const WUSH_METHOD_GPTQ: wush_method = 1;
@@ -126,6 +127,7 @@ pub type wush_progress_fn = Option<unsafe extern "C" fn(*mut c_void, f64) -> c_i
 
 extern "C" {
     pub fn wush_calibrator_add(_: *mut wush_context, _: *mut wush_calibrator, _: wush_dtype, _: *const c_void, _: usize) -> wush_status;
+    pub fn wush_calibrator_add_document(_: *mut wush_context, _: *mut wush_calibrator, _: wush_dtype, _: *const c_void, _: usize, _: u64) -> wush_status;
     pub fn wush_calibrator_add_sequences(_: *mut wush_context, _: *mut wush_calibrator, _: wush_dtype, _: *const c_void, _: usize, _: usize) -> wush_status;
     pub fn wush_calibrator_add_validation(_: *mut wush_context, _: *mut wush_calibrator, _: wush_dtype, _: *const c_void, _: usize) -> wush_status;
     pub fn wush_calibrator_create(_: usize, _: usize, _: wush_moment_mode, _: *mut *mut wush_calibrator) -> wush_status;
@@ -230,9 +232,10 @@ extern "C" {
 
 /// Every function of the header with its address: taking each one's address makes a test
 /// binary link all of them, so a symbol the library does not export fails the build.
-pub fn all_functions() -> [(&'static str, usize); 101] {
+pub fn all_functions() -> [(&'static str, usize); 102] {
     [
         ("wush_calibrator_add", wush_calibrator_add as *const () as usize),
+        ("wush_calibrator_add_document", wush_calibrator_add_document as *const () as usize),
         ("wush_calibrator_add_sequences", wush_calibrator_add_sequences as *const () as usize),
         ("wush_calibrator_add_validation", wush_calibrator_add_validation as *const () as usize),
         ("wush_calibrator_create", wush_calibrator_create as *const () as usize),

@@ -68,6 +68,18 @@ impl Calibrator {
                                                sequence_length)
         })
     }
+    /// `wush_calibrator_add_document`: adds `x` (rows of d_in), every row of the caller's document
+    /// `document` (one document's windows, added in several calls, share the id); the search's
+    /// guard can then hold out whole documents. CPU contexts.
+    pub fn add_document<T: Element>(&mut self, ctx: &Context, x: &[T], document: u64) -> Result<()> {
+        ctx.require_host("wush_calibrator_add_document")?;
+        let n = rows_of(x.len(), self.d_in, "x")?;
+        // SAFETY: host context; x holds n * d_in elements.
+        check(unsafe {
+            sys::wush_calibrator_add_document(ctx.as_ptr(), self.raw.as_ptr(), T::DTYPE.to_c(), x.as_ptr().cast(), n,
+                                              document)
+        })
+    }
     /// `wush_calibrator_add` on a CUDA context.
     ///
     /// # Safety

@@ -23,7 +23,8 @@ c_enum! {
     /// Where the search's per-layer guard took its held-out tokens (`wush_guard_source`, without
     /// `WUSH_GUARD_NONE`: no guard is [`Transform::guard`] returning `None`).
     GuardSource { Validation = sys::WUSH_GUARD_VALIDATION, HoldOut = sys::WUSH_GUARD_HOLD_OUT,
-                  HoldOutSequences = sys::WUSH_GUARD_HOLD_OUT_SEQUENCES }
+                  HoldOutSequences = sys::WUSH_GUARD_HOLD_OUT_SEQUENCES,
+                  HoldOutDocuments = sys::WUSH_GUARD_HOLD_OUT_DOCUMENTS }
 }
 c_enum! {
     /// The guard's candidate layers (`wush_guard_candidate`), all built by the same method and seed.
