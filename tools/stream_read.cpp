@@ -19,8 +19,7 @@ std::uint64_t sum_words(const std::uint64_t* p, std::size_t n) {
 }  // namespace
 
 StreamRead::StreamRead(std::size_t threads, std::size_t bytes, std::size_t copies)
-    : words_((bytes + 63) / 64 * 8),
-      copies_(std::max<std::size_t>(copies, 1)),
+    : words_((bytes + 63) / 64 * 8), copies_(std::max<std::size_t>(copies, 1)),
       threads_(std::max<std::size_t>(threads, 1)) {
     buffer_.assign(words_ * copies_, 1);
     for (std::size_t id = 1; id < threads_; ++id) workers_.emplace_back([this, id] { worker(id); });
