@@ -13,6 +13,25 @@ namespace wush {
 
 namespace {
 
+// Row t of an n x d_in activation block as float32: the caller's own row for F32, else a copy
+// converted into a buffer that is reused (valid until the next row is read).
+class RowReader {
+public:
+    RowReader(wush_dtype dtype, const void* x, std::size_t d_in)
+        : dtype_(dtype), x_(x), d_in_(d_in), row_(dtype == WUSH_DTYPE_F32 ? 0 : d_in) {}
+    const float* operator()(std::size_t t) {
+        if (dtype_ == WUSH_DTYPE_F32) return static_cast<const float*>(x_) + t * d_in_;
+        to_float(dtype_, x_, t * d_in_, row_);
+        return row_.data();
+    }
+
+private:
+    wush_dtype dtype_;
+    const void* x_;
+    std::size_t d_in_;
+    std::vector<float> row_;
+};
+
 // Priorities are 53-bit integers so that they travel exactly as doubles in exported states.
 constexpr double kPriorityLimit = 9007199254740992.0;
 
@@ -84,12 +103,7 @@ void TokenSample::offer(std::uint64_t key, const float* row) {
 
 void TokenSample::offer_rows(wush_dtype dtype, const void* x, std::size_t n, std::size_t sequence_length) {
     if (capacity_ == 0) return;
-    std::vector<float> row(dtype == WUSH_DTYPE_F32 ? 0 : d_in_);
-    const auto row_of = [&](std::size_t t) {
-        if (dtype == WUSH_DTYPE_F32) return static_cast<const float*>(x) + t * d_in_;
-        to_float(dtype, x, t * d_in_, row);
-        return static_cast<const float*>(row.data());
-    };
+    RowReader row_of(dtype, x, d_in_);
     std::vector<std::uint64_t> keys(n);
     for (std::size_t t = 0; t < n; ++t) keys[t] = token_priority(row_of(t), d_in_);
     // A sequence's id hashes its tokens' hashes in order: the content alone decides it.
@@ -104,12 +118,7 @@ void TokenSample::offer_rows(wush_dtype dtype, const void* x, std::size_t n, std
 
 void TokenSample::offer_document(wush_dtype dtype, const void* x, std::size_t n, std::uint64_t document) {
     if (capacity_ == 0) return;
-    std::vector<float> row(dtype == WUSH_DTYPE_F32 ? 0 : d_in_);
-    const auto row_of = [&](std::size_t t) {
-        if (dtype == WUSH_DTYPE_F32) return static_cast<const float*>(x) + t * d_in_;
-        to_float(dtype, x, t * d_in_, row);
-        return static_cast<const float*>(row.data());
-    };
+    RowReader row_of(dtype, x, d_in_);
     // The caller's id alone decides the document's: its windows may come in any calls or shards.
     const std::uint64_t id = kDocumentBit | (mix64(0xD0C5EEDull ^ document) & kIdHashMask);
     for (std::size_t t = 0; t < n; ++t) {
