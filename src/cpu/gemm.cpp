@@ -154,6 +154,21 @@ void panel_multiply(Isa isa, const GemmActivations& a, const std::uint8_t* panel
     else avx2::panel_multiply(a, panel, n0, m0, m1, out, n_total);
 }
 
+std::size_t row_block_bytes(Isa isa, wush_format format, std::size_t k) {
+    return isa == Isa::Avx512Vnni ? avx512::row_block_bytes(int(format), k) : avx2::row_block_bytes(int(format), k);
+}
+
+void pack_row_block(Isa isa, const GemmWeights& w, std::size_t n0, std::uint8_t* block) {
+    if (isa == Isa::Avx512Vnni) avx512::pack_row_block(w, n0, block);
+    else avx2::pack_row_block(w, n0, block);
+}
+
+void rows_multiply(Isa isa, const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes,
+                   std::size_t n0, std::size_t n1, std::size_t n_total, const GemmOutput& out) {
+    if (isa == Isa::Avx512Vnni) avx512::rows_multiply(a, blocks, block_bytes, n0, n1, out);
+    else avx2::rows_multiply(a, blocks, block_bytes, n0, n1, n_total, out);
+}
+
 std::uint8_t* aligned_slot(const Plan& p, std::size_t slot) {
     const auto addr = reinterpret_cast<std::uintptr_t>(p.panels + slot * p.slot_bytes);
     return reinterpret_cast<std::uint8_t*>((addr + 63) & ~std::uintptr_t(63));
@@ -275,13 +290,11 @@ void run_row_blocks(Isa isa, const Operands& o, const Plan& p, const std::uint8_
             }
     }
     const std::size_t blocks = (o.w.n + kRowBlock - 1) / kRowBlock;
-    threads::parallel_chunks(
-        blocks, kRowsPerChunk / kRowBlock, threads, macs(o), [&](std::size_t, std::size_t b0, std::size_t b1) {
-            const std::size_t n0 = b0 * kRowBlock, n1 = std::min(o.w.n, b1 * kRowBlock);
-            if (isa == Isa::Avx2)
-                avx2::rows_multiply(o.a, packed.row_blocks(), packed.block_bytes(), n0, n1, o.w.n, o.out);
-            else avx512::rows_multiply(o.a, packed.row_blocks(), packed.block_bytes(), n0, n1, o.out);
-        });
+    threads::parallel_chunks(blocks, kRowsPerChunk / kRowBlock, threads, macs(o),
+                             [&](std::size_t, std::size_t b0, std::size_t b1) {
+                                 rows_multiply(isa, o.a, packed.row_blocks(), packed.block_bytes(), b0 * kRowBlock,
+                                               std::min(o.w.n, b1 * kRowBlock), o.w.n, o.out);
+                             });
 }
 
 // More rows: the threads share the activation decoding, then each packs (unless a prepared layer
@@ -361,15 +374,12 @@ PanelPack::PanelPack(Isa isa, std::size_t threads, const formats::PackedMatrix& 
     // The small-m layout: row blocks, which one token's product reads as a single stream.
     if (w.d_in % 32 != 0) return;
     const std::size_t blocks = (w.d_out + kRowBlock - 1) / kRowBlock;
-    block_bytes_ =
-        isa == Isa::Avx2 ? avx2::row_block_bytes(int(f.id), w.d_in) : avx512::row_block_bytes(int(f.id), w.d_in);
+    block_bytes_ = row_block_bytes(isa, f.id, w.d_in);
     blocks_.resize(checked_add(checked_mul(blocks, block_bytes_, "row blocks"), 63, "row blocks"));
     blocks_offset_ = (64 - reinterpret_cast<std::uintptr_t>(blocks_.data()) % 64) % 64;
     threads::parallel_chunks(blocks, 1, threads, bytes, [&](std::size_t, std::size_t b0, std::size_t b1) {
         for (std::size_t b = b0; b < b1; ++b)
-            if (isa == Isa::Avx2)
-                avx2::pack_row_block(gw, b * kRowBlock, blocks_.data() + blocks_offset_ + b * block_bytes_);
-            else avx512::pack_row_block(gw, b * kRowBlock, blocks_.data() + blocks_offset_ + b * block_bytes_);
+            pack_row_block(isa, gw, b * kRowBlock, blocks_.data() + blocks_offset_ + b * block_bytes_);
     });
 }
 

@@ -329,11 +329,10 @@ void row_blocks(const GemmActivations& a, const std::uint8_t* blocks, std::size_
             for (int h = 0; h < kHalves; ++h) acc[r][h] = _mm256_setzero_ps();
         for (std::size_t u = 0; u < units; ++u) {
             const std::uint8_t* pu = blk + u * unit_bytes;
-            // As the AVX-512 kernel (gemm_avx512.cpp, kPrefetchBytes): ask for the block's bytes
-            // 4 KB ahead, each of the unit's (up to 3) lines.
+            // Each of the unit's (up to 3) lines, kPrefetchBytes ahead (kernels.h).
 #pragma GCC unroll 3
             for (std::size_t l = 0; l < unit_bytes; l += 64)
-                _mm_prefetch(reinterpret_cast<const char*>(pu + 4096 + l), _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(pu + kPrefetchBytes + l), _MM_HINT_T0);
             __m256i wl[4], wh[4];
 #pragma GCC unroll 4
             for (int j = 0; j < 4; ++j) {

@@ -7,8 +7,9 @@
 //    biased bytes and multiplied (vpdpbusd) with the activations' even / odd elements, laid out
 //    the same way. Dword lane L then sums 8 elements of one group, so the group scales apply per
 //    lane, and the lanes are summed once per output. One token's product only reads each weight
-//    byte once, so the work per byte decides its speed: 4 weight rows at a time share the
-//    activation loads, and the scales are decoded 16 groups at a time.
+//    byte once, so the work per byte decides its speed: several weight rows at a time (4 of the
+//    packed matrix, the 8 of a prepared layer's row block) share the activation loads, and the
+//    scales are decoded 16 groups at a time.
 //  - panel_multiply (m > 4): a packed panel of 32 weight rows (for each group, G/4 steps of
 //    32 rows x 4 bytes) against 4 activation rows at a time: each step broadcasts 4 activation
 //    bytes per row and accumulates 4 x 2 vectors of 16 int32 dot products, which are scaled into
@@ -132,16 +133,26 @@ __m512 weight_span_scales(int format, const std::uint8_t* span, std::size_t left
     return format == kNvfp4 ? decode_e4m3(c) : decode_e8m0(c);
 }
 
+std::size_t group_of(int format) {
+    return format == kNvfp4 ? 16 : 32;
+}
+
+// 128-element chunks per span: G / 8.
+std::size_t span_chunks(int format) {
+    return group_of(format) / 8;
+}
+
 // Permute indices: lane i of chunk j of a span covers elements 128 j + 8 i .. + 7, which lie in
 // group (128 j + 8 i) / G of the span.
 struct SpanLanes {
     __m512i index[4];
-    std::size_t chunks;  // chunks per span: G / 8
+    std::size_t chunks;  // span_chunks
 };
 
-SpanLanes span_lanes(int group) {
+SpanLanes span_lanes(int format) {
     SpanLanes s;
-    s.chunks = std::size_t(group) / 8;
+    s.chunks = span_chunks(format);
+    const int group = int(group_of(format));
     for (int j = 0; j < 4; ++j) {
         alignas(64) std::int32_t idx[16];
         for (int i = 0; i < 16; ++i) idx[i] = (128 * j + 8 * i) / group % 16;
@@ -203,12 +214,6 @@ void prepare_split(const GemmActivations& a, const std::uint8_t* codes, std::siz
 
 namespace {
 
-// How far ahead of its reads the kernel asks for weight bytes. The hardware prefetchers alone left
-// a one-token product at about half the speed of a plain read of the same bytes: this kernel does
-// enough work per line that the core's own look-ahead covers too few lines to hide the memory's
-// latency. (Prefetches past the end of the weights are harmless: they never fault.)
-constexpr std::size_t kPrefetchBytes = 4096;
-
 // Where R weight rows' chunks and scale spans lie: the packed matrix row after row, or a prepared
 // layer's row block (the rows interleaved span by span, so that the R rows are one stream).
 // Chunk jj of span s of row j is at codes + s code_span_step + jj chunk_step + j row_step.
@@ -228,19 +233,19 @@ std::size_t scale_bytes_of(int format) {
 
 RowView plain_rows(const GemmWeights& w, std::size_t n) {
     const std::size_t row_bytes = w.k / 2, sb = scale_bytes_of(w.format), scale_row = w.groups * sb;
-    const std::size_t span_chunks = w.k / w.groups / 8;
-    return {w.codes + n * row_bytes, row_bytes, 64, 64 * span_chunks, w.scales + n * scale_row, scale_row, 16 * sb};
+    return {w.codes + n * row_bytes,  row_bytes, 64,     64 * span_chunks(w.format),
+            w.scales + n * scale_row, scale_row, 16 * sb};
 }
 
-// Weight rows `v` (R of them) against activation rows r0 .. r0 + M - 1 (the split layout), rows
-// from the view's j0: the rows share every activation load, and each weight chunk is decoded
-// once for the M activation rows. A lane's value is what one row at a time would give: (weight
-// scale x activation scale) x its integer dot, accumulated chunk by chunk, the lanes summed at the
-// end. Outputs n .. n + stored - 1 are stored.
-
+// The R weight rows of `v` (outputs n .. n + R - 1) against activation rows r0 .. r0 + M - 1 (the
+// split layout): the rows share every activation load, and each weight chunk is decoded once for
+// the M activation rows. A lane's value is what one row at a time would give: (weight scale x
+// activation scale) x its integer dot, accumulated chunk by chunk, the lanes summed at the end.
+// Outputs n .. n + stored - 1 are stored (a block's rows past the matrix are not).
 template <int M, int R>
-void gemv_block(const GemmActivations& a, int format, const SpanLanes& sl, const RowView& v, std::size_t n,
-                std::size_t stored, std::size_t r0, const GemmOutput& out) {
+void gemv_block(const GemmActivations& a, const SpanLanes& sl, const RowView& v, std::size_t n, std::size_t stored,
+                std::size_t r0, const GemmOutput& out) {
+    const int format = a.format;
     const __m512i lut = _mm512_broadcast_i32x4(weight_lut(format)), low = _mm512_set1_epi8(0x0F);
     const std::size_t row_bytes = a.k / 2, chunks = a.k_pad / 128, half = a.k_pad / 2, lanes = a.k_pad / 8;
     __m512 acc_f[R][M];
@@ -302,18 +307,17 @@ void gemv_block(const GemmActivations& a, int format, const SpanLanes& sl, const
 template <int M, int R>
 void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::size_t n1, std::size_t r0,
           const GemmOutput& out) {
-    const SpanLanes sl = span_lanes(a.group);
+    const SpanLanes sl = span_lanes(a.format);
     std::size_t n = n0;
-    for (; n + R <= n1; n += R) gemv_block<M, R>(a, w.format, sl, plain_rows(w, n), n, R, r0, out);
-    for (; n < n1; ++n) gemv_block<M, 1>(a, w.format, sl, plain_rows(w, n), n, 1, r0, out);
+    for (; n + R <= n1; n += R) gemv_block<M, R>(a, sl, plain_rows(w, n), n, R, r0, out);
+    for (; n < n1; ++n) gemv_block<M, 1>(a, sl, plain_rows(w, n), n, 1, r0, out);
 }
 
 // Row block layout (kRowBlock rows): span after span (16 groups, G / 8 chunks), each holding the
 // rows' 16 scales (row j at 16 scale_bytes j), then its chunks (chunk jj of row j at
 // 64 (kRowBlock jj + j)): one sequential stream. Rows past the matrix, and bytes past k, are zero.
 std::size_t span_bytes(int format) {
-    const std::size_t chunks = format == kNvfp4 ? 2 : 4;
-    return kRowBlock * (16 * scale_bytes_of(format) + 64 * chunks);
+    return kRowBlock * (16 * scale_bytes_of(format) + 64 * span_chunks(format));
 }
 
 std::size_t span_scales_bytes(int format) {
@@ -336,18 +340,18 @@ template <int M>
 void block_multiply(const GemmActivations& a, const SpanLanes& sl, const std::uint8_t* block, std::size_t n,
                     std::size_t valid, std::size_t r0, const GemmOutput& out) {
     if constexpr (M == 1) {
-        gemv_block<1, kRowBlock>(a, a.format, sl, block_rows(a.format, block, 0), n, valid, r0, out);
+        gemv_block<1, kRowBlock>(a, sl, block_rows(a.format, block, 0), n, valid, r0, out);
     } else {
         constexpr std::size_t H = kRowBlock / 2;
-        gemv_block<M, H>(a, a.format, sl, block_rows(a.format, block, 0), n, valid < H ? valid : H, r0, out);
-        if (valid > H) gemv_block<M, H>(a, a.format, sl, block_rows(a.format, block, H), n + H, valid - H, r0, out);
+        gemv_block<M, H>(a, sl, block_rows(a.format, block, 0), n, valid < H ? valid : H, r0, out);
+        if (valid > H) gemv_block<M, H>(a, sl, block_rows(a.format, block, H), n + H, valid - H, r0, out);
     }
 }
 
 template <int M>
 void blocks_multiply(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
                      std::size_t n1, std::size_t r0, const GemmOutput& out) {
-    const SpanLanes sl = span_lanes(a.group);
+    const SpanLanes sl = span_lanes(a.format);
     for (std::size_t n = n0; n < n1; n += kRowBlock)
         block_multiply<M>(a, sl, blocks + n / kRowBlock * block_bytes, n, n1 - n < kRowBlock ? n1 - n : kRowBlock, r0,
                           out);
@@ -368,19 +372,19 @@ void gemv_rows(const GemmActivations& a, const GemmWeights& w, std::size_t n0, s
 }
 
 std::size_t row_block_bytes(int format, std::size_t k) {
-    const std::size_t groups = k / (format == kNvfp4 ? 16 : 32);
+    const std::size_t groups = k / group_of(format);
     return (groups + 15) / 16 * span_bytes(format);  // a multiple of 64
 }
 
 void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block) {
     std::memset(block, 0, row_block_bytes(w.format, w.k));
     const std::size_t row_bytes = w.k / 2, sb = scale_bytes_of(w.format), scale_row = w.groups * sb;
-    const std::size_t span_chunks = w.k / w.groups / 8, valid = w.n - n0 < kRowBlock ? w.n - n0 : kRowBlock;
+    const std::size_t chunks = span_chunks(w.format), valid = w.n - n0 < kRowBlock ? w.n - n0 : kRowBlock;
     for (std::size_t j = 0; j < valid; ++j) {
         const std::uint8_t* codes = w.codes + (n0 + j) * row_bytes;
         for (std::size_t c = 0; 64 * c < row_bytes; ++c) {
-            std::uint8_t* span = block + c / span_chunks * span_bytes(w.format);
-            std::memcpy(span + span_scales_bytes(w.format) + 64 * (kRowBlock * (c % span_chunks) + j), codes + 64 * c,
+            std::uint8_t* span = block + c / chunks * span_bytes(w.format);
+            std::memcpy(span + span_scales_bytes(w.format) + 64 * (kRowBlock * (c % chunks) + j), codes + 64 * c,
                         row_bytes - 64 * c < 64 ? row_bytes - 64 * c : 64);
         }
         const std::uint8_t* scales = w.scales + (n0 + j) * scale_row;
