@@ -86,7 +86,8 @@ def docstrings(modules: List[str]) -> List[str]:
                 objs.append(obj)
                 if inspect.isclass(obj):
                     objs.extend(f for _, f in sorted(vars(obj).items()) if inspect.isfunction(f))
-        docs.extend(inspect.cleandoc(o.__doc__) for o in objs if o.__doc__ and o.__doc__.strip())
+        # A class with __slots__ = ('__doc__', ...) has a descriptor there, not a docstring.
+        docs.extend(inspect.cleandoc(o.__doc__) for o in objs if isinstance(o.__doc__, str) and o.__doc__.strip())
     return docs
 
 
