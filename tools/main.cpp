@@ -30,7 +30,8 @@ const Command kCommands[] = {
     {"eval", cmd_eval,
      "layerwise loss of transforms x formats x methods (the paper's table)\n"
      "  [--layers L1,L2] built-in layers (default 4096x4096,4096x14336,14336x4096;\n"
-     "                   also small_256x512, small_512x256)\n"
+     "                   also small_256x512, small_512x256, and a small\n"
+     "                   encoder's 384x384, 384x1536, 1536x384)\n"
      "  [--weights W.safetensors --activations X.safetensors]  layers from files: each\n"
      "                   2-D weight (d_out x d_in) with the activation tensor of\n"
      "                   the same name, or of its name without '.weight' (a\n"

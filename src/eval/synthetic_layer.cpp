@@ -96,13 +96,11 @@ struct Shape {
     const char* name;
     std::size_t d_in, d_out;
 };
-constexpr Shape kShapes[] = {{"small_256x512", 256, 512},
-                             {"small_512x256", 512, 256},
-                             {"4096x4096", 4096, 4096},
-                             {"4096x14336", 4096, 14336},
-                             {"14336x4096", 14336, 4096}};
+constexpr Shape kShapes[] = {{"small_256x512", 256, 512}, {"small_512x256", 512, 256}, {"4096x4096", 4096, 4096},
+                             {"4096x14336", 4096, 14336}, {"14336x4096", 14336, 4096}, {"384x384", 384, 384},
+                             {"384x1536", 384, 1536},     {"1536x384", 1536, 384}};
 constexpr const char* kShapeNames[] = {kShapes[0].name, kShapes[1].name, kShapes[2].name, kShapes[3].name,
-                                       kShapes[4].name};
+                                       kShapes[4].name, kShapes[5].name, kShapes[6].name, kShapes[7].name};
 
 }  // namespace
 

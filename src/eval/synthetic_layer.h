@@ -46,7 +46,8 @@ struct SyntheticLayer {
 };
 
 // Named shapes (d_in x d_out): "small_256x512", "small_512x256" (tests), "4096x4096",
-// "4096x14336", "14336x4096" (realistic LLM projections). INVALID_ARGUMENT for other names.
+// "4096x14336", "14336x4096" (realistic LLM projections), "384x384", "384x1536", "1536x384"
+// (a small encoder's: MiniLM's attention, FFN up and FFN down). INVALID_ARGUMENT for other names.
 // The preset names above, in that order.
 std::span<const char* const> synthetic_preset_names();
 

@@ -113,7 +113,9 @@ TEST(GuardHoldOut, NoSplitWithoutMarksOrWithOneSequence) {
     mixed.add(WUSH_DTYPE_F32, x.data(), 12 * kSeq, kSeq);
     mixed.add(WUSH_DTYPE_F32, x.data() + 12 * kSeq * kD, 12 * kSeq);
     const std::vector<std::uint32_t> ids = mixed.sample_sequences();
-    if (std::count(ids.begin(), ids.end(), 0u) > 0) EXPECT_TRUE(pipeline::guard_sequence_split(ids, 1).empty());
+    if (std::count(ids.begin(), ids.end(), 0u) > 0) {
+        EXPECT_TRUE(pipeline::guard_sequence_split(ids, 1).empty());
+    }
 }
 
 }  // namespace
