@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
@@ -214,6 +215,32 @@ def calibrate(model: nn.Module, batches: Iterable, layers: Optional[Dict[str, nn
     return hc.calibrators
 
 
+class _ThreadWorkspace(threading.local):
+    """The scratch buffer of the CPU layers that run on this thread. A layer's workspace is dead
+    once its call returns, so every CPU layer of a thread shares one, grown to the largest call
+    seen: per layer, a model's buffers added up to the sum over all its layers (146 MiB for
+    MiniLM's 36 layers at 4,096 tokens; gigabytes for a 7B model's long prefill). Per thread,
+    because threads may run layers at the same time."""
+
+    def __init__(self) -> None:
+        self.buffer: Optional[torch.Tensor] = None
+
+    def get(self, nbytes: int) -> torch.Tensor:
+        if self.buffer is None or self.buffer.numel() < nbytes:
+            self.buffer = None  # the old one goes before the larger one is allocated
+            self.buffer = torch.empty(nbytes, dtype=torch.uint8)
+        return self.buffer
+
+
+_CPU_WORKSPACE = _ThreadWorkspace()
+
+
+def release_cpu_workspace() -> None:
+    """Frees the calling thread's CPU scratch buffer (QuantizedLinear's); the next CPU layer call
+    on this thread allocates it again."""
+    _CPU_WORKSPACE.buffer = None
+
+
 class QuantizedLinear(nn.Module):
     """nn.Linear replacement computed by libwush's runtime: a prepared layer (``wush_linear``)
     that transforms and quantizes the activations on the fly and runs the W4A4 GEMM.
@@ -246,6 +273,9 @@ class QuantizedLinear(nn.Module):
                 f"transform={self.transform_kind}, bias={self.bias is not None}")
 
     def _workspace(self, n: int, device: torch.device) -> torch.Tensor:
+        if not self._cuda:
+            return _CPU_WORKSPACE.get(max(self.runtime.workspace_size(n), 1))
+        # CUDA: the layer's own buffer (a shared one would need the streams' order as well).
         if self._ws is None or n > self._ws_tokens or self._ws.device != device:
             # grown for the largest batch seen; smaller ones reuse it
             self._ws = torch.empty(max(self.runtime.workspace_size(n), 1), dtype=torch.uint8, device=device)

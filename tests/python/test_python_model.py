@@ -376,5 +376,57 @@ class QuantizedLinearBias(unittest.TestCase):
             # the bias itself (dtype and storage) reached the C call
             self.assertTrue(seen and all(s == (wt._TORCH_DTYPES[b_dtype], ql.bias.data_ptr()) for s in seen), seen[:1])
 
+
+class SharedCpuWorkspace(unittest.TestCase):
+    """CPU layers share one scratch buffer per thread: every layer's C call on a thread gets the
+    same buffer, large enough for the largest (the sum over a model's layers was the memory
+    before), and threads running layers at the same time get their own, so their outputs equal
+    each layer's run alone (the _core layer's own workspace) bit for bit."""
+
+    def layers(self):
+        g = torch.Generator().manual_seed(5)
+        out = []
+        for d_in, d_out in ((256, 64), (64, 96)):
+            w = torch.randn(d_out, d_in, generator=g) / d_in ** 0.5
+            t = wush.Transform.fixed("hadamard", d_in, 32)
+            out.append(wt.QuantizedLinear(t, wush.QWeight.create(t, w.numpy(), "mxfp4"), None))
+        xs = [torch.randn(40, ql.in_features, generator=g) for ql in out]
+        return out, xs
+
+    def test_one_buffer_per_thread(self):
+        layers, xs = self.layers()
+        wt.release_cpu_workspace()
+        seen = []
+        for ql in layers:
+            run_raw = ql.runtime.run_raw
+            ql.runtime.run_raw = lambda *a, run_raw=run_raw: (seen.append(a[6:8]), run_raw(*a))[1]
+        for ql, x in zip(layers, xs):
+            self.assertTrue(torch.equal(ql(x), torch.from_numpy(ql.runtime(x.numpy()))))
+        need = max(ql.runtime.workspace_size(40) for ql in layers)
+        self.assertEqual(len({p for p, _ in seen}), 1, seen)  # one buffer for both layers
+        self.assertTrue(all(n >= need for _, n in seen), (seen, need))
+
+    def test_threads_do_not_share(self):
+        import threading
+        layers, xs = self.layers()
+        want = [torch.from_numpy(ql.runtime(x.numpy())) for ql, x in zip(layers, xs)]
+        buffers, wrong = [], []
+
+        def work(i):
+            for _ in range(200):
+                for ql, x, y in zip(layers, xs, want):
+                    if not torch.equal(ql(x), y):
+                        wrong.append(i)
+            buffers.append(wt._CPU_WORKSPACE.buffer.data_ptr())
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(wrong, [])
+        self.assertEqual(len(set(buffers)), 3, buffers)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
