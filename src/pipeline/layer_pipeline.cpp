@@ -344,7 +344,8 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
     // calibration documents only (it was fit on them too). So under the document hold-out the
     // data-aware candidates (searched, plain) are scored as built from the other documents'
     // sampled tokens alone: a cross-fit (cross_fit). The one kept is then built on every token,
-    // after the decision (so a data-free layer kept costs no full search).
+    // after the decision: the searched layer with the cross-fit's per-block choices replayed on
+    // every token's moments (SearchOptions::replay), so the search runs once, on the fit half.
     const bool cross_fitted = guarded && tokens.source == GuardSource::HoldOutDocuments;
     // A searched RTN build computes plain WUS/WUSH on the way (the same blocks, the same values).
     std::optional<BlockTransform> plain_transform;
@@ -390,9 +391,10 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
         if (report.candidates[i].clearly_better && all[i].mean < all[report.kept].mean) report.kept = i;
     mark_undecided(report, all);
     if (cross && report.kept <= 1) {
+        TransformOptions replayed = options;
+        replayed.search.replay = all[0].transform.stats().search;
         QuantizedLayer whole =
-            report.kept == 0 ? build(options, format, method, calibration, w, d_out, progress, tokens.search, shared)
-                             : build(alts[0], format, method, calibration, w, d_out, progress, {}, shared);
+            build(report.kept == 0 ? replayed : alts[0], format, method, calibration, w, d_out, progress, {}, shared);
         whole.guard = report;
         return whole;
     }

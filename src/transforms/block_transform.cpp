@@ -405,14 +405,18 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
     }
     // Without an explicit sample, the calibrator's token sample (if it keeps one) beats the
     // Gaussian surrogate: it has the real tokens' tails, which set MXFP4's group scales.
+    // (A replay scores nothing: it needs neither.)
+    const bool replay = !options.search.replay.empty();
+    if (replay)
+        require(options.search.replay.size() == c, "build_transform: the replayed choices must be one per block");
     std::vector<float> kept;
-    if (search && n_sample == 0 && calibration.sample_count() > 0) {
+    if (search && !replay && n_sample == 0 && calibration.sample_count() > 0) {
         kept = calibration.sample();
         sample = kept;
         n_sample = calibration.sample_count();
     }
 
-    const std::vector<double> noise = search && n_sample == 0
+    const std::vector<double> noise = search && !replay && n_sample == 0
                                           ? surrogate_noise(options.search.sample_tokens, g, options.seed)
                                           : std::vector<double>{};
     std::vector<float> act(c * g * g);
