@@ -210,9 +210,16 @@ BlockTransform build_data_free_transform(const TransformOptions& options, std::s
 // `plain`, if given with the search on, also gets the transform the same call without the search
 // would build (Algorithm 1, rounded to options.storage; stats without `search`): the search
 // starts from exactly those blocks, so the search's per-layer guard gets plain WUS/WUSH for free.
+//
+// `weight_moments`, if given (WUS/WUSH): M_W of every block (C x G x G, weight_second_moment's
+// values), which depend on the weight alone. Empty on entry, this build fills it; filled, this
+// build reads M_W from it instead of computing it (and, replaying the search or without it, reads
+// no weight slices at all): builds of one weight on different calibrators (the guard's cross-fit,
+// then the kept layer on every token) compute it once. The result is the same bit for bit.
 BlockTransform build_transform(const TransformOptions& options, const Calibrator& calibration,
                                std::span<const float> weight, std::size_t d_out, Progress* progress = nullptr,
                                std::span<const float> sample = {}, std::size_t n_sample = 0,
-                               std::optional<BlockTransform>* plain = nullptr);
+                               std::optional<BlockTransform>* plain = nullptr,
+                               std::vector<double>* weight_moments = nullptr);
 
 }  // namespace wush
