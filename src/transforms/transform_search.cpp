@@ -308,13 +308,16 @@ std::vector<std::vector<double>> sign_patterns(std::uint64_t seed, std::size_t b
     return out;
 }
 
-// Q_k M for the block's k-th seeded rotation Q_k (k >= 1). Each block draws its own: one set
-// shared by all blocks of a layer, tried to save the QRs, lost badly on a real FFN
-// down-projection (docs/record/eval-record.md) — the layer loss has cross terms between blocks,
-// which the same rotation everywhere correlates.
-std::vector<double> rotated(std::uint64_t seed, std::size_t block, std::size_t k, const std::vector<double>& m,
-                            std::size_t g) {
-    const std::vector<double> q = random_rotation(g, rng::mix_seed(seed ^ 0xA07A7Eull) + block * 64 + k);
+// The block's k-th seeded rotation Q_k (k >= 1). Each block draws its own: one set shared by all
+// blocks of a layer, tried to save the QRs, lost badly on a real FFN down-projection
+// (docs/record/eval-record.md) — the layer loss has cross terms between blocks, which the same
+// rotation everywhere correlates.
+std::vector<double> block_rotation(std::uint64_t seed, std::size_t block, std::size_t k, std::size_t g) {
+    return random_rotation(g, rng::mix_seed(seed ^ 0xA07A7Eull) + block * 64 + k);
+}
+
+// Q M (G x G).
+std::vector<double> rotated(const std::vector<double>& q, const std::vector<double>& m, std::size_t g) {
     std::vector<double> t(g * g);
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(g), int(g), int(g), 1.0, q.data(), int(g), m.data(),
                 int(g), 0.0, t.data(), int(g));
@@ -394,9 +397,10 @@ public:
                                k});
         // Q A is as exact as H A (Q orthogonal, so its inverse-transpose is Q A^{-T}), and a
         // different spread of the block over the group.
-        for (std::size_t k = 1; a_ok_ && k <= counts.rotations; ++k)
-            entries.push_back(
-                {{rotated(seed, block, k, basis_.a, g_), rotated(seed, block, k, a_it_, g_)}, SearchBase::Rotated, k});
+        for (std::size_t k = 1; a_ok_ && k <= counts.rotations; ++k) {
+            const std::vector<double> q = block_rotation(seed, block, k, g_);
+            entries.push_back({{rotated(q, basis_.a, g_), rotated(q, a_it_, g_)}, SearchBase::Rotated, k});
+        }
         // Orthogonal (their own inverse-transpose).
         for (const auto& [base, kind] : kDataFreeBases) {
             std::vector<double> m = data_free_block(kind, g_, seed, block);
@@ -531,8 +535,9 @@ std::vector<float> replay_block(TransformKind kind, const BlockSolution& solutio
     }
     if (choice.base == SearchBase::Rotated) {
         require(choice.sign_pattern >= 1, "replay: rotations are numbered from 1");
-        return scaled_for_storage(rotated(seed, block, choice.sign_pattern, SolutionBasis(kind, solution, g).a, g), c,
-                                  storage);
+        return scaled_for_storage(
+            rotated(block_rotation(seed, block, choice.sign_pattern, g), SolutionBasis(kind, solution, g).a, g), c,
+            storage);
     }
     for (const auto& [base, data_free] : kDataFreeBases)
         if (choice.base == base) return scaled_for_storage(data_free_block(data_free, g, seed, block), c, storage);
