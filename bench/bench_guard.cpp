@@ -14,7 +14,8 @@
 //   "guard_doc" the same with the calibration tokens added as 8 documents of 512
 //             (wush_calibrator_add_document): the guard holds out whole documents and scores the
 //             searched and plain layers as built without them (a cross-fit: the search runs on
-//             the other documents' sample, then once more on every token when it is kept);
+//             the other documents' sample; a kept searched layer is built on every token with
+//             those per-block choices replayed, not searched again);
 //   "gptq_plain", "gptq_guard": the same two with GPTQ (a full-mode calibrator; the guard's four
 //             alternatives are each a GPTQ build);
 // "guard_before", the same guard as first implemented (commit 4d73e40), written out here: plain
@@ -40,6 +41,7 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "bench_report.h"
@@ -191,15 +193,27 @@ int main(int argc, char** argv) {
         std::printf("%-16s %8s %8s %6s %8s %6s %9s %6s %9s %6s %12s %13s %6s %8s\n", "layer/format", "plain", "search",
                     "ratio", "guard", "ratio", "guard_seq", "ratio", "guard_doc", "ratio", "guard/search",
                     "guard_before", "ratio", "loss256");
+        // One column: value (ms or a ratio) or "-" where a variant was filtered out of this run.
+        const auto cell = [](bool have, double v, int width, int digits) {
+            if (have) std::printf(" %*.*f", width, digits, v);
+            else std::printf(" %*s", width, "-");
+        };
         for (wush_format f : kFormats) {
             const double p = seconds(case_name(f, "plain")), s = seconds(case_name(f, "search")),
                          g = seconds(case_name(f, "guard")), q = seconds(case_name(f, "guard_seq")),
                          dq = seconds(case_name(f, "guard_doc")), b = seconds(case_name(f, "guard_before")),
                          l = seconds(case_name(f, "loss256"));
-            if (p <= 0.0 || s <= 0.0 || g <= 0.0) continue;  // filtered out of this run
-            std::printf("%-16s %8.1f %8.1f %6.2f %8.1f %6.2f %9.1f %6.2f %9.1f %6.2f %12.2f %13.1f %6.2f %8.1f\n",
-                        (std::string(kLayer) + "/" + wush::formats::spec(f).name).c_str(), p * 1e3, s * 1e3, s / p,
-                        g * 1e3, g / p, q * 1e3, q / p, dq * 1e3, dq / p, g / s, b * 1e3, b / p, l * 1e3);
+            if (p <= 0.0) continue;  // filtered out of this run
+            std::printf("%-16s %8.1f", (std::string(kLayer) + "/" + wush::formats::spec(f).name).c_str(), p * 1e3);
+            for (auto [v, width] : {std::pair{s, 8}, {g, 8}, {q, 9}, {dq, 9}}) {
+                cell(v > 0.0, v * 1e3, width, 1);
+                cell(v > 0.0, v / p, 6, 2);
+            }
+            cell(g > 0.0 && s > 0.0, g / s, 12, 2);
+            cell(b > 0.0, b * 1e3, 13, 1);
+            cell(b > 0.0, b / p, 6, 2);
+            cell(l > 0.0, l * 1e3, 8, 1);
+            std::printf("\n");
         }
     };
     const auto summary_gptq = [&](const char* what, auto seconds) {

@@ -656,7 +656,8 @@ WUSH_API wush_status wush_calibrator_add_sequences(wush_context* ctx, wush_calib
  *  when every sampled token was added this way and there are at least two documents; and since
  *  documents the moments saw cannot show a transform that fits the calibration documents only,
  *  the guard scores the searched and plain layers as built from the other documents' sampled
- *  tokens alone (a cross-fit; the layer kept is built from every token).
+ *  tokens alone (a cross-fit; the layer kept is built from every token, a searched one with the
+ *  per-block choices the cross-fit's search made, so the search runs once).
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT for wush_calibrator_add()'s reasons;
  *          WUSH_ERR_NON_FINITE as wush_calibrator_add(). The calibrator is unchanged on any error.
  *  Thread safety: modifies `calibrator`; do not share it between threads without a lock. */

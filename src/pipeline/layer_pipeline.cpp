@@ -27,26 +27,29 @@ std::uint64_t mix64(std::uint64_t x) {
 
 // An RTN layer's transform alone, with an explicit search sample (empty: the calibrator's own).
 // `plain`, if given, gets the unsearched transform when the build computes it anyway (a searched
-// WUS/WUSH build).
+// WUS/WUSH build); `weight_moments` as build_transform's (the weight's M_W, shared by builds).
 BlockTransform rtn_transform(const TransformOptions& options, const Calibrator& calibration, std::span<const float> w,
                              std::size_t d_out, Progress* progress, std::span<const float> sample = {},
-                             std::optional<BlockTransform>* plain = nullptr) {
+                             std::optional<BlockTransform>* plain = nullptr,
+                             std::vector<double>* weight_moments = nullptr) {
     if (is_data_free(options.kind)) return build_data_free_transform(options, calibration.d_in(), calibration.group());
-    return build_transform(options, calibration, w, d_out, progress, sample, sample.size() / calibration.d_in(), plain);
+    return build_transform(options, calibration, w, d_out, progress, sample, sample.size() / calibration.d_in(), plain,
+                           weight_moments);
 }
 
-// One layer with an explicit search sample (empty: the calibrator's own); `plain` as above, RTN
-// only; `inverse`, GPTQ only: the calibrator's inverse Hessian factor when computed already.
+// One layer with an explicit search sample (empty: the calibrator's own); `plain` and
+// `weight_moments` as above, RTN only; `inverse`, GPTQ only: the calibrator's inverse Hessian
+// factor when computed already.
 QuantizedLayer build(const TransformOptions& options, const formats::FormatSpec& format, Method method,
                      const Calibrator& calibration, std::span<const float> w, std::size_t d_out, Progress* progress,
                      std::span<const float> sample, const gptq::InverseHessian* inverse = nullptr,
-                     std::optional<BlockTransform>* plain = nullptr) {
+                     std::optional<BlockTransform>* plain = nullptr, std::vector<double>* weight_moments = nullptr) {
     if (method == Method::Gptq) {
         gptq::Result r = inverse ? gptq::quantize(options, format, calibration, *inverse, w, d_out, progress, sample)
                                  : gptq::quantize(options, format, calibration, w, d_out, progress, sample);
         return {std::move(r.transform), std::move(r.weights), {}};
     }
-    BlockTransform t = rtn_transform(options, calibration, w, d_out, progress, sample, plain);
+    BlockTransform t = rtn_transform(options, calibration, w, d_out, progress, sample, plain, weight_moments);
     formats::PackedMatrix q = prequantize_rtn(t, format, w, d_out);
     return {std::move(t), std::move(q), {}};
 }
@@ -249,10 +252,13 @@ void mark_undecided(GuardReport& report, const std::vector<Candidate>& all) {
 
 // The data-aware candidates built from the search half of the token sample alone (its moments
 // and its search sample): under the document hold-out, that half is the other documents' tokens.
-// Scored only, never returned, so RTN quantizes just the scored rows.
+// Scored only, never returned, so RTN quantizes just the scored rows. RTN's builds also hand out
+// the weight's M_W (weight_moments), which depends on the weight alone: the kept layer, built
+// again on every token, reuses it.
 struct CrossFit {
     Candidate searched;
     Candidate plain;
+    std::vector<double> weight_moments;  // RTN only
 };
 
 CrossFit cross_fit(const TransformOptions& options, const formats::FormatSpec& format, Method method,
@@ -264,11 +270,14 @@ CrossFit cross_fit(const TransformOptions& options, const formats::FormatSpec& f
     plain.search = {};
     if (method == Method::Rtn) {
         std::optional<BlockTransform> plain_transform;  // comes with the searched build
-        BlockTransform searched = rtn_transform(options, fit, w, d_out, progress, tokens.search, &plain_transform);
-        BlockTransform unsearched =
-            plain_transform ? std::move(*plain_transform) : rtn_transform(plain, fit, w, d_out, progress);
+        std::vector<double> weight_moments;
+        BlockTransform searched =
+            rtn_transform(options, fit, w, d_out, progress, tokens.search, &plain_transform, &weight_moments);
+        BlockTransform unsearched = plain_transform
+                                        ? std::move(*plain_transform)
+                                        : rtn_transform(plain, fit, w, d_out, progress, {}, nullptr, &weight_moments);
         return {rtn_candidate(std::move(searched), format, w, d_out, rows),
-                rtn_candidate(std::move(unsearched), format, w, d_out, rows)};
+                rtn_candidate(std::move(unsearched), format, w, d_out, rows), std::move(weight_moments)};
     }
     const gptq::InverseHessian inverse = gptq::inverse_hessian(fit, options.damping);
     return {candidate(build(options, format, method, fit, w, d_out, progress, tokens.search, &inverse), format, rows),
@@ -344,7 +353,9 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
     // calibration documents only (it was fit on them too). So under the document hold-out the
     // data-aware candidates (searched, plain) are scored as built from the other documents'
     // sampled tokens alone: a cross-fit (cross_fit). The one kept is then built on every token,
-    // after the decision (so a data-free layer kept costs no full search).
+    // after the decision: the searched layer with the cross-fit's per-block choices replayed on
+    // every token's moments (SearchOptions::replay), so the search runs once, on the fit half;
+    // and RTN reuses the weight's M_W from the cross-fit's build (CrossFit::weight_moments).
     const bool cross_fitted = guarded && tokens.source == GuardSource::HoldOutDocuments;
     // A searched RTN build computes plain WUS/WUSH on the way (the same blocks, the same values).
     std::optional<BlockTransform> plain_transform;
@@ -390,9 +401,11 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
         if (report.candidates[i].clearly_better && all[i].mean < all[report.kept].mean) report.kept = i;
     mark_undecided(report, all);
     if (cross && report.kept <= 1) {
+        TransformOptions replayed = options;
+        replayed.search.replay = all[0].transform.stats().search;
         QuantizedLayer whole =
-            report.kept == 0 ? build(options, format, method, calibration, w, d_out, progress, tokens.search, shared)
-                             : build(alts[0], format, method, calibration, w, d_out, progress, {}, shared);
+            build(report.kept == 0 ? replayed : alts[0], format, method, calibration, w, d_out, progress, {}, shared,
+                  nullptr, cross->weight_moments.empty() ? nullptr : &cross->weight_moments);
         whole.guard = report;
         return whole;
     }

@@ -120,9 +120,13 @@ public:
         out_.stats.singular_values.assign(c * g_, 0.0);
         if (opt_.search.enabled && !m_x_.empty()) {
             out_.stats.search.resize(c);
-            // The given sample, else the calibrator's (empty unless it keeps one).
-            sample_ = sample.empty() ? hessian.sample() : std::vector<float>(sample.begin(), sample.end());
-            if (sample_.empty()) noise_ = surrogate_noise(opt_.search.sample_tokens, g_, opt_.seed);
+            if (!opt_.search.replay.empty()) {  // a replay scores nothing: no sample, no noise
+                require(opt_.search.replay.size() == c, "GPTQ: the replayed choices must be one per block");
+            } else {
+                // The given sample, else the calibrator's (empty unless it keeps one).
+                sample_ = sample.empty() ? hessian.sample() : std::vector<float>(sample.begin(), sample.end());
+                if (sample_.empty()) noise_ = surrogate_noise(opt_.search.sample_tokens, g_, opt_.seed);
+            }
         }
     }
 

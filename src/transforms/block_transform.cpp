@@ -380,7 +380,7 @@ BlockTransform build_data_free_transform(const TransformOptions& options, std::s
 BlockTransform build_transform(const TransformOptions& options, const Calibrator& calibration,
                                std::span<const float> weight, std::size_t d_out, Progress* progress,
                                std::span<const float> sample, std::size_t n_sample,
-                               std::optional<BlockTransform>* plain) {
+                               std::optional<BlockTransform>* plain, std::vector<double>* weight_moments) {
     const std::size_t d_in = calibration.d_in(), g = calibration.group(), c = calibration.blocks();
     require(d_out > 0, "build_transform: d_out must be positive");
     require(weight.size() == checked_mul(d_out, d_in, "weight size"),
@@ -405,14 +405,18 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
     }
     // Without an explicit sample, the calibrator's token sample (if it keeps one) beats the
     // Gaussian surrogate: it has the real tokens' tails, which set MXFP4's group scales.
+    // (A replay scores nothing: it needs neither.)
+    const bool replay = !options.search.replay.empty();
+    if (replay)
+        require(options.search.replay.size() == c, "build_transform: the replayed choices must be one per block");
     std::vector<float> kept;
-    if (search && n_sample == 0 && calibration.sample_count() > 0) {
+    if (search && !replay && n_sample == 0 && calibration.sample_count() > 0) {
         kept = calibration.sample();
         sample = kept;
         n_sample = calibration.sample_count();
     }
 
-    const std::vector<double> noise = search && n_sample == 0
+    const std::vector<double> noise = search && !replay && n_sample == 0
                                           ? surrogate_noise(options.search.sample_tokens, g, options.seed)
                                           : std::vector<double>{};
     std::vector<float> act(c * g * g);
@@ -422,10 +426,21 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
     TransformStats stats;
     stats.singular_values.assign(c * g, 0.0);
     if (search) stats.search.resize(c);
+    // M_W given (weight_moments filled), else computed from the slice (and handed out when asked).
+    const bool given = weight_moments != nullptr && !weight_moments->empty();
+    if (given) require(weight_moments->size() == c * g * g, "build_transform: weight_moments must be C x G x G");
+    else if (weight_moments != nullptr) weight_moments->assign(c * g * g, 0.0);
+    const bool need_slices = !given || (search && !replay);  // the search scores weight rows
     const auto build_block = [&](std::size_t b, const std::vector<double>& slice) {
         const std::vector<double> m_x = calibration.second_moment(b);
-        const BlockSolution s =
-            solve_block(options.kind, slice_second_moment(slice, d_out, g), m_x, g, options.damping);
+        std::vector<double> m_w;
+        if (given) {
+            m_w.assign(weight_moments->begin() + b * g * g, weight_moments->begin() + (b + 1) * g * g);
+        } else {
+            m_w = slice_second_moment(slice, d_out, g);
+            if (weight_moments != nullptr) std::copy(m_w.begin(), m_w.end(), weight_moments->begin() + b * g * g);
+        }
+        const BlockSolution s = solve_block(options.kind, m_w, m_x, g, options.damping);
         if (search) {
             const SearchResult r =
                 search_layer_block(options, *search_format, s, m_x, slice, d_out, sample, n_sample, d_in, b, noise);
@@ -452,7 +467,7 @@ BlockTransform build_transform(const TransformOptions& options, const Calibrator
         [&](std::size_t first, std::size_t count) {
             const std::span<std::vector<double>> slices =
                 std::span(thread_slices[std::size_t(omp_get_thread_num())]).first(count);
-            fill_weight_slices(weight, d_out, d_in, g, first, slices);
+            if (need_slices) fill_weight_slices(weight, d_out, d_in, g, first, slices);
             for (std::size_t i = 0; i < count; ++i) build_block(first + i, slices[i]);
         },
         progress);

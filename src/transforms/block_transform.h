@@ -30,6 +30,17 @@ const char* transform_kind_name(TransformKind kind);
 // Inverse of transform_kind_name ("identity", "hadamard", "random", "wus", "wush").
 std::optional<TransformKind> transform_kind_from_name(std::string_view name);
 
+// The candidate a searched block got (stage 1: base and sign pattern; stage 2: the scale).
+enum class SearchBase : std::uint8_t { Solution = 0, Hadamard = 1, Identity = 2, Random = 3, Rotated = 4 };
+struct BlockChoice {
+    SearchBase base = SearchBase::Solution;
+    std::uint8_t sign_pattern = 0;  // 0 = the canonical signs; for Rotated, which rotation (1..)
+    std::uint8_t scale_step = 0;    // c = 2^(scale_step / scale_steps)
+    double score = 0.0;             // the chosen candidate's score
+    double plain_score = 0.0;       // the unsearched solution's score (canonical signs, c = 1)
+                                    // (a replayed choice keeps the scores of the search that made it)
+};
+
 // The per-block search over WUSH's free parameters (transforms/transform_search.h).
 struct SearchOptions {
     // The candidate counts below default to kByFormat: resolved per format by
@@ -46,16 +57,10 @@ struct SearchOptions {
                                              // many candidates then scored in full (0 = no screening)
     std::size_t scale_steps = 8;             // scales c = 2^(k / scale_steps), k = 0..scale_steps-1, searched
                                              // coarse to fine (the even k, then the best one's neighbours)
-};
-
-// The candidate a searched block got (stage 1: base and sign pattern; stage 2: the scale).
-enum class SearchBase : std::uint8_t { Solution = 0, Hadamard = 1, Identity = 2, Random = 3, Rotated = 4 };
-struct BlockChoice {
-    SearchBase base = SearchBase::Solution;
-    std::uint8_t sign_pattern = 0;  // 0 = the canonical signs; for Rotated, which rotation (1..)
-    std::uint8_t scale_step = 0;    // c = 2^(scale_step / scale_steps)
-    double score = 0.0;             // the chosen candidate's score
-    double plain_score = 0.0;       // the unsearched solution's score (canonical signs, c = 1)
+    // With `enabled`, non-empty (one per block): no search; block b gets the candidate replay[b] names, built from
+    // this build's own solution (replay_block, transform_search.h), e.g. the choices a search on
+    // part of the tokens made, replayed on the moments of all of them (the guard's cross-fit).
+    std::vector<BlockChoice> replay;
 };
 
 struct TransformOptions {
@@ -127,7 +132,7 @@ struct TransformStats {
     std::vector<std::size_t> fallback_blocks;        // ascending block indices (see FALLBACK RULE)
     std::vector<std::size_t> rank_deficient_blocks;  // ascending; damped, not necessarily fallen back
     std::vector<double> singular_values;             // C x G, row b = S of block b (WUS/WUSH only)
-    std::vector<BlockChoice> search;                 // C entries when the search ran, else empty
+    std::vector<BlockChoice> search;                 // C entries when the search ran or was replayed, else empty
     std::size_t fallback_count() const noexcept { return fallback_blocks.size(); }
 };
 
@@ -205,9 +210,16 @@ BlockTransform build_data_free_transform(const TransformOptions& options, std::s
 // `plain`, if given with the search on, also gets the transform the same call without the search
 // would build (Algorithm 1, rounded to options.storage; stats without `search`): the search
 // starts from exactly those blocks, so the search's per-layer guard gets plain WUS/WUSH for free.
+//
+// `weight_moments`, if given (WUS/WUSH): M_W of every block (C x G x G, weight_second_moment's
+// values), which depend on the weight alone. Empty on entry, this build fills it; filled, this
+// build reads M_W from it instead of computing it (and, replaying the search or without it, reads
+// no weight slices at all): builds of one weight on different calibrators (the guard's cross-fit,
+// then the kept layer on every token) compute it once. The result is the same bit for bit.
 BlockTransform build_transform(const TransformOptions& options, const Calibrator& calibration,
                                std::span<const float> weight, std::size_t d_out, Progress* progress = nullptr,
                                std::span<const float> sample = {}, std::size_t n_sample = 0,
-                               std::optional<BlockTransform>* plain = nullptr);
+                               std::optional<BlockTransform>* plain = nullptr,
+                               std::vector<double>* weight_moments = nullptr);
 
 }  // namespace wush

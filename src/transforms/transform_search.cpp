@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "common/checked_math.h"
 #include "common/error.h"
@@ -266,6 +267,81 @@ double block_score(const formats::FormatSpec& format, const float* t_act, std::s
 
 namespace {
 
+// The pieces every stage-1 candidate is made of, one definition each, shared by the search
+// (BlockSearch) and the replay (replay_block), so a replayed choice is the searched matrix.
+
+// A block's solution as its candidates see it: A = P^T T_act (P = H for WUSH, I for WUS; H is
+// symmetric), and P D M for a sign vector D.
+struct SolutionBasis {
+    SolutionBasis(TransformKind kind_, const BlockSolution& solution, std::size_t g_)
+        : kind(kind_), g(g_), h(hadamard_matrix(g)), a(g * g, 0.0) {
+        if (kind == TransformKind::WUSH)
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(g), int(g), int(g), 1.0, h.data(), int(g),
+                        solution.t_act.data(), int(g), 0.0, a.data(), int(g));
+        else a = solution.t_act;
+    }
+
+    // P D M: row i of M scaled by d_i, then P applied.
+    std::vector<double> apply_pd(const std::vector<double>& m, const std::vector<double>& d) const {
+        std::vector<double> dm(m);
+        for (std::size_t i = 0; i < g; ++i)
+            for (std::size_t j = 0; j < g; ++j) dm[i * g + j] *= d[i];
+        if (kind == TransformKind::WUS) return dm;
+        std::vector<double> t(g * g);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(g), int(g), int(g), 1.0, h.data(), int(g), dm.data(),
+                    int(g), 0.0, t.data(), int(g));
+        return t;
+    }
+
+    TransformKind kind;
+    std::size_t g;
+    std::vector<double> h, a;
+};
+
+// The block's seeded sign patterns D_1..D_count (G signs each), drawn in order from one stream.
+std::vector<std::vector<double>> sign_patterns(std::uint64_t seed, std::size_t block, std::size_t count,
+                                               std::size_t g) {
+    rng::Rng r(rng::mix_seed(seed ^ 0x516E5ull) + block);
+    std::vector<std::vector<double>> out(count, std::vector<double>(g));
+    for (std::vector<double>& d : out)
+        for (double& v : d) v = r.uniform() < 0.5 ? -1.0 : 1.0;
+    return out;
+}
+
+// The block's k-th seeded rotation Q_k (k >= 1). Each block draws its own: one set shared by all
+// blocks of a layer, tried to save the QRs, lost badly on a real FFN down-projection
+// (docs/record/eval-record.md) — the layer loss has cross terms between blocks, which the same
+// rotation everywhere correlates.
+std::vector<double> block_rotation(std::uint64_t seed, std::size_t block, std::size_t k, std::size_t g) {
+    return random_rotation(g, rng::mix_seed(seed ^ 0xA07A7Eull) + block * 64 + k);
+}
+
+// Q M (G x G).
+std::vector<double> rotated(const std::vector<double>& q, const std::vector<double>& m, std::size_t g) {
+    std::vector<double> t(g * g);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(g), int(g), int(g), 1.0, q.data(), int(g), m.data(),
+                int(g), 0.0, t.data(), int(g));
+    return t;
+}
+
+// The data-free fall-backs, in stage 1's order. R is the Random transform's block b for the same
+// seed, so a block falling back to R stores R's block.
+constexpr std::pair<SearchBase, TransformKind> kDataFreeBases[] = {{SearchBase::Hadamard, TransformKind::Hadamard},
+                                                                   {SearchBase::Identity, TransformKind::Identity},
+                                                                   {SearchBase::Random, TransformKind::Random}};
+
+// c = 2^(step / steps).
+double scale_of(std::size_t step, std::size_t steps) {
+    return std::exp2(double(step) / double(steps));
+}
+
+// c T rounded to the storage dtype: the matrix a candidate is scored as and stored as.
+std::vector<float> scaled_for_storage(const std::vector<double>& t, double c, wush_dtype storage) {
+    std::vector<double> ct(t);
+    for (double& v : ct) v *= c;
+    return to_storage(ct, storage);
+}
+
 struct Candidate {
     std::vector<double> t, t_w;  // activation side and its inverse-transpose
 };
@@ -295,19 +371,14 @@ class BlockSearch {
 public:
     BlockSearch(TransformKind kind, const BlockSolution& solution, const formats::FormatSpec& format,
                 const BlockSample& sample, wush_dtype storage)
-        : kind_(kind), format_(format), sample_(sample), storage_(storage), g_(format.group), h_(hadamard_matrix(g_)),
-          a_(g_ * g_, 0.0), ws_(sample, g_) {
-        const int g = int(g_);
-        if (kind == TransformKind::WUSH)
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g, g, g, 1.0, h_.data(), g, solution.t_act.data(), g,
-                        0.0, a_.data(), g);
-        else a_ = solution.t_act;
-        const std::vector<float> af(a_.begin(), a_.end());
+        : format_(format), sample_(sample), storage_(storage), g_(format.group), basis_(kind, solution, g_),
+          ws_(sample, g_) {
+        const std::vector<float> af(basis_.a.begin(), basis_.a.end());
         a_it_ = inverse_transpose(af.data(), g_);
         if (a_it_.empty())
             a_it_.assign(g_ * g_, 0.0);  // singular A (never from Algorithm 1): its candidates score +Inf
         a_ok_ = std::any_of(a_it_.begin(), a_it_.end(), [](double v) { return v != 0.0; });
-        plain_ = {solution.t_act, a_ok_ ? apply_pd(a_it_, std::vector<double>(g_, 1.0)) : std::vector<double>{}};
+        plain_ = {solution.t_act, a_ok_ ? basis_.apply_pd(a_it_, std::vector<double>(g_, 1.0)) : std::vector<double>{}};
     }
 
     // The unsearched solution (canonical signs, c = 1).
@@ -319,33 +390,20 @@ public:
     // of H, and the data-free fall-backs.
     std::vector<Entry> candidates(const CandidateCounts& counts, std::uint64_t seed, std::size_t block) const {
         std::vector<Entry> entries;
-        rng::Rng r(rng::mix_seed(seed ^ 0x516E5ull) + block);
-        std::vector<double> d(g_);
-        for (std::size_t k = 1; k <= counts.sign_patterns; ++k) {
-            for (double& v : d) v = r.uniform() < 0.5 ? -1.0 : 1.0;
-            if (a_ok_) entries.push_back({{apply_pd(a_, d), apply_pd(a_it_, d)}, SearchBase::Solution, k});
-        }
+        const std::vector<std::vector<double>> signs = sign_patterns(seed, block, counts.sign_patterns, g_);
+        for (std::size_t k = 1; a_ok_ && k <= signs.size(); ++k)
+            entries.push_back({{basis_.apply_pd(basis_.a, signs[k - 1]), basis_.apply_pd(a_it_, signs[k - 1])},
+                               SearchBase::Solution,
+                               k});
         // Q A is as exact as H A (Q orthogonal, so its inverse-transpose is Q A^{-T}), and a
-        // different spread of the block over the group. Each block draws its own: one set shared by
-        // all blocks of a layer, tried to save the QRs, lost badly on a real FFN down-projection
-        // (docs/record/eval-record.md) — the layer loss has cross terms between blocks, which the same rotation
-        // everywhere correlates.
-        const int g = int(g_);
+        // different spread of the block over the group.
         for (std::size_t k = 1; a_ok_ && k <= counts.rotations; ++k) {
-            const std::vector<double> q = random_rotation(g_, rng::mix_seed(seed ^ 0xA07A7Eull) + block * 64 + k);
-            std::vector<double> t(g_ * g_), tw(g_ * g_);
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g, g, g, 1.0, q.data(), g, a_.data(), g, 0.0,
-                        t.data(), g);
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g, g, g, 1.0, q.data(), g, a_it_.data(), g, 0.0,
-                        tw.data(), g);
-            entries.push_back({{std::move(t), std::move(tw)}, SearchBase::Rotated, k});
+            const std::vector<double> q = block_rotation(seed, block, k, g_);
+            entries.push_back({{rotated(q, basis_.a, g_), rotated(q, a_it_, g_)}, SearchBase::Rotated, k});
         }
-        // Orthogonal (their own inverse-transpose). R is the Random transform's block b for the
-        // same seed, so a block falling back to R stores R's block.
-        for (auto [fallback, base] : {std::pair{TransformKind::Hadamard, SearchBase::Hadamard},
-                                      {TransformKind::Identity, SearchBase::Identity},
-                                      {TransformKind::Random, SearchBase::Random}}) {
-            std::vector<double> m = data_free_block(fallback, g_, seed, block);
+        // Orthogonal (their own inverse-transpose).
+        for (const auto& [base, kind] : kDataFreeBases) {
+            std::vector<double> m = data_free_block(kind, g_, seed, block);
             entries.push_back({{m, m}, base, 0});
         }
         return entries;
@@ -389,7 +447,7 @@ public:
         const auto try_step = [&](std::size_t k) {
             if (scored >> k & 1) return;
             scored |= std::uint64_t(1) << k;
-            const double c = std::exp2(double(k) / double(steps));
+            const double c = scale_of(k, steps);
             const Score sc = score(best.c, c);
             if (sc.total() < best.score.total()) {
                 best.score = sc;
@@ -403,42 +461,23 @@ public:
         try_step((coarse + steps - 1) % steps);
     }
 
-    std::vector<float> stored(const Best& best) const {
-        std::vector<double> t(best.c.t);
-        for (double& v : t) v *= best.scale;
-        return to_storage(t, storage_);
-    }
+    std::vector<float> stored(const Best& best) const { return scaled_for_storage(best.c.t, best.scale, storage_); }
 
 private:
-    // P D M for a sign vector d: row i of M scaled by d_i, then P applied.
-    std::vector<double> apply_pd(const std::vector<double>& m, const std::vector<double>& d) const {
-        std::vector<double> dm(m);
-        for (std::size_t i = 0; i < g_; ++i)
-            for (std::size_t j = 0; j < g_; ++j) dm[i * g_ + j] *= d[i];
-        if (kind_ == TransformKind::WUS) return dm;
-        std::vector<double> t(g_ * g_);
-        const int g = int(g_);
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g, g, g, 1.0, h_.data(), g, dm.data(), g, 0.0, t.data(),
-                    g);
-        return t;
-    }
-
     Score score_on(const Candidate& c, double scale, const BlockSample& on, Workspace& w) const {
         if (c.t_w.empty()) return kInfScore;
-        std::vector<double> t(c.t);
-        for (double& v : t) v *= scale;
-        const std::vector<float> st = to_storage(t, storage_);
+        const std::vector<float> st = scaled_for_storage(c.t, scale, storage_);
         std::vector<float> tw(g_ * g_);
         for (std::size_t i = 0; i < g_ * g_; ++i) tw[i] = float(c.t_w[i] / scale);
         return score_pair(format_, st.data(), tw.data(), g_, on, w);
     }
 
-    TransformKind kind_;
     const formats::FormatSpec& format_;
     const BlockSample& sample_;
     wush_dtype storage_;
     std::size_t g_;
-    std::vector<double> h_, a_, a_it_;
+    SolutionBasis basis_;
+    std::vector<double> a_it_;
     bool a_ok_ = false;
     Candidate plain_;
     Workspace ws_;
@@ -477,12 +516,47 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
     return {search.stored(best), best.choice};
 }
 
+std::vector<float> replay_block(TransformKind kind, const BlockSolution& solution, const BlockChoice& choice,
+                                std::size_t g, wush_dtype storage, std::size_t scale_steps, std::uint64_t seed,
+                                std::size_t block) {
+    require(kind == TransformKind::WUS || kind == TransformKind::WUSH,
+            "replay: only WUS and WUSH have free parameters");
+    require(solution.t_act.size() == g * g, "replay: the solution must be G x G");
+    require(scale_steps >= 1 && scale_steps <= 64 && choice.scale_step < scale_steps,
+            "replay: the scale step must be below scale_steps (at most 64)");
+    require(choice.sign_pattern <= 64, "replay: at most 64 sign patterns and 64 rotations");
+    const double c = scale_of(choice.scale_step, scale_steps);
+    if (choice.base == SearchBase::Solution && choice.sign_pattern == 0)
+        return scaled_for_storage(solution.t_act, c, storage);
+    if (choice.base == SearchBase::Solution) {
+        const SolutionBasis basis(kind, solution, g);
+        return scaled_for_storage(basis.apply_pd(basis.a, sign_patterns(seed, block, choice.sign_pattern, g).back()), c,
+                                  storage);
+    }
+    if (choice.base == SearchBase::Rotated) {
+        require(choice.sign_pattern >= 1, "replay: rotations are numbered from 1");
+        return scaled_for_storage(
+            rotated(block_rotation(seed, block, choice.sign_pattern, g), SolutionBasis(kind, solution, g).a, g), c,
+            storage);
+    }
+    for (const auto& [base, data_free] : kDataFreeBases)
+        if (choice.base == base) return scaled_for_storage(data_free_block(data_free, g, seed, block), c, storage);
+    fail(WUSH_ERR_INVALID_ARGUMENT, "replay: unknown search base");
+}
+
 SearchResult search_layer_block(const TransformOptions& options, const formats::FormatSpec& format,
                                 const BlockSolution& solution, std::span<const double> m_x,
                                 std::span<const double> w_slice, std::size_t d_out, std::span<const float> tokens,
                                 std::size_t n_tokens, std::size_t d_in, std::size_t block,
                                 std::span<const double> noise, std::span<const double> u_bb) {
     const std::size_t g = format.group;
+    if (!options.search.replay.empty()) {
+        require(block < options.search.replay.size(), "search: the replayed choices must be one per block");
+        const BlockChoice& choice = options.search.replay[block];
+        return {replay_block(options.kind, solution, choice, g, options.storage, options.search.scale_steps,
+                             options.seed, block),
+                choice};
+    }
     BlockSample sample;
     if (n_tokens > 0) {
         const std::size_t n = std::min(n_tokens, std::max<std::size_t>(1, options.search.sample_tokens));

@@ -106,12 +106,25 @@ SearchResult search_block(TransformKind kind, const BlockSolution& solution, con
                           const BlockSample& sample, wush_dtype storage, const SearchOptions& options,
                           std::uint64_t seed, std::size_t block);
 
+// The matrix search_block stores when it picks `choice` for a block whose Algorithm 1 solution is
+// `solution` (of `kind`, G x G): Solution with sign pattern 0 is the solution itself, pattern k
+// the k-th of the block's seeded sign patterns (P D_k A), Rotated k the k-th seeded rotation
+// (Q_k A), Hadamard/Identity/Random the data-free blocks; then scaled by
+// c = 2^(choice.scale_step / scale_steps) and rounded to `storage`. The search builds its
+// candidates with the same functions, so the matrices agree bit for bit; a choice made on one
+// sample or moment (a search on part of the tokens) replayed on another solution is that
+// candidate of the other solution, without scoring anything.
+std::vector<float> replay_block(TransformKind kind, const BlockSolution& solution, const BlockChoice& choice,
+                                std::size_t g, wush_dtype storage, std::size_t scale_steps, std::uint64_t seed,
+                                std::size_t block);
+
 // The search for block `block` of a layer, as build_transform and GPTQ run it: the sample is the
 // block's columns of `tokens` (n_tokens x d_in, at most options.search.sample_tokens of them,
 // evenly strided) when n_tokens > 0, else the surrogate drawn from m_x and `noise` (the layer's
 // surrogate_noise(options.search.sample_tokens, G, options.seed)); w_slice is the block's
 // d_out x G weight slice (GPTQ: as updated by the earlier blocks); u_bb (GPTQ) the block's G x G
-// inverse-Hessian factor (BlockSample::u_bb), empty for RTN.
+// inverse-Hessian factor (BlockSample::u_bb), empty for RTN. With options.search.replay set, no
+// search: replay_block of the block's replayed choice (the result's choice is that one).
 SearchResult search_layer_block(const TransformOptions& options, const formats::FormatSpec& format,
                                 const BlockSolution& solution, std::span<const double> m_x,
                                 std::span<const double> w_slice, std::size_t d_out, std::span<const float> tokens,

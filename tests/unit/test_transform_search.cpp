@@ -18,7 +18,9 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "calibration/calibrator.h"
@@ -520,34 +522,58 @@ TEST(TransformSearch, ChoiceNeverScoresAboveTheRandomRotationBlock) {
 // both sides exactly and I, H, WUSH (and a rotation of another seed or block) do not. The
 // search must then pick R, store exactly the Random transform's block b (scale search off:
 // c = 1), and with the scale search and BF16 storage c R_b, which keeps x^T w.
-TEST(TransformSearch, PicksTheRandomRotationBlockWhereOnlyItIsGood) {
-    const std::size_t g = 32, n = 256, rows = 64, b = 3;
-    const std::uint64_t seed = 21;
-    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
-    const std::vector<float> rb = random_transform_block(g, seed, b);
-    rng::Rng r(77);
+// A block whose tokens (n) and weight rows are B^T z for z on MXFP4's grid (entries +-k/6, k in
+// {0, 1, 2, 3, 4, 6}, one of them +-1: the group maps amax = 1 to 3 and k/2 is an E2M1 value; if
+// rounding leaves amax just below 1 the map is k and still on the grid), B a G x G orthogonal
+// basis: in B both sides quantize exactly. With its token sample (every weight row scored) and
+// WUSH's solution from its moments.
+struct GridBlock {
+    std::vector<float> x;   // n x G
+    std::vector<double> w;  // rows x G
+    BlockSample sample;
+    BlockSolution solution;
+};
+
+GridBlock grid_block(const std::vector<float>& basis, std::size_t g, std::size_t n, std::size_t rows,
+                     std::uint64_t seed) {
+    rng::Rng r(seed);
     const double kGrid[] = {0, 1, 2, 3, 4, 6};
-    const auto in_r_basis = [&](std::size_t count) {  // count rows R_b^T z
+    const auto in_basis = [&](std::size_t count) {  // count rows B^T z
         std::vector<double> out(count * g, 0.0);
         std::vector<double> z(g);
         for (std::size_t t = 0; t < count; ++t) {
             for (double& v : z) v = (r.uniform() < 0.5 ? -1.0 : 1.0) * kGrid[std::size_t(r.uniform() * 6.0) % 6] / 6.0;
             z[std::size_t(r.uniform() * double(g)) % g] = r.uniform() < 0.5 ? -1.0 : 1.0;
             for (std::size_t i = 0; i < g; ++i)
-                for (std::size_t j = 0; j < g; ++j) out[t * g + j] += double(rb[i * g + j]) * z[i];
+                for (std::size_t j = 0; j < g; ++j) out[t * g + j] += double(basis[i * g + j]) * z[i];
         }
         return out;
     };
-    const std::vector<double> xd = in_r_basis(n), w = in_r_basis(rows);
-    const std::vector<float> x(xd.begin(), xd.end());
+    const std::vector<double> xd = in_basis(n);
+    GridBlock blk{{xd.begin(), xd.end()}, in_basis(rows), {}, {}};
     SearchOptions so;
     so.weight_rows = rows;
-    const BlockSample s = token_sample(x, n, w, rows, g, so);
+    blk.sample = token_sample(blk.x, n, blk.w, rows, g, so);
     std::vector<double> m_x(g * g, 0.0);
     for (std::size_t t = 0; t < n; ++t)
         for (std::size_t i = 0; i < g; ++i)
             for (std::size_t j = 0; j < g; ++j) m_x[i * g + j] += xd[t * g + i] * xd[t * g + j] / double(n);
-    const BlockSolution sol = solve_block(TransformKind::WUSH, slice_second_moment(w, rows, g), m_x, g, 0.01);
+    blk.solution = solve_block(TransformKind::WUSH, slice_second_moment(blk.w, rows, g), m_x, g, 0.01);
+    return blk;
+}
+
+TEST(TransformSearch, PicksTheRandomRotationBlockWhereOnlyItIsGood) {
+    const std::size_t g = 32, n = 256, rows = 64, b = 3;
+    const std::uint64_t seed = 21;
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
+    const std::vector<float> rb = random_transform_block(g, seed, b);
+    const GridBlock blk = grid_block(rb, g, n, rows, 77);
+    const std::vector<float>& x = blk.x;
+    const std::vector<double>& w = blk.w;
+    const BlockSample& s = blk.sample;
+    const BlockSolution& sol = blk.solution;
+    SearchOptions so;
+    so.weight_rows = rows;
     ASSERT_FALSE(sol.fell_back);
 
     const std::vector<double> h = hadamard_matrix(g), eye = identity_matrix(g);
@@ -606,6 +632,113 @@ TEST(TransformSearch, PicksTheRandomRotationBlockWhereOnlyItIsGood) {
         mag += std::fabs(double(x[i]) * w[i]);
     }
     EXPECT_NEAR(got, ref, 1e-9 * mag);
+}
+
+// The replay (replay_block) of the choice search_block made is the matrix search_block stored,
+// bit for bit: the search's own output is the oracle. Every candidate kind is made to win
+// somewhere: the plain solution, seeded sign patterns (MXFP4, 16 of them) and rotations
+// (NVFP4) on a built-in layer's blocks with a small, noisy token sample, for WUSH and WUS, F32
+// and BF16 storage, with the scale search on; and I, H and R on blocks built on the grid of
+// their own basis (grid_block), where only that basis quantizes exactly.
+TEST(TransformSearch, ReplayOfTheSearchedChoiceIsTheStoredMatrixBitForBit) {
+    std::set<std::pair<SearchBase, bool>> seen;  // (base, sign pattern or rotation > 0)
+    bool scaled = false;
+    const auto check = [&](TransformKind kind, const BlockSolution& sol, const formats::FormatSpec& f,
+                           const BlockSample& s, wush_dtype storage, const SearchOptions& so, std::uint64_t seed,
+                           std::size_t b) {
+        const SearchResult r = search_block(kind, sol, f, s, storage, so, seed, b);
+        const std::vector<float> replayed =
+            replay_block(kind, sol, r.choice, f.group, storage, so.scale_steps, seed, b);
+        ASSERT_EQ(replayed.size(), r.t_act.size());
+        for (std::size_t i = 0; i < replayed.size(); ++i)
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(replayed[i]), std::bit_cast<std::uint32_t>(r.t_act[i]))
+                << f.name << " block " << b << " base " << int(r.choice.base) << " pattern "
+                << int(r.choice.sign_pattern) << " step " << int(r.choice.scale_step) << " entry " << i;
+        seen.insert({r.choice.base, r.choice.sign_pattern > 0});
+        scaled |= r.choice.scale_step > 0;
+    };
+    for (wush_format fmt : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4}) {
+        const formats::FormatSpec& f = formats::spec(fmt);
+        const std::size_t g = f.group, n = 64;
+        Fixture fx("small_512x256", g);
+        const std::size_t d = fx.layer.spec.d_in, d_out = fx.layer.spec.d_out;
+        SearchOptions so;
+        so.sample_tokens = n;
+        so.weight_rows = 64;
+        if (fmt == WUSH_FORMAT_MXFP4) so.sign_patterns = 16;
+        for (TransformKind kind : {TransformKind::WUSH, TransformKind::WUS})
+            for (wush_dtype storage : {WUSH_DTYPE_F32, WUSH_DTYPE_BF16})
+                for (std::size_t b = 0; b < d / g; b += 2) {
+                    std::vector<float> xb(n * g);
+                    for (std::size_t i = 0; i < n; ++i)
+                        std::copy_n(fx.layer.calibration.data() + (i * 16) * d + b * g, g, xb.begin() + i * g);
+                    const auto slice = slice_of(fx.layer.weight, d_out, d, g, b);
+                    const BlockSolution sol =
+                        solve_block(kind, slice_second_moment(slice, d_out, g), fx.cal.second_moment(b), g, 0.01);
+                    check(kind, sol, f, token_sample(xb, n, slice, d_out, g, so), storage, so, 5, b);
+                }
+    }
+    const std::size_t g = 32, b = 3;
+    const std::uint64_t seed = 21;
+    const std::vector<double> h = hadamard_matrix(g), eye = identity_matrix(g);
+    for (const std::vector<float>& basis : {std::vector<float>(eye.begin(), eye.end()),
+                                            std::vector<float>(h.begin(), h.end()), random_transform_block(g, seed, b)})
+        for (wush_dtype storage : {WUSH_DTYPE_F32, WUSH_DTYPE_BF16}) {
+            const GridBlock blk = grid_block(basis, g, 256, 64, 77);
+            SearchOptions so;
+            so.weight_rows = 64;
+            check(TransformKind::WUSH, blk.solution, formats::spec(WUSH_FORMAT_MXFP4), blk.sample, storage, so, seed,
+                  b);
+        }
+    for (auto want : {std::pair{SearchBase::Solution, false}, std::pair{SearchBase::Solution, true},
+                      std::pair{SearchBase::Rotated, true}, std::pair{SearchBase::Hadamard, false},
+                      std::pair{SearchBase::Identity, false}, std::pair{SearchBase::Random, false}})
+        EXPECT_TRUE(seen.count(want)) << "no block chose base " << int(want.first) << " pattern > 0: " << want.second;
+    EXPECT_TRUE(scaled);  // some block chose a scale c != 1
+}
+
+// The replay follows the choice: every sign pattern, rotation and scale step gives a matrix of
+// its own (a replay that ignored any of them would repeat another's), and each is an exact
+// remix of the plain solution: T^T T = c^2 A^T A up to the float32 storage rounding, since H, D
+// and Q are orthogonal.
+TEST(TransformSearch, ReplayedChoicesDifferFromThePlainSolution) {
+    const std::size_t g = 32, b = 1, steps = 8;
+    Fixture fx("small_512x256", g);
+    const std::size_t d = fx.layer.spec.d_in, d_out = fx.layer.spec.d_out;
+    const auto slice = slice_of(fx.layer.weight, d_out, d, g, b);
+    const BlockSolution sol =
+        solve_block(TransformKind::WUSH, slice_second_moment(slice, d_out, g), fx.cal.second_moment(b), g, 0.01);
+    const auto replay = [&](SearchBase base, std::size_t pattern, std::size_t step) {
+        return replay_block(TransformKind::WUSH, sol, {base, std::uint8_t(pattern), std::uint8_t(step)}, g,
+                            WUSH_DTYPE_F32, steps, 9, b);
+    };
+    const auto gram = [&](const std::vector<float>& t) {  // T^T T in float64
+        std::vector<double> m(g * g, 0.0);
+        for (std::size_t k = 0; k < g; ++k)
+            for (std::size_t i = 0; i < g; ++i)
+                for (std::size_t j = 0; j < g; ++j) m[i * g + j] += double(t[k * g + i]) * t[k * g + j];
+        return m;
+    };
+    const std::vector<float> plain = replay(SearchBase::Solution, 0, 0);
+    EXPECT_EQ(plain, std::vector<float>(sol.t_act.begin(), sol.t_act.end()));
+    const std::vector<double> plain_gram = gram(plain);
+    std::set<std::vector<float>> distinct{plain};
+    for (SearchBase base : {SearchBase::Solution, SearchBase::Rotated})
+        for (std::size_t k = 0; k <= 4; ++k)
+            for (std::size_t step : {std::size_t(0), std::size_t(3)}) {
+                if (base == SearchBase::Rotated && k == 0) continue;
+                const std::vector<float> t = replay(base, k, step);
+                distinct.insert(t);
+                const double c2 = std::exp2(2.0 * double(step) / double(steps));
+                const std::vector<double> tg = gram(t);
+                double err = 0.0, norm = 0.0;
+                for (std::size_t i = 0; i < g * g; ++i) {
+                    err = std::max(err, std::fabs(tg[i] - c2 * plain_gram[i]));
+                    norm = std::max(norm, std::fabs(c2 * plain_gram[i]));
+                }
+                EXPECT_LT(err, 1e-5 * norm) << int(base) << " " << k << " " << step;
+            }
+    EXPECT_EQ(distinct.size(), 1u + 5u * 2u + 4u * 2u - 1u);  // plain, at step 0, counted once
 }
 
 // NVFP4's rotations are wired in and are what they claim: on a built-in layer some blocks pick a
