@@ -281,7 +281,8 @@ CrossFit cross_fit(const TransformOptions& options, const formats::FormatSpec& f
     }
     const gptq::InverseHessian inverse = gptq::inverse_hessian(fit, options.damping);
     return {candidate(build(options, format, method, fit, w, d_out, progress, tokens.search, &inverse), format, rows),
-            candidate(build(plain, format, method, fit, w, d_out, progress, {}, &inverse), format, rows)};
+            candidate(build(plain, format, method, fit, w, d_out, progress, {}, &inverse), format, rows),
+            {}};
 }
 
 // The alternatives to the searched layer, in wush_guard_candidate's order: plain WUS/WUSH, I, H, R.
