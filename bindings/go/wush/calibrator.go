@@ -62,25 +62,11 @@ func (c *Calibrator) AddValidation(ctx *Context, x []float32) error { return off
 // sequenceLength tokens (rows of d_in float32) back to back, and the token sample remembers each
 // sampled token's sequence, so that the search's guard can hold out whole sequences.
 func (c *Calibrator) AddSequences(ctx *Context, x []float32, sequenceLength int) error {
-	p, err := ctx.host("Calibrator.AddSequences")
-	if err != nil {
-		return err
-	}
-	if c.p == nil {
-		return errClosed
-	}
 	if err := nonNegative("sequenceLength", sequenceLength); err != nil {
 		return err
 	}
-	n, err := rowsOf(len(x), c.dIn, "x")
-	if err != nil {
-		return err
-	}
-	defer runtime.KeepAlive(ctx)
-	defer runtime.KeepAlive(c)
-	return call(func() C.wush_status {
-		return C.wush_calibrator_add_sequences(p, c.p, C.wush_dtype(F32), ptrOf(x), C.size_t(n),
-			C.size_t(sequenceLength))
+	return c.addRows(ctx, "Calibrator.AddSequences", len(x), func(p *C.wush_context, n C.size_t) C.wush_status {
+		return C.wush_calibrator_add_sequences(p, c.p, C.wush_dtype(F32), ptrOf(x), n, C.size_t(sequenceLength))
 	})
 }
 
@@ -88,21 +74,8 @@ func (c *Calibrator) AddSequences(ctx *Context, x []float32, sequenceLength int)
 // each) belongs to the caller's document `document` (one document's windows, added in several
 // calls, share the id), so that the search's guard can hold out whole documents.
 func (c *Calibrator) AddDocument(ctx *Context, x []float32, document uint64) error {
-	p, err := ctx.host("Calibrator.AddDocument")
-	if err != nil {
-		return err
-	}
-	if c.p == nil {
-		return errClosed
-	}
-	n, err := rowsOf(len(x), c.dIn, "x")
-	if err != nil {
-		return err
-	}
-	defer runtime.KeepAlive(ctx)
-	defer runtime.KeepAlive(c)
-	return call(func() C.wush_status {
-		return C.wush_calibrator_add_document(p, c.p, C.wush_dtype(F32), ptrOf(x), C.size_t(n), C.uint64_t(document))
+	return c.addRows(ctx, "Calibrator.AddDocument", len(x), func(p *C.wush_context, n C.size_t) C.wush_status {
+		return C.wush_calibrator_add_document(p, c.p, C.wush_dtype(F32), ptrOf(x), n, C.uint64_t(document))
 	})
 }
 
@@ -117,25 +90,32 @@ func CalibratorAddValidation[X Element](c *Calibrator, ctx *Context, x []X) erro
 }
 
 func offer[X Element](c *Calibrator, ctx *Context, x []X, validation bool) error {
-	p, err := ctx.host("Calibrator.Add")
+	return c.addRows(ctx, "Calibrator.Add", len(x), func(p *C.wush_context, n C.size_t) C.wush_status {
+		if validation {
+			return C.wush_calibrator_add_validation(p, c.p, C.wush_dtype(DTypeOf[X]()), ptrOf(x), n)
+		}
+		return C.wush_calibrator_add(p, c.p, C.wush_dtype(DTypeOf[X]()), ptrOf(x), n)
+	})
+}
+
+// addRows runs one of the calibrator's add calls on `elements` values of x (rows of d_in) on a
+// CPU context, after the checks every add makes: a host context, an open calibrator, whole rows.
+func (c *Calibrator) addRows(ctx *Context, what string, elements int,
+	add func(p *C.wush_context, n C.size_t) C.wush_status) error {
+	p, err := ctx.host(what)
 	if err != nil {
 		return err
 	}
 	if c.p == nil {
 		return errClosed
 	}
-	n, err := rowsOf(len(x), c.dIn, "x")
+	n, err := rowsOf(elements, c.dIn, "x")
 	if err != nil {
 		return err
 	}
 	defer runtime.KeepAlive(ctx)
 	defer runtime.KeepAlive(c)
-	return call(func() C.wush_status {
-		if validation {
-			return C.wush_calibrator_add_validation(p, c.p, C.wush_dtype(DTypeOf[X]()), ptrOf(x), C.size_t(n))
-		}
-		return C.wush_calibrator_add(p, c.p, C.wush_dtype(DTypeOf[X]()), ptrOf(x), C.size_t(n))
-	})
+	return call(func() C.wush_status { return add(p, C.size_t(n)) })
 }
 
 // AddDevice is wush_calibrator_add on a CUDA context: x is a device pointer to nTokens x d_in
