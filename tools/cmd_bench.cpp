@@ -192,11 +192,29 @@ struct Case {
     wush_format format = WUSH_FORMAT_MXFP4;
     Handle<wush_transform, wush_transform_destroy> wush, hadamard;
     Handle<wush_qweight, wush_qweight_destroy> q;
+    // The same layer with its transform stored as BF16 (what quantize-model writes), for bf16
+    // activations: built only for the forward kind.
+    Handle<wush_transform, wush_transform_destroy> wush_bf16;
+    Handle<wush_qweight, wush_qweight_destroy> q_bf16;
     std::vector<float> w_dequantized;  // n x k: the SGEMM baseline's weights
 };
 
+// The WUSH transform stored as BF16 and its qweight.
+wush_status make_bf16_layer(wush_context* ctx, const wush_calibrator* cal, const std::vector<float>& weight, Case* c) {
+    Handle<wush_options, wush_options_destroy> opts;
+    wush_status st = wush_options_create(&opts.p);
+    if (st == WUSH_OK) st = wush_options_set_int(opts.p, WUSH_OPTION_TRANSFORM_DTYPE, WUSH_DTYPE_BF16);
+    if (st == WUSH_OK)
+        st = wush_transform_build(ctx, cal, WUSH_DTYPE_F32, weight.data(), c->n, c->k, WUSH_TRANSFORM_WUSH, opts.p,
+                                  &c->wush_bf16.p);
+    if (st == WUSH_OK)
+        st = wush_qweight_create(ctx, c->wush_bf16.p, c->format, WUSH_METHOD_RTN, WUSH_DTYPE_F32, weight.data(), c->n,
+                                 c->k, nullptr, &c->q_bf16.p);
+    return st;
+}
+
 int make_case(wush_context* ctx, const std::string& layer, const std::vector<float>& weight,
-              const std::vector<float>& calib, std::size_t n_calib, wush_format format, Case* c) {
+              const std::vector<float>& calib, std::size_t n_calib, wush_format format, bool bf16_layer, Case* c) {
     std::size_t d_out = 0, d_in = 0, g = 0;
     wush_example_layer_shape(layer.c_str(), &d_out, &d_in);
     wush_format_group_size(format, &g);
@@ -213,6 +231,7 @@ int make_case(wush_context* ctx, const std::string& layer, const std::vector<flo
     if (st == WUSH_OK)
         st = wush_qweight_create(ctx, c->wush.p, format, WUSH_METHOD_RTN, WUSH_DTYPE_F32, weight.data(), d_out, d_in,
                                  nullptr, &c->q.p);
+    if (st == WUSH_OK && bf16_layer) st = make_bf16_layer(ctx, cal.p, weight, c);
     if (st != WUSH_OK) return cli::report("preparing the layer", st);
     const void *codes = nullptr, *scales = nullptr;
     std::size_t codes_bytes = 0, scales_bytes = 0;
@@ -231,6 +250,38 @@ std::size_t bench_bytes(std::size_t d_out, std::size_t d_in, std::size_t m) {
         2.0 * double(d_out) * double(d_in) + (256.0 + double(m)) * double(d_in) + 2.0 * double(m) * double(d_out);
     const double bytes = 4.0 * floats + double(d_out) * double(d_in) + double(m) * double(d_in);
     return bytes >= 1.8e19 ? SIZE_MAX : std::size_t(bytes);
+}
+
+// bf16 activations (the first m rows of x, truncated) through the prepared layer whose transform
+// is stored as BF16, against the float32-stored layer `f32_layer` on the same input, samples
+// alternating: on a CPU with AVX512_BF16 the first multiplies with the bf16 dot product.
+wush_status bench_bf16_input(wush_context* ctx, const Settings& s, const Case& c, wush_linear* f32_layer,
+                             const std::vector<float>& x, std::size_t m, std::vector<Result>* out) {
+    std::vector<std::uint16_t> xb(m * c.k);
+    for (std::size_t i = 0; i < xb.size(); ++i) {
+        std::uint32_t u;
+        std::memcpy(&u, &x[i], 4);
+        xb[i] = std::uint16_t(u >> 16);
+    }
+    Handle<wush_linear, wush_linear_destroy> layer;
+    std::size_t bytes_bf16 = 0, bytes_f32 = 0;
+    wush_status st = wush_linear_create(ctx, c.wush_bf16.p, c.q_bf16.p, &layer.p);
+    if (st == WUSH_OK) st = wush_linear_workspace_size(ctx, layer.p, m, &bytes_bf16);
+    if (st == WUSH_OK) st = wush_linear_workspace_size(ctx, f32_layer, m, &bytes_f32);
+    if (st != WUSH_OK) return st;
+    std::vector<unsigned char> ws(std::max(bytes_bf16, bytes_f32));
+    std::vector<std::uint16_t> y(m * c.n);
+    auto run = [&](wush_linear* l) {
+        return [&, l] {
+            if (st == WUSH_OK)
+                st = wush_linear_run(ctx, l, WUSH_DTYPE_BF16, xb.data(), m, WUSH_DTYPE_BF16, y.data(), y.size(),
+                                     ws.data(), ws.size());
+        };
+    };
+    const auto none = [] {};
+    const auto [ours, baseline] = alternating_medians(s, none, run(layer.p), none, run(f32_layer));
+    out->push_back({"prepared_bf16", m, c.n, c.k, wush_format_name(c.format), "f32_stored_transform", ours, baseline});
+    return st;
 }
 
 // Runs every kind for m tokens (the first m rows of x) of one case.
@@ -291,6 +342,7 @@ int bench_m(wush_context* ctx, const Settings& s, const Case& c, const std::vect
                                      lw.data(), lw.size());
         });
         out->push_back({"prepared", m, c.n, c.k, fname, "per_call_forward", prepared, ours});
+        if (st == WUSH_OK) st = bench_bf16_input(ctx, s, c, layer.p, x, m, out);
     }
     if ((s.contend || s.paired) && st == WUSH_OK) {
         Handle<wush_linear, wush_linear_destroy> layer;
@@ -490,7 +542,7 @@ int cmd_bench(int argc, char** argv) {
         for (wush_format f : formats) {
             if (!a.has("--json")) std::fprintf(stderr, "wush bench: %s %s\n", layer.c_str(), wush_format_name(f));
             Case c;
-            if (make_case(ctx.p, layer, weight, calib, n_calib, f, &c) != 0) return 1;
+            if (make_case(ctx.p, layer, weight, calib, n_calib, f, s.forward, &c) != 0) return 1;
             for (std::size_t m : ms)
                 if (bench_m(ctx.p, s, c, x, m, &results) != 0) return 1;
             if (s.decode && bench_decode(ctx.p, s, c, x, &results) != 0) return 1;

@@ -22,6 +22,7 @@ namespace {
 struct Features {
     bool avx2;
     bool avx512_vnni;
+    bool avx512_bf16;
 };
 
 // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c",
@@ -32,6 +33,12 @@ bool has_f16c() {
     return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
 }
 
+// AVX512_BF16 from CPUID leaf 7, sub-leaf 1 (EAX bit 5), for the same reason (clang 14).
+bool has_avx512_bf16() {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 && (a & (1u << 5)) != 0;
+}
+
 Features detect() {
     // libgcc's __builtin_cpu_supports also checks that the OS saves the wider registers (XCR0).
     __builtin_cpu_init();
@@ -40,6 +47,7 @@ Features detect() {
     f.avx512_vnni = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                     __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
                     __builtin_cpu_supports("avx512vnni");
+    f.avx512_bf16 = f.avx512_vnni && has_avx512_bf16();
     return f;
 }
 
@@ -58,6 +66,10 @@ bool isa_supported(Isa isa) {
         case Isa::Avx512Vnni: return features().avx512_vnni;
     }
     return false;
+}
+
+bool cpu_has_avx512_bf16() {
+    return features().avx512_bf16;
 }
 
 Isa best_isa() {

@@ -17,6 +17,11 @@ const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512_vnni"
 //  - Avx512Vnni: AVX-512 F, BW, DQ, VL and VNNI (Ice Lake / Zen 4 and later).
 bool isa_supported(Isa isa);
 
+// Whether the CPU also has AVX512_BF16 (Cooper Lake, Sapphire Rapids, Zen 4 and later): the
+// AVX-512 quantize kernel then multiplies bf16 activations by bf16-exact transforms with the bf16
+// dot product. Not an ISA setting of its own: the result is the same bytes either way.
+bool cpu_has_avx512_bf16();
+
 // The fastest supported ISA.
 Isa best_isa();
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
@@ -77,15 +78,44 @@ std::size_t quantize_scratch_floats(const BlockTransform& transform, MatrixUse u
 
 namespace {
 
+// The bf16 bits of v when v is exactly a bf16 value that is zero or normal (VDPBF16PS reads
+// subnormal inputs as zero).
+std::optional<std::uint32_t> exact_bf16(float v) {
+    std::uint32_t u;
+    std::memcpy(&u, &v, 4);
+    const bool subnormal = (u & 0x7F800000u) == 0 && (u & 0x007FFFFFu) != 0;
+    if ((u & 0xFFFFu) != 0 || subnormal) return std::nullopt;
+    return u >> 16;
+}
+
+}  // namespace
+
+std::vector<std::uint32_t> bf16_matrix_pairs(const BlockTransform& transform, MatrixUse use) {
+    if (use == MatrixUse::None) return {};
+    const std::span<const float> m = transform.activation_matrices();
+    const std::size_t count = use == MatrixUse::Shared ? transform.group() * transform.group() : m.size();
+    std::vector<std::uint32_t> pairs(count / 2);
+    for (std::size_t e = 0; e < count; e += 2) {  // G is even: a pair never crosses a row
+        const auto lo = exact_bf16(m[e]), hi = exact_bf16(m[e + 1]);
+        if (!lo || !hi) return {};
+        pairs[e / 2] = *lo | *hi << 16;
+    }
+    return pairs;
+}
+
+namespace {
+
 // How one call is cut into tiles (work items), and what each tile reads.
 struct Layout {
     MatrixUse use;
     bool by_block;     // lanes are blocks of one token (few tokens) instead of tokens of one block
     bool norms_given;  // row-norm bounds precomputed in the scratch (else: kernels compute or none)
+    bool pairs;        // tiles multiply with the bf16 pairs (QuantTile::pairs)
     std::size_t lanes, outer, inner, stride;
 };
 
-Layout plan(const BlockTransform& t, MatrixUse use, std::size_t n_tokens, Isa isa) {
+Layout plan(const BlockTransform& t, MatrixUse use, std::size_t n_tokens, Isa isa, wush_dtype dtype,
+            std::span<const std::uint32_t> pairs) {
     Layout l;
     l.use = use;
     l.lanes = tile_lanes(isa);
@@ -95,6 +125,8 @@ Layout plan(const BlockTransform& t, MatrixUse use, std::size_t n_tokens, Isa is
     l.outer = l.by_block ? n_tokens : (n_tokens + l.lanes - 1) / l.lanes;
     l.inner = l.by_block ? (t.blocks() + l.lanes - 1) / l.lanes : t.blocks();
     l.stride = l.use == MatrixUse::PerBlock ? t.group() * t.group() : 0;
+    l.pairs =
+        isa == Isa::Avx512Vnni && !l.by_block && dtype == WUSH_DTYPE_BF16 && !pairs.empty() && cpu_has_avx512_bf16();
     return l;
 }
 
@@ -119,7 +151,7 @@ void compute_norms(const BlockTransform& t, const Layout& l, Isa isa, std::span<
 
 // The work item's tile; `base` carries the call-wide fields.
 QuantTile tile_of(const Layout& l, const QuantTile& base, const BlockTransform& t, std::size_t n_tokens,
-                  std::size_t item, const float* norms) {
+                  std::size_t item, const float* norms, const std::uint32_t* pairs) {
     const std::size_t o = item / l.inner, i = item % l.inner;
     QuantTile tile = base;
     tile.by_block = l.by_block ? 1 : 0;
@@ -128,6 +160,7 @@ QuantTile tile_of(const Layout& l, const QuantTile& base, const BlockTransform& 
     tile.rows = int(l.by_block ? std::min(l.lanes, t.blocks() - tile.block) : std::min(l.lanes, n_tokens - tile.row0));
     tile.matrix = l.use == MatrixUse::None ? nullptr : t.activation_matrices().data() + tile.block * l.stride;
     tile.matrix_stride = l.stride;
+    tile.pairs = l.pairs ? pairs + tile.block * (l.stride / 2) : nullptr;
     tile.row_norms = l.norms_given ? norms + (l.stride ? tile.block : 0) : nullptr;
     return tile;
 }
@@ -136,7 +169,8 @@ QuantTile tile_of(const Layout& l, const QuantTile& base, const BlockTransform& 
 
 void quantize_activations(const BlockTransform& transform, MatrixUse use, const formats::FormatSpec& format,
                           wush_dtype dtype, const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
-                          std::span<std::uint8_t> scales, Isa isa, std::span<float> scratch, std::size_t threads) {
+                          std::span<std::uint8_t> scales, Isa isa, std::span<float> scratch, std::size_t threads,
+                          std::span<const std::uint32_t> bf16_pairs) {
     formats::require_group(format, transform.group());
     const std::size_t d_in = transform.d_in(), g = transform.group();
     require(g == 16 || g == 32, "quantize_activations: the runtime supports groups of 16 and 32");
@@ -146,7 +180,10 @@ void quantize_activations(const BlockTransform& transform, MatrixUse use, const 
     dtype_size(dtype);  // validates
     if (n_tokens == 0) return;
 
-    const Layout l = plan(transform, use, n_tokens, isa);
+    require(bf16_pairs.empty() || bf16_pairs.size() == quantize_scratch_floats(transform, use) * transform.group() *
+                                                           transform.group() / 2,
+            "quantize_activations: bf16 pairs of another transform");
+    const Layout l = plan(transform, use, n_tokens, isa, dtype, bf16_pairs);
     compute_norms(transform, l, isa, scratch, threads);
     QuantTile base{};
     base.x = x;
@@ -160,7 +197,7 @@ void quantize_activations(const BlockTransform& transform, MatrixUse use, const 
     const std::size_t work = n_tokens * d_in * (l.use == MatrixUse::None ? 1 : g);
     FirstNonFinite non_finite;
     for_items(items, std::max<std::size_t>(work / items, 1), threads, [&](std::size_t item) {
-        const QuantTile tile = tile_of(l, base, transform, n_tokens, item, scratch.data());
+        const QuantTile tile = tile_of(l, base, transform, n_tokens, item, scratch.data(), bf16_pairs.data());
         const std::uint32_t redo = isa == Isa::Scalar ? (1u << tile.rows) - 1 : quantize_tile(isa, tile);
         for (int r = 0; r < tile.rows; ++r)
             if (redo >> r & 1u)

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "common/cpu_isa.h"
 #include "formats/block_format.h"
@@ -16,6 +17,12 @@ namespace wush::cpu {
 // Scratch floats quantize_activations needs (one row-norm bound per distinct block matrix).
 std::size_t quantize_scratch_floats(const BlockTransform& transform, MatrixUse use);
 
+// The transform's distinct matrices (one when `use` is Shared, every block's when PerBlock) as
+// bf16 pairs for the AVX-512 bf16 dot products (kernels.h, QuantTile::pairs), or empty when
+// `use` is None or an entry is not exactly a bf16 value that is zero or normal (such as a
+// transform stored as F32): those run the float path. Built once per prepared layer.
+std::vector<std::uint32_t> bf16_matrix_pairs(const BlockTransform& transform, MatrixUse use);
+
 // Transforms each token's block slices x_b -> T_b x_b and quantizes them in `format` (whose G must
 // be the transform's) into codes / scales laid out as wush_quantize_rows does. `use` is
 // classify_matrices(transform). `x` is n_tokens x d_in of `dtype`; buffers are sized by
@@ -26,10 +33,14 @@ std::size_t quantize_scratch_floats(const BlockTransform& transform, MatrixUse u
 // work in float32, bound their rounding error, and recompute in float64 every group whose value
 // lies within that bound of a rounding boundary.
 //
+// `bf16_pairs`, if not empty, is bf16_matrix_pairs(transform, use): with bf16 `x` on an AVX-512
+// CPU with AVX512_BF16, many tokens then take the bf16 dot-product kernel (the same bytes).
+//
 // Throws NON_FINITE (naming the first row and column) if `x` holds NaN/Inf; the buffers' contents
 // are unspecified then.
 void quantize_activations(const BlockTransform& transform, MatrixUse use, const formats::FormatSpec& format,
                           wush_dtype dtype, const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
-                          std::span<std::uint8_t> scales, Isa isa, std::span<float> scratch, std::size_t threads);
+                          std::span<std::uint8_t> scales, Isa isa, std::span<float> scratch, std::size_t threads,
+                          std::span<const std::uint32_t> bf16_pairs = {});
 
 }  // namespace wush::cpu

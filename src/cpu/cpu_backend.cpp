@@ -45,11 +45,14 @@ void require_runtime_group(const formats::FormatSpec& f) {
 }
 
 // The fused transform + quantization (wush_quantize_activations, a prepared layer's quantize).
+// `pairs`: a prepared layer's bf16_matrix_pairs (empty for the per-call functions).
 void quantize_with(const ContextParameters& run, TransformRef t, const formats::FormatSpec& format, wush_dtype x_dtype,
-                   const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes, std::span<std::uint8_t> scales) {
+                   const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes, std::span<std::uint8_t> scales,
+                   std::span<const std::uint32_t> pairs = {}) {
     const threads::OpenMpTeamScope team(run.openmp_team());
     std::vector<float> scratch(quantize_scratch_floats(t.core, t.use));
-    quantize_activations(t.core, t.use, format, x_dtype, x, n_tokens, codes, scales, run.isa(), scratch, run.threads());
+    quantize_activations(t.core, t.use, format, x_dtype, x, n_tokens, codes, scales, run.isa(), scratch, run.threads(),
+                         pairs);
 }
 
 // One layer's operations over a transform and weights that someone else keeps: the per-call
@@ -60,7 +63,8 @@ struct LayerView {
     const BlockTransform& transform;
     MatrixUse use;
     const formats::PackedMatrix& weights;
-    const PanelPack* panels;  // nullptr: the GEMM packs what it needs per call
+    const PanelPack* panels;                    // nullptr: the GEMM packs what it needs per call
+    std::span<const std::uint32_t> pairs = {};  // the transform's bf16 pairs (empty: float path)
 
     std::size_t workspace_bytes(std::size_t n_tokens, std::size_t threads) const {
         return linear_forward_workspace_bytes(transform, weights, n_tokens, threads);
@@ -77,7 +81,7 @@ struct LayerView {
                  wush_dtype y_dtype, void* y, std::span<std::byte> workspace, const backend::Bias& bias = {}) const {
         const threads::OpenMpTeamScope team(run.openmp_team());
         linear_forward(run.isa(), run.threads(), transform, use, weights, x_dtype, x, n_tokens, y_dtype, y, workspace,
-                       panels, bias);
+                       panels, bias, pairs);
         require_finite_product(run, y_dtype, y, n_tokens, weights.d_out);
     }
 };
@@ -89,7 +93,8 @@ class CpuLayer final : public backend::PreparedLayer {
 public:
     CpuLayer(TransformRef t, const formats::PackedMatrix& w, std::shared_ptr<const ContextParameters> parameters)
         : transform_(t.core), use_(t.use), weights_(w), parameters_(std::move(parameters)),
-          panels_(parameters_->isa(), parameters_->threads(), w) {
+          panels_(parameters_->isa(), parameters_->threads(), w),
+          pairs_(cpu_has_avx512_bf16() ? bf16_matrix_pairs(transform_, use_) : std::vector<std::uint32_t>{}) {
         require_layer(transform_, weights_);
     }
 
@@ -107,7 +112,7 @@ public:
     void quantize(wush_dtype x_dtype, const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
                   std::span<std::uint8_t> scales) override {
         quantize_with(*parameters_, {transform_, use_}, formats::spec(weights_.format), x_dtype, x, n_tokens, codes,
-                      scales);
+                      scales, pairs_);
     }
 
     void forward(wush_dtype x_dtype, const void* x, std::size_t n_tokens, const backend::Bias& bias, wush_dtype y_dtype,
@@ -116,13 +121,16 @@ public:
     }
 
 private:
-    LayerView view() const { return {transform_, use_, weights_, &panels_}; }
+    LayerView view() const { return {transform_, use_, weights_, &panels_, pairs_}; }
 
     BlockTransform transform_;
     MatrixUse use_;
     formats::PackedMatrix weights_;
     std::shared_ptr<const ContextParameters> parameters_;
     PanelPack panels_;
+    // The transform as bf16 pairs when the CPU has the bf16 dot product and the transform is
+    // bf16-exact (a checkpoint stored as BF16): bf16 activations then take the faster kernel.
+    std::vector<std::uint32_t> pairs_;
 };
 
 class CpuBackend final : public backend::Backend {

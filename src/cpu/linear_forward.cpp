@@ -59,7 +59,7 @@ std::size_t linear_forward_workspace_bytes(const BlockTransform& transform, cons
 void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transform, MatrixUse use,
                     const formats::PackedMatrix& weights, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
                     wush_dtype y_dtype, void* y, std::span<std::byte> workspace, const PanelPack* packed,
-                    const backend::Bias& bias) {
+                    const backend::Bias& bias, std::span<const std::uint32_t> bf16_pairs) {
     require_layer(transform, weights);
     const formats::FormatSpec& f = formats::spec(weights.format);
     Carver carver(workspace.data(), workspace.size());
@@ -68,7 +68,8 @@ void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transfor
     const std::span<std::uint8_t> codes(p.codes, p.sizes.codes), scales(p.scales, p.sizes.scales);
     // The quantization runs on the work pool like the GEMM (the pool keeps a job small enough
     // to lose to its helpers on the calling thread: threads/team_policy.h).
-    quantize_activations(transform, use, f, x_dtype, x, n_tokens, codes, scales, isa, {p.norms, p.norm_count}, threads);
+    quantize_activations(transform, use, f, x_dtype, x, n_tokens, codes, scales, isa, {p.norms, p.norm_count}, threads,
+                         bf16_pairs);
     const std::size_t rest = carver.left();
     std::byte* gemm_space = carver.take<std::byte>(rest > 63 ? rest - 63 : 0);
     gemm(isa, threads, weights, codes, scales, n_tokens, y_dtype, y, {gemm_space, rest > 63 ? rest - 63 : 0}, packed,

@@ -23,11 +23,12 @@ std::size_t linear_forward_workspace_bytes(const BlockTransform& transform, cons
 // y (n_tokens x d_out, `y_dtype` F32 or BF16) for the activations x (n_tokens x d_in, `x_dtype`);
 // `use` is classify_matrices(transform); `packed`, if given, holds the weights' GEMM panels (a
 // prepared layer). The GEMM runs on up to `threads` threads, as many as `workspace` has room for.
-// `bias`, if given, is added in the GEMM's store (gemm()). Throws NON_FINITE (y untouched) for
+// `bias`, if given, is added in the GEMM's store (gemm()). `bf16_pairs`, if given, is
+// bf16_matrix_pairs(transform, use) (quantize_activations). Throws NON_FINITE (y untouched) for
 // NaN/Inf in the bias or in x.
 void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transform, MatrixUse use,
                     const formats::PackedMatrix& weights, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
                     wush_dtype y_dtype, void* y, std::span<std::byte> workspace, const PanelPack* packed = nullptr,
-                    const backend::Bias& bias = {});
+                    const backend::Bias& bias = {}, std::span<const std::uint32_t> bf16_pairs = {});
 
 }  // namespace wush::cpu

@@ -166,13 +166,15 @@ struct Output {
     std::vector<std::uint8_t> codes, scales;
 };
 
+// `pairs`: run with the transform's bf16 pairs (the bf16 dot-product kernel where it applies).
 Output run(Isa isa, const BlockTransform& t, const formats::FormatSpec& f, wush_dtype dtype, const Input& in,
-           std::size_t n) {
+           std::size_t n, bool pairs = false) {
     const formats::PackedSizes sizes = formats::packed_sizes(f, n, kDin);
     Output out{std::vector<std::uint8_t>(sizes.codes, 0xAA), std::vector<std::uint8_t>(sizes.scales, 0xAA)};
     const MatrixUse use = classify_matrices(t);
     std::vector<float> scratch(cpu::quantize_scratch_floats(t, use));
-    cpu::quantize_activations(t, use, f, dtype, in.bytes.data(), n, out.codes, out.scales, isa, scratch, 2);
+    const std::vector<std::uint32_t> p = pairs ? cpu::bf16_matrix_pairs(t, use) : std::vector<std::uint32_t>{};
+    cpu::quantize_activations(t, use, f, dtype, in.bytes.data(), n, out.codes, out.scales, isa, scratch, 2, p);
     return out;
 }
 
@@ -341,6 +343,53 @@ TEST_P(QuantizeOnIsa, NonFiniteInputIsReportedWithItsPosition) {
             }
         }
     }
+}
+
+// The bf16 dot-product kernel (bf16 activations, a transform stored as BF16, AVX512_BF16): the
+// float64 reference and the scalar path's bytes, on every format and kind, with the edge rows
+// (subnormal bf16 inputs, which the instruction reads as zero) and every tile tail.
+TEST(QuantizeBf16Pairs, MatchesFloat64ReferenceAndTheScalarPath) {
+    if (!isa_supported(Isa::Avx512Vnni) || !cpu_has_avx512_bf16()) GTEST_SKIP() << "this CPU lacks AVX512_BF16";
+    const std::vector<float> x = make_activations(45, 8);
+    const std::size_t n = x.size() / kDin;
+    const Input in = as_dtype(x, WUSH_DTYPE_BF16);
+    for (wush_format format : kFormats) {
+        const formats::FormatSpec& f = formats::spec(format);
+        for (TransformKind kind : kKinds) {
+            const BlockTransform t = make_transform(kind, f.group).rounded_to(WUSH_DTYPE_BF16);
+            const MatrixUse use = classify_matrices(t);
+            ASSERT_EQ(cpu::bf16_matrix_pairs(t, use).empty(), use == MatrixUse::None) << transform_kind_name(kind);
+            for (std::size_t tokens : {n, std::size_t(7), std::size_t(17)}) {
+                const Output out = run(Isa::Avx512Vnni, t, f, WUSH_DTYPE_BF16, in, tokens, true);
+                const Tally tally = compare(t, format, in.values, tokens, out.codes, out.scales);
+                EXPECT_EQ(tally.failures, 0u)
+                    << f.name << " " << transform_kind_name(kind) << " " << tokens << ": " << tally.first_failure;
+                const Output ref = run(Isa::Scalar, t, f, WUSH_DTYPE_BF16, in, tokens);
+                EXPECT_EQ(out.codes, ref.codes) << f.name << " " << transform_kind_name(kind) << " " << tokens;
+                EXPECT_EQ(out.scales, ref.scales) << f.name << " " << transform_kind_name(kind) << " " << tokens;
+            }
+        }
+    }
+}
+
+TEST(QuantizeBf16Pairs, OnlyForBf16ExactNormalMatrices) {
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
+    const BlockTransform stored_f32 = make_transform(TransformKind::WUSH, f.group);
+    EXPECT_TRUE(cpu::bf16_matrix_pairs(stored_f32, classify_matrices(stored_f32)).empty())
+        << "a float32 WUSH transform has entries that are not bf16 values";
+    const BlockTransform bf16 = stored_f32.rounded_to(WUSH_DTYPE_BF16);
+    const std::vector<std::uint32_t> pairs = cpu::bf16_matrix_pairs(bf16, MatrixUse::PerBlock);
+    ASSERT_EQ(pairs.size(), bf16.activation_matrices().size() / 2);
+    for (std::size_t e = 0; e < pairs.size() * 2; ++e) {  // each half is the entry's top 16 bits
+        std::uint32_t u;
+        std::memcpy(&u, &bf16.activation_matrices()[e], 4);
+        ASSERT_EQ((pairs[e / 2] >> (16 * (e % 2))) & 0xFFFFu, u >> 16) << e;
+    }
+    // One subnormal entry (bf16-exact, but read as zero by the instruction): the float path.
+    std::vector<float> m(bf16.activation_matrices().begin(), bf16.activation_matrices().end());
+    m[5] = 0x1p-130f;
+    const BlockTransform sub(kDin, f.group, TransformKind::WUSH, m);
+    EXPECT_TRUE(cpu::bf16_matrix_pairs(sub, MatrixUse::PerBlock).empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, QuantizeOnIsa, ::testing::ValuesIn(supported_isas()),

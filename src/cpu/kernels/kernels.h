@@ -41,8 +41,12 @@ struct QuantTile {
                                 // rule: 1 per block, or 0 when shared); unused for the identity;
                                 // nullptr with by_block: the kernel computes them from the rows it
                                 // loads anyway (one pass over the matrices instead of two)
-    std::uint8_t* codes;        // the whole codes buffer (n_tokens x d_in / 2)
-    std::uint8_t* scales;       // the whole scales buffer (n_tokens x C x scale_bytes)
+    // The same matrices as bf16 pairs (word k of row i = T[i][2k] | T[i][2k+1] << 16; G x G/2 words
+    // per matrix, stride matrix_stride / 2), when x is bf16 and the CPU has AVX512_BF16: the
+    // AVX-512 kernel then multiplies with VDPBF16PS (lanes = tokens only). nullptr otherwise.
+    const std::uint32_t* pairs;
+    std::uint8_t* codes;   // the whole codes buffer (n_tokens x d_in / 2)
+    std::uint8_t* scales;  // the whole scales buffer (n_tokens x C x scale_bytes)
 };
 
 // Each SIMD tile kernel quantizes the tile in float32 and returns a bit mask of the tile rows whose

@@ -92,6 +92,48 @@ void multiply(const float* t, const __m512 xc[G], __m512 y[G]) {
     }
 }
 
+// The bf16 path: y = T x for 16 bf16 tokens of one block with T given as bf16 pairs (tile.pairs,
+// word k of row i = T[i][2k] | T[i][2k+1] << 16). Each VDPBF16PS does two multiply-adds per lane
+// (the products are exact in float32), so the transform costs half the float path's instructions,
+// and the raw bf16 rows need one dword transpose instead of a conversion and two float ones.
+// Within the bound: G roundings per output, in some order (gamma_G holds); the instruction treats
+// subnormal inputs as zero and flushes subnormal results, which quantize_tile_g's extra bound term
+// (subnormal x) and kAbsSlack (flushed products and sums) cover; subnormal T entries never get
+// here (bf16_matrix_pairs refuses them). ss = sum of squares of x, for the bound.
+template <int G>
+__attribute__((target("avx512bf16"), noinline)) void multiply_bf16(const QuantTile& tile, __m512 y[G], __m512& ss) {
+    __m512 xp[16];  // after the transpose: xp[k] lane l = pair k of token row0 + l
+    const auto* x = static_cast<const std::uint16_t*>(tile.x);
+#pragma GCC unroll 32
+    for (int row = 0; row < 16; ++row) {
+        const std::uint16_t* p = x + (tile.row0 + std::size_t(row)) * tile.d_in + tile.block * std::size_t(G);
+        const __m512i v = row >= tile.rows ? _mm512_setzero_si512()
+                          : G == 32        ? _mm512_loadu_si512(p)
+                                    : _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+        xp[row] = _mm512_castsi512_ps(v);
+    }
+    transpose16(xp);
+    __m512 sq = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int k = 0; k < G / 2; ++k) sq = _mm512_dpbf16_ps(sq, (__m512bh)xp[k], (__m512bh)xp[k]);
+    ss = sq;
+    const std::uint32_t* t = tile.pairs;
+    for (int i0 = 0; i0 < G; i0 += 16) {
+        __m512 acc[16];
+#pragma GCC unroll 32
+        for (int ii = 0; ii < 16; ++ii) acc[ii] = _mm512_setzero_ps();
+#pragma GCC unroll 1
+        for (int k = 0; k < G / 2; ++k) {
+            const __m512bh xk = (__m512bh)xp[k];
+#pragma GCC unroll 32
+            for (int ii = 0; ii < 16; ++ii)
+                acc[ii] = _mm512_dpbf16_ps(acc[ii], (__m512bh)_mm512_set1_epi32(int(t[(i0 + ii) * (G / 2) + k])), xk);
+        }
+#pragma GCC unroll 32
+        for (int ii = 0; ii < 16; ++ii) y[i0 + ii] = acc[ii];
+    }
+}
+
 // y = T x for one block: dot products of T's rows with x, then horizontal sums (any summation
 // order keeps the error within the bound's gamma_G). With `norm` set, also the block's max row
 // norm (rounded up), from the rows just loaded: a separate pass would read T twice.
@@ -377,6 +419,9 @@ std::uint32_t quantize_tile_g(const QuantTile& tile) {
     __m512 y[G], ss, norm;
     if (tile.by_block) {
         load_blocks<G>(tile, y, ss, norm);
+    } else if (tile.pairs != nullptr) {
+        multiply_bf16<G>(tile, y, ss);
+        norm = _mm512_set1_ps(tile.row_norms[0]);
     } else {
         __m512 xc[G];
         load_columns<G>(tile, xc);
@@ -398,6 +443,9 @@ std::uint32_t quantize_tile_g(const QuantTile& tile) {
     l.bound = tile.matrix == nullptr ? _mm512_setzero_ps()
                                      : _mm512_fmadd_ps(_mm512_mul_ps(_mm512_sqrt_ps(ss), norm), _mm512_set1_ps(c),
                                                        _mm512_set1_ps(kAbsSlack));
+    // The bf16 path reads subnormal x as zero: sum_j |T_ij x_j| over those j is below
+    // 2^-126 ||T_i||_1 <= 2^-126 sqrt(G) ||T_i|| < 2^-122 norm.
+    if (tile.pairs != nullptr && !tile.by_block) l.bound = _mm512_fmadd_ps(norm, _mm512_set1_ps(0x1p-122f), l.bound);
     switch (tile.format) {
         case 0: quantize_mx<G>(tile, y, l, false); break;  // WUSH_FORMAT_MXFP4
         case 3: quantize_mx<G>(tile, y, l, true); break;   // WUSH_FORMAT_MXFP4_OCP
