@@ -203,21 +203,21 @@ __m512 abs_ps(__m512 v) {
     return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF)));
 }
 
-// E2M1 RNE of v (the same comparisons as codec::e2m1_encode), and the lanes whose |v| lies within
-// tol of a threshold (or of 0, where only the sign would change).
+// E2M1 RNE of v, and the lanes whose |v| lies within tol of a threshold (or of 0, where only the
+// sign would change). The code is looked up by |v|'s exponent and top two mantissa bits: each
+// threshold (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5) has at most two mantissa bits, so it starts such
+// a bucket and every bucket lies on one side of it. The table rounds a value exactly on a
+// threshold up, where RNE may round down; such a value is within tol of the threshold (tol > 0
+// wherever v != 0), so its lane is flagged and float64 decides it.
 __m512i e2m1_encode(__m512 v, __m512 tol, __mmask16& near) {
     const __m512 a = abs_ps(v);
-    const __m512i one = _mm512_set1_epi32(1);
-    const __mmask16 b2 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.75f), _CMP_GE_OQ);
-    const __m512 t1 = _mm512_mask_blend_ps(b2, _mm512_set1_ps(0.75f), _mm512_set1_ps(3.5f));
-    const __mmask16 b1 = _mm512_cmp_ps_mask(a, t1, _CMP_GE_OQ);
-    __m512i idx = _mm512_maskz_mov_epi32(b2, _mm512_set1_epi32(2));
-    idx = _mm512_mask_add_epi32(idx, b1, idx, one);
-    const __m512 t0 =
-        _mm512_permutexvar_ps(idx, _mm512_setr_ps(0.25f, 1.25f, 2.5f, 5.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0));
-    const __mmask16 b0 = _mm512_cmp_ps_mask(a, t0, _CMP_GT_OQ);
-    __m512i m = _mm512_slli_epi32(idx, 1);
-    m = _mm512_mask_add_epi32(m, b0, m, one);
+    // Bucket (exponent, 2 mantissa bits) = bits >> 21: 0.25 is 500, 8 is 520. Index 0: below 0.25;
+    // 1..20: the buckets from 0.25; 21: 8 and above (and NaN, whose group is redone anyway).
+    __m512i b = _mm512_min_epu32(_mm512_srli_epi32(_mm512_castps_si512(a), 21), _mm512_set1_epi32(520));
+    b = _mm512_subs_epu16(b, _mm512_set1_epi32(499));  // the upper 16 bits are 0 - 0
+    const __m512i m = _mm512_permutex2var_epi32(_mm512_setr_epi32(0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 3, 3, 4, 4, 5, 5), b,
+                                                _mm512_setr_epi32(6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7));
+    // The rounding interval [lo, hi) of code m.
     const __m512 lo = _mm512_permutexvar_ps(
         m, _mm512_setr_ps(0.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0, 0, 0, 0, 0, 0, 0, 0));
     const __m512 hi = _mm512_permutexvar_ps(
