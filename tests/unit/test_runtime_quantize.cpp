@@ -393,6 +393,43 @@ TEST(QuantizeBf16Pairs, OnlyForBf16ExactNormalMatrices) {
     EXPECT_TRUE(cpu::bf16_matrix_pairs(sub, MatrixUse::PerBlock).empty());
 }
 
+// A transformed value whose float32 sum loses its sign: row 0 of every block is (1, 1, -1, 0, ...)
+// (the other rows the identity's), x starts (1, -2^-30, 1): float32 gives 1 - 2^-30 -> 1, then
+// 1 - 1 = +0, while the float64 definition is -2^-30, whose code is the negative zero. The kernels
+// must send such a group to float64 (the transform's error bound covers a sign), on every layout.
+TEST(QuantizeSigns, ASignLostInFloat32IsRedone) {
+    for (wush_format format : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4}) {
+        const formats::FormatSpec& f = formats::spec(format);
+        const std::size_t g = f.group, blocks = kDin / g;
+        std::vector<float> m(blocks * g * g, 0.0f);
+        for (std::size_t b = 0; b < blocks; ++b) {
+            float* t = m.data() + b * g * g;
+            for (std::size_t i = 0; i < g; ++i) t[i * g + i] = 1.0f;
+            t[1] = 1.0f;
+            t[2] = -1.0f;
+        }
+        const BlockTransform t(kDin, g, TransformKind::WUSH, m);
+        std::vector<float> x(16 * kDin, 0.5f);
+        for (std::size_t e = 0; e < x.size(); e += g) {
+            x[e] = 1.0f;
+            x[e + 1] = -0x1p-30f;
+            x[e + 2] = 1.0f;
+            x[e + 3] = 2.0f;
+        }
+        for (Isa isa : supported_isas())
+            for (wush_dtype dtype : {WUSH_DTYPE_F32, WUSH_DTYPE_BF16})
+                for (std::size_t tokens : {std::size_t(1), std::size_t(16)})
+                    for (bool pairs : {false, true}) {
+                        const Input in = as_dtype(x, dtype);
+                        const Output out = run(isa, t, f, dtype, in, tokens, pairs);
+                        const Tally tally = compare(t, format, in.values, tokens, out.codes, out.scales);
+                        EXPECT_EQ(tally.failures, 0u) << isa_name(isa) << " " << f.name << " tokens " << tokens
+                                                      << (pairs ? " pairs" : "") << ": " << tally.first_failure;
+                        EXPECT_EQ(out.codes[0] & 0xF, 8) << "the float64 definition's -2^-30 is a negative zero";
+                    }
+    }
+}
+
 // The kernels' own verdicts: with the identity (no rounding in the transform) a group is sent to
 // float64 only when a value lies within float32's rounding of an E2M1 boundary, which random
 // values almost never do. A code the kernel gets wrong still comes out right (the value lies
@@ -432,6 +469,27 @@ TEST(QuantizeKernels, FlagOnlyValuesNearABoundary) {
                 groups += std::size_t(tile.rows);
             }
             EXPECT_LE(flagged, groups / 100) << isa_name(isa) << " " << f.name << ": " << flagged << " of " << groups;
+        }
+    }
+}
+
+TEST_P(QuantizeOnIsa, Mxfp4ValuesBeyondItsRangeAreRefused) {
+    // 3.2e38 gets MXFP4's largest scale, 2^127, and code 6, which decodes to 6 x 2^127 / 3 = 2^128:
+    // refused. 1.6e38 gets 2^126 (the byte below) and decodes finitely.
+    const Isa isa = GetParam();
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
+    const BlockTransform t = make_transform(TransformKind::Identity, f.group);
+    for (std::size_t tokens : {std::size_t(1), std::size_t(16)}) {
+        std::vector<float> x(tokens * kDin, 1.0f);
+        x[(tokens - 1) * kDin + 70] = 1.6e38f;
+        EXPECT_NO_THROW(run(isa, t, f, WUSH_DTYPE_F32, as_dtype(x, WUSH_DTYPE_F32), tokens));
+        x[(tokens - 1) * kDin + 70] = 3.2e38f;
+        try {
+            run(isa, t, f, WUSH_DTYPE_F32, as_dtype(x, WUSH_DTYPE_F32), tokens);
+            ADD_FAILURE() << "a group that decodes to infinity was written (tokens " << tokens << ")";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.status(), WUSH_ERR_NON_FINITE) << e.what();
+            EXPECT_NE(std::string(e.what()).find("MXFP4's range"), std::string::npos) << e.what();
         }
     }
 }

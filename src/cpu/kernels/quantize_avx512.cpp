@@ -203,13 +203,15 @@ __m512 abs_ps(__m512 v) {
     return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF)));
 }
 
-// E2M1 RNE of v, and the lanes whose |v| lies within tol of a threshold (or of 0, where only the
-// sign would change). The code is looked up by |v|'s exponent and top two mantissa bits: each
-// threshold (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5) has at most two mantissa bits, so it starts such
-// a bucket and every bucket lies on one side of it. The table rounds a value exactly on a
-// threshold up, where RNE may round down; such a value is within tol of the threshold (tol > 0
-// wherever v != 0), so its lane is flagged and float64 decides it.
-__m512i e2m1_encode(__m512 v, __m512 tol, __mmask16& near) {
+// E2M1 RNE of v. `dist` becomes the smaller of itself and |v|'s distance to the nearer threshold
+// of its rounding interval, `zmin` the smaller of itself and |v| (0 is the boundary where only the
+// sign changes, which the scaling's rounding cannot move: near_boundary() treats it apart). The
+// code is looked up by |v|'s exponent and top two mantissa bits: each threshold (0.25, 0.75, 1.25,
+// 1.75, 2.5, 3.5, 5) has at most two mantissa bits, so it starts such a bucket and every bucket
+// lies on one side of it. The table rounds a value exactly on a threshold up, where RNE may round
+// down; its distance is 0, so the lane is flagged and float64 decides it (a wrong table entry
+// would only flag more lanes: the value then lies outside its code's interval).
+__m512i e2m1_encode(__m512 v, __m512& dist, __m512& zmin) {
     const __m512 a = abs_ps(v);
     // Bucket (exponent, 2 mantissa bits) = bits >> 21: 0.25 is 500, 8 is 520. Index 0: below 0.25;
     // 1..20: the buckets from 0.25; 21: 8 and above (and NaN, whose group is redone anyway).
@@ -217,15 +219,28 @@ __m512i e2m1_encode(__m512 v, __m512 tol, __mmask16& near) {
     b = _mm512_subs_epu16(b, _mm512_set1_epi32(499));  // the upper 16 bits are 0 - 0
     const __m512i m = _mm512_permutex2var_epi32(_mm512_setr_epi32(0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 3, 3, 4, 4, 5, 5), b,
                                                 _mm512_setr_epi32(6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7));
-    // The rounding interval [lo, hi) of code m.
+    // The thresholds below and above code m (none below 0: zmin covers it).
     const __m512 lo = _mm512_permutexvar_ps(
-        m, _mm512_setr_ps(0.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0, 0, 0, 0, 0, 0, 0, 0));
+        m, _mm512_setr_ps(-__builtin_inff(), 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0, 0, 0, 0, 0, 0, 0, 0));
     const __m512 hi = _mm512_permutexvar_ps(
         m, _mm512_setr_ps(0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, __builtin_inff(), 0, 0, 0, 0, 0, 0, 0, 0));
-    near |= _mm512_cmp_ps_mask(_mm512_sub_ps(a, lo), tol, _CMP_LT_OQ) |
-            _mm512_cmp_ps_mask(_mm512_sub_ps(hi, a), tol, _CMP_LT_OQ);
+    dist = _mm512_min_ps(dist, _mm512_min_ps(_mm512_sub_ps(a, lo), _mm512_sub_ps(hi, a)));
+    zmin = _mm512_min_ps(zmin, a);
     const __mmask16 neg = _mm512_movepi32_mask(_mm512_castps_si512(v));
     return _mm512_mask_or_epi32(m, neg, m, _mm512_set1_epi32(8));
+}
+
+// The per-group tolerances cover the scaling's rounding for |v| <= kMaxScaled. A larger |v| has
+// code 7 and distance |v| - 5 > 3 to its one threshold; counting that distance as 3 keeps it
+// certified: v_exact >= |v| (1 - 1.01 u) - bound > 5 whenever 3 >= tol = bound + 16 u or more.
+constexpr float kMaxScaled = 8.0f;
+
+// The lanes to redo: a value within `tol` of a threshold (dist: the encoder's), or a sign that the
+// transform's error (tol0, in units of v) could flip (|v| <= tol0; none without a transform).
+__mmask16 near_boundary(__m512 dist, __m512 tol, __m512 zmin, __m512 tol0, __m512 bound) {
+    const __m512 capped = _mm512_min_ps(dist, _mm512_set1_ps(kMaxScaled - 5.0f));
+    return _mm512_cmp_ps_mask(capped, tol, _CMP_LT_OQ) |
+           (_mm512_cmp_ps_mask(zmin, tol0, _CMP_LE_OQ) & _mm512_cmp_ps_mask(bound, _mm512_setzero_ps(), _CMP_GT_OQ));
 }
 
 // ---- per-tile state ---------------------------------------------------------------------------
@@ -309,19 +324,18 @@ void quantize_mx(const QuantTile& tile, const __m512 y[G], Lanes& l, bool ocp) {
               _mm512_cmp_ps_mask(_mm512_sub_ps(_mm512_add_ps(p, p), amax), l.bound, _CMP_LT_OQ);
     const __m512 es = ocp ? _mm512_sub_ps(e, _mm512_set1_ps(2.0f)) : e;
     const __m512 neg_es = _mm512_sub_ps(_mm512_setzero_ps(), es);
-    const __m512 factor = _mm512_set1_ps(ocp ? 1.0f : 3.0f);
-    const __m512 tol_base = _mm512_scalef_ps(_mm512_mul_ps(l.bound, factor), neg_es);
+    // factor x 2^-es is exact (|e| <= 60 in range), so y * mult rounds once, as (y 2^-es) x factor.
+    const __m512 mult = _mm512_scalef_ps(_mm512_set1_ps(ocp ? 1.0f : 3.0f), neg_es);
+    // The transform's error in units of v, plus the rounding of the scaling (|v| <= kMaxScaled).
+    const __m512 tol0 = _mm512_mul_ps(l.bound, mult);
+    const __m512 tol = _mm512_fmadd_ps(l.bound, mult, _mm512_set1_ps(kMaxScaled * 2.0f * kU));
     __m512i d[G / 8];
 #pragma GCC unroll 32
     for (int q = 0; q < G / 8; ++q) d[q] = _mm512_setzero_si512();
-    __mmask16 near = 0;
+    __m512 dist = _mm512_set1_ps(__builtin_inff()), zmin = dist;
 #pragma GCC unroll 32
-    for (int i = 0; i < G; ++i) {
-        const __m512 v = _mm512_mul_ps(_mm512_scalef_ps(y[i], neg_es), factor);  // one rounding (x3)
-        const __m512 tol = _mm512_fmadd_ps(abs_ps(v), _mm512_set1_ps(2.0f * kU), tol_base);
-        put_code<G>(d, i, e2m1_encode(v, tol, near));
-    }
-    l.redo |= near;
+    for (int i = 0; i < G; ++i) put_code<G>(d, i, e2m1_encode(_mm512_mul_ps(y[i], mult), dist, zmin));
+    l.redo |= near_boundary(dist, tol, zmin, tol0, l.bound);
     store_codes<G>(tile, d);
     store_scales(tile, _mm512_add_epi32(_mm512_cvtps_epi32(es), _mm512_set1_epi32(127)), 1);
 }
@@ -351,18 +365,17 @@ void quantize_nvfp4(const QuantTile& tile, const __m512 y[G], Lanes& l) {
     const __mmask16 zero = _mm512_cmp_ps_mask(sv, _mm512_setzero_ps(), _CMP_EQ_OQ);
     l.redo |= zero & _mm512_cmp_ps_mask(l.bound, _mm512_setzero_ps(), _CMP_GT_OQ);
     const __m512 mult = _mm512_maskz_div_ps(_mm512_knot(zero), _mm512_set1_ps(10.0f), sv);
-    const __m512 tol_base = _mm512_mul_ps(l.bound, _mm512_mul_ps(mult, _mm512_set1_ps(1.01f)));
+    // The transform's error in units of v (mult rounded: 1.01), plus the roundings of mult and
+    // y * mult (|v| <= kMaxScaled).
+    const __m512 tol0 = _mm512_mul_ps(l.bound, _mm512_mul_ps(mult, _mm512_set1_ps(1.01f)));
+    const __m512 tol = _mm512_add_ps(tol0, _mm512_set1_ps(kMaxScaled * 3.0f * kU));
     __m512i d[G / 8];
 #pragma GCC unroll 32
     for (int q = 0; q < G / 8; ++q) d[q] = _mm512_setzero_si512();
-    __mmask16 near = 0;
+    __m512 dist = _mm512_set1_ps(__builtin_inff()), zmin = dist;
 #pragma GCC unroll 32
-    for (int i = 0; i < G; ++i) {
-        const __m512 v = _mm512_mul_ps(y[i], mult);
-        const __m512 tol = _mm512_fmadd_ps(abs_ps(v), _mm512_set1_ps(3.0f * kU), tol_base);
-        put_code<G>(d, i, e2m1_encode(v, tol, near));
-    }
-    l.redo |= near;
+    for (int i = 0; i < G; ++i) put_code<G>(d, i, e2m1_encode(_mm512_mul_ps(y[i], mult), dist, zmin));
+    l.redo |= near_boundary(dist, tol, zmin, tol0, l.bound);
     store_codes<G>(tile, d);
     store_scales(tile, sbyte, 1);
 }
