@@ -425,7 +425,8 @@ TEST(QuantizeSigns, ASignLostInFloat32IsRedone) {
                         const Tally tally = compare(t, format, in.values, tokens, out.codes, out.scales);
                         EXPECT_EQ(tally.failures, 0u) << isa_name(isa) << " " << f.name << " tokens " << tokens
                                                       << (pairs ? " pairs" : "") << ": " << tally.first_failure;
-                        EXPECT_EQ(out.codes[0] & 0xF, 8) << "the float64 definition's -2^-30 is a negative zero";
+                        EXPECT_EQ(out.codes[0] & 0xF, 8)
+                            << isa_name(isa) << " " << f.name << ": the float64 definition's -2^-30 is a negative zero";
                     }
     }
 }

@@ -160,7 +160,10 @@ __m256i exponent(__m256 a) {
     return _mm256_sub_epi32(_mm256_srli_epi32(as_int(a), 23), _mm256_set1_epi32(127));
 }
 
-__m256i e2m1_encode(__m256 v, __m256 tol, __m256& near) {
+// E2M1 RNE of v (the same comparisons as codec::e2m1_encode). `dist` becomes the smaller of
+// itself and |v|'s distance to the nearer threshold of its rounding interval, `zmin` the smaller
+// of itself and |v| (0, where only the sign changes, is checked apart: near_boundary()).
+__m256i e2m1_encode(__m256 v, __m256& dist, __m256& zmin) {
     const __m256 a = abs_ps(v);
     const __m256 b2 = _mm256_cmp_ps(a, _mm256_set1_ps(1.75f), _CMP_GE_OQ);
     const __m256 t1 = _mm256_blendv_ps(_mm256_set1_ps(0.75f), _mm256_set1_ps(3.5f), b2);
@@ -170,12 +173,24 @@ __m256i e2m1_encode(__m256 v, __m256 tol, __m256& near) {
     const __m256 t0 = _mm256_permutevar8x32_ps(_mm256_setr_ps(0.25f, 1.25f, 2.5f, 5.0f, 0, 0, 0, 0), idx);
     const __m256 b0 = _mm256_cmp_ps(a, t0, _CMP_GT_OQ);
     const __m256i m = _mm256_or_si256(_mm256_slli_epi32(idx, 1), _mm256_and_si256(as_int(b0), _mm256_set1_epi32(1)));
-    const __m256 lo = _mm256_permutevar8x32_ps(_mm256_setr_ps(0.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f), m);
+    const __m256 lo =
+        _mm256_permutevar8x32_ps(_mm256_setr_ps(-__builtin_inff(), 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f), m);
     const __m256 hi =
         _mm256_permutevar8x32_ps(_mm256_setr_ps(0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, __builtin_inff()), m);
-    near = _mm256_or_ps(near, _mm256_or_ps(lt(_mm256_sub_ps(a, lo), tol), lt(_mm256_sub_ps(hi, a), tol)));
+    dist = _mm256_min_ps(dist, _mm256_min_ps(_mm256_sub_ps(a, lo), _mm256_sub_ps(hi, a)));
+    zmin = _mm256_min_ps(zmin, a);
     const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(as_int(v), 28), _mm256_set1_epi32(8));
     return _mm256_or_si256(m, sign);
+}
+
+// As the AVX-512 kernel's (quantize_avx512.cpp says why counting a distance above 3 as 3 keeps
+// values beyond kMaxScaled certified): the lanes to redo.
+constexpr float kMaxScaled = 8.0f;
+
+__m256 near_boundary(__m256 dist, __m256 tol, __m256 zmin, __m256 tol0, __m256 bound) {
+    const __m256 capped = _mm256_min_ps(dist, _mm256_set1_ps(kMaxScaled - 5.0f));
+    return _mm256_or_ps(lt(capped, tol), _mm256_and_ps(_mm256_cmp_ps(zmin, tol0, _CMP_LE_OQ),
+                                                       _mm256_cmp_ps(bound, _mm256_setzero_ps(), _CMP_GT_OQ)));
 }
 
 struct Lanes {
@@ -252,19 +267,18 @@ void quantize_mx(const QuantTile& tile, const __m256 y[G], Lanes& l, bool ocp) {
                                                lt(_mm256_sub_ps(_mm256_add_ps(p, p), amax), l.bound)));
     const __m256i es = ocp ? _mm256_sub_epi32(e, _mm256_set1_epi32(2)) : e;
     const __m256 scale_down = pow2(_mm256_sub_epi32(_mm256_setzero_si256(), es));  // 2^-es, |es| <= 62
-    const __m256 factor = _mm256_set1_ps(ocp ? 1.0f : 3.0f);
-    const __m256 tol_base = _mm256_mul_ps(_mm256_mul_ps(l.bound, factor), scale_down);
+    // factor x 2^-es is exact, so y * mult rounds once, as (y 2^-es) x factor.
+    const __m256 mult = _mm256_mul_ps(scale_down, _mm256_set1_ps(ocp ? 1.0f : 3.0f));
+    // The transform's error in units of v, plus the rounding of the scaling (|v| <= kMaxScaled).
+    const __m256 tol0 = _mm256_mul_ps(l.bound, mult);
+    const __m256 tol = _mm256_fmadd_ps(l.bound, mult, _mm256_set1_ps(kMaxScaled * 2.0f * kU));
     __m256i d[G / 8];
 #pragma GCC unroll 32
     for (int q = 0; q < G / 8; ++q) d[q] = _mm256_setzero_si256();
-    __m256 near = _mm256_setzero_ps();
+    __m256 dist = _mm256_set1_ps(__builtin_inff()), zmin = dist;
 #pragma GCC unroll 32
-    for (int i = 0; i < G; ++i) {
-        const __m256 v = _mm256_mul_ps(_mm256_mul_ps(y[i], scale_down), factor);
-        const __m256 tol = _mm256_fmadd_ps(abs_ps(v), _mm256_set1_ps(2.0f * kU), tol_base);
-        put_code<G>(d, i, e2m1_encode(v, tol, near));
-    }
-    l.redo = _mm256_or_ps(l.redo, near);
+    for (int i = 0; i < G; ++i) put_code<G>(d, i, e2m1_encode(_mm256_mul_ps(y[i], mult), dist, zmin));
+    l.redo = _mm256_or_ps(l.redo, near_boundary(dist, tol, zmin, tol0, l.bound));
     store_codes<G>(tile, d);
     store_scales(tile, _mm256_add_epi32(es, _mm256_set1_epi32(127)), 1);
 }
@@ -291,18 +305,17 @@ void quantize_nvfp4(const QuantTile& tile, const __m256 y[G], Lanes& l) {
     const __m256 zero = _mm256_cmp_ps(sv, _mm256_setzero_ps(), _CMP_EQ_OQ);
     l.redo = _mm256_or_ps(l.redo, _mm256_and_ps(zero, _mm256_cmp_ps(l.bound, _mm256_setzero_ps(), _CMP_GT_OQ)));
     const __m256 mult = _mm256_andnot_ps(zero, _mm256_div_ps(_mm256_set1_ps(10.0f), sv));
-    const __m256 tol_base = _mm256_mul_ps(l.bound, _mm256_mul_ps(mult, _mm256_set1_ps(1.01f)));
+    // The transform's error in units of v (mult rounded: 1.01), plus the roundings of mult and
+    // y * mult (|v| <= kMaxScaled).
+    const __m256 tol0 = _mm256_mul_ps(l.bound, _mm256_mul_ps(mult, _mm256_set1_ps(1.01f)));
+    const __m256 tol = _mm256_add_ps(tol0, _mm256_set1_ps(kMaxScaled * 3.0f * kU));
     __m256i d[G / 8];
 #pragma GCC unroll 32
     for (int q = 0; q < G / 8; ++q) d[q] = _mm256_setzero_si256();
-    __m256 near = _mm256_setzero_ps();
+    __m256 dist = _mm256_set1_ps(__builtin_inff()), zmin = dist;
 #pragma GCC unroll 32
-    for (int i = 0; i < G; ++i) {
-        const __m256 v = _mm256_mul_ps(y[i], mult);
-        const __m256 tol = _mm256_fmadd_ps(abs_ps(v), _mm256_set1_ps(3.0f * kU), tol_base);
-        put_code<G>(d, i, e2m1_encode(v, tol, near));
-    }
-    l.redo = _mm256_or_ps(l.redo, near);
+    for (int i = 0; i < G; ++i) put_code<G>(d, i, e2m1_encode(_mm256_mul_ps(y[i], mult), dist, zmin));
+    l.redo = _mm256_or_ps(l.redo, near_boundary(dist, tol, zmin, tol0, l.bound));
     store_codes<G>(tile, d);
     store_scales(tile, sbyte, 1);
 }
