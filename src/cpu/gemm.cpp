@@ -238,8 +238,17 @@ void decode_activation_scales(const formats::FormatSpec& f, const std::uint8_t* 
                               const Plan& p) {
     const std::size_t groups = k / f.group;
     const double a_factor = alpha(f);
-    for (std::size_t i = 0; i < m * groups; ++i)
-        p.scale[i] = float(double(formats::decode_scale(f.id, scales + i * f.scale_bytes)) * a_factor);
+    if (f.scale_bytes == 1) {  // E8M0 / E4M3: a table of the 256 bytes (the loop is serial)
+        float table[256];
+        for (int b = 0; b < 256; ++b) {
+            const std::uint8_t bytes[2] = {std::uint8_t(b), 0};
+            table[b] = float(double(formats::decode_scale(f.id, bytes)) * a_factor);
+        }
+        for (std::size_t i = 0; i < m * groups; ++i) p.scale[i] = table[scales[i]];
+    } else {
+        for (std::size_t i = 0; i < m * groups; ++i)
+            p.scale[i] = float(double(formats::decode_scale(f.id, scales + i * f.scale_bytes)) * a_factor);
+    }
     if (p.lane_scale == nullptr) return;
     const std::size_t lanes = p.k_pad / 8;  // lane L: elements 8L .. 8L + 7 of the row
     for (std::size_t r = 0; r < m; ++r)
