@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
@@ -11,6 +10,7 @@
 #include "common/checked_math.h"
 #include "common/dtype.h"
 #include "common/error.h"
+#include "common/float_bits.h"
 #include "cpu/exact_quantizer.h"
 #include "cpu/kernels/kernels.h"
 #include "formats/block_format.h"
@@ -81,8 +81,7 @@ namespace {
 // The bf16 bits of v when v is exactly a bf16 value that is zero or normal (VDPBF16PS reads
 // subnormal inputs as zero).
 std::optional<std::uint32_t> exact_bf16(float v) {
-    std::uint32_t u;
-    std::memcpy(&u, &v, 4);
+    const std::uint32_t u = bits::bits_from_float(v);
     const bool subnormal = (u & 0x7F800000u) == 0 && (u & 0x007FFFFFu) != 0;
     if ((u & 0xFFFFu) != 0 || subnormal) return std::nullopt;
     return u >> 16;

@@ -20,5 +20,9 @@ constexpr float kAbsSlack = 0x1p-110f;  // absolute error allowance (subnormal /
 // The transform's error bound is gamma_G ||T_i|| ||x|| with gamma_G = (G + 2) u, rounded up by
 // this factor, which also covers ||x|| computed in float32.
 constexpr float kGammaRoundUp = 1.05f;
+// E2M1 kernels: the per-group tolerances cover the scaling's rounding for scaled values up to
+// this; a larger one rounds to the top code, and its distance to the top threshold (5) is counted
+// as kMaxScaled - 5, which keeps it certified (quantize_avx512.cpp, near_boundary, says why).
+constexpr float kMaxScaled = 8.0f;
 
 }  // namespace wush::formats::certified

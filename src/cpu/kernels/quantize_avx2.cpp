@@ -185,8 +185,6 @@ __m256i e2m1_encode(__m256 v, __m256& dist, __m256& zmin) {
 
 // As the AVX-512 kernel's (quantize_avx512.cpp says why counting a distance above 3 as 3 keeps
 // values beyond kMaxScaled certified): the lanes to redo.
-constexpr float kMaxScaled = 8.0f;
-
 __m256 near_boundary(__m256 dist, __m256 tol, __m256 zmin, __m256 tol0, __m256 bound) {
     const __m256 capped = _mm256_min_ps(dist, _mm256_set1_ps(kMaxScaled - 5.0f));
     return _mm256_or_ps(lt(capped, tol), _mm256_and_ps(_mm256_cmp_ps(zmin, tol0, _CMP_LE_OQ),

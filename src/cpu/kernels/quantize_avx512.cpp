@@ -230,11 +230,9 @@ __m512i e2m1_encode(__m512 v, __m512& dist, __m512& zmin) {
     return _mm512_mask_or_epi32(m, neg, m, _mm512_set1_epi32(8));
 }
 
-// The per-group tolerances cover the scaling's rounding for |v| <= kMaxScaled. A larger |v| has
+// The per-group tolerances cover the scaling's rounding for |v| <= kMaxScaled (8). A larger |v| has
 // code 7 and distance |v| - 5 > 3 to its one threshold; counting that distance as 3 keeps it
 // certified: v_exact >= |v| (1 - 1.01 u) - bound > 5 whenever 3 >= tol = bound + 16 u or more.
-constexpr float kMaxScaled = 8.0f;
-
 // The lanes to redo: a value within `tol` of a threshold (dist: the encoder's), or a sign that the
 // transform's error (tol0, in units of v) could flip (|v| <= tol0; none without a transform).
 __mmask16 near_boundary(__m512 dist, __m512 tol, __m512 zmin, __m512 tol0, __m512 bound) {
@@ -458,7 +456,7 @@ std::uint32_t quantize_tile_g(const QuantTile& tile) {
                                                        _mm512_set1_ps(kAbsSlack));
     // The bf16 path reads subnormal x as zero: sum_j |T_ij x_j| over those j is below
     // 2^-126 ||T_i||_1 <= 2^-126 sqrt(G) ||T_i|| < 2^-122 norm.
-    if (tile.pairs != nullptr && !tile.by_block) l.bound = _mm512_fmadd_ps(norm, _mm512_set1_ps(0x1p-122f), l.bound);
+    if (tile.pairs != nullptr) l.bound = _mm512_fmadd_ps(norm, _mm512_set1_ps(0x1p-122f), l.bound);
     switch (tile.format) {
         case 0: quantize_mx<G>(tile, y, l, false); break;  // WUSH_FORMAT_MXFP4
         case 3: quantize_mx<G>(tile, y, l, true); break;   // WUSH_FORMAT_MXFP4_OCP
