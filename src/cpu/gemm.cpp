@@ -52,6 +52,11 @@ double alpha(const formats::FormatSpec& f) {
     return 1.0 / (f.tensor_divisor * f.tensor_divisor * 4.0);
 }
 
+// Formats whose group scales (of both operands) are E8M0: powers of two.
+bool has_e8m0_scales(wush_format format) {
+    return format == WUSH_FORMAT_MXFP4 || format == WUSH_FORMAT_MXFP4_OCP;
+}
+
 // The scratch arrays of one call; null pointers when measuring.
 struct Plan {
     float* scale = nullptr;        // m x groups
@@ -233,11 +238,11 @@ Operands operands(const formats::FormatSpec& f, const formats::PackedMatrix& w, 
     return o;
 }
 
-// Activation group scales times alpha, one per (row, group); lane copies for the split layout.
+// Activation group scales times `a_factor` (alpha, or its power-of-two part: GemmActivations),
+// one per (row, group); lane copies for the split layout.
 void decode_activation_scales(const formats::FormatSpec& f, const std::uint8_t* scales, std::size_t m, std::size_t k,
-                              const Plan& p) {
+                              double a_factor, const Plan& p) {
     const std::size_t groups = k / f.group;
-    const double a_factor = alpha(f);
     if (f.scale_bytes == 1) {  // E8M0 / E4M3: a table of the 256 bytes (the loop is serial)
         float table[256];
         for (int b = 0; b < 256; ++b) {
@@ -347,8 +352,13 @@ void gemm(Isa isa, std::size_t threads, const formats::PackedMatrix& w, std::spa
     p.slots = std::min<std::size_t>(std::max<std::size_t>(threads, 1), room / p.slot_bytes);
     require(p.slots >= 1, "gemm: scratch too small");
     p.panels = carver.take<std::uint8_t>(p.slots * p.slot_bytes);
-    decode_activation_scales(f, a_scales.data(), m, k, p);
-    const Operands o = operands(f, w, p, m, y, y_dtype, bias);
+    Operands o = operands(f, w, p, m, y, y_dtype, bias);
+    // The AVX-512 panels apply E8M0 scales as exponents (kernels.h, GemmActivations::alpha_rest).
+    const bool exponents = isa == Isa::Avx512Vnni && m > kSplitMaxRows && has_e8m0_scales(f.id);
+    const double a_factor = alpha(f);
+    const double a_power = exponents ? std::ldexp(1.0, std::ilogb(a_factor)) : a_factor;
+    o.a.alpha_rest = exponents ? float(a_factor / a_power) : 0.0f;
+    decode_activation_scales(f, a_scales.data(), m, k, a_power, p);
     // Small products stay on the calling thread (see kParallelMacs).
     const std::size_t team = double(m) * double(n) * double(k) >= kParallelMacs ? p.slots : 1;
     const PanelPack* pack = packed != nullptr && packed->isa() == isa && !packed->empty() ? packed : nullptr;

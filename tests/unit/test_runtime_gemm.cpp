@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -165,6 +166,43 @@ TEST_P(GemmOnIsa, MatchesFloat64ProductOfDequantizedOperands) {
                     std::uint16_t(sign | (mag > 0.0 ? test::bf16_bits(test::ref_bf16(mag)) : 0));
                 ASSERT_EQ(h[i], expect) << f.name << " m=" << s.m << " n=" << s.n << " k=" << s.k << " i=" << i
                                         << " y=" << y[i];
+            }
+        }
+    }
+}
+
+// E8M0 scales at both ends of their range (2^-127, a float32 subnormal, to 2^127) whose products
+// are moderate: the AVX-512 panels apply a group's two scales as one exponent (kernels.h,
+// GemmActivations::alpha_rest), so only the product has to be in range. (The other kernels multiply
+// by one scale and then the other, and may overflow on the way: the API then reports NON_FINITE.)
+TEST(GemmExponents, E8M0ScalesAtTheEndsOfTheirRange) {
+    if (!isa_supported(Isa::Avx512Vnni)) GTEST_SKIP() << "the CPU lacks AVX-512 VNNI";
+    std::mt19937 rng(5);
+    for (wush_format format : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_MXFP4_OCP}) {
+        const std::size_t k = 96, n = 40, groups = k / 32;
+        for (std::size_t m : {5, 9, 33}) {
+            Packed a = random_packed(format, m, k, rng), b = random_packed(format, n, k, rng);
+            // Weight row 0: group g's exponent near one end (codes 3-6 or 248-251); the other rows
+            // within 3 of it (down to code 0, 2^-127); the activations' near the other end (codes
+            // 0-9, 245-254), so that every product of two scales lies within 2^-6 .. 2^6.
+            for (std::size_t g = 0; g < groups; ++g) b.scales[g] = std::uint8_t(g % 2 == 0 ? 3 + rng() % 4 : 248 + rng() % 4);
+            for (std::size_t r = 0; r < m; ++r)
+                for (std::size_t g = 0; g < groups; ++g)
+                    a.scales[r * groups + g] = std::uint8_t(127 - (int(b.scales[g]) - 127) + int(rng() % 7) - 3);
+            for (std::size_t c = 1; c < n; ++c)
+                for (std::size_t g = 0; g < groups; ++g)
+                    b.scales[c * groups + g] = std::uint8_t(std::clamp(int(b.scales[g]) + int(rng() % 7) - 3, 0, 254));
+            const formats::PackedMatrix w{format, n, k, formats::ByteView(b.codes), formats::ByteView(b.scales)};
+            const std::vector<double> ad = dequantize(format, a, m, k), bd = dequantize(format, b, n, k);
+            std::vector<double> ref(m * n, 0.0);
+            for (std::size_t r = 0; r < m; ++r)
+                for (std::size_t c = 0; c < n; ++c)
+                    for (std::size_t i = 0; i < k; ++i) ref[r * n + c] += ad[r * k + i] * bd[c * k + i];
+            const cpu::PanelPack pack(Isa::Avx512Vnni, 2, w);
+            for (const cpu::PanelPack* packed : {static_cast<const cpu::PanelPack*>(nullptr), &pack}) {
+                const std::vector<float> y = run_gemm(Isa::Avx512Vnni, w, a, m, WUSH_DTYPE_F32, nullptr, packed);
+                EXPECT_LE(rel_frobenius(y, ref), 1e-6)
+                    << formats::spec(format).name << " m=" << m << (packed ? " prepared" : "");
             }
         }
     }

@@ -411,7 +411,12 @@ void rows_multiply(const GemmActivations& a, const std::uint8_t* blocks, std::si
 
 namespace {
 
-template <int M, int G>
+// Exponents (a.alpha_rest != 0): a group adds scalef(dot, e_a + e_b) = dot * 2^(e_a + e_b), exact
+// above float32's normal minimum (the scales are powers of two), with one rounding in the sum, as
+// on the multiplies' path; the
+// exponents come from VGETEXPPS (exact, also for E8M0's subnormal 2^-127; the zero scales of a
+// panel's padding rows give -inf and so 0).
+template <int M, int G, bool Exponents>
 void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0,
                 const GemmOutput& out, std::size_t n_total) {
     constexpr std::size_t kGroupBytes = kPanelRows * (G + 4);
@@ -436,11 +441,31 @@ void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t
             }
         }
         const __m512 sb0 = _mm512_load_ps(pg + G * kPanelRows), sb1 = _mm512_load_ps(pg + G * kPanelRows + 64);
+        if constexpr (Exponents) {
+            const __m512 eb0 = _mm512_getexp_ps(sb0), eb1 = _mm512_getexp_ps(sb1);
+#pragma GCC unroll 32
+            for (int r = 0; r < M; ++r) {
+                const __m512 ea = _mm512_getexp_ps(_mm512_set1_ps(a.scale[(m0 + std::size_t(r)) * a.groups + g]));
+                yacc[r][0] = _mm512_add_ps(
+                    _mm512_scalef_ps(_mm512_cvtepi32_ps(acc[r][0]), _mm512_add_ps(eb0, ea)), yacc[r][0]);
+                yacc[r][1] = _mm512_add_ps(
+                    _mm512_scalef_ps(_mm512_cvtepi32_ps(acc[r][1]), _mm512_add_ps(eb1, ea)), yacc[r][1]);
+            }
+        } else {
+#pragma GCC unroll 32
+            for (int r = 0; r < M; ++r) {
+                const __m512 sa = _mm512_set1_ps(a.scale[(m0 + std::size_t(r)) * a.groups + g]);
+                yacc[r][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][0]), sb0), sa, yacc[r][0]);
+                yacc[r][1] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][1]), sb1), sa, yacc[r][1]);
+            }
+        }
+    }
+    if constexpr (Exponents) {
+        const __m512 rest = _mm512_set1_ps(a.alpha_rest);
 #pragma GCC unroll 32
         for (int r = 0; r < M; ++r) {
-            const __m512 sa = _mm512_set1_ps(a.scale[(m0 + std::size_t(r)) * a.groups + g]);
-            yacc[r][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][0]), sb0), sa, yacc[r][0]);
-            yacc[r][1] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][1]), sb1), sa, yacc[r][1]);
+            yacc[r][0] = _mm512_mul_ps(yacc[r][0], rest);
+            yacc[r][1] = _mm512_mul_ps(yacc[r][1], rest);
         }
     }
     const std::size_t valid = n_total - n0 < kPanelRows ? n_total - n0 : kPanelRows;
@@ -455,15 +480,15 @@ void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t
     }
 }
 
-template <int G>
+template <int G, bool Exponents>
 void panel_rows(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0, std::size_t m1,
                 const GemmOutput& out, std::size_t n_total) {
     std::size_t m = m0;
-    for (; m + 4 <= m1; m += 4) panel_tile<4, G>(a, panel, n0, m, out, n_total);
+    for (; m + 4 <= m1; m += 4) panel_tile<4, G, Exponents>(a, panel, n0, m, out, n_total);
     switch (m1 - m) {
-        case 3: panel_tile<3, G>(a, panel, n0, m, out, n_total); break;
-        case 2: panel_tile<2, G>(a, panel, n0, m, out, n_total); break;
-        case 1: panel_tile<1, G>(a, panel, n0, m, out, n_total); break;
+        case 3: panel_tile<3, G, Exponents>(a, panel, n0, m, out, n_total); break;
+        case 2: panel_tile<2, G, Exponents>(a, panel, n0, m, out, n_total); break;
+        case 1: panel_tile<1, G, Exponents>(a, panel, n0, m, out, n_total); break;
         default: break;
     }
 }
@@ -478,8 +503,9 @@ void pack_panel(const GemmWeights& w, std::size_t n0, std::uint8_t* panel) {
 
 void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0, std::size_t m1,
                     const GemmOutput& out, std::size_t n_total) {
-    if (a.group == 16) panel_rows<16>(a, panel, n0, m0, m1, out, n_total);
-    else panel_rows<32>(a, panel, n0, m0, m1, out, n_total);
+    if (a.group == 16) panel_rows<16, false>(a, panel, n0, m0, m1, out, n_total);  // E4M3: never exponents
+    else if (a.alpha_rest != 0.0f) panel_rows<32, true>(a, panel, n0, m0, m1, out, n_total);
+    else panel_rows<32, false>(a, panel, n0, m0, m1, out, n_total);
 }
 
 }  // namespace wush::cpu::avx512

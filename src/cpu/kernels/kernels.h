@@ -81,7 +81,13 @@ struct GemmActivations {
     // Row layout (panel kernels): x8[r * k + i] = doubled code of element i of row r.
     const std::int8_t* x8;
     const std::int32_t* corr;  // m x groups: -bias * sum of the group's x8
-    const float* scale;        // m x groups: scale_a * alpha
+    const float* scale;        // m x groups: scale_a * alpha (but see alpha_rest)
+    // 0, or (the AVX-512 panel kernels with E8M0 scales on both sides) alpha / 2^floor(log2 alpha),
+    // in [1, 2): then `scale` holds scale_a * 2^floor(log2 alpha), a power of two like every weight
+    // scale, so the kernel applies a group's two scales as one exponent (VSCALEFPS, exact) instead
+    // of two multiplies, which compete with the dot products for the same execution ports, and
+    // multiplies each output by alpha_rest once before its store.
+    float alpha_rest;
     // Split layout (row-streaming kernels for small m): xe / xo hold the even / odd elements, in
     // the order of the packed bytes (k_pad / 2 per row, k_pad = k rounded up to 128, zero padded);
     // lane L of a 64-byte chunk covers elements 8L .. 8L + 7 of the chunk.
