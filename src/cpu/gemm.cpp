@@ -311,6 +311,16 @@ void run_row_blocks(Isa isa, const Operands& o, const Plan& p, const std::uint8_
                              });
 }
 
+// Activation rows per work item of a prepared layer's panels: about kPanelRowBytes of decoded
+// activations, which stay in the core's L2 cache for the next panels of the same rows, and many
+// items per thread, so that a thread the OS pauses holds back little of the call (with one item per
+// panel, a 384-wide output had only 12, of about a millisecond each).
+constexpr std::size_t kPanelRowBytes = 256 * 1024;
+
+std::size_t panel_row_block(std::size_t k) {
+    return std::max<std::size_t>(64, kPanelRowBytes / k / 4 * 4);
+}
+
 // More rows: the threads share the activation decoding, then each packs (unless a prepared layer
 // packed them once) and multiplies panels.
 void run_panels(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* codes, std::size_t threads,
@@ -319,17 +329,23 @@ void run_panels(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* c
     threads::parallel_chunks(
         o.a.m, kPrepareRowsPerChunk, threads, double(o.a.m) * double(o.a.k),
         [&](std::size_t, std::size_t r0, std::size_t r1) { prepare_rows(isa, o.a, codes, r0, r1, p.x8, p.corr); });
+    if (packed != nullptr) {
+        // Items (row block, panel), the panels of one row block after another.
+        const std::size_t rows = panel_row_block(o.a.k), blocks = (o.a.m + rows - 1) / rows;
+        threads::parallel_chunks(blocks * panels, 1, threads, macs(o), [&](std::size_t, std::size_t b, std::size_t e) {
+            for (std::size_t item = b; item < e; ++item) {
+                const std::size_t panel = item % panels, m0 = item / panels * rows;
+                panel_multiply(isa, o.a, packed->panel(panel), panel * kPanelRows, m0, std::min(o.a.m, m0 + rows),
+                               o.out, o.w.n);
+            }
+        });
+        return;
+    }
     threads::parallel_chunks(panels, 1, threads, macs(o), [&](std::size_t slot, std::size_t b, std::size_t e) {
         for (std::size_t panel = b; panel < e; ++panel) {
-            const std::uint8_t* weights = nullptr;
-            if (packed != nullptr) {
-                weights = packed->panel(panel);
-            } else {
-                std::uint8_t* s = aligned_slot(p, slot);
-                pack_panel(isa, o.w, panel * kPanelRows, s);
-                weights = s;
-            }
-            panel_multiply(isa, o.a, weights, panel * kPanelRows, 0, o.a.m, o.out, o.w.n);
+            std::uint8_t* s = aligned_slot(p, slot);
+            pack_panel(isa, o.w, panel * kPanelRows, s);
+            panel_multiply(isa, o.a, s, panel * kPanelRows, 0, o.a.m, o.out, o.w.n);
         }
     });
 }
