@@ -11,6 +11,7 @@
 namespace wush::bits {
 
 using std::fabs;
+using std::isinf;
 using std::isnan;
 using std::signbit;
 
@@ -90,6 +91,7 @@ WUSH_HD float bf16_decode(std::uint16_t b) {
 WUSH_HD std::uint16_t bf16_encode(double v) {
     if (isnan(v)) return 0x7FC0;
     const std::uint16_t sign = signbit(v) ? 0x8000 : 0;
+    if (isinf(v)) return sign | 0x7F80;  // (round_to_format has no exponent for infinity)
     const double r = round_to_format(fabs(v), 7, -126);
     if (r >= 0x1p128) return sign | 0x7F80;
     return sign | std::uint16_t(bits_from_float(float(r)) >> 16);

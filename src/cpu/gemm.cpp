@@ -1,6 +1,7 @@
 #include "cpu/gemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -102,8 +103,14 @@ void scalar_prepare(const formats::FormatSpec& f, const std::uint8_t* codes, std
 
 void store(const GemmOutput& out, std::size_t r, std::size_t n, float v) {
     if (out.bias != nullptr) v += out.bias[n];
-    if (out.dtype == WUSH_DTYPE_BF16) static_cast<std::uint16_t*>(out.y)[r * out.ld + n] = bits::bf16_encode(double(v));
-    else static_cast<float*>(out.y)[r * out.ld + n] = v;
+    if (out.dtype == WUSH_DTYPE_BF16) {
+        const std::uint16_t h = bits::bf16_encode(double(v));
+        if ((h & 0x7F80u) == 0x7F80u) *out.non_finite = 1;
+        static_cast<std::uint16_t*>(out.y)[r * out.ld + n] = h;
+    } else {
+        if (!std::isfinite(v)) *out.non_finite = 1;
+        static_cast<float*>(out.y)[r * out.ld + n] = v;
+    }
 }
 
 // Y rows for weight rows n0..n1: each weight row is decoded once into `row` / `row_scale`.
@@ -190,6 +197,11 @@ std::size_t gemm_scratch_bytes(const formats::FormatSpec& format, std::size_t m,
     return measure.used();
 }
 
+void require_finite_product(wush_dtype y_dtype, const void* y, std::size_t m, std::size_t n) {
+    require_finite(y_dtype, y, m, n,
+                   y_dtype == WUSH_DTYPE_BF16 ? "y (the product overflows bf16)" : "y (the product overflows float32)");
+}
+
 void check_activation_scales(const formats::FormatSpec& f, std::span<const std::uint8_t> scales, std::size_t m,
                              std::size_t k) {
     const std::size_t groups = k / f.group;
@@ -201,11 +213,30 @@ void check_activation_scales(const formats::FormatSpec& f, std::span<const std::
 
 namespace {
 
-// The kernels' view of one call's operands (plain aggregates: see kernels.h).
+// The kernels' view of one call's operands (plain aggregates: see kernels.h). `out` has no
+// non_finite word: each chunk gets its own (ChunkOutput), reported to `non_finite`.
 struct Operands {
     GemmActivations a;
     GemmWeights w;
     GemmOutput out;
+    std::atomic<bool>* non_finite;
+};
+
+// One chunk's view of the output: its own non-finite word, reported to the call at the chunk's end.
+class ChunkOutput {
+public:
+    explicit ChunkOutput(const Operands& o) : out_(o.out), call_(*o.non_finite) { out_.non_finite = &word_; }
+    ~ChunkOutput() {
+        if (word_ != 0) call_.store(true, std::memory_order_relaxed);
+    }
+    ChunkOutput(const ChunkOutput&) = delete;
+    ChunkOutput& operator=(const ChunkOutput&) = delete;
+    const GemmOutput& get() const { return out_; }
+
+private:
+    std::uint32_t word_ = 0;
+    GemmOutput out_;
+    std::atomic<bool>& call_;
 };
 
 Operands operands(const formats::FormatSpec& f, const formats::PackedMatrix& w, const Plan& p, std::size_t m, void* y,
@@ -276,7 +307,7 @@ void run_scalar(const formats::FormatSpec& f, const Operands& o, const Plan& p, 
     scalar_prepare(f, codes, 0, o.a.m, o.a.k, p.x8);
     threads::parallel_chunks(o.w.n, 16, threads, macs(o), [&](std::size_t slot, std::size_t n0, std::size_t n1) {
         std::uint8_t* s = aligned_slot(p, slot);
-        scalar_multiply(f, o.a, o.w, n0, n1, o.out, reinterpret_cast<std::int8_t*>(s),
+        scalar_multiply(f, o.a, o.w, n0, n1, ChunkOutput(o).get(), reinterpret_cast<std::int8_t*>(s),
                         reinterpret_cast<float*>(s + round_up(o.a.k, 64)));
     });
 }
@@ -285,7 +316,7 @@ void run_scalar(const formats::FormatSpec& f, const Operands& o, const Plan& p, 
 void run_split(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* codes, std::size_t threads) {
     prepare_split(isa, o.a, codes, 0, o.a.m, p.xe, p.xo, p.lane_corr);
     threads::parallel_chunks(o.w.n, kRowsPerChunk, threads, macs(o), [&](std::size_t, std::size_t n0, std::size_t n1) {
-        gemv_rows(isa, o.a, o.w, n0, n1, o.out);
+        gemv_rows(isa, o.a, o.w, n0, n1, ChunkOutput(o).get());
     });
 }
 
@@ -307,7 +338,7 @@ void run_row_blocks(Isa isa, const Operands& o, const Plan& p, const std::uint8_
     threads::parallel_chunks(blocks, kRowsPerChunk / kRowBlock, threads, macs(o),
                              [&](std::size_t, std::size_t b0, std::size_t b1) {
                                  rows_multiply(isa, o.a, packed.row_blocks(), packed.block_bytes(), b0 * kRowBlock,
-                                               std::min(o.w.n, b1 * kRowBlock), o.w.n, o.out);
+                                               std::min(o.w.n, b1 * kRowBlock), o.w.n, ChunkOutput(o).get());
                              });
 }
 
@@ -333,26 +364,28 @@ void run_panels(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* c
         // Items (row block, panel), the panels of one row block after another.
         const std::size_t rows = panel_row_block(o.a.k), blocks = (o.a.m + rows - 1) / rows;
         threads::parallel_chunks(blocks * panels, 1, threads, macs(o), [&](std::size_t, std::size_t b, std::size_t e) {
+            const ChunkOutput out(o);
             for (std::size_t item = b; item < e; ++item) {
                 const std::size_t panel = item % panels, m0 = item / panels * rows;
                 panel_multiply(isa, o.a, packed->panel(panel), panel * kPanelRows, m0, std::min(o.a.m, m0 + rows),
-                               o.out, o.w.n);
+                               out.get(), o.w.n);
             }
         });
         return;
     }
     threads::parallel_chunks(panels, 1, threads, macs(o), [&](std::size_t slot, std::size_t b, std::size_t e) {
+        const ChunkOutput out(o);
         for (std::size_t panel = b; panel < e; ++panel) {
             std::uint8_t* s = aligned_slot(p, slot);
             pack_panel(isa, o.w, panel * kPanelRows, s);
-            panel_multiply(isa, o.a, s, panel * kPanelRows, 0, o.a.m, o.out, o.w.n);
+            panel_multiply(isa, o.a, s, panel * kPanelRows, 0, o.a.m, out.get(), o.w.n);
         }
     });
 }
 
 }  // namespace
 
-void gemm(Isa isa, std::size_t threads, const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
+bool gemm(Isa isa, std::size_t threads, const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
           std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y,
           std::span<std::byte> scratch, const PanelPack* packed, const float* bias) {
     const formats::FormatSpec& f = formats::spec(w.format);
@@ -360,7 +393,7 @@ void gemm(Isa isa, std::size_t threads, const formats::PackedMatrix& w, std::spa
     const formats::PackedSizes need = formats::packed_sizes(f, m, k);
     require(a_codes.size() >= need.codes && a_scales.size() >= need.scales, "gemm: activation buffers too small");
     require_output_dtype(y_dtype);
-    if (m == 0 || n == 0) return;
+    if (m == 0 || n == 0) return true;
 
     Carver carver(scratch.data(), scratch.size());
     Plan p = carve(carver, f, m, k, 1);
@@ -368,7 +401,9 @@ void gemm(Isa isa, std::size_t threads, const formats::PackedMatrix& w, std::spa
     p.slots = std::min<std::size_t>(std::max<std::size_t>(threads, 1), room / p.slot_bytes);
     require(p.slots >= 1, "gemm: scratch too small");
     p.panels = carver.take<std::uint8_t>(p.slots * p.slot_bytes);
+    std::atomic<bool> non_finite{false};
     Operands o = operands(f, w, p, m, y, y_dtype, bias);
+    o.non_finite = &non_finite;
     // The AVX-512 panels apply E8M0 scales as exponents (kernels.h, GemmActivations::alpha_rest).
     const bool exponents = isa == Isa::Avx512Vnni && m > kSplitMaxRows && has_e8m0_scales(f.id);
     const double a_factor = alpha(f);
@@ -383,6 +418,7 @@ void gemm(Isa isa, std::size_t threads, const formats::PackedMatrix& w, std::spa
         run_row_blocks(isa, o, p, a_codes.data(), team, *pack);
     else if (m <= kSplitMaxRows) run_split(isa, o, p, a_codes.data(), team);
     else run_panels(isa, o, p, a_codes.data(), team, pack);
+    return !non_finite.load();
 }
 
 PanelPack::PanelPack(Isa isa, std::size_t threads, const formats::PackedMatrix& w) : isa_(isa) {

@@ -55,6 +55,10 @@ private:
     std::size_t block_bytes_ = 0;
 };
 
+// Throws NON_FINITE naming the first NaN or infinite value of y (m x n, F32 or BF16), for a gemm()
+// that returned false; returns if there is none.
+void require_finite_product(wush_dtype y_dtype, const void* y, std::size_t m, std::size_t n);
+
 // Throws NON_FINITE if an activation scale is NaN/Inf (nothing is written to y then).
 void check_activation_scales(const formats::FormatSpec& format, std::span<const std::uint8_t> scales, std::size_t m,
                              std::size_t k);
@@ -66,9 +70,12 @@ void check_activation_scales(const formats::FormatSpec& format, std::span<const 
 // room for fewer panels; the result does not depend on the count. Activation scales must be
 // finite (check_activation_scales). `packed`, if given, holds w's panels packed for `isa` (a
 // pack made for another ISA is ignored). `bias`, if given (n floats), is added to every row in
-// the store: y = round_y(acc + bias[j]) in float32 (GemmOutput, kernels.h).
-void gemm(Isa isa, std::size_t threads, const formats::PackedMatrix& w, std::span<const std::uint8_t> a_codes,
-          std::span<const std::uint8_t> a_scales, std::size_t m, wush_dtype y_dtype, void* y,
-          std::span<std::byte> scratch, const PanelPack* packed = nullptr, const float* bias = nullptr);
+// the store: y = round_y(acc + bias[j]) in float32 (GemmOutput, kernels.h). Returns whether every
+// value written to y is finite (valid-by-spec extremes can overflow float32 or bf16): the kernels
+// check as they store, so the caller needs no pass over y.
+[[nodiscard]] bool gemm(Isa isa, std::size_t threads, const formats::PackedMatrix& w,
+                        std::span<const std::uint8_t> a_codes, std::span<const std::uint8_t> a_scales, std::size_t m,
+                        wush_dtype y_dtype, void* y, std::span<std::byte> scratch, const PanelPack* packed = nullptr,
+                        const float* bias = nullptr);
 
 }  // namespace wush::cpu

@@ -72,8 +72,9 @@ void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transfor
                          bf16_pairs);
     const std::size_t rest = carver.left();
     std::byte* gemm_space = carver.take<std::byte>(rest > 63 ? rest - 63 : 0);
-    gemm(isa, threads, weights, codes, scales, n_tokens, y_dtype, y, {gemm_space, rest > 63 ? rest - 63 : 0}, packed,
-         bias_f);
+    if (!gemm(isa, threads, weights, codes, scales, n_tokens, y_dtype, y, {gemm_space, rest > 63 ? rest - 63 : 0},
+              packed, bias_f))
+        require_finite_product(y_dtype, y, n_tokens, weights.d_out);
 }
 
 }  // namespace wush::cpu

@@ -25,7 +25,8 @@ std::size_t linear_forward_workspace_bytes(const BlockTransform& transform, cons
 // prepared layer). The GEMM runs on up to `threads` threads, as many as `workspace` has room for.
 // `bias`, if given, is added in the GEMM's store (gemm()). `bf16_pairs`, if given, is
 // bf16_matrix_pairs(transform, use) (quantize_activations). Throws NON_FINITE (y untouched) for
-// NaN/Inf in the bias or in x.
+// NaN/Inf in the bias or in x, and NON_FINITE after the product when a value of y is NaN or
+// infinite (finite inputs at the ends of the formats' ranges can overflow float32 or bf16).
 void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transform, MatrixUse use,
                     const formats::PackedMatrix& weights, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
                     wush_dtype y_dtype, void* y, std::span<std::byte> workspace, const PanelPack* packed = nullptr,

@@ -110,7 +110,7 @@ formats::PackedMatrix make_weight(const formats::FormatSpec& f, std::size_t d_ou
 std::vector<float> cpu_gemm(const formats::PackedMatrix& w, const Packed& a, std::size_t m) {
     std::vector<float> y(m * w.d_out);
     std::vector<std::byte> scratch(cpu::gemm_scratch_bytes(formats::spec(w.format), m, w.d_out, w.d_in, 1));
-    cpu::gemm(kHost.isa, kHost.threads, w, a.codes, a.scales, m, WUSH_DTYPE_F32, y.data(), scratch);
+    EXPECT_TRUE(cpu::gemm(kHost.isa, kHost.threads, w, a.codes, a.scales, m, WUSH_DTYPE_F32, y.data(), scratch));
     return y;
 }
 

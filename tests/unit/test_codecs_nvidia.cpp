@@ -131,7 +131,9 @@ TEST(NvidiaOracle, E8M0DecodeMatchesNvidia) {
 TEST(NvidiaOracle, Bf16EncodeFromDoubleMatchesNvidia) {
     std::vector<double> b;
     for (int e = -133; e <= 127; e += 3) b.push_back(std::ldexp(1.0 + 1.0 / 256.0, e));  // ties
-    for (double v : sweep(b, 9973)) {
+    std::vector<double> inputs = sweep(b, 9973);
+    for (double v : {HUGE_VAL, -HUGE_VAL, 0x1p128, -0x1p200, 0x1.fffffep127}) inputs.push_back(v);  // overflow
+    for (double v : inputs) {
         const __nv_bfloat16 nv = __double2bfloat16(v);
         std::uint16_t theirs;
         std::memcpy(&theirs, &nv, 2);

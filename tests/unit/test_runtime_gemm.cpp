@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -87,19 +88,26 @@ double rel_frobenius(const std::vector<float>& got, const std::vector<double>& r
     return std::sqrt(num / den);
 }
 
-// `pack`: a prepared layer's packed weights (panels, and the AVX2 row blocks for m <= 4).
+// `pack`: a prepared layer's packed weights (panels, and the AVX2 row blocks for m <= 4). Every
+// call also checks gemm()'s report on its output against a scan of what it wrote.
 std::vector<float> run_gemm(Isa isa, const formats::PackedMatrix& w, const Packed& a, std::size_t m, wush_dtype y_dtype,
-                            std::vector<std::uint16_t>* bf16 = nullptr, const cpu::PanelPack* pack = nullptr) {
+                            std::vector<std::uint16_t>* bf16 = nullptr, const cpu::PanelPack* pack = nullptr,
+                            const float* bias = nullptr) {
     const formats::FormatSpec& f = formats::spec(w.format);
     const std::size_t threads = std::size_t(std::max(omp_get_max_threads(), 2));
     std::vector<std::byte> scratch(cpu::gemm_scratch_bytes(f, m, w.d_out, w.d_in, threads));
     std::vector<float> y(m * w.d_out, -1.0f);
+    bool reported = false, scanned = true;
     if (y_dtype == WUSH_DTYPE_BF16) {
-        bf16->assign(m * w.d_out, 0xFFFF);
-        cpu::gemm(isa, threads, w, a.codes, a.scales, m, y_dtype, bf16->data(), scratch, pack);
+        bf16->assign(m * w.d_out, 0);
+        reported = cpu::gemm(isa, threads, w, a.codes, a.scales, m, y_dtype, bf16->data(), scratch, pack, bias);
+        for (std::uint16_t h : *bf16) scanned = scanned && (h & 0x7F80) != 0x7F80;
     } else {
-        cpu::gemm(isa, threads, w, a.codes, a.scales, m, y_dtype, y.data(), scratch, pack);
+        reported = cpu::gemm(isa, threads, w, a.codes, a.scales, m, y_dtype, y.data(), scratch, pack, bias);
+        for (float v : y) scanned = scanned && std::isfinite(v);
     }
+    EXPECT_EQ(reported, scanned) << "gemm()'s finiteness report, " << isa_name(isa) << " m=" << m
+                                 << (pack ? " prepared" : "");
     return y;
 }
 
@@ -185,7 +193,8 @@ TEST(GemmExponents, E8M0ScalesAtTheEndsOfTheirRange) {
             // Weight row 0: group g's exponent near one end (codes 3-6 or 248-251); the other rows
             // within 3 of it (down to code 0, 2^-127); the activations' near the other end (codes
             // 0-9, 245-254), so that every product of two scales lies within 2^-6 .. 2^6.
-            for (std::size_t g = 0; g < groups; ++g) b.scales[g] = std::uint8_t(g % 2 == 0 ? 3 + rng() % 4 : 248 + rng() % 4);
+            for (std::size_t g = 0; g < groups; ++g)
+                b.scales[g] = std::uint8_t(g % 2 == 0 ? 3 + rng() % 4 : 248 + rng() % 4);
             for (std::size_t r = 0; r < m; ++r)
                 for (std::size_t g = 0; g < groups; ++g)
                     a.scales[r * groups + g] = std::uint8_t(127 - (int(b.scales[g]) - 127) + int(rng() % 7) - 3);
@@ -204,6 +213,38 @@ TEST(GemmExponents, E8M0ScalesAtTheEndsOfTheirRange) {
                 EXPECT_LE(rel_frobenius(y, ref), 1e-6)
                     << formats::spec(format).name << " m=" << m << (packed ? " prepared" : "");
             }
+        }
+    }
+}
+
+// Finite operands whose product overflows (MXFP4: every element +6, activation scales 2^127), and
+// a float32 output that overflows only in its rounding to bf16 (a bias of float32's maximum): on
+// every path (row streaming and panels, per call and prepared) gemm() reports what it wrote.
+TEST_P(GemmOnIsa, NonFiniteOutputsAreReportedOnEveryPath) {
+    const Isa isa = GetParam();
+    const std::size_t n = 40, k = 64;
+    const wush_format format = WUSH_FORMAT_MXFP4;
+    Packed b{std::vector<std::uint8_t>(n * k / 2, 0x77), std::vector<std::uint8_t>(n * k / 32, 127)};
+    const formats::PackedMatrix w{format, n, k, formats::ByteView(b.codes), formats::ByteView(b.scales)};
+    const cpu::PanelPack pack(isa, 2, w);
+    const std::vector<float> huge_bias(n, std::numeric_limits<float>::max());
+    for (std::size_t m : {2, 9}) {
+        for (const cpu::PanelPack* packed : {static_cast<const cpu::PanelPack*>(nullptr), &pack}) {
+            const std::string where =
+                std::string(isa_name(isa)) + " m=" + std::to_string(m) + (packed ? " prepared" : "");
+            Packed a{std::vector<std::uint8_t>(m * k / 2, 0x77), std::vector<std::uint8_t>(m * k / 32, 254)};
+            std::vector<std::uint16_t> h;
+            const std::vector<float> y = run_gemm(isa, w, a, m, WUSH_DTYPE_F32, nullptr, packed);
+            EXPECT_EQ(y[0], std::numeric_limits<float>::infinity()) << where;
+            run_gemm(isa, w, a, m, WUSH_DTYPE_BF16, &h, packed);
+            EXPECT_EQ(h[0], 0x7F80) << where;
+            // 6 x 6 x 64 / 36 = 64 in every output, plus float32's maximum: finite in float32,
+            // infinite in bf16.
+            a.scales.assign(a.scales.size(), 127);
+            const std::vector<float> y2 = run_gemm(isa, w, a, m, WUSH_DTYPE_F32, nullptr, packed, huge_bias.data());
+            EXPECT_EQ(y2[0], std::numeric_limits<float>::max()) << where;
+            run_gemm(isa, w, a, m, WUSH_DTYPE_BF16, &h, packed, huge_bias.data());
+            EXPECT_EQ(h[0], 0x7F80) << where;
         }
     }
 }

@@ -96,11 +96,20 @@ void store8(const GemmOutput& out, std::size_t r, std::size_t n, __m256 v, std::
         std::memcpy(b, out.bias + n, 4 * count);
         v = _mm256_add_ps(v, _mm256_load_ps(b));
     }
+    // NaN or infinite values as stored (after the rounding: a finite float32 can round to a bf16
+    // infinity) are noted in *out.non_finite (kernels.h).
     if (out.dtype == 2) {
-        alignas(16) std::uint16_t h[8];
-        _mm_store_si128(reinterpret_cast<__m128i*>(h), to_bf16(v));
-        std::memcpy(static_cast<std::uint16_t*>(out.y) + r * out.ld + n, h, 2 * count);
+        const __m128i h = to_bf16(v), exp = _mm_set1_epi16(0x7F80);
+        const unsigned bad = unsigned(_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(h, exp), exp)));
+        *out.non_finite |= bad & ((1u << (2 * count)) - 1u);
+        alignas(16) std::uint16_t b16[8];
+        _mm_store_si128(reinterpret_cast<__m128i*>(b16), h);
+        std::memcpy(static_cast<std::uint16_t*>(out.y) + r * out.ld + n, b16, 2 * count);
     } else {
+        const __m256i exp = _mm256_set1_epi32(0x7F800000);
+        const __m256i e = _mm256_and_si256(_mm256_castps_si256(v), exp);
+        const unsigned bad = unsigned(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(e, exp))));
+        *out.non_finite |= bad & ((1u << count) - 1u);
         alignas(32) float f[8];
         _mm256_store_ps(f, v);
         std::memcpy(static_cast<float*>(out.y) + r * out.ld + n, f, 4 * count);

@@ -76,21 +76,24 @@ __m256i to_bf16(__m512 v) {  // RNE; NaN stays a quiet NaN
     return _mm512_cvtepi32_epi16(r);
 }
 
-// Both stores add the bias, if any, before the rounding (kernels.h).
-void store_scalar(const GemmOutput& out, std::size_t r, std::size_t n, float v) {
-    if (out.bias != nullptr) v += out.bias[n];
+// Both stores add the bias, if any, before the rounding, and note NaN or infinite values as
+// stored (a finite float32 can round to a bf16 infinity) in *out.non_finite (kernels.h).
+void store16(const GemmOutput& out, std::size_t r, std::size_t n, __m512 v, __mmask16 mask) {
+    if (out.bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, out.bias + n));
     if (out.dtype == 2) {
-        const __m256i h = to_bf16(_mm512_set1_ps(v));
-        static_cast<std::uint16_t*>(out.y)[r * out.ld + n] = std::uint16_t(_mm256_extract_epi16(h, 0));
+        const __m256i h = to_bf16(v);
+        const __m256i exp = _mm256_set1_epi16(0x7F80);
+        *out.non_finite |= _mm256_mask_cmpeq_epi16_mask(mask, _mm256_and_si256(h, exp), exp);
+        _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(out.y) + r * out.ld + n, mask, h);
     } else {
-        static_cast<float*>(out.y)[r * out.ld + n] = v;
+        const __m512i exp = _mm512_set1_epi32(0x7F800000);
+        *out.non_finite |= _mm512_mask_cmpeq_epi32_mask(mask, _mm512_and_si512(_mm512_castps_si512(v), exp), exp);
+        _mm512_mask_storeu_ps(static_cast<float*>(out.y) + r * out.ld + n, mask, v);
     }
 }
 
-void store16(const GemmOutput& out, std::size_t r, std::size_t n, __m512 v, __mmask16 mask) {
-    if (out.bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, out.bias + n));
-    if (out.dtype == 2) _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(out.y) + r * out.ld + n, mask, to_bf16(v));
-    else _mm512_mask_storeu_ps(static_cast<float*>(out.y) + r * out.ld + n, mask, v);
+void store_scalar(const GemmOutput& out, std::size_t r, std::size_t n, float v) {
+    store16(out, r, n, _mm512_set1_ps(v), __mmask16(1));
 }
 
 // ---- weight scales of a 128-element chunk, one per dword lane ---------------------------------
@@ -446,10 +449,10 @@ void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t
 #pragma GCC unroll 32
             for (int r = 0; r < M; ++r) {
                 const __m512 ea = _mm512_getexp_ps(_mm512_set1_ps(a.scale[(m0 + std::size_t(r)) * a.groups + g]));
-                yacc[r][0] = _mm512_add_ps(
-                    _mm512_scalef_ps(_mm512_cvtepi32_ps(acc[r][0]), _mm512_add_ps(eb0, ea)), yacc[r][0]);
-                yacc[r][1] = _mm512_add_ps(
-                    _mm512_scalef_ps(_mm512_cvtepi32_ps(acc[r][1]), _mm512_add_ps(eb1, ea)), yacc[r][1]);
+                yacc[r][0] =
+                    _mm512_add_ps(_mm512_scalef_ps(_mm512_cvtepi32_ps(acc[r][0]), _mm512_add_ps(eb0, ea)), yacc[r][0]);
+                yacc[r][1] =
+                    _mm512_add_ps(_mm512_scalef_ps(_mm512_cvtepi32_ps(acc[r][1]), _mm512_add_ps(eb1, ea)), yacc[r][1]);
             }
         } else {
 #pragma GCC unroll 32

@@ -112,6 +112,10 @@ struct GemmOutput {
     const float* bias;  // n values added to every row in float32 before the rounding to `dtype`;
                         // nullptr: none (the value is stored as it is: no + 0.0, which would
                         // turn -0.0 into +0.0)
+    // Never nullptr: the stores OR a nonzero value into *non_finite when a value they write (after
+    // the rounding to `dtype`) is NaN or infinite, which saves the caller a pass over y. One word
+    // per thread: the driver gives each chunk its own and combines them.
+    std::uint32_t* non_finite;
 };
 
 // Panel geometry shared by every ISA (the AVX2 kernels use panels of 8 rows inside it). A packed
