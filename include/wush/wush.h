@@ -1160,8 +1160,9 @@ WUSH_API wush_status wush_quantize_activations(wush_context* ctx, const wush_tra
  *          than F32/BF16;
  *          WUSH_ERR_BUFFER_TOO_SMALL if a_codes_bytes, a_scales_bytes or y_count is too small;
  *          WUSH_ERR_NON_FINITE if an activation scale is NaN/Inf (nothing is written to `y`),
- *          or (CPU) if the product overflows float32 although every operand is finite (valid
- *          extremes such as E8M0 scales of 2^127; `y` then holds the overflowed values);
+ *          or (CPU) if the product overflows float32 (or, for a BF16 `y`, its rounding to BF16)
+ *          although every operand is finite (valid extremes such as E8M0 scales of 2^127; `y`
+ *          then holds the overflowed values);
  *          WUSH_ERR_CUDA; WUSH_ERR_OUT_OF_MEMORY.
  *  Thread safety: serialized per context; `qweight` and the activations are only read. */
 WUSH_API wush_status wush_gemm(wush_context* ctx, const wush_qweight* qweight, const void* a_codes,
@@ -1193,8 +1194,9 @@ WUSH_API wush_status wush_linear_forward_workspace_size(wush_context* ctx, const
  *          WUSH_ERR_BUFFER_TOO_SMALL if y_count or workspace_bytes is too small (nothing is
  *          written then);
  *          WUSH_ERR_NON_FINITE if `x` holds NaN/Inf (`y` is left untouched, the workspace's
- *          contents are unspecified), or (CPU) if the product overflows float32 although the
- *          inputs are finite (transform entries or scales near float32's maximum);
+ *          contents are unspecified), or (CPU) if the product overflows float32 (or, for a BF16
+ *          `y`, its rounding to BF16) although the inputs are finite (transform entries or scales
+ *          near float32's maximum);
  *          WUSH_ERR_CUDA for a CUDA runtime failure.
  *  Thread safety: serialized per context; `transform`, `qweight` and `x` are only read. */
 WUSH_API wush_status wush_linear_forward(wush_context* ctx, const wush_transform* transform,
@@ -1311,7 +1313,8 @@ WUSH_API wush_status wush_linear_run(wush_context* ctx, wush_linear* layer, wush
  *          WUSH_ERR_NON_FINITE if `bias` holds NaN or +-Inf (the message names "bias" and the
  *          column; CPU: now, y untouched; CUDA: from the next wush_context_synchronize, y
  *          unspecified), for NaN/Inf in `x` as wush_linear_run, or (CPU) if the sum overflows
- *          float32 although the inputs are finite; WUSH_ERR_CUDA.
+ *          float32 (or, for a BF16 `y`, its rounding to BF16) although the inputs are finite;
+ *          WUSH_ERR_CUDA.
  *  Thread safety: serialized per context; the layer and `bias` are only read. */
 WUSH_API wush_status wush_linear_run_bias(wush_context* ctx, wush_linear* layer, wush_dtype x_dtype, const void* x,
                                           size_t n_tokens, wush_dtype bias_dtype, const void* bias, size_t bias_count,
