@@ -3,7 +3,6 @@
 #include "cpu/cpu_backend.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <vector>

@@ -416,9 +416,8 @@ namespace {
 
 // Exponents (a.alpha_rest != 0): a group adds scalef(dot, e_a + e_b) = dot * 2^(e_a + e_b), exact
 // above float32's normal minimum (the scales are powers of two), with one rounding in the sum, as
-// on the multiplies' path; the
-// exponents come from VGETEXPPS (exact, also for E8M0's subnormal 2^-127; the zero scales of a
-// panel's padding rows give -inf and so 0).
+// on the multiplies' path. The exponents come from VGETEXPPS (exact, also for E8M0's subnormal
+// 2^-127; the zero scales of a panel's padding rows give -inf and so 0).
 template <int M, int G, bool Exponents>
 void panel_tile(const GemmActivations& a, const std::uint8_t* panel, std::size_t n0, std::size_t m0,
                 const GemmOutput& out, std::size_t n_total) {
