@@ -32,9 +32,9 @@ static_assert(int(pipeline::GuardSource::HoldOutSequences) == WUSH_GUARD_HOLD_OU
 static_assert(int(pipeline::GuardSource::HoldOutDocuments) == WUSH_GUARD_HOLD_OUT_DOCUMENTS);
 
 // The guard's candidates are an index into GuardReport::candidates, in the C enum's order.
-static_assert(pipeline::kGuardCandidates == WUSH_GUARD_RANDOM + 1, "a guard candidate without a C value");
+static_assert(pipeline::kGuardCandidates == WUSH_GUARD_SHRUNK + 1, "a guard candidate without a C value");
 static_assert(WUSH_GUARD_SEARCHED == 0 && WUSH_GUARD_PLAIN == 1 && WUSH_GUARD_IDENTITY == 2 &&
-              WUSH_GUARD_HADAMARD == 3 && WUSH_GUARD_RANDOM == 4);
+              WUSH_GUARD_HADAMARD == 3 && WUSH_GUARD_RANDOM == 4 && WUSH_GUARD_SHRUNK == 5);
 
 static_assert(int(Isa::Scalar) == WUSH_CPU_ISA_SCALAR);
 static_assert(int(Isa::Avx2) == WUSH_CPU_ISA_AVX2);

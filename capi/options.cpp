@@ -46,11 +46,13 @@ WUSH_API void wush_options_destroy(wush_options* options) {
 WUSH_API wush_status wush_options_set_double(wush_options* options, wush_option option, double value) {
     return guarded(__func__, [&] {
         options = require_handle(options, HandleType::Options, "options");
-        if (option != WUSH_OPTION_DAMPING) bad_option(option, "double");
+        if (option != WUSH_OPTION_DAMPING && option != WUSH_OPTION_HESSIAN_DAMPING) bad_option(option, "double");
+        const char* name = option == WUSH_OPTION_DAMPING ? "WUSH_OPTION_DAMPING" : "WUSH_OPTION_HESSIAN_DAMPING";
         if (!(value >= 0.0 && value <= 1e6))
             wush::fail(WUSH_ERR_INVALID_ARGUMENT,
-                       "WUSH_OPTION_DAMPING must be in [0, 1e6], got " + std::to_string(value));
-        options->damping = value;
+                       std::string(name) + " must be in [0, 1e6], got " + std::to_string(value));
+        if (option == WUSH_OPTION_DAMPING) options->damping = value;
+        else options->hessian_damping = value;
     });
 }
 
@@ -92,8 +94,9 @@ WUSH_API wush_status wush_options_get_double(const wush_options* options, wush_o
     return guarded(__func__, [&] {
         options = require_handle(options, HandleType::Options, "options");
         require_pointer(value, "value");
-        if (option != WUSH_OPTION_DAMPING) bad_option(option, "double");
-        *value = options->damping;
+        if (option == WUSH_OPTION_DAMPING) *value = options->damping;
+        else if (option == WUSH_OPTION_HESSIAN_DAMPING) *value = options->hessian_damping.value_or(options->damping);
+        else bad_option(option, "double");
     });
 }
 

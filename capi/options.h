@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "common/progress.h"
 #include "handles.h"
@@ -9,6 +10,7 @@
 
 struct wush_options {
     double damping = 0.01;
+    std::optional<double> hessian_damping;  // WUSH_OPTION_HESSIAN_DAMPING; unset: `damping`
     std::int64_t seed = 0;
     wush_dtype transform_dtype = WUSH_DTYPE_F32;
     bool search = false;               // WUSH_OPTION_SEARCH

@@ -54,6 +54,7 @@ wush::TransformOptions transform_options(wush::TransformKind kind, const wush_op
     wush::TransformOptions t;
     t.kind = kind;
     t.damping = o.damping;
+    t.hessian_damping = o.hessian_damping;
     t.seed = std::uint64_t(o.seed);
     t.storage = o.transform_dtype;  // the core builders round to it (one rule for RTN and GPTQ)
     if (o.search && format != nullptr) {

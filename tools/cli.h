@@ -114,6 +114,10 @@ bool transform_from_name(const char* command, const std::string& name, wush_tran
 // (WUSH_OPTION_SEARCH_TOKENS): more real tokens than the library's default, which is sized for
 // callers that keep none (docs/EVAL.md, "The per-block search").
 inline constexpr std::size_t kSearchTokens = 1024;
+// The guard's candidates (wush_guard_candidate, values 0..kGuardCandidates - 1) as the tools name
+// them in tables and JSON.
+inline constexpr int kGuardCandidates = WUSH_GUARD_SHRUNK + 1;
+inline constexpr const char* kGuardCandidateNames[kGuardCandidates] = {"searched", "plain", "i", "h", "r", "shrunk"};
 // The largest WUSH_OPTION_SEED (wush.h).
 inline constexpr std::size_t kMaxSeed = std::size_t(1) << 62;
 

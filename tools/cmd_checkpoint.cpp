@@ -38,8 +38,9 @@ struct GuardLine {
     wush_guard_source source = WUSH_GUARD_NONE;
     std::size_t n_tokens = 0;
     wush_guard_candidate kept = WUSH_GUARD_SEARCHED;
-    double loss[5] = {0, 0, 0, 0, 0}, difference[5] = {0, 0, 0, 0, 0}, std_error[5] = {0, 0, 0, 0, 0};
-    int replaces[5] = {0, 0, 0, 0, 0};
+    double loss[cli::kGuardCandidates] = {}, difference[cli::kGuardCandidates] = {},
+           std_error[cli::kGuardCandidates] = {};
+    int replaces[cli::kGuardCandidates] = {};
     int undecided = 0;  // wush_transform_guard_undecided
     wush_guard_candidate undecided_candidate = WUSH_GUARD_SEARCHED;
     std::size_t n_sequences = 0;
@@ -55,13 +56,14 @@ const char* source_name(wush_guard_source s, bool json) {
     }
 }
 
-const char* const kCandidateNames[5] = {"searched", "plain", "i", "h", "r"};
+using cli::kGuardCandidateNames;
+using cli::kGuardCandidates;
 
 wush_status read_guard(const std::string& name, const wush_transform* t, GuardLine* g) {
     g->layer = name;
     wush_status st = wush_transform_guard(t, &g->source, &g->n_tokens, &g->kept);
     if (st == WUSH_OK) st = wush_transform_guard_undecided(t, &g->undecided, &g->undecided_candidate, &g->n_sequences);
-    for (int c = 0; st == WUSH_OK && g->source != WUSH_GUARD_NONE && c < 5; ++c)
+    for (int c = 0; st == WUSH_OK && g->source != WUSH_GUARD_NONE && c < kGuardCandidates; ++c)
         st = wush_transform_guard_candidate(t, wush_guard_candidate(c), &g->loss[c], &g->difference[c],
                                             &g->std_error[c], &g->replaces[c]);
     return st;
@@ -72,19 +74,19 @@ wush_status read_guard(const std::string& name, const wush_transform* t, GuardLi
 // decided; for the searched layer, the best alternative's, which did not suffice).
 void print_guard_table(const std::vector<GuardLine>& lines) {
     std::printf("%-40s %-10s %6s %-8s", "layer", "guard", "tokens", "kept");
-    for (const char* n : kCandidateNames) std::printf(" %11s", n);
+    for (const char* n : kGuardCandidateNames) std::printf(" %11s", n);
     std::printf(" %9s\n", "diff/se");
     for (const GuardLine& g : lines) {
         std::printf("%-40s %-10s %6zu %-8s", cli::printable(g.layer).c_str(), source_name(g.source, false), g.n_tokens,
-                    g.source == WUSH_GUARD_NONE ? "-" : kCandidateNames[int(g.kept)]);
+                    g.source == WUSH_GUARD_NONE ? "-" : kGuardCandidateNames[int(g.kept)]);
         if (g.source == WUSH_GUARD_NONE) {
             std::printf("\n");
             continue;
         }
-        for (int c = 0; c < 5; ++c) std::printf(" %11.4e", g.loss[c]);
+        for (int c = 0; c < kGuardCandidates; ++c) std::printf(" %11.4e", g.loss[c]);
         int d = int(g.kept);
         if (d == 0)  // the alternative that came closest: the largest difference in standard errors
-            for (int c = 1; c < 5; ++c)
+            for (int c = 1; c < kGuardCandidates; ++c)
                 if (d == 0 || g.difference[c] / g.std_error[c] > g.difference[d] / g.std_error[d]) d = c;
         std::printf(" %9.2f\n", g.std_error[d] > 0.0 ? g.difference[d] / g.std_error[d] : 0.0);
     }
@@ -97,8 +99,8 @@ void print_undecided(const std::vector<GuardLine>& lines) {
     std::size_t n = 0;
     for (const GuardLine& g : lines) {
         if (!g.undecided) continue;
-        names +=
-            (n++ ? ", " : " ") + cli::printable(g.layer) + " (" + kCandidateNames[int(g.undecided_candidate)] + ")";
+        names += (n++ ? ", " : " ") + cli::printable(g.layer) + " (" +
+                 kGuardCandidateNames[int(g.undecided_candidate)] + ")";
     }
     if (n == 0) std::printf("undecided: none\n");
     else
@@ -122,12 +124,12 @@ bool write_guard_json(const std::string& path, const std::vector<GuardLine>& lin
                      cli::json_string(g.layer).c_str(), source_name(g.source, true), g.n_tokens);
         std::fprintf(f, ", \"sequences\": %zu, \"undecided\": %s", g.n_sequences, g.undecided ? "true" : "false");
         if (g.undecided)
-            std::fprintf(f, ", \"undecided_candidate\": \"%s\"", kCandidateNames[int(g.undecided_candidate)]);
+            std::fprintf(f, ", \"undecided_candidate\": \"%s\"", kGuardCandidateNames[int(g.undecided_candidate)]);
         if (g.source != WUSH_GUARD_NONE) {
-            std::fprintf(f, ", \"kept\": \"%s\", \"candidates\": {", kCandidateNames[int(g.kept)]);
-            for (int c = 0; c < 5; ++c)
+            std::fprintf(f, ", \"kept\": \"%s\", \"candidates\": {", kGuardCandidateNames[int(g.kept)]);
+            for (int c = 0; c < kGuardCandidates; ++c)
                 std::fprintf(f, "%s\"%s\": {\"loss\": %s, \"difference\": %s, \"std_error\": %s, \"replaces\": %s}",
-                             c ? ", " : "", kCandidateNames[c], cli::json_number(g.loss[c]).c_str(),
+                             c ? ", " : "", kGuardCandidateNames[c], cli::json_number(g.loss[c]).c_str(),
                              cli::json_number(g.difference[c]).c_str(), cli::json_number(g.std_error[c]).c_str(),
                              g.replaces[c] ? "true" : "false");
             std::fprintf(f, "}");

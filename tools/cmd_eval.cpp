@@ -43,7 +43,7 @@ struct Result {
     int undecided = 0;
 };
 
-const char* const kGuardCandidateNames[5] = {"searched", "plain", "i", "h", "r"};
+using cli::kGuardCandidateNames;
 const char* const kGuardSourceNames[5] = {"none", "validation", "hold_out", "hold_out_sequences", "hold_out_documents"};
 
 struct Plan {

@@ -474,7 +474,8 @@ typedef struct wush_options wush_options;
 /* Option ids. Values are pinned; retired ids are never reused. */
 typedef enum wush_option {
     /* double, default 0.01, bounds [0, 1e6]: the damping lambda of Algorithm 1 (and of GPTQ's
-     * Hessian): each moment M gets lambda * tr(M) / G added to its diagonal. */
+     * Hessian unless WUSH_OPTION_HESSIAN_DAMPING is set): each moment M gets lambda * tr(M) / G
+     * added to its diagonal. */
     WUSH_OPTION_DAMPING = 0,
     /* int, default 0, bounds [0, 2^62]: seed of WUSH_TRANSFORM_RANDOM rotations. */
     WUSH_OPTION_SEED = 1,
@@ -522,11 +523,14 @@ typedef enum wush_option {
      * a side (the sequences in an order seeded by WUSH_OPTION_SEED, each going to the half with
      * fewer tokens so far; WUSH_GUARD_HOLD_OUT_SEQUENCES), whole documents the same way when
      * they were added as documents (wush_calibrator_add_document; WUSH_GUARD_HOLD_OUT_DOCUMENTS,
-     * where the searched and plain layers are scored as built from the other documents' sampled
+     * where the data-aware layers are scored as built from the other documents' sampled
      * tokens alone), else every second token of the sample
      * (a random half; WUSH_GUARD_HOLD_OUT). The search scores the other half, and the searched
-     * layer competes on the held-out half with plain WUSH (Algorithm 1, unsearched) and the
-     * identity, Hadamard and random layers built by the same method. An alternative replaces it
+     * layer competes on the held-out half with plain WUSH (Algorithm 1, unsearched), plain WUSH
+     * with both moments shrunk halfway to isotropic (damping max(WUSH_OPTION_DAMPING, 1):
+     * M + tr(M)/G I, which can hold on text unlike the calibration text where the default damping
+     * over-fits;
+     * WUSH_GUARD_SHRUNK) and the identity, Hadamard and random layers built by the same method. An alternative replaces it
      * only when its layer loss there is below 0.99 times the searched layer's and lower by more
      * than two standard errors of the per-token differences (or, under the sequence hold-out with
      * at least 8 held-out sequences, of the per-sequence sums of those differences, which a few
@@ -538,15 +542,22 @@ typedef enum wush_option {
      * the default guard off (validation tokens, when given, are still used, by the same rule).
      * The layer losses compared are over a fixed subset of the output rows when the layer has
      * 2048 or more (k = d_out / 1024; rows i * k + i % k for i < d_out / k, about 1024 of them),
-     * else over every row; the kept layer is returned whole. It costs five held-out layer losses
+     * else over every row; the kept layer is returned whole. It costs six held-out layer losses
      * and the alternatives' builds (RTN: the plain transform comes with the search, and the
      * alternatives' weights are quantized on the scored rows, on every row only when kept;
-     * GPTQ: plain GPTQ-WUSH built whole, I, H and R built on the scored rows, all sharing one
+     * GPTQ: plain and shrunk GPTQ-WUSH built whole, I, H and R built on the scored rows, all sharing one
      * inverse Hessian factor, so the O(d_in^3) factorization is paid once); build times:
      * docs/PERFORMANCE.md.
      * wush_transform_guard() reports what it compared and kept. The plain `wush` transform (no
      * search) is Algorithm 1 and never guarded. */
     WUSH_OPTION_SEARCH_GUARD = 5,
+    /* double, default: WUSH_OPTION_DAMPING's value, bounds [0, 1e6]: GPTQ's Hessian damping
+     * alone (H gets lambda_H * tr(H) / d_in added to its diagonal, raised tenfold up to 3 times
+     * when still not positive definite), so that the transform's moments and the Hessian can be
+     * damped apart. Reading it before it is set gives WUSH_OPTION_DAMPING's current value. RTN
+     * ignores it. The search's guard builds its shrunk candidate (WUSH_GUARD_SHRUNK) this way:
+     * the transform damped more, the Hessian as the options say. */
+    WUSH_OPTION_HESSIAN_DAMPING = 6,
     WUSH_OPTION_ENUM_MIN_ = -2147483647 - 1,
     WUSH_OPTION_ENUM_MAX_ = 2147483647
 } wush_option;
@@ -886,6 +897,7 @@ typedef enum wush_guard_candidate {
     WUSH_GUARD_IDENTITY = 2,
     WUSH_GUARD_HADAMARD = 3,
     WUSH_GUARD_RANDOM = 4,
+    WUSH_GUARD_SHRUNK = 5, /* `kind` without the search, damping max(WUSH_OPTION_DAMPING, 1) */
     WUSH_GUARD_CANDIDATE_ENUM_MIN_ = -2147483647 - 1,
     WUSH_GUARD_CANDIDATE_ENUM_MAX_ = 2147483647
 } wush_guard_candidate;
@@ -914,8 +926,9 @@ WUSH_API wush_status wush_transform_guard(const wush_transform* transform, wush_
  *  *replaces, 1 when the candidate met the rule (loss below 0.99 x the searched loss and
  *  difference > 2 std_error, or under WUSH_GUARD_HOLD_OUT_SEQUENCES or _DOCUMENTS with at least
  *  8 held-out sequences or documents the same test on their sums of the differences), else 0.
- *  For WUSH_GUARD_SEARCHED: its loss, 0, 0, 0. Under WUSH_GUARD_HOLD_OUT_DOCUMENTS the searched
- *  and plain candidates' scores are those of their builds without the held-out documents. The kept candidate is the lowest loss among those with
+ *  For WUSH_GUARD_SEARCHED: its loss, 0, 0, 0. Under WUSH_GUARD_HOLD_OUT_DOCUMENTS the searched,
+ *  plain and shrunk candidates' scores are those of their builds without the held-out documents.
+ *  The kept candidate is the lowest loss among those with
  *  *replaces = 1, or the searched layer when there is none. Any output pointer may be NULL.
  *  Thread-safe (read only).
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handle, unknown candidate, or no guard ran for

@@ -252,13 +252,15 @@ class Options(_Handle):
     """Options of the long operations: damping, seed, transform dtype, and the per-block search
     (``search=True``: WUSH_OPTION_SEARCH, applied by :func:`layer_quantize`; ``search_tokens``:
     WUSH_OPTION_SEARCH_TOKENS; ``search_guard=False`` turns off the guard's default hold-out,
-    WUSH_OPTION_SEARCH_GUARD)."""
+    WUSH_OPTION_SEARCH_GUARD); ``hessian_damping``: GPTQ's Hessian damping alone
+    (WUSH_OPTION_HESSIAN_DAMPING; default: ``damping``)."""
 
     _destroy = "wush_options_destroy"
 
     def __init__(self, damping: Optional[float] = None, seed: Optional[int] = None,
                  transform_dtype: Optional[Union[str, int]] = None, search: Optional[bool] = None,
-                 search_tokens: Optional[int] = None, search_guard: Optional[bool] = None):
+                 search_tokens: Optional[int] = None, search_guard: Optional[bool] = None,
+                 hessian_damping: Optional[float] = None):
         super().__init__(_new("wush_options_create"))
         if search_guard is not None:
             _call("wush_options_set_int", self.ptr, int(Option.SEARCH_GUARD), int(bool(search_guard)))
@@ -268,6 +270,8 @@ class Options(_Handle):
             _call("wush_options_set_int", self.ptr, int(Option.SEARCH_TOKENS), int(search_tokens))
         if damping is not None:
             _call("wush_options_set_double", self.ptr, int(Option.DAMPING), float(damping))
+        if hessian_damping is not None:
+            _call("wush_options_set_double", self.ptr, int(Option.HESSIAN_DAMPING), float(hessian_damping))
         if seed is not None:
             _call("wush_options_set_int", self.ptr, int(Option.SEED), int(seed))
         if transform_dtype is not None:
@@ -443,7 +447,7 @@ class Transform(_Handle):
         "hold_out_documents", else 0), ``undecided`` (a candidate lower by more than 1% that
         the held-out tokens could not confirm: ``wush_transform_guard_undecided``) and
         ``undecided_candidate`` (that candidate, else None), ``kept`` (the candidate returned: "searched", "plain",
-        "identity", "hadamard" or "random") and ``candidates``: per candidate name a dict with
+        "identity", "hadamard", "random" or "shrunk") and ``candidates``: per candidate name a dict with
         ``loss`` (held-out layer loss), ``difference`` and ``std_error`` (mean and standard error
         of the paired per-token differences searched - candidate) and ``replaces`` (met the rule)."""
         src, n, kept = ctypes.c_int(), ctypes.c_size_t(), ctypes.c_int()
@@ -451,8 +455,7 @@ class Transform(_Handle):
         if src.value == int(GuardSource.NONE):
             return None
         candidates = {}
-        for c in (GuardCandidate.SEARCHED, GuardCandidate.PLAIN, GuardCandidate.IDENTITY, GuardCandidate.HADAMARD,
-                  GuardCandidate.RANDOM):
+        for c in GuardCandidate:
             loss, diff, se, rep = ctypes.c_double(), ctypes.c_double(), ctypes.c_double(), ctypes.c_int()
             _call("wush_transform_guard_candidate", self.ptr, int(c), ctypes.byref(loss), ctypes.byref(diff),
                   ctypes.byref(se), ctypes.byref(rep))

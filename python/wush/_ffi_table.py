@@ -151,6 +151,7 @@ ENUMS = {
         'WUSH_GUARD_IDENTITY': 2,
         'WUSH_GUARD_HADAMARD': 3,
         'WUSH_GUARD_RANDOM': 4,
+        'WUSH_GUARD_SHRUNK': 5,
     },
     'wush_guard_source': {
         'WUSH_GUARD_NONE': 0,
@@ -174,6 +175,7 @@ ENUMS = {
         'WUSH_OPTION_SEARCH': 3,
         'WUSH_OPTION_SEARCH_TOKENS': 4,
         'WUSH_OPTION_SEARCH_GUARD': 5,
+        'WUSH_OPTION_HESSIAN_DAMPING': 6,
     },
     'wush_status': {
         'WUSH_OK': 0,

@@ -250,42 +250,11 @@ void mark_undecided(GuardReport& report, const std::vector<Candidate>& all) {
     }
 }
 
-// The data-aware candidates built from the search half of the token sample alone (its moments
-// and its search sample): under the document hold-out, that half is the other documents' tokens.
-// Scored only, never returned, so RTN quantizes just the scored rows. RTN's builds also hand out
-// the weight's M_W (weight_moments), which depends on the weight alone: the kept layer, built
-// again on every token, reuses it.
-struct CrossFit {
-    Candidate searched;
-    Candidate plain;
-    std::vector<double> weight_moments;  // RTN only
-};
-
-CrossFit cross_fit(const TransformOptions& options, const formats::FormatSpec& format, Method method,
-                   const Calibrator& calibration, std::span<const float> w, std::size_t d_out, Progress* progress,
-                   const GuardTokens& tokens, const ScoredRows& rows) {
-    Calibrator fit(calibration.d_in(), calibration.group(), calibration.mode());
-    fit.add(WUSH_DTYPE_F32, tokens.search.data(), tokens.search.size() / calibration.d_in());
-    TransformOptions plain = options;
-    plain.search = {};
-    if (method == Method::Rtn) {
-        std::optional<BlockTransform> plain_transform;  // comes with the searched build
-        std::vector<double> weight_moments;
-        BlockTransform searched =
-            rtn_transform(options, fit, w, d_out, progress, tokens.search, &plain_transform, &weight_moments);
-        BlockTransform unsearched = plain_transform
-                                        ? std::move(*plain_transform)
-                                        : rtn_transform(plain, fit, w, d_out, progress, {}, nullptr, &weight_moments);
-        return {rtn_candidate(std::move(searched), format, w, d_out, rows),
-                rtn_candidate(std::move(unsearched), format, w, d_out, rows), std::move(weight_moments)};
-    }
-    const gptq::InverseHessian inverse = gptq::inverse_hessian(fit, options.damping);
-    return {candidate(build(options, format, method, fit, w, d_out, progress, tokens.search, &inverse), format, rows),
-            candidate(build(plain, format, method, fit, w, d_out, progress, {}, &inverse), format, rows),
-            {}};
-}
-
-// The alternatives to the searched layer, in wush_guard_candidate's order: plain WUS/WUSH, I, H, R.
+// The alternatives to the searched layer, in wush_guard_candidate's order after it: plain WUS/WUSH,
+// I, H, R, and plain WUS/WUSH with shrunk moments. Shrinking both moments halfway to isotropic
+// (damping kGuardShrunkDamping: M + tr(M)/G I) keeps what a layer's second moments share across
+// documents and drops what only the calibration documents have; on text unlike the calibration
+// text it can beat both the 1%-damped layer and the data-free ones (docs/record/eval-record.md).
 std::vector<TransformOptions> alternatives(const TransformOptions& options) {
     TransformOptions plain = options;  // Algorithm 1 itself, unsearched
     plain.search = {};
@@ -295,7 +264,49 @@ std::vector<TransformOptions> alternatives(const TransformOptions& options) {
         data_free.kind = k;
         out.push_back(data_free);
     }
+    TransformOptions shrunk = plain;
+    shrunk.damping = std::max(options.damping, kGuardShrunkDamping);
+    shrunk.hessian_damping = options.gptq_damping();  // GPTQ's own regularizer, and the shared factor
+    out.push_back(shrunk);
     return out;
+}
+
+// The data-aware candidates (the searched layer, then each data-aware alternative) built from the
+// search half of the token sample alone (its moments and its search sample): under the document
+// hold-out, that half is the other documents' tokens. In the report's order, the data-free ones
+// left empty. Scored only, never returned, so RTN quantizes just the scored rows. RTN's builds
+// also fill `weight_moments` (the weight's M_W, which depends on the weight alone): the kept
+// layer, built again on every token, reuses it.
+std::vector<std::optional<Candidate>> cross_fit(const TransformOptions& options, std::span<const TransformOptions> alts,
+                                                const formats::FormatSpec& format, Method method,
+                                                const Calibrator& calibration, std::span<const float> w,
+                                                std::size_t d_out, Progress* progress, const GuardTokens& tokens,
+                                                const ScoredRows& rows, std::vector<double>& weight_moments) {
+    Calibrator fit(calibration.d_in(), calibration.group(), calibration.mode());
+    fit.add(WUSH_DTYPE_F32, tokens.search.data(), tokens.search.size() / calibration.d_in());
+    std::vector<std::optional<Candidate>> built(alts.size() + 1);
+    if (method == Method::Rtn) {
+        std::optional<BlockTransform> plain_transform;  // comes with the searched build
+        built[0] = rtn_candidate(
+            rtn_transform(options, fit, w, d_out, progress, tokens.search, &plain_transform, &weight_moments), format,
+            w, d_out, rows);
+        for (std::size_t i = 0; i < alts.size(); ++i) {
+            if (is_data_free(alts[i].kind)) continue;
+            BlockTransform t = i == 0 && plain_transform
+                                   ? std::move(*plain_transform)
+                                   : rtn_transform(alts[i], fit, w, d_out, progress, {}, nullptr, &weight_moments);
+            built[i + 1] = rtn_candidate(std::move(t), format, w, d_out, rows);
+        }
+        return built;
+    }
+    const gptq::InverseHessian inverse = gptq::inverse_hessian(fit, options.gptq_damping());
+    built[0] =
+        candidate(build(options, format, method, fit, w, d_out, progress, tokens.search, &inverse), format, rows);
+    for (std::size_t i = 0; i < alts.size(); ++i)
+        if (!is_data_free(alts[i].kind))
+            built[i + 1] =
+                candidate(build(alts[i], format, method, fit, w, d_out, progress, {}, &inverse), format, rows);
+    return built;
 }
 
 }  // namespace
@@ -348,22 +359,25 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
     // GPTQ's inverse Hessian factor depends on the calibrator and the damping alone, not on the
     // transform: the guard's up to six builds share one (factoring it is O(d_in^3) each time).
     std::optional<gptq::InverseHessian> inverse;
-    if (guarded && method == Method::Gptq) inverse = gptq::inverse_hessian(calibration, options.damping);
+    if (guarded && method == Method::Gptq) inverse = gptq::inverse_hessian(calibration, options.gptq_damping());
     const gptq::InverseHessian* shared = inverse ? &*inverse : nullptr;
     // Held-out documents that are in the moments cannot show a transform that fits the
     // calibration documents only (it was fit on them too). So under the document hold-out the
-    // data-aware candidates (searched, plain) are scored as built from the other documents'
-    // sampled tokens alone: a cross-fit (cross_fit). The one kept is then built on every token,
-    // after the decision: the searched layer with the cross-fit's per-block choices replayed on
-    // every token's moments (SearchOptions::replay), so the search runs once, on the fit half;
-    // and RTN reuses the weight's M_W from the cross-fit's build (CrossFit::weight_moments).
+    // data-aware candidates (searched, plain, shrunk) are scored as built from the other
+    // documents' sampled tokens alone: a cross-fit (cross_fit). The one kept is then built on
+    // every token, after the decision: the searched layer with the cross-fit's per-block choices
+    // replayed on every token's moments (SearchOptions::replay), so the search runs once, on the
+    // fit half; and RTN reuses the weight's M_W from the cross-fit's builds.
     const bool cross_fitted = guarded && tokens.source == GuardSource::HoldOutDocuments;
-    // A searched RTN build computes plain WUS/WUSH on the way (the same blocks, the same values).
+    // A searched RTN build computes plain WUS/WUSH on the way (the same blocks, the same values),
+    // and the weight's M_W, which the other data-aware RTN builds reuse.
     std::optional<BlockTransform> plain_transform;
+    std::vector<double> weight_moments;
+    const bool rtn_guarded = guarded && method == Method::Rtn;
     std::optional<QuantizedLayer> searched;
     if (!cross_fitted)
         searched = build(options, format, method, calibration, w, d_out, progress, tokens.search, shared,
-                         guarded && method == Method::Rtn ? &plain_transform : nullptr);
+                         rtn_guarded ? &plain_transform : nullptr, rtn_guarded ? &weight_moments : nullptr);
     if (!guarded) return std::move(*searched);
 
     const std::size_t d_in = calibration.d_in();
@@ -375,20 +389,23 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
     report.source = tokens.source;
     report.n_tokens = tokens.n;
     report.n_sequences = tokens.n_sequences;
+    const std::vector<TransformOptions> alts = alternatives(options);
+    std::vector<std::optional<Candidate>> fitted;  // cross-fitted data-aware candidates
+    if (cross_fitted)
+        fitted =
+            cross_fit(options, alts, format, method, calibration, w, d_out, progress, tokens, rows, weight_moments);
+    std::vector<double>* moments = method == Method::Rtn && !weight_moments.empty() ? &weight_moments : nullptr;
     std::vector<Candidate> all;
     all.reserve(kGuardCandidates);
-    std::optional<CrossFit> cross;
-    if (cross_fitted) cross.emplace(cross_fit(options, format, method, calibration, w, d_out, progress, tokens, rows));
-    all.push_back(cross ? std::move(cross->searched) : candidate(std::move(*searched), format, rows));
+    all.push_back(cross_fitted ? std::move(*fitted[0]) : candidate(std::move(*searched), format, rows));
     score(all[0], w_scored, tokens);
     report.candidates[0].loss = all[0].mean;
-    const std::vector<TransformOptions> alts = alternatives(options);
     for (std::size_t i = 0; i < alts.size(); ++i) {
-        if (i == 0 && cross) all.push_back(std::move(cross->plain));
+        if (cross_fitted && fitted[i + 1]) all.push_back(std::move(*fitted[i + 1]));
         else if (method == Method::Rtn)
-            all.push_back(rtn_candidate(i == 0 && plain_transform
-                                            ? std::move(*plain_transform)
-                                            : rtn_transform(alts[i], calibration, w, d_out, progress),
+            all.push_back(rtn_candidate(i == 0 && plain_transform ? std::move(*plain_transform)
+                                                                  : rtn_transform(alts[i], calibration, w, d_out,
+                                                                                  progress, {}, nullptr, moments),
                                         format, w, d_out, rows));
         else if (is_data_free(alts[i].kind) && !rows.all)
             all.push_back(gptq_rows_candidate(alts[i], format, calibration, *inverse, rows, progress));
@@ -401,12 +418,12 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
     for (std::size_t i = 1; i < all.size(); ++i)
         if (report.candidates[i].clearly_better && all[i].mean < all[report.kept].mean) report.kept = i;
     mark_undecided(report, all);
-    if (cross && report.kept <= 1) {
+    const bool data_aware_kept = report.kept == 0 || !is_data_free(alts[report.kept - 1].kind);
+    if (cross_fitted && data_aware_kept) {
         TransformOptions replayed = options;
         replayed.search.replay = all[0].transform.stats().search;
-        QuantizedLayer whole =
-            build(report.kept == 0 ? replayed : alts[0], format, method, calibration, w, d_out, progress, {}, shared,
-                  nullptr, cross->weight_moments.empty() ? nullptr : &cross->weight_moments);
+        QuantizedLayer whole = build(report.kept == 0 ? replayed : alts[report.kept - 1], format, method, calibration,
+                                     w, d_out, progress, {}, shared, nullptr, moments);
         whole.guard = report;
         return whole;
     }

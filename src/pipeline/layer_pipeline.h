@@ -22,9 +22,9 @@ enum class Method { Rtn, Gptq };
 
 // What the search's per-layer guard (guarded_layer) saw and decided; wush_transform_guard()
 // reports it. Candidates in this order (wush_guard_candidate's values): the searched layer, plain
-// (unsearched) WUS/WUSH, I, H, R.
+// (unsearched) WUS/WUSH, I, H, R, and plain WUS/WUSH with shrunk moments (kGuardShrunkDamping).
 enum class GuardSource { None = 0, Validation = 1, HoldOut = 2, HoldOutSequences = 3, HoldOutDocuments = 4 };
-inline constexpr std::size_t kGuardCandidates = 5;
+inline constexpr std::size_t kGuardCandidates = 6;
 struct GuardCandidateScore {
     double loss = std::numeric_limits<double>::quiet_NaN();  // mean held-out layer loss
     double difference = 0.0;      // mean of the paired per-token differences searched - candidate
@@ -66,6 +66,10 @@ struct GuardSettings {
 // An alternative must be lower than the searched layer by more than this factor (and by more
 // than kGuardStandardErrors standard errors of the paired differences) to replace it.
 inline constexpr double kGuardMargin = 0.99;
+// The shrunk candidate's damping (lambda of Algorithm 1, relative to tr(M)/G; the options' own
+// when larger): both moments halfway to isotropic. For GPTQ it is the transform's damping only:
+// the Hessian keeps the options' (TransformOptions::hessian_damping), one factor for every candidate.
+inline constexpr double kGuardShrunkDamping = 1.0;
 inline constexpr double kGuardStandardErrors = 2.0;
 // Under the sequence hold-out with at least kGuardMinSequences held-out sequences, the paired
 // per-sequence sums may confirm the margin too (guarded_layer).
@@ -96,8 +100,8 @@ std::vector<std::size_t> guard_rows(std::size_t d_out);
 // weights w (d_out x d_in, float32, finite) pre-quantized against it by `method` (data-free kinds
 // ignore the calibrator's statistics and the search settings); then the search's per-layer
 // guard, when `options` searches a data-aware kind:
-// the searched layer competes with plain (unsearched) WUS/WUSH and the data-free I, H and R
-// layers built by the same method, scored on held-out tokens: the calibrator's validation tokens
+// the searched layer competes with plain (unsearched) WUS/WUSH, the same with shrunk moments,
+// and the data-free I, H and R layers built by the same method, scored on held-out tokens: the calibrator's validation tokens
 // (documents the calibration did not see) when it holds some, else, by default, half of its
 // token sample, which the search then does not see. The search's own scores come from the tokens
 // it fits and cannot see a transform that fits them but not others; a whole-layer loss on other

@@ -270,6 +270,8 @@ void check_inputs(const TransformOptions& options, const formats::FormatSpec& fo
             "GPTQ: weight has " + std::to_string(weight.size()) +
                 " values, expected d_out x d_in = " + std::to_string(d_out) + " x " + std::to_string(d_in));
     require(options.damping >= 0.0 && std::isfinite(options.damping), "GPTQ: damping must be finite and >= 0");
+    require(options.gptq_damping() >= 0.0 && std::isfinite(options.gptq_damping()),
+            "GPTQ: the Hessian damping must be finite and >= 0");
     require_finite(WUSH_DTYPE_F32, weight.data(), d_out, d_in, "weight");
     round_for_storage(0.0f, options.storage);  // rejects an unknown storage dtype up front
     require(sample.size() % d_in == 0, "GPTQ: the token sample must be rows x d_in");
@@ -295,14 +297,15 @@ Result run(const TransformOptions& options, const formats::FormatSpec& format, c
 Result quantize(const TransformOptions& options, const formats::FormatSpec& format, const Calibrator& hessian,
                 std::span<const float> weight, std::size_t d_out, Progress* progress, std::span<const float> sample) {
     check_inputs(options, format, hessian, weight, d_out, sample);
-    return run(options, format, hessian, inverse_hessian(hessian, options.damping), weight, d_out, progress, sample);
+    return run(options, format, hessian, inverse_hessian(hessian, options.gptq_damping()), weight, d_out, progress,
+               sample);
 }
 
 Result quantize(const TransformOptions& options, const formats::FormatSpec& format, const Calibrator& hessian,
                 const InverseHessian& inverse, std::span<const float> weight, std::size_t d_out, Progress* progress,
                 std::span<const float> sample) {
     check_inputs(options, format, hessian, weight, d_out, sample);
-    require(inverse.u.size() == hessian.d_in() * hessian.d_in() && inverse.requested == options.damping,
+    require(inverse.u.size() == hessian.d_in() * hessian.d_in() && inverse.requested == options.gptq_damping(),
             "GPTQ: the inverse Hessian factor was computed for another layer or damping");
     return run(options, format, hessian, inverse, weight, d_out, progress, sample);
 }

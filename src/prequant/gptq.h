@@ -49,7 +49,7 @@ InverseHessian inverse_hessian(const Calibrator& hessian, double damping);
 
 // Runs Algorithm 2 (GPTQ case) for one layer: `hessian` must be a Full-mode calibrator with at least
 // one token, `weight` the d_out x d_in float32 layer weight (finite), `format`'s group size equal to
-// the calibrator's G. `options.damping` is both Algorithm 1's lambda and the Hessian's; when the
+// the calibrator's G. `options.damping` is Algorithm 1's lambda, options.gptq_damping() the Hessian's; when the
 // damped Hessian is not positive definite the Hessian damping is raised tenfold up to 3 times, then
 // NUMERICAL. The activation transforms are rounded to options.storage, as every builder does.
 // Memory besides the calibrator: one d_in x d_in float64 matrix plus the d_out x d_in float64 weight.
@@ -60,7 +60,7 @@ Result quantize(const TransformOptions& options, const formats::FormatSpec& form
                 std::span<const float> sample = {});
 
 // The same with the inverse factor computed beforehand by inverse_hessian(hessian,
-// options.damping): the same result, bit for bit.
+// options.gptq_damping()): the same result, bit for bit.
 Result quantize(const TransformOptions& options, const formats::FormatSpec& format, const Calibrator& hessian,
                 const InverseHessian& inverse, std::span<const float> weight, std::size_t d_out,
                 Progress* progress = nullptr, std::span<const float> sample = {});

@@ -71,7 +71,10 @@ struct TransformOptions {
         : kind(k), damping(d), seed(s), storage(st) {}
 
     TransformKind kind = TransformKind::WUSH;
-    double damping = 0.01;   // lambda of Algorithm 1 (relative to tr(M)/G); >= 0
+    double damping = 0.01;  // lambda of Algorithm 1 (relative to tr(M)/G); >= 0
+    // GPTQ's Hessian damping (relative to tr(H)/d_in; >= 0); unset: `damping` (gptq_damping()).
+    std::optional<double> hessian_damping;
+    double gptq_damping() const { return hessian_damping.value_or(damping); }
     std::uint64_t seed = 0;  // Random only: block b uses random_rotation(G, mix_seed(seed) + b)
     // The checkpoint storage type of the activation transforms (F32, BF16 or F16). Every builder
     // (build_transform, build_data_free_transform, gptq::quantize) rounds T_act to it before the

@@ -36,6 +36,20 @@ static void test_options(void) {
     CHECK_STATUS(wush_options_set_double(o, WUSH_OPTION_DAMPING, 0.25), WUSH_OK);
     CHECK_STATUS(wush_options_get_double(o, WUSH_OPTION_DAMPING, &d), WUSH_OK);
     CHECK(d == 0.25);
+    /* The Hessian's damping follows WUSH_OPTION_DAMPING until it is set, then stands apart. */
+    CHECK_STATUS(wush_options_get_double(o, WUSH_OPTION_HESSIAN_DAMPING, &d), WUSH_OK);
+    CHECK(d == 0.25);
+    CHECK_STATUS(wush_options_set_double(o, WUSH_OPTION_HESSIAN_DAMPING, 0.5), WUSH_OK);
+    CHECK_STATUS(wush_options_set_double(o, WUSH_OPTION_DAMPING, 0.125), WUSH_OK);
+    CHECK_STATUS(wush_options_get_double(o, WUSH_OPTION_HESSIAN_DAMPING, &d), WUSH_OK);
+    CHECK(d == 0.5);
+    CHECK_STATUS(wush_options_set_double(o, WUSH_OPTION_HESSIAN_DAMPING, -1.0), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(wush_last_error(), "WUSH_OPTION_HESSIAN_DAMPING") != NULL);
+    CHECK_STATUS(wush_options_set_double(o, WUSH_OPTION_HESSIAN_DAMPING, NAN), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_HESSIAN_DAMPING, 1), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_options_get_double(o, WUSH_OPTION_HESSIAN_DAMPING, &d), WUSH_OK);
+    CHECK(d == 0.5);
+    CHECK_STATUS(wush_options_set_double(o, WUSH_OPTION_DAMPING, 0.25), WUSH_OK);
     CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEED, 12345), WUSH_OK);
     CHECK_STATUS(wush_options_get_int(o, WUSH_OPTION_SEED, &i), WUSH_OK);
     CHECK(i == 12345);

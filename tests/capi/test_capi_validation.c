@@ -2,7 +2,7 @@
  * against the shared library.
  *
  * Oracles: a second path through the API (the guarded layer must be, loss for loss and matrix
- * for matrix, the best of the four layers built separately without validation tokens, compared
+ * for matrix, the best of the layers built separately without validation tokens, compared
  * with wush_layer_loss on the validation tokens), and the sample's own rules (merge of shards =
  * one calibrator; exported state layout as documented in wush.h). */
 #define _POSIX_C_SOURCE 200809L
@@ -80,6 +80,17 @@ static wush_options* without_search(const wush_options* o) {
     return out;
 }
 
+/* The guard's shrunk candidate as the header defines it: plain WUSH with WUSH_OPTION_DAMPING
+ * max(lambda, 1) and GPTQ's Hessian damped by lambda (WUSH_OPTION_HESSIAN_DAMPING). */
+static wush_options* shrunk_options(const wush_options* searched) {
+    wush_options* o = without_search(searched);
+    double lambda = 0.0;
+    CHECK_STATUS(wush_options_get_double(o, WUSH_OPTION_DAMPING, &lambda), WUSH_OK);
+    CHECK_STATUS(wush_options_set_double(o, WUSH_OPTION_HESSIAN_DAMPING, lambda), WUSH_OK);
+    CHECK_STATUS(wush_options_set_double(o, WUSH_OPTION_DAMPING, lambda > 1.0 ? lambda : 1.0), WUSH_OK);
+    return o;
+}
+
 static Built build(wush_context* ctx, wush_calibrator* c, wush_transform_kind kind, wush_format f, wush_method m,
                    const float* w, const wush_options* o, const float* val) {
     Built b = {NULL, NULL, -1.0};
@@ -144,7 +155,8 @@ static void test_guard(wush_context* ctx, wush_format f, wush_method m, const fl
     size_t g = 0;
     wush_options* o = NULL;
     wush_calibrator *plain, *guarded_shift, *guarded_same;
-    Built ref[4], got, kept;
+    Built ref[5], got, kept;
+    wush_options* shrunk;
     int i, best = 0;
     wush_format_group_size(f, &g);
     CHECK_STATUS(wush_options_create(&o), WUSH_OK);
@@ -156,12 +168,17 @@ static void test_guard(wush_context* ctx, wush_format f, wush_method m, const fl
     guarded_same = make_calibrator(ctx, g, mode, cal, same);
     if (o == NULL || plain == NULL || guarded_shift == NULL || guarded_same == NULL) return;
 
-    /* The oracle: the four layers built without validation tokens, scored on the shifted ones. */
+    /* The oracle: the five layers built without validation tokens, scored on the shifted ones
+     * (plain WUSH is not among them: on these documents it loses to the searched layer). */
     ref[0] = build(ctx, plain, WUSH_TRANSFORM_WUSH, f, m, w, o, shifted);
     for (i = 0; i < 3; ++i) {
         ref[i + 1] = build(ctx, plain, kAlternatives[i], f, m, w, o, shifted);
         if (ref[i + 1].loss < ref[best].loss) best = i + 1;
     }
+    shrunk = shrunk_options(o);
+    ref[4] = build(ctx, plain, WUSH_TRANSFORM_WUSH, f, m, w, shrunk, shifted);
+    if (ref[4].loss < ref[best].loss) best = 4;
+    wush_options_destroy(shrunk);
     /* The data must make WUSH lose clearly, or this test would not test the guard. */
     CHECK(best != 0 && ref[best].loss < 0.8 * ref[0].loss);
 
@@ -176,7 +193,8 @@ static void test_guard(wush_context* ctx, wush_format f, wush_method m, const fl
         double loss = -1.0;
         int replaces = 0;
         CHECK_STATUS(wush_transform_guard(got.t, &source, &n, &k), WUSH_OK);
-        CHECK(source == WUSH_GUARD_VALIDATION && n == N_VAL && (int)k == best + 1); /* I, H, R are 2, 3, 4 */
+        CHECK(source == WUSH_GUARD_VALIDATION && n == N_VAL &&
+              (int)k == (best == 4 ? WUSH_GUARD_SHRUNK : best + 1)); /* I, H, R are 2, 3, 4 */
         CHECK_STATUS(wush_transform_guard_candidate(got.t, k, &loss, NULL, NULL, &replaces), WUSH_OK);
         /* The same tokens, in the validation sample's order (its sums round differently). */
         CHECK(close_to(loss, ref[best].loss, 1e-12 * ref[best].loss) && replaces == 1);
@@ -189,7 +207,7 @@ static void test_guard(wush_context* ctx, wush_format f, wush_method m, const fl
     CHECK(kind_of(kept.t) == WUSH_TRANSFORM_WUSH);
     CHECK(kept.t != NULL && ref[0].t != NULL && same_matrices(kept.t, ref[0].t));
 
-    for (i = 0; i < 4; ++i) release(&ref[i]);
+    for (i = 0; i < 5; ++i) release(&ref[i]);
     release(&got);
     release(&kept);
     wush_calibrator_destroy(plain);
@@ -312,9 +330,55 @@ static void test_validation_sample(wush_context* ctx, const float* cal, const fl
     wush_calibrator_destroy(old);
 }
 
+/* The shrunk candidate: validation documents whose channels carry the calibration documents'
+ * loud/quiet pattern plus as much isotropic energy as the calibration's mean channel (the
+ * calibration moment shrunk halfway to isotropic, M + tr(M)/G I, in distribution). WUSH fitted to
+ * the calibration moment over-amplifies the quiet channels there, the data-free layers ignore the
+ * pattern, and the guard keeps WUSH_GUARD_SHRUNK: the very layer built with shrunk_options(). */
+static void test_guard_shrunk(wush_context* ctx, wush_format f, wush_method m, const float* w, const float* cal,
+                              const float* mixed) {
+    static const wush_transform_kind kOthers[3] = {WUSH_TRANSFORM_IDENTITY, WUSH_TRANSFORM_HADAMARD,
+                                                   WUSH_TRANSFORM_RANDOM};
+    const wush_moment_mode mode = m == WUSH_METHOD_GPTQ ? WUSH_MOMENTS_FULL : WUSH_MOMENTS_BLOCK_DIAGONAL;
+    wush_options *o = NULL, *shrunk;
+    wush_calibrator *plain, *guarded;
+    wush_guard_candidate kept = (wush_guard_candidate)-1;
+    Built want, got, other;
+    size_t g = 0;
+    int i;
+    wush_format_group_size(f, &g);
+    CHECK_STATUS(wush_options_create(&o), WUSH_OK);
+    CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH, 1), WUSH_OK);
+    CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH_TOKENS, 128), WUSH_OK);
+    plain = make_calibrator(ctx, g, mode, cal, NULL);
+    guarded = make_calibrator(ctx, g, mode, cal, mixed);
+    shrunk = shrunk_options(o);
+    if (o == NULL || plain == NULL || guarded == NULL || shrunk == NULL) return;
+    want = build(ctx, plain, WUSH_TRANSFORM_WUSH, f, m, w, shrunk, mixed);
+    /* The data must make the shrunk layer the best by a clear margin, or this tests nothing. */
+    for (i = 0; i < 4; ++i) {
+        other = i < 3 ? build(ctx, plain, kOthers[i], f, m, w, o, mixed)
+                      : build(ctx, plain, WUSH_TRANSFORM_WUSH, f, m, w, NULL, mixed);
+        CHECK(want.loss < 0.95 * other.loss);
+        release(&other);
+    }
+    got = build(ctx, guarded, WUSH_TRANSFORM_WUSH, f, m, w, o, mixed);
+    CHECK_STATUS(wush_transform_guard(got.t, NULL, NULL, &kept), WUSH_OK);
+    CHECK(kept == WUSH_GUARD_SHRUNK);
+    CHECK(got.t != NULL && want.t != NULL && same_matrices(got.t, want.t));
+    CHECK(got.q != NULL && want.q != NULL && same_qweights(got.q, want.q));
+    CHECK(got.loss == want.loss);
+    release(&want);
+    release(&got);
+    wush_calibrator_destroy(plain);
+    wush_calibrator_destroy(guarded);
+    wush_options_destroy(shrunk);
+    wush_options_destroy(o);
+}
+
 /* ---- The guard's rule, against a second implementation ------------------------------------- */
 
-enum { N_CANDIDATES = 5 }; /* the searched layer, plain WUSH, I, H, R */
+enum { N_CANDIDATES = 6 }; /* the searched layer, plain WUSH, I, H, R, shrunk WUSH */
 
 /* Per-token losses of a layer on n tokens: wush_layer_loss on one token at a time. */
 static void token_losses(wush_context* ctx, const Built* b, const float* w, const float* x, size_t n, double* out) {
@@ -357,7 +421,7 @@ static int rule_choice(double* const losses[N_CANDIDATES], size_t n, int* naive)
     return chosen;
 }
 
-/* The five candidates built separately, without any guard, on a calibrator without validation
+/* The six candidates built separately, without any guard, on a calibrator without validation
  * tokens; `searched` options have the search on and the default guard off. */
 static void build_candidates(wush_context* ctx, wush_calibrator* c, wush_format f, wush_method m, const float* w,
                              const wush_options* searched, Built out[N_CANDIDATES]) {
@@ -365,8 +429,11 @@ static void build_candidates(wush_context* ctx, wush_calibrator* c, wush_format 
                                                  WUSH_TRANSFORM_RANDOM};
     int i;
     out[0] = build(ctx, c, WUSH_TRANSFORM_WUSH, f, m, w, searched, NULL);
+    wush_options* shrunk = shrunk_options(searched);
     out[1] = build(ctx, c, WUSH_TRANSFORM_WUSH, f, m, w, NULL, NULL);
     for (i = 0; i < 3; ++i) out[i + 2] = build(ctx, c, kData[i], f, m, w, searched, NULL);
+    out[5] = build(ctx, c, WUSH_TRANSFORM_WUSH, f, m, w, shrunk, NULL);
+    wush_options_destroy(shrunk);
 }
 
 /* The guard's report on a guarded layer (wush_transform_guard*) against the oracle: each
@@ -496,7 +563,7 @@ static void test_guard_small_slices(wush_context* ctx, wush_format f, wush_metho
 
 /* The default guard, without validation tokens: the held-out tokens are the odd rows of the
  * calibrator's token sample (read from its exported state, layout version 2 in wush.h), the
- * search scores the even ones, and the result is the rule's choice among the five candidates. */
+ * search scores the even ones, and the result is the rule's choice among the six candidates. */
 static void test_default_guard(wush_context* ctx, wush_format f, wush_method m, const float* w, const float* cal) {
     const wush_moment_mode mode = m == WUSH_METHOD_GPTQ ? WUSH_MOMENTS_FULL : WUSH_MOMENTS_BLOCK_DIAGONAL;
     wush_options *o = NULL, *off = NULL;
@@ -548,10 +615,12 @@ static void test_default_guard(wush_context* ctx, wush_format f, wush_method m, 
         wush_guard_source source;
         double loss;
         CHECK_STATUS(wush_transform_guard(NULL, &source, NULL, NULL), WUSH_ERR_INVALID_ARGUMENT);
-        CHECK_STATUS(wush_transform_guard_candidate(got.t, (wush_guard_candidate)5, &loss, NULL, NULL, NULL),
+        CHECK_STATUS(wush_transform_guard_candidate(got.t, (wush_guard_candidate)6, &loss, NULL, NULL, NULL),
                      WUSH_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(wush_last_error(), "unknown wush_guard_candidate 6") != NULL);
         CHECK_STATUS(wush_transform_guard_candidate(got.t, (wush_guard_candidate)-1, &loss, NULL, NULL, NULL),
                      WUSH_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(wush_last_error(), "unknown wush_guard_candidate -1") != NULL);
     }
     release(&got);
     for (i = 0; i < N_CANDIDATES; ++i) release(&cand[i]);
@@ -780,15 +849,15 @@ static int same_rows(const wush_qweight* whole, const wush_qweight* sub, const s
 static void test_guard_wide_layer(wush_context* ctx, wush_format f, wush_method m, const float* cal,
                                   const float* shifted) {
     enum { WIDE = 2100 };
-    static const wush_transform_kind kKinds[N_CANDIDATES] = {WUSH_TRANSFORM_WUSH, WUSH_TRANSFORM_WUSH,
+    static const wush_transform_kind kKinds[N_CANDIDATES] = {WUSH_TRANSFORM_WUSH,     WUSH_TRANSFORM_WUSH,
                                                              WUSH_TRANSFORM_IDENTITY, WUSH_TRANSFORM_HADAMARD,
-                                                             WUSH_TRANSFORM_RANDOM};
+                                                             WUSH_TRANSFORM_RANDOM,   WUSH_TRANSFORM_WUSH};
     const wush_moment_mode mode = m == WUSH_METHOD_GPTQ ? WUSH_MOMENTS_FULL : WUSH_MOMENTS_BLOCK_DIAGONAL;
     const size_t k = WIDE / 1024, n_rows = WIDE / k;
     float* w = malloc(sizeof(float) * WIDE * D_IN);
     float* rows = malloc(sizeof(float) * n_rows * D_IN);
     size_t* index = malloc(sizeof(size_t) * n_rows);
-    wush_options *o = NULL, *plain = NULL;
+    wush_options *o = NULL, *plain = NULL, *shrunk = NULL;
     wush_calibrator* c = NULL;
     wush_transform* got_t = NULL;
     wush_qweight* got_q = NULL;
@@ -807,8 +876,9 @@ static void test_guard_wide_layer(wush_context* ctx, wush_format f, wush_method 
     CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH, 1), WUSH_OK);
     CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH_TOKENS, 128), WUSH_OK);
     plain = without_search(o);
+    shrunk = shrunk_options(o);
     CHECK_STATUS(wush_calibrator_create(D_IN, g, mode, &c), WUSH_OK);
-    if (o == NULL || plain == NULL || c == NULL) return;
+    if (o == NULL || plain == NULL || shrunk == NULL || c == NULL) return;
     CHECK_STATUS(wush_calibrator_set_sample_size(c, 256), WUSH_OK);
     CHECK_STATUS(wush_calibrator_set_validation_size(c, N_VAL), WUSH_OK);
     CHECK_STATUS(wush_calibrator_add(ctx, c, WUSH_DTYPE_F32, cal, N_CAL), WUSH_OK);
@@ -818,11 +888,11 @@ static void test_guard_wide_layer(wush_context* ctx, wush_format f, wush_method 
         WUSH_OK);
     if (got_t == NULL || got_q == NULL) return;
     CHECK_STATUS(wush_transform_guard(got_t, NULL, NULL, &kept), WUSH_OK);
-    CHECK(kept >= WUSH_GUARD_IDENTITY); /* the shifted documents make WUSH lose */
+    CHECK(kept >= WUSH_GUARD_IDENTITY && kept <= WUSH_GUARD_RANDOM); /* the shifted documents make WUSH lose */
     CHECK_STATUS(wush_qweight_info(got_q, NULL, NULL, &d_out, NULL), WUSH_OK);
     CHECK(d_out == WIDE);
     for (cand_i = 0; cand_i < N_CANDIDATES; ++cand_i) {
-        const int data_free = cand_i >= WUSH_GUARD_IDENTITY;
+        const int data_free = cand_i >= WUSH_GUARD_IDENTITY && cand_i <= WUSH_GUARD_RANDOM;
         wush_transform *t = NULL, *t_rows = NULL;
         wush_qweight *q = NULL, *q_rows = NULL;
         double loss = -1.0, want = -2.0, whole = -3.0;
@@ -841,9 +911,9 @@ static void test_guard_wide_layer(wush_context* ctx, wush_format f, wush_method 
             CHECK_STATUS(wush_options_set_int(o, WUSH_OPTION_SEARCH_GUARD, 1), WUSH_OK);
             wush_calibrator_destroy(unguarded);
         } else {
-            CHECK_STATUS(
-                wush_layer_quantize(ctx, c, kKinds[cand_i], f, m, WUSH_DTYPE_F32, w, WIDE, D_IN, plain, &t, &q),
-                WUSH_OK);
+            CHECK_STATUS(wush_layer_quantize(ctx, c, kKinds[cand_i], f, m, WUSH_DTYPE_F32, w, WIDE, D_IN,
+                                             cand_i == WUSH_GUARD_SHRUNK ? shrunk : plain, &t, &q),
+                         WUSH_OK);
         }
         if (t != NULL && m == WUSH_METHOD_RTN)
             CHECK_STATUS(
@@ -880,6 +950,7 @@ static void test_guard_wide_layer(wush_context* ctx, wush_format f, wush_method 
     wush_calibrator_destroy(c);
     wush_options_destroy(o);
     wush_options_destroy(plain);
+    wush_options_destroy(shrunk);
     free(w);
     free(rows);
     free(index);
@@ -891,13 +962,15 @@ int main(void) {
     float* cal = malloc(sizeof(float) * N_CAL * D_IN);
     float* shifted = malloc(sizeof(float) * N_VAL * D_IN);
     float* same = malloc(sizeof(float) * N_VAL * D_IN);
+    float* mixed = malloc(sizeof(float) * N_VAL * D_IN);
     size_t i;
-    if (!w || !cal || !shifted || !same) return 1;
+    if (!w || !cal || !shifted || !same || !mixed) return 1;
     rng_seed(7);
     for (i = 0; i < (size_t)D_OUT * D_IN; ++i) w[i] = (float)(rng_gauss() * 0.1);
     make_tokens(cal, N_CAL, 4.0, 0.05, 11);
     make_tokens(shifted, N_VAL, 0.05, 4.0, 12);
     make_tokens(same, N_VAL, 4.0, 0.05, 13);
+    make_tokens(mixed, N_VAL, sqrt(16.0 + 4.0), sqrt(0.0025 + 4.0), 14); /* + N(0, 2^2): 2^2 = tr(M)/G */
 
     CHECK_STATUS(wush_context_create(WUSH_BACKEND_CPU, 0, &ctx), WUSH_OK);
     if (ctx != NULL) {
@@ -906,6 +979,10 @@ int main(void) {
         test_guard(ctx, WUSH_FORMAT_NVFP4, WUSH_METHOD_RTN, w, cal, shifted, same);
         test_guard(ctx, WUSH_FORMAT_MXFP4, WUSH_METHOD_GPTQ, w, cal, shifted, same);
         test_guard(ctx, WUSH_FORMAT_INT4, WUSH_METHOD_GPTQ, w, cal, shifted, same);
+        test_guard_shrunk(ctx, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, w, cal, mixed);
+        test_guard_shrunk(ctx, WUSH_FORMAT_NVFP4, WUSH_METHOD_RTN, w, cal, mixed);
+        test_guard_shrunk(ctx, WUSH_FORMAT_INT4, WUSH_METHOD_RTN, w, cal, mixed);
+        test_guard_shrunk(ctx, WUSH_FORMAT_MXFP4, WUSH_METHOD_GPTQ, w, cal, mixed);
         test_guard_small_slices(ctx, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, w, cal, same);
         test_guard_small_slices(ctx, WUSH_FORMAT_NVFP4, WUSH_METHOD_RTN, w, cal, same);
         test_default_guard(ctx, WUSH_FORMAT_MXFP4, WUSH_METHOD_RTN, w, cal);
@@ -924,6 +1001,7 @@ int main(void) {
     free(cal);
     free(shifted);
     free(same);
+    free(mixed);
     printf("capi_validation: %d checks, %d failed\n", g_checks, g_failures);
     return g_failures == 0 ? 0 : 1;
 }

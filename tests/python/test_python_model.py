@@ -267,6 +267,7 @@ class ModelFlow(unittest.TestCase):
         guarded = flow(transform="wush", search=True, validation_batches=val, search_guard=False)
         built = {"searched": flow(transform="wush", search=True, search_guard=False), "wush": flow(transform="wush")}
         built.update({k: flow(transform=k) for k in ("identity", "hadamard", "random")})
+        built["shrunk"] = flow(transform="wush", damping=1.0)  # the guard's shrunk candidate (RTN: no Hessian)
         ref = base_model()
         names = list(guarded.layers)
         inputs = {n: [] for n in names}  # RTN calibrates every layer on the unquantized model
@@ -289,7 +290,7 @@ class ModelFlow(unittest.TestCase):
             per_token = {k: np.array([wush.layer_loss(*r.layers[n], w, x[t:t + 1]) for t in range(len(x))])
                          for k, r in built.items()}
             choice = "searched"
-            for k in ("wush", "identity", "hadamard", "random"):
+            for k in ("wush", "identity", "hadamard", "random", "shrunk"):
                 if clearly_better(per_token[k], per_token["searched"]) and \
                         per_token[k].mean() < per_token[choice].mean():
                     choice = k

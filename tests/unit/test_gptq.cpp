@@ -333,7 +333,8 @@ TEST(Gptq, TransformDtypeRoundsTheStoredTransform) {
 
 // The inverse Hessian factor computed once and shared (as the search's guard shares it between its
 // builds) gives every transform kind the very layer quantize() computes alone — also when the
-// damping had to be escalated — and a factor of another damping or layer is refused.
+// damping had to be escalated, or the transform is damped apart from the Hessian — and a factor of
+// another damping or layer is refused.
 TEST(Gptq, SharedInverseHessianGivesTheSameLayerBitForBit) {
     const std::size_t d_out = 24, d_in = 128, n = 384;
     const std::vector<float> x = correlated_activations(n, d_in, 51);
@@ -366,8 +367,25 @@ TEST(Gptq, SharedInverseHessianGivesTheSameLayerBitForBit) {
     EXPECT_GT(escalated.lambda, 0.0);
     EXPECT_TRUE(
         same(gptq::quantize(undamped, mx, few, escalated, w, d_out), gptq::quantize(undamped, mx, few, w, d_out)));
+    // The transform damped apart from the Hessian (the guard's shrunk candidate): the factor of
+    // the Hessian's damping gives the same layer, and that layer is neither the all-0.01 nor the
+    // all-1 one.
+    TransformOptions split{TransformKind::WUSH, 1.0, 5};
+    split.hessian_damping = 0.01;
+    const gptq::Result apart = gptq::quantize(split, mx, cal, w, d_out);
+    EXPECT_TRUE(same(gptq::quantize(split, mx, cal, inv, w, d_out), apart));
+    EXPECT_EQ(apart.damping_used, inv.lambda);
+    EXPECT_EQ(apart.transform.damping(), 1.0);
+    const auto codes_differ = [](const gptq::Result& a, const gptq::Result& b) {
+        const auto p = a.weights.codes.span(), q = b.weights.codes.span();
+        return !std::equal(p.begin(), p.end(), q.begin(), q.end());
+    };
+    EXPECT_TRUE(codes_differ(apart, gptq::quantize({TransformKind::WUSH, 1.0, 5}, mx, cal, w, d_out)));
+    EXPECT_TRUE(codes_differ(apart, gptq::quantize({TransformKind::WUSH, 0.01, 5}, mx, cal, w, d_out)));
     // Another damping, or another layer's factor: refused.
     EXPECT_THROW(gptq::quantize({TransformKind::WUSH, 0.02, 5}, mx, cal, inv, w, d_out), Error);
+    split.hessian_damping = 0.02;
+    EXPECT_THROW(gptq::quantize(split, mx, cal, inv, w, d_out), Error);
     const Calibrator narrow = full_calibrator(x, n, d_in / 2, mx.group);
     EXPECT_THROW(
         gptq::quantize({TransformKind::WUSH, 0.01, 5}, mx, narrow, inv, std::span(w).first(d_out * d_in / 2), d_out),

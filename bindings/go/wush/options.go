@@ -26,6 +26,7 @@ const (
 	OptionSearch         Option = C.WUSH_OPTION_SEARCH
 	OptionSearchTokens   Option = C.WUSH_OPTION_SEARCH_TOKENS
 	OptionSearchGuard    Option = C.WUSH_OPTION_SEARCH_GUARD
+	OptionHessianDamping Option = C.WUSH_OPTION_HESSIAN_DAMPING
 )
 
 // Options is a wush_options: builder settings. Concurrent reads are safe; Set* need exclusion.

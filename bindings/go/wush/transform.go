@@ -234,10 +234,12 @@ const (
 	GuardIdentity GuardCandidate = C.WUSH_GUARD_IDENTITY
 	GuardHadamard GuardCandidate = C.WUSH_GUARD_HADAMARD
 	GuardRandom   GuardCandidate = C.WUSH_GUARD_RANDOM
+	// GuardShrunk: the kind asked for without the search, its moments shrunk (damping max(lambda, 1)).
+	GuardShrunk GuardCandidate = C.WUSH_GUARD_SHRUNK
 )
 
-// GuardCandidates lists every candidate in the header's order (C values 0..4).
-var GuardCandidates = [...]GuardCandidate{GuardSearched, GuardPlain, GuardIdentity, GuardHadamard, GuardRandom}
+// GuardCandidates lists every candidate in the header's order (C values 0..5).
+var GuardCandidates = [...]GuardCandidate{GuardSearched, GuardPlain, GuardIdentity, GuardHadamard, GuardRandom, GuardShrunk}
 
 // GuardScore is one candidate's score in the guard's decision (wush_transform_guard_candidate).
 type GuardScore struct {

@@ -1090,13 +1090,20 @@ func quantizeLayer(t *testing.T, ctx *Context, c *Calibrator, kind TransformKind
 	return builtLayer{tr, q}
 }
 
-// guardCandidates: the five candidates in GuardCandidates' order, built separately without any
-// guard: the searched WUSH layer (default hold-out off, no validation tokens), plain WUSH, I, H, R.
+// guardCandidates: the six candidates in GuardCandidates' order, built separately without any
+// guard: the searched WUSH layer (default hold-out off, no validation tokens), plain WUSH, I, H, R,
+// and plain WUSH with the shrunk moments as the header defines them (damping max(0.01, 1), the
+// Hessian's 0.01).
 func guardCandidates(t *testing.T, ctx *Context, c *Calibrator, w []float32) []builtLayer {
 	off := searchedOptions(t, 0)
+	shrunk, err := NewOptions()
+	must(t, err)
+	t.Cleanup(shrunk.Close)
+	must(t, shrunk.SetDouble(OptionHessianDamping, 0.01))
+	must(t, shrunk.SetDouble(OptionDamping, 1.0))
 	out := []builtLayer{quantizeLayer(t, ctx, c, WUSH, w, off), quantizeLayer(t, ctx, c, WUSH, w, nil),
 		quantizeLayer(t, ctx, c, Identity, w, nil), quantizeLayer(t, ctx, c, Hadamard, w, nil),
-		quantizeLayer(t, ctx, c, Random, w, nil)}
+		quantizeLayer(t, ctx, c, Random, w, nil), quantizeLayer(t, ctx, c, WUSH, w, shrunk)}
 	for i, b := range out {
 		if r, err := b.t.Guard(); err != nil || r != nil {
 			t.Fatalf("candidate %d built without a guard reports %+v, %v", i, r, err)
@@ -1170,7 +1177,7 @@ func checkGuarded(t *testing.T, ctx *Context, got builtLayer, cand []builtLayer,
 	if r == nil {
 		t.Fatal("a searched layer with held-out tokens reports no guard")
 	}
-	if r.Source != source || r.NTokens != n || r.Kept != GuardCandidates[chosen] || len(r.Candidates) != 5 {
+	if r.Source != source || r.NTokens != n || r.Kept != GuardCandidates[chosen] || len(r.Candidates) != 6 {
 		t.Fatalf("report %+v; want source %d, %d tokens, kept %d (the rule)", r, source, n, chosen)
 	}
 	for i, c := range GuardCandidates {

@@ -12,7 +12,8 @@ c_enum! {
     /// Option ids of [`Options`] (`wush_option`).
     OptionId { Damping = sys::WUSH_OPTION_DAMPING, Seed = sys::WUSH_OPTION_SEED,
                TransformDtype = sys::WUSH_OPTION_TRANSFORM_DTYPE, Search = sys::WUSH_OPTION_SEARCH,
-               SearchTokens = sys::WUSH_OPTION_SEARCH_TOKENS, SearchGuard = sys::WUSH_OPTION_SEARCH_GUARD }
+               SearchTokens = sys::WUSH_OPTION_SEARCH_TOKENS, SearchGuard = sys::WUSH_OPTION_SEARCH_GUARD,
+               HessianDamping = sys::WUSH_OPTION_HESSIAN_DAMPING }
 }
 
 type ProgressFn = dyn Fn(f64) -> bool + Send + Sync;

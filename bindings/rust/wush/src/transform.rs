@@ -36,13 +36,15 @@ c_enum! {
         Identity = sys::WUSH_GUARD_IDENTITY,
         Hadamard = sys::WUSH_GUARD_HADAMARD,
         Random = sys::WUSH_GUARD_RANDOM,
+        /// The kind asked for without the search, its moments shrunk (damping max(lambda, 1)).
+        Shrunk = sys::WUSH_GUARD_SHRUNK,
     }
 }
 
 impl GuardCandidate {
-    /// Every candidate, in the header's order (its C values 0..=4).
-    pub const ALL: [GuardCandidate; 5] = [GuardCandidate::Searched, GuardCandidate::Plain, GuardCandidate::Identity,
-                                          GuardCandidate::Hadamard, GuardCandidate::Random];
+    /// Every candidate, in the header's order (its C values 0..=5).
+    pub const ALL: [GuardCandidate; 6] = [GuardCandidate::Searched, GuardCandidate::Plain, GuardCandidate::Identity,
+                                          GuardCandidate::Hadamard, GuardCandidate::Random, GuardCandidate::Shrunk];
 }
 
 impl TransformKind {

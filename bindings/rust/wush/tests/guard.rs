@@ -163,14 +163,19 @@ fn searched_options(guard: i64) -> Options {
     o
 }
 
-/// The five candidates in GuardCandidate order, built separately without any guard: the searched
-/// WUSH layer (default hold-out off, no validation tokens), plain WUSH, and I, H, R (same
-/// method, default seed: the library refuses a search of the data-free kinds).
+/// The six candidates in GuardCandidate order, built separately without any guard: the searched
+/// WUSH layer (default hold-out off, no validation tokens), plain WUSH, I, H, R (same method,
+/// default seed: the library refuses a search of the data-free kinds), and plain WUSH with the
+/// shrunk moments as the header defines them (damping max(0.01, 1), the Hessian's 0.01).
 fn candidates(ctx: &Context, cal: &Calibrator, w: &[f32]) -> Vec<(Transform, QWeight)> {
     let lq = |kind, o: Option<&Options>| layer_quantize(ctx, cal, kind, Format::Mxfp4, Method::Rtn, w, D_OUT, o).unwrap();
     let off = searched_options(0);
+    let mut shrunk = Options::new().unwrap();
+    shrunk.set_double(OptionId::HessianDamping, 0.01).unwrap();
+    shrunk.set_double(OptionId::Damping, 1.0).unwrap();
     let out = vec![lq(TransformKind::Wush, Some(&off)), lq(TransformKind::Wush, None), lq(TransformKind::Identity, None),
-                   lq(TransformKind::Hadamard, None), lq(TransformKind::Random, None)];
+                   lq(TransformKind::Hadamard, None), lq(TransformKind::Random, None),
+                   lq(TransformKind::Wush, Some(&shrunk))];
     for (t, _) in &out {
         assert!(t.guard().unwrap().is_none(), "a candidate built without a guard reports one");
     }
@@ -222,7 +227,7 @@ fn check_guarded(ctx: &Context, got: &(Transform, QWeight), cand: &[(Transform, 
     assert_eq!(report.n_tokens, n);
     assert_eq!(report.kept, GuardCandidate::ALL[chosen], "kept {:?}, the rule says {:?}", report.kept,
                GuardCandidate::ALL[chosen]);
-    assert_eq!(report.candidates.len(), 5);
+    assert_eq!(report.candidates.len(), 6);
     for (i, c) in GuardCandidate::ALL.into_iter().enumerate() {
         let s = report.candidate(c);
         assert_eq!(s.candidate, c);
