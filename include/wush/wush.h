@@ -541,7 +541,7 @@ typedef enum wush_option {
      * wush_options_sample_size(). 0 turns
      * the default guard off (validation tokens, when given, are still used, by the same rule).
      * The layer losses compared are over a fixed subset of the output rows when the layer has
-     * 2048 or more (k = d_out / 1024; rows i * k + i % k for i < d_out / k, about 1024 of them),
+     * 2048 or more (k = d_out / 512; rows i * k + i % k for i < d_out / k, about 512 of them),
      * else over every row; the kept layer is returned whole. It costs six held-out layer losses
      * and the alternatives' builds (RTN: the plain transform comes with the search, and the
      * alternatives' weights are quantized on the scored rows, on every row only when kept;

@@ -339,7 +339,7 @@ std::vector<bool> guard_sequence_split(std::span<const std::uint32_t> ids, std::
 
 std::vector<std::size_t> guard_rows(std::size_t d_out) {
     const std::size_t k = d_out / kGuardRowsTarget;
-    if (k < 2) {
+    if (d_out < kGuardAllRowsBelow || k < 2) {
         std::vector<std::size_t> all(d_out);
         std::iota(all.begin(), all.end(), std::size_t(0));
         return all;

@@ -87,13 +87,15 @@ std::vector<bool> guard_sequence_split(std::span<const std::uint32_t> ids, std::
 inline constexpr std::size_t kGuardMinTokens = 32;
 
 // The output rows whose held-out loss the guard compares: every row of a layer with fewer than
-// 2 * kGuardRowsTarget outputs; otherwise about kGuardRowsTarget of them, one from each run of
+// kGuardAllRowsBelow outputs; otherwise about kGuardRowsTarget of them, one from each run of
 // k = d_out / kGuardRowsTarget consecutive rows, at offset i % k in the i-th run (so every
 // residue mod k is scored, and rows interleaved with a period dividing k are all represented):
 // rows i * k + i % k for i < d_out / k. The loss is a mean over outputs; a fixed subset of them
-// estimates it, at a fraction of the cost of the full products. Each candidate is scored on the
-// same rows, and the kept layer is returned whole.
-inline constexpr std::size_t kGuardRowsTarget = 1024;
+// estimates it, at a fraction of the cost of the full products (each candidate's weights are
+// quantized and scored on these rows only). Each candidate is scored on the same rows, so the
+// paired differences compare like with like, and the kept layer is returned whole.
+inline constexpr std::size_t kGuardAllRowsBelow = 2048;
+inline constexpr std::size_t kGuardRowsTarget = 512;
 std::vector<std::size_t> guard_rows(std::size_t d_out);
 
 // The transform `options` describe (kind, damping, seed, storage, search) for `format`, and the

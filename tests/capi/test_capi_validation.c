@@ -837,7 +837,7 @@ static int same_rows(const wush_qweight* whole, const wush_qweight* sub, const s
 }
 
 /* A wide layer (d_out >= 2048): the guard scores a fixed subset of output rows, rows
- * i * k + i % k for i < d_out / k with k = d_out / 1024 (wush.h, WUSH_OPTION_SEARCH_GUARD),
+ * i * k + i % k for i < d_out / k with k = d_out / 512 (wush.h, WUSH_OPTION_SEARCH_GUARD),
  * written again here. Validation tokens from shifted documents make a data-free candidate win,
  * so the rebuild of a kept alternative on every row is checked too.
  * RTN: each reported loss is wush_layer_loss of the separately built candidate's transform on
@@ -853,7 +853,7 @@ static void test_guard_wide_layer(wush_context* ctx, wush_format f, wush_method 
                                                              WUSH_TRANSFORM_IDENTITY, WUSH_TRANSFORM_HADAMARD,
                                                              WUSH_TRANSFORM_RANDOM,   WUSH_TRANSFORM_WUSH};
     const wush_moment_mode mode = m == WUSH_METHOD_GPTQ ? WUSH_MOMENTS_FULL : WUSH_MOMENTS_BLOCK_DIAGONAL;
-    const size_t k = WIDE / 1024, n_rows = WIDE / k;
+    const size_t k = WIDE / 512, n_rows = WIDE / k;
     float* w = malloc(sizeof(float) * WIDE * D_IN);
     float* rows = malloc(sizeof(float) * n_rows * D_IN);
     size_t* index = malloc(sizeof(size_t) * n_rows);
