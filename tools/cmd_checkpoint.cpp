@@ -146,14 +146,15 @@ bool write_guard_json(const std::string& path, const std::vector<GuardLine>& lin
 
 int cmd_quantize(int argc, char** argv) {
     cli::Args a(argc, argv, {"--no-search-guard"},
-                {"--weights", "--activations", "--format", "--transform", "--method", "--out", "--damping", "--seed",
-                 "--transform-dtype", "--threads", "--search-tokens", "--validation-tokens", "--guard-json",
-                 "--sequence-length", "--documents"});
+                {"--weights", "--activations", "--format", "--transform", "--method", "--out", "--damping",
+                 "--hessian-damping", "--seed", "--transform-dtype", "--threads", "--search-tokens",
+                 "--validation-tokens", "--guard-json", "--sequence-length", "--documents"});
     const std::size_t seed = a.get_size("--seed", 1, 0, cli::kMaxSeed), threads = a.get_size("--threads", 0);
     const std::size_t n_search = a.get_size("--search-tokens", cli::kSearchTokens);
     const std::size_t n_val = a.get_size("--validation-tokens", 0);
     const cli::CalibrationMarks marks = cli::calibration_marks(a);
     const double damping = a.get_double("--damping", 0.0);
+    const double hessian_damping = a.get_double("--hessian-damping", 0.0);
     const std::string method_name = a.get_choice("--method", "rtn", {"rtn", "gptq"});
     const std::string dtype_name = a.get_choice("--transform-dtype", "f32", {"f32", "bf16", "f16"});
     for (const char* required : {"--weights", "--activations", "--format", "--transform", "--out"})
@@ -203,6 +204,8 @@ int cmd_quantize(int argc, char** argv) {
     if (st == WUSH_OK) st = wush_options_set_int(opts.p, WUSH_OPTION_SEED, int64_t(seed));
     if (st == WUSH_OK) st = wush_options_set_int(opts.p, WUSH_OPTION_TRANSFORM_DTYPE, tdtype);
     if (st == WUSH_OK && a.has("--damping")) st = wush_options_set_double(opts.p, WUSH_OPTION_DAMPING, damping);
+    if (st == WUSH_OK && a.has("--hessian-damping"))
+        st = wush_options_set_double(opts.p, WUSH_OPTION_HESSIAN_DAMPING, hessian_damping);
     if (st == WUSH_OK && search) st = wush_options_set_int(opts.p, WUSH_OPTION_SEARCH, 1);
     if (st == WUSH_OK && a.has("--no-search-guard")) st = wush_options_set_int(opts.p, WUSH_OPTION_SEARCH_GUARD, 0);
     if (st == WUSH_OK && search) st = wush_options_set_int(opts.p, WUSH_OPTION_SEARCH_TOKENS, int64_t(n_search));

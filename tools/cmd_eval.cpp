@@ -238,8 +238,8 @@ int parse_plan(cli::Args& a, Plan* plan) {
 int cmd_eval(int argc, char** argv) {
     cli::Args a(argc, argv, {"--json", "--runtime", "--no-search-guard"},
                 {"--layers", "--seed", "--calib-tokens", "--heldout-tokens", "--validation-tokens", "--weights",
-                 "--activations", "--format", "--transform", "--method", "--damping", "--threads", "--checkpoint",
-                 "--search-tokens", "--sequence-length", "--documents"});
+                 "--activations", "--format", "--transform", "--method", "--damping", "--hessian-damping", "--threads",
+                 "--checkpoint", "--search-tokens", "--sequence-length", "--documents"});
     const std::size_t seed = a.get_size("--seed", 1, 0, cli::kMaxSeed);
     const std::size_t n_cal = a.get_size("--calib-tokens", 2048);
     const std::size_t n_held = a.get_size("--heldout-tokens", a.has("--weights") ? 0 : 256);
@@ -247,6 +247,7 @@ int cmd_eval(int argc, char** argv) {
     const std::size_t n_search = a.get_size("--search-tokens", cli::kSearchTokens);
     const std::size_t threads = a.get_size("--threads", 0);
     const double damping = a.get_double("--damping", 0.0);
+    const double hessian_damping = a.get_double("--hessian-damping", 0.0);
     if (!a.ok() || a.has("--weights") != a.has("--activations")) {
         std::fprintf(stderr, "wush eval: %s\n", a.ok() ? "--weights and --activations go together" : a.error().c_str());
         return 2;
@@ -278,9 +279,13 @@ int cmd_eval(int argc, char** argv) {
     if (st == WUSH_OK) st = wush_options_create(&opts.p);
     if (st == WUSH_OK) st = wush_options_set_int(opts.p, WUSH_OPTION_SEED, int64_t(seed));
     if (st == WUSH_OK && a.has("--damping")) st = wush_options_set_double(opts.p, WUSH_OPTION_DAMPING, damping);
+    if (st == WUSH_OK && a.has("--hessian-damping"))
+        st = wush_options_set_double(opts.p, WUSH_OPTION_HESSIAN_DAMPING, hessian_damping);
     if (st == WUSH_OK) st = wush_options_create(&search_opts.p);
     if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEED, int64_t(seed));
     if (st == WUSH_OK && a.has("--damping")) st = wush_options_set_double(search_opts.p, WUSH_OPTION_DAMPING, damping);
+    if (st == WUSH_OK && a.has("--hessian-damping"))
+        st = wush_options_set_double(search_opts.p, WUSH_OPTION_HESSIAN_DAMPING, hessian_damping);
     if (st == WUSH_OK) st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEARCH, 1);
     if (st == WUSH_OK && a.has("--no-search-guard"))
         st = wush_options_set_int(search_opts.p, WUSH_OPTION_SEARCH_GUARD, 0);

@@ -92,6 +92,25 @@ else:
 for bad in ("abc", "0.1x", "", "nan", "1e999"):
     rc, out, err, _ = run("eval", "--layers", "small_256x512", "--damping", bad)
     check(rc == 2 and "--damping" in err, f"--damping {bad!r}: rc {rc}, {err!r}")
+    rc, out, err, _ = run("eval", "--layers", "small_256x512", "--hessian-damping", bad)
+    check(rc == 2 and "--hessian-damping" in err, f"--hessian-damping {bad!r}: rc {rc}, {err!r}")
+rc, out, err, _ = run("eval", "--layers", "small_256x512", "--hessian-damping", "-1")
+check(rc != 0 and "WUSH_OPTION_HESSIAN_DAMPING" in err, f"--hessian-damping -1: rc {rc}, {err!r}")
+
+
+# --hessian-damping reaches GPTQ's Hessian only: the default is --damping's value (the same
+# losses), another value changes GPTQ's loss and leaves RTN's.
+def eval_losses(*extra):
+    rc, out, err, _ = run("eval", "--layers", "small_256x512", "--format", "mxfp4", "--transform", "wush",
+                          "--method", "all", "--json", *extra)
+    check(rc == 0, f"eval {extra}: rc {rc}, {err!r}")
+    return {r["method"]: r["loss"] for r in json.loads(out)["results"]} if rc == 0 else {}
+
+
+plain, same, apart = eval_losses(), eval_losses("--hessian-damping", "0.01"), eval_losses("--hessian-damping", "1")
+check(plain and plain == same, f"--hessian-damping 0.01 (the default) changed the losses: {plain} vs {same}")
+check(plain and apart and apart["rtn"] == plain["rtn"] and apart["gptq"] != plain["gptq"],
+      f"--hessian-damping 1: {plain} vs {apart}")
 
 # One strict parser: a usage error exits 2 and names the option and the value.
 usage_errors = [
