@@ -357,7 +357,7 @@ class QuantizationResult:
 
     def guard_table(self) -> str:
         """The per-layer guard decisions as a text table (one line per guarded layer)."""
-        names = ("searched", "plain", "identity", "hadamard", "random")
+        names = ("searched", "plain", "identity", "hadamard", "random", "shrunk")
         lines = [f"{'layer':40s} {'source':10s} {'tokens':>6s} {'kept':9s} " +
                  " ".join(f"{n:>10s}" for n in names) + f" {'diff/se':>8s}"]
         for layer, g in self.guard.items():

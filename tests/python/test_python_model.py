@@ -317,6 +317,10 @@ class ModelFlow(unittest.TestCase):
             line = [ln for ln in guarded.guard_table().splitlines() if ln.startswith(n + " ")]
             self.assertEqual(len(line), 1, n)
             self.assertEqual(line[0].split()[1:4], ["validation", str(len(x)), rep["kept"]], n)
+            # Every candidate's loss (six) and the margin, in the header's order.
+            self.assertEqual([float(v) for v in line[0].split()[4:10]],
+                             [float(f"{rep['candidates'][k]['loss']:10.4e}")
+                              for k in ("searched", "plain", "identity", "hadamard", "random", "shrunk")], n)
             fallbacks += choice != "searched"
             searched_changed += per_token["searched"].mean() != per_token["wush"].mean()
         print(f"search + guard: {fallbacks} of {len(names)} layers fell back, the search changed {searched_changed}")
