@@ -7,8 +7,8 @@
 //             calibrator's token sample of 256 tokens (the default WUSH_OPTION_SEARCH_TOKENS);
 //   "guard"   wush+s with the default guard: the calibrator keeps 512 tokens
 //             (wush_options_sample_size()), the search scores the even 256, and the searched layer
-//             competes with plain WUSH, I, H and R on the odd 256 (five layer losses, on the
-//             guard's 512 scored output rows of the 4096);
+//             competes with plain WUSH, shrunk WUSH, I, H and R on the odd 256 (six layer
+//             losses, on the guard's 512 scored output rows of the 4096);
 //   "guard_seq" the same with the calibration tokens added as 32 sequences of 128
 //             (wush_calibrator_add_sequences): the guard holds out whole sequences of the sample;
 //   "guard_doc" the same with the calibration tokens added as 8 documents of 512

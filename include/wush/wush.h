@@ -529,9 +529,8 @@ typedef enum wush_option {
      * layer competes on the held-out half with plain WUSH (Algorithm 1, unsearched), plain WUSH
      * with both moments shrunk halfway to isotropic (damping max(WUSH_OPTION_DAMPING, 1):
      * M + tr(M)/G I, which can hold on text unlike the calibration text where the default damping
-     * over-fits;
-     * WUSH_GUARD_SHRUNK) and the identity, Hadamard and random layers built by the same method. An alternative replaces it
-     * only when its layer loss there is below 0.99 times the searched layer's and lower by more
+     * over-fits; WUSH_GUARD_SHRUNK) and the identity, Hadamard and random layers built by the
+     * same method. An alternative replaces it only when its layer loss there is below 0.99 times the searched layer's and lower by more
      * than two standard errors of the per-token differences (or, under the sequence hold-out with
      * at least 8 held-out sequences, of the per-sequence sums of those differences, which a few
      * heavy tokens per sequence do not swamp), so noise keeps the searched layer;
@@ -545,9 +544,9 @@ typedef enum wush_option {
      * else over every row; the kept layer is returned whole. It costs six held-out layer losses
      * and the alternatives' builds (RTN: the plain transform comes with the search, and the
      * alternatives' weights are quantized on the scored rows, on every row only when kept;
-     * GPTQ: plain and shrunk GPTQ-WUSH built whole, I, H and R built on the scored rows, all sharing one
-     * inverse Hessian factor, so the O(d_in^3) factorization is paid once); build times:
-     * docs/PERFORMANCE.md.
+     * GPTQ: plain and shrunk GPTQ-WUSH built whole, I, H and R built on the scored rows, all
+     * sharing one inverse Hessian factor, so the O(d_in^3) factorization is paid once); build
+     * times: docs/PERFORMANCE.md.
      * wush_transform_guard() reports what it compared and kept. The plain `wush` transform (no
      * search) is Algorithm 1 and never guarded. */
     WUSH_OPTION_SEARCH_GUARD = 5,

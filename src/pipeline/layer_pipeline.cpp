@@ -394,7 +394,7 @@ QuantizedLayer guarded_layer(const TransformOptions& options, const formats::For
     if (cross_fitted)
         fitted =
             cross_fit(options, alts, format, method, calibration, w, d_out, progress, tokens, rows, weight_moments);
-    std::vector<double>* moments = method == Method::Rtn && !weight_moments.empty() ? &weight_moments : nullptr;
+    std::vector<double>* moments = weight_moments.empty() ? nullptr : &weight_moments;  // RTN's builds fill it
     std::vector<Candidate> all;
     all.reserve(kGuardCandidates);
     all.push_back(cross_fitted ? std::move(*fitted[0]) : candidate(std::move(*searched), format, rows));

@@ -103,8 +103,9 @@ std::vector<std::size_t> guard_rows(std::size_t d_out);
 // ignore the calibrator's statistics and the search settings); then the search's per-layer
 // guard, when `options` searches a data-aware kind:
 // the searched layer competes with plain (unsearched) WUS/WUSH, the same with shrunk moments,
-// and the data-free I, H and R layers built by the same method, scored on held-out tokens: the calibrator's validation tokens
-// (documents the calibration did not see) when it holds some, else, by default, half of its
+// and the data-free I, H and R layers built by the same method, scored on held-out tokens: the
+// calibrator's validation tokens (documents the calibration did not see) when it holds some,
+// else, by default, half of its
 // token sample, which the search then does not see. The search's own scores come from the tokens
 // it fits and cannot see a transform that fits them but not others; a whole-layer loss on other
 // tokens can. An alternative replaces the searched layer only when its mean loss is lower by more
