@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
@@ -300,13 +300,15 @@ def sentence_embeddings(model, windows: "torch.Tensor", batch: int = 4) -> Tuple
 
 
 def model_level(model, cal: "torch.Tensor", held: "torch.Tensor", layers: str, model_dir: pathlib.Path,
-                workdir: pathlib.Path, formats: List[str] = MODEL_FORMATS, transforms: List[str] = ()) -> List[dict]:
+                workdir: pathlib.Path, formats: List[str] = MODEL_FORMATS, transforms: List[str] = (),
+                window_documents: Optional[List[int]] = None, seed: Optional[int] = None) -> List[dict]:
     """Per format and transform (those of `transforms` only, if given): quantize a copy of the
     model (wush.torch.quantize_model, RTN, calibrated on `cal`'s windows), write it
     (save_quantized) and load it back as a user would (wush.load_quantized: the quantized layers
     on the library's runtime), run it on `held`'s windows and compare with the unquantized model:
     sentence-embedding cosine (mean, its standard error over the windows, worst) and the last
-    hidden states' per-token cosine (mean). For wush+s also the guard's choices per layer."""
+    hidden states' per-token cosine (mean). For wush+s also the guard's choices per layer; with
+    `window_documents` (each calibration window's document id) its guard holds out documents."""
     import copy
     import numpy as np
     import torch
@@ -315,13 +317,15 @@ def model_level(model, cal: "torch.Tensor", held: "torch.Tensor", layers: str, m
     ref_emb, ref_states = sentence_embeddings(model, held)
     batches = [{"input_ids": cal[i:i + 4], "attention_mask": torch.ones_like(cal[i:i + 4])}
                for i in range(0, len(cal), 4)]
+    docs = ([window_documents[i:i + 4] for i in range(0, len(cal), 4)] if window_documents is not None else None)
     rows = []
     for fmt in formats:
         for name, kind, search in MODEL_TRANSFORMS:
             if transforms and name not in transforms:
                 continue
             m = copy.deepcopy(model)
-            res = quantize_model(m, batches, format=fmt, transform=kind, method="rtn", layers=layers, search=search)
+            res = quantize_model(m, batches, format=fmt, transform=kind, method="rtn", layers=layers, search=search,
+                                 documents=docs if search else None, seed=seed)
             out = workdir / f"q-{fmt}-{name}"
             save_quantized(m, res, str(out), model_dir=str(model_dir))
             del m
@@ -400,6 +404,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model-formats", default=",".join(MODEL_FORMATS), help="the model-level table's formats")
     p.add_argument("--model-transforms", default=",".join(t[0] for t in MODEL_TRANSFORMS),
                    help="the model-level table's transforms (of " + ",".join(t[0] for t in MODEL_TRANSFORMS) + ")")
+    p.add_argument("--model-hold-out", choices=["sequences", "windows", "documents"], default="sequences",
+                   help="wush+s in the model-level table: what its guard holds out: calibration windows as "
+                        "sequences (quantize_model's default), each window as a document of its own, or the "
+                        "windows' documents (under --calib-layout documents): quantize_model(documents=)")
+    p.add_argument("--model-seed", type=int, default=None,
+                   help="the model-level quantization's seed (WUSH_OPTION_SEED: R's rotation, the guard's "
+                        "held-out half; default: the library's)")
     p.add_argument("--no-layerwise", action="store_true", help="skip `wush eval` (the layerwise table)")
     p.add_argument("--hold-out", choices=["documents", "windows", "tokens"], default="documents",
                    help="what `wush eval` is told of the calibration text, and so what the wush+s guard holds "
@@ -445,6 +456,21 @@ def prepare(args: argparse.Namespace, workdir: pathlib.Path):
     return model, acts
 
 
+def window_documents(args) -> Optional[List[int]]:
+    """Each calibration window's document id under --model-hold-out (None: sequences)."""
+    n = len(args.windows["calibration"])
+    if args.model_hold_out == "windows":
+        return list(range(n))
+    if args.model_hold_out == "documents":
+        if not args.documents:
+            raise SystemExit("--model-hold-out documents needs --calib-layout documents")
+        ids = [d for d, length in enumerate(args.documents) for _ in range(length // args.seq_len)]
+        if len(ids) != n:
+            raise SystemExit(f"the documents' windows ({len(ids)}) are not the calibration windows ({n})")
+        return ids
+    return None
+
+
 def main() -> int:
     args = parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -460,7 +486,8 @@ def main() -> int:
                                args.documents if args.hold_out == "documents" else [])
         model_rows = [] if args.no_model_level else model_level(
             model, args.windows["calibration"], args.windows["heldout"], args.layers, workdir / "model", workdir,
-            [f for f in args.model_formats.split(",") if f], [t for t in args.model_transforms.split(",") if t])
+            [f for f in args.model_formats.split(",") if f], [t for t in args.model_transforms.split(",") if t],
+            window_documents(args), args.model_seed)
         if args.keep:
             (outdir / "results.json").write_text(json.dumps({"results": results, "model_level": model_rows}, indent=1))
     layout = (f"{len(args.documents)} documents" if args.documents else args.calib_layout)

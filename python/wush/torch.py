@@ -15,7 +15,7 @@ import re
 import shutil
 import tempfile
 import threading
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -122,6 +122,11 @@ class HookCalibration:
     sentence batches of an encoder) adds only the rows of real tokens: a padded position's
     activations reach no real token's output, and in a batch of sentences of unequal lengths
     they can be half of the rows, which would then weigh as much as the text in the moments.
+
+    Each sequence (a row of a batch x seq input; a 2-D input is one) is added as a sequence; while
+    ``documents`` holds this batch's document ids (one per sequence), as part of that document
+    (``Calibrator.add(document=)``): the search's guard then holds out whole documents and scores
+    the WUSH layers fit without them (a cross-fit).
     """
 
     def __init__(self, model: nn.Module, layers: Dict[str, nn.Module], group_size: int,
@@ -129,6 +134,7 @@ class HookCalibration:
                  calibrator_args: Optional[Dict[str, int]] = None):
         self.model, self.layers, self.group_size, self.mode = model, layers, group_size, mode
         self.share_inputs = share_inputs
+        self.documents: Optional[Sequence[int]] = None  # this batch's document id per sequence
         self.calibrator_args = calibrator_args or {}
         self.validation = False
         self.calibrators: Dict[str, Calibrator] = {}
@@ -159,9 +165,24 @@ class HookCalibration:
         elif padded:  # each sentence's real tokens: one sequence of its own length
             for b, n in enumerate(mask.sum(dim=1).tolist()):
                 if n:
-                    cal.add(x[b][mask[b].to(x.device)], sequence_length=n)
+                    self._add_sequence(cal, x[b][mask[b].to(x.device)], b)
+        elif x.dim() == 3 and self.documents is not None:
+            for b in range(x.shape[0]):
+                self._add_sequence(cal, x[b], b)
+        elif self.documents is not None:
+            self._add_sequence(cal, x.reshape(-1, d_in), 0)
         else:
             cal.add(x.reshape(-1, d_in), sequence_length=x.shape[1] if x.dim() == 3 and x.shape[1] > 0 else None)
+
+    def _add_sequence(self, cal: Calibrator, rows: torch.Tensor, b: int) -> None:
+        """Adds one sequence's rows (row ``b`` of this pass's batch): as part of its document, or
+        as a sequence."""
+        if self.documents is not None:
+            if b >= len(self.documents):
+                raise ValueError(f"a calibration batch has more sequences than its {len(self.documents)} document ids")
+            cal.add(rows, document=int(self.documents[b]))
+        else:
+            cal.add(rows, sequence_length=rows.shape[0])
 
     def _hook(self, name: str) -> Any:
         def hook(module: nn.Module, inputs: Tuple) -> None:
@@ -383,14 +404,17 @@ class QuantizationResult:
         return ck
 
 
-def _run_all(model: nn.Module, batches: List, stop_at: Optional[nn.Module] = None) -> None:
-    """Runs every batch; with ``stop_at``, each forward pass ends after that module (the hooks
-    before it have seen their inputs)."""
+def _run_all(model: nn.Module, batches: List, stop_at: Optional[nn.Module] = None,
+             before: Optional[Callable[[int], None]] = None) -> None:
+    """Runs every batch (``before(i)`` first, if given); with ``stop_at``, each forward pass ends
+    after that module (the hooks before it have seen their inputs)."""
     def raise_stop(*_: Any) -> None:
         raise _Stop()
     stop = stop_at.register_forward_hook(raise_stop) if stop_at is not None else None
     try:
-        for b in batches:
+        for i, b in enumerate(batches):
+            if before is not None:
+                before(i)
             try:
                 _run(model, b)
             except _Stop:
@@ -404,7 +428,9 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
                    method: str = "rtn", layers: Optional[str] = None, damping: Optional[float] = None,
                    share_inputs: bool = True, progress: bool = False, search: bool = False,
                    search_tokens: int = 1024, validation_batches: Optional[Iterable] = None,
-                   validation_size: int = 4096, search_guard: bool = True) -> QuantizationResult:
+                   validation_size: int = 4096, search_guard: bool = True,
+                   documents: Optional[Iterable[Sequence[int]]] = None,
+                   seed: Optional[int] = None) -> QuantizationResult:
     """Quantizes the selected linear layers of ``model`` in place (each becomes a
     :class:`QuantizedLinear`) and returns the transforms and quantized weights.
 
@@ -424,7 +450,12 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
     WUSH and the I, H and R layers built the same way; an alternative wins only by a margin the
     sample supports (WUSH_OPTION_SEARCH_GUARD in wush.h). They run through the model like the
     calibration batches (with GPTQ, through the blocks already quantized). Without them the guard
-    holds out half of each layer's token sample (``search_guard=False``: no guard then).
+    holds out half of each layer's sampled sequences (each row of a batch; ``search_guard=False``:
+    no guard then), or with ``documents`` (per batch, the document id of each of its sequences, any
+    int in [0, 2**64): the windows of one text share one) half of the documents, and scores the
+    WUSH layers as fit without them (a cross-fit: held-out tokens that the moments contain cannot
+    show a layer that fits them only; wush_calibrator_add_document). ``seed`` (WUSH_OPTION_SEED;
+    the library's default if None) draws the random rotations and the guard's held-out half.
 
     Transforms are stored in bf16 (WUSH_OPTION_TRANSFORM_DTYPE) so the fp_quant export can
     represent them exactly.
@@ -437,7 +468,11 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
     _core.check_search(transform, search)
     if validation and not search:
         raise ValueError("validation_batches feed the search's guard: pass search=True")
-    opts = Options(damping=damping, transform_dtype="bf16", search=search or None,
+    doc_ids = [list(d) for d in documents] if documents is not None else None
+    if doc_ids is not None and len(doc_ids) != len(batches):
+        raise ValueError(f"documents has {len(doc_ids)} entries for {len(batches)} calibration batches: give one "
+                         f"list of document ids (one per sequence) per batch")
+    opts = Options(damping=damping, seed=seed, transform_dtype="bf16", search=search or None,
                    search_tokens=search_tokens if search else None, search_guard=search_guard if search else None)
     cal_args = {"sample_size": opts.sample_size()} if search else {}
     if validation:
@@ -447,7 +482,10 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
     g = _core.format_group_size(format)
 
     def collect(hc: HookCalibration, stop_at: Optional[nn.Module] = None) -> None:
-        _run_all(model, batches, stop_at)
+        def mark(i: int) -> None:
+            hc.documents = doc_ids[i] if doc_ids is not None else None
+        _run_all(model, batches, stop_at, mark)
+        hc.documents = None
         hc.validation = True
         _run_all(model, validation, stop_at)
 

@@ -337,6 +337,36 @@ class ModelFlow(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "search=True"):
             wt.quantize_model(base_model(), batches, validation_batches=val)
 
+    def test_documents_reach_the_guard(self):
+        """quantize_model(documents=...): the guard holds out whole documents (two here, each of
+        four windows: one held out), where without them it holds out windows; the moments, and so
+        the plain layers, are the same either way; ids that do not fit the batches are refused."""
+        from wush.__main__ import token_batches
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(MODEL, local_files_only=True)
+        batches = token_batches(tok, CALIB, 64, 8)  # two batches of four windows
+        self.assertEqual([len(b) for b in batches], [4, 4])
+        docs = [[7, 7, 7, 7], [2**64 - 1] * 4]
+
+        def flow(**kw):
+            return wt.quantize_model(base_model(), batches, format="mxfp4", method="rtn", transform="wush", **kw)
+        by_doc, by_window = flow(search=True, documents=docs), flow(search=True)
+        for n in by_doc.layers:
+            d, w = by_doc.guard[n], by_window.guard[n]
+            self.assertEqual((d["source"], d["n_sequences"], d["n_tokens"]), ("hold_out_documents", 1, 256), n)
+            self.assertEqual(w["source"], "hold_out_sequences", n)
+            self.assertGreater(w["n_sequences"], 1, n)
+        plain, plain_doc = flow(), flow(documents=docs)
+        for n, (t, q) in plain.layers.items():
+            t2, q2 = plain_doc.layers[n]
+            self.assertTrue(np.array_equal(t.matrices(), t2.matrices()), n)
+            for a, b in zip(q.data(), q2.data()):
+                self.assertTrue(np.array_equal(a, b), n)
+        with self.assertRaisesRegex(ValueError, "documents has 1 entries for 2 calibration batches"):
+            flow(search=True, documents=docs[:1])
+        with self.assertRaisesRegex(ValueError, "more sequences than its 3 document ids"):
+            flow(search=True, documents=[[1, 1, 1], [2, 2, 2, 2]])
+
     def test_calibration_memory_is_moments_only(self):
         from wush.__main__ import token_batches
         from transformers import AutoTokenizer
