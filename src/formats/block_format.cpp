@@ -7,9 +7,11 @@
 #include <vector>
 
 #include "common/checked_math.h"
+#include "common/cpu_isa.h"
 #include "common/dtype.h"
 #include "common/error.h"
 #include "formats/group_quantizer.h"
+#include "formats/quantize_rows_kernel.h"
 
 namespace wush::formats {
 
@@ -61,23 +63,74 @@ void quantize_groups(const FormatSpec& f, const float* x, std::size_t groups, st
         quantize_group(f.id, x + k * f.group, int(f.group), codes + k * f.group / 2, scales + k * f.scale_bytes);
 }
 
+// The AVX2 path of the E2M1 formats for one row of `groups` groups: the groups' magnitudes and
+// codes by the kernel, each scale by the float64 definition's own function (group_quantizer.h),
+// so the bytes are quantize_groups'. Per-thread buffers of a row's groups.
+class E2m1Rows {
+public:
+    explicit E2m1Rows(std::size_t groups) : amax_(groups), mul_(groups), div_(groups) {}
+
+    void quantize(const FormatSpec& f, const float* x, std::uint8_t* codes, std::uint8_t* scales) {
+        const int g = int(f.group);
+        const std::size_t groups = amax_.size();
+        avx2::group_amax(x, groups, g, amax_.data());
+        for (std::size_t k = 0; k < groups; ++k) {
+            const E2m1GroupScale s = f.id == WUSH_FORMAT_NVFP4
+                                         ? nvfp4_group_scale(double(amax_[k]))
+                                         : mx_group_scale(double(amax_[k]), f.id == WUSH_FORMAT_MXFP4_OCP);
+            scales[k] = s.scale;
+            mul_[k] = s.mul;
+            div_[k] = s.div;
+        }
+        avx2::encode_e2m1(x, groups, g, mul_.data(), div_.data(), f.id == WUSH_FORMAT_NVFP4, codes);
+    }
+
+private:
+    std::vector<float> amax_;
+    std::vector<double> mul_, div_;
+};
+
+// Whether quantize_rows takes the AVX2 path for `f` under `isa` (the E2M1 formats; INT4's scale
+// sums squares in an order its definition fixes, so it stays scalar).
+bool has_e2m1_kernel(const FormatSpec& f, Isa isa) {
+    return f.id != WUSH_FORMAT_INT4 && isa != Isa::Scalar && isa_supported(Isa::Avx2);
+}
+
 void require_room(const FormatSpec& f, std::size_t n_rows, std::size_t d_in, std::size_t codes, std::size_t scales) {
     const PackedSizes need = packed_sizes(f, n_rows, d_in);
     require(codes >= need.codes && scales >= need.scales, "quantize_rows: buffers smaller than the shape requires");
 }
 
+// Quantizes every row in parallel; row(r, scratch) gives row r as floats (scratch: a per-thread
+// buffer it may fill).
+template <typename Row>
+void quantize_each_row(const FormatSpec& f, std::size_t n_rows, std::size_t d_in, std::span<std::uint8_t> codes,
+                       std::span<std::uint8_t> scales, bool simd, Row row) {
+    const std::size_t groups_per_row = d_in / f.group;
+    const std::size_t row_scales = groups_per_row * f.scale_bytes;
+#pragma omp parallel
+    {
+        std::vector<float> scratch;
+        E2m1Rows e2m1(simd ? groups_per_row : 0);
+#pragma omp for schedule(static)
+        for (std::size_t r = 0; r < n_rows; ++r) {
+            const float* xr = row(r, scratch);
+            std::uint8_t* c = codes.data() + r * d_in / 2;
+            std::uint8_t* s = scales.data() + r * row_scales;
+            if (simd) e2m1.quantize(f, xr, c, s);
+            else quantize_groups(f, xr, groups_per_row, c, s);
+        }
+    }
+}
+
 }  // namespace
 
 void quantize_rows(const FormatSpec& f, std::span<const float> x, std::size_t n_rows, std::size_t d_in,
-                   std::span<std::uint8_t> codes, std::span<std::uint8_t> scales) {
+                   std::span<std::uint8_t> codes, std::span<std::uint8_t> scales, Isa isa) {
     require_room(f, n_rows, d_in, codes.size(), scales.size());
     require(x.size() >= n_rows * d_in, "quantize_rows: input smaller than the shape requires");
-    const std::size_t groups_per_row = d_in / f.group;
-    const std::size_t row_scales = groups_per_row * f.scale_bytes;
-#pragma omp parallel for schedule(static)
-    for (std::size_t r = 0; r < n_rows; ++r)
-        quantize_groups(f, x.data() + r * d_in, groups_per_row, codes.data() + r * d_in / 2,
-                        scales.data() + r * row_scales);
+    quantize_each_row(f, n_rows, d_in, codes, scales, has_e2m1_kernel(f, isa),
+                      [&](std::size_t r, std::vector<float>&) { return x.data() + r * d_in; });
 }
 
 void quantize_rows(const FormatSpec& f, wush_dtype dtype, const void* x, std::size_t n_rows, std::size_t d_in,
@@ -87,17 +140,12 @@ void quantize_rows(const FormatSpec& f, wush_dtype dtype, const void* x, std::si
         return;
     }
     require_room(f, n_rows, d_in, codes.size(), scales.size());
-    const std::size_t groups_per_row = d_in / f.group;
-    const std::size_t row_scales = groups_per_row * f.scale_bytes;
-#pragma omp parallel
-    {
-        std::vector<float> row(d_in);
-#pragma omp for schedule(static)
-        for (std::size_t r = 0; r < n_rows; ++r) {
-            to_float(dtype, x, r * d_in, row);
-            quantize_groups(f, row.data(), groups_per_row, codes.data() + r * d_in / 2, scales.data() + r * row_scales);
-        }
-    }
+    quantize_each_row(f, n_rows, d_in, codes, scales, has_e2m1_kernel(f, best_isa()),
+                      [&](std::size_t r, std::vector<float>& row) {
+                          row.resize(d_in);
+                          to_float(dtype, x, r * d_in, row);
+                          return static_cast<const float*>(row.data());
+                      });
 }
 
 void require_encodable(const FormatSpec& f, wush_dtype dtype, const void* x, std::size_t n_rows, std::size_t d_in,

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 
+#include "common/cpu_isa.h"
 #include "wush/wush.h"
 
 namespace wush::formats {
@@ -36,9 +37,11 @@ void require_group(const FormatSpec& format, std::size_t block_size);
 PackedSizes packed_sizes(const FormatSpec& f, std::size_t n_rows, std::size_t d_in);
 
 // Quantizes n_rows x d_in float rows. The input must be finite (see find_non_finite); buffers are
-// sized by packed_sizes.
+// sized by packed_sizes. The bytes are the float64 definition's (group_quantizer.h) on every
+// path; `isa` (best_isa() by default) only picks how: the E2M1 formats take an AVX2 kernel
+// unless it is Isa::Scalar or the CPU lacks AVX2.
 void quantize_rows(const FormatSpec& f, std::span<const float> x, std::size_t n_rows, std::size_t d_in,
-                   std::span<std::uint8_t> codes, std::span<std::uint8_t> scales);
+                   std::span<std::uint8_t> codes, std::span<std::uint8_t> scales, Isa isa = best_isa());
 
 // The same from dense rows of any API dtype, converted to float row by row. The input must be
 // finite (wush::require_finite).

@@ -86,25 +86,45 @@ WUSH_HD std::uint8_t encode_int4(double x, double scale) {
 // wush_format): every input is widened to double (exactly, for float and double) and every rule
 // is evaluated in float64. The float instantiation serves float data (block_format.cpp, GPTQ); the
 // double one is the reference of the fused runtime (exact_quantizer.cpp, the CUDA fallback).
+// An E2M1 group's scale byte, and its element rule: element x is coded as
+// e2m1_encode(x * mul / div) (as x * mul where div is 1: MXFP4's factor is an exact power-of-two
+// multiple of 3, so no division is needed). The SIMD quantize_rows kernel takes these too.
+struct E2m1GroupScale {
+    std::uint8_t scale;
+    double mul;
+    double div;
+};
+
+WUSH_HD E2m1GroupScale mx_group_scale(double amax, bool ocp) {
+    const int e = mx_scale_exponent(amax, ocp);
+    return {codec::e8m0_from_exponent(e), mx_to_element(e, ocp), 1.0};
+}
+
+// encode_nvfp4's rule: x * 10 / scale, or x * 0 (the sign alone) under a zero scale.
+WUSH_HD E2m1GroupScale nvfp4_group_scale(double amax) {
+    const std::uint8_t s = codec::e4m3_encode(amax * 10.0 / 6.0);
+    const double sv = codec::e4m3_decode(s);
+    return sv > 0.0 ? E2m1GroupScale{s, 10.0, sv} : E2m1GroupScale{s, 0.0, 1.0};
+}
+
 template <class T>
 WUSH_HD void quantize_group_mx(const T* x, int n, bool ocp, std::uint8_t* codes, std::uint8_t* scale) {
-    const int e = mx_scale_exponent(group_amax(x, n), ocp);
-    const double to_element = mx_to_element(e, ocp);  // once per group
+    const E2m1GroupScale s = mx_group_scale(group_amax(x, n), ocp);
     WUSH_UNROLL
     for (int i = 0; i < n; i += 2)
-        codes[i / 2] = std::uint8_t(codec::e2m1_encode(double(x[i]) * to_element) |
-                                    (codec::e2m1_encode(double(x[i + 1]) * to_element) << 4));
-    *scale = codec::e8m0_from_exponent(e);
+        codes[i / 2] = std::uint8_t(codec::e2m1_encode(double(x[i]) * s.mul) |
+                                    (codec::e2m1_encode(double(x[i + 1]) * s.mul) << 4));
+    *scale = s.scale;
 }
 
 template <class T>
 WUSH_HD void quantize_group_nvfp4(const T* x, int n, std::uint8_t* codes, std::uint8_t* scale) {
-    const std::uint8_t s = codec::e4m3_encode(group_amax(x, n) * 10.0 / 6.0);
-    const double sv = codec::e4m3_decode(s);
+    const E2m1GroupScale s = nvfp4_group_scale(group_amax(x, n));
     WUSH_UNROLL
     for (int i = 0; i < n; i += 2)
-        codes[i / 2] = std::uint8_t(encode_nvfp4(double(x[i]), sv) | (encode_nvfp4(double(x[i + 1]), sv) << 4));
-    *scale = s;
+        codes[i / 2] = std::uint8_t(codec::e2m1_encode(double(x[i]) * s.mul / s.div) |
+                                    (codec::e2m1_encode(double(x[i + 1]) * s.mul / s.div) << 4));
+    *scale = s.scale;
 }
 
 template <class T>

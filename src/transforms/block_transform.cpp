@@ -273,6 +273,12 @@ void parallel_block_chunks(std::size_t count, std::size_t chunk, Body body, Prog
     if (progress) progress->finish();
 }
 
+// Rows per tile of apply_weights: its two float64 copies of the rows within about 1 MiB.
+std::size_t weight_row_tile(std::size_t d_out, std::size_t d_in) {
+    constexpr std::size_t kBytes = std::size_t(1) << 20;
+    return std::clamp<std::size_t>(kBytes / (2 * d_in * sizeof(double)), 1, d_out);
+}
+
 // body(b) for every block in parallel, as above.
 template <typename Body>
 void parallel_blocks(std::size_t count, Body body, Progress* progress = nullptr) {
@@ -342,14 +348,21 @@ void BlockTransform::apply_weights(std::span<const float> w, std::size_t d_out, 
     require(d_out <= std::size_t(INT_MAX), "apply_weights: d_out exceeds INT_MAX");
     if (d_out == 0) return;
     const std::size_t g = group_;
-    parallel_blocks(blocks(), [&](std::size_t b) {
-        std::vector<double> slice(d_out * g), result(d_out * g);
-        for (std::size_t r = 0; r < d_out; ++r)
-            for (std::size_t j = 0; j < g; ++j) slice[r * g + j] = w[r * d_in_ + b * g + j];
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(d_out), int(g), int(g), 1.0, slice.data(), int(g),
-                    weight_.data() + b * g * g, int(g), 0.0, result.data(), int(g));
-        for (std::size_t r = 0; r < d_out; ++r)
-            for (std::size_t j = 0; j < g; ++j) out[r * d_in_ + b * g + j] = float(result[r * g + j]);
+    // Tiles of whole rows in float64: the input is read and the output written front to back,
+    // and each block's product reads its columns of the tile in place (lda = d_in). A block of
+    // the whole height per pass, as before, read and wrote 128 bytes of every row's page per
+    // block, which the prefetchers cannot follow.
+    const std::size_t tile = weight_row_tile(d_out, d_in_), tiles = (d_out + tile - 1) / tile;
+    parallel_blocks(tiles, [&](std::size_t t) {
+        const std::size_t r0 = t * tile, n = std::min(tile, d_out - r0) * d_in_;
+        std::vector<double> rows(w.begin() + std::ptrdiff_t(r0 * d_in_), w.begin() + std::ptrdiff_t(r0 * d_in_ + n));
+        std::vector<double> result(n);
+        for (std::size_t b = 0; b < blocks(); ++b)
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n / d_in_), int(g), int(g), 1.0,
+                        rows.data() + b * g, int(d_in_), weight_.data() + b * g * g, int(g), 0.0, result.data() + b * g,
+                        int(d_in_));
+        std::transform(result.begin(), result.end(), out.begin() + std::ptrdiff_t(r0 * d_in_),
+                       [](double v) { return float(v); });
     });
 }
 

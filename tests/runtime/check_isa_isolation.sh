@@ -2,6 +2,7 @@
 # Checks that a built libwush runs on any x86-64 CPU: AVX2 instructions (ymm registers) may appear
 # only in the AVX2 and AVX-512 kernel functions (namespaces wush::cpu::avx2 / ::avx512 of
 # src/cpu/kernels/, the search's wush::avx2 round trip, the layer loss's wush::eval::avx2/avx512 products,
+# quantize_rows' wush::formats::avx2 kernel,
 # and the per-file static helpers of
 # src/cpu/kernels/transpose_avx*.h), and AVX-512 ones (zmm or mask
 # registers, ymm16-31) only in the AVX-512 kernels. A violation means code compiled with a kernel
@@ -18,7 +19,7 @@ objdump -d --no-show-raw-insn -C "$lib" | awk '
         next
     }
     /%ymm/ {
-        if (fn !~ /wush::(cpu::|eval::)?(avx2|avx512|simd256|simd512)::/ && !(fn in bad2)) { bad2[fn] = 1; print "AVX2 outside the kernels: " fn }
+        if (fn !~ /wush::(cpu::|eval::|formats::)?(avx2|avx512|simd256|simd512)::/ && !(fn in bad2)) { bad2[fn] = 1; print "AVX2 outside the kernels: " fn }
     }
     END { }' > /tmp/check_isa_isolation.$$ || true
 if [[ -s /tmp/check_isa_isolation.$$ ]]; then

@@ -486,6 +486,30 @@ TEST(BuildTransform, WeightSlicesAreTheBlocksColumns) {
     EXPECT_THROW(weight_slices(w, d_out, d_in, g, 2, 3), Error);
 }
 
+// apply_weights works in tiles of rows (about 1 MiB of float64 each: 8 rows at d_in = 8192), so a
+// layer of 21 rows has three tiles, the last one partial. Every element against a float64 loop
+// over the weight-side matrices: within one float32 rounding (the two sum in different orders).
+TEST(BuildTransform, ApplyWeightsEqualsTheBlockProductAcrossRowTiles) {
+    const std::size_t d_out = 21, d_in = 8192, g = 32;
+    const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.0, 9}, d_in, g);
+    std::vector<float> w(d_out * d_in), out(d_out * d_in, std::nanf(""));
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = float(std::sin(double(i) * 0.37) * (1.0 + double(i % 97)));
+    t.apply_weights(w, d_out, out);
+    const auto tw = t.weight_matrices();
+    for (std::size_t r = 0; r < d_out; ++r)
+        for (std::size_t b = 0; b < d_in / g; ++b)
+            for (std::size_t i = 0; i < g; ++i) {
+                double v = 0.0, mag = 0.0;
+                for (std::size_t j = 0; j < g; ++j) {
+                    v += tw[b * g * g + i * g + j] * double(w[r * d_in + b * g + j]);
+                    mag += std::fabs(tw[b * g * g + i * g + j] * double(w[r * d_in + b * g + j]));
+                }
+                const std::size_t k = r * d_in + b * g + i;
+                ASSERT_LE(std::fabs(double(out[k]) - v), 0x1p-24 * std::fabs(v) + 1e-14 * mag)
+                    << r << " " << b << " " << i;
+            }
+}
+
 TEST(BuildTransform, RejectsBadInput) {
     const std::size_t g = 16, d = 64;
     Calibrator cal(d, g, MomentMode::BlockDiagonal);
