@@ -1,6 +1,6 @@
 """``python -m wush``: whole Hugging Face models from local folders.
 
-  python -m wush quantize-model MODEL_DIR --calib FILE --format mxfp4 --transform wush \
+  python -m wush quantize-model MODEL_DIR --calib FILE [--calib FILE2 ...] --format mxfp4 --transform wush \
       --method gptq --out OUT_DIR [--export wush|fp_quant|auto] [--embeddings keep|bf16]
   python -m wush run OUT_DIR --prompt TEXT            # a causal model: generated text
   python -m wush run OUT_DIR --sentences FILE         # an encoder: sentence embeddings
@@ -22,7 +22,7 @@ import os
 import resource
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 from . import _core
 
 
@@ -74,14 +74,42 @@ def sentence_batches(tok, path: str, seq_len: int, max_samples: int, batch_size:
     return batches
 
 
-def _calibration_line(kind: str, st: Dict[str, Any], a: argparse.Namespace) -> str:
-    """One line saying which part of a text file the command used (the --max-samples cap)."""
-    capped = f", capped by --max-samples {a.max_samples}" if st["samples"] < st["available"] else ""
+def _calibration_line(kind: str, st: Dict[str, Any], a: argparse.Namespace, cap: Optional[int] = None) -> str:
+    """One line saying which part of a text file the command used (the --max-samples cap, or this
+    file's share ``cap`` of it)."""
+    share = f" (this file's share {cap})" if cap is not None and cap != a.max_samples else ""
+    capped = f", capped by --max-samples {a.max_samples}{share}" if st["samples"] < st["available"] else ""
     if st["unit"] == "windows":
         return (f"{kind}: {st['samples']} windows of {a.seq_len} tokens ({st['tokens']} tokens) of the "
                 f"{st['file_tokens']} tokens of {st['file']}{capped}")
     return (f"{kind}: the first {st['samples']} of the {st['available']} non-empty lines of {st['file']}, "
             f"{st['tokens']} tokens (at most {a.seq_len} per line){capped}")
+
+
+def calibration_documents(make, tok, a: argparse.Namespace) -> Tuple[List, List[List[int]], Dict[str, Any]]:
+    """The calibration batches of every --calib file (``make``: token_batches or sentence_batches),
+    --max-samples shared out between the files (the first ones one more when they do not divide);
+    per batch, each sequence's document (its file's index); and what was used: one file's stats,
+    or for several their files and summed counts. Prints a line per file."""
+    files = a.calib
+    if a.max_samples < len(files):
+        raise ValueError(f"--max-samples {a.max_samples} is fewer than the {len(files)} --calib files: give each "
+                         f"file at least one sample")
+    batches: List = []
+    documents: List[List[int]] = []
+    every: List[Dict[str, Any]] = []
+    for i, path in enumerate(files):
+        st: Dict[str, Any] = {}
+        share = a.max_samples // len(files) + (1 if i < a.max_samples % len(files) else 0)
+        part = make(tok, path, a.seq_len, share, stats=st)
+        batches += part
+        documents += [[i] * len(b["input_ids"] if isinstance(b, dict) else b) for b in part]
+        _note("quantize-model", _calibration_line("calibration", st, a, share))
+        every.append(st)
+    if len(every) == 1:
+        return batches, documents, every[0]
+    total = {k: sum(st[k] for st in every) for k in ("samples", "available", "tokens")}
+    return batches, documents, {"file": list(files), "unit": every[0]["unit"], **total}
 
 
 def read_sentences(path: str) -> List[str]:
@@ -146,9 +174,7 @@ def cmd_quantize(a: argparse.Namespace) -> int:
     wt.check_stored_layers(a.model_dir, selected)  # in seconds, not after the calibration
     causal = wt.is_causal(model)
     make = token_batches if causal else sentence_batches
-    cal_stats: Dict[str, Any] = {}
-    batches = make(tok, a.calib, a.seq_len, a.max_samples, stats=cal_stats)
-    _note("quantize-model", _calibration_line("calibration", cal_stats, a))
+    batches, documents, cal_stats = calibration_documents(make, tok, a)
     validation = None
     if a.validation:
         val_stats: Dict[str, Any] = {}
@@ -157,7 +183,8 @@ def cmd_quantize(a: argparse.Namespace) -> int:
     t0 = time.time()
     res = wt.quantize_model(model, batches, format=a.format, transform=transform, method=a.method, layers=a.layers,
                             damping=a.damping, progress=a.progress, search=search, search_tokens=a.search_tokens,
-                            validation_batches=validation, search_guard=not a.no_search_guard)
+                            validation_batches=validation, search_guard=not a.no_search_guard,
+                            documents=documents if search and len(a.calib) > 1 else None)
     t1 = time.time()
     info = wt.save_quantized(model, res, a.out, model_dir=a.model_dir, pseudo=a.fp_quant_pseudo, export=export,
                              embeddings=a.embeddings)
@@ -187,6 +214,7 @@ def cmd_quantize(a: argparse.Namespace) -> int:
                       "calibration_tokens": cal_stats["tokens"],
                       "calibration": {k: cal_stats[k] for k in ("file", "unit", "samples", "available", "tokens")},
                       "guard_kept": kept if search else None,
+                      "guard_hold_out": sorted({g["source"] for g in guarded.values()}) if search else None,
                       "guard_undecided": res.undecided if search else None,
                       "quantize_s": round(t1 - t0, 3), "peak_rss_mib": round(_peak_rss_mib(), 1), "out": a.out}))
     return 0
@@ -350,9 +378,11 @@ def parser() -> argparse.ArgumentParser:
     q = sub.add_parser("quantize-model", help="quantize a local Hugging Face model folder",
                        formatter_class=_HelpFormatter)
     q.add_argument("model_dir", help="a local Hugging Face model folder (read only)")
-    q.add_argument("--calib", required=True,
+    q.add_argument("--calib", required=True, action="append",
                    help="calibration text file (causal: tokenized as one stream, cut into --max-samples windows of "
-                        "--seq-len tokens; encoders: one sentence per line, the first --max-samples lines)")
+                        "--seq-len tokens; encoders: one sentence per line, the first --max-samples lines). "
+                        "Repeated, each file is a document of its own (--max-samples shared out between them): "
+                        "wush+s's guard then holds out whole files and scores the WUSH layers fit without them")
     q.add_argument("--format", default="mxfp4", choices=FORMATS,
                    help="4-bit format (the fp_quant layout holds mxfp4, and nvfp4 with identity/hadamard)")
     q.add_argument("--transform", default="wush", choices=["identity", "hadamard", "wush", "wush+s"],
@@ -362,8 +392,8 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--validation", default=None,
                    help="wush+s: text the calibration does not see, for the search's per-layer guard")
     q.add_argument("--no-search-guard", action="store_true",
-                   help="wush+s without --validation: no per-layer guard (by default it holds out half of each "
-                        "layer's token sample)")
+                   help="wush+s without --validation: no per-layer guard (by default it holds out half of the "
+                        "calibration windows or sentences that each layer's token sample drew from)")
     q.add_argument("--method", default="rtn", choices=["rtn", "gptq"], help="how the weights are rounded")
     q.add_argument("--out", required=True,
                    help="the output folder: new, or an existing folder outside MODEL_DIR (files in it are replaced)")

@@ -381,6 +381,7 @@ print("identical" if torch.equal(before, after) else "differs")
         self.assertEqual(res["guard_kept"], kept)
         # The hooks see batch x seq inputs: the guard holds out whole sequences.
         self.assertEqual({r[1] for r in rows}, {"hold_out_sequences"}, err)
+        self.assertEqual(res["guard_hold_out"], ["hold_out_sequences"])
         # The undecided layers, in one line at the end and in the JSON.
         line = [ln for ln in err.splitlines() if ln.startswith("undecided: ")]
         self.assertEqual(len(line), 1, err)
@@ -391,6 +392,33 @@ print("identical" if torch.equal(before, after) else "differs")
                           "--search-tokens", "64", "--seq-len", "32", "--max-samples", "8", "--no-search-guard")
         self.assertEqual(rc, 0, err)
         self.assertIn("no guard ran on 14 searched layers (--no-search-guard)", err)
+
+
+    def test_calibration_files_are_documents(self):
+        """--calib repeated: --max-samples shared out between the files, each file a document, so
+        wush+s's guard holds out whole files (a second file of other text)."""
+        other = os.path.join(TMP, "calib-other.txt")
+        pathlib.Path(other).write_text(make_text(3000, 7))
+        out = os.path.join(TMP, "q-docs")
+        rc, so, err = cli("quantize-model", TINY, "--calib", CALIB, "--calib", other, "--out", out,
+                          "--transform", "wush+s", "--search-tokens", "64", "--seq-len", "32", "--max-samples", "9")
+        self.assertEqual(rc, 0, err)
+        res = json.loads(so.splitlines()[-1])
+        self.assertEqual(res["calibration"]["file"], [CALIB, other])
+        self.assertEqual((res["calibration"]["samples"], res["calibration_tokens"]), (9, 9 * 32))
+        for path, share in ((CALIB, 5), (other, 4)):
+            self.assertIn(f"calibration: {share} windows of 32 tokens ({share * 32} tokens)", err)
+            self.assertIn(f"of {path}, capped by --max-samples 9 (this file's share {share})", err)
+        rows = [ln.split() for ln in err.splitlines() if ln.startswith("model.layers.")]
+        self.assertEqual(len(rows), res["layers"], err)
+        self.assertEqual({r[1] for r in rows}, {"hold_out_documents"}, err)
+        self.assertEqual(res["guard_hold_out"], ["hold_out_documents"])
+        # More files than samples: refused in one line before the model is quantized.
+        rc, so, err = cli("quantize-model", TINY, "--calib", CALIB, "--calib", other, "--out", out + "-x",
+                          "--max-samples", "1")
+        self.assertNotEqual(rc, 0)
+        self.assertIn("--max-samples 1 is fewer than the 2 --calib files", err)
+        self.assertFalse(os.path.exists(out + "-x"))
 
 
 def stat_is_fifo(path):
