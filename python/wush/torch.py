@@ -166,11 +166,10 @@ class HookCalibration:
             for b, n in enumerate(mask.sum(dim=1).tolist()):
                 if n:
                     self._add_sequence(cal, x[b][mask[b].to(x.device)], b)
-        elif x.dim() == 3 and self.documents is not None:
-            for b in range(x.shape[0]):
-                self._add_sequence(cal, x[b], b)
-        elif self.documents is not None:
-            self._add_sequence(cal, x.reshape(-1, d_in), 0)
+        elif self.documents is not None:  # each sequence (a 2-D input is one) as part of its document
+            seqs = x if x.dim() == 3 else x.reshape(1, -1, d_in)
+            for b in range(seqs.shape[0]):
+                self._add_sequence(cal, seqs[b], b)
         else:
             cal.add(x.reshape(-1, d_in), sequence_length=x.shape[1] if x.dim() == 3 and x.shape[1] > 0 else None)
 

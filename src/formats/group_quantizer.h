@@ -82,10 +82,6 @@ WUSH_HD std::uint8_t encode_int4(double x, double scale) {
     return std::uint8_t(int(q) & 0xF);
 }
 
-// The group quantizers below ARE the float64 definition of the formats (include/wush/wush.h,
-// wush_format): every input is widened to double (exactly, for float and double) and every rule
-// is evaluated in float64. The float instantiation serves float data (block_format.cpp, GPTQ); the
-// double one is the reference of the fused runtime (exact_quantizer.cpp, the CUDA fallback).
 // An E2M1 group's scale byte, and its element rule: element x is coded as
 // e2m1_encode(x * mul / div) (as x * mul where div is 1: MXFP4's factor is an exact power-of-two
 // multiple of 3, so no division is needed). The SIMD quantize_rows kernel takes these too.
@@ -107,6 +103,10 @@ WUSH_HD E2m1GroupScale nvfp4_group_scale(double amax) {
     return sv > 0.0 ? E2m1GroupScale{s, 10.0, sv} : E2m1GroupScale{s, 0.0, 1.0};
 }
 
+// The group quantizers below ARE the float64 definition of the formats (include/wush/wush.h,
+// wush_format): every input is widened to double (exactly, for float and double) and every rule
+// is evaluated in float64. The float instantiation serves float data (block_format.cpp, GPTQ); the
+// double one is the reference of the fused runtime (exact_quantizer.cpp, the CUDA fallback).
 template <class T>
 WUSH_HD void quantize_group_mx(const T* x, int n, bool ocp, std::uint8_t* codes, std::uint8_t* scale) {
     const E2m1GroupScale s = mx_group_scale(group_amax(x, n), ocp);

@@ -273,17 +273,17 @@ void parallel_block_chunks(std::size_t count, std::size_t chunk, Body body, Prog
     if (progress) progress->finish();
 }
 
-// Rows per tile of apply_weights: its two float64 copies of the rows within about 1 MiB.
-std::size_t weight_row_tile(std::size_t d_out, std::size_t d_in) {
-    constexpr std::size_t kBytes = std::size_t(1) << 20;
-    return std::clamp<std::size_t>(kBytes / (2 * d_in * sizeof(double)), 1, d_out);
-}
-
 // body(b) for every block in parallel, as above.
 template <typename Body>
 void parallel_blocks(std::size_t count, Body body, Progress* progress = nullptr) {
     parallel_block_chunks(
         count, 1, [&](std::size_t b, std::size_t) { body(b); }, progress);
+}
+
+// Rows per tile of apply_weights: its two float64 copies of the rows within about 1 MiB.
+std::size_t weight_row_tile(std::size_t d_out, std::size_t d_in) {
+    constexpr std::size_t kBytes = std::size_t(1) << 20;
+    return std::clamp<std::size_t>(kBytes / (2 * d_in * sizeof(double)), 1, d_out);
 }
 
 }  // namespace
@@ -348,9 +348,9 @@ void BlockTransform::apply_weights(std::span<const float> w, std::size_t d_out, 
     require(d_out <= std::size_t(INT_MAX), "apply_weights: d_out exceeds INT_MAX");
     if (d_out == 0) return;
     const std::size_t g = group_;
-    // Tiles of whole rows in float64: the input is read and the output written front to back,
-    // and each block's product reads its columns of the tile in place (lda = d_in). A block of
-    // the whole height per pass, as before, read and wrote 128 bytes of every row's page per
+    // Tiles of whole rows in float64 (one per parallel item): the input is read and the output
+    // written front to back, and each block's product reads its columns of the tile in place
+    // (lda = d_in). A whole-height pass per block would touch every row's page for 128 bytes per
     // block, which the prefetchers cannot follow.
     const std::size_t tile = weight_row_tile(d_out, d_in_), tiles = (d_out + tile - 1) / tile;
     parallel_blocks(tiles, [&](std::size_t t) {
