@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The test scripts cannot pass by running nothing.
 
-scripts/run.sh configures build/release with the tests off; scripts/test.sh builds the same
-folder, and CMake's cache used to keep the tests off, so its first stage ran 0 tests and passed.
+scripts/run.sh used to configure build/release with the tests off (it has build/main now);
+scripts/test.sh builds build/release, and CMake's cache kept the tests off, so its first stage ran
+0 tests and passed.
 Two rules keep that from coming back:
 
 1. every `ctest` call in scripts/ and .ci/ carries `--no-tests=error` (a stage that finds no
