@@ -1334,7 +1334,7 @@ WUSH_API wush_status wush_linear_run_bias(wush_context* ctx, wush_linear* layer,
                                           size_t workspace_bytes);
 
 /* ================================================================================================
- * Checkpoints: transforms and pre-quantized weights in a safetensors file (docs/FORMAT.md)
+ * Checkpoints: transforms and pre-quantized weights in a safetensors file (docs/CHECKPOINT.md)
  * ==============================================================================================*/
 
 /* A checkpoint is either being written (wush_checkpoint_create, add layers, write) or opened for
@@ -1360,7 +1360,7 @@ WUSH_API wush_status wush_checkpoint_add_layer(wush_checkpoint* checkpoint, cons
  *  Writes all added layers to `path` atomically: a temporary file in the same directory, fsync,
  *  then rename, so an interrupted write never leaves a truncated file under `path`. The data is
  *  streamed from the layers' objects (no second copy in memory); each layer's SHA-256 digest is
- *  recorded in the file's metadata (docs/FORMAT.md, format version 2). `path` must be absent or a
+ *  recorded in the file's metadata (docs/CHECKPOINT.md, format version 2). `path` must be absent or a
  *  regular file (a symbolic link to one is written through); anything else is refused before
  *  anything is written and left as it was. The progress callback of
  *  `options` (may be NULL) is called after each layer.
@@ -1371,7 +1371,7 @@ WUSH_API wush_status wush_checkpoint_write(wush_checkpoint* checkpoint, const ch
 
 /*! wush_checkpoint_open() :
  *  Opens a checkpoint read-only (memory-mapped) and validates it completely before returning:
- *  everything wush_tensor_file_open() checks, plus the libwush rules of docs/FORMAT.md (format
+ *  everything wush_tensor_file_open() checks, plus the libwush rules of docs/CHECKPOINT.md (format
  *  version, every tensor belonging to a layer, each layer's four tensors with the dtypes and
  *  shapes its metadata implies, known format/transform/method names, G matching the format, the
  *  per-tensor factor, a valid damping, no unknown metadata keys).
@@ -1433,7 +1433,7 @@ WUSH_API wush_status wush_checkpoint_layer_name(const wush_checkpoint* checkpoin
  *  loaded qweight lives, even after wush_checkpoint_destroy(). The transform's weight side is
  *  derived from the stored matrices. Either output may be NULL if not wanted. The file must not be
  *  truncated or rewritten in place while open (replace it by rename): a change before the load
- *  gives WUSH_ERR_IO, one after it is undefined (docs/FORMAT.md).
+ *  gives WUSH_ERR_IO, one after it is undefined (docs/CHECKPOINT.md).
  *  Ownership: release the outputs with wush_transform_destroy() / wush_qweight_destroy().
  *  @return WUSH_OK; WUSH_ERR_NOT_FOUND; WUSH_ERR_CORRUPT_FILE (a singular or non-finite transform,
  *          a NaN scale); WUSH_ERR_INVALID_ARGUMENT. Thread-safe (read only). */
@@ -1442,7 +1442,7 @@ WUSH_API wush_status wush_checkpoint_load_layer(const wush_checkpoint* checkpoin
 
 /*! wush_checkpoint_export_fp_quant() :
  *  Writes the layers of an opened checkpoint in the layout that the FP-Quant / HF-transformers
- *  "fp_quant" integration loads (docs/FORMAT.md): per layer `<name>.qweight` (U8, d_out x d_in/2),
+ *  "fp_quant" integration loads (docs/CHECKPOINT.md): per layer `<name>.qweight` (U8, d_out x d_in/2),
  *  `<name>.scales` (U8, d_out x d_in/G), `<name>.forward_hadamard_matrix` and
  *  `<name>.backward_hadamard_matrix` (BF16: (G, d_in) for WUSH, column block j holding T_j^T; the
  *  shared (G, G) matrix for identity and Hadamard), `<name>.weight_global_scale` and

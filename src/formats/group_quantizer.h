@@ -1,4 +1,4 @@
-// Quantization of one group of G values under each format's scale rule (docs/FORMATS.md, documented
+// Quantization of one group of G values under each format's scale rule (docs/BLOCK_FORMATS.md, documented
 // for users at wush_format in include/wush/wush.h). Shared by the CPU core and the CUDA kernels.
 // Inputs must be finite: callers check before quantizing.
 #pragma once

@@ -1,4 +1,4 @@
-// libwush checkpoints (docs/FORMAT.md): per quantized layer the activation transform and the
+// libwush checkpoints (docs/CHECKPOINT.md): per quantized layer the activation transform and the
 // pre-quantized weights, in a safetensors file with libwush metadata. Also the export to the
 // FP-Quant / HF-transformers "fp_quant" layout.
 #pragma once
@@ -45,7 +45,7 @@ struct CheckpointLayer {
 };
 
 // A checkpoint opened read-only (memory-mapped, or copied into memory: Reader::Load). The
-// constructor validates the safetensors structure and every libwush rule (docs/FORMAT.md) before
+// constructor validates the safetensors structure and every libwush rule (docs/CHECKPOINT.md) before
 // returning, and in copy mode every recorded digest (verify()): CORRUPT_FILE names the first
 // violation.
 class CheckpointReader {

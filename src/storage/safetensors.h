@@ -1,4 +1,4 @@
-// Safetensors files (docs/ARCHITECTURE.md "Checkpoints", docs/FORMAT.md): a validating
+// Safetensors files (docs/ARCHITECTURE.md "Checkpoints", docs/CHECKPOINT.md): a validating
 // parser of the header, a read-only memory-mapped reader, and an atomic streaming writer.
 //
 // Layout: u64 little-endian N, N bytes of UTF-8 JSON, then the data. The JSON maps tensor names

@@ -3,7 +3,7 @@
 
 Usage: test_eval_cli.py PATH/TO/wush
 
-The oracle for the identity-transform loss is written here from the format rules of docs/FORMATS.md
+The oracle for the identity-transform loss is written here from the format rules of docs/BLOCK_FORMATS.md
 (MXFP4 default rule: e = floor(log2(amax)), code = RNE_e2m1(x * 3 / 2^e), value = code * 2^e / 3),
 in float64, independent of the library. The files are written with a minimal safetensors writer
 below, so the library's reader meets files it did not write.

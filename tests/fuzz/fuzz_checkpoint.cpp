@@ -1,4 +1,4 @@
-// libFuzzer harness of the safetensors parser and the checkpoint reader (docs/FORMAT.md).
+// libFuzzer harness of the safetensors parser and the checkpoint reader (docs/CHECKPOINT.md).
 //
 // One input is a whole file image. It goes through
 //   1. parse_header() on the bytes in memory,

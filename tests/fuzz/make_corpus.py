@@ -5,7 +5,7 @@ Usage: make_corpus.py PATH/TO/wush OUT_DIR     (with numpy + safetensors: .devde
 
 Seeds: small valid checkpoints written by `wush quantize` (every format and transform kind, one
 and two layers), small valid safetensors files written by the PyPI package, and invalid variants
-of them, each breaking one rule of docs/FORMAT.md. The committed corpus was made with this script;
+of them, each breaking one rule of docs/CHECKPOINT.md. The committed corpus was made with this script;
 regression inputs found by the fuzzer are added by hand (named regress-*).
 
 The names say what the replay test (wush_fuzz_checkpoint_replay) expects of each file:

@@ -1,4 +1,4 @@
-// Regression tests of reader bugs (docs/FORMAT.md, "Validation"):
+// Regression tests of reader bugs (docs/CHECKPOINT.md, "Validation"):
 //  - opening a file cost O(n^2) in its tensor count: nlohmann's callback parser rescans the whole
 //    parent object at every end of object, metadata keys were matched against every layer, and
 //    tensors were found by linear search (a 10,000-layer checkpoint took minutes);

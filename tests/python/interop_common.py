@@ -2,7 +2,7 @@
 
 The independent side of every comparison lives here: PyPI `safetensors` (the reference reader and
 writer, Hugging Face's Rust implementation) and `numpy` implementations of the block formats
-written from their rules (docs/FORMATS.md, docs/FORMAT.md), not from libwush's code.
+written from their rules (docs/BLOCK_FORMATS.md, docs/CHECKPOINT.md), not from libwush's code.
 
 Usage of every test script: SCRIPT --wush PATH/TO/wush --dump PATH/TO/wush_interop_dump
 """
@@ -204,7 +204,7 @@ def hadamard(g):
     return h / np.sqrt(g)
 
 
-# ---- the block formats (docs/FORMATS.md), float64 reference quantizers ----------------------
+# ---- the block formats (docs/BLOCK_FORMATS.md), float64 reference quantizers ----------------------
 
 GROUP = {"mxfp4": 32, "nvfp4": 16, "int4": 32}
 FACTOR = {"mxfp4": 1.0 / 3.0, "nvfp4": 1.0 / 10.0, "int4": 1.0}

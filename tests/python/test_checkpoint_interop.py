@@ -4,8 +4,8 @@
 For MXFP4, NVFP4 and INT4 with the Hadamard and WUSH transforms:
   - the PyPI `safetensors` package (load_file, safe_open, deserialize) opens the file, and its
     tensors are byte-identical to what libwush's C API reports for the same checkpoint;
-  - names, dtypes, shapes and metadata follow docs/FORMAT.md;
-  - the stored codes and scales are what the format rules of docs/FORMATS.md, implemented
+  - names, dtypes, shapes and metadata follow docs/CHECKPOINT.md;
+  - the stored codes and scales are what the format rules of docs/BLOCK_FORMATS.md, implemented
     here in numpy, give for the weights transformed by the inverse-transpose of the stored
     activation transform (an oracle independent of the writer), and libwush's decoding of them
     matches the numpy decoding.
@@ -56,7 +56,7 @@ class WrittenCheckpoints(TempDirTest):
                                                           for k in ("format", "group_size", "transform", "method",
                                                                     "damping", "sha256")}
         self.assertEqual(set(meta), expected_keys)
-        # Each layer's digest is SHA-256 over its four tensors' bytes in the order of docs/FORMAT.md,
+        # Each layer's digest is SHA-256 over its four tensors' bytes in the order of docs/CHECKPOINT.md,
         # as hashlib computes it from the reference reader's bytes.
         for n in LAYERS:
             h = hashlib.sha256()
@@ -89,7 +89,7 @@ class WrittenCheckpoints(TempDirTest):
             self.assertEqual((layer["format"], layer["d_out"], layer["d_in"], layer["group_size"]),
                              (fmt, d_out, d_in, g))
 
-            # dtypes and shapes (docs/FORMAT.md)
+            # dtypes and shapes (docs/CHECKPOINT.md)
             self.assertEqual(raw[name + ".codes"][:2], ("U8", [d_out, d_in // 2]))
             self.assertEqual(raw[name + ".scales"][:2], ("BF16" if fmt == "int4" else "U8", [d_out, d_in // g]))
             self.assertEqual(raw[name + ".tensor_scale"][:2], ("F32", [1]))

@@ -3,7 +3,7 @@
 FP-Quant / HF-transformers "fp_quant" integration (quantized path, abs_max activations).
 
 What that integration does with a quantized linear layer, as re-implemented here from its
-documented behaviour (docs/FORMAT.md and the fp_quant integration in Hugging Face transformers), not from libwush:
+documented behaviour (docs/CHECKPOINT.md and the fp_quant integration in Hugging Face transformers), not from libwush:
   - the token's activations, in groups of G = hadamard_group_size along d_in, are multiplied by
     forward_hadamard_matrix: a row block x_j (1 x G) becomes x_j @ M_j, where M_j is the whole
     (G, G) matrix, or column block j of a (G, d_in) matrix (the WUSH fork);

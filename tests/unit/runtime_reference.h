@@ -1,4 +1,4 @@
-// Float64 references for the CPU runtime tests, written from the format rules of docs/FORMATS.md /
+// Float64 references for the CPU runtime tests, written from the format rules of docs/BLOCK_FORMATS.md /
 // include/wush/wush.h (not from the library's code): the E2M1 / E4M3 / BF16 roundings by nearest
 // search over the representable values, the scale rules, the decoded values, and a classifier
 // that says whether a value lies within a relative 1e-6 of a rounding boundary.

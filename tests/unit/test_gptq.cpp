@@ -4,7 +4,7 @@
 // group's scales fixed from the updated weights at the group's first column. The textbook version
 // below is written independently in float64: own Cholesky and triangular inverses (no LAPACK),
 // the column-by-column error feedback into ALL later columns (no lazy batches, no per-block
-// transforms), and the MXFP4 rule of docs/FORMATS.md written from its definition.
+// transforms), and the MXFP4 rule of docs/BLOCK_FORMATS.md written from its definition.
 #include <gtest/gtest.h>
 
 #include <algorithm>

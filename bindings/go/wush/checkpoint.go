@@ -1,7 +1,7 @@
 package wush
 
 // Checkpoints (wush.h: "Checkpoints"): transforms and pre-quantized weights in a safetensors
-// file (docs/FORMAT.md).
+// file (docs/CHECKPOINT.md).
 
 // #include <stdlib.h>
 // #include <wush/wush.h>

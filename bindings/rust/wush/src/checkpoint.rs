@@ -1,5 +1,5 @@
 //! Checkpoints (`wush.h`: "Checkpoints"): [`CheckpointWriter`] and [`Checkpoint`], transforms and
-//! pre-quantized weights in a safetensors file (docs/FORMAT.md).
+//! pre-quantized weights in a safetensors file (docs/CHECKPOINT.md).
 
 use std::marker::PhantomData;
 use std::path::Path;
