@@ -17,8 +17,8 @@ total=5
 stage() { echo; echo "=== [$((stages + 1))/$total] $* ==="; }
 
 stage "build and test (release, CUDA backend if nvcc is present)"
-# The tests and benchmarks are forced on: scripts/run.sh builds this folder without them, and a
-# cache left by it must not turn this stage into one that runs nothing.
+# The tests and benchmarks are forced on: a cache configured without them (scripts/run.sh once
+# built this folder so; it has build/main now) must not turn this stage into one that runs nothing.
 scripts/build.sh build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWUSH_BUILD_TESTS=ON -DWUSH_BUILD_BENCH=ON
 ctest --test-dir build/release --no-tests=error --output-on-failure -j"${JOBS:-$(nproc)}"
 stages=$((stages + 1))
