@@ -8,14 +8,29 @@
 
 #include "backend/context_parameters.h"
 #include "guard.h"
+#include "threads/fork_state.h"
 
 namespace wush::capi {
 
+void mark_context_after_fork(wush_context& ctx) noexcept {
+    // The child has one thread, so nothing else takes the lock between these two steps.
+    if (ctx.mutex.try_lock()) ctx.mutex.unlock();
+    else ctx.in_call_at_fork = true;
+}
+
 ContextUse::ContextUse(wush_context* ctx, const char* arg) : ctx_(require_handle(ctx, HandleType::Context, arg)) {
+    if (ctx_->in_call_at_fork)
+        fail(WUSH_ERR_INVALID_ARGUMENT,
+             std::string(arg) +
+                 " was inside a call on another thread when this process fork()ed: in this child its state may be "
+                 "half-updated and its lock is held by a thread that does not exist here; create a new context in "
+                 "the child (wush_context_destroy releases this one's handle only)");
     lock_ = std::unique_lock(ctx_->mutex);
     saved_threads_ = omp_get_max_threads();
-    // 0 keeps OpenMP's default, which host_threads() then reads back.
-    if (ctx_->backend->parameter(WUSH_CONTEXT_NUM_THREADS) > 0) omp_set_num_threads(int(host_threads()));
+    // 0 keeps OpenMP's default, which host_threads() then reads back. A thread that forked keeps
+    // OpenMP at one thread (threads/fork_state.h); the context's count is for the work pool there.
+    if (ctx_->backend->parameter(WUSH_CONTEXT_NUM_THREADS) > 0 && !wush::threads::openmp_state_inherited())
+        omp_set_num_threads(int(host_threads()));
 }
 
 ContextUse::~ContextUse() {
@@ -47,7 +62,11 @@ WUSH_API wush_status wush_context_create(wush_backend backend, int device, wush_
 }
 
 WUSH_API void wush_context_destroy(wush_context* ctx) {
-    delete take_back(ctx, HandleType::Context);
+    wush_context* c = take_back(ctx, HandleType::Context);
+    // A context caught inside a call by fork() (mark_context_after_fork) is left as it is in the
+    // child: freeing a half-updated backend could crash, and its memory is the parent's copy.
+    if (c != nullptr && c->in_call_at_fork) return;
+    delete c;
 }
 
 WUSH_API wush_status wush_context_backend(const wush_context* ctx, wush_backend* backend) {

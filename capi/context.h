@@ -14,9 +14,18 @@
 struct wush_context {
     std::unique_ptr<wush::backend::Backend> backend;
     std::mutex mutex;
+    // Set in a fork()ed child when the context was inside a call at the fork (mutex held): its
+    // backend may be half-updated and its lock stays held by a thread the child does not have,
+    // so the child refuses it rather than wait forever. Written only by the fork child handler,
+    // while the child has one thread.
+    bool in_call_at_fork = false;
 };
 
 namespace wush::capi {
+
+// In a fork()ed child (the handle table's child handler, capi/handles.cpp, for each live
+// context): marks a context whose lock was held at the fork.
+void mark_context_after_fork(wush_context& ctx) noexcept;
 
 // Holds a context for the duration of one API call: checks the handle, takes its lock, and
 // applies the backend's thread setting to this thread's OpenMP regions (restored afterwards), so

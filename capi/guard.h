@@ -11,6 +11,7 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "last_error.h"
+#include "threads/fork_state.h"
 #include "wush/wush.h"
 
 namespace wush::capi {
@@ -18,6 +19,8 @@ namespace wush::capi {
 template <typename Body>
 wush_status guarded(const char* function, Body&& body) noexcept {
     try {
+        // On a thread that fork()ed, OpenMP regions must not wait for the parent's workers.
+        const wush::threads::InheritedOpenMpLimit openmp_limit;
         body();
         return WUSH_OK;
     } catch (const wush::Error& e) {

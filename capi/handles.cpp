@@ -1,7 +1,12 @@
 #include "handles.h"
 
+#include <pthread.h>
+
 #include <mutex>
+#include <new>
 #include <unordered_map>
+
+#include "context.h"
 
 namespace wush::capi {
 
@@ -19,10 +24,40 @@ struct Registry {
     std::uint64_t next_generation = 1;
 };
 
+Registry& registry();
+
+// fork(): the table's lock is taken around the fork, so the child's copy of the table is whole
+// (a lock held by another thread at the fork would never be released in the child: every call
+// hangs there). In the child the lock, held by the thread that forked, is made anew rather than
+// unlocked (as in threads/work_pool.cpp), and each live context is checked for a call that was
+// in flight on another thread (mark_context_after_fork).
+void lock_for_fork() {
+    registry().mutex.lock();
+}
+
+void unlock_after_fork() {
+    registry().mutex.unlock();
+}
+
+void reset_in_child() {
+    Registry& r = registry();
+    new (&r.mutex) std::mutex;
+    for (const auto& [object, entry] : r.live)
+        if (entry.type == HandleType::Context)
+            mark_context_after_fork(*static_cast<wush_context*>(const_cast<void*>(object)));
+}
+
 Registry& registry() {
-    static Registry* r = new Registry();  // never destroyed: handles may be released during exit
+    static Registry* r = [] {
+        auto* made = new Registry();  // never destroyed: handles may be released during exit
+        pthread_atfork(lock_for_fork, unlock_after_fork, reset_in_child);
+        return made;
+    }();
     return *r;
 }
+
+// Made when libwush is loaded, so that its fork handlers are in place before the first handle.
+[[maybe_unused]] Registry& g_made_at_load = registry();
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "threads/fork_state.h"
 
 namespace wush::backend {
 
@@ -46,7 +47,8 @@ std::size_t openmp_threads(std::int64_t num_threads) {
     // More threads than processors never helps these kernels, and asking libgomp for thousands
     // can fail to create them (which ends the process): the setting is clamped here.
     if (num_threads > 0) return std::size_t(std::min<std::int64_t>(num_threads, omp_get_num_procs()));
-    return std::size_t(std::max(omp_get_max_threads(), 1));
+    // OpenMP's default as the caller has it, also on a forked thread held at one (fork_state.h).
+    return std::size_t(std::max(threads::openmp_max_threads(), 1));
 }
 
 }  // namespace wush::backend

@@ -6,9 +6,19 @@
  * thread count is read from /proc/self/task), not fall back to one thread for good.
  *
  * Oracle: the parent's results of the same calls (the runtime's results do not depend on the
- * thread count, and the child computes from the same inputs). */
+ * thread count, and the child computes from the same inputs).
+ *
+ * Then a fork() while another thread is inside a call on a context (a WUSH transform build, held
+ * in its progress callback until the child is done), after the forking thread itself ran 2-thread
+ * OpenMP regions (calibration, transform builds). In the child, within the watchdog's seconds:
+ * calls on that context are refused (WUSH_ERR_INVALID_ARGUMENT naming the fork: its lock is held
+ * by a thread the child does not have; they used to wait for it forever), its destroy returns,
+ * and a new context runs the runtime (the parent's bytes) and the OpenMP paths (calibration, a
+ * WUSH transform build: libgomp's team of the forking thread does not exist in the child, and a
+ * 2-thread region used to wait for it forever). The parent's call then finishes normally. */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -110,6 +120,118 @@ static int child(wush_context* ctx, const wush_transform* t, const wush_qweight*
     return 0;
 }
 
+/* The thread inside a call at the fork: a WUSH transform build on `ctx`, which stops in its first
+ * progress callback, says so through `in_call` and waits there for a byte on `resume`. */
+typedef struct {
+    wush_context* ctx;
+    wush_calibrator* cal;
+    wush_options* opts;
+    const float* w;
+    int in_call[2], resume[2];
+    int stopped;
+    wush_status status;
+    wush_transform* t;
+} Busy;
+
+static int hold_in_callback(void* user, double fraction) {
+    Busy* b = user;
+    char c = 'x';
+    (void)fraction;
+    if (!b->stopped) {
+        b->stopped = 1;
+        if (write(b->in_call[1], &c, 1) != 1 || read(b->resume[0], &c, 1) != 1) return 1;
+    }
+    return 0;
+}
+
+static void* busy_thread(void* p) {
+    Busy* b = p;
+    b->status =
+        wush_transform_build(b->ctx, b->cal, WUSH_DTYPE_F32, b->w, D_OUT, D_IN, WUSH_TRANSFORM_WUSH, b->opts, &b->t);
+    return NULL;
+}
+
+/* A calibrator of the tokens x and the WUSH transform of w built from it on `ctx`. */
+static int build_wush(wush_context* ctx, const float* x, const float* w) {
+    wush_calibrator* cal = NULL;
+    wush_transform* t = NULL;
+    int ok = wush_calibrator_create(D_IN, G, WUSH_MOMENTS_BLOCK_DIAGONAL, &cal) == WUSH_OK &&
+             wush_calibrator_add(ctx, cal, WUSH_DTYPE_F32, x, M) == WUSH_OK &&
+             wush_transform_build(ctx, cal, WUSH_DTYPE_F32, w, D_OUT, D_IN, WUSH_TRANSFORM_WUSH, NULL, &t) == WUSH_OK;
+    if (!ok) fprintf(stderr, "calibration or transform build failed: %s\n", wush_last_error());
+    wush_transform_destroy(t);
+    wush_calibrator_destroy(cal);
+    return ok;
+}
+
+/* The child forked while `busy` was inside its call; its exit status: 0 passed, 3 a call on the
+ * busy context was not refused as documented, 1 the new context failed. */
+static int busy_child(Busy* busy, const wush_transform* t, const wush_qweight* q, const float* x, const float* w,
+                      const Results* parent) {
+    wush_context* fresh = NULL;
+    int64_t v = 0;
+    wush_status st;
+    Results r;
+    alarm(WATCHDOG_S);
+    st = wush_context_get_parameter(busy->ctx, WUSH_CONTEXT_NUM_THREADS, &v);
+    if (st != WUSH_ERR_INVALID_ARGUMENT || strstr(wush_last_error(), "fork") == NULL) {
+        fprintf(stderr, "the busy context in the child: %s: %s\n", wush_status_string(st), wush_last_error());
+        return 3;
+    }
+    if (wush_calibrator_add(busy->ctx, busy->cal, WUSH_DTYPE_F32, x, M) != WUSH_ERR_INVALID_ARGUMENT) return 3;
+    wush_context_destroy(busy->ctx);
+    if (wush_context_create(WUSH_BACKEND_CPU, 0, &fresh) != WUSH_OK ||
+        wush_context_set_parameter(fresh, WUSH_CONTEXT_NUM_THREADS, 2) != WUSH_OK || !alloc_results(&r) ||
+        !compute(fresh, t, q, x, &r) || !same(&r, parent) || !build_wush(fresh, x, w))
+        return 1;
+    wush_context_destroy(fresh);
+    return 0;
+}
+
+/* Forks while another thread is inside a call on its own context (see the top). */
+static void fork_during_call(const wush_transform* t, const wush_qweight* q, const float* x, const float* w,
+                             const Results* parent) {
+    Busy busy;
+    pthread_t thread;
+    int status = 0;
+    char c = 'x';
+    pid_t pid;
+    memset(&busy, 0, sizeof busy);
+    busy.w = w;
+    CHECK(pipe(busy.in_call) == 0 && pipe(busy.resume) == 0);
+    CHECK_STATUS(wush_context_create(WUSH_BACKEND_CPU, 0, &busy.ctx), WUSH_OK);
+    CHECK_STATUS(wush_context_set_parameter(busy.ctx, WUSH_CONTEXT_NUM_THREADS, 2), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_create(D_IN, G, WUSH_MOMENTS_BLOCK_DIAGONAL, &busy.cal), WUSH_OK);
+    CHECK_STATUS(wush_calibrator_add(busy.ctx, busy.cal, WUSH_DTYPE_F32, x, M), WUSH_OK);
+    CHECK_STATUS(wush_options_create(&busy.opts), WUSH_OK);
+    CHECK_STATUS(wush_options_set_progress(busy.opts, hold_in_callback, &busy), WUSH_OK);
+    if (g_failures != 0) return;
+    CHECK(pthread_create(&thread, NULL, busy_thread, &busy) == 0);
+    CHECK(read(busy.in_call[0], &c, 1) == 1); /* the thread is inside the call, holding its context */
+    fflush(stderr);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(busy_child(&busy, t, q, x, w, parent));
+    CHECK(waitpid(pid, &status, 0) == pid);
+    if (WIFSIGNALED(status))
+        fprintf(stderr, "fork during a call: the child was killed by signal %d%s\n", WTERMSIG(status),
+                WTERMSIG(status) == SIGALRM ? " (the watchdog: it hung)" : "");
+    else if (WEXITSTATUS(status) != 0)
+        fprintf(stderr, "fork during a call: the child failed (%d)\n", WEXITSTATUS(status));
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(write(busy.resume[1], &c, 1) == 1);
+    CHECK(pthread_join(thread, NULL) == 0);
+    CHECK_STATUS(busy.status, WUSH_OK);
+    wush_transform_destroy(busy.t);
+    wush_options_destroy(busy.opts);
+    wush_calibrator_destroy(busy.cal);
+    wush_context_destroy(busy.ctx);
+    close(busy.in_call[0]);
+    close(busy.in_call[1]);
+    close(busy.resume[0]);
+    close(busy.resume[1]);
+}
+
 int main(void) {
     wush_context* ctx = NULL;
     wush_transform* t = NULL;
@@ -147,6 +269,10 @@ int main(void) {
         CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
         CHECK(compute(ctx, t, q, x, &single) && same(&parent, &single));
     }
+    /* This thread runs 2-thread OpenMP regions before the fork below: its libgomp team exists in
+     * the parent only. */
+    CHECK(build_wush(ctx, x, w));
+    fork_during_call(t, q, x, w, &parent);
     wush_qweight_destroy(q);
     wush_transform_destroy(t);
     wush_context_destroy(ctx);
