@@ -9,8 +9,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
-#include <fstream>
+#include <string>
 #include <vector>
 
 #include "common/read_at.h"
@@ -69,17 +70,32 @@ std::string elf_problem(int fd, std::uint64_t size) {
     return {};
 }
 
+// The largest digest file read: one line of 64 hex digits, two spaces and the module's name.
+constexpr std::uint64_t kMaxDigestFileBytes = 4096;
+
 // The digest recorded beside the module: the first 64 characters of `<path>.sha256`, in
-// sha256sum's format ("<hex>  <name>").
-std::string recorded_digest(const std::string& path) {
-    std::ifstream in(path + kModuleDigestSuffix);
-    std::string hex;
-    if (!(in >> hex) || hex.size() != 64) return {};
+// sha256sum's format ("<hex>  <name>"), in `hex`; or, in the result, why there is none. The file
+// is opened without blocking and must be a regular file of at most kMaxDigestFileBytes: a FIFO
+// there used to block the search for good, a file of gigabytes to be read whole.
+std::string recorded_digest(const std::string& path, std::string& hex) {
+    const std::string side = path + kModuleDigestSuffix;
+    const Fd file(::open(side.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+    if (file.fd < 0) return std::string("cannot open it: ") + std::strerror(errno);
+    struct stat st {};
+    if (::fstat(file.fd, &st) != 0) return std::string("cannot stat it: ") + std::strerror(errno);
+    if (!S_ISREG(st.st_mode)) return "not a regular file";
+    if (std::uint64_t(st.st_size) > kMaxDigestFileBytes)
+        return std::to_string(st.st_size) + " bytes, more than a digest line (at most " +
+               std::to_string(kMaxDigestFileBytes) + ")";
+    std::string text(std::size_t(st.st_size), '\0');
+    if (read_at(file.fd, text.data(), text.size(), 0) != 0) return "cannot read it";
+    hex = text.substr(0, text.find_first_of(" \t\r\n"));
+    if (hex.size() != 64) return "its first word is not 64 hexadecimal digits";
     for (char& c : hex) {
-        if (!std::isxdigit(static_cast<unsigned char>(c))) return {};
+        if (!std::isxdigit(static_cast<unsigned char>(c))) return "its first word is not 64 hexadecimal digits";
         c = char(std::tolower(static_cast<unsigned char>(c)));
     }
-    return hex;
+    return {};
 }
 
 std::string file_digest(int fd, std::uint64_t size) {
@@ -105,10 +121,10 @@ std::string module_file_problem(const std::string& path) {
     if (!S_ISREG(st.st_mode)) return "not a regular file";
     const auto size = std::uint64_t(st.st_size);
     if (std::string bad = elf_problem(file.fd, size); !bad.empty()) return bad;
-    const std::string recorded = recorded_digest(path);
-    if (recorded.empty())
-        return std::string("no digest beside it (") + kModuleDigestSuffix +
-               " file missing or malformed; the build and the install write it)";
+    std::string recorded;
+    if (const std::string bad = recorded_digest(path, recorded); !bad.empty())
+        return std::string("no digest beside it (its ") + kModuleDigestSuffix + " file: " + bad +
+               "; the build and the install write it)";
     const std::string actual = file_digest(file.fd, size);
     if (actual != recorded) return "its SHA-256 differs from the one its build recorded (damaged or replaced)";
     return {};

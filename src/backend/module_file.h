@@ -6,7 +6,8 @@
 //   2. its ELF header is this machine's kind of shared object, and every header table and segment
 //      it describes lies inside the file;
 //   3. its SHA-256 equals the one its build recorded beside it, in `<module>.sha256` (written when
-//      the module is built and again when it is installed, since installing rewrites its RPATH).
+//      the module is built and again when it is installed, since installing rewrites its RPATH),
+//      itself opened without blocking and read only if it is a regular file of one line's size.
 // The digest guards against accidents, not against someone who can rewrite both files.
 #pragma once
 

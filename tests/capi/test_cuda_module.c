@@ -7,13 +7,22 @@
  *      digest beside it, a FIFO in its place: each refused with WUSH_ERR_UNSUPPORTED before the
  *      loader sees it, and the process lives (a truncated module used to die with SIGBUS inside
  *      the loader, a FIFO to hang every CUDA context creation);
- *   5. argv[2] = "real" (builds with the CUDA backend): the default search finds libwush-cuda.so
+ *   5. the digest file beside a good copy is a FIFO, or a sparse file of gigabytes that starts
+ *      with the right digest line: refused before the file is read (the FIFO used to block the
+ *      creation for good, the large file to be read; its first line alone let the copy load);
+ *   6. without WUSH_CUDA_MODULE, a truncated copy named libwush-cuda.so in a directory of
+ *      LD_LIBRARY_PATH (a child process, started with it): refused like the copies above, with a
+ *      status, not a signal (the loader's own search used to be handed the bare name and died of
+ *      SIGBUS inside dlopen); not run where a module sits beside libwush (found first);
+ *   7. argv[2] = "real" (builds with the CUDA backend): the default search finds libwush-cuda.so
  *      beside libwush.so; the context is created (GPU) or refused for want of a device, never for
  *      want of the module; only now is the module mapped. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "wush/wush.h"
@@ -92,6 +101,88 @@ static void expect_refused(const char* dir, const char* name, const unsigned cha
     unlink(side);
 }
 
+/* A good copy whose digest file is a FIFO, then a sparse file of 3 GiB whose first line is the
+ * right digest: both refused before the digest file is read, naming it. */
+static void test_digest_files(const char* dir, const unsigned char* data, long size, const unsigned char* digest,
+                              long digest_size) {
+    char path[512], side[540];
+    int fd;
+    snprintf(path, sizeof path, "%s/sidecar.so", dir);
+    snprintf(side, sizeof side, "%s.sha256", path);
+    CHECK(spill(path, data, size), "cannot write the copy");
+    setenv("WUSH_CUDA_MODULE", path, 1);
+    CHECK(mkfifo(side, 0600) == 0, "cannot make a FIFO");
+    CHECK(try_cuda() == WUSH_ERR_UNSUPPORTED && strstr(wush_last_error(), "not loaded") != NULL &&
+              strstr(wush_last_error(), ".sha256 file: not a regular file") != NULL,
+          "FIFO digest file: %s", wush_last_error());
+    unlink(side);
+    CHECK(spill(side, digest, digest_size), "cannot write the digest");
+    fd = open(side, O_WRONLY);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)3 << 30) == 0, "cannot extend the digest file");
+    if (fd >= 0) close(fd);
+    CHECK(try_cuda() == WUSH_ERR_UNSUPPORTED && strstr(wush_last_error(), "not loaded") != NULL &&
+              strstr(wush_last_error(), "more than a digest line") != NULL,
+          "3 GiB digest file: %s", wush_last_error());
+    unlink(side);
+    unlink(path);
+}
+
+/* Case 6 in a child started with LD_LIBRARY_PATH = `dir`, which holds a truncated copy of the
+ * module (named as the real one) and its digest: the child's exit status says how it went. */
+static void test_loader_search(const char* self, const char* module) {
+    char dir[64], path[128], side[160];
+    long size = 0, digest_size = 0;
+    unsigned char* data;
+    unsigned char* digest;
+    int status = 0;
+    pid_t pid;
+    snprintf(side, sizeof side, "%s.sha256", module);
+    data = slurp(module, &size);
+    digest = slurp(side, &digest_size);
+    snprintf(dir, sizeof dir, "/tmp/wush_module_search_%ld", (long)getpid());
+    snprintf(path, sizeof path, "%s/libwush-cuda.so", dir);
+    snprintf(side, sizeof side, "%s.sha256", path);
+    CHECK(data != NULL && digest != NULL && mkdir(dir, 0700) == 0, "cannot set up %s", dir);
+    if (data == NULL || digest == NULL) return;
+    CHECK(spill(path, data, size / 2) && spill(side, digest, digest_size), "cannot write into %s", dir);
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    if (pid == 0) {
+        char* args[5];
+        args[0] = (char*)self;
+        args[1] = (char*)module;
+        args[2] = (char*)"search-child";
+        args[3] = dir;
+        args[4] = NULL;
+        setenv("LD_LIBRARY_PATH", dir, 1);
+        unsetenv("WUSH_CUDA_MODULE");
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid, "cannot run the child");
+    if (WIFSIGNALED(status)) CHECK(0, "loader search: the child died of signal %d", WTERMSIG(status));
+    else
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "loader search: the child failed (%d)",
+              WEXITSTATUS(status));
+    unlink(path);
+    unlink(side);
+    rmdir(dir);
+    free(data);
+    free(digest);
+}
+
+/* The child of test_loader_search: WUSH_CUDA_MODULE unset, LD_LIBRARY_PATH holding `dir`. */
+static int loader_search_child(const char* dir) {
+    const wush_status st = try_cuda();
+    CHECK(st == WUSH_ERR_UNSUPPORTED, "loader search: got %s", wush_status_string(st));
+    CHECK(strstr(wush_last_error(), dir) != NULL && strstr(wush_last_error(), "not loaded") != NULL &&
+              strstr(wush_last_error(), "truncated") != NULL,
+          "loader search: the copy in %s is not refused before loading: %s", dir, wush_last_error());
+    CHECK(mapped("libwush-cuda") == 0, "loader search: the refused copy is mapped");
+    return failures == 0 ? 0 : 1;
+}
+
 /* Damaged copies of the module at `module`, each refused before the loader sees it. */
 static void test_damaged_copies(const char* module) {
     char dir[64], side[4096], fifo[128];
@@ -119,6 +210,7 @@ static void test_damaged_copies(const char* module) {
         for (i = 24; i < 64; ++i) copy[i] = (unsigned char)((seed = seed * 1103515245u + 12345u) >> 16);
         expect_refused(dir, "random_header.so", copy, size, digest, digest_size, NULL);
     }
+    test_digest_files(dir, data, size, digest, digest_size);
     snprintf(fifo, sizeof fifo, "%s/fifo.so", dir);
     CHECK(mkfifo(fifo, 0600) == 0, "cannot make a FIFO");
     setenv("WUSH_CUDA_MODULE", fifo, 1);
@@ -140,6 +232,8 @@ int main(int argc, char** argv) {
         fprintf(stderr, "usage: %s FAKE_MODULE [real]\n", argv[0]);
         return 2;
     }
+    alarm(120); /* a hang in any case (the child too) fails instead of waiting for ctest's timeout */
+    if (argc > 3 && strcmp(argv[2], "search-child") == 0) return loader_search_child(argv[3]);
     CHECK(wush_context_create(WUSH_BACKEND_CPU, 0, &cpu) == WUSH_OK, "CPU context: %s", wush_last_error());
     wush_context_destroy(cpu);
     CHECK(mapped("libcudart") == 0 && mapped("libcublas") == 0 && mapped("libwush-cuda") == 0,
@@ -159,6 +253,9 @@ int main(int argc, char** argv) {
           wush_last_error());
     CHECK(mapped("fake_backend_module") == 0, "the refused module stays mapped");
     test_damaged_copies(argv[1]);
+    if (argc > 2 && strcmp(argv[2], "real") == 0)
+        printf("a module sits beside libwush: the loader-path search is not tested\n");
+    else test_loader_search(argv[0], argv[1]);
 
     if (argc > 2 && strcmp(argv[2], "real") == 0) {
         unsetenv("WUSH_CUDA_MODULE");
