@@ -28,10 +28,29 @@ from . import _core
 
 def _load(model_dir: str):
     import torch
-    from transformers import AutoTokenizer
     from . import torch as wt
     model = wt.load_float_model(model_dir, torch.float32)  # first: it names a missing folder as such
-    return model, AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    return model, _tokenizer(model_dir)
+
+
+def _tokenizer(folder: str):
+    """The folder's tokenizer; ValueError naming the folder when it cannot be loaded (the
+    tokenizers library raises plain Exceptions, e.g. for a tokenizer.json that is not JSON)."""
+    from transformers import AutoTokenizer
+    try:
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - whatever the tokenizer's files make it raise
+        raise ValueError(f"{_core.printable(folder)}: cannot load its tokenizer: {type(e).__name__}: "
+                         f"{_core.printable(' '.join(str(e).split())[:300], backslash=False)}") from None
+
+
+def _read_text(path: str) -> str:
+    """A text file's content; ValueError naming the file when it is not UTF-8."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{_core.printable(path)}: not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
 def _positive(v: int, what: str) -> int:
@@ -45,11 +64,10 @@ def token_batches(tok, path: str, seq_len: int, max_samples: int, batch_size: in
     ``stats``, when given, receives what was used: windows, tokens, and the file's tokens."""
     _positive(seq_len, "the sequence length (--seq-len)")
     _positive(max_samples, "the number of samples (--max-samples)")
-    with open(path, encoding="utf-8") as f:
-        ids = tok(f.read(), return_tensors="pt", add_special_tokens=False)["input_ids"][0]
+    ids = tok(_read_text(path), return_tensors="pt", add_special_tokens=False)["input_ids"][0]
     n = min(len(ids) // seq_len, max_samples)
     if n == 0:
-        raise ValueError(f"{path}: fewer than {seq_len} tokens")
+        raise ValueError(f"{_core.printable(path)}: fewer than {seq_len} tokens")
     windows = ids[: n * seq_len].reshape(n, seq_len)
     if stats is not None:
         stats.update({"file": path, "unit": "windows", "samples": n, "available": len(ids) // seq_len,
@@ -81,8 +99,8 @@ def _calibration_line(kind: str, st: Dict[str, Any], a: argparse.Namespace, cap:
     capped = f", capped by --max-samples {a.max_samples}{share}" if st["samples"] < st["available"] else ""
     if st["unit"] == "windows":
         return (f"{kind}: {st['samples']} windows of {a.seq_len} tokens ({st['tokens']} tokens) of the "
-                f"{st['file_tokens']} tokens of {st['file']}{capped}")
-    return (f"{kind}: the first {st['samples']} of the {st['available']} non-empty lines of {st['file']}, "
+                f"{st['file_tokens']} tokens of {_core.printable(st['file'])}{capped}")
+    return (f"{kind}: the first {st['samples']} of the {st['available']} non-empty lines of {_core.printable(st['file'])}, "
             f"{st['tokens']} tokens (at most {a.seq_len} per line){capped}")
 
 
@@ -113,10 +131,9 @@ def calibration_documents(make, tok, a: argparse.Namespace) -> Tuple[List, List[
 
 
 def read_sentences(path: str) -> List[str]:
-    with open(path, encoding="utf-8") as f:
-        lines = [ln.strip() for ln in f if ln.strip()]
+    lines = [ln.strip() for ln in _read_text(path).split("\n") if ln.strip()]
     if not lines:
-        raise ValueError(f"{path}: no non-empty line")
+        raise ValueError(f"{_core.printable(path)}: no non-empty line")
     return lines
 
 
@@ -137,7 +154,7 @@ def _peak_rss_mib() -> float:
 
 
 def _note(cmd: str, text: str) -> None:
-    print(f"python -m wush {cmd}: {text}", file=sys.stderr)
+    print(f"python -m wush {cmd}: {_core.printable(text, backslash=False)}", file=sys.stderr)
 
 
 def cmd_quantize(a: argparse.Namespace) -> int:
@@ -165,7 +182,7 @@ def cmd_quantize(a: argparse.Namespace) -> int:
                                 f"({passed_over}); writing the libwush checkpoint alone (--export wush), "
                                 f"which wush.load_quantized loads")
     if getattr(model, "wush_missing_keys", None):
-        _note("quantize-model", f"note: tensors not in {a.model_dir}, initialized at random by transformers: "
+        _note("quantize-model", f"note: tensors not in {_core.printable(a.model_dir)}, initialized at random by transformers: "
                                 f"{', '.join(model.wush_missing_keys[:6])}"
                                 f"{' ...' if len(model.wush_missing_keys) > 6 else ''}")
     selected = wt.select_linears(model, a.layers)
@@ -225,8 +242,14 @@ def _folder_info(folder: str) -> Dict[str, Any]:
     path = os.path.join(folder, INFO_FILE)
     if not os.path.exists(path):
         return {}
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path) as f:
+            info = json.load(f)
+    except ValueError as e:  # not JSON, not UTF-8
+        raise ValueError(f"{_core.printable(path)}: not a wush_quantization.json ({e})") from None
+    if not isinstance(info, dict):
+        raise ValueError(f"{_core.printable(path)}: not a wush_quantization.json (not a JSON object)")
+    return info
 
 
 def _checkpoint_labels(folder: str, info: Dict[str, Any]) -> Dict[str, Any]:
@@ -256,18 +279,17 @@ def _checkpoint_labels(folder: str, info: Dict[str, Any]) -> Dict[str, Any]:
 
 def cmd_run(a: argparse.Namespace) -> int:
     import torch
-    from transformers import AutoTokenizer
     from . import torch as wt
     if (a.prompt is None) == (a.sentences is None):
         raise ValueError("give one of --prompt (a causal model) or --sentences FILE (an encoder)")
     _positive(a.max_new_tokens, "--max-new-tokens")
     wt.parse_device(a.device)  # an unknown device, before the folder is read
     model = wt.load_quantized(a.folder, device=a.device)  # first: it names a missing folder as such
-    tok = AutoTokenizer.from_pretrained(a.folder, local_files_only=True)
+    tok = _tokenizer(a.folder)
     causal = wt.is_causal(model)
     if a.prompt is not None:
         if not causal:
-            raise ValueError(f"{a.folder} holds an encoder ({type(model).__name__}); use --sentences FILE")
+            raise ValueError(f"{_core.printable(a.folder)} holds an encoder ({type(model).__name__}); use --sentences FILE")
         enc = tok(a.prompt, return_tensors="pt").to(a.device)
         t0 = time.time()
         with torch.no_grad():
@@ -280,7 +302,7 @@ def cmd_run(a: argparse.Namespace) -> int:
                           "seconds": round(dt, 3)}))
         return 0
     if causal:
-        raise ValueError(f"{a.folder} holds a causal model ({type(model).__name__}); use --prompt TEXT")
+        raise ValueError(f"{_core.printable(a.folder)} holds a causal model ({type(model).__name__}); use --prompt TEXT")
     sentences = read_sentences(a.sentences)
     t0 = time.time()
     e = wt.embed(model, tok, sentences, wt.pooling_config(a.folder))
@@ -347,7 +369,8 @@ def _table(out: Dict[str, Any]) -> str:
     for r in out.get("quantized", []):
         vals = f"{r['ppl']:.4f} |" if "ppl" in r else f"{r['cosine_mean']:.4f} | {r['cosine_min']:.4f} |"
         transform = f"{r['transform']}+s" if r.get("search") else r["transform"]  # as quantize-model names it
-        lines.append(f"| {os.path.basename(r['folder'].rstrip('/'))} | {r['method']} | {transform} | {r['format']} | {vals}")
+        name = _core.printable(os.path.basename(r["folder"].rstrip("/")))
+        lines.append(f"| {name} | {r['method']} | {transform} | {r['format']} | {vals}")
     return "\n".join(lines)
 
 
@@ -396,7 +419,8 @@ def parser() -> argparse.ArgumentParser:
                         "calibration windows or sentences that each layer's token sample drew from)")
     q.add_argument("--method", default="rtn", choices=["rtn", "gptq"], help="how the weights are rounded")
     q.add_argument("--out", required=True,
-                   help="the output folder: new, or an existing folder outside MODEL_DIR (files in it are replaced)")
+                   help="the output folder: new, empty, or one written by quantize-model (replaced whole), outside "
+                        "MODEL_DIR; written beside it under a .wush-* name and renamed into place when complete")
     q.add_argument("--export", default="wush", choices=["wush", "fp_quant", "auto"],
                    help="wush: the quantized layers once, in the libwush checkpoint (any format x transform; "
                         "quantization_config names quant_method 'wush': AutoModel/SentenceTransformer load it after "
@@ -449,8 +473,14 @@ def main(argv=None) -> int:
         pass
     try:
         return a.fn(a)
-    except (ValueError, WushError, OSError) as e:
-        msg = " ".join(str(e).split())  # one line
+    except Exception as e:  # noqa: BLE001 - a command reports, it does not print tracebacks
+        # What wush refuses is a ValueError, WushError or OSError; anything else was raised by
+        # another library on input it could not take (a damaged file, say) and is named by type.
+        # One line, whatever the message holds (another library's text, a path with control
+        # characters: the paths wush names are escaped already, hence no backslash doubling).
+        msg = _core.printable(" ".join(str(e).split()), backslash=False)
+        if not isinstance(e, (ValueError, WushError, OSError)):
+            msg = f"{type(e).__name__}: {msg}"
         print(f"python -m wush {a.cmd}: error: {msg}", file=sys.stderr)
         return 2
 

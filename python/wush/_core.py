@@ -22,6 +22,30 @@ def _path(path: Any) -> bytes:
     return os.fsencode(os.fspath(path))
 
 
+def printable(text: Any, backslash: bool = True) -> str:
+    """``text`` (a path, or a message holding one) safe to print on one terminal line: control
+    characters (C0, DEL, C1) and bytes that are not UTF-8 (os.fsdecode's surrogate escapes) as
+    ``\\xNN``, other characters Python does not print as ``\\uNNNN``, and (with ``backslash``) a
+    backslash doubled, as the C CLI's printable() writes them. A file name holding ESC or a
+    newline then cannot move the cursor, recolor the terminal or forge a line of output. A
+    message whose paths are escaped already takes ``backslash=False``."""
+    s = os.fsdecode(text) if isinstance(text, (bytes, os.PathLike)) else str(text)
+    out = []
+    for ch in s:
+        c = ord(ch)
+        if ch == "\\" and backslash:
+            out.append("\\\\")
+        elif c < 0x20 or 0x7F <= c <= 0x9F:
+            out.append(f"\\x{c:02x}")
+        elif 0xDC80 <= c <= 0xDCFF:  # an undecodable byte of the file name
+            out.append(f"\\x{c - 0xDC00:02x}")
+        elif not ch.isprintable() and ch != " ":
+            out.append(f"\\u{c:04x}" if c <= 0xFFFF else f"\\U{c:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def _enum(cname: str, prefix: str) -> Any:
     # Members come from the header (through the generated table): FORMAT_MXFP4 -> Format.MXFP4.
     return enum.IntEnum(cname, {k[len(prefix):]: v for k, v in ENUMS[cname].items()})

@@ -151,7 +151,10 @@ def _classes() -> Any:
             super().__init__()
             self.register_buffer("weight", torch.zeros(2, dtype=torch.int64))
             bias = getattr(linear, "bias", None)
-            self.bias = nn.Parameter(torch.empty_like(bias), requires_grad=False) if bias is not None else None
+            # NaN, not empty_like's leftover memory: a bias the loading missed must not pass for
+            # one (WushQuantizer refuses a folder without it before loading).
+            self.bias = nn.Parameter(torch.full_like(bias, float("nan")), requires_grad=False) \
+                if bias is not None else None
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             raise RuntimeError("a wush layer was not loaded (the model was built outside from_pretrained)")
@@ -178,16 +181,17 @@ def _classes() -> Any:
             folder = os.path.dirname(checkpoint_files[0])
             self._path = os.path.join(folder, self.quantization_config.checkpoint)
             if not os.path.isfile(self._path):
-                raise FileNotFoundError(f"{folder}: no {self.quantization_config.checkpoint}, which its "
-                                        f"quantization_config names")
+                raise FileNotFoundError(f"{_core.printable(folder)}: no {self.quantization_config.checkpoint}, "
+                                        f"which its quantization_config names")
             with _core.Checkpoint.open(self._path) as ck:
                 layers = ck.layer_names()
             missing = [n for n in layers if _module_for(model, n) is None]
             if missing:
-                raise ValueError(f"{folder}: the checkpoint's layers {', '.join(missing[:5])} are not modules of "
-                                 f"{type(model).__name__}")
-            for layer in layers:
-                name = _module_for(model, layer)
+                raise ValueError(f"{_core.printable(folder)}: the checkpoint's layers {', '.join(missing[:5])} are "
+                                 f"not modules of {type(model).__name__}")
+            names = {layer: _module_for(model, layer) for layer in layers}
+            _check_layer_tensors(folder, model, list(names.values()), checkpoint_files)
+            for layer, name in names.items():
                 self._layers[layer] = name
                 wt._replace(model, name, _Pending(model.get_submodule(name)))
             return model
@@ -219,6 +223,39 @@ def _classes() -> Any:
             return False
 
     return WushConfig, WushQuantizer
+
+
+def _check_layer_tensors(folder: str, model: Any, names: List[str], files: List[str]) -> None:
+    """Raises ValueError naming every tensor of the quantized layers ``names`` (modules of
+    ``model``) that the folder's safetensors ``files`` lack or hold in excess: each layer's
+    ``weight`` (its ``[d_out, d_in]``), and its ``bias`` exactly when the model's layer has one.
+    transformers would leave a missing bias as it found it (uninitialized memory: garbage
+    outputs) and drop an unexpected one with a warning."""
+    from . import _core
+    from . import torch as wt
+    stored: Dict[str, Any] = {}
+    for f in files:
+        if f.endswith(".safetensors"):
+            stored.update(wt._safetensors_shapes(f))
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    problems = []
+    for name in names:
+        weight = wt._stored_key(name + ".weight", prefix, stored)
+        bias = wt._stored_key(name + ".bias", prefix, stored)
+        if weight is None:
+            problems.append(f"{name}.weight is missing")
+        if getattr(model.get_submodule(name), "bias", None) is not None:
+            if bias is None:
+                problems.append(f"{name}.bias is missing (the model's config gives the layer a bias)")
+        elif bias is not None:
+            problems.append(f"{bias} is not a tensor of the model (its config gives the layer no bias)")
+        stem = (weight or bias or name + ".").rsplit(".", 1)[0] + "."
+        problems += [f"{k} is not a tensor of the model" for k in stored
+                     if k.startswith(stem) and "." not in k[len(stem):] and k not in (weight, bias)]
+    if problems:
+        more = f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""
+        raise ValueError(f"{_core.printable(folder)}: the quantized layers' tensors do not match the model: "
+                         f"{'; '.join(problems[:4])}{more}")
 
 
 def _keep_embeddings_bf16(model: Any) -> None:

@@ -563,23 +563,141 @@ def _same(a: str, b: str) -> bool:
 def check_out_dir(out_dir: str, model_dir: Optional[str] = None) -> None:
     """Raises ValueError, before anything is read or written, for an output folder that cannot
     be written without damaging something: one that exists and is not a folder (a file, a FIFO,
-    /proc/version, a dangling link), or, with ``model_dir``, one that is the model folder, lies
-    inside it or contains it, symlinks and other paths to the same folder included."""
+    /proc/version, a dangling link), one that holds files but was not written by
+    :func:`save_quantized` (the new folder replaces it whole), one whose folder cannot take a
+    new entry (tried: permission bits say nothing for root), or, with ``model_dir``, one that is
+    the model folder, lies inside it or contains it, symlinks and other paths to the same folder
+    included."""
+    shown = _core.printable(out_dir)
+    if not os.fspath(out_dir):  # os.path takes "" for a missing path, realpath for the current folder
+        raise ValueError("the output folder is an empty string; give a folder")
     if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
         what = "a dangling symbolic link" if not os.path.exists(out_dir) else "not a folder"
-        raise ValueError(f"the output folder {out_dir} exists and is {what}; give a new or existing folder")
-    if not model_dir or not os.path.exists(model_dir):
-        return
-    for a in _ancestors(out_dir):
-        if os.path.exists(a) and _same(a, model_dir):
-            where = "is the model folder" if a == os.path.realpath(out_dir) else "is inside the model folder"
-            raise ValueError(f"the output folder {out_dir} {where} {model_dir}: writing it would change the "
-                             f"model being read; give a folder outside it")
-    if os.path.exists(out_dir):
-        for a in _ancestors(model_dir):
-            if _same(a, out_dir):
-                raise ValueError(f"the output folder {out_dir} contains the model folder {model_dir}: writing it "
-                                 f"would change the model being read; give a folder outside it")
+        raise ValueError(f"the output folder {shown} exists and is {what}; give a new or existing folder")
+    if model_dir and os.path.exists(model_dir):
+        for a in _ancestors(out_dir):
+            if os.path.exists(a) and _same(a, model_dir):
+                where = "is the model folder" if a == os.path.realpath(out_dir) else "is inside the model folder"
+                raise ValueError(f"the output folder {shown} {where} {_core.printable(model_dir)}: writing it would "
+                                 f"change the model being read; give a folder outside it")
+        if os.path.exists(out_dir):
+            for a in _ancestors(model_dir):
+                if _same(a, out_dir):
+                    raise ValueError(f"the output folder {shown} contains the model folder "
+                                     f"{_core.printable(model_dir)}: writing it would change the model being "
+                                     f"read; give a folder outside it")
+    if os.path.isdir(out_dir) and os.listdir(out_dir) and not any(
+            os.path.lexists(os.path.join(out_dir, f)) for f in (INFO_FILE, CHECKPOINT_FILE)):
+        raise ValueError(f"the output folder {shown} holds files and is not a folder written by quantize-model "
+                         f"(no {INFO_FILE}); the new folder would replace it whole: give a new or empty folder")
+    _check_writable(out_dir)
+
+
+# The output folder is written whole or not at all (docs/PYTHON.md, "After a crash"): into a new
+# folder beside it, synced, then renamed into place, so that a process killed at any point never
+# leaves a partly written folder under the output's name, and no file of an existing output folder
+# (or one its symbolic links point to) is ever opened for writing. The temporary names are short
+# and fixed-length: the output's own name may take all of NAME_MAX (255 bytes).
+_STAGING_PREFIX = ".wush-"
+
+
+def _target(out_dir: str) -> str:
+    """The path the output folder is renamed to: ``out_dir`` with symbolic links resolved (a link
+    to a folder keeps pointing to it; the folder it names is replaced)."""
+    return os.path.realpath(out_dir)
+
+
+def _check_writable(out_dir: str) -> None:
+    """Raises ValueError unless a folder can be created beside the output folder (in the nearest
+    existing folder above it: the missing ones are created) and, when the output folder exists,
+    it can be renamed (a folder without write permission cannot: its ``..`` changes)."""
+    target = _target(out_dir)
+    parent = os.path.dirname(target)
+    while not os.path.lexists(parent):  # the folders to be made, up to the first that exists
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ValueError(f"the output folder {_core.printable(out_dir)} cannot be made: {_core.printable(parent)} "
+                         f"is not a folder")
+    try:
+        os.rmdir(_new_staging(parent))
+        if os.path.isdir(target) and not os.access(target, os.W_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as e:
+        raise ValueError(f"the output folder {_core.printable(out_dir)} cannot be written: cannot create a folder "
+                         f"in {_core.printable(parent)}: {e.strerror}") from None
+
+
+def _new_staging(parent: str) -> str:
+    """A new, empty folder in ``parent`` with a short random name (the process's umask applies,
+    as to any folder it makes)."""
+    while True:
+        path = os.path.join(parent, _STAGING_PREFIX + os.urandom(4).hex())
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            continue
+
+
+def _fsync_path(path: str, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: str) -> None:
+    """Every file and folder under ``root`` on disk: before the rename makes the folder visible,
+    so that after a power loss its name never points to files whose data were not written."""
+    for dirpath, _dirs, files in os.walk(root, topdown=False):
+        for fn in files:
+            p = os.path.join(dirpath, fn)
+            if not os.path.islink(p):
+                _fsync_path(p)
+        _fsync_path(dirpath, directory=True)
+
+
+class _WholeFolder:
+    """``with _WholeFolder(out_dir) as tmp:`` write the folder's files into ``tmp``; on a normal
+    exit it replaces ``out_dir`` (synced, renamed into place; an existing folder renamed aside
+    first and then deleted), on an exception it is deleted and ``out_dir`` is left as it was."""
+
+    def __init__(self, out_dir: str):
+        self.target = _target(out_dir)
+        self.parent = os.path.dirname(self.target)
+        self.tmp = ""
+
+    def __enter__(self) -> str:
+        os.makedirs(self.parent, exist_ok=True)
+        self.tmp = _new_staging(self.parent)
+        return self.tmp
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return
+        old, moved = None, False
+        try:
+            _fsync_tree(self.tmp)
+            if os.path.lexists(self.target):
+                # rename(2) replaces an empty folder: the old one takes a fresh empty one's name.
+                old = _new_staging(self.parent)
+                os.rename(self.target, old)
+                moved = True
+            os.rename(self.tmp, self.target)
+        except BaseException:
+            if moved:
+                os.rename(old, self.target)  # the previous folder back under its name
+            elif old is not None:
+                os.rmdir(old)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
+        _fsync_path(self.parent, directory=True)  # the renames themselves
+        if old is not None:
+            # The new folder is in place: a file of the old one that cannot be deleted is left
+            # (under the .wush- name), not an error.
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _probe_export(fmt: str, transform: str) -> Optional[str]:
@@ -681,7 +799,8 @@ def read_folder_tensors(model_dir: str) -> Dict[str, torch.Tensor]:
         for fn in files("pytorch_model.bin", "pytorch_model.bin.index.json"):
             out.update(torch.load(os.path.join(model_dir, fn), map_location="cpu", weights_only=True))
     if not out:
-        raise ValueError(f"{model_dir}: no model.safetensors(.index.json) or pytorch_model.bin(.index.json)")
+        raise ValueError(f"{_core.printable(model_dir)}: no model.safetensors(.index.json) or "
+                         f"pytorch_model.bin(.index.json)")
     return out
 
 
@@ -759,15 +878,27 @@ def save_quantized(model: nn.Module, result: QuantizationResult, out_dir: str, m
     - ``wush_quantization.json``: what was done (format, transform, method, layers, the export).
 
     Returns that last file's content. Refuses, before writing, what :func:`check_export` and
-    :func:`check_out_dir` refuse (``out_dir`` the model folder, inside it or containing it).
+    :func:`check_out_dir` refuse (``out_dir`` the model folder, inside it or containing it, a
+    folder not written by save_quantized, one that cannot be written).
+
+    The folder appears whole or not at all: it is written beside ``out_dir`` under a temporary
+    name (``.wush-`` and 8 hex digits), synced, and renamed to ``out_dir``; an existing
+    ``out_dir`` is replaced whole (renamed aside, then deleted), its symbolic links never
+    written through. docs/PYTHON.md ("After a crash") lists what a killed process leaves.
     """
-    from safetensors.torch import load_file
-    from . import hf
     check_out_dir(out_dir, model_dir)
     check_export(result.format, result.transform, export)
     if embeddings not in EMBEDDINGS:
         raise ValueError(f"unknown embeddings {embeddings!r}; choose one of {', '.join(EMBEDDINGS)}")
-    os.makedirs(out_dir, exist_ok=True)
+    with _WholeFolder(out_dir) as tmp:
+        return _write_folder(model, result, tmp, model_dir, pseudo, max_shard_bytes, export, embeddings)
+
+
+def _write_folder(model: nn.Module, result: QuantizationResult, out_dir: str, model_dir: Optional[str],
+                  pseudo: bool, max_shard_bytes: int, export: str, embeddings: str) -> Dict[str, Any]:
+    """save_quantized's files, into the new folder ``out_dir``."""
+    from safetensors.torch import load_file
+    from . import hf
     ck_path = os.path.join(out_dir, CHECKPOINT_FILE)
     result.checkpoint().write(ck_path)
     fpq: Dict[str, torch.Tensor] = {}
@@ -923,22 +1054,32 @@ def _dtype_kwarg(dtype: Any) -> Dict[str, Any]:
     return {"dtype" if (major, minor) >= (4, 56) else "torch_dtype": dtype}
 
 
+# The largest safetensors header read: the C library's limit (kMaxHeaderBytes in
+# src/storage/safetensors.h), so that both refuse the same files.
+MAX_SAFETENSORS_HEADER = 100_000_000
+
+
 def _safetensors_shapes(path: str) -> Dict[str, Tuple[int, ...]]:
     """The tensor names and shapes of a safetensors file from its header, after checking that the
-    file is complete (ValueError naming the file otherwise: truncated, not safetensors)."""
+    file is complete (ValueError naming the file otherwise: truncated, not safetensors, a header
+    longer than :data:`MAX_SAFETENSORS_HEADER`)."""
+    shown = _core.printable(path)
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
             head = f.read(8)
             n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if n > MAX_SAFETENSORS_HEADER:  # read whole below: a hostile length must not claim gigabytes
+                raise ValueError(f"{shown}: not a safetensors file (header length {n} exceeds the "
+                                 f"{MAX_SAFETENSORS_HEADER:,}-byte limit)")
             if n < 2 or 8 + n > size:
-                raise ValueError(f"{path}: not a complete safetensors file (its header does not fit its "
+                raise ValueError(f"{shown}: not a complete safetensors file (its header does not fit its "
                                  f"{size} bytes: truncated?)")
             header = json.loads(f.read(n))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: cannot read a safetensors header: {e}") from None
+        raise ValueError(f"{shown}: cannot read a safetensors header: {e}") from None
     if not isinstance(header, dict):
-        raise ValueError(f"{path}: not a safetensors file (its header is not a JSON object)")
+        raise ValueError(f"{shown}: not a safetensors file (its header is not a JSON object)")
     shapes, end = {}, 0
     for k, v in header.items():
         if k == "__metadata__":
@@ -947,9 +1088,9 @@ def _safetensors_shapes(path: str) -> Dict[str, Tuple[int, ...]]:
             shapes[k] = tuple(int(d) for d in v["shape"])
             end = max(end, int(v["data_offsets"][1]))
         except (TypeError, KeyError, IndexError, ValueError):
-            raise ValueError(f"{path}: not a safetensors file (bad header entry {k!r})") from None
+            raise ValueError(f"{shown}: not a safetensors file (bad header entry {k!r})") from None
     if 8 + n + end > size:
-        raise ValueError(f"{path}: truncated: its tensors need {8 + n + end} bytes, the file has {size}")
+        raise ValueError(f"{shown}: truncated: its tensors need {8 + n + end} bytes, the file has {size}")
     return shapes
 
 
@@ -964,7 +1105,7 @@ def stored_tensor_shapes(model_dir: str) -> Optional[Dict[str, Tuple[int, ...]]]
                 with open(ipath) as f:
                     return sorted(set(json.load(f)["weight_map"].values()))
             except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-                raise ValueError(f"{ipath}: not a weight index ({e})") from None
+                raise ValueError(f"{_core.printable(ipath)}: not a weight index ({e})") from None
         return [single] if os.path.exists(os.path.join(model_dir, single)) else []
 
     out: Dict[str, Tuple[int, ...]] = {}
@@ -983,7 +1124,8 @@ def stored_tensor_shapes(model_dir: str) -> Optional[Dict[str, Tuple[int, ...]]]
                 # Files of the legacy (pre-zip) serialization cannot be mapped: read them whole.
                 sd = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001 - torch raises many kinds for a damaged file
-            raise ValueError(f"{path}: cannot read it: {' '.join(str(e).split())[:300]}") from None
+            why = _core.printable(" ".join(str(e).split())[:300], backslash=False)
+            raise ValueError(f"{_core.printable(path)}: cannot read it: {why}") from None
         out.update({k: tuple(v.shape) for k, v in sd.items()})
     return out if bins else None
 
@@ -1058,7 +1200,8 @@ def check_weights_match(model_dir: str, cls: Any, config: Any, stored: Dict[str,
             bad.append(f"{sk} is stored {list(stored[sk])}, the config makes it {list(t.shape)}")
     if bad:
         more = f" (and {len(bad) - 2} more)" if len(bad) > 2 else ""
-        raise ValueError(f"{model_dir}: the weights do not match config.json: {'; '.join(bad[:2])}{more}")
+        raise ValueError(f"{_core.printable(model_dir)}: the weights do not match config.json: "
+                         f"{'; '.join(bad[:2])}{more}")
 
 
 def check_stored_layers(model_dir: str, layers: Dict[str, nn.Module],
@@ -1079,8 +1222,8 @@ def check_stored_layers(model_dir: str, layers: Dict[str, nn.Module],
                             f"the model's {list(m.weight.shape)})")
     if unmapped:
         shown = ", ".join(unmapped[:8]) + (f", ... ({len(unmapped)} in all)" if len(unmapped) > 8 else "")
-        raise ValueError(f"{model_dir}: the selected layers {shown} have no stored weight of their shape "
-                         f"in the folder; select others with --layers (layers=)")
+        raise ValueError(f"{_core.printable(model_dir)}: the selected layers {shown} have no stored weight of "
+                         f"their shape in the folder; select others with --layers (layers=)")
 
 
 def model_class(config: Any) -> Any:
@@ -1099,20 +1242,22 @@ def require_model_folder(path: str, quantized: bool = False) -> None:
     ``quantized``: one written by :func:`save_quantized`). transformers, given a path that does
     not exist, takes it for a Hub name and reports a failed download instead."""
     if not os.path.isdir(path):
-        raise FileNotFoundError(f"{path}: no such folder (a local Hugging Face model folder is expected)")
+        raise FileNotFoundError(f"{_core.printable(path)}: no such folder (a local Hugging Face model folder is "
+                                f"expected)")
     if not os.path.isfile(os.path.join(path, "config.json")):
-        raise FileNotFoundError(f"{path}: no config.json, so not a Hugging Face model folder")
+        raise FileNotFoundError(f"{_core.printable(path)}: no config.json, so not a Hugging Face model folder")
     if quantized and not os.path.isfile(os.path.join(path, CHECKPOINT_FILE)):
-        raise FileNotFoundError(f"{path}: no {CHECKPOINT_FILE}, so not a folder written by quantize-model "
-                                f"or save_quantized")
+        raise FileNotFoundError(f"{_core.printable(path)}: no {CHECKPOINT_FILE}, so not a folder written by "
+                                f"quantize-model or save_quantized")
 
 
 def _read_config(folder: str) -> Any:
     from transformers import AutoConfig
     try:
         return AutoConfig.from_pretrained(folder, local_files_only=True)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{folder}/config.json: {' '.join(str(e).split())[:300]}") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # e.g. "quantization_config": 5
+        why = _core.printable(" ".join(str(e).split())[:300], backslash=False)
+        raise ValueError(f"{_core.printable(folder)}/config.json: {why}") from None
 
 
 def load_float_model(model_dir: str, dtype: Any = torch.float32, config: Any = None) -> nn.Module:
@@ -1149,7 +1294,8 @@ def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None, mmap: b
     backend is present: its layers then run on torch's current stream). ``dtype``: the
     non-quantized parameters' dtype (default the config's ``torch_dtype``, else float32).
     Nothing is downloaded. Raises FileNotFoundError when the folder, its config.json or its
-    checkpoint is missing, ValueError when it lacks a tensor the model needs.
+    checkpoint is missing, ValueError (naming them) when it lacks a tensor the model needs or
+    holds one the model does not have.
 
     The checkpoint is read into memory (the model does not depend on the file afterwards: it may
     be deleted, truncated or rewritten). ``mmap=True`` maps it instead, saving that copy, at a
@@ -1202,7 +1348,16 @@ def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None, mmap: b
         expected = set()  # every tensor, the quantized layers' [d_out, d_in] included, is stored
     missing = [k for k in info.get("missing_keys", []) if not any(k == e or k.endswith("." + e) for e in expected)]
     if missing:
-        raise ValueError(f"{out_dir}: tensors missing from the folder: {', '.join(sorted(missing)[:10])}")
+        raise ValueError(f"{_core.printable(out_dir)}: tensors missing from the folder: "
+                         f"{', '.join(sorted(missing)[:10])}")
+    # Nor may one be left over (transformers drops a tensor the model has no place for, e.g. a
+    # bias the config does not give a layer, with a warning): the folder is not this model's.
+    # An fp_quant folder's quantized layers are read from the checkpoint, their tensors unused.
+    extra = [k for k in info.get("unexpected_keys", [])
+             if wush_folder or not any(k.startswith(n + ".") or f".{n}." in k for n in qnames)]
+    if extra:
+        raise ValueError(f"{_core.printable(out_dir)}: tensors in the folder that the model "
+                         f"({type(model).__name__}) does not have: {', '.join(sorted(extra)[:10])}")
     if not wush_folder:
         load_quantized_layers(model, os.path.join(out_dir, CHECKPOINT_FILE), ctx, mmap=mmap)
     return model.to(dev).eval()

@@ -20,7 +20,13 @@ at its exit status and stderr:
 - --format int4, mxfp4_ocp and nvfp4 alone (--export auto picks wush, and says so; --export fp_quant
   refuses them); the calibration actually used is printed
   (and the --max-samples cap); --help shows the defaults; the search's guard is printed per
-  layer.
+  layer;
+- the output folder is written whole (issue 56): killed (SIGKILL) at every step of the writing,
+  --out is absent, the previous folder or the complete new one; links inside an existing --out
+  are not written through; an earlier folder's stale files go; a 255-byte name works; an
+  unwritable --out is refused before the work; control characters of paths are escaped; a
+  safetensors header length over the C library's limit is refused unread; a quantized layer's
+  bias missing from (or added to) the folder is an error naming it.
 """
 import hashlib
 import json
@@ -191,9 +197,49 @@ print("identical" if torch.equal(before, after) else "differs")
         header_cut = os.path.join(TMP, "tiny-header-cut")
         shutil.copytree(TINY, header_cut)
         os.truncate(os.path.join(header_cut, "model.safetensors"), 100)
+        # Damaged or misplaced files for every command (issue 56): each a one-line error naming it.
+        bad = os.path.join(TMP, "bad-input")
+        os.makedirs(os.path.join(bad, "a-folder"))
+        binary = os.path.join(bad, "binary.txt")
+        pathlib.Path(binary).write_bytes(b"\xff\xfe\x00 not text")
+        empty = os.path.join(bad, "empty.txt")
+        pathlib.Path(empty).write_text("")
+        bad_tok = os.path.join(bad, "tokenizer-not-json")
+        shutil.copytree(TINY, bad_tok)
+        pathlib.Path(bad_tok, "tokenizer.json").write_text("garbage")
+        qc_int = os.path.join(bad, "quantization-config-int")
+        shutil.copytree(q, qc_int)
+        cfg = json.loads(pathlib.Path(qc_int, "config.json").read_text())
+        cfg["quantization_config"] = 5
+        pathlib.Path(qc_int, "config.json").write_text(json.dumps(cfg))
+        bad_info = os.path.join(bad, "info-not-json")
+        shutil.copytree(q, bad_info)
+        pathlib.Path(bad_info, "wush_quantization.json").write_text("zz")
+        bad_ck = os.path.join(bad, "checkpoint-garbage")
+        shutil.copytree(q, bad_ck)
+        pathlib.Path(bad_ck, "wush_checkpoint.safetensors").write_bytes(os.urandom(3000))
         out = os.path.join(TMP, "never")
         common = ("--calib", CALIB, "--out", out)
         cases = [
+            (("quantize-model", TINY, "--calib", binary, "--out", out), [binary, "not UTF-8 text"]),
+            (("eval-model", TINY, "--text", binary), [binary, "not UTF-8 text"]),
+            (("quantize-model", TINY, "--calib", os.path.join(bad, "a-folder"), "--out", out), ["Is a directory"]),
+            (("eval-model", TINY, "--text", empty), [empty, "fewer than"]),
+            (("quantize-model", bad_tok, *common), [bad_tok, "cannot load its tokenizer"]),
+            (("eval-model", bad_tok, "--text", CALIB), [bad_tok, "cannot load its tokenizer"]),
+            (("quantize-model", binary, *common), [binary, "no such folder"]),
+            (("run", qc_int, "--prompt", "x"), [os.path.join(qc_int, "config.json")]),
+            (("eval-model", TINY, "--text", CALIB, "--seq-len", "32", "--max-samples", "2", "--quantized", qc_int),
+             [os.path.join(qc_int, "config.json")]),
+            (("eval-model", TINY, "--text", CALIB, "--seq-len", "32", "--max-samples", "2", "--quantized", bad_info),
+             [os.path.join(bad_info, "wush_quantization.json")]),
+            (("eval-model", TINY, "--text", CALIB, "--seq-len", "32", "--max-samples", "2", "--quantized", binary),
+             [binary, "no such folder"]),
+            (("run", bad_ck, "--prompt", "x"), ["WUSH_ERR_CORRUPT_FILE"]),
+            (("run", os.path.join(bad, "a-folder"), "--prompt", "x"), ["no config.json"]),
+            (("run", q, "--sentences", CALIB), ["holds a causal model"]),
+            (("run", q, "--prompt", "x", "--max-new-tokens", "0"), ["--max-new-tokens"]),
+            (("eval-model", TINY), ["--text"]),
             (("quantize-model", hidden, *common), ["do not match config.json", "is stored [", "config makes it"]),
             (("eval-model", hidden, "--text", CALIB), ["do not match config.json"]),
             (("quantize-model", trunc, *common), [shard, "truncated"]),
@@ -419,6 +465,227 @@ print("identical" if torch.equal(before, after) else "differs")
         self.assertNotEqual(rc, 0)
         self.assertIn("--max-samples 1 is fewer than the 2 --calib files", err)
         self.assertFalse(os.path.exists(out + "-x"))
+
+
+    # ---- 6. the output folder is written whole (issue 56) ---------------------------------------
+
+    KILL_CHILD = r"""
+import json, os, shutil, signal, sys
+import wush._core as core
+import wush.torch as wt
+from wush.__main__ import main
+k, n = int(sys.argv[1]), [0]
+
+def point():  # the k-th point of the writing: the process is killed as by `kill -9`
+    n[0] += 1
+    if n[0] == k:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+def wrap(owner, name, before):
+    f = getattr(owner, name)
+    def w(*a, **kw):
+        if before:
+            point()
+        r = f(*a, **kw)
+        point()
+        return r
+    setattr(owner, name, w)
+
+# After every step that writes a file, before and after every one that renames or deletes.
+for owner, name in ((core.Checkpoint, "write"), (wt, "_shard_and_save"), (json, "dump"), (shutil, "copy2"),
+                    (shutil, "copytree")):
+    wrap(owner, name, False)
+for owner, name in ((os, "rename"), (os, "replace"), (shutil, "rmtree")):
+    wrap(owner, name, True)
+sys.exit(main(sys.argv[2:]))
+"""
+
+    def quantize_args(self, out):
+        return ["quantize-model", TINY, "--calib", CALIB, "--out", out, "--seq-len", "32", "--max-samples", "2"]
+
+    def test_killed_write_leaves_the_folder_whole_or_absent(self):
+        """SIGKILL at every point of the writing, into a new --out and over an existing one: --out
+        is absent, the previous folder or the complete new one, never a part of it."""
+        reference = os.path.join(TMP, "kill-reference")
+        rc, _, err = cli(*self.quantize_args(reference))
+        self.assertEqual(rc, 0, err)
+        complete = snapshot(reference)
+        previous = os.path.join(TMP, "kill-previous")  # another earlier folder: --layers differ
+        rc, _, err = cli(*self.quantize_args(previous), "--layers", r"mlp\.down_proj")
+        self.assertEqual(rc, 0, err)
+        before = snapshot(previous)
+        self.assertNotEqual(before, complete)
+        for existing in (True, False):
+            k, finished = 0, False
+            while not finished:
+                k += 1
+                self.assertLess(k, 60, "the child never finished")
+                parent = os.path.join(TMP, f"kill-{existing}-{k}")
+                out = os.path.join(parent, "out")
+                os.makedirs(parent)
+                if existing:
+                    shutil.copytree(previous, out)
+                r = subprocess.run([sys.executable, "-c", self.KILL_CHILD, str(k), *self.quantize_args(out)], env=ENV,
+                                   capture_output=True, text=True, timeout=600)
+                with self.subTest(existing=existing, kill_point=k):
+                    finished = r.returncode == 0
+                    self.assertIn(r.returncode, (0, -9), r.stderr[-2000:])
+                    states = [complete] + ([before] if existing and not finished else [])
+                    if not finished and not existing:
+                        states.append(None)
+                    now = snapshot(out) if os.path.lexists(out) else None
+                    if now is None and existing:
+                        # Between the two renames: the previous folder waits beside it, whole.
+                        aside = [snapshot(os.path.join(parent, d)) for d in os.listdir(parent) if d != "out"]
+                        self.assertIn(before, aside, "--out is absent and the previous folder is gone")
+                    else:
+                        self.assertIn(now, states, f"killed at point {k}: --out holds {sorted(now or [])}")
+                    if finished:
+                        self.assertEqual(os.listdir(parent), ["out"], "the run left temporary folders")
+                shutil.rmtree(parent)
+            print(f"existing={existing}: killed at {k - 1} points")
+
+    def test_links_in_out_are_not_written_through(self):
+        """A symbolic link inside an existing --out (config.json to another model's): the new
+        folder replaces it; the file it pointed to keeps its bytes."""
+        out = os.path.join(TMP, "q-links")
+        rc, _, err = cli(*self.quantize_args(out))
+        self.assertEqual(rc, 0, err)
+        other = os.path.join(TMP, "other-model")
+        shutil.copytree(TINY, other)
+        victims = {os.path.join(other, "config.json"): None, os.path.join(other, "tokenizer.json"): None}
+        for v in victims:
+            victims[v] = pathlib.Path(v).read_bytes()
+            os.remove(os.path.join(out, os.path.basename(v)))
+            os.symlink(v, os.path.join(out, os.path.basename(v)))
+        rc, _, err = cli(*self.quantize_args(out))
+        self.assertEqual(rc, 0, err)
+        for v, data in victims.items():
+            self.assertEqual(pathlib.Path(v).read_bytes(), data, f"{v} was written through the link")
+            self.assertFalse(os.path.islink(os.path.join(out, os.path.basename(v))))
+        wush.load_quantized(out)
+
+    def test_stale_files_disappear(self):
+        """An earlier folder's files that the new one does not write (a float model.safetensors,
+        a file of an older layout) are gone: the folder loads."""
+        out = os.path.join(TMP, "q-stale")
+        rc, _, err = cli(*self.quantize_args(out))
+        self.assertEqual(rc, 0, err)
+        shutil.copy(os.path.join(TINY, "model.safetensors"), os.path.join(out, "model.safetensors"))
+        pathlib.Path(out, "pytorch_model.bin.index.json").write_text("{}")
+        rc, _, err = cli(*self.quantize_args(out))
+        self.assertEqual(rc, 0, err)
+        self.assertFalse(os.path.exists(os.path.join(out, "model.safetensors")))
+        self.assertFalse(os.path.exists(os.path.join(out, "pytorch_model.bin.index.json")))
+        model = wush.load_quantized(out)
+        self.assertEqual(sum(isinstance(m, wt.QuantizedLinear) for m in model.modules()), 14)
+        # A folder that quantize-model did not write is refused, not replaced.
+        mine = os.path.join(TMP, "not-a-quantized-folder")
+        os.makedirs(mine)
+        pathlib.Path(mine, "notes.txt").write_text("mine\n")
+        rc, _, err = cli(*self.quantize_args(mine))
+        self.assert_one_line_error(rc, err, "is not a folder written by quantize-model")
+        self.assertEqual(os.listdir(mine), ["notes.txt"])
+
+    def test_name_of_255_bytes(self):
+        """An output name of NAME_MAX bytes: the temporary names beside it are short."""
+        out = os.path.join(TMP, "o" * 255)
+        for run in ("new", "replaced"):
+            with self.subTest(run=run):
+                rc, _, err = cli(*self.quantize_args(out))
+                self.assertEqual(rc, 0, err)
+                wush.load_quantized(out)
+
+    def test_unwritable_out_refused_first(self):
+        plain = os.path.join(TMP, "plain-file")
+        pathlib.Path(plain).write_text("x\n")
+        cases = [("/proc/wush-never/out", "cannot be written"), (os.path.join(plain, "sub", "out"), "is not a folder"),
+                 ("", "empty string")]
+        if os.geteuid() != 0:  # root writes whatever the permission bits say
+            locked = os.path.join(TMP, "locked")
+            os.makedirs(locked)
+            os.chmod(locked, 0o555)
+            cases.append((os.path.join(locked, "out"), "cannot be written"))
+        for out, says in cases:
+            with self.subTest(out=out):
+                t0 = time.time()
+                rc, _, err = cli(*self.quantize_args(out))
+                self.assert_one_line_error(rc, err, says)
+                self.assertNotIn("calibration:", err)  # before the model is read
+                self.assertLess(time.time() - t0, 120)
+
+    def test_control_characters_in_paths_are_escaped(self):
+        """Paths holding ESC and a newline: the output shows them escaped (\\x1b, \\x0a), one line."""
+        weird = os.path.join(TMP, "we\x1b[31mird\nname")
+        rc, _, err = cli("run", weird, "--prompt", "x")
+        self.assert_one_line_error(rc, err, "we\\x1b[31mird\\x0aname: no such folder")
+        rc, _, err = cli("quantize-model", TINY, "--calib", weird, "--out", os.path.join(TMP, "never"))
+        self.assert_one_line_error(rc, err)
+        self.assertNotIn("\x1b", err)
+        with self.assertRaises(FileNotFoundError) as e:
+            wush.load_quantized(weird)
+        self.assertNotIn("\x1b", str(e.exception))
+        self.assertNotIn("\n", str(e.exception))
+        # A calibration file of that name: the note that names it.
+        calib = os.path.join(TMP, "cal\x1b]0;title\x07\n.txt")
+        shutil.copy(CALIB, calib)
+        rc, _, err = cli(*self.quantize_args(os.path.join(TMP, "q-weird")), "--calib", calib)
+        self.assertEqual(rc, 0, err)
+        self.assertNotIn("\x1b", err)
+        self.assertNotIn("\x07", err)
+        self.assertIn("cal\\x1b]0;title\\x07\\x0a.txt", err)
+        self.assertTrue(all(ln.startswith("python -m wush quantize-model: ") for ln in err.splitlines()), err)
+
+    def test_header_length_capped(self):
+        """A safetensors file whose header length claims 2 GB (a sparse file that large): refused
+        at once by the library's 100,000,000-byte limit, not read."""
+        huge = os.path.join(TMP, "tiny-huge-header")
+        shutil.copytree(TINY, huge)
+        path = os.path.join(huge, "model.safetensors")
+        with open(path, "wb") as f:
+            f.write((2 << 30).to_bytes(8, "little"))
+            f.truncate(8 + (2 << 30) + 16)
+        t0 = time.time()
+        with self.assertRaises(ValueError) as e:
+            wt.stored_tensor_shapes(huge)
+        self.assertIn("exceeds the 100,000,000-byte limit", str(e.exception))
+        rc, _, err = cli("quantize-model", huge, "--calib", CALIB, "--out", os.path.join(TMP, "never"))
+        self.assert_one_line_error(rc, err, path, "100,000,000-byte limit")
+        self.assertLess(time.time() - t0, 60)
+
+    def test_missing_or_extra_bias_named(self):
+        """A quantized layer's bias removed from the folder (the config gives the layer one), or
+        one added that the config does not give: wush.load_quantized and transformers' loader
+        (after `import wush`) refuse the folder, naming the tensor."""
+        from safetensors.torch import load_file, save_file
+        from transformers import AutoModelForCausalLM
+        biased = make_tiny_llama(os.path.join(TMP, "tiny-bias"), train_steps=0, attention_bias=True)
+        out = os.path.join(TMP, "q-bias")
+        rc, _, err = cli("quantize-model", biased, "--calib", CALIB, "--out", out, "--seq-len", "32",
+                         "--max-samples", "2")
+        self.assertEqual(rc, 0, err)
+        shard = os.path.join(out, "model-00001-of-00001.safetensors")
+        cases = [("model.layers.0.self_attn.q_proj.bias", "remove", "is missing"),
+                 ("model.layers.1.mlp.down_proj.bias", "add", "is not a tensor of the model")]
+        for name, how, says in cases:
+            with self.subTest(tensor=name, how=how):
+                folder = os.path.join(TMP, f"q-bias-{how}")
+                shutil.copytree(out, folder)
+                tensors = load_file(shard)
+                index = json.loads(pathlib.Path(folder, "model.safetensors.index.json").read_text())
+                if how == "remove":
+                    del tensors[name], index["weight_map"][name]
+                else:
+                    tensors[name] = torch.zeros(64)
+                    index["weight_map"][name] = os.path.basename(shard)
+                save_file(tensors, os.path.join(folder, os.path.basename(shard)), metadata={"format": "pt"})
+                pathlib.Path(folder, "model.safetensors.index.json").write_text(json.dumps(index))
+                for load in (wush.load_quantized, AutoModelForCausalLM.from_pretrained):
+                    with self.assertRaises(ValueError) as e:
+                        load(folder)
+                    self.assertIn(name, str(e.exception))
+                    self.assertIn(says, str(e.exception))
+        wush.load_quantized(out)  # the folder as written loads
 
 
 def stat_is_fifo(path):
