@@ -665,9 +665,8 @@ sys.exit(main(sys.argv[2:]))
                          "--max-samples", "2")
         self.assertEqual(rc, 0, err)
         shard = os.path.join(out, "model-00001-of-00001.safetensors")
-        cases = [("model.layers.0.self_attn.q_proj.bias", "remove", "is missing"),
-                 ("model.layers.1.mlp.down_proj.bias", "add", "is not a tensor of the model")]
-        for name, how, says in cases:
+        cases = [("model.layers.0.self_attn.q_proj.bias", "remove"), ("model.layers.1.mlp.down_proj.bias", "add")]
+        for name, how in cases:
             with self.subTest(tensor=name, how=how):
                 folder = os.path.join(TMP, f"q-bias-{how}")
                 shutil.copytree(out, folder)
@@ -681,10 +680,10 @@ sys.exit(main(sys.argv[2:]))
                 save_file(tensors, os.path.join(folder, os.path.basename(shard)), metadata={"format": "pt"})
                 pathlib.Path(folder, "model.safetensors.index.json").write_text(json.dumps(index))
                 for load in (wush.load_quantized, AutoModelForCausalLM.from_pretrained):
-                    with self.assertRaises(ValueError) as e:
-                        load(folder)
-                    self.assertIn(name, str(e.exception))
-                    self.assertIn(says, str(e.exception))
+                    with self.subTest(load=load.__name__):
+                        with self.assertRaises(ValueError) as e:
+                            load(folder)
+                        self.assertIn(name, str(e.exception))
         wush.load_quantized(out)  # the folder as written loads
 
 
