@@ -155,10 +155,16 @@ __global__ void __launch_bounds__(kThreads) quantize_tc_kernel(const QuantizeArg
             }
     }
 
-    // Certification, per token slot. The quad's 4 lanes hold the same token: reduce over them.
+    // Certification, per token slot. The quad's 4 lanes hold the same token: reduce over them. A
+    // certified slot's codes (byte nt: elements nt * 8 + 2 tig, + 1) and scale are kept in registers
+    // until the elements near a rounding boundary have been recomputed below.
     const float* t = a.matrices + m * std::size_t(G * G);
     const tc::PartNorms norms = a.tc_norms[m];
     bool regroup[4] = {false, false, false, false};
+    bool certified[4] = {false, false, false, false};
+    std::uint32_t words[4] = {0u, 0u, 0u, 0u};
+    std::uint8_t scales[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+    std::uint32_t near_mask = 0u;  // bit slot * 8 + nt * 2 + e: that element is recomputed in float64
 #  pragma unroll
     for (int slot = 0; slot < 4; ++slot) {
         const int mt = slot >> 1, half = slot & 1;
@@ -188,21 +194,47 @@ __global__ void __launch_bounds__(kThreads) quantize_tc_kernel(const QuantizeArg
             regroup[slot] = true;
             continue;
         }
-        std::uint8_t* dst = a.codes + token * (a.d_in / 2) + group * CB;
+        certified[slot] = true;
+        scales[slot][0] = sc.scale[0];
+        scales[slot][1] = sc.scale[1];
 #  pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            std::uint8_t byte = 0;
+        for (int nt = 0; nt < NT; ++nt)
 #  pragma unroll
             for (int e = 0; e < 2; ++e) {
-                const int i = nt * 8 + 2 * tig + e;
                 bool near = false;
-                std::uint8_t code = formats::certify_element_grid(F, acc[mt][nt][2 * half + e], sc, near);
-                if (near) code = formats::encode_element(F, element_f64(a, t, G, token, col0, i), sc.scale);
-                byte |= std::uint8_t(code << (4 * e));
+                const std::uint8_t code = formats::certify_element_grid(F, acc[mt][nt][2 * half + e], sc, near);
+                words[slot] |= std::uint32_t(code) << (8 * nt + 4 * e);
+                if (near) near_mask |= 1u << (slot * 8 + nt * 2 + e);
             }
-            dst[nt * 4 + tig] = byte;
-        }
-        if (tig == 0) store_scale(a.scales + (token * groups_total + group) * SB, sc.scale, SB);
+    }
+
+    // Elements within their tolerance of a rounding boundary: recomputed in float64 by the lane that
+    // owns them and encoded under the certified scale, which is the float64 definition's. One call
+    // site for every slot and element, so the float64 loop is compiled once, not once per element.
+    while (near_mask != 0u) {
+        const int bit = __ffs(int(near_mask)) - 1;
+        near_mask &= near_mask - 1u;
+        const int slot = bit >> 3, nt = (bit >> 1) & 3, e = bit & 1;
+        const std::size_t token = tok0 + std::size_t((slot >> 1) * 16 + gid + 8 * (slot & 1));
+        std::uint8_t scale[2] = {0, 0};
+#  pragma unroll
+        for (int s = 0; s < 4; ++s)  // selects, not an indexed register array (no local memory)
+            if (s == slot) scale[0] = scales[s][0], scale[1] = scales[s][1];
+        const std::uint32_t code =
+            formats::encode_element(F, element_f64(a, t, G, token, col0, nt * 8 + 2 * tig + e), scale);
+        const int shift = 8 * nt + 4 * e;
+#  pragma unroll
+        for (int s = 0; s < 4; ++s)
+            if (s == slot) words[s] = (words[s] & ~(0xFu << shift)) | (code << shift);
+    }
+#  pragma unroll
+    for (int slot = 0; slot < 4; ++slot) {
+        if (!certified[slot]) continue;
+        const std::size_t token = tok0 + std::size_t((slot >> 1) * 16 + gid + 8 * (slot & 1));
+        std::uint8_t* dst = a.codes + token * (a.d_in / 2) + group * CB;
+#  pragma unroll
+        for (int nt = 0; nt < NT; ++nt) dst[nt * 4 + tig] = std::uint8_t(words[slot] >> (8 * nt));
+        if (tig == 0) store_scale(a.scales + (token * groups_total + group) * SB, scales[slot], SB);
     }
 
     // Groups whose scale was not certified: the whole warp recomputes them in float64, one by one.
