@@ -236,14 +236,14 @@ std::string json_number(double v) {
     return buf;
 }
 
-std::string printable(const std::string& s) {
+std::string printable(const std::string& s, bool escape_backslash) {
     std::string out;
     for (std::size_t i = 0; i < s.size();) {
         const std::size_t n = utf8_length(s, i);
         const auto c = static_cast<unsigned char>(s[i]);
         // C1 controls (U+0080..U+009F) act on terminals too.
         const bool c1 = n == 2 && c == 0xC2 && static_cast<unsigned char>(s[i + 1]) < 0xA0;
-        if (n == 0 || c < 0x20 || c == 0x7F || c == '\\') {
+        if (n == 0 || c < 0x20 || c == 0x7F || (c == '\\' && escape_backslash)) {
             out += c == '\\' ? std::string("\\\\") : hex_escape(c, "\\x");
             ++i;
         } else if (c1) {
@@ -423,8 +423,19 @@ std::vector<std::string> split(const std::string& s, char sep) {
     return out;
 }
 
+std::string printable_message(const std::string& s) {
+    std::string out;
+    for (std::size_t start = 0; start <= s.size();) {
+        const std::size_t end = std::min(s.find('\n', start), s.size());
+        out += (start ? "\n" : "") + printable(s.substr(start, end - start), /*escape_backslash=*/false);
+        start = end + 1;
+    }
+    return out;
+}
+
 int report(const char* what, wush_status status) {
-    std::fprintf(stderr, "wush: %s failed: %s: %s\n", what, wush_status_string(status), wush_last_error());
+    std::fprintf(stderr, "wush: %s failed: %s: %s\n", what, wush_status_string(status),
+                 printable_message(wush_last_error()).c_str());
     return 1;
 }
 
@@ -459,8 +470,8 @@ CalibrationMarks calibration_marks(Args& a) {
         a.set_error(
             "--documents and --sequence-length: give one (the guard holds out whole documents, or whole "
             "sequences)");
-    m.documents = a.has("--documents") ? a.get_size_list("--documents", "") : std::vector<std::size_t>{};
-    m.sequence_length = a.get_size("--sequence-length", 0);
+    m.documents = a.has("--documents") ? a.get_size_list("--documents", "", 1, kMaxTokens) : std::vector<std::size_t>{};
+    m.sequence_length = a.get_size("--sequence-length", 0, 1, kMaxTokens);
     return m;
 }
 

@@ -83,8 +83,13 @@ std::vector<std::string> split(const std::string& s, char sep);
 std::string json_string(const std::string& s);
 // A JSON number, or null for NaN and infinities (which JSON cannot spell).
 std::string json_number(double v);
-// `s` safe to print on a terminal: control characters and bytes that are not UTF-8 as \xNN.
-std::string printable(const std::string& s);
+// `s` safe to print on a terminal: control characters and bytes that are not UTF-8 as \xNN (and,
+// unless told otherwise, a backslash as \\, so that the result reads back unambiguously).
+std::string printable(const std::string& s, bool escape_backslash = true);
+// A library message (wush_last_error()) safe to print: printable() line by line, keeping its line
+// breaks (some messages list one item per line; the paths they quote have theirs escaped) and its
+// backslashes (its own escapes, e.g. \x1b for an escape character in a path).
+std::string printable_message(const std::string& s);
 
 // The memory a run can still allocate: the least of MemAvailable, the room under this process's
 // cgroup memory limit and the room under RLIMIT_AS (SIZE_MAX if none is known), and those
@@ -120,6 +125,15 @@ inline constexpr int kGuardCandidates = WUSH_GUARD_SHRUNK + 1;
 inline constexpr const char* kGuardCandidateNames[kGuardCandidates] = {"searched", "plain", "i", "h", "r", "shrunk"};
 // The largest WUSH_OPTION_SEED (wush.h).
 inline constexpr std::size_t kMaxSeed = std::size_t(1) << 62;
+// Upper bounds of the other numeric options, so that no value runs until killed (e.g. bench
+// --repeats 1000000000000); the usage texts (main.cpp) and docs/EVAL.md name them, and a value
+// above one is a usage error. Where the library has bounds, these are the library's.
+inline constexpr std::size_t kMaxThreads = 4096;                               // --threads
+inline constexpr std::size_t kMaxTokens = std::size_t(1) << 32;                // token counts, lengths, bench --m
+inline constexpr double kMaxDamping = 1e6;                                     // --damping, --hessian-damping
+inline constexpr std::size_t kMinSearchTokens = 16, kMaxSearchTokens = 65536;  // WUSH_OPTION_SEARCH_TOKENS
+inline constexpr std::size_t kMaxRepeats = 10000;                              // bench --repeats
+inline constexpr double kMaxMinTime = 60.0;                                    // bench --min-time, in seconds
 
 // How the calibration tokens are marked for the search's guard: --documents N[,N...] (the
 // documents' lengths in tokens, back to back; one length: every document that long) or

@@ -468,15 +468,16 @@ int run_cuda_bench(int argc, char** argv) {
 int cmd_bench(int argc, char** argv) {
     cli::Args a = bench_args(argc, argv);
     const std::string device = a.get_choice("--device", "cpu", {"cpu", "cuda"});
+    // The bounded numbers first, whatever device runs: none may run until killed.
+    const bool quick = a.has("--quick");
+    Settings s;
+    s.min_repeats = a.get_size("--repeats", quick ? 3 : 5, 1, cli::kMaxRepeats);
+    s.min_seconds = a.get_double("--min-time", quick ? 0.1 : 0.3, 0.0, cli::kMaxMinTime);
+    const std::size_t threads = a.get_size("--threads", 0, 1, cli::kMaxThreads);
     if (a.ok() && device == "cuda") return run_cuda_bench(argc, argv);
     // After a.ok(): a malformed command line is reported as such, whatever device it names.
     if (a.ok() && a.has("--timing")) return cli::usage_error("bench", "--timing applies to --device cuda only");
     if (a.ok() && a.has("--l2")) return cli::usage_error("bench", "--l2 applies to --device cuda only");
-    const bool quick = a.has("--quick");
-    Settings s;
-    s.min_repeats = a.get_size("--repeats", quick ? 3 : 5);
-    s.min_seconds = a.get_double("--min-time", quick ? 0.1 : 0.3, 0.0);
-    const std::size_t threads = a.get_size("--threads", 0);
     s.contend = a.has("--contend") || a.has("--contend-cpu") || a.has("--contend-process");
     s.contend_process = a.has("--contend-process");
     s.paired = a.has("--paired");
@@ -486,7 +487,8 @@ int cmd_bench(int argc, char** argv) {
         s.contend_cpu = int(a.get_size("--contend-cpu", 0, 0, n_cpus > 0 ? std::size_t(n_cpus - 1) : 0));
     const std::vector<std::string> kinds =
         a.get_choice_list("--kind", "gemm,quantize,forward,decode", {"gemm", "quantize", "forward", "decode"});
-    const std::vector<std::size_t> ms = a.get_size_list("--m", quick ? "1,16,128,512" : "1,16,128,512,1024");
+    const std::vector<std::size_t> ms =
+        a.get_size_list("--m", quick ? "1,16,128,512" : "1,16,128,512,1024", 1, cli::kMaxTokens);
     const std::vector<std::string> layers = a.get_list("--layers", "4096x4096,4096x14336,14336x4096");
     const std::vector<std::string> format_names = a.get_list("--format", "mxfp4,nvfp4,int4");
     const std::string isa_name = a.get_choice("--isa", "auto", {"auto", "scalar", "avx2", "avx512_vnni"});

@@ -173,7 +173,8 @@ std::vector<std::uint16_t> random_bf16(std::size_t count, std::uint64_t seed) {
 
 bool ok(wush_status st, const char* what) {
     if (st == WUSH_OK) return true;
-    std::fprintf(stderr, "wush bench: %s: %s: %s\n", what, wush_status_string(st), wush_last_error());
+    std::fprintf(stderr, "wush bench: %s: %s: %s\n", what, wush_status_string(st),
+                 cli::printable_message(wush_last_error()).c_str());
     return false;
 }
 
@@ -483,7 +484,7 @@ void print_table(const std::vector<Result>& rs, const std::string& device, const
 
 int bench_cuda(cli::Args& a) {
     // The command line first (cli::Args' rules), before the device is touched.
-    const std::vector<std::size_t> ms = a.get_size_list("--m", "1,16,128,1024,4096");
+    const std::vector<std::size_t> ms = a.get_size_list("--m", "1,16,128,1024,4096", 1, cli::kMaxTokens);
     a.get_choice_list("--kind", "quantize,forward", {"quantize", "forward"});
     const std::string timing = a.get_choice("--timing", "both", {"both", "eager", "graph"});
     Settings s;
@@ -518,7 +519,7 @@ int bench_cuda(cli::Args& a) {
         for (const std::string& fname : formats) {
             wush_format f;
             if (wush_format_from_name(fname.c_str(), &f) != WUSH_OK) {
-                std::fprintf(stderr, "wush bench: unknown format '%s'\n", fname.c_str());
+                std::fprintf(stderr, "wush bench: unknown format '%s'\n", cli::printable(fname).c_str());
                 return 2;
             }
             Case c;

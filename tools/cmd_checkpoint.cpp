@@ -142,6 +142,14 @@ bool write_guard_json(const std::string& path, const std::vector<GuardLine>& lin
     return ok;
 }
 
+// Opens a checkpoint for inspect, eval and export: in copy mode, which checks every layer digest
+// the writer recorded (a changed byte is WUSH_ERR_CORRUPT_FILE naming its layer) and leaves the
+// file unmapped (a file truncated meanwhile cannot raise SIGBUS here). A mapped open checks the
+// structure only. The copy costs as much memory as the file; the command holds it anyway.
+wush_status open_checked(const std::string& path, wush_checkpoint** ck) {
+    return wush_checkpoint_open_mode(path.c_str(), WUSH_CHECKPOINT_COPY, ck);
+}
+
 }  // namespace
 
 int cmd_quantize(int argc, char** argv) {
@@ -149,12 +157,14 @@ int cmd_quantize(int argc, char** argv) {
                 {"--weights", "--activations", "--format", "--transform", "--method", "--out", "--damping",
                  "--hessian-damping", "--seed", "--transform-dtype", "--threads", "--search-tokens",
                  "--validation-tokens", "--guard-json", "--sequence-length", "--documents"});
-    const std::size_t seed = a.get_size("--seed", 1, 0, cli::kMaxSeed), threads = a.get_size("--threads", 0);
-    const std::size_t n_search = a.get_size("--search-tokens", cli::kSearchTokens);
-    const std::size_t n_val = a.get_size("--validation-tokens", 0);
+    const std::size_t seed = a.get_size("--seed", 1, 0, cli::kMaxSeed);
+    const std::size_t threads = a.get_size("--threads", 0, 1, cli::kMaxThreads);
+    const std::size_t n_search =
+        a.get_size("--search-tokens", cli::kSearchTokens, cli::kMinSearchTokens, cli::kMaxSearchTokens);
+    const std::size_t n_val = a.get_size("--validation-tokens", 0, 1, cli::kMaxTokens);
     const cli::CalibrationMarks marks = cli::calibration_marks(a);
-    const double damping = a.get_double("--damping", 0.0);
-    const double hessian_damping = a.get_double("--hessian-damping", 0.0);
+    const double damping = a.get_double("--damping", 0.0, 0.0, cli::kMaxDamping);
+    const double hessian_damping = a.get_double("--hessian-damping", 0.0, 0.0, cli::kMaxDamping);
     const std::string method_name = a.get_choice("--method", "rtn", {"rtn", "gptq"});
     const std::string dtype_name = a.get_choice("--transform-dtype", "f32", {"f32", "bf16", "f16"});
     for (const char* required : {"--weights", "--activations", "--format", "--transform", "--out"})
@@ -263,15 +273,16 @@ int cmd_quantize(int argc, char** argv) {
     wush_options_set_progress(opts.p, progress_to_stderr, label);
     st = wush_checkpoint_write(ck.p, a.get("--out").c_str(), opts.p);
     if (st != WUSH_OK) return cli::report("wush_checkpoint_write", st);
-    std::fprintf(stderr, "wrote %zu layers to %s\n", layers.size(), a.get("--out").c_str());
+    std::fprintf(stderr, "wrote %zu layers to %s\n", layers.size(), cli::printable(a.get("--out")).c_str());
     if (search) print_guard_table(guard_lines);
     if (search) print_undecided(guard_lines);
     if (a.has("--guard-json") && !write_guard_json(a.get("--guard-json"), guard_lines)) return 1;
     return 0;
 }
 
-// `wush verify CK`: opens the checkpoint in copy mode, which recomputes every recorded layer digest,
-// and says how many layers carried one (files of format version 1 carry none).
+// `wush verify CK`: opens the checkpoint in copy mode, which recomputes every recorded layer digest.
+// It succeeds only when every layer carries a digest and all match: a file whose digests were
+// stripped (or written before format version 2, which has none) cannot be verified, and says so.
 int cmd_verify(int argc, char** argv) {
     if (argc != 1) {
         std::fprintf(stderr, "usage: wush verify CHECKPOINT.safetensors\n");
@@ -282,7 +293,7 @@ int cmd_verify(int argc, char** argv) {
     wush_status st = wush_checkpoint_open_mode(argv[0], WUSH_CHECKPOINT_COPY, &ck.p);
     if (st != WUSH_OK) {
         std::fprintf(stderr, "wush verify: %s: %s: %s\n", path.c_str(), wush_status_string(st),
-                     cli::printable(wush_last_error()).c_str());
+                     cli::printable_message(wush_last_error()).c_str());
         return 1;
     }
     Handle<wush_tensor_file, wush_tensor_file_destroy> file;
@@ -294,14 +305,15 @@ int cmd_verify(int argc, char** argv) {
         wush_checkpoint_layer_name(ck.p, i, &name);
         with_digest += wush_tensor_file_metadata(file.p, (std::string(name) + ".sha256").c_str(), &digest) == WUSH_OK;
     }
-    if (with_digest == n)
+    if (with_digest == n && n > 0) {
         std::printf("%s: %zu layers, every layer's bytes match the digest its writer recorded\n", path.c_str(), n);
-    else
-        std::printf(
-            "%s: %zu layers valid; %zu carry no digest (written before format version 2): their bytes "
-            "cannot be checked\n",
-            path.c_str(), n, n - with_digest);
-    return 0;
+        return 0;
+    }
+    std::fprintf(stderr,
+                 "wush verify: %s: no digests for %zu of its %zu layers (stripped, or written before format "
+                 "version 2): their bytes cannot be verified\n",
+                 path.c_str(), n - with_digest, n);
+    return 1;
 }
 
 int cmd_inspect(int argc, char** argv) {
@@ -310,10 +322,10 @@ int cmd_inspect(int argc, char** argv) {
         return 2;
     }
     Handle<wush_checkpoint, wush_checkpoint_destroy> ck;
-    wush_status st = wush_checkpoint_open(argv[0], &ck.p);
+    wush_status st = open_checked(argv[0], &ck.p);
     if (st != WUSH_OK) {
         std::fprintf(stderr, "wush inspect: %s: %s: %s\n", cli::printable(argv[0]).c_str(), wush_status_string(st),
-                     cli::printable(wush_last_error()).c_str());
+                     cli::printable_message(wush_last_error()).c_str());
         return 1;
     }
     std::size_t n = 0;
@@ -328,7 +340,8 @@ int cmd_inspect(int argc, char** argv) {
         wush_checkpoint_layer_name(ck.p, i, &name);
         st = wush_checkpoint_load_layer(ck.p, name, &t.p, &q.p);
         if (st != WUSH_OK) {
-            std::fprintf(stderr, "wush inspect: %s: %s: %s\n", argv[0], wush_status_string(st), wush_last_error());
+            std::fprintf(stderr, "wush inspect: %s: %s: %s\n", cli::printable(argv[0]).c_str(), wush_status_string(st),
+                         cli::printable_message(wush_last_error()).c_str());
             return 1;
         }
         wush_format f;
@@ -366,11 +379,12 @@ int cmd_export(int argc, char** argv) {
         (a.has("--config") && !cli::writable_destination("export", "--config", config)))
         return cli::kUsageError;
     Handle<wush_checkpoint, wush_checkpoint_destroy> ck;
-    wush_status st = wush_checkpoint_open(a.get("--checkpoint").c_str(), &ck.p);
+    wush_status st = open_checked(a.get("--checkpoint"), &ck.p);
     if (st != WUSH_OK) return cli::report("opening the checkpoint", st);
     st = wush_checkpoint_export_fp_quant(ck.p, out.c_str(), config.empty() ? nullptr : config.c_str(), nullptr);
     if (st != WUSH_OK) return cli::report("wush_checkpoint_export_fp_quant", st);
-    std::fprintf(stderr, "wrote %s%s%s\n", out.c_str(), config.empty() ? "" : " and ", config.c_str());
+    std::fprintf(stderr, "wrote %s%s%s\n", cli::printable(out).c_str(), config.empty() ? "" : " and ",
+                 cli::printable(config).c_str());
     return 0;
 }
 
@@ -378,7 +392,7 @@ int eval_checkpoint(const std::string& ck_path, const std::string& weights, cons
                     std::size_t n_held, bool json, bool runtime) {
     Handle<wush_checkpoint, wush_checkpoint_destroy> ck;
     Handle<wush_context, wush_context_destroy> ctx;
-    wush_status st = wush_checkpoint_open(ck_path.c_str(), &ck.p);
+    wush_status st = open_checked(ck_path, &ck.p);
     if (st != WUSH_OK) return cli::report("opening the checkpoint", st);
     if ((st = wush_context_create(WUSH_BACKEND_CPU, 0, &ctx.p)) != WUSH_OK)
         return cli::report("wush_context_create", st);

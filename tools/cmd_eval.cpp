@@ -241,13 +241,14 @@ int cmd_eval(int argc, char** argv) {
                  "--activations", "--format", "--transform", "--method", "--damping", "--hessian-damping", "--threads",
                  "--checkpoint", "--search-tokens", "--sequence-length", "--documents"});
     const std::size_t seed = a.get_size("--seed", 1, 0, cli::kMaxSeed);
-    const std::size_t n_cal = a.get_size("--calib-tokens", 2048);
-    const std::size_t n_held = a.get_size("--heldout-tokens", a.has("--weights") ? 0 : 256);
+    const std::size_t n_cal = a.get_size("--calib-tokens", 2048, 1, cli::kMaxTokens);
+    const std::size_t n_held = a.get_size("--heldout-tokens", a.has("--weights") ? 0 : 256, 1, cli::kMaxTokens);
     const std::size_t n_val = a.get_size("--validation-tokens", 0, 1, kMaxValidationTokens);
-    const std::size_t n_search = a.get_size("--search-tokens", cli::kSearchTokens);
-    const std::size_t threads = a.get_size("--threads", 0);
-    const double damping = a.get_double("--damping", 0.0);
-    const double hessian_damping = a.get_double("--hessian-damping", 0.0);
+    const std::size_t n_search =
+        a.get_size("--search-tokens", cli::kSearchTokens, cli::kMinSearchTokens, cli::kMaxSearchTokens);
+    const std::size_t threads = a.get_size("--threads", 0, 1, cli::kMaxThreads);
+    const double damping = a.get_double("--damping", 0.0, 0.0, cli::kMaxDamping);
+    const double hessian_damping = a.get_double("--hessian-damping", 0.0, 0.0, cli::kMaxDamping);
     if (!a.ok() || a.has("--weights") != a.has("--activations")) {
         std::fprintf(stderr, "wush eval: %s\n", a.ok() ? "--weights and --activations go together" : a.error().c_str());
         return 2;
@@ -260,7 +261,8 @@ int cmd_eval(int argc, char** argv) {
             return 2;
         }
         return eval_checkpoint(a.get("--checkpoint"), a.get("--weights"), a.get("--activations"),
-                               a.get_size("--heldout-tokens", 0), a.has("--json"), a.has("--runtime"));
+                               a.get_size("--heldout-tokens", 0, 1, cli::kMaxTokens), a.has("--json"),
+                               a.has("--runtime"));
     }
     const std::vector<std::string> names =
         a.has("--weights") ? std::vector<std::string>{"files"} : a.get_list("--layers", kDefaultLayers);

@@ -28,7 +28,7 @@ int read_matrix(const wush_tensor_file* f, std::size_t index, const char* file_n
     if (st != WUSH_OK) return cli::report("wush_tensor_file_tensor", st);
     if (ndim != 2 || !dtype_of(dt, dtype)) {
         std::fprintf(stderr, "wush: tensor '%s' of %s is not a 2-D F32/F16/BF16 tensor\n", cli::printable(name).c_str(),
-                     file_name);
+                     cli::printable(file_name).c_str());
         return 1;
     }
     *rows = std::size_t(shape[0]);
@@ -61,7 +61,7 @@ void report_left_out(const std::vector<std::string>& names, const std::string& w
     for (std::size_t i = 0; i < names.size() && i < 4; ++i) list += (i ? ", '" : "'") + cli::printable(names[i]) + "'";
     if (names.size() > 4) list += ", ...";
     std::fprintf(stderr, "wush: %zu tensor(s) of %s have no activations and are left out: %s\n", names.size(),
-                 wpath.c_str(), list.c_str());
+                 cli::printable(wpath).c_str(), list.c_str());
 }
 
 }  // namespace
@@ -136,7 +136,7 @@ int load_layer_files(const std::string& wpath, const std::string& xpath, std::si
         std::fprintf(stderr,
                      "wush: no tensor of %s has activations in %s (looked up by the weight's name, or by it "
                      "without '.weight')\n",
-                     wpath.c_str(), xpath.c_str());
+                     cli::printable(wpath).c_str(), cli::printable(xpath).c_str());
         return 1;
     }
     report_left_out(left_out, wpath);

@@ -57,7 +57,10 @@ const Command kCommands[] = {
      "  [--threads N] [--json]\n"
      "  [--runtime]  compute Y_q with the CPU runtime (fused quantization + W4A4\n"
      "               GEMM) instead of the float64 reference product\n"
-     "  [--checkpoint CK --weights W --activations X]  loss of a stored checkpoint\n"},
+     "  [--checkpoint CK --weights W --activations X]  loss of a stored checkpoint\n"
+     "  numbers: token counts and lengths 1 to 2^32, --validation-tokens to 65536,\n"
+     "  --search-tokens 16 to 65536, --threads 1 to 4096, --damping and\n"
+     "  --hessian-damping 0 to 1e6, --seed 0 to 2^62; others are usage errors\n"},
     {"quantize", cmd_quantize,
      "calibrate on all tokens, build transforms, pre-quantize, write a checkpoint\n"
      "  --weights W.safetensors --activations X.safetensors --format F --transform T\n"
@@ -80,12 +83,17 @@ const Command kCommands[] = {
      "  [--documents N[,N...]]  the calibration tokens are documents of these\n"
      "               lengths, back to back (one N: every document that long; not\n"
      "               with --sequence-length): the guard then holds out whole\n"
-     "               documents and scores the WUSH layers fit without them\n"},
-    {"inspect", cmd_inspect, "validate a checkpoint and list its layers\n  CK.safetensors\n"},
+     "               documents and scores the WUSH layers fit without them\n"
+     "  numbers: token counts and lengths 1 to 2^32, --search-tokens 16 to 65536,\n"
+     "  --threads 1 to 4096, --damping and --hessian-damping 0 to 1e6, --seed 0\n"
+     "  to 2^62; others are usage errors\n"},
+    {"inspect", cmd_inspect, "validate a checkpoint, check its layer digests, and list its layers\n  CK.safetensors\n"},
     {"verify", cmd_verify,
-     "check every byte of a checkpoint against the digests its writer recorded\n  CK.safetensors\n"},
+     "check every byte of a checkpoint against the digests its writer recorded\n"
+     "(fails on a checkpoint without digests)\n  CK.safetensors\n"},
     {"export", cmd_export,
-     "write the FP-Quant / HF-transformers fp_quant layout (mxfp4, nvfp4)\n"
+     "write the FP-Quant / HF-transformers fp_quant layout (mxfp4, nvfp4), after\n"
+     "checking the checkpoint's layer digests\n"
      "  --fp-quant --checkpoint CK --out MODEL.safetensors [--config CONFIG.json]\n"},
     {"bench", cmd_bench,
      "the CPU runtime against its baselines (OpenBLAS SGEMM, shared-Hadamard\n"
@@ -100,9 +108,12 @@ const Command kCommands[] = {
      "               both (default) measures each way; --l2 cold|warm: cold (default) rotates\n"
      "               through copies of the weights that overflow L2, warm reuses one)\n"
      "  [--contend [--contend-cpu C] [--contend-process] | --paired]: N threads vs 1,\n"
-     "  paired samples, next to a busy loop or on the machine as it is\n"},
+     "  paired samples, next to a busy loop or on the machine as it is\n"
+     "  numbers: --m 1 to 2^32, --threads 1 to 4096, --repeats 1 to 10000,\n"
+     "  --min-time 0 to 60; others are usage errors\n"},
     {"formats", cmd_formats,
-     "round-trip error of each block format on built-in tensors\n  [--rows N] [--cols N] [--seed S]\n"},
+     "round-trip error of each block format on built-in tensors\n  [--rows N] [--cols N] [--seed S]\n"
+     "  numbers: --rows and --cols 1 to 2^24, --seed 0 to 2^32 - 1\n"},
     {"version", cmd_version, "print the library version\n"},
 };
 
@@ -145,7 +156,7 @@ int dispatch(int argc, char** argv) {
             if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return command_usage(c);
         return c.run(argc - 2, argv + 2);
     }
-    std::fprintf(stderr, "wush: unknown command '%s'\n", cmd.c_str());
+    std::fprintf(stderr, "wush: unknown command '%s'\n", cli::printable(cmd).c_str());
     return usage(stderr);
 }
 

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "common/escape.h"
 
 namespace wush::storage {
 
@@ -32,7 +33,7 @@ std::string random_temp_name(const std::string& path) {
 }
 
 [[noreturn]] void io_error(const std::string& what, const std::string& path, int err) {
-    fail(WUSH_ERR_IO, what + " \"" + path + "\": " + std::strerror(err));
+    fail(WUSH_ERR_IO, what + " \"" + escape_controls(path) + "\": " + std::strerror(err));
 }
 
 const char* kind_of(mode_t mode) {
@@ -45,7 +46,7 @@ const char* kind_of(mode_t mode) {
 }
 
 [[noreturn]] void refuse_destination(const std::string& path, const std::string& what) {
-    fail(WUSH_ERR_INVALID_ARGUMENT, "cannot write \"" + path + "\": it is " + what +
+    fail(WUSH_ERR_INVALID_ARGUMENT, "cannot write \"" + escape_controls(path) + "\": it is " + what +
                                         ", not a regular file; libwush writes only regular files (nothing was "
                                         "written)");
 }

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/escape.h"
 #include "common/float_bits.h"
 #include "common/sha256.h"
 #include "common/utf8.h"
@@ -368,7 +369,8 @@ FpQuantPlan check_fp_quant_export(const CheckpointReader& ck, const std::vector<
         if (!out->empty() && ck.is_file(*out))
             fail(WUSH_ERR_INVALID_ARGUMENT, "the output \"" + *out + "\" is the checkpoint being exported");
     if (!config_path.empty() && same_destination(path, config_path))
-        fail(WUSH_ERR_INVALID_ARGUMENT, "the model and the config would both be written to \"" + path + "\"");
+        fail(WUSH_ERR_INVALID_ARGUMENT,
+             "the model and the config would both be written to \"" + escape_controls(path) + "\"");
     require(!layers.empty(), "the checkpoint has no layers");
     // One WUSH layer makes the export per-block ((G, d_in) matrices, transform_init "wush"); the
     // other layers of such a checkpoint (a search's guard may keep I, H or R on some) are then

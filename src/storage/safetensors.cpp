@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/escape.h"
 #include "common/read_at.h"
 #include "storage/atomic_file.h"
 
@@ -300,11 +301,11 @@ Reader::Reader(const std::string& path, Load load) : path_(path), copied_(load =
     // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever, before
     // the regular-file check below could refuse it. It changes nothing for a regular file.
     fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd_ < 0) fail(WUSH_ERR_IO, "cannot open \"" + path + "\": " + std::strerror(errno));
+    if (fd_ < 0) fail(WUSH_ERR_IO, "cannot open \"" + escape_controls(path) + "\": " + std::strerror(errno));
     try {
         struct stat st {};
         if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode))
-            fail(WUSH_ERR_IO, "\"" + path + "\" is not a readable regular file");
+            fail(WUSH_ERR_IO, "\"" + escape_controls(path) + "\" is not a readable regular file");
         size_ = std::size_t(st.st_size);
         mtime_ns_ = mtime_ns(st);
         device_ = std::uint64_t(st.st_dev);
@@ -319,7 +320,8 @@ Reader::Reader(const std::string& path, Load load) : path_(path), copied_(load =
             map_ = copy_.get();
         } else if (size_ > 0) {
             void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
-            if (p == MAP_FAILED) fail(WUSH_ERR_IO, "cannot map \"" + path + "\": " + std::strerror(errno));
+            if (p == MAP_FAILED)
+                fail(WUSH_ERR_IO, "cannot map \"" + escape_controls(path) + "\": " + std::strerror(errno));
             map_ = static_cast<const std::byte*>(p);
         }
         header_ = parse_header({map_, size_});
@@ -334,8 +336,8 @@ Reader::Reader(const std::string& path, Load load) : path_(path), copied_(load =
 
 void Reader::read_exactly(std::byte* out, std::size_t n, std::size_t offset) const {
     if (const int err = read_at(fd_, out, n, off_t(offset)); err != 0)
-        fail(WUSH_ERR_IO,
-             "cannot read \"" + path_ + "\": " + (err == ENODATA ? "it was truncated" : std::strerror(err)));
+        fail(WUSH_ERR_IO, "cannot read \"" + escape_controls(path_) +
+                              "\": " + (err == ENODATA ? "it was truncated" : std::strerror(err)));
 }
 
 std::vector<std::byte> Reader::read_header() const {
@@ -354,10 +356,11 @@ Reader::~Reader() {
 void Reader::check_unchanged() const {
     if (copied_) return;  // the copy is what was validated, whatever happens to the file
     struct stat st {};
-    if (::fstat(fd_, &st) != 0) fail(WUSH_ERR_IO, "cannot stat \"" + path_ + "\": " + std::strerror(errno));
+    if (::fstat(fd_, &st) != 0)
+        fail(WUSH_ERR_IO, "cannot stat \"" + escape_controls(path_) + "\": " + std::strerror(errno));
     if (std::size_t(st.st_size) != size_ || mtime_ns(st) != mtime_ns_)
         fail(WUSH_ERR_IO,
-             "\"" + path_ + "\" was " + (std::size_t(st.st_size) < size_ ? "truncated" : "modified") +
+             "\"" + escape_controls(path_) + "\" was " + (std::size_t(st.st_size) < size_ ? "truncated" : "modified") +
                  " after it was opened; replace a checkpoint by writing a new file and renaming it over the "
                  "old one");
 }

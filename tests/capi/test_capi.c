@@ -344,9 +344,11 @@ static void test_write_refuses_non_regular(void) {
 }
 
 /* Paths and names quoted in wush_last_error() reach a terminal when a host prints the message:
- * their control bytes are written as \xNN (issue 43), line breaks excepted. */
+ * their control bytes are written as \xNN (issue 43), line breaks excepted; and a path's line
+ * breaks and tabs too (issue 56: a path with a line break forged a line of the message). */
 static void test_error_messages_hold_no_control_bytes(void) {
     wush_checkpoint* ck = NULL;
+    wush_tensor_file* tf = NULL;
     const char* message;
     const unsigned char* p;
     int clean = 1;
@@ -356,6 +358,10 @@ static void test_error_messages_hold_no_control_bytes(void) {
         if ((*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7F) clean = 0;
     CHECK(clean);
     CHECK(strstr(message, "\\x1b[31mred\\x07\\x0d") != NULL);
+    CHECK(wush_tensor_file_open("/nonexistent/a\nFAKE: line\tb.safetensors", &tf) == WUSH_ERR_IO);
+    message = wush_last_error();
+    CHECK(strchr(message, '\n') == NULL && strchr(message, '\t') == NULL);
+    CHECK(strstr(message, "a\\x0aFAKE: line\\x09b") != NULL);
 }
 
 /* A destroyed handle stays refused when a new object takes its address (issue 29, F6): handles

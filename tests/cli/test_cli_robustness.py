@@ -7,7 +7,10 @@ names; inspect printed control characters from names raw; numbers overflowed ("-
 99999999999999999999" read as -1), negative sizes ended in std::length_error, empty list items,
 unknown --kind items, a repeated option, `version extra` were accepted, `--seed 0` refused; an
 export or quantize whose output was one of its inputs destroyed it; a failed export (its config
-unwritable) left the model file behind.
+unwritable) left the model file behind; inspect, eval and export used a checkpoint whose layer
+digests did not match, and verify passed one whose digests were stripped; control characters of
+paths (escape sequences, line breaks) reached the terminal raw; numeric options had no upper bound
+(bench --repeats 1000000000000 ran until killed).
 
 Usage: test_cli_robustness.py PATH/TO/wush
 """
@@ -66,7 +69,7 @@ for cmd in ("eval", "quantize", "inspect", "export", "bench", "formats"):
     check(rc == 0 and out.startswith("usage: wush " + cmd), f"wush {cmd} --help: rc {rc}, {out[:80]!r} {err[:80]!r}")
 
 # Too large for memory: said before it starts, no abort (a signal gives a negative returncode).
-rc, out, err, _ = run("eval", "--layers", "small_256x512", "--calib-tokens", "100000000000")
+rc, out, err, _ = run("eval", "--layers", "small_256x512", "--calib-tokens", "1000000000")
 check(rc == 1 and "memory" in err, f"huge --calib-tokens: rc {rc}, {err!r}")
 
 # The memory check compares with what this process may still allocate, not with the machine's RAM:
@@ -95,7 +98,7 @@ for bad in ("abc", "0.1x", "", "nan", "1e999"):
     rc, out, err, _ = run("eval", "--layers", "small_256x512", "--hessian-damping", bad)
     check(rc == 2 and "--hessian-damping" in err, f"--hessian-damping {bad!r}: rc {rc}, {err!r}")
 rc, out, err, _ = run("eval", "--layers", "small_256x512", "--hessian-damping", "-1")
-check(rc != 0 and "WUSH_OPTION_HESSIAN_DAMPING" in err, f"--hessian-damping -1: rc {rc}, {err!r}")
+check(rc == 2 and "--hessian-damping" in err and "0 to 1000000" in err, f"--hessian-damping -1: rc {rc}, {err!r}")
 
 
 # --hessian-damping reaches GPTQ's Hessian only: the default is --damping's value (the same
@@ -138,6 +141,31 @@ usage_errors = [
     (("export", "--fp-quant", "--checkpoint", "ck", "--out", "o", "--config", ""), "--config", "''"),
     (("version", "extra"), "version", "extra"),
 ]
+# Every numeric option of every command has an upper bound (usage texts, docs/EVAL.md): one past
+# it is refused at once in one line, naming the option and the bound.
+TOO_LARGE = "4294967297"  # 2^32 + 1: one past the bound of token counts, lengths and bench --m
+bounded = [
+    ("eval", "--calib-tokens", TOO_LARGE, "4294967296"), ("eval", "--heldout-tokens", TOO_LARGE, "4294967296"),
+    ("eval", "--validation-tokens", "65537", "65536"), ("eval", "--search-tokens", "65537", "65536"),
+    ("eval", "--threads", "4097", "4096"), ("eval", "--damping", "1000001", "1000000"),
+    ("eval", "--hessian-damping", "2e6", "1000000"), ("eval", "--seed", str(2**62 + 1), str(2**62)),
+    ("eval", "--sequence-length", TOO_LARGE, "4294967296"), ("eval", "--documents", "16," + TOO_LARGE, "4294967296"),
+    ("quantize", "--threads", "4097", "4096"), ("quantize", "--search-tokens", "65537", "65536"),
+    ("quantize", "--validation-tokens", TOO_LARGE, "4294967296"), ("quantize", "--damping", "1e300", "1000000"),
+    ("quantize", "--hessian-damping", "1000001", "1000000"), ("quantize", "--seed", str(2**62 + 1), str(2**62)),
+    ("quantize", "--sequence-length", TOO_LARGE, "4294967296"), ("quantize", "--documents", TOO_LARGE, "4294967296"),
+    ("bench", "--repeats", "1000000000000", "10000"), ("bench", "--min-time", "1e9", "60"),
+    ("bench", "--threads", "4097", "4096"), ("bench", "--m", "1," + TOO_LARGE, "4294967296"),
+    ("formats", "--rows", "16777217", "16777216"), ("formats", "--cols", "16777217", "16777216"),
+    ("formats", "--seed", "4294967296", "4294967295"),
+]
+for command, option, value, bound in bounded:
+    rc, out, err, _ = run(command, option, value, timeout=20)
+    check(rc == 2 and option in err and value.split(",")[-1] in err and bound in err and err.count("\n") == 1,
+          f"wush {command} {option} {value}: rc {rc} (want 2, naming the bound {bound}), {err[-300:]!r}")
+# The bounds hold whichever device would run the bench (the CUDA one is a separate program).
+rc, out, err, _ = run("bench", "--device", "cuda", "--repeats", "1000000000000", timeout=20)
+check(rc == 2 and "--repeats" in err and "10000" in err, f"bench --device cuda --repeats: rc {rc}, {err[-300:]!r}")
 for args, option, value in usage_errors:
     rc, out, err, _ = run(*args, timeout=20)  # refused at once, before any work
     check(rc == 2 and option in err and value in err and "Traceback" not in err and "max_size" not in err,
@@ -220,10 +248,61 @@ with tempfile.TemporaryDirectory() as tmp:
     damaged = os.path.join(tmp, "damaged.safetensors")
     with open(damaged, "wb") as f:
         f.write(blob)
+    # inspect and eval check the digests too (they used to check the structure only).
     rc, out, err, _ = run("inspect", damaged)
-    check(rc == 0, f"inspect (structure only) of a changed scale byte: rc {rc}, {err!r}")
+    check(rc == 1 and "differ from the digest" in err, f"inspect of a changed scale byte: rc {rc}, {err!r}")
     rc, out, err, raw = run("verify", damaged)
     check(rc == 1 and "differ from the digest" in err and b"\x1b" not in raw, f"verify a changed byte: rc {rc}, {err!r}")
+    rc, out, err, _ = run("eval", "--checkpoint", damaged, "--weights", weights, "--activations", acts)
+    check(rc == 1 and "differ from the digest" in err, f"eval --checkpoint of a changed byte: rc {rc}, {err!r}")
+
+    # Digests stripped from the header: the file still loads (digests are optional), but verify
+    # cannot vouch for its bytes and says so, failing.
+    def rewrite_header(src, dst, edit):
+        with open(src, "rb") as f:
+            data = f.read()
+        n = struct.unpack("<Q", data[:8])[0]
+        head = json.loads(data[8:8 + n])
+        edit(head)
+        text = json.dumps(head).encode()
+        text += b" " * ((8 - len(text) % 8) % 8)
+        with open(dst, "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text + data[8 + n:])
+
+    def strip_digests(head):
+        head["__metadata__"] = {k: v for k, v in head["__metadata__"].items() if not k.endswith(".sha256")}
+
+    stripped = os.path.join(tmp, "stripped.safetensors")
+    rewrite_header(ck, stripped, strip_digests)
+    rc, out, err, _ = run("verify", stripped)
+    check(rc == 1 and "no digests" in err, f"verify without digests: rc {rc}, {out!r} {err!r}")
+    rc, out, err, _ = run("inspect", stripped)
+    check(rc == 0 and "blk" in out, f"inspect without digests: rc {rc}, {err!r}")
+
+    # Paths with control characters: escaped wherever they are printed, by the program and in the
+    # library's messages it passes on (a line break used to start a line of its own).
+    evil = os.path.join(tmp, "ck\x1b[31m\nFAKE: all good.safetensors")
+    for args in (("inspect", evil), ("verify", evil), ("export", "--fp-quant", "--checkpoint", evil, "--out",
+                                                       os.path.join(tmp, "never.safetensors")),
+                 ("eval", "--checkpoint", evil, "--weights", weights, "--activations", acts),
+                 ("quantize", "--weights", evil, "--activations", acts, "--format", "mxfp4", "--transform", "h",
+                  "--out", os.path.join(tmp, "never.safetensors")),
+                 ("eval", "--weights", weights, "--activations", evil), ("\x1b[31m\nFAKE",)):
+        p = subprocess.run([WUSH, *args], capture_output=True, timeout=60)
+        raw = p.stdout + p.stderr
+        check(p.returncode != 0 and b"\x1b" not in raw and b"\nFAKE" not in raw and b"\\x1b" in raw,
+              f"wush {args[0]!r} of a path with control characters: rc {p.returncode}, {raw[-400:]!r}")
+    with open(ck, "rb") as f, open(evil, "wb") as g:
+        g.write(f.read())
+    for args in (("inspect", evil), ("verify", evil)):
+        p = subprocess.run([WUSH, *args], capture_output=True, timeout=60)
+        raw = p.stdout + p.stderr
+        check(p.returncode == 0 and b"\x1b" not in raw and b"\nFAKE" not in raw and b"\\x1b" in raw,
+              f"wush {args[0]!r} of a checkpoint at a path with control characters: rc {p.returncode}, {raw[-400:]!r}")
+    p = subprocess.run([WUSH, "quantize", "--weights", weights, "--activations", acts, "--format", "mxfp4",
+                        "--transform", "h", "--out", evil], capture_output=True, timeout=120)
+    check(p.returncode == 0 and b"\x1b" not in p.stderr and b"\nFAKE" not in p.stderr and b"\\x1b" in p.stderr,
+          f"quantize --out a path with control characters: rc {p.returncode}, {p.stderr[-400:]!r}")
 
     # eval --checkpoint --json: valid JSON with the exact name.
     rc, out, err, _ = run("eval", "--checkpoint", ck, "--weights", weights, "--activations", acts, "--json")
@@ -305,6 +384,19 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, out, err, _ = run("export", "--fp-quant", "--checkpoint", ck16, "--out", fresh,
                           "--config", os.path.join(tmp, "c.json"))
     check(rc == 0 and os.path.exists(fresh) and os.path.exists(os.path.join(tmp, "c.json")), f"export: rc {rc}, {err!r}")
+    # export checks the digests first: a changed byte writes nothing.
+    with open(ck16, "rb") as f:
+        blob = bytearray(f.read())
+    n_header = struct.unpack("<Q", blob[:8])[0]
+    codes = next(v for k, v in json.loads(blob[8:8 + n_header]).items() if k.endswith(".codes"))
+    blob[8 + n_header + codes["data_offsets"][0]] ^= 0x11
+    damaged16 = os.path.join(tmp, "damaged16.safetensors")
+    with open(damaged16, "wb") as f:
+        f.write(blob)
+    never = os.path.join(tmp, "never-exported.safetensors")
+    rc, out, err, _ = run("export", "--fp-quant", "--checkpoint", damaged16, "--out", never)
+    check(rc == 1 and "differ from the digest" in err and not os.path.exists(never),
+          f"export of a changed byte: rc {rc}, {err!r}")
 
     # Rewriting a private checkpoint keeps it private.
     os.chmod(ck16, 0o600)
