@@ -28,16 +28,24 @@
  *    wush_context is not reentrant: calls that take the same context are serialized by the
  *    library (a second thread waits), so give each thread its own context for parallel work.
  *    wush_last_error() is per thread.
- *  - fork(): the CPU runtime (wush_quantize_activations, wush_gemm, wush_linear_forward, the
- *    wush_linear_* prepared layers) runs on libwush's own thread pool, which is reset in a child
- *    fork()ed at any time: the child may use the runtime (on new threads of its own; a context
- *    set to WUSH_CONTEXT_OPENMP_TEAM uses them too there, not OpenMP's). Calibration,
- *    transform building, weight quantization (wush_qweight_create, wush_layer_quantize,
- *    wush_quantize_rows, GPTQ) and the reference evaluation (wush_layer_loss) use OpenMP and
- *    OpenMP-built BLAS: a child fork()ed after any multi-threaded call of those must not call
- *    them (libgomp's pool has no threads there and can deadlock). For those, start worker
- *    processes before the first call, or use exec/spawn (Python:
- *    multiprocessing.set_start_method("spawn") or "forkserver").
+ *  - fork(): a child fork()ed at any time, also while other threads are inside libwush calls,
+ *    gets a return from every call, never a hang. The library's own locks are taken around the
+ *    fork and made anew in the child. A context that was inside a call on another thread at the
+ *    fork is refused in the child: every call given it returns WUSH_ERR_INVALID_ARGUMENT with a
+ *    message naming the fork (its lock is held by a thread the child does not have, and its
+ *    state may be half-updated); wush_context_destroy() releases its handle but not its memory.
+ *    Create a new context in the child. Every other context works there. The CPU runtime
+ *    (wush_quantize_activations, wush_gemm, wush_linear_forward, the wush_linear_* prepared
+ *    layers) runs on libwush's own thread pool, which is reset in the child (new threads of its
+ *    own; a context set to WUSH_CONTEXT_OPENMP_TEAM uses them too there, not OpenMP's).
+ *    Calibration, transform building, weight quantization (wush_qweight_create,
+ *    wush_layer_quantize, wush_quantize_rows, GPTQ) and the reference evaluation (wush_layer_loss)
+ *    use OpenMP and OpenMP-built BLAS, whose worker threads a thread keeps for its next parallel
+ *    region (libgomp): in the child the thread that called fork() has none, so there libwush
+ *    runs that work on one thread (threads the child creates run it on the context's threads).
+ *    For parallel OpenMP work in worker processes, start them with exec/spawn (Python:
+ *    multiprocessing.set_start_method("spawn") or "forkserver"), or call from a thread the
+ *    child creates.
  *
  * Layouts (framework conventions, as PyTorch's nn.Linear): a weight W is d_out x d_in row-major,
  * activations X are n_tokens x d_in row-major, the layer output is Y = X W^T. Quantization groups
@@ -148,7 +156,11 @@ WUSH_API const char* wush_status_string(wush_status status);
 /*! wush_last_error() :
  *  @return the message of the most recent failure of a libwush function on the calling thread,
  *          or "" if none has failed yet. The string is owned by the library and stays valid until
- *          the next libwush call on this thread. A successful call does not clear it. */
+ *          the next libwush call on this thread. A successful call does not clear it. The text
+ *          is valid UTF-8 whose only control characters are line breaks and tabs; a path it
+ *          quotes has all of its control characters, line breaks included, written as \xNN (an
+ *          escape character as the four characters \x1b), so that printing the message cannot
+ *          act on a terminal or forge a line. */
 WUSH_API const char* wush_last_error(void);
 
 /* ================================================================================================
@@ -291,14 +303,16 @@ typedef struct wush_context wush_context;
  *  time a CUDA context is asked for (libwush itself links no CUDA library, so it loads on machines
  *  without one). It is looked for at the path in the environment variable WUSH_CUDA_MODULE when
  *  that is set and not empty (there only; ignored in a set-user-ID or set-group-ID process), else
- *  beside libwush.so, else on the loader's search path; it must come from the same build as
- *  libwush. A value without a '/' is a bare file name, which the dynamic loader resolves by its
- *  own rules (LD_LIBRARY_PATH, the loader cache, the default folders), as dlopen() does. Before a
- *  path is handed to the loader it is checked: a regular file, an ELF shared object for this
- *  machine whose headers and segments lie inside the file, and whose SHA-256 equals the one its
- *  build or install recorded beside it in `<module>.sha256`; a truncated, damaged or replaced
- *  module, or a FIFO, is refused with WUSH_ERR_UNSUPPORTED and the reason (a bare file name
- *  cannot be checked before the loader opens it). Once loaded it stays loaded.
+ *  beside libwush.so, else in the folders the dynamic loader searches for libwush's own
+ *  libraries (libwush's DT_RPATH, LD_LIBRARY_PATH, its DT_RUNPATH, the default folders; not the
+ *  loader cache); it must come from the same build as libwush. A value without a '/' is a bare
+ *  file name, looked for in those folders. Every copy is checked before it is handed to the
+ *  loader (the library walks the folders itself, so that no path reaches dlopen() unchecked): a
+ *  regular file, an ELF shared object for this machine whose headers and segments lie inside the
+ *  file, and whose SHA-256 equals the one its build or install recorded beside it in
+ *  `<module>.sha256` (a regular file of at most 4 KiB, opened without blocking); a truncated,
+ *  damaged or replaced module, or a FIFO, is refused with WUSH_ERR_UNSUPPORTED and the reason (a
+ *  refused copy in a search folder is passed over for the next). Once loaded it stays loaded.
  *  Ownership: on success *ctx receives a new context that the caller releases with
  *  wush_context_destroy().
  *  Thread safety: may be called from any thread; loading the module is serialized internally.
@@ -659,7 +673,10 @@ WUSH_API wush_status wush_calibrator_add_sequences(wush_context* ctx, wush_calib
  *  Experimental (the search, see "Stability").
  *  wush_calibrator_add() of n_tokens tokens that all belong to one document (text from one
  *  source: a file, a page, a conversation), which the caller names by `document`, any 64-bit
- *  id: the same sums and count, and the token sample remembers each sampled token's document.
+ *  id (every uint64_t value, 0 to UINT64_MAX, is valid, and none is reserved; a binding from a
+ *  language with signed or unbounded integers refuses values outside [0, 2^64) rather than
+ *  wrapping them, since -1 and UINT64_MAX would then name one document): the same sums and
+ *  count, and the token sample remembers each sampled token's document.
  *  The windows of one document may come in several calls (batches, shards, in any order) with
  *  the same id: they are then one document. The id travels inside the sampled token's priority
  *  like wush_calibrator_add_sequences()'s (bit 20 set, bit 19 set, bits 0-18 a hash of

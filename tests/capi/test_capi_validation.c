@@ -726,7 +726,8 @@ static void test_sequence_guard(wush_context* ctx, wush_format f, const float* w
 }
 
 /* The document hold-out (wush_calibrator_add_document): 4 documents of 1, 2, 4 and 9 windows of
- * 32 tokens, each window added in its own call with its document's id, each document loud on its
+ * 32 tokens, each window added in its own call with its document's id (among them 0 and
+ * UINT64_MAX, the ends of the id range), each document loud on its
  * own quarter of the channels. The sample holds every token, so the held-out count names the
  * held-out documents (the sizes' subset sums are distinct). The report says
  * WUSH_GUARD_HOLD_OUT_DOCUMENTS with whole documents held out (not windows); the plain and
@@ -737,6 +738,9 @@ static void test_sequence_guard(wush_context* ctx, wush_format f, const float* w
 static void test_document_guard(wush_context* ctx, wush_format f, const float* w) {
     enum { WIN = 32, N_DOC = 4 };
     static const size_t kWindows[N_DOC] = {1, 2, 4, 9}; /* 16 windows: N_CAL tokens */
+    /* The ends of the documented range, every uint64_t (UINT64_MAX is what C makes of -1), are
+     * ids of their own documents like any other. */
+    static const uint64_t kIds[N_DOC] = {0, UINT64_MAX, 1002, UINT64_MAX - 1};
     float* x = malloc(sizeof(float) * N_CAL * D_IN);
     float* held = malloc(sizeof(float) * N_CAL * D_IN);
     float* rest = malloc(sizeof(float) * N_CAL * D_IN);
@@ -770,7 +774,7 @@ static void test_document_guard(wush_context* ctx, wush_format f, const float* w
     for (d = 0; d < N_DOC; ++d)
         for (win = 0; win < kWindows[d]; ++win) {
             const float* at = x + (start[d] + win * WIN) * D_IN;
-            CHECK_STATUS(wush_calibrator_add_document(ctx, c, WUSH_DTYPE_F32, at, WIN, 1000 + d), WUSH_OK);
+            CHECK_STATUS(wush_calibrator_add_document(ctx, c, WUSH_DTYPE_F32, at, WIN, kIds[d]), WUSH_OK);
             CHECK_STATUS(wush_calibrator_add_sequences(ctx, windows, WUSH_DTYPE_F32, at, WIN, WIN), WUSH_OK);
         }
     got = build(ctx, c, WUSH_TRANSFORM_WUSH, f, WUSH_METHOD_RTN, w, o, NULL);
