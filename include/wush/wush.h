@@ -158,9 +158,10 @@ WUSH_API const char* wush_status_string(wush_status status);
  *          or "" if none has failed yet. The string is owned by the library and stays valid until
  *          the next libwush call on this thread. A successful call does not clear it. The text
  *          is valid UTF-8 whose only control characters are line breaks and tabs; a path it
- *          quotes has all of its control characters, line breaks included, written as \xNN (an
- *          escape character as the four characters \x1b), so that printing the message cannot
- *          act on a terminal or forge a line. */
+ *          quotes has all of its control characters, line breaks included, written as a
+ *          backslash, 'x' and two lower-case hexadecimal digits (an escape character as the four
+ *          characters of "\\x1b" in C), so that printing the message cannot act on a terminal or
+ *          forge a line. */
 WUSH_API const char* wush_last_error(void);
 
 /* ================================================================================================
