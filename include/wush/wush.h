@@ -937,8 +937,11 @@ WUSH_API wush_status wush_transform_guard(const wush_transform* transform, wush_
  *  One candidate's score in the guard's decision (see wush_transform_guard): *loss, its layer
  *  loss on the held-out tokens (as wush_layer_loss() computes it for that candidate's layer on
  *  those tokens, over the output rows the guard scores: every row below d_out = 2048, else the
- *  subset WUSH_OPTION_SEARCH_GUARD describes); *difference, the mean over tokens of the paired
- *  per-token loss differences (searched - candidate: positive where the candidate is better);
+ *  subset WUSH_OPTION_SEARCH_GUARD describes; equal to wush_layer_loss() of that layer, built
+ *  separately with the same options from the same calibrator, up to the order of its float64
+ *  sums: relative difference below 1e-12, on every CPU and ISA); *difference, the mean over
+ *  tokens of the paired per-token loss differences (searched - candidate: positive where the
+ *  candidate is better);
  *  *std_error, the standard error of that mean (sample standard deviation / sqrt(n_tokens));
  *  *replaces, 1 when the candidate met the rule (loss below 0.99 x the searched loss and
  *  difference > 2 std_error, or under WUSH_GUARD_HOLD_OUT_SEQUENCES or _DOCUMENTS with at least

@@ -17,6 +17,7 @@ Needs torch, transformers, safetensors, fp-quant (scripts/install-deps.sh). Exit
 """
 import atexit
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -42,6 +43,8 @@ torch.set_num_threads(2)
 TMP = tempfile.mkdtemp(prefix="wush-pymodel-")
 atexit.register(shutil.rmtree, TMP, ignore_errors=True)
 MODEL = make_tiny_llama(os.path.join(TMP, "tiny"))
+# The guard's losses against separately built layers when torch's runs differ (see its test).
+GUARD_FLOW_TOLERANCE = 1e-4
 CALIB, HELD = os.path.join(TMP, "calib.txt"), os.path.join(TMP, "held.txt")
 open(CALIB, "w").write(make_text(6000, 1))
 open(HELD, "w").write(make_text(3000, 2))
@@ -262,12 +265,33 @@ class ModelFlow(unittest.TestCase):
         val = [{"inputs_embeds": torch.randn(4, 64, hidden, generator=gen) * loud} for _ in range(2)]
 
         def flow(**kw):
-            return wt.quantize_model(base_model(), batches, format="mxfp4", method="rtn", **kw)
+            # Each run digests the inputs its layers see, in order: the candidates below are the
+            # guard's only if torch gave every run the same activations.
+            model, seen = base_model(), {}
+            hooks = [m.register_forward_pre_hook(lambda m, i, n=n: seen.setdefault(n, []).append(
+                hashlib.sha256(i[0].detach().float().contiguous().numpy().tobytes()).hexdigest()))
+                for n, m in wt.select_linears(model).items()]
+            r = wt.quantize_model(model, batches, format="mxfp4", method="rtn", **kw)
+            for h in hooks:
+                h.remove()
+            return r, seen
         # The default hold-out off on both sides, so the searched layers see the same sample.
-        guarded = flow(transform="wush", search=True, validation_batches=val, search_guard=False)
-        built = {"searched": flow(transform="wush", search=True, search_guard=False), "wush": flow(transform="wush")}
-        built.update({k: flow(transform=k) for k in ("identity", "hadamard", "random")})
-        built["shrunk"] = flow(transform="wush", damping=1.0)  # the guard's shrunk candidate (RTN: no Hessian)
+        guarded, guarded_seen = flow(transform="wush", search=True, validation_batches=val, search_guard=False)
+        runs = {"searched": flow(transform="wush", search=True, search_guard=False), "wush": flow(transform="wush")}
+        runs.update({k: flow(transform=k) for k in ("identity", "hadamard", "random")})
+        runs["shrunk"] = flow(transform="wush", damping=1.0)  # the guard's shrunk candidate (RTN: no Hessian)
+        built = {k: r for k, (r, _) in runs.items()}
+        # torch's CPU forward is not bit-reproducible from run to run on every CPU (Intel's MKL
+        # without its reproducibility mode may sum in another order), and a last-bit change in the
+        # calibration moments can move a code of a built layer. The guard's losses are then
+        # compared with the separately built layers to GUARD_FLOW_TOLERANCE, a bound for this
+        # tiny model, not a library property; with the same activations, to the documented 1e-12.
+        calib = runs["wush"][1]
+        same_inputs = all(seen == calib for _, seen in runs.values()) and \
+            all(guarded_seen[n][:len(calib[n])] == calib[n] for n in calib)
+        tol = 1e-12 if same_inputs else GUARD_FLOW_TOLERANCE
+        if not same_inputs:
+            print("note: torch gave the runs different activations on this machine; losses compared to", tol)
         ref = base_model()
         names = list(guarded.layers)
         inputs = {n: [] for n in names}  # RTN calibrates every layer on the unquantized model
@@ -294,25 +318,30 @@ class ModelFlow(unittest.TestCase):
                 if clearly_better(per_token[k], per_token["searched"]) and \
                         per_token[k].mean() < per_token[choice].mean():
                     choice = k
-            got = wush.layer_loss(*guarded.layers[n], w, x)
-            want = wush.layer_loss(*built[choice].layers[n], w, x)
-            self.assertAlmostEqual(got / want, 1.0, delta=1e-9, msg=f"{n}: {got} vs {choice} {want}")
             # The per-layer report (result.guard): the same tokens, each candidate's loss as
             # wush.layer_loss computes it for the separately built layer, the paired differences
             # from the per-token losses, and the kept candidate the rule's.
             rep = guarded.guard[n]
             self.assertIsNotNone(rep, n)
             self.assertEqual((rep["source"], rep["n_tokens"]), ("validation", len(x)), n)
-            self.assertEqual(rep["kept"], {"wush": "plain"}.get(choice, choice), n)
+            kept = {"plain": "wush"}.get(rep["kept"], rep["kept"])
+            if same_inputs:  # else the rule, decided on other activations, may fall either way at its edge
+                self.assertEqual(kept, choice, n)
+            got = wush.layer_loss(*guarded.layers[n], w, x)
+            want = wush.layer_loss(*built[kept].layers[n], w, x)
+            self.assertAlmostEqual(got / want, 1.0, delta=tol, msg=f"{n}: {got} vs {kept} {want}")
             for k, r in built.items():
                 c = rep["candidates"][{"wush": "plain"}.get(k, k)]
-                self.assertAlmostEqual(c["loss"] / wush.layer_loss(*r.layers[n], w, x), 1.0, delta=1e-9, msg=f"{n} {k}")
+                self.assertAlmostEqual(c["loss"] / wush.layer_loss(*r.layers[n], w, x), 1.0, delta=tol, msg=f"{n} {k}")
                 d = per_token["searched"] - per_token[k]
                 scale = per_token["searched"].mean() + per_token[k].mean()
-                self.assertLess(abs(c["difference"] - d.mean()), 1e-9 * scale, f"{n} {k}")
+                self.assertLess(abs(c["difference"] - d.mean()), max(tol, 1e-9) * scale, f"{n} {k}")
                 if k != "searched":
-                    self.assertLess(abs(c["std_error"] - d.std(ddof=1) / np.sqrt(len(d))), 1e-9 * scale, f"{n} {k}")
-                    self.assertEqual(c["replaces"], bool(clearly_better(per_token[k], per_token["searched"])), f"{n} {k}")
+                    self.assertLess(abs(c["std_error"] - d.std(ddof=1) / np.sqrt(len(d))), max(tol, 1e-9) * scale,
+                                    f"{n} {k}")
+                    if same_inputs:  # a rule decided on other activations may fall either way at its edge
+                        self.assertEqual(c["replaces"], bool(clearly_better(per_token[k], per_token["searched"])),
+                                         f"{n} {k}")
             self.assertIsNone(built["searched"].guard[n])  # no validation, the default hold-out off
             line = [ln for ln in guarded.guard_table().splitlines() if ln.startswith(n + " ")]
             self.assertEqual(len(line), 1, n)
