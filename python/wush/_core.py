@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import operator
 import os
 import weakref
 from typing import Any, List, Optional, Sequence, Tuple, Union
@@ -262,14 +263,29 @@ class Context(_Handle):
 
 
 _default_ctx: Optional[Context] = None
+_parent_contexts: List[Context] = []  # a forked child's inherited default contexts, kept, never used
 
 
 def default_context() -> Context:
-    """A process-wide CPU context, created on first use."""
+    """A process-wide CPU context, created on first use; a child made by ``os.fork()`` (or
+    multiprocessing's "fork" start method) gets its own on its first use, since a context whose
+    call was in flight in another thread at the fork is refused in the child (wush.h, "Thread safety": fork())."""
     global _default_ctx
     if _default_ctx is None:
         _default_ctx = Context("cpu")
     return _default_ctx
+
+
+def _after_fork_in_child() -> None:
+    global _default_ctx
+    if _default_ctx is not None:
+        # Kept alive, not destroyed: the parent's thread that was using it is not in the child.
+        _parent_contexts.append(_default_ctx)
+        _default_ctx = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Options(_Handle):
@@ -350,6 +366,18 @@ def dequantize_rows(codes: np.ndarray, scales: np.ndarray, d_in: int, fmt: Union
     return y
 
 
+def _document_id(document: Any) -> int:
+    """A document id as the C API takes it (uint64_t): an integer in [0, 2**64), refused otherwise
+    rather than wrapped by ctypes (-1 would become 2**64 - 1 and join another caller's document)."""
+    try:
+        d = operator.index(document)
+    except TypeError:
+        raise TypeError(f"a document id must be an integer, not {type(document).__name__}") from None
+    if not 0 <= d < 2 ** 64:
+        raise ValueError(f"document id {d} is outside [0, 2**64)")
+    return d
+
+
 class Calibrator(_Handle):
     """Streaming float64 second moments of a layer's inputs (``wush_calibrator``). Memory is
     d_in*G doubles (block-diagonal) or d_in^2 (full, needed by GPTQ), whatever the token count,
@@ -389,7 +417,7 @@ class Calibrator(_Handle):
         whole documents and scores the WUSH layers fit without them (``sequence_length`` is then
         ignored)."""
         if document is not None:
-            self._offer("wush_calibrator_add_document", x, ctx, int(document))
+            self._offer("wush_calibrator_add_document", x, ctx, _document_id(document))
         elif sequence_length:
             self._offer("wush_calibrator_add_sequences", x, ctx, int(sequence_length))
         else:

@@ -48,6 +48,60 @@ class Bindings(unittest.TestCase):
         np.testing.assert_array_equal(c16, c32)
         np.testing.assert_array_equal(s16, s32)
 
+    def test_document_ids_are_checked_not_wrapped(self):
+        cal = wush.Calibrator(64, 32)
+        x = np.ones((2, 64), np.float32)
+        for bad, err in ((-1, ValueError), (2 ** 64, ValueError), (1.5, TypeError), ("3", TypeError)):
+            with self.assertRaises(err, msg=repr(bad)):
+                cal.add(x, document=bad)
+        cal.add(x, document=np.uint64(2 ** 64 - 1))
+        cal.add(x, document=0)
+        self.assertEqual(cal.token_count, 4)
+
+    @unittest.skipUnless(hasattr(os, "fork"), "no fork() here")
+    def test_fork_during_a_call_gives_the_child_a_working_default_context(self):
+        """A child forked while another thread is inside a call on the default context: the
+        library refuses that context in the child (wush.h), so the child's module functions must
+        get a new one, and return within seconds rather than hang."""
+        import threading
+        import time
+        rng = np.random.default_rng(4)
+        d = 1024
+        cal = wush.Calibrator(d, 32, mode="full")
+        cal.add(rng.standard_normal((2048, d)).astype(np.float32))
+        w = rng.standard_normal((d, d)).astype(np.float32)
+        wush.quantize_rows(np.ones((1, 32), np.float32), "mxfp4")  # the default context exists
+        busy = threading.Thread(target=lambda: wush.layer_quantize(cal, w, "wush", "mxfp4", "gptq"))
+        busy.start()
+        time.sleep(0.2)
+        self.assertTrue(busy.is_alive(), "the call ended before the fork; make it longer")
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 only if the calls return right
+            import signal
+            signal.alarm(60)
+            code = 1
+            try:
+                small = wush.Calibrator(64, 32)
+                small.add(rng.standard_normal((64, 64)).astype(np.float32))
+                t, q = wush.layer_quantize(small, rng.standard_normal((8, 64)).astype(np.float32))
+                c, _ = wush.quantize_rows(np.ones((1, 32), np.float32), "mxfp4")
+                code = 0 if c.size == 16 else 1
+            except BaseException as e:  # noqa: BLE001 - reported through the exit status
+                print("child:", e, file=sys.stderr)
+            os._exit(code)
+        deadline = time.time() + 90
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.time() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                self.fail("the forked child hung")
+            time.sleep(0.1)
+        busy.join()
+        self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status}")
+
     def test_errors_carry_status_and_message(self):
         with self.assertRaises(wush.WushError) as cm:
             wush.Calibrator(63, 32)
