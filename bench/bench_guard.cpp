@@ -52,6 +52,7 @@
 #include "pipeline/layer_pipeline.h"
 #include "prequant/rtn.h"
 #include "transforms/block_transform.h"
+#include "transforms/transform_search.h"
 
 namespace {
 
@@ -142,7 +143,7 @@ void bm_layer(benchmark::State& state, wush_format f, std::string variant) {
         for (auto _ : state) {
             std::vector<double> errors(n / 2);
             const wush::BlockTransform s =
-                wush::build_transform(options, cal, l.data.weight, d_out, nullptr, even, n / 2);
+                wush::build_searched_transform(options, cal, l.data.weight, d_out, nullptr, even, n / 2);
             const wush::formats::PackedMatrix sq = wush::prequantize_rtn(s, format, l.data.weight, d_out);
             double total = wush::eval::layer_loss(s, sq, l.data.weight, odd, n / 2, errors);
             TransformOptions plain = options;
@@ -160,7 +161,7 @@ void bm_layer(benchmark::State& state, wush_format f, std::string variant) {
         return;
     }
     if (variant == "loss256") {
-        const wush::BlockTransform t = wush::build_transform(options, cal, l.data.weight, d_out);
+        const wush::BlockTransform t = wush::build_searched_transform(options, cal, l.data.weight, d_out);
         const wush::formats::PackedMatrix q = wush::prequantize_rtn(t, format, l.data.weight, d_out);
         for (auto _ : state) {
             const double loss = wush::eval::layer_loss(t, q, l.data.weight, l.data.heldout, kSearchTokens);

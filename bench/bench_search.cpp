@@ -1,5 +1,5 @@
 // The cost of the per-block search over WUSH's free parameters (WUSH_OPTION_SEARCH, the `wush+s`
-// transform; transforms/transform_search.h): wush::build_transform with the search against the
+// transform; transforms/transform_search.h): wush::build_searched_transform with the search against the
 // same build without it, in the same run.
 //
 // Layers: the built-in presets "small_512x256" and "4096x4096" (d_in x d_out), calibrated OUTSIDE
@@ -29,6 +29,7 @@
 #include "eval/synthetic_layer.h"
 #include "formats/block_format.h"
 #include "transforms/block_transform.h"
+#include "transforms/transform_search.h"
 
 namespace {
 
@@ -96,8 +97,8 @@ void bm_build(benchmark::State& state, std::string layer_name, wush_format f, Va
     }
     for (auto _ : state) {
         const std::size_t n = v.tokens ? kCalibrationTokens : 0;
-        const wush::BlockTransform t =
-            wush::build_transform(options, cal, l.data.weight, l.data.spec.d_out, nullptr, l.data.calibration, n);
+        const wush::BlockTransform t = wush::build_searched_transform(options, cal, l.data.weight, l.data.spec.d_out,
+                                                                      nullptr, l.data.calibration, n);
         benchmark::DoNotOptimize(t.activation_matrices().data());
     }
 }
@@ -115,7 +116,7 @@ int main(int argc, char** argv) {
     // Median and fastest repetition: on a shared machine the fastest is the least disturbed (run
     // with --benchmark_enable_random_interleaving=true so that a busy spell hits every variant).
     const auto summary = [&](const char* what, auto seconds) {
-        std::printf("\nSummary (%s wall time of build_transform, ms; ratio = search / plain)\n", what);
+        std::printf("\nSummary (%s wall time of build_searched_transform, ms; ratio = search / plain)\n", what);
         std::printf("%-22s %10s", "layer/format", "plain");
         for (const Variant& v : std::span(kVariants).subspan(1)) std::printf(" %12s %7s", v.name, "ratio");
         std::printf("\n");

@@ -12,6 +12,7 @@
 #include "eval/layer_loss.h"
 #include "prequant/gptq.h"
 #include "prequant/rtn.h"
+#include "transforms/transform_search.h"
 
 namespace wush::pipeline {
 
@@ -27,14 +28,24 @@ std::uint64_t mix64(std::uint64_t x) {
 
 // An RTN layer's transform alone, with an explicit search sample (empty: the calibrator's own).
 // `plain`, if given, gets the unsearched transform when the build computes it anyway (a searched
-// WUS/WUSH build); `weight_moments` as build_transform's (the weight's M_W, shared by builds).
+// WUS/WUSH build starts from it); `weight_moments`, if given, is the weight's M_W shared by the
+// builds of one weight (solve_layer's): empty on entry, this build fills it; filled, it is read.
 BlockTransform rtn_transform(const TransformOptions& options, const Calibrator& calibration, std::span<const float> w,
                              std::size_t d_out, Progress* progress, std::span<const float> sample = {},
                              std::optional<BlockTransform>* plain = nullptr,
                              std::vector<double>* weight_moments = nullptr) {
     if (is_data_free(options.kind)) return build_data_free_transform(options, calibration.d_in(), calibration.group());
-    return build_transform(options, calibration, w, d_out, progress, sample, sample.size() / calibration.d_in(), plain,
-                           weight_moments);
+    const bool search = options.search.enabled;
+    // A searched build reports the search's progress alone (most of its time), as one pass.
+    LayerSolution solution =
+        solve_layer(options, calibration, w, d_out, search ? nullptr : progress,
+                    weight_moments ? std::span<const double>(*weight_moments) : std::span<const double>());
+    if (weight_moments && weight_moments->empty()) *weight_moments = std::move(solution.weight_moments);
+    if (!search) return std::move(solution.transform);
+    BlockTransform searched = search_transform(options, calibration, w, d_out, solution, progress, sample,
+                                               sample.size() / calibration.d_in());
+    if (plain) plain->emplace(std::move(solution.transform));
+    return searched;
 }
 
 // One layer with an explicit search sample (empty: the calibrator's own); `plain` and

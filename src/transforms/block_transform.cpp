@@ -1,15 +1,11 @@
 #include "transforms/block_transform.h"
 
-#include <atomic>
-
 #include <cblas.h>
 #include <lapacke.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,8 +15,8 @@
 #include "common/error.h"
 #include "common/float_bits.h"
 #include "transforms/basis.h"
+#include "transforms/block_loop.h"
 #include "transforms/rng.h"
-#include "transforms/transform_search.h"
 
 namespace wush {
 
@@ -233,53 +229,6 @@ std::vector<double> inverse_transpose(const float* t, std::size_t g) {
 
 namespace {
 
-// How many blocks build_transform reads per pass over the weight rows (fill_weight_slices). A
-// block's columns are G floats of every row, and every row lies on its own memory pages, so a
-// pass costs about one TLB miss per row however many columns it takes: 256 columns (1 KiB of each
-// row) make those a small part of the read (the A/B against 64 columns is in
-// docs/record/performance-record.md).
-// Bounded so that a chunk's float64 slices
-// stay within 8 MiB per thread and every thread still gets a chunk of a small layer.
-std::size_t slice_chunk(std::size_t blocks, std::size_t g, std::size_t d_out) {
-    constexpr std::size_t kColumns = 256, kBytes = std::size_t(8) << 20;
-    const std::size_t threads = std::size_t(std::max(omp_get_max_threads(), 1));
-    const std::size_t by_bytes = kBytes / (d_out * g * sizeof(double));
-    return std::max<std::size_t>(1, std::min({kColumns / g, by_bytes, blocks / threads}));
-}
-
-// Runs body(first, n) for consecutive chunks of `chunk` blocks in parallel (n < chunk only for
-// the last) and rethrows the first exception on the calling thread (exceptions must not cross
-// an OpenMP region boundary). With a Progress, every finished block is reported and a
-// cancellation skips the remaining chunks.
-template <typename Body>
-void parallel_block_chunks(std::size_t count, std::size_t chunk, Body body, Progress* progress) {
-    std::exception_ptr error;
-    std::atomic<std::size_t> done{0};
-    const std::size_t chunks = (count + chunk - 1) / chunk;
-#pragma omp parallel for schedule(dynamic)
-    for (std::size_t k = 0; k < chunks; ++k) {
-        if (progress && progress->cancelled()) continue;
-        const std::size_t first = k * chunk, n = std::min(chunk, count - first);
-        try {
-            body(first, n);
-        } catch (...) {
-#pragma omp critical(wush_transform_error)
-            if (!error) error = std::current_exception();
-        }
-        if (progress)
-            for (std::size_t i = 0; i < n; ++i) progress->report(double(++done), double(count));
-    }
-    if (error) std::rethrow_exception(error);
-    if (progress) progress->finish();
-}
-
-// body(b) for every block in parallel, as above.
-template <typename Body>
-void parallel_blocks(std::size_t count, Body body, Progress* progress = nullptr) {
-    parallel_block_chunks(
-        count, 1, [&](std::size_t b, std::size_t) { body(b); }, progress);
-}
-
 // Rows per tile of apply_weights: its two float64 copies of the rows within about 1 MiB.
 std::size_t weight_row_tile(std::size_t d_out, std::size_t d_in) {
     constexpr std::size_t kBytes = std::size_t(1) << 20;
@@ -315,7 +264,7 @@ BlockTransform::BlockTransform(std::size_t d_in, std::size_t group, TransformKin
     if (auto bad = find_non_finite(WUSH_DTYPE_F32, act_.data(), act_.size()))
         fail(WUSH_ERR_NON_FINITE, "transform: block " + std::to_string(*bad / per_block) + " holds NaN or Inf");
     weight_.resize(act_.size());
-    parallel_blocks(blocks(), [&](std::size_t b) {
+    block_loop::parallel_blocks(blocks(), [&](std::size_t b) {
         const std::vector<double> tw = inverse_transpose(act_.data() + b * per_block, group_);
         if (tw.empty())
             fail(WUSH_ERR_NUMERICAL, "transform: activation matrix of block " + std::to_string(b) + " is singular");
@@ -353,7 +302,7 @@ void BlockTransform::apply_weights(std::span<const float> w, std::size_t d_out, 
     // (lda = d_in). A whole-height pass per block would touch every row's page for 128 bytes per
     // block, which the prefetchers cannot follow.
     const std::size_t tile = weight_row_tile(d_out, d_in_), tiles = (d_out + tile - 1) / tile;
-    parallel_blocks(tiles, [&](std::size_t t) {
+    block_loop::parallel_blocks(tiles, [&](std::size_t t) {
         const std::size_t r0 = t * tile, n = std::min(tile, d_out - r0) * d_in_;
         std::vector<double> rows(w.begin() + std::ptrdiff_t(r0 * d_in_), w.begin() + std::ptrdiff_t(r0 * d_in_ + n));
         std::vector<double> result(n);
@@ -390,110 +339,66 @@ BlockTransform build_data_free_transform(const TransformOptions& options, std::s
     return BlockTransform(d_in, group, options.kind, std::move(act));
 }
 
-BlockTransform build_transform(const TransformOptions& options, const Calibrator& calibration,
-                               std::span<const float> weight, std::size_t d_out, Progress* progress,
-                               std::span<const float> sample, std::size_t n_sample,
-                               std::optional<BlockTransform>* plain, std::vector<double>* weight_moments) {
-    const std::size_t d_in = calibration.d_in(), g = calibration.group(), c = calibration.blocks();
+namespace {
+
+// build_transform's checks of every kind, then (WUS/WUSH) of the data they are solved from.
+void check_build(const TransformOptions& options, const Calibrator& calibration, std::span<const float> weight,
+                 std::size_t d_out) {
+    const std::size_t d_in = calibration.d_in();
     require(d_out > 0, "build_transform: d_out must be positive");
     require(weight.size() == checked_mul(d_out, d_in, "weight size"),
             "build_transform: weight has " + std::to_string(weight.size()) +
                 " values, expected d_out x d_in = " + std::to_string(d_out) + " x " + std::to_string(d_in));
-    if (options.kind != TransformKind::WUS && options.kind != TransformKind::WUSH)
-        return build_data_free_transform(options, d_in, g);
+    if (options.kind != TransformKind::WUS && options.kind != TransformKind::WUSH) return;
     require(options.damping >= 0.0 && std::isfinite(options.damping),
             "build_transform: damping must be finite and >= 0");
     require(calibration.tokens() > 0, "build_transform: the calibrator has no tokens");
     require_finite(WUSH_DTYPE_F32, weight.data(), d_out, d_in, "weight");
     round_for_storage(0.0f, options.storage);  // rejects an unknown storage dtype up front
-    const bool search = options.search.enabled;
-    const formats::FormatSpec* search_format = search ? &formats::spec(options.search.format) : nullptr;
-    if (search) {
-        require(search_format->group == g, std::string("build_transform: the search format ") + search_format->name +
-                                               " has group size " + std::to_string(search_format->group) +
-                                               ", the calibrator G = " + std::to_string(g));
-        require(n_sample == 0 || sample.size() == checked_mul(n_sample, d_in, "sample size"),
-                "build_transform: the token sample must be n_sample x d_in");
-        if (n_sample > 0) require_finite(WUSH_DTYPE_F32, sample.data(), n_sample, d_in, "token sample");
-    }
-    // Without an explicit sample, the calibrator's token sample (if it keeps one) beats the
-    // Gaussian surrogate: it has the real tokens' tails, which set MXFP4's group scales.
-    // (A replay scores nothing: it needs neither.)
-    const bool replay = !options.search.replay.empty();
-    if (replay)
-        require(options.search.replay.size() == c, "build_transform: the replayed choices must be one per block");
-    std::vector<float> kept;
-    if (search && !replay && n_sample == 0 && calibration.sample_count() > 0) {
-        kept = calibration.sample();
-        sample = kept;
-        n_sample = calibration.sample_count();
-    }
+}
 
-    const std::vector<double> noise = search && !replay && n_sample == 0
-                                          ? surrogate_noise(options.search.sample_tokens, g, options.seed)
-                                          : std::vector<double>{};
-    std::vector<float> act(c * g * g);
-    // The unsearched blocks, when the caller wants them too (`plain`).
-    std::vector<float> plain_act(search && plain != nullptr ? c * g * g : 0);
-    std::vector<char> fell_back(c, 0), deficient(c, 0);
-    TransformStats stats;
-    stats.singular_values.assign(c * g, 0.0);
-    if (search) stats.search.resize(c);
-    // M_W given (weight_moments filled), else computed from the slice (and handed out when asked).
-    const bool given = weight_moments != nullptr && !weight_moments->empty();
-    if (given) require(weight_moments->size() == c * g * g, "build_transform: weight_moments must be C x G x G");
-    else if (weight_moments != nullptr) weight_moments->assign(c * g * g, 0.0);
-    const bool need_slices = !given || (search && !replay);  // the search scores weight rows
-    const auto build_block = [&](std::size_t b, const std::vector<double>& slice) {
-        const std::vector<double> m_x = calibration.second_moment(b);
-        std::vector<double> m_w;
-        if (given) {
-            m_w.assign(weight_moments->begin() + b * g * g, weight_moments->begin() + (b + 1) * g * g);
-        } else {
-            m_w = slice_second_moment(slice, d_out, g);
-            if (weight_moments != nullptr) std::copy(m_w.begin(), m_w.end(), weight_moments->begin() + b * g * g);
-        }
-        const BlockSolution s = solve_block(options.kind, m_w, m_x, g, options.damping);
-        if (search) {
-            const SearchResult r =
-                search_layer_block(options, *search_format, s, m_x, slice, d_out, sample, n_sample, d_in, b, noise);
-            std::copy(r.t_act.begin(), r.t_act.end(), act.begin() + b * g * g);
-            stats.search[b] = r.choice;
-            if (!plain_act.empty())
-                std::transform(s.t_act.begin(), s.t_act.end(), plain_act.begin() + b * g * g,
-                               [&](double v) { return round_for_storage(float(v), options.storage); });
-        } else {
-            std::transform(s.t_act.begin(), s.t_act.end(), act.begin() + b * g * g,
-                           [&](double v) { return round_for_storage(float(v), options.storage); });
-        }
-        std::copy(s.singular_values.begin(), s.singular_values.end(), stats.singular_values.begin() + b * g);
-        fell_back[b] = s.fell_back;
-        deficient[b] = s.rank_deficient;
-    };
-    // Blocks in chunks whose weight slices are read in one pass (fill_weight_slices) into each
-    // thread's own vectors, kept from chunk to chunk.
-    const std::size_t chunk = slice_chunk(c, g, d_out);
-    std::vector<std::vector<std::vector<double>>> thread_slices(std::size_t(std::max(omp_get_max_threads(), 1)),
-                                                                std::vector<std::vector<double>>(chunk));
-    parallel_block_chunks(
-        c, chunk,
-        [&](std::size_t first, std::size_t count) {
-            const std::span<std::vector<double>> slices =
-                std::span(thread_slices[std::size_t(omp_get_thread_num())]).first(count);
-            if (need_slices) fill_weight_slices(weight, d_out, d_in, g, first, slices);
-            for (std::size_t i = 0; i < count; ++i) build_block(first + i, slices[i]);
+}  // namespace
+
+LayerSolution solve_layer(const TransformOptions& options, const Calibrator& calibration, std::span<const float> weight,
+                          std::size_t d_out, Progress* progress, std::span<const double> weight_moments) {
+    require(options.kind == TransformKind::WUS || options.kind == TransformKind::WUSH,
+            "solve_layer: only WUS and WUSH are data-driven");
+    check_build(options, calibration, weight, d_out);
+    const std::size_t d_in = calibration.d_in(), g = calibration.group(), c = calibration.blocks(), gg = g * g;
+    const bool given = !weight_moments.empty();  // else computed from the weight slices
+    if (given) require(weight_moments.size() == c * gg, "build_transform: weight_moments must be C x G x G");
+    std::vector<double> m_w(weight_moments.begin(), weight_moments.end());
+    if (!given) m_w.assign(c * gg, 0.0);
+    std::vector<BlockSolution> blocks(c);
+    std::vector<float> act(c * gg);
+    block_loop::blocks_with_slices(
+        weight, d_out, d_in, g, !given,
+        [&](std::size_t b, std::span<const double> slice) {
+            const std::span<double> m(m_w.data() + b * gg, gg);
+            if (!given) std::ranges::copy(slice_second_moment(slice, d_out, g), m.begin());
+            blocks[b] = solve_block(options.kind, m, calibration.second_moment(b), g, options.damping);
+            std::ranges::transform(blocks[b].t_act, act.begin() + b * gg,
+                                   [&](double v) { return round_for_storage(float(v), options.storage); });
         },
         progress);
+    TransformStats stats;
+    stats.singular_values.assign(c * g, 0.0);
     for (std::size_t b = 0; b < c; ++b) {
-        if (fell_back[b]) stats.fallback_blocks.push_back(b);
-        if (deficient[b]) stats.rank_deficient_blocks.push_back(b);
+        std::ranges::copy(blocks[b].singular_values, stats.singular_values.begin() + b * g);
+        if (blocks[b].fell_back) stats.fallback_blocks.push_back(b);
+        if (blocks[b].rank_deficient) stats.rank_deficient_blocks.push_back(b);
     }
-    if (!plain_act.empty()) {
-        TransformStats plain_stats = stats;
-        plain_stats.search.clear();
-        plain->emplace(d_in, g, options.kind, std::move(plain_act), options.damping, std::move(plain_stats));
-    }
-    return BlockTransform(d_in, g, options.kind, std::move(act), options.damping, std::move(stats));
+    BlockTransform plain(d_in, g, options.kind, std::move(act), options.damping, std::move(stats));
+    return {std::move(plain), std::move(blocks), std::move(m_w)};
+}
+
+BlockTransform build_transform(const TransformOptions& options, const Calibrator& calibration,
+                               std::span<const float> weight, std::size_t d_out, Progress* progress) {
+    check_build(options, calibration, weight, d_out);
+    if (options.kind != TransformKind::WUS && options.kind != TransformKind::WUSH)
+        return build_data_free_transform(options, calibration.d_in(), calibration.group());
+    require(!options.search.enabled, "build_transform: a searched build is build_searched_transform's");
+    return solve_layer(options, calibration, weight, d_out, progress).transform;
 }
 
 }  // namespace wush

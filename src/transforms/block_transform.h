@@ -136,7 +136,6 @@ struct TransformStats {
     std::vector<std::size_t> rank_deficient_blocks;  // ascending; damped, not necessarily fallen back
     std::vector<double> singular_values;             // C x G, row b = S of block b (WUS/WUSH only)
     std::vector<BlockChoice> search;                 // C entries when the search ran or was replayed, else empty
-    std::size_t fallback_count() const noexcept { return fallback_blocks.size(); }
 };
 
 class BlockTransform {
@@ -197,32 +196,32 @@ std::vector<double> data_free_block(TransformKind kind, std::size_t g, std::uint
 // The Identity / Hadamard / Random transforms need no data. Rounded to options.storage.
 BlockTransform build_data_free_transform(const TransformOptions& options, std::size_t d_in, std::size_t group);
 
-// Any kind, geometry from the calibrator (its diagonal blocks in Full mode). WUS/WUSH use the
-// calibrator's moments (at least one token) and the d_out x d_in float32 weight (finite); the
-// data-free kinds only check the shapes. Blocks are solved in parallel (OpenMP).
-// `progress`, if given, hears of every finished block and may cancel (CANCELLED).
-// The activation side is rounded to options.storage (INVALID_ARGUMENT for an unknown dtype or an
-// entry out of the F16 range).
+// Algorithm 1 on every block of a WUS/WUSH layer: the plain transform, and what a refinement of
+// its blocks starts from (the search: search_transform, transforms/transform_search.h).
+struct LayerSolution {
+    BlockTransform transform;            // T_act rounded to options.storage; stats without `search`
+    std::vector<BlockSolution> blocks;   // block b's float64 solution, before the rounding
+    std::vector<double> weight_moments;  // M_W of every block (C x G x G, weight_second_moment's values)
+};
+
+// WUS/WUSH only, geometry from the calibrator (its diagonal blocks in Full mode), from its moments
+// (at least one token) and the d_out x d_in float32 weight (finite). Blocks are solved in
+// parallel (OpenMP); `progress`, if given, hears of every finished block and may cancel
+// (CANCELLED). options.search is not read. The activation side is rounded to options.storage
+// (INVALID_ARGUMENT for an unknown dtype or an entry out of the F16 range).
 //
-// With options.search.enabled (WUS/WUSH), each block's matrix is the search's choice
-// (transforms/transform_search.h), scored in options.search.format (whose group must be G) on
-// `sample` (n_sample x d_in row-major float32 calibration tokens) when given, else on the
-// calibrator's token sample when it keeps one (Calibrator::set_sample_capacity), else on a
-// Gaussian surrogate drawn from the block's moment; stats().search says what every block got.
-//
-// `plain`, if given with the search on, also gets the transform the same call without the search
-// would build (Algorithm 1, rounded to options.storage; stats without `search`): the search
-// starts from exactly those blocks, so the search's per-layer guard gets plain WUS/WUSH for free.
-//
-// `weight_moments`, if given (WUS/WUSH): M_W of every block (C x G x G, weight_second_moment's
-// values), which depend on the weight alone. Empty on entry, this build fills it; filled, this
-// build reads M_W from it instead of computing it (and, replaying the search or without it, reads
-// no weight slices at all): builds of one weight on different calibrators (the guard's cross-fit,
-// then the kept layer on every token) compute it once. The result is the same bit for bit.
+// `weight_moments`, if not empty: M_W of every block (a LayerSolution's weight_moments of the
+// same weight), which depends on the weight alone: read instead of computed, so no weight slice
+// is read. Builds of one weight on different calibrators or dampings (the guard's cross-fit, then
+// the kept layer on every token) compute it once. The result is the same bit for bit.
+LayerSolution solve_layer(const TransformOptions& options, const Calibrator& calibration, std::span<const float> weight,
+                          std::size_t d_out, Progress* progress = nullptr, std::span<const double> weight_moments = {});
+
+// Any kind: the data-free ones (which only check the shapes) as build_data_free_transform,
+// WUS/WUSH as solve_layer's transform. Without the search: a searched build (options.search.enabled,
+// WUS/WUSH) is INVALID_ARGUMENT here; it is transforms/transform_search.h's
+// (build_searched_transform, or solve_layer then search_transform).
 BlockTransform build_transform(const TransformOptions& options, const Calibrator& calibration,
-                               std::span<const float> weight, std::size_t d_out, Progress* progress = nullptr,
-                               std::span<const float> sample = {}, std::size_t n_sample = 0,
-                               std::optional<BlockTransform>* plain = nullptr,
-                               std::vector<double>* weight_moments = nullptr);
+                               std::span<const float> weight, std::size_t d_out, Progress* progress = nullptr);
 
 }  // namespace wush

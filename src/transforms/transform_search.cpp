@@ -10,9 +10,11 @@
 #include <utility>
 
 #include "common/checked_math.h"
+#include "common/dtype.h"
 #include "common/error.h"
 #include "formats/feedback_group.h"
 #include "transforms/basis.h"
+#include "transforms/block_loop.h"
 #include "transforms/rng.h"
 #include "transforms/round_trip_errors.h"
 
@@ -571,6 +573,64 @@ SearchResult search_layer_block(const TransformOptions& options, const formats::
     }
     sample.u_bb.assign(u_bb.begin(), u_bb.end());
     return search_block(options.kind, solution, format, sample, options.storage, options.search, options.seed, block);
+}
+
+BlockTransform search_transform(const TransformOptions& options, const Calibrator& calibration,
+                                std::span<const float> weight, std::size_t d_out, const LayerSolution& plain,
+                                Progress* progress, std::span<const float> sample, std::size_t n_sample) {
+    const std::size_t d_in = calibration.d_in(), g = calibration.group(), c = calibration.blocks(), gg = g * g;
+    require(options.search.enabled && (options.kind == TransformKind::WUS || options.kind == TransformKind::WUSH),
+            "search_transform: the search is WUS's and WUSH's, with options.search.enabled");
+    require(plain.blocks.size() == c && plain.transform.kind() == options.kind && plain.transform.group() == g &&
+                plain.transform.damping() == options.damping,
+            "search_transform: the plain solution is not this layer's");
+    require(d_out > 0 && weight.size() == checked_mul(d_out, d_in, "weight size"),
+            "search_transform: the weight must be d_out x d_in");
+    const formats::FormatSpec& format = formats::spec(options.search.format);
+    require(format.group == g, std::string("build_transform: the search format ") + format.name + " has group size " +
+                                   std::to_string(format.group) + ", the calibrator G = " + std::to_string(g));
+    require(n_sample == 0 || sample.size() == checked_mul(n_sample, d_in, "sample size"),
+            "build_transform: the token sample must be n_sample x d_in");
+    if (n_sample > 0) require_finite(WUSH_DTYPE_F32, sample.data(), n_sample, d_in, "token sample");
+    // A replay scores nothing: it needs neither a sample nor the weight. Without an explicit
+    // sample, the calibrator's token sample (if it keeps one) beats the Gaussian surrogate: it has
+    // the real tokens' tails, which set MXFP4's group scales.
+    const bool replay = !options.search.replay.empty();
+    if (replay)
+        require(options.search.replay.size() == c, "build_transform: the replayed choices must be one per block");
+    std::vector<float> kept;
+    if (!replay && n_sample == 0 && calibration.sample_count() > 0) {
+        kept = calibration.sample();
+        sample = kept;
+        n_sample = calibration.sample_count();
+    }
+    const bool surrogate = !replay && n_sample == 0;
+    const std::vector<double> noise =
+        surrogate ? surrogate_noise(options.search.sample_tokens, g, options.seed) : std::vector<double>{};
+    std::vector<float> act(c * gg);
+    TransformStats stats = plain.transform.stats();
+    stats.search.resize(c);
+    block_loop::blocks_with_slices(
+        weight, d_out, d_in, g, !replay,
+        [&](std::size_t b, std::span<const double> slice) {
+            const std::vector<double> m_x = surrogate ? calibration.second_moment(b) : std::vector<double>{};
+            const SearchResult r = search_layer_block(options, format, plain.blocks[b], m_x, slice, d_out, sample,
+                                                      n_sample, d_in, b, noise);
+            std::ranges::copy(r.t_act, act.begin() + b * gg);
+            stats.search[b] = r.choice;
+        },
+        progress);
+    return BlockTransform(d_in, g, options.kind, std::move(act), options.damping, std::move(stats));
+}
+
+BlockTransform build_searched_transform(const TransformOptions& options, const Calibrator& calibration,
+                                        std::span<const float> weight, std::size_t d_out, Progress* progress,
+                                        std::span<const float> sample, std::size_t n_sample) {
+    if (!options.search.enabled || (options.kind != TransformKind::WUS && options.kind != TransformKind::WUSH))
+        return build_transform(options, calibration, weight, d_out, progress);
+    // The progress is the search's: it is most of the time, and the caller hears one pass.
+    const LayerSolution plain = solve_layer(options, calibration, weight, d_out);
+    return search_transform(options, calibration, weight, d_out, plain, progress, sample, n_sample);
 }
 
 }  // namespace wush

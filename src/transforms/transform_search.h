@@ -41,6 +41,7 @@
 #include <span>
 #include <vector>
 
+#include "common/progress.h"
 #include "formats/block_format.h"
 #include "transforms/block_transform.h"
 
@@ -118,7 +119,7 @@ std::vector<float> replay_block(TransformKind kind, const BlockSolution& solutio
                                 std::size_t g, wush_dtype storage, std::size_t scale_steps, std::uint64_t seed,
                                 std::size_t block);
 
-// The search for block `block` of a layer, as build_transform and GPTQ run it: the sample is the
+// The search for block `block` of a layer, as search_transform and GPTQ run it: the sample is the
 // block's columns of `tokens` (n_tokens x d_in, at most options.search.sample_tokens of them,
 // evenly strided) when n_tokens > 0, else the surrogate drawn from m_x and `noise` (the layer's
 // surrogate_noise(options.search.sample_tokens, G, options.seed)); w_slice is the block's
@@ -130,6 +131,26 @@ SearchResult search_layer_block(const TransformOptions& options, const formats::
                                 std::span<const double> w_slice, std::size_t d_out, std::span<const float> tokens,
                                 std::size_t n_tokens, std::size_t d_in, std::size_t block,
                                 std::span<const double> noise, std::span<const double> u_bb = {});
+
+// The search's refinement of a layer: `plain` is solve_layer's solution for the same options
+// (bar the search), calibrator and weight. With options.search.enabled (WUS/WUSH), each block's
+// matrix is the search's choice (search_layer_block) from plain's block, scored in
+// options.search.format (whose group must be G) on `sample` (n_sample x d_in row-major float32
+// calibration tokens) when given, else on the calibrator's token sample when it keeps one
+// (Calibrator::set_sample_capacity), else on a Gaussian surrogate drawn from the block's moment;
+// with options.search.replay, each block's replayed choice (no weight is read then). Blocks are
+// searched in parallel, in chunks whose weight slices are read in one pass; `progress` as
+// solve_layer's. The stats are plain's, with stats().search saying what every block got.
+BlockTransform search_transform(const TransformOptions& options, const Calibrator& calibration,
+                                std::span<const float> weight, std::size_t d_out, const LayerSolution& plain,
+                                Progress* progress = nullptr, std::span<const float> sample = {},
+                                std::size_t n_sample = 0);
+
+// A layer's transform with the search when options.search.enabled (WUS/WUSH: solve_layer, then
+// search_transform), else build_transform's.
+BlockTransform build_searched_transform(const TransformOptions& options, const Calibrator& calibration,
+                                        std::span<const float> weight, std::size_t d_out, Progress* progress = nullptr,
+                                        std::span<const float> sample = {}, std::size_t n_sample = 0);
 
 // GPTQ's error-feedback factor in the transformed space: the upper Cholesky factor of
 // T_w (U_bb^T U_bb) T_w^T (G x G row-major, lower triangle zero); empty if that is not positive

@@ -18,6 +18,7 @@
 #include "prequant/gptq.h"
 #include "prequant/rtn.h"
 #include "transforms/rng.h"
+#include "transforms/transform_search.h"
 
 namespace wush {
 namespace {
@@ -205,11 +206,11 @@ TEST(GuardHoldOut, DocumentGuardReplaysTheCrossFitChoicesOnEveryToken) {
         Calibrator fit(l.d_in, g, MomentMode::BlockDiagonal);
         fit.add(WUSH_DTYPE_F32, rest.data(), rest.size() / l.d_in);
         const BlockTransform searched =
-            build_transform(o, fit, l.layer.weight, l.d_out, nullptr, rest, rest.size() / l.d_in);
+            build_searched_transform(o, fit, l.layer.weight, l.d_out, nullptr, rest, rest.size() / l.d_in);
         expect_same_choices(kept.transform.stats().search, searched.stats().search);
         TransformOptions replayed = o;
         replayed.search.replay = searched.stats().search;
-        const BlockTransform want = build_transform(replayed, cal, l.layer.weight, l.d_out);
+        const BlockTransform want = build_searched_transform(replayed, cal, l.layer.weight, l.d_out);
         EXPECT_TRUE(same_bits(kept.transform.activation_matrices(), want.activation_matrices()));
         EXPECT_TRUE(same_weights(kept.weights, prequantize_rtn(want, f, l.layer.weight, l.d_out)));
         // Independently of the replay: each block is the full-token plain block remixed, times c.

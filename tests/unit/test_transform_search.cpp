@@ -365,7 +365,7 @@ TEST(TransformSearch, ChoiceNeverScoresAbovePlainAndKeepsTheProductExact) {
     o.search.enabled = true;
     o.search.format = WUSH_FORMAT_MXFP4;
     o.search.sample_tokens = 128;
-    const BlockTransform t = build_transform(o, fx.cal, fx.layer.weight, d_out);
+    const BlockTransform t = build_searched_transform(o, fx.cal, fx.layer.weight, d_out);
     ASSERT_EQ(t.stats().search.size(), d / g);
     std::size_t changed = 0;
     for (std::size_t b = 0; b < d / g; ++b) {
@@ -396,7 +396,7 @@ TEST(TransformSearch, ChoiceNeverScoresAbovePlainAndKeepsTheProductExact) {
         EXPECT_LE(std::fabs(got - ref), 1e-4 * mag);
     }
     // Reproducible: the same seed gives the same matrices.
-    const BlockTransform again = build_transform(o, fx.cal, fx.layer.weight, d_out);
+    const BlockTransform again = build_searched_transform(o, fx.cal, fx.layer.weight, d_out);
     EXPECT_TRUE(std::equal(t.activation_matrices().begin(), t.activation_matrices().end(),
                            again.activation_matrices().begin()));
 }
@@ -422,10 +422,10 @@ TEST(TransformSearch, PlainByProductIsThePlainBuildBitForBit) {
                     searched.search.enabled = true;
                     searched.search.format = f;
                     searched.search.sample_tokens = 64;
-                    std::optional<BlockTransform> plain;
-                    const BlockTransform s =
-                        build_transform(searched, *cal, fx.layer.weight, d_out, nullptr, {}, 0, &plain);
-                    const BlockTransform s_alone = build_transform(searched, *cal, fx.layer.weight, d_out);
+                    const LayerSolution solution = solve_layer(searched, *cal, fx.layer.weight, d_out);
+                    const std::optional<BlockTransform> plain = solution.transform;
+                    const BlockTransform s = search_transform(searched, *cal, fx.layer.weight, d_out, solution);
+                    const BlockTransform s_alone = build_searched_transform(searched, *cal, fx.layer.weight, d_out);
                     const BlockTransform p_alone = build_transform(o, *cal, fx.layer.weight, d_out);
                     ASSERT_TRUE(plain.has_value());
                     const auto same_bits = [](auto a, auto b) {
@@ -756,7 +756,8 @@ TEST(TransformSearch, Nvfp4BlocksPickRotatedSolutionsThatKeepTheGram) {
     s.search.format = WUSH_FORMAT_NVFP4;
     s.search.sample_tokens = 1024;
     const BlockTransform tp = build_transform(plain, fx.cal, fx.layer.weight, d_out);
-    const BlockTransform ts = build_transform(s, fx.cal, fx.layer.weight, d_out, nullptr, fx.layer.calibration, 2048);
+    const BlockTransform ts =
+        build_searched_transform(s, fx.cal, fx.layer.weight, d_out, nullptr, fx.layer.calibration, 2048);
     std::size_t rotated = 0;
     for (std::size_t b = 0; b < ts.stats().search.size(); ++b) {
         const BlockChoice& c = ts.stats().search[b];
@@ -780,7 +781,8 @@ TEST(TransformSearch, Nvfp4BlocksPickRotatedSolutionsThatKeepTheGram) {
     }
     EXPECT_GT(rotated, 0u);
     s.search.rotations = 0;
-    const BlockTransform t0 = build_transform(s, fx.cal, fx.layer.weight, d_out, nullptr, fx.layer.calibration, 2048);
+    const BlockTransform t0 =
+        build_searched_transform(s, fx.cal, fx.layer.weight, d_out, nullptr, fx.layer.calibration, 2048);
     for (const BlockChoice& c : t0.stats().search) EXPECT_NE(c.base, SearchBase::Rotated);
 }
 
@@ -802,8 +804,8 @@ TEST(TransformSearch, WidensTheSignSetOnALargeSample) {
             TransformOptions o = s;
             o.search.sample_tokens = tokens;
             o.search.sign_patterns = signs;
-            const BlockTransform t =
-                build_transform(o, fx.cal, fx.layer.weight, d_out, nullptr, fx.layer.calibration, surrogate ? 0 : n);
+            const BlockTransform t = build_searched_transform(o, fx.cal, fx.layer.weight, d_out, nullptr,
+                                                              fx.layer.calibration, surrogate ? 0 : n);
             std::size_t widest = 0;
             for (const BlockChoice& c : t.stats().search)
                 if (c.base == SearchBase::Solution) widest = std::max<std::size_t>(widest, c.sign_pattern);
@@ -830,7 +832,7 @@ TEST(TransformSearch, LowersHeldOutLossOnABuiltInLayer) {
         searched.search.enabled = true;
         searched.search.format = fmt;
         const BlockTransform tp = build_transform(plain, fx.cal, fx.layer.weight, d_out);
-        const BlockTransform ts = build_transform(searched, fx.cal, fx.layer.weight, d_out);
+        const BlockTransform ts = build_searched_transform(searched, fx.cal, fx.layer.weight, d_out);
         const double lp = eval::layer_loss(tp, f, fx.layer.weight, d_out, fx.layer.heldout, n_held);
         const double ls = eval::layer_loss(ts, f, fx.layer.weight, d_out, fx.layer.heldout, n_held);
         EXPECT_LT(ls, 0.97 * lp) << f.name;  // measured: -6.5% (MXFP4), -25.2% (NVFP4, with its rotations)
@@ -842,6 +844,9 @@ TEST(TransformSearch, RejectsAMismatchedFormat) {
     TransformOptions o(TransformKind::WUSH, 0.01, 0);
     o.search.enabled = true;
     o.search.format = WUSH_FORMAT_NVFP4;  // G = 16, the calibrator's G = 32
+    EXPECT_THROW(build_searched_transform(o, fx.cal, fx.layer.weight, fx.layer.spec.d_out), Error);
+    // build_transform is Algorithm 1 alone: a searched build is refused, not silently unsearched.
+    o.search.format = WUSH_FORMAT_MXFP4;
     EXPECT_THROW(build_transform(o, fx.cal, fx.layer.weight, fx.layer.spec.d_out), Error);
 }
 
