@@ -203,10 +203,4 @@ bool same_destination(const std::string& a, const std::string& b) {
            ::stat(directory_of(b).c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-void write_file_atomically(const std::string& path, const void* data, std::size_t n) {
-    AtomicFile file(path);
-    file.write(data, n);
-    file.commit();
-}
-
 }  // namespace wush::storage

@@ -61,7 +61,4 @@ std::string resolve_destination(const std::string& path);
 // otherwise the same name in the same directory (device and inode of the directory).
 bool same_destination(const std::string& a, const std::string& b);
 
-// A whole small file, atomically (AtomicFile).
-void write_file_atomically(const std::string& path, const void* data, std::size_t n);
-
 }  // namespace wush::storage
