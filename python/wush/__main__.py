@@ -6,7 +6,9 @@
   python -m wush run OUT_DIR --sentences FILE         # an encoder: sentence embeddings
   python -m wush eval-model MODEL_DIR --text FILE --quantized OUT_DIR [--quantized OUT_DIR2 ...]
 
-MODEL_DIR is a local folder (config.json, weights, tokenizer); nothing is downloaded. OUT_DIR is
+MODEL_DIR is a local folder (config.json, weights, tokenizer), or a GGUF file of a causal model (or
+a folder holding one .gguf file), which transformers dequantizes (the tokenizer from the file);
+nothing is downloaded. OUT_DIR is
 loaded with wush.load_quantized, or, after `import wush`, with transformers' own
 AutoModel.from_pretrained(OUT_DIR) / SentenceTransformer(OUT_DIR): its quantized layers run on
 libwush's runtime (without `import wush`, transformers refuses the folder). Errors are reported
@@ -28,7 +30,12 @@ from . import _core
 
 def _load(model_dir: str):
     import torch
+    from . import gguf as wg
     from . import torch as wt
+    gguf_file = wg.find_file(model_dir)
+    if gguf_file:  # a GGUF file, or a folder holding one: dequantized by transformers
+        wg.read_header(gguf_file)
+        return wg.load(gguf_file)
     model = wt.load_float_model(model_dir, torch.float32)  # first: it names a missing folder as such
     return model, _tokenizer(model_dir)
 
@@ -176,19 +183,39 @@ def cmd_quantize(a: argparse.Namespace) -> int:
     if a.layers:
         wt.compile_pattern(a.layers)
     wt.check_export(a.format, transform, export)  # before the model is even read
-    model, tok = _load(a.model_dir)
+    from . import gguf as wg
+    gguf_file = wg.find_file(a.model_dir)
+    if gguf_file is None:
+        return _quantize(a, a.model_dir, transform, search, export, passed_over, None)
+    # A GGUF file (or a folder holding one): refused in one line when transformers cannot read it,
+    # else written out as a Hugging Face folder beside --out, quantized from there, then removed.
+    source = wg.read_header(gguf_file)
+    types = ", ".join(f"{n} x{c}" for n, c in source["tensor_types"].items())
+    _note("quantize-model", f"{gguf_file}: GGUF, architecture {source['architecture']}, tensors {types}: "
+                            f"dequantized to float32 by transformers")
+    with wg.staged_folder(gguf_file, a.out) as folder:
+        return _quantize(a, folder, transform, search, export, passed_over, source)
+
+
+def _quantize(a: argparse.Namespace, model_dir: str, transform: str, search: bool, export: str,
+              passed_over: Optional[str], source: Optional[Dict[str, Any]]) -> int:
+    """quantize-model from the Hugging Face folder ``model_dir`` (``a.model_dir``, or the folder
+    a GGUF file ``source`` was written to)."""
+    from . import torch as wt
+    model, tok = _load(model_dir)
     if passed_over:  # said once the arguments and the folder passed, so that a refusal stays one line
         _note("quantize-model", f"{a.format} with {transform} transforms: the fp_quant layout does not fit "
                                 f"({passed_over}); writing the libwush checkpoint alone (--export wush), "
                                 f"which wush.load_quantized loads")
     if getattr(model, "wush_missing_keys", None):
-        _note("quantize-model", f"note: tensors not in {_core.printable(a.model_dir)}, initialized at random by transformers: "
+        read = source["file"] if source else a.model_dir
+        _note("quantize-model", f"note: tensors not in {_core.printable(read)}, initialized at random by transformers: "
                                 f"{', '.join(model.wush_missing_keys[:6])}"
                                 f"{' ...' if len(model.wush_missing_keys) > 6 else ''}")
     selected = wt.select_linears(model, a.layers)
     if not selected:
         raise ValueError(wt.selection_error(model, a.layers))
-    wt.check_stored_layers(a.model_dir, selected)  # in seconds, not after the calibration
+    wt.check_stored_layers(model_dir, selected)  # in seconds, not after the calibration
     causal = wt.is_causal(model)
     make = token_batches if causal else sentence_batches
     batches, documents, cal_stats = calibration_documents(make, tok, a)
@@ -203,7 +230,7 @@ def cmd_quantize(a: argparse.Namespace) -> int:
                             validation_batches=validation, search_guard=not a.no_search_guard,
                             documents=documents if search and len(a.calib) > 1 else None)
     t1 = time.time()
-    info = wt.save_quantized(model, res, a.out, model_dir=a.model_dir, pseudo=a.fp_quant_pseudo, export=export,
+    info = wt.save_quantized(model, res, a.out, model_dir=model_dir, pseudo=a.fp_quant_pseudo, export=export,
                              embeddings=a.embeddings)
     if info["fp_quant_refused"]:
         print(f"python -m wush quantize-model: note: the fp_quant layout was not written ({info['fp_quant_refused']}); "
@@ -233,7 +260,8 @@ def cmd_quantize(a: argparse.Namespace) -> int:
                       "guard_kept": kept if search else None,
                       "guard_hold_out": sorted({g["source"] for g in guarded.values()}) if search else None,
                       "guard_undecided": res.undecided if search else None,
-                      "quantize_s": round(t1 - t0, 3), "peak_rss_mib": round(_peak_rss_mib(), 1), "out": a.out}))
+                      "quantize_s": round(t1 - t0, 3), "peak_rss_mib": round(_peak_rss_mib(), 1), "out": a.out,
+                      **({"gguf": source} if source else {})}))
     return 0
 
 
@@ -400,7 +428,8 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     q = sub.add_parser("quantize-model", help="quantize a local Hugging Face model folder",
                        formatter_class=_HelpFormatter)
-    q.add_argument("model_dir", help="a local Hugging Face model folder (read only)")
+    q.add_argument("model_dir", help="a local Hugging Face model folder (read only), or a GGUF file (or a folder "
+                                     "holding one), which transformers dequantizes")
     q.add_argument("--calib", required=True, action="append",
                    help="calibration text file (causal: tokenized as one stream, cut into --max-samples windows of "
                         "--seq-len tokens; encoders: one sentence per line, the first --max-samples lines). "
@@ -452,7 +481,7 @@ def parser() -> argparse.ArgumentParser:
     r.set_defaults(fn=cmd_run)
     e = sub.add_parser("eval-model", help="a model and its quantized folders, side by side, through the runtime",
                        formatter_class=_HelpFormatter)
-    e.add_argument("model_dir", help="the unquantized model folder")
+    e.add_argument("model_dir", help="the unquantized model folder, or its GGUF file (or a folder holding one)")
     e.add_argument("--text", required=True,
                    help="held-out text (causal: perplexity over its tokens; encoders: one sentence per line)")
     e.add_argument("--quantized", action="append", default=None, help="an output folder of quantize-model (repeatable)")
