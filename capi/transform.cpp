@@ -1,7 +1,6 @@
 // wush_transform and wush_qweight: argument checks and handles around the per-block transforms
 // (src/transforms), weight pre-quantization (src/prequant), the layer pipeline (src/pipeline) and
 // the layerwise loss (src/eval).
-#include <strings.h>
 #include <algorithm>
 #include <iterator>
 #include <memory>
@@ -21,18 +20,17 @@ using namespace wush::capi;
 
 namespace wush::capi {
 
-const char* const kMethodNames[] = {"rtn", "gptq"};
-
 const char* method_name(wush_method method) {
     const char* name = wush_method_name(method);
     return name ? name : "unknown";
 }
 
-// Exact: a checkpoint records the names as wush_method_name() spells them.
 wush_method method_from_name(const std::string& name) {
-    for (int m = 0; m < 2; ++m)
-        if (name == kMethodNames[m]) return wush_method(m);
-    wush::fail(WUSH_ERR_INVALID_ARGUMENT, "unknown method \"" + name + "\" (rtn, gptq)");
+    const auto m = wush::parse_name<wush_method>(wush::kMethodNames, name);
+    if (!m)
+        wush::fail(WUSH_ERR_INVALID_ARGUMENT,
+                   "unknown method \"" + name + "\" (" + wush::name_list<wush_method>(wush::kMethodNames) + ")");
+    return *m;
 }
 
 }  // namespace wush::capi
@@ -65,16 +63,24 @@ wush::TransformOptions transform_options(wush::TransformKind kind, const wush_op
     return t;
 }
 
-// The CLI's short names, in wush_transform_kind's order; the long ones are the core's
-// (transform_kind_name, the names checkpoints store).
-const char* const kKindNames[] = {"i", "h", "r", "wus", "wush"};
+// The CLI's short names (wush_transform_kind_name); the long ones are the core's
+// (kTransformKindNames, the names checkpoints store). Either is read back, in any case.
+constexpr wush::Named<wush::TransformKind> kKindNames[] = {{wush::TransformKind::Identity, "i"},
+                                                           {wush::TransformKind::Hadamard, "h"},
+                                                           {wush::TransformKind::Random, "r"},
+                                                           {wush::TransformKind::WUS, "wus"},
+                                                           {wush::TransformKind::WUSH, "wush"}};
 static_assert(std::size(kKindNames) == std::size(wush::kTransformKinds));
+
+const char* short_name(wush::TransformKind k) {
+    return wush::name_of<wush::TransformKind>(kKindNames, k).data();  // the literals end in NUL
+}
 
 // I, H and R have no free parameters: a search asked of them would silently be the plain
 // transform, so it is refused rather than ignored.
 void reject_search_of_data_free(wush::TransformKind k, const wush_options& o) {
     if (o.search && is_data_free(k))
-        wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("WUSH_OPTION_SEARCH: transform \"") + kKindNames[int(k)] +
+        wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("WUSH_OPTION_SEARCH: transform \"") + short_name(k) +
                                                   "\" has nothing to search (only wus and wush have free parameters)");
 }
 
@@ -122,19 +128,20 @@ void publish(std::unique_ptr<wush_transform> t, std::unique_ptr<wush_qweight> q,
 extern "C" {
 
 WUSH_API const char* wush_transform_kind_name(wush_transform_kind kind) {
-    const int k = int(kind);
-    return k >= 0 && std::size_t(k) < std::size(kKindNames) ? kKindNames[k] : nullptr;
+    for (const wush::TransformKind k : wush::kTransformKinds)
+        if (mirror<wush_transform_kind>(k) == kind) return short_name(k);
+    return nullptr;
 }
 
 WUSH_API wush_status wush_transform_kind_from_name(const char* name, wush_transform_kind* kind) {
     return guarded(__func__, [&] {
         require_pointer(name, "name");
         require_pointer(kind, "kind");
-        for (const wush::TransformKind k : wush::kTransformKinds) {
-            if (strcasecmp(name, kKindNames[int(k)]) == 0 || strcasecmp(name, wush::transform_kind_name(k)) == 0) {
-                *kind = mirror<wush_transform_kind>(k);
-                return;
-            }
+        auto k = wush::parse_name<wush::TransformKind>(kKindNames, name);
+        if (!k) k = wush::transform_kind_from_name(name);
+        if (k) {
+            *kind = mirror<wush_transform_kind>(*k);
+            return;
         }
         wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("unknown transform \"") + name + "\" (i, h, r, wus, wush)");
     });
@@ -161,21 +168,15 @@ WUSH_API wush_status wush_transform_spec_from_name(const char* name, wush_transf
 }
 
 WUSH_API const char* wush_method_name(wush_method method) {
-    const int m = int(method);
-    return m >= 0 && m < 2 ? kMethodNames[m] : nullptr;
+    const std::string_view name = wush::name_of<wush_method>(wush::kMethodNames, method);
+    return name.empty() ? nullptr : name.data();  // the table's literals end in NUL
 }
 
 WUSH_API wush_status wush_method_from_name(const char* name, wush_method* method) {
     return guarded(__func__, [&] {
         require_pointer(name, "name");
         require_pointer(method, "method");
-        for (int m = 0; m < 2; ++m) {
-            if (strcasecmp(name, kMethodNames[m]) == 0) {
-                *method = wush_method(m);
-                return;
-            }
-        }
-        wush::fail(WUSH_ERR_INVALID_ARGUMENT, std::string("unknown method \"") + name + "\" (rtn, gptq)");
+        *method = method_from_name(name);
     });
 }
 

@@ -449,6 +449,20 @@ bool transform_from_name(const char* command, const std::string& name, wush_tran
     return false;
 }
 
+std::vector<wush_method> all_methods() {
+    std::vector<wush_method> out;
+    for (int m = 0; wush_method_name(wush_method(m)) != nullptr; ++m) out.push_back(wush_method(m));
+    return out;
+}
+
+bool method_from_name(const char* command, const std::string& option, const std::string& name, wush_method* method) {
+    if (wush_method_from_name(name.c_str(), method) == WUSH_OK) return true;
+    std::vector<std::string> names;
+    for (wush_method m : all_methods()) names.push_back(wush_method_name(m));
+    usage_error(command, "option " + option + " takes one of " + joined(names) + ", got '" + printable(name) + "'");
+    return false;
+}
+
 void ProgressBar::step(const std::string& label) {
     done_ = std::min(done_ + 1, total_);
     const int width = 30;

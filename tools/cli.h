@@ -115,6 +115,13 @@ int report(const char* what, wush_status status);
 // false.
 bool transform_from_name(const char* command, const std::string& name, wush_transform_kind* kind, bool* search);
 
+// Every pre-quantization method, in wush_method's order, and their names as the library spells
+// them (wush_method_name: the one table), for the options that take a method.
+std::vector<wush_method> all_methods();
+// Parses `name` with wush_method_from_name() (its case rule); on refusal prints a usage error for
+// `wush <command>` naming `option` and the methods, and returns false.
+bool method_from_name(const char* command, const std::string& option, const std::string& name, wush_method* method);
+
 // The token sample the CLI keeps for the search (wush_calibrator_set_sample_size) and scores on
 // (WUSH_OPTION_SEARCH_TOKENS): more real tokens than the library's default, which is sized for
 // callers that keep none (docs/EVAL.md, "The per-block search").

@@ -165,7 +165,7 @@ int cmd_quantize(int argc, char** argv) {
     const cli::CalibrationMarks marks = cli::calibration_marks(a);
     const double damping = a.get_double("--damping", 0.0, 0.0, cli::kMaxDamping);
     const double hessian_damping = a.get_double("--hessian-damping", 0.0, 0.0, cli::kMaxDamping);
-    const std::string method_name = a.get_choice("--method", "rtn", {"rtn", "gptq"});
+    const std::string method_name = a.get("--method", "rtn");  // checked below
     const std::string dtype_name = a.get_choice("--transform-dtype", "f32", {"f32", "bf16", "f16"});
     for (const char* required : {"--weights", "--activations", "--format", "--transform", "--out"})
         if (!a.has(required)) a.set_error(std::string(required) + " is required");
@@ -184,7 +184,7 @@ int cmd_quantize(int argc, char** argv) {
                                 "--search-tokens, --validation-tokens, --no-search-guard and --guard-json "
                                 "need a searched transform (wush+s, wus+s)");
     wush_method method = WUSH_METHOD_RTN;
-    wush_method_from_name(method_name.c_str(), &method);  // get_choice allowed only its names
+    if (!cli::method_from_name("quantize", "--method", method_name, &method)) return cli::kUsageError;
     dtype_from_name(dtype_name, &tdtype);
     // Writing the checkpoint over an input would destroy it (after it was read, so unnoticed).
     if (!cli::output_is_not_an_input("quantize", "--out", a.get("--out"),

@@ -206,7 +206,7 @@ void print_table(const std::vector<Result>& results, const Plan& plan) {
 int parse_plan(cli::Args& a, Plan* plan) {
     const std::vector<std::string> formats = a.get_list("--format", "mxfp4,nvfp4,int4");
     const std::vector<std::string> transforms = a.get_list("--transform", "i,r,h,wus,wush");
-    const std::vector<std::string> methods = a.get_choice_list("--method", "rtn", {"rtn", "gptq", "all"});
+    const std::vector<std::string> methods = a.get_list("--method", "rtn");  // names checked below
     if (!a.ok()) return cli::usage_error("eval", a);
     for (const std::string& s : formats) {
         wush_format f;
@@ -222,8 +222,13 @@ int parse_plan(cli::Args& a, Plan* plan) {
         plan->kinds.push_back({k, search});
     }
     for (const std::string& s : methods) {
-        if (s == "rtn" || s == "all") plan->methods.push_back(WUSH_METHOD_RTN);
-        if (s == "gptq" || s == "all") plan->methods.push_back(WUSH_METHOD_GPTQ);
+        if (s == "all") {
+            for (wush_method m : cli::all_methods()) plan->methods.push_back(m);
+            continue;
+        }
+        wush_method m;
+        if (!cli::method_from_name("eval", "--method", s, &m)) return cli::kUsageError;
+        plan->methods.push_back(m);
     }
     for (const Column& c : plan->kinds) plan->searching |= c.search;
     if ((a.has("--search-tokens") || a.has("--no-search-guard")) && !plan->searching)

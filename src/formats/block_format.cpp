@@ -1,6 +1,5 @@
 #include "formats/block_format.h"
 
-#include <strings.h>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -10,6 +9,7 @@
 #include "common/cpu_isa.h"
 #include "common/dtype.h"
 #include "common/error.h"
+#include "common/names.h"
 #include "formats/group_quantizer.h"
 #include "formats/quantize_rows_kernel.h"
 
@@ -35,7 +35,7 @@ const FormatSpec& spec(wush_format format) {
 const FormatSpec* spec_by_name(const char* name) {
     if (name == nullptr) return nullptr;
     for (const FormatSpec& s : kSpecs)
-        if (strcasecmp(s.name, name) == 0) return &s;
+        if (same_name(s.name, name)) return &s;  // common/names.h's case rule
     return nullptr;
 }
 

@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/escape.h"
 #include "common/float_bits.h"
+#include "common/names.h"
 #include "common/sha256.h"
 #include "common/utf8.h"
 #include "formats/block_format.h"
@@ -47,8 +48,11 @@ std::string scale_dtype(wush_format f) {
     return formats::spec(f).scale_bytes == 2 ? "BF16" : "U8";
 }
 
-void check_method(const std::string& method) {
-    if (method != "rtn" && method != "gptq") corrupt("unknown method \"" + method + "\"");
+// The method as the table spells it (common/names.h's rule: any ASCII case is read).
+std::string checked_method(const std::string& method) {
+    const auto m = parse_name<wush_method>(kMethodNames, method);
+    if (!m) corrupt("unknown method \"" + method + "\"");
+    return std::string(name_of<wush_method>(kMethodNames, *m));
 }
 
 // Shortest decimal form that reads back to the same double; independent of the C locale (a host
@@ -79,7 +83,7 @@ void check_layer_ref(const LayerRef& l, std::set<std::string>& names) {
     const formats::FormatSpec& f = formats::spec(l.weights->format);
     require(f.group == l.transform->group() && l.weights->d_in == l.transform->d_in(),
             "layer \"" + l.name + "\": the qweight's format/width does not match the transform");
-    require(l.method == "rtn" || l.method == "gptq", "layer \"" + l.name + "\": unknown method");
+    require(parse_name<wush_method>(kMethodNames, l.method).has_value(), "layer \"" + l.name + "\": unknown method");
 }
 
 void write_checkpoint(const std::string& path, const std::vector<LayerRef>& layers, Progress* progress) {
@@ -168,15 +172,14 @@ LayerMeta layer_meta(const Header& h, const std::string& name) {
     };
     LayerMeta m{};
     m.format = formats::spec_by_name(get("format").c_str());
-    if (m.format == nullptr || get("format") != m.format->name)  // exact: no other case, nothing after a NUL
+    if (m.format == nullptr || !same_name(get("format"), m.format->name))  // names.h's rule; nothing after a NUL
         corrupt("layer \"" + name + "\" has unknown format \"" + get("format") + "\"");
     if (parse_size(get("group_size"), name + ".group_size") != m.format->group)
         corrupt("layer \"" + name + "\": group_size " + get("group_size") + " does not match " + m.format->name);
     const auto kind = transform_kind_from_name(get("transform"));
     if (!kind) corrupt("layer \"" + name + "\" has unknown transform \"" + get("transform") + "\"");
     m.kind = *kind;
-    m.method = get("method");
-    check_method(m.method);
+    m.method = checked_method(get("method"));
     m.damping = parse_damping(get("damping"), name + ".damping");
     return m;
 }

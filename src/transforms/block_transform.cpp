@@ -104,20 +104,12 @@ void canonicalize_signs(Matrix& u, Matrix& vt, std::size_t g) {
 }  // namespace
 
 const char* transform_kind_name(TransformKind kind) {
-    switch (kind) {
-        case TransformKind::Identity: return "identity";
-        case TransformKind::Hadamard: return "hadamard";
-        case TransformKind::Random: return "random";
-        case TransformKind::WUS: return "wus";
-        case TransformKind::WUSH: return "wush";
-    }
-    return "unknown";
+    const std::string_view name = name_of<TransformKind>(kTransformKindNames, kind);
+    return name.empty() ? "unknown" : name.data();  // the table's literals are NUL-terminated
 }
 
 std::optional<TransformKind> transform_kind_from_name(std::string_view name) {
-    for (TransformKind k : kTransformKinds)
-        if (name == transform_kind_name(k)) return k;
-    return std::nullopt;
+    return parse_name<TransformKind>(kTransformKindNames, name);
 }
 
 BlockSolution solve_block(TransformKind kind, std::span<const double> m_w, std::span<const double> m_x, std::size_t g,

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "calibration/calibrator.h"
+#include "common/names.h"
 #include "common/progress.h"
 
 namespace wush {
@@ -26,8 +27,14 @@ enum class TransformKind : int { Identity = 0, Hadamard = 1, Random = 2, WUS = 3
 // Every kind, in value order: the one list that loops and name tables are sized from.
 inline constexpr TransformKind kTransformKinds[] = {TransformKind::Identity, TransformKind::Hadamard,
                                                     TransformKind::Random, TransformKind::WUS, TransformKind::WUSH};
+// The kinds' names as checkpoints store them (common/names.h: read back ignoring case).
+inline constexpr Named<TransformKind> kTransformKindNames[] = {{TransformKind::Identity, "identity"},
+                                                               {TransformKind::Hadamard, "hadamard"},
+                                                               {TransformKind::Random, "random"},
+                                                               {TransformKind::WUS, "wus"},
+                                                               {TransformKind::WUSH, "wush"}};
+static_assert(std::size(kTransformKindNames) == std::size(kTransformKinds));
 const char* transform_kind_name(TransformKind kind);
-// Inverse of transform_kind_name ("identity", "hadamard", "random", "wus", "wush").
 std::optional<TransformKind> transform_kind_from_name(std::string_view name);
 
 // The candidate a searched block got (stage 1: base and sign pattern; stage 2: the scale).

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/names.h"
 #include "eval/layer_loss.h"
 #include "prequant/rtn.h"
 #include "storage/checkpoint.h"
@@ -97,6 +99,35 @@ TEST(CheckpointValidation, TheBaselineFileIsValid) {
     EXPECT_EQ(layer.weights.d_out, 4u);
     EXPECT_EQ(layer.weights.d_in, 64u);
     EXPECT_EQ(layer.transform.kind(), wush::TransformKind::Identity);
+    std::filesystem::remove(path);
+}
+
+// One rule for names (common/names.h): read in any ASCII case, written as the table spells them;
+// nothing after a NUL matches.
+TEST(Names, ReadInAnyCaseWrittenAsTheTableSpellsThem) {
+    using wush::TransformKind;
+    for (TransformKind k : wush::kTransformKinds) {
+        std::string upper = wush::transform_kind_name(k);
+        for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+        EXPECT_EQ(wush::transform_kind_from_name(upper), k) << upper;
+        EXPECT_EQ(wush::transform_kind_from_name(wush::transform_kind_name(k)), k);
+    }
+    EXPECT_EQ(wush::parse_name<wush_method>(wush::kMethodNames, "GpTq"), WUSH_METHOD_GPTQ);
+    EXPECT_EQ(wush::parse_name<wush_method>(wush::kMethodNames, std::string_view("rtn\0x", 5)), std::nullopt);
+    EXPECT_EQ(wush::parse_name<wush_method>(wush::kMethodNames, "rt"), std::nullopt);
+    EXPECT_EQ(wush::name_list<wush_method>(wush::kMethodNames), "rtn, gptq");
+    EXPECT_EQ(std::string(wush::transform_kind_name(TransformKind(7))), "unknown");
+}
+
+TEST(CheckpointValidation, NamesInAnyCaseReadAsTheTableSpellsThem) {
+    Parts p;
+    p.meta["L.transform"] = "Identity";
+    p.meta["L.method"] = "RTN";
+    const std::string path = p.write("names");
+    CheckpointReader r(path);
+    const auto layer = r.load("L");
+    EXPECT_EQ(layer.transform.kind(), wush::TransformKind::Identity);
+    EXPECT_EQ(layer.method, "rtn");
     std::filesystem::remove(path);
 }
 
