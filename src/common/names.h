@@ -1,7 +1,8 @@
 // Names the library spells out (checkpoint metadata, the C API's *_name and *_from_name, the
 // tools' choices): one table per enumeration, and one rule for reading a name back: ASCII case is
 // ignored, and what the library writes is the table's spelling. A name with anything after a NUL
-// is not in any table (the comparison covers the whole string_view).
+// is not in any table (the comparison covers the whole string_view). A checkpoint file is held to
+// the written spelling on top (storage/checkpoint.cpp): it reads only what the writer wrote.
 #pragma once
 
 #include <optional>

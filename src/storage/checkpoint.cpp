@@ -48,11 +48,17 @@ std::string scale_dtype(wush_format f) {
     return formats::spec(f).scale_bytes == 2 ? "BF16" : "U8";
 }
 
-// The method as the table spells it (common/names.h's rule: any ASCII case is read).
+// A file holds names exactly as the writer spells them (the tables of common/names.h): a name the
+// API would read in another case, or with anything after a NUL, is not one this library wrote.
+bool written_name(std::string_view stored, std::string_view canonical) {
+    return stored == canonical;
+}
+
 std::string checked_method(const std::string& method) {
     const auto m = parse_name<wush_method>(kMethodNames, method);
-    if (!m) corrupt("unknown method \"" + method + "\"");
-    return std::string(name_of<wush_method>(kMethodNames, *m));
+    if (!m || !written_name(method, name_of<wush_method>(kMethodNames, *m)))
+        corrupt("unknown method \"" + method + "\"");
+    return method;
 }
 
 // Shortest decimal form that reads back to the same double; independent of the C locale (a host
@@ -172,12 +178,13 @@ LayerMeta layer_meta(const Header& h, const std::string& name) {
     };
     LayerMeta m{};
     m.format = formats::spec_by_name(get("format").c_str());
-    if (m.format == nullptr || !same_name(get("format"), m.format->name))  // names.h's rule; nothing after a NUL
+    if (m.format == nullptr || get("format") != m.format->name)  // the writer's spelling exactly (below)
         corrupt("layer \"" + name + "\" has unknown format \"" + get("format") + "\"");
     if (parse_size(get("group_size"), name + ".group_size") != m.format->group)
         corrupt("layer \"" + name + "\": group_size " + get("group_size") + " does not match " + m.format->name);
     const auto kind = transform_kind_from_name(get("transform"));
-    if (!kind) corrupt("layer \"" + name + "\" has unknown transform \"" + get("transform") + "\"");
+    if (!kind || !written_name(get("transform"), transform_kind_name(*kind)))
+        corrupt("layer \"" + name + "\" has unknown transform \"" + get("transform") + "\"");
     m.kind = *kind;
     m.method = checked_method(get("method"));
     m.damping = parse_damping(get("damping"), name + ".damping");
