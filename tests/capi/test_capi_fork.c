@@ -31,6 +31,22 @@
 #include "check.h"
 #include "wush/wush.h"
 
+/* GCC's ThreadSanitizer keeps the parent's threads in its registry after fork(): a thread the
+ * child starts at the stack address of the parent's thread that was inside a call is reported as
+ * "dup thread with used id" and the child exits 66. Under TSan the fork-during-call child therefore
+ * checks only the refusal and the destroy (no new threads); the release and ASan builds run all of
+ * it. */
+#if defined(__SANITIZE_THREAD__)
+#define UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UNDER_TSAN 1
+#endif
+#endif
+#ifndef UNDER_TSAN
+#define UNDER_TSAN 0
+#endif
+
 /* Large enough that every call runs on the work pool's threads (above the runtime's thresholds). */
 enum { D_IN = 1024, D_OUT = 1024, M = 32, G = 32, WATCHDOG_S = 30 };
 
@@ -180,6 +196,7 @@ static int busy_child(Busy* busy, const wush_transform* t, const wush_qweight* q
     }
     if (wush_calibrator_add(busy->ctx, busy->cal, WUSH_DTYPE_F32, x, M) != WUSH_ERR_INVALID_ARGUMENT) return 3;
     wush_context_destroy(busy->ctx);
+    if (UNDER_TSAN) return 0;
     if (wush_context_create(WUSH_BACKEND_CPU, 0, &fresh) != WUSH_OK ||
         wush_context_set_parameter(fresh, WUSH_CONTEXT_NUM_THREADS, 2) != WUSH_OK || !alloc_results(&r) ||
         !compute(fresh, t, q, x, &r) || !same(&r, parent) || !build_wush(fresh, x, w))
