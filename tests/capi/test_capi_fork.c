@@ -37,14 +37,14 @@
  * checks only the refusal and the destroy (no new threads); the release and ASan builds run all of
  * it. */
 #if defined(__SANITIZE_THREAD__)
-#define UNDER_TSAN 1
+#  define UNDER_TSAN 1
 #elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define UNDER_TSAN 1
-#endif
+#  if __has_feature(thread_sanitizer)
+#    define UNDER_TSAN 1
+#  endif
 #endif
 #ifndef UNDER_TSAN
-#define UNDER_TSAN 0
+#  define UNDER_TSAN 0
 #endif
 
 /* Large enough that every call runs on the work pool's threads (above the runtime's thresholds). */
