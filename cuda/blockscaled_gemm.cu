@@ -2,8 +2,8 @@
 // CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3 (NVFP4) or VEC32_UE8M0 (MXFP4, MXFP4_OCP) scales.
 //
 // UNTESTED ON HARDWARE: written against the cuBLASLt documentation and compiled for every
-// target, never run. Hence opt-in: pick_gemm chooses it only on sm_100 / sm_120 and only in a
-// context created with WUSH_CUDA_BLOCKSCALED=1 (gemm_table.h, docs/RUNTIME.md); a prepared layer keeps a
+// target, never run. Hence opt-in: its table rows (gemm_table.h) serve only sm_100 / sm_120 and
+// only layers prepared with WUSH_CONTEXT_CUDA_BLOCKSCALED = 1 (docs/RUNTIME.md); a prepared layer keeps a
 // BlockScaledCache (descriptors and algorithm per m) and runs the reference GEMM whenever
 // cuBLASLt offers no algorithm or refuses a launch (e.g. if a cuBLAS version lacks MXFP4).
 //

@@ -25,7 +25,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,55 +103,21 @@ struct DeviceTransform {
     }
 };
 
-// WUSH_CUDA_TC_QUANTIZE=1 asks for the tensor-core quantize (cuda/quantize_tc.cu); it is used only
-// on sm_80+ and after its accumulator probe passed on this device.
-bool tc_quantize_requested() {
-    const char* v = std::getenv("WUSH_CUDA_TC_QUANTIZE");
-    bool on = false;
-    if (!blockscaled_opt_in_from_env(v, &on))  // the same "0" / "1" rule
-        fail(WUSH_ERR_INVALID_ARGUMENT, std::string("WUSH_CUDA_TC_QUANTIZE must be 0 or 1 (got '") + v + "')");
-    return on;
-}
-
 float tensor_alpha(wush_format format) {
     const double d = formats::spec(format).tensor_divisor;
     return float(1.0 / (d * d));
 }
 
-// The GEMM table of a new context: the default, changed by WUSH_CUDA_PREFILL_MIN_M and
-// WUSH_CUDA_BLOCKSCALED (gemm_table.h).
-GemmTable gemm_table_of_environment() {
-    GemmTable t;
-    const char* prefill = std::getenv("WUSH_CUDA_PREFILL_MIN_M");
-    if (!gemm_table_from_env(prefill, &t))
-        fail(WUSH_ERR_INVALID_ARGUMENT,
-             std::string("WUSH_CUDA_PREFILL_MIN_M must be a positive integer (got '") + prefill + "')");
-    const char* blockscaled = std::getenv("WUSH_CUDA_BLOCKSCALED");
-    bool lt = false;
-    if (!blockscaled_opt_in_from_env(blockscaled, &lt))
-        fail(WUSH_ERR_INVALID_ARGUMENT,
-             std::string("WUSH_CUDA_BLOCKSCALED must be 0 or 1 (got '") + blockscaled + "')");
-    return lt ? gemm_table_with_blockscaled(std::move(t)) : t;
-}
-
-// WUSH_CUDA_STREAM_DECODE=1 (read when a context is created): m <= 32 takes the streaming decode
-// kernel (cuda/stream_decode.h) where the decode kernel would run; opt-in until a GPU measures it.
-bool stream_decode_of_environment() {
-    const char* v = std::getenv("WUSH_CUDA_STREAM_DECODE");
-    bool on = false;
-    if (!stream::opt_in_from_env(v, &on))
-        fail(WUSH_ERR_INVALID_ARGUMENT, std::string("WUSH_CUDA_STREAM_DECODE must be 0 or 1 (got '") + v + "')");
-    return on;
-}
-
-// WUSH_CUDA_BF16_PREFILL=1: the reference path's products (m > 32) take the BF16 prefill kernel
-// where it supports them (cuda/gemm_bf16_prefill.h). Opt-in until a GPU measures it.
-bool bf16_prefill_of_environment() {
-    const char* v = std::getenv("WUSH_CUDA_BF16_PREFILL");
-    bool on = false;
-    if (!blockscaled_opt_in_from_env(v, &on))  // the same "", "0" or "1" rule
-        fail(WUSH_ERR_INVALID_ARGUMENT, std::string("WUSH_CUDA_BF16_PREFILL must be 0 or 1 (got '") + v + "')");
-    return on;
+// The kernel rows a context's parameters switch on (WUSH_CONTEXT_CUDA_*, validated by
+// ContextParameters::set): read when a layer is prepared, and by each convenience-path call.
+KernelTable table_of(const backend::ContextParameters& p) {
+    KernelOptions o;
+    o.prefill_min_m = std::size_t(p.get(WUSH_CONTEXT_CUDA_PREFILL_MIN_M));
+    o.blockscaled = p.get(WUSH_CONTEXT_CUDA_BLOCKSCALED) != 0;
+    o.stream_decode = p.get(WUSH_CONTEXT_CUDA_STREAM_DECODE) != 0;
+    o.bf16_prefill = p.get(WUSH_CONTEXT_CUDA_BF16_PREFILL) != 0;
+    o.tc_quantize = p.get(WUSH_CONTEXT_CUDA_TC_QUANTIZE) != 0;
+    return active_table(o);
 }
 
 // A stream's capture state for order_stream_switch; a failed query (the legacy stream while
@@ -166,7 +131,7 @@ CaptureState capture_state(cudaStream_t s) {
     return status == cudaStreamCaptureStatusNone ? CaptureState::None : CaptureState::Capturing;
 }
 
-// The state every launch needs: device, stream, handles, the non-finite flag, the GEMM table.
+// The state every launch needs: device, stream, handles, the non-finite flag.
 // Every entry point holds a DeviceGuard for `index` (the caller's current device is restored).
 // Created under a RelaxedCaptureMode (make_device).
 struct Device {
@@ -185,14 +150,11 @@ struct Device {
     DeviceBuffer blas_workspace;
     DeviceBuffer non_finite;                         // one unsigned long long (kNoNonFinite when clear)
     PinnedHost<unsigned long long> non_finite_host;  // its stream-ordered copy at synchronize
-    GemmTable gemm_table;
-    bool stream_decode = false;      // WUSH_CUDA_STREAM_DECODE=1 on an sm_80+ device
-    StreamDecodeDevice stream_info;  // its occupancy, read once here (when on)
-    bool tc_quantize = false;        // the tensor-core quantize: requested, sm_80+, probe passed
-    bool bf16_prefill = false;       // WUSH_CUDA_BF16_PREFILL=1
+    // Set up at the first prepare whose rows need them (a context that never asks pays nothing):
+    StreamDecodeDevice stream_info;  // the streaming decode's occupancy (sm = 0: not configured)
+    int tc_probe = -1;               // the tensor-core quantize's accumulator probe: -1 not run, 0 / 1
 
-    explicit Device(int dev)
-        : index(dev), gemm_table(gemm_table_of_environment()), bf16_prefill(bf16_prefill_of_environment()) {
+    explicit Device(int dev) : index(dev) {
         cudaDeviceProp prop{};
         WUSH_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
         sm = prop.major * 10 + prop.minor;
@@ -200,10 +162,6 @@ struct Device {
         if (!compute_capability_supported(sm)) fail(WUSH_ERR_UNSUPPORTED, unsupported_device_message(dev, name, sm));
         configure_prefill_gemm();  // once per context, not per launch
         gemm = GemmDevice{sm, true};
-        if (stream_decode_of_environment() && sm >= 80) {
-            stream_info = configure_stream_decode();
-            stream_decode = true;
-        }
         WUSH_CUDA_CHECK(cudaStreamCreateWithFlags(&setup, cudaStreamNonBlocking));
         WUSH_CUDA_CHECK(cudaEventCreateWithFlags(&stream_switch, cudaEventDisableTiming));
         WUSH_CUBLAS_CHECK(cublasCreate(&blas));
@@ -212,7 +170,6 @@ struct Device {
         non_finite = DeviceBuffer(sizeof(unsigned long long));
         WUSH_CUDA_CHECK(cudaMemsetAsync(non_finite.get(), 0xFF, sizeof(unsigned long long), setup));
         WUSH_CUDA_CHECK(cudaStreamSynchronize(setup));
-        if (tc_quantize_requested() && sm >= 80) tc_quantize = run_tc_accumulator_probe(setup).passed;
     }
     ~Device() {
         const DeviceGuard guard(index);  // the handles belong to this device whatever the caller selected
@@ -233,6 +190,18 @@ struct Device {
         return blas;
     }
     unsigned long long* flag() const { return non_finite.get<unsigned long long>(); }
+
+    // The streaming decode kernel's occupancy on this device, read once (sm_80+; the caller holds
+    // the DeviceGuard).
+    void configure_streaming() {
+        if (stream_info.sm == 0 && sm >= 80) stream_info = configure_stream_decode();
+    }
+    // Whether the tensor-core quantize's accumulator probe passed on this device (run once, on the
+    // setup stream; sm_80+ only).
+    bool tc_quantize_usable() {
+        if (tc_probe < 0) tc_probe = sm >= 80 && run_tc_accumulator_probe(setup).passed ? 1 : 0;
+        return tc_probe == 1;
+    }
 
     // Makes `next` the stream, ordered after the current one where order_stream_switch says so:
     // work still running on the old stream uses the same cuBLAS workspace and non-finite flag.
@@ -302,45 +271,61 @@ void run_reference(const GemmArgs& g, const WeightExtras& w, const Device& dev) 
     launch_reference_gemm(g, w.dequantized, dev.bound_blas(), dev.stream);
 }
 
-void run_gemm(const GemmArgs& g, const WeightExtras& w, const Device& dev) {
-    switch (pick_gemm(g, dev.sm, w.lt_possible, &dev.gemm_table)) {
-        case GemmKernel::Decode:
-            if (stream_decode_supported(g, w.stream, dev.stream_info))
-                launch_stream_decode_gemm(g, w.stream, dev.stream, dev.stream_info);
-            else launch_decode_gemm(g, dev.stream, dev.gemm);
-            return;
-        case GemmKernel::Prefill: launch_prefill_gemm(g, dev.stream, dev.gemm); return;
-        case GemmKernel::BlockScaledLt:
+// The GEMM row of the kernel table that serves this launch: the first whose kernel admits the
+// shape and has what it needs (the streaming decode: W staged at prepare; the BF16 prefill: its
+// workspace and no bias, which it has no epilogue for; cuBLASLt: the swizzled W scales).
+const KernelRow* gemm_row(const GemmArgs& g, const WeightExtras& w, const KernelTable& table, const Device& dev) {
+    return table_row(table, false, dev.sm, g.m, int(g.format), [&](Kernel k) {
+        if (!gemm_shape_supported(k, g, dev.sm)) return false;
+        switch (k) {
+            case Kernel::StreamDecode: return stream_decode_supported(g, w.stream, dev.stream_info);
+            case Kernel::Bf16Prefill: return g.bias.data == nullptr && bf16_prefill_supported(g, dev.sm);
+            case Kernel::BlockScaledLt: return w.lt_possible;
+            default: return true;
+        }
+    });
+}
+
+void run_gemm(const GemmArgs& g, const WeightExtras& w, const KernelTable& table, const Device& dev) {
+    const KernelRow* row = gemm_row(g, w, table, dev);
+    switch (row ? row->kernel : Kernel::Reference) {
+        case Kernel::StreamDecode: launch_stream_decode_gemm(g, w.stream, dev.stream, dev.stream_info); return;
+        case Kernel::Decode: launch_decode_gemm(g, dev.stream, dev.gemm); return;
+        case Kernel::Prefill: launch_prefill_gemm(g, dev.stream, dev.gemm); return;
+        case Kernel::Bf16Prefill: launch_bf16_prefill_gemm(g, dev.sm, dev.stream); return;
+        case Kernel::BlockScaledLt:
             // cuBLASLt may offer no algorithm for this m or refuse the launch: the reference path
-            // then (its workspace is part of the layer's, see gemm_bytes). A bias takes the
+            // then (its workspace is part of the row's, see gemm_bytes). A bias takes the
             // reference path too (this opt-in path has no bias epilogue).
             if (g.bias.data == nullptr && w.lt_cache != nullptr &&
                 w.lt_cache->launch(g, w.swizzled, dev.lt, dev.stream))
                 return;
             run_reference(g, w, dev);
             return;
-        default:
-            // The opt-in BF16 kernel fits in the reference path's workspace where W is dequantized
-            // per forward (its scratch is smaller); elsewhere bf16_prefill_supported refuses. It has
-            // no bias epilogue yet: a bias takes the reference path.
-            if (dev.bf16_prefill && g.bias.data == nullptr && g.m > kDecodeMaxRows && bf16_prefill_supported(g, dev.sm))
-                return launch_bf16_prefill_gemm(g, dev.sm, dev.stream);
-            run_reference(g, w, dev);
-            return;
+        default: run_reference(g, w, dev); return;
     }
 }
 
-// Workspace of one product for the kernel run_gemm will choose (y BF16: the larger case).
-std::size_t gemm_bytes(const GemmArgs& g, bool w_dequantized_given, bool lt_possible, const Device& dev) {
-    const GemmKernel kernel = pick_gemm(g, dev.sm, lt_possible, &dev.gemm_table);
-    const std::size_t reference =
-        reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w_dequantized_given, WUSH_DTYPE_BF16, true);
-    switch (kernel) {
-        case GemmKernel::Reference: return reference;
-        case GemmKernel::BlockScaledLt:
-            return std::max(blockscaled_gemm_workspace_bytes(g.format, g.m, g.n, g.k), reference);
-        default: return gemm_workspace_bytes(kernel, g.format, g.m, g.n, g.k);
+// The kernels' scratch formulas for one product, as the table's Workspace kinds name them.
+struct GemmSizes {
+    const GemmArgs& g;
+    bool w_dequantized_given;
+    std::size_t decode() const { return gemm_workspace_bytes(Kernel::Decode, g.format, g.m, g.n, g.k); }
+    std::size_t prefill() const { return gemm_workspace_bytes(Kernel::Prefill, g.format, g.m, g.n, g.k); }
+    // y BF16 with a bias: the larger case.
+    std::size_t reference() const {
+        return reference_gemm_workspace_bytes(g.format, g.m, g.n, g.k, w_dequantized_given, WUSH_DTYPE_BF16, true);
     }
+    std::size_t blockscaled() const { return blockscaled_gemm_workspace_bytes(g.format, g.m, g.n, g.k); }
+};
+
+// Workspace of one product: the row run_gemm will choose, by shape (no operands yet), says which.
+std::size_t gemm_bytes(const GemmArgs& g, bool w_dequantized_given, bool lt_possible, const KernelTable& table,
+                       const Device& dev) {
+    const KernelRow* row = table_row(table, false, dev.sm, g.m, int(g.format), [&](Kernel k) {
+        return (k != Kernel::BlockScaledLt || lt_possible) && gemm_shape_supported(k, g, dev.sm);
+    });
+    return row_workspace_bytes(row ? row->workspace : Workspace::Reference, GemmSizes{g, w_dequantized_given});
 }
 
 // A product's shape alone (for the kernel choice and workspace sizes).
@@ -355,11 +340,10 @@ GemmArgs shape_args(const formats::FormatSpec& f, std::size_t m, std::size_t d_o
     return g;
 }
 
-// The block-scaled path can serve this product: the architecture and shape allow it, and the
-// context's table names it (opt-in: WUSH_CUDA_BLOCKSCALED).
-bool blockscaled_possible(const GemmArgs& g, const Device& dev) {
-    return blockscaled_gemm_supported(g, dev.sm) &&
-           table_names_kernel(dev.gemm_table, dev.sm, GemmKernel::BlockScaledLt);
+// The block-scaled path can serve this product: the architecture and shape allow it, and a row of
+// the table needs its swizzled scales (opt-in: WUSH_CONTEXT_CUDA_BLOCKSCALED).
+bool blockscaled_possible(const GemmArgs& g, const KernelTable& table, const Device& dev) {
+    return blockscaled_gemm_supported(g, dev.sm) && table_needs(table, dev.sm, Needs::SwizzledScales);
 }
 
 // Which precomputed forms of a layer's weight its products read: decided by host-only rules, so
@@ -371,29 +355,39 @@ struct WeightPlan {
                                // (BF16 W would be 4x the packed weight's memory for every layer).
 };
 
-WeightPlan plan_weight(const formats::FormatSpec& f, std::size_t d_in, std::size_t d_out, const Device& dev) {
+WeightPlan plan_weight(const formats::FormatSpec& f, std::size_t d_in, std::size_t d_out, const KernelTable& table,
+                       const Device& dev) {
     const GemmArgs probe = shape_args(f, 1, d_out, d_in);
     WeightPlan p;
-    p.lt_possible = blockscaled_possible(probe, dev);
-    p.dequantized = pick_gemm(probe, dev.sm, p.lt_possible, &dev.gemm_table) == GemmKernel::Reference;
+    p.lt_possible = blockscaled_possible(probe, table, dev);
+    p.dequantized = pick_gemm(probe, dev.sm, p.lt_possible, &table) == GemmKernel::Reference;
     return p;
 }
 
 // forward()'s workspace at exactly m tokens: the activations' codes and scales, then the GEMM's
 // scratch.
 std::size_t layer_workspace_bytes_at(const formats::FormatSpec& f, std::size_t d_in, std::size_t d_out, std::size_t m,
-                                     const WeightPlan& plan, const Device& dev) {
+                                     const WeightPlan& plan, const KernelTable& table, const Device& dev) {
     const formats::PackedSizes s = formats::packed_sizes(f, m, d_in);
     return round_up(s.codes, 256) + round_up(s.scales, 256) +
-           gemm_bytes(shape_args(f, m, d_out, d_in), plan.dequantized, plan.lt_possible, dev);
+           gemm_bytes(shape_args(f, m, d_out, d_in), plan.dequantized, plan.lt_possible, table, dev);
 }
 
 // ... and for up to n tokens, what the workspace queries answer: the m <= n that needs the most
 // (max_bytes_up_to: the kernel changes with m).
 std::size_t layer_workspace_bytes(const formats::FormatSpec& f, std::size_t d_in, std::size_t d_out, std::size_t n,
-                                  const WeightPlan& plan, const Device& dev) {
-    return max_bytes_up_to(dev.gemm_table, n,
-                           [&](std::size_t m) { return layer_workspace_bytes_at(f, d_in, d_out, m, plan, dev); });
+                                  const WeightPlan& plan, const KernelTable& table, const Device& dev) {
+    return max_bytes_up_to(
+        table, n, [&](std::size_t m) { return layer_workspace_bytes_at(f, d_in, d_out, m, plan, table, dev); });
+}
+
+// The quantize launch through the table's first quantize row that can take it (the tensor-core
+// kernel only where the transform's fragments were uploaded: quantize_tc_applies).
+void launch_quantize(const QuantizeArgs& a, const KernelTable& table, const Device& dev) {
+    launch_quantize(a,
+                    quantize_pick(table, dev.sm, a.n_tokens, int(a.format),
+                                  [&](Kernel k) { return k != Kernel::QuantizeTensorCore || quantize_tc_applies(a); }),
+                    dev.stream);
 }
 
 // ---- the prepared layer ------------------------------------------------------------------------
@@ -403,13 +397,15 @@ public:
     // The caller holds a DeviceGuard for the layer's device (members allocate before this body;
     // prepare() also holds a RelaxedCaptureMode). Everything is enqueued on the device's setup
     // stream and waited for.
-    CudaLayer(std::shared_ptr<Device> dev, backend::TransformRef t, const formats::PackedMatrix& w)
+    // `table`: the kernel rows the context's parameters switch on now; the layer keeps them.
+    CudaLayer(std::shared_ptr<Device> dev, backend::TransformRef t, const formats::PackedMatrix& w, KernelTable table)
         : dev_(std::move(dev)), spec_(formats::spec(w.format)), d_in_(w.d_in), d_out_(w.d_out),
-          t_(t, dev_->setup, dev_->tc_quantize) {
+          table_(std::move(table)),
+          t_(t, dev_->setup, table_needs(table_, dev_->sm, Needs::TcFragments) && dev_->tc_quantize_usable()) {
         w_codes_ = DeviceBuffer::upload(w.codes.data(), w.codes.size(), dev_->setup);
         w_scales_ = DeviceBuffer::upload(w.scales.data(), w.scales.size(), dev_->setup);
         const int g = int(spec_.group);
-        plan_ = plan_weight(spec_, d_in_, d_out_, *dev_);
+        plan_ = plan_weight(spec_, d_in_, d_out_, table_, *dev_);
         if (plan_.lt_possible) {
             extras_.lt_possible = true;
             extras_.lt_cache = &lt_cache_;
@@ -418,7 +414,10 @@ public:
                                   dev_->setup);
             extras_.swizzled = w_swizzled_.get<std::uint8_t>();
         }
-        if (dev_->stream_decode && (d_in_ % 32) == 0) stage_for_streaming(w);
+        if (table_needs(table_, dev_->sm, Needs::StagedWeights) && (d_in_ % 32) == 0) {
+            dev_->configure_streaming();
+            stage_for_streaming(w);
+        }
         if (plan_.dequantized) {
             w_deq_ = DeviceBuffer(d_out_ * d_in_ * dequantized_element_bytes(spec_.id));
             launch_dequantize(spec_.id, g, w_codes_.get<std::uint8_t>(), w_scales_.get<std::uint8_t>(), d_out_, d_in_,
@@ -433,11 +432,11 @@ public:
     wush_format format() const override { return spec_.id; }
 
     std::size_t workspace_bytes(std::size_t n) const override {
-        return layer_workspace_bytes(spec_, d_in_, d_out_, n, plan_, *dev_);
+        return layer_workspace_bytes(spec_, d_in_, d_out_, n, plan_, table_, *dev_);
     }
     // What one call of n tokens needs (a workspace sized for more tokens may hold less: see above).
     std::size_t minimum_workspace_bytes(std::size_t n) const override {
-        return layer_workspace_bytes_at(spec_, d_in_, d_out_, n, plan_, *dev_);
+        return layer_workspace_bytes_at(spec_, d_in_, d_out_, n, plan_, table_, *dev_);
     }
 
     void quantize(wush_dtype x_dtype, const void* x, std::size_t n, std::span<std::uint8_t> codes,
@@ -477,7 +476,7 @@ public:
         const std::span<std::byte> gemm_ws(rest, workspace.size() - std::size_t(rest - workspace.data()));
         GemmArgs g = gemm_args(n, y_dtype, y, codes, scales, gemm_ws);
         if (bias.data != nullptr) g.bias = OutputBias{bias.data, bias.dtype, dev_->flag()};
-        run_gemm(g, extras_, *dev_);
+        run_gemm(g, extras_, table_, *dev_);
     }
 
 private:
@@ -493,7 +492,7 @@ private:
 
     // The quantize launch on checked arguments (dtype, sizes and pointers).
     void enqueue_quantize(wush_dtype x_dtype, const void* x, std::size_t n, std::uint8_t* codes, std::uint8_t* scales) {
-        launch_quantize(quantize_args(t_, spec_, d_in_, x_dtype, x, n, codes, scales, *dev_), dev_->stream);
+        launch_quantize(quantize_args(t_, spec_, d_in_, x_dtype, x, n, codes, scales, *dev_), table_, *dev_);
     }
 
     GemmArgs gemm_args(std::size_t m, wush_dtype y_dtype, void* y, const std::uint8_t* a_codes,
@@ -513,6 +512,7 @@ private:
     std::shared_ptr<Device> dev_;
     const formats::FormatSpec& spec_;
     std::size_t d_in_, d_out_;
+    KernelTable table_;  // before t_: its fragments follow the rows
     DeviceTransform t_;
     DeviceBuffer w_codes_, w_scales_, w_deq_, w_swizzled_, w_staged_, w_counters_;
     WeightPlan plan_;
@@ -540,7 +540,8 @@ public:
     }
 
     // The host-side settings of this context (its calibration, transform builds and losses run on
-    // the host); the device kernels do not read them.
+    // the host), and the experimental kernel switches (WUSH_CONTEXT_CUDA_*), which a layer reads
+    // when it is prepared (table_of).
     void set_parameter(wush_context_parameter parameter, std::int64_t value) override {
         parameters_.set(parameter, value);
     }
@@ -568,9 +569,11 @@ public:
         require_device_tensor(x, x_dtype, "x", dev_->index);
         require_device_pointer(codes.data(), "codes", dev_->index);
         require_device_pointer(scales.data(), "scales", dev_->index);
-        const DeviceTransform dt(t, dev_->stream, dev_->tc_quantize);
+        const KernelTable table = table_of(parameters_);
+        const DeviceTransform dt(t, dev_->stream,
+                                 table_needs(table, dev_->sm, Needs::TcFragments) && dev_->tc_quantize_usable());
         launch_quantize(quantize_args(dt, format, t.core.d_in(), x_dtype, x, n, codes.data(), scales.data(), *dev_),
-                        dev_->stream);
+                        table, *dev_);
         dev_->synchronize_and_report("x");
     }
 
@@ -591,32 +594,37 @@ public:
         g.w_scales = ws.get<std::uint8_t>();
         g.y = y;
         g.y_dtype = y_dtype;
+        const KernelTable table = table_of(parameters_);
         BlockScaledCache lt_cache;
         WeightExtras extras;
-        extras.lt_possible = blockscaled_possible(g, *dev_);
+        extras.lt_possible = blockscaled_possible(g, table, *dev_);
         extras.lt_cache = &lt_cache;
-        const DeviceBuffer work(gemm_bytes(g, false, extras.lt_possible, *dev_));
+        const DeviceBuffer work(gemm_bytes(g, false, extras.lt_possible, table, *dev_));
         g.workspace = work.get();
         g.workspace_bytes = work.bytes();
-        run_gemm(g, extras, *dev_);
+        run_gemm(g, extras, table, *dev_);
         dev_->synchronize_and_report("x");  // the buffers above are freed on return
     }
 
     std::size_t linear_forward_workspace_bytes(backend::TransformRef, const formats::PackedMatrix& w,
                                                std::size_t n) override {
         const formats::FormatSpec& f = formats::spec(w.format);
-        return layer_workspace_bytes(f, w.d_in, w.d_out, n, plan_weight(f, w.d_in, w.d_out, *dev_), *dev_);
+        const KernelTable table = table_of(parameters_);
+        return layer_workspace_bytes(f, w.d_in, w.d_out, n, plan_weight(f, w.d_in, w.d_out, table, *dev_), table,
+                                     *dev_);
     }
     std::size_t linear_forward_minimum_workspace_bytes(backend::TransformRef, const formats::PackedMatrix& w,
                                                        std::size_t n) override {
         const formats::FormatSpec& f = formats::spec(w.format);
-        return layer_workspace_bytes_at(f, w.d_in, w.d_out, n, plan_weight(f, w.d_in, w.d_out, *dev_), *dev_);
+        const KernelTable table = table_of(parameters_);
+        return layer_workspace_bytes_at(f, w.d_in, w.d_out, n, plan_weight(f, w.d_in, w.d_out, table, *dev_), table,
+                                        *dev_);
     }
 
     void linear_forward(backend::TransformRef t, const formats::PackedMatrix& w, wush_dtype x_dtype, const void* x,
                         std::size_t n, wush_dtype y_dtype, void* y, std::span<std::byte> workspace) override {
         const DeviceGuard guard(dev_->index);
-        CudaLayer layer(dev_, t, w);
+        CudaLayer layer(dev_, t, w, table_of(parameters_));
         layer.forward(x_dtype, x, n, {}, y_dtype, y, workspace);
         dev_->synchronize_and_report("x");  // the layer's device copies are freed on return
     }
@@ -684,7 +692,7 @@ public:
     std::unique_ptr<backend::PreparedLayer> prepare(backend::TransformRef t, const formats::PackedMatrix& w) override {
         const DeviceGuard guard(dev_->index);
         const RelaxedCaptureMode relaxed;
-        return std::make_unique<CudaLayer>(dev_, t, w);
+        return std::make_unique<CudaLayer>(dev_, t, w, table_of(parameters_));
     }
 
 private:

@@ -2,8 +2,8 @@
 // for m > 32 on sm_80+, the E2M1 formats only (MXFP4, MXFP4_OCP, NVFP4), the weight's 4-bit codes
 // converted to BF16 in registers and multiplied by BF16 tensor cores with float32 accumulation,
 // the activations dequantized exactly to BF16 first. It replaces the reference path's per-forward
-// dequantization of W and its cuBLAS call. Opt-in (WUSH_CUDA_BF16_PREFILL=1, read at context
-// creation) until a GPU measures it; the reference path otherwise.
+// dequantization of W and its cuBLAS call. Opt-in (WUSH_CONTEXT_CUDA_BF16_PREFILL = 1, read
+// at prepare) until a GPU measures it; the reference path otherwise.
 #pragma once
 
 #include <cuda_runtime_api.h>

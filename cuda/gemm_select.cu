@@ -34,20 +34,23 @@ bool common_ok(const GemmArgs& a) {
     return aligned16(a.a_codes) && aligned16(a.w_codes);  // (null pointers pass: pick_gemm may run first)
 }
 
+}  // namespace
+
 // Shape and architecture only: pick_gemm runs before the backend has sized the workspace.
-bool shape_supported(GemmKernel kernel, const GemmArgs& args, int sm) {
+bool gemm_shape_supported(GemmKernel kernel, const GemmArgs& args, int sm) {
     switch (kernel) {
         case GemmKernel::Reference: return true;
         case GemmKernel::Decode: return sm >= 61 && common_ok(args);
+        case GemmKernel::StreamDecode: return sm >= 80 && args.m <= kDecodeMaxRows && common_ok(args);
         case GemmKernel::Prefill: return sm >= 80 && common_ok(args);
+        case GemmKernel::Bf16Prefill:
+            return sm >= 80 && args.format != WUSH_FORMAT_INT4 && valid_format(args.format, args.group);
         case GemmKernel::BlockScaledLt:
             return ((sm >= 100 && sm < 110) || (sm >= 120 && sm < 130)) &&
                    (args.format == WUSH_FORMAT_MXFP4 || args.format == WUSH_FORMAT_NVFP4);
+        default: return false;  // the quantize kernels
     }
-    return false;
 }
-
-}  // namespace
 
 std::size_t gemm_workspace_bytes(GemmKernel kernel, wush_format format, std::size_t m, std::size_t n, std::size_t k) {
     const int group = format == WUSH_FORMAT_NVFP4 ? 16 : 32;
@@ -59,17 +62,17 @@ std::size_t gemm_workspace_bytes(GemmKernel kernel, wush_format format, std::siz
 }
 
 bool gemm_supported(GemmKernel kernel, const GemmArgs& args, int sm) {
-    if (!shape_supported(kernel, args, sm)) return false;
+    if (!gemm_shape_supported(kernel, args, sm)) return false;
     if (kernel != GemmKernel::Decode && kernel != GemmKernel::Prefill) return true;
     if (!args.a_codes || !args.w_codes || !args.a_scales || !args.w_scales || !args.y) return false;
     const std::size_t need = gemm_workspace_bytes(kernel, args.format, args.m, args.n, args.k);
     return need == 0 || (args.workspace != nullptr && args.workspace_bytes >= need && aligned16(args.workspace));
 }
 
-GemmKernel pick_gemm(const GemmArgs& args, int sm, bool blockscaled_available, const GemmTable* table) {
-    static const GemmTable kDefault = default_gemm_table();
+GemmKernel pick_gemm(const GemmArgs& args, int sm, bool blockscaled_available, const KernelTable* table) {
+    static const KernelTable kDefault = active_table(KernelOptions{});
     return table_pick(table ? *table : kDefault, sm, args.m, int(args.format), [&](GemmKernel k) {
-        return (k != GemmKernel::BlockScaledLt || blockscaled_available) && shape_supported(k, args, sm);
+        return (k != GemmKernel::BlockScaledLt || blockscaled_available) && gemm_shape_supported(k, args, sm);
     });
 }
 

@@ -19,11 +19,16 @@ namespace wush::cuda {
 // ---- fused transform + quantization (quantize_kernel.cu) -------------------------------------
 
 // QuantizeArgs, kNoNonFinite: quantize_params.h (shared with the CPU emulation test).
+// Runs the quantize kernel `kernel` names (a row of the kernel table: quantize_pick); throws
+// UNSUPPORTED where that kernel cannot take the launch (the tensor-core kernel without
+// quantize_tc_applies, the small-m kernel above its token limit).
+void launch_quantize(const QuantizeArgs& args, Kernel kernel, cudaStream_t stream);
+// ... the default choices' kernel (the CUDA-core kernels by m).
 void launch_quantize(const QuantizeArgs& args, cudaStream_t stream);
 
 // ---- the tensor-core quantize (quantize_tc.cu; sm_80+, BF16 / F16 x, a matrix transform) ------
-// launch_quantize runs it when quantize_tc_applies(args): the caller gave the split matrices
-// (tc_fragments, tc_norms), which the backend does only after a passed accumulator probe.
+// Usable where quantize_tc_applies(args): the caller gave the split matrices (tc_fragments,
+// tc_norms), which the backend does only after a passed accumulator probe.
 bool quantize_tc_applies(const QuantizeArgs& args);
 void launch_quantize_tc(const QuantizeArgs& args, cudaStream_t stream);
 // One m16n8k16 BF16 MMA per probe case against the exact sum: the largest error as a fraction of

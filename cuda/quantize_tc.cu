@@ -2,8 +2,9 @@
 // the float64 definition's) and the accumulator probe that guards its selection: the kernel's error
 // bound rests on a model of how BF16 mma.sync accumulates in FP32 (src/formats/mma_error_bound.h),
 // which NVIDIA does not document, so the CUDA backend uses this kernel only when
-// WUSH_CUDA_TC_QUANTIZE=1 and the probe, run once at context creation, measured every tested MMA
-// result inside the model's bound (else it keeps the CUDA-core kernels).
+// WUSH_CONTEXT_CUDA_TC_QUANTIZE = 1 and the probe, run once per context at the first prepare
+// that asks for it, measured every tested MMA result inside the model's bound (else it keeps the
+// CUDA-core kernels).
 #include <cmath>
 #include <cstdint>
 #include <random>

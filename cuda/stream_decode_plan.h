@@ -25,7 +25,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "gemm_plan.h"
@@ -187,15 +186,6 @@ inline std::size_t counter_bytes(std::size_t n) {
 constexpr int kARowBytes = kChunk + (kUnitsPerRow / 4) * 16;
 constexpr int smem_bytes(int mr, int group) {
     return kStages * kSlotBytes + mr * kARowBytes + mr * (kChunk / group) * 4 + 16;
-}
-
-// WUSH_CUDA_STREAM_DECODE's value (null, empty or "0": off; "1": on) into *on; false (and *on
-// unchanged) for any other value, which the caller reports.
-inline bool opt_in_from_env(const char* value, bool* on) {
-    const std::string v = value == nullptr ? "" : value;
-    if (v != "" && v != "0" && v != "1") return false;
-    *on = v == "1";
-    return true;
 }
 
 }  // namespace wush::cuda::stream

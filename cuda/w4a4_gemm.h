@@ -38,15 +38,22 @@ struct GemmArgs {
 // Device scratch a kernel needs for (m, n, k) in `format`; 0 when none.
 std::size_t gemm_workspace_bytes(GemmKernel kernel, wush_format format, std::size_t m, std::size_t n, std::size_t k);
 
+// Whether `kernel`'s architecture, format and shape rules admit the product (operand pointers,
+// where set, must be 16-byte aligned; no workspace check: the backend sizes the workspace from the
+// kernel chosen). The streaming decode and BF16 prefill kernels check their operands and what was
+// prepared in stream_decode_supported / bf16_prefill_supported.
+bool gemm_shape_supported(GemmKernel kernel, const GemmArgs& args, int sm);
+
 // Whether `kernel` can run this product on a device of compute capability `sm` (e.g. 90, 80, 100).
 bool gemm_supported(GemmKernel kernel, const GemmArgs& args, int sm);
 
-// The kernel wush_linear_forward uses: the first rule of `table` (gemm_table.h; null: the default
-// table) for the architecture and m, if that kernel supports the shape and operands, else
+// The kernel of the first GEMM row of `table` (gemm_table.h, an active_table; null: the default
+// choices) for the architecture and m whose kernel admits the shape (gemm_shape_supported), else
 // Reference. BlockScaledLt rules apply where cuBLASLt offers an algorithm (`blockscaled_available`,
 // probed by the backend). Operand pointers, where set, must suit the kernel (16-byte aligned code
 // rows) or Reference is chosen.
-GemmKernel pick_gemm(const GemmArgs& args, int sm, bool blockscaled_available = true, const GemmTable* table = nullptr);
+GemmKernel pick_gemm(const GemmArgs& args, int sm, bool blockscaled_available = true,
+                     const KernelTable* table = nullptr);
 
 // What a caller that launches often (the backend's per-context Device) knows of the current
 // device, so that a launch makes no device query: its compute capability (0: queried per launch)

@@ -10,11 +10,11 @@
 #      eager and graph-replayed: the defaults)                       -> bench.json
 #      and at m = 1, 16 with --l2 warm (the weights left in L2)       -> bench-warm.json
 #   4. the prefill kernel forced on from m = 33 (selection evidence)   -> bench-prefill.json
-#      the streaming decode kernel (m <= 32) with WUSH_CUDA_STREAM_DECODE=1 and without, back to
+#      the streaming decode kernel (m <= 32) with --cuda-option stream_decode=1 and without, back to
 #      back on the same layers (L2-cold, eager and graph)             -> bench-stream.json
 #      ({"off": ..., "on": ...}; its gpu tests run in stage 1: wush_gpu_stream_decode_tests)
 #   4b. m = 4096 forwards (4096 x 4096, MXFP4 / NVFP4) on the default path and with the opt-in
-#      BF16 prefill kernel (WUSH_CUDA_BF16_PREFILL=1), in one file (the opt-in run's layers
+#      BF16 prefill kernel (--cuda-option bf16_prefill=1), in one file (the opt-in run's layers
 #      tagged "/bf16"; the BF16 kernel's own tests run in step 1)     -> bench-bf16-prefill.json
 #   5. compute-sanitizer memcheck over the C API's CUDA operations     -> run.log (summary)
 #   6. (profile) Nsight Compute sections of the hot kernels            -> profile.log
@@ -105,7 +105,7 @@ if want bench; then
   stamp "bench (L2-warm, m = 1, 16) rc=$?"
 fi
 if want prefill; then
-  WUSH_CUDA_PREFILL_MIN_M=33 timeout 90 "$bin" bench --device cuda --kind forward --layers 4096x4096 \
+  timeout 90 "$bin" bench --device cuda --cuda-option prefill_min_m=33 --kind forward --layers 4096x4096 \
     --format mxfp4,nvfp4 --m 33,128,1024,4096 --json >"$out/bench-prefill.json"
   stamp "prefill bench rc=$?"
 fi
@@ -115,7 +115,7 @@ if want stream; then
   sargs=(bench --device cuda --kind forward --layers 4096x4096,14336x4096,4096x14336 --m 1,4,16,32 --json)
   timeout 120 "$bin" "${sargs[@]}" >/tmp/wush-stream-off.json
   stamp "stream decode off rc=$?"
-  WUSH_CUDA_STREAM_DECODE=1 timeout 120 "$bin" "${sargs[@]}" >/tmp/wush-stream-on.json
+  timeout 120 "$bin" "${sargs[@]}" --cuda-option stream_decode=1 >/tmp/wush-stream-on.json
   stamp "stream decode on rc=$?"
   python3 -c 'import json, sys
 def load(p):
@@ -126,9 +126,9 @@ json.dump({"off": load(sys.argv[1]), "on": load(sys.argv[2])}, open(sys.argv[3],
 fi
 if want bf16; then
   for v in 0 1; do
-    WUSH_CUDA_BF16_PREFILL=$v timeout 90 "$bin" bench --device cuda --kind forward --layers 4096x4096 \
+    timeout 90 "$bin" bench --device cuda --cuda-option bf16_prefill=$v --kind forward --layers 4096x4096 \
       --format mxfp4,nvfp4 --m 4096 --json >"/tmp/wush-bf16-prefill-$v.json"
-    stamp "BF16 prefill bench (WUSH_CUDA_BF16_PREFILL=$v) rc=$?"
+    stamp "BF16 prefill bench (bf16_prefill=$v) rc=$?"
   done
   python3 - "$out/bench-bf16-prefill.json" /tmp/wush-bf16-prefill-0.json /tmp/wush-bf16-prefill-1.json <<'EOF'
 import json, sys
@@ -161,8 +161,9 @@ if want profile; then
     stamp "ncu m=$m rc=$?"
   done
   # The streaming decode kernel (opt-in), m = 1 and 16.
-  WUSH_CUDA_STREAM_DECODE=1 timeout 120 ncu --clock-control none -k regex:'stream_decode' --launch-count 2 \
-    "${sections[@]}" "$bin" bench --device cuda --kind forward --layers 4096x4096 --format mxfp4 --m 1,16 \
+  timeout 120 ncu --clock-control none -k regex:'stream_decode' --launch-count 2 \
+    "${sections[@]}" "$bin" bench --device cuda --cuda-option stream_decode=1 --kind forward --layers 4096x4096 \
+    --format mxfp4 --m 1,16 \
     >>"$out/profile.log" 2>&1
   stamp "ncu stream decode rc=$?"
 fi

@@ -478,6 +478,8 @@ int cmd_bench(int argc, char** argv) {
     // After a.ok(): a malformed command line is reported as such, whatever device it names.
     if (a.ok() && a.has("--timing")) return cli::usage_error("bench", "--timing applies to --device cuda only");
     if (a.ok() && a.has("--l2")) return cli::usage_error("bench", "--l2 applies to --device cuda only");
+    if (a.ok() && a.has("--cuda-option"))
+        return cli::usage_error("bench", "--cuda-option applies to --device cuda only");
     s.contend = a.has("--contend") || a.has("--contend-cpu") || a.has("--contend-process");
     s.contend_process = a.has("--contend-process");
     s.paired = a.has("--paired");

@@ -16,9 +16,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <random>
@@ -176,6 +179,45 @@ bool ok(wush_status st, const char* what) {
     std::fprintf(stderr, "wush bench: %s: %s: %s\n", what, wush_status_string(st),
                  cli::printable_message(wush_last_error()).c_str());
     return false;
+}
+
+// --cuda-option NAME=VALUE,...: the experimental kernel switches (wush.h, WUSH_CONTEXT_CUDA_*) as
+// parameters of the CUDA context, set before any layer is prepared. Unknown names and malformed
+// values are usage errors; the library checks the bounds (its message is printed).
+struct CudaOption {
+    wush_context_parameter parameter;
+    long long value;
+};
+
+bool parse_cuda_options(const std::vector<std::string>& items, std::vector<CudaOption>* out, std::string* error) {
+    static const std::pair<const char*, wush_context_parameter> kNames[] = {
+        {"prefill_min_m", WUSH_CONTEXT_CUDA_PREFILL_MIN_M},
+        {"blockscaled", WUSH_CONTEXT_CUDA_BLOCKSCALED},
+        {"stream_decode", WUSH_CONTEXT_CUDA_STREAM_DECODE},
+        {"bf16_prefill", WUSH_CONTEXT_CUDA_BF16_PREFILL},
+        {"tc_quantize", WUSH_CONTEXT_CUDA_TC_QUANTIZE}};
+    for (const std::string& item : items) {
+        const std::size_t eq = item.find('=');
+        const std::string name = item.substr(0, eq);
+        const auto* known =
+            std::find_if(std::begin(kNames), std::end(kNames), [&](const auto& n) { return name == n.first; });
+        const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+        if (known == std::end(kNames)) {
+            *error = "--cuda-option: unknown switch '" + cli::printable(name) +
+                     "' (prefill_min_m, blockscaled, stream_decode, bf16_prefill, tc_quantize)";
+            return false;
+        }
+        char* end = nullptr;
+        errno = 0;
+        const long long v = value.empty() ? 0 : std::strtoll(value.c_str(), &end, 10);
+        if (value.empty() || *end != '\0' || errno != 0 || value[0] == ' ') {
+            *error =
+                "--cuda-option: " + name + " needs an integer value (NAME=VALUE), got '" + cli::printable(item) + "'";
+            return false;
+        }
+        out->push_back({known->second, v});
+    }
+    return true;
 }
 
 // The transforms and quantized weights of one layer and format, which every prepared copy is
@@ -493,11 +535,18 @@ int bench_cuda(cli::Args& a) {
     s.cold = a.get_choice("--l2", "cold", {"cold", "warm"}) == "cold";
     const std::vector<std::string> layers = a.get_list("--layers", "4096x4096,14336x4096,4096x14336");
     const std::vector<std::string> formats = a.get_list("--format", "mxfp4,nvfp4,int4");
+    std::vector<CudaOption> options;
+    std::string option_error;
+    if (a.ok() && a.has("--cuda-option") &&
+        !parse_cuda_options(a.get_list("--cuda-option", ""), &options, &option_error))
+        return cli::usage_error("bench", option_error);
     if (!a.ok()) return cli::usage_error("bench", a);
     Handle<wush_context, wush_context_destroy> ctx, cpu;
     if (!ok(wush_context_create(WUSH_BACKEND_CUDA, 0, &ctx.p), "CUDA context") ||
         !ok(wush_context_create(WUSH_BACKEND_CPU, 0, &cpu.p), "CPU context"))
         return 1;
+    for (const CudaOption& o : options)
+        if (!ok(wush_context_set_parameter(ctx.p, o.parameter, int64_t(o.value)), "--cuda-option")) return 1;
     char device[256] = "";
     wush_context_describe(ctx.p, device, sizeof device);
     int l2 = 0;

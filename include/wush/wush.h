@@ -72,9 +72,8 @@
  *     wush_transform_guard_candidate(), wush_transform_guard_undecided());
  *   - the CUDA backend's own parts: WUSH_BACKEND_CUDA contexts (the module, its kernels and
  *     their selection), wush_context_set_stream() / wush_context_get_stream() with a CUDA
- *     stream, and the environment variables WUSH_CUDA_MODULE, WUSH_CUDA_PREFILL_MIN_M,
- *     WUSH_CUDA_BLOCKSCALED, WUSH_CUDA_STREAM_DECODE, WUSH_CUDA_BF16_PREFILL and
- *     WUSH_CUDA_TC_QUANTIZE.
+ *     stream, the environment variable WUSH_CUDA_MODULE, and the kernel switches
+ *     WUSH_CONTEXT_CUDA_* (context parameters from 1000 up, see wush_context_parameter).
  *
  * This header states contracts: behaviour, errors, ownership, costs in O-terms. Measured figures
  * (times, ratios, bandwidths) are in docs/PERFORMANCE.md and docs/EVAL.md;
@@ -298,8 +297,8 @@ typedef struct wush_context wush_context;
 
 /*! wush_context_create() :
  *  Creates a context for `backend`. For WUSH_BACKEND_CPU `device` must be 0. For
- *  WUSH_BACKEND_CUDA `device` is the CUDA device index. Experimental: the CUDA backend, its
- *  module lookup and its environment variables (see "Stability").
+ *  WUSH_BACKEND_CUDA `device` is the CUDA device index. Experimental: the CUDA backend and its
+ *  module lookup (see "Stability").
  *  The CUDA backend is a separate shared object, libwush-cuda.so, which libwush opens the first
  *  time a CUDA context is asked for (libwush itself links no CUDA library, so it loads on machines
  *  without one). It is looked for at the path in the environment variable WUSH_CUDA_MODULE when
@@ -324,19 +323,6 @@ typedef struct wush_context wush_context;
  *          this build's), no usable CUDA device/driver is present (the message says which), or
  *          the device's compute capability is below 8.0 (sm_80; the message names it);
  *          WUSH_ERR_CUDA when the device cannot be initialized;
- *          WUSH_ERR_INVALID_ARGUMENT also when the environment variable WUSH_CUDA_PREFILL_MIN_M
- *          (a measurement switch: token counts from which sm_80+ GPUs use the prefill GEMM
- *          kernel) is set to anything but a positive integer, or WUSH_CUDA_BLOCKSCALED (1: sm_100 /
- *          sm_120 GPUs use cuBLASLt's block-scaled FP4 GEMM, not yet run on hardware; 0 or unset:
- *          the exact reference path) to anything but 0 or 1, or WUSH_CUDA_STREAM_DECODE (1:
- *          sm_80+ GPUs use the streaming decode kernel for up to 32 tokens, same bits as the
- *          default decode kernel, not yet measured; 0 or unset: the default) or
- *          WUSH_CUDA_BF16_PREFILL (1: above 32 tokens, the E2M1 formats on sm_80+ take a BF16
- *          tensor-core GEMM that converts the weight codes in registers, not yet run on hardware;
- *          0 or unset: the reference path) or WUSH_CUDA_TC_QUANTIZE (1: sm_80+ GPUs quantize BF16
- *          and F16 activations with the tensor-core kernel, same bytes, once an accumulator
- *          probe at context creation passes, not yet run on hardware; 0 or unset: the CUDA-core
- *          kernel) to anything but 0 or 1;
  *          WUSH_ERR_OUT_OF_MEMORY. */
 WUSH_API wush_status wush_context_create(wush_backend backend, int device, wush_context** ctx);
 
@@ -375,6 +361,38 @@ typedef enum wush_context_parameter {
      * team waits for members the OS does not run). 0 (the default): libwush's own pool.
      * Results are the same bits either way. Bounds: [0, 1]. */
     WUSH_CONTEXT_OPENMP_TEAM = 2,
+
+    /* ---- Experimental: the CUDA backend's kernel switches (ids from 1000 up) ----
+     * Experimental (see "Stability"): ids in this range may change meaning or go in any release.
+     * Each switches on kernels that are not the CUDA backend's default choice, for measurement
+     * (docs/RUNTIME.md, "Kernels and dispatch", says what each selects; docs/PERFORMANCE.md what
+     * is measured). A layer reads them when it is prepared (wush_linear_create): changing one
+     * later leaves prepared layers as they are. The per-call functions (wush_quantize_activations,
+     * wush_gemm, wush_linear_forward and their workspace queries) read them at each call. A CPU
+     * context accepts them (same bounds) and ignores them, so that one program can set them
+     * whatever its backend. All default to 0 (off). */
+    /* From this many tokens on (and above 32), sm_80+ GPUs run the INT8 tensor-core prefill GEMM
+     * for every format (by default only INT4 from 128 tokens does); a value of 1 to 32 means 33.
+     * 0: off. Bounds: [0, 2147483647]. */
+    WUSH_CONTEXT_CUDA_PREFILL_MIN_M = 1000,
+    /* 1: above 32 tokens, sm_100 / sm_120 GPUs run cuBLASLt's block-scaled FP4 GEMM (MXFP4,
+     * NVFP4) where cuBLASLt offers an algorithm; the exact reference path otherwise. Bounds:
+     * [0, 1]. */
+    WUSH_CONTEXT_CUDA_BLOCKSCALED = 1001,
+    /* 1: up to 32 tokens, sm_80+ GPUs run the streaming decode GEMM kernel (same bits as the
+     * default decode kernel; the prepared layer keeps a restaged copy of the weight). Bounds:
+     * [0, 1]. */
+    WUSH_CONTEXT_CUDA_STREAM_DECODE = 1002,
+    /* 1: above 32 tokens, the E2M1 formats on sm_80+ run a BF16 tensor-core GEMM that converts
+     * the weight codes in registers (no bias: a forward with a bias keeps the reference path).
+     * Bounds: [0, 1]. */
+    WUSH_CONTEXT_CUDA_BF16_PREFILL = 1003,
+    /* 1: from 17 tokens on, sm_80+ GPUs quantize BF16 and F16 activations with a matrix
+     * transform on tensor cores (same bytes as the CUDA-core kernels), once an accumulator probe,
+     * run on the device at the first such prepare, passes; the CUDA-core kernels otherwise.
+     * Bounds: [0, 1]. */
+    WUSH_CONTEXT_CUDA_TC_QUANTIZE = 1004,
+
     /* Not values: these pin the type to the whole range of int, so that any int a caller
      * passes is a valid object of the type (and is checked and rejected by the library). */
     WUSH_CONTEXT_PARAMETER_ENUM_MIN_ = -2147483647 - 1,

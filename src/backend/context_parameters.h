@@ -4,6 +4,10 @@
 //   WUSH_CONTEXT_CPU_ISA      the SIMD kernels of its CPU runtime calls (0 = the best the CPU has);
 //   WUSH_CONTEXT_OPENMP_TEAM  whether its CPU runtime calls run on the process's OpenMP team (1)
 //                             or on libwush's own pool (0).
+//   WUSH_CONTEXT_CUDA_*       the CUDA backend's experimental kernel switches, read when its layers
+//                             are prepared (cuda/cuda_backend.cpp, table_of). A CPU context keeps
+//                             them with the same bounds and ignores them (wush.h), so a program
+//                             sets them whatever its backend.
 // Every backend keeps both: a CUDA context still calibrates, builds transforms and evaluates on
 // the host, with these settings.
 #pragma once
@@ -39,6 +43,8 @@ private:
     std::int64_t num_threads_ = 0;
     std::int64_t cpu_isa_ = 0;
     std::int64_t openmp_team_ = 0;
+    std::int64_t cuda_prefill_min_m_ = 0;
+    std::int64_t cuda_switches_[4] = {};  // BLOCKSCALED, STREAM_DECODE, BF16_PREFILL, TC_QUANTIZE
 };
 
 }  // namespace wush::backend

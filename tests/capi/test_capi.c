@@ -86,6 +86,44 @@ static void test_contexts(void) {
     CHECK_STATUS(wush_context_get_parameter(ctx, WUSH_CONTEXT_OPENMP_TEAM, &value), WUSH_OK);
     CHECK(value == 1);
     CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_OPENMP_TEAM, 0), WUSH_OK);
+    /* The experimental CUDA kernel switches: a CPU context checks the same bounds, keeps the value
+     * and ignores it (wush.h); a rejected value names the parameter and leaves it unchanged. */
+    CHECK_STATUS(wush_context_get_parameter(ctx, WUSH_CONTEXT_CUDA_PREFILL_MIN_M, &value), WUSH_OK);
+    CHECK(value == 0);
+    CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_CUDA_PREFILL_MIN_M, 33), WUSH_OK);
+    CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_CUDA_PREFILL_MIN_M, -1), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(wush_last_error(), "WUSH_CONTEXT_CUDA_PREFILL_MIN_M must be in [0, 2147483647]") != NULL);
+    CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_CUDA_PREFILL_MIN_M, 2147483648LL),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_CUDA_PREFILL_MIN_M, 2147483647LL), WUSH_OK);
+    CHECK_STATUS(wush_context_get_parameter(ctx, WUSH_CONTEXT_CUDA_PREFILL_MIN_M, &value), WUSH_OK);
+    CHECK(value == 2147483647LL);
+    CHECK_STATUS(wush_context_set_parameter(ctx, WUSH_CONTEXT_CUDA_PREFILL_MIN_M, 0), WUSH_OK);
+    {
+        static const wush_context_parameter switches[] = {
+            WUSH_CONTEXT_CUDA_BLOCKSCALED, WUSH_CONTEXT_CUDA_STREAM_DECODE, WUSH_CONTEXT_CUDA_BF16_PREFILL,
+            WUSH_CONTEXT_CUDA_TC_QUANTIZE};
+        static const char* const names[] = {
+            "WUSH_CONTEXT_CUDA_BLOCKSCALED must be 0 or 1", "WUSH_CONTEXT_CUDA_STREAM_DECODE must be 0 or 1",
+            "WUSH_CONTEXT_CUDA_BF16_PREFILL must be 0 or 1", "WUSH_CONTEXT_CUDA_TC_QUANTIZE must be 0 or 1"};
+        size_t i, j;
+        for (i = 0; i < 4; ++i) {
+            CHECK_STATUS(wush_context_get_parameter(ctx, switches[i], &value), WUSH_OK);
+            CHECK(value == 0); /* off by default */
+            CHECK_STATUS(wush_context_set_parameter(ctx, switches[i], 1), WUSH_OK);
+            CHECK_STATUS(wush_context_set_parameter(ctx, switches[i], 2), WUSH_ERR_INVALID_ARGUMENT);
+            CHECK(strstr(wush_last_error(), names[i]) != NULL);
+            CHECK_STATUS(wush_context_set_parameter(ctx, switches[i], -1), WUSH_ERR_INVALID_ARGUMENT);
+            for (j = 0; j < 4; ++j) { /* each switch is its own: only switches[0..i] are on */
+                CHECK_STATUS(wush_context_get_parameter(ctx, switches[j], &value), WUSH_OK);
+                CHECK(value == (j <= i ? 1 : 0));
+            }
+        }
+        for (i = 0; i < 4; ++i) CHECK_STATUS(wush_context_set_parameter(ctx, switches[i], 0), WUSH_OK);
+    }
+    /* Ids between the stable ones and the experimental range are unknown. */
+    CHECK_STATUS(wush_context_set_parameter(ctx, (wush_context_parameter)999, 0), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_context_set_parameter(ctx, (wush_context_parameter)1005, 0), WUSH_ERR_INVALID_ARGUMENT);
 
     /* A pointer that is not a handle, and a destroyed handle, are reported, not dereferenced. */
     {

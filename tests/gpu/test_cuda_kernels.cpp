@@ -294,9 +294,8 @@ std::vector<std::uint8_t> bytes_of(const void* d, std::size_t n) {
 // (the mode PyTorch uses: an allocation, a legacy-stream operation or a synchronous copy inside
 // would invalidate it), replayed, and compared byte for byte with the eager launch.
 void capture_matches_eager(bool prefill) {
-    if (prefill) setenv("WUSH_CUDA_PREFILL_MIN_M", "33", 1);
     auto be = cuda::make_backend(0);
-    if (prefill) unsetenv("WUSH_CUDA_PREFILL_MIN_M");
+    if (prefill) be->set_parameter(WUSH_CONTEXT_CUDA_PREFILL_MIN_M, 33);
     cudaStream_t stream = nullptr;
     WUSH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     be->set_stream(stream);
@@ -589,10 +588,10 @@ TEST(CudaIssue41, StreamSwitchIntoACaptureKeepsItValid) {
 // it, equal to the CPU runtime.
 TEST(CudaIssue41, PrefillConfiguredOncePerContextRuns) {
     REQUIRE_GPU();
-    setenv("WUSH_CUDA_PREFILL_MIN_M", "33", 1);
     auto first = cuda::make_backend(0);
     auto second = cuda::make_backend(0);
-    unsetenv("WUSH_CUDA_PREFILL_MIN_M");
+    first->set_parameter(WUSH_CONTEXT_CUDA_PREFILL_MIN_M, 33);
+    second->set_parameter(WUSH_CONTEXT_CUDA_PREFILL_MIN_M, 33);
     const Streams s;
     const std::size_t m = 200, d_out = 128;
     for (wush_format format : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4}) {
@@ -616,15 +615,14 @@ TEST(CudaIssue41, PrefillConfiguredOncePerContextRuns) {
 }
 
 // Item 6: cuBLASLt's block-scaled FP4 path runs only where a context opts in
-// (WUSH_CUDA_BLOCKSCALED=1); on sm_100 / sm_120 it must then equal the CPU runtime (m > 32).
+// (WUSH_CONTEXT_CUDA_BLOCKSCALED = 1); on sm_100 / sm_120 it must then equal the CPU runtime (m > 32).
 TEST(CudaIssue41, BlockScaledOptInMatchesCpuOnBlackwell) {
     REQUIRE_GPU();
     int major = 0;
     WUSH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
     if (major != 10 && major != 12) GTEST_SKIP() << "not a Blackwell part (sm_100 / sm_120)";
-    setenv("WUSH_CUDA_BLOCKSCALED", "1", 1);
     auto be = cuda::make_backend(0);
-    unsetenv("WUSH_CUDA_BLOCKSCALED");
+    be->set_parameter(WUSH_CONTEXT_CUDA_BLOCKSCALED, 1);
     const std::size_t m = 200, d_out = 128;
     for (wush_format format : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4}) {
         const formats::FormatSpec& f = formats::spec(format);
@@ -641,7 +639,7 @@ TEST(CudaIssue41, BlockScaledOptInMatchesCpuOnBlackwell) {
     }
 }
 
-// Ask 2: a context created with WUSH_CUDA_STREAM_DECODE=1 runs m <= 32 with the streaming decode
+// Ask 2: a context with WUSH_CONTEXT_CUDA_STREAM_DECODE = 1 runs m <= 32 with the streaming decode
 // kernel (sm_80+), whose bytes equal the default decode kernel's (another context, same layer).
 TEST(CudaIssue41, StreamDecodeOptInSameBytesAsDecode) {
     REQUIRE_GPU();
@@ -649,9 +647,8 @@ TEST(CudaIssue41, StreamDecodeOptInSameBytesAsDecode) {
     WUSH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
     if (major < 8) GTEST_SKIP() << "the streaming decode kernel needs sm_80";
     auto plain = cuda::make_backend(0);
-    setenv("WUSH_CUDA_STREAM_DECODE", "1", 1);
     auto streaming = cuda::make_backend(0);
-    unsetenv("WUSH_CUDA_STREAM_DECODE");
+    streaming->set_parameter(WUSH_CONTEXT_CUDA_STREAM_DECODE, 1);
     const std::size_t d_out = 200;
     for (wush_format format : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}) {
         const formats::FormatSpec& f = formats::spec(format);
@@ -676,7 +673,7 @@ TEST(CudaIssue41, StreamDecodeOptInSameBytesAsDecode) {
     }
 }
 
-// Ask 3(c): with WUSH_CUDA_BF16_PREFILL=1 the products above 32 tokens of the E2M1 formats take
+// Ask 3(c): with WUSH_CONTEXT_CUDA_BF16_PREFILL = 1 the products above 32 tokens of the E2M1 formats take
 // the BF16 prefill kernel (cuda/gemm_bf16_prefill.h) where the reference path ran: equal to the
 // CPU runtime, eager and replayed from a graph alike; any other value than 0 / 1 is refused.
 TEST(CudaIssue41, Bf16PrefillOptInMatchesCpu) {
@@ -684,11 +681,9 @@ TEST(CudaIssue41, Bf16PrefillOptInMatchesCpu) {
     int major = 0;
     WUSH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
     if (major < 8) GTEST_SKIP() << "BF16 mma.sync needs sm_80";
-    setenv("WUSH_CUDA_BF16_PREFILL", "2", 1);
-    EXPECT_THROW(cuda::make_backend(0), wush::Error);
-    setenv("WUSH_CUDA_BF16_PREFILL", "1", 1);
     auto be = cuda::make_backend(0);
-    unsetenv("WUSH_CUDA_BF16_PREFILL");
+    EXPECT_THROW(be->set_parameter(WUSH_CONTEXT_CUDA_BF16_PREFILL, 2), wush::Error);
+    be->set_parameter(WUSH_CONTEXT_CUDA_BF16_PREFILL, 1);
     const Streams s;
     const std::size_t m = 200, d_out = 136;
     for (wush_format format : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_MXFP4_OCP}) {

@@ -131,7 +131,7 @@ Bytes run_device(const Problem& p) {
     a.tc_fragments = df.get<std::uint32_t>();
     a.tc_norms = dn.get<tc::PartNorms>();
     EXPECT_TRUE(cuda::quantize_tc_applies(a));
-    cuda::launch_quantize(a, nullptr);
+    cuda::launch_quantize(a, cuda::Kernel::QuantizeTensorCore, nullptr);
     WUSH_CUDA_CHECK(cudaDeviceSynchronize());
     Bytes b{std::vector<std::uint8_t>(s.codes), std::vector<std::uint8_t>(s.scales)};
     WUSH_CUDA_CHECK(cudaMemcpy(b.codes.data(), dc.get(), s.codes, cudaMemcpyDeviceToHost));

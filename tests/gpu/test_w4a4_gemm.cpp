@@ -431,7 +431,7 @@ TEST(W4A4GemmGpu, ExtremeMxScales) {
     }
 }
 
-// The BF16 prefill kernel (opt-in, WUSH_CUDA_BF16_PREFILL=1) on the reference path's shapes and
+// The BF16 prefill kernel (opt-in, WUSH_CONTEXT_CUDA_BF16_PREFILL) on the reference path's shapes and
 // more, against the same float64 product and tolerance the reference path meets above; extreme MX
 // scales: activations of 2^-126 (BF16 subnormal products: the tensor core must not flush them)
 // and of 2^103 with compensating weights.
@@ -537,12 +537,12 @@ TEST(W4A4GemmSelect, PicksByRowsAndArchitecture) {
     EXPECT_EQ(wush::cuda::pick_gemm(a, 80), GemmKernel::Decode);
     a.m = 4096;
     // m > 32 on sm_80/90: the reference path unless the prefill kernel is asked for.
-    const wush::cuda::GemmTable prefill = wush::cuda::gemm_table_with_prefill(33);
+    const wush::cuda::KernelTable prefill = wush::cuda::active_table({.prefill_min_m = 33});
     EXPECT_EQ(wush::cuda::pick_gemm(a, 90), GemmKernel::Reference);
     EXPECT_EQ(wush::cuda::pick_gemm(a, 90, true, &prefill), GemmKernel::Prefill);
     EXPECT_EQ(wush::cuda::pick_gemm(a, 80, true, &prefill), GemmKernel::Prefill);
-    // Blackwell's cuBLASLt FP4 path only where the context opted in (WUSH_CUDA_BLOCKSCALED=1).
-    const wush::cuda::GemmTable lt = wush::cuda::gemm_table_with_blockscaled(wush::cuda::default_gemm_table());
+    // Blackwell's cuBLASLt FP4 path only where the context opted in (WUSH_CONTEXT_CUDA_BLOCKSCALED).
+    const wush::cuda::KernelTable lt = wush::cuda::active_table({.blockscaled = true});
     EXPECT_EQ(wush::cuda::pick_gemm(a, 100), GemmKernel::Reference);
     EXPECT_EQ(wush::cuda::pick_gemm(a, 120), GemmKernel::Reference);
     EXPECT_EQ(wush::cuda::pick_gemm(a, 100, true, &lt), GemmKernel::BlockScaledLt);

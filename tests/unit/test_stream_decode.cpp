@@ -194,14 +194,6 @@ TEST(StreamSchedule, SharedMemoryFitsAndRingBudget) {
         // In flight while one stage is consumed, with one block per SM: the design's budget.
         EXPECT_GE((st::kStages - 1) * st::stage_bytes(f), st::kInFlightBudgetBytes);
     }
-    bool on = true;
-    EXPECT_TRUE(st::opt_in_from_env(nullptr, &on));
-    EXPECT_FALSE(on);
-    EXPECT_TRUE(st::opt_in_from_env("1", &on));
-    EXPECT_TRUE(on);
-    EXPECT_TRUE(st::opt_in_from_env("0", &on));
-    EXPECT_FALSE(on);
-    EXPECT_FALSE(st::opt_in_from_env("yes", &on));
 }
 
 // ---- the kernel's source against the existing decode kernel's ----------------------------------

@@ -317,7 +317,7 @@ TEST(GemmPlan, PrefillScaleStrideCoversStages) {
 
 }  // namespace
 
-// ---- the GEMM selection table (cuda/gemm_table.h) ----------------------------------------------
+// ---- the kernel table's GEMM rows (cuda/gemm_table.h) ------------------------------------------
 
 namespace table_test {
 
@@ -327,10 +327,10 @@ const auto kAll = [](GemmKernel) { return true; };
 const auto kNoLt = [](GemmKernel k) { return k != GemmKernel::BlockScaledLt; };
 
 // The documented policy, written out: decode up to 32 tokens; above, cuBLASLt FP4 on sm_100/120
-// where it has an algorithm and the context opted in (WUSH_CUDA_BLOCKSCALED=1); INT4 from 128
+// where it has an algorithm and the context opted in (WUSH_CONTEXT_CUDA_BLOCKSCALED); INT4 from 128
 // tokens on sm >= 80: the prefill kernel (measured faster than INT4's float32 reference path);
 // else the reference path.
-void expect_documented_policy(const wush::cuda::GemmTable& t, bool blockscaled_opt_in) {
+void expect_documented_policy(const wush::cuda::KernelTable& t, bool blockscaled_opt_in) {
     for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4, WUSH_FORMAT_MXFP4_OCP}) {
         for (int sm : {61, 70, 75, 80, 86, 89, 90, 100, 103, 120, 121}) {
             for (std::size_t m = 1; m <= 600; ++m) {
@@ -347,9 +347,9 @@ void expect_documented_policy(const wush::cuda::GemmTable& t, bool blockscaled_o
 }
 
 TEST(GemmTable, DefaultPicksPrefillOnlyForInt4) {
-    const wush::cuda::GemmTable t = wush::cuda::default_gemm_table();
+    const wush::cuda::KernelTable t = wush::cuda::active_table({});
     expect_documented_policy(t, false);
-    expect_documented_policy(wush::cuda::gemm_table_with_blockscaled(t), true);
+    expect_documented_policy(wush::cuda::active_table({.blockscaled = true}), true);
     // Below sm_61 (no dp4a) and where the decode kernel refuses the shape: the reference path.
     EXPECT_EQ(wush::cuda::table_pick(t, 60, 1, WUSH_FORMAT_MXFP4, kAll), GemmKernel::Reference);
     EXPECT_EQ(wush::cuda::table_pick(t, 90, 1, WUSH_FORMAT_MXFP4, [](GemmKernel k) { return k != GemmKernel::Decode; }),
@@ -369,9 +369,8 @@ TEST(GemmTable, DefaultPicksPrefillOnlyForInt4) {
 TEST(GemmTable, WorkspaceForUpToNCoversEverySmallerBatch) {
     namespace c = wush::cuda;
     std::size_t naive_short = 0;
-    for (const char* env : {"", "33", "200"}) {
-        c::GemmTable t;
-        ASSERT_TRUE(c::gemm_table_from_env(env, &t));
+    for (std::size_t prefill_min_m : {0, 33, 200}) {
+        const c::KernelTable t = c::active_table({.prefill_min_m = prefill_min_m});
         for (wush_format f : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}) {
             const int group = f == WUSH_FORMAT_NVFP4 ? 16 : 32;
             for (auto [n, k] : {std::pair<std::size_t, std::size_t>{192, 256}, {4096, 4096}, {14336, 4096}}) {
@@ -386,7 +385,7 @@ TEST(GemmTable, WorkspaceForUpToNCoversEverySmallerBatch) {
                 for (std::size_t up_to = 1; up_to <= 700; ++up_to) {
                     brute = std::max(brute, bytes_at(up_to));
                     ASSERT_EQ(c::max_bytes_up_to(t, up_to, bytes_at), brute)
-                        << env << " " << f << " " << n << " " << up_to;
+                        << prefill_min_m << " " << f << " " << n << " " << up_to;
                     naive_short += bytes_at(up_to) < brute;
                 }
                 EXPECT_EQ(c::max_bytes_up_to(t, 0, bytes_at), 0u);
@@ -397,14 +396,14 @@ TEST(GemmTable, WorkspaceForUpToNCoversEverySmallerBatch) {
 }
 
 TEST(GemmTable, PrefillSwitch) {
-    wush::cuda::GemmTable t;
-    ASSERT_TRUE(wush::cuda::gemm_table_from_env("100", &t));
+    wush::cuda::KernelTable t = wush::cuda::active_table({.prefill_min_m = 100});
     for (std::size_t m = 1; m <= 300; ++m) {
         const GemmKernel want = m <= 32 ? GemmKernel::Decode : m < 100 ? GemmKernel::Reference : GemmKernel::Prefill;
         EXPECT_EQ(wush::cuda::table_pick(t, 90, m, WUSH_FORMAT_MXFP4, kAll), want) << m;
         EXPECT_EQ(wush::cuda::table_pick(t, 80, m, WUSH_FORMAT_MXFP4, kAll), want) << m;
         // Opted in, cuBLASLt keeps its range on Blackwell; without it, the prefill kernel (sm >= 80).
-        EXPECT_EQ(wush::cuda::table_pick(wush::cuda::gemm_table_with_blockscaled(t), 100, m, WUSH_FORMAT_MXFP4, kAll),
+        EXPECT_EQ(wush::cuda::table_pick(wush::cuda::active_table({.prefill_min_m = 100, .blockscaled = true}), 100, m,
+                                         WUSH_FORMAT_MXFP4, kAll),
                   m <= 32 ? GemmKernel::Decode : GemmKernel::BlockScaledLt)
             << m;
         EXPECT_EQ(wush::cuda::table_pick(t, 100, m, WUSH_FORMAT_MXFP4, kAll), want) << m;
@@ -418,19 +417,12 @@ TEST(GemmTable, PrefillSwitch) {
     EXPECT_EQ(wush::cuda::table_pick(t, 75, 500, WUSH_FORMAT_MXFP4, kAll),
               GemmKernel::Reference);  // no mma.sync s8 before sm_80
     // A value at or below the decode rows starts right above them: decode keeps m <= 32.
-    ASSERT_TRUE(wush::cuda::gemm_table_from_env("1", &t));
+    t = wush::cuda::active_table({.prefill_min_m = 1});
     EXPECT_EQ(wush::cuda::table_pick(t, 90, 32, WUSH_FORMAT_MXFP4, kAll), GemmKernel::Decode);
     EXPECT_EQ(wush::cuda::table_pick(t, 90, 33, WUSH_FORMAT_MXFP4, kAll), GemmKernel::Prefill);
-    ASSERT_TRUE(wush::cuda::gemm_table_from_env("", &t));
+    t = wush::cuda::active_table({.prefill_min_m = 0});  // off
     EXPECT_EQ(wush::cuda::table_pick(t, 90, 33, WUSH_FORMAT_MXFP4, kAll), GemmKernel::Reference);
-    ASSERT_TRUE(wush::cuda::gemm_table_from_env(nullptr, &t));
     EXPECT_EQ(wush::cuda::table_pick(t, 90, 4096, WUSH_FORMAT_MXFP4, kAll), GemmKernel::Reference);
-    for (const char* bad : {"0", "-5", "12x", " 64", "1e3", "99999999999999999999999"}) {
-        t = wush::cuda::gemm_table_with_prefill(40);
-        EXPECT_FALSE(wush::cuda::gemm_table_from_env(bad, &t)) << bad;
-        EXPECT_EQ(wush::cuda::table_pick(t, 90, 40, WUSH_FORMAT_MXFP4, kAll), GemmKernel::Prefill)
-            << bad << ": table changed";
-    }
 }
 
 }  // namespace table_test

@@ -28,6 +28,12 @@ const (
 	CPUISASetting ContextParameter = C.WUSH_CONTEXT_CPU_ISA
 	// OpenMPTeam: 1 runs the CPU runtime on the process's OpenMP threads (see wush.h).
 	OpenMPTeam ContextParameter = C.WUSH_CONTEXT_OPENMP_TEAM
+	// Experimental (see wush.h): the CUDA backend's kernel switches, read when a layer is prepared.
+	CUDAPrefillMinM  ContextParameter = C.WUSH_CONTEXT_CUDA_PREFILL_MIN_M
+	CUDABlockScaled  ContextParameter = C.WUSH_CONTEXT_CUDA_BLOCKSCALED
+	CUDAStreamDecode ContextParameter = C.WUSH_CONTEXT_CUDA_STREAM_DECODE
+	CUDABF16Prefill  ContextParameter = C.WUSH_CONTEXT_CUDA_BF16_PREFILL
+	CUDATCQuantize   ContextParameter = C.WUSH_CONTEXT_CUDA_TC_QUANTIZE
 )
 
 // Context is a wush_context: a backend and its settings. Safe for concurrent use.

@@ -17,7 +17,13 @@ c_enum! {
     ContextParameter {
         NumThreads = sys::WUSH_CONTEXT_NUM_THREADS,
         CpuIsa = sys::WUSH_CONTEXT_CPU_ISA,
-        OpenmpTeam = sys::WUSH_CONTEXT_OPENMP_TEAM
+        OpenmpTeam = sys::WUSH_CONTEXT_OPENMP_TEAM,
+        // Experimental (wush.h): the CUDA backend's kernel switches, read when a layer is prepared.
+        CudaPrefillMinM = sys::WUSH_CONTEXT_CUDA_PREFILL_MIN_M,
+        CudaBlockscaled = sys::WUSH_CONTEXT_CUDA_BLOCKSCALED,
+        CudaStreamDecode = sys::WUSH_CONTEXT_CUDA_STREAM_DECODE,
+        CudaBf16Prefill = sys::WUSH_CONTEXT_CUDA_BF16_PREFILL,
+        CudaTcQuantize = sys::WUSH_CONTEXT_CUDA_TC_QUANTIZE
     }
 }
 
