@@ -165,6 +165,9 @@ struct Device {
         WUSH_CUDA_CHECK(cudaStreamCreateWithFlags(&setup, cudaStreamNonBlocking));
         WUSH_CUDA_CHECK(cudaEventCreateWithFlags(&stream_switch, cudaEventDisableTiming));
         WUSH_CUBLAS_CHECK(cublasCreate(&blas));
+        // The reference path writes BF16 output: without this mode cuBLAS may reduce split-K
+        // partial sums in BF16 and lose the float32 accumulation the results are stated to.
+        WUSH_CUBLAS_CHECK(cublasSetMathMode(blas, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
         WUSH_CUBLAS_CHECK(cublasLtCreate(&lt));
         blas_workspace = DeviceBuffer(kCublasWorkspaceBytes);
         non_finite = DeviceBuffer(sizeof(unsigned long long));
