@@ -228,7 +228,7 @@ def load(path: str, dtype: Any = None) -> Tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
-    from .torch import _dtype_kwarg
+    from .load import _dtype_kwarg
     _require_gguf_package()
     folder, name = os.path.split(os.path.abspath(path))
     kwargs: Dict[str, Any] = {}

@@ -24,6 +24,12 @@ import os
 import sys
 from typing import Any, Dict, List, Optional
 
+from .folder import CHECKPOINT_FILE, require_model_folder  # neither torch nor transformers
+
+# `import wush` imports this module: what needs torch or transformers (wush.layers, wush.device,
+# wush.quantized_linear, wush.stored) is imported inside the functions that run while transformers
+# loads a folder. None of those modules imports this one, so the imports form no cycle.
+
 QUANT_METHOD = "wush"
 LAYOUT_VERSION = 1  # of the folder this module loads: bump when the layout changes
 _REGISTRY_MODULE = "transformers.quantizers.auto"
@@ -86,7 +92,6 @@ def register_on_import() -> None:
 def folder_config(result: Any, embeddings: str) -> Dict[str, Any]:
     """The ``quantization_config`` of a folder written with ``--export wush``."""
     from . import _core
-    from .torch import CHECKPOINT_FILE
     return {"quant_method": QUANT_METHOD, "layout_version": LAYOUT_VERSION, "checkpoint": CHECKPOINT_FILE,
             "format": result.format, "transform": result.transform, "method": result.method,
             "search": bool(getattr(result, "search", False)), "embeddings": embeddings,
@@ -116,13 +121,16 @@ def _classes() -> Any:
     from transformers.utils.quantization_config import QuantizationConfigMixin
 
     from . import _core
-    from . import torch as wt  # torch and numpy only: nothing of transformers that may be mid-import
+    # torch and numpy only: nothing of transformers that may be mid-import
+    from .device import _context_for
+    from .layers import _replace
+    from .quantized_linear import QuantizedLinear
 
     class WushConfig(QuantizationConfigMixin):
         """``quantization_config`` of a wush folder (see the module's doc). ``device``, ``mmap``
         and ``threads`` are loading options (wush.load_quantized passes them), never written."""
 
-        def __init__(self, checkpoint: str = wt.CHECKPOINT_FILE, layout_version: int = LAYOUT_VERSION,
+        def __init__(self, checkpoint: str = CHECKPOINT_FILE, layout_version: int = LAYOUT_VERSION,
                      format: Optional[str] = None, transform: Optional[str] = None, method: Optional[str] = None,
                      search: bool = False, embeddings: str = "keep", wush_version: Optional[str] = None,
                      device: Optional[str] = None, mmap: bool = False, threads: Optional[int] = None,
@@ -193,13 +201,13 @@ def _classes() -> Any:
             _check_layer_tensors(folder, model, list(names.values()), checkpoint_files)
             for layer, name in names.items():
                 self._layers[layer] = name
-                wt._replace(model, name, _Pending(model.get_submodule(name)))
+                _replace(model, name, _Pending(model.get_submodule(name)))
             return model
 
         def _process_model_after_weight_loading(self, model: Any, **kwargs: Any) -> Any:
             cfg = self.quantization_config
             device = cfg._device or str(next(model.parameters()).device)
-            ctx, _ = wt._context_for(device, cfg._threads)
+            ctx, _ = _context_for(device, cfg._threads)
             with _core.Checkpoint.open(self._path, copy=not cfg._mmap) as ck:
                 for layer, name in self._layers.items():
                     pending = model.get_submodule(name)
@@ -208,7 +216,7 @@ def _classes() -> Any:
                     if [int(v) for v in pending.weight.tolist()] != [d_out, d_in]:
                         raise ValueError(f"{self._path}: layer {layer} is {d_out} x {d_in}, the folder's "
                                          f"{name}.weight says {pending.weight.tolist()} (files from different runs?)")
-                    wt._replace(model, name, wt.QuantizedLinear(t, q, pending.bias, ctx))
+                    _replace(model, name, QuantizedLinear(t, q, pending.bias, ctx))
                     t.close()
                     q.close()
             if cfg.embeddings == "bf16":
@@ -232,16 +240,16 @@ def _check_layer_tensors(folder: str, model: Any, names: List[str], files: List[
     transformers would leave a missing bias as it found it (uninitialized memory: garbage
     outputs) and drop an unexpected one with a warning."""
     from . import _core
-    from . import torch as wt
+    from .stored import _safetensors_shapes, _stored_key
     stored: Dict[str, Any] = {}
     for f in files:
         if f.endswith(".safetensors"):
-            stored.update(wt._safetensors_shapes(f))
+            stored.update(_safetensors_shapes(f))
     prefix = getattr(model, "base_model_prefix", "") or ""
     problems = []
     for name in names:
-        weight = wt._stored_key(name + ".weight", prefix, stored)
-        bias = wt._stored_key(name + ".bias", prefix, stored)
+        weight = _stored_key(name + ".weight", prefix, stored)
+        bias = _stored_key(name + ".bias", prefix, stored)
         if weight is None:
             problems.append(f"{name}.weight is missing")
         if getattr(model.get_submodule(name), "bias", None) is not None:
@@ -279,7 +287,6 @@ def load_sentence_transformer(folder: str, device: str = "cpu", **kwargs: Any) -
     says, the transformer's quantized layers on libwush's runtime. Needs the package
     sentence-transformers; ``kwargs`` go to SentenceTransformer. Raises FileNotFoundError for a
     folder that is not a quantized folder, ImportError without sentence-transformers."""
-    from .torch import require_model_folder
     require_model_folder(folder, quantized=True)
     try:
         from sentence_transformers import SentenceTransformer

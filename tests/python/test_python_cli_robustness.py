@@ -472,7 +472,7 @@ print("identical" if torch.equal(before, after) else "differs")
     KILL_CHILD = r"""
 import json, os, shutil, signal, sys
 import wush._core as core
-import wush.torch as wt
+import wush.save as save  # where save_quantized looks _shard_and_save up
 from wush.__main__ import main
 k, n = int(sys.argv[1]), [0]
 
@@ -492,7 +492,7 @@ def wrap(owner, name, before):
     setattr(owner, name, w)
 
 # After every step that writes a file, before and after every one that renames or deletes.
-for owner, name in ((core.Checkpoint, "write"), (wt, "_shard_and_save"), (json, "dump"), (shutil, "copy2"),
+for owner, name in ((core.Checkpoint, "write"), (save, "_shard_and_save"), (json, "dump"), (shutil, "copy2"),
                     (shutil, "copytree")):
     wrap(owner, name, False)
 for owner, name in ((os, "rename"), (os, "replace"), (shutil, "rmtree")):

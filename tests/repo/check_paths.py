@@ -71,7 +71,7 @@ ALLOWED = {
     ("docs/record/eval-record.md", "src/quantization/wush_gptq.py"),
     # GPT-2's module attribute `transformer.h`, not a header
     ("docs/PYTHON.md", "transformer.h"),
-    ("python/wush/torch.py", "transformer.h"),
+    ("python/wush/layers.py", "transformer.h"),
     # a file of a sentence-transformers model folder
     ("docs/PYTHON.md", "1_Pooling/config.json"),
 }

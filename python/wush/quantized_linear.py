@@ -1,0 +1,121 @@
+"""QuantizedLinear: the nn.Linear replacement that runs a quantized layer on libwush's runtime,
+and the CPU scratch buffer its layers share per thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+import torch
+from torch import nn
+
+from . import _core
+from ._core import QWeight, Transform
+from .device import cpu_context
+
+
+class _ThreadWorkspace(threading.local):
+    """The scratch buffer of the CPU layers that run on this thread. A layer's workspace is dead
+    once its call returns, so every CPU layer of a thread shares one, grown to the largest call
+    seen: per layer, a model's buffers added up to the sum over all its layers (146 MiB for
+    MiniLM's 36 layers at 4,096 tokens; gigabytes for a 7B model's long prefill). Per thread,
+    because threads may run layers at the same time."""
+
+    def __init__(self) -> None:
+        self.buffer: Optional[torch.Tensor] = None
+
+    def get(self, nbytes: int) -> torch.Tensor:
+        if self.buffer is None or self.buffer.numel() < nbytes:
+            self.buffer = None  # the old one goes before the larger one is allocated
+            self.buffer = torch.empty(nbytes, dtype=torch.uint8)
+        return self.buffer
+
+
+_CPU_WORKSPACE = _ThreadWorkspace()
+
+
+def release_cpu_workspace() -> None:
+    """Frees the calling thread's CPU scratch buffer (QuantizedLinear's); the next CPU layer call
+    on this thread allocates it again."""
+    _CPU_WORKSPACE.buffer = None
+
+
+class QuantizedLinear(nn.Module):
+    """nn.Linear replacement computed by libwush's runtime: a prepared layer (``wush_linear``)
+    that transforms and quantizes the activations on the fly and runs the W4A4 GEMM.
+
+    On a CPU context it takes CPU tensors; on a CUDA context (``Context("cuda", i)``) CUDA
+    tensors of that device, and the work is enqueued on torch's current stream. Input float32,
+    float16 or bfloat16 (others are converted to float32); the output has the input's dtype. The
+    library accumulates in float32 and adds the bias (``wush_linear_run_bias``, fused into its
+    store) in float32 before the rounding to the output dtype."""
+
+    def __init__(self, transform: Transform, qweight: QWeight, bias: Optional[torch.Tensor],
+                 ctx: Optional[_core.Context] = None):
+        super().__init__()
+        self.ctx = ctx or cpu_context()
+        self.runtime = _core.Linear(transform, qweight, self.ctx)
+        self.in_features, self.out_features = self.runtime.d_in, self.runtime.d_out
+        self.format = qweight.info()[0].name.lower()
+        self.transform_kind = transform.info()[0].name.lower()
+        self._cuda = self.ctx.backend == _core.Backend.CUDA
+        if bias is not None:
+            b = bias.detach().clone()
+            self.bias = nn.Parameter(b.cuda() if self._cuda else b, requires_grad=False)
+        else:
+            self.register_parameter("bias", None)
+        self._ws: Optional[torch.Tensor] = None
+        self._ws_tokens = 0
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, format={self.format}, "
+                f"transform={self.transform_kind}, bias={self.bias is not None}")
+
+    def _workspace(self, n: int, device: torch.device) -> torch.Tensor:
+        if not self._cuda:
+            return _CPU_WORKSPACE.get(max(self.runtime.workspace_size(n), 1))
+        # CUDA: the layer's own buffer (a shared one would need the streams' order as well).
+        if self._ws is None or n > self._ws_tokens or self._ws.device != device:
+            # grown for the largest batch seen; smaller ones reuse it
+            self._ws = torch.empty(max(self.runtime.workspace_size(n), 1), dtype=torch.uint8, device=device)
+            self._ws_tokens = n
+        return self._ws
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"input width {x.shape[-1]} != in_features {self.in_features}")
+        if (x.device.type == "cuda") != self._cuda:
+            raise ValueError(f"a {'CUDA' if self._cuda else 'CPU'} wush layer got a tensor on {x.device}")
+        shape = x.shape
+        x2 = x.detach().reshape(-1, shape[-1])
+        if x2.dtype not in _TORCH_DTYPES:
+            x2 = x2.float()
+        x2 = x2.contiguous()
+        n = x2.shape[0]
+        # bf16 in: the library writes bf16 (its F32 result, bias included, rounded to nearest
+        # even: the same bits as converting afterwards) and the conversion pass is saved.
+        y_dtype = torch.bfloat16 if x2.dtype == torch.bfloat16 else torch.float32
+        y = torch.empty((n, self.out_features), dtype=y_dtype, device=x.device)
+        if n:
+            ws = self._workspace(n, x.device)
+            bias = self._library_bias()
+            if self._cuda:
+                self.ctx.set_stream(torch.cuda.current_stream(x.device).cuda_stream)
+            self.runtime.run_raw(_TORCH_DTYPES[x2.dtype], x2.data_ptr(), n, _TORCH_DTYPES[y_dtype], y.data_ptr(),
+                                 y.numel(), ws.data_ptr(), ws.numel(),
+                                 *((_TORCH_DTYPES[bias.dtype], bias.data_ptr()) if bias is not None else ()))
+        return y.to(x.dtype).reshape(*shape[:-1], self.out_features)
+
+    def _library_bias(self) -> Optional[torch.Tensor]:
+        """The bias as the library takes it: contiguous, float32, float16 or bfloat16 (as stored:
+        no copy for an nn.Linear's bias of those dtypes)."""
+        if self.bias is None:
+            return None
+        b = self.bias.detach()
+        if b.dtype not in _TORCH_DTYPES:
+            b = b.float()
+        return b.contiguous()
+
+
+_TORCH_DTYPES = {torch.float32: _core.DType.F32, torch.float16: _core.DType.F16, torch.bfloat16: _core.DType.BF16}
