@@ -42,7 +42,7 @@ wush::Isa ContextUse::host_isa() const {
 }
 
 std::size_t ContextUse::host_threads() const {
-    return backend::openmp_threads(ctx_->backend->parameter(WUSH_CONTEXT_NUM_THREADS));
+    return ctx_->backend->host_threads();
 }
 
 }  // namespace wush::capi

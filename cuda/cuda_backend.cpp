@@ -549,6 +549,7 @@ public:
         parameters_.set(parameter, value);
     }
     std::int64_t parameter(wush_context_parameter parameter) const override { return parameters_.get(parameter); }
+    std::size_t host_threads() const override { return parameters_.threads(); }
 
     void set_stream(void* stream) override {
         const auto next = static_cast<cudaStream_t>(stream);

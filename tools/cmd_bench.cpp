@@ -11,6 +11,10 @@
 //   decode    wush_linear_run, one token (prepared)        vs a streaming read of as many bytes as
 //                                                            the weights, same threads (GB/s of
 //                                                            weight bytes; stream_read.h)
+//   l2        wush_linear_run, one token (prepared), warm   vs one thread reading the weights' bytes
+//             (the same layer every call: its bytes stay      (codes and scales) from a buffer as
+//             in the caches, as a small model's do)          warm (the same one every read); also
+//                                                            the excess over twice that read
 // --contend [--contend-cpu C] [--contend-process]: while a busy-loop thread (a child process with
 // --contend-process; pinned to CPU C if given) keeps one core busy, wush_gemm and wush_linear_run
 // with --threads threads (default: all) against the same call on 1 thread, samples alternating
@@ -55,12 +59,13 @@ struct Result {
     std::string format, baseline;
     double ours_s, baseline_s;
     double ours_gbps = 0.0, baseline_gbps = 0.0;  // quantize vs memcpy only
+    bool excess = false;                           // l2 only: print ours_s - 2 x baseline_s
 };
 
 struct Settings {
     std::size_t min_repeats = 5;
     double min_seconds = 0.3;
-    bool gemm = true, quantize = true, forward = true, decode = true;
+    bool gemm = true, quantize = true, forward = true, decode = true, l2 = false;
     bool contend = false;
     int contend_cpu = -1;          // pin the busy loop there (-1: leave it to the scheduler)
     bool contend_process = false;  // the busy loop is a child process (else a thread)
@@ -415,6 +420,38 @@ int bench_decode(wush_context* ctx, const Settings& s, const Case& c, const std:
     return 0;
 }
 
+// One token through the prepared layer, the same layer every call (its weights stay in the caches,
+// as a small model's do), against one thread reading as many bytes as the weights (codes and
+// scales) from one buffer, also warm, samples alternating. What a call costs beyond reading its
+// bytes is its fixed overhead: the excess ours - 2 x read is what the targets bound.
+int bench_l2(wush_context* ctx, const Settings& s, const Case& c, const std::vector<float>& x,
+             std::vector<Result>* out) {
+    const void *codes = nullptr, *scales = nullptr;
+    std::size_t codes_bytes = 0, scales_bytes = 0, lw_bytes = 0;
+    wush_status st = wush_qweight_data(c.q.p, &codes, &codes_bytes, &scales, &scales_bytes);
+    Handle<wush_linear, wush_linear_destroy> layer;
+    if (st == WUSH_OK) st = wush_linear_create(ctx, c.wush.p, c.q.p, &layer.p);
+    if (st == WUSH_OK) st = wush_linear_workspace_size(ctx, layer.p, 1, &lw_bytes);
+    if (st != WUSH_OK) return cli::report("preparing the layer", st);
+    std::vector<unsigned char> lw(lw_bytes);
+    std::vector<float> y(c.n);
+    const std::size_t weight_bytes = codes_bytes + scales_bytes;
+    WarmRead read(weight_bytes);
+    auto run = [&] {
+        if (st == WUSH_OK)
+            st = wush_linear_run(ctx, layer.p, WUSH_DTYPE_F32, x.data(), 1, WUSH_DTYPE_F32, y.data(), y.size(),
+                                 lw.data(), lw.size());
+    };
+    const auto none = [] {};
+    const auto [ours, baseline] = alternating_medians(s, none, run, none, [&] { read.run(); });
+    if (st != WUSH_OK) return cli::report("the runtime", st);
+    Result r{"l2", 1, c.n, c.k, wush_format_name(c.format), "l2_read_1_thread", ours, baseline,
+             double(weight_bytes) / ours * 1e-9, double(read.bytes()) / baseline * 1e-9};
+    r.excess = true;
+    out->push_back(r);
+    return 0;
+}
+
 void print_json(const std::vector<Result>& results, const char* isa, std::size_t threads) {
     std::printf("{\"results\": [");
     for (std::size_t i = 0; i < results.size(); ++i) {
@@ -426,6 +463,7 @@ void print_json(const std::vector<Result>& results, const char* isa, std::size_t
             r.baseline_s / r.ours_s, isa, threads);
         if (r.ours_gbps > 0.0)
             std::printf(", \"ours_gbps\": %.3f, \"baseline_gbps\": %.3f", r.ours_gbps, r.baseline_gbps);
+        if (r.excess) std::printf(", \"excess_s\": %.6e", r.ours_s - 2.0 * r.baseline_s);
         std::printf("}");
     }
     std::printf("\n]}\n");
@@ -439,6 +477,7 @@ void print_table(const std::vector<Result>& results, const char* isa, std::size_
         std::printf("%-16s %6zu %6zu %6zu %-7s %10.1f us  %-25s %9.1f us %7.2fx", r.kind.c_str(), r.m, r.n, r.k,
                     r.format.c_str(), r.ours_s * 1e6, r.baseline.c_str(), r.baseline_s * 1e6, r.baseline_s / r.ours_s);
         if (r.ours_gbps > 0.0) std::printf("  (%.1f vs %.1f GB/s)", r.ours_gbps, r.baseline_gbps);
+        if (r.excess) std::printf("  excess over 2x read %.2f us", (r.ours_s - 2.0 * r.baseline_s) * 1e6);
         std::printf("\n");
     }
 }
@@ -488,7 +527,7 @@ int cmd_bench(int argc, char** argv) {
     if (a.has("--contend-cpu"))
         s.contend_cpu = int(a.get_size("--contend-cpu", 0, 0, n_cpus > 0 ? std::size_t(n_cpus - 1) : 0));
     const std::vector<std::string> kinds =
-        a.get_choice_list("--kind", "gemm,quantize,forward,decode", {"gemm", "quantize", "forward", "decode"});
+        a.get_choice_list("--kind", "gemm,quantize,forward,decode", {"gemm", "quantize", "forward", "decode", "l2"});
     const std::vector<std::size_t> ms =
         a.get_size_list("--m", quick ? "1,16,128,512" : "1,16,128,512,1024", 1, cli::kMaxTokens);
     const std::vector<std::string> layers = a.get_list("--layers", "4096x4096,4096x14336,14336x4096");
@@ -500,6 +539,7 @@ int cmd_bench(int argc, char** argv) {
     s.quantize = wanted("quantize");
     s.forward = wanted("forward");
     s.decode = wanted("decode");
+    s.l2 = wanted("l2");
     std::vector<wush_format> formats;
     for (const std::string& f : format_names) {
         wush_format fmt;
@@ -547,9 +587,11 @@ int cmd_bench(int argc, char** argv) {
             if (!a.has("--json")) std::fprintf(stderr, "wush bench: %s %s\n", layer.c_str(), wush_format_name(f));
             Case c;
             if (make_case(ctx.p, layer, weight, calib, n_calib, f, s.forward, &c) != 0) return 1;
-            for (std::size_t m : ms)
+            const bool per_m = s.gemm || s.quantize || s.forward || s.contend || s.paired;
+            for (std::size_t m : per_m ? ms : std::vector<std::size_t>{})
                 if (bench_m(ctx.p, s, c, x, m, &results) != 0) return 1;
             if (s.decode && bench_decode(ctx.p, s, c, x, &results) != 0) return 1;
+            if (s.l2 && bench_l2(ctx.p, s, c, x, &results) != 0) return 1;
         }
     }
     if (a.has("--json")) print_json(results, wush_cpu_isa_name(used), n_threads);

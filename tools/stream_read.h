@@ -36,3 +36,19 @@ private:
     std::atomic<std::uint64_t> sink_{0};  // keeps the sums, so the reads are not optimized away
     std::vector<std::thread> workers_;
 };
+
+// The baseline of `wush bench --kind l2`: one thread reading the same buffer again and again, so
+// that after the first read it comes from the core's caches (L2 for a small layer's weights), with
+// the widest loads the CPU has: as fast as one thread can merely read those bytes there.
+class WarmRead {
+public:
+    explicit WarmRead(std::size_t bytes);
+    // Reads the buffer once.
+    void run();
+    std::size_t bytes() const { return lines_ * 64; }
+
+private:
+    std::vector<std::uint64_t> buffer_;
+    std::size_t lines_;
+    std::uint64_t sink_ = 0;
+};

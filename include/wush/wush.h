@@ -1509,7 +1509,9 @@ WUSH_API wush_status wush_checkpoint_export_fp_quant(const wush_checkpoint* chec
 /*! wush_example_layer_count() / wush_example_layer_name() :
  *  The built-in layer shapes: "small_256x512", "small_512x256" (quick, used by the tests),
  *  "4096x4096", "4096x14336", "14336x4096" (Llama-like projections), "384x384", "384x1536",
- *  "1536x384" (a small encoder's attention, FFN up and FFN down projections); named d_in x d_out.
+ *  "1536x384" (a small encoder's attention, FFN up and FFN down projections), "576x576", "576x192",
+ *  "576x1536", "1536x576" (a small decoder's q/o, k/v, gate/up and down projections); named
+ *  d_in x d_out.
  *  wush_example_layer_name() returns a static name, or NULL for index >= count. */
 WUSH_API size_t wush_example_layer_count(void);
 WUSH_API const char* wush_example_layer_name(size_t index);

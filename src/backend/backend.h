@@ -77,6 +77,8 @@ public:
     // INVALID_ARGUMENT / UNSUPPORTED for a bad value and then changes nothing.
     virtual void set_parameter(wush_context_parameter parameter, std::int64_t value) = 0;
     virtual std::int64_t parameter(wush_context_parameter parameter) const = 0;
+    // The thread count of the context's host-side work: ContextParameters::threads().
+    virtual std::size_t host_threads() const = 0;
 
     // The queue launches go to (cudaStream_t for CUDA; the CPU backend takes only nullptr).
     virtual void set_stream(void* stream) = 0;

@@ -36,6 +36,7 @@ void ContextParameters::set(wush_context_parameter parameter, std::int64_t value
                 fail(WUSH_ERR_INVALID_ARGUMENT,
                      "WUSH_CONTEXT_NUM_THREADS must be in [0, 4096], got " + std::to_string(value));
             num_threads_ = value;
+            clamped_threads_ = value > 0 ? openmp_threads(value) : 0;
             return;
         case WUSH_CONTEXT_OPENMP_TEAM:
             if (value != 0 && value != 1)
@@ -80,6 +81,10 @@ std::int64_t ContextParameters::get(wush_context_parameter parameter) const {
         default: break;
     }
     fail(WUSH_ERR_INVALID_ARGUMENT, "unknown wush_context_parameter " + std::to_string(int(parameter)));
+}
+
+std::size_t ContextParameters::threads() const {
+    return clamped_threads_ > 0 ? clamped_threads_ : openmp_threads(0);
 }
 
 std::size_t openmp_threads(std::int64_t num_threads) {

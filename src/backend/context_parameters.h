@@ -34,13 +34,16 @@ public:
 
     // The ISA the CPU kernels run with (the setting resolved).
     Isa isa() const { return resolve_isa(cpu_isa_); }
-    // Threads of this context's host-side work: openmp_threads(the setting).
-    std::size_t threads() const { return openmp_threads(num_threads_); }
+    // Threads of this context's host-side work: openmp_threads(the setting), the clamp to the
+    // processors taken when the setting was made (asking OpenMP for the processor count is a
+    // system call, of the order of a microsecond: too much for every call of a small layer).
+    std::size_t threads() const;
     // Whether the CPU runtime's parallel work runs on the process's OpenMP team.
     bool openmp_team() const { return openmp_team_ != 0; }
 
 private:
     std::int64_t num_threads_ = 0;
+    std::size_t clamped_threads_ = 0;  // openmp_threads(num_threads_) when that is > 0, else 0
     std::int64_t cpu_isa_ = 0;
     std::int64_t openmp_team_ = 0;
     std::int64_t cuda_prefill_min_m_ = 0;

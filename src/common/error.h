@@ -26,4 +26,11 @@ inline void require(bool condition, const std::string& message) {
     if (!condition) fail(WUSH_ERR_INVALID_ARGUMENT, message);
 }
 
+// The same for a message that is a literal: the string is built only on failure (the hot paths
+// check their internal invariants on every call; building a std::string of a long literal there
+// costs a heap allocation each time).
+inline void require(bool condition, const char* message) {
+    if (!condition) fail(WUSH_ERR_INVALID_ARGUMENT, message);
+}
+
 }  // namespace wush

@@ -123,6 +123,7 @@ public:
         parameters_->set(parameter, value);
     }
     std::int64_t parameter(wush_context_parameter parameter) const override { return parameters_->get(parameter); }
+    std::size_t host_threads() const override { return parameters_->threads(); }
 
     void set_stream(void* stream) override {
         if (stream != nullptr) fail(WUSH_ERR_INVALID_ARGUMENT, "a CPU context has no stream: pass NULL");

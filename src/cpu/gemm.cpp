@@ -274,7 +274,9 @@ Operands operands(const formats::FormatSpec& f, const formats::PackedMatrix& w, 
 void decode_activation_scales(const formats::FormatSpec& f, const std::uint8_t* scales, std::size_t m, std::size_t k,
                               double a_factor, const Plan& p) {
     const std::size_t groups = k / f.group;
-    if (f.scale_bytes == 1) {  // E8M0 / E4M3: a table of the 256 bytes (the loop is serial)
+    // E8M0 / E4M3 with more scales than bytes: a table of the 256 bytes (the loop is serial); one
+    // token's 12-48 scales are decoded one by one (the table took more than a small layer's call).
+    if (f.scale_bytes == 1 && m * groups > 256) {
         float table[256];
         for (int b = 0; b < 256; ++b) {
             const std::uint8_t bytes[2] = {std::uint8_t(b), 0};

@@ -3,7 +3,9 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <iterator>
 #include <string>
 
 #include "common/checked_math.h"
@@ -98,9 +100,13 @@ struct Shape {
 };
 constexpr Shape kShapes[] = {{"small_256x512", 256, 512}, {"small_512x256", 512, 256}, {"4096x4096", 4096, 4096},
                              {"4096x14336", 4096, 14336}, {"14336x4096", 14336, 4096}, {"384x384", 384, 384},
-                             {"384x1536", 384, 1536},     {"1536x384", 1536, 384}};
-constexpr const char* kShapeNames[] = {kShapes[0].name, kShapes[1].name, kShapes[2].name, kShapes[3].name,
-                                       kShapes[4].name, kShapes[5].name, kShapes[6].name, kShapes[7].name};
+                             {"384x1536", 384, 1536},     {"1536x384", 1536, 384},     {"576x576", 576, 576},
+                             {"576x192", 576, 192},       {"576x1536", 576, 1536},     {"1536x576", 1536, 576}};
+constexpr auto kShapeNames = [] {
+    std::array<const char*, std::size(kShapes)> names{};
+    for (std::size_t i = 0; i < names.size(); ++i) names[i] = kShapes[i].name;
+    return names;
+}();
 
 }  // namespace
 

@@ -47,7 +47,9 @@ struct SyntheticLayer {
 
 // Named shapes (d_in x d_out): "small_256x512", "small_512x256" (tests), "4096x4096",
 // "4096x14336", "14336x4096" (realistic LLM projections), "384x384", "384x1536", "1536x384"
-// (a small encoder's: MiniLM's attention, FFN up and FFN down). INVALID_ARGUMENT for other names.
+// (a small encoder's: MiniLM's attention, FFN up and FFN down), "576x576", "576x192", "576x1536",
+// "1536x576" (a small decoder's: SmolLM2-135M's q/o, k/v, gate/up and down projections).
+// INVALID_ARGUMENT for other names.
 // The preset names above, in that order.
 std::span<const char* const> synthetic_preset_names();
 
