@@ -31,8 +31,12 @@ namespace {
 using wush::storage::CheckpointReader;
 using wush::storage::TensorSource;
 
+// The process id in the name: ctest -j runs each test of this file as its own process, and tests
+// that write a file of the same name would read each other's.
 std::string temp_path(const std::string& name) {
-    return (std::filesystem::temp_directory_path() / ("wush_test_ck_" + name + ".safetensors")).string();
+    return (std::filesystem::temp_directory_path() /
+            ("wush_test_ck_" + name + "_" + std::to_string(::getpid()) + ".safetensors"))
+        .string();
 }
 
 // A valid one-layer MXFP4 checkpoint's parts (d_out = 4, d_in = 64, G = 32, identity transform),

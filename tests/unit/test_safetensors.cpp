@@ -115,7 +115,9 @@ TEST(Safetensors, CapsDimensionsAndEntries) {
 }
 
 TEST(Safetensors, WriterRoundTripsThroughTheReader) {
-    const std::string path = (std::filesystem::temp_directory_path() / "wush_test_roundtrip.safetensors").string();
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              ("wush_test_roundtrip_" + std::to_string(::getpid()) + ".safetensors"))
+                                 .string();
     const std::vector<float> a = {1.5f, -2.0f, 3.25f, 0.0f, 5.0f, 6.0f};
     const std::vector<std::uint8_t> b = {7, 8, 9};
     wush::storage::write_file(path,
@@ -139,7 +141,7 @@ TEST(Safetensors, WriterRoundTripsThroughTheReader) {
 }
 
 TEST(Safetensors, FailedWriteLeavesNoFileBehind) {
-    const auto dir = std::filesystem::temp_directory_path() / "wush_test_atomic";
+    const auto dir = std::filesystem::temp_directory_path() / ("wush_test_atomic_" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     const std::string path = (dir / "out.safetensors").string();
