@@ -338,7 +338,9 @@ WUSH_API wush_status wush_context_backend(const wush_context* ctx, wush_backend*
  * never reused. */
 typedef enum wush_context_parameter {
     /* Number of CPU threads the context's work may use. 0 (the default) means OpenMP's default
-     * (OMP_NUM_THREADS or the number of cores). Bounds: [0, 4096]. */
+     * (OMP_NUM_THREADS or the number of cores). Bounds: [0, 4096]. A value above the number of
+     * processors the process may run on when it is set counts as that number (read again only
+     * when the parameter is set again). */
     WUSH_CONTEXT_NUM_THREADS = 0,
     /* Which SIMD kernels the CPU runtime (wush_quantize_activations, wush_gemm,
      * wush_linear_forward) uses: a wush_cpu_isa value (see "Runtime"). 0, the default,
