@@ -59,7 +59,7 @@ struct Result {
     std::string format, baseline;
     double ours_s, baseline_s;
     double ours_gbps = 0.0, baseline_gbps = 0.0;  // quantize vs memcpy only
-    bool excess = false;                           // l2 only: print ours_s - 2 x baseline_s
+    bool excess = false;                          // l2 only: print ours_s - 2 x baseline_s
 };
 
 struct Settings {
@@ -445,8 +445,16 @@ int bench_l2(wush_context* ctx, const Settings& s, const Case& c, const std::vec
     const auto none = [] {};
     const auto [ours, baseline] = alternating_medians(s, none, run, none, [&] { read.run(); });
     if (st != WUSH_OK) return cli::report("the runtime", st);
-    Result r{"l2", 1, c.n, c.k, wush_format_name(c.format), "l2_read_1_thread", ours, baseline,
-             double(weight_bytes) / ours * 1e-9, double(read.bytes()) / baseline * 1e-9};
+    Result r{"l2",
+             1,
+             c.n,
+             c.k,
+             wush_format_name(c.format),
+             "l2_read_1_thread",
+             ours,
+             baseline,
+             double(weight_bytes) / ours * 1e-9,
+             double(read.bytes()) / baseline * 1e-9};
     r.excess = true;
     out->push_back(r);
     return 0;

@@ -21,7 +21,7 @@ std::uint64_t sum_words(const std::uint64_t* p, std::size_t n) {
 using Line = std::uint64_t __attribute__((vector_size(64)));
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) std::uint64_t sum_lines(const std::uint64_t* p,
-                                                                                       std::size_t lines) {
+                                                                                     std::size_t lines) {
     Line s[4] = {};
     std::size_t i = 0;
     for (; i + 4 <= lines; i += 4)
