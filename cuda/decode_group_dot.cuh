@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "formats/tile_decode.h"
+#include "tile_decode.h"
 
 namespace wush::cuda {
 

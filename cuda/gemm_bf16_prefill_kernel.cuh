@@ -35,7 +35,7 @@
 #include "common/host_device.h"
 #include "cp_async.cuh"
 #include "formats/group_quantizer.h"
-#include "formats/tile_decode.h"
+#include "tile_decode.h"
 
 namespace wush::cuda::bf16_prefill_detail {
 

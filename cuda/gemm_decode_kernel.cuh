@@ -10,9 +10,9 @@
 #endif
 
 #include "decode_group_dot.cuh"
-#include "formats/tile_decode.h"
 #include "gemm_plan.h"
 #include "output_bias.cuh"
+#include "tile_decode.h"
 
 namespace wush::cuda::decode_detail {
 

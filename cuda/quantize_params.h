@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "formats/bf16_fragments.h"
+#include "bf16_fragments.h"
 #include "transforms/matrix_use.h"
 #include "wush/wush.h"
 

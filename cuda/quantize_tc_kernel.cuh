@@ -5,10 +5,10 @@
 // kernels (cuda/quantize_kernel.cuh); cuda/quantize_tc.cu says when this one is selected.
 //
 // The product: Y = X T^T by BF16 mma.sync.m16n8k16 with FP32 accumulation. T was split at prepare
-// time into T_hi + T_mid + T_lo exactly (formats/bf16_fragments.h) and laid out in B-fragment
+// time into T_hi + T_mid + T_lo exactly (bf16_fragments.h) and laid out in B-fragment
 // order; BF16 x goes into the A fragments as its own bits, F16 x as x_hi + x_lo (exact BF16
 // parts). The passes are accumulated smallest first into one FP32 accumulator, and
-// formats/mma_error_bound.h bounds the result under a stated accumulator model.
+// mma_error_bound.h bounds the result under a stated accumulator model.
 //
 // The rule that keeps the bytes the CPU's float64 definition's: per (token, group), the group's
 // scale is certified from the FP32 values (formats::certify_scaling with that bound); if it is not,
@@ -27,8 +27,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "formats/bf16_fragments.h"
-#include "formats/mma_error_bound.h"
+#include "bf16_fragments.h"
+#include "mma_error_bound.h"
 #include "quantize_kernel.cuh"
 
 namespace wush::cuda::quantize_detail {

@@ -24,9 +24,9 @@
 
 #include "cp_async.cuh"
 #include "decode_group_dot.cuh"
-#include "formats/tile_decode.h"
 #include "output_bias.cuh"
 #include "stream_decode_plan.h"
+#include "tile_decode.h"
 
 namespace wush::cuda::stream_detail {
 

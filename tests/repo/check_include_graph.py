@@ -12,7 +12,9 @@ Rules (each include `#include "folder/file"` is an arrow from the including file
   - cuda/ (a backend) does not include cpu/ (another backend), nor capi/;
   - tools/ (the `wush` program, a client of the C API) includes only the public header and its
     own files;
-  - include/wush/wush.h includes no project header.
+  - include/wush/wush.h includes no project header;
+  - every source file of cuda/ is in exactly one row of ARCHITECTURE.md's table of cuda/ parts,
+    and every file a row names exists.
 Usage: check_include_graph.py [REPO_ROOT]; prints each violation, exits 1 if there is one.
 """
 import os
@@ -29,6 +31,45 @@ def documented_order(root):
     table = text[text.index("| folder | concern |"):]
     table = table[:table.index("\n\n")]
     return ROW.findall(table)
+
+
+CUDA_FILE = re.compile(r"`([A-Za-z0-9_.]+)`")
+
+
+def cuda_rows(root):
+    """{file: [rows naming it]} from ARCHITECTURE.md's table of cuda/ parts."""
+    with open(os.path.join(root, "docs", "ARCHITECTURE.md"), encoding="utf-8") as f:
+        text = f.read()
+    if "| `cuda/` part | files |" not in text:
+        return None
+    table = text[text.index("| `cuda/` part | files |"):]
+    table = table[:table.index("\n\n")] if "\n\n" in table else table
+    named = {}
+    for line in table.splitlines()[2:]:
+        cells = line.split("|")
+        if len(cells) < 3:
+            continue
+        for name in CUDA_FILE.findall(cells[2]):
+            named.setdefault(name, []).append(cells[1].strip())
+    return named
+
+
+def cuda_table_violations(root):
+    if not os.path.isdir(os.path.join(root, "cuda")):
+        return []
+    named = cuda_rows(root)
+    if named is None:
+        return ["docs/ARCHITECTURE.md: no table of cuda/ parts"]
+    out = []
+    present = sorted(n for n in os.listdir(os.path.join(root, "cuda"))
+                     if SOURCE.search(n) or n.endswith(".map"))
+    for n in present:
+        rows = named.get(n, [])
+        if len(rows) != 1:
+            out.append("cuda/%s: in %d rows of ARCHITECTURE.md's table of cuda/ parts (one wanted)" % (n, len(rows)))
+    for n in sorted(set(named) - set(present)):
+        out.append("cuda/%s: named in ARCHITECTURE.md's table of cuda/ parts, but not there" % n)
+    return out
 
 
 REGISTRY = "capi/backend_registry.cpp"
@@ -66,7 +107,7 @@ def target_folder(root, inc, including):
 
 
 def violations(root):
-    out = []
+    out = cuda_table_violations(root)
     ORDER = documented_order(root)
     for folder in sorted(os.listdir(os.path.join(root, "src"))):
         if os.path.isdir(os.path.join(root, "src", folder)) and folder not in ORDER:
@@ -120,13 +161,15 @@ def self_test(repo):
             "src/eval/loss.cpp": '#include "cpu/kernel.h"\n',          # eval/ reaching into the leaf
             "src/attic/old.h": "",                                     # a folder the table lacks
             "tools/cmd.cpp": '#include "wush/wush.h"\n#include "eval/loss.cpp"\n',  # tools/ past the C API
+            "cuda/stray_kernel.cu": "",                                # in no row of the cuda/ table
         }
         for rel, text in bad.items():
             os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
             with open(os.path.join(tmp, rel), "w") as f:
                 f.write(text)
         found = violations(tmp)
-    wanted = ["src/eval/loss.cpp", "src/attic/", "tools/cmd.cpp"]
+    # The copied table names files the small tree lacks: those rows are reported too.
+    wanted = ["src/eval/loss.cpp", "src/attic/", "tools/cmd.cpp", "cuda/stray_kernel.cu", "cuda/gemm_table.h"]
     missed = [w for w in wanted if not any(v.startswith(w) for v in found)]
     print("check_include_graph: self-test %s (%d violations found%s)" %
           ("FAILED" if missed else "passed", len(found), ", missed " + ", ".join(missed) if missed else ""))

@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "bf16_fragments.h"
 #include "common/float_bits.h"
-#include "formats/bf16_fragments.h"
 #include "formats/block_format.h"
 #include "formats/certified_group.h"
-#include "formats/mma_error_bound.h"
+#include "mma_error_bound.h"
 #include "quantize_tc_kernel.cuh"
 #include "transforms/block_transform.h"
 #include "transforms/runtime_layer.h"

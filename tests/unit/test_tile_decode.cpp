@@ -1,4 +1,4 @@
-// The per-element arithmetic of the CUDA W4A4 GEMM kernels (src/formats/tile_decode.h), run on the
+// The per-element arithmetic of the CUDA W4A4 GEMM kernels (cuda/tile_decode.h), run on the
 // CPU against independent float64 math; an emulation of one MMA tile of each shape from the PTX
 // fragment layouts, fed exactly as the prefill kernel feeds it; and the decode kernel's split-K
 // partition (cuda/gemm_plan.h).
@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "formats/group_quantizer.h"
-#include "formats/tile_decode.h"
 #include "gemm_plan.h"
 #include "gemm_table.h"
+#include "tile_decode.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // The error bound of the tensor-core quantize's product (cuda/quantize_tc_kernel.cuh): y = T x by
 // BF16 `mma.sync.m16n8k16` with FP32 accumulation, T = T_hi + T_mid + T_lo exactly
-// (formats/bf16_fragments.h), x BF16 as given (F16: x = x_hi + x_lo exactly in BF16), the passes
+// (bf16_fragments.h), x BF16 as given (F16: x = x_hi + x_lo exactly in BF16), the passes
 // accumulated into one FP32 accumulator smallest first (x_lo before x_hi; within each, T_lo, T_mid,
 // T_hi; within a pass, the k-steps of 16 inputs in order).
 //
@@ -34,7 +34,7 @@
 // passes so far, the current one whole), times 1.01 for the errors already made. Summing the
 // instruction errors:
 //     |y_i - (T x)_i| <= 24 x 2^-23 x 1.01 x KS x sum_p prefix_p + N_res X + slack
-// (KS = G / 16 instructions per pass; N_res: the split's residual, formats/bf16_fragments.h).
+// (KS = G / 16 instructions per pass; N_res: the split's residual, bf16_fragments.h).
 // For BF16 x and G = 32 that is about 2 x 24 x 2^-23 ||T|| ||x|| (the hi pass dominates), about
 // 2.7 times the CUDA-core chain's (G + 2) 2^-24 ||T|| ||x||. Per element, not per group: the kernel
 // recomputes in float64 only the elements within the bound of a boundary.
@@ -42,8 +42,8 @@
 
 #include <cmath>
 
+#include "bf16_fragments.h"
 #include "common/host_device.h"
-#include "formats/bf16_fragments.h"
 #include "formats/certified_constants.h"
 
 namespace wush::tc {

@@ -20,7 +20,7 @@
 // subtraction is exact in float32 (Sterbenz). The one inexact case is underflow: a part below
 // BF16's smallest normal (2^-126, |t| < about 2^-110) is dropped (tensor cores may flush BF16
 // subnormals) and the dropped amount is kept as the residual, whose row norm the error bound adds
-// (formats/mma_error_bound.h). Non-finite parts make the residual infinite: never certified.
+// (cuda/mma_error_bound.h). Non-finite parts make the residual infinite: never certified.
 #pragma once
 
 #include <cmath>
