@@ -604,12 +604,19 @@ class Linear(_Handle):
         super().__init__(_new("wush_linear_create", self.ctx.ptr, transform.ptr, qweight.ptr))
         _, _, self.d_out, self.d_in = qweight.info()
         self._ws = np.empty(0, np.uint8)
+        # The declared C functions of the per-call path, looked up once (QuantizedLinear calls
+        # run_raw for every token of a decode: the lookups were a share of its host time).
+        lib = _ffi.lib()
+        self._workspace_fn = lib.wush_linear_workspace_size
+        self._run_fn, self._run_bias_fn = lib.wush_linear_run, lib.wush_linear_run_bias
 
     def workspace_size(self, n_tokens: int) -> int:
         """Bytes of workspace :meth:`run_raw` needs for up to ``n_tokens`` tokens (host memory on
         a CPU context, device memory on a CUDA one)."""
         need = ctypes.c_size_t()
-        _call("wush_linear_workspace_size", self.ctx.ptr, self.ptr, int(n_tokens), ctypes.byref(need))
+        status = self._workspace_fn(self.ctx.ptr, self.ptr, int(n_tokens), ctypes.byref(need))
+        if status:
+            _check("wush_linear_workspace_size", status)
         return need.value
 
     def run_raw(self, x_dtype: Any, x_ptr: int, n_tokens: int, y_dtype: Any, y_ptr: int, y_count: int,
@@ -618,13 +625,19 @@ class Linear(_Handle):
         a CUDA context, where the work is enqueued on the context's stream). With ``bias_ptr``
         (d_out values of ``bias_dtype``, in the same memory as x): ``wush_linear_run_bias``. The
         caller keeps the buffers alive for the call (CPU) or until the stream has run it (CUDA)."""
+        # ctypes converts the arguments by the declared argtypes (an int or an IntEnum as is);
+        # int() is kept for the callers that pass numpy integers.
         if bias_ptr:
-            _call("wush_linear_run_bias", self.ctx.ptr, self.ptr, int(x_dtype), ctypes.c_void_p(x_ptr),
-                  int(n_tokens), int(bias_dtype), ctypes.c_void_p(bias_ptr), self.d_out, int(y_dtype),
-                  ctypes.c_void_p(y_ptr), int(y_count), ctypes.c_void_p(ws_ptr or None), int(ws_bytes))
+            status = self._run_bias_fn(self.ctx.ptr, self.ptr, int(x_dtype), x_ptr, int(n_tokens), int(bias_dtype),
+                                       bias_ptr, self.d_out, int(y_dtype), y_ptr, int(y_count), ws_ptr or None,
+                                       int(ws_bytes))
+            if status:
+                _check("wush_linear_run_bias", status)
             return
-        _call("wush_linear_run", self.ctx.ptr, self.ptr, int(x_dtype), ctypes.c_void_p(x_ptr), int(n_tokens),
-              int(y_dtype), ctypes.c_void_p(y_ptr), int(y_count), ctypes.c_void_p(ws_ptr or None), int(ws_bytes))
+        status = self._run_fn(self.ctx.ptr, self.ptr, int(x_dtype), x_ptr, int(n_tokens), int(y_dtype), y_ptr,
+                              int(y_count), ws_ptr or None, int(ws_bytes))
+        if status:
+            _check("wush_linear_run", status)
 
     def __call__(self, x: Any, out_dtype: str = "f32", bias: Any = None) -> Any:
         """y (n, d_out) float32 for host activations x (n, d_in); ``bias`` (d_out values, float32

@@ -4,6 +4,7 @@ and the CPU scratch buffer its layers share per thread.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from typing import Optional
 
@@ -24,6 +25,9 @@ class _ThreadWorkspace(threading.local):
 
     def __init__(self) -> None:
         self.buffer: Optional[torch.Tensor] = None
+        # wush_linear_workspace_size's output, made once per thread (forward's fast path)
+        self.need = ctypes.c_size_t()
+        self.need_ref = ctypes.byref(self.need)
 
     def get(self, nbytes: int) -> torch.Tensor:
         if self.buffer is None or self.buffer.numel() < nbytes:
@@ -67,6 +71,7 @@ class QuantizedLinear(nn.Module):
             self.register_parameter("bias", None)
         self._ws: Optional[torch.Tensor] = None
         self._ws_tokens = 0
+        self._out_shape: tuple = (None, None)  # (input shape, output shape) of the last fast call
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, format={self.format}, "
@@ -85,8 +90,46 @@ class QuantizedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
             raise ValueError(f"input width {x.shape[-1]} != in_features {self.in_features}")
-        if (x.device.type == "cuda") != self._cuda:
+        if x.is_cuda != self._cuda:
             raise ValueError(f"a {'CUDA' if self._cuda else 'CPU'} wush layer got a tensor on {x.device}")
+        dtype = x.dtype
+        if not self._cuda and (dtype is torch.float32 or dtype is torch.bfloat16) and x.is_contiguous():
+            # The common case (a decode step: one token), the C calls made here on ctypes functions
+            # looked up at construction: the library reads x where it lies and writes y in x's
+            # dtype (bf16: the same bits as converting its float32 result afterwards), allocated
+            # in the output's shape, so no reshape, detach, copy or conversion on either side.
+            shape = x.shape
+            cached = self._out_shape
+            if cached[0] != shape:
+                cached = self._out_shape = (shape, shape[:-1] + (self.out_features,))
+            y = x.new_empty(cached[1])
+            n = x.numel() // self.in_features
+            if n:
+                rt = self.runtime
+                ctx_ptr, layer_ptr = rt.ctx.ptr, rt.ptr  # ValueError for a closed handle, as before
+                tw = _CPU_WORKSPACE
+                status = rt._workspace_fn(ctx_ptr, layer_ptr, n, tw.need_ref)
+                if status:
+                    _core._check("wush_linear_workspace_size", status)
+                ws = tw.get(tw.need.value or 1)
+                code = _FAST_DTYPE[dtype]
+                # The bias as it is at this call (a replaced parameter or .data is seen): read
+                # where it lies when the library takes it as stored, else _library_bias's copy.
+                b = self._parameters.get("bias", _core)
+                if b is not None and (b is _core or b.dtype not in _TORCH_DTYPES or not b.is_contiguous()):
+                    b = self._library_bias()
+                if b is None:
+                    status = rt._run_fn(ctx_ptr, layer_ptr, code, x.data_ptr(), n, code, y.data_ptr(), y.numel(),
+                                        ws.data_ptr(), ws.numel())
+                    if status:
+                        _core._check("wush_linear_run", status)
+                else:
+                    status = rt._run_bias_fn(ctx_ptr, layer_ptr, code, x.data_ptr(), n, _TORCH_DTYPES[b.dtype],
+                                             b.data_ptr(), self.out_features, code, y.data_ptr(), y.numel(),
+                                             ws.data_ptr(), ws.numel())
+                    if status:
+                        _core._check("wush_linear_run_bias", status)
+            return y
         shape = x.shape
         x2 = x.detach().reshape(-1, shape[-1])
         if x2.dtype not in _TORCH_DTYPES:
@@ -119,3 +162,5 @@ class QuantizedLinear(nn.Module):
 
 
 _TORCH_DTYPES = {torch.float32: _core.DType.F32, torch.float16: _core.DType.F16, torch.bfloat16: _core.DType.BF16}
+# forward's fast path: the dtypes the library both reads and writes, as plain ints
+_FAST_DTYPE = {torch.float32: int(_core.DType.F32), torch.bfloat16: int(_core.DType.BF16)}

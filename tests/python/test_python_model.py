@@ -428,8 +428,9 @@ class QuantizedLinearBias(unittest.TestCase):
             bias = (torch.randn(d_out, generator=g) * 4).to(b_dtype)
             ql = wt.QuantizedLinear(t, q, bias)
             seen = []
-            run_raw = ql.runtime.run_raw
-            ql.runtime.run_raw = lambda *a, **k: (seen.append(a[8:]), run_raw(*a, **k))[1]
+            # the C function itself (forward's fast path calls it without run_raw): bias dtype, pointer
+            run = ql.runtime._run_bias_fn
+            ql.runtime._run_bias_fn = lambda *a: (seen.append(a[5:7]), run(*a))[1]
             for x_dtype in (torch.float32, torch.bfloat16, torch.float16):
                 for m in (1, 5, 33):
                     x = torch.randn(2, m, d_in, generator=g).to(x_dtype)
@@ -439,6 +440,83 @@ class QuantizedLinearBias(unittest.TestCase):
                     self.assertTrue(torch.equal(got, want), f"bias {b_dtype}, x {x_dtype}, m {m}")
             # the bias itself (dtype and storage) reached the C call
             self.assertTrue(seen and all(s == (wt._TORCH_DTYPES[b_dtype], ql.bias.data_ptr()) for s in seen), seen[:1])
+
+
+class QuantizedLinearCall(unittest.TestCase):
+    """forward's fast path (CPU, contiguous float32 or bfloat16: a decode step) and the general
+    path give the same bits; the bias used is the layer's bias at the call (replaced, reassigned,
+    changed in place, removed), never one captured earlier; bad inputs raise as before."""
+
+    def setUp(self):
+        g = self.g = torch.Generator().manual_seed(23)
+        d_in, d_out = self.d_in, self.d_out = 96, 40
+        w = torch.randn(d_out, d_in, generator=g) / d_in ** 0.5
+        self.t = wush.Transform.fixed("hadamard", d_in, 32)
+        self.q = wush.QWeight.create(self.t, w.numpy(), "mxfp4")
+        self.plain = wt.QuantizedLinear(self.t, self.q, None)
+
+    def want(self, x, bias):
+        y = self.plain(x.float())
+        return (y if bias is None else y + bias.float()).to(x.dtype)
+
+    def test_fast_path_equals_general_path(self):
+        ql = wt.QuantizedLinear(self.t, self.q, torch.randn(self.d_out, generator=self.g))
+        for dtype in (torch.float32, torch.bfloat16):
+            for shape in ((1, 1), (1,), (3, 5), (0,), (2, 0, 4)):
+                x = torch.randn(*shape, self.d_in, generator=self.g).to(dtype)
+                # the same values, not contiguous: the general path (detach, reshape, contiguous)
+                strided = torch.randn(*shape, 2 * self.d_in, generator=self.g).to(dtype)[..., ::2]
+                strided.copy_(x)
+                self.assertTrue(strided.is_contiguous() == (x.numel() == 0))  # an empty one counts as contiguous
+                fast, general = ql(x), ql(strided)
+                self.assertEqual(fast.shape, (*shape, self.d_out))
+                self.assertEqual(fast.dtype, dtype)
+                self.assertTrue(torch.equal(fast, general), (dtype, shape))
+                self.assertTrue(torch.equal(fast, self.want(x, ql.bias)), (dtype, shape))
+        x = torch.randn(1, 1, self.d_in, generator=self.g, requires_grad=True)
+        self.assertFalse(ql(x).requires_grad)
+
+    def test_bias_replaced_after_construction(self):
+        ql = wt.QuantizedLinear(self.t, self.q, torch.randn(self.d_out, generator=self.g))
+        xs = [torch.randn(1, 1, self.d_in, generator=self.g).to(d) for d in (torch.float32, torch.bfloat16,
+                                                                            torch.float16)]
+
+        def check(what):
+            for x in xs:
+                for _ in range(2):  # a second call after the first one's state
+                    self.assertTrue(torch.equal(ql(x), self.want(x, ql.bias)), (what, x.dtype))
+
+        check("as constructed")
+        ql.bias = torch.nn.Parameter(torch.randn(self.d_out, generator=self.g) * 3, requires_grad=False)
+        check("a new Parameter")
+        ql.bias.data = torch.randn(self.d_out, generator=self.g).to(torch.bfloat16)
+        check("new .data of another dtype")
+        with torch.no_grad():
+            ql.bias.add_(5.0)
+        check("changed in place")
+        ql.load_state_dict({"bias": torch.randn(self.d_out, generator=self.g)})
+        check("load_state_dict")
+        ql.bias = torch.nn.Parameter(torch.randn(self.d_out, generator=self.g, dtype=torch.float64),
+                                     requires_grad=False)
+        check("float64: converted per call")
+        ql.bias.data = torch.randn(2 * self.d_out, generator=self.g)[::2]
+        self.assertFalse(ql.bias.is_contiguous())
+        check("not contiguous")
+        ql.bias = None
+        check("removed")
+        self.assertTrue(torch.equal(ql(xs[0]), self.plain(xs[0])))
+
+    def test_errors_unchanged(self):
+        ql = self.plain
+        with self.assertRaisesRegex(ValueError, rf"^input width {self.d_in + 1} != in_features {self.d_in}$"):
+            ql(torch.randn(1, 1, self.d_in + 1))
+        with self.assertRaisesRegex(ValueError, rf"^input width {self.d_in + 1} != in_features {self.d_in}$"):
+            ql(torch.randn(1, self.d_in + 1).bfloat16())
+        nan = torch.full((1, self.d_in), float("nan"))
+        with self.assertRaises(wush.WushError) as e:
+            ql(nan)
+        self.assertEqual(e.exception.status_name, "WUSH_ERR_NON_FINITE")
+        self.assertTrue(e.exception.function.startswith("wush_linear_run"), e.exception.function)
 
 
 class SharedCpuWorkspace(unittest.TestCase):
@@ -461,9 +539,9 @@ class SharedCpuWorkspace(unittest.TestCase):
         layers, xs = self.layers()
         wt.release_cpu_workspace()
         seen = []
-        for ql in layers:
-            run_raw = ql.runtime.run_raw
-            ql.runtime.run_raw = lambda *a, run_raw=run_raw: (seen.append(a[6:8]), run_raw(*a))[1]
+        for ql in layers:  # the C function (forward's fast path calls it without run_raw): workspace, bytes
+            run = ql.runtime._run_fn
+            ql.runtime._run_fn = lambda *a, run=run: (seen.append(a[8:10]), run(*a))[1]
         for ql, x in zip(layers, xs):
             self.assertTrue(torch.equal(ql(x), torch.from_numpy(ql.runtime(x.numpy()))))
         need = max(ql.runtime.workspace_size(40) for ql in layers)
