@@ -156,6 +156,24 @@ def perplexity(model, batches) -> float:
     return math.exp(nll / count)
 
 
+def mean_kl(reference, model, batches) -> Tuple[float, float]:
+    """The mean per-token KL divergence KL(reference || model) of the next-token distributions
+    (in float64, at every position of each window), as the mean over the windows (the documents)
+    of each window's per-token mean, and that mean's standard error over the windows (NaN for
+    one window)."""
+    import torch
+    per_window: List[float] = []
+    with torch.no_grad():
+        for b in batches:
+            p = torch.log_softmax(reference(b).logits.double(), dim=-1)
+            q = torch.log_softmax(model(b).logits.double(), dim=-1)
+            per_window += (p.exp() * (p - q)).sum(-1).mean(-1).tolist()
+    n = len(per_window)
+    mean = sum(per_window) / n
+    se = math.sqrt(sum((v - mean) ** 2 for v in per_window) / (n - 1) / n) if n > 1 else float("nan")
+    return mean, se
+
+
 def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -353,12 +371,14 @@ def cmd_eval(a: argparse.Namespace) -> int:
     out: Dict[str, Any] = {"model": type(model).__name__}
     if causal:
         batches = token_batches(tok, a.text, a.seq_len, a.max_samples)
-        out.update({"metric": "perplexity", "tokens": sum(b.numel() for b in batches),
+        out.update({"metric": "perplexity; KL(unquantized || quantized) per token, mean over windows",
+                    "tokens": sum(b.numel() for b in batches), "windows": sum(b.shape[0] for b in batches),
                     "ppl": perplexity(model, batches)})
     else:
         sentences = read_sentences(a.text)[: a.max_samples]
         ref = wt.embed(model, tok, sentences, wt.pooling_config(a.model_dir), max_length=a.seq_len)
         out.update({"metric": "embedding cosine to the unquantized model", "sentences": len(sentences)})
+    reference = model if causal else None  # the KL's reference, kept beside each quantized model
     del model
     rows = []
     for folder in a.quantized or []:
@@ -367,6 +387,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
                                "quantized_layers": sum(isinstance(m, wt.QuantizedLinear) for m in qm.modules())}
         if causal:
             row["ppl"] = perplexity(qm, batches)
+            row["kl"], row["kl_se"] = mean_kl(reference, qm, batches)
         else:
             e = wt.embed(qm, tok, sentences, wt.pooling_config(folder), max_length=a.seq_len)
             c = torch.nn.functional.cosine_similarity(e, ref, dim=-1)
@@ -388,14 +409,16 @@ def cmd_eval(a: argparse.Namespace) -> int:
 
 
 def _table(out: Dict[str, Any]) -> str:
-    head = "| model | method | transform | format | " + ("perplexity |" if "ppl" in out else "cosine mean | cosine min |")
+    head = "| model | method | transform | format | " + ("perplexity | KL (± s.e.) |" if "ppl" in out
+                                                        else "cosine mean | cosine min |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     if "ppl" in out:
-        lines.append(f"| unquantized | - | - | - | {out['ppl']:.4f} |")
+        lines.append(f"| unquantized | - | - | - | {out['ppl']:.4f} | 0 |")
     else:
         lines.append("| unquantized | - | - | - | 1 | 1 |")
     for r in out.get("quantized", []):
-        vals = f"{r['ppl']:.4f} |" if "ppl" in r else f"{r['cosine_mean']:.4f} | {r['cosine_min']:.4f} |"
+        vals = (f"{r['ppl']:.4f} | {r['kl']:.4g} ± {r['kl_se']:.2g} |" if "ppl" in r
+                else f"{r['cosine_mean']:.4f} | {r['cosine_min']:.4f} |")
         transform = f"{r['transform']}+s" if r.get("search") else r["transform"]  # as quantize-model names it
         name = _core.printable(os.path.basename(r["folder"].rstrip("/")))
         lines.append(f"| {name} | {r['method']} | {transform} | {r['format']} | {vals}")
