@@ -33,10 +33,7 @@ to 4-bit rounding, far better than the codes alone. Needs torch, transformers, s
 (the torch venv). Exit 1 on failure.
 """
 import atexit
-import contextlib
 import hashlib
-import io
-import json
 import os
 import shutil
 import tempfile
@@ -54,7 +51,8 @@ from safetensors import safe_open  # noqa: E402
 from safetensors.numpy import load_file, save_file  # noqa: E402
 
 import wush  # noqa: E402
-from wush.__main__ import main as cli, token_batches  # noqa: E402
+from wush.__main__ import token_batches  # noqa: E402
+from cli_run import cli_run  # noqa: E402
 from tiny_model import make_text, make_tiny_llama  # noqa: E402
 
 torch.set_num_threads(2)
@@ -222,11 +220,9 @@ def identity_transform_folder(folder, out):
 
 def quantize(fmt):
     out = os.path.join(TMP, f"out-{fmt}")
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        rc = cli(["quantize-model", MODEL, "--calib", CALIB, "--format", fmt, "--transform", "wush", "--method", "rtn",
-                  "--out", out, "--seq-len", "64", "--max-samples", "16"])
-    assert rc == 0, (fmt, rc, buf.getvalue())
+    rc, _, err = cli_run("quantize-model", MODEL, "--calib", CALIB, "--format", fmt, "--transform", "wush",
+                         "--method", "rtn", "--out", out, "--seq-len", "64", "--max-samples", "16")
+    assert rc == 0, (fmt, rc, err)
     return out
 
 
@@ -295,11 +291,10 @@ class Faithful(unittest.TestCase):
         # eval-model's KL (issue 57, item 2) on the same four windows: its mean and its standard
         # error over the windows against this test's own float64 figures (the reference there is
         # the float32 model, here the float64 one: they agree far below the KL itself).
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            rc = cli(["eval-model", MODEL, "--text", HELD, "--quantized", folder, "--seq-len", "64", "--max-samples", "4"])
-        self.assertEqual(rc, 0)
-        row = json.loads(buf.getvalue())["quantized"][0]
+        rc, ev, err = cli_run("eval-model", MODEL, "--text", HELD, "--quantized", folder, "--seq-len", "64",
+                              "--max-samples", "4")
+        self.assertEqual(rc, 0, err)
+        row = ev["quantized"][0]
         rt = log_probs(wush.load_quantized(folder), self.ids)
         per_window = (self.fp.exp() * (self.fp - rt)).sum(-1).mean(-1).numpy()
         se = per_window.std(ddof=1) / np.sqrt(len(per_window))

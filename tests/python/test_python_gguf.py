@@ -23,8 +23,6 @@ F32 (embedding, norms), F16, Q8_0 (the output layer), Q4_1 and Q4_0 (the blocks'
   of garbage, an empty file (no traceback: the child process's stderr is one line).
 """
 import atexit
-import contextlib
-import io
 import json
 import math
 import os
@@ -52,7 +50,7 @@ except ImportError:
 
 import wush  # noqa: E402
 import wush.torch as wt  # noqa: E402
-from wush.__main__ import main as cli  # noqa: E402
+from cli_run import cli_run  # noqa: E402
 from tiny_model import make_text, make_tiny_llama  # noqa: E402
 
 torch.set_num_threads(2)
@@ -154,13 +152,6 @@ GGUF = os.path.join(GGUF_DIR, "tiny-mixed.gguf")
 WRITTEN = write_gguf(GGUF)
 
 
-def cli_run(*args):
-    """(exit status, last stdout line as JSON or None, stderr) of the command, in this process."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli([str(a) for a in args])
-    lines = out.getvalue().strip().splitlines()
-    return rc, (json.loads(lines[-1]) if lines and rc == 0 else None), err.getvalue()
 
 
 def child(*args):

@@ -23,9 +23,7 @@
   refused by SentenceTransformer without wush.
 """
 import atexit
-import contextlib
 import importlib.util
-import io
 import json
 import os
 import pathlib
@@ -47,7 +45,7 @@ from safetensors import safe_open  # noqa: E402
 
 import wush  # noqa: E402
 import wush.torch as wt  # noqa: E402
-from wush.__main__ import main as cli  # noqa: E402
+from cli_run import cli_run  # noqa: E402
 from tiny_model import make_text, make_tiny_llama  # noqa: E402
 
 torch.set_num_threads(2)
@@ -60,12 +58,6 @@ IDS = torch.tensor([[3, 7, 11, 2, 5, 9, 4, 1]])
 CHILD_ENV = dict(os.environ, PYTHONPATH=str(script_setup.ROOT / "python"), PYTHONDONTWRITEBYTECODE="1")
 
 
-def cli_run(*args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli([str(a) for a in args])
-    lines = out.getvalue().strip().splitlines()
-    return rc, (json.loads(lines[-1]) if lines and rc == 0 else None), err.getvalue()
 
 
 def child(code):

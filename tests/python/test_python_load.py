@@ -26,8 +26,6 @@ WUSH, on 96 calibration sentences (the rest of its matrix would add minutes for 
 The MiniLM cases are skipped when the model package is missing.
 """
 import atexit
-import contextlib
-import io
 import json
 import os
 import pathlib
@@ -48,7 +46,7 @@ from safetensors.torch import load_file  # noqa: E402
 
 import wush  # noqa: E402
 import wush.torch as wt  # noqa: E402
-from wush.__main__ import main as cli  # noqa: E402
+from cli_run import cli_run  # noqa: E402
 from interop_common import GROUP, decode_reference, pack_nibbles, quantize_reference  # noqa: E402
 from test_fp_quant_export import fp_quant_forward  # noqa: E402
 from tiny_model import make_text, make_tiny_llama  # noqa: E402
@@ -62,13 +60,6 @@ open(CALIB, "w").write(make_text(6000, 1))
 open(HELD, "w").write(make_text(3000, 2))
 
 
-def cli_run(*args):
-    """(exit status, last stdout line as JSON or None, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli([str(a) for a in args])
-    lines = out.getvalue().strip().splitlines()
-    return rc, (json.loads(lines[-1]) if lines and rc == 0 else None), err.getvalue()
 
 
 def folder_tensors(folder):
