@@ -69,9 +69,12 @@ __device__ __forceinline__ double element_f64(const QuantizeArgs& a, const float
 }
 
 // kSplitX: x is F16 (split in two BF16 parts); else BF16. A template parameter, so that the BF16
-// instantiation holds one set of A fragments in registers.
+// instantiation holds one set of A fragments in registers. At least 3 blocks per SM caps it at 170
+// registers: with the bare block size, ptxas (CUDA 13, sm_90) held the BF16 MXFP4 and MXFP4_OCP
+// instantiations at 96 registers and spilled 18-22 bytes; capped at 128 (4 blocks), 8 bytes. With
+// this cap none spills (146-153 registers), which tests/cuda/check_ptxas.sh checks.
 template <wush_format F, bool kSplitX>
-__global__ void __launch_bounds__(kThreads) quantize_tc_kernel(const QuantizeArgs a) {
+__global__ void __launch_bounds__(kThreads, 3) quantize_tc_kernel(const QuantizeArgs a) {
 #if defined(WUSH_CUDA_HOST_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800)
     constexpr int G = Fmt<F>::G, SB = Fmt<F>::SB, CB = Fmt<F>::kCodeBytes;
     constexpr int KS = tc::k_steps(G), NT = tc::n_tiles(G);

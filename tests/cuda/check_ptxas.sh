@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The hot CUDA kernels' roofline checks, without a GPU (ctest label `ptxas`). For sm_80 and sm_90
-# (and sm_90a when the build's architectures name it), compiles the fused quantize, decode,
-# prefill and streaming decode kernels with ptxas's resource report, then fails on:
+# (and sm_90a when the build's architectures name it), compiles every kernel family (the fused
+# quantize on CUDA cores and on tensor cores, decode, prefill, BF16 prefill and streaming decode)
+# with ptxas's resource report, then fails on:
 #   1. local memory: any stack frame or spill ("nothing goes to local memory" as a check);
 #   2. a missing designed instruction in the SASS (cuobjdump, from PyPI's nvidia-cuda-cuobjdump,
 #      installed by scripts/install-deps.sh into .devdeps/venv-cudatools): IMMA in the prefill
-#      kernel, IDP.4A in both decode kernels, LDGSTS (cp.async) in the streaming one;
+#      kernel, HMMA in the tensor-core quantize and the BF16 prefill, IDP.4A in both decode
+#      kernels, LDGSTS (cp.async) in the streaming one;
 #   3. the streaming decode kernel's weight bytes in flight per SM under its budget: ring stages x
 #      stage bytes x the blocks per SM that ptxas's registers and the shared memory allow
 #      (tests/cuda/roofline.cpp, from cuda/stream_decode_plan.h's constants).
@@ -105,11 +107,13 @@ case ",$archs_in," in *",90a,"* | *",90a-real,"*) codes+=(90a:sm_90a) ;; esac
 status=0
 for ac in "${codes[@]}"; do
   arch=${ac%%:*}; code=${ac#*:}
-  for file in quantize_kernel.cu gemm_decode.cu gemm_prefill.cu stream_decode.cu; do
+  for file in quantize_kernel.cu quantize_tc.cu gemm_decode.cu gemm_prefill.cu gemm_bf16_prefill.cu stream_decode.cu; do
     compile "$src/cuda/$file" "$arch" "$code"
     local_memory "$out/$file.$code.log" "$code $file" || status=1
   done
   designed "$out/gemm_prefill.cu.$code.o" prefill_gemm_kernel IMMA || status=1
+  designed "$out/quantize_tc.cu.$code.o" quantize_tc_kernel HMMA || status=1
+  designed "$out/gemm_bf16_prefill.cu.$code.o" bf16_prefill_kernel HMMA || status=1
   designed "$out/gemm_decode.cu.$code.o" decode_gemm_kernel IDP.4A || status=1
   designed "$out/stream_decode.cu.$code.o" stream_decode_kernel IDP.4A || status=1
   designed "$out/stream_decode.cu.$code.o" stream_decode_kernel LDGSTS || status=1
