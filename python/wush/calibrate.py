@@ -3,8 +3,9 @@ libwush calibrator, and running the model over the calibration batches.
 
 Memory: a calibrator keeps moments (d_in*G doubles per layer block-diagonal, d_in^2 full for
 GPTQ) and, with the per-block search, bounded token samples (``search_tokens`` and at most
-``validation_size`` tokens of d_in floats each), so calibration memory does not grow with the
-number of tokens.
+``validation_size`` tokens of d_in floats each), so a calibrator's memory does not grow with the
+number of tokens. GPTQ's block-by-block pass also keeps one block's input and output hidden states
+for every calibration token (:class:`BlockInputs`).
 """
 
 from __future__ import annotations
@@ -71,10 +72,20 @@ class HookCalibration:
         self._mask = None
 
     def _start(self, _module: nn.Module, _args: Tuple, kwargs: Dict[str, Any]) -> None:
+        self.begin_pass(kwargs.get("attention_mask"))
+
+    def begin_pass(self, attention_mask: Any = None) -> None:
+        """Starts a forward pass whose (batch, seq) token mask is ``attention_mask`` (the model's
+        own keyword; None: every position is a token). The model's forward calls it through a
+        hook; :class:`BlockInputs`, which runs blocks without the model, calls it directly."""
         self._reset()
-        mask = kwargs.get("attention_mask")
+        mask = attention_mask
         if isinstance(mask, torch.Tensor) and mask.dim() == 2 and not bool(mask.bool().all()):
             self._mask = mask.bool()
+
+    def end_pass(self) -> None:
+        """Ends a forward pass: drops the inputs held for the pass's shared-input matching."""
+        self._reset()
 
     def _add(self, cal: Calibrator, x: torch.Tensor, d_in: int) -> None:
         """Adds ``x``'s rows without the padded positions of this pass's attention mask; a
@@ -157,25 +168,102 @@ def calibrate(model: nn.Module, batches: Iterable, layers: Optional[Dict[str, nn
     return hc.calibrators
 
 
-class _Stop(Exception):
-    pass
+def _run_all(model: nn.Module, batches: List, before: Optional[Callable[[int], None]] = None) -> None:
+    """Runs every batch (``before(i)`` first, if given)."""
+    for i, b in enumerate(batches):
+        if before is not None:
+            before(i)
+        _run(model, b)
 
 
-def _run_all(model: nn.Module, batches: List, stop_at: Optional[nn.Module] = None,
-             before: Optional[Callable[[int], None]] = None) -> None:
-    """Runs every batch (``before(i)`` first, if given); with ``stop_at``, each forward pass ends
-    after that module (the hooks before it have seen their inputs)."""
-    def raise_stop(*_: Any) -> None:
-        raise _Stop()
-    stop = stop_at.register_forward_hook(raise_stop) if stop_at is not None else None
-    try:
-        for i, b in enumerate(batches):
-            if before is not None:
-                before(i)
-            try:
+def _is_cache(v: Any) -> bool:
+    """A transformers key/value cache (duck-typed: the package need not be imported here)."""
+    return hasattr(v, "update") and hasattr(v, "get_seq_length")
+
+
+def _first(out: Any) -> torch.Tensor:
+    """A block's output hidden states: the tensor, or the first element of its tuple."""
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+class BlockInputs:
+    """The inputs of each transformer block for every batch, kept in memory so that block ``i``
+    runs on the outputs of blocks ``0..i-1`` as they are now (quantized, for GPTQ) without a
+    forward pass from the embeddings each time: linear in the depth, where re-running the prefix
+    is quadratic. Memory: one block's input and output hidden states for all batches (tokens x
+    hidden size floats, twice), and references to each block's other arguments.
+
+    One float forward pass of ``model`` over ``batches`` records, per block and batch, the
+    arguments besides the hidden states (masks, position embeddings: computed by the model before
+    its blocks, the same whatever the hidden states are; a key/value cache is dropped and
+    ``use_cache`` turned off, which leaves a single forward pass's result unchanged), and block
+    0's hidden states. :meth:`inputs` then advances the hidden states block by block."""
+
+    def __init__(self, model: nn.Module, blocks: nn.ModuleList, batches: List):
+        self.blocks, self.batches = blocks, batches
+        self.masks = [b.get("attention_mask") if isinstance(b, dict) else None for b in batches]
+        self.args: List[List[Tuple[Tuple, Dict[str, Any]]]] = [[] for _ in blocks]
+        self.hidden: List[torch.Tensor] = []
+        self.at = 0  # the block whose inputs ``hidden`` holds
+
+        passed: List[torch.Tensor] = []  # what the previous block returned besides its hidden states
+
+        def record(index: int) -> Any:
+            def hook(_m: nn.Module, args: Tuple, kwargs: Dict[str, Any]) -> None:
+                if index > 0 and any(v is p for v in (*args[1:], *kwargs.values()) for p in passed):
+                    raise ValueError(f"block {index} takes an output of block {index - 1} besides the hidden "
+                                     f"states (e.g. a position bias): GPTQ's block-by-block pass does not "
+                                     f"support such a model")
+                kwargs = {k: (None if _is_cache(v) else v) for k, v in kwargs.items()}
+                if "use_cache" in kwargs:
+                    kwargs["use_cache"] = False
+                if args:
+                    hidden, rest = args[0], tuple(None if _is_cache(v) else v for v in args[1:])
+                else:
+                    hidden, rest = kwargs.pop("hidden_states"), ()
+                self.args[index].append((rest, kwargs))
+                if index == 0:
+                    self.hidden.append(hidden.detach())
+            return hook
+
+        def returned(_m: nn.Module, _args: Tuple, out: Any) -> None:
+            passed.clear()
+            if isinstance(out, (tuple, list)):
+                passed.extend(v for v in out[1:] if isinstance(v, torch.Tensor))
+
+        handles = [blk.register_forward_pre_hook(record(i), with_kwargs=True) for i, blk in enumerate(blocks)]
+        handles += [blk.register_forward_hook(returned) for blk in blocks]
+        try:
+            for b in batches:
                 _run(model, b)
-            except _Stop:
-                pass
-    finally:
-        if stop is not None:
-            stop.remove()
+        finally:
+            for h in handles:
+                h.remove()
+        if any(len(a) != len(batches) for a in self.args):
+            raise ValueError("a transformer block did not run exactly once per calibration batch; "
+                             "GPTQ's block-by-block pass needs each block once per forward pass")
+
+    def _call(self, index: int, j: int) -> torch.Tensor:
+        rest, kwargs = self.args[index][j]
+        return _first(self.blocks[index](self.hidden[j], *rest, **kwargs))
+
+    def inputs(self, index: int) -> None:
+        """Advances the held hidden states to block ``index``'s inputs, running the blocks in
+        between as they are now."""
+        if index < self.at:
+            raise ValueError(f"block {index}'s inputs were passed already (at block {self.at})")
+        while self.at < index:
+            self.hidden = [self._call(self.at, j).detach() for j in range(len(self.batches))]
+            self.at += 1
+
+    def run(self, index: int, hc: "HookCalibration", lo: int, hi: int,
+            before: Optional[Callable[[int], None]] = None) -> None:
+        """Runs block ``index`` (its inputs first, :meth:`inputs`) on batches ``lo..hi-1`` with
+        ``hc``'s hooks seeing its layers' inputs (``before(i - lo)`` before batch i)."""
+        self.inputs(index)
+        for j in range(lo, hi):
+            if before is not None:
+                before(j - lo)
+            hc.begin_pass(self.masks[j])
+            self._call(index, j)
+            hc.end_pass()

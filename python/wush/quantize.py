@@ -4,14 +4,15 @@ in place by a :class:`QuantizedLinear`; the result holds the transforms and quan
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+import functools
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 
 from . import _core
 from ._core import Calibrator, Checkpoint, Options, QWeight, Transform
-from .calibrate import HookCalibration, _progress, _run_all
+from .calibrate import BlockInputs, HookCalibration, _progress, _run_all
 from .layers import _block_index, _replace, dense_weight, find_blocks, select_linears, selection_error
 from .quantized_linear import QuantizedLinear
 
@@ -68,9 +69,9 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
       moments), then each layer is quantized independently.
     - ``method="gptq"``: block by block as in the paper, "WUSH: Near-Optimal Adaptive Transforms
       for LLM Quantization": the Hessians of block i are collected with blocks 0..i-1 already
-      quantized, so block i sees the inputs the quantized model produces. The forward pass is
-      re-run from the embeddings for every block and stopped after block i (quadratic in the
-      depth, but nothing but moments is kept in memory).
+      quantized, so block i sees the inputs the quantized model produces. Each block's inputs
+      for every batch are kept in memory (:class:`wush.calibrate.BlockInputs`: tokens x hidden
+      size floats, twice) and advanced one block at a time, so the cost is linear in the depth.
 
     With ``search=True`` (``transform`` "wush" or "wus"; WUSH_OPTION_SEARCH) each block's scale,
     signs and fall-backs are chosen per layer for ``format``, scored on a sample of
@@ -111,13 +112,20 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
     result.search = bool(search)
     g = _core.format_group_size(format)
 
-    def collect(hc: HookCalibration, stop_at: Optional[nn.Module] = None) -> None:
+    def collect(hc: HookCalibration, run: Callable[[int, int, Optional[Callable[[int], None]]], None]) -> None:
+        """The calibration batches (each with its documents), then the validation batches;
+        ``run(lo, hi, before)`` runs batches lo..hi-1 of calibration + validation."""
         def mark(i: int) -> None:
             hc.documents = doc_ids[i] if doc_ids is not None else None
-        _run_all(model, batches, stop_at, mark)
+        run(0, len(batches), mark)
         hc.documents = None
         hc.validation = True
-        _run_all(model, validation, stop_at)
+        run(len(batches), len(everything), None)
+
+    everything = batches + validation
+
+    def whole_model(lo: int, hi: int, before: Optional[Callable[[int], None]]) -> None:
+        _run_all(model, everything[lo:hi], before)
 
     def quantize_layers(cals: Dict[str, Calibrator], names: List[str]) -> None:
         for name in _progress(names, progress, "quantize"):
@@ -130,7 +138,7 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
     with torch.no_grad():
         if method.lower() == "rtn":
             with HookCalibration(model, selected, g, "block_diagonal", share_inputs, cal_args) as hc:
-                collect(hc)
+                collect(hc, whole_model)
             cals = hc.calibrators
             missing = [n for n in selected if n not in cals]
             if missing:
@@ -142,10 +150,13 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
         for name in selected:
             groups.setdefault(_block_index(name, prefix), []).append(name)
         order = sorted(k for k in groups if k is not None) + ([None] if None in groups else [])
+        inputs = BlockInputs(model, blocks, everything) if order[0] is not None else None
         for bi in _progress(order, progress, "blocks"):
             names = groups[bi]
             sub = {n: selected[n] for n in names}
+            # A block's layers see its inputs as the blocks before it, quantized, produce them; the
+            # layers outside the blocks, the whole quantized model's.
             with HookCalibration(model, sub, g, "full", share_inputs, cal_args) as hc:
-                collect(hc, blocks[bi] if bi is not None else None)
+                collect(hc, whole_model if bi is None else functools.partial(inputs.run, bi, hc))
             quantize_layers(hc.calibrators, names)
     return result

@@ -396,6 +396,43 @@ class ModelFlow(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "more sequences than its 3 document ids"):
             flow(search=True, documents=[[1, 1, 1], [2, 2, 2, 2]])
 
+    def test_gptq_block_inputs_equal_a_full_forward_per_block(self):
+        """GPTQ's block-by-block pass keeps each block's inputs and advances them a block at a
+        time. Oracle: the plain definition, written here on its own: for each block in turn, a
+        full forward pass of the model (the blocks before it already replaced by their quantized
+        layers) feeds full-mode calibrators of that block's layers, which are then quantized and
+        replaced. The transforms and codes must be equal bit for bit, on a 3-block model (so that a
+        block runs on inputs two quantized blocks produced)."""
+        from wush.__main__ import token_batches
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        deep = make_tiny_llama(os.path.join(TMP, "tiny3"), seed=3, n_layers=3, train_steps=20)
+        tok = AutoTokenizer.from_pretrained(deep, local_files_only=True)
+        batches = token_batches(tok, CALIB, 32, 6)
+
+        def load():
+            return AutoModelForCausalLM.from_pretrained(deep, local_files_only=True, torch_dtype=torch.float32).eval()
+
+        got = wt.quantize_model(load(), batches, format="mxfp4", transform="wush", method="gptq")
+        model = load()
+        opts = wush.Options(transform_dtype="bf16")
+        want = {}
+        with torch.no_grad():
+            for block in range(3):
+                sub = {n: m for n, m in wt.select_linears(model).items() if f"layers.{block}." in n}
+                cals = wt.calibrate(model, batches, layers=sub, fmt="mxfp4", mode="full")
+                for name, lin in sub.items():
+                    t, q = wush.layer_quantize(cals[name], lin.weight.detach(), "wush", "mxfp4", "gptq", opts)
+                    want[name] = (t, q)
+                    parent, _, child = name.rpartition(".")
+                    setattr(model.get_submodule(parent), child, wt.QuantizedLinear(t, q, lin.bias))
+        self.assertEqual(sorted(got.layers), sorted(want))
+        for name, (t, q) in want.items():
+            gt, gq = got.layers[name]
+            with self.subTest(layer=name):
+                np.testing.assert_array_equal(gt.matrices(), t.matrices())
+                for a, b in zip(gq.data(), q.data()):
+                    np.testing.assert_array_equal(a, b)
+
     def test_calibration_memory_is_moments_only(self):
         from wush.__main__ import token_batches
         from transformers import AutoTokenizer
