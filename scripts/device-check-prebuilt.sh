@@ -19,7 +19,7 @@
 # (scripts/device_verdict.py: per opt-in, its tests, its speed against the default with the
 # spread, against cuBLAS BF16 and the target, and whether it should become the default).
 # The exit status is non-zero when any stage fails or runs out of time.
-# Usage: bash scripts/device-check.sh --prebuilt DIR
+# Usage: bash scripts/device-check.sh --prebuilt DIR|DIR.tar.gz
 # shellcheck disable=SC2016,SC2054,SC2317  # bash -c bodies in single quotes, comma lists as one word, ncu_one run through bash -c
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,16 +27,25 @@ here=$(cd "$(dirname "$0")" && pwd)
   echo "usage: $0 --prebuilt DIR" >&2
   exit 2
 }
-dir=$(cd "$1" 2>/dev/null && pwd) || {
-  echo "device-check: no folder $1" >&2
-  exit 1
-}
 out=${OUT:-/tmp/wush-device-out}
 mkdir -p "$out"
 work=$(mktemp -d /tmp/wush-device-check.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 exec > >(tee "$out/run.log") 2>&1
 t0=$(date +%s)
+# DIR, or DIR.tar.gz as scripts/device-prebuild.sh writes it (unpacked here first).
+if [ -f "$1" ] && [[ $1 == *.tar.gz ]]; then
+  if ! { mkdir "$work/prebuilt" && tar -C "$work/prebuilt" -xzf "$1"; }; then
+    echo "device-check: cannot unpack $1" >&2
+    exit 1
+  fi
+  dir=$work/prebuilt
+else
+  dir=$(cd "$1" 2>/dev/null && pwd) || {
+    echo "device-check: no folder $1" >&2
+    exit 1
+  }
+fi
 stamp() { echo "[$(($(date +%s) - t0)) s] $*"; }
 
 # The stages and their limits in seconds (the issue's order; at most 480 s together).
@@ -45,7 +54,7 @@ declare -A budget=([verify]=10 [probe]=20 [optin-stream-decode]=30 [optin-tc-qua
   [bench]=180 [ncu]=60 [tests]=85 [memcheck]=25 [racecheck]=25)
 total=0
 for s in "${stages[@]}"; do total=$((total + budget[$s])); done
-echo "device-check --prebuilt $dir: stage limits (s):$(for s in "${stages[@]}"; do printf ' %s=%s' "$s" "${budget[$s]}"; done), total $total"
+echo "device-check --prebuilt $1: stage limits (s):$(for s in "${stages[@]}"; do printf ' %s=%s' "$s" "${budget[$s]}"; done), total $total"
 [ "$total" -le 480 ] || {
   echo "device-check: the stage limits add to $total s, over 480" >&2
   exit 1

@@ -2,7 +2,7 @@
 # scripts/device-check.sh --prebuilt DIR on a machine without a GPU (issue #58, item 6), on a
 # stand-in folder with the layout scripts/device-prebuild.sh makes (scripts for binaries, dummy
 # libraries, a real MANIFEST and module digest), so that it needs no CUDA build:
-#   - a complete folder: exit 0 well under 120 s, at most 8 files, results.json and verdict.json,
+#   - a complete folder, and the same as DIR.tar.gz: exit 0 well under 120 s, at most 8 files, results.json and verdict.json,
 #     every GPU stage and every verdict row "no device";
 #   - a missing binary, a module that differs from its digest, a file that differs from MANIFEST,
 #     a missing libwush: each fails within seconds, naming the problem.
@@ -80,6 +80,12 @@ for b in bad:
     print("  ", b)
 sys.exit(1 if bad else 0)
 EOF
+
+# The same folder as the archive that travels (DIR.tar.gz).
+tar -C "$tmp/good" -czf "$tmp/good.tar.gz" .
+run_check archive "$tmp/good.tar.gz"
+[ "$(cat "$tmp/archive.rc")" -eq 0 ] || fail "complete folder as .tar.gz: exit $(cat "$tmp/archive.rc"): $(tail -5 "$tmp/archive.log")"
+grep -q '"should_become_default": "no device"' "$tmp/archive.out.d/verdict.json" || fail "archive: no 'no device' verdict"
 
 # Broken folders: each must fail fast with its reason.
 broken() { # NAME EXPECTED-MESSAGE SETUP-COMMAND...
