@@ -93,7 +93,7 @@ for f in "$dir"/lib/*.so*; do
 done
 # The module's digest, of its final bytes (the core refuses a module whose digest differs).
 (cd "$dir/lib" && sha256sum libwush-cuda.so >libwush-cuda.so.sha256)
-git -C "$top" rev-parse HEAD >"$dir/COMMIT" 2>/dev/null || echo unknown >"$dir/COMMIT"
+git -C "$top" describe --always --dirty --abbrev=40 >"$dir/COMMIT" 2>/dev/null || echo unknown >"$dir/COMMIT"
 (cd "$dir" && find bin lib COMMIT -type f | LC_ALL=C sort | xargs sha256sum >MANIFEST)
 echo "device-prebuild: $(wc -l <"$dir/MANIFEST") files in $dir"
 du -sh "$dir"
