@@ -152,10 +152,11 @@ stage bench "$work/bench.err" bash -c '"$@" >"'"$work"'/bench.json"' _ "$bin/wus
 [ -f "$work/bench.err" ] && tail -20 "$work/bench.err"
 
 # Nsight Compute: one launch of each new kernel and of the default it would replace, 4096 x 4096.
+# The tools run wush-bench-cuda itself (what `wush bench --device cuda` execs), not through `wush`.
 nlog=$out/ncu.log
 ncu_one() { # VARIANT M KERNEL-REGEX
   ncu --clock-control none -k "regex:$3" -c 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
-    --section Occupancy --section LaunchStats "$bin/wush" bench --device cuda --variants "$1" --kind forward \
+    --section Occupancy --section LaunchStats "$bin/wush-bench-cuda" --device cuda --variants "$1" --kind forward \
     --layers 4096x4096 --format mxfp4 --m "$2" --timing eager --l2 warm --repeats 1
 }
 export -f ncu_one
@@ -175,10 +176,10 @@ stage tests "$tlog" bash -c 'rc=0
 
 # compute-sanitizer with every opt-in on, on a small layer, eager, one repetition.
 slog=$out/sanitizer.log
-small=(bench --device cuda --variants all --kind quantize,forward --layers small_256x512 --format mxfp4
+small=(--device cuda --variants all --kind quantize,forward --layers small_256x512 --format mxfp4
   --m 1,17,33 --timing eager --l2 warm --repeats 1)
-stage memcheck "$slog" compute-sanitizer --tool memcheck --error-exitcode 1 "$bin/wush" "${small[@]}"
-stage racecheck "$slog" compute-sanitizer --tool racecheck --error-exitcode 1 "$bin/wush" "${small[@]}"
+stage memcheck "$slog" compute-sanitizer --tool memcheck --error-exitcode 1 "$bin/wush-bench-cuda" "${small[@]}"
+stage racecheck "$slog" compute-sanitizer --tool racecheck --error-exitcode 1 "$bin/wush-bench-cuda" "${small[@]}"
 
 # ---- results.json and verdict.json ----------------------------------------------------------
 python3 "$here/device_verdict.py" --stages "$status_file" --probe "$work/probe.txt" --bench "$work/bench.json" \
