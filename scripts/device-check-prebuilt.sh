@@ -90,15 +90,30 @@ else
   device=""
 fi
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64
+# Where the toolkit's libraries are not in /usr/local/cuda/lib64 (the RPATHs' fallback), the CUDA
+# wheels of the machine's Python (nvidia-cublas, nvidia-cuda-runtime) may hold them.
+if [ -x "$dir/bin/wush-bench-cuda" ] && ldd "$dir/bin/wush-bench-cuda" 2>/dev/null | grep -q 'libcu.*not found'; then
+  for pkg in cublas cuda_runtime; do
+    d=$(python3 -c "import os, nvidia.$pkg as m; print(os.path.join(list(m.__path__)[0], 'lib'))" 2>/dev/null) &&
+      [ -d "$d" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d && echo "note: the CUDA libraries from $d"
+  done
+fi
+# Any other library must come from DIR itself (the GPU image lacks OpenBLAS and the rest), whatever
+# this machine happens to have installed: the same list as scripts/device-prebuild.sh.
+system='^(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux-x86-64|linux-vdso|libcuda|libcudart|libcublas|libcublasLt)\.so'
 for f in "$dir"/bin/* "$dir"/lib/*.so*; do
   head -c 4 "$f" | grep -q 'ELF' || continue
-  while read -r lib; do
-    if [[ $lib =~ ^lib(cuda|cudart|cublas|cublasLt)\.so ]] && [ -z "$device" ]; then
-      echo "note: ${f#"$dir"/} needs $lib, which this machine lacks (the GPU machine's CUDA toolkit has it)"
-    else
-      problems+=("${f#"$dir"/} needs $lib, which is not found")
+  while read -r lib path; do
+    if [ "$path" = "not" ]; then
+      if [[ $lib =~ ^lib(cuda|cudart|cublas|cublasLt)\.so ]] && [ -z "$device" ]; then
+        echo "note: ${f#"$dir"/} needs $lib, which this machine lacks (the GPU machine's CUDA toolkit has it)"
+      else
+        problems+=("${f#"$dir"/} needs $lib, which is not found")
+      fi
+    elif [[ ! $lib =~ $system ]] && [[ $path != "$dir"/* ]]; then
+      problems+=("${f#"$dir"/} loads $lib from $path, outside the folder (the GPU machine lacks it)")
     fi
-  done < <(ldd "$f" 2>/dev/null | awk '/not found/ {print $1}')
+  done < <(ldd "$f" 2>/dev/null | awk '$2 == "=>" {print $1, $3}')
 done
 vt=$(($(date +%s) - t0))
 if [ ${#problems[@]} -gt 0 ]; then
