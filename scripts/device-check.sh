@@ -24,8 +24,12 @@
 # and the build is pointed at them, leaving the machine's own / untouched.
 # Usage: bash scripts/device-check.sh [stages] [ctest-regex]
 #   stages: comma-separated from tests,gemm,bench,prefill,stream,bf16,memcheck,profile (default: all but profile)
+# Or: bash scripts/device-check.sh --prebuilt DIR
+#   runs the decision run on a folder built beforehand by scripts/device-prebuild.sh, without
+#   configuring or building (scripts/device-check-prebuilt.sh says what it runs and writes).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+[ "${1:-}" = --prebuilt ] && exec bash scripts/device-check-prebuilt.sh "${@:2}"
 stages=",${1:-tests,gemm,bench,prefill,stream,bf16,memcheck},"
 regex=${2:-}
 want() { [[ $stages == *",$1,"* ]]; }

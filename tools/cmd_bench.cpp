@@ -48,6 +48,7 @@
 #include "bench_options.h"
 #include "cli.h"
 #include "commands.h"
+#include "cuda_variants.h"
 #include "layers.h"
 #include "stream_read.h"
 
@@ -521,12 +522,24 @@ int cmd_bench(int argc, char** argv) {
     s.min_repeats = a.get_size("--repeats", quick ? 3 : 5, 1, cli::kMaxRepeats);
     s.min_seconds = a.get_double("--min-time", quick ? 0.1 : 0.3, 0.0, cli::kMaxMinTime);
     const std::size_t threads = a.get_size("--threads", 0, 1, cli::kMaxThreads);
-    if (a.ok() && device == "cuda") return run_cuda_bench(argc, argv);
+    if (a.ok() && device == "cuda") {
+        // The CUDA switches are checked here too, so that a bad one is a usage error on any machine
+        // (wush-bench-cuda checks them again).
+        std::vector<CudaOption> options;
+        std::vector<BenchVariant> variants;
+        std::string error;
+        if (a.has("--cuda-option") && !parse_cuda_options(a.get_list("--cuda-option", ""), &options, &error))
+            return cli::usage_error("bench", error);
+        if (a.has("--variants") && !parse_variants(a.get_list("--variants", ""), &variants, &error))
+            return cli::usage_error("bench", error);
+        return run_cuda_bench(argc, argv);
+    }
     // After a.ok(): a malformed command line is reported as such, whatever device it names.
     if (a.ok() && a.has("--timing")) return cli::usage_error("bench", "--timing applies to --device cuda only");
     if (a.ok() && a.has("--l2")) return cli::usage_error("bench", "--l2 applies to --device cuda only");
     if (a.ok() && a.has("--cuda-option"))
         return cli::usage_error("bench", "--cuda-option applies to --device cuda only");
+    if (a.ok() && a.has("--variants")) return cli::usage_error("bench", "--variants applies to --device cuda only");
     s.contend = a.has("--contend") || a.has("--contend-cpu") || a.has("--contend-process");
     s.contend_process = a.has("--contend-process");
     s.paired = a.has("--paired");

@@ -31,16 +31,24 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "cuda_variants.h"
 #include "layers.h"
 
 namespace {
 
 constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();
 
-// Seconds per call, eager and graph-replayed: kNotMeasured where that timing was not asked for,
-// negative where the graph could not be captured.
+// Seconds per call, eager and graph-replayed (the median of the samples, and their fastest and
+// slowest): kNotMeasured where that timing was not asked for, negative where the graph could not
+// be captured.
 struct Times {
     double eager = kNotMeasured, graph = kNotMeasured;
+    double eager_min = kNotMeasured, eager_max = kNotMeasured, graph_min = kNotMeasured, graph_max = kNotMeasured;
+};
+
+// The median, fastest and slowest of one measurement's samples, in seconds per call.
+struct Spread {
+    double median, min, max;
 };
 
 // What the run measures.
@@ -56,6 +64,8 @@ struct Result {
     Times ours, base;
     std::size_t copies_ours = 1, copies_base = 1;  // the copies each side's calls rotate through
     double ours_bytes = 0.0, base_bytes = 0.0;     // quantize only: bytes moved per call (GB/s)
+    std::string variant = "default";               // the --variants item the layers were prepared with
+    std::size_t repeat = 0;                        // which round of --repeats (from 0)
 };
 
 // Device memory owned for the length of one measurement, or of one layer's copies.
@@ -81,10 +91,10 @@ struct LinearDeleter {
 };
 using Linear = std::unique_ptr<wush_linear, LinearDeleter>;
 
-// Median seconds per call over 7 samples, each one launch() of `calls` calls between two CUDA
-// events on `stream`.
+// Median (fastest, slowest) seconds per call over 7 samples, each one launch() of `calls` calls
+// between two CUDA events on `stream`.
 template <typename Launch>
-double median_per_call(cudaStream_t stream, std::size_t calls, Launch&& launch) {
+Spread median_per_call(cudaStream_t stream, std::size_t calls, Launch&& launch) {
     cudaEvent_t a, b;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
@@ -101,7 +111,7 @@ double median_per_call(cudaStream_t stream, std::size_t calls, Launch&& launch) 
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return {t[t.size() / 2], t.front(), t.back()};
 }
 
 // The calls of one batch: at least 20 and a multiple of the copies, so that every batch, eager or
@@ -121,7 +131,7 @@ void run_batch(std::size_t copies, Fn& fn) {
 // Eager: every call launched from the host. The warm-up round also uses every copy once (first
 // launches, lazy set-up) before the samples, and before any capture.
 template <typename Fn>
-double eager_seconds(cudaStream_t stream, std::size_t copies, Fn& fn) {
+Spread eager_seconds(cudaStream_t stream, std::size_t copies, Fn& fn) {
     run_batch(copies, fn);
     cudaStreamSynchronize(stream);
     return median_per_call(stream, batch_size(copies), [&] { run_batch(copies, fn); });
@@ -131,23 +141,24 @@ double eager_seconds(cudaStream_t stream, std::size_t copies, Fn& fn) {
 // cost drops out. The captured batch cycles through the copies as the eager one does. Negative
 // when the capture fails.
 template <typename Fn>
-double graph_seconds(cudaStream_t stream, std::size_t copies, Fn& fn) {
+Spread graph_seconds(cudaStream_t stream, std::size_t copies, Fn& fn) {
     run_batch(copies, fn);  // eager warm-up: nothing lazy may happen inside the capture
     cudaStreamSynchronize(stream);
     cudaGraph_t g = nullptr;
     cudaGraphExec_t exec = nullptr;
-    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) return -1.0;
+    constexpr Spread kFailed{-1.0, -1.0, -1.0};
+    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) return kFailed;
     run_batch(copies, fn);
     const bool captured = cudaStreamEndCapture(stream, &g) == cudaSuccess && g != nullptr;
     const bool ready = captured && cudaGraphInstantiate(&exec, g, 0) == cudaSuccess;
     if (g != nullptr) cudaGraphDestroy(g);
     if (!ready) {
         cudaGetLastError();  // clear the capture's error for the next measurement
-        return -1.0;
+        return kFailed;
     }
     cudaGraphLaunch(exec, stream);  // warm-up of the graph itself (its upload)
     cudaStreamSynchronize(stream);
-    const double t = median_per_call(stream, batch_size(copies), [&] { cudaGraphLaunch(exec, stream); });
+    const Spread t = median_per_call(stream, batch_size(copies), [&] { cudaGraphLaunch(exec, stream); });
     cudaGraphExecDestroy(exec);
     return t;
 }
@@ -156,8 +167,14 @@ double graph_seconds(cudaStream_t stream, std::size_t copies, Fn& fn) {
 template <typename Fn>
 Times measure(cudaStream_t stream, const Settings& s, std::size_t copies, Fn&& fn) {
     Times t;
-    if (s.eager) t.eager = eager_seconds(stream, copies, fn);
-    if (s.graph) t.graph = graph_seconds(stream, copies, fn);
+    if (s.eager) {
+        const Spread e = eager_seconds(stream, copies, fn);
+        t.eager = e.median, t.eager_min = e.min, t.eager_max = e.max;
+    }
+    if (s.graph) {
+        const Spread g = graph_seconds(stream, copies, fn);
+        t.graph = g.median, t.graph_min = g.min, t.graph_max = g.max;
+    }
     return t;
 }
 
@@ -179,45 +196,6 @@ bool ok(wush_status st, const char* what) {
     std::fprintf(stderr, "wush bench: %s: %s: %s\n", what, wush_status_string(st),
                  cli::printable_message(wush_last_error()).c_str());
     return false;
-}
-
-// --cuda-option NAME=VALUE,...: the experimental kernel switches (wush.h, WUSH_CONTEXT_CUDA_*) as
-// parameters of the CUDA context, set before any layer is prepared. Unknown names and malformed
-// values are usage errors; the library checks the bounds (its message is printed).
-struct CudaOption {
-    wush_context_parameter parameter;
-    long long value;
-};
-
-bool parse_cuda_options(const std::vector<std::string>& items, std::vector<CudaOption>* out, std::string* error) {
-    static const std::pair<const char*, wush_context_parameter> kNames[] = {
-        {"prefill_min_m", WUSH_CONTEXT_CUDA_PREFILL_MIN_M},
-        {"blockscaled", WUSH_CONTEXT_CUDA_BLOCKSCALED},
-        {"stream_decode", WUSH_CONTEXT_CUDA_STREAM_DECODE},
-        {"bf16_prefill", WUSH_CONTEXT_CUDA_BF16_PREFILL},
-        {"tc_quantize", WUSH_CONTEXT_CUDA_TC_QUANTIZE}};
-    for (const std::string& item : items) {
-        const std::size_t eq = item.find('=');
-        const std::string name = item.substr(0, eq);
-        const auto* known =
-            std::find_if(std::begin(kNames), std::end(kNames), [&](const auto& n) { return name == n.first; });
-        const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
-        if (known == std::end(kNames)) {
-            *error = "--cuda-option: unknown switch '" + cli::printable(name) +
-                     "' (prefill_min_m, blockscaled, stream_decode, bf16_prefill, tc_quantize)";
-            return false;
-        }
-        char* end = nullptr;
-        errno = 0;
-        const long long v = value.empty() ? 0 : std::strtoll(value.c_str(), &end, 10);
-        if (value.empty() || *end != '\0' || errno != 0 || value[0] == ' ') {
-            *error =
-                "--cuda-option: " + name + " needs an integer value (NAME=VALUE), got '" + cli::printable(item) + "'";
-            return false;
-        }
-        out->push_back({known->second, v});
-    }
-    return true;
 }
 
 // The transforms and quantized weights of one layer and format, which every prepared copy is
@@ -340,12 +318,13 @@ bool plan_copies(wush_context* ctx, const Settings& s, const Case& c, std::size_
     return true;
 }
 
-// Builds the case: the first copy of our layers (its device footprint measured around it), the
-// plan, then the other copies, and cuBLAS's copies of a random BF16 weight of the same shape.
-bool make_case(wush_context* ctx, wush_context* cpu, const std::string& name, wush_format format, const Settings& s,
-               std::size_t m_max, Case* c, Copies* n) {
-    Sources src;
-    if (!make_sources(cpu, name, format, &src, c)) return false;
+// Builds the case from `src` (layer, shape and format as in `meta`), on `ctx` with its switches as
+// they are now: the first copy of our layers (its device footprint measured around it), the plan,
+// then the other copies, and cuBLAS's copies of a random BF16 weight of the same shape.
+bool make_case(wush_context* ctx, const Sources& src, const Case& meta, const Settings& s, std::size_t m_max, Case* c,
+               Copies* n) {
+    c->layer = meta.layer, c->d_out = meta.d_out, c->d_in = meta.d_in, c->format = meta.format;
+    const wush_format format = meta.format;
     const std::size_t before = free_device_bytes();
     if (!add_copy(ctx, src, c)) return false;
     const std::size_t free = free_device_bytes();
@@ -489,6 +468,16 @@ std::string json_row(const Result& r) {
         {"speedup_graph", x(r.base.graph, r.ours.graph)},
         {"copies_ours", std::to_string(r.copies_ours)},
         {"copies_baseline", std::to_string(r.copies_base)},
+        {"variant", q(json_string(r.variant))},
+        {"repeat", std::to_string(r.repeat)},
+        {"ours_eager_min_us", us(r.ours.eager_min)},
+        {"ours_eager_max_us", us(r.ours.eager_max)},
+        {"baseline_eager_min_us", us(r.base.eager_min)},
+        {"baseline_eager_max_us", us(r.base.eager_max)},
+        {"ours_graph_min_us", us(r.ours.graph_min)},
+        {"ours_graph_max_us", us(r.ours.graph_max)},
+        {"baseline_graph_min_us", us(r.base.graph_min)},
+        {"baseline_graph_max_us", us(r.base.graph_max)},
     };
     std::string out = "{";
     for (const auto& [name, value] : fields)
@@ -503,15 +492,18 @@ void print_json(const std::vector<Result>& rs, const std::string& device, const 
     std::printf("\n]}\n");
 }
 
-void print_table(const std::vector<Result>& rs, const std::string& device, const char* timing, const Settings& s) {
+// `variants`: a last column with the variant and the round (--variants, --repeats).
+void print_table(const std::vector<Result>& rs, const std::string& device, const char* timing, const Settings& s,
+                 bool variants) {
     std::printf("device: %s, timing: %s, l2: %s (L2 %.1f MiB; copies: ours/baseline)\n", device.c_str(), timing,
                 s.cold ? "cold" : "warm", double(s.l2_bytes) / 1048576.0);
-    std::printf("%-9s %-11s %-7s %6s %-12s %6s %10s %10s %7s %10s %10s %7s %9s %9s\n", "kind", "layer", "format", "m",
+    std::printf("%-9s %-11s %-7s %6s %-12s %6s %10s %10s %7s %10s %10s %7s %9s %9s", "kind", "layer", "format", "m",
                 "baseline", "copies", "eager_us", "base_us", "speedup", "graph_us", "base_us", "speedup", "ours_GB/s",
                 "base_GB/s");
+    std::fputs(variants ? "  variant/round\n" : "\n", stdout);
     for (const Result& r : rs) {
         const std::string copies = std::to_string(r.copies_ours) + "/" + std::to_string(r.copies_base);
-        std::printf("%-9s %-11s %-7s %6zu %-12s %6s %10s %10s %7s %10s %10s %7s %9s %9s\n", r.kind.c_str(),
+        std::printf("%-9s %-11s %-7s %6zu %-12s %6s %10s %10s %7s %10s %10s %7s %9s %9s", r.kind.c_str(),
                     r.layer.c_str(), r.format.c_str(), r.m, r.baseline.c_str(), copies.c_str(),
                     number("%.2f", r.ours.eager * 1e6, "-").c_str(), number("%.2f", r.base.eager * 1e6, "-").c_str(),
                     number("%.3f", r.base.eager / r.ours.eager, "-").c_str(),
@@ -519,6 +511,8 @@ void print_table(const std::vector<Result>& rs, const std::string& device, const
                     number("%.3f", r.base.graph / r.ours.graph, "-").c_str(),
                     number("%.1f", r.ours_bytes / primary(r.ours) / 1e9, "-").c_str(),
                     number("%.1f", r.base_bytes / primary(r.base) / 1e9, "-").c_str());
+        if (variants) std::printf("  %s/%zu", r.variant.c_str(), r.repeat);
+        std::printf("\n");
     }
 }
 
@@ -535,18 +529,39 @@ int bench_cuda(cli::Args& a) {
     s.cold = a.get_choice("--l2", "cold", {"cold", "warm"}) == "cold";
     const std::vector<std::string> layers = a.get_list("--layers", "4096x4096,14336x4096,4096x14336");
     const std::vector<std::string> formats = a.get_list("--format", "mxfp4,nvfp4,int4");
+    // --repeats: rounds over every shape and variant (each round measures each in turn).
+    const std::size_t repeats = a.get_size("--repeats", 1, 1, cli::kMaxRepeats);
     std::vector<CudaOption> options;
+    std::vector<BenchVariant> variants;
     std::string option_error;
     if (a.ok() && a.has("--cuda-option") &&
         !parse_cuda_options(a.get_list("--cuda-option", ""), &options, &option_error))
         return cli::usage_error("bench", option_error);
+    if (a.ok() && a.has("--variants") && !parse_variants(a.get_list("--variants", ""), &variants, &option_error))
+        return cli::usage_error("bench", option_error);
     if (!a.ok()) return cli::usage_error("bench", a);
+    const bool several = !variants.empty();
+    if (variants.empty()) {  // one variant: the --cuda-option switches alone, named after them
+        std::string name;
+        for (const std::string& o : a.get_list("--cuda-option", "")) name += (name.empty() ? "" : "+") + o;
+        variants.push_back({name.empty() ? "default" : name, {}});
+    }
     Handle<wush_context, wush_context_destroy> ctx, cpu;
     if (!ok(wush_context_create(WUSH_BACKEND_CUDA, 0, &ctx.p), "CUDA context") ||
         !ok(wush_context_create(WUSH_BACKEND_CPU, 0, &cpu.p), "CPU context"))
         return 1;
-    for (const CudaOption& o : options)
-        if (!ok(wush_context_set_parameter(ctx.p, o.parameter, int64_t(o.value)), "--cuda-option")) return 1;
+    // A layer keeps the switches it was prepared with: each variant's layers are prepared on the
+    // one context after its switches are set (every switch back to 0, then --cuda-option, then
+    // the variant's own).
+    auto apply = [&](const BenchVariant& v) {
+        for (const wush_context_parameter p : cuda_switch_parameters())
+            if (!ok(wush_context_set_parameter(ctx.p, p, 0), "--cuda-option")) return false;
+        std::vector<CudaOption> all = options;
+        all.insert(all.end(), v.options.begin(), v.options.end());
+        for (const CudaOption& o : all)
+            if (!ok(wush_context_set_parameter(ctx.p, o.parameter, int64_t(o.value)), "--cuda-option")) return false;
+        return true;
+    };
     char device[256] = "";
     wush_context_describe(ctx.p, device, sizeof device);
     int l2 = 0;
@@ -571,20 +586,35 @@ int bench_cuda(cli::Args& a) {
                 std::fprintf(stderr, "wush bench: unknown format '%s'\n", cli::printable(fname).c_str());
                 return 2;
             }
-            Case c;
-            Copies n;
-            if (!make_case(ctx.p, cpu.p, layer, f, s, m_max, &c, &n)) return 1;
-            const std::vector<std::uint16_t> hx = random_bf16(m_max * c.d_in, 7);
+            // The transforms and quantized weights once (CPU work), every variant's prepared copies,
+            // then each shape measured for every variant in turn, round after round: the variants
+            // alternate on the same card, none measured all at once.
+            Sources src;
+            Case meta;
+            if (!make_sources(cpu.p, layer, f, &src, &meta)) return 1;
+            std::vector<Case> cases(variants.size());
+            for (std::size_t v = 0; v < variants.size(); ++v) {
+                Copies n;
+                if (!apply(variants[v]) || !make_case(ctx.p, src, meta, s, m_max, &cases[v], &n)) return 1;
+            }
+            const std::vector<std::uint16_t> hx = random_bf16(m_max * cases[0].d_in, 7);
             DeviceBuffer x(hx.size() * 2);
             if (!x) return ok(WUSH_ERR_OUT_OF_MEMORY, "device buffers") ? 0 : 1;
             cudaMemcpy(x.get(), hx.data(), hx.size() * 2, cudaMemcpyHostToDevice);
-            for (std::size_t m : ms) {
-                if (kinds.find("quantize") != std::string::npos &&
-                    !bench_quantize(ctx.p, stream, s, c, m, x.get(), &results))
-                    rc = 1;
-                if (kinds.find("forward") != std::string::npos &&
-                    !bench_forward(ctx.p, stream, s, blas, c, m, x.get(), &results))
-                    rc = 1;
+            for (std::size_t round = 0; round < repeats; ++round) {
+                for (std::size_t m : ms) {
+                    for (std::size_t v = 0; v < variants.size(); ++v) {
+                        const std::size_t first = results.size();
+                        if (kinds.find("quantize") != std::string::npos &&
+                            !bench_quantize(ctx.p, stream, s, cases[v], m, x.get(), &results))
+                            rc = 1;
+                        if (kinds.find("forward") != std::string::npos &&
+                            !bench_forward(ctx.p, stream, s, blas, cases[v], m, x.get(), &results))
+                            rc = 1;
+                        for (std::size_t i = first; i < results.size(); ++i)
+                            results[i].variant = variants[v].name, results[i].repeat = round;
+                    }
+                }
             }
             if (!a.has("--json")) std::fprintf(stderr, "wush bench: %s %s done\n", layer.c_str(), fname.c_str());
         }
@@ -593,6 +623,6 @@ int bench_cuda(cli::Args& a) {
     cublasDestroy(blas);
     cudaStreamDestroy(stream);
     if (a.has("--json")) print_json(results, device, timing.c_str(), s);
-    else print_table(results, device, timing.c_str(), s);
+    else print_table(results, device, timing.c_str(), s, several || repeats > 1);
     return rc;
 }

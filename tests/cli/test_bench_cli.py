@@ -37,7 +37,17 @@ def check_cuda(wush, failures):
         # Without the CUDA program (a build without nvcc) `wush` refuses with 2 as well, naming it.
         if p.returncode != 2 or (os.path.exists(cuda_program) and option not in p.stderr):
             failures.append(f"bench --device cuda {bad}: rc {p.returncode}, {p.stderr!r} (wanted 2, naming {option})")
-    for bad in (["--l2", "warm"], ["--timing", "both"]):
+    # The kernel switches and --variants are checked by `wush` itself, before it runs the CUDA
+    # program: their usage errors name the bad item on any machine.
+    for bad, says in ((["--cuda-option", "bogus=1"], "unknown switch 'bogus'"),
+                      (["--variants", "default,stream_decode"], "'stream_decode' is not default, all"),
+                      (["--variants", "default,bogus=1+tc_quantize=1"], "unknown switch 'bogus'"),
+                      (["--variants", "all,stream_decode=1+tc_quantize=x"], "tc_quantize needs an integer"),
+                      (["--variants", "default,all,default"], "'default' is named twice")):
+        p = subprocess.run([wush, "bench", "--device", "cuda"] + bad, capture_output=True, text=True, timeout=60)
+        if p.returncode != 2 or says not in p.stderr:
+            failures.append(f"bench --device cuda {bad}: rc {p.returncode}, {p.stderr!r} (wanted 2, saying {says!r})")
+    for bad in (["--l2", "warm"], ["--timing", "both"], ["--variants", "default,all"]):
         if subprocess.run([wush, "bench"] + bad, capture_output=True).returncode != 2:
             failures.append(f"bench {bad} without --device cuda does not exit with 2")
     if not os.path.exists(cuda_program):
@@ -58,6 +68,23 @@ def check_cuda(wush, failures):
         failures.append(f"bench --device cuda: {len(doc['results'])} rows, not 3 (2 quantize, 1 forward)")
     for r in doc["results"]:
         check_cuda_row(r, failures)
+    # --variants: every variant in each round, rows tagged with it and the round, min <= median <= max.
+    p = subprocess.run([wush, "bench", "--device", "cuda", "--layers", "small_256x512", "--format", "mxfp4",
+                        "--m", "1", "--kind", "forward", "--variants", "default,stream_decode=1", "--repeats", "2",
+                        "--json"], capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        failures.append(f"bench --device cuda --variants: rc {p.returncode}, {p.stderr!r}")
+        return
+    rows = json.loads(p.stdout)["results"]
+    seen = sorted((r.get("variant"), r.get("repeat")) for r in rows)
+    if seen != [("default", 0), ("default", 1), ("stream_decode=1", 0), ("stream_decode=1", 1)]:
+        failures.append(f"bench --variants: rows of (variant, repeat) {seen}")
+    for r in rows:
+        for side in ("ours", "baseline"):
+            for mode in ("eager", "graph"):
+                lo, med, hi = (r.get(f"{side}_{mode}_min_us"), r.get(f"{side}_{mode}_us"), r.get(f"{side}_{mode}_max_us"))
+                if not all(isinstance(v, float) for v in (lo, med, hi)) or not lo <= med <= hi:
+                    failures.append(f"bench --variants: {side} {mode} min/median/max {lo}, {med}, {hi}")
 
 
 def main():
