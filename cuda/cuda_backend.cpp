@@ -314,6 +314,7 @@ struct GemmSizes {
     const GemmArgs& g;
     bool w_dequantized_given;
     std::size_t decode() const { return gemm_workspace_bytes(Kernel::Decode, g.format, g.m, g.n, g.k); }
+    std::size_t stream_decode() const { return stream::workspace_bytes(g.m, g.n, g.k); }
     std::size_t prefill() const { return gemm_workspace_bytes(Kernel::Prefill, g.format, g.m, g.n, g.k); }
     // y BF16 with a bias: the larger case.
     std::size_t reference() const {
@@ -483,14 +484,12 @@ public:
     }
 
 private:
-    // The streaming decode kernel's copy of W (staged on the host, uploaded) and its tile counters.
+    // The streaming decode kernel's copy of W (staged on the host, uploaded).
     void stage_for_streaming(const formats::PackedMatrix& w) {
         const std::vector<std::uint8_t> staged =
             stream::stage_weights(spec_.id, d_out_, d_in_, w.codes.data(), w.scales.data());
         w_staged_ = DeviceBuffer::upload(staged.data(), staged.size(), dev_->setup);
-        w_counters_ = DeviceBuffer(stream::counter_bytes(d_out_));
-        WUSH_CUDA_CHECK(cudaMemsetAsync(w_counters_.get(), 0, w_counters_.bytes(), dev_->setup));
-        extras_.stream = StreamDecodeWeights{w_staged_.get<std::uint8_t>(), w_counters_.get<unsigned>()};
+        extras_.stream = StreamDecodeWeights{w_staged_.get<std::uint8_t>()};
     }
 
     // The quantize launch on checked arguments (dtype, sizes and pointers).
@@ -517,7 +516,7 @@ private:
     std::size_t d_in_, d_out_;
     KernelTable table_;  // before t_: its fragments follow the rows
     DeviceTransform t_;
-    DeviceBuffer w_codes_, w_scales_, w_deq_, w_swizzled_, w_staged_, w_counters_;
+    DeviceBuffer w_codes_, w_scales_, w_deq_, w_swizzled_, w_staged_;
     WeightPlan plan_;
     BlockScaledCache lt_cache_;
     WeightExtras extras_;

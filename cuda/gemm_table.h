@@ -69,14 +69,15 @@ enum class Option { None, PrefillMinM, BlockScaled, StreamDecode, Bf16Prefill, T
 enum class Needs {
     Nothing,
     TcFragments,     // the transform's exact BF16 split in fragment order (and a passed probe)
-    StagedWeights,   // W restaged for the streaming decode kernel, and its tile counters
+    StagedWeights,   // W restaged for the streaming decode kernel
     SwizzledScales,  // W's scales in cuBLASLt's 128x4-tiled layout
 };
 
 // The device scratch of a launch through the row (the GEMM's part of a forward's workspace).
 enum class Workspace {
     None,
-    Decode,         // plan::decode_workspace_bytes (split-K partials); the streaming kernel's too
+    Decode,         // plan::decode_workspace_bytes (split-K partials)
+    StreamDecode,   // stream::workspace_bytes: the decode kernel's partials and the split-K counters
     Prefill,        // plan::prefill_workspace_bytes
     Reference,      // reference_gemm_workspace_bytes; also the BF16 prefill's (its scratch is
                     // smaller, and a launch with a bias falls back to the reference path)
@@ -120,7 +121,7 @@ inline KernelTable kernel_table() {
          Needs::Nothing, Workspace::None},
         // ---- GEMM ---------------------------------------------------------------------------
         {"gemm.stream_decode", K::StreamDecode, 80, 999, kAnyFormat, 1, kDecodeMaxRows, Option::StreamDecode,
-         Needs::StagedWeights, Workspace::Decode},
+         Needs::StagedWeights, Workspace::StreamDecode},
         {"gemm.decode", K::Decode, 61, 999, kAnyFormat, 1, kDecodeMaxRows, Option::None, Needs::Nothing,
          Workspace::Decode},
         // Before the INT4 prefill row: BlockScaledLt takes no INT4, so INT4 keeps its kernel.
@@ -212,13 +213,15 @@ Kernel quantize_pick(const KernelTable& t, int sm, std::size_t m, int format, co
     return m <= kQuantizeSmallMaxTokens ? Kernel::QuantizeSmallM : Kernel::QuantizeTile;
 }
 
-// A row's workspace in bytes, from the kernels' size functions (`sizes` has decode(), prefill(),
-// reference() and blockscaled(); the last two live in .cu files, hence passed in).
+// A row's workspace in bytes, from the kernels' size functions (`sizes` has decode(),
+// stream_decode(), prefill(), reference() and blockscaled(); the last two live in .cu files, hence
+// passed in).
 template <class Sizes>
 std::size_t row_workspace_bytes(Workspace w, const Sizes& sizes) {
     switch (w) {
         case Workspace::None: return 0;
         case Workspace::Decode: return sizes.decode();
+        case Workspace::StreamDecode: return sizes.stream_decode();
         case Workspace::Prefill: return sizes.prefill();
         case Workspace::Reference: return sizes.reference();
         case Workspace::BlockScaledLt: return std::max(sizes.blockscaled(), sizes.reference());

@@ -77,9 +77,11 @@ StreamDecodeDevice configure_stream_decode() {
 }
 
 bool stream_decode_supported(const GemmArgs& a, const StreamDecodeWeights& w, const StreamDecodeDevice& d) {
-    if (d.sm < 80 || a.m == 0 || a.m > std::size_t(stream::kMaxRows) || !w.stages || !w.counters) return false;
+    if (d.sm < 80 || a.m == 0 || a.m > std::size_t(stream::kMaxRows) || !w.stages) return false;
     if (d.blocks_per_sm[a.group == 16 ? 1 : 0][log2_of(stream::stream_mr(a.m))] <= 0) return false;
-    return gemm_supported(GemmKernel::Decode, a, d.sm);  // same operands, same workspace
+    const std::size_t need = stream::workspace_bytes(a.m, a.n, a.k);
+    if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need)) return false;
+    return gemm_supported(GemmKernel::Decode, a, d.sm);  // the decode kernel's operand rules
 }
 
 void launch_stream_decode_gemm(const GemmArgs& a, const StreamDecodeWeights& w, cudaStream_t s,
@@ -102,7 +104,12 @@ void launch_stream_decode_gemm(const GemmArgs& a, const StreamDecodeWeights& w, 
     p.y_bf16 = a.y_dtype == WUSH_DTYPE_BF16;
     p.bias = a.bias;
     p.partial = sc.splits > 1 ? static_cast<float*>(a.workspace) : nullptr;
-    p.counters = w.counters;
+    p.counters = nullptr;
+    if (sc.splits > 1) {
+        p.counters = reinterpret_cast<unsigned*>(static_cast<std::uint8_t*>(a.workspace) +
+                                                 stream::counters_offset(a.m, a.n, a.k));
+        WUSH_CUDA_CHECK(cudaMemsetAsync(p.counters, 0, stream::counter_bytes(a.n), s));
+    }
     p.chunks = int(sc.chunks);
     p.splits = int(sc.splits);
     p.chunks_per_split = int(sc.chunks_per_split);

@@ -11,11 +11,10 @@
 
 namespace wush::cuda {
 
-// A layer's staged weight (stream::stage_weights, uploaded at prepare) and its per-tile counters
-// (stream::counter_bytes, zeroed at prepare).
+// A layer's staged weight (stream::stage_weights, uploaded at prepare). It holds nothing a launch
+// writes: the split-K counters are in the call's workspace (stream::workspace_bytes).
 struct StreamDecodeWeights {
     const std::uint8_t* stages = nullptr;
-    unsigned* counters = nullptr;
 };
 
 // What the launch needs of the device, queried once per context: SMs, and resident blocks per SM
@@ -31,10 +30,12 @@ struct StreamDecodeDevice {
 StreamDecodeDevice configure_stream_decode();
 
 // Whether the streaming kernel can run this product (sm >= 80, m <= 32, the decode kernel's
-// operand rules and workspace, staged weights present).
+// operand rules, staged weights present, a workspace of stream::workspace_bytes).
 bool stream_decode_supported(const GemmArgs& args, const StreamDecodeWeights& w, const StreamDecodeDevice& device);
 
-// Enqueues the product on `stream` (no host synchronization, no allocation: graph-capturable).
+// Enqueues the product on `stream` (no host synchronization, no allocation: graph-capturable): with
+// split-K, a memset of the workspace's counters, then the kernel. One workspace serves one launch in
+// flight at a time.
 // Throws wush::Error(UNSUPPORTED) where !stream_decode_supported, wush::Error(CUDA) if the launch fails.
 void launch_stream_decode_gemm(const GemmArgs& args, const StreamDecodeWeights& w, cudaStream_t stream,
                                const StreamDecodeDevice& device);

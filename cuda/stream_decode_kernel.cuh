@@ -50,10 +50,22 @@ struct StreamParams {
     int y_bf16;
     OutputBias bias;     // added where y is written (finish_item)
     float* partial;      // splits x m x n (splits > 1)
-    unsigned* counters;  // one per tile, zero between launches (splits > 1)
+    unsigned* counters;  // one per tile, in the launch's workspace, zeroed before it (splits > 1)
     int chunks, splits, chunks_per_split, stage_bytes;
     long long items;  // tiles x splits
 };
+
+// A split's arrival at its tile's counter: atomic add at GPU scope with acquire-release semantics
+// (one thread; the callers' barriers carry it to the block). Returns the count before it.
+__device__ __forceinline__ unsigned arrive_acq_rel(unsigned* counter) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    unsigned old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(old) : "l"(counter) : "memory");
+    return old;
+#else
+    return atomicAdd(counter, 1u);  // older GPUs never run this kernel; the host emulation's lock
+#endif
+}
 
 // ---- asynchronous copies -----------------------------------------------------------------------
 
@@ -197,12 +209,13 @@ __device__ __forceinline__ void finish_item(const StreamParams& p, long long ite
         }
     }
     if (p.splits == 1) return;
-    __threadfence();  // this block's partials are visible before its arrival is counted
+    // The barrier orders the block's partial stores before thread 0's arrival; the arrival is a
+    // release (cumulative: it publishes what the barrier ordered before it) and an acquire (the last
+    // arrival sees every other split's partials); the second barrier hands that to the block.
     __syncthreads();
-    if (tid == 0) *s_last = atomicAdd(&p.counters[tile], 1u) == unsigned(p.splits - 1);
+    if (tid == 0) *s_last = arrive_acq_rel(&p.counters[tile]) == unsigned(p.splits - 1);
     __syncthreads();
     if (!*s_last) return;
-    __threadfence();  // every other split's partials are seen after its arrival
     for (int o = tid; o < kTileRows * p.m; o += kThreads) {
         const int r = o / kTileRows;
         const long long col = tile * kTileRows + o % kTileRows;
@@ -212,7 +225,6 @@ __device__ __forceinline__ void finish_item(const StreamParams& p, long long ite
         for (int sp = 0; sp < p.splits; ++sp) s += __ldcg(p.partial + std::size_t(sp) * mn + idx);
         store_out(p.y, p.y_bf16, idx, add_bias(p.bias, std::size_t(col), s));
     }
-    if (tid == 0) p.counters[tile] = 0u;  // ready for the next launch (stream-ordered after this one)
 }
 
 template <int MR, int G>

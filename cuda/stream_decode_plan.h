@@ -168,14 +168,20 @@ inline std::size_t grid_blocks(const Schedule& s, int sm_count, int blocks_per_s
     return std::max<std::size_t>(1, std::min(s.items, slots));
 }
 
-// Workspace: the split partials (splits x m x n float32), exactly the existing decode kernel's.
-inline std::size_t workspace_bytes(std::size_t m, std::size_t n, std::size_t k) {
-    return plan::decode_workspace_bytes(m, n, k);
-}
-// The per-tile arrival counters (zero at prepare; the last block of a tile puts its counter back to
-// zero, so they need no reset between launches).
+// The per-tile arrival counters of a split-K launch.
 inline std::size_t counter_bytes(std::size_t n) {
     return plan::ceil_div(n, kTileRows) * sizeof(unsigned);
+}
+// Workspace of one launch: the split partials (splits x m x n float32, the existing decode kernel's)
+// and, after them at a 256-byte boundary, the per-tile arrival counters, which the launch zeroes on
+// its stream. They live in the call's workspace, not in the layer, so that two forwards of one
+// layer in flight at once (two streams, two graph instances), each with its own workspace, cannot
+// count each other's arrivals. Nothing without split-K.
+inline std::size_t counters_offset(std::size_t m, std::size_t n, std::size_t k) {
+    return plan::ceil_div(plan::decode_workspace_bytes(m, n, k), 256) * 256;
+}
+inline std::size_t workspace_bytes(std::size_t m, std::size_t n, std::size_t k) {
+    return plan::decode_workspace_bytes(m, n, k) > 0 ? counters_offset(m, n, k) + counter_bytes(n) : 0;
 }
 
 // ---- shared memory ---------------------------------------------------------------------------

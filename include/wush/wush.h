@@ -1334,7 +1334,9 @@ WUSH_API wush_status wush_linear_quantize(wush_context* ctx, wush_linear* layer,
  *  caller's `workspace` (wush_linear_workspace_size; a CPU workspace sized for fewer threads runs
  *  on fewer threads). Nothing is allocated. On a CUDA context every pointer is device memory and
  *  the work is enqueued on the context's stream (no host synchronization; graph-capturable); the
- *  GEMM kernel is chosen by n_tokens and the device's architecture.
+ *  GEMM kernel is chosen by n_tokens and the device's architecture. A workspace serves one call in
+ *  flight at a time (on CUDA, until the stream has passed the call); calls in flight with their
+ *  own workspaces (two streams, two graph instances) do not interfere.
  *  n_tokens == 0 is a valid no-op.
  *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, another context, NULL pointers,
  *          dtypes); WUSH_ERR_BUFFER_TOO_SMALL (y_count or workspace_bytes; nothing written);

@@ -270,8 +270,8 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {
 }
 
 // What the streaming decode kernel (cuda/stream_decode_kernel.cuh) adds: its per-tile counter
-// (blocks run one after another here, so a lock is all an atomic needs), the fences around it
-// (no-ops: one address space, threads joined between blocks), and L2-only loads.
+// (blocks run one after another here, so a lock is all an atomic needs; its acquire-release order
+// is moot: one address space, threads joined between blocks), and L2-only loads.
 inline unsigned atomicAdd(unsigned* p, unsigned v) {
     static std::mutex m;
     const std::lock_guard<std::mutex> lock(m);
@@ -279,7 +279,6 @@ inline unsigned atomicAdd(unsigned* p, unsigned v) {
     *p = old + v;
     return old;
 }
-inline void __threadfence() {}
 template <typename T>
 inline T __ldcg(const T* p) {
     return *p;

@@ -81,6 +81,20 @@ TEST(CudaHostRules, BlockScaledPathIsOptIn) {
 
 const auto kAll = [](Kernel) { return true; };
 
+// Stand-in scratch formulas, distinct per kind, so that a test sees which row sized a workspace.
+struct FakeSizes {
+    std::size_t decode() const { return 1; }
+    std::size_t stream_decode() const { return 5; }
+    std::size_t prefill() const { return 2; }
+    std::size_t reference() const { return 30; }
+    std::size_t blockscaled() const { return 40; }
+};
+
+std::size_t gemm_workspace(const KernelTable& t, int sm, std::size_t m, wush_format f) {
+    const wush::cuda::KernelRow* row = wush::cuda::table_row(t, false, sm, m, f, kAll);
+    return wush::cuda::row_workspace_bytes(row ? row->workspace : Workspace::Reference, FakeSizes{});
+}
+
 // The default choices, quantize and GEMM, for the token counts where they change; with every
 // option off, no opt-in kernel is chosen and nothing opt-in is prepared.
 TEST(KernelTable, DefaultChoices) {
@@ -125,24 +139,14 @@ TEST(KernelTable, OptionsSwitchOnTheirRows) {
     EXPECT_EQ(wush::cuda::table_pick(sd, 90, 8, WUSH_FORMAT_MXFP4, [](Kernel k) { return k != Kernel::StreamDecode; }),
               Kernel::Decode);  // no staged weight: the decode kernel
     EXPECT_TRUE(wush::cuda::table_needs(sd, 90, Needs::StagedWeights));
+    // Its workspace is its own (partials and the split-K counters), not the decode kernel's.
+    EXPECT_EQ(gemm_workspace(sd, 90, 1, WUSH_FORMAT_MXFP4), 5u);
+    EXPECT_EQ(gemm_workspace(wush::cuda::active_table({}), 90, 1, WUSH_FORMAT_MXFP4), 1u);
 
     const KernelTable bf = wush::cuda::active_table({.bf16_prefill = true});
     EXPECT_EQ(wush::cuda::table_pick(bf, 90, 32, WUSH_FORMAT_MXFP4, kAll), Kernel::Decode);
     EXPECT_EQ(wush::cuda::table_pick(bf, 90, 33, WUSH_FORMAT_MXFP4, kAll), Kernel::Bf16Prefill);
     EXPECT_EQ(wush::cuda::table_pick(bf, 90, 4096, WUSH_FORMAT_INT4, kAll), Kernel::Prefill);  // INT4's row first
-}
-
-// Stand-in scratch formulas, distinct per kind, so that a test sees which row sized a workspace.
-struct FakeSizes {
-    std::size_t decode() const { return 1; }
-    std::size_t prefill() const { return 2; }
-    std::size_t reference() const { return 30; }
-    std::size_t blockscaled() const { return 40; }
-};
-
-std::size_t gemm_workspace(const KernelTable& t, int sm, std::size_t m, wush_format f) {
-    const wush::cuda::KernelRow* row = wush::cuda::table_row(t, false, sm, m, f, kAll);
-    return wush::cuda::row_workspace_bytes(row ? row->workspace : Workspace::Reference, FakeSizes{});
 }
 
 // The row named `name` in `t` (a copy of the table: the test hook for a promotion).

@@ -144,7 +144,9 @@ TEST(StreamSchedule, EveryChunkOnceBalancedAnySize) {
         EXPECT_EQ(s.splits, d.splits);  // the existing kernel's partition of k
         EXPECT_EQ(s.chunks_per_split, d.chunks_per_split);
         EXPECT_EQ(s.items, plan::ceil_div(n, 16) * d.splits);
-        EXPECT_EQ(st::workspace_bytes(m, n, k), s.splits > 1 ? s.splits * m * n * 4 : 0);
+        // The partials, then (256-byte aligned) one counter per tile; nothing without split-K.
+        const std::size_t partials = s.splits > 1 ? s.splits * m * n * 4 : 0;
+        EXPECT_EQ(st::workspace_bytes(m, n, k), partials ? (partials + 255) / 256 * 256 + st::counter_bytes(n) : 0);
         EXPECT_EQ(st::counter_bytes(n), plan::ceil_div(n, 16) * 4);
         for (int blocks_per_sm : {1, 2})
             for (int sms : {1, 7, 108, 132, 1000}) {
@@ -276,8 +278,17 @@ std::vector<std::uint8_t> stream_decode(wush_format f, std::size_t m, std::size_
     const Aligned staged(staged_v);
     const st::Schedule s = st::schedule_of(m, n, k);
     std::vector<std::uint8_t> y(m * n * (bf16 ? 2 : 4), 0xAB);
-    std::vector<float> partial(s.splits * m * n, NAN);
-    std::vector<unsigned> counters(st::counter_bytes(n) / 4, 0);
+    // The launch's workspace as launch_stream_decode_gemm lays it out: NaN partials, then the
+    // counters, which the launch zeroes on its stream before the kernel (done here by hand).
+    std::vector<float> workspace((st::workspace_bytes(m, n, k) + 3) / 4, NAN);
+    EXPECT_GE(st::counters_offset(m, n, k), s.splits > 1 ? s.splits * m * n * sizeof(float) : 0u);
+    float* partial = workspace.data();
+    unsigned* counters = nullptr;
+    if (s.splits > 1) {
+        counters = reinterpret_cast<unsigned*>(reinterpret_cast<std::uint8_t*>(workspace.data()) +
+                                               st::counters_offset(m, n, k));
+        std::memset(counters, 0, st::counter_bytes(n));
+    }
     cuda::stream_detail::StreamParams p;
     p.format = f;
     p.m = int(m);
@@ -290,8 +301,8 @@ std::vector<std::uint8_t> stream_decode(wush_format f, std::size_t m, std::size_
     p.y = y.data();
     p.y_bf16 = bf16;
     p.bias = bias;
-    p.partial = s.splits > 1 ? partial.data() : nullptr;
-    p.counters = counters.data();
+    p.partial = s.splits > 1 ? partial : nullptr;
+    p.counters = counters;
     p.chunks = int(s.chunks);
     p.splits = int(s.splits);
     p.chunks_per_split = int(s.chunks_per_split);
@@ -314,7 +325,9 @@ std::vector<std::uint8_t> stream_decode(wush_format f, std::size_t m, std::size_
         default: ADD_FAILURE() << s.mr;
     }
 #undef WUSH_NEW
-    for (unsigned c : counters) EXPECT_EQ(c, 0u) << "a tile counter was not put back to zero";
+    // Every split of every tile arrived once (and nothing reset a counter under a later arrival).
+    for (std::size_t t = 0; counters != nullptr && t < s.tiles; ++t)
+        EXPECT_EQ(counters[t], unsigned(s.splits)) << "tile " << t;
     return y;
 }
 
