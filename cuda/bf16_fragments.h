@@ -147,7 +147,7 @@ inline PartNorms pack_fragments(const float* t, int g, std::uint32_t* out) {
     PartNorms n{};
     for (int p = 0; p <= kParts; ++p) {
         double best = 0.0;
-        for (int i = 0; i < g; ++i) best = ss[p][i] > best ? ss[p][i] : best;
+        for (int i = 0; i < g; ++i) best = ss[p][i] > best || std::isnan(ss[p][i]) ? ss[p][i] : best;  // NaN: +Inf
         const float v = float(std::sqrt(best) * (1.0 + 0x1p-20));
         (p < kParts ? n.part[p] : n.residual) = std::isfinite(v) ? v : INFINITY;
     }

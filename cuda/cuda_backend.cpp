@@ -37,6 +37,7 @@
 #include "formats/certified_group.h"
 #include "gemm_bf16_prefill.h"
 #include "kernels.h"
+#include "mma_error_bound.h"
 #include "stream_decode.h"
 #include "stream_decode_plan.h"
 #include "transforms/runtime_layer.h"
@@ -96,8 +97,11 @@ struct DeviceTransform {
         if (!tc) return;
         std::vector<std::uint32_t> frags(count * tc::fragment_words(g));
         std::vector<tc::PartNorms> parts(count);
-        for (std::size_t b = 0; b < count; ++b)
+        for (std::size_t b = 0; b < count; ++b) {
             parts[b] = tc::pack_fragments(m + b * g * g, g, frags.data() + b * tc::fragment_words(g));
+            // A block outside the bound's model: the CUDA-core quantize (no fragments) for the layer.
+            if (!tc::norms_within_model(parts[b])) return;
+        }
         tc_fragments = DeviceBuffer::upload(frags.data(), frags.size() * sizeof(std::uint32_t), stream);
         tc_norms = DeviceBuffer::upload(parts.data(), parts.size() * sizeof(tc::PartNorms), stream);
     }

@@ -59,6 +59,27 @@ WUSH_HD float mma_instruction_error(float m) {
     return float(kMmaErrorUnits) * kMmaUlp * m;
 }
 
+// Below FP32's normal range the relative model says nothing: an instruction may flush a subnormal
+// BF16 input, a product or a running value under 2^-126 to zero. The bound's absolute allowance
+// (formats::certified::kAbsSlack) covers that while every part norm of T is at most kMaxPartNorm:
+// a flushed x element (|x| < 2^-126) meets matrix elements of at most kMaxPartNorm, so one
+// instruction loses at most kMmaK x 2^-126 x kMaxPartNorm, and an output sums at most
+// kMaxInstructionsPerOutput instructions (2 k-steps x 3 T parts x 2 x parts). The accumulator
+// probe checks real MMA results against the per-instruction allowance; prepare keeps the CUDA-core
+// quantize for a transform outside it (norms_within_model).
+constexpr float kMaxPartNorm = 0x1p8f;
+constexpr int kMaxInstructionsPerOutput = 2 * kParts * 2;
+constexpr float kMmaAbsPerInstruction = float(kMmaK) * 0x1p-126f * kMaxPartNorm;
+static_assert(kMaxInstructionsPerOutput * kMmaAbsPerInstruction <= formats::certified::kAbsSlack,
+              "the absolute allowance must cover every flushed term of an output");
+
+// Whether a block's part norms are inside the model (kMaxPartNorm); NaN is not.
+WUSH_HD bool norms_within_model(const PartNorms& n) {
+    for (int p = 0; p < kParts; ++p)
+        if (!(n.part[p] <= kMaxPartNorm)) return false;
+    return n.residual <= kMaxPartNorm;
+}
+
 // The bound of one output of the split product, given the matrix's part norms, the norm of x
 // (float32, from a sum of squares: its error is in the 1.01), whether x was split in two (F16),
 // and G. +Inf when x_norm is not finite.

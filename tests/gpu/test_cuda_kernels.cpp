@@ -639,6 +639,37 @@ TEST(CudaIssue41, BlockScaledOptInMatchesCpuOnBlackwell) {
     }
 }
 
+// The forward bytes of one layer on a default context and on a context with `param` = 1 (same
+// transform, weight and input x of dtype `x_dtype`), for each format and token count; `what` names
+// the opt-in in the failure message.
+void expect_opt_in_same_bytes(wush_context_parameter param, wush_dtype x_dtype,
+                              std::initializer_list<wush_format> formats, std::initializer_list<std::size_t> ms,
+                              std::size_t d_out, unsigned seed, const char* what) {
+    auto plain = cuda::make_backend(0);
+    auto opted = cuda::make_backend(0);
+    opted->set_parameter(param, 1);
+    for (wush_format format : formats) {
+        const formats::FormatSpec& f = formats::spec(format);
+        const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, kDin, f.group);
+        const formats::PackedMatrix w = make_weight(f, d_out, seed);
+        for (std::size_t m : ms) {
+            const std::vector<float> x = make_x(m, seed + 1);
+            const cuda::DeviceBuffer xd = x_dtype == WUSH_DTYPE_BF16 ? upload(to_bf16(x)) : upload(x);
+            std::vector<float> got[2];
+            int i = 0;
+            for (backend::Backend* be : {plain.get(), opted.get()}) {
+                auto layer = be->prepare({t, classify_matrices(t)}, w);
+                cuda::DeviceBuffer ws(layer->workspace_bytes(m)), y(m * d_out * sizeof(float));
+                layer->forward(x_dtype, xd.get(), m, {}, WUSH_DTYPE_F32, y.get(), {ws.get<std::byte>(), ws.bytes()});
+                be->synchronize();
+                got[i++] = download<float>(y, m * d_out);
+            }
+            EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), m * d_out * sizeof(float)), 0)
+                << f.name << " m " << m << ": " << what << "'s bytes differ from the default context's";
+        }
+    }
+}
+
 // Ask 2: a context with WUSH_CONTEXT_CUDA_STREAM_DECODE = 1 runs m <= 32 with the streaming decode
 // kernel (sm_80+), whose bytes equal the default decode kernel's (another context, same layer).
 TEST(CudaIssue41, StreamDecodeOptInSameBytesAsDecode) {
@@ -646,31 +677,24 @@ TEST(CudaIssue41, StreamDecodeOptInSameBytesAsDecode) {
     int major = 0;
     WUSH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
     if (major < 8) GTEST_SKIP() << "the streaming decode kernel needs sm_80";
-    auto plain = cuda::make_backend(0);
-    auto streaming = cuda::make_backend(0);
-    streaming->set_parameter(WUSH_CONTEXT_CUDA_STREAM_DECODE, 1);
-    const std::size_t d_out = 200;
-    for (wush_format format : {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}) {
-        const formats::FormatSpec& f = formats::spec(format);
-        const BlockTransform t = build_data_free_transform({TransformKind::Random, 0.01, 7}, kDin, f.group);
-        const formats::PackedMatrix w = make_weight(f, d_out, 11);
-        for (std::size_t m : {1, 5, 17, 32}) {
-            const std::vector<float> x = make_x(m, 8);
-            const cuda::DeviceBuffer xd = upload(x);
-            std::vector<float> got[2];
-            int i = 0;
-            for (backend::Backend* be : {plain.get(), streaming.get()}) {
-                auto layer = be->prepare({t, classify_matrices(t)}, w);
-                cuda::DeviceBuffer ws(layer->workspace_bytes(m)), y(m * d_out * sizeof(float));
-                layer->forward(WUSH_DTYPE_F32, xd.get(), m, {}, WUSH_DTYPE_F32, y.get(),
-                               {ws.get<std::byte>(), ws.bytes()});
-                be->synchronize();
-                got[i++] = download<float>(y, m * d_out);
-            }
-            EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), m * d_out * sizeof(float)), 0)
-                << f.name << " m " << m << ": the streaming kernel's bytes differ from the decode kernel's";
-        }
-    }
+    expect_opt_in_same_bytes(WUSH_CONTEXT_CUDA_STREAM_DECODE, WUSH_DTYPE_F32,
+                             {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}, {1, 5, 17, 32}, 200, 11,
+                             "the streaming decode kernel");
+}
+
+// A context with WUSH_CONTEXT_CUDA_TC_QUANTIZE = 1 quantizes BF16 activations from 17 tokens with
+// the tensor-core kernel (sm_80+, a matrix transform, the probe passed on this card); its forward
+// bytes equal a default context's on the same layer, because both kernels' codes are the float64
+// definition's. (Where the probe fails the opt-in context keeps the CUDA-core kernel; the bytes
+// are then equal trivially, and QuantizeTc.AccumulatorProbe reports the failure.)
+TEST(CudaIssue58, TcQuantizeOptInSameBytesAsDefault) {
+    REQUIRE_GPU();
+    int major = 0;
+    WUSH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    if (major < 8) GTEST_SKIP() << "BF16 mma.sync needs sm_80";
+    expect_opt_in_same_bytes(WUSH_CONTEXT_CUDA_TC_QUANTIZE, WUSH_DTYPE_BF16,
+                             {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4, WUSH_FORMAT_MXFP4_OCP},
+                             {16, 17, 40, 200}, 72, 13, "the tensor-core quantize");
 }
 
 // Ask 3(c): with WUSH_CONTEXT_CUDA_BF16_PREFILL = 1 the products above 32 tokens of the E2M1 formats take

@@ -92,20 +92,9 @@ struct Buffer {
     }
 };
 
-// One product: the decode kernel's bytes, then the streaming kernel's on the device's grid, on a
-// 3-SM grid, and replayed from a graph (when `graph`).
-void check_same_bytes(wush_format f, std::size_t m, std::size_t n, std::size_t k, wush_dtype y_dtype,
-                      const wush::cuda::StreamDecodeDevice& dev, std::mt19937& rng, bool graph) {
-    SCOPED_TRACE(::testing::Message() << "format " << int(f) << " m " << m << " n " << n << " k " << k << " y "
-                                      << int(y_dtype));
-    const std::vector<std::uint8_t> wc = random_codes(n * k / 2, rng), ws = random_scales(f, n, k, rng);
-    const Buffer a(random_codes(m * k / 2, rng)), sa(random_scales(f, m, k, rng)), w(wc), sw(ws);
-    const Buffer staged(st::stage_weights(f, n, k, wc.data(), ws.data()));
-    Buffer work(std::max<std::size_t>(st::workspace_bytes(m, n, k), 16));
-    const std::size_t ybytes = m * n * (y_dtype == WUSH_DTYPE_BF16 ? 2 : 4);
-    Buffer y(ybytes);
-    ASSERT_TRUE(a.p && sa.p && w.p && sw.p && staged.p && work.p && y.p);
-
+// The product's arguments: activations a (codes, scales) times weight w, output y, workspace.
+GemmArgs product_args(wush_format f, std::size_t m, std::size_t n, std::size_t k, const Buffer& a, const Buffer& sa,
+                      const Buffer& w, const Buffer& sw, Buffer& y, wush_dtype y_dtype, Buffer& work) {
     GemmArgs g;
     g.format = f;
     g.group = st::group_of(f);
@@ -121,6 +110,24 @@ void check_same_bytes(wush_format f, std::size_t m, std::size_t n, std::size_t k
     g.y_dtype = y_dtype;
     g.workspace = work.p;
     g.workspace_bytes = work.bytes;
+    return g;
+}
+
+// One product: the decode kernel's bytes, then the streaming kernel's on the device's grid, on a
+// 3-SM grid, and replayed from a graph (when `graph`).
+void check_same_bytes(wush_format f, std::size_t m, std::size_t n, std::size_t k, wush_dtype y_dtype,
+                      const wush::cuda::StreamDecodeDevice& dev, std::mt19937& rng, bool graph) {
+    SCOPED_TRACE(::testing::Message() << "format " << int(f) << " m " << m << " n " << n << " k " << k << " y "
+                                      << int(y_dtype));
+    const std::vector<std::uint8_t> wc = random_codes(n * k / 2, rng), ws = random_scales(f, n, k, rng);
+    const Buffer a(random_codes(m * k / 2, rng)), sa(random_scales(f, m, k, rng)), w(wc), sw(ws);
+    const Buffer staged(st::stage_weights(f, n, k, wc.data(), ws.data()));
+    Buffer work(std::max<std::size_t>(st::workspace_bytes(m, n, k), 16));
+    const std::size_t ybytes = m * n * (y_dtype == WUSH_DTYPE_BF16 ? 2 : 4);
+    Buffer y(ybytes);
+    ASSERT_TRUE(a.p && sa.p && w.p && sw.p && staged.p && work.p && y.p);
+
+    const GemmArgs g = product_args(f, m, n, k, a, sa, w, sw, y, y_dtype, work);
     const wush::cuda::StreamDecodeWeights sw_{staged.u8()};
     ASSERT_TRUE(wush::cuda::stream_decode_supported(g, sw_, dev));
 
@@ -198,24 +205,8 @@ TEST(StreamDecodeGpu, TwoLaunchesInFlightOnTwoStreams) {
     const Buffer staged(st::stage_weights(f, n, k, wc.data(), ws.data()));
     Buffer work[2] = {Buffer(st::workspace_bytes(m, n, k)), Buffer(st::workspace_bytes(m, n, k))};
     Buffer y[2] = {Buffer(m * n * 4), Buffer(m * n * 4)};
-    GemmArgs g;
-    g.format = f;
-    g.group = st::group_of(f);
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.a_codes = a.u8();
-    g.a_scales = sa.u8();
-    g.w_codes = w.u8();
-    g.w_scales = sw.u8();
-    g.alpha = 1.0f / 9;
-    g.y_dtype = WUSH_DTYPE_F32;
-    GemmArgs per[2] = {g, g};
-    for (int i = 0; i < 2; ++i) {
-        per[i].y = y[i].p;
-        per[i].workspace = work[i].p;
-        per[i].workspace_bytes = work[i].bytes;
-    }
+    const GemmArgs per[2] = {product_args(f, m, n, k, a, sa, w, sw, y[0], WUSH_DTYPE_F32, work[0]),
+                             product_args(f, m, n, k, a, sa, w, sw, y[1], WUSH_DTYPE_F32, work[1])};
     wush::cuda::launch_decode_gemm(per[0], nullptr);
     CUDA_OK(cudaDeviceSynchronize());
     const std::vector<std::uint8_t> want = y[0].download();

@@ -129,3 +129,25 @@ TEST(MmaErrorBound, InstructionErrorIsTheModelsWorstCase) {
 }
 
 }  // namespace
+
+namespace {
+
+// Prepare keeps the CUDA-core quantize for a transform whose part norms leave the model
+// (tc::norms_within_model): the absolute allowance for flushed subnormal terms holds only up to
+// kMaxPartNorm. An orthogonal block (row norms 1) is inside; the same block scaled past the limit,
+// or holding a NaN, is not.
+TEST(MmaErrorBound, PartNormsOutsideTheModelAreRefused) {
+    constexpr int g = 32;
+    std::vector<float> t(g * g, 0.0f);
+    for (int i = 0; i < g; ++i) t[i * g + (i * 7) % g] = (i % 3 == 0) ? -1.0f : 1.0f;  // a signed permutation
+    std::vector<std::uint32_t> frags(wush::tc::fragment_words(g));
+    EXPECT_TRUE(wush::tc::norms_within_model(wush::tc::pack_fragments(t.data(), g, frags.data())));
+    std::vector<float> big = t;
+    for (float& v : big) v *= 2.0f * wush::tc::kMaxPartNorm;
+    EXPECT_FALSE(wush::tc::norms_within_model(wush::tc::pack_fragments(big.data(), g, frags.data())));
+    std::vector<float> nan = t;
+    nan[5] = NAN;
+    EXPECT_FALSE(wush::tc::norms_within_model(wush::tc::pack_fragments(nan.data(), g, frags.data())));
+}
+
+}  // namespace
