@@ -135,6 +135,12 @@ def measure_llama_cpp(a, ids):
     llm = Llama(model_path=a.gguf, n_ctx=len(ids) + a.decode + 8, n_threads=a.threads, n_threads_batch=a.threads,
                 n_batch=len(ids), verbose=False)
 
+    n_vocab = llm.n_vocab()
+
+    def last_logits():
+        # The batch's last row (llama.cpp computes logits for it alone, as in its own generation).
+        return np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(n_vocab,))
+
     def loop(prompt, decode):
         llm.reset()
         t0 = time.perf_counter()
@@ -142,7 +148,7 @@ def measure_llama_cpp(a, ids):
         t1 = time.perf_counter()
         got = []
         for _ in range(decode):
-            nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            nxt = int(np.argmax(last_logits()))
             got.append(nxt)
             llm.eval([nxt])
         return t1 - t0, time.perf_counter() - t1, got

