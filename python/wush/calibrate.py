@@ -139,7 +139,7 @@ class HookCalibration:
 
     def __enter__(self) -> "HookCalibration":
         self._handles.append(self.model.register_forward_pre_hook(self._start, with_kwargs=True))
-        self._handles.append(self.model.register_forward_hook(self._reset))  # drop the held inputs
+        self._handles.append(self.model.register_forward_hook(lambda *_: self.end_pass()))
         for n, m in self.layers.items():
             self._handles.append(m.register_forward_pre_hook(self._hook(n)))
         return self
@@ -200,7 +200,7 @@ class BlockInputs:
     0's hidden states. :meth:`inputs` then advances the hidden states block by block."""
 
     def __init__(self, model: nn.Module, blocks: nn.ModuleList, batches: List):
-        self.blocks, self.batches = blocks, batches
+        self.blocks, self.n_batches = blocks, len(batches)
         self.masks = [b.get("attention_mask") if isinstance(b, dict) else None for b in batches]
         self.args: List[List[Tuple[Tuple, Dict[str, Any]]]] = [[] for _ in blocks]
         self.hidden: List[torch.Tensor] = []
@@ -253,7 +253,7 @@ class BlockInputs:
         if index < self.at:
             raise ValueError(f"block {index}'s inputs were passed already (at block {self.at})")
         while self.at < index:
-            self.hidden = [self._call(self.at, j).detach() for j in range(len(self.batches))]
+            self.hidden = [self._call(self.at, j).detach() for j in range(self.n_batches)]
             self.at += 1
 
     def run(self, index: int, hc: "HookCalibration", lo: int, hi: int,

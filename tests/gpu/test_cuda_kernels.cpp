@@ -41,6 +41,18 @@ bool have_gpu() {
 #define REQUIRE_GPU() \
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
 
+// Device 0's compute capability major (0 without a device).
+int device_major() {
+    int major = 0;
+    if (have_gpu()) WUSH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    return major;
+}
+
+// Skips the test without a GPU of sm_80 or later; `why` says what needs it.
+#define REQUIRE_SM80(why) \
+  REQUIRE_GPU();          \
+  if (device_major() < 8) GTEST_SKIP() << why << " needs sm_80"
+
 constexpr std::size_t kDin = 256;
 // The CPU reference runs on the best ISA, one thread.
 struct HostRun {
@@ -673,10 +685,7 @@ void expect_opt_in_same_bytes(wush_context_parameter param, wush_dtype x_dtype,
 // Ask 2: a context with WUSH_CONTEXT_CUDA_STREAM_DECODE = 1 runs m <= 32 with the streaming decode
 // kernel (sm_80+), whose bytes equal the default decode kernel's (another context, same layer).
 TEST(CudaIssue41, StreamDecodeOptInSameBytesAsDecode) {
-    REQUIRE_GPU();
-    int major = 0;
-    WUSH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-    if (major < 8) GTEST_SKIP() << "the streaming decode kernel needs sm_80";
+    REQUIRE_SM80("the streaming decode kernel");
     expect_opt_in_same_bytes(WUSH_CONTEXT_CUDA_STREAM_DECODE, WUSH_DTYPE_F32,
                              {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4}, {1, 5, 17, 32}, 200, 11,
                              "the streaming decode kernel");
@@ -688,10 +697,7 @@ TEST(CudaIssue41, StreamDecodeOptInSameBytesAsDecode) {
 // definition's. (Where the probe fails the opt-in context keeps the CUDA-core kernel; the bytes
 // are then equal trivially, and QuantizeTc.AccumulatorProbe reports the failure.)
 TEST(CudaIssue58, TcQuantizeOptInSameBytesAsDefault) {
-    REQUIRE_GPU();
-    int major = 0;
-    WUSH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-    if (major < 8) GTEST_SKIP() << "BF16 mma.sync needs sm_80";
+    REQUIRE_SM80("BF16 mma.sync");
     expect_opt_in_same_bytes(WUSH_CONTEXT_CUDA_TC_QUANTIZE, WUSH_DTYPE_BF16,
                              {WUSH_FORMAT_MXFP4, WUSH_FORMAT_NVFP4, WUSH_FORMAT_INT4, WUSH_FORMAT_MXFP4_OCP},
                              {16, 17, 40, 200}, 72, 13, "the tensor-core quantize");
@@ -701,10 +707,7 @@ TEST(CudaIssue58, TcQuantizeOptInSameBytesAsDefault) {
 // the BF16 prefill kernel (cuda/gemm_bf16_prefill.h) where the reference path ran: equal to the
 // CPU runtime, eager and replayed from a graph alike; any other value than 0 / 1 is refused.
 TEST(CudaIssue41, Bf16PrefillOptInMatchesCpu) {
-    REQUIRE_GPU();
-    int major = 0;
-    WUSH_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-    if (major < 8) GTEST_SKIP() << "BF16 mma.sync needs sm_80";
+    REQUIRE_SM80("BF16 mma.sync");
     auto be = cuda::make_backend(0);
     EXPECT_THROW(be->set_parameter(WUSH_CONTEXT_CUDA_BF16_PREFILL, 2), wush::Error);
     be->set_parameter(WUSH_CONTEXT_CUDA_BF16_PREFILL, 1);
