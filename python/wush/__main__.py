@@ -230,10 +230,11 @@ def _quantize(a: argparse.Namespace, model_dir: str, transform: str, search: boo
         _note("quantize-model", f"note: tensors not in {_core.printable(read)}, initialized at random by transformers: "
                                 f"{', '.join(model.wush_missing_keys[:6])}"
                                 f"{' ...' if len(model.wush_missing_keys) > 6 else ''}")
-    selected = wt.select_linears(model, a.layers)
+    pattern = wt.with_output_layer(model, a.layers) if a.lm_head else a.layers
+    selected = wt.select_linears(model, pattern)
     if not selected:
-        raise ValueError(wt.selection_error(model, a.layers))
-    wt.check_stored_layers(model_dir, selected)  # in seconds, not after the calibration
+        raise ValueError(wt.selection_error(model, pattern))
+    wt.check_stored_layers(model_dir, selected, model=model)  # in seconds, not after the calibration
     causal = wt.is_causal(model)
     make = token_batches if causal else sentence_batches
     batches, documents, cal_stats = calibration_documents(make, tok, a)
@@ -243,7 +244,7 @@ def _quantize(a: argparse.Namespace, model_dir: str, transform: str, search: boo
         validation = make(tok, a.validation, a.seq_len, a.max_samples, stats=val_stats)
         _note("quantize-model", _calibration_line("validation", val_stats, a))
     t0 = time.time()
-    res = wt.quantize_model(model, batches, format=a.format, transform=transform, method=a.method, layers=a.layers,
+    res = wt.quantize_model(model, batches, format=a.format, transform=transform, method=a.method, layers=pattern,
                             damping=a.damping, progress=a.progress, search=search, search_tokens=a.search_tokens,
                             validation_batches=validation, search_guard=not a.no_search_guard,
                             documents=documents if search and len(a.calib) > 1 else None)
@@ -486,6 +487,9 @@ def parser() -> argparse.ArgumentParser:
                    help="write bf16 dqweight (transformers' pseudo-quantized fp_quant path) instead of packed codes")
     q.add_argument("--layers", default=None,
                    help="regex of linear layer names (default: every linear layer inside the repeated blocks)")
+    q.add_argument("--lm-head", action="store_true",
+                   help="also quantize the output layer (the LM head) in --format; a head tied to the input "
+                        "embeddings is then written untied: the embeddings stay (as --embeddings says) for the input")
     q.add_argument("--damping", type=float, default=None, help="GPTQ's damping (default: the library's)")
     q.add_argument("--seq-len", type=int, default=128,
                    help="tokens per calibration window (causal) or at most per sentence (encoders)")

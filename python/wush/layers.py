@@ -86,6 +86,33 @@ def selection_error(model: nn.Module, pattern: Optional[str]) -> str:
             f"the model's linear layers: {shown or 'none'}")
 
 
+def tied_to(model: nn.Module, name: str) -> Optional[str]:
+    """The name of the model parameter that layer ``name``'s weight is tied to (the same tensor
+    under another module: the input embeddings of a tied LM head), or None when the weight is the
+    layer's own."""
+    w = getattr(model.get_submodule(name), "weight", None)
+    if w is None:
+        return None
+    return next((n for n, p in model.named_parameters(remove_duplicate=False)
+                 if p is w and n != name + ".weight"), None)
+
+
+def output_layer_name(model: nn.Module) -> str:
+    """The module name of the model's output layer (``get_output_embeddings()``: the LM head);
+    ValueError when the model has none that :func:`quantize_model` can quantize."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    name = next((n for n, m in model.named_modules() if m is head), None) if head is not None else None
+    if name is None or not is_linear(head):
+        raise ValueError(f"{type(model).__name__} has no linear output layer (LM head) to quantize")
+    return name
+
+
+def with_output_layer(model: nn.Module, pattern: Optional[str]) -> str:
+    """``pattern`` (default :func:`default_pattern`) widened to select the output layer too."""
+    base = pattern or default_pattern(model)
+    return f"(?:{base})|^{re.escape(output_layer_name(model))}$"
+
+
 def linear_names(model: nn.Module) -> List[str]:
     return [n for n, m in model.named_modules() if is_linear(m) or isinstance(m, QuantizedLinear)]
 

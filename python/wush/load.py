@@ -100,10 +100,10 @@ def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None, mmap: b
     hf_logging.set_verbosity_error()  # the quantized weights are "missing" on purpose
     try:
         stored = stored_tensor_shapes(out_dir)
+        cls = folder_model_class(out_dir, config, stored)  # as quantize-model built it (a quantized head counts)
         if stored and wush_folder:  # the quantized layers' [d_out, d_in] stand-ins are the quantizer's
             stored = {k: v for k, v in stored.items()
                       if not any(k == n + ".weight" or k.endswith("." + n + ".weight") for n in qnames)}
-        cls = folder_model_class(out_dir, config, stored)  # as quantize-model built it
         if stored:
             check_weights_match(out_dir, cls, config, stored)
         model, info = cls.from_pretrained(out_dir, config=config, local_files_only=True,

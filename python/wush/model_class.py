@@ -66,18 +66,26 @@ def check_weights_match(model_dir: str, cls: Any, config: Any, stored: Dict[str,
 
 
 def check_stored_layers(model_dir: str, layers: Dict[str, nn.Module],
-                        stored: Optional[Dict[str, Tuple[int, ...]]] = None) -> None:
+                        stored: Optional[Dict[str, Tuple[int, ...]]] = None, model: Optional[nn.Module] = None) -> None:
     """Raises ValueError naming every selected layer (name -> module) whose weight the folder
     does not store under the module's name (a base model prefix such as ``bert.`` allowed) with
     the module's shape: such a layer would be quantized from transformers' random initialization,
-    and :func:`save_quantized` could not place it. Call it before calibrating (seconds)."""
+    and :func:`save_quantized` could not place it. With ``model`` (the modules' model), a layer
+    whose weight is tied to another stored parameter of its shape (a tied LM head: the input
+    embeddings) passes too. Call it before calibrating (seconds)."""
+    from .layers import tied_to
     if stored is None:
         stored = stored_tensor_shapes(model_dir)
     if stored is None:
         return  # no readable weight files: from_pretrained has already said so
+    prefix = getattr(model, "base_model_prefix", "") or "" if model is not None else ""
     unmapped = []
     for name, m in layers.items():
         cands = [k for k in stored if k == name + ".weight" or k.endswith("." + name + ".weight")]
+        if not cands and model is not None:
+            source = tied_to(model, name)
+            key = _stored_key(source, prefix, stored) if source else None
+            cands = [key] if key is not None else []
         if len(cands) != 1 or tuple(stored[cands[0]]) != tuple(m.weight.shape):
             unmapped.append(name if len(cands) != 1 else f"{name} (stored {list(stored[cands[0]])}, "
                             f"the model's {list(m.weight.shape)})")

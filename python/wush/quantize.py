@@ -13,7 +13,7 @@ from torch import nn
 from . import _core
 from ._core import Calibrator, Checkpoint, Options, QWeight, Transform
 from .calibrate import BlockInputs, HookCalibration, _progress, _run_all
-from .layers import _block_index, _replace, dense_weight, find_blocks, select_linears, selection_error
+from .layers import _block_index, _replace, dense_weight, find_blocks, select_linears, selection_error, tied_to
 from .quantized_linear import QuantizedLinear
 
 
@@ -26,6 +26,9 @@ class QuantizationResult:
         self.format, self.transform, self.method = fmt, transform, method
         self.layers: Dict[str, Tuple[Transform, QWeight]] = {}
         self.guard: Dict[str, Optional[dict]] = {}
+        # Layers whose weight was tied to another parameter (a tied LM head): layer -> that
+        # parameter's name. The quantized layer no longer shares it; the parameter stays.
+        self.tied: Dict[str, str] = {}
 
     def guard_table(self) -> str:
         """The per-layer guard decisions as a text table (one line per guarded layer)."""
@@ -88,6 +91,11 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
     show a layer that fits them only; wush_calibrator_add_document). ``seed`` (WUSH_OPTION_SEED;
     the library's default if None) draws the random rotations and the guard's held-out half.
 
+    A selected layer whose weight is tied to another parameter (an LM head tied to the input
+    embeddings: ``layers`` naming it, or :func:`wush.torch.with_output_layer`) is quantized from
+    that weight and no longer shares it; the parameter stays for its other use, and
+    ``result.tied`` names it (:func:`save_quantized` then writes the folder untied).
+
     Transforms are stored in bf16 (WUSH_OPTION_TRANSFORM_DTYPE) so the fp_quant export can
     represent them exactly.
     """
@@ -110,6 +118,7 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
         cal_args["validation_size"] = validation_size
     result = QuantizationResult(format, transform, method)
     result.search = bool(search)
+    result.tied = {n: src for n in selected if (src := tied_to(model, n)) is not None}
     g = _core.format_group_size(format)
 
     def collect(hc: HookCalibration, run: Callable[[int, int, Optional[Callable[[int], None]]], None]) -> None:

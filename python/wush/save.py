@@ -54,6 +54,11 @@ def save_quantized(model: nn.Module, result: QuantizationResult, out_dir: str, m
       the weights (``WEIGHT_FILES``, ``WEIGHT_DIRS``);
     - ``wush_quantization.json``: what was done (format, transform, method, layers, the export).
 
+    A quantized layer that was tied to another tensor (``result.tied``: an LM head tied to the
+    input embeddings) is written untied: that tensor stays stored, the layer's own ``weight``
+    entry is its ``[d_out, d_in]`` stand-in (or its fp_quant tensors), and config.json says
+    ``"tie_word_embeddings": false``.
+
     Returns that last file's content. Refuses, before writing, what :func:`check_export` and
     :func:`check_out_dir` refuse (``out_dir`` the model folder, inside it or containing it, a
     folder not written by save_quantized, one that cannot be written).
@@ -100,9 +105,12 @@ def _write_folder(model: nn.Module, result: QuantizationResult, out_dir: str, mo
     if model_dir:
         stored = read_folder_tensors(model_dir)
         tensors = dict(stored)
-        prefixes = {name: _file_key_prefix(stored, name) for name in result.layers}
+        tied = getattr(result, "tied", {})
+        # A tied layer stores no weight of its own: the tensor it shared stays, for its other use.
+        prefixes = {name: "" if name in tied else _file_key_prefix(stored, name) for name in result.layers}
         for name, p in prefixes.items():
-            del tensors[p + name + ".weight"]
+            if name not in tied:
+                del tensors[p + name + ".weight"]
     else:
         prefixes = {name: "" for name in result.layers}
         tensors = {k: v for k, v in model.state_dict().items()
@@ -138,18 +146,30 @@ def _write_folder(model: nn.Module, result: QuantizationResult, out_dir: str, mo
         config = {}
     if export == "fp_quant":
         qcfg["modules_to_not_convert"] = unconverted
+    if getattr(result, "tied", None):
+        _untie(config)
     config["quantization_config"] = qcfg
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=2, sort_keys=True)
     copied = _copy_other_files(model_dir, out_dir) if model_dir else []
     info = {"format": result.format, "transform": result.transform, "method": result.method,
             "search": getattr(result, "search", False), "export": export, "fp_quant_refused": refused,
+            "untied": sorted(getattr(result, "tied", {})),
             "embeddings": embeddings,
             "layers": {n: t.info()[0].name.lower() for n, (t, _) in result.layers.items()},
             "modules_to_not_convert": unconverted, "copied_files": copied}
     with open(os.path.join(out_dir, INFO_FILE), "w") as f:
         json.dump(info, f, indent=2)
     return info
+
+
+def _untie(config: Dict[str, Any]) -> None:
+    """The config of a folder whose tied output layer was quantized: the head is a layer of its
+    own now (its codes in the checkpoint), the input embeddings a tensor of their own."""
+    config["tie_word_embeddings"] = False
+    text = config.get("text_config")
+    if isinstance(text, dict) and "tie_word_embeddings" in text:
+        text["tie_word_embeddings"] = False
 
 
 def _shard_and_save(tensors: Dict[str, torch.Tensor], out_dir: str, max_shard_bytes: int) -> List[str]:

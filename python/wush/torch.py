@@ -25,7 +25,8 @@ from .embed import embed, pooling_config
 from .export import EXPORTS, check_export, resolve_export
 from .folder import CHECKPOINT_FILE, INFO_FILE, TOKENIZER_FILES, WEIGHT_DIRS, WEIGHT_FILES, require_model_folder
 from .layers import (DEFAULT_PATTERN, compile_pattern, default_pattern, dense_weight, find_blocks, in_features,
-                     is_linear, linear_names, repeated_blocks, select_linears, selection_error)
+                     is_linear, linear_names, output_layer_name, repeated_blocks, select_linears, selection_error,
+                     tied_to, with_output_layer)
 from .load import load_float_model, load_quantized, load_quantized_layers
 from .model_class import check_stored_layers, check_weights_match, folder_model_class, is_causal, model_class
 from .quantize import QuantizationResult, quantize_model
@@ -49,7 +50,8 @@ __all__ = [
     "release_cpu_workspace",
     # the layer selection
     "DEFAULT_PATTERN", "compile_pattern", "default_pattern", "dense_weight", "find_blocks", "in_features",
-    "is_linear", "linear_names", "repeated_blocks", "select_linears", "selection_error",
+    "is_linear", "linear_names", "output_layer_name", "repeated_blocks", "select_linears", "selection_error",
+    "tied_to", "with_output_layer",
     # devices
     "cpu_context", "parse_device", "torch_runs_openmp",
     # the output folder

@@ -20,7 +20,14 @@
   embeddings equal to the float model's with the checkpoint's layers swapped in, embedding cosine
   to the float32 SentenceTransformer on 50 held-out sentences near the issue's table (measured
   0.951 MXFP4 and 0.967 NVFP4, WUSH RTN, where the table has 0.957 and 0.971 on its sentences);
-  refused by SentenceTransformer without wush.
+  refused by SentenceTransformer without wush;
+- the LM head (issue 60, item 4): ``--lm-head`` on a model whose head is tied to the input
+  embeddings writes the folder untied (the float table stored as it was, the head a checkpoint
+  layer, config.json's tie_word_embeddings false) and loads back through transformers and
+  ``load_quantized`` with the logits of the tied float model with the checkpoint's layers swapped
+  in; the head's output is the quantized product of the embedding table (within 4-bit error, not
+  the float head's); an untied head loads as the causal model (not the bare model); a model
+  without a linear output layer is refused in one line.
 """
 import atexit
 import importlib.util
@@ -287,6 +294,88 @@ print("LOADED")
         self.assertNotEqual(rc, 0, so)
         self.assertNotIn("LOADED", so)
         self.assertRegex(err, "size mismatch|MISMATCH")
+
+
+class QuantizedHead(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tied_src = make_tiny_llama(os.path.join(TMP, "tiny-tied"), train_steps=50, tie_word_embeddings=True)
+        cls.tied = os.path.join(TMP, "tiny-tied-q")
+        rc, res, err = cli_run("quantize-model", cls.tied_src, "--calib", CALIB, "--out", cls.tied, "--seq-len",
+                               "32", "--max-samples", "4", "--lm-head")
+        assert rc == 0, err
+        cls.res = res
+
+    def test_tied_head_written_untied(self):
+        float_model = wt.load_float_model(self.tied_src)
+        self.assertIs(float_model.lm_head.weight, float_model.model.embed_tokens.weight)  # the source is tied
+        layers = wush.Checkpoint.open(os.path.join(self.tied, "wush_checkpoint.safetensors")).layer_names()
+        self.assertIn("lm_head", layers)
+        self.assertEqual(self.res["layers"], 15)  # the 14 block layers and the head
+        stored = stored_dtypes(self.tied)
+        self.assertEqual(stored["lm_head.weight"], ("I64", (2,)))
+        self.assertEqual(stored["model.embed_tokens.weight"], ("F32", tuple(float_model.lm_head.weight.shape)))
+        with safe_open(os.path.join(self.tied, "model-00001-of-00001.safetensors"), "pt") as f:
+            self.assertTrue(torch.equal(f.get_tensor("model.embed_tokens.weight"),
+                                        float_model.model.embed_tokens.weight))
+        config = json.loads(pathlib.Path(self.tied, "config.json").read_text())
+        self.assertIs(config["tie_word_embeddings"], False)
+        info = json.loads(pathlib.Path(self.tied, "wush_quantization.json").read_text())
+        self.assertEqual(info["untied"], ["lm_head"])
+
+    def test_tied_head_loads_with_the_swapped_in_logits(self):
+        from transformers import AutoModelForCausalLM
+        want_model = checkpoint_swapped(self.tied_src, self.tied)  # the tied float model, head swapped in
+        with torch.no_grad():
+            want = want_model(IDS).logits
+            for model in (wush.load_quantized(self.tied), AutoModelForCausalLM.from_pretrained(self.tied)):
+                self.assertIsInstance(model.lm_head, wt.QuantizedLinear)
+                self.assertIsNot(model.lm_head, model.model.embed_tokens)
+                self.assertTrue(torch.equal(model(IDS).logits, want))
+
+    def test_head_is_the_quantized_embedding_product(self):
+        model = wush.load_quantized(self.tied)
+        float_model = wt.load_float_model(self.tied_src)
+        x = torch.randn(5, float_model.config.hidden_size, generator=torch.Generator().manual_seed(3))
+        with torch.no_grad():
+            got = model.lm_head(x)
+            exact = x @ float_model.model.embed_tokens.weight.T
+        rel = ((got - exact).norm() / exact.norm()).item()
+        # 4-bit weights and activations: a few percent off the float product, not equal to it
+        # (the head is really quantized) and not far from it (it is the embedding table's).
+        self.assertGreater(rel, 1e-4)
+        self.assertLess(rel, 0.25)
+
+    def test_tied_head_with_bf16_embeddings_keeps_the_table_bf16_in_memory(self):
+        out = os.path.join(TMP, "tiny-tied-bf16")
+        rc, _, err = cli_run("quantize-model", self.tied_src, "--calib", CALIB, "--out", out, "--seq-len", "32",
+                             "--max-samples", "4", "--lm-head", "--embeddings", "bf16")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(stored_dtypes(out)["model.embed_tokens.weight"][0], "BF16")
+        model = wush.load_quantized(out)
+        self.assertEqual(model.model.embed_tokens.weight.dtype, torch.bfloat16)  # untied: bf16 in memory
+        with torch.no_grad():
+            self.assertEqual(model(IDS).logits.dtype, torch.float32)
+
+    def test_untied_head_loads_as_the_causal_model(self):
+        out = os.path.join(TMP, "tiny-head-q")
+        rc, res, err = cli_run("quantize-model", TINY, "--calib", CALIB, "--out", out, "--seq-len", "32",
+                               "--max-samples", "4", "--layers", r"^lm_head$")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(res["layers"], 1)
+        self.assertEqual(stored_dtypes(out)["lm_head.weight"], ("I64", (2,)))
+        self.assertEqual(json.loads(pathlib.Path(out, "wush_quantization.json").read_text())["untied"], [])
+        model = wush.load_quantized(out)
+        self.assertEqual(type(model).__name__, "LlamaForCausalLM")
+        with torch.no_grad():
+            self.assertTrue(torch.equal(model(IDS).logits, checkpoint_swapped(TINY, out)(IDS).logits))
+
+    def test_no_output_layer_refused(self):
+        from transformers import BertConfig, BertModel
+        bare = BertModel(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                    intermediate_size=64))
+        with self.assertRaisesRegex(ValueError, "no linear output layer"):
+            wt.with_output_layer(bare, None)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ def make_text(n_words: int, seed: int) -> str:
 
 def make_tiny_llama(path: str, seed: int = 0, n_layers: int = 2, hidden: int = 64, intermediate: int = 128,
                     train_steps: int = 200, **config) -> str:
-    """``config``: more LlamaConfig arguments (e.g. attention_bias=True for layers with a bias)."""
+    """``config``: more LlamaConfig arguments, or others in place of these (e.g. attention_bias=True
+    for layers with a bias, tie_word_embeddings=True for an LM head tied to the embeddings)."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -37,10 +38,11 @@ def make_tiny_llama(path: str, seed: int = 0, n_layers: int = 2, hidden: int = 6
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
     fast.save_pretrained(path)
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=len(fast), hidden_size=hidden, intermediate_size=intermediate,
-                      num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=256, tie_word_embeddings=False, torch_dtype="float32",
-                      bos_token_id=0, eos_token_id=1, **config)
+    args = dict(vocab_size=len(fast), hidden_size=hidden, intermediate_size=intermediate,
+                num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2,
+                max_position_embeddings=256, tie_word_embeddings=False, torch_dtype="float32",
+                bos_token_id=0, eos_token_id=1)
+    cfg = LlamaConfig(**{**args, **config})
     model = LlamaForCausalLM(cfg)
     if train_steps:
         # A few hundred Adam steps on the generated text (seconds on 2 cores): the model then
