@@ -80,12 +80,13 @@ class Timers:
     """Wall time inside the quantized layers and inside the LM head (forward pre/post hooks)."""
 
     def __init__(self, model):
-        from wush.quantized_linear import QuantizedLinear
+        from wush.groups import is_quantized
         self.total = {"layers": 0.0, "lm_head": 0.0}
         self.handles = []
         head = model.get_output_embeddings()
         for m in model.modules():
-            kind = "layers" if isinstance(m, QuantizedLinear) else "lm_head" if m is head else None
+            # The head first: quantized (--lm-head), it is a library layer too.
+            kind = "lm_head" if m is head else "layers" if is_quantized(m) else None
             if kind:
                 self.handles.append(m.register_forward_pre_hook(self._start))
                 self.handles.append(m.register_forward_hook(self._stop(kind)))
@@ -124,7 +125,7 @@ def measure_torch(a, ids):
         per["total"] = round(1e3 * d / a.decode, 3)
         per["other"] = round(per["total"] - per["layers"] - per["lm_head"], 3)
         row["decode_ms_per_token"] = per
-        row["quantized_layers"] = len([1 for m in model.modules() if type(m).__name__ == "QuantizedLinear"])
+        row["quantized_layers"] = len([1 for m in model.modules() if type(m).__name__ in ("QuantizedLinear", "QuantizedPart")])
     row["rss_mib"], row["peak_rss_mib"] = memory_mib()
     return row
 

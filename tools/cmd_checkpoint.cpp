@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -355,6 +356,14 @@ int cmd_inspect(int argc, char** argv) {
         std::printf("%-40s %8zu %8zu %-7s %-9s %-6s %12zu\n", cli::printable(name).c_str(), d_out, d_in,
                     wush_format_name(f), wush_transform_kind_name(k), wush_method_name(m),
                     codes + scales + d_in * g * 4 + 4);
+        std::size_t parts = 0;
+        wush_checkpoint_layer_part_count(ck.p, name, &parts);
+        for (std::size_t p = 0; p < parts; ++p) {
+            const char* part = nullptr;
+            std::size_t begin = 0, rows = 0;
+            wush_checkpoint_layer_part(ck.p, name, p, &part, &begin, &rows);
+            std::printf("  part %-33s %8zu rows %zu..%zu\n", cli::printable(part).c_str(), rows, begin, begin + rows);
+        }
     }
     return 0;
 }
@@ -385,6 +394,52 @@ int cmd_export(int argc, char** argv) {
     if (st != WUSH_OK) return cli::report("wush_checkpoint_export_fp_quant", st);
     std::fprintf(stderr, "wrote %s%s%s\n", cli::printable(out).c_str(), config.empty() ? "" : " and ",
                  cli::printable(config).c_str());
+    return 0;
+}
+
+int cmd_ungroup(int argc, char** argv) {
+    cli::Args a(argc, argv, {}, {"--checkpoint", "--out"});
+    for (const char* required : {"--checkpoint", "--out"})
+        if (!a.has(required)) a.set_error(std::string(required) + " is required");
+    if (!a.ok()) {
+        std::fprintf(stderr, "usage: wush ungroup --checkpoint CK.safetensors --out OUT.safetensors\n");
+        return cli::usage_error("ungroup", a);
+    }
+    const std::string out = a.get("--out");
+    if (!cli::output_is_not_an_input("ungroup", "--out", out, {{"--checkpoint", a.get("--checkpoint")}}) ||
+        !cli::writable_destination("ungroup", "--out", out))
+        return cli::kUsageError;
+    Handle<wush_checkpoint, wush_checkpoint_destroy> ck, w;
+    wush_status st = open_checked(a.get("--checkpoint"), &ck.p);
+    if (st != WUSH_OK) return cli::report("opening the checkpoint", st);
+    if ((st = wush_checkpoint_create(&w.p)) != WUSH_OK) return cli::report("wush_checkpoint_create", st);
+    // Each part of a grouped layer loads as a layer of its own (the group's transform, the part's
+    // rows); the new checkpoint references them until it is written.
+    std::vector<std::unique_ptr<Handle<wush_transform, wush_transform_destroy>>> transforms;
+    std::vector<std::unique_ptr<Handle<wush_qweight, wush_qweight_destroy>>> qweights;
+    std::size_t n = 0, groups = 0;
+    wush_checkpoint_layer_count(ck.p, &n);
+    for (std::size_t i = 0; i < n; ++i) {
+        const char* layer = nullptr;
+        std::size_t parts = 0;
+        wush_checkpoint_layer_name(ck.p, i, &layer);
+        wush_checkpoint_layer_part_count(ck.p, layer, &parts);
+        groups += parts > 0;
+        for (std::size_t k = 0; k < std::max<std::size_t>(parts, 1); ++k) {
+            const char* name = layer;
+            if (parts > 0) wush_checkpoint_layer_part(ck.p, layer, k, &name, nullptr, nullptr);
+            transforms.push_back(std::make_unique<Handle<wush_transform, wush_transform_destroy>>());
+            qweights.push_back(std::make_unique<Handle<wush_qweight, wush_qweight_destroy>>());
+            if ((st = wush_checkpoint_load_layer(ck.p, name, &transforms.back()->p, &qweights.back()->p)) != WUSH_OK)
+                return cli::report("wush_checkpoint_load_layer", st);
+            if ((st = wush_checkpoint_add_layer(w.p, name, transforms.back()->p, qweights.back()->p)) != WUSH_OK)
+                return cli::report("wush_checkpoint_add_layer", st);
+        }
+    }
+    if ((st = wush_checkpoint_write(w.p, out.c_str(), nullptr)) != WUSH_OK)
+        return cli::report("wush_checkpoint_write", st);
+    std::fprintf(stderr, "wrote %s: %zu layers, %zu grouped layers split into their parts\n",
+                 cli::printable(out).c_str(), qweights.size(), groups);
     return 0;
 }
 

@@ -10,6 +10,7 @@ int cmd_quantize(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_verify(int argc, char** argv);
 int cmd_export(int argc, char** argv);
+int cmd_ungroup(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 
 // `wush eval --checkpoint`: the loss of each stored layer against its original weight, on the

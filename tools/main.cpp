@@ -96,6 +96,10 @@ const Command kCommands[] = {
      "write the FP-Quant / HF-transformers fp_quant layout (mxfp4, nvfp4), after\n"
      "checking the checkpoint's layer digests\n"
      "  --fp-quant --checkpoint CK --out MODEL.safetensors [--config CONFIG.json]\n"},
+    {"ungroup", cmd_ungroup,
+     "write a checkpoint's grouped layers (format version 3) as one layer per part\n"
+     "(format version 2, which older libwush reads; the same outputs)\n"
+     "  --checkpoint CK --out OUT.safetensors\n"},
     {"bench", cmd_bench,
      "the CPU runtime against its baselines (OpenBLAS SGEMM, shared-Hadamard\n"
      "quantization, memcpy; one token against a streaming read of the weights'\n"

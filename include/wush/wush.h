@@ -1399,11 +1399,33 @@ WUSH_API wush_status wush_checkpoint_create(wush_checkpoint** checkpoint);
 WUSH_API wush_status wush_checkpoint_add_layer(wush_checkpoint* checkpoint, const char* name,
                                                const wush_transform* transform, const wush_qweight* qweight);
 
+/*! wush_checkpoint_add_grouped_layer() :
+ *  Adds a grouped layer: layers that read the same input (a block's q/k/v projections, or its
+ *  gate/up pair) built as one, over their concatenated weight rows with one transform (from the
+ *  concatenated weights and the input statistics they share), so that a host runs one activation
+ *  quantization and one GEMM for all of them. `part_count` (>= 2) parts name, in row order, the
+ *  layers the grouped rows stand for: part i is `part_rows[i]` consecutive output rows (> 0; they
+ *  sum to the qweight's d_out); a host uses those rows of the grouped output as that layer's.
+ *  Part names follow the layer-name rules, hold no newline, and are unique among every layer
+ *  and part of the checkpoint; `name` is the group's own (a layer name like any other). The
+ *  strings are copied; `transform` and `qweight` are referenced as by
+ *  wush_checkpoint_add_layer(). A checkpoint with a grouped layer is written as format version
+ *  3 (docs/CHECKPOINT.md), which libraries before this function do not read; one without stays
+ *  version 2.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (what wush_checkpoint_add_layer() refuses, fewer
+ *          than two parts, NULL arrays or names, bad or repeated part names, rows that are zero
+ *          or do not sum to d_out). Not thread-safe on one checkpoint. */
+WUSH_API wush_status wush_checkpoint_add_grouped_layer(wush_checkpoint* checkpoint, const char* name,
+                                                       const wush_transform* transform, const wush_qweight* qweight,
+                                                       size_t part_count, const char* const* part_names,
+                                                       const size_t* part_rows);
+
 /*! wush_checkpoint_write() :
  *  Writes all added layers to `path` atomically: a temporary file in the same directory, fsync,
  *  then rename, so an interrupted write never leaves a truncated file under `path`. The data is
  *  streamed from the layers' objects (no second copy in memory); each layer's SHA-256 digest is
- *  recorded in the file's metadata (docs/CHECKPOINT.md, format version 2). `path` must be absent or a
+ *  recorded in the file's metadata (docs/CHECKPOINT.md, format version 2, or 3 with a grouped
+ *  layer). `path` must be absent or a
  *  regular file (a symbolic link to one is written through); anything else is refused before
  *  anything is written and left as it was. The progress callback of
  *  `options` (may be NULL) is called after each layer.
@@ -1417,7 +1439,7 @@ WUSH_API wush_status wush_checkpoint_write(wush_checkpoint* checkpoint, const ch
  *  everything wush_tensor_file_open() checks, plus the libwush rules of docs/CHECKPOINT.md (format
  *  version, every tensor belonging to a layer, each layer's four tensors with the dtypes and
  *  shapes its metadata implies, known format/transform/method names, G matching the format, the
- *  per-tensor factor, a valid damping, no unknown metadata keys).
+ *  per-tensor factor, a valid damping, no unknown metadata keys, a grouped layer's parts).
  *  The mapping: these calls read the mapped file, so a file truncated after the open makes them
  *  raise SIGBUS in the host (replace checkpoints by rename, which never does this; a file changed
  *  before a load is refused with WUSH_ERR_IO): wush_checkpoint_open() itself (validation),
@@ -1470,8 +1492,23 @@ WUSH_API void wush_checkpoint_destroy(wush_checkpoint* checkpoint);
 WUSH_API wush_status wush_checkpoint_layer_count(const wush_checkpoint* checkpoint, size_t* count);
 WUSH_API wush_status wush_checkpoint_layer_name(const wush_checkpoint* checkpoint, size_t index, const char** name);
 
+/*! wush_checkpoint_layer_part_count() / wush_checkpoint_layer_part() :
+ *  The parts of layer `name` (wush_checkpoint_add_grouped_layer()) of a checkpoint opened or being
+ *  written: *count is 0 for a plain layer. Part `index` (in row order) is the layer *part_name
+ *  (valid until the checkpoint is destroyed), output rows [*row_begin, *row_begin + *rows) of
+ *  the grouped layer's forward; any of the three outputs may be NULL.
+ *  @return WUSH_OK; WUSH_ERR_NOT_FOUND (no layer `name`); WUSH_ERR_INVALID_ARGUMENT (bad handle,
+ *          NULL name or count, index out of range). Thread-safe for an opened checkpoint. */
+WUSH_API wush_status wush_checkpoint_layer_part_count(const wush_checkpoint* checkpoint, const char* name,
+                                                      size_t* count);
+WUSH_API wush_status wush_checkpoint_layer_part(const wush_checkpoint* checkpoint, const char* name, size_t index,
+                                                const char** part_name, size_t* row_begin, size_t* rows);
+
 /*! wush_checkpoint_load_layer() :
- *  Creates the transform and qweight of layer `name` of an opened checkpoint. The qweight's codes
+ *  Creates the transform and qweight of layer `name` of an opened checkpoint; `name` may also be
+ *  a part of a grouped layer (wush_checkpoint_layer_part()): the group's transform with the
+ *  part's rows, which run as the part's own layer (the migration of a grouped file to one layer
+ *  per part adds each such pair with wush_checkpoint_add_layer()). The qweight's codes
  *  and scales are used in place from the mapped file (no copy); the file stays mapped while any
  *  loaded qweight lives, even after wush_checkpoint_destroy(). The transform's weight side is
  *  derived from the stored matrices. Either output may be NULL if not wanted. The file must not be
@@ -1497,7 +1534,7 @@ WUSH_API wush_status wush_checkpoint_load_layer(const wush_checkpoint* checkpoin
  *  A checkpoint with at least one WUSH layer is exported per block: every layer, whatever its
  *  kind (a search's guard may keep identity, Hadamard or random on some), as (G, d_in) matrices
  *  and transform_init "wush".
- *  @return WUSH_OK; WUSH_ERR_UNSUPPORTED (INT4 or mixed formats, WUS or random transforms without
+ *  @return WUSH_OK; WUSH_ERR_UNSUPPORTED (a grouped layer, INT4 or mixed formats, WUS or random transforms without
  *          a WUSH layer, NVFP4 with a WUSH layer (the per-block export, which no fp_quant consumer
  *          loads for NVFP4: they apply one shared rotation), a transform not exactly
  *          representable in bf16 — build with WUSH_OPTION_TRANSFORM_DTYPE = WUSH_DTYPE_BF16);

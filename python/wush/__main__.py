@@ -192,6 +192,11 @@ def cmd_quantize(a: argparse.Namespace) -> int:
     if a.validation and not search:
         raise ValueError("--validation needs --transform wush+s")
     export, passed_over = wt.resolve_export(a.format, transform, a.export)
+    if a.group_inputs and export == "fp_quant":
+        if a.export == "fp_quant":
+            raise ValueError("--group-inputs writes grouped layers, which the fp_quant layout does not hold "
+                             "(one layer per module): use --export wush")
+        export, passed_over = "wush", "grouped layers (--group-inputs)"
     if a.fp_quant_pseudo and export != "fp_quant":
         raise ValueError("--fp-quant-pseudo writes the fp_quant layout: it needs --export fp_quant"
                          + (f" ({passed_over})" if passed_over else ""))
@@ -247,7 +252,8 @@ def _quantize(a: argparse.Namespace, model_dir: str, transform: str, search: boo
     res = wt.quantize_model(model, batches, format=a.format, transform=transform, method=a.method, layers=pattern,
                             damping=a.damping, progress=a.progress, search=search, search_tokens=a.search_tokens,
                             validation_batches=validation, search_guard=not a.no_search_guard,
-                            documents=documents if search and len(a.calib) > 1 else None)
+                            documents=documents if search and len(a.calib) > 1 else None,
+                            group_inputs=a.group_inputs)
     t1 = time.time()
     info = wt.save_quantized(model, res, a.out, model_dir=model_dir, pseudo=a.fp_quant_pseudo, export=export,
                              embeddings=a.embeddings)
@@ -365,6 +371,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 def cmd_eval(a: argparse.Namespace) -> int:
     import torch
     from . import torch as wt
+    from .groups import is_quantized
     _positive(a.seq_len, "the sequence length (--seq-len)")
     _positive(a.max_samples, "the number of samples (--max-samples)")
     model, tok = _load(a.model_dir)
@@ -385,7 +392,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
     for folder in a.quantized or []:
         qm = wt.load_quantized(folder)
         row: Dict[str, Any] = {"folder": folder, **_checkpoint_labels(folder, _folder_info(folder)),
-                               "quantized_layers": sum(isinstance(m, wt.QuantizedLinear) for m in qm.modules())}
+                               "quantized_layers": sum(is_quantized(m) for m in qm.modules())}
         if causal:
             row["ppl"] = perplexity(qm, batches)
             row["kl"], row["kl_se"] = mean_kl(reference, qm, batches)
@@ -490,6 +497,10 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--lm-head", action="store_true",
                    help="also quantize the output layer (the LM head) in --format; a head tied to the input "
                         "embeddings is then written untied: the embeddings stay (as --embeddings says) for the input")
+    q.add_argument("--group-inputs", action="store_true",
+                   help="build the layers that read one input (a block's q/k/v, its gate/up) as one layer each: WUSH "
+                        "from their concatenated weights, one activation quantization and one GEMM per token for all "
+                        "of them (checkpoint format version 3)")
     q.add_argument("--damping", type=float, default=None, help="GPTQ's damping (default: the library's)")
     q.add_argument("--seq-len", type=int, default=128,
                    help="tokens per calibration window (causal) or at most per sentence (encoders)")

@@ -682,6 +682,29 @@ class Checkpoint(_Handle):
         _call("wush_checkpoint_add_layer", self.ptr, name.encode(), transform.ptr, qweight.ptr)
         self._refs.append((transform, qweight))
 
+    def add_grouped_layer(self, name: str, transform: Transform, qweight: QWeight,
+                          parts: Sequence[Tuple[str, int]]) -> None:
+        """``wush_checkpoint_add_grouped_layer``: layers that read one input, built as one layer
+        over their concatenated rows; ``parts`` the (name, rows) of each, in row order."""
+        names = (ctypes.c_char_p * len(parts))(*[n.encode() for n, _ in parts])
+        rows = (ctypes.c_size_t * len(parts))(*[int(r) for _, r in parts])
+        _call("wush_checkpoint_add_grouped_layer", self.ptr, name.encode(), transform.ptr, qweight.ptr, len(parts),
+              names, rows)
+        self._refs.append((transform, qweight))
+
+    def layer_parts(self, name: str) -> List[Tuple[str, int, int]]:
+        """The parts of layer ``name`` as (part name, first row, rows), in row order (empty for a
+        plain layer): ``wush_checkpoint_layer_part_count`` / ``wush_checkpoint_layer_part``."""
+        n = ctypes.c_size_t()
+        _call("wush_checkpoint_layer_part_count", self.ptr, name.encode(), ctypes.byref(n))
+        parts = []
+        for i in range(n.value):
+            s, begin, rows = ctypes.c_char_p(), ctypes.c_size_t(), ctypes.c_size_t()
+            _call("wush_checkpoint_layer_part", self.ptr, name.encode(), i, ctypes.byref(s), ctypes.byref(begin),
+                  ctypes.byref(rows))
+            parts.append((s.value.decode(), begin.value, rows.value))
+        return parts
+
     def write(self, path: str, options: Optional[Options] = None) -> None:
         _call("wush_checkpoint_write", self.ptr, _path(path), options.ptr if options else None)
 

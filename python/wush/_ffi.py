@@ -36,6 +36,7 @@ PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_double)
 def ctype_of(c_type: str) -> Any:
     """The ctypes type for a normalized C type spelling of the header (None for void)."""
     t = c_type[len("const "):] if c_type.startswith("const ") else c_type
+    t = t.replace("*const", "*")  # a const pointer is the same ctypes type
     stars = len(t) - len(t.rstrip("*"))
     base = t.rstrip("*")
     if base == "void":

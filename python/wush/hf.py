@@ -123,6 +123,7 @@ def _classes() -> Any:
     from . import _core
     # torch and numpy only: nothing of transformers that may be mid-import
     from .device import _context_for
+    from .groups import checkpoint_modules, concatenated_bias, install_group
     from .layers import _replace
     from .quantized_linear import QuantizedLinear
 
@@ -174,7 +175,8 @@ def _classes() -> Any:
 
         def __init__(self, quantization_config: Any, **kwargs: Any):
             super().__init__(quantization_config, **kwargs)
-            self._layers: Dict[str, str] = {}  # checkpoint layer -> model module
+            # checkpoint layer -> its model modules with their rows (one, rows 0, for a plain layer)
+            self._layers: Dict[str, List[Any]] = {}
             self._path: Optional[str] = None
 
         def validate_environment(self, *args: Any, **kwargs: Any) -> None:
@@ -192,16 +194,17 @@ def _classes() -> Any:
                 raise FileNotFoundError(f"{_core.printable(folder)}: no {self.quantization_config.checkpoint}, "
                                         f"which its quantization_config names")
             with _core.Checkpoint.open(self._path) as ck:
-                layers = ck.layer_names()
-            missing = [n for n in layers if _module_for(model, n) is None]
+                layers = checkpoint_modules(ck)
+            parts = [p for ps in layers.values() for p, _ in ps]
+            missing = [p for p in parts if _module_for(model, p) is None]
             if missing:
                 raise ValueError(f"{_core.printable(folder)}: the checkpoint's layers {', '.join(missing[:5])} are "
                                  f"not modules of {type(model).__name__}")
-            names = {layer: _module_for(model, layer) for layer in layers}
-            _check_layer_tensors(folder, model, list(names.values()), checkpoint_files)
-            for layer, name in names.items():
-                self._layers[layer] = name
-                _replace(model, name, _Pending(model.get_submodule(name)))
+            _check_layer_tensors(folder, model, [_module_for(model, p) for p in parts], checkpoint_files)
+            for layer, ps in layers.items():
+                self._layers[layer] = [(_module_for(model, p), rows) for p, rows in ps]
+                for name, _ in self._layers[layer]:
+                    _replace(model, name, _Pending(model.get_submodule(name)))
             return model
 
         def _process_model_after_weight_loading(self, model: Any, **kwargs: Any) -> Any:
@@ -209,14 +212,22 @@ def _classes() -> Any:
             device = cfg._device or str(next(model.parameters()).device)
             ctx, _ = _context_for(device, cfg._threads)
             with _core.Checkpoint.open(self._path, copy=not cfg._mmap) as ck:
-                for layer, name in self._layers.items():
-                    pending = model.get_submodule(name)
+                for layer, modules in self._layers.items():
                     t, q = ck.load_layer(layer)
                     d_out, d_in = q.info()[2], q.info()[3]
-                    if [int(v) for v in pending.weight.tolist()] != [d_out, d_in]:
-                        raise ValueError(f"{self._path}: layer {layer} is {d_out} x {d_in}, the folder's "
-                                         f"{name}.weight says {pending.weight.tolist()} (files from different runs?)")
-                    _replace(model, name, QuantizedLinear(t, q, pending.bias, ctx))
+                    pending = [model.get_submodule(name) for name, _ in modules]
+                    for (name, rows), p in zip(modules, pending):
+                        if [int(v) for v in p.weight.tolist()] != [rows or d_out, d_in]:
+                            raise ValueError(f"{self._path}: layer {name} is {rows or d_out} x {d_in}, the folder's "
+                                             f"{name}.weight says {p.weight.tolist()} (files from different runs?)")
+                    biases = [p.bias for p in pending]
+                    if len(modules) == 1:
+                        _replace(model, modules[0][0], QuantizedLinear(t, q, biases[0], ctx))
+                    else:
+                        rows = [r for _, r in modules]
+                        group = QuantizedLinear(t, q, concatenated_bias(biases, rows), ctx)
+                        install_group(model, group, [(p, r) for p, _, r in ck.layer_parts(layer)],
+                                      biases, [name for name, _ in modules])
                     t.close()
                     q.close()
             if cfg.embeddings == "bf16":

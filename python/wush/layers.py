@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
-from .quantized_linear import QuantizedLinear
+from .groups import is_quantized
 
 
 def _is_conv1d(m: nn.Module) -> bool:
@@ -114,7 +114,7 @@ def with_output_layer(model: nn.Module, pattern: Optional[str]) -> str:
 
 
 def linear_names(model: nn.Module) -> List[str]:
-    return [n for n, m in model.named_modules() if is_linear(m) or isinstance(m, QuantizedLinear)]
+    return [n for n, m in model.named_modules() if is_linear(m) or is_quantized(m)]
 
 
 def _block_index(name: str, blocks_prefix: str) -> Optional[int]:

@@ -14,6 +14,7 @@ from . import _core, hf
 from ._core import Checkpoint
 from .device import _context_for
 from .folder import CHECKPOINT_FILE, require_model_folder
+from .groups import checkpoint_modules, concatenated_bias, install_group
 from .layers import _replace
 from .model_class import check_weights_match, folder_model_class
 from .quantized_linear import QuantizedLinear
@@ -95,7 +96,7 @@ def load_quantized(out_dir: str, device: Any = "cpu", dtype: Any = None, mmap: b
         dtype = dtype or torch.float32
         dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     with Checkpoint.open(os.path.join(out_dir, CHECKPOINT_FILE)) as ck:
-        qnames = ck.layer_names()
+        qnames = [p for parts in checkpoint_modules(ck).values() for p, _ in parts]  # the modules they replace
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the quantized weights are "missing" on purpose
     try:
@@ -144,25 +145,36 @@ def _quant_method(qc: Any) -> Optional[str]:
 
 
 def load_quantized_layers(model: nn.Module, checkpoint_path: str, ctx: Optional[_core.Context] = None,
-                          mmap: bool = False) -> List[str]:
+                          mmap: bool = False, split_groups: bool = False) -> List[str]:
     """Replaces the layers named in a libwush checkpoint by :class:`QuantizedLinear` (prepared on
-    ``ctx``, default the CPU); biases are taken from the model. Returns the replaced names.
+    ``ctx``, default the CPU); biases are taken from the model. Returns the replaced names (the
+    parts of a grouped layer: the modules they replace). A grouped layer's parts become
+    :class:`wush.groups.QuantizedPart` modules sharing one prepared layer, or with
+    ``split_groups`` each a QuantizedLinear of its own (the group's transform, the part's rows:
+    the same outputs, with an activation quantization per part).
 
     By default the file is read into memory once (``WUSH_CHECKPOINT_COPY``) and the layers never
     touch it again. ``mmap=True`` maps it instead (``wush_checkpoint_open``): no copy of the file
     in memory, but a layer prepared on the CPU keeps reading its codes from the mapping, so
     truncating the file under a running model kills the process (SIGBUS) and rewriting it in
     place changes the model's outputs (replace such a file by rename)."""
+    names: List[str] = []
     with Checkpoint.open(checkpoint_path, copy=not mmap) as ck:
-        names = ck.layer_names()
-        for name in names:
-            t, q = ck.load_layer(name)
-            old = model.get_submodule(name)
-            _replace(model, name, QuantizedLinear(t, q, getattr(old, "bias", None), ctx))
-            # The prepared layer copies the transform; its weights' bytes stay shared with the
-            # checkpoint's memory (the copy, or the mapping with mmap=True), kept alive by it.
-            t.close()
-            q.close()
+        for layer, parts in checkpoint_modules(ck).items():
+            grouped = len(parts) > 1
+            for name in ([p for p, _ in parts] if split_groups or not grouped else [layer]):
+                t, q = ck.load_layer(name)
+                if name == layer and grouped:
+                    biases = [getattr(model.get_submodule(p), "bias", None) for p, _ in parts]
+                    group = QuantizedLinear(t, q, concatenated_bias(biases, [r for _, r in parts]), ctx)
+                    install_group(model, group, parts, biases)
+                else:
+                    _replace(model, name, QuantizedLinear(t, q, getattr(model.get_submodule(name), "bias", None), ctx))
+                # The prepared layer copies the transform; its weights' bytes stay shared with the
+                # checkpoint's memory (the copy, or the mapping with mmap=True), kept alive by it.
+                t.close()
+                q.close()
+            names += [p for p, _ in parts]
     return names
 
 

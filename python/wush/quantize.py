@@ -14,7 +14,19 @@ from . import _core
 from ._core import Calibrator, Checkpoint, Options, QWeight, Transform
 from .calibrate import BlockInputs, HookCalibration, _progress, _run_all
 from .layers import _block_index, _replace, dense_weight, find_blocks, select_linears, selection_error, tied_to
+from .groups import concatenated_bias, group_name, install_group
 from .quantized_linear import QuantizedLinear
+
+
+def _groups(cals: Dict[str, Calibrator], names: List[str], group_inputs: bool) -> List[List[str]]:
+    """``names`` in order, as lists of the layers built as one: with ``group_inputs`` those that
+    share a calibrator (the same input), else one each."""
+    if not group_inputs:
+        return [[n] for n in names]
+    by_input: Dict[int, List[str]] = {}
+    for n in names:
+        by_input.setdefault(id(cals[n]), []).append(n)
+    return list(by_input.values())
 
 
 class QuantizationResult:
@@ -29,6 +41,8 @@ class QuantizationResult:
         # Layers whose weight was tied to another parameter (a tied LM head): layer -> that
         # parameter's name. The quantized layer no longer shares it; the parameter stays.
         self.tied: Dict[str, str] = {}
+        # Grouped layers (group_inputs): checkpoint name -> its parts (module name, rows) in row order.
+        self.parts: Dict[str, List[Tuple[str, int]]] = {}
 
     def guard_table(self) -> str:
         """The per-layer guard decisions as a text table (one line per guarded layer)."""
@@ -54,8 +68,21 @@ class QuantizationResult:
     def checkpoint(self) -> Checkpoint:
         ck = Checkpoint()
         for name, (t, q) in self.layers.items():
-            ck.add_layer(name, t, q)
+            if name in self.parts:
+                ck.add_grouped_layer(name, t, q, self.parts[name])
+            else:
+                ck.add_layer(name, t, q)
         return ck
+
+    def modules(self) -> Dict[str, Tuple[int, int]]:
+        """Every module the result quantized (a plain layer, or a part of a grouped layer) ->
+        its (d_out, d_in)."""
+        out: Dict[str, Tuple[int, int]] = {}
+        for name, (_, q) in self.layers.items():
+            d_out, d_in = q.info()[2:4]
+            for part, rows in self.parts.get(name, [(name, d_out)]):
+                out[part] = (rows, d_in)
+        return out
 
 
 def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", transform: str = "wush",
@@ -64,7 +91,7 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
                    search_tokens: int = 1024, validation_batches: Optional[Iterable] = None,
                    validation_size: int = 4096, search_guard: bool = True,
                    documents: Optional[Iterable[Sequence[int]]] = None,
-                   seed: Optional[int] = None) -> QuantizationResult:
+                   seed: Optional[int] = None, group_inputs: bool = False) -> QuantizationResult:
     """Quantizes the selected linear layers of ``model`` in place (each becomes a
     :class:`QuantizedLinear`) and returns the transforms and quantized weights.
 
@@ -91,6 +118,13 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
     show a layer that fits them only; wush_calibrator_add_document). ``seed`` (WUSH_OPTION_SEED;
     the library's default if None) draws the random rotations and the guard's held-out half.
 
+    With ``group_inputs`` the selected layers that read the very same input in a forward pass
+    (a block's q/k/v projections, its gate/up pair: those sharing a calibrator) are built as one
+    layer each: WUSH from their concatenated weights and the input statistics they share, one
+    quantized weight over their rows (:mod:`wush.groups`). Each such layer runs one activation
+    transform and quantization and one GEMM for all of them; ``result.parts`` names its parts.
+    (It needs ``share_inputs``.)
+
     A selected layer whose weight is tied to another parameter (an LM head tied to the input
     embeddings: ``layers`` naming it, or :func:`wush.torch.with_output_layer`) is quantized from
     that weight and no longer shares it; the parameter stays for its other use, and
@@ -105,6 +139,8 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
     if not selected:
         raise ValueError(selection_error(model, layers))
     _core.check_search(transform, search)
+    if group_inputs and not share_inputs:
+        raise ValueError("group_inputs builds the layers that share a calibrator as one: it needs share_inputs=True")
     if validation and not search:
         raise ValueError("validation_batches feed the search's guard: pass search=True")
     doc_ids = [list(d) for d in documents] if documents is not None else None
@@ -137,12 +173,20 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
         _run_all(model, everything[lo:hi], before)
 
     def quantize_layers(cals: Dict[str, Calibrator], names: List[str]) -> None:
-        for name in _progress(names, progress, "quantize"):
-            lin = selected[name]
-            t, q = _core.layer_quantize(cals[name], dense_weight(lin), transform, format, method, opts)
+        for members in _progress(_groups(cals, names, group_inputs), progress, "quantize"):
+            lins = [selected[n] for n in members]
+            weights = [dense_weight(lin) for lin in lins]
+            t, q = _core.layer_quantize(cals[members[0]], torch.cat(weights), transform, format, method, opts)
+            name = members[0] if len(members) == 1 else group_name(members)
             result.layers[name] = (t, q)
             result.guard[name] = t.guard()
-            _replace(model, name, QuantizedLinear(t, q, lin.bias))
+            if len(members) == 1:
+                _replace(model, name, QuantizedLinear(t, q, lins[0].bias))
+                continue
+            result.parts[name] = [(n, w.shape[0]) for n, w in zip(members, weights)]
+            biases = [lin.bias for lin in lins]
+            layer = QuantizedLinear(t, q, concatenated_bias(biases, [w.shape[0] for w in weights]))
+            install_group(model, layer, result.parts[name], biases)
 
     with torch.no_grad():
         if method.lower() == "rtn":

@@ -101,20 +101,21 @@ def _write_folder(model: nn.Module, result: QuantizationResult, out_dir: str, mo
                 # is written and runs; only this layout is refused.
                 refused = e.message
                 export = "wush"
-    unconverted = sorted(set(n for n in linear_names(model) if n not in result.layers))
+    modules = result.modules()  # every quantized module (a part of a grouped layer included) -> (d_out, d_in)
+    unconverted = sorted(set(n for n in linear_names(model) if n not in modules))
     if model_dir:
         stored = read_folder_tensors(model_dir)
         tensors = dict(stored)
         tied = getattr(result, "tied", {})
         # A tied layer stores no weight of its own: the tensor it shared stays, for its other use.
-        prefixes = {name: "" if name in tied else _file_key_prefix(stored, name) for name in result.layers}
+        prefixes = {name: "" if name in tied else _file_key_prefix(stored, name) for name in modules}
         for name, p in prefixes.items():
             if name not in tied:
                 del tensors[p + name + ".weight"]
     else:
-        prefixes = {name: "" for name in result.layers}
+        prefixes = {name: "" for name in modules}
         tensors = {k: v for k, v in model.state_dict().items()
-                   if not any(k.startswith(n + ".") and not k.endswith(".bias") for n in result.layers)}
+                   if not any(k.startswith(n + ".") and not k.endswith(".bias") for n in modules)}
         # Tied weights (lm_head = embeddings) are stored once, as transformers does.
         for k in getattr(model, "_tied_weights_keys", None) or []:
             if isinstance(k, str) and k in tensors and getattr(getattr(model, "config", None), "tie_word_embeddings", False):
@@ -123,8 +124,8 @@ def _write_folder(model: nn.Module, result: QuantizationResult, out_dir: str, mo
         layer = k.rsplit(".", 1)[0]
         tensors[prefixes.get(layer, "") + k] = v
     if export == "wush":
-        for name, (_, q) in result.layers.items():
-            tensors[prefixes[name] + name + ".weight"] = torch.tensor(q.info()[2:4], dtype=torch.int64)
+        for name, shape in modules.items():
+            tensors[prefixes[name] + name + ".weight"] = torch.tensor(shape, dtype=torch.int64)
         qcfg = hf.folder_config(result, embeddings)
     if embeddings == "bf16":
         _embeddings_to_bf16(model, tensors)
@@ -157,6 +158,7 @@ def _write_folder(model: nn.Module, result: QuantizationResult, out_dir: str, mo
             "untied": sorted(getattr(result, "tied", {})),
             "embeddings": embeddings,
             "layers": {n: t.info()[0].name.lower() for n, (t, _) in result.layers.items()},
+            "grouped": {n: [p for p, _ in parts] for n, parts in getattr(result, "parts", {}).items()},
             "modules_to_not_convert": unconverted, "copied_files": copied}
     with open(os.path.join(out_dir, INFO_FILE), "w") as f:
         json.dump(info, f, indent=2)

@@ -35,6 +35,9 @@ constexpr const char* kLayerKeys[] = {"format", "group_size", "transform", "meth
 // Optional from format version "2": SHA-256 of the layer's four tensors' bytes, in kSuffixes order.
 constexpr const char* kDigestKey = "sha256";
 constexpr const char* kFirstVersion = "1";
+// From format version "3": a grouped layer's parts, one "ROWS NAME" line each, in row order. A
+// grouped layer's digest also covers this value (appended after its four tensors).
+constexpr const char* kPartsKey = "parts";
 
 [[noreturn]] void corrupt(const std::string& what) {
     fail(WUSH_ERR_CORRUPT_FILE, "invalid libwush checkpoint: " + what);
@@ -77,6 +80,42 @@ std::string layer_digest(std::span<const std::span<const std::byte>> tensors) {
     return to_hex(h.finish());
 }
 
+// The metadata value of a grouped layer's parts (kPartsKey).
+std::string parts_value(const std::vector<LayerPart>& parts) {
+    std::string v;
+    for (const LayerPart& p : parts) v += (v.empty() ? "" : "\n") + std::to_string(p.rows) + " " + p.name;
+    return v;
+}
+
+// The name rules of a part (a layer name that also has no newline, the parts' separator); the
+// error text is `what`'s.
+std::optional<std::string> part_name_problem(const std::string& part) {
+    if (part.empty() || part.find('\0') != std::string::npos || part.find('\n') != std::string::npos)
+        return "part names must be non-empty, without NUL or newline";
+    if (!is_valid_utf8(part)) return "part name \"" + to_valid_utf8(part) + "\" is not valid UTF-8";
+    for (const char* suffix : kSuffixes)
+        if (ends_with(part, suffix))
+            return "part name \"" + part + "\" ends with the reserved suffix \"" + suffix + "\"";
+    return std::nullopt;
+}
+
+// The rules every grouped layer's parts follow (writer and reader): two or more, each with rows,
+// the rows summing to d_out, names unique among every layer and part of the file (`taken`).
+std::optional<std::string> parts_problem(const std::vector<LayerPart>& parts, std::uint64_t d_out,
+                                         std::set<std::string>& taken) {
+    if (parts.size() < 2) return "a grouped layer has two or more parts";
+    std::uint64_t rows = 0;
+    for (const LayerPart& p : parts) {
+        if (auto problem = part_name_problem(p.name)) return problem;
+        if (p.rows == 0 || p.rows > d_out - rows)
+            return "its parts' rows do not sum to its " + std::to_string(d_out) + " output rows";
+        rows += p.rows;
+        if (!taken.insert(p.name).second) return "part \"" + p.name + "\" repeats the name of a layer or part";
+    }
+    if (rows != d_out) return "its parts' rows do not sum to its " + std::to_string(d_out) + " output rows";
+    return std::nullopt;
+}
+
 }  // namespace
 
 void check_layer_ref(const LayerRef& l, std::set<std::string>& names) {
@@ -90,13 +129,17 @@ void check_layer_ref(const LayerRef& l, std::set<std::string>& names) {
     require(f.group == l.transform->group() && l.weights->d_in == l.transform->d_in(),
             "layer \"" + l.name + "\": the qweight's format/width does not match the transform");
     require(parse_name<wush_method>(kMethodNames, l.method).has_value(), "layer \"" + l.name + "\": unknown method");
+    if (!l.parts.empty())
+        if (auto problem = parts_problem(l.parts, l.weights->d_out, names))
+            fail(WUSH_ERR_INVALID_ARGUMENT, "layer \"" + l.name + "\": " + *problem);
 }
 
 void write_checkpoint(const std::string& path, const std::vector<LayerRef>& layers, Progress* progress) {
     std::set<std::string> names;
     for (const LayerRef& l : layers) check_layer_ref(l, names);
+    const bool grouped = std::any_of(layers.begin(), layers.end(), [](const LayerRef& l) { return !l.parts.empty(); });
     std::map<std::string, std::string> meta{
-        {"format_version", kCheckpointFormatVersion},
+        {"format_version", grouped ? kGroupedFormatVersion : kCheckpointFormatVersion},
         {"producer", "libwush " + std::to_string(WUSH_VERSION_MAJOR) + "." + std::to_string(WUSH_VERSION_MINOR) + "." +
                          std::to_string(WUSH_VERSION_PATCH)}};
     std::vector<TensorSource> tensors;
@@ -121,9 +164,12 @@ void write_checkpoint(const std::string& path, const std::vector<LayerRef>& laye
             {l.name + kTensorScale, "F32", {1}, [factor = f.tensor_factor()](const auto& sink) { sink(&factor, 4); }});
         const auto act = l.transform->activation_matrices();
         const float factor = f.tensor_factor();
-        const std::span<const std::byte> parts[] = {std::as_bytes(codes), std::as_bytes(scales),
-                                                    std::as_bytes(std::span(&factor, 1)), std::as_bytes(act)};
-        meta[l.name + "." + kDigestKey] = layer_digest(parts);
+        const std::string parts = parts_value(l.parts);
+        if (!l.parts.empty()) meta[l.name + "." + kPartsKey] = parts;
+        const std::span<const std::byte> digested[] = {std::as_bytes(codes), std::as_bytes(scales),
+                                                       std::as_bytes(std::span(&factor, 1)), std::as_bytes(act),
+                                                       std::as_bytes(std::span(parts))};
+        meta[l.name + "." + kDigestKey] = layer_digest(digested);
         tensors.push_back({l.name + kTransform, "F32", {d_in / g, g, g}, [act, progress, i, total](const auto& sink) {
                                sink(act.data(), act.size() * sizeof(float));
                                if (progress && !progress->report(double(i + 1), total)) progress->throw_if_cancelled();
@@ -215,10 +261,12 @@ std::vector<std::string> collect_layers(const Reader& r) {
     const Header& h = r.header();
     const auto version = h.metadata.find("format_version");
     if (version == h.metadata.end()) corrupt("no \"format_version\" metadata: not a libwush checkpoint");
-    if (version->second != kCheckpointFormatVersion && version->second != kFirstVersion)
+    if (version->second != kCheckpointFormatVersion && version->second != kFirstVersion &&
+        version->second != kGroupedFormatVersion)
         corrupt("format_version \"" + version->second + "\" is not supported (this library reads " + kFirstVersion +
-                " and " + kCheckpointFormatVersion + ")");
+                ", " + kCheckpointFormatVersion + " and " + kGroupedFormatVersion + ")");
     const bool digests = version->second != kFirstVersion;
+    const bool groups = version->second == kGroupedFormatVersion;
     std::vector<std::string> names;
     for (const TensorInfo& t : h.tensors) {
         if (!ends_with(t.name, kCodes)) {
@@ -248,6 +296,7 @@ std::vector<std::string> collect_layers(const Reader& r) {
         bool known = false;
         if (dot != std::string::npos && layer_set.count(key.substr(0, dot))) {
             for (const char* k : kLayerKeys) known = known || key.compare(dot + 1, std::string::npos, k) == 0;
+            known = known || (groups && key.compare(dot + 1, std::string::npos, kPartsKey) == 0);
             if (digests && key.compare(dot + 1, std::string::npos, kDigestKey) == 0) {
                 known = true;
                 if (value.size() != 64 || value.find_first_not_of("0123456789abcdef") != std::string::npos)
@@ -259,12 +308,35 @@ std::vector<std::string> collect_layers(const Reader& r) {
     return names;
 }
 
+// The parts of layer `name` from its metadata value (empty without one), checked against the
+// layer's rows and the names taken by layers and earlier parts.
+std::vector<LayerPart> read_parts(const Reader& r, const std::string& name, std::set<std::string>& taken) {
+    const auto it = r.header().metadata.find(name + "." + kPartsKey);
+    if (it == r.header().metadata.end()) return {};
+    std::vector<LayerPart> parts;
+    std::string_view rest = it->second;
+    while (true) {
+        const std::string_view line = rest.substr(0, rest.find('\n'));
+        const std::size_t space = line.find(' ');
+        if (space == std::string_view::npos) corrupt("layer \"" + name + "\": a part is not \"ROWS NAME\"");
+        parts.push_back({std::string(line.substr(space + 1)),
+                         parse_size(std::string(line.substr(0, space)), name + "." + kPartsKey)});
+        if (line.size() == rest.size()) break;
+        rest.remove_prefix(line.size() + 1);
+    }
+    if (auto problem = parts_problem(parts, tensor_of(r, name + kCodes).shape[0], taken))
+        corrupt("layer \"" + name + "\": " + *problem);
+    return parts;
+}
+
 }  // namespace
 
 CheckpointReader::CheckpointReader(const std::string& path, Reader::Load load)
     : file_(std::make_shared<const Reader>(path, load)) {
     names_ = collect_layers(*file_);
     for (const std::string& n : names_) check_layer_tensors(*file_, n, layer_meta(file_->header(), n));
+    std::set<std::string> taken(names_.begin(), names_.end());
+    for (const std::string& n : names_) parts_[n] = read_parts(*file_, n, taken);
     // The copy is what every later call reads, so checking it once here covers them all.
     if (load == Reader::Load::Copy) verify();
 }
@@ -275,10 +347,12 @@ std::size_t CheckpointReader::verify() const {
     for (const std::string& n : names_) {
         const auto recorded = file_->header().metadata.find(n + "." + kDigestKey);
         if (recorded == file_->header().metadata.end()) continue;
-        std::span<const std::byte> parts[std::size(kSuffixes)];
+        const std::string parts = parts_value(parts_.at(n));
+        std::span<const std::byte> digested[std::size(kSuffixes) + 1];
         for (std::size_t k = 0; k < std::size(kSuffixes); ++k)
-            parts[k] = file_->bytes(tensor_of(*file_, n + kSuffixes[k]));
-        if (layer_digest(parts) != recorded->second)
+            digested[k] = file_->bytes(tensor_of(*file_, n + kSuffixes[k]));
+        digested[std::size(kSuffixes)] = std::as_bytes(std::span(parts));
+        if (layer_digest(digested) != recorded->second)
             corrupt("layer \"" + n +
                     "\": its bytes differ from the digest its writer recorded (the file was changed "
                     "or damaged after it was written)");
@@ -287,11 +361,37 @@ std::size_t CheckpointReader::verify() const {
     return verified;
 }
 
+CheckpointLayer CheckpointReader::load_part(const std::string& name) const {
+    for (const auto& [group, parts] : parts_) {
+        std::size_t begin = 0;
+        for (const LayerPart& p : parts) {
+            if (p.name == name) {
+                CheckpointLayer l = load(group);
+                // The part's rows, borrowed like the group's: codes and scales are row-major.
+                const formats::PackedMatrix& w = l.weights;
+                const std::size_t code_row = w.d_in / 2, scale_row = w.scales.size() / w.d_out;
+                l.weights = {w.format, p.rows, w.d_in,
+                             formats::ByteView(w.codes.span().subspan(begin * code_row, p.rows * code_row), file_),
+                             formats::ByteView(w.scales.span().subspan(begin * scale_row, p.rows * scale_row), file_)};
+                l.name = name;
+                return l;
+            }
+            begin += p.rows;
+        }
+    }
+    fail(WUSH_ERR_NOT_FOUND, "the checkpoint has no layer \"" + name + "\"");
+}
+
+const std::vector<LayerPart>& CheckpointReader::parts(std::string_view name) const {
+    const auto it = parts_.find(name);
+    if (it == parts_.end()) fail(WUSH_ERR_NOT_FOUND, "the checkpoint has no layer \"" + std::string(name) + "\"");
+    return it->second;
+}
+
 CheckpointLayer CheckpointReader::load(std::string_view name) const {
     const std::string n(name);
     // Every ".codes" tensor makes a layer (collect_layers), so this is "n is one of names_".
-    if (n.empty() || file_->find(n + kCodes) == nullptr)
-        fail(WUSH_ERR_NOT_FOUND, "the checkpoint has no layer \"" + n + "\"");
+    if (n.empty() || file_->find(n + kCodes) == nullptr) return load_part(n);
     // A layer is loaded once and then read in every forward pass: the last point where a file
     // changed in place can be refused cleanly instead of faulting (SIGBUS) or computing garbage.
     file_->check_unchanged();
@@ -390,6 +490,10 @@ FpQuantPlan check_fp_quant_export(const CheckpointReader& ck, const std::vector<
     });
     FpQuantPlan plan;
     for (const CheckpointLayer& l : layers) {
+        if (!ck.parts(l.name).empty())
+            fail(WUSH_ERR_UNSUPPORTED, "layer \"" + l.name +
+                                           "\" is grouped (its parts share one transform): the fp_quant layout has "
+                                           "one layer per module");
         const std::string init = fp_quant_init(l, per_block);
         check_fp_quant_layer(l, init);
         const formats::FormatSpec& f = formats::spec(l.weights.format);

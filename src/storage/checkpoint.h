@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -17,20 +19,31 @@
 
 namespace wush::storage {
 
-// The version written. Version "2" added the optional per-layer digest `<layer>.sha256`; files
-// of version "1" (no digests) are still read.
+// The versions written. Version "2" added the optional per-layer digest `<layer>.sha256`; files
+// of version "1" (no digests) are still read. Version "3" added grouped layers (`<layer>.parts`);
+// a file is written as "3" only when it holds one, so files without groups stay readable by
+// libraries that read "2".
 inline constexpr const char* kCheckpointFormatVersion = "2";
+inline constexpr const char* kGroupedFormatVersion = "3";
+
+// A part of a grouped layer: a run of consecutive output rows that a host uses as the layer it
+// replaces (q_proj, k_proj and v_proj of one grouped layer, in row order).
+struct LayerPart {
+    std::string name;
+    std::size_t rows = 0;
+};
 
 // One layer to write; the referenced objects must outlive write_checkpoint().
 struct LayerRef {
     std::string name;
     const BlockTransform* transform;
     const formats::PackedMatrix* weights;
-    std::string method;  // "rtn" or "gptq"
+    std::string method;            // "rtn" or "gptq"
+    std::vector<LayerPart> parts;  // empty: a plain layer; else two or more, rows summing to d_out
 };
 
-// Checks one layer against the rules of a checkpoint and against the names already taken (which
-// it extends); throws INVALID_ARGUMENT.
+// Checks one layer (and its parts) against the rules of a checkpoint and against the names
+// already taken by layers and parts (which it extends); throws INVALID_ARGUMENT.
 void check_layer_ref(const LayerRef& layer, std::set<std::string>& names);
 
 // Checks names, geometry and format/transform consistency, then writes atomically, streaming the
@@ -52,7 +65,11 @@ class CheckpointReader {
 public:
     explicit CheckpointReader(const std::string& path, Reader::Load load = Reader::Load::Map);
     const std::vector<std::string>& layer_names() const noexcept { return names_; }
-    // Builds the layer's transform (deriving the weight side) and borrows its weights. Throws
+    // The parts of a grouped layer in row order (empty for a plain layer); NOT_FOUND for an
+    // unknown name.
+    const std::vector<LayerPart>& parts(std::string_view name) const;
+    // Builds the layer's transform (deriving the weight side) and borrows its weights. `name` may
+    // also be a part of a grouped layer: the group's transform with the part's rows. Throws
     // NOT_FOUND for an unknown name, CORRUPT_FILE for a singular or non-finite transform or a NaN
     // scale.
     CheckpointLayer load(std::string_view name) const;
@@ -66,8 +83,11 @@ public:
     bool is_file(const std::string& path) const noexcept { return file_->is_file(path); }
 
 private:
+    CheckpointLayer load_part(const std::string& name) const;
+
     std::shared_ptr<const Reader> file_;
     std::vector<std::string> names_;
+    std::map<std::string, std::vector<LayerPart>, std::less<>> parts_;  // every layer, plain ones empty
 };
 
 // Writes the fp_quant layout of every layer (MXFP4 and NVFP4 only; the transforms must be exactly

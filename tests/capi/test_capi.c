@@ -290,6 +290,77 @@ static void one_layer_checkpoint(const float* wt, size_t d_out, size_t d_in, wus
     CHECK(wush_checkpoint_add_layer(*w, "layer", *t, *q) == WUSH_OK);
 }
 
+/* y (n x d_out) = the layer's forward of x (n x d_in) on ctx, float32. */
+static void forward(wush_context* ctx, const wush_transform* t, const wush_qweight* q, const float* x, size_t n,
+                    size_t d_out, float* y) {
+    size_t bytes = 0;
+    void* ws = NULL;
+    CHECK(wush_linear_forward_workspace_size(ctx, t, q, n, &bytes) == WUSH_OK);
+    ws = malloc(bytes ? bytes : 1);
+    CHECK(wush_linear_forward(ctx, t, q, WUSH_DTYPE_F32, x, n, WUSH_DTYPE_F32, y, n * d_out, ws, bytes) == WUSH_OK);
+    free(ws);
+}
+
+/* A grouped layer (issue 60: q/k/v built as one): its parts are found by name, load as layers of
+ * their own (the group's transform, the part's rows), and each part's forward gives exactly the
+ * bytes of its rows in the group's forward; the argument errors say what is wrong. */
+static void test_checkpoint_grouped_layer(void) {
+    enum { D_OUT = 12, D_IN = 64, N = 5 };
+    const char* names[] = {"q", "k", "v"};
+    const size_t rows[] = {4, 6, 2}, bad_rows[] = {4, 6, 3};
+    wush_context* ctx = NULL;
+    wush_transform *t = NULL, *pt = NULL;
+    wush_qweight *q = NULL, *pq = NULL;
+    wush_checkpoint *w = NULL, *ck = NULL;
+    float wt[D_OUT * D_IN], x[N * D_IN], y[N * D_OUT], py[N * D_OUT];
+    const char* name = NULL;
+    size_t i, count = 99, begin = 0, n = 0, info[2];
+    char path[64];
+    unsigned seed = 11;
+    snprintf(path, sizeof path, "/tmp/wush_capi_group_%ld.safetensors", (long)getpid());
+    for (i = 0; i < D_OUT * D_IN; ++i) wt[i] = gauss(&seed);
+    for (i = 0; i < N * D_IN; ++i) x[i] = gauss(&seed);
+    one_layer_checkpoint(wt, D_OUT, D_IN, &ctx, &t, &q, &w);
+    CHECK_STATUS(wush_checkpoint_add_grouped_layer(w, "qkv", t, q, 1, names, rows), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(wush_last_error(), "two or more parts") != NULL);
+    CHECK_STATUS(wush_checkpoint_add_grouped_layer(w, "qkv", t, q, 3, NULL, rows), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_checkpoint_add_grouped_layer(w, "qkv", t, q, 3, names, bad_rows), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(wush_last_error(), "do not sum to its 12 output rows") != NULL);
+    CHECK(wush_checkpoint_add_grouped_layer(w, "qkv", t, q, 3, names, rows) == WUSH_OK);
+    /* "layer" (a plain layer) and "k" (a part) are taken. */
+    CHECK_STATUS(wush_checkpoint_add_layer(w, "k", t, q), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(wush_checkpoint_layer_part_count(w, "layer", &count) == WUSH_OK && count == 0);
+    CHECK(wush_checkpoint_layer_part_count(w, "qkv", &count) == WUSH_OK && count == 3);
+    CHECK(wush_checkpoint_write(w, path, NULL) == WUSH_OK);
+    CHECK(wush_checkpoint_open(path, &ck) == WUSH_OK);
+    CHECK(wush_checkpoint_layer_count(ck, &n) == WUSH_OK && n == 2);
+    CHECK(wush_checkpoint_layer_part_count(ck, "qkv", &count) == WUSH_OK && count == 3);
+    CHECK_STATUS(wush_checkpoint_layer_part_count(ck, "k", &count), WUSH_ERR_NOT_FOUND);
+    CHECK_STATUS(wush_checkpoint_layer_part(ck, "qkv", 3, &name, &begin, &n), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(wush_last_error(), "has 3 parts") != NULL);
+    forward(ctx, t, q, x, N, D_OUT, y);
+    for (i = 0; i < 3; ++i) {
+        size_t r, tok;
+        CHECK(wush_checkpoint_layer_part(ck, "qkv", i, &name, &begin, &n) == WUSH_OK);
+        CHECK(strcmp(name, names[i]) == 0 && n == rows[i]);
+        CHECK(begin == (i == 0 ? 0 : i == 1 ? 4 : 10));
+        CHECK(wush_checkpoint_load_layer(ck, names[i], &pt, &pq) == WUSH_OK);
+        CHECK(wush_qweight_info(pq, NULL, NULL, &info[0], &info[1]) == WUSH_OK && info[0] == rows[i] &&
+              info[1] == D_IN);
+        forward(ctx, pt, pq, x, N, rows[i], py);
+        for (tok = 0; tok < N; ++tok)
+            for (r = 0; r < rows[i]; ++r) CHECK(memcmp(&py[tok * rows[i] + r], &y[tok * D_OUT + begin + r], 4) == 0);
+        wush_transform_destroy(pt);
+        wush_qweight_destroy(pq);
+    }
+    wush_checkpoint_destroy(ck);
+    wush_checkpoint_destroy(w);
+    wush_qweight_destroy(q);
+    wush_transform_destroy(t);
+    wush_context_destroy(ctx);
+    remove(path);
+}
+
 /* A checkpoint opened in copy mode never touches its file again (issue 29, F4): truncating a
  * mapped checkpoint after the load raised SIGBUS in the host. Here the file is truncated, then
  * deleted, after the load; the loaded qweight's bytes, a loss through it and a second load all
@@ -683,6 +754,7 @@ int main(void) {
     test_describe_follows_isa();
     test_reused_addresses();
     test_checkpoint_copy_mode();
+    test_checkpoint_grouped_layer();
     test_write_refuses_non_regular();
     test_error_messages_hold_no_control_bytes();
     test_threads();

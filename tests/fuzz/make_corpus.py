@@ -132,7 +132,7 @@ def factor(v):
     return f
 
 
-variant("ck-format-version-3", set_meta("format_version", "3"))
+variant("ck-format-version-4", set_meta("format_version", "4"))
 variant("ck-no-format-version", set_meta("format_version", None))
 variant("ck-unknown-meta-key", set_meta("L.colour", "red"))
 variant("ck-format-uppercase", set_meta("L.format", "NVFP4"))

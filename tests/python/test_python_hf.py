@@ -27,7 +27,13 @@
   ``load_quantized`` with the logits of the tied float model with the checkpoint's layers swapped
   in; the head's output is the quantized product of the embedding table (within 4-bit error, not
   the float head's); an untied head loads as the causal model (not the bare model); a model
-  without a linear output layer is refused in one line.
+  without a linear output layer is refused in one line;
+- grouped layers (issue 60, item 2): ``--group-inputs`` stores each block's q/k/v and gate/up as
+  one checkpoint layer (format version 3) whose parts name the modules in row order; the folder
+  loads through transformers and ``load_quantized`` with the logits of the same checkpoint run
+  part by part (each part its own layer on the group's transform: equal bytes); each part's
+  output is within 4-bit error of its own float layer's (a checkpoint whose k and v rows are
+  swapped fails that check); fp_quant export refused in one line.
 """
 import atexit
 import importlib.util
@@ -45,6 +51,11 @@ import zipfile
 import script_setup
 
 script_setup.setup()
+WUSH_CLI = None  # --wush-cli PATH: the `wush` program (ctest passes it)
+if "--wush-cli" in sys.argv:
+    _i = sys.argv.index("--wush-cli")
+    WUSH_CLI = sys.argv[_i + 1]
+    del sys.argv[_i:_i + 2]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
@@ -376,6 +387,117 @@ class QuantizedHead(unittest.TestCase):
                                     intermediate_size=64))
         with self.assertRaisesRegex(ValueError, "no linear output layer"):
             wt.with_output_layer(bare, None)
+
+
+class GroupedLayers(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.out = os.path.join(TMP, "tiny-grouped")
+        rc, res, err = cli_run("quantize-model", TINY, "--calib", CALIB, "--out", cls.out, "--seq-len", "32",
+                               "--max-samples", "4", "--group-inputs")
+        assert rc == 0, err
+        cls.res = res
+        cls.ck_path = os.path.join(cls.out, "wush_checkpoint.safetensors")
+
+    def test_folder_holds_one_layer_per_group(self):
+        self.assertEqual(self.res["layers"], 8)  # 2 blocks x (q+k+v, o, gate+up, down)
+        ck = wush.Checkpoint.open(self.ck_path)
+        attn = "model.layers.1.self_attn."
+        self.assertEqual(ck.layer_parts(attn + "q_proj+k_proj+v_proj"),
+                         [(attn + "q_proj", 0, 64), (attn + "k_proj", 64, 32), (attn + "v_proj", 96, 32)])
+        mlp = "model.layers.0.mlp."
+        self.assertEqual([p for p, _, _ in ck.layer_parts(mlp + "gate_proj+up_proj")], [mlp + "gate_proj", mlp + "up_proj"])
+        self.assertEqual(ck.layer_parts(mlp + "down_proj"), [])
+        with safe_open(self.ck_path, "pt") as f:
+            self.assertEqual(f.metadata()["format_version"], "3")
+        stored = stored_dtypes(self.out)
+        self.assertEqual(stored[attn + "k_proj.weight"], ("I64", (2,)))
+        with safe_open(os.path.join(self.out, "model-00001-of-00001.safetensors"), "pt") as f:
+            self.assertEqual(f.get_tensor(attn + "k_proj.weight").tolist(), [32, 64])
+        info = json.loads(pathlib.Path(self.out, "wush_quantization.json").read_text())
+        self.assertEqual(len(info["grouped"]), 4)
+
+    def test_loads_with_the_part_by_part_logits(self):
+        from transformers import AutoModelForCausalLM
+        split = wt.load_float_model(TINY)
+        wt.load_quantized_layers(split, self.ck_path, split_groups=True)  # each part a layer of its own
+        self.assertIsInstance(split.model.layers[0].self_attn.k_proj, wt.QuantizedLinear)
+        with torch.no_grad():
+            want = split(IDS).logits
+            for model in (wush.load_quantized(self.out), AutoModelForCausalLM.from_pretrained(self.out),
+                          checkpoint_swapped(TINY, self.out)):
+                self.assertEqual(type(model.model.layers[0].self_attn.k_proj).__name__, "QuantizedPart")
+                self.assertTrue(torch.equal(model(IDS).logits, want))
+                out = model.generate(IDS, max_new_tokens=3, do_sample=False)
+                self.assertEqual(out.shape[1], IDS.shape[1] + 3)
+
+    def part_errors(self, model):
+        """Each part's relative error against its own float layer, on random inputs."""
+        float_model = wt.load_float_model(TINY)
+        x = torch.randn(6, 64, generator=torch.Generator().manual_seed(4))
+        errs = {}
+        with torch.no_grad():
+            for name, m in model.named_modules():
+                if type(m).__name__ == "QuantizedPart":
+                    exact = float_model.get_submodule(name)(x)
+                    errs[name] = ((m(x) - exact).norm() / exact.norm()).item()
+        return errs
+
+    def test_each_part_is_its_own_layer(self):
+        errs = self.part_errors(wush.load_quantized(self.out))
+        self.assertEqual(len(errs), 10)  # 2 blocks x (q, k, v, gate, up)
+        for name, e in errs.items():
+            self.assertGreater(e, 1e-4, name)  # quantized
+            self.assertLess(e, 0.3, name)  # and that layer's rows, not another's
+
+    def test_misordered_rows_are_caught(self):
+        # The same grouped weights with k's and v's names swapped (both 32 rows): a checkpoint
+        # that is valid but wrong, which the check above must reject.
+        bad = os.path.join(TMP, "tiny-grouped-bad")
+        shutil.copytree(self.out, bad)
+        src, ck = wush.Checkpoint.open(self.ck_path), wush.Checkpoint()
+        for layer in src.layer_names():
+            t, q = src.load_layer(layer)
+            parts = [(p, r) for p, _, r in src.layer_parts(layer)]
+            if len(parts) == 3:
+                parts = [parts[0], (parts[2][0], parts[1][1]), (parts[1][0], parts[2][1])]
+            if parts:
+                ck.add_grouped_layer(layer, t, q, parts)
+            else:
+                ck.add_layer(layer, t, q)
+        ck.write(os.path.join(bad, "wush_checkpoint.safetensors"))
+        errs = self.part_errors(wush.load_quantized(bad))
+        self.assertGreater(errs["model.layers.0.self_attn.k_proj"], 0.5)
+        self.assertGreater(errs["model.layers.1.self_attn.v_proj"], 0.5)
+        self.assertLess(errs["model.layers.0.self_attn.q_proj"], 0.3)
+
+    def test_ungroup_writes_one_layer_per_part_with_the_same_outputs(self):
+        if WUSH_CLI is None:
+            self.skipTest("no --wush-cli given")
+        old = os.path.join(TMP, "tiny-ungrouped")
+        shutil.copytree(self.out, old)
+        ck = os.path.join(old, "wush_checkpoint.safetensors")
+        p = subprocess.run([WUSH_CLI, "ungroup", "--checkpoint", self.ck_path, "--out", ck], capture_output=True,
+                           text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("14 layers, 4 grouped layers split", p.stderr)
+        with safe_open(ck, "pt") as f:
+            self.assertEqual(f.metadata()["format_version"], "2")  # what libraries before groups read
+        layers = wush.Checkpoint.open(ck).layer_names()
+        self.assertIn("model.layers.0.self_attn.k_proj", layers)
+        self.assertTrue(all(not wush.Checkpoint.open(ck).layer_parts(n) for n in layers))
+        with torch.no_grad():
+            self.assertTrue(torch.equal(wush.load_quantized(old)(IDS).logits, wush.load_quantized(self.out)(IDS).logits))
+        p = subprocess.run([WUSH_CLI, "inspect", self.ck_path], capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, r"part model\.layers\.0\.self_attn\.k_proj +32 rows 64\.\.96")
+
+    def test_fp_quant_export_refused(self):
+        rc, _, err = cli_run("quantize-model", TINY, "--calib", CALIB, "--out", os.path.join(TMP, "g-fpq"),
+                             "--seq-len", "32", "--max-samples", "4", "--group-inputs", "--export", "fp_quant")
+        self.assertEqual(rc, 2)
+        self.assertIn("--group-inputs writes grouped layers", err)
+        self.assertEqual(len(err.strip().splitlines()), 1)
 
 
 if __name__ == "__main__":

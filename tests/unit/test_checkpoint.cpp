@@ -150,8 +150,8 @@ TEST(CheckpointValidation, EachRuleHasItsOwnError) {
     }
     {
         Parts p;
-        p.meta["format_version"] = "3";
-        expect_rejected(p, "format_version \"3\" is not supported");
+        p.meta["format_version"] = "4";
+        expect_rejected(p, "format_version \"4\" is not supported");
     }
     {
         Parts p;  // digests came with version 2
@@ -556,4 +556,144 @@ TEST(Checkpoint, ExportRefusesToOverwriteItsInput) {
     EXPECT_FALSE(std::filesystem::exists(out));
     std::filesystem::remove(link);
     std::filesystem::remove(ck);
+}
+
+// Grouped layers (format version 3): layers that read one input, stored as one layer whose rows
+// are split into named parts.
+namespace {
+
+// A grouped layer "g" of 8 rows (parts p0: 3 rows, p1: 5) and a plain layer "a", written by the
+// checkpoint writer.
+struct GroupedFile {
+    TwoLayers layers;
+    std::string write(const std::string& name, std::vector<wush::storage::LayerPart> parts) const {
+        const std::string path = temp_path(name);
+        wush::storage::write_checkpoint(
+            path, {{"a", &layers.t, &layers.a, "rtn"}, {"g", &layers.t, &layers.b, "rtn", parts}}, nullptr);
+        return path;
+    }
+};
+
+std::string metadata(const std::string& path, const std::string& key) {
+    return wush::storage::Reader(path).header().metadata.at(key);
+}
+
+// The writer's error for `parts` must mention `what`; nothing is written.
+void expect_writer_refuses(std::vector<wush::storage::LayerPart> parts, const std::string& what) {
+    const GroupedFile f;
+    const std::string path = temp_path("bad_parts");
+    try {
+        f.write("bad_parts", parts);
+        ADD_FAILURE() << "written; expected an error about: " << what;
+    } catch (const wush::Error& e) {
+        EXPECT_EQ(e.status(), WUSH_ERR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+}  // namespace
+
+TEST(CheckpointGroups, RoundTripAndPartsLoadAsTheirRows) {
+    const GroupedFile f;
+    const std::string path = f.write("grouped", {{"p0", 3}, {"p1", 5}});
+    EXPECT_EQ(metadata(path, "format_version"), "3");
+    EXPECT_EQ(metadata(path, "g.parts"), "3 p0\n5 p1");
+    const std::string plain = f.layers.write("plain");  // no group: still version 2
+    EXPECT_EQ(metadata(plain, "format_version"), "2");
+    std::filesystem::remove(plain);
+
+    for (const auto load : {wush::storage::Reader::Load::Map, wush::storage::Reader::Load::Copy}) {
+        const CheckpointReader r(path, load);
+        EXPECT_EQ(r.layer_names(), (std::vector<std::string>{"a", "g"}));
+        EXPECT_TRUE(r.parts("a").empty());
+        ASSERT_EQ(r.parts("g").size(), 2u);
+        EXPECT_EQ(r.parts("g")[1].name, "p1");
+        EXPECT_EQ(r.parts("g")[1].rows, 5u);
+        EXPECT_THROW(r.parts("p0"), wush::Error);  // a part is not a layer
+        EXPECT_EQ(r.verify(), 2u);
+        // Part p1 is rows 3..7 of the group, under the group's transform: its codes and scales are
+        // the independently quantized weights' rows (rows of RTN are quantized independently).
+        const auto part = r.load("p1");
+        const auto& b = f.layers.b;
+        EXPECT_EQ(part.weights.d_out, 5u);
+        EXPECT_TRUE(std::equal(part.weights.codes.span().begin(), part.weights.codes.span().end(),
+                               b.codes.span().begin() + 3 * 32));
+        EXPECT_TRUE(std::equal(part.weights.scales.span().begin(), part.weights.scales.span().end(),
+                               b.scales.span().begin() + 3 * 2));
+        const auto t = f.layers.t.activation_matrices(), pt = part.transform.activation_matrices();
+        EXPECT_TRUE(std::equal(t.begin(), t.end(), pt.begin(), pt.end()));
+        EXPECT_THROW(r.load("p2"), wush::Error);
+    }
+    std::filesystem::remove(path);
+}
+
+TEST(CheckpointGroups, WriterRefusesBadParts) {
+    expect_writer_refuses({{"p0", 8}}, "two or more parts");
+    expect_writer_refuses({{"p0", 3}, {"p1", 4}}, "do not sum to its 8 output rows");
+    expect_writer_refuses({{"p0", 3}, {"p1", 6}}, "do not sum to its 8 output rows");
+    expect_writer_refuses({{"p0", 0}, {"p1", 8}}, "do not sum");
+    expect_writer_refuses({{"p0", 3}, {"p0", 5}}, "repeats the name");
+    expect_writer_refuses({{"a", 3}, {"p1", 5}}, "repeats the name");  // the plain layer's name
+    expect_writer_refuses({{"g", 3}, {"p1", 5}}, "repeats the name");  // the group's own
+    expect_writer_refuses({{"p\n0", 3}, {"p1", 5}}, "without NUL or newline");
+    expect_writer_refuses({{"p0.codes", 3}, {"p1", 5}}, "reserved suffix");
+}
+
+TEST(CheckpointGroups, ReaderRefusesBadParts) {
+    Parts ok;  // one layer "L" of 4 rows
+    ok.meta["format_version"] = "3";
+    ok.meta["L.parts"] = "1 x\n3 y";
+    const std::string path = ok.write("parts_ok");
+    EXPECT_EQ(CheckpointReader(path).parts("L").size(), 2u);
+    std::filesystem::remove(path);
+    const std::pair<const char*, const char*> cases[] = {
+        {"4 x", "two or more parts"},     {"1 x\n2 y", "do not sum"},
+        {"0 x\n4 y", "do not sum"},       {"2 x\n2 x", "repeats the name"},
+        {"2 L\n2 y", "repeats the name"}, {"2x\n2 y", "ROWS NAME"},
+        {"2 x\n2 y\n", "ROWS NAME"},      {"2 x\n2 y.scales", "reserved suffix"},
+        {"-2 x\n6 y", "is not a size"},
+    };
+    for (const auto& [value, what] : cases) {
+        Parts p = ok;
+        p.meta["L.parts"] = value;
+        expect_rejected(p, what);
+    }
+    Parts v2 = ok;  // a version 2 file has no parts
+    v2.meta["format_version"] = "2";
+    expect_rejected(v2, "unexpected metadata key \"L.parts\"");
+    Parts v4 = ok;
+    v4.meta["format_version"] = "4";
+    expect_rejected(v4, "reads 1, 2 and 3");
+}
+
+// The digest covers the parts: two parts' names swapped in the header (same length, each part
+// still valid) fail the digest.
+TEST(CheckpointGroups, DigestCoversTheParts) {
+    const GroupedFile f;
+    const std::string path = f.write("parts_digest", {{"p0", 4}, {"p1", 4}});
+    std::string bytes = file_bytes(path);
+    const std::string from = "4 p0\\n4 p1", to = "4 p1\\n4 p0";  // as the header's JSON spells it
+    const std::size_t at = bytes.find(from);
+    ASSERT_NE(at, std::string::npos);
+    bytes.replace(at, from.size(), to);
+    spill(path, std::vector<char>(bytes.begin(), bytes.end()));
+    EXPECT_EQ(CheckpointReader(path).parts("g")[0].name, "p1");  // valid structure, mapped
+    expect_caught(path, "g");
+    std::filesystem::remove(path);
+}
+
+TEST(CheckpointGroups, FpQuantExportRefusesAGroup) {
+    const GroupedFile f;
+    const std::string path = f.write("parts_export", {{"p0", 3}, {"p1", 5}});
+    const std::string out = temp_path("parts_export_out");
+    try {
+        wush::storage::export_fp_quant(CheckpointReader(path), out, nullptr);
+        ADD_FAILURE() << "exported a grouped layer";
+    } catch (const wush::Error& e) {
+        EXPECT_EQ(e.status(), WUSH_ERR_UNSUPPORTED);
+        EXPECT_NE(std::string(e.what()).find("grouped"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(out));
+    std::filesystem::remove(path);
 }

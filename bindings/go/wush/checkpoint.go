@@ -55,6 +55,36 @@ func (w *CheckpointWriter) AddLayer(name string, t *Transform, q *QWeight) error
 	return nil
 }
 
+// AddGroupedLayer is wush_checkpoint_add_grouped_layer: layers that read one input, built as one
+// layer over their concatenated rows; names and rows give its parts in row order.
+func (w *CheckpointWriter) AddGroupedLayer(name string, t *Transform, q *QWeight, names []string, rows []int) error {
+	if w.p == nil || t.p == nil || q.p == nil {
+		return errClosed
+	}
+	if len(names) != len(rows) || len(names) == 0 {
+		return &Error{Status: ErrInvalidArgument, Message: "names and rows must have the same, non-zero length"}
+	}
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	cnames := make([]*C.char, len(names))
+	crows := make([]C.size_t, len(rows))
+	for i := range names {
+		cnames[i] = C.CString(names[i])
+		defer C.free(unsafe.Pointer(cnames[i]))
+		if rows[i] < 0 {
+			return &Error{Status: ErrInvalidArgument, Message: "a part's rows must not be negative"}
+		}
+		crows[i] = C.size_t(rows[i])
+	}
+	if err := call(func() C.wush_status {
+		return C.wush_checkpoint_add_grouped_layer(w.p, cs, t.p, q.p, C.size_t(len(names)), &cnames[0], &crows[0])
+	}); err != nil {
+		return err
+	}
+	w.refs = append(w.refs, t, q)
+	return nil
+}
+
 // Write is wush_checkpoint_write (atomic). opts may be nil.
 func (w *CheckpointWriter) Write(path string, opts *Options) error {
 	if w.p == nil {
@@ -145,7 +175,42 @@ func (c *Checkpoint) LayerNames() ([]string, error) {
 	return names, nil
 }
 
-// LoadLayer is wush_checkpoint_load_layer.
+// LayerPart is a part of a grouped layer: the layer it stands for and its output rows
+// [RowBegin, RowBegin+Rows) of the grouped layer's forward.
+type LayerPart struct {
+	Name     string
+	RowBegin int
+	Rows     int
+}
+
+// LayerParts is wush_checkpoint_layer_part_count + wush_checkpoint_layer_part (empty for a plain
+// layer).
+func (c *Checkpoint) LayerParts(name string) ([]LayerPart, error) {
+	if c.p == nil {
+		return nil, errClosed
+	}
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	defer runtime.KeepAlive(c)
+	var n C.size_t
+	if err := call(func() C.wush_status { return C.wush_checkpoint_layer_part_count(c.p, cs, &n) }); err != nil {
+		return nil, err
+	}
+	parts := make([]LayerPart, 0, n)
+	for i := C.size_t(0); i < n; i++ {
+		var s *C.char
+		var begin, rows C.size_t
+		if err := call(func() C.wush_status {
+			return C.wush_checkpoint_layer_part(c.p, cs, i, &s, &begin, &rows)
+		}); err != nil {
+			return nil, err
+		}
+		parts = append(parts, LayerPart{Name: C.GoString(s), RowBegin: int(begin), Rows: int(rows)})
+	}
+	return parts, nil
+}
+
+// LoadLayer is wush_checkpoint_load_layer (a part's name: the group's transform, the part's rows).
 func (c *Checkpoint) LoadLayer(name string) (*Transform, *QWeight, error) {
 	if c.p == nil {
 		return nil, nil, errClosed

@@ -1402,3 +1402,47 @@ func TestLinearRunBias(t *testing.T) {
 		t.Error("a NaN bias:", err)
 	}
 }
+
+func TestGroupedLayerPartsRunAsTheirRows(t *testing.T) {
+	ctx := cpu(t)
+	defer ctx.Close()
+	l := calibrated(t, ctx)
+	defer l.cal.Close()
+	tr, q, err := LayerQuantize(ctx, l.cal, WUSH, MXFP4, RTN, l.weight, l.dOut, nil)
+	must(t, err)
+	path := filepath.Join(t.TempDir(), "grouped.safetensors")
+	w, _ := NewCheckpointWriter()
+	defer w.Close()
+	if statusOf(w.AddGroupedLayer("qk", tr, q, []string{"q", "k"}, []int{128, 100})) != ErrInvalidArgument {
+		t.Error("rows that do not sum to d_out were accepted")
+	}
+	must(t, w.AddGroupedLayer("qk", tr, q, []string{"q", "k"}, []int{128, 384}))
+	must(t, w.Write(path, nil))
+	ck, err := OpenCheckpoint(path)
+	must(t, err)
+	defer ck.Close()
+	parts, err := ck.LayerParts("qk")
+	must(t, err)
+	if len(parts) != 2 || parts[1] != (LayerPart{Name: "k", RowBegin: 128, Rows: 384}) {
+		t.Fatal("parts", parts)
+	}
+	whole, err := NewLinear(ctx, tr, q)
+	must(t, err)
+	defer whole.Close()
+	want, err := whole.Forward(l.heldout)
+	must(t, err)
+	kt, kq, err := ck.LoadLayer("k")
+	must(t, err)
+	part, err := NewLinear(ctx, kt, kq)
+	must(t, err)
+	defer part.Close()
+	got, err := part.Forward(l.heldout)
+	must(t, err)
+	for tok := 0; tok < len(l.heldout)/l.dIn; tok++ {
+		for r := 0; r < 384; r++ {
+			if got[tok*384+r] != want[tok*512+128+r] {
+				t.Fatalf("token %d row %d: %v, the group's row says %v", tok, r, got[tok*384+r], want[tok*512+128+r])
+			}
+		}
+	}
+}

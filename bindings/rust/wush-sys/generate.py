@@ -15,6 +15,7 @@ see the same prototypes; this file only maps the header's C type spellings to Ru
 tests/bindings/test_rust_sys_header.py runs --check in the test suite.
 """
 import argparse
+import re
 import importlib.util
 import pathlib
 import sys
@@ -36,27 +37,31 @@ SCALARS = {
 
 
 def rust_type(c_type, names):
-    """Rust spelling of a normalized C type ('const char**' -> '*mut *const c_char').
+    """Rust spelling of a normalized C type ('const char**' -> '*mut *const c_char',
+    'const char*const*' -> '*const *const c_char').
 
     `names` are the header's own type names (handles, enums, callbacks), kept as they are.
-    A leading const belongs to the innermost pointee; the outer pointers are mutable."""
-    const = c_type.startswith("const ")
-    base = c_type[len("const "):] if const else c_type
-    stars = len(base) - len(base.rstrip("*"))
-    base = base.rstrip("*")
+    A leading const belongs to the innermost pointee, a const after a star to the pointer before
+    it; other pointers are mutable."""
+    m = re.fullmatch(r"(const )?(\w+)((?:\*(?:const)?)*)", c_type)
+    if m is None:
+        raise ValueError(f"no Rust mapping for C type {c_type!r}")
+    const, base, stars = bool(m.group(1)), m.group(2), re.findall(r"\*(?:const)?", m.group(3))
     if base in SCALARS:
         rust = SCALARS[base]
     elif base in names:
         rust = base
     else:
         raise ValueError(f"no Rust mapping for C type {c_type!r}")
-    if stars == 0:
+    if not stars:
         if base == "void":
             raise ValueError("a bare void parameter")
         return rust
-    out = ("*const " if const else "*mut ") + rust
-    for _ in range(stars - 1):
-        out = "*mut " + out
+    out = rust
+    pointee_const = const
+    for star in stars:  # innermost pointer first
+        out = ("*const " if pointee_const else "*mut ") + out
+        pointee_const = star.endswith("const")
     return out
 
 

@@ -149,12 +149,15 @@ extern "C" {
     pub fn wush_calibrator_state_size(_: *const wush_calibrator, _: *mut usize) -> wush_status;
     pub fn wush_calibrator_token_count(_: *const wush_calibrator, _: *mut u64) -> wush_status;
     pub fn wush_calibrator_validation_count(_: *const wush_calibrator, _: *mut usize) -> wush_status;
+    pub fn wush_checkpoint_add_grouped_layer(_: *mut wush_checkpoint, _: *const c_char, _: *const wush_transform, _: *const wush_qweight, _: usize, _: *const *const c_char, _: *const usize) -> wush_status;
     pub fn wush_checkpoint_add_layer(_: *mut wush_checkpoint, _: *const c_char, _: *const wush_transform, _: *const wush_qweight) -> wush_status;
     pub fn wush_checkpoint_create(_: *mut *mut wush_checkpoint) -> wush_status;
     pub fn wush_checkpoint_destroy(_: *mut wush_checkpoint);
     pub fn wush_checkpoint_export_fp_quant(_: *const wush_checkpoint, _: *const c_char, _: *const c_char, _: *const wush_options) -> wush_status;
     pub fn wush_checkpoint_layer_count(_: *const wush_checkpoint, _: *mut usize) -> wush_status;
     pub fn wush_checkpoint_layer_name(_: *const wush_checkpoint, _: usize, _: *mut *const c_char) -> wush_status;
+    pub fn wush_checkpoint_layer_part(_: *const wush_checkpoint, _: *const c_char, _: usize, _: *mut *const c_char, _: *mut usize, _: *mut usize) -> wush_status;
+    pub fn wush_checkpoint_layer_part_count(_: *const wush_checkpoint, _: *const c_char, _: *mut usize) -> wush_status;
     pub fn wush_checkpoint_load_layer(_: *const wush_checkpoint, _: *const c_char, _: *mut *mut wush_transform, _: *mut *mut wush_qweight) -> wush_status;
     pub fn wush_checkpoint_open(_: *const c_char, _: *mut *mut wush_checkpoint) -> wush_status;
     pub fn wush_checkpoint_open_mode(_: *const c_char, _: wush_checkpoint_mode, _: *mut *mut wush_checkpoint) -> wush_status;
@@ -239,7 +242,7 @@ extern "C" {
 
 /// Every function of the header with its address: taking each one's address makes a test
 /// binary link all of them, so a symbol the library does not export fails the build.
-pub fn all_functions() -> [(&'static str, usize); 102] {
+pub fn all_functions() -> [(&'static str, usize); 105] {
     [
         ("wush_calibrator_add", wush_calibrator_add as *const () as usize),
         ("wush_calibrator_add_document", wush_calibrator_add_document as *const () as usize),
@@ -257,12 +260,15 @@ pub fn all_functions() -> [(&'static str, usize); 102] {
         ("wush_calibrator_state_size", wush_calibrator_state_size as *const () as usize),
         ("wush_calibrator_token_count", wush_calibrator_token_count as *const () as usize),
         ("wush_calibrator_validation_count", wush_calibrator_validation_count as *const () as usize),
+        ("wush_checkpoint_add_grouped_layer", wush_checkpoint_add_grouped_layer as *const () as usize),
         ("wush_checkpoint_add_layer", wush_checkpoint_add_layer as *const () as usize),
         ("wush_checkpoint_create", wush_checkpoint_create as *const () as usize),
         ("wush_checkpoint_destroy", wush_checkpoint_destroy as *const () as usize),
         ("wush_checkpoint_export_fp_quant", wush_checkpoint_export_fp_quant as *const () as usize),
         ("wush_checkpoint_layer_count", wush_checkpoint_layer_count as *const () as usize),
         ("wush_checkpoint_layer_name", wush_checkpoint_layer_name as *const () as usize),
+        ("wush_checkpoint_layer_part", wush_checkpoint_layer_part as *const () as usize),
+        ("wush_checkpoint_layer_part_count", wush_checkpoint_layer_part_count as *const () as usize),
         ("wush_checkpoint_load_layer", wush_checkpoint_load_layer as *const () as usize),
         ("wush_checkpoint_open", wush_checkpoint_open as *const () as usize),
         ("wush_checkpoint_open_mode", wush_checkpoint_open_mode as *const () as usize),

@@ -51,9 +51,28 @@ impl<'a> CheckpointWriter<'a> {
         check(unsafe { sys::wush_checkpoint_add_layer(self.raw.as_ptr(), c.as_ptr(), transform.raw.as_ptr(),
                                                       qweight.raw.as_ptr()) })
     }
+    /// `wush_checkpoint_add_grouped_layer`: layers that read one input, built as one layer over
+    /// their concatenated rows; `parts` names them in row order with their row counts.
+    pub fn add_grouped_layer(&mut self, name: &str, transform: &'a Transform, qweight: &'a QWeight,
+                             parts: &[(&str, usize)]) -> Result<()> {
+        let c = c_string(name, "layer name")?;
+        let names = parts.iter().map(|(n, _)| c_string(n, "part name")).collect::<Result<Vec<_>>>()?;
+        let name_ptrs: Vec<_> = names.iter().map(|n| n.as_ptr()).collect();
+        let rows: Vec<usize> = parts.iter().map(|&(_, r)| r).collect();
+        // SAFETY: live handles kept alive for 'a by the borrow; the arrays outlive the call.
+        check(unsafe {
+            sys::wush_checkpoint_add_grouped_layer(self.raw.as_ptr(), c.as_ptr(), transform.raw.as_ptr(),
+                                                   qweight.raw.as_ptr(), parts.len(), name_ptrs.as_ptr(),
+                                                   rows.as_ptr())
+        })
+    }
     /// `wush_checkpoint_layer_count`.
     pub fn layer_count(&self) -> Result<usize> {
         layer_count(self.raw.as_ptr())
+    }
+    /// The parts of layer `name` (empty for a plain layer).
+    pub fn layer_parts(&self, name: &str) -> Result<Vec<LayerPart>> {
+        layer_parts(self.raw.as_ptr(), name)
     }
     /// `wush_checkpoint_write`: all layers to `path`, atomically.
     pub fn write(&mut self, path: impl AsRef<Path>, options: Option<&Options>) -> Result<()> {
@@ -75,6 +94,30 @@ fn layer_count(raw: *const sys::wush_checkpoint) -> Result<usize> {
     // SAFETY: live handle, valid output pointer.
     check(unsafe { sys::wush_checkpoint_layer_count(raw, &mut n) })?;
     Ok(n)
+}
+
+/// A part of a grouped layer (`wush_checkpoint_layer_part`): the layer it stands for and its
+/// output rows `row_begin..row_begin + rows` of the grouped layer's forward.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerPart {
+    pub name: String,
+    pub row_begin: usize,
+    pub rows: usize,
+}
+
+fn layer_parts(raw: *const sys::wush_checkpoint, name: &str) -> Result<Vec<LayerPart>> {
+    let c = c_string(name, "layer name")?;
+    let mut n = 0;
+    // SAFETY: live handle, valid string and output pointer.
+    check(unsafe { sys::wush_checkpoint_layer_part_count(raw, c.as_ptr(), &mut n) })?;
+    (0..n)
+        .map(|i| {
+            let (mut p, mut begin, mut rows) = (ptr::null(), 0, 0);
+            // SAFETY: as above; the part's name lives as long as the checkpoint, copied here.
+            check(unsafe { sys::wush_checkpoint_layer_part(raw, c.as_ptr(), i, &mut p, &mut begin, &mut rows) })?;
+            Ok(LayerPart { name: unsafe { borrowed_str(p) }.to_owned(), row_begin: begin, rows })
+        })
+        .collect()
 }
 
 /// An opened, validated, memory-mapped checkpoint (`wush_checkpoint_open`).
@@ -129,7 +172,13 @@ impl Checkpoint {
     pub fn layer_names(&self) -> Result<Vec<String>> {
         (0..self.layer_count()?).map(|i| self.layer_name(i).map(str::to_owned)).collect()
     }
-    /// `wush_checkpoint_load_layer`: the layer's transform and qweight (codes used in place).
+    /// The parts of layer `name` (`wush_checkpoint_layer_part_count` / `_part`; empty for a
+    /// plain layer).
+    pub fn layer_parts(&self, name: &str) -> Result<Vec<LayerPart>> {
+        layer_parts(self.raw.as_ptr(), name)
+    }
+    /// `wush_checkpoint_load_layer`: the layer's transform and qweight (codes used in place); a
+    /// part's name gives the group's transform with the part's rows.
     pub fn load_layer(&self, name: &str) -> Result<(Transform, QWeight)> {
         let c = c_string(name, "layer name")?;
         let (mut t, mut q) = (ptr::null_mut(), ptr::null_mut());

@@ -65,7 +65,7 @@ mod types;
 mod version;
 
 pub use calibrator::{Calibrator, MomentMode};
-pub use checkpoint::{Checkpoint, CheckpointMode, CheckpointWriter};
+pub use checkpoint::{Checkpoint, CheckpointMode, CheckpointWriter, LayerPart};
 pub use context::{Backend, Context, ContextParameter};
 pub use error::{Error, Result, Status};
 pub use example_layers::{example_layer, example_layer_names, example_layer_shape, ExampleLayer};

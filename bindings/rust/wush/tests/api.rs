@@ -559,3 +559,29 @@ fn size_products_overflowing_usize_are_errors() {
     overflow("dequantize_rows, usize::MAX x 2".into(), &|| ctx.dequantize_rows(Format::Mxfp4, &[], &[], usize::MAX, 2).err());
     assert!(failures.is_empty(), "{} calls failed:\n{}", failures.len(), failures.join("\n"));
 }
+
+#[test]
+fn grouped_layer_parts_run_as_their_rows() {
+    let ctx = Context::cpu().unwrap();
+    let (l, cal) = calibrated(&ctx);
+    let (t, q) = layer_quantize(&ctx, &cal, TransformKind::Wush, Format::Mxfp4, Method::Rtn, &l.weight, l.d_out, None)
+        .unwrap();
+    let path = tmp("grouped.safetensors");
+    let mut w = CheckpointWriter::new().unwrap();
+    assert_eq!(w.add_grouped_layer("qk", &t, &q, &[("q", 128), ("k", 100)]).unwrap_err().status(),
+               Status::InvalidArgument); // 228 rows of 512
+    w.add_grouped_layer("qk", &t, &q, &[("q", 128), ("k", 384)]).unwrap();
+    assert_eq!(w.layer_parts("qk").unwrap()[1], LayerPart { name: "k".into(), row_begin: 128, rows: 384 });
+    w.write(&path, None).unwrap();
+    let ck = Checkpoint::open(&path).unwrap();
+    assert_eq!(ck.layer_names().unwrap(), vec!["qk".to_string()]);
+    assert_eq!(ck.layer_parts("qk").unwrap().len(), 2);
+    assert_eq!(ck.layer_parts("nope").unwrap_err().status(), Status::NotFound);
+    let whole = Linear::new(&ctx, &t, &q).unwrap().forward(&l.heldout).unwrap();
+    let (kt, kq) = ck.load_layer("k").unwrap();
+    let part = Linear::new(&ctx, &kt, &kq).unwrap().forward(&l.heldout).unwrap();
+    let tokens = l.heldout.len() / l.d_in;
+    for tok in 0..tokens {
+        assert_eq!(&part[tok * 384..(tok + 1) * 384], &whole[tok * 512 + 128..(tok + 1) * 512]);
+    }
+}
