@@ -1,7 +1,7 @@
-// The per-element arithmetic of the CUDA W4A4 GEMM kernels (cuda/tile_decode.h), run on the
+// The per-element arithmetic of the CUDA W4A4 GEMM kernels (cuda/gemm/tile_decode.h), run on the
 // CPU against independent float64 math; an emulation of one MMA tile of each shape from the PTX
 // fragment layouts, fed exactly as the prefill kernel feeds it; and the decode kernel's split-K
-// partition (cuda/gemm_plan.h).
+// partition (cuda/gemm/gemm_plan.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "formats/group_quantizer.h"
-#include "gemm_plan.h"
-#include "gemm_table.h"
-#include "tile_decode.h"
+#include "gemm/gemm_plan.h"
+#include "gemm/gemm_table.h"
+#include "gemm/tile_decode.h"
 
 namespace {
 
@@ -317,7 +317,7 @@ TEST(GemmPlan, PrefillScaleStrideCoversStages) {
 
 }  // namespace
 
-// ---- the kernel table's GEMM rows (cuda/gemm_table.h) ------------------------------------------
+// ---- the kernel table's GEMM rows (cuda/gemm/gemm_table.h) ------------------------------------------
 
 namespace table_test {
 

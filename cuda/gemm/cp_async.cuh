@@ -1,5 +1,5 @@
 // cp.async, its commit and its wait, shared by the prefill kernels that stage tiles through
-// shared memory (cuda/gemm_prefill_kernel.cuh, cuda/gemm_bf16_prefill_kernel.cuh). On sm_80+ the
+// shared memory (cuda/gemm/gemm_prefill_kernel.cuh, cuda/gemm/gemm_bf16_prefill_kernel.cuh). On sm_80+ the
 // PTX instructions; in the CPU emulation (tests/unit/cuda_host_emulation.h) its copy and group
 // bookkeeping, so the kernels' sources run unchanged in the emulation tests.
 #pragma once

@@ -1,4 +1,4 @@
-// The decode kernel's device code (see cuda/gemm_decode.cu), in a header of its own so that the
+// The decode kernel's device code (see cuda/gemm/gemm_decode.cu), in a header of its own so that the
 // CPU emulation test (tests/unit/test_gemm_emulation.cpp) compiles the same source against
 // tests/unit/cuda_host_emulation.h.
 #pragma once

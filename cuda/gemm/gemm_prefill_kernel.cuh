@@ -1,4 +1,4 @@
-// The prefill kernel's device code (see cuda/gemm_prefill.cu), in a header of its own so that the
+// The prefill kernel's device code (see cuda/gemm/gemm_prefill.cu), in a header of its own so that the
 // CPU emulation test (tests/unit/test_gemm_emulation.cpp) compiles the same source against
 // tests/unit/cuda_host_emulation.h (WUSH_CUDA_HOST_EMULATION: cp.async and mma.sync emulated).
 #pragma once

@@ -1,4 +1,4 @@
-// The streaming decode kernel's device code (cuda/stream_decode.cu), in a header of its own so
+// The streaming decode kernel's device code (cuda/gemm/stream_decode.cu), in a header of its own so
 // that the CPU emulation test (tests/unit/test_stream_decode.cpp) runs the same source against
 // tests/unit/cuda_host_emulation.h.
 //
@@ -6,7 +6,7 @@
 // split of k) and stream every stage of them through one ring of kStages shared-memory slots filled
 // by cp.async (evict-first: the weights are read once), kStages - 1 stages ahead, across item
 // boundaries (launch bounds: 2 blocks per SM up to 8 activation rows, 1 above, where 128
-// registers spilled). Per stage the arithmetic is the existing decode kernel's (cuda/gemm_decode_kernel.cuh)
+// registers spilled). Per stage the arithmetic is the existing decode kernel's (cuda/gemm/gemm_decode_kernel.cuh)
 // term for term: a lane's 16-byte fragment is one 32-element unit of one weight row, decoded once,
 // then 8 dp4a per activation row and group promotion by one FADD + FMUL + FFMA, the same
 // accumulation order per lane, the same warp reduction. Splits of a tile write partials to the

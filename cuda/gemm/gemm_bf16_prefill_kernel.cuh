@@ -1,4 +1,4 @@
-// The BF16 prefill GEMM's device code (cuda/gemm_bf16_prefill.cu), in a header of its own so that
+// The BF16 prefill GEMM's device code (cuda/gemm/gemm_bf16_prefill.cu), in a header of its own so that
 // the CPU emulation test (tests/unit/test_bf16_prefill_emulation.cpp) compiles the same source
 // against tests/unit/cuda_host_emulation.h.
 //
@@ -6,7 +6,7 @@
 // exact BF16 dequantized values (m x k, from launch_dequantize), W stays packed (4-bit codes) and
 // is converted to BF16 in registers, exactly: an E2M1 value (<= 2 significant bits) times an
 // E8M0 or E4M3 scale (<= 4) has <= 6 significant bits, exact in BF16 wherever float32 holds it
-// (cuda/dequantize.h). mma.sync m16n8k16 BF16 with float32 accumulation (sm_80+).
+// (cuda/gemm/dequantize.h). mma.sync m16n8k16 BF16 with float32 accumulation (sm_80+).
 //
 // Geometry: block tile 128 (m) x 128 (n), 32 elements of k per stage (two k16 MMAs), 3 stages of
 // cp.async in static shared memory (under 40 KB: no opt-in attribute), 8 warps as 2 (m) x 4 (n)

@@ -1,4 +1,4 @@
-// The tensor-core quantize's operands (cuda/quantize_tc_kernel.cuh): each G x G block matrix T
+// The tensor-core quantize's operands (cuda/quantize/quantize_tc_kernel.cuh): each G x G block matrix T
 // split exactly into three BF16 parts, T = T_hi + T_mid + T_lo, stored in the register order of
 // the B operand of PTX `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`, so that a lane loads
 // its fragments with 16-byte loads and feeds them to the MMA as they are.
@@ -20,7 +20,7 @@
 // subtraction is exact in float32 (Sterbenz). The one inexact case is underflow: a part below
 // BF16's smallest normal (2^-126, |t| < about 2^-110) is dropped (tensor cores may flush BF16
 // subnormals) and the dropped amount is kept as the residual, whose row norm the error bound adds
-// (cuda/mma_error_bound.h). Non-finite parts make the residual infinite: never certified.
+// (cuda/quantize/mma_error_bound.h). Non-finite parts make the residual infinite: never certified.
 #pragma once
 
 #include <cmath>

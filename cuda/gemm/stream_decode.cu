@@ -1,4 +1,4 @@
-// The streaming decode kernel's launch (cuda/stream_decode.h): persistent blocks, one per resident
+// The streaming decode kernel's launch (cuda/gemm/stream_decode.h): persistent blocks, one per resident
 // slot of the device (read once per context by configure_stream_decode), over the shape's work
 // items (stream_decode_plan.h). The grid size depends on the GPU, the partition and the bits do not.
 #include <cuda_runtime.h>

@@ -1,4 +1,4 @@
-// The fused quantize kernel's arguments (cuda/quantize_kernel.cuh), as plain C++ so that the CPU
+// The fused quantize kernel's arguments (cuda/quantize/quantize_kernel.cuh), as plain C++ so that the CPU
 // emulation test (tests/unit/test_quantize_emulation.cpp) builds them without CUDA headers.
 #pragma once
 
@@ -40,7 +40,7 @@ struct QuantizeArgs {
     std::uint8_t* codes = nullptr;             // n_tokens x d_in / 2 (any alignment)
     std::uint8_t* scales = nullptr;            // n_tokens x C x scale bytes (any alignment)
     unsigned long long* non_finite = nullptr;  // see kNoNonFinite (atomicMin)
-    // The tensor-core kernel's operands (cuda/quantize_tc_kernel.cuh), same layout rule as
+    // The tensor-core kernel's operands (cuda/quantize/quantize_tc_kernel.cuh), same layout rule as
     // `matrices`: tc::fragment_words(G) words per matrix (tc::pack_fragments) and its part norms.
     const std::uint32_t* tc_fragments = nullptr;
     const tc::PartNorms* tc_norms = nullptr;

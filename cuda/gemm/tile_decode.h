@@ -1,4 +1,4 @@
-// Per-element arithmetic of the CUDA W4A4 GEMM kernels (cuda/gemm_decode.cu, cuda/gemm_prefill.cu),
+// Per-element arithmetic of the CUDA W4A4 GEMM kernels (cuda/gemm/gemm_decode.cu, cuda/gemm/gemm_prefill.cu),
 // written once for host and device (WUSH_HD) so that the CPU unit test (tests/unit/
 // test_tile_decode.cpp) checks the very functions the kernels run.
 //

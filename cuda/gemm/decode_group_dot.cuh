@@ -1,5 +1,5 @@
-// The inner product of the two decode kernels (cuda/gemm_decode_kernel.cuh and the streaming one,
-// cuda/stream_decode_kernel.cuh): one lane's 32-element unit of R weight rows, already decoded to
+// The inner product of the two decode kernels (cuda/gemm/gemm_decode_kernel.cuh and the streaming one,
+// cuda/gemm/stream_decode_kernel.cuh): one lane's 32-element unit of R weight rows, already decoded to
 // doubled int8, times every staged activation row, one exact integer group dot (dp4a from the
 // promotion constant) per group, scaled in float32. One definition, so that the two kernels sum
 // the same terms in the same order and write the same bits.

@@ -1,8 +1,8 @@
 // The decode W4A4 GEMM (small m): streams the weight's packed codes once with 16-byte loads and
 // multiplies them with up to 16 activation rows per pass, exactly per group in int32 (dp4a on the
-// doubled int8 values of cuda/tile_decode.h), promoted to float32 once per group.
+// doubled int8 values of cuda/gemm/tile_decode.h), promoted to float32 once per group.
 //
-// Geometry (cuda/gemm_plan.h): a block of 8 warps owns 16 weight rows (2 per warp) and one split of
+// Geometry (cuda/gemm/gemm_plan.h): a block of 8 warps owns 16 weight rows (2 per warp) and one split of
 // k; it walks its split in chunks of 1024 elements. Per chunk, each lane issues one 16-byte load of
 // codes per weight row (32 elements = one G = 32 group or two NVFP4 groups) before the block
 // decodes the chunk's activations (m x 1024 int8 plus float scales) into shared
