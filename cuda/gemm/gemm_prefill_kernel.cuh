@@ -225,8 +225,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_gemm_kernel(const Prefill
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int row = bm + wm * 64 + mt * 16 + mma_c_row(lane, e);
-                const int col = bn + wn * 32 + nt * 8 + mma_c_col(lane, e);
+                const int row = bm + wm * 64 + mt * 16 + mma::c_row(lane, e);
+                const int col = bn + wn * 32 + nt * 8 + mma::c_col(lane, e);
                 if (row < p.m && col < p.n) {
                     const std::size_t idx = std::size_t(row) * p.n + col;
                     const float v = add_bias(p.bias, std::size_t(col), acc[mt][nt][e]);

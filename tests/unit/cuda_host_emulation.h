@@ -117,16 +117,16 @@ inline void mma(int (&d)[4], const std::uint32_t* a, int a_regs, std::uint32_t b
     for (int lane = 0; lane < 32; ++lane) {
         for (int reg = 0; reg < a_regs; ++reg)
             for (int j = 0; j < 4; ++j)
-                A[wush::tile::mma_a_row(lane, reg)][wush::tile::mma_a_col(lane, reg, j)] =
+                A[wush::mma::a_row(lane, reg)][wush::tile::mma_a_col(lane, reg, j)] =
                     wush::tile::lane_s8(g.mslots[w][lane][reg], j);
         for (int reg = 0; reg < K / 16; ++reg)
             for (int j = 0; j < 4; ++j)
-                B[wush::tile::mma_b_row(lane, reg, j)][wush::tile::mma_b_col(lane)] =
+                B[wush::tile::mma_b_row(lane, reg, j)][wush::mma::b_col(lane)] =
                     wush::tile::lane_s8(g.mslots[w][lane][4 + reg], j);
     }
     g.warps[w]->arrive_and_wait();
     for (int e = 0; e < 4; ++e) {
-        const int r = wush::tile::mma_c_row(l, e), c = wush::tile::mma_c_col(l, e);
+        const int r = wush::mma::c_row(l, e), c = wush::mma::c_col(l, e);
         std::int64_t s = 0;
         for (int k = 0; k < K; ++k) s += A[r][k] * B[k][c];
         d[e] = int(std::uint32_t(d[e]) + std::uint32_t(s));

@@ -226,13 +226,13 @@ void emulate_mma_tile(wush_format f) {
         for (int lane = 0; lane < 32; ++lane) {
             for (int reg = 0; reg < K / 8; ++reg)
                 for (int j = 0; j < 4; ++j) {
-                    int& slot = A[tile::mma_a_row(lane, reg) * K + tile::mma_a_col(lane, reg, j)];
+                    int& slot = A[mma::a_row(lane, reg) * K + tile::mma_a_col(lane, reg, j)];
                     ASSERT_EQ(slot, 1000);
                     slot = tile::lane_s8(fa[lane][reg], j);
                 }
             for (int reg = 0; reg < K / 16; ++reg)
                 for (int j = 0; j < 4; ++j) {
-                    int& slot = B[tile::mma_b_row(lane, reg, j) * 8 + tile::mma_b_col(lane)];
+                    int& slot = B[tile::mma_b_row(lane, reg, j) * 8 + mma::b_col(lane)];
                     ASSERT_EQ(slot, 1000);
                     slot = tile::lane_s8(fb[lane][reg], j);
                 }
@@ -246,7 +246,7 @@ void emulate_mma_tile(wush_format f) {
         // D = A B, read out by the C fragment map, from the magic start.
         for (int lane = 0; lane < 32; ++lane)
             for (int e = 0; e < 4; ++e) {
-                const int r = tile::mma_c_row(lane, e), c = tile::mma_c_col(lane, e);
+                const int r = mma::c_row(lane, e), c = mma::c_col(lane, e);
                 int d = tile::kPromoteMagicBits;
                 for (int k = 0; k < K; ++k) d += A[r * K + k] * B[k * 8 + c];
                 ASSERT_EQ(tile::promoted_dot(d), float(ref[r][c])) << "lane " << lane << " e " << e;
