@@ -50,20 +50,11 @@ void launch_decode_gemm(const GemmArgs& a, cudaStream_t stream, const GemmDevice
         a.n > 0x7FFFFFFFu)
         fail(WUSH_ERR_UNSUPPORTED, "launch_decode_gemm: shape too large for the grid");
     DecodeParams p;
-    p.format = a.format;
-    p.m = int(a.m);
-    p.n = int(a.n);
-    p.k = (long long)a.k;
-    p.a_codes = a.a_codes;
-    p.a_scales = a.a_scales;
+    fill_decode_operands(p, a);
     p.w_codes = a.w_codes;
     p.w_scales = a.w_scales;
-    p.alpha_q = a.alpha * 0.25f;
-    p.y = a.y;
-    p.y_bf16 = a.y_dtype == WUSH_DTYPE_BF16;
     p.partial = pl.splits > 1 ? static_cast<float*>(a.workspace) : nullptr;
     p.split_len = (long long)(pl.chunks_per_split * plan::kDecodeChunk);
-    p.bias = a.bias;
     const dim3 grid(unsigned(pl.blocks_n), unsigned(pl.splits), unsigned(pl.row_passes));
     if (a.group == 16) launch_mr<16>(pl.mr, grid, p, stream);
     else launch_mr<32>(pl.mr, grid, p, stream);

@@ -92,17 +92,8 @@ void launch_stream_decode_gemm(const GemmArgs& a, const StreamDecodeWeights& w, 
     if (a.n > 0x7FFFFFFFu || sc.chunks > 0x7FFFFFFFu || sc.splits > 0x7FFFFFFFu)
         fail(WUSH_ERR_UNSUPPORTED, "launch_stream_decode_gemm: shape too large");
     StreamParams p;
-    p.format = a.format;
-    p.m = int(a.m);
-    p.n = int(a.n);
-    p.k = (long long)a.k;
-    p.a_codes = a.a_codes;
-    p.a_scales = a.a_scales;
+    fill_decode_operands(p, a);
     p.stages = w.stages;
-    p.alpha_q = a.alpha * 0.25f;
-    p.y = a.y;
-    p.y_bf16 = a.y_dtype == WUSH_DTYPE_BF16;
-    p.bias = a.bias;
     p.partial = sc.splits > 1 ? static_cast<float*>(a.workspace) : nullptr;
     p.counters = nullptr;
     if (sc.splits > 1) {

@@ -33,24 +33,10 @@ namespace wush::cuda::stream_detail {
 using namespace wush::tile;
 using namespace wush::cuda::stream;
 
-__device__ __forceinline__ void store_out(void* y, int bf16, std::size_t idx, float v) {
-    if (bf16) static_cast<__nv_bfloat16*>(y)[idx] = __float2bfloat16_rn(v);
-    else static_cast<float*>(y)[idx] = v;
-}
-
-struct StreamParams {
-    wush_format format;
-    int m, n;
-    long long k;
-    const std::uint8_t* a_codes;
-    const std::uint8_t* a_scales;
+struct StreamParams : DecodeOperands {
     const std::uint8_t* stages;  // the staged weight (stream::stage_weights)
-    float alpha_q;               // alpha / 4 (doubled values on both sides)
-    void* y;
-    int y_bf16;
-    OutputBias bias;     // added where y is written (finish_item)
-    float* partial;      // splits x m x n (splits > 1)
-    unsigned* counters;  // one per tile, in the launch's workspace, zeroed before it (splits > 1)
+    float* partial;              // splits x m x n (splits > 1)
+    unsigned* counters;          // one per tile, in the launch's workspace, zeroed before it (splits > 1)
     int chunks, splits, chunks_per_split, stage_bytes;
     long long items;  // tiles x splits
 };
@@ -128,27 +114,8 @@ __device__ __forceinline__ void fetch_stage(const StreamParams& p, const Cursor&
 template <int MR, int G>
 __device__ __forceinline__ void stage_activations(const StreamParams& p, long long kc, std::uint8_t* s_a, float* s_sa,
                                                   const DoubledLut& lut, int tid) {
-    constexpr int kGroupsPerChunk = kChunk / G;
-    const long long kbytes = p.k / 2, groups = p.k / G;
-    const int sb = scale_bytes(p.format);
-    const int rows = min(MR, p.m);
-    const int len = int(min((long long)kChunk, p.k - kc));
-    for (int idx = tid; idx < MR * (kChunk / 8); idx += kThreads) {
-        const int r = idx / (kChunk / 8), w = idx % (kChunk / 8), e = 8 * w;
-        uint2 v = make_uint2(0, 0);
-        if (r < rows && e < len) {
-            const std::uint32_t c = __ldg(reinterpret_cast<const unsigned*>(p.a_codes + r * kbytes + (kc + e) / 2));
-            v.x = decode4(lut, c);
-            v.y = decode4(lut, c >> 16);
-        }
-        *reinterpret_cast<uint2*>(s_a + r * kARowBytes + a_unit_offset(w >> 2) + (w & 3) * 8) = v;
-    }
-    for (int idx = tid; idx < MR * kGroupsPerChunk; idx += kThreads) {
-        const int r = idx / kGroupsPerChunk, g = idx % kGroupsPerChunk;
-        float s = 0.0f;
-        if (r < rows && g * G < len) s = scale_value(p.format, p.a_scales + (r * groups + kc / G + g) * sb);
-        s_sa[idx] = s;
-    }
+    stage_activation_chunk<MR, G, kChunk, kARowBytes, kThreads>(p, lut, 0, min(MR, p.m), kc,
+                                                                int(min((long long)kChunk, p.k - kc)), s_a, s_sa, tid);
 }
 
 // One stage: each lane's fragment of its warp's 2 rows, decoded once, times every activation row.
@@ -174,12 +141,7 @@ __device__ __forceinline__ void multiply_stage(const StreamParams& p, const std:
 #pragma unroll
         for (int h = 0; h < kGroupsPerUnit; ++h)
             sw[j][h] = valid ? scale_value(p.format, sc + h * sb) * p.alpha_q : 0.0f;
-        const std::uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            wd[j][2 * i] = decode4(lut, words[i]);
-            wd[j][2 * i + 1] = decode4(lut, words[i] >> 16);
-        }
+        decode_unit(lut, wv, wd[j]);
     }
     accumulate_group_dots<MR, R, G, kARowBytes, kGroupsPerChunk>(s_a, s_sa, lane, wd, sw, acc);
 }
@@ -192,22 +154,8 @@ __device__ __forceinline__ void finish_item(const StreamParams& p, long long ite
     const long long tile = item / p.splits;
     const int split = int(item % p.splits);
     const std::size_t mn = std::size_t(p.m) * std::size_t(p.n);
-#pragma unroll
-    for (int j = 0; j < kRowsPerWarp; ++j) {
-#pragma unroll
-        for (int r = 0; r < MR; ++r) {
-            float v = acc[j][r];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-            acc[j][r] = 0.0f;
-            const long long col = tile * kTileRows + warp * kRowsPerWarp + j;
-            if (lane == 0 && r < p.m && col < p.n) {
-                const std::size_t idx = std::size_t(r) * p.n + std::size_t(col);
-                if (p.splits > 1) p.partial[std::size_t(split) * mn + idx] = v;
-                else store_out(p.y, p.y_bf16, idx, add_bias(p.bias, std::size_t(col), v));
-            }
-        }
-    }
+    write_warp_sums<kRowsPerWarp, MR>(acc, p, lane, 0, p.m, tile * kTileRows + warp * kRowsPerWarp,
+                                      p.splits > 1 ? p.partial + std::size_t(split) * mn : nullptr);
     if (p.splits == 1) return;
     // The barrier orders the block's partial stores before thread 0's arrival; the arrival is a
     // release (cumulative: it publishes what the barrier ordered before it) and an acquire (the last
