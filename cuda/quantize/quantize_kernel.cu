@@ -59,13 +59,8 @@ void launch_quantize(const QuantizeArgs& a, Kernel kernel, cudaStream_t stream) 
         case Kernel::QuantizeTile: break;
         default: fail(WUSH_ERR_INVALID_ARGUMENT, "launch_quantize: not a quantize kernel");
     }
-    switch (a.format) {
-        case WUSH_FORMAT_MXFP4: launch<WUSH_FORMAT_MXFP4>(a, small_m, stream); break;
-        case WUSH_FORMAT_MXFP4_OCP: launch<WUSH_FORMAT_MXFP4_OCP>(a, small_m, stream); break;
-        case WUSH_FORMAT_NVFP4: launch<WUSH_FORMAT_NVFP4>(a, small_m, stream); break;
-        case WUSH_FORMAT_INT4: launch<WUSH_FORMAT_INT4>(a, small_m, stream); break;
-        default: fail(WUSH_ERR_INVALID_ARGUMENT, "launch_quantize: unknown format");
-    }
+    if (!with_quantize_format(a.format, [&](auto f) { launch<decltype(f)::value>(a, small_m, stream); }))
+        fail(WUSH_ERR_INVALID_ARGUMENT, "launch_quantize: unknown format");
     check_launch("quantize kernel");
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "bf16_fragments.h"
@@ -46,5 +47,19 @@ struct QuantizeArgs {
     const tc::PartNorms* tc_norms = nullptr;
     float tc_bound_scale = 1.0f;  // 1 always; tests set 0.5 to show that a halved bound fails
 };
+
+// The one switch from a run-time format to the quantize kernels' template argument (both launch
+// files): calls f(std::integral_constant<wush_format, F>{}) for `format`; false, and f not called,
+// for a format the kernels do not serve.
+template <class Launch>
+bool with_quantize_format(wush_format format, Launch&& f) {
+    switch (format) {
+        case WUSH_FORMAT_MXFP4: f(std::integral_constant<wush_format, WUSH_FORMAT_MXFP4>{}); return true;
+        case WUSH_FORMAT_MXFP4_OCP: f(std::integral_constant<wush_format, WUSH_FORMAT_MXFP4_OCP>{}); return true;
+        case WUSH_FORMAT_NVFP4: f(std::integral_constant<wush_format, WUSH_FORMAT_NVFP4>{}); return true;
+        case WUSH_FORMAT_INT4: f(std::integral_constant<wush_format, WUSH_FORMAT_INT4>{}); return true;
+        default: return false;
+    }
+}
 
 }  // namespace wush::cuda

@@ -101,13 +101,8 @@ bool quantize_tc_applies(const QuantizeArgs& a) {
 }
 
 void launch_quantize_tc(const QuantizeArgs& a, cudaStream_t stream) {
-    switch (a.format) {
-        case WUSH_FORMAT_MXFP4: launch_tc<WUSH_FORMAT_MXFP4>(a, stream); break;
-        case WUSH_FORMAT_MXFP4_OCP: launch_tc<WUSH_FORMAT_MXFP4_OCP>(a, stream); break;
-        case WUSH_FORMAT_NVFP4: launch_tc<WUSH_FORMAT_NVFP4>(a, stream); break;
-        case WUSH_FORMAT_INT4: launch_tc<WUSH_FORMAT_INT4>(a, stream); break;
-        default: fail(WUSH_ERR_INVALID_ARGUMENT, "launch_quantize: unknown format");
-    }
+    if (!with_quantize_format(a.format, [&](auto f) { launch_tc<decltype(f)::value>(a, stream); }))
+        fail(WUSH_ERR_INVALID_ARGUMENT, "launch_quantize: unknown format");
     check_launch("tensor-core quantize kernel");
 }
 
