@@ -53,6 +53,16 @@ __device__ __forceinline__ unsigned arrive_acq_rel(unsigned* counter) {
 #endif
 }
 
+// Programmatic dependent launch: waits until the grid this one depends on (the quantize that
+// wrote the activations) has completed and its writes are visible. Returns at once when the
+// launch has no programmatic dependency; nothing before sm_90 (no griddepcontrol) and in the
+// CPU emulation (one launch at a time).
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 // ---- asynchronous copies -----------------------------------------------------------------------
 
 // An L2 policy that evicts the streamed weights first (they are read once per forward).
@@ -200,6 +210,9 @@ __global__ void __launch_bounds__(kThreads, MR <= 8 ? 2 : 1) stream_decode_kerne
         }
         cp_async_commit();
     }
+    // Everything above reads only the staged weights (written at prepare time); the activations,
+    // the split counters and y are touched only after the previous grid is done.
+    wait_for_previous_grid();
 
     float acc[kRowsPerWarp][MR];
 #pragma unroll
