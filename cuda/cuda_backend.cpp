@@ -35,11 +35,11 @@
 #include "cuda_check.h"
 #include "device_rules.h"
 #include "formats/certified_group.h"
-#include "gemm_bf16_prefill.h"
+#include "gemm/gemm_bf16_prefill.h"
+#include "gemm/stream_decode.h"
+#include "gemm/stream_decode_plan.h"
 #include "kernels.h"
-#include "mma_error_bound.h"
-#include "stream_decode.h"
-#include "stream_decode_plan.h"
+#include "quantize/mma_error_bound.h"
 #include "transforms/runtime_layer.h"
 
 namespace wush::cuda {

@@ -10,8 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "quantize_params.h"
-#include "w4a4_gemm.h"
+#include "gemm/w4a4_gemm.h"
+#include "quantize/quantize_params.h"
 #include "wush/wush.h"
 
 namespace wush::cuda {
@@ -46,7 +46,7 @@ TcProbeResult run_tc_accumulator_probe(cudaStream_t stream);
 std::size_t dequantized_element_bytes(wush_format format);
 
 // Dequantizes rows x k packed values (code x group scale, no per-tensor factor) into `out`
-// (rows x k of bf16 or float32, see dequantized_element_bytes). Exact (cuda/dequantize.h).
+// (rows x k of bf16 or float32, see dequantized_element_bytes). Exact (cuda/gemm/dequantize.h).
 void launch_dequantize(wush_format format, int group, const std::uint8_t* codes, const std::uint8_t* scales,
                        std::size_t rows, std::size_t k, void* out, cudaStream_t stream);
 

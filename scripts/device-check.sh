@@ -2,7 +2,7 @@
 # The CUDA backend's checks and figures on a GPU machine, in one go (issue #32, section 4). It
 # builds only what the GPU checks need, for sm_90 (set WUSH_DEVICE_ARCHS for another GPU), then,
 # each under its own time limit, with logs in $OUT (default /tmp/wush-device-out):
-#   0. the tensor-core accumulator probe (cuda/quantize_tc.cu)          -> run.log
+#   0. the tensor-core accumulator probe (cuda/quantize/quantize_tc.cu)          -> run.log
 #   1. every ctest test labelled gpu                                   -> ctest.log
 #      and the Python GPU test with this machine's torch               -> python-cuda.log
 #   2. the GEMM kernels' own benchmark (WUSH_GEMM_BENCH)               -> gemm-bench.log

@@ -10,7 +10,7 @@
 #      kernels, LDGSTS (cp.async) in the streaming one;
 #   3. the streaming decode kernel's weight bytes in flight per SM under its budget: ring stages x
 #      stage bytes x the blocks per SM that ptxas's registers and the shared memory allow
-#      (tests/cuda/roofline.cpp, from cuda/stream_decode_plan.h's constants).
+#      (tests/cuda/roofline.cpp, from cuda/gemm/stream_decode_plan.h's constants).
 # Prints each kernel's registers, the occupancy, and the predicted time of the streaming decode
 # kernel (its bytes at H100 / H200 bandwidth) beside the last measured decode forward of
 # docs/PERFORMANCE.md.
@@ -107,8 +107,10 @@ case ",$archs_in," in *",90a,"* | *",90a-real,"*) codes+=(90a:sm_90a) ;; esac
 status=0
 for ac in "${codes[@]}"; do
   arch=${ac%%:*}; code=${ac#*:}
-  for file in quantize_kernel.cu quantize_tc.cu gemm_decode.cu gemm_prefill.cu gemm_bf16_prefill.cu stream_decode.cu; do
-    compile "$src/cuda/$file" "$arch" "$code"
+  for path in quantize/quantize_kernel.cu quantize/quantize_tc.cu gemm/gemm_decode.cu gemm/gemm_prefill.cu \
+    gemm/gemm_bf16_prefill.cu gemm/stream_decode.cu; do
+    file=$(basename "$path")
+    compile "$src/cuda/$path" "$arch" "$code"
     local_memory "$out/$file.$code.log" "$code $file" || status=1
   done
   designed "$out/gemm_prefill.cu.$code.o" prefill_gemm_kernel IMMA || status=1

@@ -1,5 +1,5 @@
 // The roofline side of tests/cuda/check_ptxas.sh: from the streaming decode kernel's compile-time
-// constants (cuda/stream_decode_plan.h) and the registers ptxas gave an instantiation, the blocks
+// constants (cuda/gemm/stream_decode_plan.h) and the registers ptxas gave an instantiation, the blocks
 // per SM the architecture allows and so the bytes of weight stages in flight per SM; and the time
 // those weights need at the HBM bandwidth of an H100 / H200 (the floor a GPU run is compared with).
 //
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string>
 
-#include "stream_decode_plan.h"
+#include "gemm/stream_decode_plan.h"
 
 namespace {
 

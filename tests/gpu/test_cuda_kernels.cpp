@@ -704,7 +704,7 @@ TEST(CudaIssue58, TcQuantizeOptInSameBytesAsDefault) {
 }
 
 // Ask 3(c): with WUSH_CONTEXT_CUDA_BF16_PREFILL = 1 the products above 32 tokens of the E2M1 formats take
-// the BF16 prefill kernel (cuda/gemm_bf16_prefill.h) where the reference path ran: equal to the
+// the BF16 prefill kernel (cuda/gemm/gemm_bf16_prefill.h) where the reference path ran: equal to the
 // CPU runtime, eager and replayed from a graph alike; any other value than 0 / 1 is refused.
 TEST(CudaIssue41, Bf16PrefillOptInMatchesCpu) {
     REQUIRE_SM80("BF16 mma.sync");

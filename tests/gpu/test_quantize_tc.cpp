@@ -1,5 +1,5 @@
-// The tensor-core quantize (cuda/quantize_tc.cu) on a device: the accumulator probe (the model its
-// error bound assumes, cuda/mma_error_bound.h, against real mma.sync results), and the
+// The tensor-core quantize (cuda/quantize/quantize_tc.cu) on a device: the accumulator probe (the model its
+// error bound assumes, cuda/quantize/mma_error_bound.h, against real mma.sync results), and the
 // kernel's bytes against the float64 definition of the formats on random inputs, inputs on E2M1
 // thresholds and inputs built to lie a twentieth of the bound below a boundary. SKIPPED without a
 // device of compute capability 8.0 or newer (ctest label `gpu`).
@@ -14,14 +14,14 @@
 #include <string>
 #include <vector>
 
-#include "bf16_fragments.h"
 #include "common/float_bits.h"
 #include "cuda_check.h"
 #include "formats/block_format.h"
 #include "formats/certified_group.h"
 #include "formats/group_quantizer.h"
 #include "kernels.h"
-#include "mma_error_bound.h"
+#include "quantize/bf16_fragments.h"
+#include "quantize/mma_error_bound.h"
 #include "transforms/block_transform.h"
 #include "transforms/runtime_layer.h"
 

@@ -1,5 +1,5 @@
-// The streaming decode kernel (cuda/stream_decode.cu) on a GPU: its output bytes equal the
-// existing decode kernel's (cuda/gemm_decode.cu, itself checked against float64 by
+// The streaming decode kernel (cuda/gemm/stream_decode.cu) on a GPU: its output bytes equal the
+// existing decode kernel's (cuda/gemm/gemm_decode.cu, itself checked against float64 by
 // test_w4a4_gemm.cpp) for every m = 1..32 and several shapes (4096 x 4096, 14336 x 4096,
 // 4096 x 14336, ragged), for F32 and BF16 outputs, for the device's own grid and a small one (the
 // bits may not depend on the SM count), eagerly and replayed from a CUDA graph, with the workspace
@@ -14,9 +14,9 @@
 #include <random>
 #include <vector>
 
-#include "stream_decode.h"
-#include "stream_decode_plan.h"
-#include "w4a4_gemm.h"
+#include "gemm/stream_decode.h"
+#include "gemm/stream_decode_plan.h"
+#include "gemm/w4a4_gemm.h"
 
 namespace {
 

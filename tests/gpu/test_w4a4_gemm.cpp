@@ -1,4 +1,4 @@
-// The CUDA W4A4 GEMM kernels (cuda/gemm_decode.cu, cuda/gemm_prefill.cu) on random packed
+// The CUDA W4A4 GEMM kernels (cuda/gemm/gemm_decode.cu, cuda/gemm/gemm_prefill.cu) on random packed
 // operands of every format, against a float64 CPU product of the dequantized values written here
 // (element values and scales decoded independently of the library's codecs where practical).
 // The bias of the final store in every kernel. Without a usable GPU every device test reports
@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "formats/group_quantizer.h"
-#include "gemm_bf16_prefill.h"
+#include "gemm/gemm_bf16_prefill.h"
+#include "gemm/w4a4_gemm.h"
 #include "kernels.h"
-#include "w4a4_gemm.h"
 
 namespace {
 
@@ -163,7 +163,7 @@ cublasHandle_t blas_handle() {
 // Runs `kernel` on (m, n, k) in `f` and compares every output with the float64 product.
 // `codes_offset`: both operands' codes start that many bytes past an allocation (the reference
 // path accepts any alignment; the custom kernels want 16 bytes).
-// `bf16_prefill`: the opt-in BF16 prefill kernel (cuda/gemm_bf16_prefill.h) instead of `kernel`.
+// `bf16_prefill`: the opt-in BF16 prefill kernel (cuda/gemm/gemm_bf16_prefill.h) instead of `kernel`.
 void check_product(GemmKernel kernel, wush_format f, std::size_t m, std::size_t n, std::size_t k, wush_dtype y_dtype,
                    std::mt19937& rng, int sm, int force_a = -1, int force_w = -1, std::size_t codes_offset = 0,
                    bool bf16_prefill = false) {
@@ -301,7 +301,7 @@ TEST(W4A4GemmGpu, Bf16OutputAndSplitK) {
     }
 }
 
-// The bias of the final store (cuda/output_bias.cuh) in every kernel's store: the decode kernel
+// The bias of the final store (cuda/gemm/output_bias.cuh) in every kernel's store: the decode kernel
 // (one split, and split-K's reduction), the prefill epilogue, the reference path's finishing
 // kernel. y with a bias equals the bias-free F32 y plus the bias, added and (BF16 y) rounded to
 // nearest even here, bit for bit, for F32, F16 and BF16 biases; a NaN/Inf bias element is

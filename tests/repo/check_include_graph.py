@@ -13,8 +13,9 @@ Rules (each include `#include "folder/file"` is an arrow from the including file
   - tools/ (the `wush` program, a client of the C API) includes only the public header and its
     own files;
   - include/wush/wush.h includes no project header;
-  - every source file of cuda/ is in exactly one row of ARCHITECTURE.md's table of cuda/ parts,
-    and every file a row names exists.
+  - every source file under cuda/ (its subfolders too) is in exactly one row of ARCHITECTURE.md's
+    table of cuda/ parts, named by its path from cuda/ (`gemm/gemm_decode.cu`), and every file a
+    row names exists.
 Usage: check_include_graph.py [REPO_ROOT]; prints each violation, exits 1 if there is one.
 """
 import os
@@ -33,7 +34,7 @@ def documented_order(root):
     return ROW.findall(table)
 
 
-CUDA_FILE = re.compile(r"`([A-Za-z0-9_.]+)`")
+CUDA_FILE = re.compile(r"`([A-Za-z0-9_./]+)`")
 
 
 def cuda_rows(root):
@@ -61,8 +62,10 @@ def cuda_table_violations(root):
     if named is None:
         return ["docs/ARCHITECTURE.md: no table of cuda/ parts"]
     out = []
-    present = sorted(n for n in os.listdir(os.path.join(root, "cuda"))
-                     if SOURCE.search(n) or n.endswith(".map"))
+    # Paths from cuda/, subfolders included: a file moved into a folder must move in the table too.
+    present = sorted(os.path.relpath(os.path.join(base, n), os.path.join(root, "cuda"))
+                     for base, _, names in os.walk(os.path.join(root, "cuda"))
+                     for n in names if SOURCE.search(n) or n.endswith(".map"))
     for n in present:
         rows = named.get(n, [])
         if len(rows) != 1:
@@ -162,6 +165,7 @@ def self_test(repo):
             "src/attic/old.h": "",                                     # a folder the table lacks
             "tools/cmd.cpp": '#include "wush/wush.h"\n#include "eval/loss.cpp"\n',  # tools/ past the C API
             "cuda/stray_kernel.cu": "",                                # in no row of the cuda/ table
+            "cuda/gemm/stray_gemm.cu": "",                             # so in a subfolder
         }
         for rel, text in bad.items():
             os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
@@ -169,7 +173,8 @@ def self_test(repo):
                 f.write(text)
         found = violations(tmp)
     # The copied table names files the small tree lacks: those rows are reported too.
-    wanted = ["src/eval/loss.cpp", "src/attic/", "tools/cmd.cpp", "cuda/stray_kernel.cu", "cuda/gemm_table.h"]
+    wanted = ["src/eval/loss.cpp", "src/attic/", "tools/cmd.cpp", "cuda/stray_kernel.cu", "cuda/gemm/stray_gemm.cu",
+              "cuda/gemm/gemm_table.h"]
     missed = [w for w in wanted if not any(v.startswith(w) for v in found)]
     print("check_include_graph: self-test %s (%d violations found%s)" %
           ("FAILED" if missed else "passed", len(found), ", missed " + ", ".join(missed) if missed else ""))

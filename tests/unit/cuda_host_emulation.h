@@ -1,7 +1,7 @@
 // Just enough of CUDA to run the W4A4 GEMM kernels' device source (cuda/gemm_*_kernel.cuh) on the
 // CPU: one block at a time, each CUDA thread a std::thread; __syncthreads is a block barrier,
 // shuffles and mma.sync are warp-cooperative exchanges through per-warp slots (the MMA computes
-// from the PTX fragment layouts of cuda/tile_decode.h); cp.async copies are queued per
+// from the PTX fragment layouts of cuda/gemm/tile_decode.h); cp.async copies are queued per
 // thread and performed only at cp.async.wait_group, leaving the newest N groups pending, so that a
 // missing wait or barrier shows up as wrong data. Shared memory is per kernel instantiation
 // (`static`), valid because blocks run one after another.
@@ -19,9 +19,9 @@
 #include <thread>
 #include <vector>
 
-#include "bf16_fragments.h"
-#include "mma_error_bound.h"
-#include "tile_decode.h"
+#include "gemm/tile_decode.h"
+#include "quantize/bf16_fragments.h"
+#include "quantize/mma_error_bound.h"
 
 namespace wush_emu {
 
@@ -117,16 +117,16 @@ inline void mma(int (&d)[4], const std::uint32_t* a, int a_regs, std::uint32_t b
     for (int lane = 0; lane < 32; ++lane) {
         for (int reg = 0; reg < a_regs; ++reg)
             for (int j = 0; j < 4; ++j)
-                A[wush::tile::mma_a_row(lane, reg)][wush::tile::mma_a_col(lane, reg, j)] =
+                A[wush::mma::a_row(lane, reg)][wush::tile::mma_a_col(lane, reg, j)] =
                     wush::tile::lane_s8(g.mslots[w][lane][reg], j);
         for (int reg = 0; reg < K / 16; ++reg)
             for (int j = 0; j < 4; ++j)
-                B[wush::tile::mma_b_row(lane, reg, j)][wush::tile::mma_b_col(lane)] =
+                B[wush::tile::mma_b_row(lane, reg, j)][wush::mma::b_col(lane)] =
                     wush::tile::lane_s8(g.mslots[w][lane][4 + reg], j);
     }
     g.warps[w]->arrive_and_wait();
     for (int e = 0; e < 4; ++e) {
-        const int r = wush::tile::mma_c_row(l, e), c = wush::tile::mma_c_col(l, e);
+        const int r = wush::mma::c_row(l, e), c = wush::mma::c_col(l, e);
         std::int64_t s = 0;
         for (int k = 0; k < K; ++k) s += A[r][k] * B[k][c];
         d[e] = int(std::uint32_t(d[e]) + std::uint32_t(s));
@@ -141,7 +141,7 @@ inline void mma(int (&d)[4], const std::uint32_t* a, int a_regs, std::uint32_t b
 // nearest rounding boundary by the test.
 inline std::function<int(std::size_t, std::size_t)> g_mma_direction;
 
-// d += A B for m16n8k16 with BF16 A, B (PTX fragment maps of cuda/bf16_fragments.h), FP32 d.
+// d += A B for m16n8k16 with BF16 A, B (PTX fragment maps of cuda/quantize/bf16_fragments.h), FP32 d.
 inline void mma_bf16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1, std::size_t row0,
                      std::size_t col0) {
     const int t = int(t_idx.x), w = t / 32, l = t % 32;
@@ -269,7 +269,7 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {
     return __nv_bfloat16{static_cast<unsigned short>(u >> 16)};
 }
 
-// What the streaming decode kernel (cuda/stream_decode_kernel.cuh) adds: its per-tile counter
+// What the streaming decode kernel (cuda/gemm/stream_decode_kernel.cuh) adds: its per-tile counter
 // (blocks run one after another here, so a lock is all an atomic needs; its acquire-release order
 // is moot: one address space, threads joined between blocks), and L2-only loads.
 inline unsigned atomicAdd(unsigned* p, unsigned v) {

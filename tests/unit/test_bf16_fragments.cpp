@@ -1,4 +1,4 @@
-// The tensor-core quantize's prepare-time operands (cuda/bf16_fragments.h): the exact
+// The tensor-core quantize's prepare-time operands (cuda/quantize/bf16_fragments.h): the exact
 // three-part BF16 split, the fragment re-layout (round trip), and the fragment map against the PTX
 // ISA's table, written here again in the ISA's own terms (element index i of the fragment, not
 // register and half), plus an MMA tile computed from the layouts against the direct product.
@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "bf16_fragments.h"
+#include "quantize/bf16_fragments.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The BF16 prefill GEMM's device source (cuda/gemm_bf16_prefill_kernel.cuh) on the CPU, through
+// The BF16 prefill GEMM's device source (cuda/gemm/gemm_bf16_prefill_kernel.cuh) on the CPU, through
 // tests/unit/cuda_host_emulation.h (threads, barriers, deferred cp.async) and a BF16 mma.sync
 // m16n8k16 written below from the PTX ISA's fragment layouts (independently of the kernel's
 // indexing), against float64:
@@ -64,7 +64,7 @@ inline void mma_bf16_exact(float (&d)[4], const std::uint32_t (&a)[4], std::uint
 
 }  // namespace wush_emu
 
-#include "gemm_bf16_prefill_kernel.cuh"
+#include "gemm/gemm_bf16_prefill_kernel.cuh"
 
 namespace {
 

@@ -2,7 +2,7 @@
 // quantize kernel) against the float64 definition (formats::quantize_group<double>): whenever it
 // certifies a group, codes and scale must be bit-identical to the definition applied to the exact
 // y = T x; and it must certify the bulk of ordinary (Gaussian) groups. Also the exactness of the
-// reference GEMM's dequantization to bf16 (cuda/dequantize.h).
+// reference GEMM's dequantization to bf16 (cuda/gemm/dequantize.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "../../cuda/dequantize.h"
+#include "../../cuda/gemm/dequantize.h"
 #include "formats/certified_group.h"
 #include "formats/group_quantizer.h"
 

@@ -1,4 +1,4 @@
-// Host-only rules of the CUDA backend (cuda/device_rules.h, cuda/gemm_table.h), on the CPU: the
+// Host-only rules of the CUDA backend (cuda/device_rules.h, cuda/gemm/gemm_table.h), on the CPU: the
 // int range of cuBLAS sizes (issue 41: the reference GEMM cast size_t to int unchecked), when a
 // stream switch is ordered after the old stream, the block-scaled FP4 path being opt-in, and the
 // kernel table: default choices, options, and a promotion being one row.
@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 #include "device_rules.h"
-#include "gemm_table.h"
+#include "gemm/gemm_table.h"
 
 namespace {
 
@@ -77,7 +77,7 @@ TEST(CudaHostRules, BlockScaledPathIsOptIn) {
     EXPECT_EQ(wush::cuda::table_pick(lt, 90, 4096, WUSH_FORMAT_NVFP4, all), GemmKernel::Reference);
 }
 
-// ---- the one kernel table (cuda/gemm_table.h) ----------------------------------------------------
+// ---- the one kernel table (cuda/gemm/gemm_table.h) ----------------------------------------------------
 
 const auto kAll = [](Kernel) { return true; };
 

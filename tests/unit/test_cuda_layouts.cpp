@@ -1,4 +1,4 @@
-// cuBLASLt's tiled scale layout (cuda/blockscaled_layout.h) against the documented construction,
+// cuBLASLt's tiled scale layout (cuda/gemm/blockscaled_layout.h) against the documented construction,
 // written here as PyTorch's to_blocked does it: pad to 128 x 4 multiples, take 128 x 4 tiles row-
 // tile major, view each tile as (4, 32, 4), swap the first two axes, flatten.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "../../cuda/blockscaled_layout.h"
+#include "../../cuda/gemm/blockscaled_layout.h"
 
 namespace {
 

@@ -1,9 +1,9 @@
-// The W4A4 GEMM kernels' own device source (cuda/gemm_decode_kernel.cuh, gemm_prefill_kernel.cuh)
+// The W4A4 GEMM kernels' own device source (cuda/gemm/gemm_decode_kernel.cuh, gemm_prefill_kernel.cuh)
 // run on the CPU through tests/unit/cuda_host_emulation.h (threads, barriers, warp exchanges,
 // deferred cp.async, mma.sync from the PTX fragment layouts), on small random products of every
 // format, against a float64 product of the dequantized values. The launch parameters are set up as
-// cuda/gemm_decode.cu and cuda/gemm_prefill.cu set them (cuda/gemm_plan.h). The bias of the final
-// store (cuda/output_bias.cuh; decode, split-K reduction, prefill epilogue): y with a bias equals
+// cuda/gemm/gemm_decode.cu and cuda/gemm/gemm_prefill.cu set them (cuda/gemm/gemm_plan.h). The bias of the final
+// store (cuda/gemm/output_bias.cuh; decode, split-K reduction, prefill epilogue): y with a bias equals
 // y without it plus the bias, added and rounded here, bit for bit; a NaN/Inf bias is reported.
 #include "cuda_host_emulation.h"  // first: defines the CUDA spellings
 
@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "formats/group_quantizer.h"
-#include "gemm_decode_kernel.cuh"
-#include "gemm_plan.h"
-#include "gemm_prefill_kernel.cuh"
-#include "output_bias.h"
-#include "quantize_params.h"
+#include "gemm/gemm_decode_kernel.cuh"
+#include "gemm/gemm_plan.h"
+#include "gemm/gemm_prefill_kernel.cuh"
+#include "gemm/output_bias.h"
+#include "quantize/quantize_params.h"
 
 namespace {
 
@@ -101,7 +101,7 @@ void run_decode(const cuda::decode_detail::DecodeParams& p, wush_emu::Dim grid) 
 }
 
 // The decode kernel (and the split-K reduction) into y (F32, or BF16 with `bf16`), as
-// cuda/gemm_decode.cu launches them.
+// cuda/gemm/gemm_decode.cu launches them.
 void decode_into(wush_format f, std::size_t m, std::size_t n, std::size_t k, const Operand& a, const Operand& w,
                  void* y, bool bf16, const cuda::OutputBias& bias) {
     const Aligned ac(a.codes), wc(w.codes);
@@ -212,7 +212,7 @@ void run_prefill(const cuda::prefill_detail::PrefillParams& p, wush_emu::Dim gri
                      [&] { cuda::prefill_detail::prefill_gemm_kernel<G>(p); });
 }
 
-// The prefill kernels into y (F32, or BF16 with `bf16`), as cuda/gemm_prefill.cu launches them.
+// The prefill kernels into y (F32, or BF16 with `bf16`), as cuda/gemm/gemm_prefill.cu launches them.
 void prefill_into(wush_format f, std::size_t m, std::size_t n, std::size_t k, const Operand& a, const Operand& w,
                   int force_a, void* y, bool bf16, const cuda::OutputBias& bias) {
     const int G = group_of(f);

@@ -1,4 +1,4 @@
-// The tensor-core quantize's error bound (cuda/mma_error_bound.h) against a second
+// The tensor-core quantize's error bound (cuda/quantize/mma_error_bound.h) against a second
 // implementation of the accumulator model it assumes: a block fused multiply-add that aligns every
 // term of a block to the block's largest exponent, truncates below the 24th bit, adds exactly and
 // truncates the sum to FP32 (the model of the tensor-core literature), for blocks of 4, 8 and 16
@@ -11,9 +11,9 @@
 #include <random>
 #include <vector>
 
-#include "bf16_fragments.h"
 #include "common/float_bits.h"
-#include "mma_error_bound.h"
+#include "quantize/bf16_fragments.h"
+#include "quantize/mma_error_bound.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
-// The fused quantize kernels' own device source (cuda/quantize_kernel.cuh: the tile kernel and
+// The fused quantize kernels' own device source (cuda/quantize/quantize_kernel.cuh: the tile kernel and
 // the small-m kernel) run on the CPU through tests/unit/cuda_host_emulation.h, launched as
-// cuda/quantize_kernel.cu launches them, against the CPU runtime's bytes
+// cuda/quantize/quantize_kernel.cu launches them, against the CPU runtime's bytes
 // (cpu::quantize_activations, which equals the float64 definition): every format, identity /
 // shared / per-block matrices, F32 / BF16 / F16 inputs, ragged token and group counts, aligned and
 // misaligned x and codes (vector and scalar paths), and NaN/Inf groups (not written, reported).
@@ -23,7 +23,7 @@
 #include "common/float_bits.h"
 #include "cpu/activation_quantizer.h"
 #include "formats/block_format.h"
-#include "quantize_kernel.cuh"
+#include "quantize/quantize_kernel.cuh"
 #include "transforms/block_transform.h"
 
 namespace {

@@ -1,5 +1,5 @@
-// The tensor-core quantize kernel's own device source (cuda/quantize_tc_kernel.cuh) run on the CPU
-// through tests/unit/cuda_host_emulation.h, launched as cuda/quantize_tc.cu launches it,
+// The tensor-core quantize kernel's own device source (cuda/quantize/quantize_tc_kernel.cuh) run on the CPU
+// through tests/unit/cuda_host_emulation.h, launched as cuda/quantize/quantize_tc.cu launches it,
 // against the float64 definition of the formats (formats::transform_group_f64 +
 // quantize_group<double>, which the CPU runtime equals): every format, shared and per-block
 // matrices, BF16 and F16 input, ragged token counts; the MMA in its exact mode and in its
@@ -19,12 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "bf16_fragments.h"
 #include "common/float_bits.h"
 #include "formats/block_format.h"
 #include "formats/certified_group.h"
-#include "mma_error_bound.h"
-#include "quantize_tc_kernel.cuh"
+#include "quantize/bf16_fragments.h"
+#include "quantize/mma_error_bound.h"
+#include "quantize/quantize_tc_kernel.cuh"
 #include "transforms/block_transform.h"
 #include "transforms/runtime_layer.h"
 

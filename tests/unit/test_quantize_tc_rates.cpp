@@ -1,4 +1,4 @@
-// How often the tensor-core quantize falls back to float64 (cuda/quantize_tc_kernel.cuh): per
+// How often the tensor-core quantize falls back to float64 (cuda/quantize/quantize_tc_kernel.cuh): per
 // element (an element within its tolerance of a rounding boundary) and per group (a scale within
 // the bound of changing), beside the CUDA-core kernel's whole-group fall-back rate, with the same
 // per-element functions the kernels run (the MMA result taken as the exactly rounded sum: the rate,
@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "bf16_fragments.h"
 #include "common/float_bits.h"
 #include "formats/block_format.h"
 #include "formats/certified_group.h"
-#include "mma_error_bound.h"
+#include "quantize/bf16_fragments.h"
+#include "quantize/mma_error_bound.h"
 #include "transforms/block_transform.h"
 #include "transforms/runtime_layer.h"
 

@@ -1,4 +1,4 @@
-// The streaming decode kernel (cuda/stream_decode_kernel.cuh, stream_decode_plan.h) on the CPU:
+// The streaming decode kernel (cuda/gemm/stream_decode_kernel.cuh, stream_decode_plan.h) on the CPU:
 // the prepare-time staging of the weight (round trip; each lane's 16-byte fragment holds the codes
 // of its unit, read here nibble by nibble from the packed rows), the persistent schedule (every
 // chunk of every tile exactly once, balanced, workspace and shared-memory sizes), and the kernel's
@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "formats/group_quantizer.h"
-#include "gemm_decode_kernel.cuh"
-#include "gemm_plan.h"
-#include "stream_decode_kernel.cuh"
-#include "stream_decode_plan.h"
+#include "gemm/gemm_decode_kernel.cuh"
+#include "gemm/gemm_plan.h"
+#include "gemm/stream_decode_kernel.cuh"
+#include "gemm/stream_decode_plan.h"
 
 namespace {
 

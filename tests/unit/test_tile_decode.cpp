@@ -1,7 +1,7 @@
-// The per-element arithmetic of the CUDA W4A4 GEMM kernels (cuda/tile_decode.h), run on the
+// The per-element arithmetic of the CUDA W4A4 GEMM kernels (cuda/gemm/tile_decode.h), run on the
 // CPU against independent float64 math; an emulation of one MMA tile of each shape from the PTX
 // fragment layouts, fed exactly as the prefill kernel feeds it; and the decode kernel's split-K
-// partition (cuda/gemm_plan.h).
+// partition (cuda/gemm/gemm_plan.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "formats/group_quantizer.h"
-#include "gemm_plan.h"
-#include "gemm_table.h"
-#include "tile_decode.h"
+#include "gemm/gemm_plan.h"
+#include "gemm/gemm_table.h"
+#include "gemm/tile_decode.h"
 
 namespace {
 
@@ -226,13 +226,13 @@ void emulate_mma_tile(wush_format f) {
         for (int lane = 0; lane < 32; ++lane) {
             for (int reg = 0; reg < K / 8; ++reg)
                 for (int j = 0; j < 4; ++j) {
-                    int& slot = A[tile::mma_a_row(lane, reg) * K + tile::mma_a_col(lane, reg, j)];
+                    int& slot = A[mma::a_row(lane, reg) * K + tile::mma_a_col(lane, reg, j)];
                     ASSERT_EQ(slot, 1000);
                     slot = tile::lane_s8(fa[lane][reg], j);
                 }
             for (int reg = 0; reg < K / 16; ++reg)
                 for (int j = 0; j < 4; ++j) {
-                    int& slot = B[tile::mma_b_row(lane, reg, j) * 8 + tile::mma_b_col(lane)];
+                    int& slot = B[tile::mma_b_row(lane, reg, j) * 8 + mma::b_col(lane)];
                     ASSERT_EQ(slot, 1000);
                     slot = tile::lane_s8(fb[lane][reg], j);
                 }
@@ -246,7 +246,7 @@ void emulate_mma_tile(wush_format f) {
         // D = A B, read out by the C fragment map, from the magic start.
         for (int lane = 0; lane < 32; ++lane)
             for (int e = 0; e < 4; ++e) {
-                const int r = tile::mma_c_row(lane, e), c = tile::mma_c_col(lane, e);
+                const int r = mma::c_row(lane, e), c = mma::c_col(lane, e);
                 int d = tile::kPromoteMagicBits;
                 for (int k = 0; k < K; ++k) d += A[r * K + k] * B[k * 8 + c];
                 ASSERT_EQ(tile::promoted_dot(d), float(ref[r][c])) << "lane " << lane << " e " << e;
@@ -317,7 +317,7 @@ TEST(GemmPlan, PrefillScaleStrideCoversStages) {
 
 }  // namespace
 
-// ---- the kernel table's GEMM rows (cuda/gemm_table.h) ------------------------------------------
+// ---- the kernel table's GEMM rows (cuda/gemm/gemm_table.h) ------------------------------------------
 
 namespace table_test {
 

@@ -1,4 +1,4 @@
-// The reference W4A4 GEMM: both operands dequantized exactly (cuda/dequantize.h) into device
+// The reference W4A4 GEMM: both operands dequantized exactly (cuda/gemm/dequantize.h) into device
 // workspace, then one cuBLAS GEMM with the per-tensor factors as alpha. MXFP4 / NVFP4 /
 // MXFP4_OCP go through bf16 (exact) with float32 accumulation; INT4 levels times bf16 scales are
 // not exact in bf16, so INT4 goes through float32 with CUBLAS_COMPUTE_32F_PEDANTIC (no TF32

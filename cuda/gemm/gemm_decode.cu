@@ -1,8 +1,8 @@
 // The decode W4A4 GEMM (small m): streams the weight's packed codes once with 16-byte loads and
 // multiplies them with up to 16 activation rows per pass, exactly per group in int32 (dp4a on the
-// doubled int8 values of cuda/tile_decode.h), promoted to float32 once per group.
+// doubled int8 values of cuda/gemm/tile_decode.h), promoted to float32 once per group.
 //
-// Geometry (cuda/gemm_plan.h): a block of 8 warps owns 16 weight rows (2 per warp) and one split of
+// Geometry (cuda/gemm/gemm_plan.h): a block of 8 warps owns 16 weight rows (2 per warp) and one split of
 // k; it walks its split in chunks of 1024 elements. Per chunk, each lane issues one 16-byte load of
 // codes per weight row (32 elements = one G = 32 group or two NVFP4 groups) before the block
 // decodes the chunk's activations (m x 1024 int8 plus float scales) into shared
@@ -50,20 +50,11 @@ void launch_decode_gemm(const GemmArgs& a, cudaStream_t stream, const GemmDevice
         a.n > 0x7FFFFFFFu)
         fail(WUSH_ERR_UNSUPPORTED, "launch_decode_gemm: shape too large for the grid");
     DecodeParams p;
-    p.format = a.format;
-    p.m = int(a.m);
-    p.n = int(a.n);
-    p.k = (long long)a.k;
-    p.a_codes = a.a_codes;
-    p.a_scales = a.a_scales;
+    fill_decode_operands(p, a);
     p.w_codes = a.w_codes;
     p.w_scales = a.w_scales;
-    p.alpha_q = a.alpha * 0.25f;
-    p.y = a.y;
-    p.y_bf16 = a.y_dtype == WUSH_DTYPE_BF16;
     p.partial = pl.splits > 1 ? static_cast<float*>(a.workspace) : nullptr;
     p.split_len = (long long)(pl.chunks_per_split * plan::kDecodeChunk);
-    p.bias = a.bias;
     const dim3 grid(unsigned(pl.blocks_n), unsigned(pl.splits), unsigned(pl.row_passes));
     if (a.group == 16) launch_mr<16>(pl.mr, grid, p, stream);
     else launch_mr<32>(pl.mr, grid, p, stream);

@@ -1,4 +1,4 @@
-// The BF16 prefill GEMM (cuda/gemm_bf16_prefill.cu; device code in gemm_bf16_prefill_kernel.cuh):
+// The BF16 prefill GEMM (cuda/gemm/gemm_bf16_prefill.cu; device code in gemm_bf16_prefill_kernel.cuh):
 // for m > 32 on sm_80+, the E2M1 formats only (MXFP4, MXFP4_OCP, NVFP4), the weight's 4-bit codes
 // converted to BF16 in registers and multiplied by BF16 tensor cores with float32 accumulation,
 // the activations dequantized exactly to BF16 first. It replaces the reference path's per-forward

@@ -1,4 +1,4 @@
-// The BF16 prefill GEMM's device code (cuda/gemm_bf16_prefill.cu), in a header of its own so that
+// The BF16 prefill GEMM's device code (cuda/gemm/gemm_bf16_prefill.cu), in a header of its own so that
 // the CPU emulation test (tests/unit/test_bf16_prefill_emulation.cpp) compiles the same source
 // against tests/unit/cuda_host_emulation.h.
 //
@@ -6,7 +6,7 @@
 // exact BF16 dequantized values (m x k, from launch_dequantize), W stays packed (4-bit codes) and
 // is converted to BF16 in registers, exactly: an E2M1 value (<= 2 significant bits) times an
 // E8M0 or E4M3 scale (<= 4) has <= 6 significant bits, exact in BF16 wherever float32 holds it
-// (cuda/dequantize.h). mma.sync m16n8k16 BF16 with float32 accumulation (sm_80+).
+// (cuda/gemm/dequantize.h). mma.sync m16n8k16 BF16 with float32 accumulation (sm_80+).
 //
 // Geometry: block tile 128 (m) x 128 (n), 32 elements of k per stage (two k16 MMAs), 3 stages of
 // cp.async in static shared memory (under 40 KB: no opt-in attribute), 8 warps as 2 (m) x 4 (n)
@@ -33,8 +33,8 @@
 
 #include "common/float_bits.h"
 #include "common/host_device.h"
-#include "cp_async.cuh"
 #include "formats/group_quantizer.h"
+#include "prefill_tile.cuh"
 #include "tile_decode.h"
 
 namespace wush::cuda::bf16_prefill_detail {
@@ -216,46 +216,13 @@ __global__ void __launch_bounds__(kThreads, 2) bf16_prefill_kernel(const Bf16Pre
     const long long kt_count = p.k / BK;  // k is a multiple of 32
 
     float acc[4][4][4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+    zero_warp_tile(acc);
 
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-        if (s < kt_count) load_stage<G>(p, smem + s * L::kStage, bm, bn, s);
-        cp_async_commit();
-    }
-    for (long long kt = 0; kt < kt_count; ++kt) {
-        cp_async_wait<kStages - 2>();
-        __syncthreads();
-        {
-            const long long next = kt + kStages - 1;
-            if (next < kt_count) load_stage<G>(p, smem + int(next % kStages) * L::kStage, bm, bn, next);
-            cp_async_commit();
-        }
-        stage_step<G>(acc, p.tables, smem + int(kt % kStages) * L::kStage, wm, wn, gid, t);
-    }
-    cp_async_wait<0>();
+    cp_async_main_loop<kStages, L::kStage>(
+        smem, kt_count, [&](std::uint8_t* stage, long long kt) { load_stage<G>(p, stage, bm, bn, kt); },
+        [&](const std::uint8_t* stage, long long) { stage_step<G>(acc, p.tables, stage, wm, wn, gid, t); });
 
-    // C fragment: rows gid / gid + 8, columns 2t / 2t + 1 of each 16 x 8 tile.
-#pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int row = bm + wm * 64 + mt * 16 + gid + 8 * (e >> 1);
-                const int col = bn + wn * 32 + nt * 8 + 2 * t + (e & 1);
-                if (row < p.m && col < p.n) {
-                    const std::size_t idx = std::size_t(row) * p.n + col;
-                    const float v = p.alpha * acc[mt][nt][e];
-                    if (p.y_bf16) static_cast<__nv_bfloat16*>(p.y)[idx] = __float2bfloat16_rn(v);
-                    else static_cast<float*>(p.y)[idx] = v;
-                }
-            }
+    store_warp_tile(acc, p, bm, bn, wm, wn, lane, [&](int, float v) { return p.alpha * v; });
 }
 
 // W's group scales as BF16 pairs in the stage-major layout above (rows n..n_pad - 1 zero). The

@@ -1,5 +1,5 @@
-// The BF16 prefill GEMM's launches (cuda/gemm_bf16_prefill.h): the activations dequantized to BF16
-// (exact, cuda/dequantize.h), W's scales to BF16 pairs, then the tile kernel.
+// The BF16 prefill GEMM's launches (cuda/gemm/gemm_bf16_prefill.h): the activations dequantized to BF16
+// (exact, cuda/gemm/dequantize.h), W's scales to BF16 pairs, then the tile kernel.
 #include "gemm_bf16_prefill.h"
 
 #include <cuda_runtime.h>

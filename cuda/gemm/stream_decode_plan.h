@@ -1,4 +1,4 @@
-// The streaming decode kernel's host side (cuda/stream_decode.cu): the prepare-time layout of the
+// The streaming decode kernel's host side (cuda/gemm/stream_decode.cu): the prepare-time layout of the
 // weight, the schedule of its persistent blocks, its shared-memory budget and the opt-in switch.
 // Plain C++ (no CUDA headers), so that the CPU tests (tests/unit/test_stream_decode.cpp) check the
 // layout, the partition and the sizes without a device.

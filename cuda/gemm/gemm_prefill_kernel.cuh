@@ -1,4 +1,4 @@
-// The prefill kernel's device code (see cuda/gemm_prefill.cu), in a header of its own so that the
+// The prefill kernel's device code (see cuda/gemm/gemm_prefill.cu), in a header of its own so that the
 // CPU emulation test (tests/unit/test_gemm_emulation.cpp) compiles the same source against
 // tests/unit/cuda_host_emulation.h (WUSH_CUDA_HOST_EMULATION: cp.async and mma.sync emulated).
 #pragma once
@@ -9,9 +9,9 @@
 #  include <cuda_bf16.h>
 #endif
 
-#include "cp_async.cuh"
 #include "gemm_plan.h"
 #include "output_bias.cuh"
+#include "prefill_tile.cuh"
 #include "tile_decode.h"
 
 namespace wush::cuda::prefill_detail {
@@ -182,58 +182,26 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_gemm_kernel(const Prefill
     const bool fast = *p.flag == 0;  // no activation scale too large for the exact FMA conversion
 
     float acc[4][4][4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+    zero_warp_tile(acc);
 
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-        if (s < kt_count) load_stage<G>(p, smem + s * L::kStage, bm, bn, s);
-        cp_async_commit();
-    }
-
-    for (long long kt = 0; kt < kt_count; ++kt) {
-        cp_async_wait<kStages - 2>();
-        __syncthreads();
-        {
-            const long long next = kt + kStages - 1;
-            if (next < kt_count) load_stage<G>(p, smem + int(next % kStages) * L::kStage, bm, bn, next);
-            cp_async_commit();
-        }
-        const std::uint8_t* stage = smem + int(kt % kStages) * L::kStage;
-        const std::uint8_t* s_ac = stage + (wm * 64) * kRowBytes;
-        const std::uint8_t* s_wc = stage + L::kCodes + (wn * 32) * kRowBytes;
-        const float* s_as = reinterpret_cast<const float*>(stage + 2 * L::kCodes) + (wm * 64) * L::kSpr;
-        const float* s_ws = reinterpret_cast<const float*>(stage + 2 * L::kCodes + L::kScales) + (wn * 32) * L::kSpr;
-        const int groups_here = int(min((long long)L::kSpr, (p.k - kt * BK) / G));
-
+    cp_async_main_loop<kStages, L::kStage>(
+        smem, kt_count, [&](std::uint8_t* stage, long long kt) { load_stage<G>(p, stage, bm, bn, kt); },
+        [&](const std::uint8_t* stage, long long kt) {
+            const std::uint8_t* s_ac = stage + (wm * 64) * kRowBytes;
+            const std::uint8_t* s_wc = stage + L::kCodes + (wn * 32) * kRowBytes;
+            const float* s_as = reinterpret_cast<const float*>(stage + 2 * L::kCodes) + (wm * 64) * L::kSpr;
+            const float* s_ws =
+                reinterpret_cast<const float*>(stage + 2 * L::kCodes + L::kScales) + (wn * 32) * L::kSpr;
+            const int groups_here = int(min((long long)L::kSpr, (p.k - kt * BK) / G));
 #pragma unroll 1
-        for (int g = 0; g < groups_here; ++g) {
-            if (fast) group_step<G, true>(acc, lut, s_ac, s_wc, s_as, s_ws, g, gid, t);
-            else group_step<G, false>(acc, lut, s_ac, s_wc, s_as, s_ws, g, gid, t);
-        }
-    }
-    cp_async_wait<0>();
-
-    // Epilogue: C fragment (row gid / gid + 8, columns 2t, 2t + 1) of each 16 x 8 tile.
-#pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int row = bm + wm * 64 + mt * 16 + mma_c_row(lane, e);
-                const int col = bn + wn * 32 + nt * 8 + mma_c_col(lane, e);
-                if (row < p.m && col < p.n) {
-                    const std::size_t idx = std::size_t(row) * p.n + col;
-                    const float v = add_bias(p.bias, std::size_t(col), acc[mt][nt][e]);
-                    if (p.y_bf16) static_cast<__nv_bfloat16*>(p.y)[idx] = __float2bfloat16_rn(v);
-                    else static_cast<float*>(p.y)[idx] = v;
-                }
+            for (int g = 0; g < groups_here; ++g) {
+                if (fast) group_step<G, true>(acc, lut, s_ac, s_wc, s_as, s_ws, g, gid, t);
+                else group_step<G, false>(acc, lut, s_ac, s_wc, s_as, s_ws, g, gid, t);
             }
+        });
+
+    store_warp_tile(acc, p, bm, bn, wm, wn, lane,
+                    [&](int col, float v) { return add_bias(p.bias, std::size_t(col), v); });
 }
 
 // Both operands' group scales as float32 (weight scales times alpha / 4), rows padded with zeros

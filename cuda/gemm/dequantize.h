@@ -1,4 +1,4 @@
-// Dequantization of one packed element for the reference GEMM (cuda/reference_gemm.cu). Plain
+// Dequantization of one packed element for the reference GEMM (cuda/gemm/reference_gemm.cu). Plain
 // WUSH_HD code without CUDA headers, so that the unit tests check it on the CPU.
 //
 // Exactness. An E2M1 value has at most 2 significant bits and an E8M0 / E4M3 scale at most 4, so

@@ -1,9 +1,10 @@
-// The fused quantize kernel's arguments (cuda/quantize_kernel.cuh), as plain C++ so that the CPU
+// The fused quantize kernel's arguments (cuda/quantize/quantize_kernel.cuh), as plain C++ so that the CPU
 // emulation test (tests/unit/test_quantize_emulation.cpp) builds them without CUDA headers.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "bf16_fragments.h"
@@ -40,11 +41,25 @@ struct QuantizeArgs {
     std::uint8_t* codes = nullptr;             // n_tokens x d_in / 2 (any alignment)
     std::uint8_t* scales = nullptr;            // n_tokens x C x scale bytes (any alignment)
     unsigned long long* non_finite = nullptr;  // see kNoNonFinite (atomicMin)
-    // The tensor-core kernel's operands (cuda/quantize_tc_kernel.cuh), same layout rule as
+    // The tensor-core kernel's operands (cuda/quantize/quantize_tc_kernel.cuh), same layout rule as
     // `matrices`: tc::fragment_words(G) words per matrix (tc::pack_fragments) and its part norms.
     const std::uint32_t* tc_fragments = nullptr;
     const tc::PartNorms* tc_norms = nullptr;
     float tc_bound_scale = 1.0f;  // 1 always; tests set 0.5 to show that a halved bound fails
 };
+
+// The one switch from a run-time format to the quantize kernels' template argument (both launch
+// files): calls f(std::integral_constant<wush_format, F>{}) for `format`; false, and f not called,
+// for a format the kernels do not serve.
+template <class Launch>
+bool with_quantize_format(wush_format format, Launch&& f) {
+    switch (format) {
+        case WUSH_FORMAT_MXFP4: f(std::integral_constant<wush_format, WUSH_FORMAT_MXFP4>{}); return true;
+        case WUSH_FORMAT_MXFP4_OCP: f(std::integral_constant<wush_format, WUSH_FORMAT_MXFP4_OCP>{}); return true;
+        case WUSH_FORMAT_NVFP4: f(std::integral_constant<wush_format, WUSH_FORMAT_NVFP4>{}); return true;
+        case WUSH_FORMAT_INT4: f(std::integral_constant<wush_format, WUSH_FORMAT_INT4>{}); return true;
+        default: return false;
+    }
+}
 
 }  // namespace wush::cuda

@@ -35,6 +35,25 @@ struct GemmArgs {
     std::size_t workspace_bytes = 0;
 };
 
+// The operands the two decode kernels read alike (DecodeOperands, gemm/decode_group_dot.cuh, the
+// base of their parameters), from a GemmArgs the launch has checked: one fill, so that both
+// kernels see the same shape, scales and alpha / 4 (the doubled values on both sides). The prefill
+// kernels read pre-scaled float32 scales instead and fill their own. A template: this header is
+// the host's, the parameters' header the kernels'.
+template <class DecodeOperands>
+void fill_decode_operands(DecodeOperands& p, const GemmArgs& a) {
+    p.format = a.format;
+    p.m = int(a.m);
+    p.n = int(a.n);
+    p.k = (long long)a.k;
+    p.a_codes = a.a_codes;
+    p.a_scales = a.a_scales;
+    p.alpha_q = a.alpha * 0.25f;
+    p.y = a.y;
+    p.y_bf16 = a.y_dtype == WUSH_DTYPE_BF16;
+    p.bias = a.bias;
+}
+
 // Device scratch a kernel needs for (m, n, k) in `format`; 0 when none.
 std::size_t gemm_workspace_bytes(GemmKernel kernel, wush_format format, std::size_t m, std::size_t n, std::size_t k);
 

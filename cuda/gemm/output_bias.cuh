@@ -1,10 +1,14 @@
-// The bias step of the W4A4 GEMMs' final store (output_bias.h), shared by the decode and prefill
-// kernels, the split-K reduction and the reference path's finishing kernel, and compiled on the
-// CPU by the emulation test like the kernels that use it.
+// The W4A4 GEMMs' final store: the bias step (output_bias.h) and the write of y as float32 or
+// BF16, shared by the decode and prefill kernels, the split-K reduction and the reference path's
+// finishing kernel, and compiled on the CPU by the emulation test like the kernels that use it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#if !defined(WUSH_CUDA_HOST_EMULATION)
+#  include <cuda_bf16.h>
+#endif
 
 #include "common/float_bits.h"
 #include "output_bias.h"
@@ -26,6 +30,12 @@ __device__ __forceinline__ float add_bias(const OutputBias& b, std::size_t col, 
     if ((bits::bits_from_float(x) & 0x7F800000u) == 0x7F800000u)
         atomicMin(b.non_finite, (kBiasReportRow << 32) | static_cast<unsigned long long>(col));
     return v + x;
+}
+
+// y[idx] = v, as float32 or rounded to nearest even in BF16.
+__device__ __forceinline__ void store_out(void* y, int bf16, std::size_t idx, float v) {
+    if (bf16) static_cast<__nv_bfloat16*>(y)[idx] = __float2bfloat16_rn(v);
+    else static_cast<float*>(y)[idx] = v;
 }
 
 }  // namespace wush::cuda

@@ -1,6 +1,6 @@
-// The tensor-core quantize (device code: cuda/quantize_tc_kernel.cuh, which says how its bytes stay
+// The tensor-core quantize (device code: cuda/quantize/quantize_tc_kernel.cuh, which says how its bytes stay
 // the float64 definition's) and the accumulator probe that guards its selection: the kernel's error
-// bound rests on a model of how BF16 mma.sync accumulates in FP32 (cuda/mma_error_bound.h),
+// bound rests on a model of how BF16 mma.sync accumulates in FP32 (cuda/quantize/mma_error_bound.h),
 // which NVIDIA does not document, so the CUDA backend uses this kernel only when
 // WUSH_CONTEXT_CUDA_TC_QUANTIZE = 1 and the probe, run once per context at the first prepare
 // that asks for it, measured every tested MMA result inside the model's bound (else it keeps the
@@ -101,13 +101,8 @@ bool quantize_tc_applies(const QuantizeArgs& a) {
 }
 
 void launch_quantize_tc(const QuantizeArgs& a, cudaStream_t stream) {
-    switch (a.format) {
-        case WUSH_FORMAT_MXFP4: launch_tc<WUSH_FORMAT_MXFP4>(a, stream); break;
-        case WUSH_FORMAT_MXFP4_OCP: launch_tc<WUSH_FORMAT_MXFP4_OCP>(a, stream); break;
-        case WUSH_FORMAT_NVFP4: launch_tc<WUSH_FORMAT_NVFP4>(a, stream); break;
-        case WUSH_FORMAT_INT4: launch_tc<WUSH_FORMAT_INT4>(a, stream); break;
-        default: fail(WUSH_ERR_INVALID_ARGUMENT, "launch_quantize: unknown format");
-    }
+    if (!with_quantize_format(a.format, [&](auto f) { launch_tc<decltype(f)::value>(a, stream); }))
+        fail(WUSH_ERR_INVALID_ARGUMENT, "launch_quantize: unknown format");
     check_launch("tensor-core quantize kernel");
 }
 

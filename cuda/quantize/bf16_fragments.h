@@ -1,4 +1,4 @@
-// The tensor-core quantize's operands (cuda/quantize_tc_kernel.cuh): each G x G block matrix T
+// The tensor-core quantize's operands (cuda/quantize/quantize_tc_kernel.cuh): each G x G block matrix T
 // split exactly into three BF16 parts, T = T_hi + T_mid + T_lo, stored in the register order of
 // the B operand of PTX `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`, so that a lane loads
 // its fragments with 16-byte loads and feeds them to the MMA as they are.
@@ -20,7 +20,7 @@
 // subtraction is exact in float32 (Sterbenz). The one inexact case is underflow: a part below
 // BF16's smallest normal (2^-126, |t| < about 2^-110) is dropped (tensor cores may flush BF16
 // subnormals) and the dropped amount is kept as the residual, whose row norm the error bound adds
-// (cuda/mma_error_bound.h). Non-finite parts make the residual infinite: never certified.
+// (cuda/quantize/mma_error_bound.h). Non-finite parts make the residual infinite: never certified.
 #pragma once
 
 #include <cmath>
@@ -29,30 +29,25 @@
 
 #include "common/float_bits.h"
 #include "common/host_device.h"
+#include "mma_fragments.h"
 
 namespace wush::tc {
 
 // Parts, in the order the kernel accumulates them (smallest first).
 constexpr int kPartLo = 0, kPartMid = 1, kPartHi = 2, kParts = 3;
 
-// The PTX map above (one function per operand coordinate).
-WUSH_HD int a_row(int lane, int reg) {
-    return (lane >> 2) + 8 * (reg & 1);
-}
+// The PTX map above (one function per operand coordinate). A's row, B's column and C's are the
+// same for every m16n8 shape (mma_fragments.h, shared with the GEMM kernels); A's column and B's
+// row are BF16's (two elements per register).
+using mma::a_row;
+using mma::b_col;
+using mma::c_col;
+using mma::c_row;
 WUSH_HD int a_col(int lane, int reg, int half) {
     return 2 * (lane & 3) + half + 8 * (reg >> 1);
 }
 WUSH_HD int b_row(int lane, int reg, int half) {
     return 2 * (lane & 3) + half + 8 * reg;
-}
-WUSH_HD int b_col(int lane) {
-    return lane >> 2;
-}
-WUSH_HD int c_row(int lane, int i) {
-    return (lane >> 2) + 8 * (i >> 1);
-}
-WUSH_HD int c_col(int lane, int i) {
-    return 2 * (lane & 3) + (i & 1);
 }
 
 // Per group size: k-steps of 16 inputs and n-tiles of 8 outputs.

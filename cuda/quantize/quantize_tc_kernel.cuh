@@ -2,7 +2,7 @@
 // F16 activations; device code in a header of its own so that the CPU emulation test
 // (tests/unit/test_quantize_tc_emulation.cpp) runs the same source through
 // tests/unit/cuda_host_emulation.h. F32 input, identity transforms and older GPUs keep the CUDA-core
-// kernels (cuda/quantize_kernel.cuh); cuda/quantize_tc.cu says when this one is selected.
+// kernels (cuda/quantize/quantize_kernel.cuh); cuda/quantize/quantize_tc.cu says when this one is selected.
 //
 // The product: Y = X T^T by BF16 mma.sync.m16n8k16 with FP32 accumulation. T was split at prepare
 // time into T_hi + T_mid + T_lo exactly (bf16_fragments.h) and laid out in B-fragment

@@ -1,7 +1,8 @@
-// cp.async, its commit and its wait, shared by the prefill kernels that stage tiles through
-// shared memory (cuda/gemm_prefill_kernel.cuh, cuda/gemm_bf16_prefill_kernel.cuh). On sm_80+ the
-// PTX instructions; in the CPU emulation (tests/unit/cuda_host_emulation.h) its copy and group
-// bookkeeping, so the kernels' sources run unchanged in the emulation tests.
+// cp.async, its commit and its wait, shared by the kernels that stage tiles through shared memory
+// (the prefill kernels' main loop, cuda/gemm/prefill_tile.cuh; the streaming decode kernel's ring,
+// cuda/gemm/stream_decode_kernel.cuh). On sm_80+ the PTX instructions; in the CPU emulation
+// (tests/unit/cuda_host_emulation.h) its copy and group bookkeeping, so the kernels' sources run
+// unchanged in the emulation tests.
 #pragma once
 
 namespace wush::cuda {

@@ -1,8 +1,8 @@
-// The fused transform + quantization on CUDA cores (device code: cuda/quantize_kernel.cuh, which
+// The fused transform + quantization on CUDA cores (device code: cuda/quantize/quantize_kernel.cuh, which
 // says how the bytes equal the CPU's and how the kernels are laid out). Two kernels: the tile
 // kernel (32 tokens x 4 groups per block) and the small-m kernel (a warp per token and group, so
 // that one token spreads over the GPU; a block's group matrices are loaded once for all its
-// tokens). The G x G product on tensor cores: cuda/quantize_tc.cu. Which one runs is the caller's
+// tokens). The G x G product on tensor cores: cuda/quantize/quantize_tc.cu. Which one runs is the caller's
 // row of the kernel table (gemm_table.h, quantize_pick); launch_quantize runs the kernel named.
 #include "kernels.h"
 
@@ -59,13 +59,8 @@ void launch_quantize(const QuantizeArgs& a, Kernel kernel, cudaStream_t stream) 
         case Kernel::QuantizeTile: break;
         default: fail(WUSH_ERR_INVALID_ARGUMENT, "launch_quantize: not a quantize kernel");
     }
-    switch (a.format) {
-        case WUSH_FORMAT_MXFP4: launch<WUSH_FORMAT_MXFP4>(a, small_m, stream); break;
-        case WUSH_FORMAT_MXFP4_OCP: launch<WUSH_FORMAT_MXFP4_OCP>(a, small_m, stream); break;
-        case WUSH_FORMAT_NVFP4: launch<WUSH_FORMAT_NVFP4>(a, small_m, stream); break;
-        case WUSH_FORMAT_INT4: launch<WUSH_FORMAT_INT4>(a, small_m, stream); break;
-        default: fail(WUSH_ERR_INVALID_ARGUMENT, "launch_quantize: unknown format");
-    }
+    if (!with_quantize_format(a.format, [&](auto f) { launch<decltype(f)::value>(a, small_m, stream); }))
+        fail(WUSH_ERR_INVALID_ARGUMENT, "launch_quantize: unknown format");
     check_launch("quantize kernel");
 }
 

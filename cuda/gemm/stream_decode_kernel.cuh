@@ -1,4 +1,4 @@
-// The streaming decode kernel's device code (cuda/stream_decode.cu), in a header of its own so
+// The streaming decode kernel's device code (cuda/gemm/stream_decode.cu), in a header of its own so
 // that the CPU emulation test (tests/unit/test_stream_decode.cpp) runs the same source against
 // tests/unit/cuda_host_emulation.h.
 //
@@ -6,7 +6,7 @@
 // split of k) and stream every stage of them through one ring of kStages shared-memory slots filled
 // by cp.async (evict-first: the weights are read once), kStages - 1 stages ahead, across item
 // boundaries (launch bounds: 2 blocks per SM up to 8 activation rows, 1 above, where 128
-// registers spilled). Per stage the arithmetic is the existing decode kernel's (cuda/gemm_decode_kernel.cuh)
+// registers spilled). Per stage the arithmetic is the existing decode kernel's (cuda/gemm/gemm_decode_kernel.cuh)
 // term for term: a lane's 16-byte fragment is one 32-element unit of one weight row, decoded once,
 // then 8 dp4a per activation row and group promotion by one FADD + FMUL + FFMA, the same
 // accumulation order per lane, the same warp reduction. Splits of a tile write partials to the
@@ -33,24 +33,10 @@ namespace wush::cuda::stream_detail {
 using namespace wush::tile;
 using namespace wush::cuda::stream;
 
-__device__ __forceinline__ void store_out(void* y, int bf16, std::size_t idx, float v) {
-    if (bf16) static_cast<__nv_bfloat16*>(y)[idx] = __float2bfloat16_rn(v);
-    else static_cast<float*>(y)[idx] = v;
-}
-
-struct StreamParams {
-    wush_format format;
-    int m, n;
-    long long k;
-    const std::uint8_t* a_codes;
-    const std::uint8_t* a_scales;
+struct StreamParams : DecodeOperands {
     const std::uint8_t* stages;  // the staged weight (stream::stage_weights)
-    float alpha_q;               // alpha / 4 (doubled values on both sides)
-    void* y;
-    int y_bf16;
-    OutputBias bias;     // added where y is written (finish_item)
-    float* partial;      // splits x m x n (splits > 1)
-    unsigned* counters;  // one per tile, in the launch's workspace, zeroed before it (splits > 1)
+    float* partial;              // splits x m x n (splits > 1)
+    unsigned* counters;          // one per tile, in the launch's workspace, zeroed before it (splits > 1)
     int chunks, splits, chunks_per_split, stage_bytes;
     long long items;  // tiles x splits
 };
@@ -64,6 +50,16 @@ __device__ __forceinline__ unsigned arrive_acq_rel(unsigned* counter) {
     return old;
 #else
     return atomicAdd(counter, 1u);  // older GPUs never run this kernel; the host emulation's lock
+#endif
+}
+
+// Programmatic dependent launch: waits until the grid this one depends on (the quantize that
+// wrote the activations) has completed and its writes are visible. Returns at once when the
+// launch has no programmatic dependency; nothing before sm_90 (no griddepcontrol) and in the
+// CPU emulation (one launch at a time).
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
 
@@ -128,27 +124,8 @@ __device__ __forceinline__ void fetch_stage(const StreamParams& p, const Cursor&
 template <int MR, int G>
 __device__ __forceinline__ void stage_activations(const StreamParams& p, long long kc, std::uint8_t* s_a, float* s_sa,
                                                   const DoubledLut& lut, int tid) {
-    constexpr int kGroupsPerChunk = kChunk / G;
-    const long long kbytes = p.k / 2, groups = p.k / G;
-    const int sb = scale_bytes(p.format);
-    const int rows = min(MR, p.m);
-    const int len = int(min((long long)kChunk, p.k - kc));
-    for (int idx = tid; idx < MR * (kChunk / 8); idx += kThreads) {
-        const int r = idx / (kChunk / 8), w = idx % (kChunk / 8), e = 8 * w;
-        uint2 v = make_uint2(0, 0);
-        if (r < rows && e < len) {
-            const std::uint32_t c = __ldg(reinterpret_cast<const unsigned*>(p.a_codes + r * kbytes + (kc + e) / 2));
-            v.x = decode4(lut, c);
-            v.y = decode4(lut, c >> 16);
-        }
-        *reinterpret_cast<uint2*>(s_a + r * kARowBytes + a_unit_offset(w >> 2) + (w & 3) * 8) = v;
-    }
-    for (int idx = tid; idx < MR * kGroupsPerChunk; idx += kThreads) {
-        const int r = idx / kGroupsPerChunk, g = idx % kGroupsPerChunk;
-        float s = 0.0f;
-        if (r < rows && g * G < len) s = scale_value(p.format, p.a_scales + (r * groups + kc / G + g) * sb);
-        s_sa[idx] = s;
-    }
+    stage_activation_chunk<MR, G, kChunk, kARowBytes, kThreads>(p, lut, 0, min(MR, p.m), kc,
+                                                                int(min((long long)kChunk, p.k - kc)), s_a, s_sa, tid);
 }
 
 // One stage: each lane's fragment of its warp's 2 rows, decoded once, times every activation row.
@@ -174,12 +151,7 @@ __device__ __forceinline__ void multiply_stage(const StreamParams& p, const std:
 #pragma unroll
         for (int h = 0; h < kGroupsPerUnit; ++h)
             sw[j][h] = valid ? scale_value(p.format, sc + h * sb) * p.alpha_q : 0.0f;
-        const std::uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            wd[j][2 * i] = decode4(lut, words[i]);
-            wd[j][2 * i + 1] = decode4(lut, words[i] >> 16);
-        }
+        decode_unit(lut, wv, wd[j]);
     }
     accumulate_group_dots<MR, R, G, kARowBytes, kGroupsPerChunk>(s_a, s_sa, lane, wd, sw, acc);
 }
@@ -192,22 +164,8 @@ __device__ __forceinline__ void finish_item(const StreamParams& p, long long ite
     const long long tile = item / p.splits;
     const int split = int(item % p.splits);
     const std::size_t mn = std::size_t(p.m) * std::size_t(p.n);
-#pragma unroll
-    for (int j = 0; j < kRowsPerWarp; ++j) {
-#pragma unroll
-        for (int r = 0; r < MR; ++r) {
-            float v = acc[j][r];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-            acc[j][r] = 0.0f;
-            const long long col = tile * kTileRows + warp * kRowsPerWarp + j;
-            if (lane == 0 && r < p.m && col < p.n) {
-                const std::size_t idx = std::size_t(r) * p.n + std::size_t(col);
-                if (p.splits > 1) p.partial[std::size_t(split) * mn + idx] = v;
-                else store_out(p.y, p.y_bf16, idx, add_bias(p.bias, std::size_t(col), v));
-            }
-        }
-    }
+    write_warp_sums<kRowsPerWarp, MR>(acc, p, lane, 0, p.m, tile * kTileRows + warp * kRowsPerWarp,
+                                      p.splits > 1 ? p.partial + std::size_t(split) * mn : nullptr);
     if (p.splits == 1) return;
     // The barrier orders the block's partial stores before thread 0's arrival; the arrival is a
     // release (cumulative: it publishes what the barrier ordered before it) and an acquire (the last
@@ -252,6 +210,9 @@ __global__ void __launch_bounds__(kThreads, MR <= 8 ? 2 : 1) stream_decode_kerne
         }
         cp_async_commit();
     }
+    // Everything above reads only the staged weights (written at prepare time); the activations,
+    // the split counters and y are touched only after the previous grid is done.
+    wait_for_previous_grid();
 
     float acc[kRowsPerWarp][MR];
 #pragma unroll

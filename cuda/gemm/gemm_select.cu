@@ -1,4 +1,4 @@
-// Which W4A4 GEMM kernel serves a product (cuda/w4a4_gemm.h).
+// Which W4A4 GEMM kernel serves a product (cuda/gemm/w4a4_gemm.h).
 //
 // The rules themselves are a table (gemm_table.h); this file says which kernel supports which
 // shapes and operands.

@@ -1,4 +1,4 @@
-// The decode kernel's device code (see cuda/gemm_decode.cu), in a header of its own so that the
+// The decode kernel's device code (see cuda/gemm/gemm_decode.cu), in a header of its own so that the
 // CPU emulation test (tests/unit/test_gemm_emulation.cpp) compiles the same source against
 // tests/unit/cuda_host_emulation.h.
 #pragma once
@@ -23,26 +23,12 @@ constexpr int kChunk = int(plan::kDecodeChunk);
 constexpr int kUnitsPerChunk = kChunk / 32;                     // one per lane
 constexpr int kARowBytes = kChunk + (kUnitsPerChunk / 4) * 16;  // 16 bytes of padding per 4 units
 
-struct DecodeParams {
-    wush_format format;
-    int m, n;
-    long long k;
-    const std::uint8_t* a_codes;
-    const std::uint8_t* a_scales;
+struct DecodeParams : DecodeOperands {
     const std::uint8_t* w_codes;
     const std::uint8_t* w_scales;
-    float alpha_q;  // alpha / 4 (doubled values on both sides)
-    void* y;
-    int y_bf16;
     float* partial;       // splits x m x n, or null when the block writes y
     long long split_len;  // elements per split (a multiple of kChunk)
-    OutputBias bias;      // added where y is written (here or in splitk_reduce_kernel)
 };
-
-__device__ __forceinline__ void store_out(void* y, int bf16, std::size_t idx, float v) {
-    if (bf16) static_cast<__nv_bfloat16*>(y)[idx] = __float2bfloat16_rn(v);
-    else static_cast<float*>(y)[idx] = v;
-}
 
 template <int MR, int G>
 __global__ void __launch_bounds__(kThreads, 2) decode_gemm_kernel(const DecodeParams p) {
@@ -91,57 +77,20 @@ __global__ void __launch_bounds__(kThreads, 2) decode_gemm_kernel(const DecodePa
         // 2. Stage the chunk's activations: doubled int8 codes and scales (zeros past
         // k1 and past the last row, so that padded lanes and rows add exact zeros).
         __syncthreads();
-        const int len = int(min((long long)kChunk, k1 - kc));
-        for (int idx = tid; idx < MR * (kChunk / 8); idx += kThreads) {
-            const int r = idx / (kChunk / 8), w = idx % (kChunk / 8), e = 8 * w;
-            uint2 v = make_uint2(0, 0);
-            if (r < rows_a && e < len) {
-                const std::uint32_t c =
-                    __ldg(reinterpret_cast<const unsigned*>(p.a_codes + (row_a0 + r) * kbytes + (kc + e) / 2));
-                v.x = decode4(lut, c);
-                v.y = decode4(lut, c >> 16);
-            }
-            *reinterpret_cast<uint2*>(s_a + r * kARowBytes + a_unit_offset(w >> 2) + (w & 3) * 8) = v;
-        }
-        for (int idx = tid; idx < MR * kGroupsPerChunk; idx += kThreads) {
-            const int r = idx / kGroupsPerChunk, g = idx % kGroupsPerChunk;
-            float s = 0.0f;
-            if (r < rows_a && g * G < len)
-                s = scale_value(p.format, p.a_scales + ((row_a0 + r) * groups + kc / G + g) * sb);
-            s_sa[idx] = s;
-        }
+        stage_activation_chunk<MR, G, kChunk, kARowBytes, kThreads>(
+            p, lut, row_a0, rows_a, kc, int(min((long long)kChunk, k1 - kc)), s_a, s_sa, tid);
         __syncthreads();
 
         // 3. Decode the weight words once, then one exact group dot per activation row.
         std::uint32_t wd[R][8];
 #pragma unroll
-        for (int j = 0; j < R; ++j) {
-            const std::uint32_t words[4] = {wv[j].x, wv[j].y, wv[j].z, wv[j].w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                wd[j][2 * i] = decode4(lut, words[i]);
-                wd[j][2 * i + 1] = decode4(lut, words[i] >> 16);
-            }
-        }
+        for (int j = 0; j < R; ++j) decode_unit(lut, wv[j], wd[j]);
         accumulate_group_dots<MR, R, G, kARowBytes, kGroupsPerChunk>(s_a, s_sa, lane, wd, sw, acc);
     }
 
     // 4. Warp reduction; lane 0 writes (y, or this split's partial).
-#pragma unroll
-    for (int j = 0; j < R; ++j) {
-#pragma unroll
-        for (int r = 0; r < MR; ++r) {
-            float v = acc[j][r];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-            const int col = n0 + j;
-            if (lane == 0 && r < rows_a && col < p.n) {
-                const std::size_t idx = std::size_t(row_a0 + r) * p.n + col;
-                if (p.partial) p.partial[std::size_t(blockIdx.y) * std::size_t(p.m) * p.n + idx] = v;
-                else store_out(p.y, p.y_bf16, idx, add_bias(p.bias, std::size_t(col), v));
-            }
-        }
-    }
+    float* partial = p.partial ? p.partial + std::size_t(blockIdx.y) * std::size_t(p.m) * p.n : nullptr;
+    write_warp_sums<R, MR>(acc, p, lane, row_a0, rows_a, n0, partial);
 }
 
 // y = sum over splits of the partials, in split order (+ the bias of column i % n).

@@ -1,4 +1,4 @@
-// The fused transform + quantization kernels' device code (see cuda/quantize_kernel.cu), in a
+// The fused transform + quantization kernels' device code (see cuda/quantize/quantize_kernel.cu), in a
 // header of its own so that the CPU emulation test (tests/unit/test_quantize_emulation.cpp) runs
 // the same source through tests/unit/cuda_host_emulation.h.
 //

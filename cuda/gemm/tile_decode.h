@@ -1,4 +1,4 @@
-// Per-element arithmetic of the CUDA W4A4 GEMM kernels (cuda/gemm_decode.cu, cuda/gemm_prefill.cu),
+// Per-element arithmetic of the CUDA W4A4 GEMM kernels (cuda/gemm/gemm_decode.cu, cuda/gemm/gemm_prefill.cu),
 // written once for host and device (WUSH_HD) so that the CPU unit test (tests/unit/
 // test_tile_decode.cpp) checks the very functions the kernels run.
 //
@@ -23,6 +23,7 @@
 #include <cstring>
 
 #include "common/host_device.h"
+#include "mma_fragments.h"
 #include "wush/wush.h"
 
 namespace wush::tile {
@@ -186,23 +187,14 @@ WUSH_HD float promote(float acc, int dot, float scale_a_alpha, float scale_w) {
 //                        col = 4 * tid + j + 16 * (r >> 1).
 // B (K x 8, column):     register r in {0..K/16-1}, byte j: row (k) = 4 * tid + j + 16 * r, col = gid.
 // C/D (16 x 8, s32):     element i in 0..3: row = gid + 8 * (i >> 1), col = 2 * tid + (i & 1).
-WUSH_HD int mma_a_row(int lane, int reg) {
-    return (lane >> 2) + 8 * (reg & 1);
-}
+// A's row, B's column and C's row and column are the same for every m16n8 shape: mma::a_row,
+// mma::b_col, mma::c_row, mma::c_col (mma_fragments.h, shared with the tensor-core quantize). A's
+// column and B's row are int8's (four elements per register):
 WUSH_HD int mma_a_col(int lane, int reg, int byte) {
     return 4 * (lane & 3) + byte + 16 * (reg >> 1);
 }
 WUSH_HD int mma_b_row(int lane, int reg, int byte) {
     return 4 * (lane & 3) + byte + 16 * reg;
-}
-WUSH_HD int mma_b_col(int lane) {
-    return lane >> 2;
-}
-WUSH_HD int mma_c_row(int lane, int i) {
-    return (lane >> 2) + 8 * (i >> 1);
-}
-WUSH_HD int mma_c_col(int lane, int i) {
-    return 2 * (lane & 3) + (i & 1);
 }
 
 // Which element of a group the kernels put in MMA slot k (the same map for both operands, so the

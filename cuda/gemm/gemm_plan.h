@@ -1,4 +1,4 @@
-// Launch geometry of the W4A4 GEMM kernels (cuda/gemm_decode.cu, cuda/gemm_prefill.cu), as plain
+// Launch geometry of the W4A4 GEMM kernels (cuda/gemm/gemm_decode.cu, cuda/gemm/gemm_prefill.cu), as plain
 // host functions of the shape only (no device query), so that gemm_workspace_bytes() can answer
 // without a device and the CPU test (tests/unit/test_tile_decode.cpp) can check the partitions.
 #pragma once

@@ -1,4 +1,4 @@
-// The streaming decode kernel (m <= 32; cuda/stream_decode.cu, stream_decode_kernel.cuh): opt-in
+// The streaming decode kernel (m <= 32; cuda/gemm/stream_decode.cu, stream_decode_kernel.cuh): opt-in
 // with WUSH_CONTEXT_CUDA_STREAM_DECODE = 1 until a GPU run measures it; the existing decode kernel stays the
 // default. Same bits as the existing decode kernel (same terms, same order), one launch.
 #pragma once

@@ -1,4 +1,4 @@
-// The error bound of the tensor-core quantize's product (cuda/quantize_tc_kernel.cuh): y = T x by
+// The error bound of the tensor-core quantize's product (cuda/quantize/quantize_tc_kernel.cuh): y = T x by
 // BF16 `mma.sync.m16n8k16` with FP32 accumulation, T = T_hi + T_mid + T_lo exactly
 // (bf16_fragments.h), x BF16 as given (F16: x = x_hi + x_lo exactly in BF16), the passes
 // accumulated into one FP32 accumulator smallest first (x_lo before x_hi; within each, T_lo, T_mid,

@@ -3,11 +3,11 @@
 // result promoted to float32 with the two group scales (alpha / 4 folded into the weight scales)
 // and accumulated in float32.
 //
-// Geometry (cuda/gemm_plan.h): block tile 128 activation rows x 128 weight rows, 128 elements (64
+// Geometry (cuda/gemm/gemm_plan.h): block tile 128 activation rows x 128 weight rows, 128 elements (64
 // packed bytes per row) per stage, 3 stages of cp.async (16-byte copies, zero-filled past m, n, k),
 // 8 warps as 2 (m) x 4 (n) warp tiles of 64 x 32 = 4 x 4 MMAs per group. The packed codes stay
 // packed in shared memory (half the bytes of int8); each warp decodes its fragments with two
-// prmt per 4 elements (cuda/tile_decode.h). The element order inside a group is permuted
+// prmt per 4 elements (cuda/gemm/tile_decode.h). The element order inside a group is permuted
 // identically for both operands (tile::group_element_of_slot), so that a thread's fragment is one
 // 32-bit shared load per row and group. Rows are padded to 80 bytes: conflict-free loads.
 // A first small kernel decodes both operands' group scales to float32 in the workspace, rows

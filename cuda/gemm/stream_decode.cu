@@ -1,4 +1,4 @@
-// The streaming decode kernel's launch (cuda/stream_decode.h): persistent blocks, one per resident
+// The streaming decode kernel's launch (cuda/gemm/stream_decode.h): persistent blocks, one per resident
 // slot of the device (read once per context by configure_stream_decode), over the shape's work
 // items (stream_decode_plan.h). The grid size depends on the GPU, the partition and the bits do not.
 #include <cuda_runtime.h>
@@ -49,16 +49,35 @@ void configure_group(int (&blocks)[6]) {
     configure_one<32, G>(&blocks[5]);
 }
 
+// One launch; with `pdl`, as a programmatic dependent launch (sm_90+): the kernel may start while
+// the stream's previous kernel (the activations' quantize) finishes, fills its ring with weight
+// stages, and waits for that kernel's writes before it reads an activation
+// (stream_detail::wait_for_previous_grid). Stream capture records the edge as a programmatic one
+// (CUDA 12.3 and later), so a graph keeps it.
+template <int MR, int G>
+void launch_one(unsigned grid, const StreamParams& p, cudaStream_t s, bool pdl) {
+    cudaLaunchAttribute attr[1] = {};
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(stream::kThreads);
+    config.dynamicSmemBytes = std::size_t(stream::smem_bytes(MR, G));
+    config.stream = s;
+    config.attrs = attr;
+    config.numAttrs = pdl ? 1 : 0;
+    check_cuda(cudaLaunchKernelEx(&config, stream_decode_kernel<MR, G>, p), "stream_decode_kernel");
+}
+
 template <int G>
-void launch_mr(int mr, unsigned grid, const StreamParams& p, cudaStream_t s) {
-    const std::size_t smem = std::size_t(stream::smem_bytes(mr, G));
+void launch_mr(int mr, unsigned grid, const StreamParams& p, cudaStream_t s, bool pdl) {
     switch (mr) {
-        case 1: stream_decode_kernel<1, G><<<grid, stream::kThreads, smem, s>>>(p); break;
-        case 2: stream_decode_kernel<2, G><<<grid, stream::kThreads, smem, s>>>(p); break;
-        case 4: stream_decode_kernel<4, G><<<grid, stream::kThreads, smem, s>>>(p); break;
-        case 8: stream_decode_kernel<8, G><<<grid, stream::kThreads, smem, s>>>(p); break;
-        case 16: stream_decode_kernel<16, G><<<grid, stream::kThreads, smem, s>>>(p); break;
-        default: stream_decode_kernel<32, G><<<grid, stream::kThreads, smem, s>>>(p); break;
+        case 1: launch_one<1, G>(grid, p, s, pdl); break;
+        case 2: launch_one<2, G>(grid, p, s, pdl); break;
+        case 4: launch_one<4, G>(grid, p, s, pdl); break;
+        case 8: launch_one<8, G>(grid, p, s, pdl); break;
+        case 16: launch_one<16, G>(grid, p, s, pdl); break;
+        default: launch_one<32, G>(grid, p, s, pdl); break;
     }
 }
 
@@ -92,17 +111,8 @@ void launch_stream_decode_gemm(const GemmArgs& a, const StreamDecodeWeights& w, 
     if (a.n > 0x7FFFFFFFu || sc.chunks > 0x7FFFFFFFu || sc.splits > 0x7FFFFFFFu)
         fail(WUSH_ERR_UNSUPPORTED, "launch_stream_decode_gemm: shape too large");
     StreamParams p;
-    p.format = a.format;
-    p.m = int(a.m);
-    p.n = int(a.n);
-    p.k = (long long)a.k;
-    p.a_codes = a.a_codes;
-    p.a_scales = a.a_scales;
+    fill_decode_operands(p, a);
     p.stages = w.stages;
-    p.alpha_q = a.alpha * 0.25f;
-    p.y = a.y;
-    p.y_bf16 = a.y_dtype == WUSH_DTYPE_BF16;
-    p.bias = a.bias;
     p.partial = sc.splits > 1 ? static_cast<float*>(a.workspace) : nullptr;
     p.counters = nullptr;
     if (sc.splits > 1) {
@@ -117,8 +127,13 @@ void launch_stream_decode_gemm(const GemmArgs& a, const StreamDecodeWeights& w, 
     p.items = (long long)sc.items;
     const int per_sm = d.blocks_per_sm[a.group == 16 ? 1 : 0][log2_of(sc.mr)];
     const unsigned grid = unsigned(stream::grid_blocks(sc, d.sm_count, per_sm));
-    if (a.group == 16) launch_mr<16>(sc.mr, grid, p, s);
-    else launch_mr<32>(sc.mr, grid, p, s);
+    // Programmatic dependent launch where the GPU has it and the previous operation on the stream
+    // is the quantize: with split-K the counters' memset stands between them, and the edge would
+    // gain nothing. (The kernel is opt-in as a whole, WUSH_CONTEXT_CUDA_STREAM_DECODE, until
+    // measured.)
+    const bool pdl = d.sm >= 90 && sc.splits == 1;
+    if (a.group == 16) launch_mr<16>(sc.mr, grid, p, s, pdl);
+    else launch_mr<32>(sc.mr, grid, p, s, pdl);
     check_launch("stream_decode_kernel");
 }
 
