@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
-from .groups import is_quantized
+from .quantized_linear import is_quantized
 
 
 def _is_conv1d(m: nn.Module) -> bool:

@@ -1,12 +1,13 @@
 """QuantizedLinear: the nn.Linear replacement that runs a quantized layer on libwush's runtime,
-and the CPU scratch buffer its layers share per thread.
+the CPU scratch buffer its layers share per thread, and the parts of a grouped layer
+(QuantizedPart: the modules of layers built as one, :mod:`wush.groups`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Optional
+from typing import Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -159,6 +160,72 @@ class QuantizedLinear(nn.Module):
         if b.dtype not in _TORCH_DTYPES:
             b = b.float()
         return b.contiguous()
+
+
+class QuantizedGroup:
+    """The grouped layer a group's :class:`QuantizedPart` modules share: its :class:`QuantizedLinear`
+    (the concatenated bias fused) runs once per input, and each part takes its rows. The output
+    is held until every part has taken its rows of that input (or another input arrives), so the
+    parts may run in any order; a part called again with the same input recomputes."""
+
+    def __init__(self, layer: QuantizedLinear, parts: Sequence[Tuple[str, int]]):
+        self.layer = layer
+        self.parts = [(name, rows) for name, rows in parts]
+        self._x: Optional[torch.Tensor] = None
+        self._version = -1
+        self._y: Optional[torch.Tensor] = None
+        self._left: set = set()
+
+    def rows(self, x: torch.Tensor, index: int, lo: int, hi: int) -> torch.Tensor:
+        if self._x is not x or self._version != x._version or index not in self._left:
+            self._y = self.layer(x)
+            self._x, self._version = x, x._version
+            self._left = set(range(len(self.parts)))
+        self._left.discard(index)
+        y = self._y[..., lo:hi].contiguous()
+        if not self._left:
+            self._x = self._y = None  # nothing held between tokens
+        return y
+
+
+class QuantizedPart(nn.Module):
+    """Stands for one layer of a group: its rows ``[lo, hi)`` of the group's output, a tensor of
+    its own (contiguous). ``bias`` is the layer's own (kept for its state_dict; the group adds
+    the concatenated bias inside the library's call)."""
+
+    def __init__(self, group: QuantizedGroup, index: int, bias: Optional[torch.Tensor]):
+        super().__init__()
+        lo = sum(rows for _, rows in group.parts[:index])
+        self.index, self.lo, self.hi = index, lo, lo + group.parts[index][1]
+        self.in_features, self.out_features = group.layer.in_features, self.hi - self.lo
+        object.__setattr__(self, "group", group)  # shared by the parts: not a submodule of each
+        if bias is not None:
+            self.bias = nn.Parameter(bias.detach().clone(), requires_grad=False)
+        else:
+            self.register_parameter("bias", None)
+
+    def extra_repr(self) -> str:
+        name = self.group.parts[self.index][0]
+        return (f"{name}: rows {self.lo}..{self.hi} of a group of {len(self.group.parts)}, "
+                f"in_features={self.in_features}, format={self.group.layer.format}")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.group.rows(x, self.index, self.lo, self.hi)
+
+
+def concatenated_bias(biases: Sequence[Optional[torch.Tensor]], rows: Sequence[int]) -> Optional[torch.Tensor]:
+    """The group's bias: the parts' biases one after another (zeros for a part without one), or
+    None when no part has one."""
+    if all(b is None for b in biases):
+        return None
+    like = next(b for b in biases if b is not None)
+    return torch.cat([b.detach().to(like.dtype) if b is not None else like.new_zeros(r)
+                      for b, r in zip(biases, rows)])
+
+
+def is_quantized(m: nn.Module) -> bool:
+    """A module that runs on libwush: a QuantizedLinear or a part of a grouped layer."""
+    return isinstance(m, (QuantizedLinear, QuantizedPart))
 
 
 _TORCH_DTYPES = {torch.float32: _core.DType.F32, torch.float16: _core.DType.F16, torch.bfloat16: _core.DType.BF16}
