@@ -15,8 +15,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from ._core import Context, QWeight, Transform
 from .layers import _replace
-from .quantized_linear import QuantizedGroup, QuantizedLinear, QuantizedPart, concatenated_bias, is_quantized
+from .quantized_linear import QuantizedGroup, QuantizedLinear, QuantizedPart, is_quantized
 
 __all__ = ["QuantizedGroup", "QuantizedPart", "checkpoint_modules", "concatenated_bias", "group_name",
            "install_group", "is_quantized"]
@@ -32,18 +33,32 @@ def group_name(parts: Sequence[str]) -> str:
     return "+".join(parts)
 
 
-def install_group(model: nn.Module, group: QuantizedLinear, parts: Sequence[Tuple[str, int]],
-                  biases: Sequence[Optional[torch.Tensor]], modules: Optional[Sequence[str]] = None) -> None:
-    """Replaces each part's module of ``model`` (``modules``, default the part names) by a
-    :class:`QuantizedPart` of ``group``."""
-    shared = QuantizedGroup(group, parts)
-    for i, name in enumerate(modules or [p for p, _ in parts]):
+def concatenated_bias(biases: Sequence[Optional[torch.Tensor]], rows: Sequence[int]) -> Optional[torch.Tensor]:
+    """The group's bias: the parts' biases one after another (zeros for a part without one), or
+    None when no part has one."""
+    if all(b is None for b in biases):
+        return None
+    like = next(b for b in biases if b is not None)
+    return torch.cat([b.detach().to(like.dtype) if b is not None else like.new_zeros(r)
+                      for b, r in zip(biases, rows)])
+
+
+def install_group(model: nn.Module, transform: Transform, qweight: QWeight, parts: Sequence[Tuple[str, int]],
+                  ctx: Optional[Context] = None) -> None:
+    """Prepares the grouped layer (``transform``, ``qweight``: the parts' rows one after another,
+    on ``ctx``, default the CPU) with the concatenated bias of the modules it replaces, and puts a
+    :class:`QuantizedPart` of it in the place of each part's module of ``model`` (``parts``: module
+    name, rows, in row order)."""
+    biases = [getattr(model.get_submodule(name), "bias", None) for name, _ in parts]
+    layer = QuantizedLinear(transform, qweight, concatenated_bias(biases, [rows for _, rows in parts]), ctx)
+    shared = QuantizedGroup(layer, parts)
+    for i, (name, _) in enumerate(parts):
         _replace(model, name, QuantizedPart(shared, i, biases[i]))
 
 
 def checkpoint_modules(ck: Any) -> Dict[str, List[Tuple[str, int]]]:
-    """Checkpoint layer -> its parts as (module name, rows); a plain layer is its own single part
-    with rows 0 (the checkpoint's layer ``ck``: :class:`wush.Checkpoint`)."""
+    """Layer of the opened :class:`wush.Checkpoint` ``ck`` -> its parts as (module name, rows); a
+    plain layer is its own single part, with rows 0 (its qweight's d_out)."""
     out: Dict[str, List[Tuple[str, int]]] = {}
     for layer in ck.layer_names():
         parts = ck.layer_parts(layer)

@@ -123,7 +123,7 @@ def _classes() -> Any:
     from . import _core
     # torch and numpy only: nothing of transformers that may be mid-import
     from .device import _context_for
-    from .groups import checkpoint_modules, concatenated_bias, install_group
+    from .groups import checkpoint_modules, install_group
     from .layers import _replace
     from .quantized_linear import QuantizedLinear
 
@@ -220,14 +220,10 @@ def _classes() -> Any:
                         if [int(v) for v in p.weight.tolist()] != [rows or d_out, d_in]:
                             raise ValueError(f"{self._path}: layer {name} is {rows or d_out} x {d_in}, the folder's "
                                              f"{name}.weight says {p.weight.tolist()} (files from different runs?)")
-                    biases = [p.bias for p in pending]
                     if len(modules) == 1:
-                        _replace(model, modules[0][0], QuantizedLinear(t, q, biases[0], ctx))
+                        _replace(model, modules[0][0], QuantizedLinear(t, q, pending[0].bias, ctx))
                     else:
-                        rows = [r for _, r in modules]
-                        group = QuantizedLinear(t, q, concatenated_bias(biases, rows), ctx)
-                        install_group(model, group, [(p, r) for p, _, r in ck.layer_parts(layer)],
-                                      biases, [name for name, _ in modules])
+                        install_group(model, t, q, modules, ctx)
                     t.close()
                     q.close()
             if cfg.embeddings == "bf16":

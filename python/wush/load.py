@@ -14,7 +14,7 @@ from . import _core, hf
 from ._core import Checkpoint
 from .device import _context_for
 from .folder import CHECKPOINT_FILE, require_model_folder
-from .groups import checkpoint_modules, concatenated_bias, install_group
+from .groups import checkpoint_modules, install_group
 from .layers import _replace
 from .model_class import check_weights_match, folder_model_class
 from .quantized_linear import QuantizedLinear
@@ -165,9 +165,7 @@ def load_quantized_layers(model: nn.Module, checkpoint_path: str, ctx: Optional[
             for name in ([p for p, _ in parts] if split_groups or not grouped else [layer]):
                 t, q = ck.load_layer(name)
                 if name == layer and grouped:
-                    biases = [getattr(model.get_submodule(p), "bias", None) for p, _ in parts]
-                    group = QuantizedLinear(t, q, concatenated_bias(biases, [r for _, r in parts]), ctx)
-                    install_group(model, group, parts, biases)
+                    install_group(model, t, q, parts, ctx)
                 else:
                     _replace(model, name, QuantizedLinear(t, q, getattr(model.get_submodule(name), "bias", None), ctx))
                 # The prepared layer copies the transform; its weights' bytes stay shared with the

@@ -14,7 +14,7 @@ from . import _core
 from ._core import Calibrator, Checkpoint, Options, QWeight, Transform
 from .calibrate import BlockInputs, HookCalibration, _progress, _run_all
 from .layers import _block_index, _replace, dense_weight, find_blocks, select_linears, selection_error, tied_to
-from .groups import concatenated_bias, group_name, install_group
+from .groups import group_name, install_group
 from .quantized_linear import QuantizedLinear
 
 
@@ -176,7 +176,8 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
         for members in _progress(_groups(cals, names, group_inputs), progress, "quantize"):
             lins = [selected[n] for n in members]
             weights = [dense_weight(lin) for lin in lins]
-            t, q = _core.layer_quantize(cals[members[0]], torch.cat(weights), transform, format, method, opts)
+            w = weights[0] if len(weights) == 1 else torch.cat(weights)
+            t, q = _core.layer_quantize(cals[members[0]], w, transform, format, method, opts)
             name = members[0] if len(members) == 1 else group_name(members)
             result.layers[name] = (t, q)
             result.guard[name] = t.guard()
@@ -184,9 +185,7 @@ def quantize_model(model: nn.Module, batches: Iterable, format: str = "mxfp4", t
                 _replace(model, name, QuantizedLinear(t, q, lins[0].bias))
                 continue
             result.parts[name] = [(n, w.shape[0]) for n, w in zip(members, weights)]
-            biases = [lin.bias for lin in lins]
-            layer = QuantizedLinear(t, q, concatenated_bias(biases, [w.shape[0] for w in weights]))
-            install_group(model, layer, result.parts[name], biases)
+            install_group(model, t, q, result.parts[name])
 
     with torch.no_grad():
         if method.lower() == "rtn":

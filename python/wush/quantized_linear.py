@@ -213,16 +213,6 @@ class QuantizedPart(nn.Module):
         return self.group.rows(x, self.index, self.lo, self.hi)
 
 
-def concatenated_bias(biases: Sequence[Optional[torch.Tensor]], rows: Sequence[int]) -> Optional[torch.Tensor]:
-    """The group's bias: the parts' biases one after another (zeros for a part without one), or
-    None when no part has one."""
-    if all(b is None for b in biases):
-        return None
-    like = next(b for b in biases if b is not None)
-    return torch.cat([b.detach().to(like.dtype) if b is not None else like.new_zeros(r)
-                      for b, r in zip(biases, rows)])
-
-
 def is_quantized(m: nn.Module) -> bool:
     """A module that runs on libwush: a QuantizedLinear or a part of a grouped layer."""
     return isinstance(m, (QuantizedLinear, QuantizedPart))
