@@ -293,10 +293,14 @@ const KernelRow* gemm_row(const GemmArgs& g, const WeightExtras& w, const Kernel
     });
 }
 
-void run_gemm(const GemmArgs& g, const WeightExtras& w, const KernelTable& table, const Device& dev) {
-    const KernelRow* row = gemm_row(g, w, table, dev);
+// The product through `row` (gemm_row's choice for g). `counters_zeroed`: a streaming decode's
+// split-K counters were zeroed on the stream before the activations' quantize (forward does so).
+void run_gemm(const GemmArgs& g, const KernelRow* row, const WeightExtras& w, const Device& dev,
+              bool counters_zeroed = false) {
     switch (row ? row->kernel : Kernel::Reference) {
-        case Kernel::StreamDecode: launch_stream_decode_gemm(g, w.stream, dev.stream, dev.stream_info); return;
+        case Kernel::StreamDecode:
+            launch_stream_decode_gemm(g, w.stream, dev.stream, dev.stream_info, counters_zeroed);
+            return;
         case Kernel::Decode: launch_decode_gemm(g, dev.stream, dev.gemm); return;
         case Kernel::Prefill: launch_prefill_gemm(g, dev.stream, dev.gemm); return;
         case Kernel::Bf16Prefill: launch_bf16_prefill_gemm(g, dev.sm, dev.stream); return;
@@ -318,7 +322,9 @@ struct GemmSizes {
     const GemmArgs& g;
     bool w_dequantized_given;
     std::size_t decode() const { return gemm_workspace_bytes(Kernel::Decode, g.format, g.m, g.n, g.k); }
-    std::size_t stream_decode() const { return stream::workspace_bytes(g.m, g.n, g.k); }
+    // Its own scratch, and the decode kernel's, which serves where this device cannot run the
+    // instantiation (stream_decode_supported): the two partition k differently.
+    std::size_t stream_decode() const { return std::max(stream::workspace_bytes(g.m, g.n, g.k), decode()); }
     std::size_t prefill() const { return gemm_workspace_bytes(Kernel::Prefill, g.format, g.m, g.n, g.k); }
     // y BF16 with a bias: the larger case.
     std::size_t reference() const {
@@ -480,11 +486,16 @@ public:
         auto* codes = reinterpret_cast<std::uint8_t*>(workspace.data());
         auto* scales = codes + round_up(s.codes, 256);
         std::byte* rest = workspace.data() + round_up(s.codes, 256) + round_up(s.scales, 256);
-        enqueue_quantize(x_dtype, x, n, codes, scales);
         const std::span<std::byte> gemm_ws(rest, workspace.size() - std::size_t(rest - workspace.data()));
         GemmArgs g = gemm_args(n, y_dtype, y, codes, scales, gemm_ws);
         if (bias.data != nullptr) g.bias = OutputBias{bias.data, bias.dtype, dev_->flag()};
-        run_gemm(g, extras_, table_, *dev_);
+        const KernelRow* row = gemm_row(g, extras_, table_, *dev_);
+        // The streaming decode's split-K counters are zeroed before the quantize, so that nothing
+        // stands between the quantize and the kernel's programmatic dependent launch.
+        const bool zero_first = row != nullptr && row->kernel == Kernel::StreamDecode;
+        if (zero_first) zero_stream_decode_counters(g, dev_->stream);
+        enqueue_quantize(x_dtype, x, n, codes, scales);
+        run_gemm(g, row, extras_, *dev_, zero_first);
     }
 
 private:
@@ -609,7 +620,7 @@ public:
         const DeviceBuffer work(gemm_bytes(g, false, extras.lt_possible, table, *dev_));
         g.workspace = work.get();
         g.workspace_bytes = work.bytes();
-        run_gemm(g, extras, table, *dev_);
+        run_gemm(g, gemm_row(g, extras, table, *dev_), extras, *dev_);
         dev_->synchronize_and_report("x");  // the buffers above are freed on return
     }
 

@@ -14,6 +14,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "common/error.h"
@@ -41,14 +43,21 @@ void launch_mr(int mr, dim3 grid, const DecodeParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-void launch_decode_gemm(const GemmArgs& a, cudaStream_t stream, const GemmDevice& device) {
-    const int sm = device.sm != 0 ? device.sm : current_sm("launch_decode_gemm");
-    if (!gemm_supported(GemmKernel::Decode, a, sm))
-        fail(WUSH_ERR_UNSUPPORTED, "launch_decode_gemm: unsupported format, shape, alignment or workspace");
-    const plan::DecodePlan pl = plan::plan_decode(a.m, a.n, a.k);
+namespace {
+
+// The launch with partition `pl` (plan::plan_decode's, or another of the same shape).
+void launch_with_plan(const GemmArgs& a, const plan::DecodePlan& pl, cudaStream_t stream, const GemmDevice& device,
+                      const char* who) {
+    const int sm = device.sm != 0 ? device.sm : current_sm(who);
+    if (!gemm_shape_supported(GemmKernel::Decode, a, sm) || !a.a_codes || !a.w_codes || !a.a_scales || !a.w_scales ||
+        !a.y)
+        fail(WUSH_ERR_UNSUPPORTED, std::string(who) + ": unsupported format, shape or alignment");
+    if (pl.splits > 1 && (a.workspace == nullptr || a.workspace_bytes < pl.splits * a.m * a.n * sizeof(float) ||
+                          reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0))
+        fail(WUSH_ERR_UNSUPPORTED, std::string(who) + ": workspace too small or not 16-byte aligned");
     if (pl.blocks_n > 0x7FFFFFFFu || pl.splits > 65535 || pl.row_passes > 65535 || a.m > 0x7FFFFFFFu ||
         a.n > 0x7FFFFFFFu)
-        fail(WUSH_ERR_UNSUPPORTED, "launch_decode_gemm: shape too large for the grid");
+        fail(WUSH_ERR_UNSUPPORTED, std::string(who) + ": shape too large for the grid");
     DecodeParams p;
     fill_decode_operands(p, a);
     p.w_codes = a.w_codes;
@@ -65,6 +74,20 @@ void launch_decode_gemm(const GemmArgs& a, cudaStream_t stream, const GemmDevice
         splitk_reduce_kernel<<<blocks, 256, 0, stream>>>(p.partial, int(pl.splits), mn, a.n, a.y, p.y_bf16, a.bias);
         check_launch("splitk_reduce_kernel");
     }
+}
+
+}  // namespace
+
+void launch_decode_gemm(const GemmArgs& a, cudaStream_t stream, const GemmDevice& device) {
+    launch_with_plan(a, plan::plan_decode(a.m, a.n, a.k), stream, device, "launch_decode_gemm");
+}
+
+void launch_decode_gemm_split(const GemmArgs& a, std::size_t chunks_per_split, cudaStream_t stream,
+                              const GemmDevice& device) {
+    plan::DecodePlan pl = plan::plan_decode(a.m, a.n, a.k);
+    pl.chunks_per_split = std::clamp<std::size_t>(chunks_per_split, 1, pl.chunks);
+    pl.splits = plan::ceil_div(pl.chunks, pl.chunks_per_split);
+    launch_with_plan(a, pl, stream, device, "launch_decode_gemm_split");
 }
 
 }  // namespace wush::cuda

@@ -77,7 +77,8 @@ enum class Needs {
 enum class Workspace {
     None,
     Decode,         // plan::decode_workspace_bytes (split-K partials)
-    StreamDecode,   // stream::workspace_bytes: the decode kernel's partials and the split-K counters
+    StreamDecode,   // stream::workspace_bytes (its partials and split-K counters), at least the
+                    // decode kernel's (the fallback where the device cannot run it)
     Prefill,        // plan::prefill_workspace_bytes
     Reference,      // reference_gemm_workspace_bytes; also the BF16 prefill's (its scratch is
                     // smaller, and a launch with a bias falls back to the reference path)

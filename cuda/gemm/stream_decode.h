@@ -17,12 +17,15 @@ struct StreamDecodeWeights {
     const std::uint8_t* stages = nullptr;
 };
 
-// What the launch needs of the device, queried once per context: SMs, and resident blocks per SM
-// of each instantiation (index: log2 of the activation rows, 0..5; 0 where it cannot run).
+// What the launch needs of the device, queried once per context: SMs, and per instantiation
+// (index: log2 of the activation rows, 0..5) the resident blocks per SM (0 where it cannot run) and
+// whether holding a work item's activations (stream::max_resident_chunks of them) keeps that
+// occupancy.
 struct StreamDecodeDevice {
     int sm = 0;
     int sm_count = 0;
-    int blocks_per_sm[2][6] = {};  // [G == 16][log2 MR]
+    int blocks_per_sm[2][6] = {};   // [G == 16][log2 MR]
+    bool resident_fits[2][6] = {};  // [G == 16][log2 MR]
 };
 
 // Raises the instantiations' dynamic shared-memory limit and reads their occupancy on the current
@@ -33,11 +36,18 @@ StreamDecodeDevice configure_stream_decode();
 // operand rules, staged weights present, a workspace of stream::workspace_bytes).
 bool stream_decode_supported(const GemmArgs& args, const StreamDecodeWeights& w, const StreamDecodeDevice& device);
 
-// Enqueues the product on `stream` (no host synchronization, no allocation: graph-capturable): with
-// split-K, a memset of the workspace's counters, then the kernel. One workspace serves one launch in
-// flight at a time.
+// Zeroes the split-K counters in `args.workspace` on `stream` (nothing without split-K). A forward
+// enqueues it before the activations' quantize and then launches with `counters_zeroed`, so that
+// the kernel's programmatic dependent launch follows the quantize directly.
+void zero_stream_decode_counters(const GemmArgs& args, cudaStream_t stream);
+
+// Enqueues the product on `stream` (no host synchronization, no allocation: graph-capturable): the
+// counters' zeroing unless `counters_zeroed` (zero_stream_decode_counters was enqueued earlier on
+// `stream`, and nothing since wrote the workspace's counters), then the kernel; on sm_90 and later
+// the kernel is a programmatic dependent launch of the stream's previous kernel wherever no
+// zeroing stands between them. One workspace serves one launch in flight at a time.
 // Throws wush::Error(UNSUPPORTED) where !stream_decode_supported, wush::Error(CUDA) if the launch fails.
 void launch_stream_decode_gemm(const GemmArgs& args, const StreamDecodeWeights& w, cudaStream_t stream,
-                               const StreamDecodeDevice& device);
+                               const StreamDecodeDevice& device, bool counters_zeroed = false);
 
 }  // namespace wush::cuda

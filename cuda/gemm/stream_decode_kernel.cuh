@@ -6,13 +6,14 @@
 // split of k) and stream every stage of them through one ring of kStages shared-memory slots filled
 // by cp.async (evict-first: the weights are read once), kStages - 1 stages ahead, across item
 // boundaries (launch bounds: 2 blocks per SM up to 8 activation rows, 1 above, where 128
-// registers spilled). Per stage the arithmetic is the existing decode kernel's (cuda/gemm/gemm_decode_kernel.cuh)
+// registers spilled). A work item's activations are staged once at its start where they fit
+// (act_chunks > 1), else per stage. Per stage the arithmetic is the existing decode kernel's (cuda/gemm/gemm_decode_kernel.cuh)
 // term for term: a lane's 16-byte fragment is one 32-element unit of one weight row, decoded once,
 // then 8 dp4a per activation row and group promotion by one FADD + FMUL + FFMA, the same
 // accumulation order per lane, the same warp reduction. Splits of a tile write partials to the
 // workspace; the block that finishes a tile's last split (a counter per tile) sums them in split
 // order, from 0, as the existing split-K reduce kernel does, and writes y: no second launch, and the
-// same bits as the existing decode path whatever the grid size.
+// same bits as the existing decode path run with the same partition, whatever the grid size.
 #pragma once
 
 #include <cstddef>
@@ -38,6 +39,7 @@ struct StreamParams : DecodeOperands {
     float* partial;              // splits x m x n (splits > 1)
     unsigned* counters;          // one per tile, in the launch's workspace, zeroed before it (splits > 1)
     int chunks, splits, chunks_per_split, stage_bytes;
+    int act_chunks;   // chunks of activations in shared memory: chunks_per_split (resident), or 1
     long long items;  // tiles x splits
 };
 
@@ -120,12 +122,36 @@ __device__ __forceinline__ void fetch_stage(const StreamParams& p, const Cursor&
 }
 
 // The chunk's activations as doubled int8 values and scales, as the existing decode kernel stages
-// them (zeros past k and past the last row).
+// them (zeros past k and past the last row), at place `j` of the block's activation buffer.
 template <int MR, int G>
-__device__ __forceinline__ void stage_activations(const StreamParams& p, long long kc, std::uint8_t* s_a, float* s_sa,
-                                                  const DoubledLut& lut, int tid) {
-    stage_activation_chunk<MR, G, kChunk, kARowBytes, kThreads>(p, lut, 0, min(MR, p.m), kc,
-                                                                int(min((long long)kChunk, p.k - kc)), s_a, s_sa, tid);
+__device__ __forceinline__ void stage_activations(const StreamParams& p, long long kc, int j, std::uint8_t* s_a,
+                                                  float* s_sa, const DoubledLut& lut, int tid) {
+    stage_activation_chunk<MR, G, kChunk, kARowBytes, kThreads>(
+        p, lut, 0, min(MR, p.m), kc, int(min((long long)kChunk, p.k - kc)), s_a + j * (MR * kARowBytes),
+        s_sa + j * (MR * (kChunk / G)), tid);
+}
+
+// Makes the activations of the stage at `c` ready in shared memory and returns their place: per
+// stage (act_chunks == 1), or the whole item's k range at its first stage, kept while the next
+// item's range is the same (`*staged`: the first chunk held, -1 for none). The caller's barrier
+// before this call has freed the buffer; the barrier here publishes what was staged. `c` is
+// uniform across the block, so every thread takes the same branches.
+template <int MR, int G>
+__device__ __forceinline__ int ready_activations(const StreamParams& p, const Cursor& c, int* staged, std::uint8_t* s_a,
+                                                 float* s_sa, const DoubledLut& lut, int tid) {
+    if (p.act_chunks == 1) {
+        stage_activations<MR, G>(p, (long long)c.chunk * kChunk, 0, s_a, s_sa, lut, tid);
+        __syncthreads();
+        return 0;
+    }
+    const int first = int(c.item % p.splits) * p.chunks_per_split;
+    if (first != *staged) {
+        for (int ch = first; ch < c.end; ++ch)
+            stage_activations<MR, G>(p, (long long)ch * kChunk, ch - first, s_a, s_sa, lut, tid);
+        *staged = first;
+        __syncthreads();
+    }
+    return c.chunk - first;
 }
 
 // One stage: each lane's fragment of its warp's 2 rows, decoded once, times every activation row.
@@ -186,7 +212,7 @@ __device__ __forceinline__ void finish_item(const StreamParams& p, long long ite
 }
 
 template <int MR, int G>
-__global__ void __launch_bounds__(kThreads, MR <= 8 ? 2 : 1) stream_decode_kernel(const StreamParams p) {
+__global__ void __launch_bounds__(kThreads, blocks_per_sm_bound(MR)) stream_decode_kernel(const StreamParams p) {
 #if defined(WUSH_CUDA_HOST_EMULATION)
     std::uint8_t* smem = wush_emu::dynamic_smem();
 #else
@@ -194,8 +220,8 @@ __global__ void __launch_bounds__(kThreads, MR <= 8 ? 2 : 1) stream_decode_kerne
 #endif
     std::uint8_t* ring = smem;
     std::uint8_t* s_a = smem + kStages * kSlotBytes;
-    float* s_sa = reinterpret_cast<float*>(s_a + MR * kARowBytes);
-    int* s_last = reinterpret_cast<int*>(s_sa + MR * (kChunk / G));
+    float* s_sa = reinterpret_cast<float*>(s_a + p.act_chunks * (MR * kARowBytes));
+    int* s_last = reinterpret_cast<int*>(s_sa + p.act_chunks * (MR * (kChunk / G)));
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const DoubledLut lut = doubled_lut(p.format);
@@ -220,6 +246,7 @@ __global__ void __launch_bounds__(kThreads, MR <= 8 ? 2 : 1) stream_decode_kerne
 #pragma unroll
         for (int r = 0; r < MR; ++r) acc[j][r] = 0.0f;
 
+    int staged = -1;
     for (int slot = 0; cur.item < p.items; slot = slot + 1 == kStages ? 0 : slot + 1) {
         cp_async_wait<kStages - 2>();  // this thread's copies of stage `cur` have landed
         __syncthreads();               // everyone's have, and the previous stage's slot and s_a are free
@@ -229,9 +256,9 @@ __global__ void __launch_bounds__(kThreads, MR <= 8 ? 2 : 1) stream_decode_kerne
         }
         cp_async_commit();
         const long long tile = cur.item / p.splits, kc = (long long)cur.chunk * kChunk;
-        stage_activations<MR, G>(p, kc, s_a, s_sa, lut, tid);
-        __syncthreads();
-        multiply_stage<MR, G>(p, ring + slot * kSlotBytes, tile, kc, s_a, s_sa, lut, warp, lane, acc);
+        const int j = ready_activations<MR, G>(p, cur, &staged, s_a, s_sa, lut, tid);
+        multiply_stage<MR, G>(p, ring + slot * kSlotBytes, tile, kc, s_a + j * (MR * kARowBytes),
+                              s_sa + j * (MR * (kChunk / G)), lut, warp, lane, acc);
         if (cur.chunk + 1 == cur.end) finish_item<MR>(p, cur.item, s_last, tid, warp, lane, acc);
         cur = next_stage(p, cur);
     }

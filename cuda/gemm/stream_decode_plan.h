@@ -14,11 +14,18 @@
 // Rows past n and units past k are zero bytes (the kernel masks them as the existing one does).
 // Stages are stored tile-major (tile * chunks + chunk), so a split of one tile is one contiguous run.
 //
-// Schedule: the k partition is the existing decode kernel's (plan::plan_decode: splits from the
-// shape only), so the streaming kernel sums exactly the same float32 terms in the same order and
-// writes the same bits; work item i = (tile i / splits, split i % splits); block b of a persistent
-// grid of P blocks takes items b, b + P, b + 2P, ... and streams all of their stages through one
-// ring, whatever P is (P depends on the GPU; the bits do not).
+// Schedule: work item i = (tile i / splits, split i % splits); block b of a persistent grid of P
+// blocks takes items b, b + P, b + 2P, ... and streams all of their stages through one ring,
+// whatever P is. The k partition is the persistent grid's own (split_plan): about one work item
+// per resident block of an H100 or H200 (132 SMs), a fixed number, so that the partition, and
+// with it the summation order and the bits, depend on the shape only, never on the GPU. Per split
+// the arithmetic is the existing decode kernel's, so that kernel run with this partition
+// (launch_decode_gemm_split) gives the same bits: the reference the tests compare with.
+//
+// Activations: where the block's share fits (resident_chunks), a work item's activations are
+// decoded into shared memory once, at its start, and kept while the block's next item has the same
+// k range (always, without split-K); else one chunk per stage, as the decode kernel does. The bits
+// are the same either way.
 #pragma once
 
 #include <algorithm>
@@ -131,7 +138,7 @@ inline void unstage_weights(wush_format f, std::size_t n, std::size_t k, const s
 
 struct Schedule {
     std::size_t tiles = 0, chunks = 0;
-    std::size_t splits = 1, chunks_per_split = 1;  // plan::plan_decode's partition of k
+    std::size_t splits = 1, chunks_per_split = 1;  // split_plan's partition of k
     std::size_t items = 0;                         // tiles x splits
     int mr = 1;                                    // activation rows of the template: 1, 2, 4, 8, 16, 32
 };
@@ -142,8 +149,31 @@ inline int stream_mr(std::size_t m) {
     return mr;
 }
 
+// Resident blocks per SM the kernel is built for (its launch bounds) and the work items the split
+// rule aims for: one per resident block of a 132-SM GPU (H100 SXM, H200). Constants, not the
+// device's figures: the partition must not depend on the GPU.
+constexpr int blocks_per_sm_bound(int mr) {
+    return mr <= 8 ? 2 : 1;
+}
+constexpr std::size_t kTargetSms = 132;
+inline std::size_t target_items(int mr) {
+    return kTargetSms * std::size_t(blocks_per_sm_bound(mr));
+}
+
+// The persistent grid's partition of k: splits so that tiles x splits stays within one item per
+// target slot (so one round of items, not a round and a fraction), never more splits than chunks,
+// no empty split; one split where the tiles alone fill the slots. The decode kernel's own rule
+// (plan::plan_decode) aims at 528 short-lived blocks instead and stays its default.
+inline plan::DecodePlan split_plan(std::size_t m, std::size_t n, std::size_t k) {
+    plan::DecodePlan p = plan::plan_decode(m, n, k);  // tiles, chunks, row passes of the decode kernel
+    const std::size_t want = std::clamp<std::size_t>(target_items(stream_mr(m)) / p.blocks_n, 1, p.chunks);
+    p.chunks_per_split = plan::ceil_div(p.chunks, want);
+    p.splits = plan::ceil_div(p.chunks, p.chunks_per_split);
+    return p;
+}
+
 inline Schedule schedule_of(std::size_t m, std::size_t n, std::size_t k) {
-    const plan::DecodePlan p = plan::plan_decode(m, n, k);
+    const plan::DecodePlan p = split_plan(m, n, k);
     Schedule s;
     s.tiles = p.blocks_n;
     s.chunks = p.chunks;
@@ -172,26 +202,53 @@ inline std::size_t grid_blocks(const Schedule& s, int sm_count, int blocks_per_s
 inline std::size_t counter_bytes(std::size_t n) {
     return plan::ceil_div(n, kTileRows) * sizeof(unsigned);
 }
-// Workspace of one launch: the split partials (splits x m x n float32, the existing decode kernel's)
-// and, after them at a 256-byte boundary, the per-tile arrival counters, which the launch zeroes on
-// its stream. They live in the call's workspace, not in the layer, so that two forwards of one
-// layer in flight at once (two streams, two graph instances), each with its own workspace, cannot
-// count each other's arrivals. Nothing without split-K.
+// The split partials of a launch: splits x m x n float32 (nothing without split-K).
+inline std::size_t partial_bytes(std::size_t m, std::size_t n, std::size_t k) {
+    const Schedule s = schedule_of(m, n, k);
+    return s.splits > 1 ? s.splits * m * n * sizeof(float) : 0;
+}
+// Workspace of one launch: the partials and, after them at a 256-byte boundary, the per-tile
+// arrival counters, zeroed on the stream before the kernel (zero_stream_decode_counters). They
+// live in the call's workspace, not in the layer, so that two forwards of one layer in flight at
+// once (two streams, two graph instances), each with its own workspace, cannot count each other's
+// arrivals. Nothing without split-K.
 inline std::size_t counters_offset(std::size_t m, std::size_t n, std::size_t k) {
-    return plan::ceil_div(plan::decode_workspace_bytes(m, n, k), 256) * 256;
+    return plan::ceil_div(partial_bytes(m, n, k), 256) * 256;
 }
 inline std::size_t workspace_bytes(std::size_t m, std::size_t n, std::size_t k) {
-    return plan::decode_workspace_bytes(m, n, k) > 0 ? counters_offset(m, n, k) + counter_bytes(n) : 0;
+    return partial_bytes(m, n, k) > 0 ? counters_offset(m, n, k) + counter_bytes(n) : 0;
 }
 
 // ---- shared memory ---------------------------------------------------------------------------
 
-// Activation row bytes in shared memory (as the existing decode kernel: 16 bytes of padding per
-// 4 units) and the dynamic shared memory of the <MR, G> instantiation: the ring, the activations,
-// their scales, one flag.
+// Activation row bytes of one chunk in shared memory (as the existing decode kernel: 16 bytes of
+// padding per 4 units) and their float scales.
 constexpr int kARowBytes = kChunk + (kUnitsPerRow / 4) * 16;
-constexpr int smem_bytes(int mr, int group) {
-    return kStages * kSlotBytes + mr * kARowBytes + mr * (kChunk / group) * 4 + 16;
+constexpr int activation_chunk_bytes(int mr, int group) {
+    return mr * kARowBytes + mr * (kChunk / group) * 4;
+}
+// Shared memory a block may spend on resident activations: with the ring (about 74 KB) two blocks
+// still fit in an SM of 228 KB (sm_90, sm_100); the launch checks the occupancy it keeps
+// (StreamDecodeDevice), so a smaller SM simply stages per chunk.
+constexpr int kResidentActivationBytes = 32 * 1024;
+
+// Chunks of activations a block holds at once: a work item's whole k range where it fits the
+// budget, else 1 (one chunk per stage).
+inline int resident_chunks(const Schedule& s, int group) {
+    const std::size_t span = s.chunks_per_split;
+    return span > 1 && span * std::size_t(activation_chunk_bytes(s.mr, group)) <= std::size_t(kResidentActivationBytes)
+               ? int(span)
+               : 1;
+}
+// The most chunks resident_chunks can give for <mr, group> (0: none beyond one).
+constexpr int max_resident_chunks(int mr, int group) {
+    return kResidentActivationBytes / activation_chunk_bytes(mr, group);
+}
+
+// The dynamic shared memory of the <MR, G> instantiation holding `act_chunks` chunks of
+// activations: the ring, the activations, their scales, one flag.
+constexpr int smem_bytes(int mr, int group, int act_chunks = 1) {
+    return kStages * kSlotBytes + act_chunks * activation_chunk_bytes(mr, group) + 16;
 }
 
 }  // namespace wush::cuda::stream

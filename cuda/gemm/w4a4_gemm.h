@@ -91,4 +91,11 @@ void configure_prefill_gemm();
 void launch_decode_gemm(const GemmArgs& args, cudaStream_t stream, const GemmDevice& device = {});
 void launch_prefill_gemm(const GemmArgs& args, cudaStream_t stream, const GemmDevice& device = {});
 
+// The decode kernel with k cut into splits of `chunks_per_split` chunks of plan::kDecodeChunk
+// elements (clamped to 1..chunks) instead of plan::plan_decode's: the same kernel and reduce, so
+// the bits of any partition of k. The streaming decode kernel's tests use it as their reference
+// (stream::split_plan). The workspace must hold splits x m x n float32 when it splits.
+void launch_decode_gemm_split(const GemmArgs& args, std::size_t chunks_per_split, cudaStream_t stream,
+                              const GemmDevice& device = {});
+
 }  // namespace wush::cuda

@@ -683,7 +683,8 @@ void expect_opt_in_same_bytes(wush_context_parameter param, wush_dtype x_dtype,
 }
 
 // Ask 2: a context with WUSH_CONTEXT_CUDA_STREAM_DECODE = 1 runs m <= 32 with the streaming decode
-// kernel (sm_80+), whose bytes equal the default decode kernel's (another context, same layer).
+// kernel (sm_80+), whose bytes equal the default decode kernel's (another context, same layer):
+// with d_in = 256 (one chunk) both cut k alike. (Other partitions: wush_gpu_stream_decode_tests.)
 TEST(CudaIssue41, StreamDecodeOptInSameBytesAsDecode) {
     REQUIRE_SM80("the streaming decode kernel");
     expect_opt_in_same_bytes(WUSH_CONTEXT_CUDA_STREAM_DECODE, WUSH_DTYPE_F32,

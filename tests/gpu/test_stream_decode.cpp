@@ -1,6 +1,7 @@
 // The streaming decode kernel (cuda/gemm/stream_decode.cu) on a GPU: its output bytes equal the
 // existing decode kernel's (cuda/gemm/gemm_decode.cu, itself checked against float64 by
-// test_w4a4_gemm.cpp) for every m = 1..32 and several shapes (4096 x 4096, 14336 x 4096,
+// test_w4a4_gemm.cpp) run with the streaming kernel's partition of k (launch_decode_gemm_split,
+// stream::split_plan) for every m = 1..32 and several shapes (4096 x 4096, 14336 x 4096,
 // 4096 x 14336, ragged), for F32 and BF16 outputs, for the device's own grid and a small one (the
 // bits may not depend on the SM count), eagerly and replayed from a CUDA graph, with the workspace
 // (partials and split-K counters) poisoned before every launch; and two launches of one layer in
@@ -136,7 +137,7 @@ void check_same_bytes(wush_format f, std::size_t m, std::size_t n, std::size_t k
         CUDA_OK(cudaMemset(work.p, 0xFF, work.bytes));
     };
     poison();
-    wush::cuda::launch_decode_gemm(g, nullptr);
+    wush::cuda::launch_decode_gemm_split(g, st::schedule_of(m, n, k).chunks_per_split, nullptr);
     CUDA_OK(cudaDeviceSynchronize());
     const std::vector<std::uint8_t> want = y.download();
 
@@ -148,6 +149,21 @@ void check_same_bytes(wush_format f, std::size_t m, std::size_t n, std::size_t k
         wush::cuda::launch_stream_decode_gemm(g, sw_, nullptr, *d);
         CUDA_OK(cudaDeviceSynchronize());
         EXPECT_TRUE(y.download() == want) << "bytes differ from the decode kernel's (SMs " << d->sm_count << ")";
+    }
+    // As a forward enqueues it: the counters zeroed first, then the activations written (here a
+    // copy; in a forward the quantize), then the kernel without a zeroing of its own (a
+    // programmatic dependent launch on sm_90+, split-K included).
+    {
+        poison();
+        const Buffer fresh(a.bytes);
+        ASSERT_TRUE(fresh.p);
+        GemmArgs g2 = g;
+        g2.a_codes = fresh.u8();
+        wush::cuda::zero_stream_decode_counters(g2, nullptr);
+        CUDA_OK(cudaMemcpyAsync(fresh.p, a.p, a.bytes, cudaMemcpyDeviceToDevice, nullptr));
+        wush::cuda::launch_stream_decode_gemm(g2, sw_, nullptr, dev, true);
+        CUDA_OK(cudaDeviceSynchronize());
+        EXPECT_TRUE(y.download() == want) << "counters zeroed before the activations were written";
     }
     if (!graph) return;
     cudaStream_t s = nullptr;
@@ -198,7 +214,7 @@ TEST(StreamDecodeGpu, TwoLaunchesInFlightOnTwoStreams) {
     const wush::cuda::StreamDecodeDevice dev = wush::cuda::configure_stream_decode();
     std::mt19937 rng(143);
     const wush_format f = WUSH_FORMAT_MXFP4;
-    const std::size_t m = 1, n = 4096, k = 14336;
+    const std::size_t m = 1, n = 1024, k = 14336;
     ASSERT_GT(st::schedule_of(m, n, k).splits, 1u) << "the shape must split K";
     const std::vector<std::uint8_t> wc = random_codes(n * k / 2, rng), ws = random_scales(f, n, k, rng);
     const Buffer a(random_codes(m * k / 2, rng)), sa(random_scales(f, m, k, rng)), w(wc), sw(ws);
@@ -207,7 +223,7 @@ TEST(StreamDecodeGpu, TwoLaunchesInFlightOnTwoStreams) {
     Buffer y[2] = {Buffer(m * n * 4), Buffer(m * n * 4)};
     const GemmArgs per[2] = {product_args(f, m, n, k, a, sa, w, sw, y[0], WUSH_DTYPE_F32, work[0]),
                              product_args(f, m, n, k, a, sa, w, sw, y[1], WUSH_DTYPE_F32, work[1])};
-    wush::cuda::launch_decode_gemm(per[0], nullptr);
+    wush::cuda::launch_decode_gemm_split(per[0], st::schedule_of(m, n, k).chunks_per_split, nullptr);
     CUDA_OK(cudaDeviceSynchronize());
     const std::vector<std::uint8_t> want = y[0].download();
     const wush::cuda::StreamDecodeWeights sw_{staged.u8()};

@@ -3,7 +3,8 @@
 // of its unit, read here nibble by nibble from the packed rows), the persistent schedule (every
 // chunk of every tile exactly once, balanced, workspace and shared-memory sizes), and the kernel's
 // own source run by tests/unit/cuda_host_emulation.h: its output bytes equal the existing decode
-// kernel's (run the same way, with its split-K reduce kernel) for every grid size.
+// kernel's run with the streaming kernel's partition of k (run the same way, with its split-K
+// reduce kernel) for every grid size, with activations staged per chunk or once per work item.
 #include "cuda_host_emulation.h"  // first: defines the CUDA spellings
 
 #include <gtest/gtest.h>
@@ -140,8 +141,8 @@ TEST(StreamSchedule, EveryChunkOnceBalancedAnySize) {
                                   {32, 40, 14336},
                                   {3, 13, 96}}) {
         const st::Schedule s = st::schedule_of(m, n, k);
-        const plan::DecodePlan d = plan::plan_decode(m, n, k);
-        EXPECT_EQ(s.splits, d.splits);  // the existing kernel's partition of k
+        const plan::DecodePlan d = st::split_plan(m, n, k);
+        EXPECT_EQ(s.splits, d.splits);
         EXPECT_EQ(s.chunks_per_split, d.chunks_per_split);
         EXPECT_EQ(s.items, plan::ceil_div(n, 16) * d.splits);
         // The partials, then (256-byte aligned) one counter per tile; nothing without split-K.
@@ -187,9 +188,69 @@ TEST(StreamSchedule, EveryChunkOnceBalancedAnySize) {
     }
 }
 
+// The persistent grid's split rule (split_plan), against its statement: at most one work item per
+// target slot wherever the tiles leave room to split (so one round), as many as fit below that,
+// never more splits than chunks, no empty split; one split once the tiles alone fill the slots; a
+// function of the shape alone. The decode kernel's own partition (plan_decode) is not touched.
+TEST(StreamSchedule, SplitRuleOneItemPerSlot) {
+    for (std::size_t m : {1, 2, 8, 9, 16, 32})
+        for (std::size_t n : {13, 40, 576, 1536, 2048, 4096, 4224, 14336})
+            for (std::size_t k : {96, 576, 1536, 4096, 9248, 14336}) {
+                SCOPED_TRACE(::testing::Message() << "m " << m << " n " << n << " k " << k);
+                const plan::DecodePlan p = st::split_plan(m, n, k);
+                const std::size_t tiles = plan::ceil_div(n, 16), chunks = plan::ceil_div(k, 1024);
+                const std::size_t target = (st::stream_mr(m) <= 8 ? 2 : 1) * 132;
+                ASSERT_EQ(p.blocks_n, tiles);
+                ASSERT_EQ(p.chunks, chunks);
+                ASSERT_GE(p.splits, 1u);
+                ASSERT_LE(p.splits, chunks);
+                EXPECT_LT((p.splits - 1) * p.chunks_per_split, chunks) << "an empty split";
+                EXPECT_GE(p.splits * p.chunks_per_split, chunks);
+                if (tiles >= target) {
+                    EXPECT_EQ(p.splits, 1u);
+                    continue;
+                }
+                EXPECT_LE(tiles * p.splits, target);
+                // No partition into more (non-empty, equal-length) splits also stays within the target.
+                for (std::size_t cps = 1; cps < p.chunks_per_split; ++cps)
+                    EXPECT_GT(tiles * plan::ceil_div(chunks, cps), target) << "cps " << cps;
+            }
+    EXPECT_EQ(st::split_plan(1, 4096, 14336).splits, 1u);     // 256 tiles fill 264 slots
+    EXPECT_EQ(st::split_plan(1, 1024, 8192).splits, 4u);      // 64 tiles x 4 = 256
+    EXPECT_EQ(plan::plan_decode(1, 4096, 14336).splits, 3u);  // the decode kernel's rule is its own
+}
+
+// Activations stay in shared memory for a whole work item where the item's chunks fit the budget,
+// per chunk otherwise.
+TEST(StreamSchedule, ResidentActivationsWithinBudget) {
+    for (int g : {16, 32})
+        for (std::size_t m : {1, 2, 4, 8, 16, 32})
+            for (std::size_t n : {40, 576, 4096})
+                for (std::size_t k : {96, 2048, 5120, 14336, 30720}) {
+                    const st::Schedule s = st::schedule_of(m, n, k);
+                    const int c = st::resident_chunks(s, g);
+                    const int one = st::activation_chunk_bytes(s.mr, g);
+                    if (c > 1) {
+                        EXPECT_EQ(std::size_t(c), s.chunks_per_split);
+                        EXPECT_LE(c * one, st::kResidentActivationBytes);
+                        EXPECT_LE(c, st::max_resident_chunks(s.mr, g));
+                    } else {
+                        EXPECT_TRUE(s.chunks_per_split == 1 ||
+                                    s.chunks_per_split * std::size_t(one) > std::size_t(st::kResidentActivationBytes));
+                    }
+                }
+    EXPECT_EQ(st::resident_chunks(st::schedule_of(1, 4096, 14336), 32), 14);  // m = 1: the whole of k
+}
+
 TEST(StreamSchedule, SharedMemoryFitsAndRingBudget) {
     for (int g : {16, 32})
-        for (int mr = 1; mr <= 32; mr *= 2) EXPECT_LE(st::smem_bytes(mr, g), 227 * 1024) << mr << " " << g;  // sm_90
+        for (int mr = 1; mr <= 32; mr *= 2) {
+            EXPECT_LE(st::smem_bytes(mr, g), 227 * 1024) << mr << " " << g;  // sm_90
+            // With resident activations, the blocks per SM of the launch bounds still fit 228 KB
+            // (sm_90, sm_100; 1 KB reserved per block).
+            const int most = std::max(1, st::max_resident_chunks(mr, g));
+            EXPECT_LE(st::blocks_per_sm_bound(mr) * (st::smem_bytes(mr, g, most) + 1024), 228 * 1024) << mr << " " << g;
+        }
     for (wush_format f : kFormats) {
         EXPECT_EQ(st::stage_bytes(f) % 16, 0);
         EXPECT_LE(st::stage_bytes(f), st::kSlotBytes);
@@ -219,11 +280,15 @@ void run_old(const cuda::decode_detail::DecodeParams& p, wush_emu::Dim grid) {
     wush_emu::launch(grid, plan::kDecodeWarps * 32, 0, [&] { cuda::decode_detail::decode_gemm_kernel<MR, G>(p); });
 }
 
-// The existing decode path's output bytes (decode kernel, then its split-K reduce).
+// The existing decode path's output bytes (decode kernel, then its split-K reduce), with k cut
+// into splits of `chunks_per_split` chunks.
 std::vector<std::uint8_t> old_decode(wush_format f, std::size_t m, std::size_t n, std::size_t k, const Packed& a,
-                                     const Packed& w, bool bf16, const cuda::OutputBias& bias) {
+                                     const Packed& w, bool bf16, const cuda::OutputBias& bias,
+                                     std::size_t chunks_per_split) {
     const Aligned ac(a.codes), wc(w.codes);
-    const plan::DecodePlan pl = plan::plan_decode(m, n, k);
+    plan::DecodePlan pl = plan::plan_decode(m, n, k);
+    pl.chunks_per_split = chunks_per_split;  // as launch_decode_gemm_split does
+    pl.splits = plan::ceil_div(pl.chunks, chunks_per_split);
     const std::size_t ybytes = m * n * (bf16 ? 2 : 4);
     std::vector<std::uint8_t> y(ybytes, 0xAB);
     std::vector<float> partial(pl.splits * m * n, NAN);
@@ -267,26 +332,49 @@ std::vector<std::uint8_t> old_decode(wush_format f, std::size_t m, std::size_t n
 
 template <int MR, int G>
 void run_new(const cuda::stream_detail::StreamParams& p, unsigned grid) {
-    wush_emu::launch(wush_emu::Dim{grid, 1, 1}, st::kThreads, std::size_t(st::smem_bytes(MR, G)),
+    wush_emu::launch(wush_emu::Dim{grid, 1, 1}, st::kThreads, std::size_t(st::smem_bytes(MR, G, p.act_chunks)),
                      [&] { cuda::stream_detail::stream_decode_kernel<MR, G>(p); });
 }
 
+// A launch's partition of k and its activation staging: schedule_of's and resident_chunks' by
+// default; the tests also force others on small shapes (the kernel takes any).
+struct Partition {
+    std::size_t chunks_per_split = 0;  // 0: schedule_of's
+    int act_chunks = 0;                // 0: resident_chunks'; 1: per chunk; chunks_per_split: resident
+};
+
+st::Schedule schedule_with(std::size_t m, std::size_t n, std::size_t k, const Partition& part) {
+    st::Schedule s = st::schedule_of(m, n, k);
+    if (part.chunks_per_split > 0) {
+        s.chunks_per_split = part.chunks_per_split;
+        s.splits = plan::ceil_div(s.chunks, s.chunks_per_split);
+        s.items = s.tiles * s.splits;
+    }
+    return s;
+}
+
 std::vector<std::uint8_t> stream_decode(wush_format f, std::size_t m, std::size_t n, std::size_t k, const Packed& a,
-                                        const Packed& w, bool bf16, unsigned grid, const cuda::OutputBias& bias) {
+                                        const Packed& w, bool bf16, unsigned grid, const cuda::OutputBias& bias,
+                                        const Partition& part = {}) {
     const Aligned ac(a.codes);
     const std::vector<std::uint8_t> staged_v = st::stage_weights(f, n, k, w.codes.data(), w.scales.data());
     const Aligned staged(staged_v);
-    const st::Schedule s = st::schedule_of(m, n, k);
+    const st::Schedule s = schedule_with(m, n, k, part);
     std::vector<std::uint8_t> y(m * n * (bf16 ? 2 : 4), 0xAB);
     // The launch's workspace as launch_stream_decode_gemm lays it out: NaN partials, then the
     // counters, which the launch zeroes on its stream before the kernel (done here by hand).
-    std::vector<float> workspace((st::workspace_bytes(m, n, k) + 3) / 4, NAN);
-    EXPECT_GE(st::counters_offset(m, n, k), s.splits > 1 ? s.splits * m * n * sizeof(float) : 0u);
+    // (A forced partition gets the same layout at its own size.)
+    const std::size_t partials = s.splits > 1 ? s.splits * m * n * sizeof(float) : 0;
+    const std::size_t at = (partials + 255) / 256 * 256;
+    if (part.chunks_per_split == 0) {
+        EXPECT_EQ(st::counters_offset(m, n, k), at);
+        EXPECT_EQ(st::workspace_bytes(m, n, k), partials ? at + st::counter_bytes(n) : 0);
+    }
+    std::vector<float> workspace((at + st::counter_bytes(n) + 3) / 4, NAN);
     float* partial = workspace.data();
     unsigned* counters = nullptr;
     if (s.splits > 1) {
-        counters = reinterpret_cast<unsigned*>(reinterpret_cast<std::uint8_t*>(workspace.data()) +
-                                               st::counters_offset(m, n, k));
+        counters = reinterpret_cast<unsigned*>(reinterpret_cast<std::uint8_t*>(workspace.data()) + at);
         std::memset(counters, 0, st::counter_bytes(n));
     }
     cuda::stream_detail::StreamParams p;
@@ -307,6 +395,7 @@ std::vector<std::uint8_t> stream_decode(wush_format f, std::size_t m, std::size_
     p.splits = int(s.splits);
     p.chunks_per_split = int(s.chunks_per_split);
     p.stage_bytes = st::stage_bytes(f);
+    p.act_chunks = part.act_chunks > 0 ? part.act_chunks : st::resident_chunks(s, st::group_of(f));
     p.items = (long long)s.items;
     grid = unsigned(std::min<std::size_t>(grid, s.items));
     const int G = st::group_of(f);
@@ -332,13 +421,16 @@ std::vector<std::uint8_t> stream_decode(wush_format f, std::size_t m, std::size_
 }
 
 void check_equal(wush_format f, std::size_t m, std::size_t n, std::size_t k, std::mt19937& rng,
-                 std::initializer_list<unsigned> grids, int force_a = -1, const cuda::OutputBias& bias = {}) {
-    SCOPED_TRACE(::testing::Message() << "format " << int(f) << " m " << m << " n " << n << " k " << k);
+                 std::initializer_list<unsigned> grids, int force_a = -1, const cuda::OutputBias& bias = {},
+                 const Partition& part = {}) {
+    SCOPED_TRACE(::testing::Message() << "format " << int(f) << " m " << m << " n " << n << " k " << k << " split "
+                                      << part.chunks_per_split << " resident " << part.act_chunks);
     const Packed a = random_packed(f, m, k, rng, force_a), w = random_packed(f, n, k, rng);
+    const st::Schedule s = schedule_with(m, n, k, part);
     for (bool bf16 : {false, true}) {
-        const std::vector<std::uint8_t> want = old_decode(f, m, n, k, a, w, bf16, bias);
+        const std::vector<std::uint8_t> want = old_decode(f, m, n, k, a, w, bf16, bias, s.chunks_per_split);
         for (unsigned grid : grids) {
-            const std::vector<std::uint8_t> got = stream_decode(f, m, n, k, a, w, bf16, grid, bias);
+            const std::vector<std::uint8_t> got = stream_decode(f, m, n, k, a, w, bf16, grid, bias, part);
             std::size_t diff = 0;
             for (std::size_t i = 0; i < want.size(); ++i) diff += got[i] != want[i];
             EXPECT_EQ(diff, 0u) << "bytes differ from the decode kernel's (grid " << grid << ", bf16 " << bf16 << ")";
@@ -356,6 +448,22 @@ TEST(StreamDecodeEmulation, BytesEqualTheDecodeKernelsOnAnyGrid) {
     check_equal(WUSH_FORMAT_NVFP4, 32, 20, 2048, rng, {3});         // 32 rows in one pass, 2 chunks
     check_equal(WUSH_FORMAT_MXFP4, 2, 17, 9248, rng, {2});          // 10 stages per block: the ring wraps
     check_equal(WUSH_FORMAT_MXFP4, 3, 9, 96, rng, {2}, 127 + 103);  // huge activation scales
+}
+
+// Activations staged once per work item (act_chunks = chunks_per_split) against per chunk, both
+// against the decode kernel run with the same partition: splits of several chunks over a grid
+// where a block's next item has the same k range (grid a multiple of the splits: kept) and where it
+// has another (restaged), ragged last split and last chunk included.
+TEST(StreamDecodeEmulation, ResidentActivationsSameBytes) {
+    std::mt19937 rng(45);
+    for (wush_format f : kFormats)
+        for (int resident : {1, 2}) {
+            // 5 chunks in splits of 2, 2, 1 (the last chunk ragged) over 3 tiles.
+            check_equal(f, 2, 40, 4640, rng, {1, 2, 3, 7}, -1, {}, Partition{2, resident});
+        }
+    // One split of all 4 chunks, resident (as schedule_of gives m = 1 once the tiles fill the GPU).
+    check_equal(WUSH_FORMAT_MXFP4, 1, 40, 3104, rng, {1, 2}, -1, {}, Partition{4, 4});
+    check_equal(WUSH_FORMAT_NVFP4, 3, 24, 3104, rng, {2}, -1, {}, Partition{4, 4});
 }
 
 // A bias (wush_linear_run_bias) is added in both kernels' final stores: on the direct store (one
