@@ -1,5 +1,7 @@
 // Prepared layers (wush_linear): a transform and a qweight bound once to a context's backend,
 // then run many times. Argument checks only; the backend does the work.
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -133,6 +135,39 @@ WUSH_API wush_status wush_linear_run_bias(wush_context* ctx, wush_linear* layer,
     return guarded(__func__, [&] {
         run_layer(ctx, layer, x_dtype, x, n_tokens, {bias_dtype, bias, bias_count}, y_dtype, y, y_count, workspace,
                   workspace_bytes);
+    });
+}
+
+WUSH_API wush_status wush_linear_run_quantized(wush_context* ctx, wush_linear* layer, const void* codes,
+                                               size_t codes_bytes, const void* scales, size_t scales_bytes,
+                                               size_t n_tokens, wush_dtype y_dtype, void* y, size_t y_count,
+                                               void* workspace, size_t workspace_bytes) {
+    return guarded(__func__, [&] {
+        ContextUse use(ctx, "ctx");
+        wush::backend::PreparedLayer& l = layer_of(use, layer);
+        require_output_dtype(y_dtype);
+        if (n_tokens == 0) return;
+        const fmt::PackedSizes need = fmt::packed_sizes(fmt::spec(l.format()), n_tokens, l.d_in());
+        require_pointer(codes, "codes");
+        require_pointer(scales, "scales");
+        require_size(codes_bytes, need.codes, "codes", "bytes");
+        require_size(scales_bytes, need.scales, "scales", "bytes");
+        require_pointer(y, "y");
+        require_size(y_count, wush::checked_mul(n_tokens, l.d_out(), "n_tokens * d_out"), "y", "elements");
+        require_size(workspace_bytes, l.minimum_workspace_bytes(n_tokens), "workspace", "bytes");
+        require_pointer(workspace, "workspace");
+        l.forward_quantized(static_cast<const std::uint8_t*>(codes), static_cast<const std::uint8_t*>(scales), n_tokens,
+                            y_dtype, y, {static_cast<std::byte*>(workspace), workspace_bytes});
+    });
+}
+
+WUSH_API wush_status wush_linear_last_kernels(const wush_linear* layer, char* text, size_t text_bytes) {
+    return guarded(__func__, [&] {
+        layer = require_handle(layer, HandleType::Linear, "layer");
+        require_pointer(text, "text");
+        const std::string names = layer->layer->last_kernels();
+        require_size(text_bytes, names.size() + 1, "text", "bytes");
+        std::memcpy(text, names.c_str(), names.size() + 1);
     });
 }
 

@@ -24,8 +24,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -293,27 +295,29 @@ const KernelRow* gemm_row(const GemmArgs& g, const WeightExtras& w, const Kernel
     });
 }
 
-// The product through `row` (gemm_row's choice for g). `counters_zeroed`: a streaming decode's
-// split-K counters were zeroed on the stream before the activations' quantize (forward does so).
-void run_gemm(const GemmArgs& g, const KernelRow* row, const WeightExtras& w, const Device& dev,
-              bool counters_zeroed = false) {
-    switch (row ? row->kernel : Kernel::Reference) {
+// The product through `row` (gemm_row's choice for g); returns the kernel that ran.
+// `counters_zeroed`: a streaming decode's split-K counters were zeroed on the stream before the
+// activations' quantize (forward does so).
+Kernel run_gemm(const GemmArgs& g, const KernelRow* row, const WeightExtras& w, const Device& dev,
+                bool counters_zeroed = false) {
+    const Kernel k = row ? row->kernel : Kernel::Reference;
+    switch (k) {
         case Kernel::StreamDecode:
             launch_stream_decode_gemm(g, w.stream, dev.stream, dev.stream_info, counters_zeroed);
-            return;
-        case Kernel::Decode: launch_decode_gemm(g, dev.stream, dev.gemm); return;
-        case Kernel::Prefill: launch_prefill_gemm(g, dev.stream, dev.gemm); return;
-        case Kernel::Bf16Prefill: launch_bf16_prefill_gemm(g, dev.sm, dev.stream); return;
+            return k;
+        case Kernel::Decode: launch_decode_gemm(g, dev.stream, dev.gemm); return k;
+        case Kernel::Prefill: launch_prefill_gemm(g, dev.stream, dev.gemm); return k;
+        case Kernel::Bf16Prefill: launch_bf16_prefill_gemm(g, dev.sm, dev.stream); return k;
         case Kernel::BlockScaledLt:
             // cuBLASLt may offer no algorithm for this m or refuse the launch: the reference path
             // then (its workspace is part of the row's, see gemm_bytes). A bias takes the
             // reference path too (this opt-in path has no bias epilogue).
             if (g.bias.data == nullptr && w.lt_cache != nullptr &&
                 w.lt_cache->launch(g, w.swizzled, dev.lt, dev.stream))
-                return;
+                return k;
             run_reference(g, w, dev);
-            return;
-        default: run_reference(g, w, dev); return;
+            return Kernel::Reference;
+        default: run_reference(g, w, dev); return Kernel::Reference;
     }
 }
 
@@ -397,11 +401,12 @@ std::size_t layer_workspace_bytes(const formats::FormatSpec& f, std::size_t d_in
 
 // The quantize launch through the table's first quantize row that can take it (the tensor-core
 // kernel only where the transform's fragments were uploaded: quantize_tc_applies).
-void launch_quantize(const QuantizeArgs& a, const KernelTable& table, const Device& dev) {
-    launch_quantize(a,
-                    quantize_pick(table, dev.sm, a.n_tokens, int(a.format),
-                                  [&](Kernel k) { return k != Kernel::QuantizeTensorCore || quantize_tc_applies(a); }),
-                    dev.stream);
+// Returns the kernel launched.
+Kernel launch_quantize(const QuantizeArgs& a, const KernelTable& table, const Device& dev) {
+    const Kernel k = quantize_pick(table, dev.sm, a.n_tokens, int(a.format),
+                                   [&](Kernel k) { return k != Kernel::QuantizeTensorCore || quantize_tc_applies(a); });
+    launch_quantize(a, k, dev.stream);
+    return k;
 }
 
 // ---- the prepared layer ------------------------------------------------------------------------
@@ -462,7 +467,7 @@ public:
         require_device_tensor(x, x_dtype, "x", dev_->index);
         require_device_pointer(codes.data(), "codes", dev_->index);
         require_device_pointer(scales.data(), "scales", dev_->index);
-        enqueue_quantize(x_dtype, x, n, codes.data(), scales.data());
+        record(enqueue_quantize(x_dtype, x, n, codes.data(), scales.data()), std::nullopt);
     }
 
     void forward(wush_dtype x_dtype, const void* x, std::size_t n, const backend::Bias& bias, wush_dtype y_dtype,
@@ -494,8 +499,33 @@ public:
         // stands between the quantize and the kernel's programmatic dependent launch.
         const bool zero_first = row != nullptr && row->kernel == Kernel::StreamDecode;
         if (zero_first) zero_stream_decode_counters(g, dev_->stream);
-        enqueue_quantize(x_dtype, x, n, codes, scales);
-        run_gemm(g, row, extras_, *dev_, zero_first);
+        const Kernel q = enqueue_quantize(x_dtype, x, n, codes, scales);
+        record(q, run_gemm(g, row, extras_, *dev_, zero_first));
+    }
+
+    void forward_quantized(const std::uint8_t* codes, const std::uint8_t* scales, std::size_t n, wush_dtype y_dtype,
+                           void* y, std::span<std::byte> workspace) override {
+        require_output_dtype(y_dtype);
+        require(workspace.size() >= minimum_workspace_bytes(n), "forward: workspace too small");
+        require(reinterpret_cast<std::uintptr_t>(workspace.data()) % 256 == 0,
+                "forward: the workspace must be 256-byte aligned");
+        const DeviceGuard guard(dev_->index);
+        require_device_pointer(codes, "codes", dev_->index);
+        require_device_pointer(scales, "scales", dev_->index);
+        require_device_tensor(y, y_dtype, "y", dev_->index);
+        require_device_pointer(workspace.data(), "workspace", dev_->index);
+        // The GEMM's scratch where forward() puts it, after room for the activations.
+        const formats::PackedSizes s = formats::packed_sizes(spec_, n, d_in_);
+        const std::size_t skip = round_up(s.codes, 256) + round_up(s.scales, 256);
+        const GemmArgs g = gemm_args(n, y_dtype, y, codes, scales, workspace.subspan(skip));
+        record(std::nullopt, run_gemm(g, gemm_row(g, extras_, table_, *dev_), extras_, *dev_));
+    }
+
+    std::string last_kernels() const override {
+        const int q = last_quantize_.load(std::memory_order_relaxed), m = last_gemm_.load(std::memory_order_relaxed);
+        std::string out = q >= 0 ? kernel_name(Kernel(q)) : "";
+        if (m >= 0) out += (out.empty() ? "" : " ") + std::string(kernel_name(Kernel(m)));
+        return out;
     }
 
 private:
@@ -507,9 +537,18 @@ private:
         extras_.stream = StreamDecodeWeights{w_staged_.get<std::uint8_t>()};
     }
 
-    // The quantize launch on checked arguments (dtype, sizes and pointers).
-    void enqueue_quantize(wush_dtype x_dtype, const void* x, std::size_t n, std::uint8_t* codes, std::uint8_t* scales) {
-        launch_quantize(quantize_args(t_, spec_, d_in_, x_dtype, x, n, codes, scales, *dev_), table_, *dev_);
+    // The quantize launch on checked arguments (dtype, sizes and pointers); returns its kernel.
+    Kernel enqueue_quantize(wush_dtype x_dtype, const void* x, std::size_t n, std::uint8_t* codes,
+                            std::uint8_t* scales) {
+        return launch_quantize(quantize_args(t_, spec_, d_in_, x_dtype, x, n, codes, scales, *dev_), table_, *dev_);
+    }
+
+    // What last_kernels() reports: the call's quantize kernel (none for forward_quantized) and
+    // GEMM kernel (none for quantize). Relaxed atomics: a reader on another thread sees one
+    // call's or the other's.
+    void record(std::optional<Kernel> quantize, std::optional<Kernel> gemm) {
+        last_quantize_.store(quantize ? int(*quantize) : -1, std::memory_order_relaxed);
+        last_gemm_.store(gemm ? int(*gemm) : -1, std::memory_order_relaxed);
     }
 
     GemmArgs gemm_args(std::size_t m, wush_dtype y_dtype, void* y, const std::uint8_t* a_codes,
@@ -535,6 +574,7 @@ private:
     WeightPlan plan_;
     BlockScaledCache lt_cache_;
     WeightExtras extras_;
+    std::atomic<int> last_quantize_{-1}, last_gemm_{-1};  // Kernel values; -1: none
 };
 
 // ---- the backend ---------------------------------------------------------------------------------

@@ -32,9 +32,14 @@ OPT_INS = ("stream_decode", "tc_quantize", "bf16_prefill")
 VARIANT_OF = {"stream_decode": "stream_decode=1", "tc_quantize": "tc_quantize=1", "bf16_prefill": "bf16_prefill=1"}
 TEST_STAGE = {"stream_decode": "optin-stream-decode", "tc_quantize": "optin-tc-quantize",
               "bf16_prefill": "optin-bf16-prefill"}
+# The kernel each opt-in puts in place (wush_linear_last_kernels' names): a row of the variant
+# whose kernels lack it did not run the opt-in at that shape.
+KERNEL_OF = {"stream_decode": "gemm.stream_decode", "tc_quantize": "quantize.tensor_core",
+             "bf16_prefill": "gemm.bf16_prefill"}
 RULES = {
     "stream_decode": "default for m <= 32 if >= 1.2x the decode path on every measured shape beyond the spread "
-                     "(default's min / opt-in's max), its tests pass and racecheck is clean",
+                     "(default's min / opt-in's max; GEMM-only rows where measured), its tests pass and racecheck "
+                     "is clean",
     "tc_quantize": "default for m >= 17 (BF16/F16 input) if the probe passes on this card, its tests pass and it is "
                    ">= 1.5x the CUDA-core kernel beyond the spread on every measured shape from m = 128",
     "bf16_prefill": "default only on the shapes where it beats the reference path beyond the spread, its tests "
@@ -107,8 +112,20 @@ def group(bench_rows):
     return g
 
 
-def compare(g, kind, baseline, variant, keep):
-    """Per shape of `kind`: the variant against the default (both from the same process)."""
+def kernels(rows):
+    """The kernels the rows report (wush_linear_last_kernels), each name once, in order."""
+    seen = []
+    for r in rows:
+        for k in (r.get("kernels") or "").split():
+            if k not in seen:
+                seen.append(k)
+    return seen
+
+
+def compare(g, kind, baseline, variant, keep, kernel=None):
+    """Per shape of `kind`: the variant against the default (both from the same process), with
+    the kernels each ran; `kernel`: the opt-in's, whose absence from the variant's rows is "ran":
+    false."""
     out = []
     for (k, layer, fmt, m, base, var), rows in sorted(g.items(), key=lambda kv: kv[0][:4]):
         if k != kind or base != baseline or var != variant or not keep(fmt, m):
@@ -120,7 +137,10 @@ def compare(g, kind, baseline, variant, keep):
             continue
         row = {"kind": kind, "layer": layer, "format": fmt, "m": m, "opt_in": ours, "default": dflt,
                "speedup": dflt["median_us"] / ours["median_us"],
-               "speedup_range": [dflt["min_us"] / ours["max_us"], dflt["max_us"] / ours["min_us"]]}
+               "speedup_range": [dflt["min_us"] / ours["max_us"], dflt["max_us"] / ours["min_us"]],
+               "kernels": kernels(rows), "default_kernels": kernels(d_rows)}
+        if kernel is not None:
+            row["ran"] = kernel in row["kernels"]
         if theirs is not None:
             x = theirs["median_us"] / ours["median_us"]
             row["against_" + baseline] = x
@@ -145,25 +165,32 @@ def verdict_row(name, stages, probe, g):
     if tests == NO_DEVICE:
         v.update(speed=NO_DEVICE, should_become_default=NO_DEVICE)
         return v
-    var = VARIANT_OF[name]
+    var, kernel = VARIANT_OF[name], KERNEL_OF[name]
     if name == "stream_decode":
-        shapes = compare(g, "forward", "cublas_bf16", var, lambda f, m: m <= 32)
-        ok = bool(shapes) and all(s["speedup_range"][0] >= 1.2 for s in shapes)
+        small = lambda f, m: m <= 32  # noqa: E731
+        gemm = compare(g, "gemm", "cublas_bf16", var, small, kernel)
+        forward = compare(g, "forward", "cublas_bf16", var, small, kernel)
+        shapes = gemm or forward  # the rule reads the GEMM alone where it was timed
+        ok = bool(shapes) and all(s["speedup_range"][0] >= 1.2 and s["ran"] for s in shapes)
         v["racecheck"] = st.get("racecheck", "not run")
         v["should_become_default"] = ok and tests == "pass" and v["racecheck"] == "pass"
+        if gemm:
+            v["forward_speed"] = forward
     elif name == "tc_quantize":
-        shapes = compare(g, "quantize", "d2d_copy", var, lambda f, m: m >= 17)
+        shapes = compare(g, "quantize", "d2d_copy", var, lambda f, m: m >= 17, kernel)
         big = [s for s in shapes if s["m"] >= 128]
-        ok = bool(big) and all(s["speedup_range"][0] >= 1.5 for s in big)
+        ok = bool(big) and all(s["speedup_range"][0] >= 1.5 and s["ran"] for s in big)
         v["probe"] = probe["result"]
         v["should_become_default"] = ok and tests == "pass" and probe["result"] == "pass"
     else:
-        shapes = compare(g, "forward", "cublas_bf16", var, lambda f, m: m > 32 and f in ("mxfp4", "nvfp4"))
+        shapes = compare(g, "forward", "cublas_bf16", var, lambda f, m: m > 32 and f in ("mxfp4", "nvfp4"), kernel)
         where = [{"layer": s["layer"], "format": s["format"], "m": s["m"]}
-                 for s in shapes if s["speedup_range"][0] > 1.0]
+                 for s in shapes if s["speedup_range"][0] > 1.0 and s["ran"]]
         v["where"] = where
         v["should_become_default"] = bool(where) and tests == "pass"
     v["speed"] = shapes if shapes else "not measured"
+    v["not_run_at"] = [{"layer": s["layer"], "format": s["format"], "m": s["m"], "kind": s["kind"]}
+                       for s in shapes if not s["ran"]]
     if not shapes:
         v["should_become_default"] = False
     return v
@@ -171,9 +198,13 @@ def verdict_row(name, stages, probe, g):
 
 def self_test():
     """The promotion rules on made-up rows: each rule must say yes and no where it should."""
+    ran = {"default": "", "stream_decode=1": "gemm.stream_decode", "tc_quantize=1": "quantize.tensor_core",
+           "bf16_prefill=1": "gemm.bf16_prefill"}
+
     def row(kind, m, variant, ours, spread, base, rep, fmt="mxfp4", layer="4096x4096"):
         return {"kind": kind, "layer": layer, "format": fmt, "m": m, "variant": variant, "repeat": rep,
-                "baseline": "cublas_bf16" if kind == "forward" else "d2d_copy",
+                "baseline": "d2d_copy" if kind == "quantize" else "cublas_bf16",
+                "kernels": "quantize.small_m " + (ran[variant] or "gemm.decode"),
                 "ours_graph_us": ours, "ours_graph_min_us": ours * (1 - spread),
                 "ours_graph_max_us": ours * (1 + spread), "baseline_graph_us": base,
                 "baseline_graph_min_us": base, "baseline_graph_max_us": base,
@@ -183,6 +214,8 @@ def self_test():
         for m in (1, 16, 32):
             rows.append(row("forward", m, "default", 10.0, 0.02, 9.0, rep))
             rows.append(row("forward", m, "stream_decode=1", 7.5, 0.02, 9.0, rep))   # 1.33x, beyond the spread
+            rows.append(row("gemm", m, "default", 8.0, 0.02, 9.0, rep))
+            rows.append(row("gemm", m, "stream_decode=1", 5.5, 0.02, 9.0, rep))      # 1.45x
         for m in (17, 128, 4096):
             rows.append(row("quantize", m, "default", 10.0, 0.02, 5.0, rep))
             rows.append(row("quantize", m, "tc_quantize=1", 7.0, 0.02, 5.0, rep))     # 1.43x: under 1.5x
@@ -214,9 +247,22 @@ def self_test():
         bad.append("tensor-core quantize at 2x: not promoted")
     if verdict_row("tc_quantize", passed, {"result": "fail"}, group(fast_tc))["should_become_default"] is not False:
         bad.append("tensor-core quantize promoted with the probe failing")
-    s = v["stream_decode"]["speed"][0]
+    # The variant's rows say the decode kernel ran: not promoted, and the shapes are listed.
+    unrun = [dict(r, kernels="quantize.small_m gemm.decode") if r["variant"] == "stream_decode=1" and r["m"] == 16
+             else r for r in rows]
+    vu = verdict_row("stream_decode", passed, probe, group(unrun))
+    if vu["should_become_default"] is not False or [u["m"] for u in vu["not_run_at"]] != [16]:
+        bad.append(f"stream decode promoted where it did not run: {vu['not_run_at']}")
+    # The rule reads the GEMM-only rows: a GEMM under 1.2x blocks the promotion whatever the forward.
+    slow = [dict(r, ours_graph_us=7.5, ours_graph_min_us=7.4, ours_graph_max_us=7.6)
+            if r["variant"] == "stream_decode=1" and r["kind"] == "gemm" else r for r in rows]
+    if verdict_row("stream_decode", passed, probe, group(slow))["should_become_default"] is not False:
+        bad.append("stream decode promoted on its forward rows with its GEMM at 1.07x")
+    s = v["stream_decode"]["forward_speed"][0]
     if abs(s["speedup"] - 10.0 / 7.5) > 1e-9 or abs(s["against_cublas_bf16"] - 9.0 / 7.5) > 1e-9:
         bad.append(f"stream decode speed row {s}")
+    if s["kernels"] != ["quantize.small_m", "gemm.stream_decode"] or s["default_kernels"][1] != "gemm.decode":
+        bad.append(f"stream decode kernels {s['kernels']} / {s['default_kernels']}")
     if s["target"] != {"value": 3.0, "met": False, "measure": "x cuBLAS BF16"}:
         bad.append(f"m = 1 target {s.get('target')}")
     q = [r for r in v["tc_quantize"]["speed"] if r["m"] == 4096][0]
@@ -256,13 +302,15 @@ def main():
                "bench": {k: v for k, v in bench.items() if k != "results"} if bench else None,
                "bench_stage": st.get("bench", "not run"), "bench_error": bench_error, "rows": rows,
                "ncu": read_ncu(args.ncu) if args.ncu else [],
-               "kernels_note": "rows carry the requested variant; the ncu entries say which kernel ran at their shape"}
+               "kernels_note": "rows carry the variant and the kernels that ran (wush_linear_last_kernels after "
+                               "the row's calls); the ncu entries profile one launch of each new kernel"}
     g = group(rows)
     opt_ins = [verdict_row(n, stages, probe, g) for n in OPT_INS]
     all_on = {"opt_in": "all", "variant": "all", "tests": NO_DEVICE if args.device == "" else "see the opt-ins",
               "should_become_default": NO_DEVICE if args.device == "" else "n/a"}
     if args.device:
         all_on["speed"] = (compare(g, "forward", "cublas_bf16", "all", lambda f, m: True)
+                           + compare(g, "gemm", "cublas_bf16", "all", lambda f, m: True)
                            + compare(g, "quantize", "d2d_copy", "all", lambda f, m: True)) or "not measured"
     else:
         all_on["speed"] = NO_DEVICE

@@ -4,6 +4,9 @@
 //             shared Hadamard matrix, (b) a device-to-device copy of the activations' bytes
 //   forward   wush_linear_run (quantize + W4A4 GEMM)          vs cuBLAS BF16 GEMM (X W^T, float32
 //                                                               accumulation) on the same shape
+//   gemm      wush_linear_run_quantized (the GEMM alone, on    vs the same cuBLAS BF16 GEMM
+//             activations quantized once), with every forward
+// Every row names the kernels that ran (wush_linear_last_kernels after its calls).
 // Activations are BF16. speedup = baseline_s / ours_s. `--timing both` (the default) measures every
 // call twice: eager (each call launched from the host) and replayed from a captured CUDA graph (no
 // host launch cost, as a framework that replays graphs sees it); `eager` or `graph` measure one.
@@ -66,6 +69,7 @@ struct Result {
     double ours_bytes = 0.0, base_bytes = 0.0;     // quantize only: bytes moved per call (GB/s)
     std::string variant = "default";               // the --variants item the layers were prepared with
     std::size_t repeat = 0;                        // which round of --repeats (from 0)
+    std::string kernels{};                         // what ran: wush_linear_last_kernels after the calls
 };
 
 // Device memory owned for the length of one measurement, or of one layer's copies.
@@ -351,6 +355,12 @@ bool timed(const Times& t, const char* what) {
     return false;
 }
 
+// The kernels a layer's last call ran (wush_linear_last_kernels), "?" if it cannot say.
+std::string kernels_of(const Linear& layer) {
+    char names[64] = "?";
+    return wush_linear_last_kernels(layer.get(), names, sizeof names) == WUSH_OK ? names : "?";
+}
+
 bool bench_quantize(wush_context* ctx, cudaStream_t stream, const Settings& s, const Case& c, std::size_t m,
                     const void* x, std::vector<Result>* out) {
     std::size_t cb = 0, sb = 0;
@@ -380,6 +390,7 @@ bool bench_quantize(wush_context* ctx, cudaStream_t stream, const Settings& s, c
     const std::string f = wush_format_name(c.format);
     out->push_back({"quantize", c.layer, f, "hadamard", m, t_wush, t_had, n, n, moved, moved});
     out->push_back({"quantize", c.layer, f, "d2d_copy", m, t_wush, t_copy, n, 1, moved, 2.0 * double(x_bytes)});
+    out->end()[-2].kernels = out->end()[-1].kernels = kernels_of(c.wush.front());
     return true;
 }
 
@@ -413,6 +424,27 @@ bool bench_forward(wush_context* ctx, cudaStream_t stream, const Settings& s, cu
     if (!timed(t_ours, "wush_linear_run") || !timed(t_blas, "cublasGemmEx")) return false;
     out->push_back({"forward", c.layer, wush_format_name(c.format), "cublas_bf16", m, t_ours, t_blas, c.wush.size(),
                     c.w_bf16.size()});
+    out->back().kernels = kernels_of(c.wush.front());
+    // The GEMM alone (wush_linear_run_quantized) on activations quantized once: every copy is the
+    // same transform, so the first copy's codes serve them all.
+    std::size_t cb = 0, sb = 0;
+    wush_format_buffer_sizes(c.format, m, c.d_in, &cb, &sb);
+    DeviceBuffer codes(cb), scales(sb);
+    if (!codes || !scales) return ok(WUSH_ERR_OUT_OF_MEMORY, "device buffers");
+    if (!ok(wush_linear_quantize(ctx, c.wush.front().get(), WUSH_DTYPE_BF16, x, m, codes.get(), cb, scales.get(), sb),
+            "wush_linear_quantize"))
+        return false;
+    const Times t_gemm = measure(stream, s, c.wush.size(), [&](std::size_t i) {
+        const wush_status r = wush_linear_run_quantized(ctx, c.wush[i].get(), codes.get(), cb, scales.get(), sb, m,
+                                                        WUSH_DTYPE_BF16, y.get(), m * c.d_out, workspace.get(), ws);
+        if (r != WUSH_OK) st = r;
+    });
+    if (!ok(st, "wush_linear_run_quantized") || !ok(wush_context_synchronize(ctx), "synchronize") ||
+        !timed(t_gemm, "wush_linear_run_quantized"))
+        return false;
+    out->push_back({"gemm", c.layer, wush_format_name(c.format), "cublas_bf16", m, t_gemm, t_blas, c.wush.size(),
+                    c.w_bf16.size()});
+    out->back().kernels = kernels_of(c.wush.front());
     return true;
 }
 
@@ -470,6 +502,7 @@ std::string json_row(const Result& r) {
         {"copies_baseline", std::to_string(r.copies_base)},
         {"variant", q(json_string(r.variant))},
         {"repeat", std::to_string(r.repeat)},
+        {"kernels", q(json_string(r.kernels))},
         {"ours_eager_min_us", us(r.ours.eager_min)},
         {"ours_eager_max_us", us(r.ours.eager_max)},
         {"baseline_eager_min_us", us(r.base.eager_min)},
@@ -500,7 +533,7 @@ void print_table(const std::vector<Result>& rs, const std::string& device, const
     std::printf("%-9s %-11s %-7s %6s %-12s %6s %10s %10s %7s %10s %10s %7s %9s %9s", "kind", "layer", "format", "m",
                 "baseline", "copies", "eager_us", "base_us", "speedup", "graph_us", "base_us", "speedup", "ours_GB/s",
                 "base_GB/s");
-    std::fputs(variants ? "  variant/round\n" : "\n", stdout);
+    std::fputs(variants ? "  variant/round kernels\n" : "\n", stdout);
     for (const Result& r : rs) {
         const std::string copies = std::to_string(r.copies_ours) + "/" + std::to_string(r.copies_base);
         std::printf("%-9s %-11s %-7s %6zu %-12s %6s %10s %10s %7s %10s %10s %7s %9s %9s", r.kind.c_str(),
@@ -511,7 +544,7 @@ void print_table(const std::vector<Result>& rs, const std::string& device, const
                     number("%.3f", r.base.graph / r.ours.graph, "-").c_str(),
                     number("%.1f", r.ours_bytes / primary(r.ours) / 1e9, "-").c_str(),
                     number("%.1f", r.base_bytes / primary(r.base) / 1e9, "-").c_str());
-        if (variants) std::printf("  %s/%zu", r.variant.c_str(), r.repeat);
+        if (variants) std::printf("  %s/%zu %s", r.variant.c_str(), r.repeat, r.kernels.c_str());
         std::printf("\n");
     }
 }

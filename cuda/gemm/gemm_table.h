@@ -57,6 +57,22 @@ enum class Kernel {
 };
 using GemmKernel = Kernel;  // the GEMM rows' kernels (pick_gemm, gemm_supported)
 
+// A kernel's name, as wush_linear_last_kernels reports it ("quantize.small_m", "gemm.decode", ...).
+inline const char* kernel_name(Kernel k) {
+    switch (k) {
+        case Kernel::QuantizeSmallM: return "quantize.small_m";
+        case Kernel::QuantizeTile: return "quantize.tile";
+        case Kernel::QuantizeTensorCore: return "quantize.tensor_core";
+        case Kernel::Reference: return "gemm.reference";
+        case Kernel::Decode: return "gemm.decode";
+        case Kernel::StreamDecode: return "gemm.stream_decode";
+        case Kernel::Prefill: return "gemm.prefill";
+        case Kernel::Bf16Prefill: return "gemm.bf16_prefill";
+        case Kernel::BlockScaledLt: return "gemm.blockscaled";
+    }
+    return "unknown";
+}
+
 inline bool is_quantize(Kernel k) {
     return k == Kernel::QuantizeSmallM || k == Kernel::QuantizeTile || k == Kernel::QuantizeTensorCore;
 }

@@ -73,7 +73,9 @@
  *   - the CUDA backend's own parts: WUSH_BACKEND_CUDA contexts (the module, its kernels and
  *     their selection), wush_context_set_stream() / wush_context_get_stream() with a CUDA
  *     stream, the environment variable WUSH_CUDA_MODULE, and the kernel switches
- *     WUSH_CONTEXT_CUDA_* (context parameters from 1000 up, see wush_context_parameter).
+ *     WUSH_CONTEXT_CUDA_* (context parameters from 1000 up, see wush_context_parameter);
+ *   - the prepared layer's split run and its report: wush_linear_run_quantized() and
+ *     wush_linear_last_kernels() (the kernel names it writes follow the CUDA backend's kernels).
  *
  * This header states contracts: behaviour, errors, ownership, costs in O-terms. Measured figures
  * (times, ratios, bandwidths) are in docs/PERFORMANCE.md and docs/EVAL.md;
@@ -1375,6 +1377,46 @@ WUSH_API wush_status wush_linear_run_bias(wush_context* ctx, wush_linear* layer,
                                           size_t n_tokens, wush_dtype bias_dtype, const void* bias, size_t bias_count,
                                           wush_dtype y_dtype, void* y, size_t y_count, void* workspace,
                                           size_t workspace_bytes);
+
+/*! wush_linear_run_quantized() :
+ *  The GEMM half of wush_linear_run: y (n_tokens x d_out, F32 or BF16) = a q(T_xvsh W)^T for
+ *  activations `a` already quantized for this layer, as wush_linear_quantize() writes them
+ *  (n_tokens rows in the layer's format, the layouts of wush_quantize_rows()). Together the two
+ *  calls give wush_linear_run's bytes; apart, a caller times or overlaps the halves, or runs one
+ *  quantization for several layers prepared with one transform. No bias.
+ *  @param codes        the activations' codes, `codes_bytes` bytes; with `scales` (`scales_bytes`
+ *                      bytes) at least wush_format_buffer_sizes(format, n_tokens, d_in). Memory as
+ *                      `y`, aligned as wush_linear_quantize's outputs; only read.
+ *  Everything else as wush_linear_run: the same workspace sizes (wush_linear_workspace_size), the
+ *  GEMM kernel chosen the same way, nothing allocated; on a CUDA context every pointer is device
+ *  memory and the work is enqueued on the context's stream (graph-capturable).
+ *  n_tokens == 0 is a valid no-op.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handles, another context, NULL pointers, y_dtype);
+ *          WUSH_ERR_BUFFER_TOO_SMALL (codes_bytes, scales_bytes, y_count or workspace_bytes;
+ *          nothing written); WUSH_ERR_NON_FINITE (CPU: the product overflowed float32 or, for a
+ *          BF16 y, its rounding); WUSH_ERR_CUDA.
+ *  Experimental (see "Stability").
+ *  Thread safety: serialized per context; the layer and the activations are only read. */
+WUSH_API wush_status wush_linear_run_quantized(wush_context* ctx, wush_linear* layer, const void* codes,
+                                               size_t codes_bytes, const void* scales, size_t scales_bytes,
+                                               size_t n_tokens, wush_dtype y_dtype, void* y, size_t y_count,
+                                               void* workspace, size_t workspace_bytes);
+
+/*! wush_linear_last_kernels() :
+ *  Writes to `text` (NUL-terminated, `text_bytes` bytes) the names of the kernels the layer's last
+ *  wush_linear_quantize / _run / _run_bias / _run_quantized call ran, separated by one space: its
+ *  activation quantize, then its GEMM (one of them for the quantize alone and the GEMM alone).
+ *  On a CUDA context the kernel actually launched, fallbacks included: "quantize.small_m",
+ *  "quantize.tile", "quantize.tensor_core"; "gemm.decode", "gemm.stream_decode", "gemm.prefill",
+ *  "gemm.bf16_prefill", "gemm.blockscaled", "gemm.reference". On a CPU context
+ *  "cpu.quantize.<isa> cpu.gemm.<isa>" with the ISA of wush_cpu_isa_name(). An empty string
+ *  before the layer's first call; a call that failed before launching leaves the previous names.
+ *  @return WUSH_OK; WUSH_ERR_INVALID_ARGUMENT (bad handle, NULL text);
+ *          WUSH_ERR_BUFFER_TOO_SMALL (nothing written; 64 bytes are always enough).
+ *  Experimental (see "Stability").
+ *  Thread safety: thread-safe; while a call on the layer runs it reports that call or the one
+ *  before. */
+WUSH_API wush_status wush_linear_last_kernels(const wush_linear* layer, char* text, size_t text_bytes);
 
 /* ================================================================================================
  * Checkpoints: transforms and pre-quantized weights in a safetensors file (docs/CHECKPOINT.md)

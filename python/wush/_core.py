@@ -660,6 +660,14 @@ class Linear(_Handle):
               self._ws.ctypes.data, self._ws.size)
         return y
 
+    def last_kernels(self) -> str:
+        """``wush_linear_last_kernels`` (experimental): the kernels the layer's last call ran, e.g.
+        ``"cpu.quantize.avx2 cpu.gemm.avx2"`` or ``"quantize.small_m gemm.decode"``; ``""`` before
+        the first call."""
+        buf = ctypes.create_string_buffer(64)  # the header: 64 bytes are always enough
+        _call("wush_linear_last_kernels", self.ptr, buf, len(buf))
+        return buf.value.decode()
+
 
 class Checkpoint(_Handle):
     """A libwush checkpoint: ``Checkpoint()`` to write, ``Checkpoint.open(path)`` to read."""

@@ -62,6 +62,15 @@ public:
     // `workspace`. A non-finite bias is NON_FINITE (as a NaN in x: at once or at the next synchronize).
     virtual void forward(wush_dtype x_dtype, const void* x, std::size_t n_tokens, const Bias& bias, wush_dtype y_dtype,
                          void* y, std::span<std::byte> workspace) = 0;
+
+    // The GEMM half of forward(): y from activations quantized for this layer (quantize()'s codes
+    // and scales, n_tokens rows), in forward()'s workspace (its sizes cover this call).
+    virtual void forward_quantized(const std::uint8_t* codes, const std::uint8_t* scales, std::size_t n_tokens,
+                                   wush_dtype y_dtype, void* y, std::span<std::byte> workspace) = 0;
+
+    // The kernels the layer's last quantize(), forward() or forward_quantized() ran, by name,
+    // separated by spaces ("" before the first call). Safe to call while another thread runs one.
+    virtual std::string last_kernels() const = 0;
 };
 
 class Backend {

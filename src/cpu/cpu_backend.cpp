@@ -3,6 +3,7 @@
 #include "cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <vector>
@@ -91,17 +92,46 @@ public:
 
     void quantize(wush_dtype x_dtype, const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
                   std::span<std::uint8_t> scales) override {
+        record(kRanQuantize);
         quantize_with(*parameters_, {transform_, use_}, formats::spec(weights_.format), x_dtype, x, n_tokens, codes,
                       scales, pairs_);
     }
 
     void forward(wush_dtype x_dtype, const void* x, std::size_t n_tokens, const backend::Bias& bias, wush_dtype y_dtype,
                  void* y, std::span<std::byte> workspace) override {
+        record(kRanQuantize | kRanGemm);
         view().forward(*parameters_, x_dtype, x, n_tokens, y_dtype, y, workspace, bias);
+    }
+
+    void forward_quantized(const std::uint8_t* codes, const std::uint8_t* scales, std::size_t n_tokens,
+                           wush_dtype y_dtype, void* y, std::span<std::byte> workspace) override {
+        const formats::PackedSizes s = formats::packed_sizes(formats::spec(weights_.format), n_tokens, d_in());
+        record(kRanGemm);
+        const threads::OpenMpTeamScope team(parameters_->openmp_team());
+        linear_gemm(parameters_->isa(), parameters_->threads(), transform_, weights_, {codes, s.codes},
+                    {scales, s.scales}, n_tokens, y_dtype, y, workspace, &panels_);
+    }
+
+    // One quantize kernel and one GEMM per ISA: the ISA of the last call names them.
+    std::string last_kernels() const override {
+        const int isa = last_isa_.load(std::memory_order_relaxed), ran = last_ran_.load(std::memory_order_relaxed);
+        if (isa < 0) return "";
+        const std::string name = isa_name(Isa(isa));
+        std::string out = (ran & kRanQuantize) ? "cpu.quantize." + name : "";
+        if (ran & kRanGemm) out += (out.empty() ? "cpu.gemm." : " cpu.gemm.") + name;
+        return out;
     }
 
 private:
     LayerView view() const { return {transform_, use_, weights_, &panels_, pairs_}; }
+
+    // What last_kernels() reports: the call's ISA and which halves it ran. Relaxed atomics: a
+    // reader on another thread sees one call's or the other's.
+    static constexpr int kRanQuantize = 1, kRanGemm = 2;
+    void record(int ran) {
+        last_isa_.store(int(parameters_->isa()), std::memory_order_relaxed);
+        last_ran_.store(ran, std::memory_order_relaxed);
+    }
 
     BlockTransform transform_;
     MatrixUse use_;
@@ -111,6 +141,8 @@ private:
     // The transform as bf16 pairs when the CPU has the bf16 dot product and the transform is
     // bf16-exact (a checkpoint stored as BF16): bf16 activations then take the faster kernel.
     std::vector<std::uint32_t> pairs_;
+    std::atomic<int> last_isa_{-1};
+    std::atomic<int> last_ran_{0};
 };
 
 class CpuBackend final : public backend::Backend {

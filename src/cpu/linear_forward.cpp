@@ -56,6 +56,21 @@ std::size_t linear_forward_workspace_bytes(const BlockTransform& transform, cons
     return measure.used();
 }
 
+namespace {
+
+// The GEMM over the workspace left after `p`, then the product's finiteness check.
+void gemm_rest(Carver& carver, Isa isa, std::size_t threads, const formats::PackedMatrix& weights,
+               std::span<const std::uint8_t> codes, std::span<const std::uint8_t> scales, std::size_t n_tokens,
+               wush_dtype y_dtype, void* y, const PanelPack* packed, const float* bias) {
+    const std::size_t rest = carver.left();
+    std::byte* gemm_space = carver.take<std::byte>(rest > 63 ? rest - 63 : 0);
+    if (!gemm(isa, threads, weights, codes, scales, n_tokens, y_dtype, y, {gemm_space, rest > 63 ? rest - 63 : 0},
+              packed, bias))
+        require_finite_product(y_dtype, y, n_tokens, weights.d_out);
+}
+
+}  // namespace
+
 void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transform, MatrixUse use,
                     const formats::PackedMatrix& weights, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
                     wush_dtype y_dtype, void* y, std::span<std::byte> workspace, const PanelPack* packed,
@@ -70,11 +85,16 @@ void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transfor
     // to lose to its helpers on the calling thread: threads/team_policy.h).
     quantize_activations(transform, use, f, x_dtype, x, n_tokens, codes, scales, isa, {p.norms, p.norm_count}, threads,
                          bf16_pairs);
-    const std::size_t rest = carver.left();
-    std::byte* gemm_space = carver.take<std::byte>(rest > 63 ? rest - 63 : 0);
-    if (!gemm(isa, threads, weights, codes, scales, n_tokens, y_dtype, y, {gemm_space, rest > 63 ? rest - 63 : 0},
-              packed, bias_f))
-        require_finite_product(y_dtype, y, n_tokens, weights.d_out);
+    gemm_rest(carver, isa, threads, weights, codes, scales, n_tokens, y_dtype, y, packed, bias_f);
+}
+
+void linear_gemm(Isa isa, std::size_t threads, const BlockTransform& transform, const formats::PackedMatrix& weights,
+                 std::span<const std::uint8_t> codes, std::span<const std::uint8_t> scales, std::size_t n_tokens,
+                 wush_dtype y_dtype, void* y, std::span<std::byte> workspace, const PanelPack* packed) {
+    require_layer(transform, weights);
+    Carver carver(workspace.data(), workspace.size());
+    carve(carver, transform, formats::spec(weights.format), n_tokens, weights.d_out);  // forward()'s layout
+    gemm_rest(carver, isa, threads, weights, codes, scales, n_tokens, y_dtype, y, packed, nullptr);
 }
 
 }  // namespace wush::cpu

@@ -32,4 +32,11 @@ void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transfor
                     wush_dtype y_dtype, void* y, std::span<std::byte> workspace, const PanelPack* packed = nullptr,
                     const backend::Bias& bias = {}, std::span<const std::uint32_t> bf16_pairs = {});
 
+// The GEMM half of linear_forward: y from the activations' codes and scales (quantize_activations'
+// output for this transform and format, n_tokens rows), in linear_forward's workspace layout (the
+// same sizes serve). Throws NON_FINITE after the product as linear_forward does.
+void linear_gemm(Isa isa, std::size_t threads, const BlockTransform& transform, const formats::PackedMatrix& weights,
+                 std::span<const std::uint8_t> codes, std::span<const std::uint8_t> scales, std::size_t n_tokens,
+                 wush_dtype y_dtype, void* y, std::span<std::byte> workspace, const PanelPack* packed = nullptr);
+
 }  // namespace wush::cpu

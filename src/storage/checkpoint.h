@@ -38,8 +38,8 @@ struct LayerRef {
     std::string name;
     const BlockTransform* transform;
     const formats::PackedMatrix* weights;
-    std::string method;            // "rtn" or "gptq"
-    std::vector<LayerPart> parts;  // empty: a plain layer; else two or more, rows summing to d_out
+    std::string method;              // "rtn" or "gptq"
+    std::vector<LayerPart> parts{};  // empty: a plain layer; else two or more, rows summing to d_out
 };
 
 // Checks one layer (and its parts) against the rules of a checkpoint and against the names

@@ -149,6 +149,61 @@ static int close_to(const float* y, const double* ref, const double* mag, size_t
 
 /* ---- one layer, one token count ------------------------------------------------------------- */
 
+/* wush_linear_run_quantized after wush_linear_quantize gives wush_linear_run's bytes (`y` holds
+ * them, read back); wush_linear_last_kernels names a quantize and a GEMM kernel of the backend for
+ * the run, the quantize alone for wush_linear_quantize and the GEMM alone for the split GEMM. */
+static void check_split_run(wush_context* ctx, wush_linear* lin, const void* dx, void* dc, void* ds, size_t cb,
+                            size_t sb, void* dy, const float* y, size_t m, void* dws, size_t ws_bytes) {
+    const char* q = g_backend == WUSH_BACKEND_CPU ? "cpu.quantize." : "quantize.";
+    const char* g = g_backend == WUSH_BACKEND_CPU ? "cpu.gemm." : "gemm.";
+    char names[64];
+    CHECK_STATUS(wush_linear_last_kernels(lin, names, sizeof names), WUSH_OK);
+    CHECK(strncmp(names, q, strlen(q)) == 0 && strstr(names, " ") != NULL &&
+          strncmp(strstr(names, " ") + 1, g, strlen(g)) == 0);
+    CHECK_STATUS(wush_linear_last_kernels(lin, names, strlen(names)), WUSH_ERR_BUFFER_TOO_SMALL); /* no room for NUL */
+
+    float* y2 = malloc(sizeof(float) * m * D_OUT);
+    void* dy2 = dev_alloc(sizeof(float) * m * D_OUT);
+    CHECK_STATUS(wush_linear_quantize(ctx, lin, WUSH_DTYPE_F32, dx, m, dc, cb, ds, sb), WUSH_OK);
+    CHECK_STATUS(wush_linear_last_kernels(lin, names, sizeof names), WUSH_OK);
+    CHECK(strncmp(names, q, strlen(q)) == 0 && strchr(names, ' ') == NULL);
+    CHECK_STATUS(wush_linear_run_quantized(ctx, lin, dc, cb, ds, sb, m, WUSH_DTYPE_F32, dy2, m * D_OUT, dws, ws_bytes),
+                 WUSH_OK);
+    CHECK_STATUS(wush_context_synchronize(ctx), WUSH_OK);
+    CHECK_STATUS(wush_linear_last_kernels(lin, names, sizeof names), WUSH_OK);
+    CHECK(strncmp(names, g, strlen(g)) == 0 && strchr(names, ' ') == NULL);
+    to_host(y2, dy2, sizeof(float) * m * D_OUT);
+    CHECK(memcmp(y2, y, sizeof(float) * m * D_OUT) == 0);
+
+    /* Errors: short activations, y or workspace; NULL operands; a bad dtype. Nothing written. */
+    CHECK_STATUS(
+        wush_linear_run_quantized(ctx, lin, dc, cb - 1, ds, sb, m, WUSH_DTYPE_F32, dy2, m * D_OUT, dws, ws_bytes),
+        WUSH_ERR_BUFFER_TOO_SMALL);
+    CHECK_STATUS(
+        wush_linear_run_quantized(ctx, lin, dc, cb, ds, sb - 1, m, WUSH_DTYPE_F32, dy2, m * D_OUT, dws, ws_bytes),
+        WUSH_ERR_BUFFER_TOO_SMALL);
+    CHECK_STATUS(
+        wush_linear_run_quantized(ctx, lin, dc, cb, ds, sb, m, WUSH_DTYPE_F32, dy2, m * D_OUT - 1, dws, ws_bytes),
+        WUSH_ERR_BUFFER_TOO_SMALL);
+    CHECK_STATUS(wush_linear_run_quantized(ctx, lin, dc, cb, ds, sb, m, WUSH_DTYPE_F32, dy2, m * D_OUT, dws, 0),
+                 WUSH_ERR_BUFFER_TOO_SMALL);
+    CHECK_STATUS(
+        wush_linear_run_quantized(ctx, lin, NULL, cb, ds, sb, m, WUSH_DTYPE_F32, dy2, m * D_OUT, dws, ws_bytes),
+        WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(
+        wush_linear_run_quantized(ctx, lin, dc, cb, NULL, sb, m, WUSH_DTYPE_F32, dy2, m * D_OUT, dws, ws_bytes),
+        WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_linear_run_quantized(ctx, lin, dc, cb, ds, sb, m, WUSH_DTYPE_F16, dy2, m * D_OUT, dws, ws_bytes),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_linear_run_quantized(ctx, lin, NULL, 0, NULL, 0, 0, WUSH_DTYPE_F32, NULL, 0, NULL, 0), WUSH_OK);
+    CHECK_STATUS(wush_linear_run_quantized(ctx, NULL, dc, cb, ds, sb, m, WUSH_DTYPE_F32, dy2, m * D_OUT, dws, ws_bytes),
+                 WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_linear_last_kernels(NULL, names, sizeof names), WUSH_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(wush_linear_last_kernels(lin, NULL, sizeof names), WUSH_ERR_INVALID_ARGUMENT);
+    dev_free(dy2);
+    free(y2);
+}
+
 static void check_layer(wush_context* ctx, wush_context* ref_ctx, const Layer* l, const float* x, size_t m) {
     size_t cb = 0, sb = 0, ws_bytes = 0;
     CHECK_STATUS(wush_format_buffer_sizes(l->format, m, D_IN, &cb, &sb), WUSH_OK);
@@ -169,7 +224,10 @@ static void check_layer(wush_context* ctx, wush_context* ref_ctx, const Layer* l
 
     /* The prepared layer: same bytes, and the forward against the float64 product. */
     wush_linear* lin = NULL;
+    char names[64];
     CHECK_STATUS(wush_linear_create(ctx, l->t, l->w, &lin), WUSH_OK);
+    CHECK_STATUS(wush_linear_last_kernels(lin, names, sizeof names), WUSH_OK);
+    CHECK(names[0] == '\0'); /* no call yet */
     memset(codes, 0xAB, cb);
     to_dev(dc, codes, cb);
     CHECK_STATUS(wush_linear_quantize(ctx, lin, WUSH_DTYPE_F32, dx, m, dc, cb, ds, sb), WUSH_OK);
@@ -190,6 +248,7 @@ static void check_layer(wush_context* ctx, wush_context* ref_ctx, const Layer* l
     CHECK_STATUS(wush_context_synchronize(ctx), WUSH_OK);
     to_host(y, dy, sizeof(float) * m * D_OUT);
     CHECK(close_to(y, yref, mag, m * D_OUT));
+    check_split_run(ctx, lin, dx, dc, ds, cb, sb, dy, y, m, dws, ws_bytes);
 
     /* The per-call GEMM and forward give the same product. */
     to_dev(dc, ref_codes, cb);

@@ -224,7 +224,12 @@ class Bindings(unittest.TestCase):
             xc, xs = quantize_reference("mxfp4", xt)
             xdq = decode_reference("mxfp4", pack_nibbles(xc).reshape(256, 64), xs, 128)
             want = xdq @ q.dequantize().astype(np.float64).T
-            got = wush.Linear(t, q)(x)
+            lin = wush.Linear(t, q)
+            self.assertEqual(lin.last_kernels(), "")  # no call yet
+            got = lin(x)
+            names = lin.last_kernels().split()  # the CPU context's quantize and GEMM, one ISA
+            self.assertEqual([n.rsplit(".", 1)[0] for n in names], ["cpu.quantize", "cpu.gemm"])
+            self.assertEqual(len({n.rsplit(".", 1)[1] for n in names}), 1)
             err = np.linalg.norm(got - want) / np.linalg.norm(want)
             self.assertLess(err, 1e-5, method)
             # and it approximates the unquantized layer (W4A4 error, not garbage)

@@ -126,11 +126,13 @@ EOS
 printf '#!/bin/sh\necho "========= ERROR SUMMARY: 0 errors"\n' >"$tmp/tools/compute-sanitizer"
 cat >"$tmp/gpu/bin/wush" <<'EOS'
 #!/bin/sh
-row() { # variant repeat ours_us
-  printf '{"kind": "forward", "layer": "4096x4096", "format": "mxfp4", "m": 1, "baseline": "cublas_bf16", "variant": "%s", "repeat": %s, "ours_graph_us": %s, "ours_graph_min_us": %s, "ours_graph_max_us": %s, "baseline_graph_us": 9.0, "baseline_graph_min_us": 8.9, "baseline_graph_max_us": 9.1}' "$1" "$2" "$3" "$3" "$3"
+row() { # variant repeat ours_us kernels
+  printf '{"kind": "forward", "layer": "4096x4096", "format": "mxfp4", "m": 1, "baseline": "cublas_bf16", "variant": "%s", "repeat": %s, "ours_graph_us": %s, "ours_graph_min_us": %s, "ours_graph_max_us": %s, "baseline_graph_us": 9.0, "baseline_graph_min_us": 8.9, "baseline_graph_max_us": 9.1, "kernels": "%s"}' "$1" "$2" "$3" "$3" "$3" "$4"
 }
 echo '{"device": "Stand-in H100", "timing": "graph", "l2": "cold", "l2_bytes": 52428800, "results": ['
-row default 0 10.0; echo ,; row stream_decode=1 0 7.5; echo ,; row default 1 10.0; echo ,; row stream_decode=1 1 7.5
+d="quantize.small_m gemm.decode" s="quantize.small_m gemm.stream_decode"
+row default 0 10.0 "$d"; echo ,; row stream_decode=1 0 7.5 "$s"; echo ,; row default 1 10.0 "$d"; echo ,
+row stream_decode=1 1 7.5 "$s"
 echo ']}'
 EOS
 printf '#!/bin/sh\necho "tc accumulator probe: sm_90, 4096 outputs, 0 inexact, largest error / model bound 0.5: PASS"\n' \

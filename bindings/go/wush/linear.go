@@ -184,6 +184,54 @@ func LinearForward[Y OutputElement, X Element](l *Linear, x []X) ([]Y, error) {
 	return y, LinearRun(l, x, y, make([]byte, wb))
 }
 
+// RunQuantized is wush_linear_run_quantized (experimental; CPU contexts): the GEMM half of Run,
+// y (nTokens x d_out float32 or BFloat16) from the codes and scales Quantize wrote.
+func LinearRunQuantized[Y OutputElement](l *Linear, codes, scales []byte, nTokens int, y []Y, workspace []byte) error {
+	if err := l.requireHost("Linear.RunQuantized"); err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(codes)
+	defer runtime.KeepAlive(scales)
+	defer runtime.KeepAlive(y)
+	defer runtime.KeepAlive(workspace)
+	return l.RunQuantizedDevice(ptrOf(codes), len(codes), ptrOf(scales), len(scales), nTokens, DTypeOf[Y](), ptrOf(y),
+		len(y), ptrOf(workspace), len(workspace))
+}
+
+// RunQuantizedDevice is wush_linear_run_quantized (experimental) with raw pointers: device
+// pointers on a CUDA context (stream-ordered, allocation-free, graph-capturable).
+func (l *Linear) RunQuantizedDevice(codes unsafe.Pointer, codesBytes int, scales unsafe.Pointer, scalesBytes int,
+	nTokens int, yDtype DType, y unsafe.Pointer, yCount int, workspace unsafe.Pointer, workspaceBytes int) error {
+	cp, err := l.live()
+	if err != nil {
+		return err
+	}
+	if err := nonNegative("codesBytes, scalesBytes, nTokens, yCount, workspaceBytes", codesBytes, scalesBytes, nTokens,
+		yCount, workspaceBytes); err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(l)
+	return call(func() C.wush_status {
+		return C.wush_linear_run_quantized(cp, l.p, codes, C.size_t(codesBytes), scales, C.size_t(scalesBytes),
+			C.size_t(nTokens), C.wush_dtype(yDtype), y, C.size_t(yCount), workspace, C.size_t(workspaceBytes))
+	})
+}
+
+// LastKernels is wush_linear_last_kernels (experimental): the kernels the layer's last call ran,
+// e.g. "cpu.quantize.avx2 cpu.gemm.avx2" or "quantize.small_m gemm.decode"; "" before the first.
+func (l *Linear) LastKernels() (string, error) {
+	if _, err := l.live(); err != nil {
+		return "", err
+	}
+	defer runtime.KeepAlive(l)
+	var buf [64]C.char // the header: 64 bytes are always enough
+	err := call(func() C.wush_status { return C.wush_linear_last_kernels(l.p, &buf[0], C.size_t(len(buf))) })
+	if err != nil {
+		return "", err
+	}
+	return C.GoString(&buf[0]), nil
+}
+
 // QuantizeDevice is wush_linear_quantize with raw pointers: device pointers on a CUDA context
 // (stream-ordered, allocation-free). The caller keeps the memory valid until the stream is done.
 func (l *Linear) QuantizeDevice(dtype DType, x unsafe.Pointer, nTokens int, codes unsafe.Pointer, codesBytes int,

@@ -438,6 +438,25 @@ func TestPreparedLayerEqualsPerCallAndFloat64(t *testing.T) {
 	if string(ac) != string(ac2) || string(as) != string(as2) {
 		t.Error("Linear.Quantize differs from QuantizeActivations")
 	}
+	// The split run (quantize, then the GEMM alone) gives Forward's bytes, and names its kernels.
+	if k, err := lin.LastKernels(); err != nil || !strings.HasPrefix(k, "cpu.quantize.") {
+		t.Errorf("LastKernels after Quantize: %q %v", k, err)
+	}
+	ys := make([]float32, n*l.dOut)
+	wsb, err := lin.WorkspaceSize(n)
+	must(t, err)
+	must(t, LinearRunQuantized(lin, ac, as, n, ys, make([]byte, wsb)))
+	for i := range y {
+		if ys[i] != y[i] {
+			t.Fatalf("RunQuantized %v != Forward %v at %d", ys[i], y[i], i)
+		}
+	}
+	if k, err := lin.LastKernels(); err != nil || !strings.HasPrefix(k, "cpu.gemm.") {
+		t.Errorf("LastKernels after RunQuantized: %q %v", k, err)
+	}
+	if err := LinearRunQuantized(lin, ac[1:], as, n, ys, make([]byte, wsb)); statusOf(err) != ErrBufferTooSmall {
+		t.Error("short codes:", err)
+	}
 	yg := make([]float32, n*l.dOut)
 	must(t, ctx.Gemm(q, ac, as, n, yg))
 	// float64 product of the decoded operands: the header promises about 1e-6 (Frobenius).

@@ -196,9 +196,11 @@ extern "C" {
     pub fn wush_linear_forward(_: *mut wush_context, _: *const wush_transform, _: *const wush_qweight, _: wush_dtype, _: *const c_void, _: usize, _: wush_dtype, _: *mut c_void, _: usize, _: *mut c_void, _: usize) -> wush_status;
     pub fn wush_linear_forward_workspace_size(_: *mut wush_context, _: *const wush_transform, _: *const wush_qweight, _: usize, _: *mut usize) -> wush_status;
     pub fn wush_linear_info(_: *const wush_linear, _: *mut usize, _: *mut usize, _: *mut wush_format) -> wush_status;
+    pub fn wush_linear_last_kernels(_: *const wush_linear, _: *mut c_char, _: usize) -> wush_status;
     pub fn wush_linear_quantize(_: *mut wush_context, _: *mut wush_linear, _: wush_dtype, _: *const c_void, _: usize, _: *mut c_void, _: usize, _: *mut c_void, _: usize) -> wush_status;
     pub fn wush_linear_run(_: *mut wush_context, _: *mut wush_linear, _: wush_dtype, _: *const c_void, _: usize, _: wush_dtype, _: *mut c_void, _: usize, _: *mut c_void, _: usize) -> wush_status;
     pub fn wush_linear_run_bias(_: *mut wush_context, _: *mut wush_linear, _: wush_dtype, _: *const c_void, _: usize, _: wush_dtype, _: *const c_void, _: usize, _: wush_dtype, _: *mut c_void, _: usize, _: *mut c_void, _: usize) -> wush_status;
+    pub fn wush_linear_run_quantized(_: *mut wush_context, _: *mut wush_linear, _: *const c_void, _: usize, _: *const c_void, _: usize, _: usize, _: wush_dtype, _: *mut c_void, _: usize, _: *mut c_void, _: usize) -> wush_status;
     pub fn wush_linear_workspace_size(_: *mut wush_context, _: *const wush_linear, _: usize, _: *mut usize) -> wush_status;
     pub fn wush_method_from_name(_: *const c_char, _: *mut wush_method) -> wush_status;
     pub fn wush_method_name(_: wush_method) -> *const c_char;
@@ -242,7 +244,7 @@ extern "C" {
 
 /// Every function of the header with its address: taking each one's address makes a test
 /// binary link all of them, so a symbol the library does not export fails the build.
-pub fn all_functions() -> [(&'static str, usize); 105] {
+pub fn all_functions() -> [(&'static str, usize); 107] {
     [
         ("wush_calibrator_add", wush_calibrator_add as *const () as usize),
         ("wush_calibrator_add_document", wush_calibrator_add_document as *const () as usize),
@@ -307,9 +309,11 @@ pub fn all_functions() -> [(&'static str, usize); 105] {
         ("wush_linear_forward", wush_linear_forward as *const () as usize),
         ("wush_linear_forward_workspace_size", wush_linear_forward_workspace_size as *const () as usize),
         ("wush_linear_info", wush_linear_info as *const () as usize),
+        ("wush_linear_last_kernels", wush_linear_last_kernels as *const () as usize),
         ("wush_linear_quantize", wush_linear_quantize as *const () as usize),
         ("wush_linear_run", wush_linear_run as *const () as usize),
         ("wush_linear_run_bias", wush_linear_run_bias as *const () as usize),
+        ("wush_linear_run_quantized", wush_linear_run_quantized as *const () as usize),
         ("wush_linear_workspace_size", wush_linear_workspace_size as *const () as usize),
         ("wush_method_from_name", wush_method_from_name as *const () as usize),
         ("wush_method_name", wush_method_name as *const () as usize),

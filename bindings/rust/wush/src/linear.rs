@@ -91,6 +91,28 @@ impl<'ctx> Linear<'ctx> {
                               y.as_mut_ptr().cast(), y.len(), workspace.as_mut_ptr().cast(), workspace.len())
         }
     }
+    /// `wush_linear_run_quantized` (experimental): the GEMM half of [`Linear::run`], on `n_tokens`
+    /// rows of activations that [`Linear::quantize`] wrote. CPU contexts.
+    pub fn run_quantized<O: OutputElement>(&self, codes: &[u8], scales: &[u8], n_tokens: usize, y: &mut [O],
+                                           workspace: &mut [u8]) -> Result<()> {
+        self.ctx.require_host("wush_linear_run_quantized")?;
+        // SAFETY: host context; every buffer is passed with its length, which the library checks
+        // against n_tokens before reading or writing.
+        unsafe {
+            self.run_quantized_raw(codes.as_ptr().cast(), codes.len(), scales.as_ptr().cast(), scales.len(), n_tokens,
+                                   O::DTYPE, y.as_mut_ptr().cast(), y.len(), workspace.as_mut_ptr().cast(),
+                                   workspace.len())
+        }
+    }
+    /// `wush_linear_last_kernels` (experimental): the kernels the layer's last call ran, e.g.
+    /// "cpu.quantize.avx2 cpu.gemm.avx2" or "quantize.small_m gemm.decode"; "" before the first.
+    pub fn last_kernels(&self) -> Result<String> {
+        let mut buf = [0u8; 64]; // the header: 64 bytes are always enough
+        // SAFETY: live handle; the buffer holds the size passed.
+        check(unsafe { sys::wush_linear_last_kernels(self.raw.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) })?;
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+    }
     /// [`Linear::run`] with new f32 output and workspace (convenient, allocates).
     pub fn forward<T: Element>(&self, x: &[T]) -> Result<Vec<f32>> {
         let n = rows_of(x.len(), self.d_in, "x")?;
@@ -132,6 +154,26 @@ impl<'ctx> Linear<'ctx> {
                                   y_count: usize, workspace: *mut c_void, workspace_bytes: usize) -> Result<()> {
         self.run_bias_raw(x_dtype, x, n_tokens, bias_dtype, bias, bias_count, y_dtype, y, y_count, workspace,
                           workspace_bytes)
+    }
+    /// `wush_linear_run_quantized` (experimental) on a CUDA context (stream-ordered,
+    /// allocation-free, graph-capturable).
+    ///
+    /// # Safety
+    /// `codes`, `scales`, `y` and `workspace` are device pointers on the context's device to
+    /// `codes_bytes`, `scales_bytes`, `y_count` elements of `y_dtype` and `workspace_bytes` bytes;
+    /// they stay valid until the work enqueued on the context's stream has finished.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn run_quantized_device(&self, codes: *const c_void, codes_bytes: usize, scales: *const c_void,
+                                       scales_bytes: usize, n_tokens: usize, y_dtype: DType, y: *mut c_void,
+                                       y_count: usize, workspace: *mut c_void, workspace_bytes: usize) -> Result<()> {
+        self.run_quantized_raw(codes, codes_bytes, scales, scales_bytes, n_tokens, y_dtype, y, y_count, workspace,
+                               workspace_bytes)
+    }
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run_quantized_raw(&self, c: *const c_void, cb: usize, s: *const c_void, sb: usize, n: usize, yd: DType,
+                                y: *mut c_void, yc: usize, ws: *mut c_void, wb: usize) -> Result<()> {
+        check(sys::wush_linear_run_quantized(self.ctx.as_ptr(), self.raw.as_ptr(), c, cb, s, sb, n, yd.to_c(), y, yc,
+                                             ws, wb))
     }
     #[allow(clippy::too_many_arguments)]
     unsafe fn quantize_raw(&self, dtype: DType, x: *const c_void, n: usize, codes: *mut c_void, cb: usize,

@@ -344,6 +344,14 @@ fn prepared_layer_equals_per_call_forward_and_the_float64_product() {
     let mut y_gemm = vec![0f32; n * l.d_out];
     ctx.gemm(&q, &ac, &asc, n, &mut y_gemm).unwrap();
     assert_eq!(y, y_gemm);
+    // ... and of the prepared layer's split run, which reports the kernels of each half.
+    assert!(lin.last_kernels().unwrap().starts_with("cpu.quantize."));
+    let mut y_split = vec![0f32; n * l.d_out];
+    let mut ws_split = vec![0u8; lin.workspace_size(n).unwrap()];
+    lin.run_quantized(&lc, &ls, n, &mut y_split, &mut ws_split).unwrap();
+    assert_eq!(y, y_split);
+    assert!(lin.last_kernels().unwrap().starts_with("cpu.gemm."));
+    assert!(lin.run_quantized(&lc[1..], &ls, n, &mut y_split, &mut ws_split).is_err());
 
     // Against float64 on the decoded operands: the header promises about 1e-6 (Frobenius).
     let y64 = float64_product(&lin, &q, x);
