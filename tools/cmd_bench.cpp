@@ -465,9 +465,11 @@ void print_json(const std::vector<Result>& results, const char* isa, std::size_t
     std::printf("{\"results\": [");
     for (std::size_t i = 0; i < results.size(); ++i) {
         const Result& r = results[i];
+        // %#.6g keeps the decimal point: a speedup of exactly 15 to six digits is 15.0000, which
+        // JSON readers take as a float like every other speedup, not the integer 15.
         std::printf(
             "%s\n  {\"kind\": \"%s\", \"m\": %zu, \"n\": %zu, \"k\": %zu, \"format\": \"%s\", \"ours_s\": %.6e, "
-            "\"baseline\": \"%s\", \"baseline_s\": %.6e, \"speedup\": %.6g, \"isa\": \"%s\", \"threads\": %zu",
+            "\"baseline\": \"%s\", \"baseline_s\": %.6e, \"speedup\": %#.6g, \"isa\": \"%s\", \"threads\": %zu",
             i ? "," : "", r.kind.c_str(), r.m, r.n, r.k, r.format.c_str(), r.ours_s, r.baseline.c_str(), r.baseline_s,
             r.baseline_s / r.ours_s, isa, threads);
         if (r.ours_gbps > 0.0)
