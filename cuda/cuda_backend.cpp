@@ -382,12 +382,21 @@ WeightPlan plan_weight(const formats::FormatSpec& f, std::size_t d_in, std::size
     return p;
 }
 
+// forward()'s workspace layout at m tokens: the activations' codes at 0, their scales, then the
+// GEMM's scratch, each at a 256-byte offset.
+struct WorkspaceParts {
+    std::size_t scales_at, gemm_at;
+};
+WorkspaceParts workspace_parts(const formats::FormatSpec& f, std::size_t d_in, std::size_t m) {
+    const formats::PackedSizes s = formats::packed_sizes(f, m, d_in);
+    return {round_up(s.codes, 256), round_up(s.codes, 256) + round_up(s.scales, 256)};
+}
+
 // forward()'s workspace at exactly m tokens: the activations' codes and scales, then the GEMM's
 // scratch.
 std::size_t layer_workspace_bytes_at(const formats::FormatSpec& f, std::size_t d_in, std::size_t d_out, std::size_t m,
                                      const WeightPlan& plan, const KernelTable& table, const Device& dev) {
-    const formats::PackedSizes s = formats::packed_sizes(f, m, d_in);
-    return round_up(s.codes, 256) + round_up(s.scales, 256) +
+    return workspace_parts(f, d_in, m).gemm_at +
            gemm_bytes(shape_args(f, m, d_out, d_in), plan.dequantized, plan.lt_possible, table, dev);
 }
 
@@ -475,11 +484,7 @@ public:
         require_dtype(x_dtype);
         if (bias.data != nullptr) require_dtype(bias.dtype, "bias");
         require_output_dtype(y_dtype);
-        require(workspace.size() >= minimum_workspace_bytes(n), "forward: workspace too small");
-        // Sub-buffers start at 256-byte offsets: with an aligned base every operand is aligned
-        // as cuBLAS / cuBLASLt want it (cudaMalloc gives 256 bytes).
-        require(reinterpret_cast<std::uintptr_t>(workspace.data()) % 256 == 0,
-                "forward: the workspace must be 256-byte aligned");
+        require_workspace(n, workspace);
         const DeviceGuard guard(dev_->index);
         // Three pointer queries per forward: the activations' codes and scales lie in the workspace,
         // checked once here (quantize() would query them again).
@@ -487,11 +492,10 @@ public:
         require_device_tensor(y, y_dtype, "y", dev_->index);
         require_device_tensor(bias.data, bias.dtype, "bias", dev_->index);
         require_device_pointer(workspace.data(), "workspace", dev_->index);
-        const formats::PackedSizes s = formats::packed_sizes(spec_, n, d_in_);
+        const WorkspaceParts parts = workspace_parts(spec_, d_in_, n);
         auto* codes = reinterpret_cast<std::uint8_t*>(workspace.data());
-        auto* scales = codes + round_up(s.codes, 256);
-        std::byte* rest = workspace.data() + round_up(s.codes, 256) + round_up(s.scales, 256);
-        const std::span<std::byte> gemm_ws(rest, workspace.size() - std::size_t(rest - workspace.data()));
+        auto* scales = reinterpret_cast<std::uint8_t*>(workspace.data() + parts.scales_at);
+        const std::span<std::byte> gemm_ws = workspace.subspan(parts.gemm_at);
         GemmArgs g = gemm_args(n, y_dtype, y, codes, scales, gemm_ws);
         if (bias.data != nullptr) g.bias = OutputBias{bias.data, bias.dtype, dev_->flag()};
         const KernelRow* row = gemm_row(g, extras_, table_, *dev_);
@@ -506,18 +510,15 @@ public:
     void forward_quantized(const std::uint8_t* codes, const std::uint8_t* scales, std::size_t n, wush_dtype y_dtype,
                            void* y, std::span<std::byte> workspace) override {
         require_output_dtype(y_dtype);
-        require(workspace.size() >= minimum_workspace_bytes(n), "forward: workspace too small");
-        require(reinterpret_cast<std::uintptr_t>(workspace.data()) % 256 == 0,
-                "forward: the workspace must be 256-byte aligned");
+        require_workspace(n, workspace);
         const DeviceGuard guard(dev_->index);
         require_device_pointer(codes, "codes", dev_->index);
         require_device_pointer(scales, "scales", dev_->index);
         require_device_tensor(y, y_dtype, "y", dev_->index);
         require_device_pointer(workspace.data(), "workspace", dev_->index);
-        // The GEMM's scratch where forward() puts it, after room for the activations.
-        const formats::PackedSizes s = formats::packed_sizes(spec_, n, d_in_);
-        const std::size_t skip = round_up(s.codes, 256) + round_up(s.scales, 256);
-        const GemmArgs g = gemm_args(n, y_dtype, y, codes, scales, workspace.subspan(skip));
+        // The GEMM's scratch where forward() puts it, after the room for the activations.
+        const GemmArgs g =
+            gemm_args(n, y_dtype, y, codes, scales, workspace.subspan(workspace_parts(spec_, d_in_, n).gemm_at));
         record(std::nullopt, run_gemm(g, gemm_row(g, extras_, table_, *dev_), extras_, *dev_));
     }
 
@@ -535,6 +536,14 @@ private:
             stream::stage_weights(spec_.id, d_out_, d_in_, w.codes.data(), w.scales.data());
         w_staged_ = DeviceBuffer::upload(staged.data(), staged.size(), dev_->setup);
         extras_.stream = StreamDecodeWeights{w_staged_.get<std::uint8_t>()};
+    }
+
+    // forward()'s workspace of n tokens: large enough, and 256-byte aligned, so that sub-buffers at
+    // 256-byte offsets are aligned as cuBLAS / cuBLASLt want them (cudaMalloc gives 256 bytes).
+    void require_workspace(std::size_t n, std::span<std::byte> workspace) const {
+        require(workspace.size() >= minimum_workspace_bytes(n), "forward: workspace too small");
+        require(reinterpret_cast<std::uintptr_t>(workspace.data()) % 256 == 0,
+                "forward: the workspace must be 256-byte aligned");
     }
 
     // The quantize launch on checked arguments (dtype, sizes and pointers); returns its kernel.

@@ -14,7 +14,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -84,10 +83,8 @@ void launch_decode_gemm(const GemmArgs& a, cudaStream_t stream, const GemmDevice
 
 void launch_decode_gemm_split(const GemmArgs& a, std::size_t chunks_per_split, cudaStream_t stream,
                               const GemmDevice& device) {
-    plan::DecodePlan pl = plan::plan_decode(a.m, a.n, a.k);
-    pl.chunks_per_split = std::clamp<std::size_t>(chunks_per_split, 1, pl.chunks);
-    pl.splits = plan::ceil_div(pl.chunks, pl.chunks_per_split);
-    launch_with_plan(a, pl, stream, device, "launch_decode_gemm_split");
+    launch_with_plan(a, plan::with_chunks_per_split(plan::plan_decode(a.m, a.n, a.k), chunks_per_split), stream, device,
+                     "launch_decode_gemm_split");
 }
 
 }  // namespace wush::cuda

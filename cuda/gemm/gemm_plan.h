@@ -43,6 +43,13 @@ struct DecodePlan {
     std::size_t splits = 1;  // grid.y; > 1 writes partials to the workspace
 };
 
+// `p` with k cut into splits of `chunks_per_split` chunks (clamped to 1..chunks), no empty split.
+inline DecodePlan with_chunks_per_split(DecodePlan p, std::size_t chunks_per_split) {
+    p.chunks_per_split = std::clamp<std::size_t>(chunks_per_split, 1, p.chunks);
+    p.splits = ceil_div(p.chunks, p.chunks_per_split);
+    return p;
+}
+
 inline DecodePlan plan_decode(std::size_t m, std::size_t n, std::size_t k) {
     DecodePlan p;
     p.mr = decode_mr(m);
@@ -52,9 +59,7 @@ inline DecodePlan plan_decode(std::size_t m, std::size_t n, std::size_t k) {
     const std::size_t blocks = p.blocks_n * p.row_passes;
     std::size_t want = blocks >= kDecodeTargetBlocks ? 1 : ceil_div(kDecodeTargetBlocks, blocks);
     want = std::min(want, p.chunks);
-    p.chunks_per_split = ceil_div(p.chunks, want);
-    p.splits = ceil_div(p.chunks, p.chunks_per_split);  // no empty split
-    return p;
+    return with_chunks_per_split(p, ceil_div(p.chunks, want));
 }
 
 // Element range [k0, k1) of split s.

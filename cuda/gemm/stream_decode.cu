@@ -131,8 +131,9 @@ unsigned* counters_of(const GemmArgs& a) {
 }  // namespace
 
 void zero_stream_decode_counters(const GemmArgs& a, cudaStream_t s) {
-    if (stream::workspace_bytes(a.m, a.n, a.k) == 0) return;
-    if (a.workspace == nullptr || a.workspace_bytes < stream::workspace_bytes(a.m, a.n, a.k))
+    const std::size_t need = stream::workspace_bytes(a.m, a.n, a.k);
+    if (need == 0) return;
+    if (a.workspace == nullptr || a.workspace_bytes < need)
         fail(WUSH_ERR_UNSUPPORTED, "zero_stream_decode_counters: workspace too small");
     WUSH_CUDA_CHECK(cudaMemsetAsync(counters_of(a), 0, stream::counter_bytes(a.n), s));
 }

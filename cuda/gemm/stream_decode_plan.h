@@ -165,11 +165,9 @@ inline std::size_t target_items(int mr) {
 // no empty split; one split where the tiles alone fill the slots. The decode kernel's own rule
 // (plan::plan_decode) aims at 528 short-lived blocks instead and stays its default.
 inline plan::DecodePlan split_plan(std::size_t m, std::size_t n, std::size_t k) {
-    plan::DecodePlan p = plan::plan_decode(m, n, k);  // tiles, chunks, row passes of the decode kernel
+    const plan::DecodePlan p = plan::plan_decode(m, n, k);  // tiles, chunks, row passes of the decode kernel
     const std::size_t want = std::clamp<std::size_t>(target_items(stream_mr(m)) / p.blocks_n, 1, p.chunks);
-    p.chunks_per_split = plan::ceil_div(p.chunks, want);
-    p.splits = plan::ceil_div(p.chunks, p.chunks_per_split);
-    return p;
+    return plan::with_chunks_per_split(p, plan::ceil_div(p.chunks, want));
 }
 
 inline Schedule schedule_of(std::size_t m, std::size_t n, std::size_t k) {

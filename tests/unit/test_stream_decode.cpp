@@ -286,9 +286,7 @@ std::vector<std::uint8_t> old_decode(wush_format f, std::size_t m, std::size_t n
                                      const Packed& w, bool bf16, const cuda::OutputBias& bias,
                                      std::size_t chunks_per_split) {
     const Aligned ac(a.codes), wc(w.codes);
-    plan::DecodePlan pl = plan::plan_decode(m, n, k);
-    pl.chunks_per_split = chunks_per_split;  // as launch_decode_gemm_split does
-    pl.splits = plan::ceil_div(pl.chunks, chunks_per_split);
+    const plan::DecodePlan pl = plan::with_chunks_per_split(plan::plan_decode(m, n, k), chunks_per_split);
     const std::size_t ybytes = m * n * (bf16 ? 2 : 4);
     std::vector<std::uint8_t> y(ybytes, 0xAB);
     std::vector<float> partial(pl.splits * m * n, NAN);
@@ -346,8 +344,9 @@ struct Partition {
 st::Schedule schedule_with(std::size_t m, std::size_t n, std::size_t k, const Partition& part) {
     st::Schedule s = st::schedule_of(m, n, k);
     if (part.chunks_per_split > 0) {
-        s.chunks_per_split = part.chunks_per_split;
-        s.splits = plan::ceil_div(s.chunks, s.chunks_per_split);
+        const plan::DecodePlan p = plan::with_chunks_per_split(st::split_plan(m, n, k), part.chunks_per_split);
+        s.chunks_per_split = p.chunks_per_split;
+        s.splits = p.splits;
         s.items = s.tiles * s.splits;
     }
     return s;
