@@ -67,6 +67,7 @@ struct Plan {
     std::int8_t* xo = nullptr;
     std::int32_t* lane_corr = nullptr;  // m x k_pad / 8
     float* lane_scale = nullptr;
+    std::int8_t* xt = nullptr;  // m x 2 x kTailBytes
     std::size_t k_pad = 0;
     std::uint8_t* panels = nullptr;  // slots x panel_bytes
     std::size_t slot_bytes = 0;
@@ -87,6 +88,7 @@ Plan carve(Carver& c, const formats::FormatSpec& f, std::size_t m, std::size_t k
         p.xo = c.take<std::int8_t>(m * p.k_pad / 2);
         p.lane_corr = c.take<std::int32_t>(m * p.k_pad / 8);
         p.lane_scale = c.take<float>(m * p.k_pad / 8);
+        p.xt = c.take<std::int8_t>(m * 2 * kTailBytes);
     }
     p.slot_bytes = checked_add(panel_bytes(f, groups), 64, "panel slot");
     p.slots = threads;
@@ -256,6 +258,7 @@ Operands operands(const formats::FormatSpec& f, const formats::PackedMatrix& w, 
     o.a.lane_corr = p.lane_corr;
     o.a.lane_scale = p.lane_scale;
     o.a.k_pad = p.k_pad;
+    o.a.xt = p.xt;
     o.w.format = int(f.id);
     o.w.n = w.d_out;
     o.w.k = k;
@@ -326,16 +329,15 @@ void run_split(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* co
 void run_row_blocks(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* codes, std::size_t threads,
                     const PanelPack& packed) {
     prepare_split(isa, o.a, codes, 0, o.a.m, p.xe, p.xo, p.lane_corr);
-    if (isa == Isa::Avx2) {
-        // The AVX2 kernel wants one correction per group: the sum of the group's G / 8 lane ones.
-        const std::size_t lanes = p.k_pad / 8, per_group = std::size_t(o.a.group) / 8;
-        for (std::size_t r = 0; r < o.a.m; ++r)
-            for (std::size_t b = 0; b < o.a.groups; ++b) {
-                std::int32_t c = 0;
-                for (std::size_t i = 0; i < per_group; ++i) c += p.lane_corr[r * lanes + b * per_group + i];
-                p.corr[r * o.a.groups + b] = c;
-            }
-    }
+    // The kernels sum each group in int32: one correction per group, the sum of its G / 8 lane ones.
+    const std::size_t lanes = p.k_pad / 8, per_group = std::size_t(o.a.group) / 8;
+    for (std::size_t r = 0; r < o.a.m; ++r)
+        for (std::size_t b = 0; b < o.a.groups; ++b) {
+            std::int32_t c = 0;
+            for (std::size_t i = 0; i < per_group; ++i) c += p.lane_corr[r * lanes + b * per_group + i];
+            p.corr[r * o.a.groups + b] = c;
+        }
+    if (isa == Isa::Avx512Vnni) avx512::regroup_split(o.a, p.xe, p.xo, p.xt);
     const std::size_t blocks = (o.w.n + kRowBlock - 1) / kRowBlock;
     threads::parallel_chunks(blocks, kRowsPerChunk / kRowBlock, threads, macs(o),
                              [&](std::size_t, std::size_t b0, std::size_t b1) {

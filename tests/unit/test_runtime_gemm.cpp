@@ -117,14 +117,16 @@ struct Shape {
 
 std::vector<Shape> shapes(std::size_t g) {
     // m: the row-streaming sizes (1..4), the panel tile (4) and its tails; n: panel (32) and
-    // AVX2 sub-panel (8) tails; k: not multiples of the 64/128-element chunks.
+    // AVX2 sub-panel (8) tails; k: not multiples of the 64/128-element chunks, and the AVX-512
+    // row blocks' 16-group spans: one full span, and last spans of every lane packing (1-2 groups
+    // per row: 18, 34; 3-4: 3, 4; 5-8: 6, 7; 9-15: 28 groups).
     std::vector<Shape> out;
-    const std::size_t ks[] = {g, 3 * g, 5 * g, 7 * g, 16 * g};
+    const std::size_t ks[] = {g, 4 * g, 28 * g, 6 * g, 16 * g, 18 * g, 34 * g, 3 * g, 7 * g};
     const std::size_t ms[] = {1, 2, 3, 4, 5, 6, 7, 9, 33};
     const std::size_t ns[] = {1, 7, 8, 31, 32, 33, 70};
     std::size_t i = 0;
     for (std::size_t m : ms)
-        for (std::size_t n : ns) out.push_back({m, n, ks[i++ % 5]});
+        for (std::size_t n : ns) out.push_back({m, n, ks[i++ % 9]});
     return out;
 }
 

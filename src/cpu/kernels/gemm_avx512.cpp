@@ -9,7 +9,8 @@
 //    lane, and the lanes are summed once per output. One token's product only reads each weight
 //    byte once, so the work per byte decides its speed: several weight rows at a time (4 of the
 //    packed matrix, the 8 of a prepared layer's row block) share the activation loads, and the
-//    scales are decoded 16 groups at a time.
+//    scales are decoded 16 groups at a time. A prepared layer's row blocks store each span of 16
+//    groups group-major, so a group sums in int32 across the span and is scaled once.
 //  - panel_multiply (m > 4): a packed panel of 32 weight rows (for each group, G/4 steps of
 //    32 rows x 4 bytes) against 4 activation rows at a time: each step broadcasts 4 activation
 //    bytes per row and accumulates 4 x 2 vectors of 16 int32 dot products, which are scaled into
@@ -100,7 +101,7 @@ void store_scalar(const GemmOutput& out, std::size_t r, std::size_t n, float v) 
 // the very order _mm512_reduce_add_ps adds (GCC's: halves, quarters, then lanes 0+2, 1+3, then
 // those two), so the values are bit for bit those of eight reductions, in a quarter of the
 // instructions, and stored with one store instead of eight.
-__m512 reduce8(const __m512 a[8]) {
+[[gnu::always_inline]] inline __m512 reduce8(const __m512 a[8]) {
     __m512 p[4];  // p[k]: lanes 0-7 rows 2k, lanes 8-15 rows 2k + 1, each s[i] = a[i] + a[i + 8]
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k)
@@ -149,14 +150,16 @@ __mmask16 lane_mask(std::size_t n) {
     return __mmask16(n >= 16 ? 0xFFFFu : (1u << n) - 1u);
 }
 
-// The 16 weight scales of a span (1 byte each, INT4 2) at `span`; groups past `left` read as code 0.
+// The 16 weight scales of a span (1 byte each, INT4 2) at `span`; groups past `left` read as 0.
+// (Not as E8M0's code 0, 2^-127: a subnormal operand costs a multiply a microcode assist.)
 __m512 weight_span_scales(int format, const std::uint8_t* span, std::size_t left) {
+    const __mmask16 valid = lane_mask(left);
     if (format == kInt4) {  // BF16: the upper half of a float
-        const __m256i h = _mm256_maskz_loadu_epi16(lane_mask(left), span);
+        const __m256i h = _mm256_maskz_loadu_epi16(valid, span);
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     }
-    const __m512i c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lane_mask(left), span));
-    return format == kNvfp4 ? decode_e4m3(c) : decode_e8m0(c);
+    const __m512i c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(valid, span));
+    return format == kNvfp4 ? decode_e4m3(c) : _mm512_maskz_mov_ps(valid, decode_e8m0(c));
 }
 
 std::size_t group_of(int format) {
@@ -263,6 +266,23 @@ RowView plain_rows(const GemmWeights& w, std::size_t n) {
             w.scales + n * scale_row, scale_row, 16 * sb};
 }
 
+// The scales of span `span` (groups g0 .. g0 + 15) of R weight rows times those of M activation
+// rows, lane L for group g0 + L.
+template <int M, int R>
+void span_scales(const GemmActivations& a, const RowView& v, std::size_t span, std::size_t g0, std::size_t r0,
+                 __m512 cs[R][M]) {
+    const std::size_t left = a.groups - g0;
+#pragma GCC unroll 32
+    for (int j = 0; j < R; ++j) {
+        const __m512 ws =
+            weight_span_scales(a.format, v.scales + std::size_t(j) * v.scale_row_step + span * v.span_step, left);
+#pragma GCC unroll 32
+        for (int r = 0; r < M; ++r)
+            cs[j][r] = _mm512_mul_ps(
+                ws, _mm512_maskz_loadu_ps(lane_mask(left), a.scale + (r0 + std::size_t(r)) * a.groups + g0));
+    }
+}
+
 // The R weight rows of `v` (outputs n .. n + R - 1) against activation rows r0 .. r0 + M - 1 (the
 // split layout): the rows share every activation load, and each weight chunk is decoded once for
 // the M activation rows. A lane's value is what one row at a time would give: (weight scale x
@@ -280,17 +300,8 @@ void gemv_block(const GemmActivations& a, const SpanLanes& sl, const RowView& v,
 #pragma GCC unroll 32
         for (int r = 0; r < M; ++r) acc_f[j][r] = _mm512_setzero_ps();
     for (std::size_t c0 = 0, g0 = 0, span = 0; c0 < chunks; c0 += sl.chunks, g0 += 16, ++span) {
-        const std::size_t left = a.groups - g0;
         __m512 cs[R][M];
-#pragma GCC unroll 32
-        for (int j = 0; j < R; ++j) {
-            const __m512 ws =
-                weight_span_scales(format, v.scales + std::size_t(j) * v.scale_row_step + span * v.span_step, left);
-#pragma GCC unroll 32
-            for (int r = 0; r < M; ++r)
-                cs[j][r] = _mm512_mul_ps(
-                    ws, _mm512_maskz_loadu_ps(lane_mask(left), a.scale + (r0 + std::size_t(r)) * a.groups + g0));
-        }
+        span_scales<M, R>(a, v, span, g0, r0, cs);
         const std::size_t c1 = c0 + sl.chunks < chunks ? c0 + sl.chunks : chunks;
         const std::uint8_t* span_codes = v.codes + span * v.code_span_step;
         for (std::size_t c = c0; c < c1; ++c) {
@@ -321,12 +332,6 @@ void gemv_block(const GemmActivations& a, const SpanLanes& sl, const RowView& v,
             }
         }
     }
-    if constexpr (M == 1 && R == 8) {  // a prepared layer's row block for one token
-        const __m512 rows[8] = {acc_f[0][0], acc_f[1][0], acc_f[2][0], acc_f[3][0],
-                                acc_f[4][0], acc_f[5][0], acc_f[6][0], acc_f[7][0]};
-        store16(out, r0, n, reduce8(rows), lane_mask(stored));
-        return;
-    }
 #pragma GCC unroll 32
     for (int j = 0; j < R; ++j)
         if (std::size_t(j) < stored)
@@ -345,9 +350,18 @@ void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::s
     for (; n < n1; ++n) gemv_block<M, 1>(a, sl, plain_rows(w, n), n, 1, r0, out);
 }
 
-// Row block layout (kRowBlock rows): span after span (16 groups, G / 8 chunks), each holding the
-// rows' 16 scales (row j at 16 scale_bytes j), then its chunks (chunk jj of row j at
-// 64 (kRowBlock jj + j)): one sequential stream. Rows past the matrix, and bytes past k, are zero.
+// ---- prepared row blocks (small m) ------------------------------------------------------------
+//
+// Row block layout (kRowBlock rows): span after span (16 groups, C = G / 8 chunks of 64 bytes per
+// vector), each holding 16 scales per vector (scale_bytes each) and then its chunks (chunk jj of
+// vector v at 64 (kRowBlock jj + v)): one sequential stream. Vector lanes hold (row, group)
+// pairs, p = lanes_per_row lanes per row: a full span has p = 16 (vector v = row v, lane L = group
+// L of the span), a last span of q < 16 groups the smallest of 2, 4, 8, 16 that holds q, so that a
+// short tail (576 = 512 + 64 elements, say) takes p / 2 vectors per chunk instead of 8. Lane L of
+// chunk jj holds the 4 bytes jj of its group (elements 8 jj .. 8 jj + 7 of the group): a group's
+// C pieces sit in one lane, so it sums in int32 over the span's chunks and its scale applies once.
+// Rows past the matrix and groups past q are zero, their scales 1 (E8M0) or 0.
+
 std::size_t span_bytes(int format) {
     return kRowBlock * (16 * scale_bytes_of(format) + 64 * span_chunks(format));
 }
@@ -356,39 +370,179 @@ std::size_t span_scales_bytes(int format) {
     return kRowBlock * 16 * scale_bytes_of(format);
 }
 
-RowView block_rows(int format, const std::uint8_t* block, std::size_t j0) {
-    const std::size_t sb = scale_bytes_of(format);
-    return {block + span_scales_bytes(format) + 64 * j0,
-            64,
-            64 * kRowBlock,
-            span_bytes(format),
-            block + 16 * sb * j0,
-            16 * sb,
-            span_bytes(format)};
+std::size_t lanes_per_row(std::size_t q) {
+    return q <= 2 ? 2 : q <= 4 ? 4 : q <= 8 ? 8 : 16;
 }
 
-// One row block: all its rows for one token (R = kRowBlock), halves of it for more.
+// Where one span's activation chunks lie (chunk jj of row r at e / o + r stride + 64 jj).
+struct SpanActs {
+    const std::int8_t* e;
+    const std::int8_t* o;
+    std::size_t stride;
+};
+
+// The activation side of one span for M rows, lane by lane like the span's vectors: the groups'
+// corrections and scales (zero past q).
 template <int M>
-void block_multiply(const GemmActivations& a, const SpanLanes& sl, const std::uint8_t* block, std::size_t n,
-                    std::size_t valid, std::size_t r0, const GemmOutput& out) {
-    if constexpr (M == 1) {
-        gemv_block<1, kRowBlock>(a, sl, block_rows(a.format, block, 0), n, valid, r0, out);
-    } else {
-        constexpr std::size_t H = kRowBlock / 2;
-        gemv_block<M, H>(a, sl, block_rows(a.format, block, 0), n, valid < H ? valid : H, r0, out);
-        if (valid > H) gemv_block<M, H>(a, sl, block_rows(a.format, block, H), n + H, valid - H, r0, out);
+struct SpanGroups {
+    __m512i corr[M];
+    __m512 scale[M];
+};
+
+template <int M>
+SpanGroups<M> span_groups(const GemmActivations& a, std::size_t g0, std::size_t q, std::size_t r0) {
+    alignas(64) std::int32_t idx[16];
+    const std::size_t p = lanes_per_row(q);
+    for (std::size_t l = 0; l < 16; ++l) idx[l] = (l & (p - 1)) < q ? int(l & (p - 1)) : 15;  // lane 15 is 0 (q < 16)
+    const __m512i index = _mm512_load_si512(idx);
+    SpanGroups<M> s;
+#pragma GCC unroll 4
+    for (int r = 0; r < M; ++r) {
+        const std::size_t at = (r0 + std::size_t(r)) * a.groups + g0;
+        s.corr[r] = _mm512_maskz_loadu_epi32(lane_mask(q), a.corr + at);
+        s.scale[r] = _mm512_maskz_loadu_ps(lane_mask(q), a.scale + at);
+        if (p < 16) {
+            s.corr[r] = _mm512_permutexvar_epi32(index, s.corr[r]);
+            s.scale[r] = _mm512_permutexvar_ps(index, s.scale[r]);
+        }
+    }
+    return s;
+}
+
+// Vectors v0 .. v0 + V - 1 of one span against M activation rows: the int32 sums of each lane's
+// group over the span's chunks (started at the corrections), times the lane's weight scale and
+// activation scale, added to (Accumulate) or stored in acc[v][r].
+template <int M, int V, bool Accumulate>
+[[gnu::always_inline]] inline void span_product(const GemmActivations& a, const std::uint8_t* span, std::size_t v0,
+                                                const SpanActs& x, const SpanGroups<M>& g, __m512 acc[V][M]) {
+    const __m512i lut = _mm512_broadcast_i32x4(weight_lut(a.format)), low = _mm512_set1_epi8(0x0F);
+    const std::uint8_t* codes = span + span_scales_bytes(a.format);
+    __m512i sum[V][M];
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v)
+#pragma GCC unroll 4
+        for (int r = 0; r < M; ++r) sum[v][r] = g.corr[r];
+    for (std::size_t jj = 0; jj < span_chunks(a.format); ++jj) {
+        __m512i xe[M], xo[M];
+#pragma GCC unroll 4
+        for (int r = 0; r < M; ++r) {
+            xe[r] = _mm512_loadu_si512(x.e + std::size_t(r) * x.stride + 64 * jj);
+            xo[r] = _mm512_loadu_si512(x.o + std::size_t(r) * x.stride + 64 * jj);
+        }
+#pragma GCC unroll 8
+        for (int v = 0; v < V; ++v) {
+            const std::uint8_t* wr = codes + 64 * (kRowBlock * jj + v0 + std::size_t(v));
+            _mm_prefetch(reinterpret_cast<const char*>(wr + kPrefetchBytes), _MM_HINT_T0);
+            const __m512i wv = _mm512_loadu_si512(wr);
+            const __m512i wl = _mm512_shuffle_epi8(lut, _mm512_and_si512(wv, low));
+            const __m512i wh = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(wv, 4), low));
+#pragma GCC unroll 4
+            for (int r = 0; r < M; ++r)
+                sum[v][r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(sum[v][r], wl, xe[r]), wh, xo[r]);
+        }
+    }
+    const std::size_t sb = scale_bytes_of(a.format);
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+        const __m512 ws = weight_span_scales(a.format, span + 16 * sb * (v0 + std::size_t(v)), 16);
+#pragma GCC unroll 4
+        for (int r = 0; r < M; ++r) {
+            const __m512 s = _mm512_mul_ps(ws, g.scale[r]);
+            acc[v][r] = Accumulate ? _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[v][r]), s, acc[v][r])
+                                   : _mm512_mul_ps(_mm512_cvtepi32_ps(sum[v][r]), s);
+        }
+    }
+}
+
+// The 8 rows' sums of a short tail's V = p / 2 vectors (p lanes per row), in lanes 0 .. 7.
+template <int V>
+[[gnu::always_inline]] inline __m512 tail_rows(const __m512 t[V]) {
+    __m512 s[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {  // lane i p: the sum of the vector's row i
+        s[v] = _mm512_add_ps(t[v], _mm512_shuffle_ps(t[v], t[v], 0xB1));
+        if constexpr (V >= 2) s[v] = _mm512_add_ps(s[v], _mm512_shuffle_ps(s[v], s[v], 0x4E));
+        if constexpr (V >= 4) s[v] = _mm512_add_ps(s[v], _mm512_shuffle_f32x4(s[v], s[v], 0xB1));
+    }
+    if constexpr (V == 1)
+        return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0), s[0]);
+    if constexpr (V == 2)
+        return _mm512_permutex2var_ps(s[0], _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0),
+                                      s[1]);
+    if constexpr (V == 4) {
+        const __m512i pairs = _mm512_setr_epi32(0, 8, 16, 24, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+        return _mm512_permutex2var_ps(_mm512_permutex2var_ps(s[0], pairs, s[1]),
+                                      _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 0, 0, 0, 0, 0, 0, 0, 0),
+                                      _mm512_permutex2var_ps(s[2], pairs, s[3]));
+    }
+}
+
+// A short tail (p < 16) of one block against M activation rows: each row's 8 outputs' share.
+template <int M, int V>
+[[gnu::always_inline]] inline void short_tail(const GemmActivations& a, const std::uint8_t* span, const SpanActs& x,
+                                              const SpanGroups<M>& g, __m512 rows[M]) {
+    __m512 t[V][M];
+    span_product<M, V, false>(a, span, 0, x, g, t);
+#pragma GCC unroll 4
+    for (int r = 0; r < M; ++r) {
+        __m512 tr[V];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) tr[v] = t[v][r];
+        rows[r] = tail_rows<V>(tr);
+    }
+}
+
+// One row block (outputs n .. n + valid - 1) against activation rows r0 .. r0 + M - 1, the split
+// layout regrouped by regroup_split.
+// `last`: the activation side of the last span if it is short (the same for every block).
+template <int M>
+void grouped_block(const GemmActivations& a, const std::uint8_t* block, std::size_t n, std::size_t valid,
+                   std::size_t r0, const SpanGroups<M>& last, const GemmOutput& out) {
+    constexpr int H = M == 1 ? 8 : 4;  // vectors per pass: more rows' accumulators would spill
+    const std::size_t chunks = span_chunks(a.format), full = a.groups / 16, q = a.groups % 16;
+    const std::size_t half = a.k_pad / 2;
+    __m512 acc[8][M], tail[M];
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v)
+#pragma GCC unroll 4
+        for (int r = 0; r < M; ++r) acc[v][r] = _mm512_setzero_ps();
+    for (std::size_t s = 0; s < full; ++s) {
+        const std::uint8_t* span = block + s * span_bytes(a.format);
+        const SpanActs x{a.xe + r0 * half + 64 * chunks * s, a.xo + r0 * half + 64 * chunks * s, half};
+        const SpanGroups<M> g = span_groups<M>(a, 16 * s, 16, r0);
+#pragma GCC unroll 2
+        for (int v0 = 0; v0 < 8; v0 += H) span_product<M, H, true>(a, span, std::size_t(v0), x, g, acc + v0);
+    }
+    const std::uint8_t* span = block + full * span_bytes(a.format);
+    const SpanActs x{a.xt + r0 * 2 * kTailBytes, a.xt + r0 * 2 * kTailBytes + kTailBytes, 2 * kTailBytes};
+    switch (q == 0 ? 0 : lanes_per_row(q)) {
+        case 2: short_tail<M, 1>(a, span, x, last, tail); break;
+        case 4: short_tail<M, 2>(a, span, x, last, tail); break;
+        case 8: short_tail<M, 4>(a, span, x, last, tail); break;
+        case 16:
+#pragma GCC unroll 2
+            for (int v0 = 0; v0 < 8; v0 += H) span_product<M, H, true>(a, span, std::size_t(v0), x, last, acc + v0);
+            [[fallthrough]];
+        default:
+#pragma GCC unroll 4
+            for (int r = 0; r < M; ++r) tail[r] = _mm512_setzero_ps();
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < M; ++r) {
+        const __m512 rows[8] = {acc[0][r], acc[1][r], acc[2][r], acc[3][r], acc[4][r], acc[5][r], acc[6][r], acc[7][r]};
+        store16(out, r0 + std::size_t(r), n, _mm512_add_ps(reduce8(rows), tail[r]), lane_mask(valid));
     }
 }
 
 template <int M>
-void blocks_multiply(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
-                     std::size_t n1, std::size_t r0, const GemmOutput& out) {
-    const SpanLanes sl = span_lanes(a.format);
+void grouped_blocks(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
+                    std::size_t n1, std::size_t r0, const GemmOutput& out) {
+    const std::size_t q = a.groups % 16;
+    const SpanGroups<M> last = q != 0 ? span_groups<M>(a, a.groups - q, q, r0) : SpanGroups<M>{};
     for (std::size_t n = n0; n < n1; n += kRowBlock)
-        block_multiply<M>(a, sl, blocks + n / kRowBlock * block_bytes, n, n1 - n < kRowBlock ? n1 - n : kRowBlock, r0,
-                          out);
+        grouped_block<M>(a, blocks + n / kRowBlock * block_bytes, n, n1 - n < kRowBlock ? n1 - n : kRowBlock, r0, last,
+                         out);
 }
-
 }  // namespace
 
 void gemv_rows(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::size_t n1, const GemmOutput& out) {
@@ -410,31 +564,59 @@ std::size_t row_block_bytes(int format, std::size_t k) {
 
 void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block) {
     std::memset(block, 0, row_block_bytes(w.format, w.k));
-    const std::size_t row_bytes = w.k / 2, sb = scale_bytes_of(w.format), scale_row = w.groups * sb;
-    const std::size_t chunks = span_chunks(w.format), valid = w.n - n0 < kRowBlock ? w.n - n0 : kRowBlock;
-    for (std::size_t j = 0; j < valid; ++j) {
-        const std::uint8_t* codes = w.codes + (n0 + j) * row_bytes;
-        for (std::size_t c = 0; 64 * c < row_bytes; ++c) {
-            std::uint8_t* span = block + c / chunks * span_bytes(w.format);
-            std::memcpy(span + span_scales_bytes(w.format) + 64 * (kRowBlock * (c % chunks) + j), codes + 64 * c,
-                        row_bytes - 64 * c < 64 ? row_bytes - 64 * c : 64);
+    const std::size_t sb = scale_bytes_of(w.format), chunks = span_chunks(w.format), g_bytes = group_of(w.format) / 2;
+    const std::size_t valid = w.n - n0 < kRowBlock ? w.n - n0 : kRowBlock;
+    const bool e8m0 = !is_int4(w.format) && w.format != kNvfp4;
+    for (std::size_t s = 0, g0 = 0; g0 < w.groups; ++s, g0 += 16) {
+        const std::size_t q = w.groups - g0 < 16 ? w.groups - g0 : 16, p = lanes_per_row(q);
+        std::uint8_t* span = block + s * span_bytes(w.format);
+        // Unused lanes (rows past the matrix, groups past q) multiply zero sums by their scale:
+        // E8M0's code 0 would be 2^-127, a subnormal, which costs the multiply a microcode assist.
+        if (e8m0) std::memset(span, 127, span_scales_bytes(w.format));
+        for (std::size_t j = 0; j < valid; ++j) {
+            const std::size_t v = j * p / 16, lane0 = j * p % 16;  // row j's vector and first lane
+            const std::uint8_t* codes = w.codes + (n0 + j) * (w.k / 2) + g0 * g_bytes;
+            const std::uint8_t* scales = w.scales + ((n0 + j) * w.groups + g0) * sb;
+            for (std::size_t g = 0; g < q; ++g) {
+                std::memcpy(span + (16 * v + lane0 + g) * sb, scales + g * sb, sb);
+                for (std::size_t jj = 0; jj < chunks; ++jj)
+                    std::memcpy(span + span_scales_bytes(w.format) + 64 * (kRowBlock * jj + v) + 4 * (lane0 + g),
+                                codes + 4 * (g * chunks + jj), 4);
+            }
         }
-        const std::uint8_t* scales = w.scales + (n0 + j) * scale_row;
-        for (std::size_t s = 0; 16 * sb * s < scale_row; ++s)
-            std::memcpy(block + s * span_bytes(w.format) + 16 * sb * j, scales + 16 * sb * s,
-                        scale_row - 16 * sb * s < 16 * sb ? scale_row - 16 * sb * s : 16 * sb);
+    }
+}
+
+void regroup_split(const GemmActivations& a, std::int8_t* xe, std::int8_t* xo, std::int8_t* xt) {
+    const std::size_t chunks = span_chunks(a.format), span = 64 * chunks, half = a.k_pad / 2;
+    const std::size_t full = a.groups / 16, q = a.groups % 16, p = lanes_per_row(q);
+    std::int8_t tmp[4 * 64];
+    for (std::size_t i = 0; i < 2 * a.m; ++i) {  // row i / 2, even (xe) or odd (xo) elements
+        std::int8_t* x = (i % 2 == 0 ? xe : xo) + i / 2 * half;
+        for (std::size_t s = 0; s < full; ++s) {  // in place: lane g of chunk jj is word g C + jj
+            std::memcpy(tmp, x + s * span, span);
+            for (std::size_t jj = 0; jj < chunks; ++jj)
+                for (std::size_t g = 0; g < 16; ++g)
+                    std::memcpy(x + s * span + 64 * jj + 4 * g, tmp + 4 * (g * chunks + jj), 4);
+        }
+        if (q == 0) continue;
+        std::int8_t* t = xt + i * kTailBytes;  // the tail, once per row of each vector
+        std::memset(t, 0, kTailBytes);
+        for (std::size_t jj = 0; jj < chunks; ++jj)
+            for (std::size_t l = 0; l < 16; ++l)
+                if (l % p < q) std::memcpy(t + 64 * jj + 4 * l, x + full * span + 4 * (l % p * chunks + jj), 4);
     }
 }
 
 void rows_multiply(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
                    std::size_t n1, const GemmOutput& out) {
     switch (a.m) {
-        case 1: blocks_multiply<1>(a, blocks, block_bytes, n0, n1, 0, out); break;
-        case 2: blocks_multiply<2>(a, blocks, block_bytes, n0, n1, 0, out); break;
-        case 3: blocks_multiply<3>(a, blocks, block_bytes, n0, n1, 0, out); break;
+        case 1: grouped_blocks<1>(a, blocks, block_bytes, n0, n1, 0, out); break;
+        case 2: grouped_blocks<2>(a, blocks, block_bytes, n0, n1, 0, out); break;
+        case 3: grouped_blocks<3>(a, blocks, block_bytes, n0, n1, 0, out); break;
         default:  // as gemv_rows: 2 + 2
-            blocks_multiply<2>(a, blocks, block_bytes, n0, n1, 0, out);
-            blocks_multiply<2>(a, blocks, block_bytes, n0, n1, 2, out);
+            grouped_blocks<2>(a, blocks, block_bytes, n0, n1, 0, out);
+            grouped_blocks<2>(a, blocks, block_bytes, n0, n1, 2, out);
             break;
     }
 }

@@ -96,7 +96,13 @@ struct GemmActivations {
     const std::int32_t* lane_corr;  // m x k_pad / 8
     const float* lane_scale;        // m x k_pad / 8
     std::size_t k_pad;
+    // The AVX-512 row blocks' last span when it has fewer than 16 groups (avx512::regroup_split):
+    // per row, its even then its odd elements, kTailBytes each, in the block's lane order.
+    const std::int8_t* xt;
 };
+
+// Bytes of one row's even (or odd) elements of a span of 16 groups of 32: the size of `xt`'s parts.
+constexpr std::size_t kTailBytes = 256;
 
 struct GemmWeights {
     int format;
@@ -159,12 +165,17 @@ void panel_multiply(const GemmActivations& a, const std::uint8_t* panel, std::si
 }  // namespace avx2
 namespace avx512 {
 // Row blocks of kRowBlock rows for small m (prepared layers), span after span (16 groups): the
-// rows' 16 scales each, then the span's 128-element chunks, row after row (64 bytes each, zero
-// past k), so one token's product reads the block as a single stream.
+// span's scales, then its 128-element chunks (64 bytes per vector, zero past k), so one token's
+// product reads the block as a single stream. Lanes are group-major (lane L of every chunk: a
+// piece of group L of the span), so the kernel sums a group in int32 across the span's chunks; a
+// last span of few groups packs several rows per vector (gemm_avx512.cpp has the layout).
 std::size_t row_block_bytes(int format, std::size_t k);  // a multiple of 64
 void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block);
-// Y rows 0..m-1 (m <= 4, the split layout of `a`) for weight rows n0..n1 (n0 a multiple of
-// kRowBlock); `blocks` points at block 0.
+// Puts the split layout's xe / xo (rows 0..m-1 of `a`) in the row blocks' lane order: the full
+// spans in place, the last span (if short) into xt (m x 2 x kTailBytes).
+void regroup_split(const GemmActivations& a, std::int8_t* xe, std::int8_t* xo, std::int8_t* xt);
+// Y rows 0..m-1 (m <= 4, the split layout of `a` regrouped by regroup_split, and its per-group
+// `corr`) for weight rows n0..n1 (n0 a multiple of kRowBlock); `blocks` points at block 0.
 void rows_multiply(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
                    std::size_t n1, const GemmOutput& out);
 void prepare_rows(const GemmActivations& a, const std::uint8_t* codes, std::size_t r0, std::size_t r1, std::int8_t* x8,
