@@ -4,7 +4,8 @@ thread count for every engine, each engine in its own process (its memory its ow
 
   python3 bench/bench_token_loop.py --gguf MODEL.gguf --quantized OUT_DIR --text PROMPT.txt \
       [--library build/release/capi/libwush.so] [--threads 2] [--prefill 512] [--decode 128] \
-      [--reps 3] [--engines llama.cpp,float32,bfloat16,wush] [--llama-python VENV/bin/python]
+      [--reps 3] [--engines llama.cpp,float32,bfloat16,wush] [--llama-python VENV/bin/python] \
+      [--isa auto|avx2|avx512_vnni|scalar]
 
 Engines:
 - llama.cpp: the GGUF file itself through llama-cpp-python (built from its public source, in a
@@ -109,6 +110,9 @@ def measure_torch(a, ids):
     import wush
     import wush.gguf as wg
     if a.engine == "wush":
+        if a.isa != "auto":  # the library's kernel set, before the layers are prepared for it
+            from wush import _core, device
+            device.cpu_context().set_parameter("CPU_ISA", int(_core.CpuIsa[a.isa.upper()]))
         model = wush.load_quantized(a.quantized)
     else:
         model, _ = wg.load(a.gguf, {"float32": torch.float32, "bfloat16": torch.bfloat16}[a.engine])
@@ -118,6 +122,8 @@ def measure_torch(a, ids):
            "prefill_tok_s": [round(len(ids) / r[0], 1) for r in runs],
            "decode_tok_s": [round(a.decode / r[1], 2) for r in runs], "first_ids": runs[0][2][:16]}
     if a.engine == "wush":
+        from wush import device
+        row["isa"] = device.cpu_context().cpu_isa
         timers = Timers(model)
         _, d, _ = torch_loop(model, ids, a.decode)
         timers.remove()
@@ -180,7 +186,7 @@ def run_engine(a, engine, ids):
     python = a.llama_python if engine == "llama.cpp" else sys.executable
     cmd = [python, __file__, "--engine", engine, "--ids", json.dumps(ids), "--gguf", a.gguf, "--quantized",
            a.quantized, "--text", a.text, "--threads", str(a.threads), "--decode", str(a.decode), "--reps",
-           str(a.reps)]
+           str(a.reps), "--isa", a.isa]
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     if a.library:
         env["WUSH_LIBRARY"] = os.path.abspath(a.library)
@@ -202,7 +208,8 @@ def table(rows):
         p, d = med[r["engine"]]
         vs = [f"{d / med[e][1]:.2f}x" if e in med else "-" for e in ("float32", "llama.cpp")]
         agree = "-" if ref is None else f"{next((i for i, (x, y) in enumerate(zip(r['first_ids'], ref)) if x != y), len(ref))}/{len(ref)}"
-        lines.append(f"| {r['engine']} | {p:.1f} | {d:.2f} ({min(r['decode_tok_s'])}-{max(r['decode_tok_s'])}) | "
+        name = f"{r['engine']} ({r['isa']})" if "isa" in r else r["engine"]
+        lines.append(f"| {name} | {p:.1f} | {d:.2f} ({min(r['decode_tok_s'])}-{max(r['decode_tok_s'])}) | "
                      f"{vs[0]} | {vs[1]} | {r['rss_mib']} ({r['peak_rss_mib']}) | {agree} |")
     wush_row = next((r for r in rows if "decode_ms_per_token" in r), None)
     if wush_row:
@@ -224,6 +231,8 @@ def main():
     ap.add_argument("--decode", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--isa", default="auto", choices=("auto", "avx2", "avx512_vnni", "scalar"),
+                    help="libwush's CPU kernels for the wush engine (as `wush bench --isa`)")
     ap.add_argument("--llama-python", default=None,
                     help="the python of a venv with llama-cpp-python (bench/token_loop_llama_cpp.sh)")
     ap.add_argument("--engine", default=None, help=argparse.SUPPRESS)  # a child process: one engine
