@@ -391,20 +391,22 @@ struct SpanGroups {
 
 template <int M>
 SpanGroups<M> span_groups(const GemmActivations& a, std::size_t g0, std::size_t q, std::size_t r0) {
-    alignas(64) std::int32_t idx[16];
-    const std::size_t p = lanes_per_row(q);
-    for (std::size_t l = 0; l < 16; ++l) idx[l] = (l & (p - 1)) < q ? int(l & (p - 1)) : 15;  // lane 15 is 0 (q < 16)
-    const __m512i index = _mm512_load_si512(idx);
     SpanGroups<M> s;
 #pragma GCC unroll 4
     for (int r = 0; r < M; ++r) {
         const std::size_t at = (r0 + std::size_t(r)) * a.groups + g0;
         s.corr[r] = _mm512_maskz_loadu_epi32(lane_mask(q), a.corr + at);
         s.scale[r] = _mm512_maskz_loadu_ps(lane_mask(q), a.scale + at);
-        if (p < 16) {
-            s.corr[r] = _mm512_permutexvar_epi32(index, s.corr[r]);
-            s.scale[r] = _mm512_permutexvar_ps(index, s.scale[r]);
-        }
+    }
+    const std::size_t p = lanes_per_row(q);
+    if (p == 16) return s;
+    alignas(64) std::int32_t idx[16];  // lane l: group l mod p, or lane 15, which is 0 (q < 16)
+    for (std::size_t l = 0; l < 16; ++l) idx[l] = (l & (p - 1)) < q ? int(l & (p - 1)) : 15;
+    const __m512i index = _mm512_load_si512(idx);
+#pragma GCC unroll 4
+    for (int r = 0; r < M; ++r) {
+        s.corr[r] = _mm512_permutexvar_epi32(index, s.corr[r]);
+        s.scale[r] = _mm512_permutexvar_ps(index, s.scale[r]);
     }
     return s;
 }
