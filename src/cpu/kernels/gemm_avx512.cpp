@@ -266,23 +266,6 @@ RowView plain_rows(const GemmWeights& w, std::size_t n) {
             w.scales + n * scale_row, scale_row, 16 * sb};
 }
 
-// The scales of span `span` (groups g0 .. g0 + 15) of R weight rows times those of M activation
-// rows, lane L for group g0 + L.
-template <int M, int R>
-void span_scales(const GemmActivations& a, const RowView& v, std::size_t span, std::size_t g0, std::size_t r0,
-                 __m512 cs[R][M]) {
-    const std::size_t left = a.groups - g0;
-#pragma GCC unroll 32
-    for (int j = 0; j < R; ++j) {
-        const __m512 ws =
-            weight_span_scales(a.format, v.scales + std::size_t(j) * v.scale_row_step + span * v.span_step, left);
-#pragma GCC unroll 32
-        for (int r = 0; r < M; ++r)
-            cs[j][r] = _mm512_mul_ps(
-                ws, _mm512_maskz_loadu_ps(lane_mask(left), a.scale + (r0 + std::size_t(r)) * a.groups + g0));
-    }
-}
-
 // The R weight rows of `v` (outputs n .. n + R - 1) against activation rows r0 .. r0 + M - 1 (the
 // split layout): the rows share every activation load, and each weight chunk is decoded once for
 // the M activation rows. A lane's value is what one row at a time would give: (weight scale x
@@ -300,8 +283,17 @@ void gemv_block(const GemmActivations& a, const SpanLanes& sl, const RowView& v,
 #pragma GCC unroll 32
         for (int r = 0; r < M; ++r) acc_f[j][r] = _mm512_setzero_ps();
     for (std::size_t c0 = 0, g0 = 0, span = 0; c0 < chunks; c0 += sl.chunks, g0 += 16, ++span) {
+        const std::size_t left = a.groups - g0;
         __m512 cs[R][M];
-        span_scales<M, R>(a, v, span, g0, r0, cs);
+#pragma GCC unroll 32
+        for (int j = 0; j < R; ++j) {
+            const __m512 ws =
+                weight_span_scales(format, v.scales + std::size_t(j) * v.scale_row_step + span * v.span_step, left);
+#pragma GCC unroll 32
+            for (int r = 0; r < M; ++r)
+                cs[j][r] = _mm512_mul_ps(
+                    ws, _mm512_maskz_loadu_ps(lane_mask(left), a.scale + (r0 + std::size_t(r)) * a.groups + g0));
+        }
         const std::size_t c1 = c0 + sl.chunks < chunks ? c0 + sl.chunks : chunks;
         const std::uint8_t* span_codes = v.codes + span * v.code_span_step;
         for (std::size_t c = c0; c < c1; ++c) {
@@ -401,7 +393,7 @@ SpanGroups<M> span_groups(const GemmActivations& a, std::size_t g0, std::size_t 
     const std::size_t p = lanes_per_row(q);
     if (p == 16) return s;
     alignas(64) std::int32_t idx[16];  // lane l: group l mod p, or lane 15, which is 0 (q < 16)
-    for (std::size_t l = 0; l < 16; ++l) idx[l] = (l & (p - 1)) < q ? int(l & (p - 1)) : 15;
+    for (std::size_t l = 0; l < 16; ++l) idx[l] = l % p < q ? int(l % p) : 15;
     const __m512i index = _mm512_load_si512(idx);
 #pragma GCC unroll 4
     for (int r = 0; r < M; ++r) {
@@ -517,17 +509,17 @@ void grouped_block(const GemmActivations& a, const std::uint8_t* block, std::siz
     }
     const std::uint8_t* span = block + full * span_bytes(a.format);
     const SpanActs x{a.xt + r0 * 2 * kTailBytes, a.xt + r0 * 2 * kTailBytes + kTailBytes, 2 * kTailBytes};
+#pragma GCC unroll 4
+    for (int r = 0; r < M; ++r) tail[r] = _mm512_setzero_ps();
     switch (q == 0 ? 0 : lanes_per_row(q)) {
         case 2: short_tail<M, 1>(a, span, x, last, tail); break;
         case 4: short_tail<M, 2>(a, span, x, last, tail); break;
         case 8: short_tail<M, 4>(a, span, x, last, tail); break;
-        case 16:
+        case 16:  // one vector per row, like a full span
 #pragma GCC unroll 2
             for (int v0 = 0; v0 < 8; v0 += H) span_product<M, H, true>(a, span, std::size_t(v0), x, last, acc + v0);
-            [[fallthrough]];
-        default:
-#pragma GCC unroll 4
-            for (int r = 0; r < M; ++r) tail[r] = _mm512_setzero_ps();
+            break;
+        default: break;
     }
 #pragma GCC unroll 4
     for (int r = 0; r < M; ++r) {
