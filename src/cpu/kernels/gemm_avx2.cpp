@@ -286,31 +286,30 @@ std::size_t row_block_bytes(int format, std::size_t k) {
 void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block) {
     const std::size_t g = w.k / w.groups, per_unit = 32 / g;  // groups per 32-element unit
     const bool to_bf16 = w.format == kNvfp4;
-    const std::size_t src_bytes = is_int4(w.format) ? 2 : 1, sbytes = to_bf16 ? 2 : src_bytes,
-                      row_scale = per_unit * sbytes;
-    const std::size_t unit_bytes = 128 + kRowBlock * row_scale, row_bytes = w.k / 2;
+    const std::size_t src_bytes = is_int4(w.format) ? 2 : 1, sbytes = to_bf16 ? 2 : src_bytes;
+    const std::size_t unit_bytes = 128 + kRowBlock * per_unit * sbytes, row_bytes = w.k / 2;
     const std::size_t valid = w.n - n0 < kRowBlock ? w.n - n0 : kRowBlock;
     for (std::size_t u = 0; u < w.k / 32; ++u) {
         std::uint8_t* dst = block + u * unit_bytes;
         for (std::size_t row = 0; row < kRowBlock; ++row) {
-            std::uint8_t* code_dst = dst + 32 * (row % 4) + 16 * (row / 4);
-            std::uint8_t* scale_dst = dst + 128 + row * row_scale;
-            if (row < valid) {  // padding rows stay zero: their outputs are never stored
-                std::memcpy(code_dst, w.codes + (n0 + row) * row_bytes + 16 * u, 16);
-                const std::uint8_t* src = w.scales + ((n0 + row) * w.groups + u * per_unit) * src_bytes;
+            if (row >= valid) {  // padding rows stay zero: their outputs are never stored
+                for (std::size_t j = 0; j < 4; ++j) std::memset(dst + 32 * j + 4 * row, 0, 4);
+                for (std::size_t i = 0; i < per_unit; ++i) std::memset(dst + 128 + (i * kRowBlock + row) * sbytes, 0, sbytes);
+                continue;
+            }
+            const std::uint8_t* codes = w.codes + (n0 + row) * row_bytes + 16 * u;
+            for (std::size_t j = 0; j < 4; ++j) std::memcpy(dst + 32 * j + 4 * row, codes + 4 * j, 4);
+            const std::uint8_t* src = w.scales + ((n0 + row) * w.groups + u * per_unit) * src_bytes;
+            for (std::size_t i = 0; i < per_unit; ++i) {
+                std::uint8_t* scale_dst = dst + 128 + (i * kRowBlock + row) * sbytes;
                 if (to_bf16) {
-                    for (std::size_t i = 0; i < per_unit; ++i) {
-                        const __m256 v = decode_e4m3(_mm256_set1_epi32(src[i]));
-                        const std::uint32_t bits = std::uint32_t(_mm256_cvtsi256_si32(_mm256_castps_si256(v)));
-                        const std::uint16_t h = std::uint16_t(bits >> 16);  // the low half is zero
-                        std::memcpy(scale_dst + 2 * i, &h, 2);
-                    }
+                    const __m256 v = decode_e4m3(_mm256_set1_epi32(src[i]));
+                    const std::uint32_t bits = std::uint32_t(_mm256_cvtsi256_si32(_mm256_castps_si256(v)));
+                    const std::uint16_t h = std::uint16_t(bits >> 16);  // the low half is zero
+                    std::memcpy(scale_dst, &h, 2);
                 } else {
-                    std::memcpy(scale_dst, src, row_scale);
+                    std::memcpy(scale_dst, src + i * src_bytes, src_bytes);
                 }
-            } else {
-                std::memset(code_dst, 0, 16);
-                std::memset(scale_dst, 0, row_scale);
             }
         }
     }
@@ -318,24 +317,33 @@ void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block) {
 
 namespace {
 
-// M activation rows x the 8 rows of each block. Per unit, vector j's products (rows j, j + 4) are
-// summed in int16 (exact: at most 8 x 1800 < 32767) by three horizontal adds into
-// [r0 .. r3 | r4 .. r7] x 2 int16 lanes per group pair; G = 32 sums the pairs (vpmaddwd).
+// The 8 weight scales of one group of a unit (one per row), as float32.
+template <int G>
+__m256 unit_scales(const std::uint8_t* p, bool bf16) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    if (G == 16 || bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+    return decode_e8m0(_mm256_cvtepu8_epi32(raw));
+}
+
+// M activation rows x the 8 rows of each block. Lane i of every code vector belongs to row i, so
+// the unit's products sum vertically: vector j's lanes take 4 code bytes (8 elements) of their
+// row against the same 4 + 4 activations, broadcast. Per group, the int16 pair sums (exact: at
+// most 4 x 1800 < 32767) meet in one vpmaddwd, which leaves lane i = row i's dot product.
 template <int M, int G>
 void row_blocks(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
                 std::size_t n1, std::size_t n_total, const GemmOutput& out) {
-    constexpr int kHalves = G == 16 ? 2 : 1;
+    constexpr int kGroups = 32 / G;  // per unit
     const __m256i lut = weight_lut(a.format), low = _mm256_set1_epi8(0x0F), ones16 = _mm256_set1_epi16(1);
     const bool int4 = is_int4(a.format);
     const std::size_t units = a.k / 32, half = a.k_pad / 2, groups = a.groups;
-    const std::size_t unit_bytes = 128 + (G == 16 ? 32 : int4 ? 16 : 8);
+    const std::size_t unit_bytes = 128 + (G == 16 ? 32 : int4 ? 16 : 8), scale_step = int4 || G == 16 ? 16 : 8;
     for (std::size_t nb = n0; nb < n1; nb += kRowBlock) {
         const std::uint8_t* blk = blocks + nb / kRowBlock * block_bytes;
-        __m256 acc[M][kHalves];
+        __m256 acc[M][kGroups];
 #pragma GCC unroll 8
         for (int r = 0; r < M; ++r)
 #pragma GCC unroll 2
-            for (int h = 0; h < kHalves; ++h) acc[r][h] = _mm256_setzero_ps();
+            for (int g = 0; g < kGroups; ++g) acc[r][g] = _mm256_setzero_ps();
         for (std::size_t u = 0; u < units; ++u) {
             const std::uint8_t* pu = blk + u * unit_bytes;
             // Each of the unit's (up to 3) lines, kPrefetchBytes ahead (kernels.h).
@@ -349,45 +357,33 @@ void row_blocks(const GemmActivations& a, const std::uint8_t* blocks, std::size_
                 wl[j] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low));
                 wh[j] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
             }
-            const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pu + 128));
-            __m256 ws[kHalves];
-            if constexpr (G == 16) {  // BF16 (see row_block_bytes)
-                const __m128i raw_hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pu + 144));
-                ws[0] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-                ws[kHalves - 1] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw_hi), 16));
-            } else {
-                ws[0] = int4 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16))
-                             : decode_e8m0(_mm256_cvtepu8_epi32(raw));
-            }
+            __m256 ws[kGroups];
+#pragma GCC unroll 2
+            for (int g = 0; g < kGroups; ++g) ws[g] = unit_scales<G>(pu + 128 + g * scale_step, int4);
 #pragma GCC unroll 8
             for (int r = 0; r < M; ++r) {
-                const std::size_t off = std::size_t(r) * half + 16 * u;
-                const __m256i xe =
-                    _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.xe + off)));
-                const __m256i xo =
-                    _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.xo + off)));
+                const std::int8_t* xe = a.xe + std::size_t(r) * half + 16 * u;
+                const std::int8_t* xo = a.xo + std::size_t(r) * half + 16 * u;
                 __m256i p[4];
 #pragma GCC unroll 4
                 for (int j = 0; j < 4; ++j)
-                    p[j] = _mm256_add_epi16(_mm256_maddubs_epi16(wl[j], xe), _mm256_maddubs_epi16(wh[j], xo));
-                const __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
-                const std::size_t gi = std::size_t(r) * groups + u * (32 / G);
+                    p[j] = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(wl[j], _mm256_set1_epi32(int(load_u32(xe + 4 * j)))),
+                        _mm256_maddubs_epi16(wh[j], _mm256_set1_epi32(int(load_u32(xo + 4 * j)))));
+                __m256i s[kGroups];
                 if constexpr (G == 16) {
-                    std::int64_t c2;
-                    double s2;
-                    std::memcpy(&c2, a.corr + gi, 8);
-                    std::memcpy(&s2, a.scale + gi, 8);
-                    const __m256i corr = _mm256_set1_epi64x(c2);
-                    const __m256 sa = _mm256_castpd_ps(_mm256_set1_pd(s2));  // [s_a, s_b] repeated
-                    const __m256i lo = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(h)), corr);
-                    const __m256i hi = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(h, 1)), corr);
-                    acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), _mm256_mul_ps(ws[0], sa), acc[r][0]);
-                    acc[r][kHalves - 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_mul_ps(ws[kHalves - 1], sa),
-                                                          acc[r][kHalves - 1]);
+                    s[0] = _mm256_add_epi16(p[0], p[1]);
+                    s[kGroups - 1] = _mm256_add_epi16(p[2], p[3]);
                 } else {
-                    const __m256i d = _mm256_add_epi32(_mm256_madd_epi16(h, ones16), _mm256_set1_epi32(a.corr[gi]));
-                    acc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d),
-                                                _mm256_mul_ps(ws[0], _mm256_set1_ps(a.scale[gi])), acc[r][0]);
+                    s[0] = _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
+                }
+                const std::size_t gi = std::size_t(r) * groups + u * kGroups;
+#pragma GCC unroll 2
+                for (int g = 0; g < kGroups; ++g) {
+                    const __m256i d =
+                        _mm256_add_epi32(_mm256_madd_epi16(s[g], ones16), _mm256_set1_epi32(a.corr[gi + g]));
+                    acc[r][g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d),
+                                                _mm256_mul_ps(ws[g], _mm256_set1_ps(a.scale[gi + g])), acc[r][g]);
                 }
             }
         }
@@ -395,9 +391,7 @@ void row_blocks(const GemmActivations& a, const std::uint8_t* blocks, std::size_
 #pragma GCC unroll 8
         for (int r = 0; r < M; ++r) {
             __m256 y = acc[r][0];
-            if constexpr (G == 16)  // [r0a r0b r1a r1b | r2a ..] + [r4a .. | r6a ..] -> [r0 r1 r4 r5 | r2 r3 r6 r7]
-                y = _mm256_castpd_ps(_mm256_permute4x64_pd(
-                    _mm256_castps_pd(_mm256_hadd_ps(acc[r][0], acc[r][kHalves - 1])), _MM_SHUFFLE(3, 1, 2, 0)));
+            if constexpr (G == 16) y = _mm256_add_ps(y, acc[r][kGroups - 1]);
             store8(out, std::size_t(r), nb, y, count);
         }
     }
