@@ -298,7 +298,13 @@ void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block) {
                 continue;
             }
             const std::uint8_t* codes = w.codes + (n0 + row) * row_bytes + 16 * u;
-            for (std::size_t j = 0; j < 4; ++j) std::memcpy(dst + 32 * j + 4 * row, codes + 4 * j, 4);
+            for (std::size_t j = 0; j < 4; ++j) {
+                std::uint8_t* d = dst + 32 * j + 4 * row;
+                std::memcpy(d, codes + 4 * j, 4);
+                // INT4: code c ^ 8 is q + 8, half the biased weight 2q + 1 + 15 (see row_blocks)
+                if (is_int4(w.format))
+                    for (int b = 0; b < 4; ++b) d[b] ^= 0x88;
+            }
             const std::uint8_t* src = w.scales + ((n0 + row) * w.groups + u * per_unit) * src_bytes;
             for (std::size_t i = 0; i < per_unit; ++i) {
                 std::uint8_t* scale_dst = dst + 128 + (i * kRowBlock + row) * sbytes;
@@ -318,10 +324,10 @@ void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block) {
 namespace {
 
 // The 8 weight scales of one group of a unit (one per row), as float32.
-template <int G>
-__m256 unit_scales(const std::uint8_t* p, bool bf16) {
+template <bool kBf16>
+__m256 unit_scales(const std::uint8_t* p) {
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    if (G == 16 || bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+    if (kBf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
     return decode_e8m0(_mm256_cvtepu8_epi32(raw));
 }
 
@@ -329,14 +335,18 @@ __m256 unit_scales(const std::uint8_t* p, bool bf16) {
 // the unit's products sum vertically: vector j's lanes take 4 code bytes (8 elements) of their
 // row against the same 4 + 4 activations, broadcast. Per group, the int16 pair sums (exact: at
 // most 4 x 1800 < 32767) meet in one vpmaddwd, which leaves lane i = row i's dot product.
-template <int M, int G>
+// INT4's biased weight 2q + 1 + 15 is 2 (c ^ 8) for its code c, stored as c ^ 8 (pack_row_block):
+// the nibbles multiply as they are, and the vpmaddwd by 2 restores the same exact sums, without
+// the two lookups per vector that E2M1 needs.
+template <int M, int G, bool kInt4>
 void row_blocks(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
                 std::size_t n1, std::size_t n_total, const GemmOutput& out) {
     constexpr int kGroups = 32 / G;  // per unit
-    const __m256i lut = weight_lut(a.format), low = _mm256_set1_epi8(0x0F), ones16 = _mm256_set1_epi16(1);
-    const bool int4 = is_int4(a.format);
+    constexpr bool kBf16 = kInt4 || G == 16;  // scales stored as BF16 (else E8M0)
+    const __m256i lut = weight_lut(a.format), low = _mm256_set1_epi8(0x0F);
+    const __m256i pair_weight = _mm256_set1_epi16(kInt4 ? 2 : 1);
     const std::size_t units = a.k / 32, half = a.k_pad / 2, groups = a.groups;
-    const std::size_t unit_bytes = 128 + (G == 16 ? 32 : int4 ? 16 : 8), scale_step = int4 || G == 16 ? 16 : 8;
+    const std::size_t unit_bytes = 128 + (G == 16 ? 32 : kInt4 ? 16 : 8), scale_step = kBf16 ? 16 : 8;
     for (std::size_t nb = n0; nb < n1; nb += kRowBlock) {
         const std::uint8_t* blk = blocks + nb / kRowBlock * block_bytes;
         __m256 acc[M][kGroups];
@@ -354,12 +364,16 @@ void row_blocks(const GemmActivations& a, const std::uint8_t* blocks, std::size_
 #pragma GCC unroll 4
             for (int j = 0; j < 4; ++j) {
                 const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pu + 32 * j));
-                wl[j] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low));
-                wh[j] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
+                wl[j] = _mm256_and_si256(v, low);
+                wh[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                if constexpr (!kInt4) {
+                    wl[j] = _mm256_shuffle_epi8(lut, wl[j]);
+                    wh[j] = _mm256_shuffle_epi8(lut, wh[j]);
+                }
             }
             __m256 ws[kGroups];
 #pragma GCC unroll 2
-            for (int g = 0; g < kGroups; ++g) ws[g] = unit_scales<G>(pu + 128 + g * scale_step, int4);
+            for (int g = 0; g < kGroups; ++g) ws[g] = unit_scales<kBf16>(pu + 128 + g * scale_step);
 #pragma GCC unroll 8
             for (int r = 0; r < M; ++r) {
                 const std::int8_t* xe = a.xe + std::size_t(r) * half + 16 * u;
@@ -381,7 +395,7 @@ void row_blocks(const GemmActivations& a, const std::uint8_t* blocks, std::size_
 #pragma GCC unroll 2
                 for (int g = 0; g < kGroups; ++g) {
                     const __m256i d =
-                        _mm256_add_epi32(_mm256_madd_epi16(s[g], ones16), _mm256_set1_epi32(a.corr[gi + g]));
+                        _mm256_add_epi32(_mm256_madd_epi16(s[g], pair_weight), _mm256_set1_epi32(a.corr[gi + g]));
                     acc[r][g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d),
                                                 _mm256_mul_ps(ws[g], _mm256_set1_ps(a.scale[gi + g])), acc[r][g]);
                 }
@@ -397,14 +411,14 @@ void row_blocks(const GemmActivations& a, const std::uint8_t* blocks, std::size_
     }
 }
 
-template <int G>
+template <int G, bool kInt4>
 void rows_multiply_g(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
                      std::size_t n1, std::size_t n_total, const GemmOutput& out) {
     switch (a.m) {
-        case 1: row_blocks<1, G>(a, blocks, block_bytes, n0, n1, n_total, out); break;
-        case 2: row_blocks<2, G>(a, blocks, block_bytes, n0, n1, n_total, out); break;
-        case 3: row_blocks<3, G>(a, blocks, block_bytes, n0, n1, n_total, out); break;
-        default: row_blocks<4, G>(a, blocks, block_bytes, n0, n1, n_total, out); break;
+        case 1: row_blocks<1, G, kInt4>(a, blocks, block_bytes, n0, n1, n_total, out); break;
+        case 2: row_blocks<2, G, kInt4>(a, blocks, block_bytes, n0, n1, n_total, out); break;
+        case 3: row_blocks<3, G, kInt4>(a, blocks, block_bytes, n0, n1, n_total, out); break;
+        default: row_blocks<4, G, kInt4>(a, blocks, block_bytes, n0, n1, n_total, out); break;
     }
 }
 
@@ -412,8 +426,9 @@ void rows_multiply_g(const GemmActivations& a, const std::uint8_t* blocks, std::
 
 void rows_multiply(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
                    std::size_t n1, std::size_t n_total, const GemmOutput& out) {
-    if (a.group == 16) rows_multiply_g<16>(a, blocks, block_bytes, n0, n1, n_total, out);
-    else rows_multiply_g<32>(a, blocks, block_bytes, n0, n1, n_total, out);
+    if (a.group == 16) rows_multiply_g<16, false>(a, blocks, block_bytes, n0, n1, n_total, out);
+    else if (is_int4(a.format)) rows_multiply_g<32, true>(a, blocks, block_bytes, n0, n1, n_total, out);
+    else rows_multiply_g<32, false>(a, blocks, block_bytes, n0, n1, n_total, out);
 }
 
 // ---- panels (larger m) ----------------------------------------------------------------------
