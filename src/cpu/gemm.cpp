@@ -19,9 +19,14 @@ namespace wush::cpu {
 
 namespace {
 
-// Below this many multiply-adds a call stays on the calling thread: waking OpenMP workers costs
-// more, and on a busy machine a descheduled worker can stall a tiny call for a scheduler tick.
-constexpr double kParallelMacs = double(1 << 22);
+// Below this many multiply-adds a call stays on the calling thread. On the own pool, from half a
+// million (a 384 x 1536 token: about 10 us of one AVX2 thread; a 576 x 576 one gained nothing) the
+// pool's measured policy decides, trying its helpers while they are awake (team_policy.h). An
+// OpenMP team (a host's, on request) gives no such view: its workers may be anywhere in their
+// spin or asleep, and a descheduled one can stall a small call for a scheduler tick, so there
+// the bar stays at 4 M.
+constexpr double kParallelMacs = double(1 << 19);
+constexpr double kOpenMpParallelMacs = double(1 << 22);
 
 std::size_t round_up(std::size_t v, std::size_t to) {
     return (v + to - 1) / to * to;
@@ -415,7 +420,8 @@ bool gemm(Isa isa, std::size_t threads, const formats::PackedMatrix& w, std::spa
     o.a.alpha_rest = exponents ? float(a_factor / a_power) : 0.0f;
     decode_activation_scales(f, a_scales.data(), m, k, a_power, p);
     // Small products stay on the calling thread (see kParallelMacs).
-    const std::size_t team = double(m) * double(n) * double(k) >= kParallelMacs ? p.slots : 1;
+    const double bar = threads::on_openmp_team() ? kOpenMpParallelMacs : kParallelMacs;
+    const std::size_t team = double(m) * double(n) * double(k) >= bar ? p.slots : 1;
     const PanelPack* pack = packed != nullptr && packed->isa() == isa && !packed->empty() ? packed : nullptr;
     if (isa == Isa::Scalar) run_scalar(f, o, p, a_codes.data(), team);
     else if (m <= kSplitMaxRows && pack != nullptr && pack->row_blocks() != nullptr)

@@ -87,12 +87,26 @@ bool TeamPolicy::faster_alone(Rate& r) {
 }
 
 bool TeamPolicy::use_team(std::uintptr_t kind, double work, double now) {
+    trying_team_ = false;
     const double t1 = estimate(kind, work);
     if (t1 < 0.0 || t1 >= kLargeJob) return true;  // unknown: tried on the team (and timed)
     Rate& r = slot(kind, work);
     const bool straggling = t1 < kTeamFactor * penalty(now);
     const bool alone = faster_alone(r);
-    return !straggling && !alone;
+    const bool team = !straggling && !alone;
+    trying_team_ = team && (r.team.n == 0 || (r.alone.n > 0 && r.team.median() > kTeamMargin * r.alone.median()));
+    return team;
+}
+
+bool TeamPolicy::postpone_trial(std::uintptr_t kind, double work) {
+    Rate& r = slot(kind, work);
+    if (r.postponed) {
+        r.postponed = false;
+        return false;
+    }
+    r.postponed = true;
+    --r.calls;  // the next call takes this one's turn in the rotation
+    return true;
 }
 
 void TeamPolicy::ran_alone(std::uintptr_t kind, double work, double seconds) {
@@ -104,6 +118,7 @@ void TeamPolicy::ran_on_team(std::uintptr_t kind, double work, double seconds, d
     if (!(work > 0.0) || own_chunks == 0) return;  // the caller ran nothing: no time per chunk to go by
     Rate& r = slot(kind, work);
     r.team.add(seconds / work);
+    r.postponed = false;
     const double per_chunk = own_seconds / double(own_chunks);
     // The caller's chunks ran beside the helpers' (sharing caches and memory bandwidth): an upper
     // bound of the one-thread time, which errs towards keeping the team.

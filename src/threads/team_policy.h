@@ -17,6 +17,12 @@
 //    kTeamMargin, trying the other way every kExplore-th call so that both stay current.
 //    This catches what the straggler rule does not (a caller that loses its core while it waits,
 //    a helper that runs at half speed beside another process).
+//  - A fair trial: a helper asleep on its futex takes tens of microseconds to run (a VM's vCPU
+//    wakes up in its hypervisor first), more than a small job's whole time, so a team trial that
+//    finds the helpers asleep would time their wake-up, not the team, and a job that runs alone
+//    would never see a team that wins. The pool then wakes them, runs that call alone and asks
+//    for the trial on the kind's next call (postpone_trial), once: if the helpers are asleep
+//    again by then, the calls come too far apart for the team, and the trial times it as it is.
 // Not thread-safe: the pool calls it only while it holds its job lock.
 #pragma once
 
@@ -32,6 +38,12 @@ public:
     // chunk body), `work` is the caller's estimate in any unit proportional to the time (e.g.
     // multiply-adds). Times are seconds on a monotonic clock. Counts the call (for exploring).
     bool use_team(std::uintptr_t kind, double work, double now);
+    // Whether the last use_team that chose the team did so as a trial (the team not yet measured
+    // for this kind and size, or the rotation's turn while running alone is in favour).
+    bool trying_team() const { return trying_team_; }
+    // The last call's team trial found the helpers asleep: true when the trial moves to the kind's
+    // next call (this call then runs alone), false when it was moved once already (it runs now).
+    bool postpone_trial(std::uintptr_t kind, double work);
     // The job ran on the calling thread alone in `seconds`.
     void ran_alone(std::uintptr_t kind, double work, double seconds);
     // The job ran on the team in `seconds`: the caller ran `own_chunks` of `chunks` in
@@ -70,6 +82,7 @@ private:
         double chunk_estimate = 0.0;  // seconds per work; 0: unknown
         Samples alone, team;          // measured wall seconds per work
         unsigned calls = 0;
+        bool postponed = false;  // a team trial moved to the next call
     };
     Rate* find(std::uintptr_t kind, double work);
     const Rate* find(std::uintptr_t kind, double work) const;
@@ -79,6 +92,7 @@ private:
 
     std::array<Rate, 64> rates_{};
     double penalty_ = 0.0, penalty_at_ = 0.0, half_life_ = kBaseHalfLife;
+    bool trying_team_ = false;
 };
 
 // Where a job that takes the team runs when the caller asked for the process's OpenMP team

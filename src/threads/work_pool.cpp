@@ -105,6 +105,13 @@ public:
             choice_.ran(kind, work, true, end - start);
             return;
         }
+        start_helpers(threads);
+        if (policy_.trying_team() && helpers_asleep(threads) && policy_.postpone_trial(kind, work)) {
+            wake();  // TeamPolicy's fair trial: the next call finds them awake
+            body(ctx, 0, 0, count);
+            policy_.ran_alone(kind, work, seconds() - start);
+            return;
+        }
         const std::size_t own = run_on_team(chunks, threads, body, ctx, count, grain);
         const double own_end = seconds();
         // Wait for chunks still running on helpers (they are short), then block.
@@ -131,6 +138,8 @@ private:
     void reset_in_child() {
         new (&busy_) std::mutex;
         helpers_ = 0;
+        ready_.store(0, std::memory_order_relaxed);
+        sleeping_.store(0, std::memory_order_relaxed);
         state_.store(0, std::memory_order_relaxed);
         done_.store(0, std::memory_order_relaxed);
         policy_ = TeamPolicy{};
@@ -173,16 +182,33 @@ private:
         return job.own;
     }
 
-    // Posts the job, runs chunks on the calling thread until none is left to claim; returns how
-    // many it ran.
-    std::size_t run_on_team(std::size_t chunks, std::size_t threads, Body body, void* ctx, std::size_t count,
-                            std::size_t grain) {
+    void start_helpers(std::size_t threads) {
         try {
             for (; helpers_ < threads - 1; ++helpers_)
                 std::thread([this, index = helpers_, seen = wake_.load()] { helper(index, seen); }).detach();
         } catch (const std::system_error&) {
             // No more threads to be had: the job runs on those that exist (the caller at least).
         }
+    }
+
+    // Whether a helper that a job of `threads` would use sleeps on its futex (or has only just
+    // been started), so that it would arrive late.
+    bool helpers_asleep(std::size_t threads) const {
+        return sleeping_.load(std::memory_order_relaxed) != 0 ||
+               ready_.load(std::memory_order_relaxed) < std::min(threads - 1, helpers_);
+    }
+
+    // Wakes the helpers without a job: they find nothing to claim (the last job's state says so)
+    // and poll again, awake for the next job.
+    void wake() {
+        wake_.fetch_add(1, std::memory_order_release);
+        wake_.notify_all();
+    }
+
+    // Posts the job, runs chunks on the calling thread until none is left to claim; returns how
+    // many it ran.
+    std::size_t run_on_team(std::size_t chunks, std::size_t threads, Body body, void* ctx, std::size_t count,
+                            std::size_t grain) {
         body_ = body;
         ctx_ = ctx;
         count_ = count;
@@ -191,8 +217,7 @@ private:
         gen_ = (gen_ + 1) & kGenMask;
         const std::uint64_t allowed = std::min<std::uint64_t>(std::min(threads - 1, helpers_), kHelperMask);
         state_.store((gen_ << 52) | (allowed << 40) | (std::uint64_t(chunks) << 20), std::memory_order_release);
-        wake_.fetch_add(1, std::memory_order_release);
-        wake_.notify_all();
+        wake();
         return participate(0);
     }
 
@@ -245,9 +270,14 @@ private:
     }
 
     void helper(std::size_t index, std::uint32_t seen) {
+        ready_.fetch_add(1, std::memory_order_relaxed);
         for (;;) {
             auto woken = [&] { return wake_.load(std::memory_order_acquire) != seen; };
-            while (!poll(woken)) wake_.wait(seen, std::memory_order_acquire);
+            while (!poll(woken)) {
+                sleeping_.fetch_add(1, std::memory_order_relaxed);
+                wake_.wait(seen, std::memory_order_acquire);
+                sleeping_.fetch_sub(1, std::memory_order_relaxed);
+            }
             seen = wake_.load(std::memory_order_acquire);
             participate(index + 1);
         }
@@ -258,6 +288,8 @@ private:
     std::atomic<std::uint64_t> state_{0};  // generation << 52 | helpers << 40 | chunks << 20 | next
     std::atomic<std::uint32_t> done_{0};
     std::atomic<std::uint32_t> wake_{0};
+    std::atomic<std::size_t> ready_{0};     // helpers that have started running
+    std::atomic<std::size_t> sleeping_{0};  // helpers blocked on wake_ (their futex)
     std::uint64_t gen_ = 0;
     Body body_ = nullptr;
     void* ctx_ = nullptr;

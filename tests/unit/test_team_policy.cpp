@@ -124,6 +124,49 @@ TEST(RuntimeTeamPolicy, TheMeasuredTimesFollowTheMachine) {
     EXPECT_EQ(team_calls(p, kKind, 1e6, 64), 64 - 64 / int(TeamPolicy::kExplore));
 }
 
+// A fair trial: a team trial that finds the helpers asleep moves to the kind's next call, once.
+TEST(RuntimeTeamPolicy, ATeamTrialIsReportedAsOne) {
+    TeamPolicy p;
+    p.ran_alone(kKind, 1e6, 1.0 * kMs);
+    int call = 0;
+    while (!p.use_team(kKind, 1e6, 0.0)) {  // the team not yet measured: tried in the rotation
+        EXPECT_FALSE(p.trying_team());
+        ASSERT_LT(++call, 64);
+    }
+    EXPECT_TRUE(p.trying_team());
+    p.ran_on_team(kKind, 1e6, 0.6 * kMs, 0.3 * kMs, 4, 8, 0.0, 0.0);  // it wins
+    EXPECT_TRUE(p.use_team(kKind, 1e6, 0.0));
+    EXPECT_FALSE(p.trying_team());  // the team in favour: not a trial
+    TeamPolicy q;
+    q.ran_alone(kKind, 1e6, 1.0 * kMs);
+    q.ran_on_team(kKind, 1e6, 1.0 * kMs, 0.45 * kMs, 4, 8, 0.0, 0.0);  // no faster than alone
+    int trials = 0;
+    for (unsigned i = 0; i < TeamPolicy::kExplore; ++i)
+        if (q.use_team(kKind, 1e6, 0.0)) trials += q.trying_team() ? 1 : 0;
+        else EXPECT_FALSE(q.trying_team());
+    EXPECT_EQ(trials, 1);  // the rotation's one turn
+}
+
+TEST(RuntimeTeamPolicy, APostponedTrialRunsOnTheNextCallAndOnlyOnce) {
+    TeamPolicy p;
+    p.ran_alone(kKind, 1e6, 1.0 * kMs);
+    p.ran_on_team(kKind, 1e6, 1.0 * kMs, 0.45 * kMs, 4, 8, 0.0, 0.0);  // no faster than alone
+    int call = 0;
+    while (!p.use_team(kKind, 1e6, 0.0)) ASSERT_LT(++call, 64);
+    ASSERT_TRUE(p.trying_team());
+    EXPECT_TRUE(p.postpone_trial(kKind, 1e6));  // helpers asleep: this call runs alone
+    EXPECT_TRUE(p.use_team(kKind, 1e6, 0.0));   // the trial on the next call
+    EXPECT_TRUE(p.trying_team());
+    EXPECT_FALSE(p.postpone_trial(kKind, 1e6));  // asleep again: the trial runs as it is
+    // A trial that ran on the team ends the postponement: the next one may be moved again.
+    p.ran_on_team(kKind, 1e6, 1.0 * kMs, 0.45 * kMs, 4, 8, 0.0, 0.0);
+    while (!p.use_team(kKind, 1e6, 0.0)) ASSERT_LT(++call, 128);
+    EXPECT_TRUE(p.postpone_trial(kKind, 1e6));
+    // Postponing keeps the rotation: 64 calls after it still try the team 4 times (and the
+    // postponed one).
+    EXPECT_EQ(team_calls(p, kKind, 1e6, 64), 1 + 64 / int(TeamPolicy::kExplore) - 1);
+}
+
 // PoolChoice: the host's OpenMP team until the own helpers are measured faster; each way tried
 // every sixteenth call against the other.
 int openmp_calls(wush::threads::PoolChoice& c, std::uintptr_t kind, double work, int calls) {

@@ -294,7 +294,8 @@ void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block) {
         for (std::size_t row = 0; row < kRowBlock; ++row) {
             if (row >= valid) {  // padding rows stay zero: their outputs are never stored
                 for (std::size_t j = 0; j < 4; ++j) std::memset(dst + 32 * j + 4 * row, 0, 4);
-                for (std::size_t i = 0; i < per_unit; ++i) std::memset(dst + 128 + (i * kRowBlock + row) * sbytes, 0, sbytes);
+                for (std::size_t i = 0; i < per_unit; ++i)
+                    std::memset(dst + 128 + (i * kRowBlock + row) * sbytes, 0, sbytes);
                 continue;
             }
             const std::uint8_t* codes = w.codes + (n0 + row) * row_bytes + 16 * u;
@@ -341,7 +342,7 @@ __m256 unit_scales(const std::uint8_t* p) {
 template <int M, int G, bool kInt4>
 void row_blocks(const GemmActivations& a, const std::uint8_t* blocks, std::size_t block_bytes, std::size_t n0,
                 std::size_t n1, std::size_t n_total, const GemmOutput& out) {
-    constexpr int kGroups = 32 / G;  // per unit
+    constexpr int kGroups = 32 / G;           // per unit
     constexpr bool kBf16 = kInt4 || G == 16;  // scales stored as BF16 (else E8M0)
     const __m256i lut = weight_lut(a.format), low = _mm256_set1_epi8(0x0F);
     const __m256i pair_weight = _mm256_set1_epi16(kInt4 ? 2 : 1);
@@ -381,9 +382,8 @@ void row_blocks(const GemmActivations& a, const std::uint8_t* blocks, std::size_
                 __m256i p[4];
 #pragma GCC unroll 4
                 for (int j = 0; j < 4; ++j)
-                    p[j] = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(wl[j], _mm256_set1_epi32(int(load_u32(xe + 4 * j)))),
-                        _mm256_maddubs_epi16(wh[j], _mm256_set1_epi32(int(load_u32(xo + 4 * j)))));
+                    p[j] = _mm256_add_epi16(_mm256_maddubs_epi16(wl[j], _mm256_set1_epi32(int(load_u32(xe + 4 * j)))),
+                                            _mm256_maddubs_epi16(wh[j], _mm256_set1_epi32(int(load_u32(xo + 4 * j)))));
                 __m256i s[kGroups];
                 if constexpr (G == 16) {
                     s[0] = _mm256_add_epi16(p[0], p[1]);
