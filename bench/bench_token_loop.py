@@ -4,7 +4,7 @@ thread count for every engine, each engine in its own process (its memory its ow
 
   python3 bench/bench_token_loop.py --gguf MODEL.gguf --quantized OUT_DIR --text PROMPT.txt \
       [--library build/release/capi/libwush.so] [--threads 2] [--prefill 512] [--decode 128] \
-      [--reps 3] [--engines llama.cpp,float32,bfloat16,wush] [--llama-python VENV/bin/python] \
+      [--reps 3] [--engines llama.cpp,float32,bfloat16,wush,wush-bf16] [--llama-python VENV/bin/python] \
       [--isa auto|avx2|avx512_vnni|scalar]
 
 Engines:
@@ -14,7 +14,11 @@ Engines:
 - float32, bfloat16: the GGUF file dequantized by transformers (wush.gguf.load), torch's CPU
   kernels;
 - wush: OUT_DIR (a `python -m wush quantize-model` folder of the same GGUF) through
-  wush.load_quantized, its linear layers W4A4 on libwush's CPU runtime, the rest torch float32.
+  wush.load_quantized, its linear layers W4A4 on libwush's CPU runtime, the rest torch float32;
+- wush-bf16: the same with the rest (attention, norms, embeddings) in torch bfloat16, as the
+  bfloat16 engine runs it: the like-for-like row for prefill against bfloat16 on CPUs whose
+  bfloat16 is native (AVX-512 BF16, AMX); where torch emulates bfloat16 it is slow, as that
+  engine is.
 
 The prompt is the first --prefill tokens of --text (the quantized folder's tokenizer, which is the
 GGUF's); decode runs --decode greedy steps from there. Per engine: prefill tokens/s and decode
@@ -38,7 +42,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
-ENGINES = ("llama.cpp", "float32", "bfloat16", "wush")
+ENGINES = ("llama.cpp", "float32", "bfloat16", "wush", "wush-bf16")
 
 
 def memory_mib():
@@ -109,11 +113,12 @@ def measure_torch(a, ids):
     import torch
     import wush
     import wush.gguf as wg
-    if a.engine == "wush":
+    wush_engine = a.engine in ("wush", "wush-bf16")
+    if wush_engine:
         if a.isa != "auto":  # the library's kernel set, before the layers are prepared for it
             from wush import _core, device
             device.cpu_context().set_parameter("CPU_ISA", int(_core.CpuIsa[a.isa.upper()]))
-        model = wush.load_quantized(a.quantized)
+        model = wush.load_quantized(a.quantized, dtype=torch.bfloat16 if a.engine == "wush-bf16" else torch.float32)
     else:
         model, _ = wg.load(a.gguf, {"float32": torch.float32, "bfloat16": torch.bfloat16}[a.engine])
     torch_loop(model, ids[:16], 2)  # warm-up
@@ -121,7 +126,7 @@ def measure_torch(a, ids):
     row = {"engine": a.engine, "threads": a.threads, "prefill_tokens": len(ids), "decode_tokens": a.decode,
            "prefill_tok_s": [round(len(ids) / r[0], 1) for r in runs],
            "decode_tok_s": [round(a.decode / r[1], 2) for r in runs], "first_ids": runs[0][2][:16]}
-    if a.engine == "wush":
+    if wush_engine:
         from wush import device
         row["isa"] = device.cpu_context().cpu_isa
         timers = Timers(model)
@@ -211,12 +216,12 @@ def table(rows):
         name = f"{r['engine']} ({r['isa']})" if "isa" in r else r["engine"]
         lines.append(f"| {name} | {p:.1f} | {d:.2f} ({min(r['decode_tok_s'])}-{max(r['decode_tok_s'])}) | "
                      f"{vs[0]} | {vs[1]} | {r['rss_mib']} ({r['peak_rss_mib']}) | {agree} |")
-    wush_row = next((r for r in rows if "decode_ms_per_token" in r), None)
-    if wush_row:
+    for wush_row in (r for r in rows if "decode_ms_per_token" in r):
         per = wush_row["decode_ms_per_token"]
         lines.append("")
-        lines.append(f"wush decode, ms per token (timed run): {per['total']} = {wush_row['quantized_layers']} "
-                     f"quantized layers {per['layers']} + LM head {per['lm_head']} + everything else {per['other']}")
+        lines.append(f"{wush_row['engine']} decode, ms per token (timed run): {per['total']} = "
+                     f"{wush_row['quantized_layers']} quantized layers {per['layers']} + LM head {per['lm_head']} + "
+                     f"everything else {per['other']}")
     return "\n".join(lines)
 
 

@@ -131,12 +131,12 @@ constexpr std::size_t kPanelRows = 32;
 
 // Row-block layout for small m (the prepared layers of the AVX2 kernels; k % 32 == 0): blocks of
 // kRowBlock = 8 weight rows. Per 32-element unit u of k, a block holds 4 x 32 bytes of codes
-// (vector j: the unit's 16 code bytes of row j, then those of row j + 4) and then the unit's
-// weight scales in (row, group) order: G = 32: 8 scales (1 byte, INT4 2); G = 16 (NVFP4): 16, as
-// BF16 (2 bytes).
-// Horizontal adds of the four vectors' dot products then give one lane per row (G = 32) or per
-// (row, group) (G = 16) in row order, so a block's group scales apply as one vector and the whole
-// block's outputs come out of one register: no per-row horizontal sum, no scale shuffles.
+// (vector j, 32-bit lane i: code bytes 4j .. 4j + 3 of row i's unit; INT4 codes with the sign bit
+// flipped) and then the unit's weight scales in (group, row) order: G = 32: 8 scales (1 byte,
+// INT4 2); G = 16 (NVFP4): 16, as BF16 (2 bytes).
+// The four vectors' products against broadcast activations add vertically into one lane per row,
+// so a block's group scales apply as one vector and the whole block's outputs come out of one
+// register: no horizontal sums, no scale shuffles.
 constexpr std::size_t kRowBlock = 8;
 
 // How far ahead of their reads the small-m row-block kernels ask for weight bytes. The hardware
