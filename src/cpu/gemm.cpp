@@ -19,14 +19,17 @@ namespace wush::cpu {
 
 namespace {
 
-// Below this many multiply-adds a call stays on the calling thread. On the own pool, from half a
-// million (a 384 x 1536 token: about 10 us of one AVX2 thread; a 576 x 576 one gained nothing) the
-// pool's measured policy decides, trying its helpers while they are awake (team_policy.h). An
-// OpenMP team (a host's, on request) gives no such view: its workers may be anywhere in their
-// spin or asleep, and a descheduled one can stall a small call for a scheduler tick, so there
-// the bar stays at 4 M.
-constexpr double kParallelMacs = double(1 << 19);
-constexpr double kOpenMpParallelMacs = double(1 << 22);
+// Below this many multiply-adds a call stays on the calling thread: waking a pool's threads
+// costs more, and on a busy machine a descheduled one can stall a small call for a scheduler tick.
+// The AVX2 kernels on the own pool take one-token products from half a million (a 384 x 1536
+// token: about 10 us of one thread) to the pool's measured policy, which tries its helpers while
+// they are awake (team_policy.h): there two threads won (median 0.77-1.0x one thread's time). The
+// AVX-512 kernels do the same product in about half the time, and on two threads their median
+// lost as often as it won (0.84-1.12x), so they keep the 4 M bar, as does a host's OpenMP team,
+// whose workers may be anywhere in their spin or asleep.
+double parallel_macs(Isa isa) {
+    return isa == Isa::Avx2 && !threads::on_openmp_team() ? double(1 << 19) : double(1 << 22);
+}
 
 std::size_t round_up(std::size_t v, std::size_t to) {
     return (v + to - 1) / to * to;
@@ -419,9 +422,8 @@ bool gemm(Isa isa, std::size_t threads, const formats::PackedMatrix& w, std::spa
     const double a_power = exponents ? std::ldexp(1.0, std::ilogb(a_factor)) : a_factor;
     o.a.alpha_rest = exponents ? float(a_factor / a_power) : 0.0f;
     decode_activation_scales(f, a_scales.data(), m, k, a_power, p);
-    // Small products stay on the calling thread (see kParallelMacs).
-    const double bar = threads::on_openmp_team() ? kOpenMpParallelMacs : kParallelMacs;
-    const std::size_t team = double(m) * double(n) * double(k) >= bar ? p.slots : 1;
+    // Small products stay on the calling thread (see parallel_macs).
+    const std::size_t team = double(m) * double(n) * double(k) >= parallel_macs(isa) ? p.slots : 1;
     const PanelPack* pack = packed != nullptr && packed->isa() == isa && !packed->empty() ? packed : nullptr;
     if (isa == Isa::Scalar) run_scalar(f, o, p, a_codes.data(), team);
     else if (m <= kSplitMaxRows && pack != nullptr && pack->row_blocks() != nullptr)
