@@ -345,14 +345,17 @@ void gemv(const GemmActivations& a, const GemmWeights& w, std::size_t n0, std::s
 // ---- prepared row blocks (small m) ------------------------------------------------------------
 //
 // Row block layout (kRowBlock rows): span after span (16 groups, C = G / 8 chunks of 64 bytes per
-// vector), each holding 16 scales per vector (scale_bytes each) and then its chunks (chunk jj of
-// vector v at 64 (kRowBlock jj + v)): one sequential stream. Vector lanes hold (row, group)
-// pairs, p = lanes_per_row lanes per row: a full span has p = 16 (vector v = row v, lane L = group
-// L of the span), a last span of q < 16 groups the smallest of 2, 4, 8, 16 that holds q, so that a
-// short tail (576 = 512 + 64 elements, say) takes p / 2 vectors per chunk instead of 8. Lane L of
-// chunk jj holds the 4 bytes jj of its group (elements 8 jj .. 8 jj + 7 of the group): a group's
-// C pieces sit in one lane, so it sums in int32 over the span's chunks and its scale applies once.
-// Rows past the matrix and groups past q are zero, their scales 1 (E8M0) or 0.
+// vector), each holding 16 scales per vector (block_scale_bytes each, the area rounded up to 64
+// bytes) and then its chunks (chunk jj of vector v at 64 (nv jj + v), nv vectors per chunk): one
+// sequential stream. Vector lanes hold (row, group) pairs, p = lanes_per_row lanes per row: a
+// full span has p = 16 (nv = 8 vectors: vector v = row v, lane L = group L of the span), a last
+// span of q < 16 groups the smallest of 2, 4, 8, 16 that holds q, so that a short tail (576 = 512
+// + 64 elements, say) has nv = p / 2 vectors per chunk instead of 8, and takes only their bytes
+// (a tail span as large as a full one made a 576-wide layer 1.8x its weights' bytes, which one
+// token streaming from memory paid for). Lane L of chunk jj holds the 4 bytes jj of its group
+// (elements 8 jj .. 8 jj + 7 of the group): a group's C pieces sit in one lane, so it sums in
+// int32 over the span's chunks and its scale applies once. Rows past the matrix and groups past q
+// are zero, their scales 1 (E8M0) or 0.
 
 // A row block's weight scales: E8M0 bytes (MXFP4); BF16 for INT4 (its own format) and NVFP4,
 // whose E4M3 scales convert exactly (3 mantissa bits, exponents within BF16's). Decoding E4M3 in
@@ -370,12 +373,13 @@ __m512 block_span_scales(int format, const std::uint8_t* scales) {
     return decode_e8m0(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales))));
 }
 
-std::size_t span_bytes(int format) {
-    return kRowBlock * (16 * block_scale_bytes(format) + 64 * span_chunks(format));
+// Bytes of a span's scales area and of the whole span, for nv vectors per chunk (multiples of 64).
+std::size_t span_scales_bytes(int format, std::size_t nv) {
+    return (nv * 16 * block_scale_bytes(format) + 63) / 64 * 64;
 }
 
-std::size_t span_scales_bytes(int format) {
-    return kRowBlock * 16 * block_scale_bytes(format);
+std::size_t span_bytes(int format, std::size_t nv) {
+    return span_scales_bytes(format, nv) + 64 * span_chunks(format) * nv;
 }
 
 std::size_t lanes_per_row(std::size_t q) {
@@ -423,10 +427,11 @@ SpanGroups<M> span_groups(const GemmActivations& a, std::size_t g0, std::size_t 
 // group over the span's chunks (started at the corrections), times the lane's weight scale and
 // activation scale, added to (Accumulate) or stored in acc[v][r].
 template <int M, int V, bool Accumulate>
-[[gnu::always_inline]] inline void span_product(const GemmActivations& a, const std::uint8_t* span, std::size_t v0,
-                                                const SpanActs& x, const SpanGroups<M>& g, __m512 acc[V][M]) {
+[[gnu::always_inline]] inline void span_product(const GemmActivations& a, const std::uint8_t* span, std::size_t nv,
+                                                std::size_t v0, const SpanActs& x, const SpanGroups<M>& g,
+                                                __m512 acc[V][M]) {
     const __m512i lut = _mm512_broadcast_i32x4(weight_lut(a.format)), low = _mm512_set1_epi8(0x0F);
-    const std::uint8_t* codes = span + span_scales_bytes(a.format);
+    const std::uint8_t* codes = span + span_scales_bytes(a.format, nv);
     __m512i sum[V][M];
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v)
@@ -441,7 +446,7 @@ template <int M, int V, bool Accumulate>
         }
 #pragma GCC unroll 8
         for (int v = 0; v < V; ++v) {
-            const std::uint8_t* wr = codes + 64 * (kRowBlock * jj + v0 + std::size_t(v));
+            const std::uint8_t* wr = codes + 64 * (nv * jj + v0 + std::size_t(v));
             _mm_prefetch(reinterpret_cast<const char*>(wr + kPrefetchBytes), _MM_HINT_T0);
             const __m512i wv = _mm512_loadu_si512(wr);
             const __m512i wl = _mm512_shuffle_epi8(lut, _mm512_and_si512(wv, low));
@@ -492,7 +497,7 @@ template <int M, int V>
 [[gnu::always_inline]] inline void short_tail(const GemmActivations& a, const std::uint8_t* span, const SpanActs& x,
                                               const SpanGroups<M>& g, __m512 rows[M]) {
     __m512 t[V][M];
-    span_product<M, V, false>(a, span, 0, x, g, t);
+    span_product<M, V, false>(a, span, V, 0, x, g, t);
 #pragma GCC unroll 4
     for (int r = 0; r < M; ++r) {
         __m512 tr[V];
@@ -517,13 +522,13 @@ void grouped_block(const GemmActivations& a, const std::uint8_t* block, std::siz
 #pragma GCC unroll 4
         for (int r = 0; r < M; ++r) acc[v][r] = _mm512_setzero_ps();
     for (std::size_t s = 0; s < full; ++s) {
-        const std::uint8_t* span = block + s * span_bytes(a.format);
+        const std::uint8_t* span = block + s * span_bytes(a.format, kRowBlock);
         const SpanActs x{a.xe + r0 * half + 64 * chunks * s, a.xo + r0 * half + 64 * chunks * s, half};
         const SpanGroups<M> g = span_groups<M>(a, 16 * s, 16, r0);
 #pragma GCC unroll 2
-        for (int v0 = 0; v0 < 8; v0 += H) span_product<M, H, true>(a, span, std::size_t(v0), x, g, acc + v0);
+        for (int v0 = 0; v0 < 8; v0 += H) span_product<M, H, true>(a, span, kRowBlock, std::size_t(v0), x, g, acc + v0);
     }
-    const std::uint8_t* span = block + full * span_bytes(a.format);
+    const std::uint8_t* span = block + full * span_bytes(a.format, kRowBlock);
     const SpanActs x{a.xt + r0 * 2 * kTailBytes, a.xt + r0 * 2 * kTailBytes + kTailBytes, 2 * kTailBytes};
 #pragma GCC unroll 4
     for (int r = 0; r < M; ++r) tail[r] = _mm512_setzero_ps();
@@ -533,7 +538,8 @@ void grouped_block(const GemmActivations& a, const std::uint8_t* block, std::siz
         case 8: short_tail<M, 4>(a, span, x, last, tail); break;
         case 16:  // one vector per row, like a full span
 #pragma GCC unroll 2
-            for (int v0 = 0; v0 < 8; v0 += H) span_product<M, H, true>(a, span, std::size_t(v0), x, last, acc + v0);
+            for (int v0 = 0; v0 < 8; v0 += H)
+                span_product<M, H, true>(a, span, kRowBlock, std::size_t(v0), x, last, acc + v0);
             break;
         default: break;
     }
@@ -568,8 +574,8 @@ void gemv_rows(const GemmActivations& a, const GemmWeights& w, std::size_t n0, s
 }
 
 std::size_t row_block_bytes(int format, std::size_t k) {
-    const std::size_t groups = k / group_of(format);
-    return (groups + 15) / 16 * span_bytes(format);  // a multiple of 64
+    const std::size_t groups = k / group_of(format), q = groups % 16;
+    return groups / 16 * span_bytes(format, kRowBlock) + (q != 0 ? span_bytes(format, lanes_per_row(q) / 2) : 0);
 }
 
 void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block) {
@@ -579,11 +585,12 @@ void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block) {
     const std::size_t valid = w.n - n0 < kRowBlock ? w.n - n0 : kRowBlock;
     const bool e8m0 = !is_int4(w.format) && w.format != kNvfp4;
     for (std::size_t s = 0, g0 = 0; g0 < w.groups; ++s, g0 += 16) {
-        const std::size_t q = w.groups - g0 < 16 ? w.groups - g0 : 16, p = lanes_per_row(q);
-        std::uint8_t* span = block + s * span_bytes(w.format);
+        const std::size_t q = w.groups - g0 < 16 ? w.groups - g0 : 16, p = lanes_per_row(q), nv = p / 2;
+        std::uint8_t* span = block + s * span_bytes(w.format, kRowBlock);  // only the last span is short
+        const std::size_t codes_at = span_scales_bytes(w.format, nv);
         // Unused lanes (rows past the matrix, groups past q) multiply zero sums by their scale:
         // E8M0's code 0 would be 2^-127, a subnormal, which costs the multiply a microcode assist.
-        if (e8m0) std::memset(span, 127, span_scales_bytes(w.format));
+        if (e8m0) std::memset(span, 127, codes_at);
         for (std::size_t j = 0; j < valid; ++j) {
             const std::size_t v = j * p / 16, lane0 = j * p % 16;  // row j's vector and first lane
             const std::uint8_t* codes = w.codes + (n0 + j) * (w.k / 2) + g0 * g_bytes;
@@ -600,8 +607,8 @@ void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block) {
                     std::memcpy(scale, scales + g * sb, sb);
                 }
                 for (std::size_t jj = 0; jj < chunks; ++jj)
-                    std::memcpy(span + span_scales_bytes(w.format) + 64 * (kRowBlock * jj + v) + 4 * (lane0 + g),
-                                codes + 4 * (g * chunks + jj), 4);
+                    std::memcpy(span + codes_at + 64 * (nv * jj + v) + 4 * (lane0 + g), codes + 4 * (g * chunks + jj),
+                                4);
             }
         }
     }
