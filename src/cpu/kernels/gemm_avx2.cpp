@@ -287,17 +287,12 @@ void pack_row_block(const GemmWeights& w, std::size_t n0, std::uint8_t* block) {
     const std::size_t g = w.k / w.groups, per_unit = 32 / g;  // groups per 32-element unit
     const bool to_bf16 = w.format == kNvfp4;
     const std::size_t src_bytes = is_int4(w.format) ? 2 : 1, sbytes = to_bf16 ? 2 : src_bytes;
-    const std::size_t unit_bytes = 128 + kRowBlock * per_unit * sbytes, row_bytes = w.k / 2;
+    const std::size_t unit_bytes = row_block_bytes(w.format, 32), row_bytes = w.k / 2;
     const std::size_t valid = w.n - n0 < kRowBlock ? w.n - n0 : kRowBlock;
+    std::memset(block, 0, row_block_bytes(w.format, w.k));  // padding rows: their outputs are never stored
     for (std::size_t u = 0; u < w.k / 32; ++u) {
         std::uint8_t* dst = block + u * unit_bytes;
-        for (std::size_t row = 0; row < kRowBlock; ++row) {
-            if (row >= valid) {  // padding rows stay zero: their outputs are never stored
-                for (std::size_t j = 0; j < 4; ++j) std::memset(dst + 32 * j + 4 * row, 0, 4);
-                for (std::size_t i = 0; i < per_unit; ++i)
-                    std::memset(dst + 128 + (i * kRowBlock + row) * sbytes, 0, sbytes);
-                continue;
-            }
+        for (std::size_t row = 0; row < valid; ++row) {
             const std::uint8_t* codes = w.codes + (n0 + row) * row_bytes + 16 * u;
             for (std::size_t j = 0; j < 4; ++j) {
                 std::uint8_t* d = dst + 32 * j + 4 * row;
@@ -347,7 +342,7 @@ void row_blocks(const GemmActivations& a, const std::uint8_t* blocks, std::size_
     const __m256i lut = weight_lut(a.format), low = _mm256_set1_epi8(0x0F);
     const __m256i pair_weight = _mm256_set1_epi16(kInt4 ? 2 : 1);
     const std::size_t units = a.k / 32, half = a.k_pad / 2, groups = a.groups;
-    const std::size_t unit_bytes = 128 + (G == 16 ? 32 : kInt4 ? 16 : 8), scale_step = kBf16 ? 16 : 8;
+    const std::size_t unit_bytes = row_block_bytes(a.format, 32), scale_step = kBf16 ? 16 : 8;
     for (std::size_t nb = n0; nb < n1; nb += kRowBlock) {
         const std::uint8_t* blk = blocks + nb / kRowBlock * block_bytes;
         __m256 acc[M][kGroups];
