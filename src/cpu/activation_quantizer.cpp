@@ -102,30 +102,52 @@ std::vector<std::uint32_t> bf16_matrix_pairs(const BlockTransform& transform, Ma
     return pairs;
 }
 
+std::vector<float> matrix_norm_bounds(const BlockTransform& transform, MatrixUse use) {
+    const std::size_t g = transform.group(), count = quantize_scratch_floats(transform, use);
+    const float* m = transform.activation_matrices().data();
+    std::vector<float> bounds(count);
+    for (std::size_t b = 0; b < count; ++b) {
+        double best = 0.0;
+        for (std::size_t i = 0; i < g; ++i) {
+            double sum = 0.0;
+            for (std::size_t j = 0; j < g; ++j) sum += double(m[(b * g + i) * g + j]) * double(m[(b * g + i) * g + j]);
+            best = std::max(best, sum);
+        }
+        // A relative 2^-40 covers the float64 sum's rounding; the float32 result is then rounded up.
+        const double bound = std::sqrt(best) * (1.0 + 0x1p-40);
+        float f = float(bound);
+        if (double(f) < bound) f = std::nextafter(f, std::numeric_limits<float>::infinity());
+        bounds[b] = f;
+    }
+    return bounds;
+}
+
 namespace {
 
 // How one call is cut into tiles (work items), and what each tile reads.
 struct Layout {
     MatrixUse use;
     bool by_block;     // lanes are blocks of one token (few tokens) instead of tokens of one block
-    bool norms_given;  // row-norm bounds precomputed in the scratch (else: kernels compute or none)
+    bool norms_given;  // row-norm bounds given to the kernels (else: they compute them, or none)
     bool pairs;        // tiles multiply with the bf16 pairs (QuantTile::pairs)
     std::size_t lanes, outer, inner, stride;
 };
 
 Layout plan(const BlockTransform& t, MatrixUse use, std::size_t n_tokens, Isa isa, wush_dtype dtype,
-            std::span<const std::uint32_t> pairs) {
+            const PreparedMatrices& prepared) {
     Layout l;
     l.use = use;
     l.lanes = tile_lanes(isa);
     l.by_block = n_tokens < by_block_below(isa);
-    // Lanes = blocks tiles compute their bounds while they read the matrices (one pass, not two).
-    l.norms_given = isa != Isa::Scalar && (l.use == MatrixUse::Shared || (l.use == MatrixUse::PerBlock && !l.by_block));
+    // Without prepared bounds, lanes = blocks tiles compute theirs while they read the matrices
+    // (one pass, not two); the others get them from the scratch (compute_norms).
+    l.norms_given = isa != Isa::Scalar && l.use != MatrixUse::None &&
+                    (!prepared.norm_bounds.empty() || l.use == MatrixUse::Shared || !l.by_block);
     l.outer = l.by_block ? n_tokens : (n_tokens + l.lanes - 1) / l.lanes;
     l.inner = l.by_block ? (t.blocks() + l.lanes - 1) / l.lanes : t.blocks();
     l.stride = l.use == MatrixUse::PerBlock ? t.group() * t.group() : 0;
-    l.pairs =
-        isa == Isa::Avx512Vnni && !l.by_block && dtype == WUSH_DTYPE_BF16 && !pairs.empty() && cpu_has_avx512_bf16();
+    l.pairs = isa == Isa::Avx512Vnni && !l.by_block && dtype == WUSH_DTYPE_BF16 && !prepared.bf16_pairs.empty() &&
+              cpu_has_avx512_bf16();
     return l;
 }
 
@@ -141,11 +163,16 @@ void for_items(std::size_t items, std::size_t work_per_item, std::size_t threads
                              });
 }
 
-void compute_norms(const BlockTransform& t, const Layout& l, Isa isa, std::span<float> scratch, std::size_t threads) {
-    if (!l.norms_given) return;
+// The kernels' row-norm bounds: the prepared ones, or computed into the scratch; nullptr when the
+// kernels compute them (or need none).
+const float* given_norms(const BlockTransform& t, const Layout& l, Isa isa, const PreparedMatrices& prepared,
+                         std::span<float> scratch, std::size_t threads) {
+    if (!l.norms_given) return nullptr;
+    if (!prepared.norm_bounds.empty()) return prepared.norm_bounds.data();
     const std::size_t g = t.group(), distinct = l.use == MatrixUse::Shared ? 1 : t.blocks();
     const float* m = t.activation_matrices().data();
     for_items(distinct, g * g, threads, [&](std::size_t b) { scratch[b] = max_row_norm(isa, m + b * g * g, int(g)); });
+    return scratch.data();
 }
 
 // The work item's tile; `base` carries the call-wide fields.
@@ -169,21 +196,25 @@ QuantTile tile_of(const Layout& l, const QuantTile& base, const BlockTransform& 
 void quantize_activations(const BlockTransform& transform, MatrixUse use, const formats::FormatSpec& format,
                           wush_dtype dtype, const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
                           std::span<std::uint8_t> scales, Isa isa, std::span<float> scratch, std::size_t threads,
-                          std::span<const std::uint32_t> bf16_pairs) {
+                          const PreparedMatrices& prepared) {
     formats::require_group(format, transform.group());
     const std::size_t d_in = transform.d_in(), g = transform.group();
     require(g == 16 || g == 32, "quantize_activations: the runtime supports groups of 16 and 32");
     const formats::PackedSizes need = formats::packed_sizes(format, n_tokens, d_in);
     require(codes.size() >= need.codes && scales.size() >= need.scales, "quantize_activations: buffers too small");
-    require(scratch.size() >= quantize_scratch_floats(transform, use), "quantize_activations: scratch too small");
+    require(scratch.size() >= quantize_scratch_floats(transform, use) || !prepared.norm_bounds.empty(),
+            "quantize_activations: scratch too small");
     dtype_size(dtype);  // validates
     if (n_tokens == 0) return;
 
-    require(bf16_pairs.empty() || bf16_pairs.size() == quantize_scratch_floats(transform, use) * transform.group() *
-                                                           transform.group() / 2,
+    const std::size_t distinct = quantize_scratch_floats(transform, use);
+    require(prepared.bf16_pairs.empty() ||
+                prepared.bf16_pairs.size() == distinct * transform.group() * transform.group() / 2,
             "quantize_activations: bf16 pairs of another transform");
-    const Layout l = plan(transform, use, n_tokens, isa, dtype, bf16_pairs);
-    compute_norms(transform, l, isa, scratch, threads);
+    require(prepared.norm_bounds.empty() || prepared.norm_bounds.size() == distinct,
+            "quantize_activations: row-norm bounds of another transform");
+    const Layout l = plan(transform, use, n_tokens, isa, dtype, prepared);
+    const float* norms = given_norms(transform, l, isa, prepared, scratch, threads);
     QuantTile base{};
     base.x = x;
     base.dtype = int(dtype);
@@ -196,7 +227,7 @@ void quantize_activations(const BlockTransform& transform, MatrixUse use, const 
     const std::size_t work = n_tokens * d_in * (l.use == MatrixUse::None ? 1 : g);
     FirstNonFinite non_finite;
     for_items(items, std::max<std::size_t>(work / items, 1), threads, [&](std::size_t item) {
-        const QuantTile tile = tile_of(l, base, transform, n_tokens, item, scratch.data(), bf16_pairs.data());
+        const QuantTile tile = tile_of(l, base, transform, n_tokens, item, norms, prepared.bf16_pairs.data());
         const std::uint32_t redo = isa == Isa::Scalar ? (1u << tile.rows) - 1 : quantize_tile(isa, tile);
         for (int r = 0; r < tile.rows; ++r)
             if (redo >> r & 1u)

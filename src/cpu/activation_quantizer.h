@@ -23,24 +23,38 @@ std::size_t quantize_scratch_floats(const BlockTransform& transform, MatrixUse u
 // transform stored as F32): those run the float path. Built once per prepared layer.
 std::vector<std::uint32_t> bf16_matrix_pairs(const BlockTransform& transform, MatrixUse use);
 
+// Upper bounds of each distinct matrix's largest row norm (max_i ||row i of T_b||_2), as many as
+// quantize_scratch_floats: what the SIMD kernels' error bound needs. Computed in float64 and
+// rounded up, so they hold for every ISA's kernels. Empty when `use` is None.
+std::vector<float> matrix_norm_bounds(const BlockTransform& transform, MatrixUse use);
+
+// What a prepared layer derives from its transform once, for every call (empty: none).
+struct PreparedMatrices {
+    std::span<const std::uint32_t> bf16_pairs;  // bf16_matrix_pairs(transform, use)
+    std::span<const float> norm_bounds;         // matrix_norm_bounds(transform, use)
+};
+
 // Transforms each token's block slices x_b -> T_b x_b and quantizes them in `format` (whose G must
 // be the transform's) into codes / scales laid out as wush_quantize_rows does. `use` is
 // classify_matrices(transform). `x` is n_tokens x d_in of `dtype`; buffers are sized by
-// formats::packed_sizes; `scratch` holds at least quantize_scratch_floats() floats. Runs on up to
-// `threads` threads of the runtime's work pool (work_pool.h); the result does not depend on them.
+// formats::packed_sizes; `scratch` holds at least quantize_scratch_floats() floats (none needed
+// with prepared norm bounds). Runs on up to `threads` threads of the runtime's work pool
+// (work_pool.h); the result does not depend on them.
 //
 // The result equals the float64 definition (exact_quantizer.h) on every ISA: the SIMD kernels
 // work in float32, bound their rounding error, and recompute in float64 every group whose value
 // lies within that bound of a rounding boundary.
 //
-// `bf16_pairs`, if not empty, is bf16_matrix_pairs(transform, use): with bf16 `x` on an AVX-512
-// CPU with AVX512_BF16, many tokens then take the bf16 dot-product kernel (the same bytes).
+// `prepared` holds what a prepared layer computed from the transform, for the same bytes faster:
+// with `bf16_pairs`, bf16 `x` on an AVX-512 CPU with AVX512_BF16 takes the bf16 dot-product
+// kernel for many tokens; with `norm_bounds`, no call recomputes the matrices' row norms (for one
+// token that was as much arithmetic as the transform itself).
 //
 // Throws NON_FINITE (naming the first row and column) if `x` holds NaN/Inf; the buffers' contents
 // are unspecified then.
 void quantize_activations(const BlockTransform& transform, MatrixUse use, const formats::FormatSpec& format,
                           wush_dtype dtype, const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes,
                           std::span<std::uint8_t> scales, Isa isa, std::span<float> scratch, std::size_t threads,
-                          std::span<const std::uint32_t> bf16_pairs = {});
+                          const PreparedMatrices& prepared = {});
 
 }  // namespace wush::cpu

@@ -27,14 +27,14 @@ void require_runtime_group(const formats::FormatSpec& f) {
 }
 
 // The fused transform + quantization (wush_quantize_activations, a prepared layer's quantize).
-// `pairs`: a prepared layer's bf16_matrix_pairs (empty for the per-call functions).
+// `prepared`: what a prepared layer derived from its transform (empty for the per-call functions).
 void quantize_with(const ContextParameters& run, TransformRef t, const formats::FormatSpec& format, wush_dtype x_dtype,
                    const void* x, std::size_t n_tokens, std::span<std::uint8_t> codes, std::span<std::uint8_t> scales,
-                   std::span<const std::uint32_t> pairs = {}) {
+                   const PreparedMatrices& prepared = {}) {
     const threads::OpenMpTeamScope team(run.openmp_team());
-    std::vector<float> scratch(quantize_scratch_floats(t.core, t.use));
+    std::vector<float> scratch(prepared.norm_bounds.empty() ? quantize_scratch_floats(t.core, t.use) : 0);
     quantize_activations(t.core, t.use, format, x_dtype, x, n_tokens, codes, scales, run.isa(), scratch, run.threads(),
-                         pairs);
+                         prepared);
 }
 
 // One layer's operations over a transform and weights that someone else keeps: the per-call
@@ -45,8 +45,8 @@ struct LayerView {
     const BlockTransform& transform;
     MatrixUse use;
     const formats::PackedMatrix& weights;
-    const PanelPack* panels;                    // nullptr: the GEMM packs what it needs per call
-    std::span<const std::uint32_t> pairs = {};  // the transform's bf16 pairs (empty: float path)
+    const PanelPack* panels;         // nullptr: the GEMM packs what it needs per call
+    PreparedMatrices prepared = {};  // derived from the transform once (empty: per call)
 
     std::size_t workspace_bytes(std::size_t n_tokens, std::size_t threads) const {
         return linear_forward_workspace_bytes(transform, weights, n_tokens, threads);
@@ -63,7 +63,7 @@ struct LayerView {
                  wush_dtype y_dtype, void* y, std::span<std::byte> workspace, const backend::Bias& bias = {}) const {
         const threads::OpenMpTeamScope team(run.openmp_team());
         linear_forward(run.isa(), run.threads(), transform, use, weights, x_dtype, x, n_tokens, y_dtype, y, workspace,
-                       panels, bias, pairs);
+                       panels, bias, prepared);
     }
 };
 
@@ -75,7 +75,8 @@ public:
     CpuLayer(TransformRef t, const formats::PackedMatrix& w, std::shared_ptr<const ContextParameters> parameters)
         : transform_(t.core), use_(t.use), weights_(w), parameters_(std::move(parameters)),
           panels_(parameters_->isa(), parameters_->threads(), w),
-          pairs_(cpu_has_avx512_bf16() ? bf16_matrix_pairs(transform_, use_) : std::vector<std::uint32_t>{}) {
+          pairs_(cpu_has_avx512_bf16() ? bf16_matrix_pairs(transform_, use_) : std::vector<std::uint32_t>{}),
+          norm_bounds_(matrix_norm_bounds(transform_, use_)) {
         require_layer(transform_, weights_);
     }
 
@@ -94,7 +95,7 @@ public:
                   std::span<std::uint8_t> scales) override {
         record(kRanQuantize);
         quantize_with(*parameters_, {transform_, use_}, formats::spec(weights_.format), x_dtype, x, n_tokens, codes,
-                      scales, pairs_);
+                      scales, prepared());
     }
 
     void forward(wush_dtype x_dtype, const void* x, std::size_t n_tokens, const backend::Bias& bias, wush_dtype y_dtype,
@@ -123,7 +124,8 @@ public:
     }
 
 private:
-    LayerView view() const { return {transform_, use_, weights_, &panels_, pairs_}; }
+    PreparedMatrices prepared() const { return {pairs_, norm_bounds_}; }
+    LayerView view() const { return {transform_, use_, weights_, &panels_, prepared()}; }
 
     // What last_kernels() reports: the call's ISA and which halves it ran. Relaxed atomics: a
     // reader on another thread sees one call's or the other's.
@@ -141,6 +143,8 @@ private:
     // The transform as bf16 pairs when the CPU has the bf16 dot product and the transform is
     // bf16-exact (a checkpoint stored as BF16): bf16 activations then take the faster kernel.
     std::vector<std::uint32_t> pairs_;
+    // The matrices' row-norm bounds, which every call's error bound needs: computed once here.
+    std::vector<float> norm_bounds_;
     std::atomic<int> last_isa_{-1};
     std::atomic<int> last_ran_{0};
 };

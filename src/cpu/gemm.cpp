@@ -281,7 +281,7 @@ Operands operands(const formats::FormatSpec& f, const formats::PackedMatrix& w, 
 }
 
 // Activation group scales times `a_factor` (alpha, or its power-of-two part: GemmActivations),
-// one per (row, group); lane copies for the split layout.
+// one per (row, group).
 void decode_activation_scales(const formats::FormatSpec& f, const std::uint8_t* scales, std::size_t m, std::size_t k,
                               double a_factor, const Plan& p) {
     const std::size_t groups = k / f.group;
@@ -298,11 +298,18 @@ void decode_activation_scales(const formats::FormatSpec& f, const std::uint8_t* 
         for (std::size_t i = 0; i < m * groups; ++i)
             p.scale[i] = float(double(formats::decode_scale(f.id, scales + i * f.scale_bytes)) * a_factor);
     }
-    if (p.lane_scale == nullptr) return;
-    const std::size_t lanes = p.k_pad / 8;  // lane L: elements 8L .. 8L + 7 of the row
-    for (std::size_t r = 0; r < m; ++r)
-        for (std::size_t lane = 0; lane < lanes; ++lane)
-            p.lane_scale[r * lanes + lane] = lane * 8 < k ? p.scale[r * groups + lane * 8 / f.group] : 0.0f;
+}
+
+// The split layout's copy of the scales that its row-streaming kernels read: one per lane of 8
+// elements (lane L: elements 8L .. 8L + 7 of the row), 0 in the padding.
+void spread_lane_scales(const Plan& p, std::size_t m, std::size_t k, std::size_t group) {
+    const std::size_t lanes = p.k_pad / 8, groups = k / group, per_group = group / 8;
+    for (std::size_t r = 0; r < m; ++r) {
+        float* dst = p.lane_scale + r * lanes;
+        for (std::size_t b = 0; b < groups; ++b)
+            for (std::size_t i = 0; i < per_group; ++i) dst[b * per_group + i] = p.scale[r * groups + b];
+        std::fill(dst + groups * per_group, dst + lanes, 0.0f);
+    }
 }
 
 // Chunk sizes of the dynamic partition: a few microseconds to a millisecond of work each, so a
@@ -328,6 +335,7 @@ void run_scalar(const formats::FormatSpec& f, const Operands& o, const Plan& p, 
 // Few activation rows: the threads stream chunks of the weight rows.
 void run_split(Isa isa, const Operands& o, const Plan& p, const std::uint8_t* codes, std::size_t threads) {
     prepare_split(isa, o.a, codes, 0, o.a.m, p.xe, p.xo, p.lane_corr);
+    spread_lane_scales(p, o.a.m, o.a.k, std::size_t(o.a.group));
     threads::parallel_chunks(o.w.n, kRowsPerChunk, threads, macs(o), [&](std::size_t, std::size_t n0, std::size_t n1) {
         gemv_rows(isa, o.a, o.w, n0, n1, ChunkOutput(o).get());
     });

@@ -74,7 +74,7 @@ void gemm_rest(Carver& carver, Isa isa, std::size_t threads, const formats::Pack
 void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transform, MatrixUse use,
                     const formats::PackedMatrix& weights, wush_dtype x_dtype, const void* x, std::size_t n_tokens,
                     wush_dtype y_dtype, void* y, std::span<std::byte> workspace, const PanelPack* packed,
-                    const backend::Bias& bias, std::span<const std::uint32_t> bf16_pairs) {
+                    const backend::Bias& bias, const PreparedMatrices& prepared) {
     require_layer(transform, weights);
     const formats::FormatSpec& f = formats::spec(weights.format);
     Carver carver(workspace.data(), workspace.size());
@@ -84,7 +84,7 @@ void linear_forward(Isa isa, std::size_t threads, const BlockTransform& transfor
     // The quantization runs on the work pool like the GEMM (the pool keeps a job small enough
     // to lose to its helpers on the calling thread: threads/team_policy.h).
     quantize_activations(transform, use, f, x_dtype, x, n_tokens, codes, scales, isa, {p.norms, p.norm_count}, threads,
-                         bf16_pairs);
+                         prepared);
     gemm_rest(carver, isa, threads, weights, codes, scales, n_tokens, y_dtype, y, packed, bias_f);
 }
 

@@ -167,15 +167,18 @@ struct Output {
     std::vector<std::uint8_t> codes, scales;
 };
 
-// `pairs`: run with the transform's bf16 pairs (the bf16 dot-product kernel where it applies).
+// `pairs`: run with the transform's bf16 pairs (the bf16 dot-product kernel where it applies);
+// `norms`: with the row-norm bounds a prepared layer computes once (no scratch then).
 Output run(Isa isa, const BlockTransform& t, const formats::FormatSpec& f, wush_dtype dtype, const Input& in,
-           std::size_t n, bool pairs = false) {
+           std::size_t n, bool pairs = false, bool norms = false) {
     const formats::PackedSizes sizes = formats::packed_sizes(f, n, kDin);
     Output out{std::vector<std::uint8_t>(sizes.codes, 0xAA), std::vector<std::uint8_t>(sizes.scales, 0xAA)};
     const MatrixUse use = classify_matrices(t);
-    std::vector<float> scratch(cpu::quantize_scratch_floats(t, use));
+    std::vector<float> scratch(norms ? 0 : cpu::quantize_scratch_floats(t, use));
     const std::vector<std::uint32_t> p = pairs ? cpu::bf16_matrix_pairs(t, use) : std::vector<std::uint32_t>{};
-    cpu::quantize_activations(t, use, f, dtype, in.bytes.data(), n, out.codes, out.scales, isa, scratch, 2, p);
+    const std::vector<float> bounds = norms ? cpu::matrix_norm_bounds(t, use) : std::vector<float>{};
+    cpu::quantize_activations(t, use, f, dtype, in.bytes.data(), n, out.codes, out.scales, isa, scratch, 2,
+                              {p, bounds});
     return out;
 }
 
@@ -198,6 +201,9 @@ TEST_P(QuantizeOnIsa, MatchesFloat64ReferenceExceptAtBoundaries) {
                 const Input in = as_dtype(x, dtype);
                 const Output out = run(isa, t, f, dtype, in, n);
                 const Tally tally = compare(t, format, in.values, n, out.codes, out.scales);
+                const Output prepared = run(isa, t, f, dtype, in, n, false, true);
+                EXPECT_EQ(compare(t, format, in.values, n, prepared.codes, prepared.scales).failures, 0u)
+                    << f.name << " " << transform_kind_name(kind) << " with prepared norms";
                 std::printf("[ tally    ] %-11s %-9s %-8s %-4s groups %zu, boundary cases: scales %zu, codes %zu\n",
                             isa_name(isa), f.name, transform_kind_name(kind),
                             dtype == WUSH_DTYPE_F32   ? "f32"
@@ -225,13 +231,15 @@ TEST_P(QuantizeOnIsa, FewTokensMatchFloat64Reference) {
             for (std::size_t first = 0; first < n_all; first += 3) {
                 const std::size_t n = std::min<std::size_t>(first % 2 ? 1 : 3, n_all - first);
                 const std::vector<float> x(all.begin() + first * kDin, all.begin() + (first + n) * kDin);
-                for (wush_dtype dtype : kDtypes) {
-                    const Input in = as_dtype(x, dtype);
-                    const Output out = run(isa, t, f, dtype, in, n);
-                    const Tally tally = compare(t, format, in.values, n, out.codes, out.scales);
-                    EXPECT_EQ(tally.failures, 0u) << f.name << " " << transform_kind_name(kind) << " tokens " << first
-                                                  << "+" << n << ": " << tally.first_failure;
-                }
+                for (wush_dtype dtype : kDtypes)
+                    for (bool norms : {false, true}) {  // computed by the kernels, or prepared
+                        const Input in = as_dtype(x, dtype);
+                        const Output out = run(isa, t, f, dtype, in, n, false, norms);
+                        const Tally tally = compare(t, format, in.values, n, out.codes, out.scales);
+                        EXPECT_EQ(tally.failures, 0u)
+                            << f.name << " " << transform_kind_name(kind) << " tokens " << first << "+" << n
+                            << (norms ? " prepared norms" : "") << ": " << tally.first_failure;
+                    }
             }
         }
     }
@@ -373,6 +381,34 @@ TEST(QuantizeBf16Pairs, MatchesFloat64ReferenceAndTheScalarPath) {
     }
 }
 
+// The prepared row-norm bounds against two independent facts: an orthogonal matrix's rows have
+// norm 1 (Hadamard, random rotations), and a diagonal matrix's row norms are its entries' sizes.
+TEST(MatrixNormBounds, BoundTheLargestRowNormTightly) {
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
+    for (TransformKind kind : {TransformKind::Hadamard, TransformKind::Random}) {
+        const BlockTransform t = make_transform(kind, f.group);
+        const MatrixUse use = classify_matrices(t);
+        const std::vector<float> b = cpu::matrix_norm_bounds(t, use);
+        ASSERT_EQ(b.size(), cpu::quantize_scratch_floats(t, use)) << transform_kind_name(kind);
+        for (float v : b) {
+            EXPECT_GE(v, 1.0f) << transform_kind_name(kind);
+            EXPECT_LE(v, 1.0f + 1e-5f) << transform_kind_name(kind);
+        }
+    }
+    const std::size_t g = f.group, blocks = kDin / g;
+    std::vector<float> m(blocks * g * g, 0.0f);
+    for (std::size_t b = 0; b < blocks; ++b)
+        for (std::size_t i = 0; i < g; ++i) m[(b * g + i) * g + i] = (i == b % g ? -3.0f : 1.0f) * float(b + 1);
+    const BlockTransform diag(kDin, g, TransformKind::WUSH, m);
+    const std::vector<float> b = cpu::matrix_norm_bounds(diag, MatrixUse::PerBlock);
+    ASSERT_EQ(b.size(), blocks);
+    for (std::size_t i = 0; i < blocks; ++i) {  // an upper bound, at most a float ulp above
+        EXPECT_GE(b[i], 3.0f * float(i + 1)) << "block " << i;
+        EXPECT_LE(b[i], std::nextafter(3.0f * float(i + 1), INFINITY)) << "block " << i;
+    }
+    EXPECT_TRUE(cpu::matrix_norm_bounds(diag, MatrixUse::None).empty());
+}
+
 TEST(QuantizeBf16Pairs, OnlyForBf16ExactNormalMatrices) {
     const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
     const BlockTransform stored_f32 = make_transform(TransformKind::WUSH, f.group);
@@ -419,12 +455,16 @@ TEST(QuantizeSigns, ASignLostInFloat32IsRedone) {
         for (Isa isa : supported_isas())
             for (wush_dtype dtype : {WUSH_DTYPE_F32, WUSH_DTYPE_BF16})
                 for (std::size_t tokens : {std::size_t(1), std::size_t(16)})
-                    for (bool pairs : {false, true}) {
+                    for (int variant = 0; variant < 3; ++variant) {  // float path, bf16 pairs, prepared norms
+                        const bool pairs = variant == 1;
                         const Input in = as_dtype(x, dtype);
-                        const Output out = run(isa, t, f, dtype, in, tokens, pairs);
+                        const Output out = run(isa, t, f, dtype, in, tokens, pairs, variant == 2);
                         const Tally tally = compare(t, format, in.values, tokens, out.codes, out.scales);
                         EXPECT_EQ(tally.failures, 0u) << isa_name(isa) << " " << f.name << " tokens " << tokens
-                                                      << (pairs ? " pairs" : "") << ": " << tally.first_failure;
+                                                      << (pairs          ? " pairs"
+                                                          : variant == 2 ? " prepared norms"
+                                                                         : "")
+                                                      << ": " << tally.first_failure;
                         EXPECT_EQ(out.codes[0] & 0xF, 8)
                             << isa_name(isa) << " " << f.name << ": the float64 definition's -2^-30 is a negative zero";
                     }
@@ -471,6 +511,47 @@ TEST(QuantizeKernels, FlagOnlyValuesNearABoundary) {
             }
             EXPECT_LE(flagged, groups / 100) << isa_name(isa) << " " << f.name << ": " << flagged << " of " << groups;
         }
+    }
+}
+
+// Row norms given to a lanes = blocks tile belong to their own lanes (one per block), or to all
+// lanes when the matrix is shared. Identity matrices and x = +-6 (scaled: +-4.5, half a step from
+// any E2M1 threshold; amax two from either power of two) leave nothing near a boundary under a
+// true bound of 1; a bound of 1e30 sends its lane to float64, and only its lane.
+TEST(QuantizeKernels, GivenRowNormsBoundTheirOwnLanes) {
+    const formats::FormatSpec& f = formats::spec(WUSH_FORMAT_MXFP4);
+    const std::size_t g = f.group;
+    for (Isa isa : supported_isas()) {
+        if (isa == Isa::Scalar) continue;
+        const int lanes = isa == Isa::Avx512Vnni ? 16 : 8;
+        const std::size_t d_in = std::size_t(lanes) * g;
+        std::vector<float> x(d_in), eye(std::size_t(lanes) * g * g, 0.0f);
+        for (std::size_t i = 0; i < d_in; ++i) x[i] = i % 3 == 0 ? -6.0f : 6.0f;
+        for (std::size_t e = 0; e < eye.size(); ++e) eye[e] = e % (g * g) / g == e % g ? 1.0f : 0.0f;
+        std::vector<std::uint8_t> codes(d_in / 2), scales(d_in / g);
+        const auto redo = [&](const float* norms, std::size_t stride) {
+            cpu::QuantTile tile{};
+            tile.x = x.data();
+            tile.dtype = int(WUSH_DTYPE_F32);
+            tile.format = int(WUSH_FORMAT_MXFP4);
+            tile.group = int(g);
+            tile.rows = lanes;
+            tile.by_block = 1;
+            tile.d_in = d_in;
+            tile.matrix = eye.data();
+            tile.matrix_stride = stride;
+            tile.row_norms = norms;
+            tile.codes = codes.data();
+            tile.scales = scales.data();
+            return isa == Isa::Avx512Vnni ? cpu::avx512::quantize_tile(tile) : cpu::avx2::quantize_tile(tile);
+        };
+        std::vector<float> norms(std::size_t(lanes), 1.0f);
+        EXPECT_EQ(redo(nullptr, g * g), 0u) << isa_name(isa) << ": norms computed by the kernel";
+        EXPECT_EQ(redo(norms.data(), g * g), 0u) << isa_name(isa);
+        norms[3] = 1e30f;
+        EXPECT_EQ(redo(norms.data(), g * g), 1u << 3) << isa_name(isa) << ": per-block norms";
+        std::swap(norms[0], norms[3]);
+        EXPECT_EQ(redo(norms.data(), 0), (1u << lanes) - 1) << isa_name(isa) << ": one shared matrix's norm";
     }
 }
 

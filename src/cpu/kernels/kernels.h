@@ -39,8 +39,8 @@ struct QuantTile {
     std::size_t matrix_stride;  // floats from one block's matrix to the next (0: one shared matrix)
     const float* row_norms;     // upper bounds of max_i ||row i of T||_2, one per matrix (same stride
                                 // rule: 1 per block, or 0 when shared); unused for the identity;
-                                // nullptr with by_block: the kernel computes them from the rows it
-                                // loads anyway (one pass over the matrices instead of two)
+                                // nullptr (by_block only): the kernel computes them from the rows
+                                // it loads anyway (one pass over the matrices instead of two)
     // The same matrices as bf16 pairs (word k of row i = T[i][2k] | T[i][2k+1] << 16; G x G/2 words
     // per matrix, stride matrix_stride / 2), when x is bf16 and the CPU has AVX512_BF16: the
     // AVX-512 kernel then multiplies with VDPBF16PS (lanes = tokens only). nullptr otherwise.

@@ -72,9 +72,9 @@ void multiply(const float* t, const __m256 xc[G], __m256 y[G]) {
     }
 }
 
-// y = T x for one block with dot products and horizontal sums; with `norm` set, also the block's
-// max row norm, rounded up (see quantize_avx512.cpp).
-template <int G>
+// y = T x for one block with dot products and horizontal sums; with kNorm, also the block's max
+// row norm, rounded up, into *norm (see quantize_avx512.cpp).
+template <int G, bool kNorm>
 void multiply_row(const float* t, const __m256 x[G / 8], __m256 y[G / 8], float* norm) {
     __m256 rows2 = _mm256_setzero_ps();
 #pragma GCC unroll 1
@@ -84,18 +84,18 @@ void multiply_row(const float* t, const __m256 x[G / 8], __m256 y[G / 8], float*
         for (int ii = 0; ii < 8; ++ii) {
             const __m256 t0 = _mm256_loadu_ps(t + (i0 + ii) * G);
             p[ii] = _mm256_mul_ps(t0, x[0]);
-            q[ii] = _mm256_mul_ps(t0, t0);
+            if (kNorm) q[ii] = _mm256_mul_ps(t0, t0);
 #pragma GCC unroll 4
             for (int h = 1; h < G / 8; ++h) {
                 const __m256 th = _mm256_loadu_ps(t + (i0 + ii) * G + 8 * h);
                 p[ii] = _mm256_fmadd_ps(th, x[h], p[ii]);
-                q[ii] = _mm256_fmadd_ps(th, th, q[ii]);
+                if (kNorm) q[ii] = _mm256_fmadd_ps(th, th, q[ii]);
             }
         }
         y[i0 / 8] = transpose_sum8(p);
-        if (norm) rows2 = _mm256_max_ps(rows2, transpose_sum8(q));
+        if (kNorm) rows2 = _mm256_max_ps(rows2, transpose_sum8(q));
     }
-    if (norm) {
+    if (kNorm) {
         alignas(32) float v[8];
         _mm256_store_ps(v, rows2);
         float m = v[0];
@@ -123,9 +123,12 @@ void load_blocks(const QuantTile& tile, __m256 y[G], __m256& ss, __m256& norm) {
         const __m128 h2 = _mm_add_ps(_mm256_castps256_ps128(sq), _mm256_extractf128_ps(sq, 1));
         const __m128 h1 = _mm_add_ps(h2, _mm_movehl_ps(h2, h2));
         sums[lane] = _mm_cvtss_f32(_mm_add_ss(h1, _mm_shuffle_ps(h1, h1, 1)));
-        if (tile.matrix != nullptr && lane < tile.rows)
-            multiply_row<G>(tile.matrix + std::size_t(lane) * tile.matrix_stride, x, v,
-                            tile.row_norms == nullptr ? &norms[lane] : nullptr);
+        if (tile.matrix != nullptr && lane < tile.rows) {
+            const float* t = tile.matrix + std::size_t(lane) * tile.matrix_stride;
+            if (tile.row_norms == nullptr) multiply_row<G, true>(t, x, v, &norms[lane]);
+            else multiply_row<G, false>(t, x, v, nullptr);
+            if (tile.row_norms != nullptr) norms[lane] = tile.row_norms[tile.matrix_stride != 0 ? lane : 0];
+        }
 #pragma GCC unroll 4
         for (int h = 0; h < G / 8; ++h) r[h][lane] = tile.matrix != nullptr && lane < tile.rows ? v[h] : x[h];
     }
@@ -136,9 +139,7 @@ void load_blocks(const QuantTile& tile, __m256 y[G], __m256& ss, __m256& norm) {
         for (int i = 0; i < 8; ++i) y[8 * h + i] = r[h][i];
     }
     ss = _mm256_load_ps(sums);
-    norm = tile.matrix == nullptr      ? _mm256_setzero_ps()
-           : tile.row_norms == nullptr ? _mm256_load_ps(norms)
-                                       : _mm256_set1_ps(tile.row_norms[0]);
+    norm = _mm256_load_ps(norms);  // computed or given above; 0 for the identity
 }
 
 __m256 abs_ps(__m256 v) {

@@ -135,9 +135,10 @@ __attribute__((target("avx512bf16"), noinline)) void multiply_bf16(const QuantTi
 }
 
 // y = T x for one block: dot products of T's rows with x, then horizontal sums (any summation
-// order keeps the error within the bound's gamma_G). With `norm` set, also the block's max row
-// norm (rounded up), from the rows just loaded: a separate pass would read T twice.
-template <int G>
+// order keeps the error within the bound's gamma_G). With kNorm, also the block's max row norm
+// (rounded up) into *norm, from the rows just loaded: a separate pass would read T twice (a
+// prepared layer gives the norms instead: matrix_norm_bounds).
+template <int G, bool kNorm>
 void multiply_row(const float* t, const __m512 x[G / 16], __m512 y[G / 16], float* norm) {
     __m512 rows2 = _mm512_setzero_ps();
 #pragma GCC unroll 1
@@ -147,17 +148,17 @@ void multiply_row(const float* t, const __m512 x[G / 16], __m512 y[G / 16], floa
         for (int ii = 0; ii < 16; ++ii) {
             const __m512 t0 = _mm512_loadu_ps(t + (i0 + ii) * G);
             p[ii] = _mm512_mul_ps(t0, x[0]);
-            q[ii] = _mm512_mul_ps(t0, t0);
+            if (kNorm) q[ii] = _mm512_mul_ps(t0, t0);
             if (G == 32) {
                 const __m512 t1 = _mm512_loadu_ps(t + (i0 + ii) * G + 16);
                 p[ii] = _mm512_fmadd_ps(t1, x[1], p[ii]);
-                q[ii] = _mm512_fmadd_ps(t1, t1, q[ii]);
+                if (kNorm) q[ii] = _mm512_fmadd_ps(t1, t1, q[ii]);
             }
         }
         y[i0 / 16] = transpose_sum16(p);
-        if (norm) rows2 = _mm512_max_ps(rows2, transpose_sum16(q));
+        if (kNorm) rows2 = _mm512_max_ps(rows2, transpose_sum16(q));
     }
-    if (norm) *norm = __builtin_sqrtf(_mm512_reduce_max_ps(rows2)) * (1.0f + 1e-5f);
+    if (kNorm) *norm = __builtin_sqrtf(_mm512_reduce_max_ps(rows2)) * (1.0f + 1e-5f);
 }
 
 // Lanes = blocks block..block+15 of token row0: y[i] = element i of every lane's T_b x_b, and
@@ -178,9 +179,12 @@ void load_blocks(const QuantTile& tile, __m512 y[G], __m512& ss, __m512& norm) {
             sq = _mm512_fmadd_ps(x[h], x[h], sq);
         }
         sums[lane] = _mm512_reduce_add_ps(sq);
-        if (tile.matrix != nullptr && lane < tile.rows)
-            multiply_row<G>(tile.matrix + std::size_t(lane) * tile.matrix_stride, x, v,
-                            tile.row_norms == nullptr ? &norms[lane] : nullptr);
+        if (tile.matrix != nullptr && lane < tile.rows) {
+            const float* t = tile.matrix + std::size_t(lane) * tile.matrix_stride;
+            if (tile.row_norms == nullptr) multiply_row<G, true>(t, x, v, &norms[lane]);
+            else multiply_row<G, false>(t, x, v, nullptr);
+            if (tile.row_norms != nullptr) norms[lane] = tile.row_norms[tile.matrix_stride != 0 ? lane : 0];
+        }
 #pragma GCC unroll 2
         for (int h = 0; h < G / 16; ++h) r[h][lane] = tile.matrix != nullptr && lane < tile.rows ? v[h] : x[h];
     }
@@ -191,10 +195,7 @@ void load_blocks(const QuantTile& tile, __m512 y[G], __m512& ss, __m512& norm) {
         for (int i = 0; i < 16; ++i) y[16 * h + i] = r[h][i];
     }
     ss = _mm512_load_ps(sums);
-    // Row norms: computed above, or given (one shared matrix), or none (the identity).
-    norm = tile.matrix == nullptr      ? _mm512_setzero_ps()
-           : tile.row_norms == nullptr ? _mm512_load_ps(norms)
-                                       : _mm512_set1_ps(tile.row_norms[0]);
+    norm = _mm512_load_ps(norms);  // row norms computed or given above; 0 for the identity
 }
 
 // ---- element encoders with boundary checks ----------------------------------------------------
