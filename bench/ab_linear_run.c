@@ -1,14 +1,18 @@
 /* Two libwush builds in one process, one prepared layer each, timed alternately: the A/B that a
  * VM whose speed moves by a third between minutes still resolves (both sides share the minutes).
  *
- *   bench_ab_linear_run LIB_A LIB_B D_IN D_OUT FORMAT ISA THREADS [BLOCKS [THREADS_B]]
+ *   bench_ab_linear_run LIB_A LIB_B D_IN D_OUT FORMAT ISA THREADS [BLOCKS [THREADS_B [TRANSFORM [COPIES]]]]
  *
- * FORMAT and ISA are the wush_format / wush_cpu_isa values (0 MXFP4, 1 NVFP4, 2 INT4; 0 auto,
- * 2 AVX2, 3 AVX-512 VNNI). Each library is dlopen()ed with RTLD_LOCAL, so both keep their own
- * symbols and thread pools. Both build the same random d_out x d_in weight (RTN, Hadamard
- * transform) and run wush_linear_run at m = 1 on the same token: BLOCKS rounds (default 40) of
- * 500 calls each, A and B alternating which goes first. Prints each side's minimum and median
- * per-call time, their ratios A/B, and whether the two outputs are bit-equal. */
+ * FORMAT, ISA and TRANSFORM are the wush_format / wush_cpu_isa / wush_transform_kind values
+ * (0 MXFP4, 1 NVFP4, 2 INT4; 0 auto, 2 AVX2, 3 AVX-512 VNNI; 1 Hadamard, the default: one matrix
+ * for every block, 2 random: a matrix per block, as WUSH has). Each library is dlopen()ed with
+ * RTLD_LOCAL, so both keep their own symbols and thread pools. Both build the same random
+ * d_out x d_in weight (RTN) and run wush_linear_run at m = 1 on the same token: BLOCKS rounds
+ * (default 40) of 500 calls each, A and B alternating which goes first. With COPIES > 1 each side
+ * prepares that many copies of the layer and the calls rotate through them: enough copies to
+ * overflow the last-level cache put every call's bytes in memory, as in a model's token loop.
+ * Prints each side's minimum and median per-call time, their ratios A/B, and whether the two
+ * outputs are bit-equal. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +27,7 @@ typedef wush_status (*RunFn)(wush_context*, const wush_linear*, wush_dtype, cons
 typedef struct {
     void* lib;
     wush_context* ctx;
-    wush_linear* layer;
+    wush_linear** layers; /* copies of the one layer */
     void* workspace;
     size_t workspace_bytes;
     RunFn run;
@@ -42,7 +46,7 @@ static int fail(const Side* s, const char* path, const char* what) {
 }
 
 static int setup(Side* s, const char* path, size_t d_in, size_t d_out, wush_format format, int isa, int threads,
-                 const float* w) {
+                 wush_transform_kind kind, size_t copies, const float* w) {
     s->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!s->lib) return fail(s, path, "dlopen");
     wush_status (*context_create)(wush_backend, int, wush_context**) = dlsym(s->lib, "wush_context_create");
@@ -62,14 +66,18 @@ static int setup(Side* s, const char* path, size_t d_in, size_t d_out, wush_form
     size_t g = 0;
     wush_transform* t = NULL;
     wush_qweight* q = NULL;
+    s->layers = calloc(copies, sizeof(wush_linear*));
+    if (s->layers == NULL) return 1;
     if (context_create(WUSH_BACKEND_CPU, 0, &s->ctx) != WUSH_OK ||
         set_parameter(s->ctx, WUSH_CONTEXT_NUM_THREADS, threads) != WUSH_OK ||
         set_parameter(s->ctx, WUSH_CONTEXT_CPU_ISA, isa) != WUSH_OK || group_size(format, &g) != WUSH_OK ||
-        transform_fixed(WUSH_TRANSFORM_HADAMARD, d_in, g, NULL, &t) != WUSH_OK ||
-        qweight_create(s->ctx, t, format, WUSH_METHOD_RTN, WUSH_DTYPE_F32, w, d_out, d_in, NULL, &q) != WUSH_OK ||
-        linear_create(s->ctx, t, q, &s->layer) != WUSH_OK ||
-        workspace_size(s->ctx, s->layer, 1, &s->workspace_bytes) != WUSH_OK)
+        transform_fixed(kind, d_in, g, NULL, &t) != WUSH_OK ||
+        qweight_create(s->ctx, t, format, WUSH_METHOD_RTN, WUSH_DTYPE_F32, w, d_out, d_in, NULL, &q) != WUSH_OK)
         return fail(s, path, "setting up the layer");
+    for (size_t c = 0; c < copies; ++c) /* each copy prepares its own transform and row blocks */
+        if (linear_create(s->ctx, t, q, &s->layers[c]) != WUSH_OK) return fail(s, path, "preparing a copy");
+    if (workspace_size(s->ctx, s->layers[0], 1, &s->workspace_bytes) != WUSH_OK)
+        return fail(s, path, "the workspace size");
     s->workspace = malloc(s->workspace_bytes + 1);
     return s->workspace == NULL;
 }
@@ -81,43 +89,51 @@ static int by_value(const void* a, const void* b) {
 
 int main(int argc, char** argv) {
     if (argc < 8) {
-        fprintf(stderr, "usage: %s LIB_A LIB_B D_IN D_OUT FORMAT ISA THREADS [BLOCKS [THREADS_B]]\n", argv[0]);
+        fprintf(stderr,
+                "usage: %s LIB_A LIB_B D_IN D_OUT FORMAT ISA THREADS [BLOCKS [THREADS_B [TRANSFORM [COPIES]]]]\n",
+                argv[0]);
         return 2;
     }
     const size_t d_in = strtoul(argv[3], NULL, 10), d_out = strtoul(argv[4], NULL, 10);
     const wush_format format = (wush_format)atoi(argv[5]);
     const int isa = atoi(argv[6]), threads = atoi(argv[7]);
     const int blocks = argc > 8 ? atoi(argv[8]) : 40, threads_b = argc > 9 ? atoi(argv[9]) : threads;
+    const wush_transform_kind kind = argc > 10 ? (wush_transform_kind)atoi(argv[10]) : WUSH_TRANSFORM_HADAMARD;
+    const int copies = argc > 11 ? atoi(argv[11]) : 1;
     float* w = malloc(sizeof(float) * d_in * d_out);
     float* x = malloc(sizeof(float) * d_in);
     float* y = malloc(sizeof(float) * d_out * 2);
     double* t[2] = {malloc(sizeof(double) * blocks), malloc(sizeof(double) * blocks)};
-    if (!w || !x || !y || !t[0] || !t[1] || blocks < 1) return 1;
+    if (!w || !x || !y || !t[0] || !t[1] || blocks < 1 || copies < 1) return 1;
     srand(1);
     for (size_t i = 0; i < d_in * d_out; ++i) w[i] = (float)rand() / RAND_MAX - 0.5f;
     for (size_t i = 0; i < d_in; ++i) x[i] = (float)rand() / RAND_MAX - 0.5f;
     Side s[2] = {{0}, {0}};
-    if (setup(&s[0], argv[1], d_in, d_out, format, isa, threads, w) ||
-        setup(&s[1], argv[2], d_in, d_out, format, isa, threads_b, w))
+    if (setup(&s[0], argv[1], d_in, d_out, format, isa, threads, kind, (size_t)copies, w) ||
+        setup(&s[1], argv[2], d_in, d_out, format, isa, threads_b, kind, (size_t)copies, w))
         return 1;
+    int next[2] = {0, 0}; /* each side's next copy */
     for (int b = 0; b < blocks; ++b)
         for (int k = 0; k < 2; ++k) {
             const int side = (b + k) % 2; /* who goes first alternates */
             Side* c = &s[side];
             const double start = now_us();
-            for (int i = 0; i < kCallsPerBlock; ++i)
-                if (c->run(c->ctx, c->layer, WUSH_DTYPE_F32, x, 1, WUSH_DTYPE_F32, y + d_out * side, d_out,
+            for (int i = 0; i < kCallsPerBlock; ++i) {
+                if (c->run(c->ctx, c->layers[next[side]], WUSH_DTYPE_F32, x, 1, WUSH_DTYPE_F32, y + d_out * side, d_out,
                            c->workspace, c->workspace_bytes) != WUSH_OK)
                     return fail(c, argv[1 + side], "wush_linear_run");
+                next[side] = (next[side] + 1) % copies;
+            }
             t[side][b] = (now_us() - start) / kCallsPerBlock;
         }
     int equal = 1;
     for (size_t i = 0; i < d_out; ++i) equal &= y[i] == y[d_out + i];
     for (int k = 0; k < 2; ++k) qsort(t[k], blocks, sizeof(double), by_value);
     printf(
-        "%zux%zu format %d isa %d: A min %.2f med %.2f | B min %.2f med %.2f us | A/B med %.3f min %.3f | "
+        "%zux%zu format %d isa %d transform %d copies %d: A min %.2f med %.2f | B min %.2f med %.2f us | A/B med %.3f "
+        "min %.3f | "
         "outputs %s\n",
-        d_in, d_out, (int)format, isa, t[0][0], t[0][blocks / 2], t[1][0], t[1][blocks / 2],
+        d_in, d_out, (int)format, isa, (int)kind, copies, t[0][0], t[0][blocks / 2], t[1][0], t[1][blocks / 2],
         t[0][blocks / 2] / t[1][blocks / 2], t[0][0] / t[1][0], equal ? "equal" : "DIFFER");
     return 0;
 }

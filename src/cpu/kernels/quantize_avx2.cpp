@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "cpu/kernels/kernels.h"
+#include "cpu/kernels/prefetch.h"
 #include "cpu/kernels/transpose_avx2.h"
 #include "formats/certified_constants.h"
 
@@ -75,13 +76,14 @@ void multiply(const float* t, const __m256 xc[G], __m256 y[G]) {
 // y = T x for one block with dot products and horizontal sums; with kNorm, also the block's max
 // row norm, rounded up, into *norm (see quantize_avx512.cpp).
 template <int G, bool kNorm>
-void multiply_row(const float* t, const __m256 x[G / 8], __m256 y[G / 8], float* norm) {
+void multiply_row(const float* t, const __m256 x[G / 8], __m256 y[G / 8], float* norm, const float* ahead) {
     __m256 rows2 = _mm256_setzero_ps();
 #pragma GCC unroll 1
     for (int i0 = 0; i0 < G; i0 += 8) {
         __m256 p[8], q[8];
 #pragma GCC unroll 8
         for (int ii = 0; ii < 8; ++ii) {
+            prefetch_row<G>(ahead, i0 + ii);
             const __m256 t0 = _mm256_loadu_ps(t + (i0 + ii) * G);
             p[ii] = _mm256_mul_ps(t0, x[0]);
             if (kNorm) q[ii] = _mm256_mul_ps(t0, t0);
@@ -104,7 +106,8 @@ void multiply_row(const float* t, const __m256 x[G / 8], __m256 y[G / 8], float*
     }
 }
 
-// Lanes = blocks block..block+7 of token row0 (see quantize_avx512.cpp's load_blocks).
+// Lanes = blocks block..block+7 of token row0 (see quantize_avx512.cpp's load_blocks, and there
+// why the matrices are prefetched).
 template <int G>
 void load_blocks(const QuantTile& tile, __m256 y[G], __m256& ss, __m256& norm) {
     __m256 r[G / 8][8];
@@ -125,8 +128,9 @@ void load_blocks(const QuantTile& tile, __m256 y[G], __m256& ss, __m256& norm) {
         sums[lane] = _mm_cvtss_f32(_mm_add_ss(h1, _mm_shuffle_ps(h1, h1, 1)));
         if (tile.matrix != nullptr && lane < tile.rows) {
             const float* t = tile.matrix + std::size_t(lane) * tile.matrix_stride;
-            if (tile.row_norms == nullptr) multiply_row<G, true>(t, x, v, &norms[lane]);
-            else multiply_row<G, false>(t, x, v, nullptr);
+            const float* ahead = tile.matrix_stride != 0 ? t + kMatrixPrefetchBlocks * tile.matrix_stride : nullptr;
+            if (tile.row_norms == nullptr) multiply_row<G, true>(t, x, v, &norms[lane], ahead);
+            else multiply_row<G, false>(t, x, v, nullptr, ahead);
             if (tile.row_norms != nullptr) norms[lane] = tile.row_norms[tile.matrix_stride != 0 ? lane : 0];
         }
 #pragma GCC unroll 4

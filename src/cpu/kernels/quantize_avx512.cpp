@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "cpu/kernels/kernels.h"
+#include "cpu/kernels/prefetch.h"
 #include "cpu/kernels/transpose_avx2.h"
 #include "cpu/kernels/transpose_avx512.h"
 #include "formats/certified_constants.h"
@@ -139,13 +140,14 @@ __attribute__((target("avx512bf16"), noinline)) void multiply_bf16(const QuantTi
 // (rounded up) into *norm, from the rows just loaded: a separate pass would read T twice (a
 // prepared layer gives the norms instead: matrix_norm_bounds).
 template <int G, bool kNorm>
-void multiply_row(const float* t, const __m512 x[G / 16], __m512 y[G / 16], float* norm) {
+void multiply_row(const float* t, const __m512 x[G / 16], __m512 y[G / 16], float* norm, const float* ahead) {
     __m512 rows2 = _mm512_setzero_ps();
 #pragma GCC unroll 1
     for (int i0 = 0; i0 < G; i0 += 16) {
         __m512 p[16], q[16];
 #pragma GCC unroll 32
         for (int ii = 0; ii < 16; ++ii) {
+            prefetch_row<G>(ahead, i0 + ii);
             const __m512 t0 = _mm512_loadu_ps(t + (i0 + ii) * G);
             p[ii] = _mm512_mul_ps(t0, x[0]);
             if (kNorm) q[ii] = _mm512_mul_ps(t0, t0);
@@ -162,7 +164,10 @@ void multiply_row(const float* t, const __m512 x[G / 16], __m512 y[G / 16], floa
 }
 
 // Lanes = blocks block..block+15 of token row0: y[i] = element i of every lane's T_b x_b, and
-// ss = every lane's sum of squares of x_b.
+// ss = every lane's sum of squares of x_b. Each block's matrix is a page of its own (G = 32: 4 KB),
+// and the hardware's prefetchers stop at page ends: with the matrices coming from memory (a token
+// loop over a model's layers), each block started with a miss. So every row read prefetches the
+// same row kMatrixPrefetchBlocks blocks ahead (past the last block, harmlessly).
 template <int G>
 void load_blocks(const QuantTile& tile, __m512 y[G], __m512& ss, __m512& norm) {
     __m512 r[G / 16][16];
@@ -181,8 +186,9 @@ void load_blocks(const QuantTile& tile, __m512 y[G], __m512& ss, __m512& norm) {
         sums[lane] = _mm512_reduce_add_ps(sq);
         if (tile.matrix != nullptr && lane < tile.rows) {
             const float* t = tile.matrix + std::size_t(lane) * tile.matrix_stride;
-            if (tile.row_norms == nullptr) multiply_row<G, true>(t, x, v, &norms[lane]);
-            else multiply_row<G, false>(t, x, v, nullptr);
+            const float* ahead = tile.matrix_stride != 0 ? t + kMatrixPrefetchBlocks * tile.matrix_stride : nullptr;
+            if (tile.row_norms == nullptr) multiply_row<G, true>(t, x, v, &norms[lane], ahead);
+            else multiply_row<G, false>(t, x, v, nullptr, ahead);
             if (tile.row_norms != nullptr) norms[lane] = tile.row_norms[tile.matrix_stride != 0 ? lane : 0];
         }
 #pragma GCC unroll 2
