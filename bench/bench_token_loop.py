@@ -64,14 +64,20 @@ def prompt_ids(a):
     return ids[:a.prefill]
 
 
-def torch_loop(model, ids, decode):
-    """One prefill of ``ids`` and ``decode`` greedy steps: (prefill s, decode s, decoded ids)."""
+def torch_loop(model, ids, decode, after_prefill=None):
+    """One prefill of ``ids`` and ``decode`` greedy steps: (prefill s, decode s, decoded ids). The
+    prefill computes the logits of its last token alone, as transformers' generate() and llama.cpp
+    do (every position's would be a 49152-wide product per prompt token). ``after_prefill()``,
+    if given, runs between the two timed parts."""
     import torch
     x = torch.tensor([ids])
     with torch.no_grad():
         t0 = time.perf_counter()
-        out = model(x, use_cache=True)
+        out = model(x, use_cache=True, logits_to_keep=1)
         t1 = time.perf_counter()
+        if after_prefill is not None:
+            after_prefill()
+            t1 = time.perf_counter()
         past, nxt, got = out.past_key_values, out.logits[:, -1:].argmax(-1), []
         for _ in range(decode):
             got.append(int(nxt))
@@ -86,7 +92,7 @@ class Timers:
 
     def __init__(self, model):
         from wush.groups import is_quantized
-        self.total = {"layers": 0.0, "lm_head": 0.0}
+        self.reset()
         self.handles = []
         head = model.get_output_embeddings()
         for m in model.modules():
@@ -95,6 +101,9 @@ class Timers:
             if kind:
                 self.handles.append(m.register_forward_pre_hook(self._start))
                 self.handles.append(m.register_forward_hook(self._stop(kind)))
+
+    def reset(self):
+        self.total = {"layers": 0.0, "lm_head": 0.0}
 
     def _start(self, *_):
         self.t0 = time.perf_counter()
@@ -130,7 +139,7 @@ def measure_torch(a, ids):
         from wush import device
         row["isa"] = device.cpu_context().cpu_isa
         timers = Timers(model)
-        _, d, _ = torch_loop(model, ids, a.decode)
+        _, d, _ = torch_loop(model, ids, a.decode, timers.reset)  # decode steps only
         timers.remove()
         per = {k: round(1e3 * v / a.decode, 3) for k, v in timers.total.items()}
         per["total"] = round(1e3 * d / a.decode, 3)
