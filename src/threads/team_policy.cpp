@@ -98,9 +98,9 @@ bool TeamPolicy::use_team(std::uintptr_t kind, double work, double now) {
     return team;
 }
 
-bool TeamPolicy::postpone_trial(std::uintptr_t kind, double work) {
+bool TeamPolicy::postpone_trial(std::uintptr_t kind, double work, bool still_waking) {
     Rate& r = slot(kind, work);
-    if (r.postponed) {
+    if (r.postponed && !still_waking) {
         r.postponed = false;
         return false;
     }

@@ -23,6 +23,9 @@
 //    would never see a team that wins. The pool then wakes them, runs that call alone and asks
 //    for the trial on the kind's next call (postpone_trial), once: if the helpers are asleep
 //    again by then, the calls come too far apart for the team, and the trial times it as it is.
+//    A helper found asleep sooner after its wake than it polls before sleeping again has not
+//    woken yet (a VM's vCPU can take longer than a 10 us call): the trial moves on again, else
+//    such trials timed the wake-up after all, and kept back-to-back calls of 10-20 us alone.
 // Not thread-safe: the pool calls it only while it holds its job lock.
 #pragma once
 
@@ -43,7 +46,9 @@ public:
     bool trying_team() const { return trying_team_; }
     // The last call's team trial found the helpers asleep: true when the trial moves to the kind's
     // next call (this call then runs alone), false when it was moved once already (it runs now).
-    bool postpone_trial(std::uintptr_t kind, double work);
+    // `still_waking`: the helpers were woken for the moved trial so recently that they cannot have
+    // fallen asleep again (they are still waking up): the trial moves again.
+    bool postpone_trial(std::uintptr_t kind, double work, bool still_waking = false);
     // The job ran on the calling thread alone in `seconds`.
     void ran_alone(std::uintptr_t kind, double work, double seconds);
     // The job ran on the team in `seconds`: the caller ran `own_chunks` of `chunks` in

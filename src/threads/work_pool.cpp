@@ -106,11 +106,18 @@ public:
             return;
         }
         start_helpers(threads);
-        if (policy_.trying_team() && helpers_asleep(threads) && policy_.postpone_trial(kind, work)) {
-            wake();  // TeamPolicy's fair trial: the next call finds them awake
-            body(ctx, 0, 0, count);
-            policy_.ran_alone(kind, work, seconds() - start);
-            return;
+        if (policy_.trying_team() && helpers_asleep(threads)) {
+            // Woken for a trial less than a poll window ago, a helper asleep has not woken yet.
+            const bool waking = start - trial_wake_ < kYieldMicros * 1e-6;
+            if (policy_.postpone_trial(kind, work, waking)) {
+                if (!waking) {
+                    wake();  // TeamPolicy's fair trial: a later call finds them awake
+                    trial_wake_ = start;
+                }
+                body(ctx, 0, 0, count);
+                policy_.ran_alone(kind, work, seconds() - start);
+                return;
+            }
         }
         const std::size_t own = run_on_team(chunks, threads, body, ctx, count, grain);
         const double own_end = seconds();
@@ -144,6 +151,7 @@ private:
         done_.store(0, std::memory_order_relaxed);
         policy_ = TeamPolicy{};
         choice_ = PoolChoice{};
+        trial_wake_ = -1.0;
     }
 
     static double seconds() {
@@ -291,6 +299,7 @@ private:
     std::atomic<std::size_t> ready_{0};     // helpers that have started running
     std::atomic<std::size_t> sleeping_{0};  // helpers blocked on wake_ (their futex)
     std::uint64_t gen_ = 0;
+    double trial_wake_ = -1.0;  // when the helpers were last woken for a moved team trial
     Body body_ = nullptr;
     void* ctx_ = nullptr;
     std::size_t count_ = 0, grain_ = 1;

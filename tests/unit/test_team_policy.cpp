@@ -157,6 +157,9 @@ TEST(RuntimeTeamPolicy, APostponedTrialRunsOnTheNextCallAndOnlyOnce) {
     EXPECT_TRUE(p.postpone_trial(kKind, 1e6));  // helpers asleep: this call runs alone
     EXPECT_TRUE(p.use_team(kKind, 1e6, 0.0));   // the trial on the next call
     EXPECT_TRUE(p.trying_team());
+    EXPECT_TRUE(p.postpone_trial(kKind, 1e6, true));  // still waking up: moved again
+    EXPECT_TRUE(p.use_team(kKind, 1e6, 0.0));
+    EXPECT_TRUE(p.trying_team());
     EXPECT_FALSE(p.postpone_trial(kKind, 1e6));  // asleep again: the trial runs as it is
     // A trial that ran on the team ends the postponement: the next one may be moved again.
     p.ran_on_team(kKind, 1e6, 1.0 * kMs, 0.45 * kMs, 4, 8, 0.0, 0.0);
