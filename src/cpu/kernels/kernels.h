@@ -7,7 +7,7 @@
 // file could be the copy the linker keeps for every caller, and then the library would execute
 // AVX-512 instructions on a CPU without them. Hence plain aggregates (no default member
 // initializers, which would make an inline constructor) and plain declarations only; the kernel
-// files include nothing else from the project but transpose_avx*.h and prefetch.h (whose functions
+// files include nothing else from the project but transpose_avx*.h and lane_blocks.h (whose functions
 // are `static`, one private copy per file), formats/certified_constants.h (variables only) and
 // none of the C++ standard library's templates.
 #pragma once

@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "cpu/kernels/kernels.h"
-#include "cpu/kernels/prefetch.h"
+#include "cpu/kernels/lane_blocks.h"
 #include "cpu/kernels/transpose_avx2.h"
 #include "formats/certified_constants.h"
 
@@ -127,11 +127,9 @@ void load_blocks(const QuantTile& tile, __m256 y[G], __m256& ss, __m256& norm) {
         const __m128 h1 = _mm_add_ps(h2, _mm_movehl_ps(h2, h2));
         sums[lane] = _mm_cvtss_f32(_mm_add_ss(h1, _mm_shuffle_ps(h1, h1, 1)));
         if (tile.matrix != nullptr && lane < tile.rows) {
-            const float* t = tile.matrix + std::size_t(lane) * tile.matrix_stride;
-            const float* ahead = tile.matrix_stride != 0 ? t + kMatrixPrefetchBlocks * tile.matrix_stride : nullptr;
-            if (tile.row_norms == nullptr) multiply_row<G, true>(t, x, v, &norms[lane], ahead);
-            else multiply_row<G, false>(t, x, v, nullptr, ahead);
-            if (tile.row_norms != nullptr) norms[lane] = tile.row_norms[tile.matrix_stride != 0 ? lane : 0];
+            const LaneMatrix m = lane_matrix(tile, lane, &norms[lane]);
+            if (m.given) multiply_row<G, false>(m.t, x, v, nullptr, m.ahead);
+            else multiply_row<G, true>(m.t, x, v, &norms[lane], m.ahead);
         }
 #pragma GCC unroll 4
         for (int h = 0; h < G / 8; ++h) r[h][lane] = tile.matrix != nullptr && lane < tile.rows ? v[h] : x[h];
