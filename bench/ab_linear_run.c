@@ -130,9 +130,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < d_out; ++i) equal &= y[i] == y[d_out + i];
     for (int k = 0; k < 2; ++k) qsort(t[k], blocks, sizeof(double), by_value);
     printf(
-        "%zux%zu format %d isa %d transform %d copies %d: A min %.2f med %.2f | B min %.2f med %.2f us | A/B med %.3f "
-        "min %.3f | "
-        "outputs %s\n",
+        "%zux%zu format %d isa %d transform %d copies %d: A min %.2f med %.2f | B min %.2f med %.2f us | "
+        "A/B med %.3f min %.3f | outputs %s\n",
         d_in, d_out, (int)format, isa, (int)kind, copies, t[0][0], t[0][blocks / 2], t[1][0], t[1][blocks / 2],
         t[0][blocks / 2] / t[1][blocks / 2], t[0][0] / t[1][0], equal ? "equal" : "DIFFER");
     return 0;

@@ -140,7 +140,7 @@ Layout plan(const BlockTransform& t, MatrixUse use, std::size_t n_tokens, Isa is
     l.lanes = tile_lanes(isa);
     l.by_block = n_tokens < by_block_below(isa);
     // Without prepared bounds, lanes = blocks tiles compute theirs while they read the matrices
-    // (one pass, not two); the others get them from the scratch (compute_norms).
+    // (one pass, not two); the others get them from the scratch (given_norms).
     l.norms_given = isa != Isa::Scalar && l.use != MatrixUse::None &&
                     (!prepared.norm_bounds.empty() || l.use == MatrixUse::Shared || !l.by_block);
     l.outer = l.by_block ? n_tokens : (n_tokens + l.lanes - 1) / l.lanes;

@@ -7,9 +7,9 @@
 // file could be the copy the linker keeps for every caller, and then the library would execute
 // AVX-512 instructions on a CPU without them. Hence plain aggregates (no default member
 // initializers, which would make an inline constructor) and plain declarations only; the kernel
-// files include nothing else from the project but transpose_avx*.h and lane_blocks.h (whose functions
-// are `static`, one private copy per file), formats/certified_constants.h (variables only) and
-// none of the C++ standard library's templates.
+// files include nothing else from the project but transpose_avx*.h and lane_blocks.h (whose
+// functions are `static`, one private copy per file), formats/certified_constants.h (variables
+// only) and none of the C++ standard library's templates.
 #pragma once
 
 #include <cstddef>
@@ -147,7 +147,7 @@ constexpr std::size_t kRowBlock = 8;
 constexpr std::size_t kPrefetchBytes = 4096;
 
 // The fused quantization with lanes = blocks prefetches the transform's matrices this many blocks
-// ahead of the one it multiplies (quantize_avx512.cpp, load_blocks).
+// ahead of the one it multiplies (lane_blocks.h; quantize_avx512.cpp's load_blocks says why).
 constexpr std::size_t kMatrixPrefetchBlocks = 2;
 
 namespace avx2 {
