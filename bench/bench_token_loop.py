@@ -118,6 +118,16 @@ class Timers:
             h.remove()
 
 
+def layer_counts(model):
+    """The quantized layers besides the LM head, and the library calls they make per token: the
+    parts of a group (`--group-inputs`) share one call."""
+    head = model.get_output_embeddings()
+    kinds = ("QuantizedLinear", "QuantizedPart")
+    layers = [m for m in model.modules() if m is not head and type(m).__name__ in kinds]
+    calls = {id(m.group) if type(m).__name__ == "QuantizedPart" else id(m) for m in layers}
+    return len(layers), len(calls)
+
+
 def measure_torch(a, ids):
     import torch
     import wush
@@ -145,7 +155,7 @@ def measure_torch(a, ids):
         per["total"] = round(1e3 * d / a.decode, 3)
         per["other"] = round(per["total"] - per["layers"] - per["lm_head"], 3)
         row["decode_ms_per_token"] = per
-        row["quantized_layers"] = len([1 for m in model.modules() if type(m).__name__ in ("QuantizedLinear", "QuantizedPart")])
+        row["quantized_layers"], row["layer_calls"] = layer_counts(model)
     row["rss_mib"], row["peak_rss_mib"] = memory_mib()
     return row
 
@@ -229,7 +239,8 @@ def table(rows):
         per = wush_row["decode_ms_per_token"]
         lines.append("")
         lines.append(f"{wush_row['engine']} decode, ms per token (timed run): {per['total']} = "
-                     f"{wush_row['quantized_layers']} quantized layers {per['layers']} + LM head {per['lm_head']} + "
+                     f"{wush_row['quantized_layers']} quantized layers ({wush_row['layer_calls']} library calls) "
+                     f"{per['layers']} + LM head {per['lm_head']} + "
                      f"everything else {per['other']}")
     return "\n".join(lines)
 
