@@ -26,7 +26,8 @@ tokens/s (medians of --reps runs, each a fresh cache), the first 16 decoded ids 
 how many lead as float32's do), resident memory after the runs (VmRSS) and peak (VmHWM). For wush, one more decode
 run with timers around its quantized layers and the LM head gives the per-token decomposition
 (layers, LM head, everything else: attention, norms, embeddings, sampling, torch's dispatch); the
-timers' own cost lands in "everything else".
+timers' own cost lands in "everything else". Of the layers' and the head's time, the part inside
+the library's C calls is timed too: the rest of theirs is the Python wrapper's.
 
 Prints one JSON line per engine, then a markdown table with decode speed relative to float32 and
 to llama.cpp (the targets of docs/PERFORMANCE.md). Run it on an otherwise idle machine.
@@ -88,12 +89,14 @@ def torch_loop(model, ids, decode, after_prefill=None):
 
 
 class Timers:
-    """Wall time inside the quantized layers and inside the LM head (forward pre/post hooks)."""
+    """Wall time inside the quantized layers and inside the LM head (forward pre/post hooks), and,
+    of both, inside the library's calls (each layer's ctypes run functions wrapped)."""
 
     def __init__(self, model):
         from wush.groups import is_quantized
         self.reset()
         self.handles = []
+        self.wrapped = []
         head = model.get_output_embeddings()
         for m in model.modules():
             # The head first: quantized (--lm-head), it is a library layer too.
@@ -101,9 +104,13 @@ class Timers:
             if kind:
                 self.handles.append(m.register_forward_pre_hook(self._start))
                 self.handles.append(m.register_forward_hook(self._stop(kind)))
+        for rt in library_layers(model):
+            for name in ("_run_fn", "_run_bias_fn"):
+                self.wrapped.append((rt, name, getattr(rt, name)))
+                setattr(rt, name, self._timed(getattr(rt, name)))
 
     def reset(self):
-        self.total = {"layers": 0.0, "lm_head": 0.0}
+        self.total = {"layers": 0.0, "lm_head": 0.0, "library": 0.0}
 
     def _start(self, *_):
         self.t0 = time.perf_counter()
@@ -113,19 +120,40 @@ class Timers:
             self.total[kind] += time.perf_counter() - self.t0
         return hook
 
+    def _timed(self, fn):
+        def call(*args):
+            t0 = time.perf_counter()
+            status = fn(*args)
+            self.total["library"] += time.perf_counter() - t0
+            return status
+        return call
+
     def remove(self):
         for h in self.handles:
             h.remove()
+        for rt, name, fn in self.wrapped:
+            setattr(rt, name, fn)
+
+
+def library_layers(model):
+    """The library layers (``_core.Linear``) of a loaded model, the LM head's included: a group's
+    parts share their group's one."""
+    out = {}
+    for m in model.modules():
+        kind = type(m).__name__
+        layer = m if kind == "QuantizedLinear" else m.group.layer if kind == "QuantizedPart" else None
+        if layer is not None:
+            out[id(layer.runtime)] = layer.runtime
+    return list(out.values())
 
 
 def layer_counts(model):
     """The quantized layers besides the LM head, and the library calls they make per token: the
     parts of a group (`--group-inputs`) share one call."""
     head = model.get_output_embeddings()
-    kinds = ("QuantizedLinear", "QuantizedPart")
-    layers = [m for m in model.modules() if m is not head and type(m).__name__ in kinds]
-    calls = {id(m.group) if type(m).__name__ == "QuantizedPart" else id(m) for m in layers}
-    return len(layers), len(calls)
+    layers = [m for m in model.modules() if m is not head and type(m).__name__ in ("QuantizedLinear", "QuantizedPart")]
+    head_calls = 1 if type(head).__name__ == "QuantizedLinear" else 0
+    return len(layers), len(library_layers(model)) - head_calls
 
 
 def measure_torch(a, ids):
@@ -241,7 +269,8 @@ def table(rows):
         lines.append(f"{wush_row['engine']} decode, ms per token (timed run): {per['total']} = "
                      f"{wush_row['quantized_layers']} quantized layers ({wush_row['layer_calls']} library calls) "
                      f"{per['layers']} + LM head {per['lm_head']} + "
-                     f"everything else {per['other']}")
+                     f"everything else {per['other']}; of layers and head, inside the library's calls "
+                     f"{per['library']}")
     return "\n".join(lines)
 
 
