@@ -146,8 +146,11 @@ Layout plan(const BlockTransform& t, MatrixUse use, std::size_t n_tokens, Isa is
     l.outer = l.by_block ? n_tokens : (n_tokens + l.lanes - 1) / l.lanes;
     l.inner = l.by_block ? (t.blocks() + l.lanes - 1) / l.lanes : t.blocks();
     l.stride = l.use == MatrixUse::PerBlock ? t.group() * t.group() : 0;
-    l.pairs = isa == Isa::Avx512Vnni && !l.by_block && dtype == WUSH_DTYPE_BF16 && !prepared.bf16_pairs.empty() &&
-              cpu_has_avx512_bf16();
+    // The pairs: for one token, half the matrix bytes to read (both SIMD kernels, any x; the
+    // kernels then need the norms given); for many bf16 tokens, the bf16 dot product.
+    const bool pairs_one_token = l.by_block && isa != Isa::Scalar && l.norms_given;
+    const bool pairs_dot = isa == Isa::Avx512Vnni && !l.by_block && dtype == WUSH_DTYPE_BF16 && cpu_has_avx512_bf16();
+    l.pairs = !prepared.bf16_pairs.empty() && (pairs_one_token || pairs_dot);
     return l;
 }
 

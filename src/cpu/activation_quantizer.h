@@ -18,7 +18,8 @@ namespace wush::cpu {
 std::size_t quantize_scratch_floats(const BlockTransform& transform, MatrixUse use);
 
 // The transform's distinct matrices (one when `use` is Shared, every block's when PerBlock) as
-// bf16 pairs for the AVX-512 bf16 dot products (kernels.h, QuantTile::pairs), or empty when
+// bf16 pairs (kernels.h, QuantTile::pairs: what one token's quantization reads, and the AVX-512
+// bf16 dot products'), or empty when
 // `use` is None or an entry is not exactly a bf16 value that is zero or normal (such as a
 // transform stored as F32): those run the float path. Built once per prepared layer.
 std::vector<std::uint32_t> bf16_matrix_pairs(const BlockTransform& transform, MatrixUse use);
@@ -46,9 +47,11 @@ struct PreparedMatrices {
 // lies within that bound of a rounding boundary.
 //
 // `prepared` holds what a prepared layer computed from the transform, for the same bytes faster:
-// with `bf16_pairs`, bf16 `x` on an AVX-512 CPU with AVX512_BF16 takes the bf16 dot-product
-// kernel for many tokens; with `norm_bounds`, no call recomputes the matrices' row norms (for one
-// token that was as much arithmetic as the transform itself).
+// with `bf16_pairs` (and `norm_bounds`), a few tokens' tiles read the matrices as pairs, half the
+// bytes of the float matrices, on either SIMD ISA, and bf16 `x` on an AVX-512 CPU with
+// AVX512_BF16 takes the bf16 dot-product kernel for many tokens; with `norm_bounds`, no call
+// recomputes the matrices' row norms (for one token that was as much arithmetic as the transform
+// itself).
 //
 // Throws NON_FINITE (naming the first row and column) if `x` holds NaN/Inf; the buffers' contents
 // are unspecified then.

@@ -75,7 +75,7 @@ public:
     CpuLayer(TransformRef t, const formats::PackedMatrix& w, std::shared_ptr<const ContextParameters> parameters)
         : transform_(t.core), use_(t.use), weights_(w), parameters_(std::move(parameters)),
           panels_(parameters_->isa(), parameters_->threads(), w),
-          pairs_(cpu_has_avx512_bf16() ? bf16_matrix_pairs(transform_, use_) : std::vector<std::uint32_t>{}),
+          pairs_(best_isa() != Isa::Scalar ? bf16_matrix_pairs(transform_, use_) : std::vector<std::uint32_t>{}),
           norm_bounds_(matrix_norm_bounds(transform_, use_)) {
         require_layer(transform_, weights_);
     }
@@ -140,8 +140,9 @@ private:
     formats::PackedMatrix weights_;
     std::shared_ptr<const ContextParameters> parameters_;
     PanelPack panels_;
-    // The transform as bf16 pairs when the CPU has the bf16 dot product and the transform is
-    // bf16-exact (a checkpoint stored as BF16): bf16 activations then take the faster kernel.
+    // The transform as bf16 pairs when it is bf16-exact (a checkpoint stored as BF16) and the CPU
+    // has SIMD kernels: one token's quantization reads these, half the float matrices' bytes, and
+    // on AVX512_BF16 many bf16 tokens take the bf16 dot product.
     std::vector<std::uint32_t> pairs_;
     // The matrices' row-norm bounds, which every call's error bound needs: computed once here.
     std::vector<float> norm_bounds_;

@@ -245,6 +245,94 @@ TEST_P(QuantizeOnIsa, FewTokensMatchFloat64Reference) {
     }
 }
 
+// A prepared layer of a transform stored as BF16 gives its matrices as bf16 pairs too, and one to
+// three tokens' tiles (lanes = blocks) multiply those, half the bytes: the float64 reference and
+// the scalar path's bytes, on every format, kind and input dtype.
+TEST_P(QuantizeOnIsa, FewTokensFromBf16PairsMatchFloat64Reference) {
+    const Isa isa = GetParam();
+    const std::vector<float> all = make_activations(3, 9);
+    const std::size_t n_all = all.size() / kDin;
+    for (wush_format format : kFormats) {
+        const formats::FormatSpec& f = formats::spec(format);
+        for (TransformKind kind : kKinds) {
+            const BlockTransform t = make_transform(kind, f.group).rounded_to(WUSH_DTYPE_BF16);
+            ASSERT_EQ(cpu::bf16_matrix_pairs(t, classify_matrices(t)).empty(), classify_matrices(t) == MatrixUse::None);
+            for (std::size_t first = 0; first < n_all; first += 2) {
+                const std::size_t n = std::min<std::size_t>(first % 4 ? 1 : 2, n_all - first);
+                const std::vector<float> x(all.begin() + first * kDin, all.begin() + (first + n) * kDin);
+                for (wush_dtype dtype : kDtypes) {
+                    const Input in = as_dtype(x, dtype);
+                    const Output out = run(isa, t, f, dtype, in, n, true, true);
+                    const std::string what = std::string(f.name) + " " + transform_kind_name(kind) + " tokens " +
+                                             std::to_string(first) + "+" + std::to_string(n);
+                    const Tally tally = compare(t, format, in.values, n, out.codes, out.scales);
+                    EXPECT_EQ(tally.failures, 0u) << what << ": " << tally.first_failure;
+                    const Output ref = run(Isa::Scalar, t, f, dtype, in, n);
+                    EXPECT_EQ(out.codes, ref.codes) << what;
+                    EXPECT_EQ(out.scales, ref.scales) << what;
+                }
+            }
+        }
+    }
+}
+
+// The lanes = blocks tile reads the pairs, not the float matrices: with the float matrices all NaN
+// and the pairs those of a WUSH transform stored as BF16, every lane the kernel certifies must be
+// the float64 reference of the pairs' transform (the driver redoes the others: here the scalar
+// path's bytes stand in), and most lanes must be certified (NaN products would certify none).
+TEST_P(QuantizeOnIsa, OneTokenTileReadsThePairs) {
+    const Isa isa = GetParam();
+    if (isa == Isa::Scalar) GTEST_SKIP() << "the scalar path has no tiles";
+    const std::vector<float> x = make_activations(1, 12);
+    const Input in = as_dtype(std::vector<float>(x.begin(), x.begin() + kDin), WUSH_DTYPE_F32);
+    for (wush_format format : kFormats) {
+        const formats::FormatSpec& f = formats::spec(format);
+        const BlockTransform t = make_transform(TransformKind::WUSH, f.group).rounded_to(WUSH_DTYPE_BF16);
+        const std::vector<std::uint32_t> pairs = cpu::bf16_matrix_pairs(t, MatrixUse::PerBlock);
+        const std::vector<float> bounds = cpu::matrix_norm_bounds(t, MatrixUse::PerBlock);
+        ASSERT_FALSE(pairs.empty());
+        const std::vector<float> nan(t.activation_matrices().size(), std::nanf(""));
+        Output out = run(Isa::Scalar, t, f, WUSH_DTYPE_F32, in, 1);  // the redone lanes' bytes
+        const Output ref = out;
+        std::fill(out.codes.begin(), out.codes.end(), 0xAA);
+        std::fill(out.scales.begin(), out.scales.end(), 0xAA);
+        const int lanes = isa == Isa::Avx2 ? 8 : 16, blocks = int(t.blocks());
+        const std::size_t sbytes = out.scales.size() / std::size_t(blocks), g = f.group;
+        int certified = 0;
+        for (int b0 = 0; b0 < blocks; b0 += lanes) {
+            cpu::QuantTile tile{};
+            tile.x = in.bytes.data();
+            tile.dtype = int(WUSH_DTYPE_F32);
+            tile.format = int(format);
+            tile.group = int(g);
+            tile.rows = std::min(lanes, blocks - b0);
+            tile.by_block = 1;
+            tile.d_in = kDin;
+            tile.block = std::size_t(b0);
+            tile.matrix = nan.data() + std::size_t(b0) * g * g;
+            tile.matrix_stride = g * g;
+            tile.row_norms = bounds.data() + b0;
+            tile.pairs = pairs.data() + std::size_t(b0) * g * g / 2;
+            tile.codes = out.codes.data();
+            tile.scales = out.scales.data();
+            const std::uint32_t redo =
+                isa == Isa::Avx2 ? cpu::avx2::quantize_tile(tile) : cpu::avx512::quantize_tile(tile);
+            for (int r = 0; r < tile.rows; ++r) {
+                const std::size_t b = std::size_t(b0 + r);
+                if (!(redo >> r & 1u)) {
+                    ++certified;
+                    continue;
+                }
+                std::copy_n(ref.codes.begin() + b * g / 2, g / 2, out.codes.begin() + b * g / 2);
+                std::copy_n(ref.scales.begin() + b * sbytes, sbytes, out.scales.begin() + b * sbytes);
+            }
+        }
+        const Tally tally = compare(t, format, in.values, 1, out.codes, out.scales);
+        EXPECT_EQ(tally.failures, 0u) << f.name << ": " << tally.first_failure;
+        EXPECT_GE(certified, blocks / 2) << f.name << ": certified " << certified << " of " << blocks;
+    }
+}
+
 TEST_P(QuantizeOnIsa, MatricesDecideNotTheKindsName) {
     // A checkpoint may store any matrices under "identity" or "hadamard": the runtime must use them.
     const Isa isa = GetParam();

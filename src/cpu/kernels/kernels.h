@@ -42,8 +42,9 @@ struct QuantTile {
                                 // nullptr (by_block only): the kernel computes them from the rows
                                 // it loads anyway (one pass over the matrices instead of two)
     // The same matrices as bf16 pairs (word k of row i = T[i][2k] | T[i][2k+1] << 16; G x G/2 words
-    // per matrix, stride matrix_stride / 2), when x is bf16 and the CPU has AVX512_BF16: the
-    // AVX-512 kernel then multiplies with VDPBF16PS (lanes = tokens only). nullptr otherwise.
+    // per matrix, stride matrix_stride / 2), or nullptr. Lanes = tokens (x bf16, AVX512_BF16): the
+    // AVX-512 kernel multiplies with VDPBF16PS. Lanes = blocks (any x; row_norms given): both
+    // kernels read these instead of `matrix`, half the bytes, as exact float32 entries.
     const std::uint32_t* pairs;
     std::uint8_t* codes;   // the whole codes buffer (n_tokens x d_in / 2)
     std::uint8_t* scales;  // the whole scales buffer (n_tokens x C x scale_bytes)

@@ -106,6 +106,45 @@ void multiply_row(const float* t, const __m256 x[G / 8], __m256 y[G / 8], float*
     }
 }
 
+// x's even and odd elements: xe[h] lane l = x[16h + 2l], xo[h] lane l = x[16h + 2l + 1] (the
+// entries that the bf16 pairs' low and high halves multiply).
+template <int G>
+void split_even_odd(const __m256 x[G / 8], __m256 xe[G / 16], __m256 xo[G / 16]) {
+#pragma GCC unroll 2
+    for (int h = 0; h < G / 16; ++h) {
+        // Within 128-bit halves: a0 a2 b0 b2 | a4 a6 b4 b6; then the 64-bit pieces in order.
+        const __m256 e = _mm256_shuffle_ps(x[2 * h], x[2 * h + 1], _MM_SHUFFLE(2, 0, 2, 0));
+        const __m256 o = _mm256_shuffle_ps(x[2 * h], x[2 * h + 1], _MM_SHUFFLE(3, 1, 3, 1));
+        xe[h] = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
+        xo[h] = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0)));
+    }
+}
+
+// multiply_row from the matrix's bf16 pairs (QuantTile::pairs): a row is G / 2 words, half the
+// float row's bytes; each word's halves are two entries, exactly float32 once shifted into place.
+// The same products, summed in another order (the bound holds for any order).
+template <int G>
+void multiply_row_pairs(const std::uint32_t* t, const __m256 xe[G / 16], const __m256 xo[G / 16], __m256 y[G / 8],
+                        const std::uint32_t* ahead) {
+    const __m256i high = _mm256_set1_epi32(int(0xFFFF0000u));
+#pragma GCC unroll 1
+    for (int i0 = 0; i0 < G; i0 += 8) {
+        __m256 p[8];
+#pragma GCC unroll 8
+        for (int ii = 0; ii < 8; ++ii) {
+            prefetch_bytes(ahead == nullptr ? nullptr : ahead + (i0 + ii) * (G / 2), G * 2);
+            p[ii] = _mm256_setzero_ps();
+#pragma GCC unroll 2
+            for (int h = 0; h < G / 16; ++h) {
+                const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + (i0 + ii) * (G / 2) + 8 * h));
+                p[ii] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)), xe[h], p[ii]);
+                p[ii] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(w, high)), xo[h], p[ii]);
+            }
+        }
+        y[i0 / 8] = transpose_sum8(p);
+    }
+}
+
 // Lanes = blocks block..block+7 of token row0 (see quantize_avx512.cpp's load_blocks, and there
 // why the matrices are prefetched).
 template <int G>
@@ -128,8 +167,15 @@ void load_blocks(const QuantTile& tile, __m256 y[G], __m256& ss, __m256& norm) {
         sums[lane] = _mm_cvtss_f32(_mm_add_ss(h1, _mm_shuffle_ps(h1, h1, 1)));
         if (tile.matrix != nullptr && lane < tile.rows) {
             const LaneMatrix m = lane_matrix(tile, lane, &norms[lane]);
-            if (m.given) multiply_row<G, false>(m.t, x, v, nullptr, m.ahead);
-            else multiply_row<G, true>(m.t, x, v, &norms[lane], m.ahead);
+            if (m.pairs != nullptr) {
+                __m256 xe[G / 16], xo[G / 16];
+                split_even_odd<G>(x, xe, xo);
+                multiply_row_pairs<G>(m.pairs, xe, xo, v, m.pairs_ahead);
+            } else if (m.given) {
+                multiply_row<G, false>(m.t, x, v, nullptr, m.ahead);
+            } else {
+                multiply_row<G, true>(m.t, x, v, &norms[lane], m.ahead);
+            }
         }
 #pragma GCC unroll 4
         for (int h = 0; h < G / 8; ++h) r[h][lane] = tile.matrix != nullptr && lane < tile.rows ? v[h] : x[h];

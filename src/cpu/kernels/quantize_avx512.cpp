@@ -163,6 +163,32 @@ void multiply_row(const float* t, const __m512 x[G / 16], __m512 y[G / 16], floa
     if (kNorm) *norm = __builtin_sqrtf(_mm512_reduce_max_ps(rows2)) * (1.0f + 1e-5f);
 }
 
+// multiply_row from the matrix's bf16 pairs (QuantTile::pairs): a row is G / 2 words, half the
+// float row's bytes; each word's halves are two entries, exactly float32 once shifted into place,
+// against x's even and odd elements. The same products, summed in another order (the bound holds
+// for any order); G = 16 loads 8 words and zeroes the other lanes.
+template <int G>
+void multiply_row_pairs(const std::uint32_t* t, const __m512 x[G / 16], __m512 y[G / 16], const std::uint32_t* ahead) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    const __m512 x1 = G == 32 ? x[G / 16 - 1] : _mm512_setzero_ps();
+    const __m512 xe = _mm512_permutex2var_ps(x[0], even, x1), xo = _mm512_permutex2var_ps(x[0], odd, x1);
+    const __m512i high = _mm512_set1_epi32(int(0xFFFF0000u));
+    constexpr __mmask16 kWords = G == 32 ? 0xFFFF : 0x00FF;
+#pragma GCC unroll 1
+    for (int i0 = 0; i0 < G; i0 += 16) {
+        __m512 p[16];
+#pragma GCC unroll 32
+        for (int ii = 0; ii < 16; ++ii) {
+            prefetch_bytes(ahead == nullptr ? nullptr : ahead + (i0 + ii) * (G / 2), G * 2);
+            const __m512i w = _mm512_maskz_loadu_epi32(kWords, t + (i0 + ii) * (G / 2));
+            p[ii] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), xe);
+            p[ii] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w, high)), xo, p[ii]);
+        }
+        y[i0 / 16] = transpose_sum16(p);
+    }
+}
+
 // Lanes = blocks block..block+15 of token row0: y[i] = element i of every lane's T_b x_b, and
 // ss = every lane's sum of squares of x_b. Each block's matrix is a page of its own (G = 32: 4 KB),
 // and the hardware's prefetchers stop at page ends: with the matrices coming from memory (a token
@@ -186,7 +212,8 @@ void load_blocks(const QuantTile& tile, __m512 y[G], __m512& ss, __m512& norm) {
         sums[lane] = _mm512_reduce_add_ps(sq);
         if (tile.matrix != nullptr && lane < tile.rows) {
             const LaneMatrix m = lane_matrix(tile, lane, &norms[lane]);
-            if (m.given) multiply_row<G, false>(m.t, x, v, nullptr, m.ahead);
+            if (m.pairs != nullptr) multiply_row_pairs<G>(m.pairs, x, v, m.pairs_ahead);
+            else if (m.given) multiply_row<G, false>(m.t, x, v, nullptr, m.ahead);
             else multiply_row<G, true>(m.t, x, v, &norms[lane], m.ahead);
         }
 #pragma GCC unroll 2
@@ -461,7 +488,7 @@ std::uint32_t quantize_tile_g(const QuantTile& tile) {
                                                        _mm512_set1_ps(kAbsSlack));
     // The bf16 path reads subnormal x as zero: sum_j |T_ij x_j| over those j is below
     // 2^-126 ||T_i||_1 <= 2^-126 sqrt(G) ||T_i|| < 2^-122 norm.
-    if (tile.pairs != nullptr) l.bound = _mm512_fmadd_ps(norm, _mm512_set1_ps(0x1p-122f), l.bound);
+    if (tile.pairs != nullptr && !tile.by_block) l.bound = _mm512_fmadd_ps(norm, _mm512_set1_ps(0x1p-122f), l.bound);
     switch (tile.format) {
         case 0: quantize_mx<G>(tile, y, l, false); break;  // WUSH_FORMAT_MXFP4
         case 3: quantize_mx<G>(tile, y, l, true); break;   // WUSH_FORMAT_MXFP4_OCP
