@@ -22,6 +22,12 @@ static inline void prefetch_row(const float* matrix, int row) {
     prefetch_bytes(matrix == nullptr ? nullptr : matrix + row * G, G * 4);
 }
 
+// Prefetches row `row` of a G x G matrix given as bf16 pairs (G / 2 words a row).
+template <int G>
+static inline void prefetch_pairs_row(const std::uint32_t* pairs, int row) {
+    prefetch_bytes(pairs == nullptr ? nullptr : pairs + row * (G / 2), G * 2);
+}
+
 // The matrix that lane `lane` multiplies, and the one to prefetch meanwhile: kMatrixPrefetchBlocks
 // blocks ahead, or none for a shared matrix (which stays in L1). Where the tile gives the row-norm
 // bounds (tile.row_norms: one per block, or the shared matrix's), writes the lane's into *norm and

@@ -132,7 +132,7 @@ void multiply_row_pairs(const std::uint32_t* t, const __m256 xe[G / 16], const _
         __m256 p[8];
 #pragma GCC unroll 8
         for (int ii = 0; ii < 8; ++ii) {
-            prefetch_bytes(ahead == nullptr ? nullptr : ahead + (i0 + ii) * (G / 2), G * 2);
+            prefetch_pairs_row<G>(ahead, i0 + ii);
             p[ii] = _mm256_setzero_ps();
 #pragma GCC unroll 2
             for (int h = 0; h < G / 16; ++h) {

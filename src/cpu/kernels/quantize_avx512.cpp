@@ -180,7 +180,7 @@ void multiply_row_pairs(const std::uint32_t* t, const __m512 x[G / 16], __m512 y
         __m512 p[16];
 #pragma GCC unroll 32
         for (int ii = 0; ii < 16; ++ii) {
-            prefetch_bytes(ahead == nullptr ? nullptr : ahead + (i0 + ii) * (G / 2), G * 2);
+            prefetch_pairs_row<G>(ahead, i0 + ii);
             const __m512i w = _mm512_maskz_loadu_epi32(kWords, t + (i0 + ii) * (G / 2));
             p[ii] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), xe);
             p[ii] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w, high)), xo, p[ii]);
