@@ -5,7 +5,8 @@
 #include "cli.h"
 
 inline cli::Args bench_args(int argc, char** argv) {
-    return cli::Args(argc, argv, {"--quick", "--json", "--contend", "--contend-process", "--paired"},
-                     {"--layers", "--format", "--m", "--kind", "--threads", "--isa", "--repeats", "--min-time",
-                      "--device", "--contend-cpu", "--timing", "--l2", "--cuda-option", "--variants"});
+    return cli::Args(
+        argc, argv, {"--quick", "--json", "--contend", "--contend-process", "--paired"},
+        {"--layers", "--format", "--m", "--kind", "--threads", "--isa", "--repeats", "--min-time", "--device",
+         "--contend-cpu", "--timing", "--l2", "--cuda-option", "--variants", "--transform-dtype"});
 }

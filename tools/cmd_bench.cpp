@@ -21,6 +21,8 @@
 // between the two (kinds contend_gemm / contend_prepared; speedup < 1: the parallel call lost).
 // --paired: the same paired rows with no busy loop (kinds paired_gemm / paired_prepared: what the
 // threads gain on the machine as it is).
+// --transform-dtype bf16: the WUSH transforms' matrices rounded to bf16, as quantize-model stores
+// them (default f32).
 // speedup = baseline_s / ours_s. Default: the three Llama-like layers x MXFP4/NVFP4/INT4 x
 // m in {1, 16, 128, 512, 1024}; --quick drops m = 1024 and repeats less (about a minute on 2
 // cores). The library is used through its public C API only; OpenBLAS is linked here for the
@@ -219,8 +221,11 @@ wush_status make_bf16_layer(wush_context* ctx, const wush_calibrator* cal, const
     return st;
 }
 
+// `bf16_transform`: the WUSH transform's matrices rounded to bf16, as `quantize-model` stores
+// them (a prepared layer then reads one token's matrices as bf16 pairs: docs/RUNTIME.md).
 int make_case(wush_context* ctx, const std::string& layer, const std::vector<float>& weight,
-              const std::vector<float>& calib, std::size_t n_calib, wush_format format, bool bf16_layer, Case* c) {
+              const std::vector<float>& calib, std::size_t n_calib, wush_format format, bool bf16_layer,
+              bool bf16_transform, Case* c) {
     std::size_t d_out = 0, d_in = 0, g = 0;
     wush_example_layer_shape(layer.c_str(), &d_out, &d_in);
     wush_format_group_size(format, &g);
@@ -230,8 +235,12 @@ int make_case(wush_context* ctx, const std::string& layer, const std::vector<flo
     Handle<wush_calibrator, wush_calibrator_destroy> cal;
     wush_status st = wush_calibrator_create(d_in, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &cal.p);
     if (st == WUSH_OK) st = wush_calibrator_add(ctx, cal.p, WUSH_DTYPE_F32, calib.data(), n_calib);
+    Handle<wush_options, wush_options_destroy> opts;
+    if (st == WUSH_OK && bf16_transform) st = wush_options_create(&opts.p);
+    if (st == WUSH_OK && bf16_transform)
+        st = wush_options_set_int(opts.p, WUSH_OPTION_TRANSFORM_DTYPE, WUSH_DTYPE_BF16);
     if (st == WUSH_OK)
-        st = wush_transform_build(ctx, cal.p, WUSH_DTYPE_F32, weight.data(), d_out, d_in, WUSH_TRANSFORM_WUSH, nullptr,
+        st = wush_transform_build(ctx, cal.p, WUSH_DTYPE_F32, weight.data(), d_out, d_in, WUSH_TRANSFORM_WUSH, opts.p,
                                   &c->wush.p);
     if (st == WUSH_OK) st = wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, d_in, g, nullptr, &c->hadamard.p);
     if (st == WUSH_OK)
@@ -534,6 +543,8 @@ int cmd_bench(int argc, char** argv) {
             return cli::usage_error("bench", error);
         if (a.has("--variants") && !parse_variants(a.get_list("--variants", ""), &variants, &error))
             return cli::usage_error("bench", error);
+        if (a.has("--transform-dtype"))
+            return cli::usage_error("bench", "--transform-dtype applies to the CPU bench only");
         return run_cuda_bench(argc, argv);
     }
     // After a.ok(): a malformed command line is reported as such, whatever device it names.
@@ -556,6 +567,7 @@ int cmd_bench(int argc, char** argv) {
     const std::vector<std::string> layers = a.get_list("--layers", "4096x4096,4096x14336,14336x4096");
     const std::vector<std::string> format_names = a.get_list("--format", "mxfp4,nvfp4,int4");
     const std::string isa_name = a.get_choice("--isa", "auto", {"auto", "scalar", "avx2", "avx512_vnni"});
+    const bool bf16_transforms = a.get_choice("--transform-dtype", "f32", {"f32", "bf16"}) == "bf16";
     if (!a.ok()) return cli::usage_error("bench", a);
     const auto wanted = [&](const char* k) { return std::find(kinds.begin(), kinds.end(), k) != kinds.end(); };
     s.gemm = wanted("gemm");
@@ -609,7 +621,7 @@ int cmd_bench(int argc, char** argv) {
         for (wush_format f : formats) {
             if (!a.has("--json")) std::fprintf(stderr, "wush bench: %s %s\n", layer.c_str(), wush_format_name(f));
             Case c;
-            if (make_case(ctx.p, layer, weight, calib, n_calib, f, s.forward, &c) != 0) return 1;
+            if (make_case(ctx.p, layer, weight, calib, n_calib, f, s.forward, bf16_transforms, &c) != 0) return 1;
             const bool per_m = s.gemm || s.quantize || s.forward || s.contend || s.paired;
             for (std::size_t m : per_m ? ms : std::vector<std::size_t>{})
                 if (bench_m(ctx.p, s, c, x, m, &results) != 0) return 1;

@@ -47,6 +47,10 @@ def check_cuda(wush, failures):
         p = subprocess.run([wush, "bench", "--device", "cuda"] + bad, capture_output=True, text=True, timeout=60)
         if p.returncode != 2 or says not in p.stderr:
             failures.append(f"bench --device cuda {bad}: rc {p.returncode}, {p.stderr!r} (wanted 2, saying {says!r})")
+    p = subprocess.run([wush, "bench", "--device", "cuda", "--transform-dtype", "bf16"], capture_output=True,
+                       text=True, timeout=60)
+    if p.returncode != 2 or "--transform-dtype" not in p.stderr:
+        failures.append(f"bench --device cuda --transform-dtype: rc {p.returncode}, {p.stderr!r} (wanted 2)")
     for bad in (["--l2", "warm"], ["--timing", "both"], ["--variants", "default,all"]):
         if subprocess.run([wush, "bench"] + bad, capture_output=True).returncode != 2:
             failures.append(f"bench {bad} without --device cuda does not exit with 2")
@@ -110,7 +114,14 @@ def main():
                                ("quantize", "shared_hadamard_quantize"), ("quantize", "memcpy")]:
                 if (kind, base, m, f) not in seen:
                     failures.append(f"missing {kind} vs {base} for m={m} {f}")
-    for bad in (["--m", "0"], ["--format", "fp8"], ["--isa", "sse9"], ["--bogus"]):
+    # bf16 transforms (quantize-model's): the one-token kinds run and report their rows.
+    p = subprocess.run([wush, "bench", "--layers", "small_256x512", "--format", "mxfp4", "--m", "1", "--kind",
+                        "l2,decode", "--transform-dtype", "bf16", "--repeats", "1", "--min-time", "0", "--json"],
+                       capture_output=True, text=True)
+    kinds = sorted(r["kind"] for r in json.loads(p.stdout)["results"]) if p.returncode == 0 else p.stderr
+    if kinds != ["decode", "l2"]:
+        failures.append(f"bench --transform-dtype bf16 --kind l2,decode: {kinds}")
+    for bad in (["--m", "0"], ["--format", "fp8"], ["--isa", "sse9"], ["--bogus"], ["--transform-dtype", "half"]):
         if subprocess.run([wush, "bench"] + bad, capture_output=True).returncode != 2:
             failures.append(f"bench {bad} does not exit with 2")
     check_cuda(wush, failures)
