@@ -167,7 +167,7 @@ void load_blocks(const QuantTile& tile, __m256 y[G], __m256& ss, __m256& norm) {
         sums[lane] = _mm_cvtss_f32(_mm_add_ss(h1, _mm_shuffle_ps(h1, h1, 1)));
         if (tile.matrix != nullptr && lane < tile.rows) {
             const LaneMatrix m = lane_matrix(tile, lane, &norms[lane]);
-            if (m.pairs != nullptr) {
+            if (m.pairs != nullptr && m.given) {  // the pairs path computes no norms
                 __m256 xe[G / 16], xo[G / 16];
                 split_even_odd<G>(x, xe, xo);
                 multiply_row_pairs<G>(m.pairs, xe, xo, v, m.pairs_ahead);

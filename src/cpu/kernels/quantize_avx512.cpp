@@ -212,7 +212,7 @@ void load_blocks(const QuantTile& tile, __m512 y[G], __m512& ss, __m512& norm) {
         sums[lane] = _mm512_reduce_add_ps(sq);
         if (tile.matrix != nullptr && lane < tile.rows) {
             const LaneMatrix m = lane_matrix(tile, lane, &norms[lane]);
-            if (m.pairs != nullptr) multiply_row_pairs<G>(m.pairs, x, v, m.pairs_ahead);
+            if (m.pairs != nullptr && m.given) multiply_row_pairs<G>(m.pairs, x, v, m.pairs_ahead);  // no norms
             else if (m.given) multiply_row<G, false>(m.t, x, v, nullptr, m.ahead);
             else multiply_row<G, true>(m.t, x, v, &norms[lane], m.ahead);
         }
