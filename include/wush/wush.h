@@ -519,9 +519,10 @@ typedef enum wush_option {
     /* int, default WUSH_DTYPE_F32: the precision the activation transforms are rounded to when
      * built (WUSH_DTYPE_F32, WUSH_DTYPE_BF16 or WUSH_DTYPE_F16). The weight side is always derived
      * from the rounded matrices, so the unquantized product stays exact. Use BF16 for transforms
-     * that a bf16 runtime (or the fp_quant export) will apply; on a CPU with AVX512_BF16, a
-     * prepared layer (wush_linear_create) of such a transform also quantizes BF16 activations
-     * with the bf16 dot product (the same bytes as the float path). */
+     * that a bf16 runtime (or the fp_quant export) will apply. On a CPU with AVX2 or AVX-512, a
+     * prepared layer (wush_linear_create) of such a transform keeps its matrices as bf16 pairs as
+     * well (half their float32 size): calls of a few tokens read those, and with AVX512_BF16 many
+     * BF16 tokens quantize with the bf16 dot product (the same bytes as the float path). */
     WUSH_OPTION_TRANSFORM_DTYPE = 2,
     /* Experimental (see "Stability").
      * int, default 0, bounds {0, 1}: 1 = per-block search over WUSH's free parameters (the CLI's
