@@ -207,22 +207,28 @@ struct Case {
     std::vector<float> w_dequantized;  // n x k: the SGEMM baseline's weights
 };
 
+// The layer's WUSH transform; `bf16`: its matrices rounded to bf16, as `quantize-model` stores
+// them (a prepared layer then reads one token's matrices as bf16 pairs: docs/RUNTIME.md).
+wush_status build_wush(wush_context* ctx, const wush_calibrator* cal, const std::vector<float>& weight, const Case& c,
+                       bool bf16, wush_transform** out) {
+    Handle<wush_options, wush_options_destroy> opts;
+    wush_status st = bf16 ? wush_options_create(&opts.p) : WUSH_OK;
+    if (st == WUSH_OK && bf16) st = wush_options_set_int(opts.p, WUSH_OPTION_TRANSFORM_DTYPE, WUSH_DTYPE_BF16);
+    if (st == WUSH_OK)
+        st = wush_transform_build(ctx, cal, WUSH_DTYPE_F32, weight.data(), c.n, c.k, WUSH_TRANSFORM_WUSH, opts.p, out);
+    return st;
+}
+
 // The WUSH transform stored as BF16 and its qweight.
 wush_status make_bf16_layer(wush_context* ctx, const wush_calibrator* cal, const std::vector<float>& weight, Case* c) {
-    Handle<wush_options, wush_options_destroy> opts;
-    wush_status st = wush_options_create(&opts.p);
-    if (st == WUSH_OK) st = wush_options_set_int(opts.p, WUSH_OPTION_TRANSFORM_DTYPE, WUSH_DTYPE_BF16);
-    if (st == WUSH_OK)
-        st = wush_transform_build(ctx, cal, WUSH_DTYPE_F32, weight.data(), c->n, c->k, WUSH_TRANSFORM_WUSH, opts.p,
-                                  &c->wush_bf16.p);
+    wush_status st = build_wush(ctx, cal, weight, *c, true, &c->wush_bf16.p);
     if (st == WUSH_OK)
         st = wush_qweight_create(ctx, c->wush_bf16.p, c->format, WUSH_METHOD_RTN, WUSH_DTYPE_F32, weight.data(), c->n,
                                  c->k, nullptr, &c->q_bf16.p);
     return st;
 }
 
-// `bf16_transform`: the WUSH transform's matrices rounded to bf16, as `quantize-model` stores
-// them (a prepared layer then reads one token's matrices as bf16 pairs: docs/RUNTIME.md).
+// `bf16_transform`: the case's WUSH transform with bf16 matrices (build_wush).
 int make_case(wush_context* ctx, const std::string& layer, const std::vector<float>& weight,
               const std::vector<float>& calib, std::size_t n_calib, wush_format format, bool bf16_layer,
               bool bf16_transform, Case* c) {
@@ -235,13 +241,7 @@ int make_case(wush_context* ctx, const std::string& layer, const std::vector<flo
     Handle<wush_calibrator, wush_calibrator_destroy> cal;
     wush_status st = wush_calibrator_create(d_in, g, WUSH_MOMENTS_BLOCK_DIAGONAL, &cal.p);
     if (st == WUSH_OK) st = wush_calibrator_add(ctx, cal.p, WUSH_DTYPE_F32, calib.data(), n_calib);
-    Handle<wush_options, wush_options_destroy> opts;
-    if (st == WUSH_OK && bf16_transform) st = wush_options_create(&opts.p);
-    if (st == WUSH_OK && bf16_transform)
-        st = wush_options_set_int(opts.p, WUSH_OPTION_TRANSFORM_DTYPE, WUSH_DTYPE_BF16);
-    if (st == WUSH_OK)
-        st = wush_transform_build(ctx, cal.p, WUSH_DTYPE_F32, weight.data(), d_out, d_in, WUSH_TRANSFORM_WUSH, opts.p,
-                                  &c->wush.p);
+    if (st == WUSH_OK) st = build_wush(ctx, cal.p, weight, *c, bf16_transform, &c->wush.p);
     if (st == WUSH_OK) st = wush_transform_create_fixed(WUSH_TRANSFORM_HADAMARD, d_in, g, nullptr, &c->hadamard.p);
     if (st == WUSH_OK)
         st = wush_qweight_create(ctx, c->wush.p, format, WUSH_METHOD_RTN, WUSH_DTYPE_F32, weight.data(), d_out, d_in,
